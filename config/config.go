@@ -1,0 +1,443 @@
+// Package config loads and validates fenceproxy's YAML configuration.
+//
+// Every problem is reported with the file, the line and the dotted key it concerns, because the configuration is
+// the one thing an operator edits by hand at three in the morning. Unknown keys are errors, not warnings: a
+// misspelled "tabels:" must not silently leave every table unprotected.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"reflect"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Config is the whole configuration of a fenceproxy process. The zero value is not usable: use Load or Parse,
+// which apply defaults and validate.
+type Config struct {
+	Listen   string    `yaml:"listen"`
+	Upstream Upstream  `yaml:"upstream"`
+	TLS      ServerTLS `yaml:"tls"`
+	Tables   []Table   `yaml:"tables"`
+	Token    Token     `yaml:"token"`
+	Metrics  Metrics   `yaml:"metrics"`
+	Limits   Limits    `yaml:"limits"`
+	Log      Log       `yaml:"log"`
+
+	// File is the path the configuration was read from ("" when parsed from memory).
+	File string `yaml:"-"`
+}
+
+// Upstream is the PostgreSQL server every session is relayed to.
+type Upstream struct {
+	Address        string        `yaml:"address"`
+	ConnectTimeout time.Duration `yaml:"connect_timeout"`
+	TLS            UpstreamTLS   `yaml:"tls"`
+}
+
+// UpstreamTLS says how the proxy talks TLS to PostgreSQL.
+type UpstreamTLS struct {
+	// Mode is disable, require (encrypt, do not verify) or verify-full (verify the chain against CAFile and the
+	// host name against ServerName or the upstream host).
+	Mode       string `yaml:"mode"`
+	CAFile     string `yaml:"ca_file"`
+	ServerName string `yaml:"server_name"`
+	CertFile   string `yaml:"cert_file"`
+	KeyFile    string `yaml:"key_file"`
+}
+
+// ServerTLS is the certificate the proxy presents to clients that send SSLRequest. Without it, the proxy answers
+// SSLRequest with 'N' and clients that require TLS refuse to connect.
+type ServerTLS struct {
+	CertFile string `yaml:"cert_file"`
+	KeyFile  string `yaml:"key_file"`
+}
+
+// Enabled reports whether client-side TLS is configured.
+func (t ServerTLS) Enabled() bool { return t.CertFile != "" }
+
+// Table is a protected table and the bigint column that holds the token of its last writer.
+type Table struct {
+	Name        string `yaml:"name"`
+	TokenColumn string `yaml:"token_column"`
+
+	// Schema and Relation are Name split at the dot; Schema is "" for a bare name, which protects that name in
+	// every schema.
+	Schema   string `yaml:"-"`
+	Relation string `yaml:"-"`
+}
+
+// Token configures how the session's token is found and checked.
+type Token struct {
+	// Setting is the PostgreSQL setting that carries the session's token.
+	Setting string `yaml:"setting"`
+	// Offset is added to every etcd-issued token, by verification as by `fenceproxy lock`, to cure an etcd
+	// restored from a snapshot with smaller revisions.
+	Offset int64       `yaml:"offset"`
+	Verify TokenVerify `yaml:"verify"`
+}
+
+// TokenVerify configures the forged-token defence.
+type TokenVerify struct {
+	Etcd EtcdVerify `yaml:"etcd"`
+}
+
+// EtcdVerify refuses tokens higher than the etcd cluster's current revision (plus Token.Offset).
+type EtcdVerify struct {
+	Endpoints []string      `yaml:"endpoints"`
+	Timeout   time.Duration `yaml:"timeout"`
+	// FailOpen lets tokens through unverified while etcd is unreachable. Off by default: fail closed.
+	FailOpen bool `yaml:"fail_open"`
+}
+
+// Metrics configures the Prometheus endpoint; an empty Listen turns it off.
+type Metrics struct {
+	Listen string `yaml:"listen"`
+}
+
+// Limits bound what one client, or all of them, can make the proxy spend.
+type Limits struct {
+	MaxClientConnections int           `yaml:"max_client_connections"`
+	StartupTimeout       time.Duration `yaml:"startup_timeout"`
+	MaxMessageSize       int           `yaml:"max_message_size"`
+	ShutdownTimeout      time.Duration `yaml:"shutdown_timeout"`
+	RewriteCacheSize     int           `yaml:"rewrite_cache_size"`
+}
+
+// Log configures log/slog output.
+type Log struct {
+	Level  string `yaml:"level"`
+	Format string `yaml:"format"`
+}
+
+// Defaults, chosen to be safe for a first run on a laptop and documented in the README.
+const (
+	DefaultListen               = "127.0.0.1:6432"
+	DefaultTokenSetting         = "fence.token"
+	DefaultMaxClientConnections = 1000
+	DefaultStartupTimeout       = 15 * time.Second
+	DefaultMaxMessageSize       = 256 << 20
+	DefaultShutdownTimeout      = 30 * time.Second
+	DefaultConnectTimeout       = 10 * time.Second
+	DefaultRewriteCacheSize     = 10000
+	DefaultVerifyTimeout        = 2 * time.Second
+)
+
+// Load reads and validates the configuration file at path.
+func Load(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read config: %w", err)
+	}
+	return Parse(path, data)
+}
+
+// Parse validates a configuration read from file (used only in messages).
+func Parse(file string, data []byte) (*Config, error) {
+	if file == "" {
+		file = "config"
+	}
+	var root yaml.Node
+	if err := yaml.Unmarshal(data, &root); err != nil {
+		return nil, fmt.Errorf("%s: %s", file, strings.TrimPrefix(err.Error(), "yaml: "))
+	}
+	lines := map[string]int{}
+	cfg := &Config{File: file}
+	if len(root.Content) > 0 {
+		doc := root.Content[0]
+		if err := checkKeys(file, doc, reflect.TypeOf(*cfg), "", lines); err != nil {
+			return nil, err
+		}
+		if err := doc.Decode(cfg); err != nil {
+			return nil, fmt.Errorf("%s: %s", file, strings.TrimPrefix(strings.ReplaceAll(err.Error(), "\n ", ""), "yaml: unmarshal errors:"))
+		}
+	}
+	cfg.applyDefaults()
+	if err := cfg.validate(lines); err != nil {
+		return nil, err
+	}
+	return cfg, nil
+}
+
+// checkKeys walks the YAML tree alongside the Go type and rejects keys the type does not have, recording the
+// line of every key it sees so that later validation can point at it.
+func checkKeys(file string, n *yaml.Node, t reflect.Type, path string, lines map[string]int) error {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.Struct:
+		if t == reflect.TypeOf(time.Duration(0)) {
+			return nil
+		}
+		if n.Kind != yaml.MappingNode {
+			if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
+				return nil
+			}
+			return fmt.Errorf("%s:%d: %s: expected a mapping", file, n.Line, displayPath(path))
+		}
+		fields := map[string]reflect.StructField{}
+		for i := 0; i < t.NumField(); i++ {
+			f := t.Field(i)
+			tag := strings.Split(f.Tag.Get("yaml"), ",")[0]
+			if tag != "" && tag != "-" {
+				fields[tag] = f
+			}
+		}
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, v := n.Content[i], n.Content[i+1]
+			key := joinPath(path, k.Value)
+			f, ok := fields[k.Value]
+			if !ok {
+				return fmt.Errorf("%s:%d: unknown key %q", file, k.Line, key)
+			}
+			if _, dup := lines[key]; dup {
+				return fmt.Errorf("%s:%d: duplicate key %q", file, k.Line, key)
+			}
+			lines[key] = k.Line
+			if err := checkKeys(file, v, f.Type, key, lines); err != nil {
+				return err
+			}
+		}
+	case reflect.Slice:
+		if n.Kind != yaml.SequenceNode {
+			if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
+				return nil
+			}
+			return fmt.Errorf("%s:%d: %s: expected a list", file, n.Line, displayPath(path))
+		}
+		for i, item := range n.Content {
+			ip := fmt.Sprintf("%s[%d]", path, i)
+			lines[ip] = item.Line
+			if err := checkKeys(file, item, t.Elem(), ip, lines); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func joinPath(path, key string) string {
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
+
+func displayPath(path string) string {
+	if path == "" {
+		return "document"
+	}
+	return path
+}
+
+func (c *Config) applyDefaults() {
+	if c.Listen == "" {
+		c.Listen = DefaultListen
+	}
+	if c.Upstream.ConnectTimeout == 0 {
+		c.Upstream.ConnectTimeout = DefaultConnectTimeout
+	}
+	if c.Upstream.TLS.Mode == "" {
+		c.Upstream.TLS.Mode = "disable"
+	}
+	if c.Token.Setting == "" {
+		c.Token.Setting = DefaultTokenSetting
+	}
+	if c.Token.Verify.Etcd.Timeout == 0 {
+		c.Token.Verify.Etcd.Timeout = DefaultVerifyTimeout
+	}
+	if c.Limits.MaxClientConnections == 0 {
+		c.Limits.MaxClientConnections = DefaultMaxClientConnections
+	}
+	if c.Limits.StartupTimeout == 0 {
+		c.Limits.StartupTimeout = DefaultStartupTimeout
+	}
+	if c.Limits.MaxMessageSize == 0 {
+		c.Limits.MaxMessageSize = DefaultMaxMessageSize
+	}
+	if c.Limits.ShutdownTimeout == 0 {
+		c.Limits.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	if c.Limits.RewriteCacheSize == 0 {
+		c.Limits.RewriteCacheSize = DefaultRewriteCacheSize
+	}
+	if c.Log.Level == "" {
+		c.Log.Level = "info"
+	}
+	if c.Log.Format == "" {
+		c.Log.Format = "text"
+	}
+}
+
+// fieldError is a validation problem tied to a key.
+func (c *Config) fieldError(lines map[string]int, key, format string, args ...any) error {
+	msg := fmt.Sprintf(format, args...)
+	// Point at the key itself, or at the nearest enclosing key that appears in the file.
+	for k := key; k != ""; {
+		if line, ok := lines[k]; ok {
+			return fmt.Errorf("%s:%d: %s: %s", c.File, line, key, msg)
+		}
+		i := strings.LastIndexAny(k, ".[")
+		if i < 0 {
+			break
+		}
+		k = k[:i]
+	}
+	return fmt.Errorf("%s: %s: %s", c.File, key, msg)
+}
+
+func (c *Config) validate(lines map[string]int) error {
+	var errs []error
+	add := func(key, format string, args ...any) {
+		errs = append(errs, c.fieldError(lines, key, format, args...))
+	}
+	if err := checkHostPort(c.Listen); err != nil {
+		add("listen", "%v", err)
+	}
+	if c.Upstream.Address == "" {
+		add("upstream.address", "required (host:port of the PostgreSQL server)")
+	} else if err := checkHostPort(c.Upstream.Address); err != nil {
+		add("upstream.address", "%v", err)
+	}
+	if c.Upstream.ConnectTimeout < 0 {
+		add("upstream.connect_timeout", "must be positive")
+	}
+	switch c.Upstream.TLS.Mode {
+	case "disable", "require":
+	case "verify-full":
+		if c.Upstream.TLS.CAFile == "" {
+			add("upstream.tls.ca_file", "required when upstream.tls.mode is verify-full")
+		}
+	default:
+		add("upstream.tls.mode", "must be disable, require or verify-full, not %q", c.Upstream.TLS.Mode)
+	}
+	if (c.Upstream.TLS.CertFile == "") != (c.Upstream.TLS.KeyFile == "") {
+		add("upstream.tls", "cert_file and key_file go together")
+	}
+	if (c.TLS.CertFile == "") != (c.TLS.KeyFile == "") {
+		add("tls", "cert_file and key_file go together")
+	}
+	seen := map[string]bool{}
+	for i := range c.Tables {
+		t := &c.Tables[i]
+		key := fmt.Sprintf("tables[%d]", i)
+		if t.Name == "" {
+			add(key+".name", "required")
+			continue
+		}
+		parts := strings.Split(t.Name, ".")
+		switch {
+		case len(parts) == 1 && validIdent(parts[0]):
+			t.Relation = parts[0]
+		case len(parts) == 2 && validIdent(parts[0]) && validIdent(parts[1]):
+			t.Schema, t.Relation = parts[0], parts[1]
+		default:
+			add(key+".name", "%q is not a table name (name or schema.name, lower case, as PostgreSQL stores unquoted names)", t.Name)
+			continue
+		}
+		if seen[t.Name] {
+			add(key+".name", "table %q listed twice", t.Name)
+		}
+		seen[t.Name] = true
+		if t.TokenColumn == "" {
+			add(key+".token_column", "required")
+		} else if !validIdent(t.TokenColumn) {
+			add(key+".token_column", "%q is not a column name", t.TokenColumn)
+		}
+	}
+	if !validSetting(c.Token.Setting) {
+		add("token.setting", "%q is not a custom setting name (it needs a prefix and a dot, like fence.token)", c.Token.Setting)
+	}
+	if c.Token.Offset < 0 {
+		add("token.offset", "must not be negative")
+	}
+	for i, ep := range c.Token.Verify.Etcd.Endpoints {
+		if strings.TrimSpace(ep) == "" {
+			add(fmt.Sprintf("token.verify.etcd.endpoints[%d]", i), "empty endpoint")
+		}
+	}
+	if c.Metrics.Listen != "" {
+		if err := checkHostPort(c.Metrics.Listen); err != nil {
+			add("metrics.listen", "%v", err)
+		}
+	}
+	if c.Limits.MaxClientConnections < 0 {
+		add("limits.max_client_connections", "must be positive")
+	}
+	if c.Limits.StartupTimeout < 0 {
+		add("limits.startup_timeout", "must be positive")
+	}
+	if c.Limits.MaxMessageSize < 0 || (c.Limits.MaxMessageSize > 0 && c.Limits.MaxMessageSize < 8192) {
+		add("limits.max_message_size", "must be at least 8192 bytes")
+	}
+	if c.Limits.ShutdownTimeout < 0 {
+		add("limits.shutdown_timeout", "must be positive")
+	}
+	if c.Limits.RewriteCacheSize < 0 {
+		add("limits.rewrite_cache_size", "must be positive")
+	}
+	switch c.Log.Level {
+	case "debug", "info", "warn", "error":
+	default:
+		add("log.level", "must be debug, info, warn or error, not %q", c.Log.Level)
+	}
+	switch c.Log.Format {
+	case "text", "json":
+	default:
+		add("log.format", "must be text or json, not %q", c.Log.Format)
+	}
+	return errors.Join(errs...)
+}
+
+func checkHostPort(s string) error {
+	host, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return fmt.Errorf("%q is not host:port", s)
+	}
+	_ = host
+	if port == "" {
+		return fmt.Errorf("%q has no port", s)
+	}
+	return nil
+}
+
+// validIdent accepts what PostgreSQL stores for an unquoted identifier: lower-case letters, digits, _ and $,
+// not starting with a digit or $. Configured names are compared with the parser's folded names, so an upper-case
+// letter here could never match and is refused rather than silently protecting nothing.
+func validIdent(s string) bool {
+	if s == "" || len(s) > 63 {
+		return false
+	}
+	for i, r := range s {
+		switch {
+		case r >= 'a' && r <= 'z', r == '_':
+		case (r >= '0' && r <= '9') || r == '$':
+			if i == 0 {
+				return false
+			}
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// validSetting accepts PostgreSQL custom setting names: two or more identifiers joined by dots.
+func validSetting(s string) bool {
+	parts := strings.Split(s, ".")
+	if len(parts) < 2 {
+		return false
+	}
+	for _, p := range parts {
+		if !validIdent(p) {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,109 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseFullExample(t *testing.T) {
+	cfg, err := Parse("fenceproxy.yaml", []byte(`
+listen: 127.0.0.1:7000
+upstream:
+  address: db.internal:5432
+  connect_timeout: 3s
+  tls:
+    mode: verify-full
+    ca_file: /etc/ssl/ca.pem
+tables:
+  - name: public.accounts
+    token_column: fence_token
+  - name: ledger
+    token_column: fence_token
+token:
+  setting: app.fence_token
+  offset: 1000
+  verify:
+    etcd:
+      endpoints: [127.0.0.1:2379]
+metrics:
+  listen: 127.0.0.1:9187
+limits:
+  max_client_connections: 50
+  startup_timeout: 5s
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Listen != "127.0.0.1:7000" || cfg.Upstream.Address != "db.internal:5432" || cfg.Upstream.ConnectTimeout != 3*time.Second {
+		t.Errorf("listen/upstream: %+v", cfg)
+	}
+	if got := cfg.Tables[0]; got.Schema != "public" || got.Relation != "accounts" || got.TokenColumn != "fence_token" {
+		t.Errorf("qualified table: %+v", got)
+	}
+	if got := cfg.Tables[1]; got.Schema != "" || got.Relation != "ledger" {
+		t.Errorf("bare table: %+v", got)
+	}
+	if cfg.Token.Setting != "app.fence_token" || cfg.Token.Offset != 1000 || len(cfg.Token.Verify.Etcd.Endpoints) != 1 {
+		t.Errorf("token: %+v", cfg.Token)
+	}
+	if cfg.Limits.MaxClientConnections != 50 || cfg.Limits.StartupTimeout != 5*time.Second || cfg.Limits.MaxMessageSize != DefaultMaxMessageSize {
+		t.Errorf("limits: %+v", cfg.Limits)
+	}
+}
+
+func TestDefaults(t *testing.T) {
+	cfg, err := Parse("c.yaml", []byte("upstream:\n  address: 127.0.0.1:5432\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Listen != DefaultListen || cfg.Token.Setting != "fence.token" || cfg.Upstream.TLS.Mode != "disable" || cfg.Metrics.Listen != "" {
+		t.Errorf("defaults not applied: %+v", cfg)
+	}
+}
+
+func TestErrorsNameFileLineAndKey(t *testing.T) {
+	cases := []struct{ name, yaml, want string }{
+		{"unknown top-level key", "upstream:\n  address: a:1\ntabels: []\n", `c.yaml:3: unknown key "tabels"`},
+		{"unknown nested key", "upstream:\n  address: a:1\n  adress: b:2\n", `c.yaml:3: unknown key "upstream.adress"`},
+		{"unknown key in a table", "upstream:\n  address: a:1\ntables:\n  - name: t\n    token_column: c\n    colour: red\n", `c.yaml:6: unknown key "tables[0].colour"`},
+		{"missing upstream", "listen: 127.0.0.1:1\n", `c.yaml: upstream.address: required`},
+		{"missing token column", "upstream:\n  address: a:1\ntables:\n  - name: t\n", `c.yaml:4: tables[0].token_column: required`},
+		{"bad tls mode", "upstream:\n  address: a:1\n  tls:\n    mode: maybe\n", `c.yaml:4: upstream.tls.mode: must be disable, require or verify-full`},
+		{"bad duration", "upstream:\n  address: a:1\n  connect_timeout: soon\n", `c.yaml:`},
+		{"bad listen", "listen: nowhere\nupstream:\n  address: a:1\n", `c.yaml:1: listen: "nowhere" is not host:port`},
+		{"upper-case table", "upstream:\n  address: a:1\ntables:\n  - name: Accounts\n    token_column: c\n", `c.yaml:4: tables[0].name: "Accounts" is not a table name`},
+		{"duplicate table", "upstream:\n  address: a:1\ntables:\n  - name: t\n    token_column: c\n  - name: t\n    token_column: c\n", `tables[1].name: table "t" listed twice`},
+		{"bad setting", "upstream:\n  address: a:1\ntoken:\n  setting: token\n", `c.yaml:4: token.setting`},
+		{"verify-full without CA", "upstream:\n  address: a:1\n  tls:\n    mode: verify-full\n", `upstream.tls.ca_file: required`},
+		{"wrong shape", "upstream: 5\n", `c.yaml:1: upstream: expected a mapping`},
+		{"not yaml", "upstream: [\n", `c.yaml: `},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse("c.yaml", []byte(tc.yaml))
+			if err == nil {
+				t.Fatalf("no error for %q", tc.yaml)
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %q does not contain %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestLoadNamesTheFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "proxy.yaml")
+	if err := os.WriteFile(path, []byte("upstream:\n  address: a:1\nbogus: 1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Load(path)
+	if err == nil || !strings.Contains(err.Error(), path+":3: unknown key \"bogus\"") {
+		t.Fatalf("got %v", err)
+	}
+	if _, err := Load(filepath.Join(t.TempDir(), "missing.yaml")); err == nil {
+		t.Fatal("missing file accepted")
+	}
+}

@@ -1,0 +1,153 @@
+// Package proxytest runs fenceproxy in front of a test cluster, in-process or as a real process.
+package proxytest
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fenceproxy/fenceproxy/config"
+	"github.com/fenceproxy/fenceproxy/proxy"
+	"github.com/fenceproxy/fenceproxy/rewrite"
+)
+
+// Proxy is an in-process fenceproxy server listening on a free loopback port.
+type Proxy struct {
+	Addr     string
+	Server   *proxy.Server
+	Config   *config.Config
+	Registry *prometheus.Registry
+	Logs     *SyncBuffer
+	done     chan error
+}
+
+// Options tune a test proxy.
+type Options struct {
+	// YAML is appended to the generated configuration (listen and upstream.address are set for you).
+	YAML string
+	// Verifier, when set, is used as the forged-token defence.
+	Verifier proxy.TokenVerifier
+	// NoPlanner relays without fencing.
+	NoPlanner bool
+}
+
+// Start runs a proxy in front of upstream (host:port) until the test ends.
+func Start(t testing.TB, upstream string, o Options) *Proxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	yaml := fmt.Sprintf("listen: %s\nupstream:\n  address: %s\n%s", ln.Addr(), upstream, o.YAML)
+	cfg, err := config.Parse("test.yaml", []byte(yaml))
+	if err != nil {
+		ln.Close()
+		t.Fatalf("proxy config: %v\n%s", err, yaml)
+	}
+	logs := &SyncBuffer{}
+	p := &Proxy{Addr: ln.Addr().String(), Config: cfg, Registry: prometheus.NewRegistry(), Logs: logs, done: make(chan error, 1)}
+	opts := proxy.Options{
+		Config:   cfg,
+		Logger:   slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Metrics:  proxy.NewMetrics(p.Registry),
+		Verifier: o.Verifier,
+	}
+	if !o.NoPlanner {
+		planner, err := Planner(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		opts.Planner = planner
+	}
+	p.Server, err = proxy.New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { p.done <- p.Server.Serve(ln) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		p.Server.Shutdown(ctx)
+		if err := <-p.done; err != nil {
+			t.Errorf("proxy Serve: %v", err)
+		}
+		if t.Failed() {
+			t.Logf("proxy logs:\n%s", logs.String())
+		}
+	})
+	return p
+}
+
+// Planner builds the rewrite cache for a configuration, as the serve command does.
+func Planner(cfg *config.Config) (*rewrite.Cache, error) {
+	tables := make([]rewrite.Table, len(cfg.Tables))
+	for i, t := range cfg.Tables {
+		tables[i] = rewrite.Table{Schema: t.Schema, Name: t.Relation, TokenColumn: t.TokenColumn}
+	}
+	r, err := rewrite.New(rewrite.Config{Tables: tables, TokenSetting: cfg.Token.Setting})
+	if err != nil {
+		return nil, err
+	}
+	return rewrite.NewCache(r, cfg.Limits.RewriteCacheSize), nil
+}
+
+// DSN is a connection URL through the proxy.
+func (p *Proxy) DSN(user, password, dbname string) string {
+	return DSN(p.Addr, user, password, dbname)
+}
+
+// DSN builds a postgres:// URL for addr with sslmode=disable.
+func DSN(addr, user, password, dbname string) string {
+	u := url.URL{Scheme: "postgres", Host: addr, Path: "/" + dbname, RawQuery: "sslmode=disable"}
+	if password != "" {
+		u.User = url.UserPassword(user, password)
+	} else {
+		u.User = url.User(user)
+	}
+	return u.String()
+}
+
+// SyncBuffer is a bytes.Buffer safe for a logger and a test to share.
+type SyncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *SyncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *SyncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// Binary builds the fenceproxy command once per test binary into dir and returns its path.
+func Binary(t testing.TB, dir string) string {
+	t.Helper()
+	_, file, _, _ := runtime.Caller(0)
+	root := filepath.Join(filepath.Dir(file), "..", "..")
+	out := filepath.Join(dir, "fenceproxy")
+	cmd := exec.Command("go", "build", "-o", out, "./cmd/fenceproxy")
+	cmd.Dir = root
+	cmd.Env = os.Environ()
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build ./cmd/fenceproxy: %v\n%s", err, b)
+	}
+	return out
+}

@@ -1,0 +1,302 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgproto3"
+	pg_query "github.com/pganalyze/pg_query_go/v6"
+
+	"github.com/fenceproxy/fenceproxy/rewrite"
+)
+
+// markerPrefix is how every fencing error raised by rewritten SQL, and every refusal the proxy sends to the
+// server, shows up in the server's ErrorResponse (inside a 22P02 message about casting the marker to bigint).
+var markerPrefix = []byte("fenceproxy|")
+
+// refusePrefix marks refusals the proxy itself decided (55F03 at a SET, 55F04), sent to the server as a
+// statement that fails, so that the server aborts the transaction exactly as for any error.
+const refusePrefix = "fenceproxy|refuse|"
+
+// handleQuery forwards a simple-protocol Query, rewritten or refused as the planner says.
+func (ss *session) handleQuery() error {
+	p := ss.srv.currentPlanner()
+	if p == nil {
+		return ss.cr.forward(ss.sw)
+	}
+	body, err := ss.cr.body()
+	if err != nil {
+		return err
+	}
+	defer ss.cr.release()
+	if len(body) == 0 || body[len(body)-1] != 0 {
+		return fmt.Errorf("%w: Query message without its terminating zero byte", errProtocol)
+	}
+	plan := ss.checkPlan(p.Plan(body[:len(body)-1]))
+	switch plan.Action {
+	case rewrite.Rewrite:
+		ss.srv.metrics.rewritten()
+		ss.writeUpstream('Q', nil, plan.SQL)
+	case rewrite.Refuse:
+		ss.writeUpstream('Q', nil, ss.refusal(plan))
+	default:
+		ss.writeUpstream('Q', body, "")
+	}
+	return nil
+}
+
+// handleParse forwards an extended-protocol Parse, rewriting its SQL once: the prepared statement then runs
+// fenced at every execution, reading the token in force when it executes.
+func (ss *session) handleParse() error {
+	p := ss.srv.currentPlanner()
+	if p == nil {
+		return ss.cr.forward(ss.sw)
+	}
+	body, err := ss.cr.body()
+	if err != nil {
+		return err
+	}
+	defer ss.cr.release()
+	name, rest, ok := cutNul(body)
+	if !ok {
+		return fmt.Errorf("%w: Parse message with an unterminated statement name", errProtocol)
+	}
+	query, tail, ok := cutNul(rest)
+	if !ok {
+		return fmt.Errorf("%w: Parse message with an unterminated query", errProtocol)
+	}
+	plan := ss.checkPlan(p.Plan(query))
+	var sql string
+	switch plan.Action {
+	case rewrite.Rewrite:
+		ss.srv.metrics.rewritten()
+		sql = plan.SQL
+	case rewrite.Refuse:
+		sql = ss.refusal(plan)
+	default:
+		ss.writeUpstream('P', body, "")
+		return nil
+	}
+	// name \0 sql \0 parameter types
+	ss.sw.WriteByte('P')
+	n := 4 + len(name) + 1 + len(sql) + 1 + len(tail)
+	ss.sw.Write([]byte{byte(n >> 24), byte(n >> 16), byte(n >> 8), byte(n)})
+	ss.sw.Write(name)
+	ss.sw.WriteByte(0)
+	ss.sw.WriteString(sql)
+	ss.sw.WriteByte(0)
+	_, err = ss.sw.Write(tail)
+	return err
+}
+
+// writeUpstream writes a message whose body is raw, or the string s followed by a zero byte. bufio.Writer
+// keeps the error; the next Flush reports it.
+func (ss *session) writeUpstream(typ byte, raw []byte, s string) {
+	n := 4 + len(raw)
+	if raw == nil {
+		n = 4 + len(s) + 1
+	}
+	w := ss.sw
+	w.WriteByte(typ)
+	w.WriteByte(byte(n >> 24))
+	w.WriteByte(byte(n >> 16))
+	w.WriteByte(byte(n >> 8))
+	w.WriteByte(byte(n))
+	if raw != nil {
+		w.Write(raw)
+		return
+	}
+	w.WriteString(s)
+	w.WriteByte(0)
+}
+
+// checkPlan applies the proxy's own checks to a plan: a statement that sets the token to a literal has the
+// token verified here, at the SET, before the server accepts it.
+func (ss *session) checkPlan(plan rewrite.Plan) rewrite.Plan {
+	if plan.Action == rewrite.Refuse || !plan.TokenSet {
+		return plan
+	}
+	if code, msg, ok := ss.srv.checkToken(plan.Token); !ok {
+		return rewrite.Plan{Action: rewrite.Refuse, Code: code, Message: msg}
+	}
+	return plan
+}
+
+// checkToken validates a token's form and, with verification on, that a lock service could have issued it.
+func (s *Server) checkToken(v string) (code, msg string, ok bool) {
+	tok, valid := rewrite.ValidToken(v)
+	if !valid {
+		return "55F03", fmt.Sprintf("invalid fencing token: %q is not an integer in 1..9223372036854775807 (%s)", v, s.cfg.Token.Setting), false
+	}
+	if s.verifier != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Token.Verify.Etcd.Timeout)
+		defer cancel()
+		if err := s.verifier.Check(ctx, tok); err != nil {
+			return "55F03", fmt.Sprintf("invalid fencing token: %d: %v", tok, err), false
+		}
+	}
+	return "", "", true
+}
+
+// refusal logs and counts a refused statement and returns the SQL that makes the server fail it.
+func (ss *session) refusal(plan rewrite.Plan) string {
+	ss.srv.metrics.refusal(plan.Code, plan.Table)
+	ss.log.Warn("refused statement", "code", plan.Code, "table", plan.Table, "reason", plan.Message, "application_name", *ss.appName.Load())
+	return refusalSQL(plan.Code, plan.Table, plan.Message)
+}
+
+// refusalSQL is a statement that PostgreSQL rejects at parse analysis with an error carrying the refusal, which
+// the server-to-client side turns back into the refusal's SQLSTATE and message. The statement is built as a
+// parse tree and deparsed, so the message is quoted correctly whatever it contains.
+func refusalSQL(code, table, message string) string {
+	marker := refusePrefix + code + "|" + table + "|" + message
+	cast := &pg_query.Node{Node: &pg_query.Node_TypeCast{TypeCast: &pg_query.TypeCast{
+		Arg:      pg_query.MakeAConstStrNode(marker, -1),
+		TypeName: &pg_query.TypeName{Names: []*pg_query.Node{pg_query.MakeStrNode("pg_catalog"), pg_query.MakeStrNode("int8")}, Typemod: -1},
+	}}}
+	sel := &pg_query.SelectStmt{
+		TargetList:  []*pg_query.Node{pg_query.MakeResTargetNodeWithVal(cast, -1)},
+		LimitOption: pg_query.LimitOption_LIMIT_OPTION_DEFAULT,
+		Op:          pg_query.SetOperation_SETOP_NONE,
+	}
+	tree := &pg_query.ParseResult{Stmts: []*pg_query.RawStmt{{Stmt: &pg_query.Node{Node: &pg_query.Node_SelectStmt{SelectStmt: sel}}}}}
+	sql, err := pg_query.Deparse(tree)
+	if err != nil {
+		// Deparse of this fixed shape cannot fail short of a library bug; refuse with a plain statement then.
+		return "SELECT 'fenceproxy|refuse|55F04||unfenceable write'::pg_catalog.int8"
+	}
+	return sql
+}
+
+// handleError forwards an ErrorResponse, translating fencing markers into fenceproxy's own errors.
+func (ss *session) handleError() error {
+	body, err := ss.sr.body()
+	if err != nil {
+		return err
+	}
+	defer ss.sr.release()
+	if bytes.Contains(body, markerPrefix) {
+		if translated, ok := ss.translateError(body); ok {
+			body = translated
+		}
+	}
+	if sev := errorField(body, 'V'); sev == "FATAL" || sev == "PANIC" {
+		// The server is ending the session and said why; the client needs no second message from us.
+		ss.clientFatal.Store(true)
+	}
+	ss.sout = appendMessage(ss.sout[:0], 'E', body)
+	_, err = ss.cw.Write(ss.sout)
+	return err
+}
+
+// translateError rewrites a server error that carries a fencing marker into the contract's error.
+func (ss *session) translateError(body []byte) ([]byte, bool) {
+	var e pgproto3.ErrorResponse
+	if err := e.Decode(body); err != nil {
+		return nil, false
+	}
+	i := strings.Index(e.Message, string(markerPrefix))
+	if i < 0 {
+		return nil, false
+	}
+	marker := e.Message[i:]
+	if j := strings.LastIndexByte(marker, '"'); j >= 0 {
+		marker = marker[:j]
+	}
+	var out pgproto3.ErrorResponse
+	out.Severity, out.SeverityUnlocalized = e.Severity, e.SeverityUnlocalized
+	if out.SeverityUnlocalized == "" {
+		out.SeverityUnlocalized = "ERROR"
+	}
+	var table, presented, rowToken string
+	if rest, ok := strings.CutPrefix(marker, refusePrefix); ok {
+		parts := strings.SplitN(rest, "|", 3)
+		if len(parts) != 3 {
+			return nil, false
+		}
+		out.Code, table, out.Message = parts[0], parts[1], parts[2]
+	} else {
+		m, ok := rewrite.DecodeMarker(marker)
+		if !ok {
+			return nil, false
+		}
+		out.Code, out.Message, out.Detail, out.Hint = m.Code, m.Message(), m.Detail(), m.Hint()
+		table, presented, rowToken = m.Table, m.Token, m.RowToken
+	}
+	ss.srv.metrics.refusal(out.Code, table)
+	ss.log.Warn("fencing refusal", "code", out.Code, "table", table, "token", presented, "row_token", rowToken, "application_name", *ss.appName.Load(), "message", out.Message)
+	b, err := out.Encode(nil)
+	if err != nil {
+		return nil, false
+	}
+	return b[5:], true // Encode includes the message header; the caller adds its own
+}
+
+// errorField returns the value of one field of an ErrorResponse body, or "".
+func errorField(body []byte, field byte) string {
+	for len(body) > 0 && body[0] != 0 {
+		f := body[0]
+		v, rest, ok := cutNul(body[1:])
+		if !ok {
+			return ""
+		}
+		if f == field {
+			return string(v)
+		}
+		body = rest
+	}
+	return ""
+}
+
+// optionSetting finds `-c name=value` or `--name=value` in a startup options string, split the way PostgreSQL
+// splits it (white space separates, a backslash escapes the next character). The last occurrence wins, as in
+// PostgreSQL.
+func optionSetting(options, name string) (string, bool) {
+	var args []string
+	var cur strings.Builder
+	inArg, escaped := false, false
+	for _, r := range options {
+		switch {
+		case escaped:
+			cur.WriteRune(r)
+			escaped, inArg = false, true
+		case r == '\\':
+			escaped, inArg = true, true
+		case r == ' ' || r == '\t' || r == '\n' || r == '\r' || r == '\f' || r == '\v':
+			if inArg {
+				args = append(args, cur.String())
+				cur.Reset()
+				inArg = false
+			}
+		default:
+			cur.WriteRune(r)
+			inArg = true
+		}
+	}
+	if inArg {
+		args = append(args, cur.String())
+	}
+	var value string
+	found := false
+	for i := 0; i < len(args); i++ {
+		var kv string
+		switch a := args[i]; {
+		case a == "-c" && i+1 < len(args):
+			i++
+			kv = args[i]
+		case strings.HasPrefix(a, "-c"):
+			kv = a[2:]
+		case strings.HasPrefix(a, "--"):
+			kv = a[2:]
+		default:
+			continue
+		}
+		k, v, ok := strings.Cut(kv, "=")
+		if ok && strings.EqualFold(strings.ReplaceAll(k, "-", "_"), strings.ReplaceAll(name, "-", "_")) {
+			value, found = v, true
+		}
+	}
+	return value, found
+}

@@ -1,0 +1,81 @@
+package proxy
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the proxy's Prometheus series. A nil *Metrics records nothing, so tests and embedders need not
+// set up a registry.
+type Metrics struct {
+	sessionsCurrent prometheus.Gauge
+	sessionsTotal   prometheus.Counter
+	sessionsRefused *prometheus.CounterVec
+	refusals        *prometheus.CounterVec
+	stale           *prometheus.CounterVec
+	rewrites        prometheus.Counter
+	upstreamErrors  prometheus.Counter
+	protocolErrors  prometheus.Counter
+}
+
+// NewMetrics creates the proxy's series and registers them with reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		sessionsCurrent: prometheus.NewGauge(prometheus.GaugeOpts{Name: "fenceproxy_sessions_current", Help: "Client sessions being relayed."}),
+		sessionsTotal:   prometheus.NewCounter(prometheus.CounterOpts{Name: "fenceproxy_sessions_total", Help: "Client sessions relayed since start."}),
+		sessionsRefused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fenceproxy_sessions_refused_total", Help: "Client connections refused before relaying, by reason."}, []string{"reason"}),
+		refusals:        prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fenceproxy_refusals_total", Help: "Statements refused, by SQLSTATE (55F01 stale, 55F02 missing, 55F03 invalid, 55F04 unfenceable) and table."}, []string{"code", "table"}),
+		stale:           prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fenceproxy_stale_rejections_total", Help: "Writes refused because a newer lock holder already wrote the row (55F01), by table. Should stay near zero: a rise means leases are shorter than the work they guard."}, []string{"table"}),
+		rewrites:        prometheus.NewCounter(prometheus.CounterOpts{Name: "fenceproxy_statements_rewritten_total", Help: "Statements rewritten to carry the fence."}),
+		upstreamErrors:  prometheus.NewCounter(prometheus.CounterOpts{Name: "fenceproxy_upstream_errors_total", Help: "Failed or lost upstream connections."}),
+		protocolErrors:  prometheus.NewCounter(prometheus.CounterOpts{Name: "fenceproxy_protocol_errors_total", Help: "Connections closed for breaking the wire protocol."}),
+	}
+	reg.MustRegister(m.sessionsCurrent, m.sessionsTotal, m.sessionsRefused, m.refusals, m.stale, m.rewrites, m.upstreamErrors, m.protocolErrors)
+	return m
+}
+
+func (m *Metrics) sessionStarted() {
+	if m != nil {
+		m.sessionsCurrent.Inc()
+		m.sessionsTotal.Inc()
+	}
+}
+
+func (m *Metrics) sessionEnded() {
+	if m != nil {
+		m.sessionsCurrent.Dec()
+	}
+}
+
+func (m *Metrics) sessionRefused(reason string) {
+	if m != nil {
+		m.sessionsRefused.WithLabelValues(reason).Inc()
+	}
+}
+
+func (m *Metrics) refusal(code, table string) {
+	if m == nil {
+		return
+	}
+	m.refusals.WithLabelValues(code, table).Inc()
+	if code == "55F01" {
+		m.stale.WithLabelValues(table).Inc()
+	}
+}
+
+func (m *Metrics) rewritten() {
+	if m != nil {
+		m.rewrites.Inc()
+	}
+}
+
+func (m *Metrics) upstreamError() {
+	if m != nil {
+		m.upstreamErrors.Inc()
+	}
+}
+
+func (m *Metrics) protocolError() {
+	if m != nil {
+		m.protocolErrors.Inc()
+	}
+}

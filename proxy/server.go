@@ -1,0 +1,214 @@
+// Package proxy implements fenceproxy's PostgreSQL wire-protocol relay.
+//
+// Each client session gets its own upstream connection. Two goroutines relay it, one per direction. Messages
+// the proxy has no reason to read are framed (type and length) and streamed as bytes; the proxy decodes only:
+//
+//   - client to server: Query and Parse, whose SQL may be rewritten or refused by the Planner (the seam where
+//     fencing happens), and the startup packets;
+//   - server to client: ErrorResponse (to turn fencing markers into fenceproxy's SQLSTATEs), the authentication
+//     request that lists SASL mechanisms, BackendKeyData (to route cancel requests) and ReadyForQuery (to know
+//     when a session is idle).
+//
+// Safe points: a session is idle, and may be closed by a drain, only after the server sent ReadyForQuery with
+// status 'I' and every Query, Sync and FunctionCall the client sent has been answered by one.
+package proxy
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fenceproxy/fenceproxy/config"
+	"github.com/fenceproxy/fenceproxy/rewrite"
+)
+
+// Planner decides what to do with a statement's SQL text. rewrite.Cache implements it.
+type Planner interface {
+	Plan(sql []byte) rewrite.Plan
+}
+
+// TokenVerifier refuses tokens that no lock service could have issued (the forged-token defence).
+type TokenVerifier interface {
+	Check(ctx context.Context, token int64) error
+}
+
+// Options is everything a Server needs; nothing is read from globals.
+type Options struct {
+	Config   *config.Config
+	Logger   *slog.Logger
+	Planner  Planner       // nil: relay only, no fencing
+	Verifier TokenVerifier // nil: tokens are checked for form only
+	Metrics  *Metrics      // nil: no metrics
+}
+
+// Server accepts client connections and relays each to its own upstream session.
+type Server struct {
+	cfg       *config.Config
+	log       *slog.Logger
+	planner   atomic.Pointer[plannerBox]
+	verifier  TokenVerifier
+	metrics   *Metrics
+	clientTLS *tls.Config
+	upTLS     *tls.Config
+
+	active   atomic.Int64 // sessions past accept, including those being refused
+	draining atomic.Bool
+
+	mu       sync.Mutex
+	sessions map[*session]struct{}
+	pids     map[uint32]int // upstream backend PIDs of live sessions, for CancelRequest routing
+	lns      []net.Listener
+	wg       sync.WaitGroup
+}
+
+type plannerBox struct{ p Planner }
+
+// New builds a Server from its options, loading TLS material now so that a bad certificate fails at start.
+func New(o Options) (*Server, error) {
+	if o.Config == nil {
+		return nil, errors.New("proxy: no configuration")
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{
+		cfg:      o.Config,
+		log:      o.Logger,
+		verifier: o.Verifier,
+		metrics:  o.Metrics,
+		sessions: map[*session]struct{}{},
+		pids:     map[uint32]int{},
+	}
+	s.SetPlanner(o.Planner)
+	var err error
+	if s.clientTLS, err = serverTLSConfig(o.Config.TLS); err != nil {
+		return nil, err
+	}
+	if s.upTLS, err = upstreamTLSConfig(o.Config.Upstream); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// SetPlanner replaces the planner for statements parsed from now on (SIGHUP reload). Sessions keep running.
+func (s *Server) SetPlanner(p Planner) { s.planner.Store(&plannerBox{p}) }
+
+func (s *Server) currentPlanner() Planner { return s.planner.Load().p }
+
+// Serve accepts connections on ln until ln is closed or Shutdown is called.
+func (s *Server) Serve(ln net.Listener) error {
+	s.mu.Lock()
+	if s.draining.Load() {
+		s.mu.Unlock()
+		ln.Close()
+		return net.ErrClosed
+	}
+	s.lns = append(s.lns, ln)
+	s.mu.Unlock()
+	var tempDelay time.Duration
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if s.draining.Load() || errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() || isTemporaryAccept(err) {
+				// Out of file descriptors and the like: back off instead of spinning.
+				tempDelay = min(max(tempDelay*2, 5*time.Millisecond), time.Second)
+				s.log.Warn("accept failed; retrying", "err", err, "delay", tempDelay)
+				time.Sleep(tempDelay)
+				continue
+			}
+			return fmt.Errorf("accept: %w", err)
+		}
+		tempDelay = 0
+		if tc, ok := c.(*net.TCPConn); ok {
+			tc.SetNoDelay(true)
+			tc.SetKeepAlive(true)
+		}
+		n := s.active.Add(1)
+		s.wg.Add(1)
+		over := s.cfg.Limits.MaxClientConnections > 0 && n > int64(s.cfg.Limits.MaxClientConnections)
+		go func() {
+			defer s.wg.Done()
+			defer s.active.Add(-1)
+			s.handle(c, over)
+		}()
+	}
+}
+
+func isTemporaryAccept(err error) bool {
+	var te interface{ Temporary() bool }
+	return errors.As(err, &te) && te.Temporary()
+}
+
+// ActiveSessions is the number of client connections being served or refused.
+func (s *Server) ActiveSessions() int64 { return s.active.Load() }
+
+// Shutdown stops accepting, closes sessions as they become idle and, when ctx ends, closes the rest.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.draining.Store(true)
+	s.mu.Lock()
+	for _, ln := range s.lns {
+		ln.Close()
+	}
+	for ss := range s.sessions {
+		ss.wakeForDrain()
+	}
+	s.mu.Unlock()
+	done := make(chan struct{})
+	go func() { s.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+	}
+	s.mu.Lock()
+	n := len(s.sessions)
+	for ss := range s.sessions {
+		ss.forceClose()
+	}
+	s.mu.Unlock()
+	<-done
+	return fmt.Errorf("shutdown timeout: closed %d busy sessions: %w", n, ctx.Err())
+}
+
+func (s *Server) register(ss *session) {
+	s.mu.Lock()
+	s.sessions[ss] = struct{}{}
+	s.mu.Unlock()
+	if s.draining.Load() {
+		ss.wakeForDrain()
+	}
+}
+
+func (s *Server) unregister(ss *session) {
+	s.mu.Lock()
+	delete(s.sessions, ss)
+	if ss.pid != 0 {
+		if s.pids[ss.pid]--; s.pids[ss.pid] <= 0 {
+			delete(s.pids, ss.pid)
+		}
+	}
+	s.mu.Unlock()
+}
+
+func (s *Server) registerPID(ss *session, pid uint32) {
+	s.mu.Lock()
+	ss.pid = pid
+	s.pids[pid]++
+	s.mu.Unlock()
+}
+
+func (s *Server) knownPID(pid uint32) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.pids[pid] > 0
+}

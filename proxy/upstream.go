@@ -1,0 +1,97 @@
+package proxy
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"net"
+	"time"
+)
+
+// dialUpstream connects to PostgreSQL, negotiating TLS first when upstream.tls.mode asks for it.
+func (s *Server) dialUpstream(ctx context.Context) (net.Conn, error) {
+	d := net.Dialer{Timeout: s.cfg.Upstream.ConnectTimeout, KeepAlive: 30 * time.Second}
+	c, err := d.DialContext(ctx, "tcp", s.cfg.Upstream.Address)
+	if err != nil {
+		return nil, fmt.Errorf("dial upstream %s: %w", s.cfg.Upstream.Address, err)
+	}
+	if tc, ok := c.(*net.TCPConn); ok {
+		tc.SetNoDelay(true)
+	}
+	if s.upTLS == nil {
+		return c, nil
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		c.SetDeadline(dl)
+	}
+	var req [8]byte
+	binary.BigEndian.PutUint32(req[0:], 8)
+	binary.BigEndian.PutUint32(req[4:], codeSSLRequest)
+	if _, err := c.Write(req[:]); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("upstream SSLRequest: %w", err)
+	}
+	var answer [1]byte
+	if _, err := io.ReadFull(c, answer[:]); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("upstream SSLRequest answer: %w", err)
+	}
+	if answer[0] != 'S' {
+		c.Close()
+		return nil, fmt.Errorf("upstream %s does not accept TLS (answered %q) but upstream.tls.mode is %s", s.cfg.Upstream.Address, answer[0], s.cfg.Upstream.TLS.Mode)
+	}
+	tc := tls.Client(c, s.upTLS)
+	if err := tc.HandshakeContext(ctx); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("upstream TLS handshake (mode %s): %w", s.cfg.Upstream.TLS.Mode, err)
+	}
+	c.SetDeadline(time.Time{})
+	return tc, nil
+}
+
+// forwardCancel handles a client's CancelRequest (body: code, PID, secret key). The proxy passes the client's
+// backend PID and key through unchanged, so the request is forwarded as is and PostgreSQL checks the key: a
+// cancel can only stop the query of the session whose key it carries. Requests for PIDs that are not sessions
+// of this proxy are dropped without contacting the upstream, so a flood of bogus cancels costs nothing there.
+func (s *Server) forwardCancel(body []byte) {
+	if len(body) < 12 || len(body) > 4+4+256 {
+		s.metrics.protocolError()
+		return
+	}
+	if !s.knownPID(binary.BigEndian.Uint32(body[4:8])) {
+		s.log.Debug("dropped CancelRequest for an unknown backend")
+		return
+	}
+	s.sendCancel(body)
+}
+
+// cancelUpstream cancels the running query of a session whose client vanished.
+func (s *Server) cancelUpstream(key []byte) {
+	body := binary.BigEndian.AppendUint32(nil, codeCancelRequest)
+	body = append(body, key...)
+	s.sendCancel(body)
+}
+
+func (s *Server) sendCancel(body []byte) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := s.dialUpstream(ctx)
+	if err != nil {
+		s.log.Warn("could not deliver a cancel request", "err", err)
+		return
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	pkt := binary.BigEndian.AppendUint32(nil, uint32(len(body)+4))
+	pkt = append(pkt, body...)
+	if _, err := c.Write(pkt); err != nil {
+		s.log.Warn("could not deliver a cancel request", "err", err)
+		return
+	}
+	// PostgreSQL answers a cancel by closing the connection; waiting for that makes the cancel delivered
+	// before the caller goes on.
+	var b [1]byte
+	c.Read(b[:])
+}

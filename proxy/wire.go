@@ -1,0 +1,246 @@
+package proxy
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgproto3"
+)
+
+// Buffer sizes for the per-direction readers and writers. PostgreSQL itself sends in 8 KiB chunks; larger
+// buffers do not make small OLTP round trips faster and cost memory on every idle session.
+const (
+	readBufferSize  = 8192
+	writeBufferSize = 8192
+	// maxStartupPacket matches PostgreSQL's own MAX_STARTUP_PACKET_LENGTH.
+	maxStartupPacket = 10000
+	// keepBodyBuffer is the largest body buffer a session keeps between messages; a bigger one (a huge query)
+	// is dropped after use so that one large statement does not pin memory for the session's lifetime.
+	keepBodyBuffer = 64 << 10
+)
+
+// errProtocol marks a client that broke the protocol; the session answers with 08P01 and closes.
+var errProtocol = errors.New("protocol violation")
+
+// msgReader frames PostgreSQL messages (a type byte and a 4-byte big-endian length that counts itself) on top of
+// a bufio.Reader. It never copies a message it is only asked to forward: forward streams the body from the
+// reader's buffer to the writer. Headers are read with Peek so that a read interrupted by a deadline (drain
+// wake-up) loses nothing and can be retried.
+type msgReader struct {
+	r    *bufio.Reader
+	conn net.Conn // the connection under r, whose read deadline a drain wake-up sets
+	max  int      // largest accepted message length, 0 = unlimited
+	typ  byte
+	n    int    // body length of the current message
+	buf  []byte // reusable body buffer for messages the proxy reads
+}
+
+// next reads the header of the next message. It returns the message type and the body length.
+func (m *msgReader) next() (byte, int, error) {
+	hdr, err := m.r.Peek(5)
+	if err != nil {
+		if len(hdr) > 0 && errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
+		return 0, 0, err
+	}
+	length := int(int32(binary.BigEndian.Uint32(hdr[1:])))
+	if length < 4 {
+		return 0, 0, fmt.Errorf("%w: message %q with length %d", errProtocol, hdr[0], length)
+	}
+	if m.max > 0 && length-4 > m.max {
+		return 0, 0, fmt.Errorf("%w: message %q of %d bytes exceeds the limit of %d", errProtocol, hdr[0], length, m.max)
+	}
+	m.typ = hdr[0]
+	m.n = length - 4
+	return m.typ, m.n, nil
+}
+
+// header returns the 5 header bytes of the current message; valid until the next read.
+func (m *msgReader) header() []byte {
+	hdr, _ := m.r.Peek(5)
+	return hdr
+}
+
+// discardHeader consumes the header after a successful next.
+func (m *msgReader) discardHeader() { m.r.Discard(5) }
+
+// body reads the whole body of the current message (after next) into the reusable buffer. The returned slice is
+// valid until the next call of body.
+func (m *msgReader) body() ([]byte, error) {
+	m.discardHeader()
+	if cap(m.buf) < m.n {
+		m.buf = make([]byte, m.n)
+	}
+	b := m.buf[:m.n]
+	if _, err := io.ReadFull(m.r, b); err != nil {
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
+		return nil, err
+	}
+	return b, nil
+}
+
+// release drops an oversized body buffer.
+func (m *msgReader) release() {
+	if cap(m.buf) > keepBodyBuffer {
+		m.buf = nil
+	}
+}
+
+// forward copies the current message, header and body, to w without decoding or allocating.
+func (m *msgReader) forward(w *bufio.Writer) error {
+	hdr, err := m.r.Peek(5)
+	if err != nil {
+		return err
+	}
+	if _, err := w.Write(hdr); err != nil {
+		return err
+	}
+	m.r.Discard(5)
+	return m.copyBody(w, m.n)
+}
+
+// copyBody streams n bytes from the reader to w through the reader's own buffer.
+func (m *msgReader) copyBody(w *bufio.Writer, n int) error {
+	for n > 0 {
+		chunk := min(n, m.r.Size())
+		if b := m.r.Buffered(); b > 0 && b < chunk {
+			chunk = b
+		}
+		b, err := m.r.Peek(chunk)
+		if len(b) > 0 {
+			if _, werr := w.Write(b); werr != nil {
+				return werr
+			}
+			m.r.Discard(len(b))
+			n -= len(b)
+		}
+		if err != nil && n > 0 {
+			if errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF
+			}
+			if isTimeout(err) && m.conn != nil {
+				// A drain wake-up landed mid-message: nothing was lost; clear it and keep copying.
+				m.conn.SetReadDeadline(time.Time{})
+				continue
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+// nextBuffered reports whether the next message is already complete in the read buffer, in which case the
+// writer need not be flushed yet: pipelined messages are coalesced into one write.
+func (m *msgReader) nextBuffered() bool {
+	nb := m.r.Buffered()
+	if nb < 5 {
+		return false
+	}
+	hdr, _ := m.r.Peek(5)
+	length := int(int32(binary.BigEndian.Uint32(hdr[1:])))
+	return length >= 4 && nb >= 1+length
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, os.ErrDeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
+}
+
+// appendMessage appends a message with type typ and the given body parts to dst.
+func appendMessage(dst []byte, typ byte, parts ...[]byte) []byte {
+	n := 4
+	for _, p := range parts {
+		n += len(p)
+	}
+	dst = append(dst, typ)
+	dst = binary.BigEndian.AppendUint32(dst, uint32(n))
+	for _, p := range parts {
+		dst = append(dst, p...)
+	}
+	return dst
+}
+
+// errorResponse encodes a server-style ErrorResponse.
+func errorResponse(severity, code, message, detail, hint string) []byte {
+	e := pgproto3.ErrorResponse{
+		Severity:            severity,
+		SeverityUnlocalized: severity,
+		Code:                code,
+		Message:             message,
+		Detail:              detail,
+		Hint:                hint,
+	}
+	b, err := e.Encode(nil)
+	if err != nil {
+		// Encode fails only for bodies over 1 GiB; our messages are short constants.
+		panic(fmt.Sprintf("encode ErrorResponse: %v", err))
+	}
+	return b
+}
+
+// readStartupPacket reads an untyped startup-phase packet (length, then body). The body is returned without the
+// length word.
+func readStartupPacket(r *bufio.Reader) ([]byte, error) {
+	var lb [4]byte
+	if _, err := io.ReadFull(r, lb[:]); err != nil {
+		return nil, err
+	}
+	length := int(int32(binary.BigEndian.Uint32(lb[:])))
+	if length < 8 || length > maxStartupPacket {
+		return nil, fmt.Errorf("%w: startup packet length %d", errProtocol, length)
+	}
+	body := make([]byte, length-4)
+	if _, err := io.ReadFull(r, body); err != nil {
+		return nil, fmt.Errorf("read startup packet: %w", err)
+	}
+	return body, nil
+}
+
+// Startup-phase request codes (the first word of the packet body).
+const (
+	codeCancelRequest = 80877102
+	codeSSLRequest    = 80877103
+	codeGSSENCRequest = 80877104
+)
+
+// parseStartupParams decodes the key/value pairs of a StartupMessage body after the protocol version word.
+func parseStartupParams(b []byte) (map[string]string, error) {
+	params := map[string]string{}
+	for len(b) > 0 {
+		if b[0] == 0 {
+			if len(b) != 1 {
+				return nil, fmt.Errorf("%w: data after the startup parameters' terminator", errProtocol)
+			}
+			return params, nil
+		}
+		k, rest, ok := cutNul(b)
+		if !ok {
+			return nil, fmt.Errorf("%w: unterminated startup parameter name", errProtocol)
+		}
+		v, rest, ok := cutNul(rest)
+		if !ok {
+			return nil, fmt.Errorf("%w: unterminated value of startup parameter %q", errProtocol, k)
+		}
+		params[string(k)] = string(v)
+		b = rest
+	}
+	return nil, fmt.Errorf("%w: startup parameters not terminated", errProtocol)
+}
+
+func cutNul(b []byte) (before, after []byte, ok bool) {
+	for i, c := range b {
+		if c == 0 {
+			return b[:i], b[i+1:], true
+		}
+	}
+	return nil, nil, false
+}
