@@ -222,7 +222,8 @@ func (ss *session) translateError(body []byte) ([]byte, bool) {
 		if !ok {
 			return nil, false
 		}
-		out.Code, out.Message, out.Detail, out.Hint = m.Code, m.Message(), m.Detail(), m.Hint()
+		out.Code = m.Code
+		out.Message, out.Detail, out.Hint = m.Describe()
 		table, presented, rowToken = m.Table, m.Token, m.RowToken
 	}
 	ss.srv.metrics.refusal(out.Code, table)

@@ -1,0 +1,124 @@
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"io"
+	"testing"
+)
+
+// pgbenchRound is what a select-only pgbench transaction looks like on the wire, server side: the messages the
+// hot path forwards without reading.
+func serverRound() []byte {
+	var b []byte
+	b = appendMessage(b, '1', nil)
+	b = appendMessage(b, '2', nil)
+	b = appendMessage(b, 'T', bytes.Repeat([]byte{1}, 30))
+	b = appendMessage(b, 'D', bytes.Repeat([]byte{2}, 12))
+	b = appendMessage(b, 'C', []byte("SELECT 1\x00"))
+	return b
+}
+
+func TestForwardDoesNotAllocate(t *testing.T) {
+	round := serverRound()
+	src := bytes.NewReader(round)
+	m := msgReader{r: bufio.NewReaderSize(src, readBufferSize)}
+	w := bufio.NewWriterSize(io.Discard, writeBufferSize)
+	allocs := testing.AllocsPerRun(1000, func() {
+		src.Reset(round)
+		m.r.Reset(src)
+		for {
+			if _, _, err := m.next(); err != nil {
+				break
+			}
+			if err := m.forward(w); err != nil {
+				t.Fatal(err)
+			}
+			if !m.nextBuffered() {
+				w.Flush()
+			}
+		}
+	})
+	if allocs != 0 {
+		t.Fatalf("forwarding allocated %.1f times per round; the hot path must not allocate", allocs)
+	}
+}
+
+func TestForwardLargeMessageStreams(t *testing.T) {
+	body := bytes.Repeat([]byte("0123456789"), 100_000) // 1 MB, far over the buffer size
+	msg := appendMessage(nil, 'D', body)
+	m := msgReader{r: bufio.NewReaderSize(bytes.NewReader(msg), readBufferSize)}
+	var out bytes.Buffer
+	w := bufio.NewWriterSize(&out, writeBufferSize)
+	if _, n, err := m.next(); err != nil || n != len(body) {
+		t.Fatalf("next: %d %v", n, err)
+	}
+	if err := m.forward(w); err != nil {
+		t.Fatal(err)
+	}
+	w.Flush()
+	if !bytes.Equal(out.Bytes(), msg) {
+		t.Fatal("large message corrupted in forwarding")
+	}
+}
+
+func TestMessageLimits(t *testing.T) {
+	for name, in := range map[string][]byte{
+		"length below 4": {'Q', 0, 0, 0, 3},
+		"negative":       {'Q', 0x80, 0, 0, 0},
+		"over the limit": {'Q', 0, 1, 0, 5},
+	} {
+		m := msgReader{r: bufio.NewReader(bytes.NewReader(in)), max: 65536}
+		if _, _, err := m.next(); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	m := msgReader{r: bufio.NewReader(bytes.NewReader([]byte{'Q', 0, 0, 0, 10, 'a'}))}
+	m.next()
+	if _, err := m.body(); err == nil {
+		t.Error("truncated body accepted")
+	}
+}
+
+func TestOptionSetting(t *testing.T) {
+	for _, tc := range []struct {
+		options, want string
+		found         bool
+	}{
+		{"-c fence.token=42", "42", true},
+		{"-cfence.token=7 -c statement_timeout=5s", "7", true},
+		{"--fence.token=9", "9", true},
+		{"-c FENCE.TOKEN=3", "3", true},
+		{`-c fence.token=4\ 2`, "4 2", true},
+		{"-c fence.token=1 -c fence.token=2", "2", true},
+		{"-c statement_timeout=5s", "", false},
+		{"", "", false},
+	} {
+		got, found := optionSetting(tc.options, "fence.token")
+		if got != tc.want || found != tc.found {
+			t.Errorf("optionSetting(%q) = %q, %v; want %q, %v", tc.options, got, found, tc.want, tc.found)
+		}
+	}
+}
+
+func BenchmarkForwardRound(b *testing.B) {
+	round := serverRound()
+	src := bytes.NewReader(round)
+	m := msgReader{r: bufio.NewReaderSize(src, readBufferSize)}
+	w := bufio.NewWriterSize(io.Discard, writeBufferSize)
+	b.ReportAllocs()
+	b.SetBytes(int64(len(round)))
+	for b.Loop() {
+		src.Reset(round)
+		m.r.Reset(src)
+		for {
+			if _, _, err := m.next(); err != nil {
+				break
+			}
+			m.forward(w)
+			if !m.nextBuffered() {
+				w.Flush()
+			}
+		}
+	}
+}
