@@ -15,7 +15,17 @@ type Metrics struct {
 	rewrites        prometheus.Counter
 	upstreamErrors  prometheus.Counter
 	protocolErrors  prometheus.Counter
+	messages        [2]prometheus.Counter
+	bytes           [2]prometheus.Counter
 }
+
+// Directions of forwarded traffic, as metric label values.
+const (
+	dirClientToServer = 0
+	dirServerToClient = 1
+)
+
+var directionNames = [2]string{"client_to_server", "server_to_client"}
 
 // NewMetrics creates the proxy's series and registers them with reg.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
@@ -29,6 +39,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		upstreamErrors:  prometheus.NewCounter(prometheus.CounterOpts{Name: "fenceproxy_upstream_errors_total", Help: "Failed or lost upstream connections."}),
 		protocolErrors:  prometheus.NewCounter(prometheus.CounterOpts{Name: "fenceproxy_protocol_errors_total", Help: "Connections closed for breaking the wire protocol."}),
 	}
+	msgs := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fenceproxy_messages_forwarded_total", Help: "Protocol messages relayed, by direction."}, []string{"direction"})
+	bytes := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fenceproxy_bytes_forwarded_total", Help: "Bytes of protocol messages relayed, by direction."}, []string{"direction"})
+	for d, name := range directionNames {
+		m.messages[d] = msgs.WithLabelValues(name)
+		m.bytes[d] = bytes.WithLabelValues(name)
+	}
+	reg.MustRegister(msgs, bytes)
 	reg.MustRegister(m.sessionsCurrent, m.sessionsTotal, m.sessionsRefused, m.refusals, m.stale, m.rewrites, m.upstreamErrors, m.protocolErrors)
 	return m
 }
@@ -78,4 +95,13 @@ func (m *Metrics) protocolError() {
 	if m != nil {
 		m.protocolErrors.Inc()
 	}
+}
+
+// forwarded moves a reader's message and byte counts into the metrics.
+func (m *Metrics) forwarded(dir int, r *msgReader) {
+	if m != nil && r.msgs > 0 {
+		m.messages[dir].Add(float64(r.msgs))
+		m.bytes[dir].Add(float64(r.bytes))
+	}
+	r.msgs, r.bytes = 0, 0
 }

@@ -347,6 +347,7 @@ func (ss *session) clientToServer() error {
 			return err
 		}
 		if !cr.nextBuffered() {
+			ss.srv.metrics.forwarded(dirClientToServer, cr)
 			if err := ss.sw.Flush(); err != nil {
 				return err
 			}
@@ -416,6 +417,7 @@ func (ss *session) serverToClient() {
 		}
 		atBoundary = true
 		if !sr.nextBuffered() {
+			ss.srv.metrics.forwarded(dirServerToClient, sr)
 			if err = ss.cw.Flush(); err != nil {
 				return
 			}

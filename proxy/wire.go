@@ -39,6 +39,10 @@ type msgReader struct {
 	typ  byte
 	n    int    // body length of the current message
 	buf  []byte // reusable body buffer for messages the proxy reads
+
+	// msgs and bytes count what was read since the last report to the metrics, which happens at each flush
+	// rather than per message to keep shared counters off the per-message path.
+	msgs, bytes uint64
 }
 
 // next reads the header of the next message. It returns the message type and the body length.
@@ -59,6 +63,10 @@ func (m *msgReader) next() (byte, int, error) {
 	}
 	m.typ = hdr[0]
 	m.n = length - 4
+	m.msgs++
+	m.bytes += uint64(length) + 1
+	m.msgs++
+	m.bytes += uint64(length) + 1
 	return m.typ, m.n, nil
 }
 
