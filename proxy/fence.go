@@ -140,10 +140,9 @@ func (s *Server) checkToken(v string) (code, msg string, ok bool) {
 	return "", "", true
 }
 
-// refusal logs and counts a refused statement and returns the SQL that makes the server fail it.
+// refusal returns the SQL that makes the server fail a refused statement. The refusal is logged and counted
+// once, when the server's error comes back through translateError.
 func (ss *session) refusal(plan rewrite.Plan) string {
-	ss.srv.metrics.refusal(plan.Code, plan.Table)
-	ss.log.Warn("refused statement", "code", plan.Code, "table", plan.Table, "reason", plan.Message, "application_name", *ss.appName.Load())
 	return refusalSQL(plan.Code, plan.Table, plan.Message)
 }
 
@@ -151,21 +150,18 @@ func (ss *session) refusal(plan rewrite.Plan) string {
 // the server-to-client side turns back into the refusal's SQLSTATE and message. The statement is built as a
 // parse tree and deparsed, so the message is quoted correctly whatever it contains.
 func refusalSQL(code, table, message string) string {
-	marker := refusePrefix + code + "|" + table + "|" + message
-	cast := &pg_query.Node{Node: &pg_query.Node_TypeCast{TypeCast: &pg_query.TypeCast{
-		Arg:      pg_query.MakeAConstStrNode(marker, -1),
-		TypeName: &pg_query.TypeName{Names: []*pg_query.Node{pg_query.MakeStrNode("pg_catalog"), pg_query.MakeStrNode("int8")}, Typemod: -1},
-	}}}
-	sel := &pg_query.SelectStmt{
-		TargetList:  []*pg_query.Node{pg_query.MakeResTargetNodeWithVal(cast, -1)},
-		LimitOption: pg_query.LimitOption_LIMIT_OPTION_DEFAULT,
-		Op:          pg_query.SetOperation_SETOP_NONE,
+	const fallback = "SELECT 'fenceproxy|refuse|55F04||unfenceable write'::pg_catalog.int8"
+	// Parsing a fixed template gives a tree with the version the deparser expects; only the literal changes.
+	tree, err := pg_query.Parse("SELECT ''::pg_catalog.int8")
+	if err != nil {
+		return fallback
 	}
-	tree := &pg_query.ParseResult{Stmts: []*pg_query.RawStmt{{Stmt: &pg_query.Node{Node: &pg_query.Node_SelectStmt{SelectStmt: sel}}}}}
+	cast := tree.Stmts[0].Stmt.GetSelectStmt().TargetList[0].GetResTarget().Val.GetTypeCast()
+	cast.Arg = pg_query.MakeAConstStrNode(refusePrefix+code+"|"+table+"|"+message, -1)
 	sql, err := pg_query.Deparse(tree)
 	if err != nil {
 		// Deparse of this fixed shape cannot fail short of a library bug; refuse with a plain statement then.
-		return "SELECT 'fenceproxy|refuse|55F04||unfenceable write'::pg_catalog.int8"
+		return fallback
 	}
 	return sql
 }
