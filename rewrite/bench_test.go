@@ -1,0 +1,98 @@
+package rewrite
+
+import (
+	"testing"
+)
+
+const (
+	benchUpdate = "UPDATE accounts SET balance = balance + 1 WHERE id = $1"
+	benchRead   = "SELECT u.id, u.name, o.total FROM users u JOIN orders o ON o.user_id = u.id WHERE u.id = $1 AND o.created > now() - interval '1 day' ORDER BY o.created DESC LIMIT 20"
+)
+
+// BenchmarkPlanMiss is a cache miss on a protected UPDATE: prefilter, parse,
+// fence, deparse, re-parse and verify.
+func BenchmarkPlanMiss(b *testing.B) {
+	r := testRewriter(b)
+	b.ReportAllocs()
+	for b.Loop() {
+		if p := r.Plan(benchUpdate); p.Action != Rewrite {
+			b.Fatal(p)
+		}
+	}
+}
+
+// BenchmarkPlanMissVerify is BenchmarkPlanMiss with Config.Verify.
+func BenchmarkPlanMissVerify(b *testing.B) {
+	cfg := testConfig()
+	cfg.Verify = true
+	r, err := New(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if p := r.Plan(benchUpdate); p.Action != Rewrite {
+			b.Fatal(p)
+		}
+	}
+}
+
+// BenchmarkCacheHit is the steady state of the proxy for a protected write.
+func BenchmarkCacheHit(b *testing.B) {
+	c := NewCache(testRewriter(b), 1024)
+	sql := []byte(benchUpdate)
+	c.Plan(sql)
+	b.ReportAllocs()
+	for b.Loop() {
+		if p := c.Plan(sql); p.Action != Rewrite {
+			b.Fatal(p)
+		}
+	}
+}
+
+// BenchmarkCacheHitParallel measures contention on the sharded cache.
+func BenchmarkCacheHitParallel(b *testing.B) {
+	c := NewCache(testRewriter(b), 1024)
+	sql := []byte(benchUpdate)
+	c.Plan(sql)
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if p := c.Plan(sql); p.Action != Rewrite {
+				b.Error(p)
+				return
+			}
+		}
+	})
+}
+
+// BenchmarkMayTouch is the prefilter on a statement it rules out, which is
+// what most traffic costs.
+func BenchmarkMayTouch(b *testing.B) {
+	r := testRewriter(b)
+	sql := []byte(benchRead)
+	b.SetBytes(int64(len(sql)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if r.MayTouch(sql) {
+			b.Fatal("matched")
+		}
+	}
+}
+
+func TestZeroAllocs(t *testing.T) {
+	r := testRewriter(t)
+	c := NewCache(r, 1024)
+	hit := []byte(benchUpdate)
+	c.Plan(hit)
+	read := []byte(benchRead)
+	for name, fn := range map[string]func(){
+		"cache hit":          func() { c.Plan(hit) },
+		"MayTouch":           func() { r.MayTouch(read) },
+		"Cache.Plan on read": func() { c.Plan(read) },
+	} {
+		if n := testing.AllocsPerRun(1000, fn); n != 0 {
+			t.Errorf("%s: %v allocations, want 0", name, n)
+		}
+	}
+}

@@ -1,0 +1,121 @@
+package rewrite
+
+import (
+	"hash/maphash"
+	"sync"
+)
+
+// maxCachedSQL bounds the length of texts kept in a Cache: longer ones (bulk
+// INSERTs with literal values) are planned each time, as they rarely repeat.
+const maxCachedSQL = 64 << 10
+
+// Cache is a bounded LRU of plans keyed by SQL text, safe for concurrent use.
+// It belongs to one Rewriter (a reloaded configuration needs a new Cache). A
+// hit does not allocate.
+type Cache struct {
+	r      *Rewriter
+	seed   maphash.Seed
+	shards []cacheShard
+	mask   uint64
+}
+
+type cacheShard struct {
+	mu    sync.Mutex
+	m     map[string]*cacheEntry
+	head  cacheEntry // sentinel: head.next is the most recently used
+	limit int
+	_     [40]byte // keep shards' locks on separate cache lines
+}
+
+type cacheEntry struct {
+	key        string
+	plan       Plan
+	prev, next *cacheEntry
+}
+
+// NewCache returns a cache of at most size plans (at least 1).
+func NewCache(r *Rewriter, size int) *Cache {
+	if size < 1 {
+		size = 1
+	}
+	n := 1
+	for n < 16 && size/(n*2) >= 64 { // shards only when each keeps a useful share
+		n *= 2
+	}
+	c := &Cache{r: r, seed: maphash.MakeSeed(), shards: make([]cacheShard, n), mask: uint64(n - 1)}
+	for i := range c.shards {
+		s := &c.shards[i]
+		s.m = make(map[string]*cacheEntry)
+		s.head.next, s.head.prev = &s.head, &s.head
+		s.limit = size / n
+		if i < size%n {
+			s.limit++
+		}
+	}
+	return c
+}
+
+// Plan is Rewriter.Plan through the cache. Texts the prefilter rules out
+// return Plan{Action: Pass} without touching the cache.
+func (c *Cache) Plan(sql []byte) Plan {
+	if !c.r.MayTouch(sql) {
+		return Plan{Action: Pass}
+	}
+	s := &c.shards[maphash.Bytes(c.seed, sql)&c.mask]
+	s.mu.Lock()
+	if e, ok := s.m[string(sql)]; ok {
+		s.unlink(e)
+		s.pushFront(e)
+		p := e.plan
+		s.mu.Unlock()
+		return p
+	}
+	s.mu.Unlock()
+
+	key := string(sql)
+	p := c.r.plan(key)
+	if len(key) > maxCachedSQL {
+		return p
+	}
+	s.mu.Lock()
+	if e, ok := s.m[key]; ok { // planned concurrently
+		e.plan = p
+		s.unlink(e)
+		s.pushFront(e)
+	} else {
+		e := &cacheEntry{key: key, plan: p}
+		s.m[key] = e
+		s.pushFront(e)
+		for len(s.m) > s.limit {
+			old := s.head.prev
+			s.unlink(old)
+			delete(s.m, old.key)
+		}
+	}
+	s.mu.Unlock()
+	return p
+}
+
+// Len is the number of cached plans.
+func (c *Cache) Len() int {
+	n := 0
+	for i := range c.shards {
+		s := &c.shards[i]
+		s.mu.Lock()
+		n += len(s.m)
+		s.mu.Unlock()
+	}
+	return n
+}
+
+func (s *cacheShard) unlink(e *cacheEntry) {
+	e.prev.next = e.next
+	e.next.prev = e.prev
+}
+
+func (s *cacheShard) pushFront(e *cacheEntry) {
+	e.prev = &s.head
+	e.next = s.head.next
+	s.head.next.prev = e
+	s.head.next = e
+}

@@ -1,0 +1,248 @@
+package rewrite
+
+import (
+	"fmt"
+	"strings"
+
+	pg "github.com/pganalyze/pg_query_go/v6"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+)
+
+// The fixed SQL fragments grafted into statements. They are parsed once per
+// table in New; @setting@ and @table@ inside string constants are replaced by
+// the configured names (in the constant's value, so the deparser quotes them),
+// and single-name column references fenceproxy_* are placeholders replaced by
+// nodes. No SQL text is ever spliced.
+//
+// Marker strings, raised as 22P02 "invalid input syntax for type bigint" and
+// translated by the proxy (see DecodeMarker):
+//
+//	fenceproxy|55F01|<row token>|<session token>|<table>|.
+//	fenceproxy|55F02|<setting>||<table>|.
+//	fenceproxy|55F03|<setting>|<hex of the setting's value>|<table>|.
+//
+// Each marker has a part that is not a constant (a column or the setting's
+// value): PostgreSQL folds constant casts even in CASE arms that are never
+// taken, so a constant marker would raise at plan time.
+const (
+	// k: the session token, validated. A scalar subquery without outer
+	// references, so PostgreSQL runs it once per statement as an InitPlan, at
+	// execution time (also for statements prepared earlier).
+	tmplToken = `SELECT (SELECT CASE
+		WHEN s ~ '^[0-9]{1,19}$' AND s !~ '^0+$' AND (pg_catalog.length(s) < 19 OR s COLLATE "C" <= '9223372036854775807')
+			THEN s::int8
+		ELSE ('fenceproxy|' || CASE WHEN COALESCE(s, '') = '' THEN '55F02|@setting@|'
+			ELSE '55F03|@setting@|' || pg_catalog.encode(pg_catalog.convert_to(s, 'UTF8'), 'hex') END || '|@table@|.')::int8 END
+		FROM (SELECT pg_catalog.current_setting('@setting@', true)) AS fenceproxy_token(s))`
+
+	// The token for VALUES rows after the first: the first row's k has
+	// validated the setting before any row is built (rows are evaluated in
+	// order), and one subquery per row would make planning quadratic in the
+	// number of rows.
+	tmplLight = `SELECT pg_catalog.current_setting('@setting@')::int8`
+
+	// The row check: true when the row's token is not newer than k, else the
+	// 55F01 marker (which raises). fenceproxy_c is the row's token column. The
+	// ELSE arm runs only after the WHEN has evaluated k, so the setting holds
+	// a valid token there; it is read directly (leading zeros trimmed) rather
+	// than through a second copy of k, which keeps the statement short.
+	tmplCheck = `SELECT CASE WHEN COALESCE(fenceproxy_c, 0) <= fenceproxy_k THEN true
+		ELSE ('fenceproxy|55F01|' || fenceproxy_c::text || '|' || pg_catalog.ltrim(pg_catalog.current_setting('@setting@'), '0') || '|@table@|.')::int8 IS NULL END`
+
+	// The check only for rows matching the statement's own condition, so a
+	// row the statement does not write never raises, whatever order the
+	// planner evaluates the quals in.
+	tmplGuard = `SELECT CASE WHEN fenceproxy_cond THEN fenceproxy_check ELSE false END`
+
+	// No column references: planned as a one-time filter, so a missing or
+	// invalid token raises even when no row matches.
+	tmplOnce = `SELECT fenceproxy_k IS NOT NULL`
+)
+
+// Placeholder names in the templates.
+const (
+	phToken = "fenceproxy_k"
+	phCol   = "fenceproxy_c"
+	phCond  = "fenceproxy_cond"
+	phCheck = "fenceproxy_check"
+)
+
+func newTableEntry(t Table, setting string) (*tableEntry, error) {
+	e := &tableEntry{Table: t, label: t.Label()}
+	consts := strings.NewReplacer("@setting@", setting, "@table@", e.label)
+	var err error
+	parse := func(sql string) *pg.Node {
+		if err != nil {
+			return nil
+		}
+		var n *pg.Node
+		n, err = parseFragment(sql, consts)
+		return n
+	}
+	e.token = parse(tmplToken)
+	e.light = parse(tmplLight)
+	e.check = parse(tmplCheck)
+	e.guard = parse(tmplGuard)
+	once := parse(tmplOnce)
+	if err != nil {
+		return nil, err
+	}
+	e.once = substitute(once, map[string]*pg.Node{phToken: e.token})
+	return e, nil
+}
+
+// parseFragment parses "SELECT <expr>" and returns expr with constants
+// substituted and locations cleared.
+func parseFragment(sql string, consts *strings.Replacer) (*pg.Node, error) {
+	tree, err := pg.Parse(sql)
+	if err != nil {
+		return nil, fmt.Errorf("fragment %q: %w", sql, err)
+	}
+	sel := tree.Stmts[0].Stmt.GetSelectStmt()
+	if len(tree.Stmts) != 1 || sel == nil || len(sel.TargetList) != 1 {
+		return nil, fmt.Errorf("fragment %q: not a single-expression SELECT", sql)
+	}
+	expr := sel.TargetList[0].GetResTarget().Val
+	eachNode(expr, func(n *pg.Node) {
+		if c := n.GetAConst(); c != nil {
+			if s := c.GetSval(); s != nil {
+				s.Sval = consts.Replace(s.Sval)
+			}
+		}
+	})
+	clearLocations(expr)
+	return expr, nil
+}
+
+// substitute returns a copy of the template tmpl with each placeholder column
+// reference replaced by its node. Replacement nodes are shared, not copied,
+// and never searched for placeholders (they may hold the client's SQL).
+func substitute(tmpl *pg.Node, repl map[string]*pg.Node) *pg.Node {
+	n := proto.Clone(tmpl).(*pg.Node)
+	var holes []*pg.Node
+	eachNode(n, func(x *pg.Node) {
+		if placeholder(x) != "" {
+			holes = append(holes, x)
+		}
+	})
+	for _, x := range holes {
+		if r, ok := repl[placeholder(x)]; ok {
+			x.Node = r.Node
+		}
+	}
+	return n
+}
+
+// placeholder returns the name of a single-name column reference fenceproxy_*.
+func placeholder(n *pg.Node) string {
+	cr := n.GetColumnRef()
+	if cr == nil || len(cr.Fields) != 1 {
+		return ""
+	}
+	s := cr.Fields[0].GetString_()
+	if s == nil || !strings.HasPrefix(s.Sval, "fenceproxy_") {
+		return ""
+	}
+	return s.Sval
+}
+
+// columnRef builds ref...col.
+func columnRef(ref []string, col string) *pg.Node {
+	fields := make([]*pg.Node, 0, len(ref)+1)
+	for _, f := range ref {
+		fields = append(fields, pg.MakeStrNode(f))
+	}
+	fields = append(fields, pg.MakeStrNode(col))
+	return pg.MakeColumnRefNode(fields, 0)
+}
+
+// checkFor is the row check for the table referenced as ref.
+func (e *tableEntry) checkFor(ref []string) *pg.Node {
+	return substitute(e.check, map[string]*pg.Node{phCol: columnRef(ref, e.TokenColumn), phToken: e.token})
+}
+
+// guardFor is CASE WHEN cond THEN check ELSE false END, or the check alone
+// when there is no condition.
+func (e *tableEntry) guardFor(ref []string, cond *pg.Node) *pg.Node {
+	check := e.checkFor(ref)
+	if cond == nil {
+		return check
+	}
+	return substitute(e.guard, map[string]*pg.Node{phCond: cond, phCheck: check})
+}
+
+// fencedWhere is the WHERE of a fenced UPDATE or DELETE:
+// (cond) AND CASE WHEN (cond) THEN check ELSE false END AND (k) IS NOT NULL.
+func (e *tableEntry) fencedWhere(ref []string, cond *pg.Node) *pg.Node {
+	args := make([]*pg.Node, 0, 3)
+	if cond != nil {
+		args = append(args, cond)
+	}
+	args = append(args, e.guardFor(ref, cond), e.once)
+	return pg.MakeBoolExprNode(pg.BoolExprType_AND_EXPR, args, 0)
+}
+
+// andOnce adds the one-time filter to a SELECT's WHERE.
+func (e *tableEntry) andOnce(where *pg.Node) *pg.Node {
+	if where == nil {
+		return e.once
+	}
+	return pg.MakeBoolExprNode(pg.BoolExprType_AND_EXPR, []*pg.Node{where, e.once}, 0)
+}
+
+// eachNode calls fn for every *pg.Node in the tree under m (m included when it
+// is a Node), parents before children.
+func eachNode(m proto.Message, fn func(*pg.Node)) {
+	eachMessage(m.ProtoReflect(), func(x protoreflect.Message) {
+		if n, ok := x.Interface().(*pg.Node); ok {
+			fn(n)
+		}
+	})
+}
+
+// eachMessage visits every message under m, parents first.
+func eachMessage(m protoreflect.Message, fn func(protoreflect.Message)) {
+	fn(m)
+	eachChild(m, func(c protoreflect.Message) { eachMessage(c, fn) })
+}
+
+// nodeOneof is the oneof of pg.Node holding the actual node.
+var nodeOneof = (&pg.Node{}).ProtoReflect().Descriptor().Oneofs().ByName("node")
+
+// eachChild calls fn for each message directly under m, in field declaration
+// order. A pg.Node (a oneof of some 270 fields) is handled directly: testing
+// every field for presence would dominate the cost of walking a tree.
+func eachChild(m protoreflect.Message, fn func(protoreflect.Message)) {
+	if _, ok := m.Interface().(*pg.Node); ok {
+		if fd := m.WhichOneof(nodeOneof); fd != nil {
+			fn(m.Get(fd).Message())
+		}
+		return
+	}
+	fields := m.Descriptor().Fields()
+	for i := 0; i < fields.Len(); i++ {
+		fd := fields.Get(i)
+		if fd.Kind() != protoreflect.MessageKind || fd.IsMap() || !m.Has(fd) {
+			continue
+		}
+		if fd.IsList() {
+			l := m.Get(fd).List()
+			for j := 0; j < l.Len(); j++ {
+				fn(l.Get(j).Message())
+			}
+			continue
+		}
+		fn(m.Get(fd).Message())
+	}
+}
+
+// clearLocations zeroes every location field under m, so that trees can be
+// compared with proto.Equal.
+func clearLocations(m proto.Message) {
+	eachMessage(m.ProtoReflect(), func(x protoreflect.Message) {
+		if fd := x.Descriptor().Fields().ByName("location"); fd != nil && x.Has(fd) {
+			x.Clear(fd)
+		}
+	})
+}

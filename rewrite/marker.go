@@ -1,0 +1,96 @@
+package rewrite
+
+import (
+	"encoding/hex"
+	"fmt"
+	"strings"
+)
+
+// Marker is a fencing error raised inside a rewritten statement. PostgreSQL
+// reports it as SQLSTATE 22P02 with a message containing the marker string
+// (see fragments.go); the proxy decodes it and sends the client Code with
+// the texts from Describe instead.
+type Marker struct {
+	Code     string // CodeStale, CodeMissing or CodeInvalid
+	Table    string // label of the protected table
+	RowToken string // 55F01: the token the row holds
+	Token    string // 55F01: the session's token; 55F03: the invalid value
+	Setting  string // 55F02, 55F03: the token setting's name
+}
+
+const markerPrefix = "fenceproxy|"
+const markerEnd = "|."
+
+// DecodeMarker finds a marker in a server error message. It does not depend
+// on the message's language: it looks for the marker itself, which ends at
+// the last "|.".
+func DecodeMarker(msg string) (m Marker, ok bool) {
+	i := strings.Index(msg, markerPrefix)
+	if i < 0 {
+		return Marker{}, false
+	}
+	j := strings.LastIndex(msg, markerEnd)
+	if j < i+len(markerPrefix) {
+		return Marker{}, false
+	}
+	parts := strings.SplitN(msg[i+len(markerPrefix):j], "|", 4)
+	if len(parts) != 4 || parts[3] == "" {
+		return Marker{}, false
+	}
+	m = Marker{Code: parts[0], Table: parts[3]}
+	switch m.Code {
+	case CodeStale:
+		if !digits(parts[1]) || !digits(parts[2]) {
+			return Marker{}, false
+		}
+		m.RowToken, m.Token = parts[1], parts[2]
+	case CodeMissing:
+		if parts[1] == "" || parts[2] != "" {
+			return Marker{}, false
+		}
+		m.Setting = parts[1]
+	case CodeInvalid:
+		v, err := hex.DecodeString(parts[2])
+		if parts[1] == "" || err != nil {
+			return Marker{}, false
+		}
+		m.Setting, m.Token = parts[1], string(v)
+	default:
+		return Marker{}, false
+	}
+	return m, true
+}
+
+func digits(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// Describe gives the ErrorResponse texts for the marker, per the contract:
+// the message starts with the error's name and names the table; 55F01 says in
+// DETAIL which tokens were compared and in HINT what to do.
+func (m Marker) Describe() (message, detail, hint string) {
+	switch m.Code {
+	case CodeStale:
+		return fmt.Sprintf("stale fencing token: a newer lock holder has already written to %s", m.Table),
+			fmt.Sprintf("The row holds fencing token %s; this session presented token %s.", m.RowToken, m.Token),
+			"This writer's lock has been taken over by a newer holder. Stop writing, acquire the lock again " +
+				"and re-read the data before writing; do not retry with the same token."
+	case CodeMissing:
+		return fmt.Sprintf("missing fencing token: writes to %s need %s to be set", m.Table, m.Setting),
+			"",
+			fmt.Sprintf("Take the lock, then SET %s = <token> (or run the writer under \"fenceproxy lock\").", m.Setting)
+	case CodeInvalid:
+		return fmt.Sprintf("invalid fencing token for a write to %s: %q", m.Table, m.Token),
+			fmt.Sprintf("%s must be a decimal integer in 1..9223372036854775807.", m.Setting),
+			fmt.Sprintf("Set %s to the token of the lock you hold.", m.Setting)
+	}
+	return "", "", ""
+}

@@ -1,0 +1,320 @@
+package rewrite
+
+import (
+	"fmt"
+	"strings"
+
+	pg "github.com/pganalyze/pg_query_go/v6"
+)
+
+// SQLSTATEs of the contract.
+const (
+	CodeStale       = "55F01" // stale fencing token: a newer holder already wrote
+	CodeMissing     = "55F02" // no fencing token set for a write to a protected table
+	CodeInvalid     = "55F03" // invalid fencing token
+	CodeUnfenceable = "55F04" // a write to a protected table that cannot be fenced
+)
+
+// DefaultTokenSetting is the session setting that carries the fencing token.
+const DefaultTokenSetting = "fence.token"
+
+// Table is one protected table.
+type Table struct {
+	// Schema is the schema name; "" protects Name in every schema.
+	Schema string
+	// Name is the table name. Schema and Name are PostgreSQL's own (case-folded)
+	// names: accounts matches accounts, ACCOUNTS and "accounts"; "Accounts" is a
+	// different table and is configured as Accounts.
+	Name string
+	// TokenColumn is the bigint column holding the token of the row's last writer.
+	TokenColumn string
+}
+
+// Label is the table's name as configured, used in errors and metrics.
+func (t Table) Label() string {
+	if t.Schema == "" {
+		return t.Name
+	}
+	return t.Schema + "." + t.Name
+}
+
+// Config is what New needs.
+type Config struct {
+	Tables []Table
+	// TokenSetting is the setting holding the session's token; "" means
+	// DefaultTokenSetting. It must be a custom setting name (prefix.name).
+	TokenSetting string
+	// Verify re-parses every rewritten text and checks that each protected
+	// write in it carries the fence (the check the tests and the fuzzer apply
+	// to every rewrite), refusing with 55F04 if not. It guards against a
+	// deparser fault and about triples the cost of a cache miss.
+	Verify bool
+}
+
+// Action says what the proxy does with a statement.
+type Action uint8
+
+const (
+	// Pass: forward the client's original text unchanged.
+	Pass Action = iota
+	// Rewrite: forward Plan.SQL instead.
+	Rewrite
+	// Refuse: do not forward; answer with an ErrorResponse (Code, Message).
+	Refuse
+)
+
+func (a Action) String() string {
+	switch a {
+	case Pass:
+		return "pass"
+	case Rewrite:
+		return "rewrite"
+	case Refuse:
+		return "refuse"
+	}
+	return fmt.Sprintf("Action(%d)", uint8(a))
+}
+
+// Plan is the outcome of analysing one SQL text (which may hold several
+// statements). Plans returned by a Cache are shared: treat Tables as read-only.
+type Plan struct {
+	Action Action
+	// SQL is the text to send for Rewrite. For Pass it is the original text or
+	// empty (Cache.Plan on a statement the prefilter rules out): the proxy
+	// forwards the client's own bytes either way.
+	SQL string
+	// Code is the SQLSTATE for Refuse: CodeUnfenceable or CodeInvalid.
+	Code string
+	// Table is the label of the protected table concerned (as configured);
+	// empty for an invalid token in a SET.
+	Table string
+	// Message is the full error message for Refuse.
+	Message string
+	// TokenSet reports that the text sets the token setting to the literal
+	// Token (SET, SET LOCAL, set_config with constant arguments; the last one
+	// when there are several). Token always satisfies ValidToken: an invalid
+	// literal gives Refuse with CodeInvalid instead.
+	TokenSet bool
+	Token    string
+	// TokenDynamic reports a set_config call that may set the token setting to
+	// a value only known at execution time (the SQL-level check still applies
+	// to every fenced write).
+	TokenDynamic bool
+	// Tables lists the labels of the protected tables the text writes (fenced
+	// for Rewrite, the offending one for Refuse), without duplicates.
+	Tables []string
+}
+
+// Rewriter analyses and fences SQL. It is immutable after New and safe for
+// concurrent use.
+type Rewriter struct {
+	setting string // token setting name as configured
+	verify  bool
+	tables  []*tableEntry
+	byName  map[string][]*tableEntry // relname -> entries (config order)
+	filter  prefilter
+}
+
+// tableEntry is a configured table with its precomputed, immutable SQL
+// fragments. The fragments are shared (never mutated) by every rewritten tree.
+type tableEntry struct {
+	Table
+	label string
+	token *pg.Node // k: scalar subquery yielding the validated session token
+	light *pg.Node // current_setting(...)::int8, for VALUES rows after the first
+	check *pg.Node // template: C <= k check with the 55F01 marker (placeholders)
+	guard *pg.Node // template: CASE WHEN cond THEN check ELSE false END
+	once  *pg.Node // k IS NOT NULL, the one-time filter
+}
+
+// New validates cfg and prepares the SQL fragments.
+func New(cfg Config) (*Rewriter, error) {
+	setting := cfg.TokenSetting
+	if setting == "" {
+		setting = DefaultTokenSetting
+	}
+	if err := validSettingName(setting); err != nil {
+		return nil, err
+	}
+	r := &Rewriter{setting: setting, verify: cfg.Verify, byName: make(map[string][]*tableEntry)}
+	seen := make(map[[2]string]bool)
+	for i, t := range cfg.Tables {
+		if t.Name == "" || t.TokenColumn == "" {
+			return nil, fmt.Errorf("rewrite: table %d: name and token column are required", i+1)
+		}
+		if strings.ContainsRune(t.Schema+t.Name+t.TokenColumn, 0) {
+			return nil, fmt.Errorf("rewrite: table %q: names must not contain NUL", t.Label())
+		}
+		key := [2]string{t.Schema, t.Name}
+		if seen[key] {
+			return nil, fmt.Errorf("rewrite: table %q is configured twice", t.Label())
+		}
+		seen[key] = true
+		e, err := newTableEntry(t, setting)
+		if err != nil {
+			return nil, fmt.Errorf("rewrite: table %q: %w", t.Label(), err)
+		}
+		r.tables = append(r.tables, e)
+		r.byName[t.Name] = append(r.byName[t.Name], e)
+	}
+	r.filter = newPrefilter(cfg.Tables, setting)
+	return r, nil
+}
+
+// TokenSetting is the name of the setting that carries the token.
+func (r *Rewriter) TokenSetting() string { return r.setting }
+
+// validSettingName accepts custom setting names PostgreSQL accepts and that are
+// safe inside the marker (no '|'): identifier parts joined by dots.
+func validSettingName(s string) error {
+	parts := strings.Split(s, ".")
+	if len(parts) < 2 {
+		return fmt.Errorf("rewrite: token setting %q must be a custom setting name like fence.token", s)
+	}
+	for _, p := range parts {
+		if p == "" {
+			return fmt.Errorf("rewrite: token setting %q has an empty part", s)
+		}
+		for i := 0; i < len(p); i++ {
+			c := p[i]
+			ok := c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || i > 0 && (c >= '0' && c <= '9' || c == '$')
+			if !ok {
+				return fmt.Errorf("rewrite: token setting %q: invalid character %q", s, c)
+			}
+		}
+	}
+	return nil
+}
+
+// MayTouch is the cheap lexical prefilter: false means the text can neither
+// write a protected table nor set the token, so it passes without parsing. It
+// errs toward true and does not allocate.
+func (r *Rewriter) MayTouch(sql []byte) bool { return mayTouch(&r.filter, sql) }
+
+// Plan analyses sql: prefilter, parse, fence. It does not cache.
+func (r *Rewriter) Plan(sql string) Plan {
+	if !mayTouch(&r.filter, sql) {
+		return Plan{Action: Pass, SQL: sql}
+	}
+	return r.plan(sql)
+}
+
+// plan is Plan without the prefilter.
+func (r *Rewriter) plan(sql string) Plan {
+	tree, err := pg.Parse(sql)
+	if err != nil {
+		return r.unparsable(sql, err)
+	}
+	a := &analysis{r: r}
+	for _, raw := range tree.Stmts {
+		a.statement(raw.Stmt)
+	}
+	if a.refusal != nil {
+		return *a.refusal
+	}
+	if len(a.writes) == 0 {
+		return a.result(Pass, sql)
+	}
+	for _, w := range a.writes {
+		w.fence(a)
+		if a.refusal != nil {
+			return *a.refusal
+		}
+	}
+	out, err := pg.Deparse(tree)
+	if err != nil {
+		return a.internal(fmt.Errorf("deparse: %w", err))
+	}
+	if r.verify {
+		if err := r.verifyText(out); err != nil {
+			return a.internal(err)
+		}
+	}
+	return a.result(Rewrite, out)
+}
+
+// verifyText parses sql and checks that every protected write in it is
+// fenced.
+func (r *Rewriter) verifyText(sql string) error {
+	tree, err := pg.Parse(sql)
+	if err != nil {
+		return fmt.Errorf("re-parse of the rewritten SQL: %w", err)
+	}
+	return verifyFenced(r, tree)
+}
+
+// unparsable decides about text the parser rejects: refused when it mentions
+// a protected table (or has a U&"..." identifier, which could spell one), else
+// passed on for the server to reject.
+func (r *Rewriter) unparsable(sql string, err error) Plan {
+	msg := err.Error()
+	if label := r.mentions(sql); label != "" {
+		return refusal(CodeUnfenceable, label,
+			fmt.Sprintf("unfenceable write: cannot parse a statement that mentions %s: %s", label, msg))
+	}
+	if containsFold(sql, `u&"`) {
+		return refusal(CodeUnfenceable, "",
+			fmt.Sprintf("unfenceable write: cannot parse a statement with unicode-escaped names, which may hide a protected table: %s", msg))
+	}
+	return Plan{Action: Pass, SQL: sql}
+}
+
+func refusal(code, table, msg string) Plan {
+	p := Plan{Action: Refuse, Code: code, Table: table, Message: msg}
+	if table != "" {
+		p.Tables = []string{table}
+	}
+	return p
+}
+
+// containsFold reports whether s contains sub, ASCII case-insensitively.
+func containsFold(s, sub string) bool {
+	n := len(sub)
+	for i := 0; i+n <= len(s); i++ {
+		if strings.EqualFold(s[i:i+n], sub) {
+			return true
+		}
+	}
+	return false
+}
+
+// lookup finds the configured table a RangeVar denotes. It returns nil when
+// the relation is not protected, and a refusal when an unqualified name could
+// be several protected tables with different token columns.
+func (r *Rewriter) lookup(rv *pg.RangeVar) (*tableEntry, *Plan) {
+	if rv == nil {
+		return nil, nil
+	}
+	cands := r.byName[rv.Relname]
+	if len(cands) == 0 {
+		return nil, nil
+	}
+	if rv.Schemaname != "" {
+		var bare *tableEntry
+		for _, e := range cands {
+			if e.Schema == rv.Schemaname {
+				return e, nil
+			}
+			if e.Schema == "" {
+				bare = e
+			}
+		}
+		return bare, nil
+	}
+	// Unqualified: it may resolve (through search_path) to any of them.
+	first := cands[0]
+	for _, e := range cands[1:] {
+		if e.TokenColumn != first.TokenColumn {
+			p := refusal(CodeUnfenceable, first.label, fmt.Sprintf(
+				"unfenceable write: %s may be %s or %s, which have different token columns; qualify the table name",
+				rv.Relname, first.label, e.label))
+			return nil, &p
+		}
+	}
+	for _, e := range cands {
+		if e.Schema == "" {
+			return e, nil
+		}
+	}
+	return first, nil
+}

@@ -1,0 +1,65 @@
+package rewrite
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestVerifierRejects makes sure verifyFenced fails on texts that are not
+// fully fenced, including rewrites with one piece of the fence removed.
+func TestVerifierRejects(t *testing.T) {
+	r := testRewriter(t)
+	update := r.Plan("UPDATE accounts SET balance = 1 WHERE id = $1").SQL
+	insert := r.Plan("INSERT INTO accounts (id) VALUES (1), (2) ON CONFLICT (id) DO UPDATE SET balance = 0").SQL
+	k := deparseExpr(t, r.tables[0].token)
+	light := deparseExpr(t, r.tables[0].light)
+	for _, ok := range []string{update, insert, "SELECT * FROM accounts", "UPDATE other SET x = 1", "CREATE RULE r AS ON INSERT TO q DO ALSO DELETE FROM accounts"} {
+		if err := r.verifyText(ok); err != nil {
+			t.Errorf("verifyText(%.80q): %v", ok, err)
+		}
+	}
+	bad := map[string]string{
+		"unfenced update":       "UPDATE accounts SET balance = 1 WHERE id = 1",
+		"unfenced cte delete":   "WITH d AS (DELETE FROM accounts RETURNING *) SELECT * FROM d",
+		"unfenced insert":       "INSERT INTO accounts (id) VALUES (1)",
+		"merge":                 "MERGE INTO accounts a USING s ON a.id = s.id WHEN MATCHED THEN DELETE",
+		"truncate":              "TRUNCATE public.accounts",
+		"copy from":             "COPY accounts FROM STDIN",
+		"no one-time filter":    strings.Replace(update, " AND "+k+" IS NOT NULL", "", 1),
+		"no token assignment":   strings.Replace(update, ", fence_token = "+k, "", 1),
+		"token assigned twice":  strings.Replace(update, ", fence_token = "+k, ", fence_token = "+k+", fence_token = "+k, 1),
+		"reversed comparison":   strings.Replace(update, "COALESCE(accounts.fence_token, 0) <=", "COALESCE(accounts.fence_token, 0) >=", 1),
+		"wrong column in check": strings.Replace(update, "COALESCE(accounts.fence_token, 0)", "COALESCE(accounts.balance, 0)", 1),
+		"check is not guarded":  strings.Replace(update, "ELSE false END AND", "ELSE true END AND", 1),
+		"check ORed":            strings.Replace(update, "WHERE id = $1 AND", "WHERE id = $1 OR", 1),
+		"literal token":         strings.Replace(insert, "VALUES (1, "+k+")", "VALUES (1, 5)", 1),
+		"first row light":       strings.Replace(insert, "VALUES (1, "+k+")", "VALUES (1, "+light+")", 1),
+		"on conflict unchecked": insert[:strings.LastIndex(insert, " WHERE ")],
+		"wrong table marker":    strings.Replace(update, "|accounts|.", "|ledger|.", 1),
+	}
+	for name, sql := range bad {
+		if sql == update || sql == insert {
+			t.Errorf("%s: the mutation did not apply", name)
+			continue
+		}
+		if err := r.verifyText(sql); err == nil {
+			t.Errorf("%s: verifyText accepted %.200q", name, sql)
+		}
+	}
+}
+
+func TestVerifyOption(t *testing.T) {
+	cfg := testConfig()
+	cfg.Verify = true
+	rv, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := testRewriter(t)
+	for _, path := range goldenFiles(t) {
+		in := readGolden(t, path).input
+		if a, b := r.Plan(in), rv.Plan(in); formatPlan(a, nil) != formatPlan(b, nil) {
+			t.Errorf("%s: Verify changes the plan: %s vs %s", path, formatPlan(a, nil), formatPlan(b, nil))
+		}
+	}
+}

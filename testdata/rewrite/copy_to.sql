@@ -1,0 +1,5 @@
+-- COPY TO is a read.
+-- input:
+COPY accounts TO STDOUT
+-- output:
+-- action: pass

@@ -1,0 +1,5 @@
+-- DDL passes.
+-- input:
+ALTER TABLE accounts ADD COLUMN note text
+-- output:
+-- action: pass

@@ -1,0 +1,7 @@
+-- Multi-row VALUES: the first row carries k (validated once), later rows the setting's value.
+-- input:
+INSERT INTO accounts (id, balance) VALUES (1, 10), (2, 20), (3, DEFAULT)
+-- output:
+-- action: rewrite
+-- tables: accounts
+INSERT INTO accounts (id, balance, fence_token) VALUES (1, 10, {{k accounts}}), (2, 20, {{light accounts}}), (3, DEFAULT, {{light accounts}})

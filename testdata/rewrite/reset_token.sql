@@ -1,0 +1,5 @@
+-- RESET passes.
+-- input:
+RESET fence.token
+-- output:
+-- action: pass

@@ -1,0 +1,5 @@
+-- Reads pass.
+-- input:
+SELECT balance FROM accounts WHERE id = $1
+-- output:
+-- action: pass

@@ -1,0 +1,5 @@
+-- SET ... TO DEFAULT passes.
+-- input:
+SET fence.token TO DEFAULT
+-- output:
+-- action: pass

@@ -1,0 +1,8 @@
+-- A multi-column SET including the token column is refused.
+-- input:
+UPDATE accounts SET (balance, fence_token) = (1, 2) WHERE id = 1
+-- output:
+-- action: refuse
+-- code: 55F04
+-- table: accounts
+-- message: unfenceable write: UPDATE of accounts sets the token column fence_token, which only the proxy sets
