@@ -115,7 +115,16 @@ func (ss *session) writeUpstream(typ byte, raw []byte, s string) {
 // checkPlan applies the proxy's own checks to a plan: a statement that sets the token to a literal has the
 // token verified here, at the SET, before the server accepts it.
 func (ss *session) checkPlan(plan rewrite.Plan) rewrite.Plan {
-	if plan.Action == rewrite.Refuse || !plan.TokenSet {
+	if plan.Action == rewrite.Refuse {
+		return plan
+	}
+	if plan.TokenDynamic && ss.srv.verifier != nil {
+		// A token computed at execution time (an expression or a parameter of set_config) cannot be checked
+		// against etcd here; accepting it would let a forged token through.
+		return rewrite.Plan{Action: rewrite.Refuse, Code: "55F03", Message: fmt.Sprintf(
+			"invalid fencing token: fenceproxy verifies tokens against etcd and cannot verify one computed by an expression or a parameter; use SET %s = <token>", ss.srv.cfg.Token.Setting)}
+	}
+	if !plan.TokenSet {
 		return plan
 	}
 	if code, msg, ok := ss.srv.checkToken(plan.Token); !ok {

@@ -138,6 +138,15 @@ func (a *analysis) visit(m protoreflect.Message) {
 		if e := a.lookup(x.Relation); e != nil {
 			a.unfenceable(e, "COPY FROM into %s cannot be fenced; use INSERT", e.label)
 		}
+	case *pg.DoStmt:
+		// A DO block's body is not analysed; one that names a protected table may write it, unfenced.
+		for _, arg := range x.Args {
+			if d := arg.GetDefElem(); d != nil && d.Defname == "as" {
+				if label := a.r.mentions(d.Arg.GetString_().GetSval()); label != "" {
+					a.refuse(CodeUnfenceable, label, fmt.Sprintf("unfenceable write: a DO block that names %s cannot be fenced; run its statements through the proxy as plain SQL", label))
+				}
+			}
+		}
 	case *pg.VariableSetStmt:
 		a.setStatement(x, false)
 	case *pg.FuncCall:

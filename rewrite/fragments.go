@@ -174,13 +174,53 @@ func (e *tableEntry) guardFor(ref []string, cond *pg.Node) *pg.Node {
 
 // fencedWhere is the WHERE of a fenced UPDATE or DELETE:
 // (cond) AND CASE WHEN (cond) THEN check ELSE false END AND (k) IS NOT NULL.
+//
+// The leading copy of cond is there for the planner (index scans); the CASE
+// makes rows that do not match cond never reach the check. A conjunct of cond
+// that calls a function not known to be free of side effects (nextval(),
+// random(), a user function) is left out of the leading copy, so that it is
+// evaluated once per row, as in the client's statement.
 func (e *tableEntry) fencedWhere(ref []string, cond *pg.Node) *pg.Node {
 	args := make([]*pg.Node, 0, 3)
 	if cond != nil {
-		args = append(args, cond)
+		for _, c := range conjuncts(cond, nil) {
+			if repeatable(c) {
+				args = append(args, c)
+			}
+		}
 	}
 	args = append(args, e.guardFor(ref, cond), e.once)
 	return pg.MakeBoolExprNode(pg.BoolExprType_AND_EXPR, args, 0)
+}
+
+// repeatableFuncs are functions that give the same result when evaluated
+// twice in one statement and have no side effects (immutable or stable).
+var repeatableFuncs = map[string]bool{
+	"lower": true, "upper": true, "length": true, "char_length": true, "abs": true, "btrim": true,
+	"ltrim": true, "rtrim": true, "trim": true, "substring": true, "substr": true, "concat": true,
+	"now": true, "current_setting": true, "date_trunc": true, "date_part": true, "extract": true,
+	"to_char": true, "to_date": true, "to_timestamp": true, "age": true, "round": true, "floor": true,
+	"ceil": true, "mod": true, "md5": true, "left": true, "right": true, "replace": true, "position": true,
+	"array_length": true, "cardinality": true, "jsonb_extract_path_text": true, "json_extract_path_text": true,
+	"transaction_timestamp": true, "statement_timestamp": true, "starts_with": true, "coalesce": true,
+	"nullif": true, "greatest": true, "least": true, "int4": true, "int8": true, "text": true, "numeric": true,
+}
+
+// repeatable reports whether n can be evaluated twice without changing the
+// statement's meaning: it calls no function outside repeatableFuncs.
+func repeatable(n *pg.Node) bool {
+	ok := true
+	eachNode(n, func(x *pg.Node) {
+		f := x.GetFuncCall()
+		if f == nil || !ok {
+			return
+		}
+		name := f.Funcname[len(f.Funcname)-1].GetString_().GetSval()
+		if len(f.Funcname) > 2 || len(f.Funcname) == 2 && f.Funcname[0].GetString_().GetSval() != "pg_catalog" || !repeatableFuncs[name] {
+			ok = false
+		}
+	})
+	return ok
 }
 
 // andOnce adds the one-time filter to a SELECT's WHERE.

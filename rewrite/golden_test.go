@@ -205,7 +205,9 @@ func checkPlan(t testing.TB, r *Rewriter, input string, p Plan) {
 			if w := protectedWrites(r, tree); len(w) > 0 {
 				t.Errorf("Pass of a statement that writes %v", w)
 			}
-		} else if r.mentions(input) != "" {
+		} else if r.MayTouch([]byte(input)) && r.mentions(input) != "" {
+			// Unparsable text that may write (a write keyword and a protected
+			// name) must be refused; without a write keyword it cannot write.
 			t.Errorf("Pass of unparsable text mentioning a protected table: %v", err)
 		}
 	case Rewrite:

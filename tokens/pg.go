@@ -12,9 +12,10 @@ import (
 // DefaultSetting is the PostgreSQL setting that carries the session's fencing token.
 const DefaultSetting = "fence.token"
 
-// SetToken makes token the session's fencing token on conn, with set_config(setting, token, false): it lasts
-// for the session (until RESET, DISCARD ALL or another SET), and like a SET it is undone if the surrounding
-// transaction rolls back. setting "" means [DefaultSetting].
+// SetToken makes token the session's fencing token on conn with `SET setting = token`: it lasts for the session
+// (until RESET, DISCARD ALL or another SET), and it is undone if the surrounding transaction rolls back. The
+// token is written as a literal, so a proxy that verifies tokens (token.verify.etcd) can check it at the SET.
+// setting "" means [DefaultSetting].
 func SetToken(ctx context.Context, conn *pgx.Conn, token int64, setting string) error {
 	if token < 1 {
 		return fmt.Errorf("set fencing token: %d is not a valid token (1..%d)", token, int64(^uint64(0)>>1))
@@ -22,7 +23,8 @@ func SetToken(ctx context.Context, conn *pgx.Conn, token int64, setting string) 
 	if setting == "" {
 		setting = DefaultSetting
 	}
-	if _, err := conn.Exec(ctx, "SELECT set_config($1, $2, false)", setting, strconv.FormatInt(token, 10)); err != nil {
+	name := pgx.Identifier(strings.Split(setting, ".")).Sanitize()
+	if _, err := conn.Exec(ctx, "SET "+name+" = "+strconv.FormatInt(token, 10), pgx.QueryExecModeSimpleProtocol); err != nil {
 		return fmt.Errorf("set fencing token %s = %d: %w", setting, token, err)
 	}
 	return nil

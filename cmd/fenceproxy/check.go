@@ -2,30 +2,42 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"net"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
 	"github.com/fenceproxy/fenceproxy/config"
+	"github.com/fenceproxy/fenceproxy/tokens"
 )
+
+// etcdCheckTimeout bounds reaching etcd and reading its revision in `fenceproxy check`.
+const etcdCheckTimeout = 5 * time.Second
 
 // runCheck connects to the upstream PostgreSQL directly (credentials from the usual PG* environment variables
 // or --dsn) and reports, per protected table, whether the table and its token column exist with type bigint,
-// with the DDL that would fix what is missing.
+// with the DDL that would fix what is missing. With etcd endpoints (--etcd, else token.verify.etcd.endpoints)
+// it also checks that no row holds a token above etcd's current revision plus token.offset, which is what an
+// etcd restored from a snapshot with smaller revisions looks like.
 func runCheck(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("check", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	configPath := fs.String("config", "", "path of the YAML configuration file (required)")
 	dsn := fs.String("dsn", "", "connection string for the check (default: PG* environment variables, host and port from upstream.address)")
+	etcdFlag := fs.String("etcd", "", "comma-separated etcd `endpoints` for the token revision check (default: token.verify.etcd.endpoints; \"\" skips the check)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	if *configPath == "" || fs.NArg() > 0 {
-		fmt.Fprintln(stderr, "usage: fenceproxy check --config FILE [--dsn DSN]")
+		fmt.Fprintln(stderr, "usage: fenceproxy check --config FILE [--dsn DSN] [--etcd ENDPOINTS]")
 		return 2
 	}
 	cfg, err := config.Load(*configPath)
@@ -33,6 +45,12 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "fenceproxy: %v\n", err)
 		return 1
 	}
+	endpoints := cfg.Token.Verify.Etcd.Endpoints
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == "etcd" {
+			endpoints = splitEndpoints(*etcdFlag)
+		}
+	})
 	pcfg, err := pgx.ParseConfig(*dsn)
 	if err != nil {
 		fmt.Fprintf(stderr, "fenceproxy check: %v\n", err)
@@ -54,6 +72,7 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 	defer conn.Close(context.Background())
 
 	problems := 0
+	var usable []tokenColumn // existing tables with a bigint token column, for the revision check
 	for _, t := range cfg.Tables {
 		rows, err := findTables(ctx, conn, t)
 		if err != nil {
@@ -77,8 +96,17 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 					r.schema, r.table, t.TokenColumn, r.colType, pgx.Identifier{r.schema, r.table}.Sanitize(), pgx.Identifier{t.TokenColumn}.Sanitize())
 			default:
 				fmt.Fprintf(stdout, "ok    %s.%s: token column %s bigint\n", r.schema, r.table, t.TokenColumn)
+				usable = append(usable, tokenColumn{schema: r.schema, table: r.table, column: t.TokenColumn})
 			}
 		}
+	}
+	if len(endpoints) > 0 {
+		n, err := checkRevision(ctx, conn, endpoints, cfg.Token.Offset, usable, stdout)
+		if err != nil {
+			fmt.Fprintf(stderr, "fenceproxy check: %v\n", err)
+			return 1
+		}
+		problems += n
 	}
 	if problems > 0 {
 		fmt.Fprintf(stdout, "%d problem(s)\n", problems)
@@ -107,4 +135,86 @@ ORDER BY 1, 2`, t.Schema, t.Relation, t.TokenColumn)
 		err := r.Scan(&tc.schema, &tc.table, &tc.colType)
 		return tc, err
 	})
+}
+
+// tokenColumn is a protected table that exists with a bigint token column.
+type tokenColumn struct{ schema, table, column string }
+
+// checkRevision compares the highest token each table holds with etcd's current revision plus offset. A row
+// token above that bound was never issued by this etcd's history: the usual cause is an etcd restored from a
+// snapshot, whose revisions restarted below tokens already written. Then every new lock holder's token is
+// smaller than the rows' tokens (all its writes fail with 55F01), and the proxy's verifier refuses the old,
+// higher tokens (55F03). It prints one line per table and returns the number of problems; an unreachable etcd
+// is one. The error is for a failed query.
+func checkRevision(ctx context.Context, conn *pgx.Conn, endpoints []string, offset int64, cols []tokenColumn, stdout io.Writer) (int, error) {
+	where := strings.Join(endpoints, ",")
+	rev, err := etcdRevision(ctx, endpoints)
+	if err != nil {
+		fmt.Fprintf(stdout, "FAIL  etcd %s: %v\n      the token revision check needs etcd; the proxy's token verification would refuse new tokens too (unless fail_open)\n", where, err)
+		return 1, nil
+	}
+	bound := int64(math.MaxInt64)
+	if rev <= math.MaxInt64-offset {
+		bound = rev + offset
+	}
+	problems := 0
+	for _, c := range cols {
+		qname := pgx.Identifier{c.schema, c.table}.Sanitize()
+		var maxToken *int64
+		if err := conn.QueryRow(ctx, fmt.Sprintf("SELECT max(%s) FROM %s", pgx.Identifier{c.column}.Sanitize(), qname)).Scan(&maxToken); err != nil {
+			return problems, fmt.Errorf("%s.%s: highest %s: %w", c.schema, c.table, c.column, err)
+		}
+		switch {
+		case maxToken == nil:
+			fmt.Fprintf(stdout, "ok    %s.%s: no tokens yet (etcd revision %d, token.offset %d)\n", c.schema, c.table, rev, offset)
+		case *maxToken <= bound:
+			fmt.Fprintf(stdout, "ok    %s.%s: highest %s %d is within etcd revision %d + token.offset %d\n", c.schema, c.table, c.column, *maxToken, rev, offset)
+		default:
+			problems++
+			m := *maxToken
+			fmt.Fprintf(stdout, "WARN  %s.%s: rows hold tokens up to %d, above etcd's current revision %d + token.offset %d = %d\n",
+				c.schema, c.table, m, rev, offset, bound)
+			fmt.Fprintf(stdout, "      etcd (%s) was probably restored from a snapshot with smaller revisions: new lock holders get\n", where)
+			fmt.Fprintf(stdout, "      tokens below the rows' (their writes fail with 55F01), and the proxy refuses the old ones (55F03).\n")
+			fmt.Fprintf(stdout, "      cure 1: set token.offset to at least %d (= %d - %d + 1) in the proxy's configuration and for every\n", m-rev+1, m, rev)
+			fmt.Fprintf(stdout, "              writer (fenceproxy lock --token-offset %d), then restart them\n", m-rev+1)
+			fmt.Fprintf(stdout, "      cure 2: restore etcd again with revisions moved past the rows' tokens:\n")
+			fmt.Fprintf(stdout, "              etcdutl snapshot restore SNAPSHOT --bump-revision %d --mark-compacted ...\n", bumpFor(m, offset))
+			fmt.Fprintf(stdout, "              (%d = %d - token.offset %d + 1 is enough whatever the snapshot's revision)\n", bumpFor(m, offset), m, offset)
+		}
+	}
+	return problems, nil
+}
+
+// bumpFor is a --bump-revision that makes every revision after the restore, plus offset, exceed maxToken.
+func bumpFor(maxToken, offset int64) int64 {
+	if maxToken-offset < 0 {
+		return 1
+	}
+	return maxToken - offset + 1
+}
+
+// etcdRevision reads etcd's current revision with a linearizable read of the lock prefix (count only), as the
+// proxy's verifier does.
+func etcdRevision(ctx context.Context, endpoints []string) (int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, etcdCheckTimeout)
+	defer cancel()
+	client, err := clientv3.New(clientv3.Config{
+		Endpoints:   endpoints,
+		DialTimeout: etcdCheckTimeout,
+		Logger:      zap.NewNop(),
+		Context:     ctx,
+	})
+	if err != nil {
+		return 0, fmt.Errorf("etcd client: %w", err)
+	}
+	defer client.Close()
+	resp, err := client.Get(ctx, tokens.DefaultPrefix, clientv3.WithCountOnly())
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
+			return 0, fmt.Errorf("unreachable (no answer within %v): %w", etcdCheckTimeout, err)
+		}
+		return 0, fmt.Errorf("read revision: %w", err)
+	}
+	return resp.Header.Revision, nil
 }
