@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgproto3"
 	pg_query "github.com/pganalyze/pg_query_go/v6"
@@ -140,7 +141,9 @@ func (s *Server) checkToken(v string) (code, msg string, ok bool) {
 		return "55F03", fmt.Sprintf("invalid fencing token: %q is not an integer in 1..9223372036854775807 (%s)", v, s.cfg.Token.Setting), false
 	}
 	if s.verifier != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Token.Verify.Etcd.Timeout)
+		// The verifier bounds its own round trip with the same timeout and then applies fail_open; this outer
+		// bound only guards against a verifier that never returns, so it must be the longer of the two.
+		ctx, cancel := context.WithTimeout(context.Background(), 2*s.cfg.Token.Verify.Etcd.Timeout+time.Second)
 		defer cancel()
 		if err := s.verifier.Check(ctx, tok); err != nil {
 			return "55F03", fmt.Sprintf("invalid fencing token: %d: %v", tok, err), false

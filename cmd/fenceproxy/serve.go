@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"syscall"
@@ -70,6 +71,10 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 		mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
+		// Profiles on the operators' port, for "where does the time go" questions in production.
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 		mln, err := net.Listen("tcp", cfg.Metrics.Listen)
 		if err != nil {
 			fmt.Fprintf(stderr, "fenceproxy: metrics.listen: %v\n", err)

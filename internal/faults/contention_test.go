@@ -1,0 +1,151 @@
+package faults
+
+import (
+	"context"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/fenceproxy/fenceproxy/internal/etcdtest"
+	"github.com/fenceproxy/fenceproxy/internal/pgtest"
+	"github.com/fenceproxy/fenceproxy/tokens"
+)
+
+// TestHotKeyContention: several workers (goroutines, each with its own etcd client and connections) contend for
+// one lock and write a few hot rows through two proxy processes, for many iterations. A seeded schedule picks
+// rows, proxies, protocol and when a holder "freezes": its lease ends behind its back (revoked, as an expiry
+// during a pause would), a newer holder writes, and the frozen one then writes late to the row the newer holder
+// wrote, which must fail with 55F01. The history checker then judges the whole run.
+func TestHotKeyContention(t *testing.T) {
+	t.Parallel()
+	pgtest.Require(t, pg)
+	s := seed(t)
+	workers, iterations, rows := 4, 10, 3
+	if *longRun {
+		workers, iterations, rows = 8, 150, 5
+	}
+	e := etcdtest.Start(t)
+	table := fencedTable(t, pg, rows)
+	p1, p2 := twoProxies(t, e, table)
+	proxies := []*proxyProc{p1, p2}
+	admin := e.Client()
+	name := uniqueName("hot")
+	ctx := ctxFor(t, 10*time.Minute)
+	h := &History{}
+
+	var (
+		mu             sync.Mutex
+		highestToken   int64 // highest token of an acknowledged write, and the row it wrote
+		highestRow     int
+		frozen         atomic.Bool
+		done           atomic.Int64
+		freezes, lates atomic.Int64
+	)
+	noteApplied := func(a Attempt) {
+		mu.Lock()
+		defer mu.Unlock()
+		if a.Outcome == Applied && a.Token >= highestToken {
+			highestToken, highestRow = a.Token, a.Row
+		}
+	}
+	highest := func() (int64, int) {
+		mu.Lock()
+		defer mu.Unlock()
+		return highestToken, highestRow
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer done.Add(1)
+			rng := rand.New(rand.NewPCG(uint64(s), uint64(w)))
+			worker := "w" + string(rune('a'+w))
+			client := e.Client()
+			for range iterations {
+				l, err := tokens.Acquire(ctx, client, name, tokens.WithTTL(5*time.Second))
+				if err != nil {
+					errs <- err
+					return
+				}
+				conn, err := pgx.Connect(ctx, proxies[rng.IntN(2)].DSN("faults-hot"))
+				if err != nil {
+					l.Release(ctx)
+					errs <- err
+					return
+				}
+				if err := tokens.SetToken(ctx, conn, l.Token(), ""); err != nil {
+					errs <- err
+					return
+				}
+				wh := h
+				if rng.IntN(2) == 0 {
+					wh = &History{Mode: pgx.QueryExecModeSimpleProtocol}
+				}
+				for range 1 + rng.IntN(3) {
+					a := h.write(ctx, wh.Mode, conn, table, worker, l.Token(), 1+rng.IntN(rows))
+					noteApplied(a)
+					if a.Outcome != Applied {
+						t.Errorf("%s: write under a held lock: %v", worker, a)
+					}
+				}
+				if rng.Float64() < 0.2 && frozen.CompareAndSwap(false, true) {
+					// Frozen past the lease: the lease ends while this holder is not looking.
+					freezes.Add(1)
+					admin.Revoke(ctx, l.Lease())
+					<-l.Lost()
+					deadline := time.Now().Add(30 * time.Second)
+					for {
+						tok, _ := highest()
+						if tok > l.Token() || done.Load() == int64(workers-1) || time.Now().After(deadline) {
+							break
+						}
+						time.Sleep(5 * time.Millisecond)
+					}
+					tok, row := highest()
+					if tok > l.Token() {
+						a := h.write(ctx, wh.Mode, conn, table, worker+"-late", l.Token(), row)
+						lates.Add(1)
+						if a.Outcome != Stale {
+							t.Errorf("%s: late write under a lost lock after token %d wrote row %d: %v", worker, tok, row, a)
+						}
+					}
+					frozen.Store(false)
+					client.Close()
+					client = e.Client()
+				} else {
+					l.Release(ctx)
+				}
+				conn.Close(ctx)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	counts := h.Check(t, pg, table)
+	t.Logf("%d workers x %d iterations, %d freezes, %d late writes", workers, iterations, freezes.Load(), lates.Load())
+	if int64(counts[Stale]) != lates.Load() {
+		t.Errorf("%d stale refusals, want one per late write (%d)", counts[Stale], lates.Load())
+	}
+	noLeakedBackends(t, pg, "faults-hot", 20*time.Second)
+}
+
+// write is Write with an explicit execution mode.
+func (h *History) write(ctx context.Context, mode pgx.QueryExecMode, conn *pgx.Conn, table, worker string, token int64, row int) Attempt {
+	saved := h.Mode
+	if mode == saved {
+		return h.Write(ctx, conn, table, worker, token, row)
+	}
+	tmp := &History{Mode: mode}
+	a := tmp.Write(ctx, conn, table, worker+"/"+h.NextVal(worker), token, row)
+	h.Record(a)
+	return a
+}
