@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"strings"
 	"time"
 
@@ -32,6 +33,19 @@ func (ss *session) handleQuery() error {
 		return err
 	}
 	defer ss.cr.release()
+	return ss.queryOut(ss.sw, p, body)
+}
+
+// msgSink is where the proxy writes messages it builds: a bufio.Writer on the goroutine path, an outBuf in the
+// event loop.
+type msgSink interface {
+	io.Writer
+	io.ByteWriter
+	io.StringWriter
+}
+
+// queryOut writes the Query whose body is given to w, rewritten or refused as p says.
+func (ss *session) queryOut(w msgSink, p Planner, body []byte) error {
 	if len(body) == 0 || body[len(body)-1] != 0 {
 		return fmt.Errorf("%w: Query message without its terminating zero byte", errProtocol)
 	}
@@ -39,11 +53,11 @@ func (ss *session) handleQuery() error {
 	switch plan.Action {
 	case rewrite.Rewrite:
 		ss.srv.metrics.rewritten()
-		ss.writeUpstream('Q', nil, plan.SQL)
+		writeMsg(w, 'Q', nil, plan.SQL)
 	case rewrite.Refuse:
-		ss.writeUpstream('Q', nil, ss.refusal(plan))
+		writeMsg(w, 'Q', nil, ss.refusal(plan))
 	default:
-		ss.writeUpstream('Q', body, "")
+		writeMsg(w, 'Q', body, "")
 	}
 	return nil
 }
@@ -60,6 +74,11 @@ func (ss *session) handleParse() error {
 		return err
 	}
 	defer ss.cr.release()
+	return ss.parseOut(ss.sw, p, body)
+}
+
+// parseOut writes the Parse whose body is given to w, its SQL rewritten or refused as p says.
+func (ss *session) parseOut(w msgSink, p Planner, body []byte) error {
 	name, rest, ok := cutNul(body)
 	if !ok {
 		return fmt.Errorf("%w: Parse message with an unterminated statement name", errProtocol)
@@ -77,29 +96,28 @@ func (ss *session) handleParse() error {
 	case rewrite.Refuse:
 		sql = ss.refusal(plan)
 	default:
-		ss.writeUpstream('P', body, "")
+		writeMsg(w, 'P', body, "")
 		return nil
 	}
 	// name \0 sql \0 parameter types
-	ss.sw.WriteByte('P')
+	w.WriteByte('P')
 	n := 4 + len(name) + 1 + len(sql) + 1 + len(tail)
-	ss.sw.Write([]byte{byte(n >> 24), byte(n >> 16), byte(n >> 8), byte(n)})
-	ss.sw.Write(name)
-	ss.sw.WriteByte(0)
-	ss.sw.WriteString(sql)
-	ss.sw.WriteByte(0)
-	_, err = ss.sw.Write(tail)
+	w.Write([]byte{byte(n >> 24), byte(n >> 16), byte(n >> 8), byte(n)})
+	w.Write(name)
+	w.WriteByte(0)
+	w.WriteString(sql)
+	w.WriteByte(0)
+	_, err := w.Write(tail)
 	return err
 }
 
-// writeUpstream writes a message whose body is raw, or the string s followed by a zero byte. bufio.Writer
+// writeMsg writes a message whose body is raw, or the string s followed by a zero byte. bufio.Writer
 // keeps the error; the next Flush reports it.
-func (ss *session) writeUpstream(typ byte, raw []byte, s string) {
+func writeMsg(w msgSink, typ byte, raw []byte, s string) {
 	n := 4 + len(raw)
 	if raw == nil {
 		n = 4 + len(s) + 1
 	}
-	w := ss.sw
 	w.WriteByte(typ)
 	w.WriteByte(byte(n >> 24))
 	w.WriteByte(byte(n >> 16))
@@ -185,6 +203,11 @@ func (ss *session) handleError() error {
 		return err
 	}
 	defer ss.sr.release()
+	return ss.errorOut(ss.cw, body)
+}
+
+// errorOut writes the ErrorResponse whose body is given to w, translating fencing markers.
+func (ss *session) errorOut(w io.Writer, body []byte) error {
 	if bytes.Contains(body, markerPrefix) {
 		if translated, ok := ss.translateError(body); ok {
 			body = translated
@@ -195,7 +218,7 @@ func (ss *session) handleError() error {
 		ss.clientFatal.Store(true)
 	}
 	ss.sout = appendMessage(ss.sout[:0], 'E', body)
-	_, err = ss.cw.Write(ss.sout)
+	_, err := w.Write(ss.sout)
 	return err
 }
 

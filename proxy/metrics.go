@@ -105,3 +105,11 @@ func (m *Metrics) forwarded(dir int, r *msgReader) {
 	}
 	r.msgs, r.bytes = 0, 0
 }
+
+// forwardedCount adds counts of relayed messages and bytes (the event loop's way of reporting).
+func (m *Metrics) forwardedCount(dir int, msgs, bytes uint64) {
+	if m != nil && msgs > 0 {
+		m.messages[dir].Add(float64(msgs))
+		m.bytes[dir].Add(float64(bytes))
+	}
+}

@@ -45,6 +45,10 @@ type Options struct {
 	Planner  Planner       // nil: relay only, no fencing
 	Verifier TokenVerifier // nil: tokens are checked for form only
 	Metrics  *Metrics      // nil: no metrics
+
+	// DisableEventLoop keeps every session on the goroutine-per-direction path. By default, on Linux, plain
+	// TCP sessions move to an epoll event loop after startup (see evloop_linux.go).
+	DisableEventLoop bool
 }
 
 // Server accepts client connections and relays each to its own upstream session.
@@ -56,6 +60,7 @@ type Server struct {
 	metrics   *Metrics
 	clientTLS *tls.Config
 	upTLS     *tls.Config
+	loop      *evLoop // nil: no event loop
 
 	active   atomic.Int64 // sessions past accept, including those being refused
 	draining atomic.Bool
@@ -86,6 +91,9 @@ func New(o Options) (*Server, error) {
 		pids:     map[uint32]int{},
 	}
 	s.SetPlanner(o.Planner)
+	if !o.DisableEventLoop {
+		s.loop = newEvLoop(s)
+	}
 	var err error
 	if s.clientTLS, err = serverTLSConfig(o.Config.TLS); err != nil {
 		return nil, err

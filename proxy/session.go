@@ -48,6 +48,15 @@ type session struct {
 	clientFatal  atomic.Bool // serverToClient already told the client why the session ends
 	closeOnce    sync.Once
 
+	// Event-loop handover (evloop_linux.go). wantLoop is the server-to-client goroutine's; handover tells
+	// clientToServer to stop and give the session to the loop.
+	wantLoop bool
+	noLoop   bool
+	handover atomic.Bool
+	evMu     sync.Mutex
+	closed   bool       // forceClose ran; under evMu
+	ev       *evSession // the session is in the event loop; under evMu
+
 	out  []byte // scratch for messages the proxy builds, client to server
 	sout []byte // scratch for messages the proxy builds, server to client
 }
@@ -269,6 +278,9 @@ func (ss *session) checkStartupToken() (code, msg string, ok bool) {
 	return "", "", true
 }
 
+// errHandover ends clientToServer when the session moves to the event loop.
+var errHandover = errors.New("session handed over to the event loop")
+
 // relay runs both directions until the session ends and cleans up.
 func (ss *session) relay() {
 	s2cDone := make(chan struct{})
@@ -277,6 +289,17 @@ func (ss *session) relay() {
 		ss.serverToClient()
 	}()
 	err := ss.clientToServer()
+	if errors.Is(err, errHandover) {
+		<-s2cDone
+		ss.handover.Store(false)
+		ss.client.SetReadDeadline(time.Time{})
+		if ss.runInLoop() {
+			return
+		}
+		ss.noLoop = true
+		ss.relay() // the loop could not take the sockets: go on here; nothing buffered was lost
+		return
+	}
 	var protoErr error
 	switch {
 	case err == nil: // Terminate was forwarded
@@ -310,8 +333,20 @@ func (ss *session) relay() {
 func (ss *session) clientToServer() error {
 	cr := &ss.cr
 	for {
+		if ss.handover.Load() {
+			if err := ss.sw.Flush(); err != nil {
+				return err
+			}
+			return errHandover
+		}
 		typ, _, err := cr.next()
 		if err != nil {
+			if ss.handover.Load() && isTimeout(err) {
+				if err := ss.sw.Flush(); err != nil {
+					return err
+				}
+				return errHandover
+			}
 			return err
 		}
 		switch typ {
@@ -421,6 +456,13 @@ func (ss *session) serverToClient() {
 			if err = ss.cw.Flush(); err != nil {
 				return
 			}
+			if ss.wantLoop {
+				// Startup is over and everything is flushed: stop clientToServer and let relay hand over.
+				ss.wantLoop = false
+				ss.handover.Store(true)
+				ss.client.SetReadDeadline(time.Now())
+				return
+			}
 		}
 	}
 }
@@ -444,12 +486,25 @@ func (ss *session) wakeForDrain() {
 	if !ss.ready.Load() || ss.upstream == nil {
 		return // it will look at its first ReadyForQuery
 	}
+	ss.evMu.Lock()
+	es := ss.ev
+	ss.evMu.Unlock()
+	if es != nil {
+		es.loop.post(evCmd{es: es, drain: true})
+		return
+	}
 	ss.wake.Store(true)
 	ss.upstream.SetReadDeadline(time.Now())
 }
 
 // forceClose closes both connections; both loops then end.
 func (ss *session) forceClose() {
+	ss.evMu.Lock()
+	ss.closed = true
+	if ss.ev != nil {
+		ss.ev.shutdownSockets()
+	}
+	ss.evMu.Unlock()
 	ss.closeOnce.Do(func() {
 		ss.client.Close()
 		if ss.upstream != nil {
@@ -479,6 +534,7 @@ func (ss *session) handleReady() (bool, error) {
 		ss.client.SetDeadline(time.Time{})
 		ss.upstream.SetDeadline(time.Time{})
 		ss.ready.Store(true)
+		ss.wantLoop = ss.loopEligible()
 	} else if ss.pending.Add(-1) < 0 {
 		ss.pending.Store(0)
 	}
@@ -517,6 +573,11 @@ func (ss *session) handleParameterStatus() error {
 	if err != nil {
 		return err
 	}
+	return ss.paramStatusOut(ss.cw, body)
+}
+
+// paramStatusOut writes the ParameterStatus whose body is given to w, noting application_name.
+func (ss *session) paramStatusOut(w io.Writer, body []byte) error {
 	if k, rest, ok := cutNul(body); ok && string(k) == "application_name" {
 		if v, _, ok := cutNul(rest); ok {
 			app := string(v)
@@ -524,7 +585,7 @@ func (ss *session) handleParameterStatus() error {
 		}
 	}
 	ss.sout = appendMessage(ss.sout[:0], 'S', body)
-	_, err = ss.cw.Write(ss.sout)
+	_, err := w.Write(ss.sout)
 	return err
 }
 

@@ -1,0 +1,24 @@
+//go:build !linux
+
+package proxy
+
+// The event loop is Linux-only; elsewhere every session stays on the goroutine path.
+
+type evLoop struct{}
+
+type evSession struct{}
+
+func newEvLoop(*Server) *evLoop { return nil }
+
+func (ss *session) loopEligible() bool { return false }
+
+func (ss *session) runInLoop() bool { return false }
+
+func (es *evSession) shutdownSockets() {}
+
+func (l *evLoop) post(evCmd) {}
+
+type evCmd struct {
+	es    *evSession
+	drain bool
+}
