@@ -6,7 +6,7 @@ package proxy
 
 type evLoop struct{}
 
-type evSession struct{}
+type evSession struct{ loop *evLoop }
 
 func newEvLoop(*Server) *evLoop { return nil }
 
