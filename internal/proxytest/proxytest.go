@@ -65,7 +65,7 @@ func Start(t testing.TB, upstream string, o Options) *Proxy {
 		Verifier: o.Verifier,
 	}
 	if !o.NoPlanner {
-		planner, err := Planner(cfg)
+		planner, err := Planner(cfg, opts.Metrics)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -91,7 +91,7 @@ func Start(t testing.TB, upstream string, o Options) *Proxy {
 }
 
 // Planner builds the rewrite cache for a configuration, as the serve command does.
-func Planner(cfg *config.Config) (*rewrite.Cache, error) {
+func Planner(cfg *config.Config, metrics *proxy.Metrics) (*rewrite.Cache, error) {
 	tables := make([]rewrite.Table, len(cfg.Tables))
 	for i, t := range cfg.Tables {
 		tables[i] = rewrite.Table{Schema: t.Schema, Name: t.Relation, TokenColumn: t.TokenColumn}
@@ -100,7 +100,7 @@ func Planner(cfg *config.Config) (*rewrite.Cache, error) {
 	if err != nil {
 		return nil, err
 	}
-	return rewrite.NewCache(r, cfg.Limits.RewriteCacheSize), nil
+	return rewrite.NewCacheObserved(r, cfg.Limits.RewriteCacheSize, metrics), nil
 }
 
 // DSN is a connection URL through the proxy.
