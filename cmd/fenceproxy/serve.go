@@ -20,7 +20,6 @@ import (
 
 	"github.com/fenceproxy/fenceproxy/config"
 	"github.com/fenceproxy/fenceproxy/proxy"
-	"github.com/fenceproxy/fenceproxy/rewrite"
 	"github.com/fenceproxy/fenceproxy/tokens"
 )
 
@@ -80,7 +79,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		log.Info("metrics listening", "addr", mln.Addr().String())
 	}
 
-	planner, err := newPlanner(cfg, opts.Metrics)
+	planner, err := proxy.NewPlanner(cfg, opts.Metrics)
 	if err != nil {
 		fmt.Fprintf(stderr, "fenceproxy: %v\n", err)
 		return 1
@@ -141,7 +140,7 @@ func reload(path string, cur *config.Config, srv *proxy.Server, log *slog.Logger
 		log.Error("reload failed; keeping the current configuration", "err", err)
 		return
 	}
-	planner, err := newPlanner(next, metrics)
+	planner, err := proxy.NewPlanner(next, metrics)
 	if err != nil {
 		log.Error("reload failed; keeping the current configuration", "err", err)
 		return
@@ -151,22 +150,6 @@ func reload(path string, cur *config.Config, srv *proxy.Server, log *slog.Logger
 	if next.Listen != cur.Listen || next.Upstream != cur.Upstream {
 		log.Warn("listen and upstream changes need a restart; not applied")
 	}
-}
-
-func newPlanner(cfg *config.Config, metrics *proxy.Metrics) (*rewrite.Cache, error) {
-	tables := make([]rewrite.Table, len(cfg.Tables))
-	for i, t := range cfg.Tables {
-		tables[i] = rewrite.Table{Schema: t.Schema, Name: t.Relation, TokenColumn: t.TokenColumn}
-	}
-	r, err := rewrite.New(rewrite.Config{Tables: tables, TokenSetting: cfg.Token.Setting})
-	if err != nil {
-		return nil, fmt.Errorf("tables: %w", err)
-	}
-	var obs rewrite.CacheObserver
-	if metrics != nil {
-		obs = metrics
-	}
-	return rewrite.NewCacheObserved(r, cfg.Limits.RewriteCacheSize, obs), nil
 }
 
 func newLogger(cfg *config.Config, w io.Writer) *slog.Logger {
