@@ -65,8 +65,6 @@ func (m *msgReader) next() (byte, int, error) {
 	m.n = length - 4
 	m.msgs++
 	m.bytes += uint64(length) + 1
-	m.msgs++
-	m.bytes += uint64(length) + 1
 	return m.typ, m.n, nil
 }
 
