@@ -396,3 +396,37 @@ func writeTestCerts(t *testing.T, dir string) (caFile, certFile, keyFile string)
 	}
 	return write("ca.pem", "CERTIFICATE", caDER), write("server.pem", "CERTIFICATE", der), write("server.key", "EC PRIVATE KEY", keyDER)
 }
+
+// TestServerFatalClosesTheClient: when PostgreSQL ends a session with FATAL (pg_terminate_backend, an idle
+// timeout, a shutdown), the client gets the FATAL and then EOF, as when connected directly, without having to
+// write anything first.
+func TestServerFatalClosesTheClient(t *testing.T) {
+	p := startProxy(t, proxytest.Options{})
+	d := direct(t)
+	conn, fe, _ := rawStartup(t, p.Addr, pgproto3.ProtocolVersionNumber, map[string]string{"application_name": "fatal-close"})
+	ctx := ctxT(t)
+	if _, err := d.Exec(ctx, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'fatal-close'"); err != nil {
+		t.Fatal(err)
+	}
+	conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	var fatal *pgproto3.ErrorResponse
+	for {
+		m, err := fe.Receive()
+		if err != nil {
+			if isTimeoutErr(err) {
+				t.Fatal("the client connection stayed open after the server's FATAL")
+			}
+			break
+		}
+		if e, ok := m.(*pgproto3.ErrorResponse); ok {
+			c := *e
+			fatal = &c
+		}
+	}
+	if fatal == nil || fatal.Code != "57P01" || fatal.Severity != "FATAL" {
+		t.Fatalf("want the server's FATAL 57P01 before EOF, got %+v", fatal)
+	}
+	if strings.Contains(p.Logs.String(), "upstream connection lost") {
+		t.Errorf("a FATAL from the server was logged as a lost upstream:\n%s", p.Logs.String())
+	}
+}

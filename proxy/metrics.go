@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -15,6 +17,9 @@ type Metrics struct {
 	rewrites        prometheus.Counter
 	upstreamErrors  prometheus.Counter
 	protocolErrors  prometheus.Counter
+	cacheHits       prometheus.Counter
+	cacheMisses     prometheus.Counter
+	rewriteLatency  prometheus.Histogram
 	messages        [2]prometheus.Counter
 	bytes           [2]prometheus.Counter
 }
@@ -45,7 +50,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.messages[d] = msgs.WithLabelValues(name)
 		m.bytes[d] = bytes.WithLabelValues(name)
 	}
-	reg.MustRegister(msgs, bytes)
+	m.cacheHits = prometheus.NewCounter(prometheus.CounterOpts{Name: "fenceproxy_rewrite_cache_hits_total", Help: "Statements whose plan came from the rewrite cache."})
+	m.cacheMisses = prometheus.NewCounter(prometheus.CounterOpts{Name: "fenceproxy_rewrite_cache_misses_total", Help: "Statements parsed and planned (cache misses)."})
+	m.rewriteLatency = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "fenceproxy_rewrite_seconds",
+		Help:    "Time to parse, analyse and rewrite a statement on a cache miss.",
+		Buckets: prometheus.ExponentialBuckets(10e-6, 2.5, 10),
+	})
+	reg.MustRegister(msgs, bytes, m.cacheHits, m.cacheMisses, m.rewriteLatency)
 	reg.MustRegister(m.sessionsCurrent, m.sessionsTotal, m.sessionsRefused, m.refusals, m.stale, m.rewrites, m.upstreamErrors, m.protocolErrors)
 	return m
 }
@@ -111,5 +123,20 @@ func (m *Metrics) forwardedCount(dir int, msgs, bytes uint64) {
 	if m != nil && msgs > 0 {
 		m.messages[dir].Add(float64(msgs))
 		m.bytes[dir].Add(float64(bytes))
+	}
+}
+
+// CacheHit counts a rewrite cache hit (rewrite.CacheObserver).
+func (m *Metrics) CacheHit() {
+	if m != nil {
+		m.cacheHits.Inc()
+	}
+}
+
+// CacheMiss counts a rewrite cache miss and its planning time (rewrite.CacheObserver).
+func (m *Metrics) CacheMiss(d time.Duration) {
+	if m != nil {
+		m.cacheMisses.Inc()
+		m.rewriteLatency.Observe(d.Seconds())
 	}
 }

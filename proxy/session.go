@@ -43,6 +43,7 @@ type session struct {
 	txIdle   atomic.Bool  // the last ReadyForQuery said 'I' (not in a transaction block)
 	wake     atomic.Bool  // a drain asked the server-to-client loop to look at the session
 
+	clientOut    failWriter  // the client connection as cw writes it, remembering a failed write
 	upstreamGone atomic.Bool // serverToClient ended because the upstream failed or closed
 	stopping     atomic.Bool // clientToServer ended and is closing the upstream itself
 	clientFatal  atomic.Bool // serverToClient already told the client why the session ends
@@ -83,7 +84,8 @@ func (s *Server) handle(raw net.Conn, over bool) {
 	if startup == nil {
 		return // a CancelRequest, handled
 	}
-	ss.cw = bufio.NewWriterSize(ss.client, writeBufferSize)
+	ss.clientOut = failWriter{Conn: ss.client}
+	ss.cw = bufio.NewWriterSize(&ss.clientOut, writeBufferSize)
 	ss.cr = msgReader{r: r, conn: ss.client, max: s.cfg.Limits.MaxMessageSize}
 
 	if over {
@@ -369,6 +371,8 @@ func (ss *session) clientToServer() error {
 		case 'd', 'c', 'f', 'p':
 			err = cr.forward(ss.sw)
 		case 'X':
+			// The server closes after Terminate; that close is not an upstream failure.
+			ss.stopping.Store(true)
 			if err = cr.forward(ss.sw); err == nil {
 				err = ss.sw.Flush()
 			}
@@ -396,11 +400,17 @@ func (ss *session) serverToClient() {
 	atBoundary := true
 	var err error
 	defer func() {
-		if err == nil || ss.clientFatal.Load() || ss.stopping.Load() {
+		if err == nil || ss.stopping.Load() {
+			return
+		}
+		if ss.clientOut.failed.Load() {
+			// The client went away while we wrote to it: the session ends from the client side, and
+			// clientToServer cancels what the upstream is still running.
+			ss.client.Close()
 			return
 		}
 		ss.upstreamGone.Store(true)
-		if atBoundary && !errors.Is(err, net.ErrClosed) {
+		if !ss.clientFatal.Load() && atBoundary && !errors.Is(err, net.ErrClosed) {
 			ss.srv.metrics.upstreamError()
 			ss.log.Warn("upstream connection lost", "err", err)
 			ss.clientFatal.Store(true)
@@ -408,6 +418,8 @@ func (ss *session) serverToClient() {
 			ss.cw.Write(errorResponse("FATAL", "08006", "fenceproxy lost the connection to the upstream server", err.Error(), ""))
 			ss.cw.Flush()
 		}
+		// The upstream is gone (after its own FATAL, or without a word): so is the client's session, as when
+		// connected directly.
 		ss.client.Close()
 	}()
 	for {
@@ -617,4 +629,19 @@ func (ss *session) handleAuth() error {
 	ss.sout = appendMessage(ss.sout[:0], 'R', body)
 	_, err = ss.cw.Write(ss.sout)
 	return err
+}
+
+// failWriter remembers that a write to the connection failed, so that the server-to-client loop can tell a
+// client that went away from an upstream that did.
+type failWriter struct {
+	net.Conn
+	failed atomic.Bool
+}
+
+func (w *failWriter) Write(p []byte) (int, error) {
+	n, err := w.Conn.Write(p)
+	if err != nil {
+		w.failed.Store(true)
+	}
+	return n, err
 }

@@ -3,6 +3,7 @@ package rewrite
 import (
 	"hash/maphash"
 	"sync"
+	"time"
 )
 
 // maxCachedSQL bounds the length of texts kept in a Cache: longer ones (bulk
@@ -14,6 +15,7 @@ const maxCachedSQL = 64 << 10
 // hit does not allocate.
 type Cache struct {
 	r      *Rewriter
+	obs    CacheObserver
 	seed   maphash.Seed
 	shards []cacheShard
 	mask   uint64
@@ -31,6 +33,20 @@ type cacheEntry struct {
 	key        string
 	plan       Plan
 	prev, next *cacheEntry
+}
+
+// CacheObserver is told about every lookup of a text the prefilter let through, for metrics. Its methods must
+// be cheap and safe for concurrent use.
+type CacheObserver interface {
+	CacheHit()
+	CacheMiss(planning time.Duration)
+}
+
+// NewCacheObserved is NewCache with an observer (nil for none).
+func NewCacheObserved(r *Rewriter, size int, obs CacheObserver) *Cache {
+	c := NewCache(r, size)
+	c.obs = obs
+	return c
 }
 
 // NewCache returns a cache of at most size plans (at least 1).
@@ -68,12 +84,19 @@ func (c *Cache) Plan(sql []byte) Plan {
 		s.pushFront(e)
 		p := e.plan
 		s.mu.Unlock()
+		if c.obs != nil {
+			c.obs.CacheHit()
+		}
 		return p
 	}
 	s.mu.Unlock()
 
 	key := string(sql)
+	start := time.Now()
 	p := c.r.plan(key)
+	if c.obs != nil {
+		c.obs.CacheMiss(time.Since(start))
+	}
 	if len(key) > maxCachedSQL {
 		return p
 	}

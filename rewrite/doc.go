@@ -87,7 +87,10 @@
 //     triggers to install.
 //   - Reads and statements writing no protected table pass unchanged (the
 //     original text; a cheap prefilter, MayTouch, skips parsing entirely for
-//     text that cannot concern a protected table or the token).
+//     text that cannot concern a protected table or the token: parsing
+//     happens only for text holding a write keyword (insert, update, delete,
+//     merge, truncate, copy) and a protected name or u&, or the token
+//     setting, or set_config).
 //
 // # Multi-row VALUES
 //
@@ -105,16 +108,18 @@
 // CREATE TABLE AS. Refused with 55F04: TRUNCATE, COPY ... FROM and MERGE on a
 // protected table, WHERE CURRENT OF, INSERT without a column list (the
 // position of C is unknown), writes naming C, an unqualified name that could
-// be two configured tables with different token columns, and text the parser
-// rejects that mentions a protected name. SET and set_config of the token
+// be two configured tables with different token columns, a DO block whose text
+// names a protected table, and text the parser rejects that mentions a
+// protected name and a write keyword. SET and set_config of the token
 // setting to an invalid literal are refused with 55F03; valid ones are
 // reported in Plan.TokenSet.
 //
 // # Limits
 //
 //   - Writes not visible in the statement text are not fenced: functions and
-//     procedures (including DO blocks and SQL-standard bodies, which are not
-//     analysed), triggers, rules (CREATE RULE actions are not analysed),
+//     procedures (SQL-standard bodies are not analysed; a DO block is refused
+//     only when its text names a protected table, so dynamic SQL in it is not
+//     seen), triggers, rules (CREATE RULE actions are not analysed),
 //     updatable views over a protected table, and writes through a parent
 //     table or partition that is not itself configured. Configure the table
 //     the application writes through.
@@ -126,9 +131,10 @@
 //     then the one read when k was evaluated (or, for VALUES rows after the
 //     first, when the row was built).
 //   - The statement's condition is evaluated twice per candidate row (plain
-//     and in the CASE); volatile functions in it (random(), nextval()) may
-//     give different values, which can only exclude rows, never write an
-//     unchecked one.
+//     and in the CASE), except its top-level conjuncts that call a function
+//     outside a short list of side-effect-free ones: those appear only in the
+//     CASE, so nextval(), random() and user functions run once per row, as
+//     in the client's statement (at the price of index use on them).
 //   - A rewritten statement is deparsed, so comments and formatting of the
 //     whole text are lost; the deparser emits PostgreSQL 17 syntax, which
 //     PostgreSQL 15 accepts for everything the rewriter adds.

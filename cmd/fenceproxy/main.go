@@ -23,7 +23,9 @@ func main() {
 
 const usage = `usage:
   fenceproxy serve --config FILE      run the proxy (SIGTERM drains, SIGHUP reloads the table list)
-  fenceproxy check --config FILE      check the protected tables upstream; non-zero exit on problems
+  fenceproxy check --config FILE [--dsn DSN] [--etcd ENDPOINTS]
+                                      check the protected tables upstream (and row tokens against etcd);
+                                      non-zero exit on problems
   fenceproxy lock [flags] NAME -- CMD [ARGS...]
                                       run CMD holding the etcd lock NAME, with its fencing token set
   fenceproxy version                  print the version

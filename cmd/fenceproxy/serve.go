@@ -20,7 +20,6 @@ import (
 
 	"github.com/fenceproxy/fenceproxy/config"
 	"github.com/fenceproxy/fenceproxy/proxy"
-	"github.com/fenceproxy/fenceproxy/rewrite"
 	"github.com/fenceproxy/fenceproxy/tokens"
 )
 
@@ -42,12 +41,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	}
 	log := newLogger(cfg, stderr)
 
-	planner, err := newPlanner(cfg)
-	if err != nil {
-		fmt.Fprintf(stderr, "fenceproxy: %v\n", err)
-		return 1
-	}
-	opts := proxy.Options{Config: cfg, Logger: log, Planner: planner}
+	opts := proxy.Options{Config: cfg, Logger: log}
 	if eps := cfg.Token.Verify.Etcd.Endpoints; len(eps) > 0 {
 		v, err := tokens.NewRevisionVerifier(tokens.VerifierConfig{
 			Endpoints:   eps,
@@ -85,6 +79,12 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		log.Info("metrics listening", "addr", mln.Addr().String())
 	}
 
+	planner, err := proxy.NewPlanner(cfg, opts.Metrics)
+	if err != nil {
+		fmt.Fprintf(stderr, "fenceproxy: %v\n", err)
+		return 1
+	}
+	opts.Planner = planner
 	srv, err := proxy.New(opts)
 	if err != nil {
 		fmt.Fprintf(stderr, "fenceproxy: %v\n", err)
@@ -113,7 +113,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 			return 0
 		case sig := <-sigs:
 			if sig == syscall.SIGHUP {
-				reload(*configPath, cfg, srv, log)
+				reload(*configPath, cfg, srv, log, opts.Metrics)
 				continue
 			}
 			log.Info("shutting down: draining sessions", "signal", sig.String(), "timeout", cfg.Limits.ShutdownTimeout)
@@ -134,13 +134,13 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 
 // reload re-reads the configuration file and applies the table list. Other settings need a restart; a change
 // to them is logged, not applied, and a file that does not validate changes nothing.
-func reload(path string, cur *config.Config, srv *proxy.Server, log *slog.Logger) {
+func reload(path string, cur *config.Config, srv *proxy.Server, log *slog.Logger, metrics *proxy.Metrics) {
 	next, err := config.Load(path)
 	if err != nil {
 		log.Error("reload failed; keeping the current configuration", "err", err)
 		return
 	}
-	planner, err := newPlanner(next)
+	planner, err := proxy.NewPlanner(next, metrics)
 	if err != nil {
 		log.Error("reload failed; keeping the current configuration", "err", err)
 		return
@@ -150,18 +150,6 @@ func reload(path string, cur *config.Config, srv *proxy.Server, log *slog.Logger
 	if next.Listen != cur.Listen || next.Upstream != cur.Upstream {
 		log.Warn("listen and upstream changes need a restart; not applied")
 	}
-}
-
-func newPlanner(cfg *config.Config) (*rewrite.Cache, error) {
-	tables := make([]rewrite.Table, len(cfg.Tables))
-	for i, t := range cfg.Tables {
-		tables[i] = rewrite.Table{Schema: t.Schema, Name: t.Relation, TokenColumn: t.TokenColumn}
-	}
-	r, err := rewrite.New(rewrite.Config{Tables: tables, TokenSetting: cfg.Token.Setting})
-	if err != nil {
-		return nil, fmt.Errorf("tables: %w", err)
-	}
-	return rewrite.NewCache(r, cfg.Limits.RewriteCacheSize), nil
 }
 
 func newLogger(cfg *config.Config, w io.Writer) *slog.Logger {

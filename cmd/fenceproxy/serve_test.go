@@ -5,7 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -81,11 +83,11 @@ func TestServeReloadAndDrain(t *testing.T) {
 	}
 	dir := t.TempDir()
 	bin := proxytest.Binary(t, dir)
-	addr := freeAddr(t)
+	addr, metricsAddr := freeAddr(t), freeAddr(t)
 	configPath := filepath.Join(dir, "fenceproxy.yaml")
 	writeConfig := func(tables ...string) {
 		var b strings.Builder
-		fmt.Fprintf(&b, "listen: %s\nupstream:\n  address: %s\ntables:\n", addr, cl.Addr())
+		fmt.Fprintf(&b, "listen: %s\nmetrics:\n  listen: %s\nupstream:\n  address: %s\ntables:\n", addr, metricsAddr, cl.Addr())
 		for _, tb := range tables {
 			fmt.Fprintf(&b, "  - name: %s\n    token_column: fence_token\n", tb)
 		}
@@ -108,6 +110,35 @@ func TestServeReloadAndDrain(t *testing.T) {
 	}
 	if _, err := c.Exec(ctx, "UPDATE ledger SET id = 1 WHERE id = 1"); err != nil {
 		t.Fatalf("ledger is not protected yet: %v", err)
+	}
+
+	// A stale write moves the stale-rejection series on /metrics.
+	for _, q := range []string{"SET fence.token = 2", "UPDATE accounts SET balance = 2 WHERE id = 1", "SET fence.token = 1"} {
+		if _, err := c.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	if _, err := c.Exec(ctx, "UPDATE accounts SET balance = 1 WHERE id = 1"); !errors.As(err, &pgErr) || pgErr.Code != "55F01" {
+		t.Fatalf("stale write: want 55F01, got %v", err)
+	}
+	metrics := httpGet(t, "http://"+metricsAddr+"/metrics")
+	for _, want := range []string{
+		`fenceproxy_stale_rejections_total{table="public.accounts"} 1`,
+		`fenceproxy_refusals_total{code="55F01",table="public.accounts"} 1`,
+		`fenceproxy_refusals_total{code="55F02",table="public.accounts"} 1`,
+		"fenceproxy_sessions_current 1",
+		"fenceproxy_rewrite_cache_misses_total",
+		`fenceproxy_messages_forwarded_total{direction="client_to_server"}`,
+	} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+	if got := httpGet(t, "http://"+metricsAddr+"/healthz"); got != "ok\n" {
+		t.Errorf("/healthz = %q", got)
+	}
+	if _, err := c.Exec(ctx, "RESET fence.token"); err != nil {
+		t.Fatal(err)
 	}
 
 	// SIGHUP: the new table list applies to the running session too.
@@ -154,6 +185,20 @@ func TestServeReloadAndDrain(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("fenceproxy did not exit after SIGTERM and the last transaction")
 	}
+}
+
+func httpGet(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("GET %s: %d %v", url, resp.StatusCode, err)
+	}
+	return string(b)
 }
 
 func TestServeRejectsBadConfig(t *testing.T) {

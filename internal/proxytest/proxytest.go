@@ -20,7 +20,6 @@ import (
 
 	"github.com/fenceproxy/fenceproxy/config"
 	"github.com/fenceproxy/fenceproxy/proxy"
-	"github.com/fenceproxy/fenceproxy/rewrite"
 )
 
 // Proxy is an in-process fenceproxy server listening on a free loopback port.
@@ -65,7 +64,7 @@ func Start(t testing.TB, upstream string, o Options) *Proxy {
 		Verifier: o.Verifier,
 	}
 	if !o.NoPlanner {
-		planner, err := Planner(cfg)
+		planner, err := proxy.NewPlanner(cfg, opts.Metrics)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -88,19 +87,6 @@ func Start(t testing.TB, upstream string, o Options) *Proxy {
 		}
 	})
 	return p
-}
-
-// Planner builds the rewrite cache for a configuration, as the serve command does.
-func Planner(cfg *config.Config) (*rewrite.Cache, error) {
-	tables := make([]rewrite.Table, len(cfg.Tables))
-	for i, t := range cfg.Tables {
-		tables[i] = rewrite.Table{Schema: t.Schema, Name: t.Relation, TokenColumn: t.TokenColumn}
-	}
-	r, err := rewrite.New(rewrite.Config{Tables: tables, TokenSetting: cfg.Token.Setting})
-	if err != nil {
-		return nil, err
-	}
-	return rewrite.NewCache(r, cfg.Limits.RewriteCacheSize), nil
 }
 
 // DSN is a connection URL through the proxy.
