@@ -7,7 +7,6 @@ package etcdtest
 import (
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net"
 	"net/url"
 	"os"
@@ -20,6 +19,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
+
+	"github.com/fenceproxy/fenceproxy/internal/freeport"
 )
 
 // LogEnv, when set, turns on the etcd server's log at that level (debug,
@@ -76,10 +77,10 @@ func start(dir string, ownsDir bool) (*Etcd, error) {
 	// before etcd binds it; try again with fresh ports.
 	for attempt := 0; attempt < 5; attempt++ {
 		var cport, pport int
-		if cport, err = freePort(); err != nil {
+		if cport, err = freeport.Pick(); err != nil {
 			return nil, err
 		}
-		if pport, err = freePort(); err != nil {
+		if pport, err = freeport.Pick(); err != nil {
 			return nil, err
 		}
 		if cport == pport {
@@ -237,34 +238,4 @@ func (e *Etcd) Client() *clientv3.Client {
 	e.clients = append(e.clients, c)
 	e.mu.Unlock()
 	return c
-}
-
-// freePort picks a port that is free on 127.0.0.1, preferring ports below
-// the kernel's ephemeral range so that no outgoing connection takes it
-// while the server is stopped.
-func freePort() (int, error) {
-	low := 32768
-	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
-		if f := strings.Fields(string(b)); len(f) == 2 {
-			if n, err := strconv.Atoi(f[0]); err == nil {
-				low = n
-			}
-		}
-	}
-	const min = 15000
-	if low-min >= 1000 {
-		for range 100 {
-			port := min + rand.IntN(low-min)
-			if l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port))); err == nil {
-				l.Close()
-				return port, nil
-			}
-		}
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("etcdtest: find a free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }

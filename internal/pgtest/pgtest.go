@@ -27,6 +27,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/fenceproxy/fenceproxy/internal/freeport"
 )
 
 // Well-known roles and databases created in every cluster. Each login role
@@ -352,7 +354,7 @@ func (c *Cluster) writeConf() error {
 func (c *Cluster) startFreshPort() error {
 	var err error
 	for attempt := 0; attempt < 5; attempt++ {
-		c.port, err = freePort()
+		c.port, err = freeport.Pick()
 		if err != nil {
 			return err
 		}
