@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -37,6 +38,10 @@ type evLoop struct {
 	cmds    []evCmd
 	nsess   int
 }
+
+// loopYieldEvents is how many socket events the loop handles between yields to the scheduler: an event
+// costs tens of microseconds, so this yields every few milliseconds, inside the runtime's 10 ms time slice.
+const loopYieldEvents = 128
 
 type evCmd struct {
 	es    *evSession
@@ -369,20 +374,39 @@ func (l *evLoop) run(epfd, wakefd int) {
 	byFD := map[int32]*evSession{}
 	var cmds []evCmd
 	var drain [8]byte
+	// busy is true while polls find several sockets ready (many sessions at work): the next poll is then a raw
+	// non-blocking one, which under load usually finds more without telling the scheduler. Otherwise the loop
+	// blocks directly, so a lone session's round trip costs one epoll_wait per wake-up, as in pgbouncer.
+	busy := false
+	// Work done since the loop last gave the scheduler a chance. The runtime preempts a goroutine that runs
+	// for 10 ms without rescheduling (blocking in a system call does not count) with a signal, and wakes other
+	// threads to take over; under a steady load this goroutine never reschedules, so it yields now and then
+	// instead, which costs far less.
+	sinceYield := 0
 	for {
-		// Poll without telling the scheduler first: under load there usually is something.
-		r, _, e := syscall.RawSyscall6(syscall.SYS_EPOLL_WAIT, uintptr(epfd), uintptr(unsafe.Pointer(&events[0])), uintptr(len(events)), 0, 0, 0)
-		n := int(r)
-		if e != 0 {
-			n = 0
+		if sinceYield >= loopYieldEvents {
+			sinceYield = 0
+			runtime.Gosched()
+		}
+		n := 0
+		if busy {
+			r, _, e := syscall.RawSyscall6(syscall.SYS_EPOLL_WAIT, uintptr(epfd), uintptr(unsafe.Pointer(&events[0])), uintptr(len(events)), 0, 0, 0)
+			if e == 0 {
+				n = int(r)
+			}
 		}
 		if n == 0 {
 			var err error
 			n, err = syscall.EpollWait(epfd, events, -1)
 			if err != nil {
+				busy = false
 				continue // EINTR
 			}
+			busy = n > 1
+		} else {
+			busy = true
 		}
+		sinceYield += n
 		ended := false
 		for i := range events[:n] {
 			fd := events[i].Fd
