@@ -38,6 +38,28 @@ type Upstream struct {
 	Address        string        `yaml:"address"`
 	ConnectTimeout time.Duration `yaml:"connect_timeout"`
 	TLS            UpstreamTLS   `yaml:"tls"`
+	Reuse          Reuse         `yaml:"reuse"`
+}
+
+// Reuse keeps upstream connections of finished sessions for later sessions with the same startup parameters,
+// as pgbouncer's session pooling does, but only for connections whose authentication asked for no secret
+// (trust, and the like): a client that must prove a password always authenticates against a fresh backend.
+type Reuse struct {
+	// MaxIdle is how many finished sessions' connections are kept at most; 0 turns reuse off. The default is
+	// DefaultReuseMaxIdle.
+	MaxIdle *int `yaml:"max_idle"`
+	// IdleTimeout closes a kept connection nobody took for this long.
+	IdleTimeout time.Duration `yaml:"idle_timeout"`
+	// MaxLifetime closes a connection this old when its session ends instead of keeping it.
+	MaxLifetime time.Duration `yaml:"max_lifetime"`
+}
+
+// Idle is MaxIdle after defaults.
+func (r Reuse) Idle() int {
+	if r.MaxIdle == nil {
+		return DefaultReuseMaxIdle
+	}
+	return *r.MaxIdle
 }
 
 // UpstreamTLS says how the proxy talks TLS to PostgreSQL.
@@ -124,6 +146,9 @@ const (
 	DefaultMaxMessageSize       = 256 << 20
 	DefaultShutdownTimeout      = 30 * time.Second
 	DefaultConnectTimeout       = 10 * time.Second
+	DefaultReuseMaxIdle         = 20
+	DefaultReuseIdleTimeout     = 60 * time.Second
+	DefaultReuseMaxLifetime     = time.Hour
 	DefaultRewriteCacheSize     = 10000
 	DefaultVerifyTimeout        = 2 * time.Second
 )
@@ -246,6 +271,16 @@ func (c *Config) applyDefaults() {
 	if c.Upstream.TLS.Mode == "" {
 		c.Upstream.TLS.Mode = "disable"
 	}
+	if c.Upstream.Reuse.MaxIdle == nil {
+		n := DefaultReuseMaxIdle
+		c.Upstream.Reuse.MaxIdle = &n
+	}
+	if c.Upstream.Reuse.IdleTimeout == 0 {
+		c.Upstream.Reuse.IdleTimeout = DefaultReuseIdleTimeout
+	}
+	if c.Upstream.Reuse.MaxLifetime == 0 {
+		c.Upstream.Reuse.MaxLifetime = DefaultReuseMaxLifetime
+	}
 	if c.Token.Setting == "" {
 		c.Token.Setting = DefaultTokenSetting
 	}
@@ -307,6 +342,15 @@ func (c *Config) validate(lines map[string]int) error {
 	}
 	if c.Upstream.ConnectTimeout < 0 {
 		add("upstream.connect_timeout", "must be positive")
+	}
+	if c.Upstream.Reuse.Idle() < 0 {
+		add("upstream.reuse.max_idle", "must be 0 (off) or more")
+	}
+	if c.Upstream.Reuse.IdleTimeout < 0 {
+		add("upstream.reuse.idle_timeout", "must be positive")
+	}
+	if c.Upstream.Reuse.MaxLifetime < 0 {
+		add("upstream.reuse.max_lifetime", "must be positive")
 	}
 	switch c.Upstream.TLS.Mode {
 	case "disable", "require":

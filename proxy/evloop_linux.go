@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -186,6 +187,17 @@ func dupConnFD(c net.Conn) (int, error) {
 	return nfd, nil
 }
 
+// fdConn makes a net.Conn of a duplicate of fd; fd stays open.
+func fdConn(fd int) (net.Conn, error) {
+	r, _, e := syscall.Syscall(syscall.SYS_FCNTL, uintptr(fd), syscall.F_DUPFD_CLOEXEC, 0)
+	if e != 0 {
+		return nil, e
+	}
+	f := os.NewFile(r, "upstream")
+	defer f.Close()
+	return net.FileConn(f)
+}
+
 // shutdownSockets ends a looped session from outside (forceClose): the loop sees both sockets close.
 func (es *evSession) shutdownSockets() {
 	es.mu.Lock()
@@ -235,10 +247,19 @@ func (ss *session) finishLoop(es *evSession) {
 			ss.srv.cancelUpstream(ss.cancelKey)
 		}
 	}
-	if es.end != endUpstreamGone {
-		if es.end != endTerminate {
-			es.uout.b = append(es.uout.b, 'X', 0, 0, 0, 4)
+	if es.end == endTerminate && !forced && ss.mayKeep() && len(es.uout.b) == 0 && len(es.uin) == 0 && es.uskip == 0 {
+		// The client ended the session between messages: keep the upstream connection for reuse.
+		up, err := fdConn(es.ufd)
+		es.closeFDs()
+		if err != nil {
+			ss.log.Debug("upstream connection not kept", "err", err)
+			return
 		}
+		ss.keep(up)
+		return
+	}
+	if es.end != endUpstreamGone {
+		es.uout.b = append(es.uout.b, 'X', 0, 0, 0, 4)
 		if !forced {
 			writeAllFD(es.ufd, es.uout.b, deadline)
 		}
@@ -765,14 +786,15 @@ func (es *evSession) fromClient() error {
 			i += total
 			continue
 		}
+		if typ == 'X' {
+			// finishLoop sends Terminate upstream, or keeps the connection for reuse.
+			es.cin = es.cin[:0]
+			return errTerminated
+		}
 		n := min(total, len(b)-i)
 		es.uout.b = append(es.uout.b, b[i:i+n]...)
 		es.cskip = total - n
 		i += n
-		if typ == 'X' && es.cskip == 0 {
-			es.cin = es.cin[:0]
-			return errTerminated
-		}
 	}
 	compact(&es.cin, i, need)
 	return nil

@@ -22,6 +22,8 @@ type Metrics struct {
 	rewriteLatency  prometheus.Histogram
 	messages        [2]prometheus.Counter
 	bytes           [2]prometheus.Counter
+	reused          prometheus.Counter
+	keptIdle        prometheus.Gauge
 }
 
 // Directions of forwarded traffic, as metric label values.
@@ -57,6 +59,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Help:    "Time to parse, analyse and rewrite a statement on a cache miss.",
 		Buckets: prometheus.ExponentialBuckets(10e-6, 2.5, 10),
 	})
+	m.reused = prometheus.NewCounter(prometheus.CounterOpts{Name: "fenceproxy_upstream_reused_total", Help: "Sessions served by a kept upstream connection of an earlier session (upstream.reuse)."})
+	m.keptIdle = prometheus.NewGauge(prometheus.GaugeOpts{Name: "fenceproxy_upstream_idle", Help: "Upstream connections of finished sessions kept for reuse now."})
+	reg.MustRegister(m.reused, m.keptIdle)
 	reg.MustRegister(msgs, bytes, m.cacheHits, m.cacheMisses, m.rewriteLatency)
 	reg.MustRegister(m.sessionsCurrent, m.sessionsTotal, m.sessionsRefused, m.refusals, m.stale, m.rewrites, m.upstreamErrors, m.protocolErrors)
 	return m
@@ -138,5 +143,17 @@ func (m *Metrics) CacheMiss(d time.Duration) {
 	if m != nil {
 		m.cacheMisses.Inc()
 		m.rewriteLatency.Observe(d.Seconds())
+	}
+}
+
+func (m *Metrics) upstreamReused() {
+	if m != nil {
+		m.reused.Inc()
+	}
+}
+
+func (m *Metrics) upstreamIdle(n int) {
+	if m != nil {
+		m.keptIdle.Set(float64(n))
 	}
 }

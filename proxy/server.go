@@ -15,7 +15,9 @@ package proxy
 
 import (
 	"context"
+	"crypto/subtle"
 	"crypto/tls"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -60,14 +62,15 @@ type Server struct {
 	metrics   *Metrics
 	clientTLS *tls.Config
 	upTLS     *tls.Config
-	loop      *evLoop // nil: no event loop
+	loop      *evLoop       // nil: no event loop
+	pool      *upstreamPool // nil: upstream connections are not reused
 
 	active   atomic.Int64 // sessions past accept, including those being refused
 	draining atomic.Bool
 
 	mu       sync.Mutex
 	sessions map[*session]struct{}
-	pids     map[uint32]int // upstream backend PIDs of live sessions, for CancelRequest routing
+	pids     map[uint32]*session // live sessions by upstream backend PID, for CancelRequest routing
 	lns      []net.Listener
 	wg       sync.WaitGroup
 }
@@ -88,8 +91,10 @@ func New(o Options) (*Server, error) {
 		verifier: o.Verifier,
 		metrics:  o.Metrics,
 		sessions: map[*session]struct{}{},
-		pids:     map[uint32]int{},
+		pids:     map[uint32]*session{},
 	}
+	r := o.Config.Upstream.Reuse
+	s.pool = newUpstreamPool(r.Idle(), r.IdleTimeout, r.MaxLifetime, o.Metrics)
 	s.SetPlanner(o.Planner)
 	if !o.DisableEventLoop {
 		s.loop = newEvLoop(s)
@@ -163,6 +168,7 @@ func (s *Server) ActiveSessions() int64 { return s.active.Load() }
 // Shutdown stops accepting, closes sessions as they become idle and, when ctx ends, closes the rest.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.draining.Store(true)
+	s.pool.close()
 	s.mu.Lock()
 	for _, ln := range s.lns {
 		ln.Close()
@@ -200,10 +206,8 @@ func (s *Server) register(ss *session) {
 func (s *Server) unregister(ss *session) {
 	s.mu.Lock()
 	delete(s.sessions, ss)
-	if ss.pid != 0 {
-		if s.pids[ss.pid]--; s.pids[ss.pid] <= 0 {
-			delete(s.pids, ss.pid)
-		}
+	if ss.pid != 0 && s.pids[ss.pid] == ss {
+		delete(s.pids, ss.pid)
 	}
 	s.mu.Unlock()
 }
@@ -211,12 +215,21 @@ func (s *Server) unregister(ss *session) {
 func (s *Server) registerPID(ss *session, pid uint32) {
 	s.mu.Lock()
 	ss.pid = pid
-	s.pids[pid]++
+	s.pids[pid] = ss
 	s.mu.Unlock()
 }
 
-func (s *Server) knownPID(pid uint32) bool {
+// cancelKeyFor returns the upstream BackendKeyData of the session whose client was given clientKey (PID and
+// secret), or nil.
+func (s *Server) cancelKeyFor(clientKey []byte) []byte {
+	if len(clientKey) < 8 {
+		return nil
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.pids[pid] > 0
+	ss := s.pids[binary.BigEndian.Uint32(clientKey)]
+	if ss == nil || subtle.ConstantTimeCompare(ss.clientKey, clientKey) != 1 {
+		return nil
+	}
+	return ss.cancelKey
 }

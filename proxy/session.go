@@ -36,6 +36,16 @@ type session struct {
 
 	pid       uint32 // upstream backend PID, set under srv.mu
 	cancelKey []byte // upstream BackendKeyData (PID and secret), for cancelling on client loss
+	clientKey []byte // the BackendKeyData the client got: the PID and the proxy's own secret
+
+	// Upstream reuse (reuse.go). The fields are the session goroutine's, or the event loop's while it relays.
+	startup      string        // the StartupMessage's protocol version and parameters (startupKey)
+	born         time.Time     // when the upstream connection was opened
+	authAsked    bool          // the server asked for something during startup: never reuse
+	reusable     bool          // the connection may be kept for another session when this one ends
+	serverParams []paramStatus // ParameterStatus values as the server reported them
+	keeping      atomic.Bool   // clientToServer stopped to keep the upstream; serverToClient must stop too
+	parked       atomic.Bool   // serverToClient stopped at a message boundary because of keeping
 
 	ready    atomic.Bool  // the first ReadyForQuery was seen: startup and authentication are over
 	pending  atomic.Int64 // Query, Sync and FunctionCall messages not yet answered by ReadyForQuery
@@ -112,6 +122,21 @@ func (s *Server) handle(raw net.Conn, over bool) {
 		return
 	}
 
+	ss.startup = startupKey(startup[:4], ss.params)
+	if kc := s.pool.get(ss.startup); kc != nil {
+		if err := ss.resume(kc); err != nil {
+			kc.conn.Close()
+			return
+		}
+		s.metrics.upstreamReused()
+		s.register(ss)
+		defer s.unregister(ss)
+		s.metrics.sessionStarted()
+		defer s.metrics.sessionEnded()
+		ss.relay()
+		return
+	}
+
 	ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(s.cfg.Limits.StartupTimeout))
 	up, err := s.dialUpstream(ctx)
 	cancel()
@@ -122,6 +147,7 @@ func (s *Server) handle(raw net.Conn, over bool) {
 		return
 	}
 	ss.upstream = up
+	ss.born = time.Now()
 	up.SetDeadline(time.Now().Add(s.cfg.Limits.StartupTimeout))
 	ss.sw = bufio.NewWriterSize(up, writeBufferSize)
 	ss.sr = msgReader{r: bufio.NewReaderSize(up, readBufferSize), conn: up}
@@ -283,8 +309,18 @@ func (ss *session) checkStartupToken() (code, msg string, ok bool) {
 // errHandover ends clientToServer when the session moves to the event loop.
 var errHandover = errors.New("session handed over to the event loop")
 
+// errKeep ends clientToServer at a Terminate when the upstream connection is to be kept for reuse.
+var errKeep = errors.New("client ended the session; keeping the upstream connection")
+
 // relay runs both directions until the session ends and cleans up.
 func (ss *session) relay() {
+	if ss.ready.Load() && !ss.noLoop && ss.loopEligible() && ss.ev == nil {
+		// A session resumed on a kept connection is past startup already.
+		if ss.runInLoop() {
+			return
+		}
+		ss.noLoop = true
+	}
 	s2cDone := make(chan struct{})
 	go func() {
 		defer close(s2cDone)
@@ -300,6 +336,21 @@ func (ss *session) relay() {
 		}
 		ss.noLoop = true
 		ss.relay() // the loop could not take the sockets: go on here; nothing buffered was lost
+		return
+	}
+	if err == errKeep {
+		// serverToClient is between messages (the session is idle); stop it there.
+		ss.stopping.Store(true)
+		ss.keeping.Store(true)
+		ss.upstream.SetReadDeadline(time.Now())
+		<-s2cDone
+		ss.client.Close()
+		if ss.parked.Load() && ss.sr.r.Buffered() == 0 {
+			ss.upstream.SetReadDeadline(time.Time{})
+			ss.keep(ss.upstream)
+		} else {
+			ss.upstream.Close()
+		}
 		return
 	}
 	var protoErr error
@@ -371,6 +422,10 @@ func (ss *session) clientToServer() error {
 		case 'd', 'c', 'f', 'p':
 			err = cr.forward(ss.sw)
 		case 'X':
+			if ss.mayKeep() {
+				cr.discardHeader()
+				return errKeep
+			}
 			// The server closes after Terminate; that close is not an upstream failure.
 			ss.stopping.Store(true)
 			if err = cr.forward(ss.sw); err == nil {
@@ -426,6 +481,11 @@ func (ss *session) serverToClient() {
 		var typ byte
 		typ, _, err = sr.next()
 		if err != nil {
+			if isTimeout(err) && ss.keeping.Load() {
+				ss.parked.Store(true)
+				err = nil
+				return
+			}
 			if isTimeout(err) && ss.wake.Swap(false) {
 				ss.upstream.SetReadDeadline(time.Time{})
 				if ss.idle() {
@@ -448,6 +508,10 @@ func (ss *session) serverToClient() {
 			err = ss.handleAuth()
 		case 'K':
 			err = ss.handleBackendKey()
+		case 'v':
+			// NegotiateProtocolVersion: a reused connection could not show it again.
+			ss.authAsked = true
+			err = sr.forward(ss.cw)
 		case 'S':
 			err = ss.handleParameterStatus()
 		case 'Z':
@@ -469,8 +533,10 @@ func (ss *session) serverToClient() {
 				return
 			}
 			if ss.wantLoop {
-				// Startup is over and everything is flushed: stop clientToServer and let relay hand over.
+				// Startup is over and everything is flushed: stop clientToServer and let relay hand over. This
+				// is a message boundary, as keeping the connection needs if the client's Terminate came first.
 				ss.wantLoop = false
+				ss.parked.Store(true)
 				ss.handover.Store(true)
 				ss.client.SetReadDeadline(time.Now())
 				return
@@ -546,6 +612,7 @@ func (ss *session) handleReady() (bool, error) {
 		ss.client.SetDeadline(time.Time{})
 		ss.upstream.SetDeadline(time.Time{})
 		ss.ready.Store(true)
+		ss.reusable = ss.srv.pool != nil && !ss.authAsked
 		ss.wantLoop = ss.loopEligible()
 	} else if ss.pending.Add(-1) < 0 {
 		ss.pending.Store(0)
@@ -562,8 +629,9 @@ func (ss *session) handleReady() (bool, error) {
 	return false, nil
 }
 
-// handleBackendKey records the upstream backend's PID and key; the client gets them unchanged, so that
-// pg_backend_pid() and the driver agree and a CancelRequest can be routed by PID.
+// handleBackendKey records the upstream backend's PID and key. The client gets the PID unchanged, so that
+// pg_backend_pid(), notifications and the driver agree and a CancelRequest can be routed by PID, and a secret
+// of the proxy's own (see reuse.go).
 func (ss *session) handleBackendKey() error {
 	body, err := ss.sr.body()
 	if err != nil {
@@ -573,8 +641,9 @@ func (ss *session) handleBackendKey() error {
 		return fmt.Errorf("upstream sent a BackendKeyData of %d bytes", len(body))
 	}
 	ss.cancelKey = append([]byte(nil), body...)
+	ss.newClientKey()
 	ss.srv.registerPID(ss, binary.BigEndian.Uint32(body))
-	ss.sout = appendMessage(ss.sout[:0], 'K', body)
+	ss.sout = appendMessage(ss.sout[:0], 'K', ss.clientKey)
 	_, err = ss.cw.Write(ss.sout)
 	return err
 }
@@ -590,10 +659,13 @@ func (ss *session) handleParameterStatus() error {
 
 // paramStatusOut writes the ParameterStatus whose body is given to w, noting application_name.
 func (ss *session) paramStatusOut(w io.Writer, body []byte) error {
-	if k, rest, ok := cutNul(body); ok && string(k) == "application_name" {
+	if k, rest, ok := cutNul(body); ok {
 		if v, _, ok := cutNul(rest); ok {
-			app := string(v)
-			ss.appName.Store(&app)
+			if string(k) == "application_name" {
+				app := string(v)
+				ss.appName.Store(&app)
+			}
+			ss.serverParams = setParam(ss.serverParams, string(k), string(v))
 		}
 	}
 	ss.sout = appendMessage(ss.sout[:0], 'S', body)
@@ -608,6 +680,9 @@ func (ss *session) handleAuth() error {
 	body, err := ss.sr.body()
 	if err != nil {
 		return err
+	}
+	if len(body) < 4 || binary.BigEndian.Uint32(body) != 0 { // anything but AuthenticationOk
+		ss.authAsked = true
 	}
 	if ss.clientTLS && len(body) >= 4 && binary.BigEndian.Uint32(body) == 10 { // AuthenticationSASL
 		var kept []byte

@@ -51,20 +51,21 @@ func (s *Server) dialUpstream(ctx context.Context) (net.Conn, error) {
 	return tc, nil
 }
 
-// forwardCancel handles a client's CancelRequest (body: code, PID, secret key). The proxy passes the client's
-// backend PID and key through unchanged, so the request is forwarded as is and PostgreSQL checks the key: a
-// cancel can only stop the query of the session whose key it carries. Requests for PIDs that are not sessions
-// of this proxy are dropped without contacting the upstream, so a flood of bogus cancels costs nothing there.
+// forwardCancel handles a client's CancelRequest (body: code, PID, secret key). The client's key is the one the
+// proxy gave it (see reuse.go); the proxy checks it and sends PostgreSQL the backend's real key, so a cancel can
+// only stop the query of the session whose key it carries. Requests that match no session are dropped without
+// contacting the upstream, so a flood of bogus cancels costs nothing there.
 func (s *Server) forwardCancel(body []byte) {
 	if len(body) < 12 || len(body) > 4+4+256 {
 		s.metrics.protocolError()
 		return
 	}
-	if !s.knownPID(binary.BigEndian.Uint32(body[4:8])) {
-		s.log.Debug("dropped CancelRequest for an unknown backend")
+	key := s.cancelKeyFor(body[4:])
+	if key == nil {
+		s.log.Debug("dropped CancelRequest that matches no session")
 		return
 	}
-	s.sendCancel(body)
+	s.cancelUpstream(key)
 }
 
 // cancelUpstream cancels the running query of a session whose client vanished.

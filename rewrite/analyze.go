@@ -307,7 +307,7 @@ func (w write) fence(a *analysis) {
 			a.unfenceable(e, "UPDATE of %s sets the token column %s, which only the proxy sets", e.label, e.TokenColumn)
 			return
 		}
-		s.TargetList = append(s.TargetList, pg.MakeResTargetNodeWithNameAndVal(e.TokenColumn, e.token, 0))
+		s.TargetList = append(s.TargetList, pg.MakeResTargetNodeWithNameAndVal(e.TokenColumn, e.light, 0))
 		s.WhereClause = e.fencedWhere(ref(s.Relation), s.WhereClause)
 	case *pg.DeleteStmt:
 		if s.WhereClause.GetCurrentOfExpr() != nil {
@@ -387,7 +387,7 @@ func (a *analysis) fenceInsert(e *tableEntry, s *pg.InsertStmt) {
 	}
 	s.Cols = append(s.Cols, pg.MakeResTargetNodeWithName(e.TokenColumn, 0))
 	if oc != nil && oc.Action == pg.OnConflictAction_ONCONFLICT_UPDATE {
-		oc.TargetList = append(oc.TargetList, pg.MakeResTargetNodeWithNameAndVal(e.TokenColumn, e.token, 0))
+		oc.TargetList = append(oc.TargetList, pg.MakeResTargetNodeWithNameAndVal(e.TokenColumn, e.light, 0))
 		oc.WhereClause = e.guardFor(ref(s.Relation), oc.WhereClause)
 	}
 }

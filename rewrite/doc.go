@@ -10,17 +10,23 @@
 // is never spliced) so that PostgreSQL itself compares the session's token k
 // with the row's C, under the row lock, in the same statement:
 //
-//	UPDATE T SET ..., C = k
+//	UPDATE T SET ..., C = t
 //	WHERE (cond)
 //	  AND CASE WHEN (cond) THEN
-//	        CASE WHEN COALESCE(T.C, 0) <= k THEN true
+//	        CASE WHEN COALESCE(T.C, 0) <= t THEN true
 //	             ELSE ('fenceproxy|55F01|' || T.C::text || '|' || <token> || '|T|.')::int8 IS NULL END
 //	      ELSE false END
 //	  AND k IS NOT NULL
 //
+// where k validates the session's token (below) and t is the setting's value
+// read directly, current_setting(setting)::int8: k IS NOT NULL is a one-time
+// filter that PostgreSQL evaluates before it reads any row, so by the time t
+// is read, k has raised unless the setting holds a valid token. One copy of k
+// per statement keeps the per-execution cost to one InitPlan.
+//
 // DELETE gets the same WHERE; INSERT gets C in its column list and k in every
-// row (VALUES, SELECT, DEFAULT VALUES); ON CONFLICT DO UPDATE gets C = k and
-// the row check as its WHERE. The golden files in testdata/rewrite at the
+// row (VALUES, SELECT, DEFAULT VALUES); ON CONFLICT DO UPDATE gets C = t and
+// the row check as its WHERE (the inserted row, built first, carries k). The golden files in testdata/rewrite at the
 // repository root show every form.
 //
 // The token k is a scalar subquery with no outer references,
@@ -35,10 +41,12 @@
 // transaction rollback behave exactly as in PostgreSQL because the setting is
 // PostgreSQL's own. "Valid" is the rule of ValidToken, written in SQL as
 //
-//	s ~ '^[0-9]{1,19}$' AND s !~ '^0+$' AND (length(s) < 19 OR s COLLATE "C" <= '9223372036854775807')
+//	ltrim(s, '0123456789') = '' AND ltrim(s, '0') <> ''
+//	AND (length(s) < 19 OR (length(s) = 19 AND s COLLATE "C" <= '9223372036854775807'))
 //
-// (three conditions that cannot fail, so their evaluation order does not
-// matter; only s::int8 could fail, and CASE runs it only when they hold).
+// (conditions that cannot fail, so their evaluation order does not matter;
+// only s::int8 could fail, and CASE runs it only when they hold; string
+// functions rather than regular expressions because they are cheaper).
 //
 // # Why a cast marker
 //

@@ -29,24 +29,31 @@ const (
 	// k: the session token, validated. A scalar subquery without outer
 	// references, so PostgreSQL runs it once per statement as an InitPlan, at
 	// execution time (also for statements prepared earlier).
+	//
+	// Valid means 1 to 19 ASCII digits, not all zeros, at most 2^63-1
+	// (ValidToken); plain string functions say it more cheaply than regular
+	// expressions, and none of the tests can fail, so their order does not
+	// matter: only s::int8 could, and CASE runs it only when they hold.
 	tmplToken = `SELECT (SELECT CASE
-		WHEN s ~ '^[0-9]{1,19}$' AND s !~ '^0+$' AND (pg_catalog.length(s) < 19 OR s COLLATE "C" <= '9223372036854775807')
+		WHEN pg_catalog.ltrim(s, '0123456789') = '' AND pg_catalog.ltrim(s, '0') <> ''
+			AND (pg_catalog.length(s) < 19 OR (pg_catalog.length(s) = 19 AND s COLLATE "C" <= '9223372036854775807'))
 			THEN s::int8
 		ELSE ('fenceproxy|' || CASE WHEN COALESCE(s, '') = '' THEN '55F02|@setting@|'
 			ELSE '55F03|@setting@|' || pg_catalog.encode(pg_catalog.convert_to(s, 'UTF8'), 'hex') END || '|@table@|.')::int8 END
 		FROM (SELECT pg_catalog.current_setting('@setting@', true)) AS fenceproxy_token(s))`
 
-	// The token for VALUES rows after the first: the first row's k has
-	// validated the setting before any row is built (rows are evaluated in
-	// order), and one subquery per row would make planning quadratic in the
-	// number of rows.
+	// The token where k has already validated the setting: in the row check
+	// and SET C of UPDATE and DELETE (whose one-time filter k IS NOT NULL runs
+	// before any row is read), in ON CONFLICT DO UPDATE (the inserted row,
+	// which carries k, is built first), and in VALUES rows after the first
+	// (rows are evaluated in order). It costs a setting lookup where another
+	// copy of k would be one more InitPlan to set up and run per execution,
+	// and, for VALUES, planning quadratic in the number of rows.
 	tmplLight = `SELECT pg_catalog.current_setting('@setting@')::int8`
 
-	// The row check: true when the row's token is not newer than k, else the
-	// 55F01 marker (which raises). fenceproxy_c is the row's token column. The
-	// ELSE arm runs only after the WHEN has evaluated k, so the setting holds
-	// a valid token there; it is read directly (leading zeros trimmed) rather
-	// than through a second copy of k, which keeps the statement short.
+	// The row check: true when the row's token is not newer than the
+	// session's (the light token), else the 55F01 marker (which raises).
+	// fenceproxy_c is the row's token column.
 	tmplCheck = `SELECT CASE WHEN COALESCE(fenceproxy_c, 0) <= fenceproxy_k THEN true
 		ELSE ('fenceproxy|55F01|' || fenceproxy_c::text || '|' || pg_catalog.ltrim(pg_catalog.current_setting('@setting@'), '0') || '|@table@|.')::int8 IS NULL END`
 
@@ -159,7 +166,7 @@ func columnRef(ref []string, col string) *pg.Node {
 
 // checkFor is the row check for the table referenced as ref.
 func (e *tableEntry) checkFor(ref []string) *pg.Node {
-	return substitute(e.check, map[string]*pg.Node{phCol: columnRef(ref, e.TokenColumn), phToken: e.token})
+	return substitute(e.check, map[string]*pg.Node{phCol: columnRef(ref, e.TokenColumn), phToken: e.light})
 }
 
 // guardFor is CASE WHEN cond THEN check ELSE false END, or the check alone

@@ -100,7 +100,8 @@ func (v verifier) check(m protoreflect.Message) error {
 	return nil
 }
 
-// assignsToken checks for exactly one SET C = k.
+// assignsToken checks for exactly one SET C = <the setting's value> (validated by k before any row is
+// written: the one-time filter of UPDATE, the inserted row of ON CONFLICT).
 func assignsToken(e *tableEntry, targets []*pg.Node) error {
 	n := 0
 	for _, t := range targets {
@@ -109,7 +110,7 @@ func assignsToken(e *tableEntry, targets []*pg.Node) error {
 			continue
 		}
 		n++
-		if len(rt.Indirection) != 0 || !sameTree(rt.Val, e.token) {
+		if len(rt.Indirection) != 0 || !sameTree(rt.Val, e.light) {
 			return fmt.Errorf("%s is assigned something other than the session token", e.TokenColumn)
 		}
 	}

@@ -36,6 +36,8 @@ type Proxy struct {
 type Options struct {
 	// YAML is appended to the generated configuration (listen and upstream.address are set for you).
 	YAML string
+	// Upstream is YAML for more keys under upstream:, indented by two spaces (e.g. "  reuse:\n    max_idle: 0\n").
+	Upstream string
 	// Verifier, when set, is used as the forged-token defence.
 	Verifier proxy.TokenVerifier
 	// NoPlanner relays without fencing.
@@ -49,7 +51,7 @@ func Start(t testing.TB, upstream string, o Options) *Proxy {
 	if err != nil {
 		t.Fatal(err)
 	}
-	yaml := fmt.Sprintf("listen: %s\nupstream:\n  address: %s\n%s", ln.Addr(), upstream, o.YAML)
+	yaml := fmt.Sprintf("listen: %s\nupstream:\n  address: %s\n%s%s", ln.Addr(), upstream, o.Upstream, o.YAML)
 	cfg, err := config.Parse("test.yaml", []byte(yaml))
 	if err != nil {
 		ln.Close()

@@ -4,4 +4,4 @@ UPDATE accounts SET balance = 0 WHERE id = 1 OR id = 2
 -- output:
 -- action: rewrite
 -- tables: accounts
-UPDATE accounts SET balance = 0, fence_token = {{k accounts}} WHERE (id = 1 OR id = 2) AND CASE WHEN id = 1 OR id = 2 THEN CASE WHEN COALESCE(accounts.fence_token, 0) <= {{k accounts}} THEN true ELSE (((('fenceproxy|55F01|' || accounts.fence_token::text) || '|') || pg_catalog.ltrim(pg_catalog.current_setting('fence.token'), '0')) || '|accounts|.')::int8 IS NULL END ELSE false END AND {{k accounts}} IS NOT NULL
+UPDATE accounts SET balance = 0, fence_token = {{light accounts}} WHERE (id = 1 OR id = 2) AND CASE WHEN id = 1 OR id = 2 THEN CASE WHEN COALESCE(accounts.fence_token, 0) <= {{light accounts}} THEN true ELSE (((('fenceproxy|55F01|' || accounts.fence_token::text) || '|') || pg_catalog.ltrim(pg_catalog.current_setting('fence.token'), '0')) || '|accounts|.')::int8 IS NULL END ELSE false END AND {{k accounts}} IS NOT NULL

@@ -1,0 +1,307 @@
+package proxy
+
+import (
+	"bufio"
+	"crypto/rand"
+	"crypto/tls"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"net"
+	"slices"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Upstream connection reuse (upstream.reuse), pgbouncer's session pooling made safe for a proxy that relays
+// authentication instead of doing it.
+//
+// A PostgreSQL backend that has served a while is much cheaper than a new one: a new backend process faults in
+// every shared-buffer page it touches and fills its catalog caches from scratch, which on a small machine costs
+// a third of the throughput of a read-only benchmark. So when a session ends cleanly (the client sent Terminate
+// while idle: no transaction block, nothing pending), the proxy keeps its upstream connection, resets it with
+// DISCARD ALL, and gives it to the next client whose StartupMessage is byte for byte the same.
+//
+// Only connections whose authentication asked for nothing are kept: the server answered the StartupMessage with
+// AuthenticationOk straight away (trust, or ident/cert decided on the proxy's own identity). PostgreSQL would
+// let the next client with the same startup in the same way, so answering it from a kept connection skips no
+// check. A session that had to prove a password never gives its connection to anyone.
+//
+// The client of a reused connection sees what a new connection shows: AuthenticationOk, the server's current
+// ParameterStatus values (after the reset), BackendKeyData and ReadyForQuery. The PID in BackendKeyData is the
+// backend's own, so pg_backend_pid() and notifications agree with it; the secret key is the proxy's, drawn for
+// each session and checked by the proxy on CancelRequest, so an earlier client of the same backend cannot cancel
+// a later client's query.
+
+// keptConn is an upstream connection kept for reuse.
+type keptConn struct {
+	conn      net.Conn
+	startup   string        // the startupKey of the StartupMessage it was opened with
+	params    []paramStatus // ParameterStatus values the server last reported
+	cancelKey []byte        // the backend's BackendKeyData body (PID, secret)
+	born      time.Time
+	since     time.Time // kept since
+}
+
+type paramStatus struct{ name, value string }
+
+// setParam records a ParameterStatus value.
+func setParam(ps []paramStatus, name, value string) []paramStatus {
+	for i := range ps {
+		if ps[i].name == name {
+			ps[i].value = value
+			return ps
+		}
+	}
+	return append(ps, paramStatus{name, value})
+}
+
+// upstreamPool holds kept connections, oldest first.
+type upstreamPool struct {
+	max         int
+	idleTimeout time.Duration
+	lifetime    time.Duration
+	metrics     *Metrics
+
+	mu     sync.Mutex
+	idle   []*keptConn
+	closed bool
+}
+
+func newUpstreamPool(max int, idleTimeout, lifetime time.Duration, m *Metrics) *upstreamPool {
+	if max <= 0 {
+		return nil
+	}
+	return &upstreamPool{max: max, idleTimeout: idleTimeout, lifetime: lifetime, metrics: m}
+}
+
+// startupKey identifies what a StartupMessage asks for: the protocol version and the parameters, in a fixed
+// order (drivers such as pgx send them in map order, which changes from one connection to the next).
+func startupKey(version []byte, params map[string]string) string {
+	names := slices.Sorted(maps.Keys(params))
+	b := append([]byte(nil), version...)
+	for _, n := range names {
+		b = append(append(append(append(b, n...), 0), params[n]...), 0)
+	}
+	return string(b)
+}
+
+// get takes the newest kept connection opened with startup (a startupKey) that is still usable, or returns nil.
+func (p *upstreamPool) get(startup string) *keptConn {
+	if p == nil {
+		return nil
+	}
+	for {
+		var kc *keptConn
+		p.mu.Lock()
+		for i := len(p.idle) - 1; i >= 0; i-- {
+			if p.idle[i].startup == startup {
+				kc = p.idle[i]
+				p.idle = append(p.idle[:i], p.idle[i+1:]...)
+				break
+			}
+		}
+		p.metrics.upstreamIdle(len(p.idle))
+		p.mu.Unlock()
+		if kc == nil {
+			return nil
+		}
+		now := time.Now()
+		if now.Sub(kc.since) < p.idleTimeout && now.Sub(kc.born) < p.lifetime && quiet(kc.conn) {
+			return kc
+		}
+		// Expired, or the server closed it or said something (a FATAL before closing) while it was idle.
+		kc.conn.Close()
+	}
+}
+
+// put keeps kc, evicting the oldest kept connection when full. It closes kc when the pool is closed.
+func (p *upstreamPool) put(kc *keptConn) {
+	kc.since = time.Now()
+	var evicted *keptConn
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		kc.conn.Close()
+		return
+	}
+	if len(p.idle) >= p.max {
+		evicted = p.idle[0]
+		p.idle = append(p.idle[:0], p.idle[1:]...)
+	}
+	p.idle = append(p.idle, kc)
+	p.metrics.upstreamIdle(len(p.idle))
+	p.mu.Unlock()
+	if evicted != nil {
+		evicted.conn.Close()
+	}
+	time.AfterFunc(p.idleTimeout, p.expire)
+}
+
+// expire closes the connections kept longer than the idle timeout.
+func (p *upstreamPool) expire() {
+	now := time.Now()
+	var old []*keptConn
+	p.mu.Lock()
+	kept := p.idle[:0]
+	for _, kc := range p.idle {
+		if now.Sub(kc.since) >= p.idleTimeout {
+			old = append(old, kc)
+		} else {
+			kept = append(kept, kc)
+		}
+	}
+	clear(p.idle[len(kept):])
+	p.idle = kept
+	p.metrics.upstreamIdle(len(p.idle))
+	p.mu.Unlock()
+	for _, kc := range old {
+		kc.conn.Close()
+	}
+}
+
+// close closes every kept connection and keeps no more.
+func (p *upstreamPool) close() {
+	if p == nil {
+		return
+	}
+	p.mu.Lock()
+	old := p.idle
+	p.idle, p.closed = nil, true
+	p.metrics.upstreamIdle(0)
+	p.mu.Unlock()
+	for _, kc := range old {
+		kc.conn.Close()
+	}
+}
+
+// quiet reports whether an idle connection is open and has nothing to read, without blocking.
+func quiet(c net.Conn) bool {
+	if tc, ok := c.(*tls.Conn); ok {
+		c = tc.NetConn()
+	}
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return false
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	ok = false
+	var b [1]byte
+	rc.Read(func(fd uintptr) bool {
+		_, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		ok = err == syscall.EAGAIN
+		return true // never wait
+	})
+	return ok
+}
+
+// mayKeep reports whether the session's upstream connection may be kept when the session ends now.
+func (ss *session) mayKeep() bool {
+	s := ss.srv
+	return s.pool != nil && ss.reusable && ss.idle() && !s.draining.Load() && !ss.upstreamGone.Load() &&
+		!ss.clientFatal.Load() && time.Since(ss.born) < s.pool.lifetime
+}
+
+// keep resets the upstream connection of an ended session and keeps it, or closes it if the reset fails.
+// Everything the server sent has been read and forwarded: the connection is at a message boundary.
+func (ss *session) keep(conn net.Conn) {
+	if err := ss.reset(conn); err != nil {
+		ss.log.Debug("upstream connection not kept", "err", err)
+		conn.Close()
+		return
+	}
+	ss.srv.pool.put(&keptConn{conn: conn, startup: ss.startup, params: ss.serverParams, cancelKey: ss.cancelKey, born: ss.born})
+}
+
+// reset runs DISCARD ALL, which ends everything a session can leave behind (settings, prepared statements,
+// portals, temporary tables, LISTEN, advisory locks, sequences' state, cached plans), and notes the
+// ParameterStatus values it changes back.
+func (ss *session) reset(conn net.Conn) error {
+	conn.SetDeadline(time.Now().Add(2 * time.Second))
+	q := appendMessage(nil, 'Q', []byte("DISCARD ALL\x00"))
+	if _, err := conn.Write(q); err != nil {
+		return fmt.Errorf("send DISCARD ALL: %w", err)
+	}
+	r := bufio.NewReaderSize(conn, 512)
+	var hdr [5]byte
+	for {
+		if _, err := io.ReadFull(r, hdr[:]); err != nil {
+			return fmt.Errorf("read DISCARD ALL answer: %w", err)
+		}
+		n := int(binary.BigEndian.Uint32(hdr[1:])) - 4
+		if n < 0 || n > 1<<20 {
+			return fmt.Errorf("DISCARD ALL answer: message %q of length %d", hdr[0], n+4)
+		}
+		body := make([]byte, n)
+		if _, err := io.ReadFull(r, body); err != nil {
+			return fmt.Errorf("read DISCARD ALL answer: %w", err)
+		}
+		switch hdr[0] {
+		case 'C', 'N', 'A': // CommandComplete; a notice; a notification sent before UNLISTEN
+		case 'S':
+			name, rest, ok := cutNul(body)
+			value, _, ok2 := cutNul(rest)
+			if !ok || !ok2 {
+				return errors.New("DISCARD ALL answer: malformed ParameterStatus")
+			}
+			ss.serverParams = setParam(ss.serverParams, string(name), string(value))
+		case 'Z':
+			if n != 1 || body[0] != 'I' {
+				return fmt.Errorf("DISCARD ALL answer: ReadyForQuery %q", body)
+			}
+			if r.Buffered() > 0 {
+				return errors.New("DISCARD ALL answer: more data after ReadyForQuery")
+			}
+			conn.SetDeadline(time.Time{})
+			return nil
+		default:
+			return fmt.Errorf("DISCARD ALL answer: unexpected message %q", hdr[0])
+		}
+	}
+}
+
+// resume starts the session on a kept connection, answering the client's startup as the server did.
+func (ss *session) resume(kc *keptConn) error {
+	ss.upstream = kc.conn
+	ss.born = kc.born
+	ss.reusable = true
+	ss.serverParams = kc.params
+	ss.cancelKey = kc.cancelKey
+	ss.newClientKey()
+	ss.srv.registerPID(ss, binary.BigEndian.Uint32(kc.cancelKey))
+	ss.sw = bufio.NewWriterSize(kc.conn, writeBufferSize)
+	ss.sr = msgReader{r: bufio.NewReaderSize(kc.conn, readBufferSize), conn: kc.conn}
+
+	b := appendMessage(ss.sout[:0], 'R', []byte{0, 0, 0, 0}) // AuthenticationOk
+	for _, p := range kc.params {
+		b = appendMessage(b, 'S', []byte(p.name), []byte{0}, []byte(p.value), []byte{0})
+	}
+	b = appendMessage(b, 'K', ss.clientKey)
+	b = appendMessage(b, 'Z', []byte{'I'})
+	ss.sout = b
+	if _, err := ss.cw.Write(b); err != nil {
+		return err
+	}
+	if err := ss.cw.Flush(); err != nil {
+		return err
+	}
+	ss.client.SetDeadline(time.Time{})
+	ss.txIdle.Store(true)
+	ss.ready.Store(true)
+	return nil
+}
+
+// newClientKey draws the BackendKeyData the client sees: the backend's PID and a secret of the proxy's own, as
+// long as the backend's.
+func (ss *session) newClientKey() {
+	k := make([]byte, len(ss.cancelKey))
+	copy(k, ss.cancelKey[:4])
+	rand.Read(k[4:])
+	ss.clientKey = k
+}
