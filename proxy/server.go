@@ -1,13 +1,15 @@
 // Package proxy implements fenceproxy's PostgreSQL wire-protocol relay.
 //
-// Each client session gets its own upstream connection. Two goroutines relay it, one per direction. Messages
+// Each client session gets its own upstream connection: a new one, or one kept from a finished session with the
+// same startup parameters whose authentication asked for nothing (reuse.go). Two goroutines relay it, one per
+// direction, until it moves to the event loop (evloop_linux.go). Messages
 // the proxy has no reason to read are framed (type and length) and streamed as bytes; the proxy decodes only:
 //
 //   - client to server: Query and Parse, whose SQL may be rewritten or refused by the Planner (the seam where
 //     fencing happens), and the startup packets;
 //   - server to client: ErrorResponse (to turn fencing markers into fenceproxy's SQLSTATEs), the authentication
-//     request that lists SASL mechanisms, BackendKeyData (to route cancel requests) and ReadyForQuery (to know
-//     when a session is idle).
+//     request that lists SASL mechanisms, BackendKeyData (to route cancel requests with the proxy's own keys),
+//     ParameterStatus (to show a reused connection's values) and ReadyForQuery (to know when a session is idle).
 //
 // Safe points: a session is idle, and may be closed by a drain, only after the server sent ReadyForQuery with
 // status 'I' and every Query, Sync and FunctionCall the client sent has been answered by one.

@@ -25,10 +25,18 @@ func TestPostgresRestartMidTransaction(t *testing.T) {
 	t.Parallel()
 	cl := pgtest.MustStart(t, pgtest.Options{})
 	table := fencedTable(t, cl, 1)
-	p := startProxyProc(t, proxyConfig{Upstream: cl.Addr(), Tables: []string{table}})
+	p := startProxyProc(t, proxyConfig{Upstream: cl.Addr(), Tables: []string{table}, Reuse: true})
 	dsn := func(app string) string { return dsnApp(proxyDSN(p.Addr), app) }
 	ctx := ctxFor(t, 90*time.Second)
 	h := &History{}
+
+	// A session that ends cleanly leaves its upstream connection kept for reuse; the restart kills it while
+	// it is idle, and the session after the restart must not be handed the dead connection.
+	kept := connect(t, dsn("faults-pgrestart-kept"))
+	if err := kept.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the closed session's upstream connection kept for reuse", func() bool { return backends(t, cl, "faults-pgrestart-kept") == 1 })
 
 	idle := connect(t, dsn("faults-pgrestart-idle"))
 	conn := connect(t, dsn("faults-pgrestart"))
@@ -63,7 +71,7 @@ func TestPostgresRestartMidTransaction(t *testing.T) {
 		t.Fatalf("idle session across a restart: %v (timed out: %v)", err, timedOut)
 	}
 
-	fresh := connect(t, dsn("faults-pgrestart"))
+	fresh := connect(t, dsn("faults-pgrestart-kept"))
 	if err := tokens.SetToken(ctx, fresh, 10, ""); err != nil {
 		t.Fatal(err)
 	}
