@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"crypto/tls"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -208,10 +207,18 @@ func (ss *session) mayKeep() bool {
 		!ss.clientFatal.Load() && time.Since(ss.born) < s.pool.lifetime
 }
 
+// keptAppName is the application_name a kept connection shows in pg_stat_activity while it waits: operators
+// (and tools that look for their own sessions by name) can tell it from a client's session.
+const keptAppName = "fenceproxy: kept for reuse"
+
 // keep resets the upstream connection of an ended session and keeps it, or closes it if the reset fails.
 // Everything the server sent has been read and forwarded: the connection is at a message boundary.
+//
+// DISCARD ALL ends everything a session can leave behind (settings, prepared statements, portals, temporary
+// tables, LISTEN, advisory locks, sequences' state, cached plans). It must be a Query of its own: PostgreSQL
+// refuses it inside the implicit transaction of a multi-statement Query.
 func (ss *session) keep(conn net.Conn) {
-	if err := ss.reset(conn); err != nil {
+	if err := ss.upstreamQueries(conn, "DISCARD ALL", "SET application_name = '"+keptAppName+"'"); err != nil {
 		ss.log.Debug("upstream connection not kept", "err", err)
 		conn.Close()
 		return
@@ -219,28 +226,31 @@ func (ss *session) keep(conn net.Conn) {
 	ss.srv.pool.put(&keptConn{conn: conn, startup: ss.startup, params: ss.serverParams, cancelKey: ss.cancelKey, born: ss.born})
 }
 
-// reset runs DISCARD ALL, which ends everything a session can leave behind (settings, prepared statements,
-// portals, temporary tables, LISTEN, advisory locks, sequences' state, cached plans), and notes the
-// ParameterStatus values it changes back.
-func (ss *session) reset(conn net.Conn) error {
+// upstreamQueries runs the proxy's own statements, each as a Query, on an idle upstream connection, noting the
+// ParameterStatus values they change. It fails unless each succeeds and the session ends idle with nothing
+// more to read.
+func (ss *session) upstreamQueries(conn net.Conn, queries ...string) error {
 	conn.SetDeadline(time.Now().Add(2 * time.Second))
-	q := appendMessage(nil, 'Q', []byte("DISCARD ALL\x00"))
+	var q []byte
+	for _, sql := range queries {
+		q = appendMessage(q, 'Q', []byte(sql), []byte{0})
+	}
 	if _, err := conn.Write(q); err != nil {
-		return fmt.Errorf("send DISCARD ALL: %w", err)
+		return fmt.Errorf("send %q: %w", queries, err)
 	}
 	r := bufio.NewReaderSize(conn, 512)
 	var hdr [5]byte
-	for {
+	for ready := 0; ready < len(queries); {
 		if _, err := io.ReadFull(r, hdr[:]); err != nil {
-			return fmt.Errorf("read DISCARD ALL answer: %w", err)
+			return fmt.Errorf("read the answer to %q: %w", queries, err)
 		}
 		n := int(binary.BigEndian.Uint32(hdr[1:])) - 4
 		if n < 0 || n > 1<<20 {
-			return fmt.Errorf("DISCARD ALL answer: message %q of length %d", hdr[0], n+4)
+			return fmt.Errorf("answer to %q: message %q of length %d", queries, hdr[0], n+4)
 		}
 		body := make([]byte, n)
 		if _, err := io.ReadFull(r, body); err != nil {
-			return fmt.Errorf("read DISCARD ALL answer: %w", err)
+			return fmt.Errorf("read the answer to %q: %w", queries, err)
 		}
 		switch hdr[0] {
 		case 'C', 'N', 'A': // CommandComplete; a notice; a notification sent before UNLISTEN
@@ -248,30 +258,39 @@ func (ss *session) reset(conn net.Conn) error {
 			name, rest, ok := cutNul(body)
 			value, _, ok2 := cutNul(rest)
 			if !ok || !ok2 {
-				return errors.New("DISCARD ALL answer: malformed ParameterStatus")
+				return fmt.Errorf("answer to %q: malformed ParameterStatus", queries)
 			}
 			ss.serverParams = setParam(ss.serverParams, string(name), string(value))
 		case 'Z':
 			if n != 1 || body[0] != 'I' {
-				return fmt.Errorf("DISCARD ALL answer: ReadyForQuery %q", body)
+				return fmt.Errorf("answer to %q: ReadyForQuery %q", queries, body)
 			}
-			if r.Buffered() > 0 {
-				return errors.New("DISCARD ALL answer: more data after ReadyForQuery")
-			}
-			conn.SetDeadline(time.Time{})
-			return nil
+			ready++
 		default:
-			return fmt.Errorf("DISCARD ALL answer: unexpected message %q", hdr[0])
+			return fmt.Errorf("answer to %q: unexpected message %q", queries, hdr[0])
 		}
 	}
+	if r.Buffered() > 0 {
+		return fmt.Errorf("answer to %q: more data after ReadyForQuery", queries)
+	}
+	conn.SetDeadline(time.Time{})
+	return nil
 }
 
 // resume starts the session on a kept connection, answering the client's startup as the server did.
-func (ss *session) resume(kc *keptConn) error {
+// It reports false, having told the client nothing, when the kept connection turns out to be unusable.
+func (ss *session) resume(kc *keptConn) (bool, error) {
+	// Back to this session's own application_name (the startup's, which is the one RESET restores).
+	ss.serverParams = kc.params
+	if err := ss.upstreamQueries(kc.conn, "RESET application_name"); err != nil {
+		ss.log.Debug("kept upstream connection unusable", "err", err)
+		kc.conn.Close()
+		ss.serverParams = nil
+		return false, nil
+	}
 	ss.upstream = kc.conn
 	ss.born = kc.born
 	ss.reusable = true
-	ss.serverParams = kc.params
 	ss.cancelKey = kc.cancelKey
 	ss.newClientKey()
 	ss.srv.registerPID(ss, binary.BigEndian.Uint32(kc.cancelKey))
@@ -279,22 +298,22 @@ func (ss *session) resume(kc *keptConn) error {
 	ss.sr = msgReader{r: bufio.NewReaderSize(kc.conn, readBufferSize), conn: kc.conn}
 
 	b := appendMessage(ss.sout[:0], 'R', []byte{0, 0, 0, 0}) // AuthenticationOk
-	for _, p := range kc.params {
+	for _, p := range ss.serverParams {
 		b = appendMessage(b, 'S', []byte(p.name), []byte{0}, []byte(p.value), []byte{0})
 	}
 	b = appendMessage(b, 'K', ss.clientKey)
 	b = appendMessage(b, 'Z', []byte{'I'})
 	ss.sout = b
 	if _, err := ss.cw.Write(b); err != nil {
-		return err
+		return true, err
 	}
 	if err := ss.cw.Flush(); err != nil {
-		return err
+		return true, err
 	}
 	ss.client.SetDeadline(time.Time{})
 	ss.txIdle.Store(true)
 	ss.ready.Store(true)
-	return nil
+	return true, nil
 }
 
 // newClientKey draws the BackendKeyData the client sees: the backend's PID and a secret of the proxy's own, as

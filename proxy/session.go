@@ -123,8 +123,13 @@ func (s *Server) handle(raw net.Conn, over bool) {
 	}
 
 	ss.startup = startupKey(startup[:4], ss.params)
-	if kc := s.pool.get(ss.startup); kc != nil {
-		if err := ss.resume(kc); err != nil {
+	for kc := s.pool.get(ss.startup); kc != nil; kc = s.pool.get(ss.startup) {
+		resumed, err := ss.resume(kc)
+		if !resumed {
+			continue // that one was dead: try another, or a new connection
+		}
+		if err != nil {
+			s.unregister(ss) // the client went away
 			kc.conn.Close()
 			return
 		}

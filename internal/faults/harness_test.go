@@ -23,15 +23,16 @@ type proxyConfig struct {
 	Etcd     []string // token.verify.etcd.endpoints; nil: no verification
 	FailOpen bool     // token.verify.etcd.fail_open
 	Extra    string   // more YAML, appended
-	// Reuse keeps upstream.reuse on. Off by default here: the leak checks count backends, and a connection
-	// kept for reuse is a backend on purpose.
-	Reuse bool
+	// NoReuse turns upstream.reuse off (it is on by default, as in production; kept connections show the
+	// application_name "fenceproxy: kept for reuse", so the leak checks, which count backends by
+	// application_name, do not see them).
+	NoReuse bool
 }
 
 func (c proxyConfig) yaml(listen string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "listen: %s\nupstream:\n  address: %s\n  connect_timeout: 5s\n", listen, c.Upstream)
-	if !c.Reuse {
+	if c.NoReuse {
 		b.WriteString("  reuse:\n    max_idle: 0\n")
 	}
 	if len(c.Tables) > 0 {

@@ -25,7 +25,7 @@ func TestPostgresRestartMidTransaction(t *testing.T) {
 	t.Parallel()
 	cl := pgtest.MustStart(t, pgtest.Options{})
 	table := fencedTable(t, cl, 1)
-	p := startProxyProc(t, proxyConfig{Upstream: cl.Addr(), Tables: []string{table}, Reuse: true})
+	p := startProxyProc(t, proxyConfig{Upstream: cl.Addr(), Tables: []string{table}})
 	dsn := func(app string) string { return dsnApp(proxyDSN(p.Addr), app) }
 	ctx := ctxFor(t, 90*time.Second)
 	h := &History{}
@@ -36,7 +36,7 @@ func TestPostgresRestartMidTransaction(t *testing.T) {
 	if err := kept.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "the closed session's upstream connection kept for reuse", func() bool { return backends(t, cl, "faults-pgrestart-kept") == 1 })
+	waitFor(t, 10*time.Second, "the closed session's upstream connection kept for reuse", func() bool { return backends(t, cl, "fenceproxy: kept for reuse") == 1 })
 
 	idle := connect(t, dsn("faults-pgrestart-idle"))
 	conn := connect(t, dsn("faults-pgrestart"))
