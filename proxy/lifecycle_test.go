@@ -63,6 +63,28 @@ func rawStartup(t *testing.T, addr string, version uint32, params map[string]str
 	}
 }
 
+// rawBackendPID asks a raw session for its backend PID and reads up to the ReadyForQuery.
+func rawBackendPID(t *testing.T, fe *pgproto3.Frontend) uint32 {
+	t.Helper()
+	fe.Send(&pgproto3.Query{String: "SELECT pg_backend_pid()"})
+	if err := fe.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	var pid uint32
+	for {
+		m, err := fe.Receive()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if dr, ok := m.(*pgproto3.DataRow); ok {
+			fmt.Sscan(string(dr.Values[0]), &pid)
+		}
+		if _, ok := m.(*pgproto3.ReadyForQuery); ok {
+			return pid
+		}
+	}
+}
+
 // copyMsg keeps a message past the next Receive for the few types the tests inspect.
 func copyMsg(m pgproto3.BackendMessage) pgproto3.BackendMessage {
 	switch v := m.(type) {
@@ -249,21 +271,7 @@ func TestClientVanishingCancelsItsQuery(t *testing.T) {
 	p := startProxy(t, proxytest.Options{})
 	d := direct(t)
 	conn, fe, _ := rawStartup(t, p.Addr, pgproto3.ProtocolVersionNumber, nil)
-	fe.Send(&pgproto3.Query{String: "SELECT pg_backend_pid(), pg_sleep(0)"})
-	fe.Flush()
-	var pid uint32
-	for {
-		m, err := fe.Receive()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if dr, ok := m.(*pgproto3.DataRow); ok {
-			fmt.Sscan(string(dr.Values[0]), &pid)
-		}
-		if _, ok := m.(*pgproto3.ReadyForQuery); ok {
-			break
-		}
-	}
+	pid := rawBackendPID(t, fe)
 	fe.Send(&pgproto3.Query{String: "SELECT pg_sleep(60)"})
 	fe.Flush()
 	eventually(t, 10*time.Second, "the query to run", func() bool { return backendState(t, d, pid) == "active" })

@@ -110,6 +110,16 @@ func pidOf(t *testing.T, c *pgx.Conn) uint32 {
 	return pid
 }
 
+// wantNewBackend connects once more and checks that the session did not get backend old.
+func wantNewBackend(t *testing.T, p *proxytest.Proxy, dsn string, old uint32, what string) {
+	t.Helper()
+	b := connect(t, dsn)
+	if pid := pidOf(t, b); pid == old {
+		t.Fatalf("the next session got %s (%d)", what, pid)
+	}
+	wantMetric(t, p, metricReused, 0)
+}
+
 func closeConn(t *testing.T, c *pgx.Conn) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -391,21 +401,7 @@ func TestNoReuseWhenClientLeavesInTransaction(t *testing.T) {
 
 	// Terminate sent right behind a query, before its result.
 	conn, fe, _ := rawStartup(t, p.Addr, pgproto3.ProtocolVersionNumber, map[string]string{"application_name": app + "-midquery"})
-	var pidM uint32
-	fe.Send(&pgproto3.Query{String: "SELECT pg_backend_pid()"})
-	fe.Flush()
-	for {
-		m, err := fe.Receive()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if dr, ok := m.(*pgproto3.DataRow); ok {
-			fmt.Sscan(string(dr.Values[0]), &pidM)
-		}
-		if _, ok := m.(*pgproto3.ReadyForQuery); ok {
-			break
-		}
-	}
+	pidM := rawBackendPID(t, fe)
 	fe.Send(&pgproto3.Query{String: "SELECT pg_sleep(2)"})
 	fe.Send(&pgproto3.Terminate{})
 	if err := fe.Flush(); err != nil {
@@ -562,11 +558,7 @@ func TestReuseIdleTimeout(t *testing.T) {
 	}
 	waitIdle(t, p, 0)
 
-	b := connect(t, dsn)
-	if pid := pidOf(t, b); pid == pidA {
-		t.Fatalf("B got the timed-out backend %d", pid)
-	}
-	wantMetric(t, p, metricReused, 0)
+	wantNewBackend(t, p, dsn, pidA, "the timed-out backend")
 }
 
 func TestReuseMaxLifetime(t *testing.T) {
@@ -582,11 +574,7 @@ func TestReuseMaxLifetime(t *testing.T) {
 	waitBackendGone(t, d, pidA, "older than max_lifetime 300ms")
 	wantMetric(t, p, metricIdle, 0)
 
-	b := connect(t, dsn)
-	if pid := pidOf(t, b); pid == pidA {
-		t.Fatalf("B got backend %d, older than max_lifetime", pid)
-	}
-	wantMetric(t, p, metricReused, 0)
+	wantNewBackend(t, p, dsn, pidA, "a backend older than max_lifetime")
 }
 
 func TestReuseOff(t *testing.T) {
@@ -599,11 +587,7 @@ func TestReuseOff(t *testing.T) {
 	closeConn(t, a)
 	waitBackendGone(t, d, pidA, "reuse off (max_idle 0)")
 
-	b := connect(t, dsn)
-	if pid := pidOf(t, b); pid == pidA {
-		t.Fatalf("B got backend %d with reuse off", pid)
-	}
-	wantMetric(t, p, metricReused, 0)
+	wantNewBackend(t, p, dsn, pidA, "a backend with reuse off")
 	wantMetric(t, p, metricIdle, 0)
 }
 
