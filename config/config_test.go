@@ -62,6 +62,19 @@ func TestDefaults(t *testing.T) {
 	if cfg.Listen != DefaultListen || cfg.Token.Setting != "fence.token" || cfg.Upstream.TLS.Mode != "disable" || cfg.Metrics.Listen != "" {
 		t.Errorf("defaults not applied: %+v", cfg)
 	}
+	if r := cfg.Upstream.Reuse; r.Idle() != DefaultReuseMaxIdle || r.IdleTimeout != DefaultReuseIdleTimeout || r.MaxLifetime != DefaultReuseMaxLifetime {
+		t.Errorf("upstream.reuse defaults not applied: max_idle %d, %+v", r.Idle(), r)
+	}
+}
+
+func TestReuseSettings(t *testing.T) {
+	cfg, err := Parse("c.yaml", []byte("upstream:\n  address: a:1\n  reuse:\n    max_idle: 0\n    idle_timeout: 5s\n    max_lifetime: 10m\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := cfg.Upstream.Reuse; r.Idle() != 0 || r.IdleTimeout != 5*time.Second || r.MaxLifetime != 10*time.Minute {
+		t.Errorf("max_idle: 0 must turn reuse off and keep the other values: max_idle %d, %+v", r.Idle(), r)
+	}
 }
 
 func TestErrorsNameFileLineAndKey(t *testing.T) {
@@ -80,6 +93,9 @@ func TestErrorsNameFileLineAndKey(t *testing.T) {
 		{"verify-full without CA", "upstream:\n  address: a:1\n  tls:\n    mode: verify-full\n", `upstream.tls.ca_file: required`},
 		{"wrong shape", "upstream: 5\n", `c.yaml:1: upstream: expected a mapping`},
 		{"not yaml", "upstream: [\n", `c.yaml: `},
+		{"negative max_idle", "upstream:\n  address: a:1\n  reuse:\n    max_idle: -1\n", `c.yaml:4: upstream.reuse.max_idle: must be 0 (off) or more`},
+		{"negative idle_timeout", "upstream:\n  address: a:1\n  reuse:\n    idle_timeout: -1s\n", `c.yaml:4: upstream.reuse.idle_timeout: must be positive`},
+		{"unknown reuse key", "upstream:\n  address: a:1\n  reuse:\n    pool_size: 3\n", `c.yaml:4: unknown key "upstream.reuse.pool_size"`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
