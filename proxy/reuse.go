@@ -288,6 +288,7 @@ func (ss *session) resume(kc *keptConn) (bool, error) {
 		ss.serverParams = nil
 		return false, nil
 	}
+	ss.srv.metrics.upstreamReused() // before the client can see the session start
 	ss.upstream = kc.conn
 	ss.born = kc.born
 	ss.reusable = true

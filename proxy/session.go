@@ -133,7 +133,6 @@ func (s *Server) handle(raw net.Conn, over bool) {
 			kc.conn.Close()
 			return
 		}
-		s.metrics.upstreamReused()
 		s.register(ss)
 		defer s.unregister(ss)
 		s.metrics.sessionStarted()

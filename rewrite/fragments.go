@@ -19,8 +19,11 @@ import (
 // translated by the proxy (see DecodeMarker):
 //
 //	fenceproxy|55F01|<row token>|<session token>|<table>|.
-//	fenceproxy|55F02|<setting>||<table>|.
 //	fenceproxy|55F03|<setting>|<hex of the setting's value>|<table>|.
+//
+// A 55F03 marker with an empty value is a missing token (55F02): one marker
+// for both keeps the token check, which PostgreSQL sets up at every
+// execution, small.
 //
 // Each marker has a part that is not a constant (a column or the setting's
 // value): PostgreSQL folds constant casts even in CASE arms that are never
@@ -38,8 +41,7 @@ const (
 		WHEN pg_catalog.ltrim(s, '0123456789') = '' AND pg_catalog.ltrim(s, '0') <> ''
 			AND (pg_catalog.length(s) < 19 OR (pg_catalog.length(s) = 19 AND s COLLATE "C" <= '9223372036854775807'))
 			THEN s::int8
-		ELSE ('fenceproxy|' || CASE WHEN COALESCE(s, '') = '' THEN '55F02|@setting@|'
-			ELSE '55F03|@setting@|' || pg_catalog.encode(pg_catalog.convert_to(s, 'UTF8'), 'hex') END || '|@table@|.')::int8 END
+		ELSE ('fenceproxy|55F03|@setting@|' || pg_catalog.encode(pg_catalog.convert_to(COALESCE(s, ''), 'UTF8'), 'hex') || '|@table@|.')::int8 END
 		FROM (SELECT pg_catalog.current_setting('@setting@', true)) AS fenceproxy_token(s))`
 
 	// The token where k has already validated the setting: in the row check

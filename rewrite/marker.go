@@ -55,6 +55,10 @@ func DecodeMarker(msg string) (m Marker, ok bool) {
 			return Marker{}, false
 		}
 		m.Setting, m.Token = parts[1], string(v)
+		if len(v) == 0 {
+			// The setting is unset or empty: a missing token (fragments.go).
+			m.Code, m.Token = CodeMissing, ""
+		}
 	default:
 		return Marker{}, false
 	}

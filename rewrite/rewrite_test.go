@@ -196,6 +196,9 @@ func TestMarkerRoundTrip(t *testing.T) {
 			Marker{Code: CodeMissing, Table: "accounts", Setting: "fence.token"}},
 		{`invalid input syntax for type bigint: "fenceproxy|55F03|fence.token|617c622263|accounts|."`,
 			Marker{Code: CodeInvalid, Table: "accounts", Setting: "fence.token", Token: `a|b"c`}},
+		// What the token check raises for an unset or empty setting.
+		{`invalid input syntax for type bigint: "fenceproxy|55F03|fence.token||accounts|."`,
+			Marker{Code: CodeMissing, Table: "accounts", Setting: "fence.token"}},
 		// Another language, and a table name with the separator in it.
 		{`ungültige Eingabesyntax für Typ bigint: »fenceproxy|55F01|9|8|we|ird|.«`,
 			Marker{Code: CodeStale, Table: "we|ird", RowToken: "9", Token: "8"}},
@@ -242,7 +245,7 @@ func TestMarkerTemplates(t *testing.T) {
 	for _, e := range r.tables {
 		sql := deparseExpr(t, e.token) + deparseExpr(t, e.checkFor([]string{"x"}))
 		for _, want := range []string{
-			"'fenceproxy|'", "'55F02|fence.token|'", "'55F03|fence.token|'", "'fenceproxy|55F01|'",
+			"'fenceproxy|55F03|fence.token|'", "COALESCE(s, '')", "'fenceproxy|55F01|'",
 			"'|" + e.label + "|.'",
 		} {
 			if !strings.Contains(sql, want) {
@@ -252,6 +255,7 @@ func TestMarkerTemplates(t *testing.T) {
 		for _, m := range []string{
 			"fenceproxy|55F01|12|3|" + e.label + "|.",
 			"fenceproxy|55F02|fence.token||" + e.label + "|.",
+			"fenceproxy|55F03|fence.token||" + e.label + "|.",
 			"fenceproxy|55F03|fence.token|2d31|" + e.label + "|.",
 		} {
 			got, ok := DecodeMarker(`invalid input syntax for type bigint: "` + m + `"`)
