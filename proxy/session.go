@@ -133,11 +133,7 @@ func (s *Server) handle(raw net.Conn, over bool) {
 			kc.conn.Close()
 			return
 		}
-		s.register(ss)
-		defer s.unregister(ss)
-		s.metrics.sessionStarted()
-		defer s.metrics.sessionEnded()
-		ss.relay()
+		s.serveSession(ss)
 		return
 	}
 
@@ -165,7 +161,11 @@ func (s *Server) handle(raw net.Conn, over bool) {
 		up.Close()
 		return
 	}
+	s.serveSession(ss)
+}
 
+// serveSession relays a started session to its end, registered for cancel requests and drains.
+func (s *Server) serveSession(ss *session) {
 	s.register(ss)
 	defer s.unregister(ss)
 	s.metrics.sessionStarted()
