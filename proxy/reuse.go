@@ -203,7 +203,8 @@ func quiet(c net.Conn) bool {
 // mayKeep reports whether the session's upstream connection may be kept when the session ends now.
 func (ss *session) mayKeep() bool {
 	s := ss.srv
-	return s.pool != nil && ss.reusable && ss.idle() && !s.draining.Load() && !ss.upstreamGone.Load() &&
+	// idle() first: it loads ready, after which reusable (set before ready) may be read.
+	return s.pool != nil && ss.idle() && ss.reusable && !s.draining.Load() && !ss.upstreamGone.Load() &&
 		!ss.clientFatal.Load() && time.Since(ss.born) < s.pool.lifetime
 }
 

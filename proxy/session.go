@@ -615,8 +615,9 @@ func (ss *session) handleReady() (bool, error) {
 		// Startup and authentication are over: lift the startup deadlines.
 		ss.client.SetDeadline(time.Time{})
 		ss.upstream.SetDeadline(time.Time{})
-		ss.ready.Store(true)
+		// Before ready is published: mayKeep, on the other goroutine, reads reusable only after ready.
 		ss.reusable = ss.srv.pool != nil && !ss.authAsked
+		ss.ready.Store(true)
 		ss.wantLoop = ss.loopEligible()
 	} else if ss.pending.Add(-1) < 0 {
 		ss.pending.Store(0)
