@@ -99,7 +99,7 @@ func (p *upstreamPool) get(startup string) *keptConn {
 		for i := len(p.idle) - 1; i >= 0; i-- {
 			if p.idle[i].startup == startup {
 				kc = p.idle[i]
-				p.idle = append(p.idle[:i], p.idle[i+1:]...)
+				p.idle = slices.Delete(p.idle, i, i+1)
 				break
 			}
 		}
@@ -129,7 +129,7 @@ func (p *upstreamPool) put(kc *keptConn) {
 	}
 	if len(p.idle) >= p.max {
 		evicted = p.idle[0]
-		p.idle = append(p.idle[:0], p.idle[1:]...)
+		p.idle = slices.Delete(p.idle, 0, 1)
 	}
 	p.idle = append(p.idle, kc)
 	p.metrics.upstreamIdle(len(p.idle))
