@@ -6,7 +6,6 @@ import (
 	"crypto/tls"
 	"encoding/binary"
 	"fmt"
-	"io"
 	"maps"
 	"net"
 	"slices"
@@ -239,39 +238,32 @@ func (ss *session) upstreamQueries(conn net.Conn, queries ...string) error {
 	if _, err := conn.Write(q); err != nil {
 		return fmt.Errorf("send %q: %w", queries, err)
 	}
-	r := bufio.NewReaderSize(conn, 512)
-	var hdr [5]byte
+	r := msgReader{r: bufio.NewReaderSize(conn, 512), conn: conn, max: 1 << 20}
 	for ready := 0; ready < len(queries); {
-		if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		typ, _, err := r.next()
+		if err != nil {
 			return fmt.Errorf("read the answer to %q: %w", queries, err)
 		}
-		n := int(binary.BigEndian.Uint32(hdr[1:])) - 4
-		if n < 0 || n > 1<<20 {
-			return fmt.Errorf("answer to %q: message %q of length %d", queries, hdr[0], n+4)
-		}
-		body := make([]byte, n)
-		if _, err := io.ReadFull(r, body); err != nil {
+		body, err := r.body()
+		if err != nil {
 			return fmt.Errorf("read the answer to %q: %w", queries, err)
 		}
-		switch hdr[0] {
+		switch typ {
 		case 'C', 'N', 'A': // CommandComplete; a notice; a notification sent before UNLISTEN
 		case 'S':
-			name, rest, ok := cutNul(body)
-			value, _, ok2 := cutNul(rest)
-			if !ok || !ok2 {
+			if !ss.noteParam(body) {
 				return fmt.Errorf("answer to %q: malformed ParameterStatus", queries)
 			}
-			ss.serverParams = setParam(ss.serverParams, string(name), string(value))
 		case 'Z':
-			if n != 1 || body[0] != 'I' {
+			if len(body) != 1 || body[0] != 'I' {
 				return fmt.Errorf("answer to %q: ReadyForQuery %q", queries, body)
 			}
 			ready++
 		default:
-			return fmt.Errorf("answer to %q: unexpected message %q", queries, hdr[0])
+			return fmt.Errorf("answer to %q: unexpected message %q", queries, typ)
 		}
 	}
-	if r.Buffered() > 0 {
+	if r.r.Buffered() > 0 {
 		return fmt.Errorf("answer to %q: more data after ReadyForQuery", queries)
 	}
 	conn.SetDeadline(time.Time{})

@@ -662,20 +662,30 @@ func (ss *session) handleParameterStatus() error {
 	return ss.paramStatusOut(ss.cw, body)
 }
 
-// paramStatusOut writes the ParameterStatus whose body is given to w, noting application_name.
+// paramStatusOut writes the ParameterStatus whose body is given to w, noting its value.
 func (ss *session) paramStatusOut(w io.Writer, body []byte) error {
-	if k, rest, ok := cutNul(body); ok {
-		if v, _, ok := cutNul(rest); ok {
-			if string(k) == "application_name" {
-				app := string(v)
-				ss.appName.Store(&app)
-			}
-			ss.serverParams = setParam(ss.serverParams, string(k), string(v))
-		}
-	}
+	ss.noteParam(body)
 	ss.sout = appendMessage(ss.sout[:0], 'S', body)
 	_, err := w.Write(ss.sout)
 	return err
+}
+
+// noteParam records a ParameterStatus value (and application_name for the logs); false if body is malformed.
+func (ss *session) noteParam(body []byte) bool {
+	k, rest, ok := cutNul(body)
+	if !ok {
+		return false
+	}
+	v, _, ok := cutNul(rest)
+	if !ok {
+		return false
+	}
+	if string(k) == "application_name" {
+		app := string(v)
+		ss.appName.Store(&app)
+	}
+	ss.serverParams = setParam(ss.serverParams, string(k), string(v))
+	return true
 }
 
 // handleAuth forwards authentication requests. When the client reached the proxy over TLS, the proxy removes
