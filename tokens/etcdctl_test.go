@@ -120,7 +120,7 @@ func TestEtcdctlInterop(t *testing.T) {
 		t.Fatalf("TryAcquire while etcdctl holds the lock: %v, %v; want ErrLocked", l, err)
 	}
 	ours := acquireAsync(ctx, e.Client(), name, noPrefix)
-	waitFor(t, 5*time.Second, "our waiter queued", func() bool { return queueLen(t, admin, name) == 2 })
+	waitFor(t, 5*time.Second, "our waiter queued", func() bool { return etcdtest.QueueLen(t, admin, name) == 2 })
 	notYet(t, ours, "our lock")
 	if err := os.WriteFile(releaseFile, nil, 0o644); err != nil {
 		t.Fatal(err)
@@ -133,7 +133,7 @@ func TestEtcdctlInterop(t *testing.T) {
 
 	// We hold it: etcdctl waits, and gets it, with a higher revision, when we release.
 	waiter, lines := etcdctlLock(t, etcdctl, e, name, `echo "$ETCD_LOCK_REV"`)
-	waitFor(t, 10*time.Second, "etcdctl queued", func() bool { return queueLen(t, admin, name) == 2 })
+	waitFor(t, 10*time.Second, "etcdctl queued", func() bool { return etcdtest.QueueLen(t, admin, name) == 2 })
 	select {
 	case line := <-lines:
 		t.Fatalf("etcdctl got the lock while we held it: %q", line)

@@ -34,18 +34,6 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool)
 	}
 }
 
-// queueLen is the number of sessions holding or waiting for the lock whose key prefix is key.
-func queueLen(t *testing.T, c *clientv3.Client, key string) int64 {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	resp, err := c.Get(ctx, key+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.Count
-}
-
 type acquired struct {
 	lock *tokens.Lock
 	err  error
@@ -140,7 +128,7 @@ func TestTokensIncreaseAcrossHolders(t *testing.T) {
 	// b waits behind a, and gets the lock when a releases it.
 	bClient := e.Client()
 	bCh := acquireAsync(ctx, bClient, name, ttl)
-	waitFor(t, 5*time.Second, "b queued", func() bool { return queueLen(t, admin, key) == 2 })
+	waitFor(t, 5*time.Second, "b queued", func() bool { return etcdtest.QueueLen(t, admin, key) == 2 })
 	notYet(t, bCh, "b")
 	if err := a.Release(ctx); err != nil {
 		t.Fatalf("Release: %v", err)
@@ -160,7 +148,7 @@ func TestTokensIncreaseAcrossHolders(t *testing.T) {
 	// c waits behind b; b's process "dies" (its client closes, no keep-alive, no revoke): c gets the lock once
 	// b's lease expires.
 	cCh := acquireAsync(ctx, e.Client(), name, ttl)
-	waitFor(t, 5*time.Second, "c queued", func() bool { return queueLen(t, admin, key) == 2 })
+	waitFor(t, 5*time.Second, "c queued", func() bool { return etcdtest.QueueLen(t, admin, key) == 2 })
 	admin.Put(ctx, "unrelated", "2")
 	bClient.Close()
 	waitLost(t, b, 5*time.Second)
@@ -171,7 +159,7 @@ func TestTokensIncreaseAcrossHolders(t *testing.T) {
 
 	// d waits behind c; c's lease is revoked from another client: c learns it lost the lock, d gets it.
 	dCh := acquireAsync(ctx, e.Client(), name, ttl)
-	waitFor(t, 5*time.Second, "d queued", func() bool { return queueLen(t, admin, key) == 2 })
+	waitFor(t, 5*time.Second, "d queued", func() bool { return etcdtest.QueueLen(t, admin, key) == 2 })
 	notYet(t, dCh, "d")
 	if _, err := admin.Revoke(ctx, c.Lease()); err != nil {
 		t.Fatal(err)
@@ -268,7 +256,7 @@ func TestTryAcquireAndCancelledWait(t *testing.T) {
 	if l, err := tokens.Acquire(wctx, other, name); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Acquire with a short deadline: %v, %v; want DeadlineExceeded", l, err)
 	}
-	if n := queueLen(t, admin, key); n != 1 {
+	if n := etcdtest.QueueLen(t, admin, key); n != 1 {
 		t.Fatalf("%d keys in the queue after a failed try and an abandoned wait, want 1", n)
 	}
 	leases, err := admin.Leases(ctx)
@@ -315,7 +303,7 @@ func TestLostWhenEtcdStops(t *testing.T) {
 
 	// A waiter queued behind l gives up once its own lease can't be kept alive, rather than hang.
 	waiter := acquireAsync(context.Background(), e.Client(), name, tokens.WithTTL(2*time.Second))
-	waitFor(t, 5*time.Second, "waiter queued", func() bool { return queueLen(t, e.Client(), tokens.DefaultPrefix+name) == 2 })
+	waitFor(t, 5*time.Second, "waiter queued", func() bool { return etcdtest.QueueLen(t, e.Client(), tokens.DefaultPrefix+name) == 2 })
 
 	start := time.Now()
 	e.Stop()

@@ -238,17 +238,6 @@ func lockHolder(t *testing.T, c *clientv3.Client, key string) (string, clientv3.
 	return string(kv.Key), clientv3.LeaseID(kv.Lease), kv.CreateRevision
 }
 
-func lockQueueLen(t *testing.T, c *clientv3.Client, key string) int64 {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	resp, err := c.Get(ctx, key+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.Count
-}
-
 func TestLockCLI(t *testing.T) {
 	e := etcdtest.Start(t)
 	admin := e.Client()
@@ -279,7 +268,7 @@ func TestLockCLI(t *testing.T) {
 		if code := p.wait(t, 10*time.Second); code != 0 {
 			t.Fatalf("exit %d, want 0", code)
 		}
-		if n := lockQueueLen(t, admin, tokens.DefaultPrefix+name); n != 0 {
+		if n := etcdtest.QueueLen(t, admin, tokens.DefaultPrefix+name); n != 0 {
 			t.Fatalf("%d lock keys left after CMD exited", n)
 		}
 	})
@@ -337,7 +326,7 @@ func TestLockCLI(t *testing.T) {
 				t.Errorf("%q: exit %d, want %d", tc.cmd, code, tc.want)
 			}
 		}
-		if n := lockQueueLen(t, admin, tokens.DefaultPrefix+name); n != 0 {
+		if n := etcdtest.QueueLen(t, admin, tokens.DefaultPrefix+name); n != 0 {
 			t.Fatalf("%d lock keys left", n)
 		}
 	})
@@ -407,7 +396,7 @@ func TestLockCLI(t *testing.T) {
 		}
 		defer held.Release(ctx)
 		p := startLock(t, nil, append([]string{etcdFlag, name, "--"}, childCmd("started", dir)...)...)
-		waitFor(t, 10*time.Second, "the lock process queued", func() bool { return lockQueueLen(t, admin, tokens.DefaultPrefix+name) == 2 })
+		waitFor(t, 10*time.Second, "the lock process queued", func() bool { return etcdtest.QueueLen(t, admin, tokens.DefaultPrefix+name) == 2 })
 		p.cmd.Process.Signal(syscall.SIGINT)
 		if code := p.wait(t, 10*time.Second); code != 128+int(syscall.SIGINT) {
 			t.Fatalf("exit %d, want %d", code, 128+int(syscall.SIGINT))
@@ -415,7 +404,7 @@ func TestLockCLI(t *testing.T) {
 		if fileExists(filepath.Join(dir, "started")) {
 			t.Fatal("CMD ran without the lock")
 		}
-		if n := lockQueueLen(t, admin, tokens.DefaultPrefix+name); n != 1 {
+		if n := etcdtest.QueueLen(t, admin, tokens.DefaultPrefix+name); n != 1 {
 			t.Fatalf("%d keys in the queue after the waiter gave up, want 1", n)
 		}
 	})
@@ -439,12 +428,12 @@ func TestLockCLI(t *testing.T) {
 		if fileExists(filepath.Join(dir, "started")) {
 			t.Fatal("CMD ran without the lock")
 		}
-		if n := lockQueueLen(t, admin, tokens.DefaultPrefix+name); n != 1 {
+		if n := etcdtest.QueueLen(t, admin, tokens.DefaultPrefix+name); n != 1 {
 			t.Fatalf("%d keys in the queue, want the holder's only", n)
 		}
 		// A waiter that is still waiting when the lock is released gets it, with a higher token.
 		p := startLock(t, nil, append([]string{etcdFlag, "--wait=30s", name, "--"}, childCmd("env", dir, "0")...)...)
-		waitFor(t, 10*time.Second, "the lock process queued", func() bool { return lockQueueLen(t, admin, tokens.DefaultPrefix+name) == 2 })
+		waitFor(t, 10*time.Second, "the lock process queued", func() bool { return etcdtest.QueueLen(t, admin, tokens.DefaultPrefix+name) == 2 })
 		held.Release(ctx)
 		if code := p.wait(t, 10*time.Second); code != 0 {
 			t.Fatalf("exit %d", code)
@@ -523,7 +512,7 @@ func TestLockCLI(t *testing.T) {
 			t.Fatalf("while etcdctl holds %q: exit %d, want %d", name, code, exitBusy)
 		}
 		p := startLock(t, nil, append([]string{etcdFlag, "--prefix=", name, "--"}, childCmd("env", dir, "0")...)...)
-		waitFor(t, 10*time.Second, "the lock process queued", func() bool { return lockQueueLen(t, admin, name) == 2 })
+		waitFor(t, 10*time.Second, "the lock process queued", func() bool { return etcdtest.QueueLen(t, admin, name) == 2 })
 		os.WriteFile(release, nil, 0o644)
 		if code := p.wait(t, 10*time.Second); code != 0 {
 			t.Fatalf("exit %d", code)

@@ -5,6 +5,7 @@
 package etcdtest
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -199,13 +200,7 @@ func (e *Etcd) Close() {
 	for _, c := range clients {
 		c.Close()
 	}
-	e.mu.Lock()
-	srv := e.server
-	e.server = nil
-	e.mu.Unlock()
-	if srv != nil {
-		srv.Close()
-	}
+	e.Stop()
 	if e.ownsDir {
 		os.RemoveAll(e.dir)
 	}
@@ -238,4 +233,17 @@ func (e *Etcd) Client() *clientv3.Client {
 	e.clients = append(e.clients, c)
 	e.mu.Unlock()
 	return c
+}
+
+// QueueLen is the number of sessions holding or waiting for the lock whose key prefix is key (a
+// concurrency.Mutex's prefix): each has a key key/<lease>.
+func QueueLen(t testing.TB, c *clientv3.Client, key string) int64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp, err := c.Get(ctx, key+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		t.Fatalf("lock queue %s: %v", key, err)
+	}
+	return resp.Count
 }

@@ -12,7 +12,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fenceproxy/fenceproxy/internal/etcdtest"
 	"github.com/fenceproxy/fenceproxy/internal/pgtest"
@@ -29,18 +28,6 @@ const (
 func twoProxies(t *testing.T, e *etcdtest.Etcd, table string) (*proxyProc, *proxyProc) {
 	cfg := proxyConfig{Upstream: pg.Addr(), Tables: []string{table}, Etcd: e.Endpoints()}
 	return startProxyProc(t, cfg), startProxyProc(t, cfg)
-}
-
-// queueLen is the number of sessions holding or waiting for the lock name.
-func queueLen(t *testing.T, c *clientv3.Client, name string) int64 {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	resp, err := c.Get(ctx, tokens.DefaultPrefix+name+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
-	if err != nil {
-		t.Fatalf("lock queue: %v", err)
-	}
-	return resp.Count
 }
 
 // TestPausedHolderLateWriteIsFenced is the acceptance scenario. A writer runs under `fenceproxy lock --ttl 1s`
@@ -185,7 +172,7 @@ func TestHolderCrash(t *testing.T) {
 	readJSON(t, filepath.Join(dirA, "result"), time.Second, &aw)
 	h.Record(aw)
 	b := startLock(t, e, []string{"--ttl", "5s"}, name, "once", dirB, workerDSN(p2, "faults-crash-b"), table, "1")
-	waitFor(t, 20*time.Second, "B queued behind A", func() bool { return queueLen(t, admin, name) == 2 })
+	waitFor(t, 20*time.Second, "B queued behind A", func() bool { return etcdtest.QueueLen(t, admin, tokens.DefaultPrefix+name) == 2 })
 	if exists(filepath.Join(dirB, "result")) {
 		t.Fatal("B wrote while A held the lock")
 	}
