@@ -122,7 +122,9 @@ func (s *Server) handle(raw net.Conn, over bool) {
 		return
 	}
 
-	ss.startup = startupKey(startup[:4], ss.params)
+	if s.pool != nil {
+		ss.startup = startupKey(startup[:4], ss.params)
+	}
 	for kc := s.pool.get(ss.startup); kc != nil; kc = s.pool.get(ss.startup) {
 		resumed, err := ss.resume(kc)
 		if !resumed {
@@ -318,7 +320,7 @@ var errKeep = errors.New("client ended the session; keeping the upstream connect
 
 // relay runs both directions until the session ends and cleans up.
 func (ss *session) relay() {
-	if ss.ready.Load() && !ss.noLoop && ss.loopEligible() && ss.ev == nil {
+	if ss.ready.Load() && !ss.noLoop && ss.loopEligible() {
 		// A session resumed on a kept connection is past startup already.
 		if ss.runInLoop() {
 			return
