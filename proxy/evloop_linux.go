@@ -167,14 +167,7 @@ func dupConnFD(c net.Conn) (int, error) {
 	}
 	nfd := -1
 	var derr error
-	if err := rc.Control(func(fd uintptr) {
-		r, _, e := syscall.Syscall(syscall.SYS_FCNTL, fd, syscall.F_DUPFD_CLOEXEC, 0)
-		if e != 0 {
-			derr = e
-			return
-		}
-		nfd = int(r)
-	}); err != nil {
+	if err := rc.Control(func(fd uintptr) { nfd, derr = dupFD(int(fd)) }); err != nil {
 		return -1, err
 	}
 	if derr != nil {
@@ -187,13 +180,22 @@ func dupConnFD(c net.Conn) (int, error) {
 	return nfd, nil
 }
 
-// fdConn makes a net.Conn of a duplicate of fd; fd stays open.
-func fdConn(fd int) (net.Conn, error) {
+// dupFD duplicates fd, close-on-exec.
+func dupFD(fd int) (int, error) {
 	r, _, e := syscall.Syscall(syscall.SYS_FCNTL, uintptr(fd), syscall.F_DUPFD_CLOEXEC, 0)
 	if e != 0 {
-		return nil, e
+		return -1, e
 	}
-	f := os.NewFile(r, "upstream")
+	return int(r), nil
+}
+
+// fdConn makes a net.Conn of a duplicate of fd; fd stays open.
+func fdConn(fd int) (net.Conn, error) {
+	nfd, err := dupFD(fd)
+	if err != nil {
+		return nil, err
+	}
+	f := os.NewFile(uintptr(nfd), "upstream")
 	defer f.Close()
 	return net.FileConn(f)
 }
