@@ -54,7 +54,7 @@ type Reuse struct {
 	MaxLifetime time.Duration `yaml:"max_lifetime"`
 }
 
-// Idle is MaxIdle after defaults.
+// Idle is MaxIdle, or DefaultReuseMaxIdle when it is not set.
 func (r Reuse) Idle() int {
 	if r.MaxIdle == nil {
 		return DefaultReuseMaxIdle
@@ -270,10 +270,6 @@ func (c *Config) applyDefaults() {
 	}
 	if c.Upstream.TLS.Mode == "" {
 		c.Upstream.TLS.Mode = "disable"
-	}
-	if c.Upstream.Reuse.MaxIdle == nil {
-		n := DefaultReuseMaxIdle
-		c.Upstream.Reuse.MaxIdle = &n
 	}
 	if c.Upstream.Reuse.IdleTimeout == 0 {
 		c.Upstream.Reuse.IdleTimeout = DefaultReuseIdleTimeout
