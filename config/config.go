@@ -27,6 +27,7 @@ type Config struct {
 	Token    Token     `yaml:"token"`
 	Metrics  Metrics   `yaml:"metrics"`
 	Limits   Limits    `yaml:"limits"`
+	Relay    Relay     `yaml:"relay"`
 	Log      Log       `yaml:"log"`
 
 	// File is the path the configuration was read from ("" when parsed from memory).
@@ -131,6 +132,24 @@ type Limits struct {
 	RewriteCacheSize     int           `yaml:"rewrite_cache_size"`
 }
 
+// Relay tunes the event loops that relay established plain-TCP sessions (Linux).
+type Relay struct {
+	// EventLoops is how many epoll loops share the sessions, each on its own thread; 0 (the default) means one
+	// per CPU the process may use (GOMAXPROCS).
+	EventLoops int `yaml:"event_loops"`
+	// Spin is how long a loop keeps polling its sockets before it goes to sleep, while polling takes no CPU
+	// from anyone else (see the README); 0 turns it off. The default is DefaultRelaySpin.
+	Spin *time.Duration `yaml:"spin"`
+}
+
+// SpinFor is Spin, or DefaultRelaySpin when it is not set.
+func (r Relay) SpinFor() time.Duration {
+	if r.Spin == nil {
+		return DefaultRelaySpin
+	}
+	return *r.Spin
+}
+
 // Log configures log/slog output.
 type Log struct {
 	Level  string `yaml:"level"`
@@ -151,6 +170,9 @@ const (
 	DefaultReuseMaxLifetime     = time.Hour
 	DefaultRewriteCacheSize     = 10000
 	DefaultVerifyTimeout        = 2 * time.Second
+	DefaultRelaySpin            = 50 * time.Microsecond
+	MaxRelaySpin                = time.Millisecond
+	MaxEventLoops               = 256
 )
 
 // Load reads and validates the configuration file at path.
@@ -421,6 +443,12 @@ func (c *Config) validate(lines map[string]int) error {
 	}
 	if c.Limits.RewriteCacheSize < 0 {
 		add("limits.rewrite_cache_size", "must be positive")
+	}
+	if c.Relay.EventLoops < 0 || c.Relay.EventLoops > MaxEventLoops {
+		add("relay.event_loops", "must be 0 (one per CPU) to %d", MaxEventLoops)
+	}
+	if d := c.Relay.SpinFor(); d < 0 || d > MaxRelaySpin {
+		add("relay.spin", "must be 0 (off) to %v", MaxRelaySpin)
 	}
 	switch c.Log.Level {
 	case "debug", "info", "warn", "error":

@@ -2,13 +2,15 @@
 
 package proxy
 
+import "time"
+
 // The event loop is Linux-only; elsewhere every session stays on the goroutine path.
 
 type evLoop struct{}
 
 type evSession struct{ loop *evLoop }
 
-func newEvLoop(*Server) *evLoop { return nil }
+func newEvLoops(*Server, int, time.Duration) []*evLoop { return nil }
 
 func (ss *session) loopEligible() bool { return false }
 

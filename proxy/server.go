@@ -24,6 +24,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -64,7 +65,8 @@ type Server struct {
 	metrics   *Metrics
 	clientTLS *tls.Config
 	upTLS     *tls.Config
-	loop      *evLoop       // nil: no event loop
+	loops     []*evLoop     // empty: no event loop
+	spinners  atomic.Int32  // event loops polling in spinPoll now
 	pool      *upstreamPool // nil: upstream connections are not reused
 
 	active   atomic.Int64 // sessions past accept, including those being refused
@@ -99,7 +101,11 @@ func New(o Options) (*Server, error) {
 	s.pool = newUpstreamPool(r.Idle(), r.IdleTimeout, r.MaxLifetime, o.Metrics)
 	s.SetPlanner(o.Planner)
 	if !o.DisableEventLoop {
-		s.loop = newEvLoop(s)
+		n := o.Config.Relay.EventLoops
+		if n == 0 {
+			n = runtime.GOMAXPROCS(0)
+		}
+		s.loops = newEvLoops(s, n, o.Config.Relay.SpinFor())
 	}
 	var err error
 	if s.clientTLS, err = serverTLSConfig(o.Config.TLS); err != nil {
