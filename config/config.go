@@ -88,6 +88,12 @@ func (t ServerTLS) Enabled() bool { return t.CertFile != "" }
 type Table struct {
 	Name        string `yaml:"name"`
 	TokenColumn string `yaml:"token_column"`
+	// RequireLock makes fence.lock (Token.LockSetting) mandatory for writes to the table: 55F02 without it.
+	RequireLock bool `yaml:"require_lock"`
+	// TokenColumnWrites says what happens to a write that names the token column (as ORMs that map every
+	// column do): TokenColumnOverride (default) fences it and writes the session's token whatever value was
+	// supplied; TokenColumnRefuse refuses it with 55F04.
+	TokenColumnWrites string `yaml:"token_column_writes"`
 
 	// Schema and Relation are Name split at the dot; Schema is "" for a bare name, which protects that name in
 	// every schema.
@@ -99,6 +105,12 @@ type Table struct {
 type Token struct {
 	// Setting is the PostgreSQL setting that carries the session's token.
 	Setting string `yaml:"setting"`
+	// Scope is TokenScopeSession (default) or TokenScopeTransaction: behind a transaction pooler, session-level
+	// tokens (SET without LOCAL, set_config(..., false), startup options) are refused with 55F03, because they
+	// would stay on the pooled connection for its next client.
+	Scope string `yaml:"scope"`
+	// LockSetting is the PostgreSQL setting that names the lock a session's token belongs to (lock fences).
+	LockSetting string `yaml:"lock_setting"`
 	// Offset is added to every etcd-issued token, by verification as by `fenceproxy lock`, to cure an etcd
 	// restored from a snapshot with smaller revisions.
 	Offset int64       `yaml:"offset"`
@@ -160,6 +172,7 @@ type Log struct {
 const (
 	DefaultListen               = "127.0.0.1:6432"
 	DefaultTokenSetting         = "fence.token"
+	DefaultLockSetting          = "fence.lock"
 	DefaultMaxClientConnections = 1000
 	DefaultStartupTimeout       = 15 * time.Second
 	DefaultMaxMessageSize       = 256 << 20
@@ -173,6 +186,14 @@ const (
 	DefaultRelaySpin            = 50 * time.Microsecond
 	MaxRelaySpin                = time.Millisecond
 	MaxEventLoops               = 256
+)
+
+// Values of Token.Scope and Table.TokenColumnWrites.
+const (
+	TokenScopeSession     = "session"
+	TokenScopeTransaction = "transaction"
+	TokenColumnOverride   = "override"
+	TokenColumnRefuse     = "refuse"
 )
 
 // Load reads and validates the configuration file at path.
@@ -302,6 +323,17 @@ func (c *Config) applyDefaults() {
 	if c.Token.Setting == "" {
 		c.Token.Setting = DefaultTokenSetting
 	}
+	if c.Token.Scope == "" {
+		c.Token.Scope = TokenScopeSession
+	}
+	if c.Token.LockSetting == "" {
+		c.Token.LockSetting = DefaultLockSetting
+	}
+	for i := range c.Tables {
+		if c.Tables[i].TokenColumnWrites == "" {
+			c.Tables[i].TokenColumnWrites = TokenColumnOverride
+		}
+	}
 	if c.Token.Verify.Etcd.Timeout == 0 {
 		c.Token.Verify.Etcd.Timeout = DefaultVerifyTimeout
 	}
@@ -412,9 +444,24 @@ func (c *Config) validate(lines map[string]int) error {
 		} else if !validIdent(t.TokenColumn) {
 			add(key+".token_column", "%q is not a column name", t.TokenColumn)
 		}
+		switch t.TokenColumnWrites {
+		case TokenColumnOverride, TokenColumnRefuse:
+		default:
+			add(key+".token_column_writes", "must be %s or %s, not %q", TokenColumnOverride, TokenColumnRefuse, t.TokenColumnWrites)
+		}
 	}
 	if !validSetting(c.Token.Setting) {
 		add("token.setting", "%q is not a custom setting name (it needs a prefix and a dot, like fence.token)", c.Token.Setting)
+	}
+	switch c.Token.Scope {
+	case TokenScopeSession, TokenScopeTransaction:
+	default:
+		add("token.scope", "must be %s or %s, not %q", TokenScopeSession, TokenScopeTransaction, c.Token.Scope)
+	}
+	if !validSetting(c.Token.LockSetting) {
+		add("token.lock_setting", "%q is not a custom setting name (it needs a prefix and a dot, like fence.lock)", c.Token.LockSetting)
+	} else if strings.EqualFold(c.Token.LockSetting, c.Token.Setting) {
+		add("token.lock_setting", "must differ from token.setting (%q)", c.Token.Setting)
 	}
 	if c.Token.Offset < 0 {
 		add("token.offset", "must not be negative")

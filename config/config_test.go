@@ -143,3 +143,33 @@ func TestLoadNamesTheFile(t *testing.T) {
 		t.Fatal("missing file accepted")
 	}
 }
+
+func TestTokenScopeLockAndTokenColumnWrites(t *testing.T) {
+	cfg, err := Parse("c.yaml", []byte("upstream:\n  address: 127.0.0.1:5432\ntables:\n  - name: a\n    token_column: t\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Token.Scope != TokenScopeSession || cfg.Token.LockSetting != DefaultLockSetting ||
+		cfg.Tables[0].TokenColumnWrites != TokenColumnOverride || cfg.Tables[0].RequireLock {
+		t.Errorf("defaults: token %+v, table %+v", cfg.Token, cfg.Tables[0])
+	}
+	cfg, err = Parse("c.yaml", []byte("upstream:\n  address: 127.0.0.1:5432\ntoken:\n  scope: transaction\n  lock_setting: app.lock\ntables:\n  - name: a\n    token_column: t\n    require_lock: true\n    token_column_writes: refuse\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Token.Scope != TokenScopeTransaction || cfg.Token.LockSetting != "app.lock" ||
+		cfg.Tables[0].TokenColumnWrites != TokenColumnRefuse || !cfg.Tables[0].RequireLock {
+		t.Errorf("set: token %+v, table %+v", cfg.Token, cfg.Tables[0])
+	}
+	for _, bad := range []struct{ yaml, want string }{
+		{"token:\n  scope: statement\n", `c.yaml:4: token.scope: must be session or transaction, not "statement"`},
+		{"token:\n  lock_setting: lock\n", `c.yaml:4: token.lock_setting: "lock" is not a custom setting name`},
+		{"token:\n  lock_setting: fence.token\n", `c.yaml:4: token.lock_setting: must differ from token.setting`},
+		{"tables:\n  - name: a\n    token_column: t\n    token_column_writes: ignore\n", `c.yaml:6: tables[0].token_column_writes: must be override or refuse, not "ignore"`},
+	} {
+		_, err := Parse("c.yaml", []byte("upstream:\n  address: 127.0.0.1:5432\n"+bad.yaml))
+		if err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("%q: got %v, want %q", bad.yaml, err, bad.want)
+		}
+	}
+}
