@@ -146,6 +146,9 @@ type Limits struct {
 
 // Relay tunes the event loops that relay established plain-TCP sessions (Linux).
 type Relay struct {
+	// Mode is RelayModeLoop (default: plain-TCP sessions move to the epoll event loops after startup) or
+	// RelayModeGoroutines (every session stays on two goroutines, one per direction).
+	Mode string `yaml:"mode"`
 	// EventLoops is how many epoll loops share the sessions, each on its own thread; 0 (the default) means one
 	// per CPU the process may use (GOMAXPROCS).
 	EventLoops int `yaml:"event_loops"`
@@ -186,6 +189,12 @@ const (
 	DefaultRelaySpin            = 50 * time.Microsecond
 	MaxRelaySpin                = time.Millisecond
 	MaxEventLoops               = 256
+)
+
+// Values of Relay.Mode.
+const (
+	RelayModeLoop       = "loop"
+	RelayModeGoroutines = "goroutines"
 )
 
 // Values of Token.Scope and Table.TokenColumnWrites.
@@ -352,6 +361,9 @@ func (c *Config) applyDefaults() {
 	if c.Limits.RewriteCacheSize == 0 {
 		c.Limits.RewriteCacheSize = DefaultRewriteCacheSize
 	}
+	if c.Relay.Mode == "" {
+		c.Relay.Mode = RelayModeLoop
+	}
 	if c.Log.Level == "" {
 		c.Log.Level = "info"
 	}
@@ -490,6 +502,11 @@ func (c *Config) validate(lines map[string]int) error {
 	}
 	if c.Limits.RewriteCacheSize < 0 {
 		add("limits.rewrite_cache_size", "must be positive")
+	}
+	switch c.Relay.Mode {
+	case RelayModeLoop, RelayModeGoroutines:
+	default:
+		add("relay.mode", "must be %s or %s, not %q", RelayModeLoop, RelayModeGoroutines, c.Relay.Mode)
 	}
 	if c.Relay.EventLoops < 0 || c.Relay.EventLoops > MaxEventLoops {
 		add("relay.event_loops", "must be 0 (one per CPU) to %d", MaxEventLoops)

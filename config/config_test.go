@@ -173,3 +173,18 @@ func TestTokenScopeLockAndTokenColumnWrites(t *testing.T) {
 		}
 	}
 }
+
+func TestRelayMode(t *testing.T) {
+	cfg, err := Parse("c.yaml", []byte("upstream:\n  address: 127.0.0.1:5432\n"))
+	if err != nil || cfg.Relay.Mode != RelayModeLoop {
+		t.Fatalf("default relay.mode: %v %v", cfg.Relay.Mode, err)
+	}
+	cfg, err = Parse("c.yaml", []byte("upstream:\n  address: 127.0.0.1:5432\nrelay:\n  mode: goroutines\n"))
+	if err != nil || cfg.Relay.Mode != RelayModeGoroutines {
+		t.Fatalf("relay.mode goroutines: %v %v", cfg.Relay.Mode, err)
+	}
+	_, err = Parse("c.yaml", []byte("upstream:\n  address: 127.0.0.1:5432\nrelay:\n  mode: threads\n"))
+	if err == nil || !strings.Contains(err.Error(), `c.yaml:4: relay.mode: must be loop or goroutines, not "threads"`) {
+		t.Fatalf("bad relay.mode: %v", err)
+	}
+}

@@ -55,3 +55,20 @@ func (s *slowWriter) Write(p []byte) (int, error) {
 	}
 	return s.w.Write(p)
 }
+
+// TestRelayModeGoroutines: relay.mode: goroutines is the event loop's off switch: sessions stay on their
+// goroutines and relay as before.
+func TestRelayModeGoroutines(t *testing.T) {
+	p := startProxy(t, proxytest.Options{YAML: "relay:\n  mode: goroutines\n"})
+	c := connect(t, p.DSN(pgtest.SuperUser, "", pgtest.TestDB))
+	ctx := ctxT(t)
+	for i := range 50 {
+		var got int
+		if err := c.QueryRow(ctx, "SELECT $1::int", i).Scan(&got); err != nil || got != i {
+			t.Fatalf("round trip %d: %d %v", i, got, err)
+		}
+	}
+	if n := proxy.SessionsInLoop(p.Server); n != 0 {
+		t.Fatalf("%d sessions in the event loop with relay.mode goroutines", n)
+	}
+}

@@ -51,8 +51,8 @@ type Options struct {
 	Verifier TokenVerifier // nil: tokens are checked for form only
 	Metrics  *Metrics      // nil: no metrics
 
-	// DisableEventLoop keeps every session on the goroutine-per-direction path. By default, on Linux, plain
-	// TCP sessions move to an epoll event loop after startup (see evloop_linux.go).
+	// DisableEventLoop keeps every session on the goroutine-per-direction path, as relay.mode: goroutines does.
+	// By default, on Linux, plain TCP sessions move to an epoll event loop after startup (see evloop_linux.go).
 	DisableEventLoop bool
 }
 
@@ -100,7 +100,7 @@ func New(o Options) (*Server, error) {
 	r := o.Config.Upstream.Reuse
 	s.pool = newUpstreamPool(r.Idle(), r.IdleTimeout, r.MaxLifetime, o.Metrics)
 	s.SetPlanner(o.Planner)
-	if !o.DisableEventLoop {
+	if !o.DisableEventLoop && o.Config.Relay.Mode != config.RelayModeGoroutines {
 		n := o.Config.Relay.EventLoops
 		if n == 0 {
 			n = runtime.GOMAXPROCS(0)
