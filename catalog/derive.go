@@ -1,0 +1,456 @@
+package catalog
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	pg "github.com/pganalyze/pg_query_go/v6"
+
+	"github.com/fenceproxy/fenceproxy/rewrite"
+)
+
+// Snapshot is what the proxy learned from one read of the catalog, for one list of configured tables. It is
+// immutable: a refresh builds a new one.
+type Snapshot struct {
+	// Protected are the relations protected because of a configured table, beyond the configured names
+	// themselves: partitions and inheritance children, parents that route rows into them and have the token
+	// column, views that expose it.
+	Protected []Protected
+	// Refused are relations some writes to which are refused (55F04), with the reason.
+	Refused []rewrite.Refused
+	// Unresolved are configured tables the catalog has no relation for; they stay protected by name.
+	Unresolved []string
+	// Catalog is the facts the snapshot was derived from.
+	Catalog *Catalog
+	ReadAt  time.Time
+}
+
+// Protected is one relation protected because of the catalog.
+type Protected struct {
+	rewrite.Table
+	OID uint32
+	// Origin is the label of the configured table it derives from; Via says how ("partition of public.x").
+	Origin, Via string
+}
+
+// Tables are the rewriter tables for Protected.
+func (s *Snapshot) Tables() []rewrite.Table {
+	if s == nil {
+		return nil
+	}
+	out := make([]rewrite.Table, len(s.Protected))
+	for i, p := range s.Protected {
+		out[i] = p.Table
+	}
+	return out
+}
+
+// SameRules reports whether s and o make the rewriter behave alike (the same tables and refusals), so that a
+// refresh that changed nothing keeps the current planner and its cache.
+func (s *Snapshot) SameRules(o *Snapshot) bool {
+	if s == nil || o == nil {
+		return s == o
+	}
+	return slices.Equal(s.Tables(), o.Tables()) && slices.Equal(s.Refused, o.Refused)
+}
+
+// prot is a protected relation during the derivation.
+type prot struct {
+	column     string
+	origin     string
+	via        string
+	configured bool
+	conflict   string // non-empty: two token columns reach it
+}
+
+// Derive computes the snapshot for the configured tables. It is a pure function of its arguments.
+func Derive(c *Catalog, configured []rewrite.Table) *Snapshot {
+	d := &deriver{c: c, prot: map[uint32]*prot{}, refused: map[uint32][]rewrite.Refused{}}
+	d.configured(configured)
+	d.children()
+	d.parents()
+	d.views()
+	d.foreignKeys()
+	return d.snapshot()
+}
+
+type deriver struct {
+	c          *Catalog
+	prot       map[uint32]*prot
+	refused    map[uint32][]rewrite.Refused
+	unresolved []string
+	children_  map[uint32][]uint32 // parent -> partitions and inheritance children
+}
+
+func (d *deriver) rel(oid uint32) *Relation { return d.c.Relations[oid] }
+
+func (d *deriver) label(oid uint32) string {
+	if r := d.rel(oid); r != nil {
+		return r.Label()
+	}
+	return fmt.Sprintf("relation %d", oid)
+}
+
+func (d *deriver) refuse(oid uint32, ops rewrite.Ops, table, reason string) {
+	r := d.rel(oid)
+	if r == nil {
+		return
+	}
+	for _, f := range d.refused[oid] {
+		if f.Ops == ops && f.Reason == reason {
+			return
+		}
+	}
+	d.refused[oid] = append(d.refused[oid], rewrite.Refused{Schema: r.Schema, Name: r.Name, Ops: ops, Table: table, Reason: reason})
+}
+
+// configured resolves the configured names: a bare name is every table of that name, a qualified one that
+// table; the qualified one wins where both name a table.
+func (d *deriver) configured(tables []rewrite.Table) {
+	for _, qualified := range []bool{false, true} {
+		for _, t := range tables {
+			if (t.Schema != "") != qualified {
+				continue
+			}
+			found := false
+			for oid, r := range d.c.Relations {
+				if r.Name != t.Name || (t.Schema != "" && r.Schema != t.Schema) || r.Kind == 'v' {
+					continue
+				}
+				found = true
+				d.prot[oid] = &prot{column: t.TokenColumn, origin: t.Label(), via: "configured", configured: true}
+			}
+			if !found {
+				d.unresolved = append(d.unresolved, t.Label())
+			}
+		}
+	}
+	slices.Sort(d.unresolved)
+}
+
+// children protects every partition and inheritance child, recursively, with its protected ancestor's token
+// column: a child has all of its parent's columns.
+func (d *deriver) children() {
+	d.children_ = map[uint32][]uint32{}
+	for _, in := range d.c.Inherits {
+		d.children_[in.Parent] = append(d.children_[in.Parent], in.Child)
+	}
+	queue := d.sortedProt()
+	for len(queue) > 0 {
+		p := queue[0]
+		queue = queue[1:]
+		for _, child := range d.children_[p] {
+			kind := "inheritance child"
+			if d.rel(p) != nil && d.rel(p).Kind == 'p' {
+				kind = "partition"
+			}
+			d.protect(child, d.prot[p], fmt.Sprintf("%s of %s", kind, d.label(p)))
+			queue = append(queue, child)
+		}
+	}
+}
+
+// protect marks oid protected like from, or as a conflict when another token column already reaches it.
+func (d *deriver) protect(oid uint32, from *prot, via string) bool {
+	if cur := d.prot[oid]; cur != nil {
+		if cur.column != from.column && !cur.configured && cur.conflict == "" {
+			cur.conflict = fmt.Sprintf("is reached by two token columns, %s (from %s) and %s (from %s)", cur.column, cur.origin, from.column, from.origin)
+		}
+		return false
+	}
+	d.prot[oid] = &prot{column: from.column, origin: from.origin, via: via}
+	return true
+}
+
+// parents: a write to a parent reaches its protected children (UPDATE and DELETE recurse, INSERT into a
+// partitioned table routes). A parent that has the token column is protected with it (the rewrite through
+// the parent checks and writes every child's rows); one that has not is refused.
+func (d *deriver) parents() {
+	parents := map[uint32][]uint32{}
+	for _, in := range d.c.Inherits {
+		parents[in.Child] = append(parents[in.Child], in.Parent)
+	}
+	seen := map[uint32]bool{}
+	var up func(c uint32, from *prot, leaf uint32)
+	up = func(c uint32, from *prot, leaf uint32) {
+		for _, p := range parents[c] {
+			if seen[p] {
+				continue
+			}
+			seen[p] = true
+			if d.prot[p] == nil {
+				if r := d.rel(p); r != nil && r.hasColumn(from.column) {
+					d.prot[p] = &prot{column: from.column, origin: from.origin, via: "parent of " + d.label(c)}
+				} else {
+					d.refuse(p, rewrite.OpsWrite, from.origin, fmt.Sprintf(
+						"reaches the protected %s, its descendant, but has no token column %s to fence it by", d.label(leaf), from.column))
+				}
+			}
+			up(p, from, leaf)
+		}
+	}
+	for _, c := range d.sortedProt() {
+		up(c, d.prot[c], c)
+	}
+}
+
+// views: a write through an automatically updatable view writes its one base relation. Over a protected
+// relation, the view is protected with the view's column that shows the token column, or refused when it
+// shows none; a view whose writes run triggers or rules, or whose query the proxy cannot read, is refused.
+// Views over views are followed to a fixed point.
+func (d *deriver) views() {
+	done := map[uint32]bool{}
+	for changed := true; changed; {
+		changed = false
+		for _, v := range d.c.Views {
+			if done[v.OID] {
+				continue
+			}
+			var over []uint32
+			for _, dep := range v.DependsOn {
+				if p := d.prot[dep]; p != nil {
+					over = append(over, dep)
+				}
+			}
+			if len(over) == 0 {
+				continue
+			}
+			done[v.OID] = true
+			changed = true
+			origin := d.prot[over[0]].origin
+			if v.Redirected {
+				d.refuse(v.OID, rewrite.OpsWrite, origin, fmt.Sprintf(
+					"is a view over the protected %s with INSTEAD OF triggers or rules, whose writes the proxy cannot see", d.label(over[0])))
+				continue
+			}
+			base, targets, ok := viewBase(v.Definition)
+			if !ok {
+				d.refuse(v.OID, rewrite.OpsWrite, origin, fmt.Sprintf(
+					"is a view over the protected %s that the proxy cannot analyse", d.label(over[0])))
+				continue
+			}
+			baseOID, found := d.resolveIn(v.DependsOn, base)
+			if !found {
+				d.refuse(v.OID, rewrite.OpsWrite, origin, fmt.Sprintf(
+					"is a view over the protected %s whose base relation the proxy cannot identify", d.label(over[0])))
+				continue
+			}
+			bp := d.prot[baseOID]
+			if bp == nil {
+				continue // it writes another relation; it only reads the protected one
+			}
+			col := ""
+			if vr := d.rel(v.OID); vr != nil {
+				for i, t := range targets {
+					if t == bp.column && i < len(vr.Columns) {
+						col = vr.Columns[i]
+						break
+					}
+				}
+			}
+			if col == "" {
+				d.refuse(v.OID, rewrite.OpsWrite, bp.origin, fmt.Sprintf(
+					"is a view over the protected %s that does not show its token column %s; add the column to the view or write %s",
+					d.label(baseOID), bp.column, d.label(baseOID)))
+				continue
+			}
+			d.prot[v.OID] = &prot{column: col, origin: bp.origin, via: "view over " + d.label(baseOID)}
+		}
+	}
+}
+
+// resolveIn finds the relation a view's FROM names among the relations it depends on.
+func (d *deriver) resolveIn(deps []uint32, rv *pg.RangeVar) (uint32, bool) {
+	for _, oid := range deps {
+		r := d.rel(oid)
+		if r != nil && r.Name == rv.Relname && (rv.Schemaname == "" || rv.Schemaname == r.Schema) {
+			return oid, true
+		}
+	}
+	return 0, false
+}
+
+// viewBase parses a view's definition: its single FROM relation, and for each output column the base column
+// it shows ("" for an expression).
+func viewBase(def string) (*pg.RangeVar, []string, bool) {
+	tree, err := pg.Parse(def)
+	if err != nil || len(tree.Stmts) != 1 {
+		return nil, nil, false
+	}
+	sel := tree.Stmts[0].Stmt.GetSelectStmt()
+	if sel == nil || sel.Op != pg.SetOperation_SETOP_NONE || len(sel.FromClause) != 1 {
+		return nil, nil, false
+	}
+	rv := sel.FromClause[0].GetRangeVar()
+	if rv == nil {
+		return nil, nil, false
+	}
+	targets := make([]string, len(sel.TargetList))
+	for i, n := range sel.TargetList {
+		rt := n.GetResTarget()
+		if rt == nil {
+			return nil, nil, false
+		}
+		cr := rt.Val.GetColumnRef()
+		if cr == nil || len(cr.Fields) == 0 {
+			continue
+		}
+		if s := cr.Fields[len(cr.Fields)-1].GetString_(); s != nil {
+			targets[i] = s.Sval
+		}
+	}
+	return rv, targets, true
+}
+
+// foreignKeys refuses DELETE and UPDATE of tables whose foreign-key actions reach a protected table without
+// the guard (cascaded rows are changed by the server, unseen by the proxy), and TRUNCATE ... CASCADE of tables
+// that reach one through any foreign key.
+func (d *deriver) foreignKeys() {
+	byReferenced := map[uint32][]ForeignKey{}
+	for _, fk := range d.c.ForeignKeys {
+		byReferenced[fk.Referenced] = append(byReferenced[fk.Referenced], fk)
+	}
+	for _, x := range sortedKeys(byReferenced) {
+		for _, op := range []rewrite.Ops{rewrite.OpDelete, rewrite.OpUpdate, rewrite.OpTruncateCascade} {
+			if hit, path := d.reach(x, op, byReferenced); hit != 0 {
+				p := d.prot[hit]
+				ops, what := op, ""
+				switch op {
+				case rewrite.OpDelete:
+					ops, what = rewrite.OpDelete|rewrite.OpMerge, "deletes"
+				case rewrite.OpUpdate:
+					ops, what = rewrite.OpUpdate|rewrite.OpMerge, "updates"
+				case rewrite.OpTruncateCascade:
+					what = "truncates"
+				}
+				d.refuse(x, ops, p.origin, fmt.Sprintf("%s rows of the protected %s through %s, unfenced, and the guard is not installed there (fenceproxy install)",
+					what, d.label(hit), path))
+			}
+		}
+	}
+}
+
+// reach walks the actions op on x sets off (and on x's descendants, which DELETE, UPDATE and TRUNCATE of x
+// also write) and returns the first protected table without the guard they change, with the path.
+func (d *deriver) reach(x uint32, op rewrite.Ops, byReferenced map[uint32][]ForeignKey) (uint32, string) {
+	type state struct {
+		rel  uint32
+		op   rewrite.Ops
+		path string
+	}
+	var queue []state
+	seen := map[[2]uint32]bool{}
+	push := func(rel uint32, op rewrite.Ops, path string) {
+		for _, r := range d.descendants(rel) {
+			if !seen[[2]uint32{r, uint32(op)}] {
+				seen[[2]uint32{r, uint32(op)}] = true
+				queue = append(queue, state{r, op, path})
+			}
+		}
+	}
+	push(x, op, "")
+	for len(queue) > 0 {
+		s := queue[0]
+		queue = queue[1:]
+		for _, fk := range byReferenced[s.rel] {
+			action := fk.OnDelete
+			if s.op == rewrite.OpUpdate {
+				action = fk.OnUpdate
+			}
+			var next rewrite.Ops
+			switch {
+			case s.op == rewrite.OpTruncateCascade:
+				next = rewrite.OpTruncateCascade // every referencing table is truncated too
+			case action == 'c' && s.op == rewrite.OpDelete:
+				next = rewrite.OpDelete
+			case action == 'c' || action == 'n' || action == 'd':
+				next = rewrite.OpUpdate
+			default:
+				continue // NO ACTION and RESTRICT fail instead of writing
+			}
+			path := s.path
+			if path != "" {
+				path += ", "
+			}
+			path += fmt.Sprintf("foreign key %s of %s (%s)", fk.Name, d.label(fk.Referencing), actionText(s.op, action))
+			if p := d.prot[fk.Referencing]; p != nil {
+				g := d.c.Guards[fk.Referencing]
+				if (next == rewrite.OpTruncateCascade && !g.Truncate) || (next != rewrite.OpTruncateCascade && !g.Rows) {
+					return fk.Referencing, path
+				}
+			}
+			push(fk.Referencing, next, path)
+		}
+	}
+	return 0, ""
+}
+
+func actionText(op rewrite.Ops, action byte) string {
+	if op == rewrite.OpTruncateCascade {
+		return "TRUNCATE CASCADE"
+	}
+	on := "ON DELETE"
+	if op == rewrite.OpUpdate {
+		on = "ON UPDATE"
+	}
+	switch action {
+	case 'c':
+		return on + " CASCADE"
+	case 'n':
+		return on + " SET NULL"
+	case 'd':
+		return on + " SET DEFAULT"
+	}
+	return on
+}
+
+// descendants is oid and its partitions and inheritance children, recursively.
+func (d *deriver) descendants(oid uint32) []uint32 {
+	out := []uint32{oid}
+	for i := 0; i < len(out); i++ {
+		for _, c := range d.children_[out[i]] {
+			if !slices.Contains(out, c) {
+				out = append(out, c)
+			}
+		}
+	}
+	return out
+}
+
+func (d *deriver) sortedProt() []uint32 { return sortedKeys(d.prot) }
+
+func sortedKeys[V any](m map[uint32]V) []uint32 {
+	keys := make([]uint32, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+func (d *deriver) snapshot() *Snapshot {
+	s := &Snapshot{Unresolved: d.unresolved, Catalog: d.c, ReadAt: d.c.ReadAt}
+	for _, oid := range d.sortedProt() {
+		p, r := d.prot[oid], d.rel(oid)
+		if p.conflict != "" {
+			d.refuse(oid, rewrite.OpsWrite, p.origin, p.conflict)
+			continue
+		}
+		if p.configured {
+			continue
+		}
+		s.Protected = append(s.Protected, Protected{
+			Table: rewrite.Table{Schema: r.Schema, Name: r.Name, TokenColumn: p.column},
+			OID:   oid, Origin: p.origin, Via: p.via,
+		})
+	}
+	for _, oid := range sortedKeys(d.refused) {
+		s.Refused = append(s.Refused, d.refused[oid]...)
+	}
+	slices.SortStableFunc(s.Protected, func(a, b Protected) int {
+		return strings.Compare(a.Table.Label(), b.Table.Label())
+	})
+	return s
+}
