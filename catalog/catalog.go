@@ -69,6 +69,10 @@ type Guard struct {
 	Rows bool
 	// Truncate: an enabled statement-level BEFORE TRUNCATE trigger of the guard.
 	Truncate bool
+	// Outdated is set by a probe that knows the guard's versions when this table's guard is older than the
+	// binary's; Detail says how (for `fenceproxy check`). TriggerGuardProbe cannot tell and leaves them empty.
+	Outdated bool
+	Detail   string
 }
 
 // Catalog is the raw facts read from one database, at one moment.

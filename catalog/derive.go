@@ -22,6 +22,8 @@ type Snapshot struct {
 	Refused []rewrite.Refused
 	// Unresolved are configured tables the catalog has no relation for; they stay protected by name.
 	Unresolved []string
+	// Resolved maps each configured table's label to the relations it names.
+	Resolved map[string][]uint32
 	// Catalog is the facts the snapshot was derived from.
 	Catalog *Catalog
 	ReadAt  time.Time
@@ -67,7 +69,7 @@ type prot struct {
 
 // Derive computes the snapshot for the configured tables. It is a pure function of its arguments.
 func Derive(c *Catalog, configured []rewrite.Table) *Snapshot {
-	d := &deriver{c: c, prot: map[uint32]*prot{}, refused: map[uint32][]rewrite.Refused{}}
+	d := &deriver{c: c, prot: map[uint32]*prot{}, refused: map[uint32][]rewrite.Refused{}, resolved: map[string][]uint32{}}
 	d.configured(configured)
 	d.children()
 	d.parents()
@@ -81,6 +83,7 @@ type deriver struct {
 	prot       map[uint32]*prot
 	refused    map[uint32][]rewrite.Refused
 	unresolved []string
+	resolved   map[string][]uint32
 	children_  map[uint32][]uint32 // parent -> partitions and inheritance children
 }
 
@@ -120,6 +123,7 @@ func (d *deriver) configured(tables []rewrite.Table) {
 					continue
 				}
 				found = true
+				d.resolved[t.Label()] = append(d.resolved[t.Label()], oid)
 				d.prot[oid] = &prot{column: t.TokenColumn, origin: t.Label(), via: "configured", configured: true}
 			}
 			if !found {
@@ -431,7 +435,10 @@ func sortedKeys[V any](m map[uint32]V) []uint32 {
 }
 
 func (d *deriver) snapshot() *Snapshot {
-	s := &Snapshot{Unresolved: d.unresolved, Catalog: d.c, ReadAt: d.c.ReadAt}
+	s := &Snapshot{Unresolved: d.unresolved, Resolved: d.resolved, Catalog: d.c, ReadAt: d.c.ReadAt}
+	for _, oids := range s.Resolved {
+		slices.Sort(oids)
+	}
 	for _, oid := range d.sortedProt() {
 		p, r := d.prot[oid], d.rel(oid)
 		if p.conflict != "" {

@@ -24,7 +24,16 @@ import (
 
 var pg *pgtest.Cluster
 
-func TestMain(m *testing.M) { os.Exit(pgtest.RunMain(m, pgtest.Options{}, &pg)) }
+// noBypassRole may connect only through the proxy (127.0.0.1 in the audit tests): pg_hba.conf rejects it
+// everywhere else.
+const noBypassRole = "audit_nobypass"
+
+func TestMain(m *testing.M) {
+	os.Exit(pgtest.RunMain(m, pgtest.Options{ExtraHBA: []string{
+		"local all " + noBypassRole + " reject",
+		"host all " + noBypassRole + " ::1/128 reject",
+	}}, &pg))
+}
 
 func ctxT(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -69,9 +78,8 @@ type env struct {
 	snap   *catalog.Snapshot
 }
 
-// newEnv creates the schema, runs ddl in it (%[1]s is the schema), and starts a proxy protecting tables (names
-// in the schema, token column fence_token) with the catalog section in its configuration.
-func newEnv(t *testing.T, ddl string, tables ...string) *env {
+// newSchema creates the test's schema and runs ddl in it (%[1]s is the schema).
+func newSchema(t *testing.T, ddl string) *env {
 	t.Helper()
 	pgtest.Require(t, pg)
 	e := &env{t: t, schema: schemaName(t)}
@@ -85,6 +93,14 @@ func newEnv(t *testing.T, ddl string, tables ...string) *env {
 		}
 	})
 	e.exec(e.s(ddl))
+	return e
+}
+
+// newEnv creates the schema, runs ddl in it (%[1]s is the schema), and starts a proxy protecting tables (names
+// in the schema, token column fence_token) with the catalog section in its configuration.
+func newEnv(t *testing.T, ddl string, tables ...string) *env {
+	t.Helper()
+	e := newSchema(t, ddl)
 	var y strings.Builder
 	y.WriteString("tables:\n")
 	for _, n := range tables {
