@@ -158,7 +158,7 @@ func (c *Catalog) read(ctx context.Context, conn *pgx.Conn, probe GuardProbe) er
 SELECT c.oid, n.nspname, c.relname, c.relkind::text
 FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
 WHERE c.relkind IN ('r', 'p', 'f', 'v')
-  AND n.nspname <> 'information_schema' AND n.nspname NOT LIKE 'pg\_%'`)
+  AND n.nspname NOT IN ('pg_catalog', 'information_schema') AND n.nspname NOT LIKE 'pg\_toast%'`)
 	if err != nil {
 		return fmt.Errorf("read relations: %w", err)
 	}
@@ -227,7 +227,8 @@ SELECT v.oid, pg_catalog.pg_get_viewdef(v.oid),
        EXISTS (SELECT FROM pg_catalog.pg_trigger t WHERE t.tgrelid = v.oid AND NOT t.tgisinternal)
        OR EXISTS (SELECT FROM pg_catalog.pg_rewrite r WHERE r.ev_class = v.oid AND r.rulename <> '_RETURN')
 FROM pg_catalog.pg_class v JOIN pg_catalog.pg_namespace n ON n.oid = v.relnamespace
-WHERE v.relkind = 'v' AND n.nspname <> 'information_schema' AND n.nspname NOT LIKE 'pg\_%'`)
+WHERE v.relkind = 'v' AND n.nspname NOT IN ('pg_catalog', 'information_schema') AND n.nspname NOT LIKE 'pg\_toast%'
+ORDER BY v.oid`)
 	if err != nil {
 		return fmt.Errorf("read views: %w", err)
 	}

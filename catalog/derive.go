@@ -73,8 +73,8 @@ func Derive(c *Catalog, configured []rewrite.Table) *Snapshot {
 	d.configured(configured)
 	d.children()
 	d.parents()
+	d.foreignKeys() // before views: a view over a table whose cascades are refused inherits the refusal
 	d.views()
-	d.foreignKeys()
 	return d.snapshot()
 }
 
@@ -214,7 +214,7 @@ func (d *deriver) views() {
 			}
 			var over []uint32
 			for _, dep := range v.DependsOn {
-				if p := d.prot[dep]; p != nil {
+				if d.prot[dep] != nil || len(d.refused[dep]) > 0 {
 					over = append(over, dep)
 				}
 			}
@@ -223,7 +223,7 @@ func (d *deriver) views() {
 			}
 			done[v.OID] = true
 			changed = true
-			origin := d.prot[over[0]].origin
+			origin := d.originOf(over[0])
 			if v.Redirected {
 				d.refuse(v.OID, rewrite.OpsWrite, origin, fmt.Sprintf(
 					"is a view over the protected %s with INSTEAD OF triggers or rules, whose writes the proxy cannot see", d.label(over[0])))
@@ -241,9 +241,13 @@ func (d *deriver) views() {
 					"is a view over the protected %s whose base relation the proxy cannot identify", d.label(over[0])))
 				continue
 			}
+			for _, f := range d.refused[baseOID] {
+				// Writes through the view are writes to its base, refused for the same reason.
+				d.refuse(v.OID, f.Ops, f.Table, fmt.Sprintf("is a view over %s, which %s", d.label(baseOID), f.Reason))
+			}
 			bp := d.prot[baseOID]
 			if bp == nil {
-				continue // it writes another relation; it only reads the protected one
+				continue // it writes another relation, or one refused above
 			}
 			col := ""
 			if vr := d.rel(v.OID); vr != nil {
@@ -263,6 +267,17 @@ func (d *deriver) views() {
 			d.prot[v.OID] = &prot{column: col, origin: bp.origin, via: "view over " + d.label(baseOID)}
 		}
 	}
+}
+
+// originOf is the configured table a protected or refused relation is about.
+func (d *deriver) originOf(oid uint32) string {
+	if p := d.prot[oid]; p != nil {
+		return p.origin
+	}
+	if fs := d.refused[oid]; len(fs) > 0 {
+		return fs[0].Table
+	}
+	return ""
 }
 
 // resolveIn finds the relation a view's FROM names among the relations it depends on.

@@ -212,7 +212,8 @@ func TestPartitionsOfProtectedTable(t *testing.T) {
 func TestParentRoutingIntoProtectedPartition(t *testing.T) {
 	e := newEnv(t, partitionsDDL+`
 CREATE TABLE %[1]s.base (id int, balance int NOT NULL DEFAULT 0);
-CREATE TABLE %[1]s.kid (fence_token bigint) INHERITS (%[1]s.base);`, "acc_eu_1", "kid")
+CREATE TABLE %[1]s.kid (fence_token bigint) INHERITS (%[1]s.base);
+CREATE VIEW %[1]s.v_base AS SELECT * FROM %[1]s.base;`, "acc_eu_1", "kid")
 	new5, old3, none := e.client("5"), e.client("3"), e.client("")
 	e.want(new5, "", "INSERT INTO %[1]s.acc (id, region) VALUES (1, 'eu'), (2, 'us')")
 	if got := e.token("SELECT fence_token FROM %[1]s.acc_eu_1 WHERE id = 1"); got != 5 {
@@ -226,6 +227,7 @@ CREATE TABLE %[1]s.kid (fence_token bigint) INHERITS (%[1]s.base);`, "acc_eu_1",
 		"DELETE FROM base WHERE id = 1",
 		"INSERT INTO %[1]s.base (id) VALUES (1)",
 		"TRUNCATE %[1]s.base",
+		"UPDATE %[1]s.v_base SET balance = 1", // a view over that parent
 	} {
 		e.want(new5, "55F04", sql)
 	}
@@ -295,6 +297,7 @@ CREATE TABLE %[1]s.gp (id int PRIMARY KEY);
 CREATE TABLE %[1]s.mid (id int PRIMARY KEY, gp_id int REFERENCES %[1]s.gp ON DELETE CASCADE);
 CREATE TABLE %[1]s.unrelated (id int PRIMARY KEY);
 CREATE TABLE %[1]s.unrelated_kid (u int REFERENCES %[1]s.unrelated);
+CREATE VIEW %[1]s.v_cascade AS SELECT * FROM %[1]s.p_cascade;
 ALTER TABLE %[1]s.t ADD FOREIGN KEY (p_cascade) REFERENCES %[1]s.p_cascade ON DELETE CASCADE,
     ADD FOREIGN KEY (p_null) REFERENCES %[1]s.p_null ON DELETE SET NULL,
     ADD FOREIGN KEY (p_upd) REFERENCES %[1]s.p_upd ON UPDATE CASCADE,
@@ -313,6 +316,7 @@ func TestForeignKeyCascades(t *testing.T) {
 		"DELETE FROM %[1]s.gp", // gp -> mid (CASCADE) -> t (SET NULL)
 		"MERGE INTO %[1]s.p_cascade USING (SELECT 1 AS id) s ON p_cascade.id = s.id WHEN MATCHED THEN DELETE",
 		"INSERT INTO %[1]s.p_upd (id) VALUES (1) ON CONFLICT (id) DO UPDATE SET id = 3",
+		"DELETE FROM %[1]s.v_cascade", // a view over a table whose deletes cascade
 	} {
 		e.want(c, "55F04", sql)
 	}
@@ -324,6 +328,7 @@ func TestForeignKeyCascades(t *testing.T) {
 		"UPDATE %[1]s.p_plain SET id = id",
 		"INSERT INTO %[1]s.p_cascade (id) VALUES (1)",
 		"UPDATE %[1]s.gp SET id = id",
+		"UPDATE %[1]s.v_cascade SET note = 'y'",
 	} {
 		e.want(c, "", sql)
 	}

@@ -2,7 +2,6 @@ package rewrite
 
 import (
 	"fmt"
-	"strings"
 
 	pg "github.com/pganalyze/pg_query_go/v6"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -42,8 +41,8 @@ type Refused struct {
 	Ops          Ops
 	// Table is the label of the protected table the refusal is about (errors and metrics name it).
 	Table string
-	// Reason completes "unfenceable write: <statement> of <relation> <Reason>", e.g.
-	// "cascades into public.accounts through a foreign key (ON DELETE CASCADE)".
+	// Reason completes "unfenceable write: <statement> of <relation>: it <Reason>", e.g.
+	// "deletes rows of the protected public.accounts through foreign key ... (ON DELETE CASCADE), ...".
 	Reason string
 }
 
@@ -100,7 +99,7 @@ func (a *analysis) refuseCatalog(stmt *pg.Node) {
 		}
 		for _, f := range a.r.lookupRefused(rv) {
 			if f.Ops&op != 0 {
-				a.refuse(CodeUnfenceable, f.Table, fmt.Sprintf("unfenceable write: %s %s %s", what, f.label(), f.Reason))
+				a.refuse(CodeUnfenceable, f.Table, fmt.Sprintf("unfenceable write: %s %s: it %s", what, f.label(), f.Reason))
 				return
 			}
 		}
@@ -136,7 +135,7 @@ func (a *analysis) refuseCatalog(stmt *pg.Node) {
 					for _, list := range a.r.refused {
 						for _, f := range list {
 							if containsFold(body, f.Name) {
-								a.refuse(CodeUnfenceable, f.Table, fmt.Sprintf("unfenceable write: a DO block that names %s, which %s, cannot be fenced; run its statements through the proxy as plain SQL", f.label(), strings.TrimPrefix(f.Reason, "is ")))
+								a.refuse(CodeUnfenceable, f.Table, fmt.Sprintf("unfenceable write: a DO block that names %s cannot be fenced (%s %s); run its statements through the proxy as plain SQL", f.label(), f.label(), f.Reason))
 								return
 							}
 						}
@@ -147,7 +146,7 @@ func (a *analysis) refuseCatalog(stmt *pg.Node) {
 	})
 }
 
-// newRefused validates and indexes the refusals.
+// addRefused validates and indexes the refusals.
 func (r *Rewriter) addRefused(list []Refused) error {
 	for i := range list {
 		f := list[i]
