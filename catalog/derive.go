@@ -331,24 +331,111 @@ func (d *deriver) foreignKeys() {
 	for _, fk := range d.c.ForeignKeys {
 		byReferenced[fk.Referenced] = append(byReferenced[fk.Referenced], fk)
 	}
+	bad := d.cascading(byReferenced)
 	for _, x := range sortedKeys(byReferenced) {
-		for _, op := range []rewrite.Ops{rewrite.OpDelete, rewrite.OpUpdate, rewrite.OpTruncateCascade} {
-			if hit, path := d.reach(x, op, byReferenced); hit != 0 {
-				p := d.prot[hit]
-				ops, what := op, ""
-				switch op {
-				case rewrite.OpDelete:
-					ops, what = rewrite.OpDelete|rewrite.OpMerge, "deletes"
-				case rewrite.OpUpdate:
-					ops, what = rewrite.OpUpdate|rewrite.OpMerge, "updates"
-				case rewrite.OpTruncateCascade:
-					what = "truncates"
+		for _, op := range cascadeOps {
+			if !bad[cascadeState{x, op}] {
+				continue
+			}
+			hit, path := d.reach(x, op, byReferenced)
+			if hit == 0 {
+				continue
+			}
+			p := d.prot[hit]
+			ops, what := op, ""
+			switch op {
+			case rewrite.OpDelete:
+				ops, what = rewrite.OpDelete|rewrite.OpMerge, "deletes"
+			case rewrite.OpUpdate:
+				ops, what = rewrite.OpUpdate|rewrite.OpMerge, "updates"
+			case rewrite.OpTruncateCascade:
+				what = "truncates"
+			}
+			d.refuse(x, ops, p.origin, fmt.Sprintf("%s rows of the protected %s through %s, unfenced, and the guard is not installed there (fenceproxy install)",
+				what, d.label(hit), path))
+		}
+	}
+}
+
+var cascadeOps = []rewrite.Ops{rewrite.OpDelete, rewrite.OpUpdate, rewrite.OpTruncateCascade}
+
+// cascadeState is a write of one kind (delete, update, truncate cascade) to one relation.
+type cascadeState struct {
+	rel uint32
+	op  rewrite.Ops
+}
+
+// cascadeNext is the write that a foreign-key action makes of the referencing table when the referenced one
+// gets op; 0 when the action writes nothing (NO ACTION, RESTRICT fail instead).
+func cascadeNext(op rewrite.Ops, fk ForeignKey) rewrite.Ops {
+	action := fk.OnDelete
+	if op == rewrite.OpUpdate {
+		action = fk.OnUpdate
+	}
+	switch {
+	case op == rewrite.OpTruncateCascade:
+		return rewrite.OpTruncateCascade // every referencing table is truncated too
+	case action == 'c' && op == rewrite.OpDelete:
+		return rewrite.OpDelete
+	case action == 'c' || action == 'n' || action == 'd':
+		return rewrite.OpUpdate
+	}
+	return 0
+}
+
+// unguardedFor reports whether a write of kind next to the protected rel goes unchecked by the guard.
+func (d *deriver) unguardedFor(rel uint32, next rewrite.Ops) bool {
+	if d.prot[rel] == nil {
+		return false
+	}
+	g := d.c.Guards[rel]
+	if next == rewrite.OpTruncateCascade {
+		return !g.Truncate
+	}
+	return !g.Rows
+}
+
+// cascading is every write state that reaches, through foreign-key actions and down inheritance trees, a
+// protected table without the guard: found backwards from those tables, in time linear in the catalog.
+func (d *deriver) cascading(byReferenced map[uint32][]ForeignKey) map[cascadeState]bool {
+	reverse := map[cascadeState][]cascadeState{}
+	bad := map[cascadeState]bool{}
+	var queue []cascadeState
+	mark := func(s cascadeState) {
+		if !bad[s] {
+			bad[s] = true
+			queue = append(queue, s)
+		}
+	}
+	for _, fks := range byReferenced {
+		for _, fk := range fks {
+			for _, op := range cascadeOps {
+				next := cascadeNext(op, fk)
+				if next == 0 {
+					continue
 				}
-				d.refuse(x, ops, p.origin, fmt.Sprintf("%s rows of the protected %s through %s, unfenced, and the guard is not installed there (fenceproxy install)",
-					what, d.label(hit), path))
+				from := cascadeState{fk.Referenced, op}
+				if d.unguardedFor(fk.Referencing, next) {
+					mark(from)
+				}
+				to := cascadeState{fk.Referencing, next}
+				reverse[to] = append(reverse[to], from)
 			}
 		}
 	}
+	// A write to a parent writes its partitions and children.
+	for _, in := range d.c.Inherits {
+		for _, op := range cascadeOps {
+			to := cascadeState{in.Child, op}
+			reverse[to] = append(reverse[to], cascadeState{in.Parent, op})
+		}
+	}
+	for i := 0; i < len(queue); i++ {
+		for _, from := range reverse[queue[i]] {
+			mark(from)
+		}
+	}
+	return bad
 }
 
 // reach walks the actions op on x sets off (and on x's descendants, which DELETE, UPDATE and TRUNCATE of x
@@ -357,50 +444,46 @@ func (d *deriver) reach(x uint32, op rewrite.Ops, byReferenced map[uint32][]Fore
 	type state struct {
 		rel  uint32
 		op   rewrite.Ops
-		path string
+		prev int // index of the state this one was reached from, -1 for a start
+		via  string
 	}
-	var queue []state
+	var states []state // breadth-first queue; kept whole to rebuild the path of a hit
 	seen := map[[2]uint32]bool{}
-	push := func(rel uint32, op rewrite.Ops, path string) {
+	push := func(rel uint32, op rewrite.Ops, prev int, via string) {
 		for _, r := range d.descendants(rel) {
 			if !seen[[2]uint32{r, uint32(op)}] {
 				seen[[2]uint32{r, uint32(op)}] = true
-				queue = append(queue, state{r, op, path})
+				states = append(states, state{r, op, prev, via})
 			}
 		}
 	}
-	push(x, op, "")
-	for len(queue) > 0 {
-		s := queue[0]
-		queue = queue[1:]
+	path := func(i int, last string) string {
+		parts := []string{last}
+		for ; i >= 0; i = states[i].prev {
+			if states[i].via != "" {
+				parts = append(parts, states[i].via)
+			}
+		}
+		slices.Reverse(parts)
+		return strings.Join(parts, ", ")
+	}
+	push(x, op, -1, "")
+	for i := 0; i < len(states); i++ {
+		s := states[i]
 		for _, fk := range byReferenced[s.rel] {
+			next := cascadeNext(s.op, fk)
+			if next == 0 {
+				continue
+			}
 			action := fk.OnDelete
 			if s.op == rewrite.OpUpdate {
 				action = fk.OnUpdate
 			}
-			var next rewrite.Ops
-			switch {
-			case s.op == rewrite.OpTruncateCascade:
-				next = rewrite.OpTruncateCascade // every referencing table is truncated too
-			case action == 'c' && s.op == rewrite.OpDelete:
-				next = rewrite.OpDelete
-			case action == 'c' || action == 'n' || action == 'd':
-				next = rewrite.OpUpdate
-			default:
-				continue // NO ACTION and RESTRICT fail instead of writing
+			via := fmt.Sprintf("foreign key %s of %s (%s)", fk.Name, d.label(fk.Referencing), actionText(s.op, action))
+			if d.unguardedFor(fk.Referencing, next) {
+				return fk.Referencing, path(i, via)
 			}
-			path := s.path
-			if path != "" {
-				path += ", "
-			}
-			path += fmt.Sprintf("foreign key %s of %s (%s)", fk.Name, d.label(fk.Referencing), actionText(s.op, action))
-			if p := d.prot[fk.Referencing]; p != nil {
-				g := d.c.Guards[fk.Referencing]
-				if (next == rewrite.OpTruncateCascade && !g.Truncate) || (next != rewrite.OpTruncateCascade && !g.Rows) {
-					return fk.Referencing, path
-				}
-			}
-			push(fk.Referencing, next, path)
+			push(fk.Referencing, next, i, via)
 		}
 	}
 	return 0, ""

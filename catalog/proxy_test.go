@@ -35,13 +35,13 @@ func TestMain(m *testing.M) {
 	}}, &pg))
 }
 
-func ctxT(t *testing.T) context.Context {
+func ctxT(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)
 	return ctx
 }
 
-func connect(t *testing.T, dsn string) *pgx.Conn {
+func connect(t testing.TB, dsn string) *pgx.Conn {
 	t.Helper()
 	c, err := pgx.Connect(ctxT(t), dsn)
 	if err != nil {
@@ -52,7 +52,7 @@ func connect(t *testing.T, dsn string) *pgx.Conn {
 }
 
 // schemaName is a schema unique to the test.
-func schemaName(t *testing.T) string {
+func schemaName(t testing.TB) string {
 	var b strings.Builder
 	for _, r := range strings.ToLower(t.Name()) {
 		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' {
@@ -70,7 +70,7 @@ func schemaName(t *testing.T) string {
 
 // env is a schema with the test's DDL, and a proxy protecting some of its tables with catalog awareness.
 type env struct {
-	t      *testing.T
+	t      testing.TB
 	schema string
 	d      *pgx.Conn // superuser, straight to PostgreSQL
 	p      *proxytest.Proxy
@@ -79,7 +79,7 @@ type env struct {
 }
 
 // newSchema creates the test's schema and runs ddl in it (%[1]s is the schema).
-func newSchema(t *testing.T, ddl string) *env {
+func newSchema(t testing.TB, ddl string) *env {
 	t.Helper()
 	pgtest.Require(t, pg)
 	e := &env{t: t, schema: schemaName(t)}
