@@ -2,6 +2,8 @@ package rewrite
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 
 	pg "github.com/pganalyze/pg_query_go/v6"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -53,16 +55,29 @@ func (f Refused) label() string {
 	return f.Schema + "." + f.Name
 }
 
-// refusedNames adds the names of refused relations to the prefilter's table
-// list (the token column is irrelevant there), so that text writing them is
-// parsed.
-func refusedNames(tables []Table, refused []Refused) []Table {
-	if len(refused) == 0 {
-		return tables
-	}
-	out := append([]Table(nil), tables...)
+// prefilterTables is what the prefilter searches for: the protected tables' and the refused relations'
+// names (the token column is irrelevant there), without the names that contain another one. The catalog adds
+// many (a partition per month: accounts_2024_01, ...) and text that holds such a name holds the shorter one too,
+// so the longer needles would only slow down the scan every statement goes through.
+func prefilterTables(tables []Table, refused []Refused) []Table {
+	all := slices.Clone(tables)
 	for _, f := range refused {
-		out = append(out, Table{Schema: f.Schema, Name: f.Name, TokenColumn: "-"})
+		all = append(all, Table{Schema: f.Schema, Name: f.Name, TokenColumn: "-"})
+	}
+	slices.SortStableFunc(all, func(a, b Table) int { return len(a.Name) - len(b.Name) })
+	var out []Table
+	for _, t := range all {
+		name := lowerASCII(t.Name)
+		redundant := false
+		for _, o := range out {
+			if strings.Contains(name, lowerASCII(o.Name)) {
+				redundant = true
+				break
+			}
+		}
+		if !redundant {
+			out = append(out, t)
+		}
 	}
 	return out
 }

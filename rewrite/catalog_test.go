@@ -67,3 +67,28 @@ func TestRefusedRelations(t *testing.T) {
 		t.Error("a refusal without ops and reason was accepted")
 	}
 }
+
+// The prefilter keeps the shortest of names that contain one another, and still finds every one of them.
+func TestPrefilterCatalogNames(t *testing.T) {
+	var tables []Table
+	for _, n := range []string{"accounts_2024_01", "accounts", "accounts_2024_02", "ledger", "x_accounts_v"} {
+		tables = append(tables, Table{Schema: "public", Name: n, TokenColumn: "fence_token"})
+	}
+	got := prefilterTables(tables, []Refused{{Schema: "public", Name: "ledger_parent", Ops: OpsWrite, Table: "ledger", Reason: "r"}})
+	var names []string
+	for _, g := range got {
+		names = append(names, g.Name)
+	}
+	if strings.Join(names, ",") != "ledger,accounts" {
+		t.Fatalf("prefilter names %v, want [ledger accounts]", names)
+	}
+	r, err := New(Config{Tables: tables})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sql := range []string{"UPDATE accounts_2024_02 SET a = 1", `DELETE FROM "ACCOUNTS_2024_01"`, "insert into X_ACCOUNTS_V (a) values (1)"} {
+		if !r.MayTouch([]byte(sql)) {
+			t.Errorf("%s: the prefilter skips it", sql)
+		}
+	}
+}

@@ -164,7 +164,7 @@ func New(cfg Config) (*Rewriter, error) {
 	if err := r.addRefused(cfg.Refused); err != nil {
 		return nil, err
 	}
-	r.filter = newPrefilter(refusedNames(cfg.Tables, cfg.Refused), setting)
+	r.filter = newPrefilter(prefilterTables(cfg.Tables, cfg.Refused), setting)
 	return r, nil
 }
 
