@@ -244,7 +244,7 @@ func (a *auditor) writes(sql string) []string {
 // triggers that run them, and rules whose actions write them.
 func (a *auditor) bodies(ctx context.Context, conn *pgx.Conn) error {
 	rows, err := conn.Query(ctx, `
-SELECT p.oid, p.oid::regprocedure::text, p.prokind::text, l.lanname, p.prosrc, p.prosqlbody IS NOT NULL,
+SELECT p.oid, p.oid::regprocedure::text, p.prokind::text, l.lanname, p.prosrc, (pg_catalog.to_jsonb(p.*) ->> 'prosqlbody') IS NOT NULL, -- prosqlbody exists from PostgreSQL 14 on
        CASE WHEN p.prokind IN ('f', 'p') THEN pg_catalog.pg_get_functiondef(p.oid) ELSE '' END
 FROM pg_catalog.pg_proc p
 JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
