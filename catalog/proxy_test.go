@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"strings"
 	"testing"
@@ -15,6 +16,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/fenceproxy/fenceproxy/catalog"
 	"github.com/fenceproxy/fenceproxy/internal/pgtest"
@@ -381,4 +384,46 @@ func TestRefreshPicksUpNewPartition(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// A refresh that cannot read the catalog keeps the snapshot in force (the proxy goes on fencing the partitions
+// it knew) and counts the failure; the next good read is counted and published.
+func TestRefreshFailureKeepsSnapshot(t *testing.T) {
+	e := newEnv(t, partitionsDDL, "acc")
+	reg := prometheus.NewRegistry()
+	m := catalog.NewMetrics(reg)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := ln.Addr().(*net.TCPAddr)
+	ln.Close()
+	cc, err := catalog.ConnConfig(e.p.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc.Host, cc.Port, cc.ConnectTimeout = "127.0.0.1", uint16(dead.Port), 2*time.Second
+	published := 0
+	w := &catalog.Watcher{Source: catalog.NewSource(cc, nil), Interval: time.Hour, Tables: e.w.Tables, Log: slog.New(slog.NewTextHandler(e.p.Logs, nil)),
+		Last: e.snap, Metrics: m, Publish: func(s *catalog.Snapshot) error { published++; return e.w.Publish(s) }}
+	e.exec(e.s("CREATE TABLE %[1]s.acc_asia PARTITION OF %[1]s.acc FOR VALUES IN ('asia')"))
+	w.Refresh(ctxT(t))
+	if published != 0 || w.Last != e.snap || counterValue(t, m.Reads("error")) != 1 {
+		t.Fatalf("failed refresh: published %d, snapshot replaced %v, errors counted %v", published, w.Last != e.snap, counterValue(t, m.Reads("error")))
+	}
+	e.want(e.client(""), "55F02", "UPDATE %[1]s.acc_us SET balance = 1") // the old snapshot still fences
+	e.w.Metrics = m
+	e.w.Refresh(ctxT(t))
+	if counterValue(t, m.Reads("ok")) != 1 || e.w.Last == e.snap {
+		t.Fatalf("good refresh: ok reads %v, snapshot replaced %v", counterValue(t, m.Reads("ok")), e.w.Last != e.snap)
+	}
+	e.want(e.client(""), "55F02", "UPDATE %[1]s.acc_asia SET balance = 1")
+}
+
+func counterValue(t *testing.T, c prometheus.Counter) float64 {
+	var m dto.Metric
+	if err := c.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetCounter().GetValue()
 }

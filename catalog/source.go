@@ -139,6 +139,8 @@ type Watcher struct {
 	Log     *slog.Logger
 	// Last is the snapshot published at start, if any.
 	Last *Snapshot
+	// Metrics, if set, records every refresh.
+	Metrics *Metrics
 
 	kick chan struct{}
 	once sync.Once
@@ -181,6 +183,7 @@ func (w *Watcher) Refresh(ctx context.Context) {
 	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	snap, err := w.Source.Snapshot(rctx, w.Tables())
 	cancel()
+	w.Metrics.Observe(snap, err)
 	if err != nil {
 		w.Log.Error("catalog refresh failed; keeping the last snapshot", "err", err)
 		return

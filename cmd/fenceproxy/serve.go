@@ -60,10 +60,14 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	}
 
 	var metricsSrv *http.Server
+	var catalogMetrics *catalog.Metrics
 	if cfg.Metrics.Listen != "" {
 		reg := prometheus.NewRegistry()
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 		opts.Metrics = proxy.NewMetrics(reg)
+		if cfg.Catalog != nil {
+			catalogMetrics = catalog.NewMetrics(reg)
+		}
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 		mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
@@ -81,7 +85,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		log.Info("metrics listening", "addr", mln.Addr().String())
 	}
 
-	watcher, snap, err := startCatalog(cfg, log)
+	watcher, snap, err := startCatalog(cfg, log, catalogMetrics)
 	if err != nil {
 		fmt.Fprintf(stderr, "fenceproxy: %v\n", err)
 		return 1
@@ -173,7 +177,7 @@ func reload(path string, cur *config.Config, planners *proxy.PlannerSet, watcher
 // that fails stops the start: the operator asked for partitions, views and cascades to be fenced, and a proxy
 // that silently protected only the configured names would leave exactly those paths open. Without the
 // section the proxy protects the configured names only, and says so.
-func startCatalog(cfg *config.Config, log *slog.Logger) (*catalog.Watcher, *catalog.Snapshot, error) {
+func startCatalog(cfg *config.Config, log *slog.Logger, metrics *catalog.Metrics) (*catalog.Watcher, *catalog.Snapshot, error) {
 	if cfg.Catalog == nil {
 		if len(cfg.Tables) > 0 {
 			log.Warn("no catalog section: partitions, inheritance children, views and foreign-key cascades of the protected tables are not fenced (docs/catalog.md)")
@@ -188,6 +192,7 @@ func startCatalog(cfg *config.Config, log *slog.Logger) (*catalog.Watcher, *cata
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.Upstream.ConnectTimeout+30*time.Second)
 	defer cancel()
 	snap, err := src.Snapshot(ctx, proxy.ConfiguredTables(cfg))
+	metrics.Observe(snap, err)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w (the first catalog read must succeed; see docs/catalog.md)", err)
 	}
@@ -195,7 +200,7 @@ func startCatalog(cfg *config.Config, log *slog.Logger) (*catalog.Watcher, *cata
 		log.Warn("protected table not in the catalog; protected by name only", "table", u)
 	}
 	log.Info("catalog read", "protected", len(snap.Protected), "refused", len(snap.Refused), "refresh", cfg.Catalog.Refresh)
-	return &catalog.Watcher{Source: src, Interval: cfg.Catalog.Refresh, Log: log, Last: snap}, snap, nil
+	return &catalog.Watcher{Source: src, Interval: cfg.Catalog.Refresh, Log: log, Last: snap, Metrics: metrics}, snap, nil
 }
 
 func newLogger(cfg *config.Config, w io.Writer) *slog.Logger {
