@@ -34,7 +34,7 @@ CREATE TABLE accounts_eu PARTITION OF accounts FOR VALUES IN ('eu')`); err != ni
 	configPath := filepath.Join(dir, "fenceproxy.yaml")
 	pw := filepath.Join(dir, "pw")
 	os.WriteFile(pw, []byte("unused-with-trust\n"), 0o600)
-	cfg := fmt.Sprintf("listen: %s\nupstream:\n  address: %s\n  reuse:\n    max_idle: 0\ntables:\n  - name: public.accounts\n    token_column: fence_token\n"+
+	cfg := fmt.Sprintf("listen: %s\nupstream:\n  address: %s\ntables:\n  - name: public.accounts\n    token_column: fence_token\n"+
 		"catalog:\n  user: %s\n  database: %s\n  password_file: %s\n  refresh: 1h\n", addr, cl.Addr(), pgtest.SuperUser, pgtest.TestDB, pw)
 	if err := os.WriteFile(configPath, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
