@@ -55,7 +55,7 @@ type AuditOptions struct {
 	// ProxyAddress is the address PostgreSQL sees the proxy's connections come from; invalid means the
 	// audit connection's own client address (the audit runs on the proxy's host).
 	ProxyAddress netip.Addr
-	// Probe finds the guard; nil means TriggerGuardProbe.
+	// Probe finds the guard; nil means DefaultGuardProbe.
 	Probe GuardProbe
 }
 
@@ -64,7 +64,7 @@ type AuditOptions struct {
 // of SELECT on it), without which it says that it could not compare the roles' access with the proxy's.
 func Audit(ctx context.Context, conn *pgx.Conn, configured []rewrite.Table, o AuditOptions) ([]Finding, *Snapshot, error) {
 	if o.Probe == nil {
-		o.Probe = TriggerGuardProbe{}
+		o.Probe = DefaultGuardProbe()
 	}
 	cat, err := Read(ctx, conn, o.Probe)
 	if err != nil {

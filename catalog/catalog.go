@@ -92,6 +92,10 @@ type GuardProbe interface {
 	Guards(ctx context.Context, conn *pgx.Conn) (map[uint32]Guard, error)
 }
 
+// DefaultGuardProbe is the probe the proxy and `fenceproxy check` use when given none: the one place to switch
+// to install's own probe once it exists.
+func DefaultGuardProbe() GuardProbe { return TriggerGuardProbe{} }
+
 // TriggerGuardProbe finds enabled triggers whose function is in the schema fenceproxy (or is named
 // fenceproxy_guard, the function deploy/guard-trigger.sql installs).
 type TriggerGuardProbe struct{}
@@ -242,7 +246,7 @@ ORDER BY v.oid`)
 	}
 
 	if probe == nil {
-		probe = TriggerGuardProbe{}
+		probe = DefaultGuardProbe()
 	}
 	c.Guards, err = probe.Guards(ctx, conn)
 	return err

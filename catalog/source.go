@@ -89,10 +89,10 @@ type Source struct {
 	conn       *pgx.Conn
 }
 
-// NewSource makes a Source; probe nil means TriggerGuardProbe.
+// NewSource makes a Source; probe nil means DefaultGuardProbe.
 func NewSource(cc *pgx.ConnConfig, probe GuardProbe) *Source {
 	if probe == nil {
-		probe = TriggerGuardProbe{}
+		probe = DefaultGuardProbe()
 	}
 	return &Source{connConfig: cc, probe: probe}
 }
