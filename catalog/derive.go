@@ -2,6 +2,7 @@ package catalog
 
 import (
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -55,11 +56,12 @@ func (s *Snapshot) SameRules(o *Snapshot) bool {
 	if s == nil || o == nil {
 		return s == o
 	}
-	return slices.Equal(s.Tables(), o.Tables()) && slices.Equal(s.Refused, o.Refused)
+	return reflect.DeepEqual(s.Tables(), o.Tables()) && reflect.DeepEqual(s.Refused, o.Refused)
 }
 
 // prot is a protected relation during the derivation.
 type prot struct {
+	base       rewrite.Table // the configured table it derives from: its other settings carry over
 	column     string
 	origin     string
 	via        string
@@ -124,7 +126,7 @@ func (d *deriver) configured(tables []rewrite.Table) {
 				}
 				found = true
 				d.resolved[t.Label()] = append(d.resolved[t.Label()], oid)
-				d.prot[oid] = &prot{column: t.TokenColumn, origin: t.Label(), via: "configured", configured: true}
+				d.prot[oid] = &prot{base: t, column: t.TokenColumn, origin: t.Label(), via: "configured", configured: true}
 			}
 			if !found {
 				d.unresolved = append(d.unresolved, t.Label())
@@ -164,7 +166,7 @@ func (d *deriver) protect(oid uint32, from *prot, via string) bool {
 		}
 		return false
 	}
-	d.prot[oid] = &prot{column: from.column, origin: from.origin, via: via}
+	d.prot[oid] = &prot{base: from.base, column: from.column, origin: from.origin, via: via}
 	return true
 }
 
@@ -186,7 +188,7 @@ func (d *deriver) parents() {
 			seen[p] = true
 			if d.prot[p] == nil {
 				if r := d.rel(p); r != nil && r.hasColumn(from.column) {
-					d.prot[p] = &prot{column: from.column, origin: from.origin, via: "parent of " + d.label(c)}
+					d.prot[p] = &prot{base: from.base, column: from.column, origin: from.origin, via: "parent of " + d.label(c)}
 				} else {
 					d.refuse(p, rewrite.OpsWrite, from.origin, fmt.Sprintf(
 						"reaches the protected %s, its descendant, but has no token column %s to fence it by", d.label(leaf), from.column))
@@ -264,7 +266,7 @@ func (d *deriver) views() {
 					d.label(baseOID), bp.column, d.label(baseOID)))
 				continue
 			}
-			d.prot[v.OID] = &prot{column: col, origin: bp.origin, via: "view over " + d.label(baseOID)}
+			d.prot[v.OID] = &prot{base: bp.base, column: col, origin: bp.origin, via: "view over " + d.label(baseOID)}
 		}
 	}
 }
@@ -546,8 +548,10 @@ func (d *deriver) snapshot() *Snapshot {
 		if p.configured {
 			continue
 		}
+		t := p.base // settings of the configured table (all but the names) apply to what derives from it
+		t.Schema, t.Name, t.TokenColumn = r.Schema, r.Name, p.column
 		s.Protected = append(s.Protected, Protected{
-			Table: rewrite.Table{Schema: r.Schema, Name: r.Name, TokenColumn: p.column},
+			Table: t,
 			OID:   oid, Origin: p.origin, Via: p.via,
 		})
 	}

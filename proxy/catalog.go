@@ -18,10 +18,16 @@ func ConfiguredTables(cfg *config.Config) []rewrite.Table {
 	return tables
 }
 
+// rewriteConfig is the rewriter's configuration for a proxy configuration: the one place that maps one to the
+// other (NewPlanner and NewPlannerWithCatalog both use it).
+func rewriteConfig(cfg *config.Config) rewrite.Config {
+	return rewrite.Config{Tables: ConfiguredTables(cfg), TokenSetting: cfg.Token.Setting}
+}
+
 // NewPlannerWithCatalog is NewPlanner for a configuration and a catalog snapshot (nil: name-only
 // protection): the configured tables, the relations the snapshot protects because of them, and its refusals.
 func NewPlannerWithCatalog(cfg *config.Config, snap *catalog.Snapshot, metrics *Metrics) (*rewrite.Cache, error) {
-	rc := rewrite.Config{Tables: ConfiguredTables(cfg), TokenSetting: cfg.Token.Setting}
+	rc := rewriteConfig(cfg)
 	if snap != nil {
 		rc.Tables = append(rc.Tables, snap.Tables()...)
 		rc.Refused = snap.Refused
