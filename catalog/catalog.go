@@ -150,6 +150,11 @@ func Read(ctx context.Context, conn *pgx.Conn, probe GuardProbe) (*Catalog, erro
 		return nil, fmt.Errorf("catalog: begin: %w", err)
 	}
 	defer tx.Rollback(context.Background())
+	// With only pg_catalog on the path, pg_get_viewdef qualifies every relation a view names, so its base is
+	// identified by schema and name, never by a guess between two relations of the same name.
+	if _, err := tx.Exec(ctx, "SET LOCAL search_path = pg_catalog"); err != nil {
+		return nil, fmt.Errorf("catalog: %w", err)
+	}
 	c := &Catalog{Relations: map[uint32]*Relation{}, ReadAt: time.Now()}
 	if err := c.read(ctx, tx.Conn(), probe); err != nil {
 		return nil, fmt.Errorf("catalog: %w", err)

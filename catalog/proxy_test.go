@@ -265,7 +265,11 @@ CREATE FUNCTION %[1]s.trig() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN UPDATE 
 CREATE TRIGGER instead INSTEAD OF UPDATE ON %[1]s.v_trig FOR EACH ROW EXECUTE FUNCTION %[1]s.trig();
 CREATE VIEW %[1]s.v_rule AS SELECT * FROM %[1]s.t;
 CREATE RULE r AS ON DELETE TO %[1]s.v_rule DO INSTEAD DELETE FROM %[1]s.t;
-CREATE VIEW %[1]s.v_reads AS SELECT * FROM %[1]s.other WHERE id NOT IN (SELECT id FROM %[1]s.t);`, "t")
+CREATE VIEW %[1]s.v_reads AS SELECT * FROM %[1]s.other WHERE id NOT IN (SELECT id FROM %[1]s.t);
+DROP TABLE IF EXISTS public.t CASCADE;
+CREATE TABLE public.t (id int, n int);
+CREATE VIEW %[1]s.v_public AS SELECT * FROM public.t WHERE id IN (SELECT id FROM %[1]s.t);`, "t")
+	t.Cleanup(func() { e.exec("DROP TABLE public.t CASCADE") })
 	new5, old3, none := e.client("5"), e.client("3"), e.client("")
 	e.want(new5, "", "INSERT INTO %[1]s.v_with (id, balance) VALUES (1, 10)")
 	if got := e.token("SELECT fence_token FROM %[1]s.t WHERE id = 1"); got != 5 {
@@ -284,6 +288,9 @@ CREATE VIEW %[1]s.v_reads AS SELECT * FROM %[1]s.other WHERE id NOT IN (SELECT i
 		e.want(new5, "55F04", sql)
 	}
 	e.want(none, "", "INSERT INTO %[1]s.v_reads (id, n) VALUES (1, 1)")
+	// Its base is public.t, which the catalog reader's search_path would show unqualified, like the protected
+	// t it reads: the base is told by its schema, not guessed by its name.
+	e.want(none, "", "INSERT INTO %[1]s.v_public (id, n) VALUES (1, 1)")
 }
 
 const fkDDL = `
