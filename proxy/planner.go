@@ -1,7 +1,6 @@
 package proxy
 
 import (
-
 	"github.com/fenceproxy/fenceproxy/config"
 	"github.com/fenceproxy/fenceproxy/rewrite"
 )
