@@ -29,6 +29,9 @@ type Config struct {
 	Limits   Limits    `yaml:"limits"`
 	Relay    Relay     `yaml:"relay"`
 	Log      Log       `yaml:"log"`
+	// Catalog, when set, makes the proxy read PostgreSQL's catalog (partitions, inheritance, views, foreign keys)
+	// over its own connection and protect what is related to the configured tables (docs/catalog.md).
+	Catalog *Catalog `yaml:"catalog"`
 
 	// File is the path the configuration was read from ("" when parsed from memory).
 	File string `yaml:"-"`
@@ -171,6 +174,21 @@ type Log struct {
 	Format string `yaml:"format"`
 }
 
+// Catalog is the catalog reader's own upstream connection. It needs only to connect and read pg_catalog, which
+// every role may: a dedicated role with LOGIN and no other privilege is enough.
+type Catalog struct {
+	// DSN is a libpq connection string or URL; host and port default to upstream.address.
+	DSN string `yaml:"dsn"`
+	// User and Database override the DSN's.
+	User     string `yaml:"user"`
+	Database string `yaml:"database"`
+	// PasswordFile holds the password (trailing newline ignored), so that it need not be in the YAML.
+	PasswordFile string `yaml:"password_file"`
+	// Refresh is how often the catalog is read again (besides at start and on SIGHUP). The default is
+	// DefaultCatalogRefresh.
+	Refresh time.Duration `yaml:"refresh"`
+}
+
 // Defaults, chosen to be safe for a first run on a laptop and documented in the README.
 const (
 	DefaultListen               = "127.0.0.1:6432"
@@ -189,6 +207,7 @@ const (
 	DefaultRelaySpin            = 50 * time.Microsecond
 	MaxRelaySpin                = time.Millisecond
 	MaxEventLoops               = 256
+	DefaultCatalogRefresh       = 5 * time.Second
 )
 
 // Values of Relay.Mode.
@@ -367,6 +386,9 @@ func (c *Config) applyDefaults() {
 	if c.Log.Level == "" {
 		c.Log.Level = "info"
 	}
+	if c.Catalog != nil && c.Catalog.Refresh == 0 {
+		c.Catalog.Refresh = DefaultCatalogRefresh
+	}
 	if c.Log.Format == "" {
 		c.Log.Format = "text"
 	}
@@ -523,6 +545,9 @@ func (c *Config) validate(lines map[string]int) error {
 	case "text", "json":
 	default:
 		add("log.format", "must be text or json, not %q", c.Log.Format)
+	}
+	if c.Catalog != nil && c.Catalog.Refresh < time.Second {
+		add("catalog.refresh", "must be at least 1s")
 	}
 	return errors.Join(errs...)
 }

@@ -49,6 +49,9 @@ type Config struct {
 	// to every rewrite), refusing with 55F04 if not. It guards against a
 	// deparser fault and about triples the cost of a cache miss.
 	Verify bool
+	// Refused lists relations, derived from the catalog, some writes to which
+	// are refused (see Refused).
+	Refused []Refused
 }
 
 // Action says what the proxy does with a statement.
@@ -112,6 +115,7 @@ type Rewriter struct {
 	verify  bool
 	tables  []*tableEntry
 	byName  map[string][]*tableEntry // relname -> entries (config order)
+	refused map[string][]*Refused    // relname -> catalog-derived refusals
 	filter  prefilter
 }
 
@@ -157,7 +161,10 @@ func New(cfg Config) (*Rewriter, error) {
 		r.tables = append(r.tables, e)
 		r.byName[t.Name] = append(r.byName[t.Name], e)
 	}
-	r.filter = newPrefilter(cfg.Tables, setting)
+	if err := r.addRefused(cfg.Refused); err != nil {
+		return nil, err
+	}
+	r.filter = newPrefilter(prefilterTables(cfg.Tables, cfg.Refused), setting)
 	return r, nil
 }
 
@@ -208,6 +215,7 @@ func (r *Rewriter) plan(sql string) Plan {
 	a := &analysis{r: r}
 	for _, raw := range tree.Stmts {
 		a.statement(raw.Stmt)
+		a.refuseCatalog(raw.Stmt)
 	}
 	if a.refusal != nil {
 		return *a.refusal

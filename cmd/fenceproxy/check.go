@@ -2,12 +2,14 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"math"
 	"net"
+	"net/netip"
 	"strings"
 	"time"
 
@@ -15,6 +17,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/fenceproxy/fenceproxy/catalog"
 	"github.com/fenceproxy/fenceproxy/config"
 	"github.com/fenceproxy/fenceproxy/tokens"
 )
@@ -33,11 +36,13 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 	configPath := fs.String("config", "", "path of the YAML configuration file (required)")
 	dsn := fs.String("dsn", "", "connection string for the check (default: PG* environment variables, host and port from upstream.address)")
 	etcdFlag := fs.String("etcd", "", "comma-separated etcd `endpoints` for the token revision check (default: token.verify.etcd.endpoints; \"\" skips the check)")
+	jsonOut := fs.Bool("json", false, "print the report as one JSON object (tables and findings) instead of text")
+	proxyAddr := fs.String("proxy-address", "", "the `IP` PostgreSQL sees the proxy's connections come from, for the pg_hba.conf audit (default: this check's own client address)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	if *configPath == "" || fs.NArg() > 0 {
-		fmt.Fprintln(stderr, "usage: fenceproxy check --config FILE [--dsn DSN] [--etcd ENDPOINTS]")
+		fmt.Fprintln(stderr, "usage: fenceproxy check --config FILE [--dsn DSN] [--etcd ENDPOINTS] [--json] [--proxy-address IP]")
 		return 2
 	}
 	cfg, err := config.Load(*configPath)
@@ -45,6 +50,20 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "fenceproxy: %v\n", err)
 		return 1
 	}
+	var proxyIP netip.Addr
+	if *proxyAddr != "" {
+		if proxyIP, err = netip.ParseAddr(*proxyAddr); err != nil {
+			fmt.Fprintf(stderr, "fenceproxy check: --proxy-address: %v\n", err)
+			return 2
+		}
+	}
+	report := &checkReport{Tables: []tableResult{}}
+	origStdout := stdout
+	textOut := stdout
+	if *jsonOut {
+		textOut = io.Discard
+	}
+	stdout = textOut
 	endpoints := cfg.Token.Verify.Etcd.Endpoints
 	fs.Visit(func(f *flag.Flag) {
 		if f.Name == "etcd" {
@@ -82,20 +101,25 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 		if len(rows) == 0 {
 			problems++
 			fmt.Fprintf(stdout, "FAIL  %s: no such table\n", t.Name)
+			report.Tables = append(report.Tables, tableResult{Table: t.Name, OK: false, Message: "no such table"})
 			continue
 		}
 		for _, r := range rows {
+			label := r.schema + "." + r.table
 			switch {
 			case r.colType == "":
 				problems++
-				fmt.Fprintf(stdout, "FAIL  %s.%s: no column %s\n      fix: ALTER TABLE %s ADD COLUMN %s bigint;\n",
-					r.schema, r.table, t.TokenColumn, pgx.Identifier{r.schema, r.table}.Sanitize(), pgx.Identifier{t.TokenColumn}.Sanitize())
+				fix := fmt.Sprintf("ALTER TABLE %s ADD COLUMN %s bigint;", pgx.Identifier{r.schema, r.table}.Sanitize(), pgx.Identifier{t.TokenColumn}.Sanitize())
+				fmt.Fprintf(stdout, "FAIL  %s.%s: no column %s\n      fix: %s\n", r.schema, r.table, t.TokenColumn, fix)
+				report.Tables = append(report.Tables, tableResult{Table: label, Message: "no column " + t.TokenColumn, Fix: fix})
 			case r.colType != "bigint":
 				problems++
-				fmt.Fprintf(stdout, "FAIL  %s.%s: column %s is %s, not bigint\n      fix: ALTER TABLE %s ALTER COLUMN %s TYPE bigint;\n",
-					r.schema, r.table, t.TokenColumn, r.colType, pgx.Identifier{r.schema, r.table}.Sanitize(), pgx.Identifier{t.TokenColumn}.Sanitize())
+				fix := fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s TYPE bigint;", pgx.Identifier{r.schema, r.table}.Sanitize(), pgx.Identifier{t.TokenColumn}.Sanitize())
+				fmt.Fprintf(stdout, "FAIL  %s.%s: column %s is %s, not bigint\n      fix: %s\n", r.schema, r.table, t.TokenColumn, r.colType, fix)
+				report.Tables = append(report.Tables, tableResult{Table: label, Message: fmt.Sprintf("column %s is %s, not bigint", t.TokenColumn, r.colType), Fix: fix})
 			default:
 				fmt.Fprintf(stdout, "ok    %s.%s: token column %s bigint\n", r.schema, r.table, t.TokenColumn)
+				report.Tables = append(report.Tables, tableResult{Table: label, OK: true, Message: "token column " + t.TokenColumn + " bigint"})
 				usable = append(usable, tokenColumn{schema: r.schema, table: r.table, column: t.TokenColumn})
 			}
 		}
@@ -107,6 +131,31 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 		problems += n
+		report.RevisionProblems = n
+	}
+	findings, err := auditFindings(ctx, conn, cfg, proxyIP, stdout)
+	if err != nil {
+		fmt.Fprintf(stderr, "fenceproxy check: %v\n", err)
+		return 1
+	}
+	report.Findings = findings
+	for _, f := range findings {
+		switch f.Severity {
+		case catalog.SeverityError:
+			report.Errors++
+		case catalog.SeverityWarning:
+			report.Warnings++
+		}
+	}
+	problems += report.Errors
+	report.Problems = problems
+	if *jsonOut {
+		enc := json.NewEncoder(origStdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(report); err != nil {
+			fmt.Fprintf(stderr, "fenceproxy check: %v\n", err)
+			return 1
+		}
 	}
 	if problems > 0 {
 		fmt.Fprintf(stdout, "%d problem(s)\n", problems)

@@ -11,6 +11,7 @@ import (
 	"net/http/pprof"
 	"os"
 	"os/signal"
+	"reflect"
 	"syscall"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/fenceproxy/fenceproxy/catalog"
 	"github.com/fenceproxy/fenceproxy/config"
 	"github.com/fenceproxy/fenceproxy/proxy"
 	"github.com/fenceproxy/fenceproxy/tokens"
@@ -58,10 +60,14 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	}
 
 	var metricsSrv *http.Server
+	var catalogMetrics *catalog.Metrics
 	if cfg.Metrics.Listen != "" {
 		reg := prometheus.NewRegistry()
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 		opts.Metrics = proxy.NewMetrics(reg)
+		if cfg.Catalog != nil {
+			catalogMetrics = catalog.NewMetrics(reg)
+		}
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 		mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
@@ -79,7 +85,12 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		log.Info("metrics listening", "addr", mln.Addr().String())
 	}
 
-	planner, err := proxy.NewPlanner(cfg, opts.Metrics)
+	watcher, snap, err := startCatalog(cfg, log, catalogMetrics)
+	if err != nil {
+		fmt.Fprintf(stderr, "fenceproxy: %v\n", err)
+		return 1
+	}
+	planner, err := proxy.NewPlannerWithCatalog(cfg, snap, opts.Metrics)
 	if err != nil {
 		fmt.Fprintf(stderr, "fenceproxy: %v\n", err)
 		return 1
@@ -89,6 +100,14 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintf(stderr, "fenceproxy: %v\n", err)
 		return 1
+	}
+	planners := proxy.NewPlannerSet(srv, cfg, snap, opts.Metrics)
+	if watcher != nil {
+		defer watcher.Source.Close()
+		watcher.Tables, watcher.Publish = planners.Tables, planners.SetSnapshot
+		ctx, stop := context.WithCancel(context.Background())
+		defer stop()
+		go watcher.Run(ctx)
 	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
@@ -113,7 +132,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 			return 0
 		case sig := <-sigs:
 			if sig == syscall.SIGHUP {
-				reload(*configPath, cfg, srv, log, opts.Metrics)
+				reload(*configPath, cfg, planners, watcher, log)
 				continue
 			}
 			log.Info("shutting down: draining sessions", "signal", sig.String(), "timeout", cfg.Limits.ShutdownTimeout)
@@ -132,24 +151,56 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	}
 }
 
-// reload re-reads the configuration file and applies the table list. Other settings need a restart; a change
-// to them is logged, not applied, and a file that does not validate changes nothing.
-func reload(path string, cur *config.Config, srv *proxy.Server, log *slog.Logger, metrics *proxy.Metrics) {
+// reload re-reads the configuration file and applies the table list, then reads the catalog again for it.
+// Other settings need a restart; a change to them is logged, not applied, and a file that does not validate
+// changes nothing.
+func reload(path string, cur *config.Config, planners *proxy.PlannerSet, watcher *catalog.Watcher, log *slog.Logger) {
 	next, err := config.Load(path)
 	if err != nil {
 		log.Error("reload failed; keeping the current configuration", "err", err)
 		return
 	}
-	planner, err := proxy.NewPlanner(next, metrics)
-	if err != nil {
+	if err := planners.SetConfig(next); err != nil {
 		log.Error("reload failed; keeping the current configuration", "err", err)
 		return
 	}
-	srv.SetPlanner(planner)
 	log.Info("reloaded the table list", "tables", len(next.Tables))
-	if next.Listen != cur.Listen || next.Upstream != cur.Upstream {
-		log.Warn("listen and upstream changes need a restart; not applied")
+	if next.Listen != cur.Listen || next.Upstream != cur.Upstream || !reflect.DeepEqual(next.Catalog, cur.Catalog) {
+		log.Warn("listen, upstream and catalog changes need a restart; not applied")
 	}
+	if watcher != nil {
+		watcher.Refresh(context.Background())
+	}
+}
+
+// startCatalog reads the first catalog snapshot when the configuration has a catalog section. A first read
+// that fails stops the start: the operator asked for partitions, views and cascades to be fenced, and a proxy
+// that silently protected only the configured names would leave exactly those paths open. Without the
+// section the proxy protects the configured names only, and says so.
+func startCatalog(cfg *config.Config, log *slog.Logger, metrics *catalog.Metrics) (*catalog.Watcher, *catalog.Snapshot, error) {
+	if cfg.Catalog == nil {
+		if len(cfg.Tables) > 0 {
+			log.Warn("no catalog section: partitions, inheritance children, views and foreign-key cascades of the protected tables are not fenced (docs/catalog.md)")
+		}
+		return nil, nil, nil
+	}
+	cc, err := catalog.ConnConfig(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	src := catalog.NewSource(cc, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.Upstream.ConnectTimeout+30*time.Second)
+	defer cancel()
+	snap, err := src.Snapshot(ctx, proxy.ConfiguredTables(cfg))
+	metrics.Observe(snap, err)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w (the first catalog read must succeed; see docs/catalog.md)", err)
+	}
+	for _, u := range snap.Unresolved {
+		log.Warn("protected table not in the catalog; protected by name only", "table", u)
+	}
+	log.Info("catalog read", "protected", len(snap.Protected), "refused", len(snap.Refused), "refresh", cfg.Catalog.Refresh)
+	return &catalog.Watcher{Source: src, Interval: cfg.Catalog.Refresh, Log: log, Last: snap, Metrics: metrics}, snap, nil
 }
 
 func newLogger(cfg *config.Config, w io.Writer) *slog.Logger {

@@ -1,0 +1,93 @@
+package proxy
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/fenceproxy/fenceproxy/catalog"
+	"github.com/fenceproxy/fenceproxy/config"
+	"github.com/fenceproxy/fenceproxy/rewrite"
+)
+
+// ConfiguredTables are the rewriter tables of a configuration.
+func ConfiguredTables(cfg *config.Config) []rewrite.Table {
+	tables := make([]rewrite.Table, len(cfg.Tables))
+	for i, t := range cfg.Tables {
+		tables[i] = rewrite.Table{Schema: t.Schema, Name: t.Relation, TokenColumn: t.TokenColumn}
+	}
+	return tables
+}
+
+// rewriteConfig is the rewriter's configuration for a proxy configuration: the one place that maps one to the
+// other (NewPlanner and NewPlannerWithCatalog both use it).
+func rewriteConfig(cfg *config.Config) rewrite.Config {
+	return rewrite.Config{Tables: ConfiguredTables(cfg), TokenSetting: cfg.Token.Setting}
+}
+
+// NewPlannerWithCatalog is NewPlanner for a configuration and a catalog snapshot (nil: name-only
+// protection): the configured tables, the relations the snapshot protects because of them, and its refusals.
+func NewPlannerWithCatalog(cfg *config.Config, snap *catalog.Snapshot, metrics *Metrics) (*rewrite.Cache, error) {
+	rc := rewriteConfig(cfg)
+	if snap != nil {
+		rc.Tables = append(rc.Tables, snap.Tables()...)
+		rc.Refused = snap.Refused
+	}
+	r, err := rewrite.New(rc)
+	if err != nil {
+		return nil, fmt.Errorf("tables: %w", err)
+	}
+	var obs rewrite.CacheObserver
+	if metrics != nil {
+		obs = metrics
+	}
+	return rewrite.NewCacheObserved(r, cfg.Limits.RewriteCacheSize, obs), nil
+}
+
+// PlannerSet keeps a Server's planner in step with the configuration (SIGHUP) and the catalog snapshot
+// (refreshes): each change builds a new planner, with an empty cache, from both.
+type PlannerSet struct {
+	srv     *Server
+	metrics *Metrics
+
+	mu   sync.Mutex
+	cfg  *config.Config
+	snap *catalog.Snapshot
+}
+
+// NewPlannerSet starts from the configuration and snapshot the server's current planner was built from.
+func NewPlannerSet(srv *Server, cfg *config.Config, snap *catalog.Snapshot, metrics *Metrics) *PlannerSet {
+	return &PlannerSet{srv: srv, metrics: metrics, cfg: cfg, snap: snap}
+}
+
+// SetConfig applies a reloaded configuration's tables.
+func (p *PlannerSet) SetConfig(cfg *config.Config) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	planner, err := NewPlannerWithCatalog(cfg, p.snap, p.metrics)
+	if err != nil {
+		return err
+	}
+	p.cfg = cfg
+	p.srv.SetPlanner(planner)
+	return nil
+}
+
+// SetSnapshot applies a new catalog snapshot.
+func (p *PlannerSet) SetSnapshot(snap *catalog.Snapshot) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	planner, err := NewPlannerWithCatalog(p.cfg, snap, p.metrics)
+	if err != nil {
+		return err
+	}
+	p.snap = snap
+	p.srv.SetPlanner(planner)
+	return nil
+}
+
+// Tables are the configured tables now.
+func (p *PlannerSet) Tables() []rewrite.Table {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return ConfiguredTables(p.cfg)
+}
