@@ -233,10 +233,15 @@ func wantStale(t *testing.T, err error, table string, rowToken, token int64) {
 	if !strings.Contains(pe.Detail, fmt.Sprint(rowToken)) || !strings.Contains(pe.Detail, fmt.Sprint(token)) {
 		t.Fatalf("55F01 DETAIL must carry the row's token %d and the session's %d: %q", rowToken, token, pe.Detail)
 	}
-	if pe.Hint == "" {
-		t.Fatalf("55F01 without a HINT: %+v", pe)
+	if pe.Hint != staleHint {
+		t.Fatalf("55F01 HINT %q, want %q", pe.Hint, staleHint)
 	}
 }
+
+// staleHint is the 55F01 HINT, word for word: what a writer whose lock was taken over must do (the contract: stop,
+// re-read, don't retry with the same token). rewrite.Marker.Describe writes it.
+const staleHint = "This writer's lock has been taken over by a newer holder. Stop writing, acquire the lock again " +
+	"and re-read the data before writing; do not retry with the same token."
 
 // wantAborted checks that the transaction is aborted server-side: a statement gets 25P02 and COMMIT does not
 // commit.
@@ -582,12 +587,16 @@ func TestFencingInsert(t *testing.T) {
 	f.wantToken(t, 30, 43)
 	f.wantToken(t, 31, 43)
 
-	// Without a column list the proxy cannot know where C goes: fenced or refused, never written unfenced.
-	_, err := c.Exec(ctx, f.sql("INSERT INTO %[1]s VALUES (40, 1)"))
-	if err != nil {
-		wantFenceErr(t, err, "55F04", "unfenceable write", f.label)
-	} else {
-		f.wantToken(t, 40, 42)
+	// Without a column list the proxy cannot know where C goes: refused (55F04, as the README says), never
+	// written, in either protocol.
+	for _, exec := range []func(string) error{
+		func(q string) error { _, err := c.Exec(ctx, q); return err },
+		func(q string) error { _, err := execExtended(ctx, c, q); return err },
+	} {
+		wantFenceErr(t, exec(f.sql("INSERT INTO %[1]s VALUES (40, 1)")), "55F04", "unfenceable write", f.label)
+		if _, ok := f.lookup(t, 40); ok {
+			t.Fatalf("a refused INSERT without a column list wrote row 40: %s", f.snapshot(t))
+		}
 	}
 }
 
