@@ -1354,18 +1354,16 @@ func TestFencingDescribe(t *testing.T) {
 		"INSERT INTO %s (id, balance) SELECT g, $2 FROM generate_series(1, $1) g RETURNING balance",
 		"INSERT INTO %s (id, balance) VALUES ($1, $2) ON CONFLICT (id) DO UPDATE SET balance = excluded.balance + $3 RETURNING fence_token, balance",
 		"INSERT INTO %s DEFAULT VALUES RETURNING id",
-		"INSERT INTO %s (id, balance) SELECT $1, $2 UNION ALL SELECT $3, $4 RETURNING id",
 		"INSERT INTO %s (id, balance) SELECT $1, $2 RETURNING id",
 		"INSERT INTO %s (id, balance) VALUES ($1, '5'), ($2, $3)",
 		"WITH u AS (UPDATE %s SET balance = $1 WHERE id = $2 RETURNING *) SELECT count(*), max(balance), max(fence_token) FROM u",
 	} {
+		// Every statement here prepares on the unprotected table: one that does not would compare nothing, so
+		// it fails the test instead of being skipped.
 		want, werr := c.PgConn().Prepare(ctx, "", fmt.Sprintf(q, plain), nil)
 		got, err := c.PgConn().Prepare(ctx, "", fmt.Sprintf(q, f.name), nil)
 		if werr != nil || err != nil {
-			var we, ge *pgconn.PgError
-			if !errors.As(werr, &we) || !errors.As(err, &ge) || we.Code != ge.Code {
-				t.Errorf("prepare %s: %v; on the unprotected table: %v", fmt.Sprintf(q, f.name), err, werr)
-			}
+			t.Errorf("prepare %s: %v; on the unprotected table: %v", fmt.Sprintf(q, f.name), err, werr)
 			continue
 		}
 		if fmt.Sprint(got.ParamOIDs) != fmt.Sprint(want.ParamOIDs) {
@@ -1383,6 +1381,18 @@ func TestFencingDescribe(t *testing.T) {
 		}
 		if strings.Join(gf, " ") != strings.Join(wf, " ") {
 			t.Errorf("%s: columns %v, want %v", fmt.Sprintf(q, f.name), gf, wf)
+		}
+	}
+	// A statement PostgreSQL cannot prepare (the UNION's untyped parameters resolve to text) fails the same way
+	// through the proxy, though the rewrite wraps the UNION: asserted, not skipped.
+	for _, q := range []string{
+		"INSERT INTO %s (id, balance) SELECT $1, $2 UNION ALL SELECT $3, $4 RETURNING id",
+	} {
+		_, werr := c.PgConn().Prepare(ctx, "", fmt.Sprintf(q, plain), nil)
+		_, err := c.PgConn().Prepare(ctx, "", fmt.Sprintf(q, f.name), nil)
+		var we, ge *pgconn.PgError
+		if !errors.As(werr, &we) || !errors.As(err, &ge) || we.Code != ge.Code {
+			t.Errorf("prepare %s: %v; on the unprotected table: %v; want the same server error", fmt.Sprintf(q, f.name), err, werr)
 		}
 	}
 	// And the statement described is the fenced one.
