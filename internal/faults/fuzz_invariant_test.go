@@ -106,7 +106,11 @@ func fuzzCheckInvariant(t *testing.T, ctx context.Context, d *pgx.Conn, table st
 		if w.stmtToken != nil {
 			stmt = *w.stmtToken
 		}
-		desc := fmt.Sprintf("%s row %v: token %s -> %s, statement token %q", w.op, w.id, show(w.oldToken), show(w.newToken), stmt)
+		id := "?"
+		if w.id != nil {
+			id = fmt.Sprint(*w.id)
+		}
+		desc := fmt.Sprintf("%s row %s: token %s -> %s, statement token %q", w.op, id, show(w.oldToken), show(w.newToken), stmt)
 		if w.op == "TRUNCATE" {
 			violations = append(violations, "TRUNCATE of the protected table went through")
 			continue
