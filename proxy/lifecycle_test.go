@@ -205,10 +205,8 @@ func TestStartupTimeout(t *testing.T) {
 
 func TestGarbageAndAbsurdInput(t *testing.T) {
 	p := startProxy(t, proxytest.Options{YAML: "limits:\n  max_message_size: 65536\n"})
-	bystander := connect(t, p.DSN(pgtest.SuperUser, "", pgtest.TestDB))
-	ctx := ctxT(t)
-	done := make(chan error, 1)
-	go func() { _, err := bystander.Exec(ctx, "SELECT pg_sleep(0.5)"); done <- err }()
+	// A bystander's query runs (waiting for a lock) through all of the garbage below.
+	bystander := holdQuery(t, connect(t, p.DSN(pgtest.SuperUser, "", pgtest.TestDB)))
 
 	startupGarbage := [][]byte{
 		[]byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n"),
@@ -249,7 +247,8 @@ func TestGarbageAndAbsurdInput(t *testing.T) {
 			t.Errorf("%s: want 08P01 then close, got %+v", name, e)
 		}
 	}
-	if err := <-done; err != nil {
+	bystander.stillRunning(t, "the garbage")
+	if err := bystander.release(t); err != nil {
 		t.Fatalf("bystander session disturbed: %v", err)
 	}
 	healthy(t, p)

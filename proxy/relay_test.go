@@ -253,30 +253,34 @@ func cancelConfig(t *testing.T, dsn string) *pgx.ConnConfig {
 func TestCancelStopsOnlyItsOwnQuery(t *testing.T) {
 	p := startProxy(t, proxytest.Options{})
 	ctx := ctxT(t)
+	d := direct(t)
 	victim, err := pgx.ConnectConfig(ctx, cancelConfig(t, p.DSN(pgtest.SuperUser, "", pgtest.TestDB)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer victim.Close(ctx)
-	bystander := connect(t, p.DSN(pgtest.SuperUser, "", pgtest.TestDB))
+	bystander := holdQuery(t, connect(t, p.DSN(pgtest.SuperUser, "", pgtest.TestDB)))
 
-	bystanderDone := make(chan error, 1)
-	go func() {
-		_, err := bystander.Exec(ctx, "SELECT pg_sleep(1.5)")
-		bystanderDone <- err
-	}()
-	qctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	// The victim's query is cancelled once the server runs it, not on a timer: a cancel that arrives before the
+	// query would be ignored, and the test would hang instead of testing the cancel.
+	qctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	start := time.Now()
-	_, err = victim.Exec(qctx, "SELECT pg_sleep(30)")
+	victimDone := make(chan error, 1)
+	go func() {
+		_, err := victim.Exec(qctx, "SELECT pg_sleep(30)")
+		victimDone <- err
+	}()
+	pid := victim.PgConn().PID()
+	eventually(t, 20*time.Second, "the victim's query to run", func() bool { return backendState(t, d, pid) == "active" })
+	cancel()
+	// No timing check: without a working cancel the query runs its 30s and pgx then closes the connection
+	// (DeadlineDelay), which is not 57014.
 	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) || pgErr.Code != "57014" {
+	if err := <-victimDone; !errors.As(err, &pgErr) || pgErr.Code != "57014" {
 		t.Fatalf("cancelled query: want 57014, got %v", err)
 	}
-	if el := time.Since(start); el > 10*time.Second {
-		t.Fatalf("cancel took %v", el)
-	}
-	if err := <-bystanderDone; err != nil {
+	bystander.stillRunning(t, "another session's cancel")
+	if err := bystander.release(t); err != nil {
 		t.Fatalf("the other session's query was disturbed: %v", err)
 	}
 	var one int
@@ -285,30 +289,36 @@ func TestCancelStopsOnlyItsOwnQuery(t *testing.T) {
 	}
 }
 
+// TestBogusCancelDoesNotCancelOthers: CancelRequests with a wrong secret for a running query's PID, or for an
+// unknown PID, cancel nothing. The query is running (waiting for a lock) when they arrive, and rawCancel returns
+// only once the proxy has dealt with each, so a forwarded cancel would have ended it with 57014.
 func TestBogusCancelDoesNotCancelOthers(t *testing.T) {
 	p := startProxy(t, proxytest.Options{})
 	c := connect(t, p.DSN(pgtest.SuperUser, "", pgtest.TestDB))
-	ctx := ctxT(t)
-	done := make(chan error, 1)
-	go func() {
-		_, err := c.Exec(ctx, "SELECT pg_sleep(1)")
-		done <- err
-	}()
+	h := holdQuery(t, c)
 	pid := c.PgConn().PID()
-	// Wrong secrets for the real PID, and an unknown PID.
-	for i, key := range []uint32{0, 1, 0xdeadbeef} {
+	wrong := append([]byte(nil), c.PgConn().SecretKey()...)
+	wrong[len(wrong)-1] ^= 1
+	for _, key := range [][]byte{{0, 0, 0, 0}, {0, 0, 0, 1}, {0xde, 0xad, 0xbe, 0xef}, wrong} {
 		for _, target := range []uint32{pid, pid + 100000} {
-			conn, err := net.Dial("tcp", p.Addr)
-			if err != nil {
-				t.Fatal(err)
-			}
-			pkt := []byte{0, 0, 0, 16, 0x04, 0xd2, 0x16, 0x2e, byte(target >> 24), byte(target >> 16), byte(target >> 8), byte(target), byte(key >> 24), byte(key >> 16), byte(key >> 8), byte(key) + byte(i)}
-			conn.Write(pkt)
-			conn.Close()
+			rawCancel(t, p.Addr, target, key)
 		}
 	}
-	if err := <-done; err != nil {
+	h.stillRunning(t, "bogus CancelRequests")
+	if err := h.release(t); err != nil {
 		t.Fatalf("a bogus CancelRequest cancelled a query: %v", err)
+	}
+	// The control: the right key does cancel it, so the requests above reached a query that could be cancelled.
+	h = holdQuery(t, c)
+	rawCancel(t, p.Addr, pid, c.PgConn().SecretKey())
+	var pgErr *pgconn.PgError
+	select {
+	case err := <-h.done:
+		if !errors.As(err, &pgErr) || pgErr.Code != "57014" {
+			t.Fatalf("the genuine CancelRequest: want 57014, got %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the genuine CancelRequest did not cancel the query within 20s")
 	}
 }
 

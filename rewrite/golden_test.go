@@ -281,7 +281,10 @@ func protectedWrites(r *Rewriter, tree *pg.ParseResult) []string {
 
 // nodesOutsideBodies calls fn for every Node under m except inside CREATE
 // RULE actions and CREATE FUNCTION bodies (a documented limit). It is written
-// independently of walkStatement, on purpose.
+// independently of walkStatement, on purpose. So the oracle lets such a
+// statement pass although its body writes a protected table: that write runs
+// later, inside the server, and is the in-database guard's to fence
+// (fenceproxy install; a rule ON a protected table is refused as DDL).
 func nodesOutsideBodies(m protoreflect.Message, fn func(*pg.Node)) {
 	switch x := m.Interface().(type) {
 	case *pg.Node:

@@ -122,13 +122,21 @@ func TestEtcdctlInterop(t *testing.T) {
 	ours := acquireAsync(ctx, e.Client(), name, noPrefix)
 	waitFor(t, 5*time.Second, "our waiter queued", func() bool { return etcdtest.QueueLen(t, admin, name) == 2 })
 	notYet(t, ours, "our lock")
+	// A write between queueing and grant: our key's create revision and the grant revision differ, and the
+	// token must be the grant revision (the revision that deleted etcdctl's key), as ETCD_LOCK_REV is.
+	ourCreate := queuedCreateRevision(t, admin, name, clientv3.LeaseID(resp.Kvs[0].Lease))
+	if _, err := admin.Put(ctx, "unrelated", "1"); err != nil {
+		t.Fatal(err)
+	}
+	deleted := watchDelete(t, admin, string(resp.Kvs[0].Key))
 	if err := os.WriteFile(releaseFile, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	waitExit(t, holder, 10*time.Second)
+	grant := waitDeleteRevision(t, deleted, string(resp.Kvs[0].Key))
 	l := waitAcquired(t, ours, 10*time.Second)
-	if l.Token() <= rev1 {
-		t.Fatalf("our token %d not above etcdctl's %d", l.Token(), rev1)
+	if l.Token() != grant || ourCreate >= grant {
+		t.Fatalf("our token %d after waiting, want the grant revision %d (our key's create revision is %d)", l.Token(), grant, ourCreate)
 	}
 
 	// We hold it: etcdctl waits, and gets it, with a higher revision, when we release.
@@ -139,12 +147,19 @@ func TestEtcdctlInterop(t *testing.T) {
 		t.Fatalf("etcdctl got the lock while we held it: %q", line)
 	default:
 	}
+	// etcdctl's ETCD_LOCK_REV after waiting is the grant revision too, not its key's create revision.
+	ectlCreate := queuedCreateRevision(t, admin, name, l.Lease())
+	if _, err := admin.Put(ctx, "unrelated", "2"); err != nil {
+		t.Fatal(err)
+	}
+	deleted = watchDelete(t, admin, l.Key())
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
+	grant = waitDeleteRevision(t, deleted, l.Key())
 	rev3 := readRev(t, lines, 10*time.Second)
-	if rev3 <= l.Token() {
-		t.Fatalf("etcdctl's ETCD_LOCK_REV %d not above our token %d", rev3, l.Token())
+	if rev3 != grant || ectlCreate >= grant {
+		t.Fatalf("etcdctl's ETCD_LOCK_REV %d after waiting, want the grant revision %d (its key's create revision is %d)", rev3, grant, ectlCreate)
 	}
 	waitExit(t, waiter, 10*time.Second)
 	t.Logf("etcdctl %d, ours %d, etcdctl %d", rev1, l.Token(), rev3)

@@ -208,6 +208,101 @@ func TestTokenIsGrantRevision(t *testing.T) {
 	}
 }
 
+// TestContendedTokenIsGrantRevision pins the token's one definition where it matters: a waiter that queued
+// behind a holder is granted the lock at the revision that deleted the holder's key, which is above its own
+// key's create revision (a write in between makes sure of it). Using the create revision instead would still
+// give increasing tokens here, but not between holders in general (contract: one definition only).
+func TestContendedTokenIsGrantRevision(t *testing.T) {
+	t.Parallel()
+	e := etcdtest.Start(t)
+	admin := e.Client()
+	name := lockName(t)
+	key := tokens.DefaultPrefix + name
+	ctx := context.Background()
+	for _, offset := range []int64{0, 1_000_000} {
+		holder := mustAcquire(t, e.Client(), name)
+		waiterCh := acquireAsync(ctx, e.Client(), name, tokens.WithTokenOffset(offset))
+		waitFor(t, 10*time.Second, "the waiter queued", func() bool { return etcdtest.QueueLen(t, admin, key) == 2 })
+		waiterCreate := queuedCreateRevision(t, admin, key, holder.Lease())
+		if _, err := admin.Put(ctx, "unrelated", "between queueing and grant"); err != nil {
+			t.Fatal(err)
+		}
+		deleted := watchDelete(t, admin, holder.Key())
+		if err := holder.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		grant := waitDeleteRevision(t, deleted, holder.Key())
+		w := waitAcquired(t, waiterCh, 10*time.Second)
+		if w.Token() != grant+offset {
+			t.Fatalf("offset %d: waiter's token %d, want the grant revision %d (the holder's key deleted) + offset; its key's create revision is %d",
+				offset, w.Token(), grant, waiterCreate)
+		}
+		if waiterCreate >= grant {
+			t.Fatalf("create revision %d not below the grant revision %d: the test does not tell the definitions apart", waiterCreate, grant)
+		}
+		if err := w.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// queuedCreateRevision returns the create revision of the one key queued under key whose lease is not holder's.
+func queuedCreateRevision(t *testing.T, c *clientv3.Client, key string, holder clientv3.LeaseID) int64 {
+	t.Helper()
+	resp, err := c.Get(context.Background(), key+"/", clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var revs []int64
+	for _, kv := range resp.Kvs {
+		if clientv3.LeaseID(kv.Lease) != holder {
+			revs = append(revs, kv.CreateRevision)
+		}
+	}
+	if len(revs) != 1 {
+		t.Fatalf("%d waiters' keys under %q, want 1", len(revs), key+"/")
+	}
+	return revs[0]
+}
+
+// watchDelete watches key from now on and sends the revision of its deletion.
+func watchDelete(t *testing.T, c *clientv3.Client, key string) <-chan int64 {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	resp, err := c.Get(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Kvs) != 1 {
+		t.Fatalf("key %q does not exist: nothing to watch", key)
+	}
+	wch := c.Watch(ctx, key, clientv3.WithRev(resp.Header.Revision+1), clientv3.WithFilterPut())
+	ch := make(chan int64, 1)
+	go func() {
+		for wr := range wch {
+			for _, ev := range wr.Events {
+				if ev.Type == clientv3.EventTypeDelete {
+					ch <- ev.Kv.ModRevision
+					return
+				}
+			}
+		}
+	}()
+	return ch
+}
+
+func waitDeleteRevision(t *testing.T, ch <-chan int64, key string) int64 {
+	t.Helper()
+	select {
+	case rev := <-ch:
+		return rev
+	case <-time.After(10 * time.Second):
+		t.Fatalf("key %q not deleted within 10s", key)
+		return 0
+	}
+}
+
 func TestAcquireRejectsBadOptions(t *testing.T) {
 	t.Parallel()
 	e := etcdtest.Start(t)

@@ -431,16 +431,17 @@ func TestLockCLI(t *testing.T) {
 		if n := etcdtest.QueueLen(t, admin, tokens.DefaultPrefix+name); n != 1 {
 			t.Fatalf("%d keys in the queue, want the holder's only", n)
 		}
-		// A waiter that is still waiting when the lock is released gets it, with a higher token.
+		// A waiter that is still waiting when the lock is released gets it, with its grant revision as token.
 		p := startLock(t, nil, append([]string{etcdFlag, "--wait=30s", name, "--"}, childCmd("env", dir, "0")...)...)
 		waitFor(t, 10*time.Second, "the lock process queued", func() bool { return etcdtest.QueueLen(t, admin, tokens.DefaultPrefix+name) == 2 })
+		waiterCreate := waiterCreateRevision(t, admin, tokens.DefaultPrefix+name, held.Lease())
+		gw := watchHolderDelete(t, admin, held.Key())
 		held.Release(ctx)
 		if code := p.wait(t, 10*time.Second); code != 0 {
 			t.Fatalf("exit %d", code)
 		}
-		if tok, _ := strconv.ParseInt(childEnv(t, dir, time.Second)["FENCE_TOKEN"], 10, 64); tok <= held.Token() {
-			t.Fatalf("waiter's token %d not above the holder's %d", tok, held.Token())
-		}
+		tok, _ := strconv.ParseInt(childEnv(t, dir, time.Second)["FENCE_TOKEN"], 10, 64)
+		wantGrantToken(t, tok, gw.deletedAt(t), waiterCreate, currentRevision(t, admin))
 	})
 
 	// The acceptance scenario: the holder's whole process group is frozen past its TTL; another holder takes
@@ -513,13 +514,18 @@ func TestLockCLI(t *testing.T) {
 		}
 		p := startLock(t, nil, append([]string{etcdFlag, "--prefix=", name, "--"}, childCmd("env", dir, "0")...)...)
 		waitFor(t, 10*time.Second, "the lock process queued", func() bool { return etcdtest.QueueLen(t, admin, name) == 2 })
+		ectlKey, ectlLease, _ := lockHolder(t, admin, name)
+		waiterCreate := waiterCreateRevision(t, admin, name, ectlLease)
+		gw := watchHolderDelete(t, admin, ectlKey)
 		os.WriteFile(release, nil, 0o644)
 		if code := p.wait(t, 10*time.Second); code != 0 {
 			t.Fatalf("exit %d", code)
 		}
-		if tok, _ := strconv.ParseInt(childEnv(t, dir, time.Second)["FENCE_TOKEN"], 10, 64); tok <= ectlRev {
+		tok, _ := strconv.ParseInt(childEnv(t, dir, time.Second)["FENCE_TOKEN"], 10, 64)
+		if tok <= ectlRev {
 			t.Fatalf("our token %d not above etcdctl's ETCD_LOCK_REV %d", tok, ectlRev)
 		}
+		wantGrantToken(t, tok, gw.deletedAt(t), waiterCreate, currentRevision(t, admin))
 		if fileExists(filepath.Join(dir, "started")) {
 			t.Fatal("CMD ran while etcdctl held the lock")
 		}

@@ -94,7 +94,10 @@ func TestHotKeyContention(t *testing.T) {
 						t.Errorf("%s: write under a held lock: %v", worker, a)
 					}
 				}
-				if rng.Float64() < 0.2 && frozen.CompareAndSwap(false, true) {
+				// Worker 0 freezes at every chance until the run has had one late write, so that every run
+				// exercises a takeover and a refused late write; the others freeze at random.
+				wantFreeze := rng.Float64() < 0.2 || w == 0 && lates.Load() == 0
+				if wantFreeze && frozen.CompareAndSwap(false, true) {
 					// Frozen past the lease: the lease ends while this holder is not looking.
 					freezes.Add(1)
 					admin.Revoke(ctx, l.Lease())
@@ -132,6 +135,11 @@ func TestHotKeyContention(t *testing.T) {
 	}
 	counts := h.Check(t, pg, table)
 	t.Logf("%d workers x %d iterations, %d freezes, %d late writes", workers, iterations, freezes.Load(), lates.Load())
+	// The schedule must have done what the test claims: a holder frozen past its lease, a newer holder that
+	// took over and wrote, and the frozen one's late write refused (counted below against the history).
+	if freezes.Load() == 0 || lates.Load() == 0 {
+		t.Fatalf("the schedule exercised %d freezes and %d late writes after a takeover; want at least one of each", freezes.Load(), lates.Load())
+	}
 	if int64(counts[Stale]) != lates.Load() {
 		t.Errorf("%d stale refusals, want one per late write (%d)", counts[Stale], lates.Load())
 	}

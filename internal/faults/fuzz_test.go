@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/fenceproxy/fenceproxy/internal/pgtest"
@@ -15,18 +16,28 @@ import (
 )
 
 // FuzzClientMessages starts one in-process proxy in front of the shared cluster (a protected table configured,
-// so the rewriting paths run), and for each input: logs in as an ordinary role, writes the input as client
-// messages, half-closes, and reads until the proxy closes the connection. The proxy must close it within a
-// deadline (no hang), still serve a fresh session, and end every session it started (no goroutine or backend
-// leak). The seed corpus in testdata/fuzz/FuzzClientMessages runs as a unit test.
+// so the rewriting paths run), and for each input: resets the table, logs in as an ordinary role, writes the
+// input as client messages, half-closes, and reads until the proxy closes the connection. The proxy must close
+// it within a deadline (no hang), still serve a fresh session, and end every session it started (no goroutine
+// or backend leak). Then the fencing invariant is checked from a direct connection: every row the input wrote
+// was written under a valid token, carries it, and no token was lowered (fuzzCheckInvariant). The seed corpus in
+// testdata/fuzz/FuzzClientMessages runs as a unit test; it includes writes that must be refused (stale, no
+// token, TRUNCATE, a token reset between Parse and Execute).
 func FuzzClientMessages(f *testing.F) {
 	pgtest.Require(f, pg)
-	// The seed corpus names this table.
+	// The seed corpus names this table. It is protected, and triggers record every row write the database
+	// commits (fuzzWrites), so that each input can be judged by the fencing invariant, not only by liveness.
 	table := "fuzz_tbl"
-	if err := pg.Exec(fmt.Sprintf("CREATE TABLE IF NOT EXISTS %[1]s (id int PRIMARY KEY, val text, fence_token bigint); INSERT INTO %[1]s VALUES (1, 'x', 5) ON CONFLICT DO NOTHING; GRANT ALL ON %[1]s TO %[2]s",
-		table, pgtest.MD5User)); err != nil {
+	if err := pg.Exec(fuzzTableSQL(table, pgtest.MD5User)); err != nil {
 		f.Fatal(err)
 	}
+	dctx, dcancel := context.WithTimeout(context.Background(), time.Hour)
+	f.Cleanup(dcancel)
+	d, err := pgx.Connect(dctx, pg.SuperDSN())
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() { d.Close(context.Background()) })
 	p := proxytest.Start(f, pg.Addr(), proxytest.Options{YAML: fmt.Sprintf(
 		"tables:\n  - name: %s\n    token_column: fence_token\nlimits:\n  max_message_size: 1048576\n  startup_timeout: 5s\n", table)})
 	app := "faults-fuzz"
@@ -38,6 +49,7 @@ func FuzzClientMessages(f *testing.F) {
 	f.Fuzz(func(t *testing.T, input []byte) {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
+		fuzzReset(t, ctx, d, table)
 		pc, err := pgconn.Connect(ctx, dsn)
 		if err != nil {
 			t.Fatalf("startup before the input: %v", err)
@@ -49,7 +61,10 @@ func FuzzClientMessages(f *testing.F) {
 		conn := hc.Conn
 		defer conn.Close()
 		conn.SetDeadline(time.Now().Add(15 * time.Second))
-		conn.Write(input) // the proxy may close before taking it all
+		// The input, then a Terminate: a client that says goodbye, so that what the input asked for runs to
+		// its end (a client that just vanishes has its running query cancelled) and the invariant below judges
+		// it. An input that ends inside a message swallows the Terminate, which is fine for a fuzzer.
+		conn.Write(append(input[:len(input):len(input)], 'X', 0, 0, 0, 4)) // the proxy may close before taking it all
 		if tc, ok := conn.(*net.TCPConn); ok {
 			tc.CloseWrite()
 		}
@@ -74,5 +89,9 @@ func FuzzClientMessages(f *testing.F) {
 		fresh.Close(ctx)
 		waitFor(t, 10*time.Second, "the proxy's sessions to end", func() bool { return p.Server.ActiveSessions() == 0 })
 		waitFor(t, 10*time.Second, "goroutines to settle", func() bool { return runtime.NumGoroutine() <= baseGoroutines+20 })
+		// Every transaction of the input has ended with its session (a kept upstream connection is reset and
+		// renamed first): what the triggers recorded is all the input committed.
+		noLeakedBackends(t, pg, app, 10*time.Second)
+		fuzzCheckInvariant(t, ctx, d, table, input)
 	})
 }
