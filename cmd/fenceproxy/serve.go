@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -23,20 +22,33 @@ import (
 	"github.com/fenceproxy/fenceproxy/tokens"
 )
 
+const serveHelp = `usage: fenceproxy serve --config FILE
+
+Runs the proxy: accepts PostgreSQL clients on "listen", relays each session to upstream.address, and fences
+every write to the tables the configuration protects (the README's "Configuration" lists the keys).
+
+Signals: SIGTERM or SIGINT drains (stops accepting, closes idle sessions, lets busy ones finish within
+limits.shutdown_timeout, exits 0); SIGHUP re-reads FILE and applies its table list to every session (a file
+that does not validate changes nothing; listen and upstream changes need a restart).
+
+Logs go to stderr (log.level, log.format; log.connections for one line per connection). With metrics.listen
+set, /metrics and /healthz are served there. Exit status: 0 after a drain, 1 on a configuration or listen
+error, 2 on a usage error.
+`
+
 func runServe(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	configPath := fs.String("config", "", "path of the YAML configuration file (required)")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	fs := newCommandFlags("serve", serveHelp, stderr)
+	configPath := fs.String("config", "", "path of the YAML configuration `FILE` (required)")
+	if status, done := fs.parse(args, 2, stdout, stderr); done {
+		return status
 	}
 	if *configPath == "" || fs.NArg() > 0 {
-		fmt.Fprintln(stderr, "usage: fenceproxy serve --config FILE")
+		fs.usageError(stderr, "")
 		return 2
 	}
 	cfg, err := config.Load(*configPath)
 	if err != nil {
-		fmt.Fprintf(stderr, "fenceproxy: %v\n", err)
+		printConfigError(stderr, err)
 		return 1
 	}
 	log := newLogger(cfg, stderr)

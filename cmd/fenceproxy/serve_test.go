@@ -260,6 +260,7 @@ func TestCheck(t *testing.T) {
 		`ALTER TABLE "public"."wrongtype" ALTER COLUMN "fence_token" TYPE bigint;`,
 		`ALTER TABLE "public"."nocol" ADD COLUMN "fence_token" bigint;`,
 		"FAIL  missing: no such table",
+		`fix: CREATE TABLE "missing" (id bigint PRIMARY KEY, "fence_token" bigint);`,
 		"3 problem(s)",
 	} {
 		if !strings.Contains(stdout.String(), want) {
