@@ -212,7 +212,7 @@ func Parse(file string, data []byte) (*Config, error) {
 	}
 	var root yaml.Node
 	if err := yaml.Unmarshal(data, &root); err != nil {
-		return nil, fmt.Errorf("%s: %s", file, strings.TrimPrefix(err.Error(), "yaml: "))
+		return nil, syntaxError(file, err)
 	}
 	lines := map[string]int{}
 	cfg := &Config{File: file}
@@ -222,7 +222,7 @@ func Parse(file string, data []byte) (*Config, error) {
 			return nil, err
 		}
 		if err := doc.Decode(cfg); err != nil {
-			return nil, fmt.Errorf("%s: %s", file, strings.TrimPrefix(strings.ReplaceAll(err.Error(), "\n ", ""), "yaml: unmarshal errors:"))
+			return nil, decodeError(file, err, lines)
 		}
 	}
 	cfg.applyDefaults()
@@ -374,7 +374,8 @@ func (c *Config) fieldError(lines map[string]int, key, format string, args ...an
 		}
 		k = k[:i]
 	}
-	return fmt.Errorf("%s: %s: %s", c.File, key, msg)
+	// A required key that is absent, with no enclosing key either: the whole document is the place to fix.
+	return fmt.Errorf("%s:1: %s: %s", c.File, key, msg)
 }
 
 func (c *Config) validate(lines map[string]int) error {

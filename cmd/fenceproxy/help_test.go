@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -51,6 +53,29 @@ func TestSubcommandUsageErrors(t *testing.T) {
 		}
 		if !strings.Contains(stderr.String(), "usage: fenceproxy "+c.name) || !strings.Contains(stderr.String(), "no-such-flag") {
 			t.Errorf("fenceproxy %s --no-such-flag: stderr %q", c.name, stderr.String())
+		}
+	}
+}
+
+// A configuration with several problems gets one line per problem on stderr, each FILE:LINE: KEY: PROBLEM
+// behind the program's prefix (the second line used to lack both).
+func TestConfigErrorsOneFormPerLine(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "two.yaml")
+	if err := os.WriteFile(path, []byte("listen: nowhere\nupstream:\n  connect_timeout: 10s\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, cmd := range []string{"serve", "check"} {
+		var stdout, stderr bytes.Buffer
+		if code := run([]string{cmd, "--config", path}, &stdout, &stderr); code != 1 {
+			t.Fatalf("%s with a bad config: exit %d", cmd, code)
+		}
+		lines := strings.Split(strings.TrimRight(stderr.String(), "\n"), "\n")
+		want := []string{
+			"fenceproxy: " + path + `:1: listen: "nowhere" is not host:port`,
+			"fenceproxy: " + path + ":2: upstream.address: required (host:port of the PostgreSQL server)",
+		}
+		if strings.Join(lines, "\n") != strings.Join(want, "\n") {
+			t.Errorf("%s: stderr:\n%s\nwant:\n%s", cmd, stderr.String(), strings.Join(want, "\n"))
 		}
 	}
 }
