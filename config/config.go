@@ -166,7 +166,18 @@ func (r Relay) SpinFor() time.Duration {
 type Log struct {
 	Level  string `yaml:"level"`
 	Format string `yaml:"format"`
+	// Connections is the level of the per-connection lines (one when a session starts, one when it ends, with
+	// the client, user, database, application_name, duration, bytes and outcome): debug, info, or off.
+	Connections string `yaml:"connections"`
 }
+
+// Values of Log.Connections; DefaultLogConnections is the default.
+const (
+	LogConnectionsDebug   = "debug"
+	LogConnectionsInfo    = "info"
+	LogConnectionsOff     = "off"
+	DefaultLogConnections = LogConnectionsInfo
+)
 
 // Defaults, chosen to be safe for a first run on a laptop and documented in the README.
 const (
@@ -358,6 +369,9 @@ func (c *Config) applyDefaults() {
 	if c.Log.Format == "" {
 		c.Log.Format = "text"
 	}
+	if c.Log.Connections == "" {
+		c.Log.Connections = DefaultLogConnections
+	}
 }
 
 // fieldError is a validation problem tied to a key.
@@ -507,6 +521,11 @@ func (c *Config) validate(lines map[string]int) error {
 	case "text", "json":
 	default:
 		add("log.format", "must be text or json, not %q", c.Log.Format)
+	}
+	switch c.Log.Connections {
+	case LogConnectionsDebug, LogConnectionsInfo, LogConnectionsOff:
+	default:
+		add("log.connections", "must be %s, %s or %s, not %q", LogConnectionsDebug, LogConnectionsInfo, LogConnectionsOff, c.Log.Connections)
 	}
 	return errors.Join(errs...)
 }

@@ -209,3 +209,24 @@ func TestTokenScopeLockAndTokenColumnWrites(t *testing.T) {
 		}
 	}
 }
+
+func TestLogConnections(t *testing.T) {
+	cfg, err := Parse("c.yaml", []byte("upstream:\n  address: a:1\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Log.Connections != "info" {
+		t.Errorf("log.connections default %q, want info", cfg.Log.Connections)
+	}
+	for _, v := range []string{"debug", "info", "off"} {
+		cfg, err := Parse("c.yaml", []byte("upstream:\n  address: a:1\nlog:\n  connections: "+v+"\n"))
+		if err != nil || cfg.Log.Connections != v {
+			t.Errorf("log.connections: %s: %v %+v", v, err, cfg)
+		}
+	}
+	// YAML reads a bare off as the string "off" (YAML 1.2), and "warn" is not a choice: a typo must not pass.
+	_, err = Parse("c.yaml", []byte("upstream:\n  address: a:1\nlog:\n  connections: warn\n"))
+	if err == nil || !strings.Contains(err.Error(), `c.yaml:4: log.connections: must be debug, info or off, not "warn"`) {
+		t.Errorf("log.connections: warn: %v", err)
+	}
+}

@@ -254,6 +254,7 @@ func (es *evSession) closeFDs() {
 func (ss *session) finishLoop(es *evSession) {
 	deadline := time.Now().Add(time.Second)
 	forced := es.forced.Load()
+	ss.outcome = loopOutcome(es)
 	var protoErr error
 	ss.stopping.Store(true)
 	switch es.end {
@@ -685,6 +686,7 @@ func (es *evSession) pumpClient() {
 		es.finish(endProtocol, err)
 		return
 	}
+	es.ss.relayed[dirClientToServer] += es.cBytes
 	es.ss.srv.metrics.forwardedCount(dirClientToServer, es.cMsgs, es.cBytes)
 	es.cMsgs, es.cBytes = 0, 0
 	es.flushUpstream()
@@ -695,6 +697,7 @@ func (es *evSession) pumpServer() {
 		es.finish(endUpstreamGone, err)
 		return
 	}
+	es.ss.relayed[dirServerToClient] += es.uBytes
 	es.ss.srv.metrics.forwardedCount(dirServerToClient, es.uMsgs, es.uBytes)
 	es.uMsgs, es.uBytes = 0, 0
 	es.flushClient()

@@ -10,6 +10,7 @@ import (
 	"net/http/pprof"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -107,7 +108,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "fenceproxy: listen: %v\n", err)
 		return 1
 	}
-	log.Info("fenceproxy listening", "addr", ln.Addr().String(), "upstream", cfg.Upstream.Address, "tables", len(cfg.Tables), "version", versionString())
+	log.Info("fenceproxy listening", "addr", ln.Addr().String(), "upstream", cfg.Upstream.Address, "tables", tableNames(cfg), "version", versionString())
 
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
@@ -158,10 +159,22 @@ func reload(path string, cur *config.Config, srv *proxy.Server, log *slog.Logger
 		return
 	}
 	srv.SetPlanner(planner)
-	log.Info("reloaded the table list", "tables", len(next.Tables))
+	log.Info("reloaded the table list", "tables", tableNames(next))
 	if next.Listen != cur.Listen || next.Upstream != cur.Upstream {
 		log.Warn("listen and upstream changes need a restart; not applied")
 	}
+}
+
+// tableNames lists the protected tables for the start and reload lines, as configured, comma-separated.
+func tableNames(cfg *config.Config) string {
+	names := make([]string, len(cfg.Tables))
+	for i, t := range cfg.Tables {
+		names[i] = t.Name
+	}
+	if len(names) == 0 {
+		return "(none: nothing is fenced)"
+	}
+	return strings.Join(names, ",")
 }
 
 func newLogger(cfg *config.Config, w io.Writer) *slog.Logger {
