@@ -124,6 +124,7 @@ func (s *Server) handle(raw net.Conn, over bool) {
 	ss.log = ss.log.With("user", ss.params["user"], "database", ss.params["database"])
 	if code, msg, ok := ss.checkStartupToken(); !ok {
 		s.metrics.refusal(code, "")
+		msg = s.withTokenContext(msg)
 		ss.log.Warn("refused startup token", "code", code, "reason", msg, "application_name", app)
 		ss.fatal(code, msg, "")
 		return
