@@ -69,10 +69,15 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	if *dsn == "" {
-		host, port, _ := net.SplitHostPort(cfg.Upstream.Address)
-		pcfg.Host = host
-		fmt.Sscan(port, &pcfg.Port)
-		pcfg.Fallbacks = nil
+		host, portText, _ := net.SplitHostPort(cfg.Upstream.Address)
+		var port uint16
+		fmt.Sscan(portText, &port)
+		pcfg.Host, pcfg.Port = host, port
+		// The fallbacks are the plain-TCP retry of sslmode=prefer (libpq's default): point them at the upstream
+		// too rather than dropping them, or a server without TLS could not be checked.
+		for _, fb := range pcfg.Fallbacks {
+			fb.Host, fb.Port = host, port
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
