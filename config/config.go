@@ -150,7 +150,7 @@ type Relay struct {
 	// per CPU the process may use (GOMAXPROCS).
 	EventLoops int `yaml:"event_loops"`
 	// Spin is how long a loop keeps polling its sockets before it goes to sleep, while polling takes no CPU
-	// from anyone else (see the README); 0 turns it off. The default is DefaultRelaySpin.
+	// from anyone else (see docs/operating.md); 0 turns it off. The default is DefaultRelaySpin.
 	Spin *time.Duration `yaml:"spin"`
 }
 

@@ -942,7 +942,7 @@ func (es *evSession) setInTx(in bool) {
 // the Go runtime bounds its own spinning threads), so polling loops never hold every CPU. Under a CPU-bound
 // load a loop therefore sleeps at once, like pgbouncer; with one busy client it does not sleep between round
 // trips, which took select-only pgbench with one client from about 11,500 to 17,300 TPS on a 2-vCPU VM
-// (README, "Benchmark").
+// (docs/benchmark.md).
 func (l *evLoop) spinPoll(epfd int, events []syscall.EpollEvent, load *loadReader) int {
 	spinners := &l.srv.spinners
 	if spinners.Add(1) > int32(max(1, load.ncpu/2)) {
