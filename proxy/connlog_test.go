@@ -146,6 +146,15 @@ func TestConnectionLogOutcomes(t *testing.T) {
 	if f := connLine(t, p, "connection ended", "connlog-badpass"); f["outcome"] != "closed during startup" || f["user"] != pgtest.ScramUser {
 		t.Errorf("failed login: outcome %q user %q", f["outcome"], f["user"])
 	}
+
+	// Last, as it stops the proxy: an idle session closed by the drain.
+	connect(t, withApp(p.DSN(pgtest.SuperUser, "", pgtest.TestDB), "connlog-drained"))
+	if err := p.Server.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := connLine(t, p, "connection ended", "connlog-drained")["outcome"]; got != "proxy shutting down" {
+		t.Errorf("drained: outcome %q", got)
+	}
 }
 
 // The connection lines carry no password, whatever the authentication method and the level.
