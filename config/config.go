@@ -156,7 +156,7 @@ type Relay struct {
 	// per CPU the process may use (GOMAXPROCS).
 	EventLoops int `yaml:"event_loops"`
 	// Spin is how long a loop keeps polling its sockets before it goes to sleep, while polling takes no CPU
-	// from anyone else (see the README); 0 turns it off. The default is DefaultRelaySpin.
+	// from anyone else (see docs/operating.md); 0 turns it off. The default is DefaultRelaySpin.
 	Spin *time.Duration `yaml:"spin"`
 }
 
@@ -172,6 +172,9 @@ func (r Relay) SpinFor() time.Duration {
 type Log struct {
 	Level  string `yaml:"level"`
 	Format string `yaml:"format"`
+	// Connections is the level of the per-connection lines (one when a session starts, one when it ends, with
+	// the client, user, database, application_name, duration, bytes and outcome): debug, info, or off.
+	Connections string `yaml:"connections"`
 }
 
 // Catalog is the catalog reader's own upstream connection. It needs only to connect and read pg_catalog, which
@@ -188,6 +191,14 @@ type Catalog struct {
 	// DefaultCatalogRefresh.
 	Refresh time.Duration `yaml:"refresh"`
 }
+
+// Values of Log.Connections; DefaultLogConnections is the default.
+const (
+	LogConnectionsDebug   = "debug"
+	LogConnectionsInfo    = "info"
+	LogConnectionsOff     = "off"
+	DefaultLogConnections = LogConnectionsInfo
+)
 
 // Defaults, chosen to be safe for a first run on a laptop and documented in the README.
 const (
@@ -240,7 +251,7 @@ func Parse(file string, data []byte) (*Config, error) {
 	}
 	var root yaml.Node
 	if err := yaml.Unmarshal(data, &root); err != nil {
-		return nil, fmt.Errorf("%s: %s", file, strings.TrimPrefix(err.Error(), "yaml: "))
+		return nil, syntaxError(file, err)
 	}
 	lines := map[string]int{}
 	cfg := &Config{File: file}
@@ -250,7 +261,7 @@ func Parse(file string, data []byte) (*Config, error) {
 			return nil, err
 		}
 		if err := doc.Decode(cfg); err != nil {
-			return nil, fmt.Errorf("%s: %s", file, strings.TrimPrefix(strings.ReplaceAll(err.Error(), "\n ", ""), "yaml: unmarshal errors:"))
+			return nil, decodeError(file, err, lines)
 		}
 	}
 	cfg.applyDefaults()
@@ -392,6 +403,9 @@ func (c *Config) applyDefaults() {
 	if c.Log.Format == "" {
 		c.Log.Format = "text"
 	}
+	if c.Log.Connections == "" {
+		c.Log.Connections = DefaultLogConnections
+	}
 }
 
 // fieldError is a validation problem tied to a key.
@@ -408,7 +422,8 @@ func (c *Config) fieldError(lines map[string]int, key, format string, args ...an
 		}
 		k = k[:i]
 	}
-	return fmt.Errorf("%s: %s: %s", c.File, key, msg)
+	// A required key that is absent, with no enclosing key either: the whole document is the place to fix.
+	return fmt.Errorf("%s:1: %s: %s", c.File, key, msg)
 }
 
 func (c *Config) validate(lines map[string]int) error {
@@ -548,6 +563,11 @@ func (c *Config) validate(lines map[string]int) error {
 	}
 	if c.Catalog != nil && c.Catalog.Refresh < time.Second {
 		add("catalog.refresh", "must be at least 1s")
+	}
+	switch c.Log.Connections {
+	case LogConnectionsDebug, LogConnectionsInfo, LogConnectionsOff:
+	default:
+		add("log.connections", "must be %s, %s or %s, not %q", LogConnectionsDebug, LogConnectionsInfo, LogConnectionsOff, c.Log.Connections)
 	}
 	return errors.Join(errs...)
 }

@@ -3,6 +3,7 @@ package config
 import (
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -99,22 +100,27 @@ func TestErrorsNameFileLineAndKey(t *testing.T) {
 		{"unknown top-level key", "upstream:\n  address: a:1\ntabels: []\n", `c.yaml:3: unknown key "tabels"`},
 		{"unknown nested key", "upstream:\n  address: a:1\n  adress: b:2\n", `c.yaml:3: unknown key "upstream.adress"`},
 		{"unknown key in a table", "upstream:\n  address: a:1\ntables:\n  - name: t\n    token_column: c\n    colour: red\n", `c.yaml:6: unknown key "tables[0].colour"`},
-		{"missing upstream", "listen: 127.0.0.1:1\n", `c.yaml: upstream.address: required`},
+		{"missing upstream", "listen: 127.0.0.1:1\n", `c.yaml:1: upstream.address: required`},
+		{"missing upstream.address", "upstream:\n  connect_timeout: 1s\n", `c.yaml:1: upstream.address: required`},
+		{"duration without a unit", "upstream:\n  address: a:1\n  connect_timeout: 10\n", "c.yaml:3: upstream.connect_timeout: cannot unmarshal !!int 10 into time.Duration (write a duration with its unit"},
+		{"bad indentation", "upstream:\n  address: 127.0.0.1:5432\n tables:\n  - name: a\n", "c.yaml:2: did not find expected key (YAML syntax, at or just after this line: check the indentation"},
+		{"bad indentation in a list", "upstream:\n  address: a:1\ntables:\n  - name: a\n   token_column: x\n", "c.yaml:3: did not find expected '-' indicator"},
+		{"tab indentation", "upstream:\n\taddress: a:1\n", "c.yaml:2: found character that cannot start any token (YAML syntax, at or just after this line: check the indentation; use spaces, not tabs)"},
 		{"missing token column", "upstream:\n  address: a:1\ntables:\n  - name: t\n", `c.yaml:4: tables[0].token_column: required`},
 		{"bad tls mode", "upstream:\n  address: a:1\n  tls:\n    mode: maybe\n", `c.yaml:4: upstream.tls.mode: must be disable, require or verify-full`},
-		{"bad duration", "upstream:\n  address: a:1\n  connect_timeout: soon\n", `c.yaml:`},
+		{"bad duration", "upstream:\n  address: a:1\n  connect_timeout: soon\n", "c.yaml:3: upstream.connect_timeout: cannot unmarshal !!str soon into time.Duration"},
 		{"bad listen", "listen: nowhere\nupstream:\n  address: a:1\n", `c.yaml:1: listen: "nowhere" is not host:port`},
 		{"upper-case table", "upstream:\n  address: a:1\ntables:\n  - name: Accounts\n    token_column: c\n", `c.yaml:4: tables[0].name: "Accounts" is not a table name`},
 		{"duplicate table", "upstream:\n  address: a:1\ntables:\n  - name: t\n    token_column: c\n  - name: t\n    token_column: c\n", `tables[1].name: table "t" listed twice`},
 		{"bad setting", "upstream:\n  address: a:1\ntoken:\n  setting: token\n", `c.yaml:4: token.setting`},
 		{"verify-full without CA", "upstream:\n  address: a:1\n  tls:\n    mode: verify-full\n", `upstream.tls.ca_file: required`},
 		{"wrong shape", "upstream: 5\n", `c.yaml:1: upstream: expected a mapping`},
-		{"not yaml", "upstream: [\n", `c.yaml: `},
+		{"not yaml", "upstream: [\n", `c.yaml:1: did not find expected node content`},
 		{"negative max_idle", "upstream:\n  address: a:1\n  reuse:\n    max_idle: -1\n", `c.yaml:4: upstream.reuse.max_idle: must be 0 (off) or more`},
 		{"negative idle_timeout", "upstream:\n  address: a:1\n  reuse:\n    idle_timeout: -1s\n", `c.yaml:4: upstream.reuse.idle_timeout: must be positive`},
 		{"negative event_loops", "upstream:\n  address: a:1\nrelay:\n  event_loops: -1\n", `c.yaml:4: relay.event_loops: must be 0 (one per CPU) to 256`},
 		{"spin too long", "upstream:\n  address: a:1\nrelay:\n  spin: 2s\n", `c.yaml:4: relay.spin: must be 0 (off) to 1ms`},
-		{"spin not a duration", "upstream:\n  address: a:1\nrelay:\n  spin: fast\n", "line 4: cannot unmarshal !!str `fast` into time.Duration"},
+		{"spin not a duration", "upstream:\n  address: a:1\nrelay:\n  spin: fast\n", "c.yaml:4: relay.spin: cannot unmarshal !!str fast into time.Duration"},
 		{"unknown reuse key", "upstream:\n  address: a:1\n  reuse:\n    pool_size: 3\n", `c.yaml:4: unknown key "upstream.reuse.pool_size"`},
 	}
 	for _, tc := range cases {
@@ -126,7 +132,37 @@ func TestErrorsNameFileLineAndKey(t *testing.T) {
 			if !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("error %q does not contain %q", err, tc.want)
 			}
+			// Every line of every error has the one form: FILE:LINE: then the key and the problem.
+			for _, line := range strings.Split(err.Error(), "\n") {
+				if !errorForm.MatchString(line) || strings.Contains(line, "  ") || strings.Contains(line, "line ") {
+					t.Errorf("error line %q is not FILE:LINE: KEY: PROBLEM", line)
+				}
+			}
 		})
+	}
+}
+
+// errorForm is FILE:LINE: then a key and a problem, or a problem that names the key (unknown key "x"), or a
+// YAML syntax problem.
+var errorForm = regexp.MustCompile(`^c\.yaml:[1-9][0-9]*: ([a-z_.\[\]0-9]+: \S|(unknown|duplicate) key "|[a-z])`)
+
+// Several problems are reported together, each on its own line in the same form.
+func TestSeveralErrorsEachWithFileLineAndKey(t *testing.T) {
+	_, err := Parse("c.yaml", []byte("listen: nowhere\nupstream:\n  connect_timeout: 10\n  reuse:\n    idle_timeout: 5\n"))
+	if err == nil {
+		t.Fatal("no error")
+	}
+	want := []string{
+		"c.yaml:3: upstream.connect_timeout: cannot unmarshal !!int 10 into time.Duration (write a duration with its unit: 10s, 500ms, 1m)",
+		"c.yaml:5: upstream.reuse.idle_timeout: cannot unmarshal !!int 5 into time.Duration (write a duration with its unit: 10s, 500ms, 1m)",
+	}
+	if got := strings.Split(err.Error(), "\n"); strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("got:\n%s\nwant:\n%s", err, strings.Join(want, "\n"))
+	}
+	_, err = Parse("c.yaml", []byte("listen: nowhere\nupstream:\n  connect_timeout: 1s\n"))
+	want = []string{`c.yaml:1: listen: "nowhere" is not host:port`, `c.yaml:2: upstream.address: required (host:port of the PostgreSQL server)`}
+	if err == nil || err.Error() != strings.Join(want, "\n") {
+		t.Errorf("got:\n%v\nwant:\n%s", err, strings.Join(want, "\n"))
 	}
 }
 
@@ -186,5 +222,26 @@ func TestRelayMode(t *testing.T) {
 	_, err = Parse("c.yaml", []byte("upstream:\n  address: 127.0.0.1:5432\nrelay:\n  mode: threads\n"))
 	if err == nil || !strings.Contains(err.Error(), `c.yaml:4: relay.mode: must be loop or goroutines, not "threads"`) {
 		t.Fatalf("bad relay.mode: %v", err)
+	}
+}
+
+func TestLogConnections(t *testing.T) {
+	cfg, err := Parse("c.yaml", []byte("upstream:\n  address: a:1\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Log.Connections != "info" {
+		t.Errorf("log.connections default %q, want info", cfg.Log.Connections)
+	}
+	for _, v := range []string{"debug", "info", "off"} {
+		cfg, err := Parse("c.yaml", []byte("upstream:\n  address: a:1\nlog:\n  connections: "+v+"\n"))
+		if err != nil || cfg.Log.Connections != v {
+			t.Errorf("log.connections: %s: %v %+v", v, err, cfg)
+		}
+	}
+	// YAML reads a bare off as the string "off" (YAML 1.2), and "warn" is not a choice: a typo must not pass.
+	_, err = Parse("c.yaml", []byte("upstream:\n  address: a:1\nlog:\n  connections: warn\n"))
+	if err == nil || !strings.Contains(err.Error(), `c.yaml:4: log.connections: must be debug, info or off, not "warn"`) {
+		t.Errorf("log.connections: warn: %v", err)
 	}
 }

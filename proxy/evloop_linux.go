@@ -254,6 +254,7 @@ func (es *evSession) closeFDs() {
 func (ss *session) finishLoop(es *evSession) {
 	deadline := time.Now().Add(time.Second)
 	forced := es.forced.Load()
+	ss.outcome = loopOutcome(es)
 	var protoErr error
 	ss.stopping.Store(true)
 	switch es.end {
@@ -685,6 +686,7 @@ func (es *evSession) pumpClient() {
 		es.finish(endProtocol, err)
 		return
 	}
+	es.ss.relayed[dirClientToServer] += es.cBytes
 	es.ss.srv.metrics.forwardedCount(dirClientToServer, es.cMsgs, es.cBytes)
 	es.cMsgs, es.cBytes = 0, 0
 	es.flushUpstream()
@@ -695,6 +697,7 @@ func (es *evSession) pumpServer() {
 		es.finish(endUpstreamGone, err)
 		return
 	}
+	es.ss.relayed[dirServerToClient] += es.uBytes
 	es.ss.srv.metrics.forwardedCount(dirServerToClient, es.uMsgs, es.uBytes)
 	es.uMsgs, es.uBytes = 0, 0
 	es.flushClient()
@@ -939,7 +942,7 @@ func (es *evSession) setInTx(in bool) {
 // the Go runtime bounds its own spinning threads), so polling loops never hold every CPU. Under a CPU-bound
 // load a loop therefore sleeps at once, like pgbouncer; with one busy client it does not sleep between round
 // trips, which took select-only pgbench with one client from about 11,500 to 17,300 TPS on a 2-vCPU VM
-// (README, "Benchmark").
+// (docs/benchmark.md).
 func (l *evLoop) spinPoll(epfd int, events []syscall.EpollEvent, load *loadReader) int {
 	spinners := &l.srv.spinners
 	if spinners.Add(1) > int32(max(1, load.ncpu/2)) {

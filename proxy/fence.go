@@ -156,7 +156,7 @@ func (ss *session) checkPlan(plan rewrite.Plan) rewrite.Plan {
 func (s *Server) checkToken(v string) (code, msg string, ok bool) {
 	tok, valid := rewrite.ValidToken(v)
 	if !valid {
-		return "55F03", fmt.Sprintf("invalid fencing token: %q is not an integer in 1..9223372036854775807 (%s)", v, s.cfg.Token.Setting), false
+		return "55F03", fmt.Sprintf("invalid fencing token: %q is not an integer in 1..9223372036854775807", v), false
 	}
 	if s.verifier != nil {
 		// The verifier bounds its own round trip with the same timeout and then applies fail_open; this outer
@@ -173,7 +173,7 @@ func (s *Server) checkToken(v string) (code, msg string, ok bool) {
 // refusal returns the SQL that makes the server fail a refused statement. The refusal is logged and counted
 // once, when the server's error comes back through translateError.
 func (ss *session) refusal(plan rewrite.Plan) string {
-	return refusalSQL(plan.Code, plan.Table, plan.Message)
+	return refusalSQL(plan.Code, plan.Table, ss.refusalMessage(plan))
 }
 
 // refusalSQL is a statement that PostgreSQL rejects at parse analysis with an error carrying the refusal, which

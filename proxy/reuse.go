@@ -218,12 +218,16 @@ const keptAppName = "fenceproxy: kept for reuse"
 // tables, LISTEN, advisory locks, sequences' state, cached plans). It must be a Query of its own: PostgreSQL
 // refuses it inside the implicit transaction of a multi-statement Query.
 func (ss *session) keep(conn net.Conn) {
+	// The session's own application_name, not the kept connection's, goes into its "connection ended" line.
+	app := ss.appName.Load()
+	defer ss.appName.Store(app)
 	if err := ss.upstreamQueries(conn, "DISCARD ALL", "SET application_name = '"+keptAppName+"'"); err != nil {
 		ss.log.Debug("upstream connection not kept", "err", err)
 		conn.Close()
 		return
 	}
 	ss.srv.pool.put(&keptConn{conn: conn, startup: ss.startup, params: ss.serverParams, cancelKey: ss.cancelKey, born: ss.born})
+	ss.kept = true
 }
 
 // upstreamQueries runs the proxy's own statements, each as a Query, on an idle upstream connection, noting the

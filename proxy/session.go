@@ -70,6 +70,13 @@ type session struct {
 
 	out  []byte // scratch for messages the proxy builds, client to server
 	sout []byte // scratch for messages the proxy builds, server to client
+
+	// For the per-connection log lines (connlog.go). relayed[dir] is written only by the side that reads that
+	// direction (a relay goroutine, or the event loop), and read when the session has ended.
+	started time.Time
+	relayed [2]uint64 // bytes relayed, by direction (dirClientToServer, dirServerToClient)
+	outcome string    // how the session ended
+	kept    bool      // its upstream connection was kept for reuse
 }
 
 // handle runs one accepted connection to the end.
@@ -117,6 +124,7 @@ func (s *Server) handle(raw net.Conn, over bool) {
 	ss.log = ss.log.With("user", ss.params["user"], "database", ss.params["database"])
 	if code, msg, ok := ss.checkStartupToken(); !ok {
 		s.metrics.refusal(code, "")
+		msg = s.withTokenContext(msg)
 		ss.log.Warn("refused startup token", "code", code, "reason", msg, "application_name", app)
 		ss.fatal(code, msg, "")
 		return
@@ -135,7 +143,7 @@ func (s *Server) handle(raw net.Conn, over bool) {
 			kc.conn.Close()
 			return
 		}
-		s.serveSession(ss)
+		s.serveSession(ss, true)
 		return
 	}
 
@@ -163,16 +171,19 @@ func (s *Server) handle(raw net.Conn, over bool) {
 		up.Close()
 		return
 	}
-	s.serveSession(ss)
+	s.serveSession(ss, false)
 }
 
-// serveSession relays a started session to its end, registered for cancel requests and drains.
-func (s *Server) serveSession(ss *session) {
+// serveSession relays a started session to its end, registered for cancel requests and drains; reused says
+// it runs on a kept upstream connection.
+func (s *Server) serveSession(ss *session, reused bool) {
 	s.register(ss)
 	defer s.unregister(ss)
 	s.metrics.sessionStarted()
 	defer s.metrics.sessionEnded()
+	ss.logConnected(reused)
 	ss.relay()
+	ss.logDisconnected()
 }
 
 // negotiate runs the startup phase up to the StartupMessage: SSLRequest, GSSENCRequest, direct TLS and
@@ -350,6 +361,7 @@ func (ss *session) relay() {
 		ss.keeping.Store(true)
 		ss.upstream.SetReadDeadline(time.Now())
 		<-s2cDone
+		ss.outcome = ss.relayOutcome(err)
 		ss.client.Close()
 		if ss.parked.Load() && ss.sr.r.Buffered() == 0 {
 			ss.upstream.SetReadDeadline(time.Time{})
@@ -382,6 +394,7 @@ func (ss *session) relay() {
 	}
 	ss.upstream.Close()
 	<-s2cDone
+	ss.outcome = ss.relayOutcome(err)
 	if protoErr != nil && !ss.clientFatal.Load() {
 		ss.fatal("08P01", "invalid message from client", protoErr.Error())
 	}
@@ -447,7 +460,7 @@ func (ss *session) clientToServer() error {
 			return err
 		}
 		if !cr.nextBuffered() {
-			ss.srv.metrics.forwarded(dirClientToServer, cr)
+			ss.countRelayed(dirClientToServer, cr)
 			if err := ss.sw.Flush(); err != nil {
 				return err
 			}
@@ -534,7 +547,7 @@ func (ss *session) serverToClient() {
 		}
 		atBoundary = true
 		if !sr.nextBuffered() {
-			ss.srv.metrics.forwarded(dirServerToClient, sr)
+			ss.countRelayed(dirServerToClient, sr)
 			if err = ss.cw.Flush(); err != nil {
 				return
 			}

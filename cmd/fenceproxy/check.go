@@ -30,24 +30,36 @@ const etcdCheckTimeout = 5 * time.Second
 // with the DDL that would fix what is missing. With etcd endpoints (--etcd, else token.verify.etcd.endpoints)
 // it also checks that no row holds a token above etcd's current revision plus token.offset, which is what an
 // etcd restored from a snapshot with smaller revisions looks like.
+const checkHelp = `usage: fenceproxy check --config FILE [--dsn DSN] [--etcd ENDPOINTS] [--json] [--proxy-address IP]
+
+Connects to the upstream PostgreSQL directly (not through a proxy) and reports, for each protected table,
+whether it and its token column exist with type bigint, and prints the DDL that fixes what is missing
+(CREATE TABLE for a missing table, ALTER TABLE for a missing or mistyped column). With etcd endpoints
+(--etcd, else token.verify.etcd.endpoints) it also warns when rows hold tokens above etcd's current revision
+plus token.offset (an etcd restored from a snapshot).
+
+Credentials come from the usual libpq variables (PGUSER, PGPASSWORD, PGDATABASE, PGSSLMODE, ...) or --dsn;
+host and port default to upstream.address. Exit status: 0 when everything is usable, 1 on problems (or when
+the check cannot run), 2 on a usage error.
+`
+
 func runCheck(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("check", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	configPath := fs.String("config", "", "path of the YAML configuration file (required)")
+	fs := newCommandFlags("check", checkHelp, stderr)
+	configPath := fs.String("config", "", "path of the YAML configuration `FILE` (required)")
 	dsn := fs.String("dsn", "", "connection string for the check (default: PG* environment variables, host and port from upstream.address)")
 	etcdFlag := fs.String("etcd", "", "comma-separated etcd `endpoints` for the token revision check (default: token.verify.etcd.endpoints; \"\" skips the check)")
 	jsonOut := fs.Bool("json", false, "print the report as one JSON object (tables and findings) instead of text")
 	proxyAddr := fs.String("proxy-address", "", "the `IP` PostgreSQL sees the proxy's connections come from, for the pg_hba.conf audit (default: this check's own client address)")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if status, done := fs.parse(args, 2, stdout, stderr); done {
+		return status
 	}
 	if *configPath == "" || fs.NArg() > 0 {
-		fmt.Fprintln(stderr, "usage: fenceproxy check --config FILE [--dsn DSN] [--etcd ENDPOINTS] [--json] [--proxy-address IP]")
+		fs.usageError(stderr, "")
 		return 2
 	}
 	cfg, err := config.Load(*configPath)
 	if err != nil {
-		fmt.Fprintf(stderr, "fenceproxy: %v\n", err)
+		printConfigError(stderr, err)
 		return 1
 	}
 	var proxyIP netip.Addr
@@ -76,10 +88,15 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	if *dsn == "" {
-		host, port, _ := net.SplitHostPort(cfg.Upstream.Address)
-		pcfg.Host = host
-		fmt.Sscan(port, &pcfg.Port)
-		pcfg.Fallbacks = nil
+		host, portText, _ := net.SplitHostPort(cfg.Upstream.Address)
+		var port uint16
+		fmt.Sscan(portText, &port)
+		pcfg.Host, pcfg.Port = host, port
+		// The fallbacks are the plain-TCP retry of sslmode=prefer (libpq's default): point them at the upstream
+		// too rather than dropping them, or a server without TLS could not be checked.
+		for _, fb := range pcfg.Fallbacks {
+			fb.Host, fb.Port = host, port
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -100,7 +117,7 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 		}
 		if len(rows) == 0 {
 			problems++
-			fmt.Fprintf(stdout, "FAIL  %s: no such table\n", t.Name)
+			fmt.Fprintf(stdout, "FAIL  %s: no such table\n%s", t.Name, missingTableDDL(t))
 			report.Tables = append(report.Tables, tableResult{Table: t.Name, OK: false, Message: "no such table"})
 			continue
 		}
@@ -165,6 +182,18 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 }
 
 type tableCheck struct{ schema, table, colType string }
+
+// missingTableDDL is the fix check prints for a protected table that does not exist: a CREATE TABLE with the
+// token column (the other columns are the user's to choose; id is a placeholder). A bare name is created in the
+// current schema, where the application will find it.
+func missingTableDDL(t config.Table) string {
+	name := pgx.Identifier{t.Relation}
+	if t.Schema != "" {
+		name = pgx.Identifier{t.Schema, t.Relation}
+	}
+	return fmt.Sprintf("      fix: CREATE TABLE %s (id bigint PRIMARY KEY, %s bigint);  -- your own columns, and the token column\n",
+		name.Sanitize(), pgx.Identifier{t.TokenColumn}.Sanitize())
+}
 
 // findTables lists the tables a configured name protects (every schema for a bare name) and the type of the
 // token column in each, "" when the column is missing.

@@ -107,10 +107,7 @@ func (w *waitFlag) Set(s string) error {
 func runLock(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("fenceproxy lock", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), lockUsage)
-		fs.PrintDefaults()
-	}
+	fs.Usage = func() {} // --help goes to stdout, a mistake gets the usage line on stderr (below)
 	endpoints := fs.String("etcd", defaultEndpoints(), "comma-separated etcd `endpoints`; the default is FENCEPROXY_ETCD_ENDPOINTS, else ETCDCTL_ENDPOINTS, if set")
 	ttl := fs.Duration("ttl", tokens.DefaultTTL, "lease TTL, rounded up to whole seconds, at least 1s")
 	prefix := fs.String("prefix", tokens.DefaultPrefix, `key prefix; the lock's keys are PREFIX+NAME+"/"+LEASE (use "" for the keys of "etcdctl lock NAME")`)
@@ -122,8 +119,12 @@ func runLock(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	dialTimeout := fs.Duration("dial-timeout", 5*time.Second, "how long to try to reach etcd before giving up")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(stdout, lockUsage)
+			fs.SetOutput(stdout)
+			fs.PrintDefaults()
 			return 0
 		}
+		fmt.Fprintln(stderr, "usage: fenceproxy lock [flags] NAME -- CMD [ARGS...]  (fenceproxy lock -h for help)")
 		return exitUsage
 	}
 	usageError := func(format string, a ...any) int {

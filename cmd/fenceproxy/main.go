@@ -4,6 +4,8 @@
 //	fenceproxy check --config FILE
 //	fenceproxy lock [flags] NAME -- CMD [ARGS...]
 //	fenceproxy version
+//
+// Every command answers --help.
 package main
 
 import (
@@ -12,6 +14,7 @@ import (
 	"io"
 	"os"
 	"runtime/debug"
+	"strings"
 )
 
 // version is set at build time with -ldflags "-X main.version=..."; otherwise the module version is used.
@@ -21,38 +24,67 @@ func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-const usage = `usage:
-  fenceproxy serve --config FILE      run the proxy (SIGTERM drains, SIGHUP reloads the table list)
-  fenceproxy check --config FILE [--dsn DSN] [--etcd ENDPOINTS]
-                                      check the protected tables upstream (and row tokens against etcd);
-                                      non-zero exit on problems
-  fenceproxy lock [flags] NAME -- CMD [ARGS...]
-                                      run CMD holding the etcd lock NAME, with its fencing token set
-  fenceproxy version                  print the version
-`
+// commands lists every subcommand, in the order the usage shows them.
+func commands() []command {
+	return []command{
+		{"serve", "serve --config FILE\n      run the proxy (SIGTERM drains, SIGHUP reloads the table list)", runServe},
+		{"check", "check --config FILE [--dsn DSN] [--etcd ENDPOINTS]\n      check the protected tables upstream (and row tokens against etcd); prints the DDL that fixes them", runCheck},
+		{"lock", "lock [flags] NAME -- CMD [ARGS...]\n      run CMD holding the etcd lock NAME, with its fencing token set",
+			func(args []string, stdout, stderr io.Writer) int {
+				return runLock(context.Background(), args, stdout, stderr)
+			}},
+		{"version", "version\n      print the version", runVersion},
+	}
+}
+
+// usage is the top-level help.
+func usage() string {
+	var b strings.Builder
+	b.WriteString("usage: fenceproxy COMMAND [ARGS...]   (fenceproxy COMMAND --help for a command's help)\n\ncommands:\n")
+	for _, c := range commands() {
+		fmt.Fprintf(&b, "  fenceproxy %s\n", c.summary)
+	}
+	return b.String()
+}
 
 func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
+		fmt.Fprint(stderr, usage())
 		return 2
 	}
 	switch args[0] {
-	case "serve":
-		return runServe(args[1:], stdout, stderr)
-	case "check":
-		return runCheck(args[1:], stdout, stderr)
-	case "lock":
-		return runLock(context.Background(), args[1:], stdout, stderr)
-	case "version", "--version", "-v":
-		fmt.Fprintf(stdout, "fenceproxy %s\n", versionString())
-		return 0
+	case "--version", "-v":
+		return runVersion(nil, stdout, stderr)
 	case "help", "-h", "--help":
-		fmt.Fprint(stdout, usage)
+		fmt.Fprint(stdout, usage())
 		return 0
-	default:
-		fmt.Fprintf(stderr, "fenceproxy: unknown command %q\n%s", args[0], usage)
+	}
+	for _, c := range commands() {
+		if c.name == args[0] {
+			return c.run(args[1:], stdout, stderr)
+		}
+	}
+	fmt.Fprintf(stderr, "fenceproxy: unknown command %q\n%s", args[0], usage())
+	return 2
+}
+
+const versionHelp = `usage: fenceproxy version
+
+Prints fenceproxy's version (the module version, or dev+COMMIT for a build from a checkout) and the Go
+version it was built with.
+`
+
+func runVersion(args []string, stdout, stderr io.Writer) int {
+	fs := newCommandFlags("version", versionHelp, stderr)
+	if status, done := fs.parse(args, 2, stdout, stderr); done {
+		return status
+	}
+	if fs.NArg() > 0 {
+		fs.usageError(stderr, "takes no arguments")
 		return 2
 	}
+	fmt.Fprintf(stdout, "fenceproxy %s\n", versionString())
+	return 0
 }
 
 func versionString() string {
@@ -76,4 +108,12 @@ func versionString() string {
 		goVersion = bi.GoVersion
 	}
 	return fmt.Sprintf("%s (%s)", v, goVersion)
+}
+
+// printConfigError prints a configuration error, one problem a line (config.Parse reports all of them, each as
+// FILE:LINE: KEY: PROBLEM), every line with the program's prefix.
+func printConfigError(stderr io.Writer, err error) {
+	for _, line := range strings.Split(err.Error(), "\n") {
+		fmt.Fprintf(stderr, "fenceproxy: %s\n", line)
+	}
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -12,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"reflect"
+	"strings"
 	"syscall"
 	"time"
 
@@ -25,20 +25,33 @@ import (
 	"github.com/fenceproxy/fenceproxy/tokens"
 )
 
+const serveHelp = `usage: fenceproxy serve --config FILE
+
+Runs the proxy: accepts PostgreSQL clients on "listen", relays each session to upstream.address, and fences
+every write to the tables the configuration protects (the README's "Configuration" lists the keys).
+
+Signals: SIGTERM or SIGINT drains (stops accepting, closes idle sessions, lets busy ones finish within
+limits.shutdown_timeout, exits 0); SIGHUP re-reads FILE and applies its table list to every session (a file
+that does not validate changes nothing; listen and upstream changes need a restart).
+
+Logs go to stderr (log.level, log.format; log.connections for one line per connection). With metrics.listen
+set, /metrics and /healthz are served there. Exit status: 0 after a drain, 1 on a configuration or listen
+error, 2 on a usage error.
+`
+
 func runServe(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	configPath := fs.String("config", "", "path of the YAML configuration file (required)")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	fs := newCommandFlags("serve", serveHelp, stderr)
+	configPath := fs.String("config", "", "path of the YAML configuration `FILE` (required)")
+	if status, done := fs.parse(args, 2, stdout, stderr); done {
+		return status
 	}
 	if *configPath == "" || fs.NArg() > 0 {
-		fmt.Fprintln(stderr, "usage: fenceproxy serve --config FILE")
+		fs.usageError(stderr, "")
 		return 2
 	}
 	cfg, err := config.Load(*configPath)
 	if err != nil {
-		fmt.Fprintf(stderr, "fenceproxy: %v\n", err)
+		printConfigError(stderr, err)
 		return 1
 	}
 	log := newLogger(cfg, stderr)
@@ -114,7 +127,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "fenceproxy: listen: %v\n", err)
 		return 1
 	}
-	log.Info("fenceproxy listening", "addr", ln.Addr().String(), "upstream", cfg.Upstream.Address, "tables", len(cfg.Tables), "version", versionString())
+	log.Info("fenceproxy listening", "addr", ln.Addr().String(), "upstream", cfg.Upstream.Address, "tables", tableNames(cfg), "version", versionString())
 
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
@@ -164,7 +177,7 @@ func reload(path string, cur *config.Config, planners *proxy.PlannerSet, watcher
 		log.Error("reload failed; keeping the current configuration", "err", err)
 		return
 	}
-	log.Info("reloaded the table list", "tables", len(next.Tables))
+	log.Info("reloaded the table list", "tables", tableNames(next))
 	if next.Listen != cur.Listen || next.Upstream != cur.Upstream || !reflect.DeepEqual(next.Catalog, cur.Catalog) {
 		log.Warn("listen, upstream and catalog changes need a restart; not applied")
 	}
@@ -201,6 +214,18 @@ func startCatalog(cfg *config.Config, log *slog.Logger, metrics *catalog.Metrics
 	}
 	log.Info("catalog read", "protected", len(snap.Protected), "refused", len(snap.Refused), "refresh", cfg.Catalog.Refresh)
 	return &catalog.Watcher{Source: src, Interval: cfg.Catalog.Refresh, Log: log, Last: snap, Metrics: metrics}, snap, nil
+}
+
+// tableNames lists the protected tables for the start and reload lines, as configured, comma-separated.
+func tableNames(cfg *config.Config) string {
+	names := make([]string, len(cfg.Tables))
+	for i, t := range cfg.Tables {
+		names[i] = t.Name
+	}
+	if len(names) == 0 {
+		return "(none: nothing is fenced)"
+	}
+	return strings.Join(names, ",")
 }
 
 func newLogger(cfg *config.Config, w io.Writer) *slog.Logger {

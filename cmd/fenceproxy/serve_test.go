@@ -155,6 +155,14 @@ func TestServeReloadAndDrain(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	// The start and reload lines name the tables, and the default log.connections (info) logs the session.
+	for _, want := range []string{
+		`msg="fenceproxy listening"`, "tables=public.accounts ",
+		`msg="reloaded the table list" tables=public.accounts,ledger`,
+		`msg="connection started" client=127.0.0.1:`,
+	} {
+		waitFor(t, 10*time.Second, "a log line with "+want, func() bool { return strings.Contains(pp.stderr.String(), want) })
+	}
 	// A reload with a broken file keeps the running configuration.
 	os.WriteFile(configPath, []byte("listen: [\n"), 0o644)
 	pp.cmd.Process.Signal(syscall.SIGHUP)
@@ -260,6 +268,7 @@ func TestCheck(t *testing.T) {
 		`ALTER TABLE "public"."wrongtype" ALTER COLUMN "fence_token" TYPE bigint;`,
 		`ALTER TABLE "public"."nocol" ADD COLUMN "fence_token" bigint;`,
 		"FAIL  missing: no such table",
+		`fix: CREATE TABLE "missing" (id bigint PRIMARY KEY, "fence_token" bigint);`,
 		"3 problem(s)",
 	} {
 		if !strings.Contains(stdout.String(), want) {

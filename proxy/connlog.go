@@ -1,0 +1,92 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/fenceproxy/fenceproxy/config"
+)
+
+// The per-connection log lines (log.connections): one when a session starts relaying, one when it ends. They
+// carry what an operator asks about a connection (who, from where, to which database, how long, how much, how
+// it ended) and nothing a client sent as a secret: the startup parameters named here and counts, never message
+// contents (passwords travel in PasswordMessage and SASL messages, which are only relayed).
+
+// How a session ended, for the "connection ended" line.
+const (
+	outcomeTerminated   = "client terminated"     // the client sent Terminate
+	outcomeClientGone   = "client disconnected"   // the client's connection closed without Terminate
+	outcomeServerClosed = "server closed"         // PostgreSQL ended the session (after its own FATAL, or silently)
+	outcomeProtocol     = "protocol error"        // the client broke the wire protocol (08P01)
+	outcomeShutdown     = "proxy shutting down"   // closed by a drain (57P01) or at its timeout
+	outcomeStartup      = "closed during startup" // ended before the first ReadyForQuery (authentication, ...)
+)
+
+// connLogLevel is the level of the per-connection lines, and false when they are off.
+func (s *Server) connLogLevel() (slog.Level, bool) {
+	switch s.cfg.Log.Connections {
+	case config.LogConnectionsOff:
+		return 0, false
+	case config.LogConnectionsDebug:
+		return slog.LevelDebug, true
+	default:
+		return slog.LevelInfo, true
+	}
+}
+
+// logConnected writes the "connection started" line when a session begins relaying (on a new upstream
+// connection, or on a kept one when reused).
+func (ss *session) logConnected(reused bool) {
+	ss.started = time.Now()
+	level, on := ss.srv.connLogLevel()
+	if !on {
+		return
+	}
+	ss.log.Log(context.Background(), level, "connection started",
+		"application_name", ss.params["application_name"], "reused_upstream", reused)
+}
+
+// logDisconnected writes the "connection ended" line; relay has returned, so both directions are done.
+func (ss *session) logDisconnected() {
+	level, on := ss.srv.connLogLevel()
+	if !on {
+		return
+	}
+	outcome := ss.outcome
+	if !ss.ready.Load() && outcome != outcomeShutdown && outcome != outcomeProtocol {
+		outcome = outcomeStartup
+	}
+	// What the readers counted after their last report is part of the session too (a final Terminate).
+	in := ss.relayed[dirClientToServer] + ss.cr.bytes
+	out := ss.relayed[dirServerToClient] + ss.sr.bytes
+	ss.log.Log(context.Background(), level, "connection ended",
+		"application_name", *ss.appName.Load(),
+		"duration", time.Since(ss.started).Round(time.Microsecond).String(),
+		"bytes_in", in, "bytes_out", out,
+		"outcome", outcome, "upstream_kept", ss.kept, "backend_pid", ss.pid)
+}
+
+// countRelayed adds what a reader read since its last report to the session's totals and the metrics.
+func (ss *session) countRelayed(dir int, r *msgReader) {
+	ss.relayed[dir] += r.bytes
+	ss.srv.metrics.forwarded(dir, r)
+}
+
+// relayOutcome says how a session relayed on goroutines ended; clientToServer returned err and serverToClient
+// has finished.
+func (ss *session) relayOutcome(err error) string {
+	switch {
+	case err == nil || err == errKeep:
+		return outcomeTerminated
+	case errors.Is(err, errProtocol):
+		return outcomeProtocol
+	case ss.srv.draining.Load() && !ss.upstreamGone.Load():
+		return outcomeShutdown
+	case ss.upstreamGone.Load():
+		return outcomeServerClosed
+	default:
+		return outcomeClientGone
+	}
+}
