@@ -11,6 +11,8 @@ import "strings"
 //     inside a quoted identifier) or u& (a unicode-escaped identifier can spell
 //     any name): only those statements can write a table, and keywords cannot
 //     be quoted or escaped; or
+//   - a DDL keyword (alter, create, drop, label, import) and a protected name,
+//     or cascade, owned or rename alone (ddl.go); or
 //   - the token setting's first part (SET "fence"."token" and SET fence . token
 //     are the same setting) or set_config, which the analysis must see.
 //
@@ -70,6 +72,16 @@ func newPrefilter(tables []Table, setting string) prefilter {
 	add("u&", groupName)
 	for _, kw := range []string{"insert", "update", "delete", "merge", "truncate", "copy"} {
 		add(kw, groupWrite)
+	}
+	// DDL that names a protected table must reach the DDL rule (ddl.go): its
+	// statements start with one of these (SECURITY LABEL, IMPORT FOREIGN
+	// SCHEMA); cascade, owned and rename (of a schema) reach protected tables
+	// without naming them.
+	for _, kw := range []string{"alter", "create", "drop", "label", "import"} {
+		add(kw, groupWrite)
+	}
+	for _, kw := range []string{"cascade", "owned", "rename"} {
+		add(kw, groupAlone)
 	}
 	first, _, _ := strings.Cut(setting, ".")
 	add(first, groupAlone)
