@@ -209,7 +209,7 @@ func alterTableCmdRisk(c *pg.AlterTableCmd, target *tableEntry) string {
 		if onToken {
 			return fmt.Sprintf("ALTER COLUMN %s TYPE: changing the token column could change every row's token", c.Name)
 		}
-		if d := c.Def.GetColumnDef(); d != nil && d.RawDefault != nil && target != nil {
+		if d := c.Def.GetColumnDef(); d != nil && d.RawDefault != nil && target != nil && !isColumnCast(d.RawDefault, c.Name) {
 			return fmt.Sprintf("ALTER COLUMN %s TYPE ... USING: a rewrite with USING runs arbitrary expressions over every row", c.Name)
 		}
 		return ""
@@ -242,6 +242,17 @@ func alterTableCmdRisk(c *pg.AlterTableCmd, target *tableEntry) string {
 		return ""
 	}
 	return kind + " is not among the ALTER TABLE forms fenceproxy lets through"
+}
+
+// isColumnCast reports whether a USING expression is the column itself,
+// possibly cast (USING "c"::integer, which Django writes for every type
+// change): the conversion ALTER TYPE does anyway, not a rewrite of the values.
+func isColumnCast(n *pg.Node, col string) bool {
+	ref := unwrapCast(n).GetColumnRef()
+	if ref == nil || len(ref.Fields) != 1 {
+		return false
+	}
+	return ref.Fields[0].GetString_().GetSval() == col
 }
 
 // cascadingForeignKey returns why a foreign key among a table's column

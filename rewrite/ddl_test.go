@@ -26,6 +26,8 @@ func TestDDLRefused(t *testing.T) {
 		"ALTER TABLE public.ledger ALTER fence TYPE bigint USING fence - 1",
 		// data rewrite with USING on another column
 		"ALTER TABLE accounts ALTER COLUMN balance TYPE bigint USING balance * 0",
+		"ALTER TABLE accounts ALTER COLUMN balance TYPE bigint USING note::bigint",
+		"ALTER TABLE accounts ALTER COLUMN fence_token TYPE bigint USING fence_token::bigint",
 		// identity
 		"DROP TABLE accounts",
 		"DROP TABLE IF EXISTS public.accounts",
@@ -113,6 +115,8 @@ func TestDDLPasses(t *testing.T) {
 		"ALTER TABLE accounts VALIDATE CONSTRAINT pos",
 		"ALTER TABLE accounts DROP CONSTRAINT pos",
 		"ALTER TABLE accounts ALTER COLUMN balance TYPE bigint",
+		`ALTER TABLE "accounts" ALTER COLUMN "balance" TYPE bigint USING "balance"::bigint`,
+		"ALTER TABLE accounts ALTER COLUMN balance TYPE numeric USING CAST(balance AS numeric)",
 		"ALTER TABLE accounts ALTER COLUMN balance SET DEFAULT 0",
 		"ALTER TABLE accounts ALTER COLUMN balance DROP NOT NULL",
 		"ALTER TABLE accounts ALTER COLUMN balance SET STATISTICS 500",
