@@ -35,7 +35,8 @@
 // # The invariant
 //
 // Every case runs in a database of its own, copied from a template that holds the protected tables: accounts
-// (with rows holding tokens 50, 100, NULL and 70, and a foreign key to parents with ON DELETE/UPDATE CASCADE),
+// (with rows holding tokens 50, 100, NULL and 70, a foreign key to parents with ON DELETE/UPDATE CASCADE, and an
+// unconfigured inheritance child accounts_old holding a row with token 60),
 // ledger (partitioned by list into ledger_eu and ledger_us), a view accounts_v over accounts, and unprotected
 // parents and other. The proxy protects accounts and ledger (token column fence_token). After the case the
 // harness reads every protected row directly and checks, for each row that changed, appeared or disappeared,

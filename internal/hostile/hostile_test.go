@@ -66,6 +66,8 @@ CREATE TABLE ledger (id int, region int, amount int NOT NULL DEFAULT 0, fence_to
 CREATE TABLE ledger_eu PARTITION OF ledger FOR VALUES IN (1);
 CREATE TABLE ledger_us PARTITION OF ledger FOR VALUES IN (2);
 INSERT INTO ledger VALUES (11, 1, 10, 50), (12, 2, 20, 100), (13, 1, 30, NULL);
+CREATE TABLE accounts_old (archived boolean NOT NULL DEFAULT true) INHERITS (accounts);
+INSERT INTO accounts_old (id, balance, note, fence_token) VALUES (5, 500, 'e', 60);
 CREATE VIEW accounts_v AS SELECT id, balance FROM accounts;
 CREATE TABLE other (id int PRIMARY KEY, v int NOT NULL DEFAULT 0);
 INSERT INTO other VALUES (1, 1), (2, 2);
