@@ -74,6 +74,24 @@ INSERT INTO other VALUES (1, 1), (2, 2);
 CREATE SCHEMA evil;
 `
 
+// resetDefaultsSQL removes every role and database default (ALTER ROLE/DATABASE ... SET) in the cluster: the
+// harness's cluster has none of its own.
+const resetDefaultsSQL = `
+DO $$DECLARE r record; BEGIN
+	FOR r IN SELECT s.setrole, s.setdatabase, ro.rolname, d.datname FROM pg_catalog.pg_db_role_setting s
+		LEFT JOIN pg_catalog.pg_roles ro ON ro.oid = s.setrole LEFT JOIN pg_catalog.pg_database d ON d.oid = s.setdatabase LOOP
+		IF r.setrole = 0 AND r.setdatabase = 0 THEN
+			EXECUTE 'ALTER ROLE ALL RESET ALL';
+		ELSIF r.setrole = 0 THEN
+			EXECUTE pg_catalog.format('ALTER DATABASE %I RESET ALL', r.datname);
+		ELSIF r.setdatabase = 0 THEN
+			EXECUTE pg_catalog.format('ALTER ROLE %I RESET ALL', r.rolname);
+		ELSE
+			EXECUTE pg_catalog.format('ALTER ROLE %I IN DATABASE %I RESET ALL', r.rolname, r.datname);
+		END IF;
+	END LOOP;
+END$$`
+
 // proxyTables is the tables: block every proxy variant has.
 const proxyTables = `tables:
   - name: accounts
@@ -206,9 +224,10 @@ func (h *harness) run(t *testing.T, c *hcase, proto string) (problems []string, 
 	db, direct := corpusDB, h.direct
 	// Cluster-wide leftovers of the previous case (defaults for roles, the server's configuration), then the
 	// database.
-	for _, q := range []string{"ALTER ROLE ALL RESET ALL", "ALTER SYSTEM RESET ALL", "SELECT pg_catalog.pg_reload_conf()", resetSQL} {
+	for _, q := range []string{resetDefaultsSQL, resetSQL} {
 		mustExec(t, direct, q)
 	}
+	h.resetSystem(t)
 	for _, q := range c.direct {
 		mustExec(t, direct, q)
 	}
@@ -293,6 +312,41 @@ func (h *harness) run(t *testing.T, c *hcase, proto string) (problems []string, 
 		after = probed
 	}
 	return problems, outcome
+}
+
+// resetSystem undoes ALTER SYSTEM: when postgresql.auto.conf holds settings, it resets them, reloads, and waits
+// until new sessions no longer see a token (the reload is asynchronous).
+func (h *harness) resetSystem(t *testing.T) {
+	ctx := ctxFor(t, 30*time.Second)
+	var n int
+	if err := h.direct.QueryRow(ctx, "SELECT count(*) FROM pg_catalog.pg_file_settings WHERE sourcefile LIKE '%postgresql.auto.conf'").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n == 0 {
+		return
+	}
+	mustExec(t, h.direct, "ALTER SYSTEM RESET ALL")
+	mustExec(t, h.direct, "SELECT pg_catalog.pg_reload_conf()")
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		c, err := pgx.Connect(ctx, pg.DSN(pgtest.SuperUser, "", corpusDB))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var v string
+		err = c.QueryRow(ctx, "SELECT coalesce(pg_catalog.current_setting('fence.token', true), '')").Scan(&v)
+		c.Close(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a token set by ALTER SYSTEM is still in force after RESET ALL and a reload: %q", v)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // tokenText is the literal the harness sets for a token line.
