@@ -75,7 +75,15 @@ func (a *analysis) checkDDL(n *pg.Node) {
 			return
 		}
 	}
-	e := a.r.named(n)
+	scope := n
+	if f := n.GetCreateFunctionStmt(); f != nil {
+		// A function's argument and result types may be a protected table's
+		// row type; only a SQL-standard body (BEGIN ATOMIC, RETURN) can write.
+		if scope = f.SqlBody; scope == nil {
+			return
+		}
+	}
+	e := a.r.named(scope)
 	if e == nil {
 		return
 	}

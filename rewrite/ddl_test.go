@@ -151,6 +151,8 @@ func TestDDLPasses(t *testing.T) {
 		"TRUNCATE other RESTRICT",
 		"DROP TABLE other RESTRICT",
 		"ALTER ROLE app SET statement_timeout = '5s'",
+		"CREATE FUNCTION full_name(a accounts) RETURNS text LANGUAGE sql AS 'SELECT a.note'",
+		"CREATE FUNCTION total() RETURNS SETOF accounts LANGUAGE sql STABLE RETURN NULL",
 	} {
 		p := r.Plan(sql)
 		if p.Action != Pass {
