@@ -204,8 +204,11 @@ func alterTableCmdRisk(c *pg.AlterTableCmd, target *tableEntry) string {
 		if d == nil {
 			return "ADD COLUMN that fenceproxy cannot read"
 		}
-		if target != nil && d.Colname == target.TokenColumn {
-			return fmt.Sprintf("ADD COLUMN %s: the token column is the proxy's", d.Colname)
+		if target != nil && d.Colname == target.TokenColumn && !plainColumn(d) {
+			// Adding the token column as fenceproxy check suggests (a plain
+			// column, NULL in every row) is how a table is set up; with a
+			// default, an expression or constraints it would set tokens.
+			return fmt.Sprintf("ADD COLUMN %s with a default, expression or constraint: the token column's values are the proxy's", d.Colname)
 		}
 		if target != nil {
 			if why := cascadingForeignKey([]*pg.Node{c.Def}, nil); why != "" {
@@ -250,6 +253,12 @@ func alterTableCmdRisk(c *pg.AlterTableCmd, target *tableEntry) string {
 		return ""
 	}
 	return kind + " is not among the ALTER TABLE forms fenceproxy lets through"
+}
+
+// plainColumn reports whether a column definition is a type only: no
+// default, generated expression, identity or constraint.
+func plainColumn(d *pg.ColumnDef) bool {
+	return d.RawDefault == nil && d.CookedDefault == nil && d.Identity == "" && d.Generated == "" && len(d.Constraints) == 0
 }
 
 // isColumnCast reports whether a USING expression is the column itself,

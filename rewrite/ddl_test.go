@@ -16,6 +16,9 @@ func TestDDLRefused(t *testing.T) {
 		"ALTER TABLE accounts ALTER fence_token TYPE numeric",
 		"ALTER TABLE accounts DROP COLUMN fence_token",
 		"ALTER TABLE accounts DROP fence_token, ADD COLUMN fence_token bigint",
+		"ALTER TABLE accounts ADD COLUMN fence_token bigint DEFAULT 999999",
+		"ALTER TABLE accounts ADD COLUMN IF NOT EXISTS fence_token bigint NOT NULL DEFAULT 0",
+		"ALTER TABLE accounts ADD COLUMN fence_token bigint GENERATED ALWAYS AS (id) STORED",
 		"ALTER TABLE accounts ALTER COLUMN fence_token SET DEFAULT 999999",
 		"ALTER TABLE accounts ALTER COLUMN fence_token DROP DEFAULT",
 		"ALTER TABLE accounts ALTER COLUMN fence_token ADD GENERATED ALWAYS AS IDENTITY",
@@ -107,6 +110,8 @@ func TestDDLPasses(t *testing.T) {
 	r := testRewriter(t)
 	for _, sql := range []string{
 		"ALTER TABLE accounts ADD COLUMN note text",
+		"ALTER TABLE accounts ADD COLUMN fence_token bigint", // setting the table up, as fenceproxy check suggests
+		`ALTER TABLE "public"."accounts" ADD COLUMN IF NOT EXISTS "fence_token" bigint`,
 		"ALTER TABLE accounts ADD COLUMN note text NOT NULL DEFAULT ''",
 		"ALTER TABLE accounts ADD COLUMN IF NOT EXISTS n int, ADD COLUMN m int",
 		"ALTER TABLE accounts ADD COLUMN p int REFERENCES parent (id)",
