@@ -793,7 +793,7 @@ func (es *evSession) fromClient() error {
 			return fmt.Errorf("%w: message %q of %d bytes exceeds the limit of %d", errProtocol, typ, length, limit)
 		}
 		total := 1 + length
-		inspect := p != nil && (typ == 'Q' || typ == 'P')
+		inspect := p != nil && (typ == 'Q' || typ == 'P') || typ == 'F' && ss.srv.fastpathGuarded()
 		if inspect && len(b)-i < total {
 			need = total
 			break
@@ -815,9 +815,12 @@ func (es *evSession) fromClient() error {
 		if inspect {
 			body := b[i+5 : i+total]
 			var err error
-			if typ == 'Q' {
+			switch typ {
+			case 'F':
+				err = ss.functionCallOut(&es.uout, body)
+			case 'Q':
 				err = ss.queryOut(&es.uout, p, body)
-			} else {
+			default:
 				err = ss.parseOut(&es.uout, p, body)
 			}
 			if err != nil {

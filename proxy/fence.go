@@ -137,17 +137,21 @@ func (ss *session) checkPlan(plan rewrite.Plan) rewrite.Plan {
 	if plan.Action == rewrite.Refuse {
 		return plan
 	}
+	if refused, ok := ss.srv.checkScope(plan); ok { // scope.go
+		return refused
+	}
 	if plan.TokenDynamic && ss.srv.verifier != nil {
 		// A token computed at execution time (an expression or a parameter of set_config) cannot be checked
 		// against etcd here; accepting it would let a forged token through.
 		return rewrite.Plan{Action: rewrite.Refuse, Code: "55F03", Message: fmt.Sprintf(
 			"invalid fencing token: fenceproxy verifies tokens against etcd and cannot verify one computed by an expression or a parameter; use SET %s = <token>", ss.srv.cfg.Token.Setting)}
 	}
-	if !plan.TokenSet {
-		return plan
-	}
-	if code, msg, ok := ss.srv.checkToken(plan.Token); !ok {
-		return rewrite.Plan{Action: rewrite.Refuse, Code: code, Message: msg}
+	// Every literal the text sets is checked, not only the one left in force at its end (which may be any of
+	// them: set_config calls run in the order the plan evaluates them).
+	for _, v := range plan.Tokens {
+		if code, msg, ok := ss.srv.checkToken(v); !ok {
+			return rewrite.Plan{Action: rewrite.Refuse, Code: code, Message: msg}
+		}
 	}
 	return plan
 }
@@ -173,7 +177,11 @@ func (s *Server) checkToken(v string) (code, msg string, ok bool) {
 // refusal returns the SQL that makes the server fail a refused statement. The refusal is logged and counted
 // once, when the server's error comes back through translateError.
 func (ss *session) refusal(plan rewrite.Plan) string {
-	return refusalSQL(plan.Code, plan.Table, ss.refusalMessage(plan))
+	msg := ss.refusalMessage(plan)
+	if plan.Hint != "" {
+		msg += hintSep + plan.Hint
+	}
+	return refusalSQL(plan.Code, plan.Table, msg)
 }
 
 // refusalSQL is a statement that PostgreSQL rejects at parse analysis with an error carrying the refusal, which
@@ -248,6 +256,7 @@ func (ss *session) translateError(body []byte) ([]byte, bool) {
 			return nil, false
 		}
 		out.Code, table, out.Message = parts[0], parts[1], parts[2]
+		out.Message, out.Hint, _ = strings.Cut(out.Message, hintSep)
 	} else {
 		m, ok := rewrite.DecodeMarker(marker)
 		if !ok {

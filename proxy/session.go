@@ -14,6 +14,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/fenceproxy/fenceproxy/rewrite"
 )
 
 // session is one client connection and its upstream connection.
@@ -122,11 +124,11 @@ func (s *Server) handle(raw net.Conn, over bool) {
 	app := ss.params["application_name"]
 	ss.appName.Store(&app)
 	ss.log = ss.log.With("user", ss.params["user"], "database", ss.params["database"])
-	if code, msg, ok := ss.checkStartupToken(); !ok {
+	if code, msg, hint, ok := ss.checkStartupToken(); !ok {
 		s.metrics.refusal(code, "")
 		msg = s.withTokenContext(msg)
 		ss.log.Warn("refused startup token", "code", code, "reason", msg, "application_name", app)
-		ss.fatal(code, msg, "")
+		ss.fatalHint(code, msg, "", hint)
 		return
 	}
 
@@ -291,9 +293,12 @@ func (ss *session) startupFailed(err error) {
 }
 
 // fatal sends a FATAL ErrorResponse to the client, best effort, during startup or after the relay ended.
-func (ss *session) fatal(code, msg, detail string) {
+func (ss *session) fatal(code, msg, detail string) { ss.fatalHint(code, msg, detail, "") }
+
+// fatalHint is fatal with a HINT.
+func (ss *session) fatalHint(code, msg, detail, hint string) {
 	ss.client.SetWriteDeadline(time.Now().Add(time.Second))
-	b := errorResponse("FATAL", code, msg, detail, "")
+	b := errorResponse("FATAL", code, msg, detail, hint)
 	if ss.cw != nil {
 		ss.cw.Write(b)
 		ss.cw.Flush()
@@ -304,7 +309,7 @@ func (ss *session) fatal(code, msg, detail string) {
 
 // checkStartupToken validates a token given in the startup packet, as a parameter of its own or as -c in
 // options, so that an invalid or forged token is refused before the session starts.
-func (ss *session) checkStartupToken() (code, msg string, ok bool) {
+func (ss *session) checkStartupToken() (code, msg, hint string, ok bool) {
 	setting := ss.srv.cfg.Token.Setting
 	var values []string
 	for k, v := range ss.params {
@@ -315,12 +320,15 @@ func (ss *session) checkStartupToken() (code, msg string, ok bool) {
 	if v, found := optionSetting(ss.params["options"], setting); found {
 		values = append(values, v)
 	}
+	if len(values) > 0 && ss.srv.transactionScope() {
+		return rewrite.CodeInvalid, fmt.Sprintf("invalid fencing token: a token in the startup packet is session-level, and %s would stay on a pooled server connection for its next client", setting), ss.srv.scopeHint(), false
+	}
 	for _, v := range values {
 		if code, msg, ok := ss.srv.checkToken(v); !ok {
-			return code, msg, false
+			return code, msg, "", false
 		}
 	}
-	return "", "", true
+	return "", "", "", true
 }
 
 // errHandover ends clientToServer when the session moves to the event loop.
@@ -434,7 +442,7 @@ func (ss *session) clientToServer() error {
 			err = cr.forward(ss.sw)
 		case 'F':
 			ss.pending.Add(1)
-			err = cr.forward(ss.sw)
+			err = ss.handleFunctionCall()
 		case 'B', 'E', 'D', 'C', 'H':
 			ss.unsynced.Store(true)
 			err = cr.forward(ss.sw)

@@ -38,8 +38,9 @@ type vfSetup struct {
 }
 
 type vfOptions struct {
-	offset   int64
-	failOpen bool
+	offset     int64
+	failOpen   bool
+	goroutines bool // relay on the goroutine path, not the event loop
 }
 
 // vfTableName is a table name unique to the test.
@@ -91,7 +92,7 @@ token:
       timeout: 1s
       fail_open: %t
 `, name, o.offset, strings.Join(e.Endpoints(), ", "), o.failOpen)
-	p := startProxy(t, proxytest.Options{YAML: yaml, Verifier: v})
+	p := startProxy(t, proxytest.Options{YAML: yaml, Verifier: v, DisableEventLoop: o.goroutines})
 	return &vfSetup{etcd: e, verifier: v, proxy: p, direct: d, table: "public." + name, offset: o.offset}
 }
 

@@ -47,6 +47,7 @@ type analysis struct {
 	token        string
 	tokenDynamic bool
 	tables       []string
+	scope        tokenScope // scope.go
 }
 
 // write is a protected write to fence once the whole tree has been walked.
@@ -83,6 +84,10 @@ func (a *analysis) result(action Action, sql string) Plan {
 		Token:        a.token,
 		TokenDynamic: a.tokenDynamic,
 		Tables:       a.tables,
+
+		Tokens:          a.scope.tokens,
+		TokenSession:    a.scope.session,
+		TokenPersistent: a.scope.persistent,
 	}
 }
 
@@ -106,6 +111,7 @@ func (a *analysis) lookup(rv *pg.RangeVar) *tableEntry {
 
 // statement analyses one top-level statement.
 func (a *analysis) statement(stmt *pg.Node) {
+	a.checkDDL(stmt) // ddl.go
 	if v := stmt.GetVariableSetStmt(); v != nil {
 		a.setStatement(v, true)
 		return
@@ -151,6 +157,12 @@ func (a *analysis) visit(m protoreflect.Message) {
 		a.setStatement(x, false)
 	case *pg.FuncCall:
 		a.setConfigCall(x)
+	case *pg.AlterRoleSetStmt:
+		a.persistentSet(x.Setstmt) // scope.go
+	case *pg.AlterDatabaseSetStmt:
+		a.persistentSet(x.Setstmt)
+	case *pg.AlterSystemStmt:
+		a.persistentSet(x.Setstmt)
 	}
 }
 
@@ -168,6 +180,9 @@ func (a *analysis) setStatement(v *pg.VariableSetStmt, top bool) {
 	if !strings.EqualFold(v.Name, a.r.setting) || v.Kind != pg.VariableSetKind_VAR_SET_VALUE {
 		return // RESET, SET ... TO DEFAULT, FROM CURRENT, other settings
 	}
+	if top && !v.IsLocal {
+		a.scope.session = true
+	}
 	value, ok := setValue(v.Args)
 	if !ok {
 		a.refuse(CodeInvalid, "", fmt.Sprintf("invalid fencing token: the value of %s must be a single integer constant", a.r.setting))
@@ -181,6 +196,7 @@ func (a *analysis) tokenValue(value string, effective bool) {
 		a.refuse(CodeInvalid, "", invalidTokenMessage(value))
 		return
 	}
+	a.scope.tokens = append(a.scope.tokens, value)
 	if effective {
 		a.tokenSet, a.token = true, value
 	}
@@ -223,11 +239,13 @@ func (a *analysis) setConfigCall(f *pg.FuncCall) {
 	name, ok := constString(f.Args[0])
 	if !ok {
 		a.tokenDynamic = true // may be the token setting
+		a.scope.setConfig(f)
 		return
 	}
 	if !strings.EqualFold(name, a.r.setting) {
 		return
 	}
+	a.scope.setConfig(f)
 	if c := unwrapCast(f.Args[1]).GetAConst(); c != nil && c.Isnull {
 		return // NULL resets the setting
 	}

@@ -114,7 +114,7 @@
 // The whole tree is walked: CTEs (also under SELECT and nested), several
 // statements in one text, PREPARE bodies, EXPLAIN [ANALYZE], COPY (query) TO,
 // CREATE TABLE AS. Refused with 55F04: TRUNCATE, COPY ... FROM and MERGE on a
-// protected table, WHERE CURRENT OF, INSERT without a column list (the
+// protected table, TRUNCATE ... CASCADE, WHERE CURRENT OF, INSERT without a column list (the
 // position of C is unknown), writes naming C, an unqualified name that could
 // be two configured tables with different token columns, a DO block whose text
 // names a protected table, and text the parser rejects that mentions a
@@ -124,10 +124,13 @@
 //
 // # Limits
 //
+//   - DDL naming a protected table is refused unless its form is on the
+//     allowlist of additive changes in ddl.go (docs/ddl.md); so are CREATE
+//     RULE, CREATE VIEW and SQL-standard function bodies that name one.
 //   - Writes not visible in the statement text are not fenced: functions and
-//     procedures (SQL-standard bodies are not analysed; a DO block is refused
+//     procedures (a DO block is refused
 //     only when its text names a protected table, so dynamic SQL in it is not
-//     seen), triggers, rules (CREATE RULE actions are not analysed),
+//     seen), triggers, rules created directly,
 //     updatable views over a protected table, and writes through a parent
 //     table or partition that is not itself configured. Configure the table
 //     the application writes through.

@@ -6,11 +6,13 @@ import "strings"
 // A needle is found when some position matches it byte for byte after ASCII
 // lower-casing. A text may touch a protected table when it holds
 //
-//   - a write keyword (insert, update, delete, merge, truncate, copy) and a
+//   - a write keyword (insert, update, delete, merge, copy) and a
 //     protected table's name (also with its double quotes doubled, as written
 //     inside a quoted identifier) or u& (a unicode-escaped identifier can spell
 //     any name): only those statements can write a table, and keywords cannot
 //     be quoted or escaped; or
+//   - create and a protected name, or alter, drop, truncate or reassign alone
+//     (DDL, ddl.go); or
 //   - the token setting's first part (SET "fence"."token" and SET fence . token
 //     are the same setting) or set_config, which the analysis must see.
 //
@@ -68,8 +70,17 @@ func newPrefilter(tables []Table, setting string) prefilter {
 		}
 	}
 	add("u&", groupName)
-	for _, kw := range []string{"insert", "update", "delete", "merge", "truncate", "copy"} {
+	for _, kw := range []string{"insert", "update", "delete", "merge", "copy", "create"} {
 		add(kw, groupWrite)
+	}
+	// DDL must reach the DDL rule (ddl.go). CREATE matters only with a
+	// protected name; ALTER, DROP, TRUNCATE and REASSIGN (matched as "ssign")
+	// can reach a protected table without naming it (a schema rename, DROP ...
+	// CASCADE, TRUNCATE ... CASCADE, DROP/REASSIGN OWNED), so any text with
+	// them is parsed; they are rare outside migrations. Few new first-two-byte
+	// pairs (al, cr, dr, ss) keep the scan of reads cheap.
+	for _, kw := range []string{"alter", "drop", "truncate", "ssign"} {
+		add(kw, groupAlone)
 	}
 	first, _, _ := strings.Cut(setting, ".")
 	add(first, groupAlone)

@@ -103,6 +103,22 @@ type Plan struct {
 	// a value only known at execution time (the SQL-level check still applies
 	// to every fenced write).
 	TokenDynamic bool
+	// Tokens lists every token literal the text sets anywhere (SET, SET
+	// LOCAL, each set_config, a function's SET clause, ALTER ROLE/DATABASE/
+	// SYSTEM ... SET), each valid in form, so that a verifier can check every
+	// one, not only the last (see scope.go).
+	Tokens []string
+	// TokenSession reports that the text may set the token for the session
+	// rather than the transaction: SET without LOCAL, set_config with an
+	// is_local that is not the constant true (of the token setting or of a
+	// setting named by an expression), or TokenPersistent.
+	TokenSession bool
+	// TokenPersistent reports ALTER ROLE, ALTER DATABASE or ALTER SYSTEM ...
+	// SET (or FROM CURRENT) of the token setting: a default for later
+	// sessions that the proxy never sees set.
+	TokenPersistent bool
+	// Hint is the HINT of a refusal, if any.
+	Hint string
 	// Tables lists the labels of the protected tables the text writes (fenced
 	// for Rewrite, the offending one for Refuse), without duplicates.
 	Tables []string

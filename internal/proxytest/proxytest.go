@@ -42,6 +42,8 @@ type Options struct {
 	Verifier proxy.TokenVerifier
 	// NoPlanner relays without fencing.
 	NoPlanner bool
+	// DisableEventLoop keeps every session on the goroutine-per-direction path.
+	DisableEventLoop bool
 }
 
 // Start runs a proxy in front of upstream (host:port) until the test ends.
@@ -64,6 +66,8 @@ func Start(t testing.TB, upstream string, o Options) *Proxy {
 		Logger:   slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		Metrics:  proxy.NewMetrics(p.Registry),
 		Verifier: o.Verifier,
+
+		DisableEventLoop: o.DisableEventLoop,
 	}
 	if !o.NoPlanner {
 		planner, err := proxy.NewPlanner(cfg, opts.Metrics)

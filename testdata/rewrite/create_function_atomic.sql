@@ -1,7 +1,8 @@
--- SQL-standard function bodies are not analysed (documented limit): the proxy passes the statement. The body
--- runs later inside the server, where the in-database guard (fenceproxy install: row triggers on every
--- protected table, branch install) fences its writes. Pinned as pass until that work lands.
+-- DDL naming a protected table is refused unless allowlisted (ddl.go): a SQL-standard body writing it is refused.
 -- input:
 CREATE FUNCTION zero() RETURNS void LANGUAGE sql BEGIN ATOMIC UPDATE accounts SET balance = 0; END
 -- output:
--- action: pass
+-- action: refuse
+-- code: 55F04
+-- table: accounts
+-- message: unfenceable write: CreateFunctionStmt naming accounts is not among the DDL forms fenceproxy lets through; run such a migration directly against PostgreSQL, not through fenceproxy (see docs/ddl.md)

@@ -1,8 +1,8 @@
--- CREATE RULE actions are not analysed (documented limit): the proxy passes the statement. The write its
--- action runs later happens inside the server, where the in-database guard (fenceproxy install: row triggers
--- on every protected table, branch install) fences it; a rule ON a protected table is DDL the proxy refuses
--- (contract, DDL; branch ddlscope). Pinned as pass until that work lands.
+-- DDL naming a protected table is refused unless allowlisted (ddl.go): a rule whose action writes it is refused.
 -- input:
 CREATE RULE r AS ON INSERT TO queue DO ALSO UPDATE accounts SET balance = 0
 -- output:
--- action: pass
+-- action: refuse
+-- code: 55F04
+-- table: accounts
+-- message: unfenceable write: a rule on or writing accounts could redirect or add writes outside the fence; run such a migration directly against PostgreSQL, not through fenceproxy (see docs/ddl.md)

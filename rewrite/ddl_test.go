@@ -1,0 +1,217 @@
+package rewrite
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestDDLRefused lists DDL that could change tokens or a protected table's
+// identity: each must be refused 55F04 with the advice to run it directly.
+// Every one passes on a Rewriter without the DDL rule.
+func TestDDLRefused(t *testing.T) {
+	r := testRewriter(t)
+	for _, sql := range []string{
+		// the token column
+		"ALTER TABLE accounts ALTER COLUMN fence_token TYPE bigint USING 0",
+		"ALTER TABLE accounts ALTER fence_token TYPE numeric",
+		"ALTER TABLE accounts DROP COLUMN fence_token",
+		"ALTER TABLE accounts DROP fence_token, ADD COLUMN fence_token bigint",
+		"ALTER TABLE accounts ADD COLUMN fence_token bigint DEFAULT 999999",
+		"ALTER TABLE accounts ADD COLUMN IF NOT EXISTS fence_token bigint NOT NULL DEFAULT 0",
+		"ALTER TABLE accounts ADD COLUMN fence_token bigint GENERATED ALWAYS AS (id) STORED",
+		"ALTER TABLE accounts ALTER COLUMN fence_token SET DEFAULT 999999",
+		"ALTER TABLE accounts ALTER COLUMN fence_token DROP DEFAULT",
+		"ALTER TABLE accounts ALTER COLUMN fence_token ADD GENERATED ALWAYS AS IDENTITY",
+		"ALTER TABLE accounts ALTER COLUMN fence_token SET NOT NULL",
+		"ALTER TABLE accounts RENAME COLUMN fence_token TO old_token",
+		"ALTER TABLE accounts RENAME fence_token TO x",
+		"ALTER TABLE accounts RENAME COLUMN balance TO fence_token",
+		"ALTER TABLE public.ledger ALTER fence TYPE bigint USING fence - 1",
+		// data rewrite with USING on another column
+		"ALTER TABLE accounts ALTER COLUMN balance TYPE bigint USING balance * 0",
+		"ALTER TABLE accounts ALTER COLUMN balance TYPE bigint USING note::bigint",
+		"ALTER TABLE accounts ALTER COLUMN fence_token TYPE bigint USING fence_token::bigint",
+		// identity
+		"DROP TABLE accounts",
+		"DROP TABLE IF EXISTS public.accounts",
+		"drop table ACCOUNTS, other",
+		`DROP TABLE "Audit"`,
+		"ALTER TABLE accounts RENAME TO accounts_old",
+		"ALTER TABLE other RENAME TO accounts",
+		"ALTER TABLE accounts SET SCHEMA archive",
+		"ALTER SCHEMA public RENAME TO old_public",
+		// partitions and inheritance
+		"CREATE TABLE accounts_p1 PARTITION OF accounts FOR VALUES FROM (1) TO (100)",
+		"CREATE TABLE child () INHERITS (accounts)",
+		"CREATE TABLE accounts (id int) INHERITS (other)",
+		"ALTER TABLE accounts ATTACH PARTITION p FOR VALUES IN (1)",
+		"ALTER TABLE parent ATTACH PARTITION accounts FOR VALUES IN (1)",
+		"ALTER TABLE parent DETACH PARTITION accounts",
+		"ALTER TABLE accounts DETACH PARTITION p CONCURRENTLY",
+		"ALTER TABLE child INHERIT accounts",
+		"ALTER TABLE accounts NO INHERIT parent",
+		"ALTER TABLE accounts INHERIT parent",
+		// triggers, rules, views
+		"ALTER TABLE accounts DISABLE TRIGGER ALL",
+		"ALTER TABLE accounts DISABLE TRIGGER USER",
+		"ALTER TABLE accounts DISABLE TRIGGER fenceproxy_guard",
+		"ALTER TABLE accounts ENABLE REPLICA TRIGGER fenceproxy_guard",
+		"ALTER TABLE accounts DISABLE RULE r",
+		"DROP TRIGGER fenceproxy_guard ON accounts",
+		"CREATE TRIGGER t BEFORE UPDATE ON accounts FOR EACH ROW EXECUTE FUNCTION f()",
+		"CREATE OR REPLACE RULE r AS ON UPDATE TO accounts DO INSTEAD NOTHING",
+		"CREATE RULE r AS ON INSERT TO other DO ALSO UPDATE accounts SET balance = 0",
+		"CREATE VIEW v AS SELECT * FROM accounts",
+		"CREATE OR REPLACE VIEW v AS SELECT id, balance FROM public.accounts WHERE id > 0",
+		"DROP RULE r ON accounts",
+		// ownership, policies, and kinds not on the allowlist
+		"ALTER TABLE accounts OWNER TO mallory",
+		"CREATE POLICY p ON accounts USING (true)",
+		"SECURITY LABEL ON TABLE accounts IS 'x'",
+		"CREATE FUNCTION f() RETURNS void LANGUAGE sql BEGIN ATOMIC UPDATE accounts SET balance = 0; END",
+		"ALTER TABLE accounts SET UNLOGGED",
+		"ALTER TABLE accounts ADD CONSTRAINT fk FOREIGN KEY (p) REFERENCES parent (id) ON DELETE CASCADE",
+		"ALTER TABLE accounts ADD COLUMN p int REFERENCES parent (id) ON UPDATE SET NULL",
+		"CREATE TABLE accounts (id int, p int REFERENCES parent ON DELETE SET DEFAULT, fence_token bigint)",
+		"ALTER TABLE accounts DROP COLUMN note CASCADE",
+		"CREATE SCHEMA s CREATE VIEW v AS SELECT * FROM accounts",
+		// reaching a protected table without naming it
+		"TRUNCATE parent CASCADE",
+		"TRUNCATE TABLE other, x RESTART IDENTITY CASCADE",
+		"DROP SCHEMA public CASCADE",
+		"DROP FUNCTION fenceproxy.guard() CASCADE",
+		"DROP TYPE mood CASCADE",
+		"DROP OWNED BY app",
+		"REASSIGN OWNED BY app TO mallory",
+		// several statements: one refused refuses the text
+		"SELECT 1; ALTER TABLE accounts DROP COLUMN fence_token",
+	} {
+		if !r.MayTouch([]byte(sql)) && !strings.HasPrefix(sql, "SECURITY LABEL") {
+			t.Errorf("prefilter skips %q", sql)
+			continue
+		}
+		p := r.plan(sql)
+		if p.Action != Refuse || p.Code != CodeUnfenceable {
+			t.Errorf("%q: want refusal 55F04, got %v %s %s", sql, p.Action, p.Code, p.Message)
+			continue
+		}
+		if !strings.HasPrefix(p.Message, "unfenceable write: ") {
+			t.Errorf("%q: message %q", sql, p.Message)
+		}
+		if !strings.Contains(p.Message, "PostgreSQL") && !strings.Contains(p.Message, "without CASCADE") {
+			t.Errorf("%q: message gives no advice: %q", sql, p.Message)
+		}
+	}
+}
+
+// TestDDLPasses lists additive DDL that ordinary migrations issue: it must
+// pass unchanged.
+func TestDDLPasses(t *testing.T) {
+	r := testRewriter(t)
+	for _, sql := range []string{
+		"ALTER TABLE accounts ADD COLUMN note text",
+		"ALTER TABLE accounts ADD COLUMN fence_token bigint", // setting the table up, as fenceproxy check suggests
+		`ALTER TABLE "public"."accounts" ADD COLUMN IF NOT EXISTS "fence_token" bigint`,
+		"ALTER TABLE accounts ADD COLUMN note text NOT NULL DEFAULT ''",
+		"ALTER TABLE accounts ADD COLUMN IF NOT EXISTS n int, ADD COLUMN m int",
+		"ALTER TABLE accounts ADD COLUMN p int REFERENCES parent (id)",
+		"ALTER TABLE accounts ADD CONSTRAINT fk FOREIGN KEY (p) REFERENCES parent (id) ON DELETE RESTRICT",
+		"ALTER TABLE accounts ADD CONSTRAINT pos CHECK (balance >= 0) NOT VALID",
+		"ALTER TABLE accounts VALIDATE CONSTRAINT pos",
+		"ALTER TABLE accounts DROP CONSTRAINT pos",
+		"ALTER TABLE accounts ALTER COLUMN balance TYPE bigint",
+		`ALTER TABLE "accounts" ALTER COLUMN "balance" TYPE bigint USING "balance"::bigint`,
+		"ALTER TABLE accounts ALTER COLUMN balance TYPE numeric USING CAST(balance AS numeric)",
+		"ALTER TABLE accounts ALTER COLUMN balance SET DEFAULT 0",
+		"ALTER TABLE accounts ALTER COLUMN balance DROP NOT NULL",
+		"ALTER TABLE accounts ALTER COLUMN balance SET STATISTICS 500",
+		"ALTER TABLE accounts DROP COLUMN note",
+		"ALTER TABLE accounts RENAME COLUMN note TO remark",
+		"ALTER TABLE accounts RENAME CONSTRAINT pos TO positive",
+		"ALTER TABLE accounts SET (fillfactor = 90)",
+		"ALTER TABLE accounts ADD PRIMARY KEY (id)",
+		"CREATE INDEX accounts_balance ON accounts (balance)",
+		"CREATE UNIQUE INDEX CONCURRENTLY IF NOT EXISTS accounts_x ON public.accounts (id)",
+		"DROP INDEX accounts_balance",
+		"COMMENT ON TABLE accounts IS 'money'",
+		"COMMENT ON COLUMN accounts.fence_token IS 'written by fenceproxy'",
+		"GRANT SELECT, UPDATE ON accounts TO app",
+		"REVOKE ALL ON accounts FROM PUBLIC",
+		"CREATE STATISTICS s ON id, balance FROM accounts",
+		"VACUUM ANALYZE accounts",
+		"ANALYZE accounts",
+		"CLUSTER accounts USING accounts_pkey",
+		"REINDEX TABLE accounts",
+		"LOCK TABLE accounts IN SHARE MODE",
+		"CREATE TABLE payments (id int, account_id int REFERENCES accounts (id) ON DELETE CASCADE)",
+		"ALTER TABLE payments ADD FOREIGN KEY (account_id) REFERENCES accounts ON DELETE CASCADE",
+		"CREATE TABLE accounts_copy (LIKE accounts INCLUDING ALL)",
+		"CREATE TABLE other (id int)",
+		"DROP TABLE other",
+		"ALTER TABLE other DROP COLUMN x",
+		"CREATE SEQUENCE accounts_id_seq OWNED BY accounts.id",
+		"ALTER SEQUENCE accounts_id_seq OWNED BY accounts.id",
+		"CREATE TABLE snapshot AS SELECT * FROM accounts",
+		"TRUNCATE other",
+		"TRUNCATE other RESTRICT",
+		"DROP TABLE other RESTRICT",
+		"ALTER ROLE app SET statement_timeout = '5s'",
+		"CREATE FUNCTION full_name(a accounts) RETURNS text LANGUAGE sql AS 'SELECT a.note'",
+		"CREATE FUNCTION total() RETURNS SETOF accounts LANGUAGE sql STABLE RETURN NULL",
+	} {
+		p := r.Plan(sql)
+		if p.Action != Pass {
+			t.Errorf("%q: want pass, got %v %s %s", sql, p.Action, p.Code, p.Message)
+		}
+	}
+}
+
+// TestTokenScope checks what the analysis reports about the scope of the
+// token settings a text makes, and that it lists every token literal.
+func TestTokenScope(t *testing.T) {
+	r := testRewriter(t)
+	cases := []struct {
+		sql                 string
+		session, persistent bool
+		tokens              []string
+	}{
+		{"SET fence.token = 5", true, false, []string{"5"}},
+		{"SET SESSION fence.token = 5", true, false, []string{"5"}},
+		{"SET LOCAL fence.token = 5", false, false, []string{"5"}},
+		{"SET LOCAL fence.token = 5; SET fence.token = 6", true, false, []string{"5", "6"}},
+		{"RESET fence.token", false, false, nil},
+		{"SET fence.token TO DEFAULT", false, false, nil},
+		{"SELECT set_config('fence.token', '7', true)", false, false, []string{"7"}},
+		{"SELECT set_config('fence.token', '7', 'on')", false, false, []string{"7"}},
+		{"SELECT set_config('fence.token', '7', false)", true, false, []string{"7"}},
+		{"SELECT set_config('fence.token', '7', $1)", true, false, []string{"7"}},
+		{"SELECT set_config('fence.token', NULL, false)", false, false, nil},
+		{"SELECT set_config($1, '7', false)", true, false, nil},
+		{"SELECT set_config($1, '7', true)", false, false, nil},
+		{"SELECT set_config('fence.token', '7', true), set_config('fence.token', '999', true)", false, false, []string{"7", "999"}},
+		{"UPDATE accounts SET balance = length(set_config('fence.token', '3', true)) WHERE id = 1", false, false, []string{"3"}},
+		{"ALTER ROLE bob SET fence.token = '999999999'", true, true, []string{"999999999"}},
+		{"ALTER ROLE bob IN DATABASE d SET fence.token TO 9", true, true, []string{"9"}},
+		{"ALTER ROLE bob SET fence.token FROM CURRENT", true, true, nil},
+		{"ALTER ROLE bob RESET fence.token", false, false, nil},
+		{"ALTER DATABASE d SET fence.token = 9", true, true, []string{"9"}},
+		{"ALTER SYSTEM SET fence.token = 9", true, true, []string{"9"}},
+		{"CREATE FUNCTION f() RETURNS int LANGUAGE sql SET fence.token = 77 AS 'SELECT 1'", false, false, []string{"77"}},
+		{"ALTER FUNCTION f() SET fence.token = 78", false, false, []string{"78"}},
+		{"SET search_path = public", false, false, nil},
+	}
+	for _, c := range cases {
+		p := r.Plan(c.sql)
+		if p.Action == Refuse {
+			t.Errorf("%q refused: %s", c.sql, p.Message)
+			continue
+		}
+		if p.TokenSession != c.session || p.TokenPersistent != c.persistent || strings.Join(p.Tokens, ",") != strings.Join(c.tokens, ",") {
+			t.Errorf("%q: session %v persistent %v tokens %q; want %v %v %q", c.sql, p.TokenSession, p.TokenPersistent, p.Tokens, c.session, c.persistent, c.tokens)
+		}
+	}
+	// The form of a persistent default is validated whatever the proxy's mode.
+	if p := r.Plan("ALTER ROLE bob SET fence.token = 'abc'"); p.Action != Refuse || p.Code != CodeInvalid {
+		t.Errorf("ALTER ROLE with an invalid token: %+v", p)
+	}
+}
