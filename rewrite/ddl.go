@@ -20,8 +20,9 @@ import (
 // identity. Every other DDL kind, including kinds added by future PostgreSQL
 // versions, is refused when it names a protected table. A few statements
 // reach a protected table without naming it and are refused whenever tables
-// are configured: DROP ... CASCADE, TRUNCATE ... CASCADE (until the catalog
-// says what a cascade reaches), DROP OWNED and REASSIGN OWNED.
+// are configured: DROP ... CASCADE, TRUNCATE ... CASCADE (unless a catalog
+// snapshot says exactly what a cascade reaches: Config.CatalogKnown), DROP
+// OWNED and REASSIGN OWNED.
 //
 // Such migrations are run directly against PostgreSQL (docs/ddl.md).
 
@@ -49,7 +50,7 @@ func (a *analysis) checkDDL(n *pg.Node) {
 		// The allowlist of statements that cannot change a row's token or a table's identity.
 		return
 	case *pg.Node_TruncateStmt:
-		if x.TruncateStmt.Behavior == pg.DropBehavior_DROP_CASCADE && a.r.named(n) == nil {
+		if x.TruncateStmt.Behavior == pg.DropBehavior_DROP_CASCADE && !a.r.catalogKnown && a.r.named(n) == nil {
 			a.refuseAll("TRUNCATE ... CASCADE may empty %s through a foreign key; truncate the tables by name, without CASCADE")
 		}
 		return // TRUNCATE naming a protected table is refused by the write analysis, more precisely

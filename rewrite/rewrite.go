@@ -52,6 +52,10 @@ type Config struct {
 	// Refused lists relations, derived from the catalog, some writes to which
 	// are refused (see Refused).
 	Refused []Refused
+	// CatalogKnown says Tables and Refused come from a catalog snapshot, so
+	// what a TRUNCATE ... CASCADE reaches is known exactly (Refused); without
+	// it every TRUNCATE ... CASCADE is refused while tables are protected.
+	CatalogKnown bool
 }
 
 // Action says what the proxy does with a statement.
@@ -132,7 +136,9 @@ type Rewriter struct {
 	tables  []*tableEntry
 	byName  map[string][]*tableEntry // relname -> entries (config order)
 	refused map[string][]*Refused    // relname -> catalog-derived refusals
-	filter  prefilter
+	// catalogKnown: cascades are refused exactly, from refused (Config.CatalogKnown).
+	catalogKnown bool
+	filter       prefilter
 }
 
 // tableEntry is a configured table with its precomputed, immutable SQL
@@ -156,7 +162,7 @@ func New(cfg Config) (*Rewriter, error) {
 	if err := validSettingName(setting); err != nil {
 		return nil, err
 	}
-	r := &Rewriter{setting: setting, verify: cfg.Verify, byName: make(map[string][]*tableEntry)}
+	r := &Rewriter{setting: setting, verify: cfg.Verify, byName: make(map[string][]*tableEntry), catalogKnown: cfg.CatalogKnown}
 	seen := make(map[[2]string]bool)
 	for i, t := range cfg.Tables {
 		if t.Name == "" || t.TokenColumn == "" {
