@@ -4,4 +4,4 @@ INSERT INTO accounts DEFAULT VALUES
 -- output:
 -- action: rewrite
 -- tables: accounts
-INSERT INTO accounts (fence_token) VALUES ({{k accounts}})
+WITH fenceproxy_stmt AS MATERIALIZED (SELECT {{k accounts}} AS token) INSERT INTO accounts (fence_token) VALUES ({{t}})

@@ -4,4 +4,4 @@ INSERT INTO accounts (id, balance) VALUES (1, 10), (2, 20), (3, DEFAULT)
 -- output:
 -- action: rewrite
 -- tables: accounts
-INSERT INTO accounts (id, balance, fence_token) VALUES (1, 10, {{k accounts}}), (2, 20, {{light accounts}}), (3, DEFAULT, {{light accounts}})
+WITH fenceproxy_stmt AS MATERIALIZED (SELECT {{k accounts}} AS token) INSERT INTO accounts (id, balance, fence_token) VALUES (1, 10, {{t}}), (2, 20, {{light accounts}}), (3, DEFAULT, {{light accounts}})

@@ -2,7 +2,6 @@
 -- input:
 INSERT INTO accounts (id, fence_token) VALUES (1, 5)
 -- output:
--- action: refuse
--- code: 55F04
--- table: accounts
--- message: unfenceable write: INSERT into accounts names the token column fence_token, which only the proxy sets
+-- action: rewrite
+-- tables: accounts
+WITH fenceproxy_stmt AS MATERIALIZED (SELECT {{k accounts}} AS token) INSERT INTO accounts (id, fence_token) VALUES (1, CASE WHEN false THEN 5::bigint ELSE {{t}} END)

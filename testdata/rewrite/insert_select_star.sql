@@ -4,4 +4,4 @@ INSERT INTO accounts (id, balance) SELECT * FROM staging
 -- output:
 -- action: rewrite
 -- tables: accounts
-INSERT INTO accounts (id, balance, fence_token) SELECT *, {{k accounts}} FROM staging WHERE {{k accounts}} IS NOT NULL
+WITH fenceproxy_stmt AS MATERIALIZED (SELECT {{k accounts}} AS token) INSERT INTO accounts (id, balance, fence_token) SELECT *, {{t}} FROM staging WHERE {{t}} IS NOT NULL
