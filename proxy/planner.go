@@ -12,7 +12,8 @@ import (
 func NewPlanner(cfg *config.Config, metrics *Metrics) (*rewrite.Cache, error) {
 	tables := make([]rewrite.Table, len(cfg.Tables))
 	for i, t := range cfg.Tables {
-		tables[i] = rewrite.Table{Schema: t.Schema, Name: t.Relation, TokenColumn: t.TokenColumn}
+		tables[i] = rewrite.Table{Schema: t.Schema, Name: t.Relation, TokenColumn: t.TokenColumn,
+			RefuseTokenColumnWrites: t.TokenColumnWrites == config.TokenColumnRefuse}
 	}
 	r, err := rewrite.New(rewrite.Config{Tables: tables, TokenSetting: cfg.Token.Setting})
 	if err != nil {
