@@ -582,13 +582,9 @@ func TestFencingInsert(t *testing.T) {
 	f.wantToken(t, 30, 43)
 	f.wantToken(t, 31, 43)
 
-	// Without a column list the proxy cannot know where C goes: fenced or refused, never written unfenced.
+	// Without a column list the proxy cannot know where C goes: refused.
 	_, err := c.Exec(ctx, f.sql("INSERT INTO %[1]s VALUES (40, 1)"))
-	if err != nil {
-		wantFenceErr(t, err, "55F04", "unfenceable write", f.label)
-	} else {
-		f.wantToken(t, 40, 42)
-	}
+	wantFenceErr(t, err, "55F04", "unfenceable write", f.label)
 }
 
 // Rows 6 and 7 of the Semantics table: ON CONFLICT.
@@ -651,9 +647,14 @@ func TestFencingInsertOnConflict(t *testing.T) {
 	}
 }
 
-// Row 8 of the Semantics table: naming the token column is refused with 55F04 and aborts the transaction.
+// Row 8 of the Semantics table with token_column_writes: refuse: naming the token column is refused with 55F04 and
+// aborts the transaction. (The default, override, is TestFencingTokenColumnOverride.)
 func TestFencingWriteNamingTokenColumn(t *testing.T) {
-	f := newFenced(t)
+	d := direct(t)
+	name := fxName(t, "fx")
+	fxCreateTable(t, d, "public."+name)
+	p := startProxy(t, proxytest.Options{YAML: fxTables("public."+name) + "    token_column_writes: refuse\n"})
+	f := &fenced{p: p, d: d, name: name, label: "public." + name}
 	ctx := ctxT(t)
 	f.reset(t, "(1, 100, 10)")
 	before := f.snapshot(t)
@@ -1516,7 +1517,7 @@ func TestFencingMetricsAndLog(t *testing.T) {
 	// and for 55F03 at a SET).
 	for _, r := range []struct{ code, token, sql string }{
 		{"55F02", "", "DELETE FROM %[1]s"},
-		{"55F04", "42", "UPDATE %[1]s SET fence_token = 1"},
+		{"55F04", "42", "TRUNCATE %[1]s"},
 		{"55F03", "42", "SET fence.token = 'abc'"},
 	} {
 		c := f.conn(t, r.token)
