@@ -1,4 +1,5 @@
--- Naming the token column is refused.
+-- Naming the token column (token_column_writes: override, the default): its value is kept only for its type
+-- (CASE WHEN false: never evaluated) and the statement's token is written.
 -- input:
 INSERT INTO accounts (id, fence_token) VALUES (1, 5)
 -- output:

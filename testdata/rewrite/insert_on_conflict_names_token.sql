@@ -1,4 +1,4 @@
--- DO UPDATE SET C is refused.
+-- DO UPDATE SET C = excluded.C (override): C is written as excluded.C, the inserted row's token, once.
 -- input:
 INSERT INTO accounts (id) VALUES (1) ON CONFLICT (id) DO UPDATE SET fence_token = excluded.fence_token
 -- output:

@@ -1,4 +1,4 @@
--- A multi-column SET including the token column is refused.
+-- A multi-column SET including the token column is refused: assign it alone.
 -- input:
 UPDATE accounts SET (balance, fence_token) = (1, 2) WHERE id = 1
 -- output:

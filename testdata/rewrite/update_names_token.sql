@@ -1,4 +1,5 @@
--- Setting the token column is refused.
+-- SET C = ... (override): C is written as the statement's token whatever the statement supplies; the row check is
+-- unchanged.
 -- input:
 UPDATE accounts SET fence_token = 0 WHERE id = 1
 -- output:
