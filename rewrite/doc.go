@@ -87,8 +87,9 @@
 //
 // Each reference to t is a scalar subquery, planned as an InitPlan, and
 // PostgreSQL's planning time grows quadratically with the number of
-// InitPlans at one query level (measured on PostgreSQL 15: a 1000-row VALUES
-// with t in every row plans in about 25 ms instead of 1; 4000 rows in 370 ms).
+// InitPlans at one query level (measured on PostgreSQL 15, fastest of 7-15
+// runs on a loaded machine: a 1000-row VALUES with t in every row plans in
+// 52 ms instead of 1.3-1.8; 4000 rows in 630 ms instead of 12-17).
 // So only the first row carries t when every item of the VALUES is inert
 // (constants, parameters, DEFAULT, NULL, arrays of those, casts of those to
 // types the grammar qualifies with pg_catalog: int, bigint, numeric, boolean,
