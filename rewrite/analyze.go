@@ -429,6 +429,7 @@ func (a *analysis) fenceInsert(e *tableEntry, s *pg.InsertStmt) {
 		}
 	}
 	pos, bad := columnIndex(s.Cols, e.TokenColumn)
+	prepend := false // C goes first (multi-row VALUES not naming it)
 	if bad {
 		a.unfenceable(e, "INSERT into %s names the token column %s more than once or in part", e.label, e.TokenColumn)
 		return
@@ -451,10 +452,14 @@ func (a *analysis) fenceInsert(e *tableEntry, s *pg.InsertStmt) {
 		}
 		switch {
 		case sel.Op == pg.SetOperation_SETOP_NONE && len(sel.ValuesLists) > 0:
-			// The first row reads the statement's token (the CTE's first
-			// read, before any later row is built). Later rows read the
-			// setting directly when nothing in the VALUES can change it,
-			// else the statement's token too (one InitPlan per row).
+			// The first row reads the statement's token. With several rows
+			// C goes first: PostgreSQL builds them in the order written, so
+			// the CTE's first read comes before anything the VALUES runs (a
+			// single row is built in the table's column order). Later rows
+			// read the setting directly when nothing in the VALUES can
+			// change it, else the statement's token too (one InitPlan per
+			// row).
+			prepend = pos < 0 && len(sel.ValuesLists) > 1
 			later := e.light
 			for _, row := range sel.ValuesLists {
 				for _, x := range row.GetList().GetItems() {
@@ -472,6 +477,10 @@ func (a *analysis) fenceInsert(e *tableEntry, s *pg.InsertStmt) {
 				tok := later
 				if i == 0 {
 					tok = e.ref
+				}
+				if prepend {
+					l.Items = append([]*pg.Node{tok}, l.Items...)
+					continue
 				}
 				if pos < 0 {
 					l.Items = append(l.Items, tok)
@@ -521,7 +530,10 @@ func (a *analysis) fenceInsert(e *tableEntry, s *pg.InsertStmt) {
 			}}}
 		}
 	}
-	if pos < 0 {
+	switch {
+	case prepend:
+		s.Cols = append([]*pg.Node{pg.MakeResTargetNodeWithName(e.TokenColumn, 0)}, s.Cols...)
+	case pos < 0:
 		s.Cols = append(s.Cols, pg.MakeResTargetNodeWithName(e.TokenColumn, 0))
 	}
 	if upsert {

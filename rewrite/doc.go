@@ -75,11 +75,14 @@
 // the statement runs after that (a set_config in a SET list, in the WHERE, in
 // a VALUES row, in a function it calls), the token it checks and the token it
 // writes are one value. For UPDATE, DELETE and INSERT ... SELECT the first
-// read is the one-time filter, before the first row is read. For INSERT ...
-// VALUES it is when the first row's C is built, after that row's other
-// columns (PostgreSQL builds a single row in column order): a set_config
-// there sets the token the whole statement then uses, exactly as a SET just
-// before it would. Each data-modifying statement in a text has its own CTE on
+// read is the one-time filter, before the first row is read; for a
+// multi-row VALUES, C is put first in the column list and rows are built in
+// the order written, so it is the first thing the VALUES evaluates. Only a
+// single-row INSERT ... VALUES is built in the table's column order, so its
+// other columns may come first: a set_config there sets the token the whole
+// statement then uses (checked and written alike), exactly as a SET just
+// before it would. Whenever it is read, the value is validated by k at that
+// read. Each data-modifying statement in a text has its own CTE on
 // its own WITH (the innermost scope of its references); its name is reserved
 // and a client CTE of that name is refused (55F04), so nothing can shadow it.
 //
