@@ -225,7 +225,7 @@ func TestFencingOneTokenPerStatement(t *testing.T) {
 			if _, err := c.Exec(ctx, q, mode); err != nil {
 				// Only a single-row VALUES may build the set_config's column before the token column: then the
 				// statement checks and writes 1 throughout, and is stale. Everywhere else the token is read first.
-				if !strings.Contains(q, "VALUES (1, "+lower+")") {
+				if !strings.Contains(q, "VALUES (1, "+lower+") ON CONFLICT") {
 					t.Fatalf("%s (%v): %v", q, mode, err)
 				}
 				wantStale(t, err, f.label, 10, 1)
