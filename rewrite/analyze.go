@@ -497,8 +497,8 @@ func (a *analysis) fenceInsert(e *tableEntry, s *pg.InsertStmt) {
 				sel.TargetList = append(sel.TargetList, pg.MakeResTargetNodeWithVal(e.ref, 0))
 			} else {
 				rt := outputAt(sel.TargetList, pos)
-				if rt == nil {
-					a.unfenceable(e, "INSERT into %s ... SELECT: cannot tell which output is the token column %s; list the SELECT's outputs", e.label, e.TokenColumn)
+				if rt == nil || len(sel.DistinctClause) > 0 || hasOrdinal(sel.GroupClause) || hasOrdinal(sel.SortClause) {
+					a.unfenceable(e, "INSERT into %s ... SELECT: cannot replace the output for the token column %s (a *, DISTINCT, or GROUP BY/ORDER BY by position); list the outputs or leave the column out", e.label, e.TokenColumn)
 					return
 				}
 				rt.Val = e.ignoring(rt.Val, e.ref)
@@ -550,6 +550,20 @@ func (a *analysis) fenceInsert(e *tableEntry, s *pg.InsertStmt) {
 		oc.WhereClause = e.guardFor(ref(s.Relation), oc.WhereClause, excl)
 	}
 	s.WithClause = e.withStmtToken(s.WithClause)
+}
+
+// hasOrdinal reports a GROUP BY or ORDER BY item that names an output by its
+// position, which may be the one replaced by the token.
+func hasOrdinal(items []*pg.Node) bool {
+	for _, n := range items {
+		if sb := n.GetSortBy(); sb != nil {
+			n = sb.Node
+		}
+		if c := n.GetAConst(); c != nil && c.GetIval() != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // outputAt is the pos-th output of a SELECT list, or nil when it cannot be

@@ -5,4 +5,4 @@ INSERT INTO accounts (id, fence_token) SELECT * FROM staging
 -- action: refuse
 -- code: 55F04
 -- table: accounts
--- message: unfenceable write: INSERT into accounts ... SELECT: cannot tell which output is the token column fence_token; list the SELECT's outputs
+-- message: unfenceable write: INSERT into accounts ... SELECT: cannot replace the output for the token column fence_token (a *, DISTINCT, or GROUP BY/ORDER BY by position); list the outputs or leave the column out
