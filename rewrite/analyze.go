@@ -474,6 +474,11 @@ func (a *analysis) fenceInsert(e *tableEntry, s *pg.InsertStmt) {
 					a.unfenceable(e, "INSERT into %s: cannot analyse its VALUES", e.label)
 					return
 				}
+				if len(l.Items) != len(s.Cols) {
+					// PostgreSQL rejects it too; C's value could not be placed.
+					a.unfenceable(e, "INSERT into %s: a VALUES row has %d values for %d columns", e.label, len(l.Items), len(s.Cols))
+					return
+				}
 				tok := later
 				if i == 0 {
 					tok = e.ref
