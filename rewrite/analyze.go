@@ -44,6 +44,7 @@ type analysis struct {
 	writes  []write
 
 	reservedName bool // the text defines a CTE named stmtTokenName
+	paramZero    bool // the text has a parameter $0
 
 	tokenSet     bool
 	token        string
@@ -152,6 +153,10 @@ func (a *analysis) visit(m protoreflect.Message) {
 	case *pg.CommonTableExpr:
 		if x.Ctename == stmtTokenName {
 			a.reservedName = true
+		}
+	case *pg.ParamRef:
+		if x.Number < 1 {
+			a.paramZero = true // $0: PostgreSQL rejects it, and the deparser cannot print it
 		}
 	case *pg.VariableSetStmt:
 		a.setStatement(x, false)
@@ -502,7 +507,7 @@ func (a *analysis) fenceInsert(e *tableEntry, s *pg.InsertStmt) {
 				sel.TargetList = append(sel.TargetList, pg.MakeResTargetNodeWithVal(e.ref, 0))
 			} else {
 				rt := outputAt(sel.TargetList, pos)
-				if rt == nil || len(sel.DistinctClause) > 0 || hasOrdinal(sel.GroupClause) || hasOrdinal(sel.SortClause) {
+				if rt == nil || len(sel.TargetList) != len(s.Cols) || len(sel.DistinctClause) > 0 || hasOrdinal(sel.GroupClause) || hasOrdinal(sel.SortClause) {
 					a.unfenceable(e, "INSERT into %s ... SELECT: cannot replace the output for the token column %s (a *, DISTINCT, or GROUP BY/ORDER BY by position); list the outputs or leave the column out", e.label, e.TokenColumn)
 					return
 				}

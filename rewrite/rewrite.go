@@ -227,6 +227,10 @@ func (r *Rewriter) plan(sql string) Plan {
 		return refusal(CodeUnfenceable, a.writes[0].table.label, fmt.Sprintf(
 			"unfenceable write: the name %s is reserved for the fence; rename the WITH query", stmtTokenName))
 	}
+	if a.paramZero {
+		return refusal(CodeUnfenceable, a.writes[0].table.label,
+			"unfenceable write: parameter $0 does not exist; parameters are numbered from $1")
+	}
 	for _, w := range a.writes {
 		w.fence(a)
 		if a.refusal != nil {
