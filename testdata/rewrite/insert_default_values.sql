@@ -1,4 +1,4 @@
--- DEFAULT VALUES becomes (C) VALUES (k).
+-- DEFAULT VALUES becomes (C) VALUES (t), t the statement's token.
 -- input:
 INSERT INTO accounts DEFAULT VALUES
 -- output:

@@ -1,4 +1,4 @@
--- ON CONFLICT DO UPDATE: C = k and the row check as its WHERE.
+-- ON CONFLICT DO UPDATE: C = excluded.C (the inserted row's token, t) and the row check against it as its WHERE.
 -- input:
 INSERT INTO accounts (id, balance) VALUES ($1, $2) ON CONFLICT (id) DO UPDATE SET balance = accounts.balance + excluded.balance
 -- output:

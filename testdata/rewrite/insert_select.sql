@@ -1,4 +1,4 @@
--- INSERT ... SELECT: k appended to the target list, plus the one-time filter.
+-- INSERT ... SELECT: t (the statement's token) appended to the target list, plus the one-time filter.
 -- input:
 INSERT INTO accounts (id, balance) SELECT id, 0 FROM staging WHERE ok
 -- output:

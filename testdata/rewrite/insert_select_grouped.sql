@@ -1,4 +1,4 @@
--- An aggregate SELECT: k is an uncorrelated subquery, allowed beside GROUP BY.
+-- An aggregate SELECT: t is an uncorrelated subquery, allowed beside GROUP BY.
 -- input:
 INSERT INTO accounts (id, balance) SELECT account_id, sum(amount) FROM transfers GROUP BY account_id HAVING sum(amount) > 0
 -- output:

@@ -1,4 +1,4 @@
--- SELECT * gets k after the star.
+-- SELECT * gets t after the star.
 -- input:
 INSERT INTO accounts (id, balance) SELECT * FROM staging
 -- output:

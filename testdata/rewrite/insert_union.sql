@@ -1,4 +1,4 @@
--- A set operation is wrapped: SELECT fenceproxy_src.*, k FROM (...) AS fenceproxy_src.
+-- A set operation is wrapped: SELECT fenceproxy_src.*, t FROM (...) AS fenceproxy_src.
 -- input:
 INSERT INTO accounts (id, balance) SELECT id, 0 FROM a UNION ALL SELECT id, 1 FROM b
 -- output:

@@ -1,4 +1,4 @@
--- INSERT with a column list: C and k appended.
+-- INSERT with a column list: C and t, the statement's token, appended; the statement-token CTE in its WITH.
 -- input:
 INSERT INTO accounts (id, balance) VALUES ($1, $2)
 -- output:

@@ -1,4 +1,5 @@
--- The primary-key UPDATE with a parameter: C = k added, WHERE keeps id = $1 first (index scan).
+-- The primary-key UPDATE with a parameter: C = t added (t reads the statement-token CTE), WHERE keeps id = $1
+-- first (index scan).
 -- input:
 UPDATE accounts SET balance = balance + 1 WHERE id = $1
 -- output:
