@@ -21,10 +21,12 @@ import (
 	"github.com/fenceproxy/fenceproxy/internal/proxytest"
 )
 
-// hostileObjects shadows, in schema %[1]s, every operator, function, type and collation the fence could use if it
-// were not schema-qualified: operators that always say yes, functions that return a forged token or an
-// empty/valid-looking string, types named like pg_catalog's over text, a collation named "C".
-const hostileObjects = `
+// hostileOps shadows, in schema %[1]s, every operator and function the fence could use if it were not
+// schema-qualified: operators that always say yes, functions that return a forged token or an empty/valid-looking
+// string. hostileTypes shadows the types (as domains over text) and the collation. They live in two schemas so that
+// each set can come first in search_path alone (a type that breaks the old fence's casts would turn its silent
+// pass into an error) as well as together.
+const hostileOps = `
 CREATE FUNCTION %[1]s.yes(bigint, bigint) RETURNS bool LANGUAGE sql AS 'SELECT true';
 CREATE FUNCTION %[1]s.yes(bigint, integer) RETURNS bool LANGUAGE sql AS 'SELECT true';
 CREATE FUNCTION %[1]s.yes(integer, integer) RETURNS bool LANGUAGE sql AS 'SELECT true';
@@ -49,6 +51,9 @@ CREATE FUNCTION %[1]s.textcat(text, text) RETURNS text LANGUAGE sql AS 'SELECT '
 CREATE FUNCTION %[1]s.int8(text) RETURNS bigint LANGUAGE sql AS 'SELECT 1::bigint';
 CREATE FUNCTION %[1]s.text(bigint) RETURNS text LANGUAGE sql AS 'SELECT ''1''';
 CREATE FUNCTION %[1]s.coalesce(bigint, integer) RETURNS bigint LANGUAGE sql AS 'SELECT 0::bigint';
+`
+
+const hostileTypes = `
 CREATE DOMAIN %[1]s.int8 AS text;
 CREATE DOMAIN %[1]s.text AS varchar;
 CREATE DOMAIN %[1]s.bool AS text;
@@ -59,18 +64,18 @@ CREATE COLLATION %[1]s."C" FROM pg_catalog."POSIX";
 // the table, and a proxy.
 type hostileSetup struct {
 	*fenced
-	role, schema string
+	role, ops, types string // the role, its schema of operators and functions, its schema of types
 }
 
 func newHostile(t *testing.T) *hostileSetup {
 	t.Helper()
 	f := newFenced(t)
-	h := &hostileSetup{fenced: f, role: fxName(t, "r"), schema: fxName(t, "evil")}
+	h := &hostileSetup{fenced: f, role: fxName(t, "r"), ops: fxName(t, "evilops"), types: fxName(t, "eviltypes")}
 	fxExec(t, f.d, fmt.Sprintf("CREATE ROLE %s LOGIN", h.role))
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		for _, q := range []string{"DROP SCHEMA IF EXISTS " + h.schema + " CASCADE", "DROP OWNED BY " + h.role, "DROP ROLE " + h.role} {
+		for _, q := range []string{"DROP SCHEMA IF EXISTS " + h.ops + ", " + h.types + " CASCADE", "DROP OWNED BY " + h.role, "DROP ROLE " + h.role} {
 			if _, err := f.d.Exec(ctx, q); err != nil {
 				t.Errorf("%s: %v", q, err)
 			}
@@ -78,25 +83,28 @@ func newHostile(t *testing.T) *hostileSetup {
 	})
 	// Upstream connections are not reused, so that a new login sees ALTER ROLE SET.
 	h.p = startProxy(t, proxytest.Options{YAML: fxTables(f.label), Upstream: "  reuse:\n    max_idle: 0\n"})
-	fxExec(t, f.d, fmt.Sprintf("CREATE SCHEMA %s AUTHORIZATION %s", h.schema, h.role))
+	fxExec(t, f.d, fmt.Sprintf("CREATE SCHEMA %s AUTHORIZATION %s", h.ops, h.role))
+	fxExec(t, f.d, fmt.Sprintf("CREATE SCHEMA %s AUTHORIZATION %s", h.types, h.role))
 	fxExec(t, f.d, fmt.Sprintf("GRANT ALL ON public.%s TO %s", f.name, h.role))
 	fxExec(t, f.d, fmt.Sprintf("GRANT CREATE ON DATABASE %s TO %s", pgtest.TestDB, h.role))
 	// The role creates its objects itself, directly: no superuser power is needed for any of them.
 	own := connect(t, proxytest.DSN(pg.Addr(), h.role, "", pgtest.TestDB))
-	fxExec(t, own, fmt.Sprintf(hostileObjects, h.schema))
+	fxExec(t, own, fmt.Sprintf(hostileOps, h.ops))
+	fxExec(t, own, fmt.Sprintf(hostileTypes, h.types))
 	// Prove the objects bite: unqualified, the old fence's comparison says yes to a stale token.
 	var yes bool
-	fxExec(t, own, fmt.Sprintf("SET search_path = %s, pg_catalog, public", h.schema))
+	fxExec(t, own, fmt.Sprintf("SET search_path = %s, pg_catalog, public", h.ops))
 	if err := own.QueryRow(ctxT(t), "SELECT COALESCE(50::bigint, 0) <= 5::bigint").Scan(&yes); err != nil || !yes {
 		t.Fatalf("the hostile <= is not in force: %v %v", yes, err)
 	}
 	return h
 }
 
-// conn connects through the proxy as the hostile role, with the hostile search_path set the given way.
-func (h *hostileSetup) conn(t *testing.T, how string) *pgx.Conn {
+// conn connects through the proxy as the hostile role, with search_path = schemas, pg_catalog, public set the given
+// way.
+func (h *hostileSetup) conn(t *testing.T, how, schemas string) *pgx.Conn {
 	t.Helper()
-	path := h.schema + ", pg_catalog, public"
+	path := schemas + ", pg_catalog, public"
 	dsn := h.p.DSN(h.role, "", pgtest.TestDB)
 	switch how {
 	case "set":
@@ -120,11 +128,16 @@ func (h *hostileSetup) conn(t *testing.T, how string) *pgx.Conn {
 func TestFencingHostileSearchPath(t *testing.T) {
 	h := newHostile(t)
 	ctx := ctxT(t)
-	for _, how := range []string{"set", "startup", "alter role"} {
-		t.Run(strings.ReplaceAll(how, " ", "_"), func(t *testing.T) {
-			c := h.conn(t, how)
+	for _, run := range []struct{ how, set, schemas string }{
+		{"set", "ops", h.ops}, {"set", "types", h.types}, {"set", "both", h.ops + ", " + h.types},
+		{"startup", "ops", h.ops}, {"startup", "both", h.types + ", " + h.ops},
+		{"alter role", "ops", h.ops}, {"alter role", "both", h.ops + ", " + h.types},
+	} {
+		t.Run(strings.ReplaceAll(run.how, " ", "_")+"/"+run.set, func(t *testing.T) {
+			c := h.conn(t, run.how, run.schemas)
 			var path string
-			if err := c.QueryRow(ctx, "SHOW search_path").Scan(&path); err != nil || !strings.HasPrefix(path, h.schema) {
+			nospace := func(s string) string { return strings.ReplaceAll(s, " ", "") }
+			if err := c.QueryRow(ctx, "SHOW search_path").Scan(&path); err != nil || !strings.HasPrefix(nospace(path), nospace(run.schemas)) {
 				t.Fatalf("search_path %q (%v), want the hostile schema first", path, err)
 			}
 			h.reset(t, "(1, 100, 50), (2, 100, 50)")
