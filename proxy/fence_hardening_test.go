@@ -223,6 +223,7 @@ func TestFencingOneTokenPerStatement(t *testing.T) {
 		"INSERT INTO %[1]s (id, balance) VALUES (5, 0), (6, " + lower + "), (1, 0) ON CONFLICT (id) DO UPDATE SET balance = 7",
 		"INSERT INTO %[1]s (id, balance) VALUES (1, " + lower + "), (5, 0) ON CONFLICT (id) DO UPDATE SET balance = 7",
 		"INSERT INTO %[1]s (id, balance) SELECT 1, %[2]s() ON CONFLICT (id) DO UPDATE SET balance = 7",
+		"INSERT INTO %[1]s (id, balance) VALUES (1, 0) ON CONFLICT (id) DO UPDATE SET balance = %[2]s() WHERE %[2]s() = 0",
 		"INSERT INTO %[1]s (id, balance) VALUES (5, 0), (6, %[2]s()), (7, 0)",
 		"INSERT INTO %[1]s (id, balance) SELECT g, %[2]s() FROM generate_series(5, 7) g",
 		"WITH u AS (UPDATE %[1]s SET balance = balance + %[2]s() RETURNING 1) SELECT count(*) FROM u",
