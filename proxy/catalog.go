@@ -13,7 +13,8 @@ import (
 func ConfiguredTables(cfg *config.Config) []rewrite.Table {
 	tables := make([]rewrite.Table, len(cfg.Tables))
 	for i, t := range cfg.Tables {
-		tables[i] = rewrite.Table{Schema: t.Schema, Name: t.Relation, TokenColumn: t.TokenColumn}
+		tables[i] = rewrite.Table{Schema: t.Schema, Name: t.Relation, TokenColumn: t.TokenColumn,
+			RefuseTokenColumnWrites: t.TokenColumnWrites == config.TokenColumnRefuse}
 	}
 	return tables
 }

@@ -660,9 +660,14 @@ func TestFencingInsertOnConflict(t *testing.T) {
 	}
 }
 
-// Row 8 of the Semantics table: naming the token column is refused with 55F04 and aborts the transaction.
+// Row 8 of the Semantics table with token_column_writes: refuse: naming the token column is refused with 55F04 and
+// aborts the transaction. (The default, override, is TestFencingTokenColumnOverride.)
 func TestFencingWriteNamingTokenColumn(t *testing.T) {
-	f := newFenced(t)
+	d := direct(t)
+	name := fxName(t, "fx")
+	fxCreateTable(t, d, "public."+name)
+	p := startProxy(t, proxytest.Options{YAML: fxTables("public."+name) + "    token_column_writes: refuse\n"})
+	f := &fenced{p: p, d: d, name: name, label: "public." + name}
 	ctx := ctxT(t)
 	f.reset(t, "(1, 100, 10)")
 	before := f.snapshot(t)
@@ -1535,7 +1540,7 @@ func TestFencingMetricsAndLog(t *testing.T) {
 	// and for 55F03 at a SET).
 	for _, r := range []struct{ code, token, sql string }{
 		{"55F02", "", "DELETE FROM %[1]s"},
-		{"55F04", "42", "UPDATE %[1]s SET fence_token = 1"},
+		{"55F04", "42", "TRUNCATE %[1]s"},
 		{"55F03", "42", "SET fence.token = 'abc'"},
 	} {
 		c := f.conn(t, r.token)

@@ -43,6 +43,9 @@ type analysis struct {
 	refusal *Plan
 	writes  []write
 
+	reservedName bool // the text defines a CTE named stmtTokenName
+	paramZero    bool // the text has a parameter $0
+
 	tokenSet     bool
 	token        string
 	tokenDynamic bool
@@ -152,6 +155,14 @@ func (a *analysis) visit(m protoreflect.Message) {
 					a.refuse(CodeUnfenceable, label, fmt.Sprintf("unfenceable write: a DO block that names %s cannot be fenced; run its statements through the proxy as plain SQL", label))
 				}
 			}
+		}
+	case *pg.CommonTableExpr:
+		if x.Ctename == stmtTokenName {
+			a.reservedName = true
+		}
+	case *pg.ParamRef:
+		if x.Number < 1 {
+			a.paramZero = true // $0: PostgreSQL rejects it, and the deparser cannot print it
 		}
 	case *pg.VariableSetStmt:
 		a.setStatement(x, false)
@@ -321,37 +332,135 @@ func (w write) fence(a *analysis) {
 			a.unfenceable(e, "UPDATE of %s with WHERE CURRENT OF cannot be fenced; use a key in the WHERE clause", e.label)
 			return
 		}
-		if assignsColumn(s.TargetList, e.TokenColumn) {
+		if e.RefuseTokenColumnWrites && assignsColumn(s.TargetList, e.TokenColumn) {
 			a.unfenceable(e, "UPDATE of %s sets the token column %s, which only the proxy sets", e.label, e.TokenColumn)
 			return
 		}
-		s.TargetList = append(s.TargetList, pg.MakeResTargetNodeWithNameAndVal(e.TokenColumn, e.light, 0))
+		if !a.overrideToken(e, s.TargetList, e.ref, "UPDATE of") {
+			return
+		}
+		if !assignsColumn(s.TargetList, e.TokenColumn) {
+			s.TargetList = append(s.TargetList, pg.MakeResTargetNodeWithNameAndVal(e.TokenColumn, e.ref, 0))
+		}
 		s.WhereClause = e.fencedWhere(ref(s.Relation), s.WhereClause)
+		s.WithClause = e.withStmtToken(s.WithClause)
 	case *pg.DeleteStmt:
 		if s.WhereClause.GetCurrentOfExpr() != nil {
 			a.unfenceable(e, "DELETE from %s with WHERE CURRENT OF cannot be fenced; use a key in the WHERE clause", e.label)
 			return
 		}
 		s.WhereClause = e.fencedWhere(ref(s.Relation), s.WhereClause)
+		s.WithClause = e.withStmtToken(s.WithClause)
 	case *pg.InsertStmt:
 		a.fenceInsert(e, s)
 	}
 }
 
+// withStmtToken puts the statement-token CTE first in a write's own WITH
+// (created if absent), the innermost scope of every reference to it.
+func (e *tableEntry) withStmtToken(w *pg.WithClause) *pg.WithClause {
+	if w == nil {
+		w = &pg.WithClause{}
+	}
+	w.Ctes = append([]*pg.Node{e.cte}, w.Ctes...)
+	return w
+}
+
+// overrideToken rewrites every assignment of the token column in a SET list
+// (UPDATE, ON CONFLICT DO UPDATE) to write tok, keeping the client's value
+// only for its parameter types (see tmplIgnored). It refuses assignments it
+// cannot rewrite that way.
+func (a *analysis) overrideToken(e *tableEntry, targets []*pg.Node, tok *pg.Node, what string) bool {
+	for _, n := range targets {
+		rt := n.GetResTarget()
+		if rt == nil || rt.Name != e.TokenColumn {
+			continue
+		}
+		switch {
+		case len(rt.Indirection) != 0:
+			a.unfenceable(e, "%s %s assigns part of the token column %s", what, e.label, e.TokenColumn)
+			return false
+		case rt.Val.GetMultiAssignRef() != nil:
+			a.unfenceable(e, "%s %s assigns the token column %s in a multiple-column assignment; assign it alone (SET %s = ...)", what, e.label, e.TokenColumn, e.TokenColumn)
+			return false
+		}
+		rt.Val = e.tokenFor(rt.Val, tok)
+	}
+	return true
+}
+
+// tokenFor is what replaces a client's value v for the token column.
+func (e *tableEntry) tokenFor(v, tok *pg.Node) *pg.Node {
+	if v.GetSetToDefault() != nil {
+		return tok
+	}
+	return e.ignoring(v, tok)
+}
+
+// columnIndex is the position of col in an INSERT column list, or -1; more
+// reports a second occurrence or one with indirection (C[1], C.f).
+func columnIndex(cols []*pg.Node, col string) (pos int, bad bool) {
+	pos = -1
+	for i, n := range cols {
+		rt := n.GetResTarget()
+		if rt == nil || rt.Name != col {
+			continue
+		}
+		if pos >= 0 || len(rt.Indirection) != 0 {
+			return pos, true
+		}
+		pos = i
+	}
+	return pos, false
+}
+
+// inert reports whether evaluating a VALUES item runs no code that could
+// change a setting: constants, parameters, DEFAULT, NULL, arrays of those and
+// casts of those to types the grammar qualifies with pg_catalog (int,
+// bigint, numeric, boolean, varchar, timestamp, ...). A cast to any other
+// type name may reach a domain whose CHECK calls a function.
+func inert(n *pg.Node) bool {
+	switch {
+	case n.GetAConst() != nil, n.GetParamRef() != nil, n.GetSetToDefault() != nil:
+		return true
+	case n.GetTypeCast() != nil:
+		tc := n.GetTypeCast()
+		names := tc.GetTypeName().GetNames()
+		return len(names) == 2 && names[0].GetString_().GetSval() == "pg_catalog" && inert(tc.Arg)
+	case n.GetAArrayExpr() != nil:
+		for _, x := range n.GetAArrayExpr().Elements {
+			if !inert(x) {
+				return false
+			}
+		}
+		return true
+	}
+	return false
+}
+
 func (a *analysis) fenceInsert(e *tableEntry, s *pg.InsertStmt) {
 	oc := s.OnConflictClause
-	if oc != nil && oc.Action == pg.OnConflictAction_ONCONFLICT_UPDATE && assignsColumn(oc.TargetList, e.TokenColumn) {
-		a.unfenceable(e, "INSERT into %s ... ON CONFLICT DO UPDATE sets the token column %s, which only the proxy sets", e.label, e.TokenColumn)
-		return
+	upsert := oc != nil && oc.Action == pg.OnConflictAction_ONCONFLICT_UPDATE
+	if e.RefuseTokenColumnWrites {
+		if upsert && assignsColumn(oc.TargetList, e.TokenColumn) {
+			a.unfenceable(e, "INSERT into %s ... ON CONFLICT DO UPDATE sets the token column %s, which only the proxy sets", e.label, e.TokenColumn)
+			return
+		}
+		if assignsColumn(s.Cols, e.TokenColumn) {
+			a.unfenceable(e, "INSERT into %s names the token column %s, which only the proxy sets", e.label, e.TokenColumn)
+			return
+		}
 	}
-	if assignsColumn(s.Cols, e.TokenColumn) {
-		a.unfenceable(e, "INSERT into %s names the token column %s, which only the proxy sets", e.label, e.TokenColumn)
+	pos, bad := columnIndex(s.Cols, e.TokenColumn)
+	prepend := false // C goes first (multi-row VALUES not naming it)
+	if bad {
+		a.unfenceable(e, "INSERT into %s names the token column %s more than once or in part", e.label, e.TokenColumn)
 		return
 	}
 	switch {
 	case s.SelectStmt == nil: // DEFAULT VALUES
 		s.SelectStmt = &pg.Node{Node: &pg.Node_SelectStmt{SelectStmt: &pg.SelectStmt{
-			ValuesLists: []*pg.Node{pg.MakeListNode([]*pg.Node{e.token})},
+			ValuesLists: []*pg.Node{pg.MakeListNode([]*pg.Node{e.ref})},
 			LimitOption: pg.LimitOption_LIMIT_OPTION_DEFAULT,
 			Op:          pg.SetOperation_SETOP_NONE,
 		}}}
@@ -366,31 +475,77 @@ func (a *analysis) fenceInsert(e *tableEntry, s *pg.InsertStmt) {
 		}
 		switch {
 		case sel.Op == pg.SetOperation_SETOP_NONE && len(sel.ValuesLists) > 0:
+			// The first row reads the statement's token. With several rows
+			// C goes first: PostgreSQL builds them in the order written, so
+			// the CTE's first read comes before anything the VALUES runs (a
+			// single row is built in the table's column order). Later rows
+			// read the setting directly when nothing in the VALUES can
+			// change it, else the statement's token too (one InitPlan per
+			// row).
+			prepend = pos < 0 && len(sel.ValuesLists) > 1
+			later := e.light
+			for _, row := range sel.ValuesLists {
+				for _, x := range row.GetList().GetItems() {
+					if !inert(x) {
+						later = e.ref
+					}
+				}
+			}
 			for i, row := range sel.ValuesLists {
 				l := row.GetList()
 				if l == nil {
 					a.unfenceable(e, "INSERT into %s: cannot analyse its VALUES", e.label)
 					return
 				}
-				if i == 0 {
-					l.Items = append(l.Items, e.token)
-				} else {
-					l.Items = append(l.Items, e.light)
+				if len(l.Items) != len(s.Cols) {
+					// PostgreSQL rejects it too; C's value could not be placed.
+					a.unfenceable(e, "INSERT into %s: a VALUES row has %d values for %d columns", e.label, len(l.Items), len(s.Cols))
+					return
 				}
+				tok := later
+				if i == 0 {
+					tok = e.ref
+				}
+				if prepend {
+					l.Items = append([]*pg.Node{tok}, l.Items...)
+					continue
+				}
+				if pos < 0 {
+					l.Items = append(l.Items, tok)
+					continue
+				}
+				if pos >= len(l.Items) {
+					a.unfenceable(e, "INSERT into %s: a VALUES row has no value for the token column %s", e.label, e.TokenColumn)
+					return
+				}
+				l.Items[pos] = e.tokenFor(l.Items[pos], tok)
 			}
 		case sel.Op == pg.SetOperation_SETOP_NONE:
-			sel.TargetList = append(sel.TargetList, pg.MakeResTargetNodeWithVal(e.token, 0))
+			if pos < 0 {
+				sel.TargetList = append(sel.TargetList, pg.MakeResTargetNodeWithVal(e.ref, 0))
+			} else {
+				rt := outputAt(sel.TargetList, pos)
+				if rt == nil || len(sel.TargetList) != len(s.Cols) || len(sel.DistinctClause) > 0 || hasOrdinal(sel.GroupClause) || hasOrdinal(sel.SortClause) {
+					a.unfenceable(e, "INSERT into %s ... SELECT: cannot replace the output for the token column %s (a *, DISTINCT, or GROUP BY/ORDER BY by position); list the outputs or leave the column out", e.label, e.TokenColumn)
+					return
+				}
+				rt.Val = e.ignoring(rt.Val, e.ref)
+			}
 			sel.WhereClause = e.andOnce(sel.WhereClause)
 		default:
-			// SELECT fenceproxy_src.*, k FROM (<set operation>) AS
-			// fenceproxy_src WHERE k IS NOT NULL; its WITH moves up, where a
+			if pos >= 0 {
+				a.unfenceable(e, "INSERT into %s names the token column %s and takes its rows from a set operation; leave the column out", e.label, e.TokenColumn)
+				return
+			}
+			// SELECT fenceproxy_src.*, t FROM (<set operation>) AS
+			// fenceproxy_src WHERE t IS NOT NULL; its WITH moves up, where a
 			// data-modifying CTE must stay.
 			with := sel.WithClause
 			sel.WithClause = nil
 			s.SelectStmt = &pg.Node{Node: &pg.Node_SelectStmt{SelectStmt: &pg.SelectStmt{
 				TargetList: []*pg.Node{
 					pg.MakeResTargetNodeWithVal(pg.MakeColumnRefNode([]*pg.Node{pg.MakeStrNode(srcAlias), pg.MakeAStarNode()}, 0), 0),
-					pg.MakeResTargetNodeWithVal(e.token, 0),
+					pg.MakeResTargetNodeWithVal(e.ref, 0),
 				},
 				FromClause: []*pg.Node{{Node: &pg.Node_RangeSubselect{RangeSubselect: &pg.RangeSubselect{
 					Subquery: &pg.Node{Node: &pg.Node_SelectStmt{SelectStmt: sel}},
@@ -403,11 +558,58 @@ func (a *analysis) fenceInsert(e *tableEntry, s *pg.InsertStmt) {
 			}}}
 		}
 	}
-	s.Cols = append(s.Cols, pg.MakeResTargetNodeWithName(e.TokenColumn, 0))
-	if oc != nil && oc.Action == pg.OnConflictAction_ONCONFLICT_UPDATE {
-		oc.TargetList = append(oc.TargetList, pg.MakeResTargetNodeWithNameAndVal(e.TokenColumn, e.light, 0))
-		oc.WhereClause = e.guardFor(ref(s.Relation), oc.WhereClause)
+	switch {
+	case prepend:
+		s.Cols = append([]*pg.Node{pg.MakeResTargetNodeWithName(e.TokenColumn, 0)}, s.Cols...)
+	case pos < 0:
+		s.Cols = append(s.Cols, pg.MakeResTargetNodeWithName(e.TokenColumn, 0))
 	}
+	if upsert {
+		// The conflicting row is checked against, and gets, the token of the
+		// row that was to be inserted (excluded.C, which is the statement's
+		// token): what is checked is what is written.
+		excl := columnRef([]string{"excluded"}, e.TokenColumn)
+		if !a.overrideToken(e, oc.TargetList, excl, "INSERT ... ON CONFLICT DO UPDATE of") {
+			return
+		}
+		if !assignsColumn(oc.TargetList, e.TokenColumn) {
+			oc.TargetList = append(oc.TargetList, pg.MakeResTargetNodeWithNameAndVal(e.TokenColumn, excl, 0))
+		}
+		oc.WhereClause = e.guardFor(ref(s.Relation), oc.WhereClause, excl)
+	}
+	s.WithClause = e.withStmtToken(s.WithClause)
+}
+
+// hasOrdinal reports a GROUP BY or ORDER BY item that names an output by its
+// position, which may be the one replaced by the token.
+func hasOrdinal(items []*pg.Node) bool {
+	for _, n := range items {
+		if sb := n.GetSortBy(); sb != nil {
+			n = sb.Node
+		}
+		if c := n.GetAConst(); c != nil && c.GetIval() != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// outputAt is the pos-th output of a SELECT list, or nil when it cannot be
+// told (a * before or at it, or too few outputs).
+func outputAt(targets []*pg.Node, pos int) *pg.ResTarget {
+	for i, n := range targets {
+		rt := n.GetResTarget()
+		if rt == nil {
+			return nil
+		}
+		if cr := rt.Val.GetColumnRef(); cr != nil && len(cr.Fields) > 0 && cr.Fields[len(cr.Fields)-1].GetAStar() != nil {
+			return nil
+		}
+		if i == pos {
+			return rt
+		}
+	}
+	return nil
 }
 
 // srcAlias names the wrapped source of INSERT ... SELECT with a set operation.

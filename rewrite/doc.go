@@ -7,46 +7,121 @@
 //
 // For a protected table T with token column C, every INSERT, UPDATE and
 // DELETE of T is rewritten on the pg_query parse tree (and deparsed; SQL text
-// is never spliced) so that PostgreSQL itself compares the session's token k
-// with the row's C, under the row lock, in the same statement:
+// is never spliced) so that PostgreSQL itself compares the statement's token
+// t with the row's C, under the row lock, in the same statement:
 //
+//	WITH fenceproxy_stmt AS MATERIALIZED (SELECT k AS token)
 //	UPDATE T SET ..., C = t
 //	WHERE (cond)
 //	  AND CASE WHEN (cond) THEN
-//	        CASE WHEN COALESCE(T.C, 0) <= t THEN true
-//	             ELSE ('fenceproxy|55F01|' || T.C::text || '|' || <token> || '|T|.')::int8 IS NULL END
+//	        CASE WHEN COALESCE(T.C, 0) OPERATOR(pg_catalog.<=) t THEN true
+//	             ELSE pg_catalog.concat('fenceproxy|55F01|', T.C, '|', t, '|T|.')::bigint IS NULL END
 //	      ELSE false END
-//	  AND k IS NOT NULL
+//	  AND t IS NOT NULL
 //
-// where k validates the session's token (below) and t is the setting's value
-// read directly, current_setting(setting)::int8: k IS NOT NULL is a one-time
-// filter that PostgreSQL evaluates before it reads any row, so by the time t
-// is read, k has raised unless the setting holds a valid token. One copy of k
-// per statement keeps the per-execution cost to one InitPlan.
+// where k validates the session's token (below) and t is
+// (SELECT fenceproxy_stmt.token FROM fenceproxy_stmt). t IS NOT NULL is a
+// one-time filter that PostgreSQL evaluates before it reads any row: it is the
+// CTE's first read, which runs k, so a missing or invalid token raises before
+// any row is touched, and from then on every reference to t reads the row the
+// CTE stored.
 //
-// DELETE gets the same WHERE; INSERT gets C in its column list and k in every
-// row (VALUES, SELECT, DEFAULT VALUES); ON CONFLICT DO UPDATE gets C = t and
-// the row check as its WHERE (the inserted row, built first, carries k). The golden files in testdata/rewrite at the
-// repository root show every form.
+// DELETE gets the same WITH and WHERE. INSERT gets the WITH, C in its column
+// list and t in every row (VALUES, SELECT, DEFAULT VALUES; INSERT ... SELECT
+// also gets the one-time filter in its WHERE); ON CONFLICT DO UPDATE gets
+// C = excluded.C and the row check against excluded.C as its WHERE: the token
+// the conflicting row is checked against is, by construction, the one written
+// into it, and the one the inserted row carries. The golden files in
+// testdata/rewrite at the repository root show every form.
 //
 // The token k is a scalar subquery with no outer references,
 //
-//	(SELECT CASE WHEN <s is a valid token> THEN s::int8 ELSE <55F02/55F03 marker>::int8 END
+//	(SELECT CASE WHEN <s is a valid token> THEN s::bigint ELSE <55F02/55F03 marker>::bigint END
 //	 FROM (SELECT pg_catalog.current_setting('fence.token', true)) AS fenceproxy_token(s))
 //
-// so PostgreSQL plans it as an InitPlan: evaluated once per execution, at
-// execution time. The token is the one in force when the statement runs, also
-// for a statement prepared (extended protocol or PREPARE) long before and
-// executed with a cached generic plan; SET, SET LOCAL, RESET, set_config and
-// transaction rollback behave exactly as in PostgreSQL because the setting is
-// PostgreSQL's own. "Valid" is the rule of ValidToken, written in SQL as
+// evaluated at execution time. The token is the one in force when the
+// statement runs, also for a statement prepared (extended protocol or
+// PREPARE) long before and executed with a cached generic plan; SET, SET
+// LOCAL, RESET, set_config and transaction rollback behave exactly as in
+// PostgreSQL because the setting is PostgreSQL's own. "Valid" is the rule of
+// ValidToken, written in SQL as
 //
 //	ltrim(s, '0123456789') = '' AND ltrim(s, '0') <> ''
 //	AND (length(s) < 19 OR (length(s) = 19 AND s COLLATE "C" <= '9223372036854775807'))
 //
-// (conditions that cannot fail, so their evaluation order does not matter;
-// only s::int8 could fail, and CASE runs it only when they hold; string
-// functions rather than regular expressions because they are cheaper).
+// (with every operator and the collation qualified, see below; conditions
+// that cannot fail, so their evaluation order does not matter; only s::bigint
+// could fail, and CASE runs it only when they hold; string functions rather
+// than regular expressions because they are cheaper).
+//
+// # The fence cannot be redefined
+//
+// Every operator, function, type, cast and collation the rewrite adds is
+// pg_catalog's by name: OPERATOR(pg_catalog.<=), pg_catalog.ltrim,
+// pg_catalog.concat, ::pg_catalog.int8, COLLATE pg_catalog."C". The deparser
+// prints pg_catalog.int8 as bigint, a type keyword that always means
+// pg_catalog's. COALESCE, CASE, IS [NOT] NULL, AND and OR are syntax. So no
+// search_path (SET, startup option, ALTER ROLE/DATABASE SET), user operator,
+// function, type, domain or collation changes what the fence means. Markers
+// are built with pg_catalog.concat, which turns a NULL part into an empty string and so
+// always yields a string that raises. The client's own expressions keep
+// their meaning: the fence never reinterprets them.
+//
+// # One token per statement
+//
+// A value written to C or compared with it is never the setting read again:
+// it is t, a read of one MATERIALIZED CTE. PostgreSQL evaluates a CTE once,
+// at its first read, and every later read sees the stored row, so whatever
+// the statement runs after that (a set_config in a SET list, in the WHERE, in
+// a VALUES row, in a function it calls), the token it checks and the token it
+// writes are one value. For UPDATE, DELETE and INSERT ... SELECT the first
+// read is the one-time filter, before the first row is read; for a
+// multi-row VALUES, C is put first in the column list and rows are built in
+// the order written, so it is the first thing the VALUES evaluates. Only a
+// single-row INSERT ... VALUES is built in the table's column order, so its
+// other columns may come first: a set_config there sets the token the whole
+// statement then uses (checked and written alike), exactly as a SET just
+// before it would. Whenever it is read, the value is validated by k at that
+// read. Each data-modifying statement in a text has its own CTE on
+// its own WITH (the innermost scope of its references); its name is reserved
+// and a client CTE of that name is refused (55F04), so nothing can shadow it.
+//
+// # Multi-row VALUES
+//
+// Each reference to t is a scalar subquery, planned as an InitPlan, and
+// PostgreSQL's planning time grows quadratically with the number of
+// InitPlans at one query level (measured on PostgreSQL 15, fastest of 7-15
+// runs on a loaded machine: a 1000-row VALUES with t in every row plans in
+// 52 ms instead of 1.3-1.8; 4000 rows in 630 ms instead of 12-17).
+// So only the first row carries t when every item of the VALUES is inert
+// (constants, parameters, DEFAULT, NULL, arrays of those, casts of those to
+// types the grammar qualifies with pg_catalog: int, bigint, numeric, boolean,
+// varchar, timestamp, ...): nothing can then run between rows that changes
+// the setting (only table-owner code: triggers, defaults, domain checks and
+// index expressions of T, see Limits), and the later rows carry the
+// setting's value, pg_catalog.current_setting(setting)::bigint, which equals
+// t. When an item may run code (a function call, an operator, a cast to a
+// type found through search_path, which may be a domain with a CHECK), every
+// row carries t, at that planning cost.
+//
+// # Writes that name the token column
+//
+// With token_column_writes: override (the default; Table.RefuseTokenColumnWrites
+// false), a write that names C (SET C = ..., C in an INSERT column list, C =
+// excluded.C, as ORMs that map every column send) is fenced as if C were not
+// named: the client's value v becomes
+//
+//	CASE WHEN false THEN (v)::bigint ELSE t END
+//
+// which PostgreSQL never evaluates (the WHEN false arm is removed at plan
+// time) but still types: a parameter in v gets the type the assignment to a
+// bigint column would give it (or keeps the one the client declared), so
+// Describe and Bind see the client's own parameters. DEFAULT becomes t; in ON
+// CONFLICT DO UPDATE, excluded.C. The row check is unchanged. A multiple-
+// column assignment SET (a, C) = ..., an assignment to part of C, C named
+// twice, INSERT ... SELECT * and set operations whose output for C cannot be
+// told are refused (55F04). With token_column_writes: refuse, every write
+// naming C is refused (55F04).
 //
 // # Why a cast marker
 //
@@ -73,23 +148,25 @@
 //
 // # Why the one-time filter
 //
-// k IS NOT NULL has no column references, so PostgreSQL evaluates it once, as
-// a One-Time Filter before scanning (k never yields NULL: it raises instead).
+// t IS NOT NULL has no column references, so PostgreSQL evaluates it once, as
+// a One-Time Filter before scanning (t never yields NULL: k raises instead).
 // A missing (55F02) or invalid (55F03) token thus fails the statement even
-// when no row matches, and before any row is changed. INSERT ... SELECT gets
-// the same filter in its SELECT's WHERE.
+// when no row matches, and before any row is changed; and it is the first
+// read of the statement's token. INSERT ... SELECT gets the same filter in
+// its SELECT's WHERE.
 //
 // # Properties
 //
-//   - Rows whose C > k are never changed: the statement fails with 55F01 and
-//     changes nothing. C = k is accepted (the same holder writes twice); NULL
+//   - Rows whose C > t are never changed: the statement fails with 55F01 and
+//     changes nothing. C = t is accepted (the same holder writes twice); NULL
 //     counts as 0.
 //   - Under READ COMMITTED, an UPDATE, DELETE or ON CONFLICT DO UPDATE that
 //     waits for a row lock re-evaluates the whole WHERE on the new row
 //     version once the lock holder commits (EvalPlanQual), so a stale writer
 //     queued behind a newer holder gets 55F01, not a silent "0 rows". Under
 //     REPEATABLE READ and SERIALIZABLE it gets PostgreSQL's 40001 as usual.
-//   - Every new row gets C = k; a write naming C is refused (55F04).
+//   - Every new row gets C = t; a write naming C writes t too (or is refused
+//     with token_column_writes: refuse).
 //   - The check is statement-level and atomic with the write: no window
 //     between check and write, no extra round trip, no stored procedures or
 //     triggers to install.
@@ -100,22 +177,14 @@
 //     merge, truncate, copy) and a protected name or u&, or the token
 //     setting, or set_config).
 //
-// # Multi-row VALUES
-//
-// Each scalar subquery becomes a separately planned InitPlan, and planning
-// time grows quadratically with their number (measured on PostgreSQL 15: a
-// 1000-row VALUES with k in every row took 30 times as long as plain). So
-// only the first row carries k; the others carry the setting's value,
-// current_setting(setting)::int8. VALUES rows are evaluated in order, so k
-// has validated the setting before any row is built.
-//
 // # Where statements are found
 //
 // The whole tree is walked: CTEs (also under SELECT and nested), several
 // statements in one text, PREPARE bodies, EXPLAIN [ANALYZE], COPY (query) TO,
 // CREATE TABLE AS. Refused with 55F04: TRUNCATE, COPY ... FROM and MERGE on a
-// protected table, TRUNCATE ... CASCADE, WHERE CURRENT OF, INSERT without a column list (the
-// position of C is unknown), writes naming C, an unqualified name that could
+// protected table, TRUNCATE ... CASCADE (see ddl.go), WHERE CURRENT OF, INSERT without a column list (the
+// position of C is unknown), the writes naming C listed above, a client CTE
+// named fenceproxy_stmt, an unqualified name that could
 // be two configured tables with different token columns, a DO block whose text
 // names a protected table, and text the parser rejects that mentions a
 // protected name and a write keyword. SET and set_config of the token
@@ -137,10 +206,16 @@
 //   - Names are compared as PostgreSQL stores them after case folding of
 //     unquoted identifiers. A table configured unqualified matches it in
 //     every schema; search_path is not known to the proxy.
-//   - A set_config of the token setting in a statement that also writes, or
-//     in a trigger, changes the token mid-statement; the written token is
-//     then the one read when k was evaluated (or, for VALUES rows after the
-//     first, when the row was built).
+//   - The statement's token is read once per data-modifying statement: two
+//     writes in one text (or two CTE writes in one statement) each read it
+//     once, and a set_config between them changes the second's. Each is
+//     consistent in itself: what it checks is what it writes.
+//   - Code of T's owner that runs while rows are inserted (triggers, column
+//     defaults, domain CHECKs, index expressions) could change the setting
+//     between the rows of an inert multi-row VALUES, whose later rows read
+//     the setting; and a BEFORE INSERT trigger can change the excluded.C that
+//     ON CONFLICT DO UPDATE checks and writes. The in-database guard covers
+//     code that runs inside the server.
 //   - The statement's condition is evaluated twice per candidate row (plain
 //     and in the CASE), except its top-level conjuncts that call a function
 //     outside a short list of side-effect-free ones: those appear only in the

@@ -15,6 +15,13 @@ import (
 // and single-name column references fenceproxy_* are placeholders replaced by
 // nodes. No SQL text is ever spliced.
 //
+// Every operator, function, type and collation in them is qualified with
+// pg_catalog (OPERATOR(pg_catalog.<=), pg_catalog.int8, pg_catalog."C"), so
+// no search_path, user operator, function, type or collation can change what
+// the fence means; COALESCE, CASE, IS [NOT] NULL, AND and OR are syntax. The
+// deparser prints pg_catalog.int8 as bigint, a type keyword that always means
+// pg_catalog's.
+//
 // Marker strings, raised as 22P02 "invalid input syntax for type bigint" and
 // translated by the proxy (see DecodeMarker):
 //
@@ -23,7 +30,8 @@ import (
 //
 // A 55F03 marker with an empty value is a missing token (55F02): one marker
 // for both keeps the token check, which PostgreSQL sets up at every
-// execution, small.
+// execution, small. Markers are built with pg_catalog.concat, which never
+// yields NULL (a NULL part is empty), so a marker always raises.
 //
 // Each marker has a part that is not a constant (a column or the setting's
 // value): PostgreSQL folds constant casts even in CASE arms that are never
@@ -38,43 +46,69 @@ const (
 	// expressions, and none of the tests can fail, so their order does not
 	// matter: only s::int8 could, and CASE runs it only when they hold.
 	tmplToken = `SELECT (SELECT CASE
-		WHEN pg_catalog.ltrim(s, '0123456789') = '' AND pg_catalog.ltrim(s, '0') <> ''
-			AND (pg_catalog.length(s) < 19 OR (pg_catalog.length(s) = 19 AND s COLLATE "C" <= '9223372036854775807'))
-			THEN s::int8
-		ELSE ('fenceproxy|55F03|@setting@|' || pg_catalog.encode(pg_catalog.convert_to(COALESCE(s, ''), 'UTF8'), 'hex') || '|@table@|.')::int8 END
+		WHEN pg_catalog.ltrim(s, '0123456789') OPERATOR(pg_catalog.=) '' AND pg_catalog.ltrim(s, '0') OPERATOR(pg_catalog.<>) ''
+			AND (pg_catalog.length(s) OPERATOR(pg_catalog.<) 19 OR (pg_catalog.length(s) OPERATOR(pg_catalog.=) 19
+				AND s COLLATE pg_catalog."C" OPERATOR(pg_catalog.<=) '9223372036854775807'))
+			THEN s::pg_catalog.int8
+		ELSE pg_catalog.concat('fenceproxy|55F03|@setting@|', pg_catalog.encode(pg_catalog.convert_to(COALESCE(s, ''), 'UTF8'), 'hex'), '|@table@|.')::pg_catalog.int8 END
 		FROM (SELECT pg_catalog.current_setting('@setting@', true)) AS fenceproxy_token(s))`
 
-	// The token where k has already validated the setting: in the row check
-	// and SET C of UPDATE and DELETE (whose one-time filter k IS NOT NULL runs
-	// before any row is read), in ON CONFLICT DO UPDATE (the inserted row,
-	// which carries k, is built first), and in VALUES rows after the first
-	// (rows are evaluated in order). It costs a setting lookup where another
-	// copy of k would be one more InitPlan to set up and run per execution,
-	// and, for VALUES, planning quadratic in the number of rows.
-	tmplLight = `SELECT pg_catalog.current_setting('@setting@')::int8`
+	// The statement's token: one MATERIALIZED CTE holding k, attached to the
+	// fenced write's own WITH. A CTE is evaluated once, at its first read,
+	// and every later read sees the stored row, so every reference below
+	// (the one-time filter, SET C, the row check, the marker) sees one value,
+	// whatever the statement runs after the first read (a set_config in a
+	// SET list, in the WHERE, in a function). Its name is reserved: a
+	// statement that defines a CTE of that name is refused.
+	tmplStmtToken = `WITH fenceproxy_stmt AS MATERIALIZED (SELECT fenceproxy_k AS token) SELECT 1`
+
+	// A reference to the statement's token: an uncorrelated scalar subquery
+	// over the CTE (an InitPlan: evaluated once per execution, cheap).
+	tmplRef = `SELECT (SELECT fenceproxy_stmt.token FROM fenceproxy_stmt)`
+
+	// The setting's value read directly, for the rows after the first of a
+	// multi-row VALUES whose items run no code (constants, parameters,
+	// DEFAULT, casts to built-in types): nothing can change the setting
+	// between rows there, and a reference per row would be one InitPlan per
+	// row, whose planning time grows quadratically with the number of rows.
+	tmplLight = `SELECT pg_catalog.current_setting('@setting@')::pg_catalog.int8`
 
 	// The row check: true when the row's token is not newer than the
-	// session's (the light token), else the 55F01 marker (which raises).
+	// statement's token fenceproxy_t, else the 55F01 marker (which raises).
 	// fenceproxy_c is the row's token column.
-	tmplCheck = `SELECT CASE WHEN COALESCE(fenceproxy_c, 0) <= fenceproxy_k THEN true
-		ELSE ('fenceproxy|55F01|' || fenceproxy_c::text || '|' || pg_catalog.ltrim(pg_catalog.current_setting('@setting@'), '0') || '|@table@|.')::int8 IS NULL END`
+	tmplCheck = `SELECT CASE WHEN COALESCE(fenceproxy_c, 0) OPERATOR(pg_catalog.<=) fenceproxy_t THEN true
+		ELSE pg_catalog.concat('fenceproxy|55F01|', fenceproxy_c, '|', fenceproxy_t, '|@table@|.')::pg_catalog.int8 IS NULL END`
 
 	// The check only for rows matching the statement's own condition, so a
 	// row the statement does not write never raises, whatever order the
 	// planner evaluates the quals in.
 	tmplGuard = `SELECT CASE WHEN fenceproxy_cond THEN fenceproxy_check ELSE false END`
 
-	// No column references: planned as a one-time filter, so a missing or
-	// invalid token raises even when no row matches.
-	tmplOnce = `SELECT fenceproxy_k IS NOT NULL`
+	// No column references: planned as a one-time filter, evaluated before
+	// any row is read, so a missing or invalid token raises even when no row
+	// matches, and the statement's token is read before anything else the
+	// write evaluates.
+	tmplOnce = `SELECT fenceproxy_t IS NOT NULL`
+
+	// What a value the client supplies for the token column becomes: never
+	// evaluated (WHEN false is folded away at plan time), but still there,
+	// so PostgreSQL infers the same parameter types as for the client's
+	// statement (the cast to int8 is the assignment to a bigint column); the
+	// token is what is written.
+	tmplIgnored = `SELECT CASE WHEN false THEN (fenceproxy_v)::pg_catalog.int8 ELSE fenceproxy_t END`
 )
+
+// stmtTokenName is the reserved name of the statement-token CTE.
+const stmtTokenName = "fenceproxy_stmt"
 
 // Placeholder names in the templates.
 const (
 	phToken = "fenceproxy_k"
+	phTok   = "fenceproxy_t"
 	phCol   = "fenceproxy_c"
 	phCond  = "fenceproxy_cond"
 	phCheck = "fenceproxy_check"
+	phValue = "fenceproxy_v"
 )
 
 func newTableEntry(t Table, setting string) (*tableEntry, error) {
@@ -90,14 +124,23 @@ func newTableEntry(t Table, setting string) (*tableEntry, error) {
 		return n
 	}
 	e.token = parse(tmplToken)
+	e.ref = parse(tmplRef)
 	e.light = parse(tmplLight)
 	e.check = parse(tmplCheck)
 	e.guard = parse(tmplGuard)
+	e.ignored = parse(tmplIgnored)
 	once := parse(tmplOnce)
 	if err != nil {
 		return nil, err
 	}
-	e.once = substitute(once, map[string]*pg.Node{phToken: e.token})
+	e.once = substitute(once, map[string]*pg.Node{phTok: e.ref})
+	tree, err := pg.Parse(tmplStmtToken)
+	if err != nil {
+		return nil, fmt.Errorf("fragment %q: %w", tmplStmtToken, err)
+	}
+	cte := tree.Stmts[0].Stmt.GetSelectStmt().GetWithClause().GetCtes()[0]
+	clearLocations(cte)
+	e.cte = substitute(cte, map[string]*pg.Node{phToken: e.token})
 	return e, nil
 }
 
@@ -166,15 +209,23 @@ func columnRef(ref []string, col string) *pg.Node {
 	return pg.MakeColumnRefNode(fields, 0)
 }
 
-// checkFor is the row check for the table referenced as ref.
-func (e *tableEntry) checkFor(ref []string) *pg.Node {
-	return substitute(e.check, map[string]*pg.Node{phCol: columnRef(ref, e.TokenColumn), phToken: e.light})
+// checkFor is the row check for the table referenced as ref, against the
+// token expression tok (the statement's token, or excluded.C in ON CONFLICT).
+func (e *tableEntry) checkFor(ref []string, tok *pg.Node) *pg.Node {
+	return substitute(e.check, map[string]*pg.Node{phCol: columnRef(ref, e.TokenColumn), phTok: tok})
+}
+
+// ignoring is the value written for a token column the client names: the
+// client's expression v kept for its parameter types, never evaluated, and
+// tok written.
+func (e *tableEntry) ignoring(v, tok *pg.Node) *pg.Node {
+	return substitute(e.ignored, map[string]*pg.Node{phValue: v, phTok: tok})
 }
 
 // guardFor is CASE WHEN cond THEN check ELSE false END, or the check alone
 // when there is no condition.
-func (e *tableEntry) guardFor(ref []string, cond *pg.Node) *pg.Node {
-	check := e.checkFor(ref)
+func (e *tableEntry) guardFor(ref []string, cond, tok *pg.Node) *pg.Node {
+	check := e.checkFor(ref, tok)
 	if cond == nil {
 		return check
 	}
@@ -198,7 +249,7 @@ func (e *tableEntry) fencedWhere(ref []string, cond *pg.Node) *pg.Node {
 			}
 		}
 	}
-	args = append(args, e.guardFor(ref, cond), e.once)
+	args = append(args, e.guardFor(ref, cond, e.ref), e.once)
 	return pg.MakeBoolExprNode(pg.BoolExprType_AND_EXPR, args, 0)
 }
 

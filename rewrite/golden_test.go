@@ -20,11 +20,12 @@ const goldenDir = "../testdata/rewrite"
 // testConfig is the configuration all golden files are written against.
 func testConfig() Config {
 	return Config{Tables: []Table{
-		{Name: "accounts", TokenColumn: "fence_token"},           // bare: any schema
-		{Schema: "public", Name: "ledger", TokenColumn: "fence"}, // qualified
-		{Name: "Audit", TokenColumn: "fence_token"},              // quoted, mixed case
-		{Schema: "a", Name: "dup", TokenColumn: "t1"},            // same name, two schemas,
-		{Schema: "b", Name: "dup", TokenColumn: "t2"},            // different token columns
+		{Name: "accounts", TokenColumn: "fence_token"},                              // bare: any schema
+		{Schema: "public", Name: "ledger", TokenColumn: "fence"},                    // qualified
+		{Name: "Audit", TokenColumn: "fence_token"},                                 // quoted, mixed case
+		{Schema: "a", Name: "dup", TokenColumn: "t1"},                               // same name, two schemas,
+		{Schema: "b", Name: "dup", TokenColumn: "t2"},                               // different token columns
+		{Name: "strict", TokenColumn: "fence_token", RefuseTokenColumnWrites: true}, // token_column_writes: refuse
 	}}
 }
 
@@ -87,6 +88,8 @@ func fragmentTexts(t testing.TB, r *Rewriter) *strings.Replacer {
 			pairs = append(pairs, deparseExpr(t, f.node), fmt.Sprintf("{{%s %s}}", f.name, e.label))
 		}
 	}
+	// The statement's token reads the same for every table.
+	pairs = append(pairs, deparseExpr(t, r.tables[0].ref), "{{t}}")
 	return strings.NewReplacer(pairs...)
 }
 
@@ -171,6 +174,7 @@ func TestGolden(t *testing.T) {
 func checkFragmentsFile(t *testing.T, r *Rewriter) {
 	var b strings.Builder
 	b.WriteString("-- The fragments abbreviated in the golden files, as deparsed (one per line).\n")
+	fmt.Fprintf(&b, "{{t}} = %s\n", deparseExpr(t, r.tables[0].ref))
 	for _, e := range r.tables {
 		fmt.Fprintf(&b, "{{k %s}} = %s\n", e.label, deparseExpr(t, e.token))
 		fmt.Fprintf(&b, "{{light %s}} = %s\n", e.label, deparseExpr(t, e.light))

@@ -28,6 +28,11 @@ type Table struct {
 	Name string
 	// TokenColumn is the bigint column holding the token of the row's last writer.
 	TokenColumn string
+	// RefuseTokenColumnWrites refuses (55F04) writes that name TokenColumn
+	// (config token_column_writes: refuse). By default they are fenced like
+	// any write, and the column is written as the statement's token whatever
+	// value the statement supplies.
+	RefuseTokenColumnWrites bool
 }
 
 // Label is the table's name as configured, used in errors and metrics.
@@ -145,12 +150,15 @@ type Rewriter struct {
 // fragments. The fragments are shared (never mutated) by every rewritten tree.
 type tableEntry struct {
 	Table
-	label string
-	token *pg.Node // k: scalar subquery yielding the validated session token
-	light *pg.Node // current_setting(...)::int8, for VALUES rows after the first
-	check *pg.Node // template: C <= k check with the 55F01 marker (placeholders)
-	guard *pg.Node // template: CASE WHEN cond THEN check ELSE false END
-	once  *pg.Node // k IS NOT NULL, the one-time filter
+	label   string
+	token   *pg.Node // k: scalar subquery yielding the validated session token
+	cte     *pg.Node // WITH item fenceproxy_stmt AS MATERIALIZED (SELECT k AS token)
+	ref     *pg.Node // (SELECT token FROM fenceproxy_stmt): the statement's token
+	light   *pg.Node // current_setting(...)::int8, for inert VALUES rows after the first
+	check   *pg.Node // template: C <= t check with the 55F01 marker (placeholders)
+	guard   *pg.Node // template: CASE WHEN cond THEN check ELSE false END
+	ignored *pg.Node // template: CASE WHEN false THEN (v)::int8 ELSE t END
+	once    *pg.Node // ref IS NOT NULL, the one-time filter
 }
 
 // New validates cfg and prepares the SQL fragments.
@@ -244,6 +252,14 @@ func (r *Rewriter) plan(sql string) Plan {
 	}
 	if len(a.writes) == 0 {
 		return a.result(Pass, sql)
+	}
+	if a.reservedName {
+		return refusal(CodeUnfenceable, a.writes[0].table.label, fmt.Sprintf(
+			"unfenceable write: the name %s is reserved for the fence; rename the WITH query", stmtTokenName))
+	}
+	if a.paramZero {
+		return refusal(CodeUnfenceable, a.writes[0].table.label,
+			"unfenceable write: parameter $0 does not exist; parameters are numbered from $1")
 	}
 	for _, w := range a.writes {
 		w.fence(a)

@@ -61,10 +61,17 @@ func sqlRuleValid(s string) bool {
 }
 
 func TestTokenTemplateMatchesRule(t *testing.T) {
-	// Guard against the template and sqlRuleValid drifting apart.
-	for _, frag := range []string{`pg_catalog.ltrim(s, '0123456789') = ''`, `pg_catalog.ltrim(s, '0') <> ''`, `(pg_catalog.length(s) < 19 OR (pg_catalog.length(s) = 19 AND s COLLATE "C" <= '9223372036854775807'))`, `THEN s::int8`} {
-		if !strings.Contains(tmplToken, frag) {
-			t.Errorf("tmplToken lacks %s", frag)
+	// Guard against the template and sqlRuleValid drifting apart; every
+	// operator, type and collation in it is pg_catalog's.
+	k := deparseExpr(t, testRewriter(t).tables[0].token)
+	for _, frag := range []string{
+		`pg_catalog.ltrim(s, '0123456789') OPERATOR(pg_catalog.=) ''`,
+		`pg_catalog.ltrim(s, '0') OPERATOR(pg_catalog.<>) ''`,
+		`(pg_catalog.length(s) OPERATOR(pg_catalog.<) 19 OR (pg_catalog.length(s) OPERATOR(pg_catalog.=) 19 AND s COLLATE pg_catalog."C" OPERATOR(pg_catalog.<=) '9223372036854775807'))`,
+		`THEN s::bigint`,
+	} {
+		if !strings.Contains(k, frag) {
+			t.Errorf("the token check lacks %s:\n%s", frag, k)
 		}
 	}
 }
@@ -243,7 +250,7 @@ func TestMarkerRoundTrip(t *testing.T) {
 func TestMarkerTemplates(t *testing.T) {
 	r := testRewriter(t)
 	for _, e := range r.tables {
-		sql := deparseExpr(t, e.token) + deparseExpr(t, e.checkFor([]string{"x"}))
+		sql := deparseExpr(t, e.token) + deparseExpr(t, e.checkFor([]string{"x"}, e.ref))
 		for _, want := range []string{
 			"'fenceproxy|55F03|fence.token|'", "COALESCE(s, '')", "'fenceproxy|55F01|'",
 			"'|" + e.label + "|.'",

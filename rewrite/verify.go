@@ -10,16 +10,24 @@ import (
 )
 
 // verifyFenced checks a parse tree (of SQL we are about to send) and returns
-// an error unless every write to a protected table in it carries the fence:
+// an error unless every write to a protected table in it carries the fence.
+// With t the statement's token, (SELECT token FROM fenceproxy_stmt):
 //
-//   - UPDATE: exactly one assignment C = k, and among the WHERE's conjuncts
-//     the row check (alone or as CASE WHEN ... THEN check ELSE false END)
-//     for the target as referenced, and the one-time filter k IS NOT NULL;
+//   - every write's own WITH holds the statement-token CTE, and every CTE of
+//     that name anywhere is a statement-token CTE (no client CTE shadows it);
+//   - UPDATE: exactly one assignment of C, whose value is t, or the client's
+//     value made inert: CASE WHEN false THEN (v)::int8 ELSE t END; among the
+//     WHERE's conjuncts the row check against t (alone or as CASE WHEN ...
+//     THEN check ELSE false END) for the target as referenced, and the
+//     one-time filter t IS NOT NULL;
 //   - DELETE: the same WHERE;
-//   - INSERT: C is the last column and not named otherwise; the first VALUES
-//     row ends with k and every other row with k or the light token, or the
-//     (simple) SELECT's last output is k; ON CONFLICT DO UPDATE assigns C = k
-//     exactly once and its WHERE is the row check, alone or guarded;
+//   - INSERT: C named exactly once in the column list; in every VALUES row
+//     its value is t (or the client's made inert), except that rows after
+//     the first may read the setting directly when every item of the VALUES
+//     is inert; or the (simple) SELECT's output for C is t and its WHERE
+//     has the one-time filter; ON CONFLICT DO UPDATE assigns C exactly once,
+//     as excluded.C, and its WHERE is the row check against excluded.C,
+//     alone or guarded;
 //   - no MERGE, TRUNCATE or COPY FROM on a protected table.
 //
 // Fragments are compared structurally (locations ignored) with the ones the
@@ -52,12 +60,25 @@ func (v verifier) lookup(rv *pg.RangeVar) (*tableEntry, error) {
 
 func (v verifier) check(m protoreflect.Message) error {
 	switch x := m.Interface().(type) {
+	case *pg.CommonTableExpr:
+		if x.Ctename != stmtTokenName {
+			break
+		}
+		for _, e := range v.r.tables {
+			if proto.Equal(x, e.cte.GetCommonTableExpr()) {
+				return nil
+			}
+		}
+		return fmt.Errorf("a WITH query named %s is not the statement's token", stmtTokenName)
 	case *pg.UpdateStmt:
 		e, err := v.lookup(x.Relation)
 		if e == nil {
 			return err
 		}
-		if err := assignsToken(e, x.TargetList); err != nil {
+		if err := hasStmtToken(e, x.WithClause); err != nil {
+			return fmt.Errorf("UPDATE of %s: %w", e.label, err)
+		}
+		if err := assignsToken(e, x.TargetList, e.ref); err != nil {
 			return fmt.Errorf("UPDATE of %s: %w", e.label, err)
 		}
 		if err := fencedWhere(e, ref(x.Relation), x.WhereClause); err != nil {
@@ -68,6 +89,9 @@ func (v verifier) check(m protoreflect.Message) error {
 		if e == nil {
 			return err
 		}
+		if err := hasStmtToken(e, x.WithClause); err != nil {
+			return fmt.Errorf("DELETE from %s: %w", e.label, err)
+		}
 		if err := fencedWhere(e, ref(x.Relation), x.WhereClause); err != nil {
 			return fmt.Errorf("DELETE from %s: %w", e.label, err)
 		}
@@ -75,6 +99,9 @@ func (v verifier) check(m protoreflect.Message) error {
 		e, err := v.lookup(x.Relation)
 		if e == nil {
 			return err
+		}
+		if err := hasStmtToken(e, x.WithClause); err != nil {
+			return fmt.Errorf("INSERT into %s: %w", e.label, err)
 		}
 		if err := fencedInsert(e, x); err != nil {
 			return fmt.Errorf("INSERT into %s: %w", e.label, err)
@@ -100,9 +127,35 @@ func (v verifier) check(m protoreflect.Message) error {
 	return nil
 }
 
-// assignsToken checks for exactly one SET C = <the setting's value> (validated by k before any row is
-// written: the one-time filter of UPDATE, the inserted row of ON CONFLICT).
-func assignsToken(e *tableEntry, targets []*pg.Node) error {
+// hasStmtToken checks that a write's own WITH defines the statement's token.
+func hasStmtToken(e *tableEntry, w *pg.WithClause) error {
+	if w == nil || !containsTree(w.Ctes, e.cte) {
+		return fmt.Errorf("its WITH lacks the statement's token %s", stmtTokenName)
+	}
+	return nil
+}
+
+// isToken reports whether x writes tok: tok itself, or a client's value made
+// inert, CASE WHEN false THEN (v)::int8 ELSE tok END.
+func isToken(e *tableEntry, x, tok *pg.Node) bool {
+	if sameTree(x, tok) {
+		return true
+	}
+	c := x.GetCaseExpr()
+	if c == nil || len(c.Args) != 1 {
+		return false
+	}
+	w := c.Args[0].GetCaseWhen()
+	if w == nil {
+		return false
+	}
+	v := w.Result.GetTypeCast().GetArg()
+	return v != nil && sameTree(x, e.ignoring(v, tok))
+}
+
+// assignsToken checks for exactly one SET C = tok (or the client's value made
+// inert).
+func assignsToken(e *tableEntry, targets []*pg.Node, tok *pg.Node) error {
 	n := 0
 	for _, t := range targets {
 		rt := t.GetResTarget()
@@ -110,8 +163,8 @@ func assignsToken(e *tableEntry, targets []*pg.Node) error {
 			continue
 		}
 		n++
-		if len(rt.Indirection) != 0 || !sameTree(rt.Val, e.light) {
-			return fmt.Errorf("%s is assigned something other than the session token", e.TokenColumn)
+		if len(rt.Indirection) != 0 || !isToken(e, rt.Val, tok) {
+			return fmt.Errorf("%s is assigned something other than the statement's token", e.TokenColumn)
 		}
 	}
 	if n != 1 {
@@ -126,16 +179,16 @@ func fencedWhere(e *tableEntry, ref []string, where *pg.Node) error {
 	if !containsTree(conj, e.once) {
 		return errors.New("WHERE lacks the one-time token check")
 	}
-	if !hasRowCheck(e, ref, conj) {
+	if !hasRowCheck(e, ref, conj, e.ref) {
 		return errors.New("WHERE lacks the row token check")
 	}
 	return nil
 }
 
-// hasRowCheck reports whether one of the expressions is the row check or
-// CASE WHEN <anything> THEN check ELSE false END.
-func hasRowCheck(e *tableEntry, ref []string, exprs []*pg.Node) bool {
-	check := e.checkFor(ref)
+// hasRowCheck reports whether one of the expressions is the row check
+// against tok or CASE WHEN <anything> THEN check ELSE false END.
+func hasRowCheck(e *tableEntry, ref []string, exprs []*pg.Node, tok *pg.Node) bool {
+	check := e.checkFor(ref, tok)
 	for _, x := range exprs {
 		if sameTree(x, check) {
 			return true
@@ -175,45 +228,65 @@ func conjuncts(n *pg.Node, out []*pg.Node) []*pg.Node {
 }
 
 func fencedInsert(e *tableEntry, s *pg.InsertStmt) error {
-	for i, c := range s.Cols {
-		rt := c.GetResTarget()
-		if rt == nil || rt.Name != e.TokenColumn {
-			continue
-		}
-		if i != len(s.Cols)-1 || len(rt.Indirection) != 0 {
-			return fmt.Errorf("%s must be the last column, once", e.TokenColumn)
-		}
-	}
-	if len(s.Cols) == 0 || s.Cols[len(s.Cols)-1].GetResTarget().GetName() != e.TokenColumn {
-		return fmt.Errorf("column list does not end with %s", e.TokenColumn)
+	pos, bad := columnIndex(s.Cols, e.TokenColumn)
+	if bad || pos < 0 {
+		return fmt.Errorf("the column list must name %s exactly once", e.TokenColumn)
 	}
 	sel := s.SelectStmt.GetSelectStmt()
 	switch {
 	case sel == nil:
 		return errors.New("no VALUES or SELECT")
 	case sel.Op == pg.SetOperation_SETOP_NONE && len(sel.ValuesLists) > 0:
+		light := false
+		allInert := true
 		for i, row := range sel.ValuesLists {
 			items := row.GetList().GetItems()
-			if len(items) == 0 {
-				return fmt.Errorf("VALUES row %d is empty", i+1)
+			if pos >= len(items) {
+				return fmt.Errorf("VALUES row %d has no value for %s", i+1, e.TokenColumn)
 			}
-			last := items[len(items)-1]
-			if !sameTree(last, e.token) && (i == 0 || !sameTree(last, e.light)) {
-				return fmt.Errorf("VALUES row %d does not end with the session token", i+1)
+			for j, x := range items {
+				if j != pos && !inert(x) {
+					allInert = false
+				}
+			}
+			tok := e.ref
+			if i > 0 && (sameTree(items[pos], e.light) || isToken(e, items[pos], e.light)) {
+				tok, light = e.light, true
+			}
+			if !isToken(e, items[pos], tok) {
+				return fmt.Errorf("VALUES row %d does not write the statement's token", i+1)
+			}
+			if ignored := items[pos].GetCaseExpr(); ignored != nil && !inert(ignored.Args[0].GetCaseWhen().Result.GetTypeCast().Arg) {
+				allInert = false
 			}
 		}
+		if light && !allInert {
+			return errors.New("VALUES rows read the setting directly although an item may run code")
+		}
 	case sel.Op == pg.SetOperation_SETOP_NONE:
-		if len(sel.TargetList) == 0 || !sameTree(sel.TargetList[len(sel.TargetList)-1].GetResTarget().GetVal(), e.token) {
-			return errors.New("SELECT does not end with the session token")
+		// The last output fills the last column whatever a * expands to;
+		// another position only counts when no * precedes it.
+		var out *pg.ResTarget
+		if pos == len(s.Cols)-1 && len(sel.TargetList) > 0 {
+			out = sel.TargetList[len(sel.TargetList)-1].GetResTarget()
+		} else {
+			out = outputAt(sel.TargetList, pos)
+		}
+		if out == nil || !isToken(e, out.GetVal(), e.ref) {
+			return errors.New("SELECT does not output the statement's token for the token column")
+		}
+		if !containsTree(conjuncts(sel.WhereClause, nil), e.once) {
+			return errors.New("SELECT lacks the one-time token check")
 		}
 	default:
 		return errors.New("source is a set operation")
 	}
 	if oc := s.OnConflictClause; oc != nil && oc.Action == pg.OnConflictAction_ONCONFLICT_UPDATE {
-		if err := assignsToken(e, oc.TargetList); err != nil {
+		excl := columnRef([]string{"excluded"}, e.TokenColumn)
+		if err := assignsToken(e, oc.TargetList, excl); err != nil {
 			return fmt.Errorf("ON CONFLICT DO UPDATE: %w", err)
 		}
-		if !hasRowCheck(e, ref(s.Relation), conjuncts(oc.WhereClause, nil)) {
+		if !hasRowCheck(e, ref(s.Relation), conjuncts(oc.WhereClause, nil), excl) {
 			return errors.New("ON CONFLICT DO UPDATE: WHERE lacks the row token check")
 		}
 	}

@@ -1,7 +1,7 @@
--- DEFAULT VALUES becomes (C) VALUES (k).
+-- DEFAULT VALUES becomes (C) VALUES (t), t the statement's token.
 -- input:
 INSERT INTO accounts DEFAULT VALUES
 -- output:
 -- action: rewrite
 -- tables: accounts
-INSERT INTO accounts (fence_token) VALUES ({{k accounts}})
+WITH fenceproxy_stmt AS MATERIALIZED (SELECT {{k accounts}} AS token) INSERT INTO accounts (fence_token) VALUES ({{t}})

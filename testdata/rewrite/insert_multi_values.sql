@@ -1,7 +1,8 @@
--- Multi-row VALUES: the first row carries k (validated once), later rows the setting's value.
+-- Multi-row VALUES: C goes first (rows are built in the order written, so the statement's token is read before
+-- anything else); the first row reads the statement's token, later rows the setting directly (no item runs code).
 -- input:
 INSERT INTO accounts (id, balance) VALUES (1, 10), (2, 20), (3, DEFAULT)
 -- output:
 -- action: rewrite
 -- tables: accounts
-INSERT INTO accounts (id, balance, fence_token) VALUES (1, 10, {{k accounts}}), (2, 20, {{light accounts}}), (3, DEFAULT, {{light accounts}})
+WITH fenceproxy_stmt AS MATERIALIZED (SELECT {{k accounts}} AS token) INSERT INTO accounts (fence_token, id, balance) VALUES ({{t}}, 1, 10), ({{light accounts}}, 2, 20), ({{light accounts}}, 3, DEFAULT)

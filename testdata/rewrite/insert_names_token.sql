@@ -1,8 +1,8 @@
--- Naming the token column is refused.
+-- Naming the token column (token_column_writes: override, the default): its value is kept only for its type
+-- (CASE WHEN false: never evaluated) and the statement's token is written.
 -- input:
 INSERT INTO accounts (id, fence_token) VALUES (1, 5)
 -- output:
--- action: refuse
--- code: 55F04
--- table: accounts
--- message: unfenceable write: INSERT into accounts names the token column fence_token, which only the proxy sets
+-- action: rewrite
+-- tables: accounts
+WITH fenceproxy_stmt AS MATERIALIZED (SELECT {{k accounts}} AS token) INSERT INTO accounts (id, fence_token) VALUES (1, CASE WHEN false THEN 5::bigint ELSE {{t}} END)

@@ -4,4 +4,4 @@ INSERT INTO accounts (id) VALUES (1) ON CONFLICT (fence_token) DO NOTHING
 -- output:
 -- action: rewrite
 -- tables: accounts
-INSERT INTO accounts (id, fence_token) VALUES (1, {{k accounts}}) ON CONFLICT (fence_token) DO NOTHING
+WITH fenceproxy_stmt AS MATERIALIZED (SELECT {{k accounts}} AS token) INSERT INTO accounts (id, fence_token) VALUES (1, {{t}}) ON CONFLICT (fence_token) DO NOTHING

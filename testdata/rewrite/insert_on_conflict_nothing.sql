@@ -4,4 +4,4 @@ INSERT INTO accounts (id, balance) VALUES (1, 2) ON CONFLICT DO NOTHING
 -- output:
 -- action: rewrite
 -- tables: accounts
-INSERT INTO accounts (id, balance, fence_token) VALUES (1, 2, {{k accounts}}) ON CONFLICT DO NOTHING
+WITH fenceproxy_stmt AS MATERIALIZED (SELECT {{k accounts}} AS token) INSERT INTO accounts (id, balance, fence_token) VALUES (1, 2, {{t}}) ON CONFLICT DO NOTHING

@@ -4,4 +4,4 @@ INSERT INTO accounts AS a (id, balance) VALUES (1, 1) ON CONFLICT (id) DO UPDATE
 -- output:
 -- action: rewrite
 -- tables: accounts
-INSERT INTO accounts AS a (id, balance, fence_token) VALUES (1, 1, {{k accounts}}) ON CONFLICT (id) DO UPDATE SET balance = excluded.balance, fence_token = {{light accounts}} WHERE CASE WHEN a.balance < excluded.balance THEN CASE WHEN COALESCE(a.fence_token, 0) <= {{light accounts}} THEN true ELSE (((('fenceproxy|55F01|' || a.fence_token::text) || '|') || pg_catalog.ltrim(pg_catalog.current_setting('fence.token'), '0')) || '|accounts|.')::int8 IS NULL END ELSE false END
+WITH fenceproxy_stmt AS MATERIALIZED (SELECT {{k accounts}} AS token) INSERT INTO accounts AS a (id, balance, fence_token) VALUES (1, 1, {{t}}) ON CONFLICT (id) DO UPDATE SET balance = excluded.balance, fence_token = excluded.fence_token WHERE CASE WHEN a.balance < excluded.balance THEN CASE WHEN COALESCE(a.fence_token, 0) OPERATOR(pg_catalog.<=) excluded.fence_token THEN true ELSE pg_catalog.concat('fenceproxy|55F01|', a.fence_token, '|', excluded.fence_token, '|accounts|.')::bigint IS NULL END ELSE false END

@@ -4,4 +4,4 @@ INSERT INTO accounts (id, balance) VALUES (1, 2) RETURNING *
 -- output:
 -- action: rewrite
 -- tables: accounts
-INSERT INTO accounts (id, balance, fence_token) VALUES (1, 2, {{k accounts}}) RETURNING *
+WITH fenceproxy_stmt AS MATERIALIZED (SELECT {{k accounts}} AS token) INSERT INTO accounts (id, balance, fence_token) VALUES (1, 2, {{t}}) RETURNING *

@@ -1,7 +1,7 @@
--- INSERT ... SELECT: k appended to the target list, plus the one-time filter.
+-- INSERT ... SELECT: t (the statement's token) appended to the target list, plus the one-time filter.
 -- input:
 INSERT INTO accounts (id, balance) SELECT id, 0 FROM staging WHERE ok
 -- output:
 -- action: rewrite
 -- tables: accounts
-INSERT INTO accounts (id, balance, fence_token) SELECT id, 0, {{k accounts}} FROM staging WHERE ok AND {{k accounts}} IS NOT NULL
+WITH fenceproxy_stmt AS MATERIALIZED (SELECT {{k accounts}} AS token) INSERT INTO accounts (id, balance, fence_token) SELECT id, 0, {{t}} FROM staging WHERE ok AND {{t}} IS NOT NULL

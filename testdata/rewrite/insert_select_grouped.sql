@@ -1,7 +1,7 @@
--- An aggregate SELECT: k is an uncorrelated subquery, allowed beside GROUP BY.
+-- An aggregate SELECT: t is an uncorrelated subquery, allowed beside GROUP BY.
 -- input:
 INSERT INTO accounts (id, balance) SELECT account_id, sum(amount) FROM transfers GROUP BY account_id HAVING sum(amount) > 0
 -- output:
 -- action: rewrite
 -- tables: accounts
-INSERT INTO accounts (id, balance, fence_token) SELECT account_id, sum(amount), {{k accounts}} FROM transfers WHERE {{k accounts}} IS NOT NULL GROUP BY account_id HAVING sum(amount) > 0
+WITH fenceproxy_stmt AS MATERIALIZED (SELECT {{k accounts}} AS token) INSERT INTO accounts (id, balance, fence_token) SELECT account_id, sum(amount), {{t}} FROM transfers WHERE {{t}} IS NOT NULL GROUP BY account_id HAVING sum(amount) > 0

@@ -1,7 +1,7 @@
--- SELECT * gets k after the star.
+-- SELECT * gets t after the star.
 -- input:
 INSERT INTO accounts (id, balance) SELECT * FROM staging
 -- output:
 -- action: rewrite
 -- tables: accounts
-INSERT INTO accounts (id, balance, fence_token) SELECT *, {{k accounts}} FROM staging WHERE {{k accounts}} IS NOT NULL
+WITH fenceproxy_stmt AS MATERIALIZED (SELECT {{k accounts}} AS token) INSERT INTO accounts (id, balance, fence_token) SELECT *, {{t}} FROM staging WHERE {{t}} IS NOT NULL

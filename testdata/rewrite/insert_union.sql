@@ -1,7 +1,7 @@
--- A set operation is wrapped: SELECT fenceproxy_src.*, k FROM (...) AS fenceproxy_src.
+-- A set operation is wrapped: SELECT fenceproxy_src.*, t FROM (...) AS fenceproxy_src.
 -- input:
 INSERT INTO accounts (id, balance) SELECT id, 0 FROM a UNION ALL SELECT id, 1 FROM b
 -- output:
 -- action: rewrite
 -- tables: accounts
-INSERT INTO accounts (id, balance, fence_token) SELECT fenceproxy_src.*, {{k accounts}} FROM (SELECT id, 0 FROM a UNION ALL SELECT id, 1 FROM b) fenceproxy_src WHERE {{k accounts}} IS NOT NULL
+WITH fenceproxy_stmt AS MATERIALIZED (SELECT {{k accounts}} AS token) INSERT INTO accounts (id, balance, fence_token) SELECT fenceproxy_src.*, {{t}} FROM (SELECT id, 0 FROM a UNION ALL SELECT id, 1 FROM b) fenceproxy_src WHERE {{t}} IS NOT NULL

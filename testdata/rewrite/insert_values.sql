@@ -1,7 +1,7 @@
--- INSERT with a column list: C and k appended.
+-- INSERT with a column list: C and t, the statement's token, appended; the statement-token CTE in its WITH.
 -- input:
 INSERT INTO accounts (id, balance) VALUES ($1, $2)
 -- output:
 -- action: rewrite
 -- tables: accounts
-INSERT INTO accounts (id, balance, fence_token) VALUES ($1, $2, {{k accounts}})
+WITH fenceproxy_stmt AS MATERIALIZED (SELECT {{k accounts}} AS token) INSERT INTO accounts (id, balance, fence_token) VALUES ($1, $2, {{t}})

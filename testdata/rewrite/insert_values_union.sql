@@ -4,4 +4,4 @@ INSERT INTO accounts (id) VALUES (1) UNION VALUES (2)
 -- output:
 -- action: rewrite
 -- tables: accounts
-INSERT INTO accounts (id, fence_token) SELECT fenceproxy_src.*, {{k accounts}} FROM (VALUES (1) UNION VALUES (2)) fenceproxy_src WHERE {{k accounts}} IS NOT NULL
+WITH fenceproxy_stmt AS MATERIALIZED (SELECT {{k accounts}} AS token) INSERT INTO accounts (id, fence_token) SELECT fenceproxy_src.*, {{t}} FROM (VALUES (1) UNION VALUES (2)) fenceproxy_src WHERE {{t}} IS NOT NULL
