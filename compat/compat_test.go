@@ -47,9 +47,16 @@ var orms = []orm{
 	{name: "sequelize", cmd: []string{"node", "node/matrix.js", "sequelize"}, cells: common},
 	{name: "knex", cmd: []string{"node", "node/matrix.js", "knex"}, cells: common},
 	{name: "typeorm", cmd: []string{"node", "node/matrix.js", "typeorm"}, cells: common},
+	// Hibernate as Debian packages it (3.6, libhibernate3-java), run from source by java's launcher.
+	{name: "hibernate", cmd: []string{"java", "-cp", hibernateClassPath, "hibernate/Matrix.java"}, cells: common},
 	// GORM is a module of its own (compat/gorm/go.mod), so that it is not a dependency of fenceproxy.
 	{name: "gorm", cmd: []string{"go", "run", "."}, dir: "gorm", cells: common},
 }
+
+// hibernateClassPath is Hibernate 3.6 and what it needs, from Debian's packages (/usr/share/java).
+var hibernateClassPath = "/usr/share/java/" + strings.Join([]string{"hibernate-core", "dom4j", "commons-collections3", "antlr",
+	"geronimo-jta-1.2-spec", "geronimo-jpa_2.0_spec", "javassist", "slf4j-api", "slf4j-nop",
+	"hibernate-commons-annotations", "postgresql"}, ".jar:/usr/share/java/") + ".jar"
 
 // dir is compat/, where the programs live.
 func dir() string {
