@@ -99,7 +99,7 @@ func (s *EtcdStore) List(ctx context.Context) ([]LockInfo, error) {
 	for name, es := range byName {
 		sort.Slice(es, func(i, j int) bool { return es[i].createRev < es[j].createRev })
 		h := es[0]
-		li := LockInfo{Name: name, Holder: fmt.Sprintf("lease %x", int64(h.lease)), Waiters: len(es) - 1, LeaseLeft: -1}
+		li := LockInfo{Name: name, Holder: fmt.Sprintf("%x", int64(h.lease)), Waiters: len(es) - 1, LeaseLeft: -1}
 		li.Token, _ = strconv.ParseInt(h.value, 10, 64)
 		if h.lease != clientv3.NoLease {
 			if ttl, err := s.client.TimeToLive(ctx, h.lease); err == nil && ttl.TTL >= 0 {
