@@ -3,6 +3,7 @@
 //	fenceproxy serve --config FILE
 //	fenceproxy check --config FILE
 //	fenceproxy lock [flags] NAME -- CMD [ARGS...]
+//	fenceproxy locks [--pg DSN | --etcd ENDPOINTS]
 //	fenceproxy version
 package main
 
@@ -26,8 +27,11 @@ const usage = `usage:
   fenceproxy check --config FILE [--dsn DSN] [--etcd ENDPOINTS]
                                       check the protected tables upstream (and row tokens against etcd);
                                       non-zero exit on problems
-  fenceproxy lock [flags] NAME -- CMD [ARGS...]
-                                      run CMD holding the etcd lock NAME, with its fencing token set
+  fenceproxy lock [--etcd ENDPOINTS | --pg DSN] [flags] NAME -- CMD [ARGS...]
+                                      run CMD holding the lock NAME (etcd or PostgreSQL), with its
+                                      fencing token and lock name set
+  fenceproxy locks [--etcd ENDPOINTS | --pg DSN] [--json]
+                                      list held and waited-for locks: holder, token, lease left, waiters
   fenceproxy version                  print the version
 `
 
@@ -43,6 +47,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runCheck(args[1:], stdout, stderr)
 	case "lock":
 		return runLock(context.Background(), args[1:], stdout, stderr)
+	case "locks":
+		return runLocks(context.Background(), args[1:], stdout, stderr)
 	case "version", "--version", "-v":
 		fmt.Fprintf(stdout, "fenceproxy %s\n", versionString())
 		return 0
