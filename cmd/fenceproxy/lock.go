@@ -59,12 +59,14 @@ var forwardedSignals = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGH
 
 var settingName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_$]*(\.[A-Za-z_][A-Za-z0-9_$]*)+$`)
 
-const lockUsage = `usage: fenceproxy lock [--etcd ENDPOINTS | --pg DSN] [flags] NAME -- CMD [ARGS...]
+const lockUsage = `usage: fenceproxy lock [--etcd ENDPOINTS | --pg DSN | --zk SERVERS | --redis ADDR] [flags] NAME -- CMD [ARGS...]
 
-Takes the lock NAME, from etcd (the default; key prefix --prefix) or from PostgreSQL (--pg, or
-FENCEPROXY_PG_DSN: leases in the fenceproxy schema, judged by the server's clock), runs CMD with FENCE_TOKEN
-(the fencing token: etcd's revision at which the lock was granted, or the PostgreSQL store's sequence value,
-plus --token-offset), FENCE_LOCK (NAME) and PGOPTIONS (the inherited value plus "-c fence.token=TOKEN
+Takes the lock NAME, from etcd (the default; key prefix --prefix), PostgreSQL (--pg, or FENCEPROXY_PG_DSN:
+leases in the fenceproxy schema, judged by the server's clock), ZooKeeper (--zk, or FENCEPROXY_ZK_SERVERS:
+the lock recipe under --prefix, default /fenceproxy/locks; the lease is the session, --ttl its timeout) or
+Redis (--redis, or FENCEPROXY_REDIS_ADDR: SET NX PX with an owner value, one shared token counter), runs CMD
+with FENCE_TOKEN (the fencing token: etcd's revision at which the lock was granted, the PostgreSQL store's
+sequence value, the czxid of the ZooKeeper holder's node, or the Redis counter's value; plus --token-offset), FENCE_LOCK (NAME) and PGOPTIONS (the inherited value plus "-c fence.token=TOKEN
 -c fence.lock=NAME") set, keeps the lease alive while CMD runs and releases the lock when CMD exits.
 If the lease is lost, CMD gets SIGTERM, then SIGKILL after --grace. SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1
 and SIGUSR2 are forwarded to CMD. One structured log line goes to stderr at acquisition, at each renewal
@@ -106,27 +108,40 @@ func (w *waitFlag) Set(s string) error {
 	return nil
 }
 
-// storeFlags are the flags that choose and reach the lock service, shared by `lock` and `locks`.
+// storeFlags are the flags that choose and reach the lock service, shared by `lock` and `locks`. At most one of
+// --etcd, --pg, --zk and --redis is given; without any, the environment variables decide (PostgreSQL's, then
+// ZooKeeper's, then Redis's, else etcd).
 type storeFlags struct {
 	fs          *flag.FlagSet
 	endpoints   *string
 	pgDSN       *string
+	zkServers   *string
+	redisAddr   *string
 	prefix      *string
 	dialTimeout *time.Duration
+	// sessionTTL is the ZooKeeper session timeout (the lease), set by `lock` from --ttl.
+	sessionTTL time.Duration
 }
 
 func addStoreFlags(fs *flag.FlagSet) *storeFlags {
 	return &storeFlags{
 		fs:          fs,
 		endpoints:   fs.String("etcd", defaultEndpoints(), "comma-separated etcd `endpoints`; the default is FENCEPROXY_ETCD_ENDPOINTS, else ETCDCTL_ENDPOINTS, if set"),
-		pgDSN:       fs.String("pg", os.Getenv(envPGDSN), "use PostgreSQL as the lock service: the `DSN` of the database (directly or through fenceproxy); the default is "+envPGDSN+", if set, unless --etcd is given"),
-		prefix:      fs.String("prefix", tokens.DefaultPrefix, `etcd key prefix; the lock's keys are PREFIX+NAME+"/"+LEASE (use "" for the keys of "etcdctl lock NAME")`),
+		pgDSN:       fs.String("pg", os.Getenv(envPGDSN), "use PostgreSQL as the lock service: the `DSN` of the database (directly or through fenceproxy); the default is "+envPGDSN+", if set, unless another store is given"),
+		zkServers:   fs.String("zk", os.Getenv(envZKServers), "use ZooKeeper as the lock service: comma-separated `servers` (host:port); the default is "+envZKServers+", if set"),
+		redisAddr:   fs.String("redis", os.Getenv(envRedisAddr), "use Redis as the lock service: the primary's `address` (host:port); the default is "+envRedisAddr+", if set"),
+		prefix:      fs.String("prefix", "", `key prefix or path of the locks: etcd default `+tokens.DefaultPrefix+` (use "" for the keys of "etcdctl lock NAME"), ZooKeeper default `+tokens.DefaultZKRoot+` (a Curator InterProcessMutex on PREFIX/NAME is the same lock), Redis default `+tokens.DefaultRedisPrefix),
 		dialTimeout: fs.Duration("dial-timeout", 5*time.Second, "how long to try to reach the lock service before giving up"),
+		sessionTTL:  tokens.DefaultTTL,
 	}
 }
 
-// envPGDSN names the PostgreSQL lock store's DSN when --pg is not given.
-const envPGDSN = "FENCEPROXY_PG_DSN"
+// Environment variables that name a lock service when no flag does.
+const (
+	envPGDSN     = "FENCEPROXY_PG_DSN"
+	envZKServers = "FENCEPROXY_ZK_SERVERS"
+	envRedisAddr = "FENCEPROXY_REDIS_ADDR"
+)
 
 func (f *storeFlags) given(name string) bool {
 	given := false
@@ -134,28 +149,42 @@ func (f *storeFlags) given(name string) bool {
 	return given
 }
 
-// usePG reports whether the flags choose the PostgreSQL store, or a usage problem.
-func (f *storeFlags) usePG() (bool, error) {
-	switch {
-	case f.given("pg") && f.given("etcd"):
-		return false, errors.New("--pg and --etcd exclude each other")
-	case f.given("etcd"):
-		return false, nil
-	case f.given("pg") && strings.TrimSpace(*f.pgDSN) == "":
-		return false, errors.New("--pg: empty DSN")
+// kind reports which store the flags choose ("etcd", "postgres", "zookeeper" or "redis"), or a usage problem.
+func (f *storeFlags) kind() (string, error) {
+	flagOf := map[string]string{"etcd": "etcd", "pg": "postgres", "zk": "zookeeper", "redis": "redis"}
+	values := map[string]*string{"etcd": f.endpoints, "pg": f.pgDSN, "zk": f.zkServers, "redis": f.redisAddr}
+	var chosen []string
+	for _, fl := range []string{"etcd", "pg", "zk", "redis"} {
+		if f.given(fl) {
+			chosen = append(chosen, fl)
+		}
 	}
-	return strings.TrimSpace(*f.pgDSN) != "", nil
+	switch {
+	case len(chosen) > 1:
+		return "", fmt.Errorf("--%s and --%s exclude each other", chosen[0], chosen[1])
+	case len(chosen) == 1:
+		if strings.TrimSpace(*values[chosen[0]]) == "" {
+			return "", fmt.Errorf("--%s: empty", chosen[0])
+		}
+		return flagOf[chosen[0]], nil
+	}
+	for _, fl := range []string{"pg", "zk", "redis"} {
+		if strings.TrimSpace(*values[fl]) != "" {
+			return flagOf[fl], nil
+		}
+	}
+	return "etcd", nil
 }
 
 func (f *storeFlags) validate() error {
 	if *f.dialTimeout <= 0 {
 		return fmt.Errorf("--dial-timeout %v: must be positive", *f.dialTimeout)
 	}
-	pg, err := f.usePG()
+	kind, err := f.kind()
 	if err != nil {
 		return err
 	}
-	if !pg && len(splitEndpoints(*f.endpoints)) == 0 {
+	if kind == "etcd" && len(splitEndpoints(*f.endpoints)) == 0 {
 		return errors.New("--etcd: no endpoints")
 	}
 	return nil
@@ -163,8 +192,13 @@ func (f *storeFlags) validate() error {
 
 // where describes the lock service for messages.
 func (f *storeFlags) where() string {
-	if pg, _ := f.usePG(); pg {
+	switch kind, _ := f.kind(); kind {
+	case "postgres":
 		return "PostgreSQL at " + redactDSN(*f.pgDSN)
+	case "zookeeper":
+		return "ZooKeeper at " + strings.Join(splitEndpoints(*f.zkServers), ",")
+	case "redis":
+		return "Redis at " + *f.redisAddr
 	}
 	return "etcd at " + strings.Join(splitEndpoints(*f.endpoints), ",")
 }
@@ -174,15 +208,24 @@ func (f *storeFlags) where() string {
 func (f *storeFlags) open(ctx context.Context, log *slog.Logger) (tokens.Store, error) {
 	ctx, cancel := context.WithTimeout(ctx, *f.dialTimeout)
 	defer cancel()
-	if pg, _ := f.usePG(); pg {
+	switch kind, _ := f.kind(); kind {
+	case "postgres":
 		return tokens.NewPGStore(ctx, *f.pgDSN, tokens.PGStoreOptions{Logger: log, ConnectTimeout: *f.dialTimeout})
+	case "zookeeper":
+		return tokens.NewZKStore(ctx, splitEndpoints(*f.zkServers), tokens.ZKOptions{Root: *f.prefix, SessionTimeout: f.sessionTTL, ConnectTimeout: *f.dialTimeout})
+	case "redis":
+		return tokens.NewRedisStore(ctx, strings.TrimSpace(*f.redisAddr), tokens.RedisOptions{Prefix: *f.prefix, DialTimeout: *f.dialTimeout})
+	}
+	prefix := tokens.DefaultPrefix
+	if f.given("prefix") {
+		prefix = *f.prefix
 	}
 	eps := splitEndpoints(*f.endpoints)
 	client, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: *f.dialTimeout, Logger: zap.NewNop()})
 	if err != nil {
 		return nil, fmt.Errorf("etcd client: %w", err)
 	}
-	probe := *f.prefix
+	probe := prefix
 	if probe == "" {
 		probe = tokens.DefaultPrefix
 	}
@@ -193,7 +236,7 @@ func (f *storeFlags) open(ctx context.Context, log *slog.Logger) (tokens.Store, 
 		}
 		return nil, err
 	}
-	return tokens.NewEtcdStore(client, *f.prefix), nil
+	return tokens.NewEtcdStore(client, prefix), nil
 }
 
 // redactDSN hides a password in a DSN (URL or key=value form) for messages.
@@ -263,6 +306,7 @@ func runLock(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err := sf.validate(); err != nil {
 		return usageError("%v", err)
 	}
+	sf.sessionTTL = *ttl
 	var log *slog.Logger
 	if *logFormat == "json" {
 		log = slog.New(slog.NewJSONHandler(stderr, nil))

@@ -137,15 +137,24 @@ type lockRun struct {
 func TestPGLockContention(t *testing.T) {
 	t.Parallel()
 	pgtest.Require(t, pg)
+	dsn := dsnApp(proxytest.DSN(pg.Addr(), pgtest.SuperUser, "", pgtest.TestDB), "faults-contention")
+	runLockContention(t, []string{"--pg", dsn}, 20, *contentionFor)
+}
+
+// runLockContention: procs `fenceproxy lock` processes (reaching the lock service with storeFlags) contend for
+// one lock, again and again, for dur. Each holder records its token and the server's time at entry and exit in
+// a history table. Never two holders at once (the intervals do not overlap), tokens strictly increase in that
+// order, and every process either got the lock within its --wait (exit 0) or gave up at it (exit 124). The CPU
+// the waiting costs is reported.
+func runLockContention(t *testing.T, storeFlags []string, procs int, dur time.Duration) {
 	hist := uniqueName("lockhist")
 	if err := pg.Exec("CREATE TABLE " + hist + " (id bigserial PRIMARY KEY, token bigint NOT NULL, pid int NOT NULL, started timestamptz NOT NULL, ended timestamptz)"); err != nil {
 		t.Fatal(err)
 	}
 	name := uniqueName("contended")
 	dsn := dsnApp(proxytest.DSN(pg.Addr(), pgtest.SuperUser, "", pgtest.TestDB), "faults-contention")
-	const procs = 20
 	const wait = 4 * time.Second
-	end := time.Now().Add(*contentionFor)
+	end := time.Now().Add(dur)
 	var mu sync.Mutex
 	var runs []lockRun
 	var wg sync.WaitGroup
@@ -156,7 +165,7 @@ func TestPGLockContention(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), strconv.Itoa(i))
 			os.MkdirAll(dir, 0o755)
 			for time.Now().Before(end) {
-				lp := startLockStore(t, []string{"--pg", dsn}, []string{"--ttl", "5s", "--wait", wait.String()}, name, "critical", dir, dsn, hist, "20")
+				lp := startLockStore(t, storeFlags, []string{"--ttl", "5s", "--wait", wait.String()}, name, "critical", dir, dsn, hist, "20")
 				select {
 				case <-lp.done:
 				case <-time.After(wait + 60*time.Second):
@@ -197,7 +206,7 @@ func TestPGLockContention(t *testing.T) {
 		}
 	}
 	t.Logf("%d lock processes over %v: %d served (longest wait %v), %d gave up at --wait %v",
-		len(runs), *contentionFor, served, maxWait.Round(time.Millisecond), timedOut, wait)
+		len(runs), dur, served, maxWait.Round(time.Millisecond), timedOut, wait)
 	if served > 0 {
 		t.Logf("CPU per served run (lock process + CMD, including process start): %v", (servedCPU / time.Duration(served)).Round(time.Microsecond))
 	}
