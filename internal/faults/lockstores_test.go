@@ -1,8 +1,16 @@
 package faults
 
 import (
+	"bufio"
 	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -225,4 +233,115 @@ func TestLockContentionZKRedis(t *testing.T) {
 			runLockContention(t, svc.flags(srv.Addr()), 10, *contentionFor)
 		})
 	}
+}
+
+// curatorClassPath is Curator 5 and the ZooKeeper client, from Debian's packages (libcurator-recipes-java).
+var curatorClassPath = "/usr/share/java/" + strings.Join([]string{"curator-recipes", "curator-framework", "curator-client",
+	"zookeeper", "zookeeper-jute", "guava", "slf4j-api", "slf4j-nop"}, ".jar:/usr/share/java/") + ".jar"
+
+// curator runs testdata/curator/CuratorMutex.java: a Curator InterProcessMutex on path.
+type curator struct {
+	cmd   *exec.Cmd
+	in    io.WriteCloser
+	lines chan string
+}
+
+func startCurator(t *testing.T, servers, path string, waitMillis int) *curator {
+	t.Helper()
+	cmd := exec.Command("java", "-cp", curatorClassPath, "testdata/curator/CuratorMutex.java", servers, path, strconv.Itoa(waitMillis))
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("java (scripts/setup installs Debian's libcurator-recipes-java): %v", err)
+	}
+	c := &curator{cmd: cmd, in: in, lines: make(chan string, 4)}
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			c.lines <- sc.Text()
+		}
+		close(c.lines)
+	}()
+	t.Cleanup(func() { in.Close(); cmd.Process.Kill(); cmd.Wait() })
+	return c
+}
+
+// next is the program's next line; a program that never prints fails the test by its timeout.
+func (c *curator) next(t *testing.T) string {
+	t.Helper()
+	l, ok := <-c.lines
+	if !ok {
+		t.Fatal("CuratorMutex ended without a word")
+	}
+	return l
+}
+
+// lockTrue runs `fenceproxy lock --zk SERVERS --wait 0 NAME -- true` and returns its exit status.
+func lockTrue(t *testing.T, servers, name string) int {
+	t.Helper()
+	cmd := exec.Command(fenceproxyBinary(t), "lock", "--zk", servers, "--dial-timeout", "30s", "--wait", "0", name, "--", "true")
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if err != nil && !errors.As(err, &ee) {
+		t.Fatalf("fenceproxy lock: %v\n%s", err, out)
+	}
+	t.Logf("fenceproxy lock: exit %d\n%s", cmd.ProcessState.ExitCode(), out)
+	return cmd.ProcessState.ExitCode()
+}
+
+// TestCuratorInterop: a Curator InterProcessMutex and `fenceproxy lock --zk` on the same path exclude each
+// other, both ways, because fenceproxy names and orders its nodes as Curator does.
+func TestCuratorInterop(t *testing.T) {
+	srv := lockservers.ZooKeeper(t)
+	name := uniqueName("curator")
+	path := tokens.DefaultZKRoot + "/" + name
+
+	// Curator holds: fenceproxy cannot take the lock; once Curator releases, it can.
+	c := startCurator(t, srv.Addr(), path, 30000)
+	if l := c.next(t); !strings.HasPrefix(l, "held ") {
+		t.Fatalf("Curator: %q", l)
+	}
+	if code := lockTrue(t, srv.Addr(), name); code != exitBusy {
+		t.Fatalf("fenceproxy lock while Curator holds the mutex: exit %d, want %d", code, exitBusy)
+	}
+	fmt.Fprintln(c.in)
+	if l := c.next(t); l != "released" {
+		t.Fatalf("Curator: %q", l)
+	}
+	if code := lockTrue(t, srv.Addr(), name); code != 0 {
+		t.Fatalf("fenceproxy lock after Curator released: exit %d", code)
+	}
+
+	// fenceproxy holds: Curator cannot take the mutex; once fenceproxy releases, it can.
+	ctx := ctxFor(t, 60*time.Second)
+	s, err := tokens.NewZKStore(ctx, []string{srv.Addr()}, tokens.ZKOptions{ConnectTimeout: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	h, err := s.Acquire(ctx, name, tokens.AcquireOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := startCurator(t, srv.Addr(), path, 1000).next(t); l != "busy" {
+		t.Fatalf("Curator while fenceproxy holds the lock: %q, want busy", l)
+	}
+	h.Release(ctx)
+	c2 := startCurator(t, srv.Addr(), path, 30000)
+	l := c2.next(t)
+	if !strings.HasPrefix(l, "held ") {
+		t.Fatalf("Curator after fenceproxy released: %q", l)
+	}
+	// Curator's node was created after fenceproxy's: its czxid, the token it would present, is higher.
+	if czxid, err := strconv.ParseInt(strings.Fields(l)[1], 10, 64); err != nil || czxid <= h.Token() {
+		t.Fatalf("Curator's node czxid %d (%v) is not above fenceproxy's token %d", czxid, err, h.Token())
+	}
+	fmt.Fprintln(c2.in)
 }
