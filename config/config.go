@@ -119,7 +119,16 @@ type Token struct {
 
 // TokenVerify configures the forged-token defence.
 type TokenVerify struct {
-	Etcd EtcdVerify `yaml:"etcd"`
+	Etcd      EtcdVerify `yaml:"etcd"`
+	ZooKeeper ZKVerify   `yaml:"zookeeper"`
+}
+
+// ZKVerify refuses tokens higher than the ZooKeeper ensemble's current zxid (plus Token.Offset): the tokens of
+// `fenceproxy lock --zk` are czxids.
+type ZKVerify struct {
+	Servers  []string      `yaml:"servers"`
+	Timeout  time.Duration `yaml:"timeout"`
+	FailOpen bool          `yaml:"fail_open"`
 }
 
 // EtcdVerify refuses tokens higher than the etcd cluster's current revision (plus Token.Offset).
@@ -337,6 +346,9 @@ func (c *Config) applyDefaults() {
 	if c.Token.Verify.Etcd.Timeout == 0 {
 		c.Token.Verify.Etcd.Timeout = DefaultVerifyTimeout
 	}
+	if c.Token.Verify.ZooKeeper.Timeout == 0 {
+		c.Token.Verify.ZooKeeper.Timeout = DefaultVerifyTimeout
+	}
 	if c.Limits.MaxClientConnections == 0 {
 		c.Limits.MaxClientConnections = DefaultMaxClientConnections
 	}
@@ -465,6 +477,14 @@ func (c *Config) validate(lines map[string]int) error {
 	}
 	if c.Token.Offset < 0 {
 		add("token.offset", "must not be negative")
+	}
+	for i, s := range c.Token.Verify.ZooKeeper.Servers {
+		if strings.TrimSpace(s) == "" {
+			add(fmt.Sprintf("token.verify.zookeeper.servers[%d]", i), "empty server")
+		}
+	}
+	if len(c.Token.Verify.Etcd.Endpoints) > 0 && len(c.Token.Verify.ZooKeeper.Servers) > 0 {
+		add("token.verify.zookeeper", "tokens come from one lock service: set token.verify.etcd or token.verify.zookeeper, not both")
 	}
 	for i, ep := range c.Token.Verify.Etcd.Endpoints {
 		if strings.TrimSpace(ep) == "" {

@@ -3,6 +3,7 @@ package tokens
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -184,4 +185,40 @@ func waitFor(t *testing.T, cond func() bool) {
 	for !cond() {
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// TestZooKeeperVerifier: a lock's token (its node's czxid) passes; a token above the ensemble's current zxid
+// is refused; an unreachable ensemble fails closed.
+func TestZooKeeperVerifier(t *testing.T) {
+	srv := lockservers.ZooKeeper(t)
+	s := newZKStore(t, srv.Addr(), 4*time.Second)
+	ctx := context.Background()
+	h, err := s.Acquire(ctx, "verified", AcquireOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Release(ctx)
+	v, err := NewZKVerifier([]string{srv.Addr()}, VerifierConfig{Timeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Close()
+	if err := v.Check(ctx, h.Token()); err != nil {
+		t.Fatalf("the holder's token %d: %v", h.Token(), err)
+	}
+	var notIssued *TokenNotIssuedError
+	if err := v.Check(ctx, h.Token()+1_000_000); !errors.As(err, &notIssued) || notIssued.Revision < h.Token() ||
+		!strings.Contains(err.Error(), "never issued by ZooKeeper") {
+		t.Fatalf("forged token: %v", err)
+	}
+	if err := srv.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.Check(ctx, h.Token()+2_000_000); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("ZooKeeper down: %v, want ErrUnavailable (fail closed)", err)
+	}
+	if err := v.Check(ctx, h.Token()); err != nil {
+		t.Fatalf("a token under the bound already seen needs no round trip: %v", err)
+	}
+	srv.Start()
 }

@@ -56,6 +56,19 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		defer v.Close()
 		opts.Verifier = v
 	}
+	if zs := cfg.Token.Verify.ZooKeeper; len(zs.Servers) > 0 {
+		v, err := tokens.NewZKVerifier(zs.Servers, tokens.VerifierConfig{
+			TokenOffset: cfg.Token.Offset,
+			FailOpen:    zs.FailOpen,
+			Timeout:     zs.Timeout,
+		})
+		if err != nil {
+			fmt.Fprintf(stderr, "fenceproxy: token.verify.zookeeper: %v\n", err)
+			return 1
+		}
+		defer v.Close()
+		opts.Verifier = v
+	}
 
 	var metricsSrv *http.Server
 	if cfg.Metrics.Listen != "" {
