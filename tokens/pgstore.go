@@ -161,6 +161,9 @@ type PGStoreOptions struct {
 	PollMin, PollMax time.Duration
 	// Holder describes the acquirer in the lease table and in `fenceproxy locks`; "" means host:pid.
 	Holder string
+	// ReadOnly makes NewPGStore neither connect nor create the schema: for an observer that only lists, with
+	// a role that may not create anything, and that must start while the database is down.
+	ReadOnly bool
 }
 
 // PGStore is the PostgreSQL lock store: leases in fenceproxy.lock_leases, tokens from
@@ -205,6 +208,9 @@ func NewPGStore(ctx context.Context, dsn string, o PGStoreOptions) (*PGStore, er
 	s := &PGStore{config: cfg, opts: o, log: o.Logger}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
+	}
+	if o.ReadOnly {
+		return s, nil
 	}
 	conn, err := s.connect(ctx)
 	if err != nil {
