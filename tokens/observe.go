@@ -269,6 +269,24 @@ var (
 	descLockObserverUp   = prometheus.NewDesc("fenceproxy_lock_observer_up", "1 when the last reading of the lock store succeeded.", []string{"store"}, nil)
 )
 
+// Observers is several observers as one prometheus.Collector (a registry refuses two collectors with the same
+// series, so observers of several stores are registered together).
+type Observers []*Observer
+
+// Describe implements prometheus.Collector.
+func (obs Observers) Describe(ch chan<- *prometheus.Desc) {
+	if len(obs) > 0 {
+		obs[0].Describe(ch)
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (obs Observers) Collect(ch chan<- prometheus.Metric) {
+	for _, ob := range obs {
+		ob.Collect(ch)
+	}
+}
+
 // Describe implements prometheus.Collector.
 func (ob *Observer) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descLockHeld, descLockToken, descLockHeldSeconds, descLockLeaseLeft, descLockWaiters,

@@ -26,7 +26,7 @@ func startLockObservers(cfg *config.Config, reg prometheus.Registerer, log *slog
 		}
 	}
 	o := tokens.ObserverOptions{MaxLocks: cfg.Locks.MaxLocks, Interval: cfg.Locks.Interval, Logger: log}
-	var observers []*tokens.Observer
+	var observers tokens.Observers
 	if dsn := cfg.Locks.Postgres.DSN; dsn != "" {
 		s, err := tokens.NewPGStore(ctx, dsn, tokens.PGStoreOptions{ReadOnly: true})
 		if err != nil {
@@ -44,11 +44,11 @@ func startLockObservers(cfg *config.Config, reg prometheus.Registerer, log *slog
 		closers = append(closers, func() { client.Close() })
 		observers = append(observers, tokens.NewEtcdObserver(tokens.NewEtcdStore(client, cfg.Locks.Etcd.Prefix), o))
 	}
+	if err := reg.Register(observers); err != nil {
+		stop()
+		return nil, fmt.Errorf("locks: %w", err)
+	}
 	for _, ob := range observers {
-		if err := reg.Register(ob); err != nil {
-			stop()
-			return nil, fmt.Errorf("locks: %w", err)
-		}
 		go ob.Run(ctx)
 	}
 	return stop, nil
