@@ -101,7 +101,7 @@ RETURNING token`
 	// pgWaitSQL announces a waiter (and forgets waiters of this lock that stopped announcing themselves) and
 	// returns how long the holder's lease runs by the server's clock.
 	pgWaitSQL = `WITH gc AS (
-	DELETE FROM fenceproxy.lock_waiters WHERE name = $1::text AND expires_at < clock_timestamp()
+	DELETE FROM fenceproxy.lock_waiters WHERE name = $1::text AND waiter <> $2::text AND expires_at < clock_timestamp()
 ), w AS (
 	INSERT INTO fenceproxy.lock_waiters (name, waiter, holder, expires_at)
 	VALUES ($1::text, $2::text, $3::text, clock_timestamp() + $4::bigint * interval '1 microsecond')
@@ -353,7 +353,9 @@ func (s *PGStore) Acquire(ctx context.Context, name string, o AcquireOptions) (H
 		switch {
 		case err == nil:
 			if waiting {
-				conn.Exec(ctx, pgUnwaitSQL, name, owner)
+				if _, err := conn.Exec(ctx, pgUnwaitSQL, name, owner); err != nil {
+					s.log.Debug("lock acquired; could not withdraw the waiter row (it expires by itself)", "lock", name, "err", err)
+				}
 			}
 			if !o.Try {
 				conn.Exec(ctx, "UNLISTEN *")
@@ -376,13 +378,13 @@ func (s *PGStore) Acquire(ctx context.Context, name string, o AcquireOptions) (H
 		}
 		// Held by another: announce ourselves, learn when the holder's lease ends, and wait for a release.
 		var left float64
+		waiting = true // from now on the row may exist, even if the answer is lost
 		if err := conn.QueryRow(ctx, pgWaitSQL, name, owner, s.opts.Holder, waiterTTL).Scan(&left); err != nil {
 			lastErr = err
 			closeConn()
 			s.sleep(ctx, &backoff)
 			continue
 		}
-		waiting = true
 		lastErr = nil
 		delay := jitter(backoff)
 		if until := time.Duration(left*float64(time.Second)) + 5*time.Millisecond; until < delay {
