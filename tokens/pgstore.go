@@ -368,7 +368,11 @@ func (s *PGStore) Acquire(ctx context.Context, name string, o AcquireOptions) (H
 				return giveUp(fmt.Errorf("lock %q: %w", name, ErrLocked))
 			}
 		default:
-			if o.Try || ctx.Err() != nil {
+			if ctx.Err() != nil {
+				// The statement was interrupted because ctx ended: report why ctx ended (the caller's cause).
+				return giveUp(fmt.Errorf("lock %q: %w (%v)", name, context.Cause(ctx), err))
+			}
+			if o.Try {
 				return giveUp(fmt.Errorf("lock %q: %w", name, err))
 			}
 			lastErr = err
