@@ -509,9 +509,12 @@ type pgHeld struct {
 	lost   context.Context
 	markAs context.CancelCauseFunc
 
-	mu       sync.Mutex // guards conn, failures, deadline and the statements on conn
+	mu       sync.Mutex // guards conn, failures and the statements on conn
 	conn     *pgx.Conn
 	failures int64 // renewal failures not yet recorded in the lease table
+
+	// dmu guards deadline alone, so that the deadline timer never waits for a renewal stuck on the network.
+	dmu      sync.Mutex
 	deadline time.Time
 	timer    *time.Timer
 
@@ -537,15 +540,19 @@ func newPGHeld(s *PGStore, conn *pgx.Conn, name, owner string, token int64, ttl 
 }
 
 func (h *pgHeld) deadlinePassed() {
-	h.mu.Lock()
-	d := h.deadline
-	h.mu.Unlock()
+	d := h.getDeadline()
 	if left := time.Until(d); left > 0 {
 		h.timer.Reset(left) // moved by a renewal after this timer was set
 		return
 	}
 	h.lose(fmt.Errorf("%w: lock %q: lease not renewed within %v of its TTL %v (database unreachable, or the process was paused)",
 		ErrLeaseLost, h.name, time.Duration(float64(h.ttl)*safeFraction), h.ttl))
+}
+
+func (h *pgHeld) getDeadline() time.Time {
+	h.dmu.Lock()
+	defer h.dmu.Unlock()
+	return h.deadline
 }
 
 func (h *pgHeld) lose(cause error) {
@@ -595,7 +602,7 @@ func (h *pgHeld) renew() (ok bool, err error) {
 	if h.lost.Err() != nil {
 		return false, nil
 	}
-	ctx, cancel := context.WithDeadline(h.lost, h.deadline)
+	ctx, cancel := context.WithDeadline(h.lost, h.getDeadline())
 	defer cancel()
 	if h.conn == nil {
 		c, err := h.store.connect(ctx)
@@ -617,6 +624,10 @@ func (h *pgHeld) renew() (ok bool, err error) {
 		return false, nil
 	}
 	h.failures = 0
+	h.dmu.Lock()
+	defer h.dmu.Unlock()
+	// A renewal answered after the deadline does not revive the holder's trust: the timer has declared the
+	// lease lost, or is about to.
 	if d := sent.Add(time.Duration(float64(h.ttl) * safeFraction)); d.After(h.deadline) && time.Now().Before(h.deadline) {
 		h.deadline = d
 	}
