@@ -29,6 +29,7 @@ type Config struct {
 	Limits   Limits    `yaml:"limits"`
 	Relay    Relay     `yaml:"relay"`
 	Log      Log       `yaml:"log"`
+	Locks    Locks     `yaml:"locks"`
 
 	// File is the path the configuration was read from ("" when parsed from memory).
 	File string `yaml:"-"`
@@ -370,6 +371,7 @@ func (c *Config) applyDefaults() {
 	if c.Log.Format == "" {
 		c.Log.Format = "text"
 	}
+	c.Locks.applyDefaults()
 }
 
 // fieldError is a validation problem tied to a key.
@@ -527,6 +529,7 @@ func (c *Config) validate(lines map[string]int) error {
 	default:
 		add("log.format", "must be text or json, not %q", c.Log.Format)
 	}
+	c.Locks.validate(add, c.Metrics.Listen != "")
 	return errors.Join(errs...)
 }
 
@@ -575,4 +578,67 @@ func validSetting(s string) bool {
 		}
 	}
 	return true
+}
+
+// Locks makes the metrics endpoint observe lock services: per lock, the holder's token, hold time, waiters,
+// acquisitions, releases, expirations and more (see tokens.Observer). Both stores may be observed at once;
+// neither is observed by default. It needs metrics.listen.
+type Locks struct {
+	Etcd     LocksEtcd     `yaml:"etcd"`
+	Postgres LocksPostgres `yaml:"postgres"`
+	// MaxLocks is how many lock names get a label of their own; later ones are summed under "other".
+	MaxLocks int `yaml:"max_locks"`
+	// Interval is how often the stores are read (etcd also re-reads when its lock prefix changes).
+	Interval time.Duration `yaml:"interval"`
+}
+
+// LocksEtcd is an etcd cluster whose locks (under Prefix) are observed.
+type LocksEtcd struct {
+	Endpoints []string `yaml:"endpoints"`
+	// Prefix is the key prefix of the locks; default /fenceproxy/locks/ (fenceproxy lock's).
+	Prefix string `yaml:"prefix"`
+}
+
+// LocksPostgres is a database whose PostgreSQL lock store (the fenceproxy schema) is observed.
+type LocksPostgres struct {
+	DSN string `yaml:"dsn"`
+}
+
+// Defaults of the lock observer.
+const (
+	DefaultLocksMaxLocks   = 50
+	DefaultLocksInterval   = 2 * time.Second
+	DefaultLocksEtcdPrefix = "/fenceproxy/locks/"
+)
+
+// Enabled reports whether any lock store is observed.
+func (l Locks) Enabled() bool { return len(l.Etcd.Endpoints) > 0 || l.Postgres.DSN != "" }
+
+func (l *Locks) applyDefaults() {
+	if l.MaxLocks == 0 {
+		l.MaxLocks = DefaultLocksMaxLocks
+	}
+	if l.Interval == 0 {
+		l.Interval = DefaultLocksInterval
+	}
+	if l.Etcd.Prefix == "" {
+		l.Etcd.Prefix = DefaultLocksEtcdPrefix
+	}
+}
+
+func (l *Locks) validate(add func(key, format string, args ...any), metricsOn bool) {
+	if l.Enabled() && !metricsOn {
+		add("locks", "observing locks needs metrics.listen (the series are exported there)")
+	}
+	if l.MaxLocks < 0 {
+		add("locks.max_locks", "must be positive")
+	}
+	if l.Interval < 0 {
+		add("locks.interval", "must be positive")
+	}
+	for i, ep := range l.Etcd.Endpoints {
+		if strings.TrimSpace(ep) == "" {
+			add(fmt.Sprintf("locks.etcd.endpoints[%d]", i), "empty endpoint")
+		}
+	}
 }

@@ -101,7 +101,7 @@ RETURNING token`
 	// pgWaitSQL announces a waiter (and forgets waiters of this lock that stopped announcing themselves) and
 	// returns how long the holder's lease runs by the server's clock.
 	pgWaitSQL = `WITH gc AS (
-	DELETE FROM fenceproxy.lock_waiters WHERE name = $1::text AND expires_at < clock_timestamp()
+	DELETE FROM fenceproxy.lock_waiters WHERE name = $1::text AND waiter <> $2::text AND expires_at < clock_timestamp()
 ), w AS (
 	INSERT INTO fenceproxy.lock_waiters (name, waiter, holder, expires_at)
 	VALUES ($1::text, $2::text, $3::text, clock_timestamp() + $4::bigint * interval '1 microsecond')
@@ -161,6 +161,9 @@ type PGStoreOptions struct {
 	PollMin, PollMax time.Duration
 	// Holder describes the acquirer in the lease table and in `fenceproxy locks`; "" means host:pid.
 	Holder string
+	// ReadOnly makes NewPGStore neither connect nor create the schema: for an observer that only lists, with
+	// a role that may not create anything, and that must start while the database is down.
+	ReadOnly bool
 }
 
 // PGStore is the PostgreSQL lock store: leases in fenceproxy.lock_leases, tokens from
@@ -205,6 +208,9 @@ func NewPGStore(ctx context.Context, dsn string, o PGStoreOptions) (*PGStore, er
 	s := &PGStore{config: cfg, opts: o, log: o.Logger}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
+	}
+	if o.ReadOnly {
+		return s, nil
 	}
 	conn, err := s.connect(ctx)
 	if err != nil {
@@ -347,7 +353,9 @@ func (s *PGStore) Acquire(ctx context.Context, name string, o AcquireOptions) (H
 		switch {
 		case err == nil:
 			if waiting {
-				conn.Exec(ctx, pgUnwaitSQL, name, owner)
+				if _, err := conn.Exec(ctx, pgUnwaitSQL, name, owner); err != nil {
+					s.log.Debug("lock acquired; could not withdraw the waiter row (it expires by itself)", "lock", name, "err", err)
+				}
 			}
 			if !o.Try {
 				conn.Exec(ctx, "UNLISTEN *")
@@ -360,7 +368,11 @@ func (s *PGStore) Acquire(ctx context.Context, name string, o AcquireOptions) (H
 				return giveUp(fmt.Errorf("lock %q: %w", name, ErrLocked))
 			}
 		default:
-			if o.Try || ctx.Err() != nil {
+			if ctx.Err() != nil {
+				// The statement was interrupted because ctx ended: report why ctx ended (the caller's cause).
+				return giveUp(fmt.Errorf("lock %q: %w (%v)", name, context.Cause(ctx), err))
+			}
+			if o.Try {
 				return giveUp(fmt.Errorf("lock %q: %w", name, err))
 			}
 			lastErr = err
@@ -370,13 +382,13 @@ func (s *PGStore) Acquire(ctx context.Context, name string, o AcquireOptions) (H
 		}
 		// Held by another: announce ourselves, learn when the holder's lease ends, and wait for a release.
 		var left float64
+		waiting = true // from now on the row may exist, even if the answer is lost
 		if err := conn.QueryRow(ctx, pgWaitSQL, name, owner, s.opts.Holder, waiterTTL).Scan(&left); err != nil {
 			lastErr = err
 			closeConn()
 			s.sleep(ctx, &backoff)
 			continue
 		}
-		waiting = true
 		lastErr = nil
 		delay := jitter(backoff)
 		if until := time.Duration(left*float64(time.Second)) + 5*time.Millisecond; until < delay {
@@ -497,9 +509,12 @@ type pgHeld struct {
 	lost   context.Context
 	markAs context.CancelCauseFunc
 
-	mu       sync.Mutex // guards conn, failures, deadline and the statements on conn
+	mu       sync.Mutex // guards conn, failures and the statements on conn
 	conn     *pgx.Conn
 	failures int64 // renewal failures not yet recorded in the lease table
+
+	// dmu guards deadline alone, so that the deadline timer never waits for a renewal stuck on the network.
+	dmu      sync.Mutex
 	deadline time.Time
 	timer    *time.Timer
 
@@ -525,15 +540,19 @@ func newPGHeld(s *PGStore, conn *pgx.Conn, name, owner string, token int64, ttl 
 }
 
 func (h *pgHeld) deadlinePassed() {
-	h.mu.Lock()
-	d := h.deadline
-	h.mu.Unlock()
+	d := h.getDeadline()
 	if left := time.Until(d); left > 0 {
 		h.timer.Reset(left) // moved by a renewal after this timer was set
 		return
 	}
 	h.lose(fmt.Errorf("%w: lock %q: lease not renewed within %v of its TTL %v (database unreachable, or the process was paused)",
 		ErrLeaseLost, h.name, time.Duration(float64(h.ttl)*safeFraction), h.ttl))
+}
+
+func (h *pgHeld) getDeadline() time.Time {
+	h.dmu.Lock()
+	defer h.dmu.Unlock()
+	return h.deadline
 }
 
 func (h *pgHeld) lose(cause error) {
@@ -583,7 +602,7 @@ func (h *pgHeld) renew() (ok bool, err error) {
 	if h.lost.Err() != nil {
 		return false, nil
 	}
-	ctx, cancel := context.WithDeadline(h.lost, h.deadline)
+	ctx, cancel := context.WithDeadline(h.lost, h.getDeadline())
 	defer cancel()
 	if h.conn == nil {
 		c, err := h.store.connect(ctx)
@@ -605,6 +624,10 @@ func (h *pgHeld) renew() (ok bool, err error) {
 		return false, nil
 	}
 	h.failures = 0
+	h.dmu.Lock()
+	defer h.dmu.Unlock()
+	// A renewal answered after the deadline does not revive the holder's trust: the timer has declared the
+	// lease lost, or is about to.
 	if d := sent.Add(time.Duration(float64(h.ttl) * safeFraction)); d.After(h.deadline) && time.Now().Before(h.deadline) {
 		h.deadline = d
 	}

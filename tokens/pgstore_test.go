@@ -301,3 +301,34 @@ func TestPGStoreDatabaseUnreachable(t *testing.T) {
 		})
 	}
 }
+
+// TestPGStoreWaitDeadlineMidStatement: when the deadline interrupts a statement (here the acquisition, blocked
+// on the lease row that another transaction has locked), the error still carries the context's cause, which
+// `fenceproxy lock` turns into exit 124 rather than "unreachable".
+func TestPGStoreWaitDeadlineMidStatement(t *testing.T) {
+	t.Parallel()
+	pgtest.Require(t, pg)
+	s := pgStore(t, pg, tokens.PGStoreOptions{})
+	name := lockName(t)
+	ctx := context.Background()
+	pgAcquire(t, s, name, tokens.AcquireOptions{}).Release(ctx)
+	blocker, err := pgx.Connect(ctx, pg.SuperDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer blocker.Close(ctx)
+	tx, err := blocker.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, "SELECT 1 FROM fenceproxy.lock_leases WHERE name = $1 FOR UPDATE", name); err != nil {
+		t.Fatal(err)
+	}
+	errMine := errors.New("my deadline")
+	wctx, cancel := context.WithTimeoutCause(ctx, 500*time.Millisecond, errMine)
+	defer cancel()
+	if _, err := s.Acquire(wctx, name, tokens.AcquireOptions{}); !errors.Is(err, errMine) {
+		t.Fatalf("Acquire interrupted mid-statement: %v, want an error wrapping the context's cause", err)
+	}
+}

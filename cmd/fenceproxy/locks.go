@@ -99,7 +99,7 @@ func runLocks(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 				left = l.LeaseLeft.Round(100 * time.Millisecond).String()
 			}
 			if l.HeldFor > 0 {
-				heldFor = l.HeldFor.Round(time.Second).String()
+				heldFor = l.HeldFor.Round(100 * time.Millisecond).String()
 			}
 		}
 		waiters := strconv.Itoa(l.Waiters)

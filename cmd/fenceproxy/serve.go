@@ -75,6 +75,14 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		reg := prometheus.NewRegistry()
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 		opts.Metrics = proxy.NewMetrics(reg)
+		if cfg.Locks.Enabled() {
+			stopObservers, err := startLockObservers(cfg, reg, log)
+			if err != nil {
+				fmt.Fprintf(stderr, "fenceproxy: %v\n", err)
+				return 1
+			}
+			defer stopObservers()
+		}
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 		mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })

@@ -456,6 +456,9 @@ func TestPGLockCutOff(t *testing.T) {
 	if a.exited() {
 		t.Fatalf("the holder gave up after a healed cut:\n%s", a.stderr.String())
 	}
+	if !strings.Contains(a.stderr.String(), `msg="lock renewal failed"`) {
+		t.Errorf("no log line for the failed renewal:\n%s", a.stderr.String())
+	}
 	if _, err := store.Acquire(ctx, name, tokens.AcquireOptions{Try: true}); err == nil {
 		t.Fatal("the lock was free after a healed cut")
 	}
