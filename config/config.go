@@ -32,6 +32,7 @@ type Config struct {
 	// Catalog, when set, makes the proxy read PostgreSQL's catalog (partitions, inheritance, views, foreign keys)
 	// over its own connection and protect what is related to the configured tables (docs/catalog.md).
 	Catalog *Catalog `yaml:"catalog"`
+	Locks   Locks    `yaml:"locks"`
 
 	// File is the path the configuration was read from ("" when parsed from memory).
 	File string `yaml:"-"`
@@ -122,7 +123,16 @@ type Token struct {
 
 // TokenVerify configures the forged-token defence.
 type TokenVerify struct {
-	Etcd EtcdVerify `yaml:"etcd"`
+	Etcd      EtcdVerify `yaml:"etcd"`
+	ZooKeeper ZKVerify   `yaml:"zookeeper"`
+}
+
+// ZKVerify refuses tokens higher than the ZooKeeper ensemble's current zxid (plus Token.Offset): the tokens of
+// `fenceproxy lock --zk` are czxids.
+type ZKVerify struct {
+	Servers  []string      `yaml:"servers"`
+	Timeout  time.Duration `yaml:"timeout"`
+	FailOpen bool          `yaml:"fail_open"`
 }
 
 // EtcdVerify refuses tokens higher than the etcd cluster's current revision (plus Token.Offset).
@@ -376,6 +386,9 @@ func (c *Config) applyDefaults() {
 	if c.Token.Verify.Etcd.Timeout == 0 {
 		c.Token.Verify.Etcd.Timeout = DefaultVerifyTimeout
 	}
+	if c.Token.Verify.ZooKeeper.Timeout == 0 {
+		c.Token.Verify.ZooKeeper.Timeout = DefaultVerifyTimeout
+	}
 	if c.Limits.MaxClientConnections == 0 {
 		c.Limits.MaxClientConnections = DefaultMaxClientConnections
 	}
@@ -406,6 +419,7 @@ func (c *Config) applyDefaults() {
 	if c.Log.Connections == "" {
 		c.Log.Connections = DefaultLogConnections
 	}
+	c.Locks.applyDefaults()
 }
 
 // fieldError is a validation problem tied to a key.
@@ -515,6 +529,14 @@ func (c *Config) validate(lines map[string]int) error {
 	if c.Token.Offset < 0 {
 		add("token.offset", "must not be negative")
 	}
+	for i, s := range c.Token.Verify.ZooKeeper.Servers {
+		if strings.TrimSpace(s) == "" {
+			add(fmt.Sprintf("token.verify.zookeeper.servers[%d]", i), "empty server")
+		}
+	}
+	if len(c.Token.Verify.Etcd.Endpoints) > 0 && len(c.Token.Verify.ZooKeeper.Servers) > 0 {
+		add("token.verify.zookeeper", "tokens come from one lock service: set token.verify.etcd or token.verify.zookeeper, not both")
+	}
 	for i, ep := range c.Token.Verify.Etcd.Endpoints {
 		if strings.TrimSpace(ep) == "" {
 			add(fmt.Sprintf("token.verify.etcd.endpoints[%d]", i), "empty endpoint")
@@ -569,6 +591,7 @@ func (c *Config) validate(lines map[string]int) error {
 	default:
 		add("log.connections", "must be %s, %s or %s, not %q", LogConnectionsDebug, LogConnectionsInfo, LogConnectionsOff, c.Log.Connections)
 	}
+	c.Locks.validate(add, c.Metrics.Listen != "")
 	return errors.Join(errs...)
 }
 
@@ -617,4 +640,67 @@ func validSetting(s string) bool {
 		}
 	}
 	return true
+}
+
+// Locks makes the metrics endpoint observe lock services: per lock, the holder's token, hold time, waiters,
+// acquisitions, releases, expirations and more (see tokens.Observer). Both stores may be observed at once;
+// neither is observed by default. It needs metrics.listen.
+type Locks struct {
+	Etcd     LocksEtcd     `yaml:"etcd"`
+	Postgres LocksPostgres `yaml:"postgres"`
+	// MaxLocks is how many lock names get a label of their own; later ones are summed under "other".
+	MaxLocks int `yaml:"max_locks"`
+	// Interval is how often the stores are read (etcd also re-reads when its lock prefix changes).
+	Interval time.Duration `yaml:"interval"`
+}
+
+// LocksEtcd is an etcd cluster whose locks (under Prefix) are observed.
+type LocksEtcd struct {
+	Endpoints []string `yaml:"endpoints"`
+	// Prefix is the key prefix of the locks; default /fenceproxy/locks/ (fenceproxy lock's).
+	Prefix string `yaml:"prefix"`
+}
+
+// LocksPostgres is a database whose PostgreSQL lock store (the fenceproxy schema) is observed.
+type LocksPostgres struct {
+	DSN string `yaml:"dsn"`
+}
+
+// Defaults of the lock observer.
+const (
+	DefaultLocksMaxLocks   = 50
+	DefaultLocksInterval   = 2 * time.Second
+	DefaultLocksEtcdPrefix = "/fenceproxy/locks/"
+)
+
+// Enabled reports whether any lock store is observed.
+func (l Locks) Enabled() bool { return len(l.Etcd.Endpoints) > 0 || l.Postgres.DSN != "" }
+
+func (l *Locks) applyDefaults() {
+	if l.MaxLocks == 0 {
+		l.MaxLocks = DefaultLocksMaxLocks
+	}
+	if l.Interval == 0 {
+		l.Interval = DefaultLocksInterval
+	}
+	if l.Etcd.Prefix == "" {
+		l.Etcd.Prefix = DefaultLocksEtcdPrefix
+	}
+}
+
+func (l *Locks) validate(add func(key, format string, args ...any), metricsOn bool) {
+	if l.Enabled() && !metricsOn {
+		add("locks", "observing locks needs metrics.listen (the series are exported there)")
+	}
+	if l.MaxLocks < 0 {
+		add("locks.max_locks", "must be positive")
+	}
+	if l.Interval < 0 {
+		add("locks.interval", "must be positive")
+	}
+	for i, ep := range l.Etcd.Endpoints {
+		if strings.TrimSpace(ep) == "" {
+			add(fmt.Sprintf("locks.etcd.endpoints[%d]", i), "empty endpoint")
+		}
+	}
 }

@@ -245,3 +245,14 @@ func TestLogConnections(t *testing.T) {
 		t.Errorf("log.connections: warn: %v", err)
 	}
 }
+
+func TestZooKeeperVerification(t *testing.T) {
+	cfg, err := Parse("c.yaml", []byte("upstream:\n  address: 127.0.0.1:5432\ntoken:\n  verify:\n    zookeeper:\n      servers: [127.0.0.1:2181]\n"))
+	if err != nil || len(cfg.Token.Verify.ZooKeeper.Servers) != 1 || cfg.Token.Verify.ZooKeeper.Timeout != DefaultVerifyTimeout {
+		t.Fatalf("zookeeper verification: %+v %v", cfg.Token.Verify, err)
+	}
+	_, err = Parse("c.yaml", []byte("upstream:\n  address: 127.0.0.1:5432\ntoken:\n  verify:\n    etcd:\n      endpoints: [127.0.0.1:2379]\n    zookeeper:\n      servers: [127.0.0.1:2181]\n"))
+	if err == nil || !strings.Contains(err.Error(), "c.yaml:7: token.verify.zookeeper: tokens come from one lock service") {
+		t.Fatalf("both verifiers: %v", err)
+	}
+}

@@ -25,6 +25,17 @@ func TestDeployFilesUseRealSeries(t *testing.T) {
 	for _, m := range regexp.MustCompile(`Name:\s+"(fenceproxy_[a-z_]+)"`).FindAllSubmatch(src, -1) {
 		exported[string(m[1])] = true
 	}
+	// The lock series come from the lock observer in tokens/.
+	lockSrc, err := os.ReadFile(filepath.Join(root, "tokens", "observe.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range regexp.MustCompile(`NewDesc\("(fenceproxy_[a-z_]+)"`).FindAllSubmatch(lockSrc, -1) {
+		exported[string(m[1])] = true
+	}
+	if !exported["fenceproxy_lock_expirations_total"] {
+		t.Error("tokens/observe.go: no fenceproxy_lock_expirations_total")
+	}
 	if len(exported) < 10 {
 		t.Fatalf("found only %d series in metrics.go", len(exported))
 	}

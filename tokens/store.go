@@ -67,6 +67,29 @@ type LockInfo struct {
 	LeaseLeft time.Duration
 	// Waiters is how many acquirers wait for the lock (-1: the store cannot tell).
 	Waiters int
+	// HeldFor is how long the holder has held the lock (0 when not held or unknown).
+	HeldFor time.Duration
+	// Counters are the lock's cumulative counts, for stores that keep them (PostgreSQL keeps them in its lease
+	// table, so they count every process's events); nil for stores whose observer must infer them (etcd).
+	Counters *LockCounters
+}
+
+// LockCounters are cumulative counts of one lock's events since it was first used.
+type LockCounters struct {
+	Acquisitions int64
+	// Releases by the holder, before its lease expired.
+	Releases int64
+	// Expirations: leases that ended without a timely release (taken over after expiry, or released late).
+	// Each is a moment when a paused or cut-off holder may still write under a stale token.
+	Expirations int64
+	// NonOwnerReleases: releases refused because the lease was no longer the caller's.
+	NonOwnerReleases int64
+	// RenewalFailures: renewals that failed, as far as holders could report them afterwards.
+	RenewalFailures int64
+	// AcquireTimeouts: acquirers that gave up waiting at their deadline.
+	AcquireTimeouts int64
+	// AcquireWaitSeconds: the total time acquirers waited before they got the lock.
+	AcquireWaitSeconds float64
 }
 
 // The etcd lock is a Held.

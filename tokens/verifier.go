@@ -20,23 +20,32 @@ const DefaultVerifyTimeout = 2 * time.Second
 // issued. The proxy answers it with SQLSTATE 55F03.
 var ErrTokenNotIssued = errors.New("fencing token was never issued by etcd")
 
-// ErrEtcdUnavailable is matched (errors.Is) by the error [RevisionVerifier.Check] returns when it had to ask
-// etcd and could not (fail closed).
-var ErrEtcdUnavailable = errors.New("etcd unavailable to verify fencing token")
+// ErrUnavailable is matched (errors.Is) by the error a verifier's Check returns when it had to ask the lock
+// service and could not (fail closed).
+var ErrUnavailable = errors.New("lock service unavailable to verify fencing token")
 
-// TokenNotIssuedError says a token is larger than any token etcd has issued so far.
+// ErrEtcdUnavailable is ErrUnavailable for etcd: [RevisionVerifier.Check]'s errors match both.
+var ErrEtcdUnavailable = fmt.Errorf("etcd unavailable to verify fencing token: %w", ErrUnavailable)
+
+// TokenNotIssuedError says a token is larger than any token the lock service has issued so far.
 type TokenNotIssuedError struct {
 	Token    int64 // the token presented
-	Revision int64 // etcd's revision when asked (0 if not asked)
+	Revision int64 // the service's current revision (etcd) or zxid (ZooKeeper) when asked (0 if not asked)
 	Offset   int64 // the configured token offset
+	// Service names the lock service and its counter: "" is etcd and its revision.
+	Service, Counter string
 }
 
 func (e *TokenNotIssuedError) Error() string {
-	if e.Token < 1 {
-		return fmt.Sprintf("fencing token %d was never issued by etcd: revisions start at 1", e.Token)
+	service, counter := e.Service, e.Counter
+	if service == "" {
+		service, counter = "etcd", "revision"
 	}
-	return fmt.Sprintf("fencing token %d was never issued by etcd: it exceeds etcd's current revision %d plus token offset %d",
-		e.Token, e.Revision, e.Offset)
+	if e.Token < 1 {
+		return fmt.Sprintf("fencing token %d was never issued by %s: tokens start at 1", e.Token, service)
+	}
+	return fmt.Sprintf("fencing token %d was never issued by %s: it exceeds %s's current %s %d plus token offset %d",
+		e.Token, service, service, counter, e.Revision, e.Offset)
 }
 
 // Is makes errors.Is(err, ErrTokenNotIssued) true.
@@ -70,13 +79,22 @@ type VerifierConfig struct {
 // seen so far is kept, so a token at or below it is accepted without a round trip; only a token above it costs
 // one linearizable read. RevisionVerifier is safe for concurrent use.
 type RevisionVerifier struct {
+	ceilingVerifier
 	client   *clientv3.Client
-	offset   int64
-	failOpen bool
-	timeout  time.Duration
 	probeKey string
+}
 
-	highWater       atomic.Int64 // highest revision+offset seen
+// ceilingVerifier is the rule every verifier applies, whatever the lock service: a token is acceptable if it
+// is at most the service's current counter (etcd's revision, ZooKeeper's zxid) plus the token offset. The highest
+// such bound seen so far is kept, so a token at or below it costs no round trip.
+type ceilingVerifier struct {
+	service, counter string // for errors: "etcd", "revision"
+	current          func(ctx context.Context) (int64, error)
+	offset           int64
+	failOpen         bool
+	timeout          time.Duration
+
+	highWater       atomic.Int64 // highest counter+offset seen
 	lookups         atomic.Uint64
 	failOpenAccepts atomic.Uint64
 }
@@ -117,27 +135,36 @@ func NewRevisionVerifier(cfg VerifierConfig) (*RevisionVerifier, error) {
 	if err != nil {
 		return nil, fmt.Errorf("revision verifier: etcd client: %w", err)
 	}
-	return &RevisionVerifier{
-		client:   client,
-		offset:   cfg.TokenOffset,
-		failOpen: cfg.FailOpen,
-		timeout:  cfg.Timeout,
-		probeKey: cfg.ProbeKey,
-	}, nil
+	v := &RevisionVerifier{client: client, probeKey: cfg.ProbeKey}
+	v.ceilingVerifier = ceilingVerifier{service: "etcd", counter: "revision", current: v.currentRevision,
+		offset: cfg.TokenOffset, failOpen: cfg.FailOpen, timeout: cfg.Timeout}
+	return v, nil
 }
 
 // Check returns nil if etcd could have issued token, that is if token <= etcd's current revision + offset.
 // Otherwise it returns a *[TokenNotIssuedError] (errors.Is [ErrTokenNotIssued]); a token below 1 gets one
 // too. If etcd must be asked and cannot answer within the timeout, Check returns an error matching
 // [ErrEtcdUnavailable], or nil when FailOpen is set. If ctx ends first, Check returns ctx's error.
-func (v *RevisionVerifier) Check(ctx context.Context, token int64) error {
+func (v *RevisionVerifier) Check(ctx context.Context, token int64) error { return v.check(ctx, token) }
+
+func (v *ceilingVerifier) check(ctx context.Context, token int64) error {
+	notIssued := func(current int64) error {
+		e := &TokenNotIssuedError{Token: token, Revision: current, Offset: v.offset}
+		if v.service != "etcd" {
+			e.Service, e.Counter = v.service, v.counter
+		}
+		return e
+	}
 	if token < 1 {
-		return &TokenNotIssuedError{Token: token, Offset: v.offset}
+		return notIssued(0)
 	}
 	if token <= v.highWater.Load() {
 		return nil
 	}
-	rev, err := v.currentRevision(ctx)
+	v.lookups.Add(1)
+	cctx, cancel := context.WithTimeout(ctx, v.timeout)
+	cur, err := v.current(cctx)
+	cancel()
 	if err != nil {
 		if ctx.Err() != nil {
 			return fmt.Errorf("verify fencing token %d: %w", token, context.Cause(ctx))
@@ -146,21 +173,24 @@ func (v *RevisionVerifier) Check(ctx context.Context, token int64) error {
 			v.failOpenAccepts.Add(1)
 			return nil
 		}
-		return fmt.Errorf("verify fencing token %d: %w: %w", token, ErrEtcdUnavailable, err)
+		if v.service == "etcd" {
+			return fmt.Errorf("verify fencing token %d: %w: %w", token, ErrEtcdUnavailable, err)
+		}
+		return fmt.Errorf("verify fencing token %d: %w (%s unavailable): %w", token, ErrUnavailable, v.service, err)
 	}
 	limit := int64(math.MaxInt64)
-	if rev <= math.MaxInt64-v.offset {
-		limit = rev + v.offset
+	if cur <= math.MaxInt64-v.offset {
+		limit = cur + v.offset
 	}
 	v.raise(limit)
 	if token <= limit {
 		return nil
 	}
-	return &TokenNotIssuedError{Token: token, Revision: rev, Offset: v.offset}
+	return notIssued(cur)
 }
 
 // Stats returns the verifier's counters.
-func (v *RevisionVerifier) Stats() VerifierStats {
+func (v *ceilingVerifier) Stats() VerifierStats {
 	return VerifierStats{
 		Lookups:         v.lookups.Load(),
 		FailOpenAccepts: v.failOpenAccepts.Load(),
@@ -174,9 +204,6 @@ func (v *RevisionVerifier) Close() error { return v.client.Close() }
 // currentRevision asks etcd for its current revision with a linearizable read, so that it is at least the
 // revision of every lock granted before the call (a serializable read from a lagging member might not be).
 func (v *RevisionVerifier) currentRevision(ctx context.Context) (int64, error) {
-	v.lookups.Add(1)
-	ctx, cancel := context.WithTimeout(ctx, v.timeout)
-	defer cancel()
 	resp, err := v.client.Get(ctx, v.probeKey, clientv3.WithCountOnly())
 	if err != nil {
 		return 0, err
@@ -184,7 +211,7 @@ func (v *RevisionVerifier) currentRevision(ctx context.Context) (int64, error) {
 	return resp.Header.Revision, nil
 }
 
-func (v *RevisionVerifier) raise(limit int64) {
+func (v *ceilingVerifier) raise(limit int64) {
 	for {
 		cur := v.highWater.Load()
 		if limit <= cur || v.highWater.CompareAndSwap(cur, limit) {

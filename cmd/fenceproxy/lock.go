@@ -6,6 +6,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
+	"net/url"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -57,15 +59,20 @@ var forwardedSignals = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGH
 
 var settingName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_$]*(\.[A-Za-z_][A-Za-z0-9_$]*)+$`)
 
-const lockUsage = `usage: fenceproxy lock [flags] NAME -- CMD [ARGS...]
+const lockUsage = `usage: fenceproxy lock [--etcd ENDPOINTS | --pg DSN | --zk SERVERS | --redis ADDR] [flags] NAME -- CMD [ARGS...]
 
-Takes the etcd lock NAME (key prefix --prefix), runs CMD with FENCE_TOKEN (the fencing token: the etcd revision
-at which the lock was granted, plus --token-offset), FENCE_LOCK (NAME) and PGOPTIONS (the inherited value plus
-"-c fence.token=TOKEN") set, keeps the lease alive while CMD runs and releases the lock when CMD exits.
+Takes the lock NAME, from etcd (the default; key prefix --prefix), PostgreSQL (--pg, or FENCEPROXY_PG_DSN:
+leases in the fenceproxy schema, judged by the server's clock), ZooKeeper (--zk, or FENCEPROXY_ZK_SERVERS:
+the lock recipe under --prefix, default /fenceproxy/locks; the lease is the session, --ttl its timeout) or
+Redis (--redis, or FENCEPROXY_REDIS_ADDR: SET NX PX with an owner value, one shared token counter), runs CMD
+with FENCE_TOKEN (the fencing token: etcd's revision at which the lock was granted, the PostgreSQL store's
+sequence value, the czxid of the ZooKeeper holder's node, or the Redis counter's value; plus --token-offset), FENCE_LOCK (NAME) and PGOPTIONS (the inherited value plus "-c fence.token=TOKEN
+-c fence.lock=NAME") set, keeps the lease alive while CMD runs and releases the lock when CMD exits.
 If the lease is lost, CMD gets SIGTERM, then SIGKILL after --grace. SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1
-and SIGUSR2 are forwarded to CMD.
+and SIGUSR2 are forwarded to CMD. One structured log line goes to stderr at acquisition, at each renewal
+failure and at exit.
 
-Exit status: CMD's status, or 128+N if CMD died of signal N; 122 lease lost while CMD ran; 123 etcd
+Exit status: CMD's status, or 128+N if CMD died of signal N; 122 lease lost while CMD ran; 123 lock service
 unreachable or lock not acquired; 124 lock held and not obtained within --wait; 125 usage error;
 126 CMD not executable; 127 CMD not found.
 
@@ -101,6 +108,145 @@ func (w *waitFlag) Set(s string) error {
 	return nil
 }
 
+// storeFlags are the flags that choose and reach the lock service, shared by `lock` and `locks`. At most one of
+// --etcd, --pg, --zk and --redis is given; without any, the environment variables decide (PostgreSQL's, then
+// ZooKeeper's, then Redis's, else etcd).
+type storeFlags struct {
+	fs          *flag.FlagSet
+	endpoints   *string
+	pgDSN       *string
+	zkServers   *string
+	redisAddr   *string
+	prefix      *string
+	dialTimeout *time.Duration
+	// sessionTTL is the ZooKeeper session timeout (the lease), set by `lock` from --ttl.
+	sessionTTL time.Duration
+}
+
+func addStoreFlags(fs *flag.FlagSet) *storeFlags {
+	return &storeFlags{
+		fs:          fs,
+		endpoints:   fs.String("etcd", defaultEndpoints(), "comma-separated etcd `endpoints`; the default is FENCEPROXY_ETCD_ENDPOINTS, else ETCDCTL_ENDPOINTS, if set"),
+		pgDSN:       fs.String("pg", os.Getenv(envPGDSN), "use PostgreSQL as the lock service: the `DSN` of the database (directly or through fenceproxy); the default is "+envPGDSN+", if set, unless another store is given"),
+		zkServers:   fs.String("zk", os.Getenv(envZKServers), "use ZooKeeper as the lock service: comma-separated `servers` (host:port); the default is "+envZKServers+", if set"),
+		redisAddr:   fs.String("redis", os.Getenv(envRedisAddr), "use Redis as the lock service: the primary's `address` (host:port); the default is "+envRedisAddr+", if set"),
+		prefix:      fs.String("prefix", "", `key prefix or path of the locks: etcd default `+tokens.DefaultPrefix+` (use "" for the keys of "etcdctl lock NAME"), ZooKeeper default `+tokens.DefaultZKRoot+` (a Curator InterProcessMutex on PREFIX/NAME is the same lock), Redis default `+tokens.DefaultRedisPrefix),
+		dialTimeout: fs.Duration("dial-timeout", 5*time.Second, "how long to try to reach the lock service before giving up"),
+		sessionTTL:  tokens.DefaultTTL,
+	}
+}
+
+// Environment variables that name a lock service when no flag does.
+const (
+	envPGDSN     = "FENCEPROXY_PG_DSN"
+	envZKServers = "FENCEPROXY_ZK_SERVERS"
+	envRedisAddr = "FENCEPROXY_REDIS_ADDR"
+)
+
+func (f *storeFlags) given(name string) bool {
+	given := false
+	f.fs.Visit(func(fl *flag.Flag) { given = given || fl.Name == name })
+	return given
+}
+
+// kind reports which store the flags choose ("etcd", "postgres", "zookeeper" or "redis"), or a usage problem.
+func (f *storeFlags) kind() (string, error) {
+	flagOf := map[string]string{"etcd": "etcd", "pg": "postgres", "zk": "zookeeper", "redis": "redis"}
+	values := map[string]*string{"etcd": f.endpoints, "pg": f.pgDSN, "zk": f.zkServers, "redis": f.redisAddr}
+	var chosen []string
+	for _, fl := range []string{"etcd", "pg", "zk", "redis"} {
+		if f.given(fl) {
+			chosen = append(chosen, fl)
+		}
+	}
+	switch {
+	case len(chosen) > 1:
+		return "", fmt.Errorf("--%s and --%s exclude each other", chosen[0], chosen[1])
+	case len(chosen) == 1:
+		if strings.TrimSpace(*values[chosen[0]]) == "" {
+			return "", fmt.Errorf("--%s: empty", chosen[0])
+		}
+		return flagOf[chosen[0]], nil
+	}
+	for _, fl := range []string{"pg", "zk", "redis"} {
+		if strings.TrimSpace(*values[fl]) != "" {
+			return flagOf[fl], nil
+		}
+	}
+	return "etcd", nil
+}
+
+func (f *storeFlags) validate() error {
+	if *f.dialTimeout <= 0 {
+		return fmt.Errorf("--dial-timeout %v: must be positive", *f.dialTimeout)
+	}
+	kind, err := f.kind()
+	if err != nil {
+		return err
+	}
+	if kind == "etcd" && len(splitEndpoints(*f.endpoints)) == 0 {
+		return errors.New("--etcd: no endpoints")
+	}
+	return nil
+}
+
+// where describes the lock service for messages.
+func (f *storeFlags) where() string {
+	switch kind, _ := f.kind(); kind {
+	case "postgres":
+		return "PostgreSQL at " + redactDSN(*f.pgDSN)
+	case "zookeeper":
+		return "ZooKeeper at " + strings.Join(splitEndpoints(*f.zkServers), ",")
+	case "redis":
+		return "Redis at " + *f.redisAddr
+	}
+	return "etcd at " + strings.Join(splitEndpoints(*f.endpoints), ",")
+}
+
+// open connects to the chosen lock service within --dial-timeout (checking that it answers). An error means
+// it is unreachable or refuses us.
+func (f *storeFlags) open(ctx context.Context, log *slog.Logger) (tokens.Store, error) {
+	ctx, cancel := context.WithTimeout(ctx, *f.dialTimeout)
+	defer cancel()
+	switch kind, _ := f.kind(); kind {
+	case "postgres":
+		return tokens.NewPGStore(ctx, *f.pgDSN, tokens.PGStoreOptions{Logger: log, ConnectTimeout: *f.dialTimeout})
+	case "zookeeper":
+		return tokens.NewZKStore(ctx, splitEndpoints(*f.zkServers), tokens.ZKOptions{Root: *f.prefix, SessionTimeout: f.sessionTTL, ConnectTimeout: *f.dialTimeout})
+	case "redis":
+		return tokens.NewRedisStore(ctx, strings.TrimSpace(*f.redisAddr), tokens.RedisOptions{Prefix: *f.prefix, DialTimeout: *f.dialTimeout})
+	}
+	prefix := tokens.DefaultPrefix
+	if f.given("prefix") {
+		prefix = *f.prefix
+	}
+	eps := splitEndpoints(*f.endpoints)
+	client, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: *f.dialTimeout, Logger: zap.NewNop()})
+	if err != nil {
+		return nil, fmt.Errorf("etcd client: %w", err)
+	}
+	probe := prefix
+	if probe == "" {
+		probe = tokens.DefaultPrefix
+	}
+	if _, err := client.Get(ctx, probe, clientv3.WithCountOnly()); err != nil {
+		client.Close()
+		if errors.Is(err, context.DeadlineExceeded) {
+			return nil, fmt.Errorf("did not answer within --dial-timeout %v (unreachable or no quorum)", *f.dialTimeout)
+		}
+		return nil, err
+	}
+	return tokens.NewEtcdStore(client, prefix), nil
+}
+
+// redactDSN hides a password in a DSN (URL or key=value form) for messages.
+func redactDSN(dsn string) string {
+	if u, err := url.Parse(dsn); err == nil && u.Scheme != "" {
+		return u.Redacted()
+	}
+	return regexp.MustCompile(`(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)`).ReplaceAllString(dsn, "${1}xxxxx")
+}
+
 // runLock implements `fenceproxy lock`; args are the arguments after "lock". CMD inherits the process's stdin,
 // and writes to stdout and stderr (directly when they are files). Cancelling ctx acts like a SIGTERM to the lock
 // process; runLock installs its own handlers for the forwarded signals while it runs.
@@ -108,15 +254,15 @@ func runLock(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("fenceproxy lock", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {} // --help goes to stdout, a mistake gets the usage line on stderr (below)
-	endpoints := fs.String("etcd", defaultEndpoints(), "comma-separated etcd `endpoints`; the default is FENCEPROXY_ETCD_ENDPOINTS, else ETCDCTL_ENDPOINTS, if set")
-	ttl := fs.Duration("ttl", tokens.DefaultTTL, "lease TTL, rounded up to whole seconds, at least 1s")
-	prefix := fs.String("prefix", tokens.DefaultPrefix, `key prefix; the lock's keys are PREFIX+NAME+"/"+LEASE (use "" for the keys of "etcdctl lock NAME")`)
+	sf := addStoreFlags(fs)
+	ttl := fs.Duration("ttl", tokens.DefaultTTL, "lease TTL, at least 1s (etcd rounds it up to whole seconds; ZooKeeper's session timeout)")
 	var wait waitFlag
 	fs.Var(&wait, "wait", "`duration` to wait for the lock while another session holds it; 0 fails at once (default forever)")
 	grace := fs.Duration("grace", 10*time.Second, "after the lease is lost, how long CMD has between SIGTERM and SIGKILL")
-	offset := fs.Int64("token-offset", 0, "added to the etcd revision to form the token (for an etcd restored from a snapshot)")
+	offset := fs.Int64("token-offset", 0, "added to the store's token (for a lock service restored from an older backup or snapshot)")
 	setting := fs.String("setting", tokens.DefaultSetting, "PostgreSQL setting that carries the token, in PGOPTIONS")
-	dialTimeout := fs.Duration("dial-timeout", 5*time.Second, "how long to try to reach etcd before giving up")
+	lockSetting := fs.String("lock-setting", tokens.DefaultLockSetting, "PostgreSQL setting that carries the lock's name, in PGOPTIONS")
+	logFormat := fs.String("log-format", "text", "format of the log lines on stderr: text or json")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprint(stdout, lockUsage)
@@ -153,12 +299,20 @@ func runLock(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return usageError("--token-offset %d: must not be negative", *offset)
 	case !settingName.MatchString(*setting):
 		return usageError("--setting %q: not a qualified setting name such as fence.token", *setting)
-	case *dialTimeout <= 0:
-		return usageError("--dial-timeout %v: must be positive", *dialTimeout)
+	case !settingName.MatchString(*lockSetting) || strings.EqualFold(*lockSetting, *setting):
+		return usageError("--lock-setting %q: not a qualified setting name such as fence.lock, distinct from --setting", *lockSetting)
+	case *logFormat != "text" && *logFormat != "json":
+		return usageError("--log-format %q: must be text or json", *logFormat)
 	}
-	eps := splitEndpoints(*endpoints)
-	if len(eps) == 0 {
-		return usageError("--etcd: no endpoints")
+	if err := sf.validate(); err != nil {
+		return usageError("%v", err)
+	}
+	sf.sessionTTL = *ttl
+	var log *slog.Logger
+	if *logFormat == "json" {
+		log = slog.New(slog.NewJSONHandler(stderr, nil))
+	} else {
+		log = slog.New(slog.NewTextHandler(stderr, nil))
 	}
 
 	// Find CMD before taking the lock, so that a typo does not cost a lock round.
@@ -175,31 +329,44 @@ func runLock(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	signal.Notify(sigs, forwardedSignals...)
 	defer signal.Stop(sigs)
 
-	client, err := clientv3.New(clientv3.Config{
-		Endpoints:   eps,
-		DialTimeout: *dialTimeout,
-		Logger:      zap.NewNop(),
-	})
+	store, err := sf.open(ctx, log)
 	if err != nil {
-		fmt.Fprintf(stderr, "fenceproxy lock: etcd client for %s: %v\n", strings.Join(eps, ","), err)
+		fmt.Fprintf(stderr, "fenceproxy lock: %s: %v; CMD not started\n", sf.where(), err)
 		return exitUnavailable
 	}
-	defer client.Close()
+	defer store.Close()
 
-	lock, status := acquireLock(ctx, client, sigs, name, eps, lockParams{
-		ttl: *ttl, prefix: *prefix, wait: wait, offset: *offset, dialTimeout: *dialTimeout,
+	waitStart := time.Now()
+	lock, status := acquireLock(ctx, store, sigs, name, sf.where(), lockParams{
+		ttl: *ttl, wait: wait, offset: *offset, dialTimeout: *sf.dialTimeout,
 	}, stderr)
 	if lock == nil {
+		log.Info("lock not acquired", "store", store.Kind(), "lock", name, "waited", time.Since(waitStart).Round(time.Millisecond), "exit", status)
 		return status
 	}
+	heldSince := time.Now()
+	log.Info("lock acquired", "store", store.Kind(), "lock", name, "token", lock.Token(), "waited", heldSince.Sub(waitStart).Round(time.Millisecond), "ttl", *ttl)
+	outcome := "released"
+	code := runHolding(ctx, lock, sigs, path, cmdArgs, name, *setting, *lockSetting, *grace, stdout, stderr)
+	switch code {
+	case exitLeaseLost:
+		outcome = "lease lost"
+	case exitCannotRun:
+		outcome = "command not started"
+	}
+	log.Info("lock exit", "store", store.Kind(), "lock", name, "token", lock.Token(), "held", time.Since(heldSince).Round(time.Millisecond), "outcome", outcome, "exit", code)
+	return code
+}
 
+// runHolding runs CMD while lock is held and returns the lock process's exit status.
+func runHolding(ctx context.Context, lock tokens.Held, sigs <-chan os.Signal, path string, cmdArgs []string, name, setting, lockSetting string, grace time.Duration, stdout, stderr io.Writer) int {
 	token := lock.Token()
 	cmd := exec.Command(path, cmdArgs[1:]...)
 	cmd.Args[0] = cmdArgs[0]
 	cmd.Env = append(filterEnv(os.Environ(), envToken, envLock, envPGOptions),
 		envToken+"="+strconv.FormatInt(token, 10),
 		envLock+"="+name,
-		envPGOptions+"="+tokens.PGOptions(os.Getenv(envPGOptions), *setting, token),
+		envPGOptions+"="+tokens.PGOptionsLock(os.Getenv(envPGOptions), setting, token, lockSetting, name),
 	)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
 	cmd.WaitDelay = 2 * time.Second // CMD's children may keep a copied stdout open
@@ -232,17 +399,17 @@ func runLock(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			cmd.Process.Signal(syscall.SIGTERM)
 		case <-lost:
 			lost, leaseLost = nil, true
-			if *grace == 0 {
+			if grace == 0 {
 				fmt.Fprintf(stderr, "fenceproxy lock: %v; killing CMD %s (pid %d) with SIGKILL\n", lock.Err(), cmdArgs[0], cmd.Process.Pid)
 				cmd.Process.Kill()
 				continue
 			}
-			fmt.Fprintf(stderr, "fenceproxy lock: %v; sending SIGTERM to CMD %s (pid %d), SIGKILL in %v\n", lock.Err(), cmdArgs[0], cmd.Process.Pid, *grace)
+			fmt.Fprintf(stderr, "fenceproxy lock: %v; sending SIGTERM to CMD %s (pid %d), SIGKILL in %v\n", lock.Err(), cmdArgs[0], cmd.Process.Pid, grace)
 			cmd.Process.Signal(syscall.SIGTERM)
-			killTimer = time.After(*grace)
+			killTimer = time.After(grace)
 		case <-killTimer:
 			killTimer = nil
-			fmt.Fprintf(stderr, "fenceproxy lock: CMD %s (pid %d) still running %v after SIGTERM; sending SIGKILL\n", cmdArgs[0], cmd.Process.Pid, *grace)
+			fmt.Fprintf(stderr, "fenceproxy lock: CMD %s (pid %d) still running %v after SIGTERM; sending SIGKILL\n", cmdArgs[0], cmd.Process.Pid, grace)
 			cmd.Process.Kill()
 		}
 	}
@@ -261,15 +428,14 @@ func runLock(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 type lockParams struct {
 	ttl         time.Duration
-	prefix      string
 	wait        waitFlag
 	offset      int64
 	dialTimeout time.Duration
 }
 
-// acquireLock checks that etcd answers within the dial timeout, then takes the lock, waiting as --wait says.
-// A forwarded signal or the end of ctx abandons the wait. It returns the lock, or nil and the exit status.
-func acquireLock(ctx context.Context, client *clientv3.Client, sigs <-chan os.Signal, name string, eps []string, p lockParams, stderr io.Writer) (*tokens.Lock, int) {
+// acquireLock takes the lock, waiting as --wait says. A forwarded signal or the end of ctx abandons the wait.
+// It returns the lock, or nil and the exit status.
+func acquireLock(ctx context.Context, store tokens.Store, sigs <-chan os.Signal, name, where string, p lockParams, stderr io.Writer) (tokens.Held, int) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	var interrupted os.Signal
@@ -290,25 +456,25 @@ func acquireLock(ctx context.Context, client *clientv3.Client, sigs <-chan os.Si
 	})
 	defer stopWatching()
 
-	key := p.prefix + name
-	probeCtx, probeCancel := context.WithTimeout(ctx, p.dialTimeout)
-	_, err := client.Get(probeCtx, key, clientv3.WithCountOnly())
-	probeCancel()
-	var lock *tokens.Lock
-	if err == nil {
-		opts := []tokens.Option{tokens.WithTTL(p.ttl), tokens.WithPrefix(p.prefix), tokens.WithTokenOffset(p.offset)}
-		switch {
-		case !p.wait.set:
-			lock, err = tokens.Acquire(ctx, client, name, opts...)
-		case p.wait.d == 0:
-			tryCtx, tryCancel := context.WithTimeout(ctx, p.dialTimeout)
-			lock, err = tokens.TryAcquire(tryCtx, client, name, opts...)
-			tryCancel()
-		default:
-			waitCtx, waitCancel := context.WithTimeoutCause(ctx, p.wait.d, errWaitElapsed)
-			lock, err = tokens.Acquire(waitCtx, client, name, opts...)
-			waitCancel()
-		}
+	key := name
+	if es, ok := store.(*tokens.EtcdStore); ok {
+		key = es.Prefix() + name
+	}
+	o := tokens.AcquireOptions{TTL: p.ttl, TokenOffset: p.offset}
+	var lock tokens.Held
+	var err error
+	switch {
+	case !p.wait.set:
+		lock, err = store.Acquire(ctx, name, o)
+	case p.wait.d == 0:
+		tryCtx, tryCancel := context.WithTimeout(ctx, p.dialTimeout)
+		o.Try = true
+		lock, err = store.Acquire(tryCtx, name, o)
+		tryCancel()
+	default:
+		waitCtx, waitCancel := context.WithTimeoutCause(ctx, p.wait.d, errWaitElapsed)
+		lock, err = store.Acquire(waitCtx, name, o)
+		waitCancel()
 	}
 	stopWatching()
 	if lock != nil {
@@ -329,21 +495,21 @@ func acquireLock(ctx context.Context, client *clientv3.Client, sigs <-chan os.Si
 		fmt.Fprintf(stderr, "fenceproxy lock: lock %q is held by another session (--wait 0)\n", key)
 		return nil, exitBusy
 	case errors.Is(err, errWaitElapsed):
-		fmt.Fprintf(stderr, "fenceproxy lock: lock %q is held by another session; not obtained within --wait %v\n", key, p.wait.d)
+		fmt.Fprintf(stderr, "fenceproxy lock: lock %q is held by another session; not obtained within --wait %v (%v)\n", key, p.wait.d, err)
 		return nil, exitBusy
 	case errors.Is(err, context.DeadlineExceeded):
-		fmt.Fprintf(stderr, "fenceproxy lock: etcd at %s did not answer within --dial-timeout %v (unreachable or no quorum); CMD not started\n",
-			strings.Join(eps, ","), p.dialTimeout)
+		fmt.Fprintf(stderr, "fenceproxy lock: %s did not answer within --dial-timeout %v (unreachable or no quorum); CMD not started\n",
+			where, p.dialTimeout)
 		return nil, exitUnavailable
 	default:
-		fmt.Fprintf(stderr, "fenceproxy lock: acquiring lock %q from etcd at %s: %v\n", key, strings.Join(eps, ","), err)
+		fmt.Fprintf(stderr, "fenceproxy lock: acquiring lock %q from %s: %v\n", key, where, err)
 		return nil, exitUnavailable
 	}
 }
 
 var errWaitElapsed = errors.New("--wait elapsed")
 
-func releaseLock(lock *tokens.Lock, timeout time.Duration, stderr io.Writer) {
+func releaseLock(lock tokens.Held, timeout time.Duration, stderr io.Writer) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	if err := lock.Release(ctx); err != nil {

@@ -254,7 +254,7 @@ func TestLockCLI(t *testing.T) {
 		want := map[string]string{
 			"FENCE_TOKEN": strconv.FormatInt(createRev, 10),
 			"FENCE_LOCK":  name,
-			"PGOPTIONS":   "-c application_name=outer -c fence.token=" + strconv.FormatInt(createRev, 10),
+			"PGOPTIONS":   "-c application_name=outer -c fence.token=" + strconv.FormatInt(createRev, 10) + " -c fence.lock=" + name,
 		}
 		for k, v := range want {
 			if env[k] != v {
@@ -277,11 +277,11 @@ func TestLockCLI(t *testing.T) {
 		t.Parallel()
 		dir, name := t.TempDir(), lockName(t)
 		p := startLock(t, []string{"PGOPTIONS="},
-			append([]string{etcdFlag, "--token-offset=1000000", "--setting=app.fence", "--prefix=/custom/", name, "--"}, childCmd("hold", dir)...)...)
+			append([]string{etcdFlag, "--token-offset=1000000", "--setting=app.fence", "--lock-setting=app.lock", "--prefix=/custom/", name, "--"}, childCmd("hold", dir)...)...)
 		env := childEnv(t, dir, 10*time.Second)
 		_, _, createRev := lockHolder(t, admin, "/custom/"+name)
 		token := strconv.FormatInt(createRev+1000000, 10)
-		if env["FENCE_TOKEN"] != token || env["PGOPTIONS"] != "-c app.fence="+token {
+		if env["FENCE_TOKEN"] != token || env["PGOPTIONS"] != "-c app.fence="+token+" -c app.lock="+name {
 			t.Errorf("FENCE_TOKEN=%q PGOPTIONS=%q, want token %s", env["FENCE_TOKEN"], env["PGOPTIONS"], token)
 		}
 		os.WriteFile(filepath.Join(dir, "release"), nil, 0o644)
@@ -299,13 +299,13 @@ func TestLockCLI(t *testing.T) {
 			t.Fatalf("exit %d", code)
 		}
 		env := childEnv(t, dir, time.Second)
-		m := regexp.MustCompile(`^-c application_name=outer -c fence\.token=(\d+) -c fence\.token=(\d+)$`).FindStringSubmatch(env["PGOPTIONS"])
+		m := regexp.MustCompile(`^-c application_name=outer -c fence\.token=(\d+) -c fence\.lock=\S+ -c fence\.token=(\d+) -c fence\.lock=(\S+)$`).FindStringSubmatch(env["PGOPTIONS"])
 		if m == nil {
 			t.Fatalf("PGOPTIONS = %q", env["PGOPTIONS"])
 		}
 		outerTok, _ := strconv.ParseInt(m[1], 10, 64)
 		innerTok, _ := strconv.ParseInt(m[2], 10, 64)
-		if env["FENCE_TOKEN"] != m[2] || env["FENCE_LOCK"] != inner || innerTok <= outerTok {
+		if env["FENCE_TOKEN"] != m[2] || env["FENCE_LOCK"] != inner || m[3] != inner || innerTok <= outerTok {
 			t.Fatalf("nested lock: FENCE_TOKEN=%q FENCE_LOCK=%q PGOPTIONS=%q", env["FENCE_TOKEN"], env["FENCE_LOCK"], env["PGOPTIONS"])
 		}
 	})

@@ -3,6 +3,7 @@
 //	fenceproxy serve --config FILE
 //	fenceproxy check --config FILE
 //	fenceproxy lock [flags] NAME -- CMD [ARGS...]
+//	fenceproxy locks [--etcd ENDPOINTS | --pg DSN | --zk SERVERS | --redis ADDR]
 //	fenceproxy version
 //
 // Every command answers --help.
@@ -29,9 +30,13 @@ func commands() []command {
 	return []command{
 		{"serve", "serve --config FILE\n      run the proxy (SIGTERM drains, SIGHUP reloads the table list)", runServe},
 		{"check", "check --config FILE [--dsn DSN] [--etcd ENDPOINTS]\n      check the protected tables upstream (and row tokens against etcd); prints the DDL that fixes them", runCheck},
-		{"lock", "lock [flags] NAME -- CMD [ARGS...]\n      run CMD holding the etcd lock NAME, with its fencing token set",
+		{"lock", "lock [--etcd ENDPOINTS | --pg DSN | --zk SERVERS | --redis ADDR] [flags] NAME -- CMD [ARGS...]\n      run CMD holding the lock NAME, with its fencing token and lock name set",
 			func(args []string, stdout, stderr io.Writer) int {
 				return runLock(context.Background(), args, stdout, stderr)
+			}},
+		{"locks", "locks [--etcd ENDPOINTS | --pg DSN | --zk SERVERS | --redis ADDR] [--json]\n      list held and waited-for locks: holder, token, lease left, waiters",
+			func(args []string, stdout, stderr io.Writer) int {
+				return runLocks(context.Background(), args, stdout, stderr)
 			}},
 		{"version", "version\n      print the version", runVersion},
 	}

@@ -71,6 +71,19 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		defer v.Close()
 		opts.Verifier = v
 	}
+	if zs := cfg.Token.Verify.ZooKeeper; len(zs.Servers) > 0 {
+		v, err := tokens.NewZKVerifier(zs.Servers, tokens.VerifierConfig{
+			TokenOffset: cfg.Token.Offset,
+			FailOpen:    zs.FailOpen,
+			Timeout:     zs.Timeout,
+		})
+		if err != nil {
+			fmt.Fprintf(stderr, "fenceproxy: token.verify.zookeeper: %v\n", err)
+			return 1
+		}
+		defer v.Close()
+		opts.Verifier = v
+	}
 
 	var metricsSrv *http.Server
 	var catalogMetrics *catalog.Metrics
@@ -80,6 +93,14 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		opts.Metrics = proxy.NewMetrics(reg)
 		if cfg.Catalog != nil {
 			catalogMetrics = catalog.NewMetrics(reg)
+		}
+		if cfg.Locks.Enabled() {
+			stopObservers, err := startLockObservers(cfg, reg, log)
+			if err != nil {
+				fmt.Fprintf(stderr, "fenceproxy: %v\n", err)
+				return 1
+			}
+			defer stopObservers()
 		}
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))

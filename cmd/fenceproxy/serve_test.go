@@ -66,6 +66,7 @@ func startServe(t *testing.T, bin, configPath, addr string) *proxyProcess {
 		}
 		select {
 		case err := <-pp.done:
+			pp.done <- err // for the cleanup
 			t.Fatalf("fenceproxy exited at start: %v\n%s", err, pp.stderr.String())
 		default:
 		}

@@ -84,6 +84,8 @@ func helperMain(mode string, args []string) int {
 	case "once":
 		write()
 		return 0
+	case "critical":
+		return criticalSection(ctx, conn, token, table, row)
 	case "hold":
 		write()
 		writeJSON(filepath.Join(dir, "ready"), workerReady{Token: token, PID: os.Getpid()})
@@ -136,7 +138,14 @@ type lockProc struct {
 // startLock runs `fenceproxy lock --etcd E --ttl TTL --grace 30s NAME -- worker OP DIR DSN TABLE ROW`.
 func startLock(t *testing.T, e *etcdtest.Etcd, flags []string, name string, workerArgs ...string) *lockProc {
 	t.Helper()
-	args := []string{"lock", "--etcd", strings.Join(e.Endpoints(), ","), "--grace", "30s", "--dial-timeout", "2s"}
+	return startLockStore(t, []string{"--etcd", strings.Join(e.Endpoints(), ",")}, flags, name, workerArgs...)
+}
+
+// startLockStore is startLock with the flags that choose the lock store (--etcd E, or --pg DSN).
+func startLockStore(t *testing.T, store []string, flags []string, name string, workerArgs ...string) *lockProc {
+	t.Helper()
+	args := append([]string{"lock"}, store...)
+	args = append(args, "--grace", "30s", "--dial-timeout", "2s")
 	args = append(args, flags...)
 	args = append(args, name, "--", os.Args[0])
 	args = append(args, workerArgs...)

@@ -1,0 +1,55 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"github.com/prometheus/client_golang/prometheus"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/fenceproxy/fenceproxy/config"
+	"github.com/fenceproxy/fenceproxy/tokens"
+)
+
+// startLockObservers registers an observer per lock store configured under locks: and runs them until the
+// returned stop is called. A store that cannot be reached at start is retried at every interval (its series
+// show fenceproxy_lock_observer_up 0); only a configuration that cannot work is an error.
+func startLockObservers(cfg *config.Config, reg prometheus.Registerer, log *slog.Logger) (stop func(), err error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var closers []func()
+	stop = func() {
+		cancel()
+		for _, c := range closers {
+			c()
+		}
+	}
+	o := tokens.ObserverOptions{MaxLocks: cfg.Locks.MaxLocks, Interval: cfg.Locks.Interval, Logger: log}
+	var observers tokens.Observers
+	if dsn := cfg.Locks.Postgres.DSN; dsn != "" {
+		s, err := tokens.NewPGStore(ctx, dsn, tokens.PGStoreOptions{ReadOnly: true})
+		if err != nil {
+			stop()
+			return nil, fmt.Errorf("locks.postgres: %w", err)
+		}
+		observers = append(observers, tokens.NewPGObserver(s, o))
+	}
+	if eps := cfg.Locks.Etcd.Endpoints; len(eps) > 0 {
+		client, err := clientv3.New(clientv3.Config{Endpoints: eps, Logger: zap.NewNop()})
+		if err != nil {
+			stop()
+			return nil, fmt.Errorf("locks.etcd: %w", err)
+		}
+		closers = append(closers, func() { client.Close() })
+		observers = append(observers, tokens.NewEtcdObserver(tokens.NewEtcdStore(client, cfg.Locks.Etcd.Prefix), o))
+	}
+	if err := reg.Register(observers); err != nil {
+		stop()
+		return nil, fmt.Errorf("locks: %w", err)
+	}
+	for _, ob := range observers {
+		go ob.Run(ctx)
+	}
+	return stop, nil
+}
