@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -16,23 +14,22 @@ import (
 // runLocks implements `fenceproxy locks [--pg DSN | --etcd ENDPOINTS] [--json]`: the locks that are held or
 // waited for, with holder, token, lease left and waiters. Exit 0, 1 when the lock service cannot be read,
 // 2 on a usage error.
+const locksHelp = `usage: fenceproxy locks [--etcd ENDPOINTS | --pg DSN | --zk SERVERS | --redis ADDR] [--prefix PREFIX] [--json]
+
+Lists the locks that are held or waited for: holder, token, lease left, hold time and waiters ("?" where the
+store cannot tell: Redis keeps no queue). The store is chosen as for fenceproxy lock. Exit status: 0, 1 when
+the lock service cannot be read, 2 on a usage error.
+`
+
 func runLocks(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("fenceproxy locks", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	sf := addStoreFlags(fs)
+	fs := newCommandFlags("locks", locksHelp, stderr)
+	sf := addStoreFlags(fs.FlagSet)
 	asJSON := fs.Bool("json", false, "print a JSON array instead of a table")
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: fenceproxy locks [--pg DSN | --etcd ENDPOINTS] [--prefix PREFIX] [--json]\n\nLists the locks that are held or waited for: holder, token, lease left, waiters.\n\nFlags:")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if status, done := fs.parse(args, 2, stdout, stderr); done {
+		return status
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "fenceproxy locks: unexpected argument %q\n", fs.Arg(0))
+		fs.usageError(stderr, fmt.Sprintf("unexpected argument %q", fs.Arg(0)))
 		return 2
 	}
 	if err := sf.validate(); err != nil {
