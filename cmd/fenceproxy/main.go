@@ -2,6 +2,8 @@
 //
 //	fenceproxy serve --config FILE
 //	fenceproxy check --config FILE
+//	fenceproxy install --config FILE [--dsn DSN] [--print] [--ddl-guard]
+//	fenceproxy uninstall --config FILE [--dsn DSN]
 //	fenceproxy lock [flags] NAME -- CMD [ARGS...]
 //	fenceproxy version
 package main
@@ -26,6 +28,10 @@ const usage = `usage:
   fenceproxy check --config FILE [--dsn DSN] [--etcd ENDPOINTS]
                                       check the protected tables upstream (and row tokens against etcd);
                                       non-zero exit on problems
+  fenceproxy install --config FILE [--dsn DSN] [--print] [--ddl-guard]
+                                      create or upgrade the fenceproxy schema and the in-database guard
+  fenceproxy uninstall --config FILE [--dsn DSN] [--print]
+                                      remove them
   fenceproxy lock [flags] NAME -- CMD [ARGS...]
                                       run CMD holding the etcd lock NAME, with its fencing token set
   fenceproxy version                  print the version
@@ -41,6 +47,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runServe(args[1:], stdout, stderr)
 	case "check":
 		return runCheck(args[1:], stdout, stderr)
+	case "install":
+		return runInstall(args[1:], stdout, stderr)
+	case "uninstall":
+		return runUninstall(args[1:], stdout, stderr)
 	case "lock":
 		return runLock(context.Background(), args[1:], stdout, stderr)
 	case "version", "--version", "-v":
