@@ -78,7 +78,7 @@ func textSQL(text string, exprs map[string]string) (string, error) {
 	return "pg_catalog.concat(" + strings.Join(args, ", ") + ")", nil
 }
 
-// quoteLiteral quotes s as an E'' string literal, which reads the same whatever standard_conforming_strings is.
+// quoteLiteral quotes s as an E'...' string literal, which reads the same whatever standard_conforming_strings is.
 func quoteLiteral(s string) string {
 	s = strings.ReplaceAll(s, `\`, `\\`)
 	s = strings.ReplaceAll(s, `'`, `\'`)
