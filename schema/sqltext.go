@@ -26,7 +26,8 @@ const (
 )
 
 // errorSQL is the PL/pgSQL RAISE statement for marker m, whose fields may hold sentinels; exprs maps each
-// sentinel's part name to its PL/pgSQL expression.
+// sentinel's part name to its PL/pgSQL expression. The error's TABLE field holds the table's label too, so
+// that the proxy can count the guard's refusals by table without reading the message.
 func errorSQL(m rewrite.Marker, exprs map[string]string) (string, error) {
 	msg, detail, hint := m.Describe()
 	if msg == "" {
@@ -44,6 +45,11 @@ func errorSQL(m rewrite.Marker, exprs map[string]string) (string, error) {
 		}
 		fmt.Fprintf(&b, ", %s = %s", f.key, e)
 	}
+	table, err := textSQL(m.Table, exprs)
+	if err != nil {
+		return "", err
+	}
+	fmt.Fprintf(&b, ", TABLE = %s", table)
 	b.WriteString(";")
 	return b.String(), nil
 }

@@ -1,0 +1,130 @@
+package schema_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/fenceproxy/fenceproxy/internal/pgtest"
+	"github.com/fenceproxy/fenceproxy/internal/proxytest"
+	"github.com/fenceproxy/fenceproxy/rewrite"
+)
+
+// TestGuardSameErrorsAsProxy: for the same refused write, the proxy's rewrite (no guard installed) and the
+// guard (a direct connection) send the same SQLSTATE, message, DETAIL and HINT; through the proxy with the
+// guard installed the client sees them too. Legitimate fenced writes through the proxy still pass, and the
+// guard's own errors pass through the proxy unchanged and are counted.
+func TestGuardSameErrorsAsProxy(t *testing.T) {
+	db := newDB(t)
+	su := superConn(t, db)
+	exec(t, su, `CREATE TABLE accounts (id int PRIMARY KEY, balance int NOT NULL DEFAULT 0, fence_token bigint);
+INSERT INTO accounts VALUES (1, 0, 42), (2, 0, 42);
+CREATE FUNCTION settle() RETURNS void LANGUAGE sql AS 'UPDATE accounts SET balance = 0';`)
+	p := proxytest.Start(t, pg.Addr(), proxytest.Options{YAML: "tables:\n  - name: accounts\n    token_column: fence_token\n"})
+	proxyConn := func(options string) *pgx.Conn {
+		cfg, err := pgx.ParseConfig(p.DSN(pgtest.SuperUser, "", db))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if options != "" {
+			cfg.RuntimeParams["options"] = options
+		}
+		c, err := pgx.ConnectConfig(context.Background(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close(context.Background()) })
+		return c
+	}
+	cases := []struct{ name, options, sql, code string }{
+		{"stale UPDATE", "-c fence.token=41", "UPDATE accounts SET balance = 1 WHERE id = 1", rewrite.CodeStale},
+		{"stale DELETE", "-c fence.token=0041", "DELETE FROM accounts WHERE id = 2", rewrite.CodeStale},
+		{"stale upsert", "-c fence.token=41", "INSERT INTO accounts (id) VALUES (1) ON CONFLICT (id) DO UPDATE SET balance = 2", rewrite.CodeStale},
+		{"no token", "", "UPDATE accounts SET balance = 1 WHERE id = 1", rewrite.CodeMissing},
+		{"no token INSERT", "", "INSERT INTO accounts (id) VALUES (7)", rewrite.CodeMissing},
+		{"invalid token", "", "SELECT set_config('fence.token', '4' || 'x2', false); UPDATE accounts SET balance = 1 WHERE id = 1", rewrite.CodeInvalid},
+		{"token out of range", "", "SELECT set_config('fence.token', '9223372036854775' || '808', false); DELETE FROM accounts", rewrite.CodeInvalid},
+	}
+	run := func(c *pgx.Conn, sql string) *pgconn.PgError {
+		err := execErr(c, sql)
+		var pe *pgconn.PgError
+		if !errors.As(err, &pe) {
+			t.Fatalf("%s: want a server error, got %v", sql, err)
+		}
+		return pe
+	}
+	same := func(what string, a, b *pgconn.PgError) {
+		t.Helper()
+		if a.Code != b.Code || a.Message != b.Message || a.Detail != b.Detail || a.Hint != b.Hint {
+			t.Errorf("%s differ:\n  %s %q / %q / %q\n  %s %q / %q / %q", what, a.Code, a.Message, a.Detail, a.Hint, b.Code, b.Message, b.Detail, b.Hint)
+		}
+	}
+	var fromProxy []*pgconn.PgError
+	for _, c := range cases {
+		pe := run(proxyConn(c.options), c.sql)
+		if pe.Code != c.code {
+			t.Fatalf("%s through the proxy: %s %s", c.name, pe.Code, pe.Message)
+		}
+		fromProxy = append(fromProxy, pe)
+	}
+
+	install(t, su, guardConfig(table("accounts", "fence_token")))
+	for i, c := range cases {
+		same(c.name+": proxy (no guard) vs guard (direct)", fromProxy[i], run(connect(t, db, pgtest.SuperUser, c.options), c.sql))
+		same(c.name+": proxy (no guard) vs proxy with guard", fromProxy[i], run(proxyConn(c.options), c.sql))
+	}
+
+	// The guard's errors for writes the proxy cannot see pass through it unchanged, and are counted.
+	stale := proxyConn("-c fence.token=41")
+	before := staleCount(t, p)
+	pe := run(stale, "SELECT settle()")
+	same("in-server write through the proxy", fromProxy[0], &pgconn.PgError{Code: pe.Code, Message: pe.Message, Detail: pe.Detail, Hint: pe.Hint})
+	if after := staleCount(t, p); after != before+1 {
+		t.Errorf("stale rejections of accounts: %v -> %v, want +1", before, after)
+	}
+
+	// Legitimate fenced writes through the proxy pass with the guard installed, in both protocols.
+	fresh := proxyConn("-c fence.token=43")
+	exec(t, fresh, `UPDATE accounts SET balance = 5 WHERE id = 1; INSERT INTO accounts (id, balance) VALUES (3, 1), (4, 1);
+INSERT INTO accounts (id) VALUES (5) ON CONFLICT (id) DO UPDATE SET balance = 3; DELETE FROM accounts WHERE id = 2`)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := fresh.Exec(ctx, "UPDATE accounts SET balance = $1 WHERE id = $2", 9, 3); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fresh.Exec(ctx, "INSERT INTO accounts (id, balance) VALUES ($1, $2)", 6, 1); err != nil {
+		t.Fatal(err)
+	}
+	if n := queryInt(t, su, "SELECT count(*) FROM accounts WHERE fence_token = 43"); n != 5 {
+		t.Fatalf("rows written with token 43: %d, want 5", n)
+	}
+	if n := queryInt(t, su, "SELECT count(*) FROM accounts"); n != 5 {
+		t.Fatalf("rows: %d, want 5", n)
+	}
+}
+
+// staleCount reads fenceproxy_stale_rejections_total{table="accounts"} from the proxy's registry.
+func staleCount(t *testing.T, p *proxytest.Proxy) float64 {
+	t.Helper()
+	mfs, err := p.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "fenceproxy_stale_rejections_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "table" && l.GetValue() == "accounts" {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
+}
