@@ -46,7 +46,7 @@ func TestLockFenceStaleHolder(t *testing.T) {
 		t.Fatalf("mark after B's write: %d, want 42", m)
 	}
 	for _, sql := range []string{
-		"INSERT INTO transfers VALUES (2, 10)",             // new rows
+		"INSERT INTO transfers VALUES (2, 10)",            // new rows
 		"UPDATE invoices SET settled = true WHERE id = 3", // a row B never wrote
 		"DELETE FROM invoices WHERE id = 4",
 		"UPDATE invoices SET settled = false WHERE id = 1", // a row A itself wrote
