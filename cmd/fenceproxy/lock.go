@@ -61,7 +61,7 @@ const lockUsage = `usage: fenceproxy lock [flags] NAME -- CMD [ARGS...]
 
 Takes the etcd lock NAME (key prefix --prefix), runs CMD with FENCE_TOKEN (the fencing token: the etcd revision
 at which the lock was granted, plus --token-offset), FENCE_LOCK (NAME) and PGOPTIONS (the inherited value plus
-"-c fence.token=TOKEN") set, keeps the lease alive while CMD runs and releases the lock when CMD exits.
+"-c fence.token=TOKEN -c fence.lock=NAME") set, keeps the lease alive while CMD runs and releases the lock when CMD exits.
 If the lease is lost, CMD gets SIGTERM, then SIGKILL after --grace. SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1
 and SIGUSR2 are forwarded to CMD.
 
@@ -119,6 +119,7 @@ func runLock(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	grace := fs.Duration("grace", 10*time.Second, "after the lease is lost, how long CMD has between SIGTERM and SIGKILL")
 	offset := fs.Int64("token-offset", 0, "added to the etcd revision to form the token (for an etcd restored from a snapshot)")
 	setting := fs.String("setting", tokens.DefaultSetting, "PostgreSQL setting that carries the token, in PGOPTIONS")
+	lockSetting := fs.String("lock-setting", "fence.lock", "PostgreSQL setting that names the lock (lock fences), in PGOPTIONS")
 	dialTimeout := fs.Duration("dial-timeout", 5*time.Second, "how long to try to reach etcd before giving up")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -198,7 +199,7 @@ func runLock(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cmd.Env = append(filterEnv(os.Environ(), envToken, envLock, envPGOptions),
 		envToken+"="+strconv.FormatInt(token, 10),
 		envLock+"="+name,
-		envPGOptions+"="+tokens.PGOptions(os.Getenv(envPGOptions), *setting, token),
+		envPGOptions+"="+tokens.PGOptions(os.Getenv(envPGOptions), *setting, token)+lockOption(*lockSetting, name),
 	)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
 	cmd.WaitDelay = 2 * time.Second // CMD's children may keep a copied stdout open

@@ -254,7 +254,7 @@ func TestLockCLI(t *testing.T) {
 		want := map[string]string{
 			"FENCE_TOKEN": strconv.FormatInt(createRev, 10),
 			"FENCE_LOCK":  name,
-			"PGOPTIONS":   "-c application_name=outer -c fence.token=" + strconv.FormatInt(createRev, 10),
+			"PGOPTIONS":   "-c application_name=outer -c fence.token=" + strconv.FormatInt(createRev, 10) + " -c fence.lock=" + name,
 		}
 		for k, v := range want {
 			if env[k] != v {
@@ -281,7 +281,7 @@ func TestLockCLI(t *testing.T) {
 		env := childEnv(t, dir, 10*time.Second)
 		_, _, createRev := lockHolder(t, admin, "/custom/"+name)
 		token := strconv.FormatInt(createRev+1000000, 10)
-		if env["FENCE_TOKEN"] != token || env["PGOPTIONS"] != "-c app.fence="+token {
+		if env["FENCE_TOKEN"] != token || env["PGOPTIONS"] != "-c app.fence="+token+" -c fence.lock="+name {
 			t.Errorf("FENCE_TOKEN=%q PGOPTIONS=%q, want token %s", env["FENCE_TOKEN"], env["PGOPTIONS"], token)
 		}
 		os.WriteFile(filepath.Join(dir, "release"), nil, 0o644)
@@ -299,7 +299,7 @@ func TestLockCLI(t *testing.T) {
 			t.Fatalf("exit %d", code)
 		}
 		env := childEnv(t, dir, time.Second)
-		m := regexp.MustCompile(`^-c application_name=outer -c fence\.token=(\d+) -c fence\.token=(\d+)$`).FindStringSubmatch(env["PGOPTIONS"])
+		m := regexp.MustCompile(`^-c application_name=outer -c fence\.token=(\d+) -c fence\.lock=\S+ -c fence\.token=(\d+) -c fence\.lock=\S+$`).FindStringSubmatch(env["PGOPTIONS"])
 		if m == nil {
 			t.Fatalf("PGOPTIONS = %q", env["PGOPTIONS"])
 		}
