@@ -12,9 +12,9 @@ import (
 func NewPlanner(cfg *config.Config, metrics *Metrics) (*rewrite.Cache, error) {
 	tables := make([]rewrite.Table, len(cfg.Tables))
 	for i, t := range cfg.Tables {
-		tables[i] = rewrite.Table{Schema: t.Schema, Name: t.Relation, TokenColumn: t.TokenColumn}
+		tables[i] = rewrite.Table{Schema: t.Schema, Name: t.Relation, TokenColumn: t.TokenColumn, RequireLock: t.RequireLock}
 	}
-	r, err := rewrite.New(rewrite.Config{Tables: tables, TokenSetting: cfg.Token.Setting})
+	r, err := rewrite.New(rewrite.Config{Tables: tables, TokenSetting: cfg.Token.Setting, LockSetting: cfg.Token.LockSetting})
 	if err != nil {
 		return nil, fmt.Errorf("tables: %w", err)
 	}

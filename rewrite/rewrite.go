@@ -28,6 +28,8 @@ type Table struct {
 	Name string
 	// TokenColumn is the bigint column holding the token of the row's last writer.
 	TokenColumn string
+	// RequireLock refuses (55F02) writes by sessions whose lock setting is empty (lockfence.go).
+	RequireLock bool
 }
 
 // Label is the table's name as configured, used in errors and metrics.
@@ -49,6 +51,9 @@ type Config struct {
 	// to every rewrite), refusing with 55F04 if not. It guards against a
 	// deparser fault and about triples the cost of a cache miss.
 	Verify bool
+	// LockSetting is the setting naming the lock a token belongs to (lock fences, lockfence.go); "" leaves
+	// lock fences out of the rewrite (the guard still enforces them).
+	LockSetting string
 }
 
 // Action says what the proxy does with a statement.
@@ -151,6 +156,9 @@ func New(cfg Config) (*Rewriter, error) {
 		}
 		seen[key] = true
 		e, err := newTableEntry(t, setting)
+		if err == nil {
+			err = e.addLockCheck(cfg.LockSetting, t.RequireLock)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("rewrite: table %q: %w", t.Label(), err)
 		}

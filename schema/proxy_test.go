@@ -128,3 +128,64 @@ func staleCount(t *testing.T, p *proxytest.Proxy) float64 {
 	}
 	return 0
 }
+
+// TestLockFencesThroughProxy: a session that names a lock, through the proxy, in a database without the
+// fenceproxy schema is refused (55F04), never fenced by rows only; require_lock gives the guard's 55F02 text;
+// with the schema installed lock fences hold through the proxy, and tokens without a lock behave as before.
+func TestLockFencesThroughProxy(t *testing.T) {
+	db := newDB(t)
+	su := superConn(t, db)
+	exec(t, su, `CREATE TABLE transfers (id int PRIMARY KEY, amount int, fence_token bigint);
+CREATE TABLE strict (id int PRIMARY KEY, fence_token bigint);`)
+	p := proxytest.Start(t, pg.Addr(), proxytest.Options{YAML: "tables:\n  - name: transfers\n    token_column: fence_token\n" +
+		"  - name: strict\n    token_column: fence_token\n    require_lock: true\n"})
+	proxyConn := func(options string) *pgx.Conn {
+		cfg, err := pgx.ParseConfig(p.DSN(pgtest.SuperUser, "", db))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if options != "" {
+			cfg.RuntimeParams["options"] = options
+		}
+		c, err := pgx.ConnectConfig(context.Background(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close(context.Background()) })
+		return c
+	}
+	locked := proxyConn("-c fence.token=41 -c fence.lock=settle")
+	for _, sql := range []string{"INSERT INTO transfers (id) VALUES (1)", "UPDATE transfers SET amount = 1", "DELETE FROM transfers",
+		"INSERT INTO transfers (id) SELECT 2", "INSERT INTO strict (id) VALUES (1)"} {
+		wantCode(t, sql+" (lock, no schema)", execErr(locked, sql), rewrite.CodeUnfenceable,
+			"unfenceable write: this session names lock settle in fence.lock, but this database has no lock fences")
+	}
+	plain := proxyConn("-c fence.token=41")
+	exec(t, plain, "INSERT INTO transfers (id) VALUES (1); UPDATE transfers SET amount = 2")
+	proxyMissing := wantCode(t, "require_lock through the proxy", execErr(plain, "INSERT INTO strict (id) VALUES (1)"), rewrite.CodeMissing,
+		"missing fencing token: writes to strict need fence.lock to be set")
+
+	strict := table("strict", "fence_token")
+	strict.RequireLock = true
+	install(t, su, guardConfig(table("transfers", "fence_token"), strict))
+	guardMissing := wantCode(t, "require_lock in the guard", execErr(connect(t, db, pgtest.SuperUser, "-c fence.token=41"), "INSERT INTO strict (id) VALUES (1)"),
+		rewrite.CodeMissing, "missing fencing token")
+	if proxyMissing.Message != guardMissing.Message || proxyMissing.Hint != guardMissing.Hint || proxyMissing.Detail != guardMissing.Detail {
+		t.Errorf("require_lock: proxy %q/%q, guard %q/%q", proxyMissing.Message, proxyMissing.Hint, guardMissing.Message, guardMissing.Hint)
+	}
+
+	exec(t, locked, "INSERT INTO transfers (id) VALUES (3); INSERT INTO strict (id) VALUES (1)")
+	newer := proxyConn("-c fence.token=42 -c fence.lock=settle")
+	exec(t, newer, "INSERT INTO transfers (id) VALUES (4)")
+	for _, sql := range []string{"INSERT INTO transfers (id) VALUES (5)", "UPDATE transfers SET amount = 3 WHERE id = 1", "DELETE FROM transfers WHERE id = 3"} {
+		pe := wantCode(t, sql+" (stale lock)", execErr(locked, sql), rewrite.CodeStale, "stale fencing token: lock settle has accepted a newer token; refusing the write to transfers")
+		if pe.Detail != "Lock settle has accepted fencing token 42; this session presented token 41." {
+			t.Errorf("detail %q", pe.Detail)
+		}
+	}
+	// No lock: row fencing as before (row 1 was written with 41, so 41 may write it again).
+	exec(t, plain, "UPDATE transfers SET amount = 4 WHERE id = 1; INSERT INTO transfers (id) VALUES (6)")
+	if n := queryInt(t, su, "SELECT count(*) FROM transfers"); n != 4 {
+		t.Fatalf("transfers: %d rows, want 4", n)
+	}
+}
