@@ -106,7 +106,9 @@ BEGIN
 	%s
 	l := pg_catalog.current_setting(%s, true);
 	IF l IS NOT NULL AND l OPERATOR(pg_catalog.<>) '' THEN
-		PERFORM %s.lock_accept(%s);%s
+		IF pg_catalog.current_setting('fenceproxy.lock_accepted', true) IS DISTINCT FROM pg_catalog.concat(k, '|', l) THEN
+			PERFORM %s.lock_accept(%s);
+		END IF;%s
 	END IF;
 	IF TG_OP OPERATOR(pg_catalog.=) 'INSERT' THEN
 		NEW.%s := k;
@@ -152,6 +154,13 @@ END
 //     would deadlock them.
 //   - No row yet: INSERT ... ON CONFLICT DO NOTHING; a concurrent inserter makes it wait and match nothing,
 //     and the loop reads the row the other inserted.
+//
+// Once accepted, the transaction holds the mark row locked until it ends, so it records (lock, token) in the
+// transaction-local setting fenceproxy.lock_accepted and the guard skips lock_accept for the transaction's
+// further rows with the same lock and token: the lock fence costs one call per transaction, not per row. A
+// session can set that setting itself and skip the check, which gives it nothing it could not get by naming
+// another lock or none: lock fences guard against stale holders, not against sessions that lie about their
+// lock (token verification is the defence against forged tokens).
 func lockAcceptBody(st Settings) (string, error) {
 	tok, err := tokenBlock(st, "tbl")
 	if err != nil {
@@ -179,7 +188,7 @@ BEGIN
 	LOOP
 		UPDATE %s.lock_marks AS lm SET mark = k WHERE lm.name OPERATOR(pg_catalog.=) l AND lm.mark OPERATOR(pg_catalog.<) k;
 		IF FOUND THEN
-			RETURN;
+			EXIT;
 		END IF;
 		SELECT lm.mark INTO m FROM %s.lock_marks AS lm WHERE lm.name OPERATOR(pg_catalog.=) l FOR SHARE;
 		IF FOUND THEN
@@ -187,12 +196,12 @@ BEGIN
 				%s
 			END IF;
 			IF m OPERATOR(pg_catalog.=) k THEN
-				RETURN;
+				EXIT;
 			END IF;
 		ELSE
 			INSERT INTO %s.lock_marks AS lm (name, mark) VALUES (l, k) ON CONFLICT (name) DO NOTHING;
 			IF FOUND THEN
-				RETURN;
+				EXIT;
 			END IF;
 		END IF;
 		-- Only a mark lowered or deleted by hand between two statements gets here; do not spin on it.
@@ -202,6 +211,11 @@ BEGIN
 				MESSAGE = pg_catalog.concat('unfenceable write: the mark of lock ', l, ' keeps changing under a write to ', tbl), TABLE = tbl;
 		END IF;
 	END LOOP;
+	-- This transaction now holds the mark row locked (shared at mark = k, or exclusively after raising it)
+	-- until it ends: no newer token can be accepted on l before then, so later writes of the transaction
+	-- with the same lock and token need not ask again (the guard reads this). The setting is transaction-local:
+	-- it goes at commit or rollback, and with a rolled-back savepoint, as the row lock taken under it does.
+	PERFORM pg_catalog.set_config('fenceproxy.lock_accepted', pg_catalog.concat(k, '|', l), true);
 END
 `, quoteLiteral(st.Lock), tok, Name, Name, stale, Name), nil
 }

@@ -204,3 +204,23 @@ func TestLockFenceSameTokenDoesNotSerialize(t *testing.T) {
 	}
 	_ = context.Background
 }
+
+// TestLockFenceSavepointRollback: a write's acceptance by the lock lasts as long as the row lock on the mark
+// that backs it. A savepoint rolled back releases both, so a newer holder can raise the mark meanwhile and the
+// older transaction's next write is refused (it must not rely on an acceptance that was rolled back).
+func TestLockFenceSavepointRollback(t *testing.T) {
+	db := lockTables(t)
+	a := connect(t, db, pgtest.SuperUser, "-c fence.token=41 -c fence.lock=settle")
+	b := connect(t, db, pgtest.SuperUser, "-c fence.token=42 -c fence.lock=settle")
+	exec(t, a, "INSERT INTO transfers VALUES (1, 1)") // mark 41
+	exec(t, a, "BEGIN; SAVEPOINT s; INSERT INTO transfers VALUES (2, 2); INSERT INTO transfers VALUES (3, 3); ROLLBACK TO SAVEPOINT s")
+	exec(t, b, "INSERT INTO transfers VALUES (4, 4)") // does not wait: A holds nothing on the mark any more
+	wantCode(t, "A after its savepoint rolled back", execErr(a, "INSERT INTO transfers VALUES (5, 5)"), rewrite.CodeStale, "stale fencing token: lock settle")
+	exec(t, a, "ROLLBACK")
+	// Within one transaction, writes after the first one rely on it (one lock_accept per transaction).
+	c := connect(t, db, pgtest.SuperUser, "-c fence.token=42 -c fence.lock=settle")
+	exec(t, c, "BEGIN; INSERT INTO transfers SELECT g, g FROM generate_series(10, 200) g; UPDATE transfers SET amount = 0; COMMIT")
+	if m := mark(t, db, "settle"); m != 42 {
+		t.Fatalf("mark: %d", m)
+	}
+}
