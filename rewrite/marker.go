@@ -110,3 +110,14 @@ func (m Marker) Describe() (message, detail, hint string) {
 	}
 	return "", "", ""
 }
+
+// StaleLock returns the lock a lock fence's 55F01 message names (the message Describe gives a Marker with
+// Lock set, for the table), and false for any other message.
+func StaleLock(message, table string) (string, bool) {
+	text, _, _ := Marker{Code: CodeStale, Table: table, Lock: "\x00"}.Describe()
+	prefix, suffix, _ := strings.Cut(text, "\x00")
+	if len(message) <= len(prefix)+len(suffix) || !strings.HasPrefix(message, prefix) || !strings.HasSuffix(message, suffix) {
+		return "", false
+	}
+	return message[len(prefix) : len(message)-len(suffix)], true
+}

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/fenceproxy/fenceproxy/internal/pgtest"
@@ -111,6 +110,14 @@ func TestGuardRefusesEveryInServerPath(t *testing.T) {
 		wantCode(t, "TRUNCATE "+tbl, execErr(stale, "TRUNCATE "+tbl), rewrite.CodeUnfenceable, "unfenceable write: TRUNCATE of ")
 	}
 	wantCode(t, "TRUNCATE CASCADE", execErr(stale, "TRUNCATE owners CASCADE"), rewrite.CodeUnfenceable, "unfenceable write: TRUNCATE of cards")
+	// The same message as the proxy's refusal of TRUNCATE.
+	rw, err := rewrite.New(rewrite.Config{Tables: []rewrite.Table{{Name: "accounts", TokenColumn: "fence_token"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if plan, pe := rw.Plan("TRUNCATE accounts"), wantCode(t, "TRUNCATE", execErr(stale, "TRUNCATE accounts"), rewrite.CodeUnfenceable, ""); plan.Message != pe.Message || plan.Code != pe.Code {
+		t.Errorf("TRUNCATE: proxy %s %q, guard %s %q", plan.Code, plan.Message, pe.Code, pe.Message)
+	}
 
 	// A FunctionCall message (the protocol's fast path) runs the function inside the server.
 	var oid uint32
@@ -270,5 +277,3 @@ CREATE FUNCTION evil.current_setting(text, bool) RETURNS text LANGUAGE sql AS 'S
 	exec(t, c, "SET search_path = evil, pg_catalog, public")
 	wantCode(t, "shadowed >", execErr(c, "UPDATE public.accounts SET id = 1"), rewrite.CodeStale, "stale fencing token")
 }
-
-var _ = pgconn.PgError{}

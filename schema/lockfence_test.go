@@ -7,6 +7,7 @@ import (
 
 	"github.com/fenceproxy/fenceproxy/internal/pgtest"
 	"github.com/fenceproxy/fenceproxy/rewrite"
+	"github.com/fenceproxy/fenceproxy/schema"
 )
 
 const lockSetup = `
@@ -66,6 +67,9 @@ func TestLockFenceStaleHolder(t *testing.T) {
 	a2 := connect(t, db, pgtest.SuperUser, "-c fence.token=41 -c fence.lock=settle")
 	wantCode(t, "new session with the old token", execErr(a2, "INSERT INTO transfers VALUES (3, 1)"), rewrite.CodeStale, "stale fencing token: lock settle")
 
+	if m, err := schema.Marks(context.Background(), superConn(t, db)); err != nil || m["settle"] != 42 || len(m) != 1 {
+		t.Fatalf("Marks: %v %v", m, err)
+	}
 	// Another lock does not interfere: a low token on lock "report" writes rows of the same tables.
 	other := connect(t, db, pgtest.SuperUser, "-c fence.token=7 -c fence.lock=report")
 	exec(t, other, "INSERT INTO transfers VALUES (4, 1); UPDATE invoices SET settled = true WHERE id = 6")

@@ -80,10 +80,10 @@ CREATE FUNCTION settle() RETURNS void LANGUAGE sql AS 'UPDATE accounts SET balan
 
 	// The guard's errors for writes the proxy cannot see pass through it unchanged, and are counted.
 	stale := proxyConn("-c fence.token=41")
-	before := staleCount(t, p)
+	before := counter(t, p, "fenceproxy_stale_rejections_total", "table", "accounts")
 	pe := run(stale, "SELECT settle()")
 	same("in-server write through the proxy", fromProxy[0], &pgconn.PgError{Code: pe.Code, Message: pe.Message, Detail: pe.Detail, Hint: pe.Hint})
-	if after := staleCount(t, p); after != before+1 {
+	if after := counter(t, p, "fenceproxy_stale_rejections_total", "table", "accounts"); after != before+1 {
 		t.Errorf("stale rejections of accounts: %v -> %v, want +1", before, after)
 	}
 
@@ -107,20 +107,20 @@ INSERT INTO accounts (id) VALUES (5) ON CONFLICT (id) DO UPDATE SET balance = 3;
 	}
 }
 
-// staleCount reads fenceproxy_stale_rejections_total{table="accounts"} from the proxy's registry.
-func staleCount(t *testing.T, p *proxytest.Proxy) float64 {
+// counter reads the counter name{label="value"} from the proxy's registry.
+func counter(t *testing.T, p *proxytest.Proxy, name, label, value string) float64 {
 	t.Helper()
 	mfs, err := p.Registry.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, mf := range mfs {
-		if mf.GetName() != "fenceproxy_stale_rejections_total" {
+		if mf.GetName() != name {
 			continue
 		}
 		for _, m := range mf.GetMetric() {
 			for _, l := range m.GetLabel() {
-				if l.GetName() == "table" && l.GetValue() == "accounts" {
+				if l.GetName() == label && l.GetValue() == value {
 					return m.GetCounter().GetValue()
 				}
 			}
@@ -182,6 +182,9 @@ CREATE TABLE strict (id int PRIMARY KEY, fence_token bigint);`)
 		if pe.Detail != "Lock settle has accepted fencing token 42; this session presented token 41." {
 			t.Errorf("detail %q", pe.Detail)
 		}
+	}
+	if n := counter(t, p, "fenceproxy_lock_stale_rejections_total", "lock", "settle"); n != 3 {
+		t.Errorf("lock stale rejections of settle: %v, want 3", n)
 	}
 	// No lock: row fencing as before (row 1 was written with 41, so 41 may write it again).
 	exec(t, plain, "UPDATE transfers SET amount = 4 WHERE id = 1; INSERT INTO transfers (id) VALUES (6)")
