@@ -62,6 +62,12 @@ CREATE SCHEMA elsewhere;`)
 	} {
 		exec(t, su, sql)
 	}
+	// An ordinary role's DDL on its own tables is not disturbed (the DDL guard's checks run as that role).
+	exec(t, su, "CREATE ROLE ddl_app LOGIN; GRANT CREATE ON SCHEMA public TO ddl_app")
+	app := connect(t, db, "ddl_app", "")
+	exec(t, app, "CREATE TABLE mine (id int); ALTER TABLE mine ADD COLUMN v text; ALTER TABLE mine ALTER COLUMN id TYPE bigint; DROP TABLE mine")
+	wantCode(t, "ordinary role drops a protected table", execErr(app, "DROP TABLE accounts"), "42501", "must be owner")
+
 	// Re-running install keeps the DDL guard (and guards the new partition's TRUNCATE) without --ddl-guard.
 	cfg.DDLGuard = false
 	install(t, su, cfg)

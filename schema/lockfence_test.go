@@ -228,3 +228,19 @@ func TestLockFenceSavepointRollback(t *testing.T) {
 		t.Fatalf("mark: %d", m)
 	}
 }
+
+// TestLockFenceRepeatableRead: a REPEATABLE READ transaction whose snapshot predates a newer holder's raise of
+// the mark must not accept its write on that old snapshot: PostgreSQL's serialization failure (40001).
+func TestLockFenceRepeatableRead(t *testing.T) {
+	db := lockTables(t)
+	a := connect(t, db, pgtest.SuperUser, "-c fence.token=41 -c fence.lock=settle")
+	b := connect(t, db, pgtest.SuperUser, "-c fence.token=42 -c fence.lock=settle")
+	exec(t, a, "INSERT INTO transfers VALUES (1, 1)") // mark 41
+	exec(t, a, "BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT count(*) FROM invoices")
+	exec(t, b, "INSERT INTO transfers VALUES (2, 2)") // mark 42, committed after A's snapshot
+	wantCode(t, "A on its old snapshot", execErr(a, "INSERT INTO transfers VALUES (3, 3)"), "40001", "")
+	exec(t, a, "ROLLBACK")
+	if n := queryInt(t, superConn(t, db), "SELECT count(*) FROM transfers"); n != 2 {
+		t.Fatalf("transfers: %d rows, want 2", n)
+	}
+}

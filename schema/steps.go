@@ -34,7 +34,8 @@ LOCK TABLE fenceproxy.version IN SHARE ROW EXCLUSIVE MODE;`
 // fences). Writers change it only through fenceproxy.lock_accept, which runs as its owner.
 const stepLockMarks = `CREATE TABLE fenceproxy.lock_marks (
 	name text PRIMARY KEY,
-	mark bigint NOT NULL CHECK (mark > 0)
+	mark bigint NOT NULL CHECK (mark > 0),
+	id int GENERATED ALWAYS AS IDENTITY UNIQUE -- the key of the lock's advisory locks (lock_accept)
 );
 REVOKE ALL ON fenceproxy.lock_marks FROM PUBLIC;
 GRANT SELECT ON fenceproxy.lock_marks TO PUBLIC;`
