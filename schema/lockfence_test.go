@@ -162,6 +162,14 @@ func TestLockFenceOlderWaitsForNewerInFlight(t *testing.T) {
 	if n := queryInt(t, obs, "SELECT count(*) FROM transfers"); n != 2 {
 		t.Fatalf("transfers: %d rows, want 2", n)
 	}
+
+	// Different locks never interfere: while B raises settle's mark in an open transaction, a writer of
+	// another lock (and one without a lock) writes the same table without waiting.
+	exec(t, b, "SET fence.token = 43; BEGIN; INSERT INTO transfers VALUES (10, 10)")
+	other := connect(t, db, pgtest.SuperUser, "-c fence.token=7 -c fence.lock=report")
+	exec(t, other, "INSERT INTO transfers VALUES (11, 11); UPDATE transfers SET amount = 0 WHERE id = 11")
+	exec(t, connect(t, db, pgtest.SuperUser, "-c fence.token=1"), "INSERT INTO transfers VALUES (12, 12)")
+	exec(t, b, "COMMIT")
 }
 
 // TestLockFenceSameTokenDoesNotSerialize: writers with the same token and lock run concurrently: the second
