@@ -36,6 +36,18 @@ func TestInstallCLI(t *testing.T) {
 	if err := pg.Exec("SELECT 1 FROM fenceproxy.version"); err == nil {
 		t.Fatal("install --print changed the database")
 	}
+	// The printed SQL is what a DBA applies by hand: psql runs it, and the result is a complete install.
+	psql := pg.Psql("-q")
+	psql.Stdin = strings.NewReader(out)
+	if b, err := psql.CombinedOutput(); err != nil {
+		t.Fatalf("psql < install --print: %v\n%s", err, b)
+	}
+	if code, out := cli("install", "--config", cfgFile, "--dsn", dsn, "--print"); code != 0 || strings.Contains(out, "INSERT INTO fenceproxy.version") {
+		t.Fatalf("install --print after the printed install applies steps again: %d\n%s", code, out)
+	}
+	if err := pg.Exec("INSERT INTO accounts VALUES (1, 5)"); err == nil || !strings.Contains(err.Error(), "55F02") {
+		t.Fatalf("write without a token after the printed install: %v", err)
+	}
 	for i := 0; i < 2; i++ {
 		if code, out := cli("install", "--config", cfgFile, "--dsn", dsn); code != 0 || !strings.Contains(out, "ok    fenceproxy schema at step") {
 			t.Fatalf("install #%d: %d\n%s", i+1, code, out)
