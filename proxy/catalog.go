@@ -14,7 +14,7 @@ func ConfiguredTables(cfg *config.Config) []rewrite.Table {
 	tables := make([]rewrite.Table, len(cfg.Tables))
 	for i, t := range cfg.Tables {
 		tables[i] = rewrite.Table{Schema: t.Schema, Name: t.Relation, TokenColumn: t.TokenColumn,
-			RefuseTokenColumnWrites: t.TokenColumnWrites == config.TokenColumnRefuse}
+			RefuseTokenColumnWrites: t.TokenColumnWrites == config.TokenColumnRefuse, RequireLock: t.RequireLock}
 	}
 	return tables
 }
@@ -22,7 +22,7 @@ func ConfiguredTables(cfg *config.Config) []rewrite.Table {
 // rewriteConfig is the rewriter's configuration for a proxy configuration: the one place that maps one to the
 // other (NewPlanner and NewPlannerWithCatalog both use it).
 func rewriteConfig(cfg *config.Config) rewrite.Config {
-	return rewrite.Config{Tables: ConfiguredTables(cfg), TokenSetting: cfg.Token.Setting}
+	return rewrite.Config{Tables: ConfiguredTables(cfg), TokenSetting: cfg.Token.Setting, LockSetting: cfg.Token.LockSetting}
 }
 
 // NewPlannerWithCatalog is NewPlanner for a configuration and a catalog snapshot (nil: name-only

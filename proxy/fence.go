@@ -220,6 +220,8 @@ func (ss *session) errorOut(w io.Writer, body []byte) error {
 		if translated, ok := ss.translateError(body); ok {
 			body = translated
 		}
+	} else {
+		ss.countGuardRefusal(body)
 	}
 	if sev := errorField(body, 'V'); sev == "FATAL" || sev == "PANIC" {
 		// The server is ending the session and said why; the client needs no second message from us.

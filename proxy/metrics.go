@@ -14,6 +14,7 @@ type Metrics struct {
 	sessionsRefused *prometheus.CounterVec
 	refusals        *prometheus.CounterVec
 	stale           *prometheus.CounterVec
+	lockStale       *lockStaleCounter
 	rewrites        prometheus.Counter
 	upstreamErrors  prometheus.Counter
 	protocolErrors  prometheus.Counter
@@ -63,6 +64,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m.keptIdle = prometheus.NewGauge(prometheus.GaugeOpts{Name: "fenceproxy_upstream_idle", Help: "Upstream connections of finished sessions kept for reuse now."})
 	reg.MustRegister(m.reused, m.keptIdle)
 	reg.MustRegister(msgs, bytes, m.cacheHits, m.cacheMisses, m.rewriteLatency)
+	m.lockStale = newLockStaleCounter(reg)
 	reg.MustRegister(m.sessionsCurrent, m.sessionsTotal, m.sessionsRefused, m.refusals, m.stale, m.rewrites, m.upstreamErrors, m.protocolErrors)
 	return m
 }

@@ -16,6 +16,10 @@ type Marker struct {
 	RowToken string // 55F01: the token the row holds
 	Token    string // 55F01: the session's token; 55F03: the invalid value
 	Setting  string // 55F02, 55F03: the token setting's name
+	// Lock is set for a lock fence's 55F01 (the lock named in the lock
+	// setting has accepted a newer token, RowToken, than the session's
+	// Token). The in-database guard raises it; see package schema.
+	Lock string
 }
 
 const markerPrefix = "fenceproxy|"
@@ -77,16 +81,24 @@ func digits(s string) bool {
 	return true
 }
 
+// staleHint is the HINT of every 55F01.
+const staleHint = "This writer's lock has been taken over by a newer holder. Stop writing, acquire the lock again " +
+	"and re-read the data before writing; do not retry with the same token."
+
 // Describe gives the ErrorResponse texts for the marker, per the contract:
 // the message starts with the error's name and names the table; 55F01 says in
 // DETAIL which tokens were compared and in HINT what to do.
 func (m Marker) Describe() (message, detail, hint string) {
 	switch m.Code {
 	case CodeStale:
+		if m.Lock != "" {
+			return fmt.Sprintf("stale fencing token: lock %s has accepted a newer token; refusing the write to %s", m.Lock, m.Table),
+				fmt.Sprintf("Lock %s has accepted fencing token %s; this session presented token %s.", m.Lock, m.RowToken, m.Token),
+				staleHint
+		}
 		return fmt.Sprintf("stale fencing token: a newer lock holder has already written to %s", m.Table),
 			fmt.Sprintf("The row holds fencing token %s; this session presented token %s.", m.RowToken, m.Token),
-			"This writer's lock has been taken over by a newer holder. Stop writing, acquire the lock again " +
-				"and re-read the data before writing; do not retry with the same token."
+			staleHint
 	case CodeMissing:
 		return fmt.Sprintf("missing fencing token: writes to %s need %s to be set", m.Table, m.Setting),
 			"",
@@ -97,4 +109,15 @@ func (m Marker) Describe() (message, detail, hint string) {
 			fmt.Sprintf("Set %s to the token of the lock you hold.", m.Setting)
 	}
 	return "", "", ""
+}
+
+// StaleLock returns the lock a lock fence's 55F01 message names (the message Describe gives a Marker with
+// Lock set, for the table), and false for any other message.
+func StaleLock(message, table string) (string, bool) {
+	text, _, _ := Marker{Code: CodeStale, Table: table, Lock: "\x00"}.Describe()
+	prefix, suffix, _ := strings.Cut(text, "\x00")
+	if len(message) <= len(prefix)+len(suffix) || !strings.HasPrefix(message, prefix) || !strings.HasSuffix(message, suffix) {
+		return "", false
+	}
+	return message[len(prefix) : len(message)-len(suffix)], true
 }

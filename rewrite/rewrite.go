@@ -33,6 +33,8 @@ type Table struct {
 	// any write, and the column is written as the statement's token whatever
 	// value the statement supplies.
 	RefuseTokenColumnWrites bool
+	// RequireLock refuses (55F02) writes by sessions whose lock setting is empty (lockfence.go).
+	RequireLock bool
 }
 
 // Label is the table's name as configured, used in errors and metrics.
@@ -61,6 +63,9 @@ type Config struct {
 	// what a TRUNCATE ... CASCADE reaches is known exactly (Refused); without
 	// it every TRUNCATE ... CASCADE is refused while tables are protected.
 	CatalogKnown bool
+	// LockSetting is the setting naming the lock a token belongs to (lock fences, lockfence.go); "" leaves
+	// lock fences out of the rewrite (the guard still enforces them).
+	LockSetting string
 }
 
 // Action says what the proxy does with a statement.
@@ -185,6 +190,9 @@ func New(cfg Config) (*Rewriter, error) {
 		}
 		seen[key] = true
 		e, err := newTableEntry(t, setting)
+		if err == nil {
+			err = e.addLockCheck(cfg.LockSetting, t.RequireLock)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("rewrite: table %q: %w", t.Label(), err)
 		}

@@ -2,6 +2,8 @@
 //
 //	fenceproxy serve --config FILE
 //	fenceproxy check --config FILE
+//	fenceproxy install --config FILE [--dsn DSN] [--print] [--ddl-guard]
+//	fenceproxy uninstall --config FILE [--dsn DSN]
 //	fenceproxy lock [flags] NAME -- CMD [ARGS...]
 //	fenceproxy locks [--etcd ENDPOINTS | --pg DSN | --zk SERVERS | --redis ADDR]
 //	fenceproxy version
@@ -30,6 +32,8 @@ func commands() []command {
 	return []command{
 		{"serve", "serve --config FILE\n      run the proxy (SIGTERM drains, SIGHUP reloads the table list)", runServe},
 		{"check", "check --config FILE [--dsn DSN] [--etcd ENDPOINTS]\n      check the protected tables upstream (and row tokens against etcd); prints the DDL that fixes them", runCheck},
+		{"install", "install --config FILE [--dsn DSN] [--print] [--ddl-guard]\n      create or upgrade the fenceproxy schema and the in-database guard", runInstall},
+		{"uninstall", "uninstall --config FILE [--dsn DSN] [--print]\n      remove them", runUninstall},
 		{"lock", "lock [--etcd ENDPOINTS | --pg DSN | --zk SERVERS | --redis ADDR] [flags] NAME -- CMD [ARGS...]\n      run CMD holding the lock NAME, with its fencing token and lock name set",
 			func(args []string, stdout, stderr io.Writer) int {
 				return runLock(context.Background(), args, stdout, stderr)

@@ -1,0 +1,153 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/fenceproxy/fenceproxy/config"
+	"github.com/fenceproxy/fenceproxy/schema"
+)
+
+// installTimeout bounds install and uninstall (they wait for locks on the protected tables).
+const installTimeout = 5 * time.Minute
+
+// runInstall creates or upgrades the fenceproxy schema and the in-database guard (package schema), or with
+// --print writes the SQL it would run.
+const installHelp = `usage: fenceproxy install --config FILE [--dsn DSN] [--print] [--ddl-guard]
+
+Creates the fenceproxy schema in the upstream database, or upgrades it in place (each migration step once, in
+one transaction; re-running changes nothing): lock marks, the PostgreSQL lock store, and the guard, a
+generated BEFORE INSERT/UPDATE/DELETE row trigger and a BEFORE TRUNCATE trigger on every protected table, its
+partitions and inheritance children, which enforce the same rules and SQLSTATEs as the proxy for writes the
+proxy never sees. --ddl-guard (superuser) adds event triggers that refuse DDL dropping, renaming or rewriting a
+protected table or its token column. --print prints the SQL instead of running it. Credentials as for check.
+Exit status: 0, 1 on problems, 2 on a usage error.
+`
+
+func runInstall(args []string, stdout, stderr io.Writer) int {
+	fs := newCommandFlags("install", installHelp, stderr)
+	configPath := fs.String("config", "", "path of the YAML configuration file (required)")
+	dsn := fs.String("dsn", "", "connection string (default: PG* environment variables, host and port from upstream.address)")
+	printOnly := fs.Bool("print", false, "print the SQL instead of running it")
+	ddlGuard := fs.Bool("ddl-guard", false, "also install the DDL guard (event triggers; needs a superuser)")
+	if status, done := fs.parse(args, 2, stdout, stderr); done {
+		return status
+	}
+	if *configPath == "" || fs.NArg() > 0 {
+		fs.usageError(stderr, "")
+		return 2
+	}
+	cfg, conn, code := connectUpstream("install", *configPath, *dsn, stderr)
+	if conn == nil {
+		return code
+	}
+	defer conn.Close(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), installTimeout)
+	defer cancel()
+	scfg := schema.FromConfig(cfg)
+	scfg.DDLGuard = *ddlGuard
+	if *printOnly {
+		p, err := schema.BuildPlan(ctx, conn, scfg)
+		if err != nil {
+			fmt.Fprintf(stderr, "fenceproxy install: %v\n", err)
+			return 1
+		}
+		fmt.Fprint(stdout, p.SQL())
+		return 0
+	}
+	if err := schema.Install(ctx, conn, scfg); err != nil {
+		fmt.Fprintf(stderr, "fenceproxy install: %v\n", err)
+		return 1
+	}
+	st, err := schema.Inspect(ctx, conn, scfg)
+	if err != nil {
+		fmt.Fprintf(stderr, "fenceproxy install: inspect: %v\n", err)
+		return 1
+	}
+	for _, f := range st.Findings {
+		fmt.Fprintf(stdout, "FAIL  %s: %s\n", f.Object, f.Problem)
+	}
+	if len(st.Findings) > 0 {
+		return 1
+	}
+	ddl := ""
+	if st.DDLGuard {
+		ddl = ", DDL guard on"
+	}
+	fmt.Fprintf(stdout, "ok    fenceproxy schema at step %d, guard on %d protected table(s)%s\n", st.Applied, len(cfg.Tables), ddl)
+	return 0
+}
+
+// runUninstall removes the fenceproxy schema, the guard and the DDL guard.
+const uninstallHelp = `usage: fenceproxy uninstall --config FILE [--dsn DSN] [--print]
+
+Removes the fenceproxy schema from the upstream database: the guard's triggers and functions, the DDL guard,
+lock marks and the PostgreSQL lock store. --print prints the SQL instead of running it.
+Exit status: 0, 1 on problems, 2 on a usage error.
+`
+
+func runUninstall(args []string, stdout, stderr io.Writer) int {
+	fs := newCommandFlags("uninstall", uninstallHelp, stderr)
+	configPath := fs.String("config", "", "path of the YAML configuration file (required)")
+	dsn := fs.String("dsn", "", "connection string (default: PG* environment variables, host and port from upstream.address)")
+	printOnly := fs.Bool("print", false, "print the SQL instead of running it")
+	if status, done := fs.parse(args, 2, stdout, stderr); done {
+		return status
+	}
+	if *configPath == "" || fs.NArg() > 0 {
+		fs.usageError(stderr, "")
+		return 2
+	}
+	if *printOnly {
+		fmt.Fprintf(stdout, "BEGIN;\n%s\nCOMMIT;\n", schema.UninstallSQL)
+		return 0
+	}
+	_, conn, code := connectUpstream("uninstall", *configPath, *dsn, stderr)
+	if conn == nil {
+		return code
+	}
+	defer conn.Close(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), installTimeout)
+	defer cancel()
+	if err := schema.Uninstall(ctx, conn); err != nil {
+		fmt.Fprintf(stderr, "fenceproxy uninstall: %v\n", err)
+		return 1
+	}
+	fmt.Fprintln(stdout, "ok    fenceproxy schema removed")
+	return 0
+}
+
+// connectUpstream loads the configuration and connects as `fenceproxy check` does: --dsn, or the PG*
+// environment variables with host and port from upstream.address. On failure conn is nil and code the exit
+// status.
+func connectUpstream(cmd, configPath, dsn string, stderr io.Writer) (cfg *config.Config, conn *pgx.Conn, code int) {
+	cfg, err := config.Load(configPath)
+	if err != nil {
+		fmt.Fprintf(stderr, "fenceproxy: %v\n", err)
+		return nil, nil, 1
+	}
+	pcfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		fmt.Fprintf(stderr, "fenceproxy %s: %v\n", cmd, err)
+		return nil, nil, 1
+	}
+	if dsn == "" {
+		host, port, _ := net.SplitHostPort(cfg.Upstream.Address)
+		pcfg.Host = host
+		fmt.Sscan(port, &pcfg.Port)
+		pcfg.Fallbacks = nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err = pgx.ConnectConfig(ctx, pcfg)
+	if err != nil {
+		fmt.Fprintf(stderr, "fenceproxy %s: connect upstream %s: %v\n", cmd, cfg.Upstream.Address, err)
+		return nil, nil, 1
+	}
+	return cfg, conn, 0
+}

@@ -1,0 +1,72 @@
+package rewrite
+
+import (
+	"fmt"
+	"strings"
+
+	pg "github.com/pganalyze/pg_query_go/v6"
+)
+
+// Lock fences (contract "Lock fences") are enforced in the database by the guard that `fenceproxy install`
+// puts on every protected table (package schema): its row trigger calls fenceproxy.lock_accept, which checks
+// and raises the lock's mark in the same statement, for the proxy's writes and for every other write path
+// alike. The rewrite adds only what keeps that from failing open, once per statement inside k (the token
+// InitPlan), after the token has been validated:
+//
+//   - a session that names a lock (the lock setting is not empty) in a database without the fenceproxy schema
+//     would get row fencing only, silently: refused with 55F04;
+//   - a table with require_lock, written by a session that names no lock: 55F02 naming the lock setting, as
+//     the guard raises it.
+//
+// In SQL, replacing the token's valid arm (s::int8) with
+//
+//	CASE WHEN COALESCE(current_setting(lock, true), '') = '' THEN s::int8 (or, with require_lock, the 55F02 marker)
+//	     WHEN to_regprocedure('fenceproxy.lock_accept(text)') IS NOT NULL THEN s::int8
+//	     ELSE <55F04 refusal marker naming the lock>::int8 END
+//
+// Every marker holds the lock setting's value, so none is a constant the planner would fold.
+const tmplLockCheck = `SELECT CASE
+	WHEN COALESCE(pg_catalog.current_setting('@lock@', true), '') OPERATOR(pg_catalog.=) '' THEN fenceproxy_nolock
+	WHEN pg_catalog.to_regprocedure('fenceproxy.lock_accept(pg_catalog.text)') IS NOT NULL THEN fenceproxy_v
+	ELSE ('fenceproxy|refuse|55F04|@table@|unfenceable write: this session names lock ' OPERATOR(pg_catalog.||)
+		pg_catalog.current_setting('@lock@', true) OPERATOR(pg_catalog.||)
+		' in @lock@, but this database has no lock fences (run fenceproxy install); refusing the write to @table@')::pg_catalog.int8 END`
+
+// tmplLockMissing is 55F02 for the lock setting: the 55F03 marker with an empty value (see fragments.go).
+const tmplLockMissing = `SELECT ('fenceproxy|55F03|@lock@|' OPERATOR(pg_catalog.||)
+	pg_catalog.encode(pg_catalog.convert_to(COALESCE(pg_catalog.current_setting('@lock@', true), ''), 'UTF8'), 'hex')
+	OPERATOR(pg_catalog.||) '|@table@|.')::pg_catalog.int8`
+
+// addLockCheck puts the lock check into e.token's valid arm. lockSetting "" leaves e as it is.
+func (e *tableEntry) addLockCheck(lockSetting string, requireLock bool) error {
+	if lockSetting == "" {
+		return nil
+	}
+	if err := validSettingName(lockSetting); err != nil {
+		return fmt.Errorf("lock setting: %w", err)
+	}
+	consts := strings.NewReplacer("@lock@", lockSetting, "@table@", e.label)
+	check, err := parseFragment(tmplLockCheck, consts)
+	if err != nil {
+		return err
+	}
+	// e.token is (SELECT CASE WHEN <valid> THEN s::int8 ELSE <marker> END FROM ...). It is shared, not
+	// copied, by the one-time filter (see substitute), so changing it here changes every use.
+	sel := e.token.GetSubLink().GetSubselect().GetSelectStmt()
+	if sel == nil || len(sel.TargetList) != 1 {
+		return fmt.Errorf("lock check: unexpected token fragment")
+	}
+	cs := sel.TargetList[0].GetResTarget().GetVal().GetCaseExpr()
+	if cs == nil || len(cs.Args) != 1 || cs.Args[0].GetCaseWhen() == nil {
+		return fmt.Errorf("lock check: unexpected token fragment")
+	}
+	arm := cs.Args[0].GetCaseWhen()
+	noLock := arm.Result
+	if requireLock {
+		if noLock, err = parseFragment(tmplLockMissing, consts); err != nil {
+			return err
+		}
+	}
+	arm.Result = substitute(check, map[string]*pg.Node{"fenceproxy_v": arm.Result, "fenceproxy_nolock": noLock})
+	return nil
+}

@@ -1,0 +1,80 @@
+package schema_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/fenceproxy/fenceproxy/rewrite"
+	"github.com/fenceproxy/fenceproxy/schema"
+)
+
+// TestDDLGuard: with install --ddl-guard, DDL from any connection that would drop, rename, move or rewrite a
+// protected table (or a partition), change or drop its token column, or disable or drop its guard, is refused
+// with 55F04 and changes nothing; additive DDL passes; uninstall removes the DDL guard with the rest.
+func TestDDLGuard(t *testing.T) {
+	db := newDB(t)
+	su := superConn(t, db)
+	exec(t, su, `CREATE TABLE accounts (id int PRIMARY KEY, balance int, fence_token bigint);
+CREATE TABLE ledger (id int, fence_token bigint) PARTITION BY RANGE (id);
+CREATE TABLE ledger_1 PARTITION OF ledger FOR VALUES FROM (0) TO (100);
+CREATE TABLE unrelated (id int);
+CREATE SCHEMA elsewhere;`)
+	cfg := guardConfig(table("accounts", "fence_token"), table("ledger", "fence_token"))
+	cfg.DDLGuard = true
+	install(t, su, cfg)
+
+	refused := []string{
+		"DROP TABLE accounts",
+		"DROP TABLE accounts CASCADE",
+		"DROP TABLE ledger_1",
+		"ALTER TABLE accounts RENAME TO accounts_old",
+		"ALTER TABLE accounts SET SCHEMA elsewhere",
+		"ALTER TABLE accounts RENAME COLUMN fence_token TO ft",
+		"ALTER TABLE accounts DROP COLUMN fence_token",
+		"ALTER TABLE accounts ALTER COLUMN fence_token TYPE numeric",
+		"ALTER TABLE accounts ALTER COLUMN fence_token TYPE bigint USING 0",
+		"ALTER TABLE accounts ALTER COLUMN balance TYPE bigint",
+		`ALTER TABLE accounts DISABLE TRIGGER "~fenceproxy_guard"`,
+		"ALTER TABLE accounts DISABLE TRIGGER ALL",
+		"ALTER TABLE accounts DISABLE TRIGGER USER",
+		`ALTER TABLE accounts ENABLE TRIGGER "~fenceproxy_guard"`, // back to origin-only: replica role would skip it
+		`ALTER TABLE accounts ENABLE REPLICA TRIGGER "~fenceproxy_guard_truncate"`,
+		`DROP TRIGGER "~fenceproxy_guard" ON accounts`,
+		`ALTER TABLE ledger DISABLE TRIGGER "~fenceproxy_guard"`,
+		`ALTER TABLE ledger DETACH PARTITION ledger_1`,
+		"DROP FUNCTION fenceproxy.guard_truncate() CASCADE",
+		"DROP TABLE fenceproxy.lock_marks",
+		"DROP SCHEMA fenceproxy CASCADE",
+	}
+	for _, sql := range refused {
+		wantCode(t, sql, execErr(su, sql), rewrite.CodeUnfenceable, "unfenceable write: ")
+	}
+	st, err := schema.Inspect(context.Background(), su, cfg)
+	if err != nil || len(st.Findings) > 0 || !st.DDLGuard {
+		t.Fatalf("after refused DDL: %+v %v", st, err)
+	}
+	for _, sql := range []string{
+		"ALTER TABLE accounts ADD COLUMN note text",
+		"CREATE INDEX ON accounts (balance)",
+		"COMMENT ON TABLE accounts IS 'fenced'",
+		"CREATE TABLE ledger_2 PARTITION OF ledger FOR VALUES FROM (100) TO (200)",
+		"DROP TABLE unrelated",
+	} {
+		exec(t, su, sql)
+	}
+	// An ordinary role's DDL on its own tables is not disturbed (the DDL guard's checks run as that role).
+	exec(t, su, "CREATE ROLE ddl_app LOGIN; GRANT CREATE ON SCHEMA public TO ddl_app")
+	app := connect(t, db, "ddl_app", "")
+	exec(t, app, "CREATE TABLE mine (id int); ALTER TABLE mine ADD COLUMN v text; ALTER TABLE mine ALTER COLUMN id TYPE bigint; DROP TABLE mine")
+	wantCode(t, "ordinary role drops a protected table", execErr(app, "DROP TABLE accounts"), "42501", "must be owner")
+
+	// Re-running install keeps the DDL guard (and guards the new partition's TRUNCATE) without --ddl-guard.
+	cfg.DDLGuard = false
+	install(t, su, cfg)
+	wantCode(t, "after re-install", execErr(su, "DROP TABLE ledger_2"), rewrite.CodeUnfenceable, "unfenceable write: ")
+
+	if err := schema.Uninstall(context.Background(), su); err != nil {
+		t.Fatal(err)
+	}
+	exec(t, su, "ALTER TABLE accounts RENAME TO accounts_old; DROP TABLE ledger_1")
+}

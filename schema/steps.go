@@ -1,0 +1,56 @@
+package schema
+
+// Step is one migration of the fenceproxy schema. Install applies each step once, in order, in the same
+// transaction as the rest of the installation, and records it in fenceproxy.version (step number = position
+// in Steps, starting at 1, and the step's name). Steps are never edited or reordered once released: a change
+// is a new step at the end.
+type Step struct {
+	Name string
+	SQL  string
+}
+
+// Steps is the schema's history, oldest first. To add one (the PostgreSQL lock store's leases and token
+// sequence, for example), append it here.
+func Steps() []Step {
+	return []Step{
+		{Name: "lock marks", SQL: stepLockMarks},
+		{Name: "guarded relations", SQL: stepGuarded},
+	}
+}
+
+// bootstrapSQL creates the schema and the version table itself; it is not a step, because reading which steps
+// were applied needs the table.
+const bootstrapSQL = `CREATE SCHEMA IF NOT EXISTS fenceproxy;
+GRANT USAGE ON SCHEMA fenceproxy TO PUBLIC;
+CREATE TABLE IF NOT EXISTS fenceproxy.version (
+	step int PRIMARY KEY,
+	name text NOT NULL,
+	applied_at timestamptz NOT NULL DEFAULT pg_catalog.now()
+);
+GRANT SELECT ON fenceproxy.version TO PUBLIC;
+LOCK TABLE fenceproxy.version IN SHARE ROW EXCLUSIVE MODE;`
+
+// stepLockMarks: each lock's high-water mark, the newest token a write under it was accepted with (lock
+// fences). Writers change it only through fenceproxy.lock_accept, which runs as its owner.
+const stepLockMarks = `CREATE TABLE fenceproxy.lock_marks (
+	name text PRIMARY KEY,
+	mark bigint NOT NULL CHECK (mark > 0),
+	id int GENERATED ALWAYS AS IDENTITY UNIQUE -- the key of the lock's advisory locks (lock_accept)
+);
+REVOKE ALL ON fenceproxy.lock_marks FROM PUBLIC;
+GRANT SELECT ON fenceproxy.lock_marks TO PUBLIC;`
+
+// stepGuarded: the relations the guard protects, as install left them, for the DDL guard (which refuses any
+// DDL that changes them) and for check.
+const stepGuarded = `CREATE TABLE fenceproxy.guarded (
+	relid oid PRIMARY KEY,
+	nspname name NOT NULL,
+	relname name NOT NULL,
+	attnum int2 NOT NULL,
+	token_column name NOT NULL,
+	label text NOT NULL,
+	row_trigger oid,
+	truncate_trigger oid NOT NULL
+);
+REVOKE ALL ON fenceproxy.guarded FROM PUBLIC;
+GRANT SELECT ON fenceproxy.guarded TO PUBLIC;`
