@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"time"
 	"unsafe"
+
+	"github.com/fenceproxy/fenceproxy/rewrite"
 )
 
 // The event loop relays plain-TCP sessions after startup the way pgbouncer does: one goroutine waits in
@@ -797,6 +799,10 @@ func (es *evSession) fromClient() error {
 		}
 		es.cMsgs++
 		es.cBytes += uint64(total)
+		var set rewrite.Settings
+		if inspect {
+			set = ss.readingSettings() // before this message counts as pending
+		}
 		switch typ {
 		case 'Q', 'S', 'F':
 			ss.pending.Add(1)
@@ -813,9 +819,9 @@ func (es *evSession) fromClient() error {
 			body := b[i+5 : i+total]
 			var err error
 			if typ == 'Q' {
-				err = ss.queryOut(&es.uout, p, body)
+				err = ss.queryOut(&es.uout, p, body, set)
 			} else {
-				err = ss.parseOut(&es.uout, p, body)
+				err = ss.parseOut(&es.uout, p, body, set)
 			}
 			if err != nil {
 				return err

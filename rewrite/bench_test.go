@@ -41,10 +41,10 @@ func BenchmarkPlanMissVerify(b *testing.B) {
 func BenchmarkCacheHit(b *testing.B) {
 	c := NewCache(testRewriter(b), 1024)
 	sql := []byte(benchUpdate)
-	c.Plan(sql)
+	c.Plan(sql, DefaultSettings)
 	b.ReportAllocs()
 	for b.Loop() {
-		if p := c.Plan(sql); p.Action != Rewrite {
+		if p := c.Plan(sql, DefaultSettings); p.Action != Rewrite {
 			b.Fatal(p)
 		}
 	}
@@ -54,11 +54,11 @@ func BenchmarkCacheHit(b *testing.B) {
 func BenchmarkCacheHitParallel(b *testing.B) {
 	c := NewCache(testRewriter(b), 1024)
 	sql := []byte(benchUpdate)
-	c.Plan(sql)
+	c.Plan(sql, DefaultSettings)
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			if p := c.Plan(sql); p.Action != Rewrite {
+			if p := c.Plan(sql, DefaultSettings); p.Action != Rewrite {
 				b.Error(p)
 				return
 			}
@@ -84,12 +84,12 @@ func TestZeroAllocs(t *testing.T) {
 	r := testRewriter(t)
 	c := NewCache(r, 1024)
 	hit := []byte(benchUpdate)
-	c.Plan(hit)
+	c.Plan(hit, DefaultSettings)
 	read := []byte(benchRead)
 	for name, fn := range map[string]func(){
-		"cache hit":          func() { c.Plan(hit) },
+		"cache hit":          func() { c.Plan(hit, DefaultSettings) },
 		"MayTouch":           func() { r.MayTouch(read) },
-		"Cache.Plan on read": func() { c.Plan(read) },
+		"Cache.Plan on read": func() { c.Plan(read, DefaultSettings) },
 	} {
 		if n := testing.AllocsPerRun(1000, fn); n != 0 {
 			t.Errorf("%s: %v allocations, want 0", name, n)

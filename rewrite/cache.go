@@ -23,14 +23,24 @@ type Cache struct {
 
 type cacheShard struct {
 	mu    sync.Mutex
-	m     map[string]*cacheEntry
+	m     map[cacheKey]*cacheEntry
 	head  cacheEntry // sentinel: head.next is the most recently used
 	limit int
 	_     [40]byte // keep shards' locks on separate cache lines
 }
 
+// cacheKey is a text and what decides how the server reads it: the encodings
+// only for non-ASCII text, standard_conforming_strings only when it changes
+// the reading (a '...' literal holds a backslash). A text means different
+// things under different settings.
+type cacheKey struct {
+	sql            string
+	client, server string
+	scsOff         bool
+}
+
 type cacheEntry struct {
-	key        string
+	key        cacheKey
 	plan       Plan
 	prev, next *cacheEntry
 }
@@ -61,7 +71,7 @@ func NewCache(r *Rewriter, size int) *Cache {
 	c := &Cache{r: r, seed: maphash.MakeSeed(), shards: make([]cacheShard, n), mask: uint64(n - 1)}
 	for i := range c.shards {
 		s := &c.shards[i]
-		s.m = make(map[string]*cacheEntry)
+		s.m = make(map[cacheKey]*cacheEntry)
 		s.head.next, s.head.prev = &s.head, &s.head
 		s.limit = size / n
 		if i < size%n {
@@ -71,15 +81,21 @@ func NewCache(r *Rewriter, size int) *Cache {
 	return c
 }
 
-// Plan is Rewriter.Plan through the cache. Texts the prefilter rules out
-// return Plan{Action: Pass} without touching the cache.
-func (c *Cache) Plan(sql []byte) Plan {
-	if !c.r.MayTouch(sql) {
-		return Plan{Action: Pass}
+// Plan is Rewriter.PlanWith through the cache. Texts the prefilter rules out
+// return Plan{Action: Pass} without touching the cache, and so do texts it
+// cannot read (refused or passed by rawMayTouch, not cached).
+func (c *Cache) Plan(sql []byte, set Settings) Plan {
+	rd := c.r.read(sql, set)
+	if p, done := c.r.early(sql, rd); done {
+		return p
+	}
+	var client, server string
+	if rd.nonASCII {
+		client, server = set.ClientEncoding, set.ServerEncoding
 	}
 	s := &c.shards[maphash.Bytes(c.seed, sql)&c.mask]
 	s.mu.Lock()
-	if e, ok := s.m[string(sql)]; ok {
+	if e, ok := s.m[cacheKey{string(sql), client, server, rd.normalise}]; ok {
 		s.unlink(e)
 		s.pushFront(e)
 		p := e.plan
@@ -91,13 +107,13 @@ func (c *Cache) Plan(sql []byte) Plan {
 	}
 	s.mu.Unlock()
 
-	key := string(sql)
+	key := cacheKey{string(sql), client, server, rd.normalise}
 	start := time.Now()
-	p := c.r.plan(key)
+	p := c.r.planReading(rd)
 	if c.obs != nil {
 		c.obs.CacheMiss(time.Since(start))
 	}
-	if len(key) > maxCachedSQL {
+	if len(key.sql) > maxCachedSQL {
 		return p
 	}
 	s.mu.Lock()

@@ -1,0 +1,388 @@
+package rewrite
+
+import (
+	"bytes"
+	"fmt"
+	"unicode/utf8"
+
+	"golang.org/x/text/encoding"
+	"golang.org/x/text/encoding/charmap"
+	"golang.org/x/text/encoding/japanese"
+	"golang.org/x/text/encoding/korean"
+	"golang.org/x/text/encoding/simplifiedchinese"
+	"golang.org/x/text/encoding/traditionalchinese"
+)
+
+// Settings are the session settings that decide how the server reads a
+// text: the server reports each in ParameterStatus, at startup and whenever
+// it changes. The zero value means "not known": only pure ASCII text without
+// backslashes is readable then.
+type Settings struct {
+	// ClientEncoding and ServerEncoding are PostgreSQL's encoding names as
+	// ParameterStatus reports them (UTF8, LATIN1, SJIS, SQL_ASCII ...).
+	ClientEncoding string
+	ServerEncoding string
+	// StandardConformingStrings: '...' treats backslashes literally (on) or
+	// as escapes (off).
+	StandardConformingStrings bool
+	// Unsettled: an earlier message the server has not answered yet may
+	// have changed the settings (a SET, a function, a rollback), so they are
+	// known only for texts that read the same under every setting.
+	Unsettled bool
+}
+
+// DefaultSettings are PostgreSQL's defaults for a UTF-8 database.
+var DefaultSettings = Settings{ClientEncoding: "UTF8", ServerEncoding: "UTF8", StandardConformingStrings: true}
+
+func (s Settings) known() bool { return s.ClientEncoding != "" && s.ServerEncoding != "" && !s.Unsettled }
+
+// clientEncoding returns the x/text encoding that reads the client's bytes
+// exactly as PostgreSQL does, nil for UTF-8 itself, and false for an encoding
+// the proxy cannot read. SQL_ASCII as client encoding means no conversion:
+// the bytes are the server encoding's.
+func (s Settings) clientEncoding() (encoding.Encoding, bool) {
+	name := s.ClientEncoding
+	if name == "SQL_ASCII" {
+		name = s.ServerEncoding
+	}
+	if s.ServerEncoding == "SQL_ASCII" {
+		// The server lexes the raw bytes; the proxy reads them as UTF-8,
+		// which is exact for valid UTF-8 (see reading).
+		return nil, true
+	}
+	return pgEncoding(name)
+}
+
+// pgEncoding maps a PostgreSQL encoding name (as ParameterStatus reports it)
+// to the x/text encoding that splits its bytes into the same characters; nil
+// is UTF-8. Encodings missing here (JOHAB, EUC_TW, MULE_INTERNAL,
+// EUC_JIS_2004, SHIFT_JIS_2004) cannot be read: their non-ASCII texts are
+// refused when they may touch a protected table.
+func pgEncoding(name string) (encoding.Encoding, bool) {
+	switch name {
+	case "UTF8":
+		return nil, true
+	case "LATIN1":
+		return charmap.ISO8859_1, true
+	case "LATIN2":
+		return charmap.ISO8859_2, true
+	case "LATIN3":
+		return charmap.ISO8859_3, true
+	case "LATIN4":
+		return charmap.ISO8859_4, true
+	case "LATIN5":
+		return charmap.ISO8859_9, true
+	case "LATIN6":
+		return charmap.ISO8859_10, true
+	case "LATIN7":
+		return charmap.ISO8859_13, true
+	case "LATIN8":
+		return charmap.ISO8859_14, true
+	case "LATIN9":
+		return charmap.ISO8859_15, true
+	case "LATIN10":
+		return charmap.ISO8859_16, true
+	case "ISO_8859_5":
+		return charmap.ISO8859_5, true
+	case "ISO_8859_6":
+		return charmap.ISO8859_6, true
+	case "ISO_8859_7":
+		return charmap.ISO8859_7, true
+	case "ISO_8859_8":
+		return charmap.ISO8859_8, true
+	case "KOI8R":
+		return charmap.KOI8R, true
+	case "KOI8U":
+		return charmap.KOI8U, true
+	case "WIN866":
+		return charmap.CodePage866, true
+	case "WIN874":
+		return charmap.Windows874, true
+	case "WIN1250":
+		return charmap.Windows1250, true
+	case "WIN1251":
+		return charmap.Windows1251, true
+	case "WIN1252":
+		return charmap.Windows1252, true
+	case "WIN1253":
+		return charmap.Windows1253, true
+	case "WIN1254":
+		return charmap.Windows1254, true
+	case "WIN1255":
+		return charmap.Windows1255, true
+	case "WIN1256":
+		return charmap.Windows1256, true
+	case "WIN1257":
+		return charmap.Windows1257, true
+	case "WIN1258":
+		return charmap.Windows1258, true
+	case "SJIS":
+		return japanese.ShiftJIS, true
+	case "EUC_JP":
+		return japanese.EUCJP, true
+	case "BIG5":
+		return traditionalchinese.Big5, true
+	case "GBK", "EUC_CN": // GBK is a superset of EUC_CN with the same character boundaries
+		return simplifiedchinese.GBK, true
+	case "GB18030":
+		return simplifiedchinese.GB18030, true
+	case "UHC", "EUC_KR": // x/text's EUC-KR is the UHC (CP949) superset
+		return korean.EUCKR, true
+	}
+	return nil, false
+}
+
+// reading is a text as the server will read it: its UTF-8 form, and what
+// the prefilter says about it.
+type reading struct {
+	text      []byte            // UTF-8 (raw itself when no conversion was needed)
+	enc       encoding.Encoding // the client encoding to re-encode a rewrite to; nil for UTF-8
+	nonASCII  bool              // raw holds bytes >= 0x80 (the encodings matter)
+	why       string            // non-empty: the text cannot be read exactly, for this reason
+	touch     bool              // the prefilter: the text may touch a protected table or the token
+	normalise bool              // '...' literals read with escapes (standard_conforming_strings off) hold backslashes
+}
+
+// sql is the text for pg_query, which reads standard_conforming_strings =
+// on: normalised when the server reads it with off.
+func (rd reading) sql() string {
+	if rd.normalise {
+		return normalise(rd.text)
+	}
+	return string(rd.text)
+}
+
+// isASCII reports whether b holds no byte >= 0x80.
+func isASCII(b []byte) bool {
+	for _, c := range b {
+		if c >= 0x80 {
+			return false
+		}
+	}
+	return true
+}
+
+// decode converts the client's bytes to UTF-8 exactly, or reports why it
+// cannot. ASCII text is returned as is, in every encoding.
+func decode(raw []byte, s Settings) ([]byte, encoding.Encoding, string) {
+	if isASCII(raw) {
+		return raw, nil, ""
+	}
+	if !s.known() {
+		if s.Unsettled {
+			return nil, nil, "non-ASCII text sent before the server answered an earlier statement that may have changed client_encoding"
+		}
+		return nil, nil, "client_encoding is not known"
+	}
+	enc, ok := s.clientEncoding()
+	if !ok {
+		return nil, nil, fmt.Sprintf("client_encoding %s is not one the proxy can read", s.ClientEncoding)
+	}
+	if enc == nil {
+		if !utf8.Valid(raw) {
+			return nil, nil, "invalid UTF-8"
+		}
+		return raw, nil, ""
+	}
+	text, err := enc.NewDecoder().Bytes(raw)
+	if err != nil {
+		return nil, nil, fmt.Sprintf("invalid %s: %v", s.ClientEncoding, err)
+	}
+	back, err := enc.NewEncoder().Bytes(text)
+	if err != nil || !bytes.Equal(back, raw) {
+		return nil, nil, fmt.Sprintf("the text does not convert exactly from %s", s.ClientEncoding)
+	}
+	return text, enc, ""
+}
+
+// read decodes and lexes raw under s and runs the prefilter on its tokens.
+// It does not allocate for UTF-8 (or ASCII) text.
+func (r *Rewriter) read(raw []byte, s Settings) reading {
+	text, enc, why := decode(raw, s)
+	if why != "" {
+		return reading{why: why}
+	}
+	rd := reading{text: text, enc: enc, nonASCII: enc != nil || !isASCII(raw)}
+	scs := s.StandardConformingStrings
+	if !s.known() && bytes.IndexByte(text, '\\') >= 0 {
+		// A '...' literal holding a backslash reads differently under the
+		// other standard_conforming_strings; when none does (in the reading
+		// with escapes), both readings are the same.
+		off := r.scan(text, false)
+		if off.err != nil || off.normalise {
+			on := r.scan(text, true)
+			if on.err == nil && !on.touch && (off.err != nil || !off.touch) {
+				return rd // neither reading touches (or the server rejects the text)
+			}
+			rd.why = "a backslash in a string literal, and standard_conforming_strings is not known (an earlier statement that may change it is in flight)"
+			return rd
+		}
+		scs = true
+	}
+	sc := r.scan(text, scs)
+	if sc.err != nil {
+		rd.why = fmt.Sprintf("cannot read the text: %v", sc.err)
+		return rd
+	}
+	rd.touch, rd.normalise = sc.touch, sc.normalise
+	return rd
+}
+
+func firstErr(errs ...error) error {
+	for _, e := range errs {
+		if e != nil {
+			return e
+		}
+	}
+	return nil
+}
+
+// scanResult is what one pass of the lexer learns about a text.
+type scanResult struct {
+	touch     bool  // the prefilter says: parse it
+	normalise bool  // standard_conforming_strings is off and a '...' or N'...' literal holds a backslash
+	err       error // a lexical error: the server rejects the text (or the lexer is wrong: unreadable)
+}
+
+// scan runs the lexer over text and applies the prefilter to its decoded
+// tokens. A text may touch a protected table or the token when it holds
+//
+//   - a write keyword (insert, update, delete, merge, truncate, copy: a
+//     keyword is a bare identifier token, it cannot be quoted or escaped)
+//     and an identifier whose value (after case folding, "" and U& decoding)
+//     is a protected table's name; or
+//   - the keyword DO (a DO block's body is a string: always analysed); or
+//   - an identifier naming set_config or holding the token setting's first
+//     part (GUC names are case-insensitive).
+//
+// It does not allocate.
+func (r *Rewriter) scan(text []byte, scs bool) scanResult {
+	l := newLexer(text, scs)
+	var res scanResult
+	var write, name bool
+	var buf [2 * namedatalen]byte
+	for {
+		t := l.next()
+		if t.kind == tokEOF {
+			break
+		}
+		if !scs && (t.kind == tokString || t.kind == tokNString) && t.backslash {
+			res.normalise = true
+		}
+		if !t.isIdent() {
+			continue
+		}
+		if t.kind == tokIdent {
+			switch word := text[t.start:t.end]; {
+			case equalFoldASCII(word, "insert"), equalFoldASCII(word, "update"), equalFoldASCII(word, "delete"),
+				equalFoldASCII(word, "merge"), equalFoldASCII(word, "truncate"), equalFoldASCII(word, "copy"):
+				write = true
+			case equalFoldASCII(word, "do"):
+				res.touch = true
+			}
+		}
+		v, ok := l.identValue(t, buf[:0])
+		if !ok {
+			res.touch = true // the server rejects it; the parser will say why
+			continue
+		}
+		if r.filter.names(v) {
+			name = true
+		}
+		if r.filter.alone(v) {
+			res.touch = true
+		}
+	}
+	res.err = l.err
+	res.touch = res.touch || write && name
+	return res
+}
+
+// normalise respells, for a reader that assumes standard_conforming_strings
+// = on, every '...' and N'...' literal that the server reads with backslash
+// escapes (standard_conforming_strings = off) and that holds a backslash: the
+// server scans such a literal exactly like E'...' (scan.l: {xqstart} begins
+// state xe when standard_conforming_strings is off), so an E goes before its
+// opening quote (N'...' is NCHAR '...', and becomes NCHAR E'...'). A space
+// keeps the E from joining a preceding identifier. Nothing else changes.
+func normalise(text []byte) string {
+	l := newLexer(text, false)
+	out := make([]byte, 0, len(text)+16)
+	last := 0
+	for {
+		t := l.next()
+		if t.kind == tokEOF {
+			break
+		}
+		if !t.backslash || t.kind != tokString && t.kind != tokNString {
+			continue
+		}
+		out = append(out, text[last:t.start]...)
+		if t.kind == tokNString {
+			out = append(out, " NCHAR E"...)
+			out = append(out, text[t.start+1:t.end]...)
+		} else {
+			out = append(out, " E"...)
+			out = append(out, text[t.start:t.end]...)
+		}
+		last = t.end
+	}
+	return string(append(out, text[last:]...))
+}
+
+// rawMayTouch is the prefilter for text the proxy cannot read exactly (an
+// unknown encoding, invalid bytes, settings in flux): whatever the encoding,
+// a keyword is a run of ASCII letters in the raw bytes, not preceded or
+// followed by an identifier character (a byte >= 0x80 belongs to an
+// identifier in every encoding). It reports whether raw holds a write
+// keyword, DO, set_config or the token setting's first part as such a word,
+// or the setting anywhere.
+func (r *Rewriter) rawMayTouch(raw []byte) bool {
+	words := [...]string{"insert", "update", "delete", "merge", "truncate", "copy", "do", "set_config"}
+	for _, w := range words {
+		if containsWord(raw, w) {
+			return true
+		}
+	}
+	first := r.filter.settingFirst
+	return containsFoldBytes(raw, first)
+}
+
+// containsWord reports whether raw holds w (ASCII case-insensitively) with no
+// identifier character right before or after it.
+func containsWord(raw []byte, w string) bool {
+	n := len(w)
+	for i := 0; i+n <= len(raw); i++ {
+		if !equalFoldASCII(raw[i:i+n], w) {
+			continue
+		}
+		if i > 0 && isIdentCont(raw[i-1]) || i+n < len(raw) && isIdentCont(raw[i+n]) {
+			continue
+		}
+		return true
+	}
+	return false
+}
+
+func containsFoldBytes(raw []byte, sub string) bool {
+	n := len(sub)
+	for i := 0; i+n <= len(raw); i++ {
+		if equalFoldASCII(raw[i:i+n], sub) {
+			return true
+		}
+	}
+	return false
+}
+
+// encodeFor converts a rewritten statement (UTF-8) back to the client's
+// encoding, in which the server will read it.
+func encodeFor(sql string, enc encoding.Encoding) (string, error) {
+	if enc == nil {
+		return sql, nil
+	}
+	b, err := enc.NewEncoder().Bytes([]byte(sql))
+	if err != nil {
+		return "", fmt.Errorf("re-encode the rewritten statement: %w", err)
+	}
+	return string(b), nil
+}
