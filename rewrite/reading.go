@@ -34,7 +34,9 @@ type Settings struct {
 // DefaultSettings are PostgreSQL's defaults for a UTF-8 database.
 var DefaultSettings = Settings{ClientEncoding: "UTF8", ServerEncoding: "UTF8", StandardConformingStrings: true}
 
-func (s Settings) known() bool { return s.ClientEncoding != "" && s.ServerEncoding != "" && !s.Unsettled }
+func (s Settings) known() bool {
+	return s.ClientEncoding != "" && s.ServerEncoding != "" && !s.Unsettled
+}
 
 // clientEncoding returns the x/text encoding that reads the client's bytes
 // exactly as PostgreSQL does, nil for UTF-8 itself, and false for an encoding
