@@ -622,7 +622,7 @@ func hexVal(c byte) byte {
 
 // stringValue appends the value of a string constant to buf, decoding escapes
 // as the server does for its kind; the continuation white space between parts
-// is dropped. B” and X” values are their digits. The error is the server's
+// is dropped. bit and hex string values are their digits. The error is the server's
 // refusal of the literal (an invalid escape, or bytes that are not UTF-8).
 func (l *lexer) stringValue(t token, buf []byte) ([]byte, error) {
 	s := l.src
