@@ -95,7 +95,7 @@ func (c *Cache) Plan(sql []byte, set Settings) Plan {
 	}
 	s := &c.shards[maphash.Bytes(c.seed, sql)&c.mask]
 	s.mu.Lock()
-	if e, ok := s.m[cacheKey{string(sql), client, server, rd.normalise}]; ok {
+	if e, ok := s.m[cacheKey{string(sql), client, server, rd.scsOff}]; ok {
 		s.unlink(e)
 		s.pushFront(e)
 		p := e.plan
@@ -107,7 +107,7 @@ func (c *Cache) Plan(sql []byte, set Settings) Plan {
 	}
 	s.mu.Unlock()
 
-	key := cacheKey{string(sql), client, server, rd.normalise}
+	key := cacheKey{string(sql), client, server, rd.scsOff}
 	start := time.Now()
 	p := c.r.planReading(rd)
 	if c.obs != nil {

@@ -143,6 +143,9 @@ type reading struct {
 	why       string            // non-empty: the text cannot be read exactly, for this reason
 	touch     bool              // the prefilter: the text may touch a protected table or the token
 	normalise bool              // '...' literals read with escapes (standard_conforming_strings off) hold backslashes
+	// scsOff: standard_conforming_strings is off and the text holds a
+	// backslash, so strings nested in it (DO bodies) may read differently.
+	scsOff bool
 }
 
 // sql is the text for pg_query, which reads standard_conforming_strings =
@@ -227,6 +230,7 @@ func (r *Rewriter) read(raw []byte, s Settings) reading {
 		return rd
 	}
 	rd.touch, rd.normalise = sc.touch, sc.normalise
+	rd.scsOff = !scs && bytes.IndexByte(text, '\\') >= 0
 	return rd
 }
 

@@ -243,7 +243,7 @@ func (r *Rewriter) early(raw []byte, rd reading) (Plan, bool) {
 // planReading plans a readable text the prefilter let through; a rewrite is
 // re-encoded to the client's encoding.
 func (r *Rewriter) planReading(rd reading) Plan {
-	p := r.plan(rd.sql())
+	p := r.plan(rd.sql(), rd.scsOff)
 	if p.Action == Rewrite && rd.enc != nil {
 		out, err := encodeFor(p.SQL, rd.enc)
 		if err != nil {
@@ -260,12 +260,12 @@ func (r *Rewriter) planReading(rd reading) Plan {
 
 // plan is the analysis of a UTF-8 text that pg_query reads as the server
 // does.
-func (r *Rewriter) plan(sql string) Plan {
+func (r *Rewriter) plan(sql string, scsOff bool) Plan {
 	tree, err := pg.Parse(sql)
 	if err != nil {
 		return r.unparsable(sql, err)
 	}
-	a := &analysis{r: r}
+	a := &analysis{r: r, scsOff: scsOff}
 	for _, raw := range tree.Stmts {
 		a.statement(raw.Stmt)
 	}
