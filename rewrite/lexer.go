@@ -346,17 +346,26 @@ func (l *lexer) uescape(t token) token {
 	}
 	t.uescEnd = t.end
 	save := l.pos
-	kw := l.next()
-	if l.err != nil || kw.kind != tokIdent || !equalFoldASCII(l.src[kw.start:kw.end], "uescape") {
-		l.pos, l.err = save, nil
+	l.skipSpace()
+	s, i := l.src, l.pos
+	if l.err != nil || i+7 > len(s) || !equalFoldASCII(s[i:i+7], "uescape") || i+7 < len(s) && isIdentCont(s[i+7]) {
+		if l.err == nil {
+			l.pos = save
+		}
 		return t
 	}
-	str := l.next()
+	l.pos = i + 7
+	l.skipSpace()
+	if l.pos < len(s) && s[l.pos] != '\'' && s[l.pos] != '$' && !(s[l.pos]|0x20 == 'e' && l.pos+1 < len(s) && s[l.pos+1] == '\'') {
+		l.fail("UESCAPE must be followed by a simple string literal")
+		return t
+	}
+	str := l.next() // a string token: it does not look ahead itself
 	if l.err != nil {
 		return t
 	}
 	if str.kind != tokString && str.kind != tokEString && str.kind != tokDollar {
-		l.pos = kw.start
+		l.pos = i
 		l.fail("UESCAPE must be followed by a simple string literal")
 		return t
 	}
