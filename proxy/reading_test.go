@@ -5,6 +5,7 @@ package proxy_test
 // the protected rows from a direct connection, and compare the proxy's lexer with the server's own reading.
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"strings"
@@ -21,6 +22,8 @@ import (
 	"golang.org/x/text/encoding/traditionalchinese"
 
 	"github.com/fenceproxy/fenceproxy/internal/pgtest"
+	"github.com/fenceproxy/fenceproxy/internal/proxytest"
+	"github.com/fenceproxy/fenceproxy/proxy"
 )
 
 // rawClient sends client-encoded bytes as Query messages, as a client in any encoding would.
@@ -196,11 +199,26 @@ type hostileCase struct {
 	note string
 }
 
-// TestHostileReading: texts that the server reads differently from a byte-level, UTF-8, scs=on reader, sent
-// through the proxy by a stale (token 10) or tokenless session, never change the protected row (token 50);
-// legitimate writes from clients in other encodings, with a fresh token, land with the right value and token.
-func TestHostileReading(t *testing.T) {
+// TestHostileReadingEventLoop: texts that the server reads differently from a byte-level, UTF-8, scs=on
+// reader, sent through the proxy by a stale (token 10) or tokenless session, never change the protected row
+// (token 50); legitimate writes from clients in other encodings, with a fresh token, land with the right value
+// and token. Every case runs in the event loop.
+func TestHostileReadingEventLoop(t *testing.T) { hostileReading(t, true) }
+
+// TestHostileReadingGoroutines is TestHostileReadingEventLoop on the goroutine relay path (a verifier keeps
+// sessions off the event loop).
+func TestHostileReadingGoroutines(t *testing.T) { hostileReading(t, false) }
+
+// acceptAll is a verifier that accepts every token.
+type acceptAll struct{}
+
+func (acceptAll) Check(context.Context, int64) error { return nil }
+
+func hostileReading(t *testing.T, loop bool) {
 	f := newFenced(t)
+	if !loop {
+		f.p = startProxy(t, proxytest.Options{YAML: fxTables(f.label), Verifier: acceptAll{}})
+	}
 	T := f.name
 	d := f.d
 	// U& spellings of the table name: its first letter escaped.
@@ -335,7 +353,15 @@ func TestHostileReading(t *testing.T) {
 			if user == "" {
 				user = pgtest.SuperUser
 			}
+			if loop { // the previous case's session has ended
+				eventually(t, 10*time.Second, "no session in the event loop", func() bool { return proxy.SessionsInLoop(f.p.Server) == 0 })
+			}
 			cl := dialRaw(t, f.p.Addr, user, pgtest.TestDB, c.params)
+			if loop {
+				eventually(t, 10*time.Second, "the session in the event loop", func() bool { return proxy.SessionsInLoop(f.p.Server) == 1 })
+			} else if n := proxy.SessionsInLoop(f.p.Server); n != 0 {
+				t.Fatalf("%d sessions in the event loop", n)
+			}
 			encName := "UTF8"
 			if e := c.params["client_encoding"]; e != "" {
 				encName = e
