@@ -423,3 +423,60 @@ func decodeFrom(t *testing.T, name, s string) string {
 	}
 	return out
 }
+
+// TestReadingServerEncodings: databases whose server_encoding is LATIN1 or SQL_ASCII. The server converts a
+// LATIN1 database's text from the client encoding (or, for SQL_ASCII, stores the client's bytes as they are);
+// the proxy reads the client's text either way: fresh writes with non-ASCII land, the scs=off attack does not.
+func TestReadingServerEncodings(t *testing.T) {
+	f := newFenced(t)
+	for _, dbEnc := range []string{"LATIN1", "SQL_ASCII"} {
+		t.Run(dbEnc, func(t *testing.T) {
+			db := fxName(t, "db")
+			fxExec(t, f.d, fmt.Sprintf("CREATE DATABASE %s ENCODING '%s' TEMPLATE template0 LC_COLLATE 'C' LC_CTYPE 'C'", db, dbEnc))
+			t.Cleanup(func() { f.d.Exec(ctxT(t), "DROP DATABASE IF EXISTS "+db+" WITH (FORCE)") })
+			dd := connect(t, pg.DSN(pgtest.SuperUser, "", db))
+			fxExec(t, dd, fmt.Sprintf(fxTableDDL, "public."+f.name))
+			row := func() (string, []byte) {
+				var snap string
+				var note []byte
+				if err := dd.QueryRow(ctxT(t), fmt.Sprintf("SELECT id || ':' || balance || ':' || coalesce(fence_token::text, 'null'), convert_to(note, 'SQL_ASCII') FROM public.%s WHERE id = 1", f.name)).Scan(&snap, &note); err != nil {
+					t.Fatal(err)
+				}
+				return snap, note
+			}
+			reset := func() {
+				fxExec(t, dd, fmt.Sprintf("DELETE FROM public.%s", f.name))
+				fxExec(t, dd, fmt.Sprintf("INSERT INTO public.%s (id, balance, note, fence_token) VALUES (1, 100, '', 50)", f.name))
+			}
+			for _, c := range []struct {
+				name, clientEnc, token, text string
+				scsOff                       bool
+				want                         string
+				note                         []byte // the note's bytes as the server stores them
+			}{
+				{"UTF8 client", "UTF8", "60", "UPDATE %s SET balance = 1, note = 'café' WHERE id = 1", false, "1:1:60", map[string][]byte{"LATIN1": []byte("caf\xe9"), "SQL_ASCII": []byte("café")}[dbEnc]},
+				{"LATIN1 client", "LATIN1", "60", "UPDATE %s SET balance = 2, note = 'café' WHERE id = 1", false, "1:2:60", []byte("caf\xe9")},
+				{"LATIN1 client, scs off", "LATIN1", "60", `UPDATE %s SET balance = 3, note = 'caf\é' WHERE id = 1`, true, "1:3:60", []byte("caf\xe9")},
+				{"scs off attack", "UTF8", "10", `SELECT 'a\' AS x, ' AS y; UPDATE %s SET balance = 0 WHERE id = 1; SELECT ' --'`, true, "1:100:50", []byte("")},
+				{"scs off attack, LATIN1", "LATIN1", "", `SELECT 'é\' AS x, ' AS y; DELETE FROM %s WHERE id = 1; SELECT ' --'`, true, "1:100:50", []byte("")},
+			} {
+				t.Run(c.name, func(t *testing.T) {
+					reset()
+					params := map[string]string{"client_encoding": c.clientEnc}
+					if c.scsOff {
+						params["options"] = "-c standard_conforming_strings=off"
+					}
+					cl := dialRaw(t, f.p.Addr, pgtest.SuperUser, db, params)
+					if c.token != "" {
+						cl.query(t, []byte("SET fence.token = "+c.token))
+					}
+					r := cl.query(t, enc(t, c.clientEnc, fmt.Sprintf(c.text, f.name)))
+					snap, note := row()
+					if snap != c.want || string(note) != string(c.note) {
+						t.Errorf("row %s note %q, want %s %q; answer %v", snap, note, c.want, c.note, r)
+					}
+				})
+			}
+		})
+	}
+}

@@ -41,15 +41,17 @@ func (s Settings) known() bool {
 // clientEncoding returns the x/text encoding that reads the client's bytes
 // exactly as PostgreSQL does, nil for UTF-8 itself, and false for an encoding
 // the proxy cannot read. SQL_ASCII as client encoding means no conversion:
-// the bytes are the server encoding's.
+// the bytes are the server encoding's. A SQL_ASCII server does not convert
+// either; it validates the text in the client encoding and lexes its bytes,
+// which (every such encoding being ASCII-safe) splits it into the same
+// tokens. Raw bytes with SQL_ASCII on both sides are read as UTF-8 when they
+// are valid UTF-8 (decode refuses them otherwise).
 func (s Settings) clientEncoding() (encoding.Encoding, bool) {
 	name := s.ClientEncoding
 	if name == "SQL_ASCII" {
 		name = s.ServerEncoding
 	}
-	if s.ServerEncoding == "SQL_ASCII" {
-		// The server lexes the raw bytes; the proxy reads them as UTF-8,
-		// which is exact for valid UTF-8 (see reading).
+	if name == "SQL_ASCII" {
 		return nil, true
 	}
 	return pgEncoding(name)
@@ -229,9 +231,27 @@ func (r *Rewriter) read(raw []byte, s Settings) reading {
 		rd.why = fmt.Sprintf("cannot read the text: %v", sc.err)
 		return rd
 	}
+	if rd.nonASCII && s.ServerEncoding != "UTF8" && longNonASCIIIdent(text, scs) {
+		// The server truncates identifiers to 63 bytes of its own
+		// encoding; pg_query and the lexer count UTF-8 bytes.
+		rd.why = "an identifier with non-ASCII characters longer than 63 bytes, which a " + s.ServerEncoding + " server truncates differently"
+		return rd
+	}
 	rd.touch, rd.normalise = sc.touch, sc.normalise
 	rd.scsOff = !scs && bytes.IndexByte(text, '\\') >= 0
 	return rd
+}
+
+// longNonASCIIIdent reports whether text has an identifier holding non-ASCII
+// characters and at least namedatalen bytes (of UTF-8).
+func longNonASCIIIdent(text []byte, scs bool) bool {
+	l := newLexer(text, scs)
+	for t := l.next(); t.kind != tokEOF; t = l.next() {
+		if t.isIdent() && t.end-t.start >= namedatalen && !isASCII(text[t.start:t.end]) {
+			return true
+		}
+	}
+	return false
 }
 
 func firstErr(errs ...error) error {
