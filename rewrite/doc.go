@@ -94,11 +94,27 @@
 //     between check and write, no extra round trip, no stored procedures or
 //     triggers to install.
 //   - Reads and statements writing no protected table pass unchanged (the
-//     original text; a cheap prefilter, MayTouch, skips parsing entirely for
-//     text that cannot concern a protected table or the token: parsing
-//     happens only for text holding a write keyword (insert, update, delete,
-//     merge, truncate, copy) and a protected name or u&, or the token
-//     setting, or set_config).
+//     original text; a prefilter, MayTouch, skips parsing entirely for text
+//     that cannot concern a protected table or the token: parsing happens
+//     only for text holding a write keyword token (insert, update, delete,
+//     merge, truncate, copy) and an identifier naming a protected table, or
+//     DO, or an identifier naming set_config or the token setting).
+//
+// # Reading SQL as the server does
+//
+// Every text is read under the session's client_encoding, server_encoding
+// and standard_conforming_strings (Settings, from the server's
+// ParameterStatus): decoded to UTF-8 exactly (reading.go), split into tokens
+// by a lexer with the server's own rules (lexer.go), and the prefilter looks
+// at decoded tokens, so no escape, quoting, comment or Unicode spelling hides
+// a name. With standard_conforming_strings off, each '...' literal holding a
+// backslash is given to pg_query (which always reads it on) as E'...', which
+// is how the server scans it. A rewrite is re-encoded to the client's
+// encoding. Text that cannot be read exactly (an encoding the proxy cannot
+// decode, invalid bytes, settings that an unanswered earlier statement may
+// have changed) is refused when its raw bytes hold a keyword that could
+// write. DO blocks are always analysed, after decoding (do.go). See
+// docs/reading-sql.md.
 //
 // # Multi-row VALUES
 //
@@ -116,18 +132,19 @@
 // CREATE TABLE AS. Refused with 55F04: TRUNCATE, COPY ... FROM and MERGE on a
 // protected table, WHERE CURRENT OF, INSERT without a column list (the
 // position of C is unknown), writes naming C, an unqualified name that could
-// be two configured tables with different token columns, a DO block whose text
-// names a protected table, and text the parser rejects that mentions a
-// protected name and a write keyword. SET and set_config of the token
+// be two configured tables with different token columns, a DO block whose
+// static SQL writes a protected table (or whose body cannot be parsed and
+// names one), and text the parser rejects that mentions a protected name and
+// a write keyword. SET and set_config of the token
 // setting to an invalid literal are refused with 55F03; valid ones are
 // reported in Plan.TokenSet.
 //
 // # Limits
 //
 //   - Writes not visible in the statement text are not fenced: functions and
-//     procedures (SQL-standard bodies are not analysed; a DO block is refused
-//     only when its text names a protected table, so dynamic SQL in it is not
-//     seen), triggers, rules (CREATE RULE actions are not analysed),
+//     procedures (SQL-standard bodies are not analysed; a DO block's static
+//     SQL is analysed, its dynamic SQL, EXECUTE of a string built at run
+//     time, is not seen), triggers, rules (CREATE RULE actions are not analysed),
 //     updatable views over a protected table, and writes through a parent
 //     table or partition that is not itself configured. Configure the table
 //     the application writes through.
@@ -146,6 +163,8 @@
 //   - A rewritten statement is deparsed, so comments and formatting of the
 //     whole text are lost; the deparser emits PostgreSQL 17 syntax, which
 //     PostgreSQL 15 accepts for everything the rewriter adds.
-//   - The text is assumed to be UTF-8 (client_encoding UTF8) for names with
-//     non-ASCII characters.
+//   - Unquoted identifiers are downcased in ASCII only; a server with a
+//     single-byte encoding may also downcase non-ASCII letters (by its
+//     locale): protected table names with non-ASCII letters should be
+//     configured and written quoted there.
 package rewrite

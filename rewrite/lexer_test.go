@@ -8,8 +8,8 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	"golang.org/x/text/encoding/japanese"
 	"golang.org/x/text/encoding/charmap"
+	"golang.org/x/text/encoding/japanese"
 )
 
 var scsOff = Settings{ClientEncoding: "UTF8", ServerEncoding: "UTF8", StandardConformingStrings: false}
