@@ -93,4 +93,3 @@ func TestLexerMatchesServer(t *testing.T) {
 		})
 	}
 }
-
