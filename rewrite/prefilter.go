@@ -7,14 +7,18 @@ import "strings"
 // setting's first part (SET "fence"."token" and SET fence . token are the
 // same setting). It is immutable after newPrefilter.
 type prefilter struct {
-	relnames     map[string]bool
+	relnames     []string
+	lengths      uint64 // bit n set: some name has n bytes (names of 64 bytes or more are never matched whole)
 	settingFirst string // lower-cased
 }
 
 func newPrefilter(tables []Table, setting string) prefilter {
-	p := prefilter{relnames: make(map[string]bool)}
+	var p prefilter
 	for _, t := range tables {
-		p.relnames[t.Name] = true
+		p.relnames = append(p.relnames, t.Name)
+		if len(t.Name) < 64 {
+			p.lengths |= 1 << len(t.Name)
+		}
 	}
 	first, _, _ := strings.Cut(setting, ".")
 	p.settingFirst = lowerASCII(first)
@@ -22,12 +26,36 @@ func newPrefilter(tables []Table, setting string) prefilter {
 }
 
 // names reports whether an identifier's value is a protected table's name.
-func (p *prefilter) names(v []byte) bool { return p.relnames[string(v)] }
+func (p *prefilter) names(v []byte) bool {
+	if len(v) >= 64 || p.lengths&(1<<len(v)) == 0 {
+		return false
+	}
+	for _, n := range p.relnames {
+		if n == string(v) {
+			return true
+		}
+	}
+	return false
+}
+
+// namesFolded is names for the value of an unquoted identifier shorter than
+// namedatalen: word ASCII-downcased.
+func (p *prefilter) namesFolded(word []byte) bool {
+	if p.lengths&(1<<len(word)) == 0 {
+		return false
+	}
+	for _, n := range p.relnames {
+		if len(n) == len(word) && equalFoldASCII(word, n) {
+			return true
+		}
+	}
+	return false
+}
 
 // alone reports whether an identifier's value makes the text one to analyse
 // by itself: set_config, or a name holding the token setting's first part.
 func (p *prefilter) alone(v []byte) bool {
-	return equalFoldASCII(v, "set_config") || containsFoldBytes(v, p.settingFirst)
+	return len(v) >= len(p.settingFirst) && (equalFoldASCII(v, "set_config") || containsFoldBytes(v, p.settingFirst))
 }
 
 func lowerASCII(s string) string {

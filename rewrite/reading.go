@@ -299,13 +299,26 @@ func (r *Rewriter) scan(text []byte, scs bool) scanResult {
 			continue
 		}
 		if t.kind == tokIdent {
-			switch word := text[t.start:t.end]; {
-			case equalFoldASCII(word, "insert"), equalFoldASCII(word, "update"), equalFoldASCII(word, "delete"),
-				equalFoldASCII(word, "merge"), equalFoldASCII(word, "truncate"), equalFoldASCII(word, "copy"):
-				write = true
-			case equalFoldASCII(word, "do"):
-				res.touch = true
+			switch word := text[t.start:t.end]; len(word) {
+			case 2:
+				res.touch = res.touch || equalFoldASCII(word, "do")
+			case 4:
+				write = write || equalFoldASCII(word, "copy")
+			case 5:
+				write = write || equalFoldASCII(word, "merge")
+			case 6:
+				write = write || equalFoldASCII(word, "insert") || equalFoldASCII(word, "update") || equalFoldASCII(word, "delete")
+			case 8:
+				write = write || equalFoldASCII(word, "truncate")
 			}
+		}
+		if t.kind == tokIdent && t.end-t.start < namedatalen {
+			// Unquoted and short: its value is its ASCII-downcased bytes,
+			// compared without copying.
+			word := text[t.start:t.end]
+			name = name || r.filter.namesFolded(word)
+			res.touch = res.touch || r.filter.alone(word)
+			continue
 		}
 		v, ok := l.identValue(t, buf[:0])
 		if !ok {
