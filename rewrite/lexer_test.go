@@ -194,6 +194,25 @@ func TestPlanSettings(t *testing.T) {
 	}
 }
 
+// TestDeparsedBackslashes: pg_query's deparser writes a string holding a
+// backslash as E'...' with the backslash doubled, so a rewritten statement
+// reads the same under either standard_conforming_strings.
+func TestDeparsedBackslashes(t *testing.T) {
+	r := testRewriter(t)
+	in := `UPDATE accounts SET note = 'a\\b' WHERE id = 1`
+	for _, set := range []Settings{DefaultSettings, scsOff} {
+		p := r.PlanWith([]byte(in), set)
+		if p.Action != Rewrite || !strings.Contains(p.SQL, "E'a\\\\") {
+			t.Fatalf("scs %v: %s", set.StandardConformingStrings, p.SQL)
+		}
+		got, err := Lex([]byte(p.SQL), set)
+		orig, _ := Lex([]byte(in), set)
+		if err != nil || len(got.Strings) == 0 || got.Strings[0] != orig.Strings[0] {
+			t.Errorf("scs %v: the rewrite reads %q, the client's text %q (%v)", set.StandardConformingStrings, got.Strings, orig.Strings, err)
+		}
+	}
+}
+
 func TestShape(t *testing.T) {
 	a, sa, err := shape([]byte(`UPDATE accounts SET balance = balance + 17 WHERE id = 4242 AND note = 'x''y'`), true)
 	if err != nil {
