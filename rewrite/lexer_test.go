@@ -229,7 +229,8 @@ func TestShape(t *testing.T) {
 }
 
 // FuzzLexer checks the lexer's invariants: tokens are ordered, disjoint and
-// inside the text, and each reads alone as itself; the scs=off reading of a
+// inside the text, and each reads alone as itself; the raw fast path
+// (rawMayTouch) never rules out what the token prefilter lets through; the scs=off reading of a
 // text equals the scs=on reading of its normalisation (what pg_query is given);
 // a shape and its spans give back the text. The seed corpus is in
 // testdata/fuzz/FuzzLexer and below.
@@ -243,17 +244,23 @@ func FuzzLexer(f *testing.F) {
 		`SELECT U&'\0061\+000062', U&'!0063' UESCAPE '!', U&"d\\"`,
 		`SELECT /* ; /* ; */ ; */ 1; -- ;` + "\n" + `SELECT 2`,
 		`SELECT N'a\'`, `SELECT n'\\' ||abc'\'`, `DO E'BEGIN UPDATE acc\x6funts SET b = 0; END'`,
-		`UPDATE U&"!0061ccounts" UESCAPE '!' SET balance = 0`, `SELECT a$b$c, $1, 1.5e3, .5, 1..2, 0x1F, 1_000`,
+		`UPDATE U&"!0061ccounts" UESCAPE '!' SET balance = 0`, `SELECT 1update "accounts"`, `SELECT "éfence"`,
+		`SELECT U&"set\005fconfig"('fence.token', '1', false)`, `do $$ $$`, `SELECT a$b$c, $1, 1.5e3, .5, 1..2, 0x1F, 1_000`,
 		`SELECT 1 +-/* c */2 ---x` + "\n", `SELECT 'x' --c` + "\n" + `'y'`,
 	} {
 		f.Add(s)
 	}
+	r := testRewriter(f)
 	f.Fuzz(func(t *testing.T, sql string) {
 		if !utf8.ValidString(sql) || strings.ContainsRune(sql, 0) {
 			t.Skip()
 		}
 		text := []byte(sql)
 		for _, scs := range []bool{true, false} {
+			// The raw fast path never rules out a text the token-level prefilter lets through.
+			if sc := r.scan(text, scs); sc.touch && !r.rawMayTouch(text) {
+				t.Errorf("scs %v: rawMayTouch false, scan touches: %q", scs, sql)
+			}
 			l := newLexer(text, scs)
 			prev := 0
 			for tok := l.next(); tok.kind != tokEOF; tok = l.next() {

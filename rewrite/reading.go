@@ -205,6 +205,9 @@ func decode(raw []byte, s Settings) ([]byte, encoding.Encoding, string) {
 // read decodes and lexes raw under s and runs the prefilter on its tokens.
 // It does not allocate for UTF-8 (or ASCII) text.
 func (r *Rewriter) read(raw []byte, s Settings) reading {
+	if !r.rawMayTouch(raw) {
+		return reading{} // nothing in it can touch, however it is read
+	}
 	text, enc, why := decode(raw, s)
 	if why != "" {
 		return reading{why: why}
@@ -298,18 +301,11 @@ func (r *Rewriter) scan(text []byte, scs bool) scanResult {
 		if !t.isIdent() {
 			continue
 		}
-		if t.kind == tokIdent {
-			switch word := text[t.start:t.end]; len(word) {
-			case 2:
-				res.touch = res.touch || equalFoldASCII(word, "do")
-			case 4:
-				write = write || equalFoldASCII(word, "copy")
-			case 5:
-				write = write || equalFoldASCII(word, "merge")
-			case 6:
-				write = write || equalFoldASCII(word, "insert") || equalFoldASCII(word, "update") || equalFoldASCII(word, "delete")
-			case 8:
-				write = write || equalFoldASCII(word, "truncate")
+		if t.kind == tokIdent && isWriteOrDo(text[t.start:t.end]) {
+			if t.end-t.start == 2 {
+				res.touch = true // DO
+			} else {
+				write = true
 			}
 		}
 		if t.kind == tokIdent && t.end-t.start < namedatalen {
@@ -369,36 +365,61 @@ func normalise(text []byte) string {
 	return string(append(out, text[last:]...))
 }
 
-// rawMayTouch is the prefilter for text the proxy cannot read exactly (an
-// unknown encoding, invalid bytes, settings in flux): whatever the encoding,
-// a keyword is a run of ASCII letters in the raw bytes, not preceded or
-// followed by an identifier character (a byte >= 0x80 belongs to an
-// identifier in every encoding). It reports whether raw holds a write
-// keyword, DO, set_config or the token setting's first part as such a word,
-// or the setting anywhere.
+// rawMayTouch is the prefilter on raw bytes, for text the proxy cannot read
+// exactly (an unknown encoding, invalid bytes, settings in flux) and as a
+// fast path that rules texts out before they are decoded and lexed. It errs
+// toward true. Whatever the encoding, a keyword is a run of ASCII letters in
+// the raw bytes that does not continue an identifier (the byte before it is
+// not a letter, _, $ or a byte >= 0x80; a digit does not join a letter, as in
+// PostgreSQL 14's 1update), and an identifier can hold the token setting's
+// name or set_config only as those raw letters unless it is a U& identifier.
+// It reports whether raw holds a write keyword or DO as such a word, u&, or
+// set_config or the setting's first part anywhere.
 func (r *Rewriter) rawMayTouch(raw []byte) bool {
-	words := [...]string{"insert", "update", "delete", "merge", "truncate", "copy", "do", "set_config"}
-	for _, w := range words {
-		if containsWord(raw, w) {
+	n := len(raw)
+	for i := 0; i < n; i++ {
+		switch raw[i] | 0x20 { // ASCII lower case for letters; no other byte maps to these
+		case 'u':
+			if i+1 < n && raw[i+1] == '&' {
+				return true
+			}
+		case 'i', 'd', 'm', 't', 'c':
+		default:
+			continue
+		}
+		if i > 0 && continuesWord(raw[i-1]) {
+			continue
+		}
+		j := i + 1
+		for j < n && isIdentCont(raw[j]) {
+			j++
+		}
+		if isWriteOrDo(raw[i:j]) {
 			return true
 		}
+		i = j - 1
 	}
-	first := r.filter.settingFirst
-	return containsFoldBytes(raw, first)
+	return containsFoldBytes(raw, "set_config") || containsFoldBytes(raw, r.filter.settingFirst)
 }
 
-// containsWord reports whether raw holds w (ASCII case-insensitively) with no
-// identifier character right before or after it.
-func containsWord(raw []byte, w string) bool {
-	n := len(w)
-	for i := 0; i+n <= len(raw); i++ {
-		if !equalFoldASCII(raw[i:i+n], w) {
-			continue
-		}
-		if i > 0 && isIdentCont(raw[i-1]) || i+n < len(raw) && isIdentCont(raw[i+n]) {
-			continue
-		}
-		return true
+// continuesWord reports whether a letter after c continues c's identifier.
+func continuesWord(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c == '_' || c == '$' || c >= 0x80
+}
+
+// isWriteOrDo reports whether word is a write keyword or DO.
+func isWriteOrDo(word []byte) bool {
+	switch len(word) {
+	case 2:
+		return equalFoldASCII(word, "do")
+	case 4:
+		return equalFoldASCII(word, "copy")
+	case 5:
+		return equalFoldASCII(word, "merge")
+	case 6:
+		return equalFoldASCII(word, "insert") || equalFoldASCII(word, "update") || equalFoldASCII(word, "delete")
+	case 8:
+		return equalFoldASCII(word, "truncate")
 	}
 	return false
 }

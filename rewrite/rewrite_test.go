@@ -155,7 +155,7 @@ func TestMayTouch(t *testing.T) {
 		"SELECT abalance FROM accounts WHERE aid = 42",
 		"x accounts",
 		"accounts",
-		`u&"`,
+		`u&`,
 	}
 	for _, s := range yes {
 		if !r.MayTouch([]byte(s)) {
