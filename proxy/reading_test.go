@@ -330,6 +330,8 @@ func hostileReading(t *testing.T, loop bool) {
 	cases = append(cases,
 		hostileCase{name: "fresh/SJIS scs off E string with a 0x5C character", params: withEnc("SJIS", scsOff), token: "60",
 			attack: []string{fmt.Sprintf(`UPDATE %s SET balance = 8, note = 'a\\b %s' WHERE id = 1`, T, fiveC("SJIS", 1)[0])}, want: "1:8:60", note: `a\b ` + fiveC("SJIS", 1)[0]},
+		hostileCase{name: "fresh/LATIN1 ASCII text with a U& escape", params: withEnc("LATIN1", nil), token: "60",
+			attack: []string{fmt.Sprintf(`UPDATE %s SET balance = 4, note = U&'caf\00e9' WHERE id = 1`, T)}, want: "1:4:60", note: "café"},
 		hostileCase{name: "fresh/LATIN1 extended protocol", params: withEnc("LATIN1", nil), token: "60",
 			ext: fmt.Sprintf("UPDATE %s SET balance = 9, note = 'ñandú' WHERE id = 1", T), want: "1:9:60", note: "ñandú"},
 		hostileCase{name: "fresh/scs off backslash value", params: scsOff, token: "60",

@@ -29,14 +29,12 @@ type cacheShard struct {
 	_     [40]byte // keep shards' locks on separate cache lines
 }
 
-// cacheKey is a text and what decides how the server reads it: the encodings
-// only for non-ASCII text, standard_conforming_strings only when it changes
-// the reading (a '...' literal holds a backslash). A text means different
-// things under different settings.
+// cacheKey is a text and the settings it is read under: a text means
+// different things under different settings, and a plan (its refusals, the
+// encoding of a rewrite) is a function of both.
 type cacheKey struct {
-	sql            string
-	client, server string
-	scsOff         bool
+	sql string
+	set Settings
 }
 
 type cacheEntry struct {
@@ -81,21 +79,17 @@ func NewCache(r *Rewriter, size int) *Cache {
 	return c
 }
 
-// Plan is Rewriter.PlanWith through the cache. Texts the prefilter rules out
-// return Plan{Action: Pass} without touching the cache, and so do texts it
-// cannot read (refused or passed by rawMayTouch, not cached).
+// Plan is Rewriter.PlanWith through the cache. Texts the raw prefilter rules
+// out (rawMayTouch: no write keyword, DO, set_config or token setting in the
+// bytes) return Plan{Action: Pass} without touching the cache; every other
+// outcome is cached, so a hit neither decodes nor lexes the text.
 func (c *Cache) Plan(sql []byte, set Settings) Plan {
-	rd := c.r.read(sql, set)
-	if p, done := c.r.early(sql, rd); done {
-		return p
-	}
-	var client, server string
-	if rd.nonASCII {
-		client, server = set.ClientEncoding, set.ServerEncoding
+	if !c.r.rawMayTouch(sql) {
+		return Plan{Action: Pass}
 	}
 	s := &c.shards[maphash.Bytes(c.seed, sql)&c.mask]
 	s.mu.Lock()
-	if e, ok := s.m[cacheKey{string(sql), client, server, rd.scsOff}]; ok {
+	if e, ok := s.m[cacheKey{string(sql), set}]; ok {
 		s.unlink(e)
 		s.pushFront(e)
 		p := e.plan
@@ -107,9 +101,13 @@ func (c *Cache) Plan(sql []byte, set Settings) Plan {
 	}
 	s.mu.Unlock()
 
-	key := cacheKey{string(sql), client, server, rd.scsOff}
+	key := cacheKey{string(sql), set}
 	start := time.Now()
-	p := c.r.planReading(rd)
+	rd := c.r.read(sql, set)
+	p, done := c.r.early(sql, rd)
+	if !done {
+		p = c.r.planReading(rd)
+	}
 	if c.obs != nil {
 		c.obs.CacheMiss(time.Since(start))
 	}

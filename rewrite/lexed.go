@@ -25,7 +25,7 @@ var ErrUnreadable = errors.New("unreadable text")
 
 // Lex reads raw (client-encoded) under s as the planner does.
 func Lex(raw []byte, s Settings) (Lexed, error) {
-	text, _, why := decode(raw, s)
+	text, why := decode(raw, s)
 	if why != "" {
 		return Lexed{}, fmt.Errorf("%w: %s", ErrUnreadable, why)
 	}

@@ -192,6 +192,16 @@ func TestPlanSettings(t *testing.T) {
 	if dec, _ := japanese.ShiftJIS.NewDecoder().String(p.SQL); !strings.Contains(dec, "'ソ表'") {
 		t.Errorf("SJIS rewrite does not carry the value: %q", dec)
 	}
+	// ASCII text whose escapes make non-ASCII: the rewrite is written in the client's encoding too.
+	latin1 := Settings{ClientEncoding: "LATIN1", ServerEncoding: "UTF8", StandardConformingStrings: true}
+	p = c.Plan([]byte(`UPDATE accounts SET note = U&'caf\00e9' WHERE id = 1`), latin1)
+	if p.Action != Rewrite || !strings.Contains(p.SQL, "'caf\xe9'") {
+		t.Errorf("LATIN1 rewrite of an escape: %+v", p)
+	}
+	johab := Settings{ClientEncoding: "JOHAB", ServerEncoding: "UTF8", StandardConformingStrings: true}
+	if p = c.Plan([]byte(`UPDATE accounts SET note = U&'caf\00e9' WHERE id = 1`), johab); p.Action != Refuse {
+		t.Errorf("JOHAB rewrite of an escape: %+v", p)
+	}
 }
 
 // TestDeparsedBackslashes: pg_query's deparser writes a string holding a

@@ -140,7 +140,9 @@ func pgEncoding(name string) (encoding.Encoding, bool) {
 // the prefilter says about it.
 type reading struct {
 	text      []byte            // UTF-8 (raw itself when no conversion was needed)
-	enc       encoding.Encoding // the client encoding to re-encode a rewrite to; nil for UTF-8
+	outEnc    encoding.Encoding // the client encoding to write a rewrite in; nil for UTF-8 (or bytes as they are)
+	outOK     bool              // a rewrite holding non-ASCII characters can be written for the client (outEnc)
+	client    string            // the client encoding's name, for errors
 	nonASCII  bool              // raw holds bytes >= 0x80 (the encodings matter)
 	why       string            // non-empty: the text cannot be read exactly, for this reason
 	touch     bool              // the prefilter: the text may touch a protected table or the token
@@ -171,35 +173,35 @@ func isASCII(b []byte) bool {
 
 // decode converts the client's bytes to UTF-8 exactly, or reports why it
 // cannot. ASCII text is returned as is, in every encoding.
-func decode(raw []byte, s Settings) ([]byte, encoding.Encoding, string) {
+func decode(raw []byte, s Settings) ([]byte, string) {
 	if isASCII(raw) {
-		return raw, nil, ""
+		return raw, ""
 	}
 	if !s.known() {
 		if s.Unsettled {
-			return nil, nil, "non-ASCII text sent before the server answered an earlier statement that may have changed client_encoding"
+			return nil, "non-ASCII text sent before the server answered an earlier statement that may have changed client_encoding"
 		}
-		return nil, nil, "client_encoding is not known"
+		return nil, "client_encoding is not known"
 	}
 	enc, ok := s.clientEncoding()
 	if !ok {
-		return nil, nil, fmt.Sprintf("client_encoding %s is not one the proxy can read", s.ClientEncoding)
+		return nil, fmt.Sprintf("client_encoding %s is not one the proxy can read", s.ClientEncoding)
 	}
 	if enc == nil {
 		if !utf8.Valid(raw) {
-			return nil, nil, "invalid UTF-8"
+			return nil, "invalid UTF-8"
 		}
-		return raw, nil, ""
+		return raw, ""
 	}
 	text, err := enc.NewDecoder().Bytes(raw)
 	if err != nil {
-		return nil, nil, fmt.Sprintf("invalid %s: %v", s.ClientEncoding, err)
+		return nil, fmt.Sprintf("invalid %s: %v", s.ClientEncoding, err)
 	}
 	back, err := enc.NewEncoder().Bytes(text)
 	if err != nil || !bytes.Equal(back, raw) {
-		return nil, nil, fmt.Sprintf("the text does not convert exactly from %s", s.ClientEncoding)
+		return nil, fmt.Sprintf("the text does not convert exactly from %s", s.ClientEncoding)
 	}
-	return text, enc, ""
+	return text, ""
 }
 
 // read decodes and lexes raw under s and runs the prefilter on its tokens.
@@ -208,11 +210,14 @@ func (r *Rewriter) read(raw []byte, s Settings) reading {
 	if !r.rawMayTouch(raw) {
 		return reading{} // nothing in it can touch, however it is read
 	}
-	text, enc, why := decode(raw, s)
+	text, why := decode(raw, s)
 	if why != "" {
 		return reading{why: why}
 	}
-	rd := reading{text: text, enc: enc, nonASCII: enc != nil || !isASCII(raw)}
+	rd := reading{text: text, nonASCII: !isASCII(raw), client: s.ClientEncoding}
+	if s.known() {
+		rd.outEnc, rd.outOK = s.clientEncoding()
+	}
 	scs := s.StandardConformingStrings
 	if !s.known() && bytes.IndexByte(text, '\\') >= 0 {
 		// A '...' literal holding a backslash reads differently under the

@@ -244,10 +244,14 @@ func (r *Rewriter) early(raw []byte, rd reading) (Plan, bool) {
 // re-encoded to the client's encoding.
 func (r *Rewriter) planReading(rd reading) Plan {
 	p := r.plan(rd.sql(), rd.scsOff)
-	if p.Action == Rewrite && rd.enc != nil {
-		out, err := encodeFor(p.SQL, rd.enc)
+	if p.Action == Rewrite && !isASCII([]byte(p.SQL)) {
+		// The server reads the rewrite in the client's encoding.
+		a := &analysis{r: r, tables: p.Tables}
+		if !rd.outOK {
+			return a.internal(fmt.Errorf("the rewritten statement holds non-ASCII characters and client_encoding %q is not known or not one the proxy can write", rd.client))
+		}
+		out, err := encodeFor(p.SQL, rd.outEnc)
 		if err != nil {
-			a := &analysis{r: r, tables: p.Tables}
 			return a.internal(err)
 		}
 		p.SQL = out

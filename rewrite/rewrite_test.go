@@ -278,10 +278,10 @@ func TestCacheLRU(t *testing.T) {
 		t.Fatalf("Len = %d", c.Len())
 	}
 	s := &c.shards[0]
-	if _, ok := s.m[cacheKey{sql: string(q(2))}]; ok {
+	if _, ok := s.m[cacheKey{sql: string(q(2)), set: DefaultSettings}]; ok {
 		t.Error("least recently used entry not evicted")
 	}
-	if _, ok := s.m[cacheKey{sql: string(q(1))}]; !ok {
+	if _, ok := s.m[cacheKey{sql: string(q(1)), set: DefaultSettings}]; !ok {
 		t.Error("recently used entry evicted")
 	}
 	if p := c.Plan([]byte("SELECT 1"), DefaultSettings); p.Action != Pass || c.Len() != 2 {
