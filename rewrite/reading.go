@@ -382,8 +382,18 @@ func normalise(text []byte) string {
 // set_config or the setting's first part anywhere.
 func (r *Rewriter) rawMayTouch(raw []byte) bool {
 	n := len(raw)
+	first := r.filter.settingFirst // lower case, not empty
 	for i := 0; i < n; i++ {
-		switch raw[i] | 0x20 { // ASCII lower case for letters; no other byte maps to these
+		c := lower(raw[i])
+		if c == first[0] && n-i >= len(first) && equalFoldASCII(raw[i:i+len(first)], first) {
+			return true
+		}
+		switch c {
+		case 's':
+			if n-i >= 10 && equalFoldASCII(raw[i:i+10], "set_config") {
+				return true
+			}
+			continue
 		case 'u':
 			if i+1 < n && raw[i+1] == '&' {
 				return true
@@ -402,9 +412,8 @@ func (r *Rewriter) rawMayTouch(raw []byte) bool {
 		if isWriteOrDo(raw[i:j]) {
 			return true
 		}
-		i = j - 1
 	}
-	return containsFoldBytes(raw, "set_config") || containsFoldBytes(raw, r.filter.settingFirst)
+	return false
 }
 
 // continuesWord reports whether a letter after c continues c's identifier.
