@@ -375,8 +375,8 @@ func normalise(text []byte) string {
 // fast path that rules texts out before they are decoded and lexed. It errs
 // toward true. Whatever the encoding, a keyword is a run of ASCII letters in
 // the raw bytes that does not continue an identifier (the byte before it is
-// not a letter, _, $ or a byte >= 0x80; a digit does not join a letter, as in
-// PostgreSQL 14's 1update), and an identifier can hold the token setting's
+// not a letter, _ or a byte >= 0x80; a digit or $ does not join a letter, as
+// in PostgreSQL 14's 1update and in 0$do), and an identifier can hold the token setting's
 // name or set_config only as those raw letters unless it is a U& identifier.
 // It reports whether raw holds a write keyword or DO as such a word, u&, or
 // set_config or the setting's first part anywhere.
@@ -416,9 +416,11 @@ func (r *Rewriter) rawMayTouch(raw []byte) bool {
 	return false
 }
 
-// continuesWord reports whether a letter after c continues c's identifier.
+// continuesWord reports whether a letter after c surely continues c's
+// identifier. A $ does not count: after a number or an operator it is a token
+// of its own ($do is $ and DO).
 func continuesWord(c byte) bool {
-	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c == '_' || c == '$' || c >= 0x80
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c == '_' || c >= 0x80
 }
 
 // isWriteOrDo reports whether word is a write keyword or DO.
