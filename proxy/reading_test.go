@@ -128,6 +128,22 @@ func (c *rawClient) extended(t *testing.T, text []byte) result {
 	return c.read(t)
 }
 
+// extendedBatch sends each text with Parse/Bind/Execute and one Sync at the end, in one write, and reads the
+// answer (the first error aborts the rest of the batch, as in PostgreSQL).
+func (c *rawClient) extendedBatch(t *testing.T, texts ...[]byte) result {
+	t.Helper()
+	for _, q := range texts {
+		c.fe.Send(&pgproto3.Parse{Query: string(q)})
+		c.fe.Send(&pgproto3.Bind{})
+		c.fe.Send(&pgproto3.Execute{})
+	}
+	c.fe.Send(&pgproto3.Sync{})
+	if err := c.fe.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return c.read(t)
+}
+
 // pgEncodings are the x/text encodings of client encodings the tests use.
 var pgEncodings = map[string]encoding.Encoding{
 	"LATIN1": charmap.ISO8859_1, "WIN1252": charmap.Windows1252, "KOI8R": charmap.KOI8R,
@@ -194,6 +210,7 @@ type hostileCase struct {
 	attack []string          // UTF-8 texts, encoded to the session's client_encoding, sent in one write
 	raw    [][]byte          // texts sent as they are, after attack
 	ext    string            // a text sent with the extended protocol, after the others
+	batch  []string          // texts sent as one extended-protocol batch (one Sync), after the others
 	// want is the row after the case (snapshot "id:balance:token"); note, if set, is the row's note.
 	want string
 	note string
@@ -263,6 +280,7 @@ func hostileReading(t *testing.T, loop bool) {
 			hostileCase{name: who + "/scs off DELETE", params: scsOff, token: tok, attack: []string{scsDelete}, want: untouched},
 			hostileCase{name: who + "/scs off INSERT ON CONFLICT", params: scsOff, token: tok, attack: []string{scsInsert}, want: untouched},
 			hostileCase{name: who + "/scs off CTE, extended protocol", params: scsOff, token: tok, ext: scsCTE, want: untouched},
+			hostileCase{name: who + "/scs off set in the same extended batch", token: tok, batch: []string{"SET standard_conforming_strings = off", scsCTE}, want: untouched},
 			hostileCase{name: who + "/scs off CTE, simple protocol", params: scsOff, token: tok, attack: []string{scsCTE}, want: untouched},
 			hostileCase{name: who + "/scs off N string", params: scsOff, token: tok, attack: []string{fmt.Sprintf(`SELECT N'a\' AS x, ' AS y; UPDATE %s SET balance = 0 WHERE id = 1; SELECT ' --'`, T)}, want: untouched},
 			hostileCase{name: who + "/scs off continuation", params: scsOff, token: tok, attack: []string{fmt.Sprintf("SELECT 'x'\n'a\\' AS x, ' AS y; UPDATE %s SET balance = 0 WHERE id = 1; SELECT ' --'", T)}, want: untouched},
@@ -330,6 +348,8 @@ func hostileReading(t *testing.T, loop bool) {
 	cases = append(cases,
 		hostileCase{name: "fresh/SJIS scs off E string with a 0x5C character", params: withEnc("SJIS", scsOff), token: "60",
 			attack: []string{fmt.Sprintf(`UPDATE %s SET balance = 8, note = 'a\\b %s' WHERE id = 1`, T, fiveC("SJIS", 1)[0])}, want: "1:8:60", note: `a\b ` + fiveC("SJIS", 1)[0]},
+		hostileCase{name: "fresh/pipelined SET and ASCII write", attack: []string{"SET fence.token = 60", fmt.Sprintf("UPDATE %s SET balance = 3, note = 'plain' WHERE id = 1", T)}, want: "1:3:60", note: "plain"},
+		hostileCase{name: "fresh/extended batch of ASCII writes", token: "60", batch: []string{fmt.Sprintf("UPDATE %s SET balance = 2 WHERE id = 1", T), fmt.Sprintf("UPDATE %s SET balance = balance + 1, note = 'b' WHERE id = 1", T)}, want: "1:3:60", note: "b"},
 		hostileCase{name: "fresh/LATIN1 ASCII text with a U& escape", params: withEnc("LATIN1", nil), token: "60",
 			attack: []string{fmt.Sprintf(`UPDATE %s SET balance = 4, note = U&'caf\00e9' WHERE id = 1`, T)}, want: "1:4:60", note: "café"},
 		hostileCase{name: "fresh/LATIN1 extended protocol", params: withEnc("LATIN1", nil), token: "60",
@@ -395,6 +415,13 @@ func hostileReading(t *testing.T, loop bool) {
 					text = enc(t, encName, c.ext)
 				}
 				got = append(got, cl.extended(t, text))
+			}
+			if len(c.batch) > 0 {
+				var texts [][]byte
+				for _, s := range c.batch {
+					texts = append(texts, []byte(s))
+				}
+				got = append(got, cl.extendedBatch(t, texts...))
 			}
 			if snap := f.snapshot(t); snap != c.want {
 				t.Errorf("row %s, want %s; answers: %v", snap, c.want, got)
