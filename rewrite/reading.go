@@ -281,8 +281,9 @@ type scanResult struct {
 // scan runs the lexer over text and applies the prefilter to its decoded
 // tokens. A text may touch a protected table or the token when it holds
 //
-//   - a write keyword (insert, update, delete, merge, truncate, copy: a
-//     keyword is a bare identifier token, it cannot be quoted or escaped)
+//   - a write keyword (insert, update, delete, merge, truncate, copy, and
+//     alter, drop, create for DDL: a keyword is a bare identifier token, it
+//     cannot be quoted or escaped)
 //     and an identifier whose value (after case folding, "" and U& decoding)
 //     is a protected table's name; or
 //   - the keyword DO (a DO block's body is a string: always analysed); or
@@ -398,7 +399,7 @@ func (r *Rewriter) rawMayTouch(raw []byte) bool {
 			if i+1 < n && raw[i+1] == '&' {
 				return true
 			}
-		case 'i', 'd', 'm', 't', 'c':
+		case 'i', 'd', 'm', 't', 'c', 'a': // first letters of isWriteOrDo's words
 		default:
 			continue
 		}
@@ -423,17 +424,20 @@ func continuesWord(c byte) bool {
 	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c == '_' || c >= 0x80
 }
 
-// isWriteOrDo reports whether word is a write keyword or DO.
+// isWriteOrDo reports whether word is DO or a keyword that starts a
+// statement able to write a table or change it: insert, update, delete,
+// merge, truncate, copy, and the DDL verbs alter, drop and create (so that
+// DDL naming a protected table reaches the analysis).
 func isWriteOrDo(word []byte) bool {
 	switch len(word) {
 	case 2:
 		return equalFoldASCII(word, "do")
 	case 4:
-		return equalFoldASCII(word, "copy")
+		return equalFoldASCII(word, "copy") || equalFoldASCII(word, "drop")
 	case 5:
-		return equalFoldASCII(word, "merge")
+		return equalFoldASCII(word, "merge") || equalFoldASCII(word, "alter")
 	case 6:
-		return equalFoldASCII(word, "insert") || equalFoldASCII(word, "update") || equalFoldASCII(word, "delete")
+		return equalFoldASCII(word, "insert") || equalFoldASCII(word, "update") || equalFoldASCII(word, "delete") || equalFoldASCII(word, "create")
 	case 8:
 		return equalFoldASCII(word, "truncate")
 	}

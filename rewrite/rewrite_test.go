@@ -129,6 +129,7 @@ func TestMayTouch(t *testing.T) {
 		"UPDATE accounts SET x = 1",
 		"update ACCOUNTS set x = 1",
 		`UPDATE "Audit" SET x = 1`,
+		"ALTER TABLE accounts DROP COLUMN fence_token", "DROP TABLE accounts", "CREATE RULE r AS ON UPDATE TO accounts DO INSTEAD NOTHING",
 		"SET fence.token = 1",
 		`SET "fence"."token" = 1`,
 		"SET FENCE . token = 1",
