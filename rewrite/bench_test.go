@@ -96,3 +96,32 @@ func TestZeroAllocs(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkReadWrite is the reading of a protected UPDATE on a cache miss: the raw prefilter, decoding
+// (none for UTF-8) and the lexer's token prefilter, before pg_query.
+func BenchmarkReadWrite(b *testing.B) {
+	r := testRewriter(b)
+	sql := []byte(benchUpdate)
+	b.SetBytes(int64(len(sql)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if rd := r.read(sql, DefaultSettings); !rd.touch {
+			b.Fatal("not touched")
+		}
+	}
+}
+
+// BenchmarkReadSJIS is BenchmarkReadWrite for an SJIS client writing non-ASCII text (decoded and checked by
+// a round trip).
+func BenchmarkReadSJIS(b *testing.B) {
+	r := testRewriter(b)
+	sql := []byte("UPDATE accounts SET note = '\x83\x5c\x95\x5c' WHERE id = $1")
+	set := Settings{ClientEncoding: "SJIS", ServerEncoding: "UTF8", StandardConformingStrings: true}
+	b.SetBytes(int64(len(sql)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if rd := r.read(sql, set); !rd.touch {
+			b.Fatal("not touched", rd.why)
+		}
+	}
+}
