@@ -27,7 +27,8 @@ func TestLexerMatchesServer(t *testing.T) {
 		enc string
 		scs bool
 	}
-	settings := []setting{{"UTF8", true}, {"UTF8", false}, {"SJIS", true}, {"SJIS", false}, {"BIG5", false}, {"GBK", true}, {"LATIN1", false}, {"GB18030", false}}
+	settings := []setting{{"UTF8", true}, {"UTF8", false}, {"SJIS", true}, {"SJIS", false}, {"BIG5", false}, {"GBK", true},
+		{"LATIN1", false}, {"GB18030", false}, {"EUC_JP", false}, {"UHC", true}, {"KOI8R", false}}
 	for _, s := range settings {
 		t.Run(fmt.Sprintf("%s scs %v", s.enc, s.scs), func(t *testing.T) {
 			params := map[string]string{"client_encoding": s.enc}
@@ -36,17 +37,22 @@ func TestLexerMatchesServer(t *testing.T) {
 			}
 			cl := dialRaw(t, pg.Addr(), pgtest.SuperUser, pgtest.TestDB, params)
 			set := rewriteSettings(s.enc, s.scs)
-			alphabet := []string{"a", "'", `\`, ";", " ", "\n", "-", "/", "*", "$", `"`, "4", "0", "u", "(", ")"}
+			alphabet := []string{"a", "'", `\`, ";", " ", "\n", "-", "/", "*", "$", `"`, "4", "0", "u", "(", ")",
+				`\x41`, `\101`, `\u0042`, `\U00000043`, `\\`, "''", `\0041`, `\+000044`, "\n'", "--"}
 			if s.enc == "UTF8" || s.enc == "LATIN1" || s.enc == "GB18030" {
 				alphabet = append(alphabet, "é")
 			}
 			if s.enc != "UTF8" && s.enc != "LATIN1" {
 				alphabet = append(alphabet, fiveC(s.enc, 3)...)
 			}
-			prefixes := []string{"'", "'", "E'", "e'", "N'", "U&'", "$$", "$q$", "'", "E'"}
+			if s.enc == "UTF8" {
+				alphabet = append(alphabet, "!0041", `\u00e9`, `\xc3\xa9`, `\D83D\DE00`)
+			}
+			prefixes := []string{"'", "'", "E'", "e'", "N'", "U&'", "$$", "$q$", "'", "E'", "u&'"}
 			closers := map[string]string{"$$": "$$", "$q$": "$q$"}
+			uescapes := []string{"", "", "", " UESCAPE '!'", " UESCAPE '\\'", " /* c */ uescape\n'!'"}
 			agree, serverOnlyErr := 0, 0
-			for i := 0; i < 400; i++ {
+			for i := 0; i < 500; i++ {
 				var b strings.Builder
 				for n := 1 + rng.Intn(3); n > 0; n-- {
 					b.WriteString("SELECT ")
@@ -60,6 +66,9 @@ func TestLexerMatchesServer(t *testing.T) {
 							b.WriteString(c)
 						} else {
 							b.WriteString("'")
+						}
+						if p == "U&'" || p == "u&'" {
+							b.WriteString(uescapes[rng.Intn(len(uescapes))])
 						}
 						if k > 1 {
 							b.WriteString([]string{", ", ",\n", "\n"}[rng.Intn(3)])
