@@ -285,7 +285,7 @@ func (l *lexer) quoted(t token) token {
 			// space holding a newline (comments allowed, /* */ not).
 			j, newline := i+1, false
 			for j < len(s) {
-				if isSpace(s[j]) && s[j] != '\v' {
+				if isSpace(s[j]) { // \v too, as since PostgreSQL 16 (and pg_query)
 					if s[j] == '\n' || s[j] == '\r' {
 						newline = true
 					}

@@ -224,6 +224,12 @@ func (r *Rewriter) read(raw []byte, s Settings) reading {
 		// other standard_conforming_strings; when none does (in the reading
 		// with escapes), both readings are the same.
 		off := r.scan(text, false)
+		if off.err == nil && off.do {
+			// A DO body is read by PL/pgSQL under the session's
+			// standard_conforming_strings too.
+			rd.why = "a DO block and a backslash, and standard_conforming_strings is not known (an earlier statement that may change it is in flight)"
+			return rd
+		}
 		if off.err != nil || off.normalise {
 			on := r.scan(text, true)
 			if on.err == nil && !on.touch && (off.err != nil || !off.touch) {
@@ -274,6 +280,7 @@ func firstErr(errs ...error) error {
 // scanResult is what one pass of the lexer learns about a text.
 type scanResult struct {
 	touch     bool  // the prefilter says: parse it
+	do        bool  // the text holds the keyword DO
 	normalise bool  // standard_conforming_strings is off and a '...' or N'...' literal holds a backslash
 	err       error // a lexical error: the server rejects the text (or the lexer is wrong: unreadable)
 }
@@ -309,7 +316,7 @@ func (r *Rewriter) scan(text []byte, scs bool) scanResult {
 		}
 		if t.kind == tokIdent && isWriteOrDo(text[t.start:t.end]) {
 			if t.end-t.start == 2 {
-				res.touch = true // DO
+				res.touch, res.do = true, true
 			} else {
 				write = true
 			}
