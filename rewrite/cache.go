@@ -81,8 +81,9 @@ func NewCache(r *Rewriter, size int) *Cache {
 
 // Plan is Rewriter.PlanWith through the cache. Texts the raw prefilter rules
 // out (rawMayTouch: no write keyword, DO, set_config or token setting in the
-// bytes) return Plan{Action: Pass} without touching the cache; every other
-// outcome is cached, so a hit neither decodes nor lexes the text.
+// bytes) return Plan{Action: Pass} without touching the cache; texts decided
+// without parsing are not cached; the plans of parsed texts are, and a hit
+// neither decodes nor lexes the text.
 func (c *Cache) Plan(sql []byte, set Settings) Plan {
 	if !c.r.rawMayTouch(sql) {
 		return Plan{Action: Pass}
@@ -101,13 +102,16 @@ func (c *Cache) Plan(sql []byte, set Settings) Plan {
 	}
 	s.mu.Unlock()
 
-	key := cacheKey{string(sql), set}
 	start := time.Now()
 	rd := c.r.read(sql, set)
-	p, done := c.r.early(sql, rd)
-	if !done {
-		p = c.r.planReading(rd)
+	if p, done := c.r.early(sql, rd); done {
+		// Decided without parsing (the token prefilter rules it out, or it
+		// cannot be read): not cached, so that reads whose literals hold a
+		// keyword do not push plans out of the cache.
+		return p
 	}
+	key := cacheKey{string(sql), set}
+	p := c.r.planReading(rd)
 	if c.obs != nil {
 		c.obs.CacheMiss(time.Since(start))
 	}

@@ -288,6 +288,10 @@ func TestCacheLRU(t *testing.T) {
 	if p := c.Plan([]byte("SELECT 1"), DefaultSettings); p.Action != Pass || c.Len() != 2 {
 		t.Errorf("prefiltered text touched the cache: %+v, Len %d", p, c.Len())
 	}
+	// A read whose literal holds a keyword is lexed, passed and not cached.
+	if p := c.Plan([]byte("SELECT * FROM accounts WHERE note = 'do not update'"), DefaultSettings); p.Action != Pass || c.Len() != 2 {
+		t.Errorf("a read was cached: %+v, Len %d", p, c.Len())
+	}
 	big := []byte("UPDATE accounts SET x = 1 WHERE y = '" + strings.Repeat("x", maxCachedSQL) + "'")
 	if p := c.Plan(big, DefaultSettings); p.Action != Rewrite {
 		t.Errorf("long text: %v", p.Action)
