@@ -268,6 +268,19 @@ func longNonASCIIIdent(text []byte, scs bool) bool {
 	return false
 }
 
+// validParam reports whether the digits of $n name a parameter a Bind can
+// fill (1..65535).
+func validParam(digits []byte) bool {
+	n := 0
+	for _, d := range digits {
+		n = n*10 + int(d-'0')
+		if n > 65535 {
+			return false
+		}
+	}
+	return n >= 1
+}
+
 func firstErr(errs ...error) error {
 	for _, e := range errs {
 		if e != nil {
@@ -311,6 +324,12 @@ func (r *Rewriter) scan(text []byte, scs bool) scanResult {
 		if !scs && (t.kind == tokString || t.kind == tokNString) && t.backslash {
 			res.normalise = true
 		}
+		if t.kind == tokParam && !validParam(text[t.start+1:t.end]) && res.err == nil {
+			// $0 (or a number no Bind can fill): the server rejects the
+			// statement at parse analysis, possibly after earlier
+			// statements of the text ran; pg_query deparses $0 as ?.
+			res.err = fmt.Errorf("%w: parameter %s", errLex, text[t.start:t.end])
+		}
 		if !t.isIdent() {
 			continue
 		}
@@ -341,7 +360,9 @@ func (r *Rewriter) scan(text []byte, scs bool) scanResult {
 			res.touch = true
 		}
 	}
-	res.err = l.err
+	if l.err != nil {
+		res.err = l.err
+	}
 	res.touch = res.touch || write && name
 	return res
 }
