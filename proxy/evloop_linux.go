@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"time"
 	"unsafe"
+
+	"github.com/fenceproxy/fenceproxy/rewrite"
 )
 
 // The event loop relays plain-TCP sessions after startup the way pgbouncer does: one goroutine waits in
@@ -800,6 +802,10 @@ func (es *evSession) fromClient() error {
 		}
 		es.cMsgs++
 		es.cBytes += uint64(total)
+		var set rewrite.Settings
+		if inspect {
+			set = ss.readingSettings() // before this message counts as pending
+		}
 		switch typ {
 		case 'Q', 'S', 'F':
 			ss.pending.Add(1)
@@ -819,9 +825,9 @@ func (es *evSession) fromClient() error {
 			case 'F':
 				err = ss.functionCallOut(&es.uout, body)
 			case 'Q':
-				err = ss.queryOut(&es.uout, p, body)
+				err = ss.queryOut(&es.uout, p, body, set)
 			default:
-				err = ss.parseOut(&es.uout, p, body)
+				err = ss.parseOut(&es.uout, p, body, set)
 			}
 			if err != nil {
 				return err

@@ -23,7 +23,7 @@ var markerPrefix = []byte("fenceproxy|")
 const refusePrefix = "fenceproxy|refuse|"
 
 // handleQuery forwards a simple-protocol Query, rewritten or refused as the planner says.
-func (ss *session) handleQuery() error {
+func (ss *session) handleQuery(set rewrite.Settings) error {
 	p := ss.srv.currentPlanner()
 	if p == nil {
 		return ss.cr.forward(ss.sw)
@@ -33,7 +33,7 @@ func (ss *session) handleQuery() error {
 		return err
 	}
 	defer ss.cr.release()
-	return ss.queryOut(ss.sw, p, body)
+	return ss.queryOut(ss.sw, p, body, set)
 }
 
 // msgSink is where the proxy writes messages it builds: a bufio.Writer on the goroutine path, an outBuf in the
@@ -44,12 +44,13 @@ type msgSink interface {
 	io.StringWriter
 }
 
-// queryOut writes the Query whose body is given to w, rewritten or refused as p says.
-func (ss *session) queryOut(w msgSink, p Planner, body []byte) error {
+// queryOut writes the Query whose body is given to w, rewritten or refused as p says when the server reads it
+// under set.
+func (ss *session) queryOut(w msgSink, p Planner, body []byte, set rewrite.Settings) error {
 	if len(body) == 0 || body[len(body)-1] != 0 {
 		return fmt.Errorf("%w: Query message without its terminating zero byte", errProtocol)
 	}
-	plan := ss.checkPlan(p.Plan(body[:len(body)-1]))
+	plan := ss.checkPlan(p.Plan(body[:len(body)-1], set))
 	switch plan.Action {
 	case rewrite.Rewrite:
 		ss.srv.metrics.rewritten()
@@ -64,7 +65,7 @@ func (ss *session) queryOut(w msgSink, p Planner, body []byte) error {
 
 // handleParse forwards an extended-protocol Parse, rewriting its SQL once: the prepared statement then runs
 // fenced at every execution, reading the token in force when it executes.
-func (ss *session) handleParse() error {
+func (ss *session) handleParse(set rewrite.Settings) error {
 	p := ss.srv.currentPlanner()
 	if p == nil {
 		return ss.cr.forward(ss.sw)
@@ -74,11 +75,12 @@ func (ss *session) handleParse() error {
 		return err
 	}
 	defer ss.cr.release()
-	return ss.parseOut(ss.sw, p, body)
+	return ss.parseOut(ss.sw, p, body, set)
 }
 
-// parseOut writes the Parse whose body is given to w, its SQL rewritten or refused as p says.
-func (ss *session) parseOut(w msgSink, p Planner, body []byte) error {
+// parseOut writes the Parse whose body is given to w, its SQL rewritten or refused as p says when the server
+// reads it under set.
+func (ss *session) parseOut(w msgSink, p Planner, body []byte, set rewrite.Settings) error {
 	name, rest, ok := cutNul(body)
 	if !ok {
 		return fmt.Errorf("%w: Parse message with an unterminated statement name", errProtocol)
@@ -87,7 +89,7 @@ func (ss *session) parseOut(w msgSink, p Planner, body []byte) error {
 	if !ok {
 		return fmt.Errorf("%w: Parse message with an unterminated query", errProtocol)
 	}
-	plan := ss.checkPlan(p.Plan(query))
+	plan := ss.checkPlan(p.Plan(query, set))
 	var sql string
 	switch plan.Action {
 	case rewrite.Rewrite:

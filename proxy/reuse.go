@@ -279,6 +279,9 @@ func (ss *session) upstreamQueries(conn net.Conn, queries ...string) error {
 func (ss *session) resume(kc *keptConn) (bool, error) {
 	// Back to this session's own application_name (the startup's, which is the one RESET restores).
 	ss.serverParams = kc.params
+	for _, p := range kc.params {
+		ss.reading.note(p.name, p.value)
+	}
 	if err := ss.upstreamQueries(kc.conn, "RESET application_name"); err != nil {
 		ss.log.Debug("kept upstream connection unusable", "err", err)
 		kc.conn.Close()

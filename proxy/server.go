@@ -33,9 +33,10 @@ import (
 	"github.com/fenceproxy/fenceproxy/rewrite"
 )
 
-// Planner decides what to do with a statement's SQL text. rewrite.Cache implements it.
+// Planner decides what to do with a statement's SQL text, read as the server reads it under the session's
+// settings. rewrite.Cache implements it.
 type Planner interface {
-	Plan(sql []byte) rewrite.Plan
+	Plan(sql []byte, set rewrite.Settings) rewrite.Plan
 }
 
 // TokenVerifier refuses tokens that no lock service could have issued (the forged-token defence).

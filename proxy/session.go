@@ -46,6 +46,7 @@ type session struct {
 	authAsked    bool          // the server asked for something during startup: never reuse
 	reusable     bool          // the connection may be kept for another session when this one ends
 	serverParams []paramStatus // ParameterStatus values as the server reported them
+	reading      serverReading // client_encoding, server_encoding, standard_conforming_strings (reading.go)
 	keeping      atomic.Bool   // clientToServer stopped to keep the upstream; serverToClient must stop too
 	parked       atomic.Bool   // serverToClient stopped at a message boundary because of keeping
 
@@ -431,11 +432,13 @@ func (ss *session) clientToServer() error {
 		}
 		switch typ {
 		case 'Q':
+			set := ss.readingSettings()
 			ss.pending.Add(1)
-			err = ss.handleQuery()
+			err = ss.handleQuery(set)
 		case 'P':
+			set := ss.readingSettings()
 			ss.unsynced.Store(true)
-			err = ss.handleParse()
+			err = ss.handleParse(set)
 		case 'S':
 			ss.pending.Add(1)
 			ss.unsynced.Store(false)
@@ -708,6 +711,7 @@ func (ss *session) noteParam(body []byte) bool {
 		ss.appName.Store(&app)
 	}
 	ss.serverParams = setParam(ss.serverParams, string(k), string(v))
+	ss.reading.note(string(k), string(v))
 	return true
 }
 

@@ -40,6 +40,7 @@ func walkMessage(m protoreflect.Message, fn func(protoreflect.Message)) {
 // analysis collects what one SQL text does.
 type analysis struct {
 	r       *Rewriter
+	scsOff  bool // the server reads '...' with backslash escapes (standard_conforming_strings off)
 	refusal *Plan
 	writes  []write
 
@@ -148,14 +149,7 @@ func (a *analysis) visit(m protoreflect.Message) {
 			a.unfenceable(e, "COPY FROM into %s cannot be fenced; use INSERT", e.label)
 		}
 	case *pg.DoStmt:
-		// A DO block's body is not analysed; one that names a protected table may write it, unfenced.
-		for _, arg := range x.Args {
-			if d := arg.GetDefElem(); d != nil && d.Defname == "as" {
-				if label := a.r.mentions(d.Arg.GetString_().GetSval()); label != "" {
-					a.refuse(CodeUnfenceable, label, fmt.Sprintf("unfenceable write: a DO block that names %s cannot be fenced; run its statements through the proxy as plain SQL", label))
-				}
-			}
-		}
+		a.doBlock(x) // do.go
 	case *pg.CommonTableExpr:
 		if x.Ctename == stmtTokenName {
 			a.reservedName = true

@@ -41,10 +41,10 @@ func BenchmarkPlanMissVerify(b *testing.B) {
 func BenchmarkCacheHit(b *testing.B) {
 	c := NewCache(testRewriter(b), 1024)
 	sql := []byte(benchUpdate)
-	c.Plan(sql)
+	c.Plan(sql, DefaultSettings)
 	b.ReportAllocs()
 	for b.Loop() {
-		if p := c.Plan(sql); p.Action != Rewrite {
+		if p := c.Plan(sql, DefaultSettings); p.Action != Rewrite {
 			b.Fatal(p)
 		}
 	}
@@ -54,11 +54,11 @@ func BenchmarkCacheHit(b *testing.B) {
 func BenchmarkCacheHitParallel(b *testing.B) {
 	c := NewCache(testRewriter(b), 1024)
 	sql := []byte(benchUpdate)
-	c.Plan(sql)
+	c.Plan(sql, DefaultSettings)
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			if p := c.Plan(sql); p.Action != Rewrite {
+			if p := c.Plan(sql, DefaultSettings); p.Action != Rewrite {
 				b.Error(p)
 				return
 			}
@@ -84,15 +84,44 @@ func TestZeroAllocs(t *testing.T) {
 	r := testRewriter(t)
 	c := NewCache(r, 1024)
 	hit := []byte(benchUpdate)
-	c.Plan(hit)
+	c.Plan(hit, DefaultSettings)
 	read := []byte(benchRead)
 	for name, fn := range map[string]func(){
-		"cache hit":          func() { c.Plan(hit) },
+		"cache hit":          func() { c.Plan(hit, DefaultSettings) },
 		"MayTouch":           func() { r.MayTouch(read) },
-		"Cache.Plan on read": func() { c.Plan(read) },
+		"Cache.Plan on read": func() { c.Plan(read, DefaultSettings) },
 	} {
 		if n := testing.AllocsPerRun(1000, fn); n != 0 {
 			t.Errorf("%s: %v allocations, want 0", name, n)
+		}
+	}
+}
+
+// BenchmarkReadWrite is the reading of a protected UPDATE on a cache miss: the raw prefilter, decoding
+// (none for UTF-8) and the lexer's token prefilter, before pg_query.
+func BenchmarkReadWrite(b *testing.B) {
+	r := testRewriter(b)
+	sql := []byte(benchUpdate)
+	b.SetBytes(int64(len(sql)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if rd := r.read(sql, DefaultSettings); !rd.touch {
+			b.Fatal("not touched")
+		}
+	}
+}
+
+// BenchmarkReadSJIS is BenchmarkReadWrite for an SJIS client writing non-ASCII text (decoded and checked by
+// a round trip).
+func BenchmarkReadSJIS(b *testing.B) {
+	r := testRewriter(b)
+	sql := []byte("UPDATE accounts SET note = '\x83\x5c\x95\x5c' WHERE id = $1")
+	set := Settings{ClientEncoding: "SJIS", ServerEncoding: "UTF8", StandardConformingStrings: true}
+	b.SetBytes(int64(len(sql)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if rd := r.read(sql, set); !rd.touch {
+			b.Fatal("not touched", rd.why)
 		}
 	}
 }

@@ -23,14 +23,22 @@ type Cache struct {
 
 type cacheShard struct {
 	mu    sync.Mutex
-	m     map[string]*cacheEntry
+	m     map[cacheKey]*cacheEntry
 	head  cacheEntry // sentinel: head.next is the most recently used
 	limit int
 	_     [40]byte // keep shards' locks on separate cache lines
 }
 
+// cacheKey is a text and the settings it is read under: a text means
+// different things under different settings, and a plan (its refusals, the
+// encoding of a rewrite) is a function of both.
+type cacheKey struct {
+	sql string
+	set Settings
+}
+
 type cacheEntry struct {
-	key        string
+	key        cacheKey
 	plan       Plan
 	prev, next *cacheEntry
 }
@@ -61,7 +69,7 @@ func NewCache(r *Rewriter, size int) *Cache {
 	c := &Cache{r: r, seed: maphash.MakeSeed(), shards: make([]cacheShard, n), mask: uint64(n - 1)}
 	for i := range c.shards {
 		s := &c.shards[i]
-		s.m = make(map[string]*cacheEntry)
+		s.m = make(map[cacheKey]*cacheEntry)
 		s.head.next, s.head.prev = &s.head, &s.head
 		s.limit = size / n
 		if i < size%n {
@@ -71,15 +79,18 @@ func NewCache(r *Rewriter, size int) *Cache {
 	return c
 }
 
-// Plan is Rewriter.Plan through the cache. Texts the prefilter rules out
-// return Plan{Action: Pass} without touching the cache.
-func (c *Cache) Plan(sql []byte) Plan {
-	if !c.r.MayTouch(sql) {
+// Plan is Rewriter.PlanWith through the cache. Texts the raw prefilter rules
+// out (rawMayTouch: no write keyword, DO, set_config or token setting in the
+// bytes) return Plan{Action: Pass} without touching the cache; texts decided
+// without parsing are not cached; the plans of parsed texts are, and a hit
+// neither decodes nor lexes the text.
+func (c *Cache) Plan(sql []byte, set Settings) Plan {
+	if !c.r.rawMayTouch(sql) {
 		return Plan{Action: Pass}
 	}
 	s := &c.shards[maphash.Bytes(c.seed, sql)&c.mask]
 	s.mu.Lock()
-	if e, ok := s.m[string(sql)]; ok {
+	if e, ok := s.m[cacheKey{string(sql), set}]; ok {
 		s.unlink(e)
 		s.pushFront(e)
 		p := e.plan
@@ -91,13 +102,20 @@ func (c *Cache) Plan(sql []byte) Plan {
 	}
 	s.mu.Unlock()
 
-	key := string(sql)
 	start := time.Now()
-	p := c.r.plan(key)
+	rd := c.r.read(sql, set)
+	if p, done := c.r.early(sql, rd); done {
+		// Decided without parsing (the token prefilter rules it out, or it
+		// cannot be read): not cached, so that reads whose literals hold a
+		// keyword do not push plans out of the cache.
+		return p
+	}
+	key := cacheKey{string(sql), set}
+	p := c.r.planReading(rd)
 	if c.obs != nil {
 		c.obs.CacheMiss(time.Since(start))
 	}
-	if len(key) > maxCachedSQL {
+	if len(key.sql) > maxCachedSQL {
 		return p
 	}
 	s.mu.Lock()

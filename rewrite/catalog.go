@@ -3,7 +3,6 @@ package rewrite
 import (
 	"fmt"
 	"slices"
-	"strings"
 
 	pg "github.com/pganalyze/pg_query_go/v6"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -55,31 +54,15 @@ func (f Refused) label() string {
 	return f.Schema + "." + f.Name
 }
 
-// prefilterTables is what the prefilter searches for: the protected tables' and the refused relations'
-// names (the token column is irrelevant there), without the names that contain another one. The catalog adds
-// many (a partition per month: accounts_2024_01, ...) and text that holds such a name holds the shorter one too,
-// so the longer needles would only slow down the scan every statement goes through.
+// prefilterTables is what the prefilter looks for: the protected tables' and the refused relations' names
+// (the token column is irrelevant there). The prefilter compares whole identifier values (their lengths
+// first), so the many names a catalog adds (a partition per month) cost little.
 func prefilterTables(tables []Table, refused []Refused) []Table {
 	all := slices.Clone(tables)
 	for _, f := range refused {
 		all = append(all, Table{Schema: f.Schema, Name: f.Name, TokenColumn: "-"})
 	}
-	slices.SortStableFunc(all, func(a, b Table) int { return len(a.Name) - len(b.Name) })
-	var out []Table
-	for _, t := range all {
-		name := lowerASCII(t.Name)
-		redundant := false
-		for _, o := range out {
-			if strings.Contains(name, lowerASCII(o.Name)) {
-				redundant = true
-				break
-			}
-		}
-		if !redundant {
-			out = append(out, t)
-		}
-	}
-	return out
+	return all
 }
 
 // lookupRefused finds the refusals for a RangeVar: an unqualified name may be

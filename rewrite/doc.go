@@ -171,23 +171,40 @@
 //     between check and write, no extra round trip, no stored procedures or
 //     triggers to install.
 //   - Reads and statements writing no protected table pass unchanged (the
-//     original text; a cheap prefilter, MayTouch, skips parsing entirely for
-//     text that cannot concern a protected table or the token: parsing
-//     happens only for text holding a write keyword (insert, update, delete,
-//     merge, truncate, copy) and a protected name or u&, or the token
-//     setting, or set_config).
+//     original text; a prefilter, MayTouch, skips parsing entirely for text
+//     that cannot concern a protected table or the token: parsing happens
+//     only for text holding a write keyword token (insert, update, delete,
+//     merge, truncate, copy) and an identifier naming a protected table, or
+//     DO, or an identifier naming set_config or the token setting).
+//
+// # Reading SQL as the server does
+//
+// Every text is read under the session's client_encoding, server_encoding
+// and standard_conforming_strings (Settings, from the server's
+// ParameterStatus): decoded to UTF-8 exactly (reading.go), split into tokens
+// by a lexer with the server's own rules (lexer.go), and the prefilter looks
+// at decoded tokens, so no escape, quoting, comment or Unicode spelling hides
+// a name. With standard_conforming_strings off, each '...' literal holding a
+// backslash is given to pg_query (which always reads it on) as E'...', which
+// is how the server scans it. A rewrite is re-encoded to the client's
+// encoding. Text that cannot be read exactly (an encoding the proxy cannot
+// decode, invalid bytes, settings that an unanswered earlier statement may
+// have changed) is refused when its raw bytes hold a keyword that could
+// write. DO blocks are always analysed, after decoding (do.go). See
+// docs/reading-sql.md.
 //
 // # Where statements are found
 //
 // The whole tree is walked: CTEs (also under SELECT and nested), several
 // statements in one text, PREPARE bodies, EXPLAIN [ANALYZE], COPY (query) TO,
 // CREATE TABLE AS. Refused with 55F04: TRUNCATE, COPY ... FROM and MERGE on a
-// protected table, TRUNCATE ... CASCADE (see ddl.go), WHERE CURRENT OF, INSERT without a column list (the
-// position of C is unknown), the writes naming C listed above, a client CTE
-// named fenceproxy_stmt, an unqualified name that could
-// be two configured tables with different token columns, a DO block whose text
-// names a protected table, and text the parser rejects that mentions a
-// protected name and a write keyword. SET and set_config of the token
+// protected table, TRUNCATE ... CASCADE (see ddl.go), WHERE CURRENT OF, INSERT
+// without a column list (the position of C is unknown), the writes naming C
+// listed above, a client CTE named fenceproxy_stmt, an unqualified name that
+// could be two configured tables with different token columns, a DO block
+// whose static SQL writes a protected table (or whose body cannot be parsed
+// and names one), and text the parser rejects that mentions a protected name
+// and a write keyword. SET and set_config of the token
 // setting to an invalid literal are refused with 55F03; valid ones are
 // reported in Plan.TokenSet.
 //
@@ -197,9 +214,10 @@
 //     allowlist of additive changes in ddl.go (docs/ddl.md); so are CREATE
 //     RULE, CREATE VIEW and SQL-standard function bodies that name one.
 //   - Writes not visible in the statement text are not fenced: functions and
-//     procedures (a DO block is refused
-//     only when its text names a protected table, so dynamic SQL in it is not
-//     seen), triggers, rules created directly,
+//     procedures (SQL-standard bodies are refused by the DDL rule when they
+//     name a protected table; a DO block's static SQL is analysed, its
+//     dynamic SQL, EXECUTE of a string built at run time, is not seen),
+//     triggers, rules created directly,
 //     updatable views over a protected table, and writes through a parent
 //     table or partition that is not itself configured. Configure the table
 //     the application writes through.
@@ -224,6 +242,8 @@
 //   - A rewritten statement is deparsed, so comments and formatting of the
 //     whole text are lost; the deparser emits PostgreSQL 17 syntax, which
 //     PostgreSQL 15 accepts for everything the rewriter adds.
-//   - The text is assumed to be UTF-8 (client_encoding UTF8) for names with
-//     non-ASCII characters.
+//   - Unquoted identifiers are downcased in ASCII only; a server with a
+//     single-byte encoding may also downcase non-ASCII letters (by its
+//     locale): protected table names with non-ASCII letters should be
+//     configured and written quoted there.
 package rewrite

@@ -28,7 +28,7 @@ func FuzzPlan(f *testing.F) {
 		}
 		p := r.Plan(sql)
 		checkPlan(t, r, sql, p)
-		c := cache.Plan([]byte(sql))
+		c := cache.Plan([]byte(sql), DefaultSettings)
 		if c.Action != p.Action || c.SQL != p.SQL && !(c.Action == Pass && c.SQL == "") || c.Message != p.Message {
 			t.Errorf("Cache.Plan = %+v, Plan = %+v", c, p)
 		}

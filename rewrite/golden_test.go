@@ -162,7 +162,7 @@ func TestGolden(t *testing.T) {
 				t.Errorf("input:\n%s\ngot:\n%s\nwant:\n%s", g.input, got, g.output)
 			}
 			checkPlan(t, r, g.input, p)
-			if c := cache.Plan([]byte(g.input)); formatPlan(c, abbrev) != got {
+			if c := cache.Plan([]byte(g.input), DefaultSettings); formatPlan(c, abbrev) != got {
 				t.Errorf("Cache.Plan differs from Plan:\n%s", formatPlan(c, abbrev))
 			}
 		})

@@ -2,90 +2,60 @@ package rewrite
 
 import "strings"
 
-// prefilter is a case-insensitive multi-substring search over the SQL text.
-// A needle is found when some position matches it byte for byte after ASCII
-// lower-casing. A text may touch a protected table when it holds
-//
-//   - a write keyword (insert, update, delete, merge, copy) and a
-//     protected table's name (also with its double quotes doubled, as written
-//     inside a quoted identifier) or u& (a unicode-escaped identifier can spell
-//     any name): only those statements can write a table, and keywords cannot
-//     be quoted or escaped; or
-//   - create and a protected name, or alter, drop, truncate or reassign alone
-//     (DDL, ddl.go); or
-//   - the token setting's first part (SET "fence"."token" and SET fence . token
-//     are the same setting) or set_config, which the analysis must see.
-//
-// The keyword condition keeps reads of a protected table, which pgbench's
-// select-only workload issues with a new literal every time, off the parser.
+// prefilter holds what the token-level prefilter (Rewriter.scan) looks for:
+// the protected tables' names as PostgreSQL stores them, and the token
+// setting's first part (SET "fence"."token" and SET fence . token are the
+// same setting). It is immutable after newPrefilter.
 type prefilter struct {
-	needles []needle
-	// pair has bit (a<<8|b) set when some needle starts with bytes a, b
-	// (lower-cased); single has a set when a needle is the one byte a.
-	pair   [65536 / 8]byte
-	single [256]uint8 // group bits of one-byte needles
+	relnames     []string
+	lengths      uint64 // bit n set: some name has n bytes (names of 64 bytes or more are never matched whole)
+	settingFirst string // lower-cased
 }
-
-type needle struct {
-	text  string // lower-cased, non-empty
-	group uint8
-}
-
-// Needle groups: a text may touch a protected table when it has needles of
-// both groupName and groupWrite, or any needle of groupAlone.
-const (
-	groupName  uint8 = 1 << iota // protected table names, u&
-	groupWrite                   // write keywords
-	groupAlone                   // the token setting, set_config
-)
 
 func newPrefilter(tables []Table, setting string) prefilter {
 	var p prefilter
-	add := func(s string, group uint8) {
-		s = lowerASCII(s)
-		if s == "" {
-			return
-		}
-		for i, n := range p.needles {
-			if n.text == s {
-				p.needles[i].group |= group
-				if len(s) == 1 {
-					p.single[s[0]] |= group
-				}
-				return
-			}
-		}
-		p.needles = append(p.needles, needle{s, group})
-		if len(s) == 1 {
-			p.single[s[0]] |= group
-		} else {
-			i := int(s[0])<<8 | int(s[1])
-			p.pair[i>>3] |= 1 << (i & 7)
-		}
-	}
 	for _, t := range tables {
-		add(t.Name, groupName)
-		if strings.Contains(t.Name, `"`) {
-			add(strings.ReplaceAll(t.Name, `"`, `""`), groupName)
+		p.relnames = append(p.relnames, t.Name)
+		if len(t.Name) < 64 {
+			p.lengths |= 1 << len(t.Name)
 		}
-	}
-	add("u&", groupName)
-	for _, kw := range []string{"insert", "update", "delete", "merge", "copy", "create"} {
-		add(kw, groupWrite)
-	}
-	// DDL must reach the DDL rule (ddl.go). CREATE matters only with a
-	// protected name; ALTER, DROP, TRUNCATE and REASSIGN (matched as "ssign")
-	// can reach a protected table without naming it (a schema rename, DROP ...
-	// CASCADE, TRUNCATE ... CASCADE, DROP/REASSIGN OWNED), so any text with
-	// them is parsed; they are rare outside migrations. Few new first-two-byte
-	// pairs (al, cr, dr, ss) keep the scan of reads cheap.
-	for _, kw := range []string{"alter", "drop", "truncate", "ssign"} {
-		add(kw, groupAlone)
 	}
 	first, _, _ := strings.Cut(setting, ".")
-	add(first, groupAlone)
-	add("set_config", groupAlone)
+	p.settingFirst = lowerASCII(first)
 	return p
+}
+
+// names reports whether an identifier's value is a protected table's name.
+func (p *prefilter) names(v []byte) bool {
+	if len(v) >= 64 || p.lengths&(1<<len(v)) == 0 {
+		return false
+	}
+	for _, n := range p.relnames {
+		if n == string(v) {
+			return true
+		}
+	}
+	return false
+}
+
+// namesFolded is names for the value of an unquoted identifier shorter than
+// namedatalen: word ASCII-downcased.
+func (p *prefilter) namesFolded(word []byte) bool {
+	if p.lengths&(1<<len(word)) == 0 {
+		return false
+	}
+	for _, n := range p.relnames {
+		if len(n) == len(word) && equalFoldASCII(word, n) {
+			return true
+		}
+	}
+	return false
+}
+
+// alone reports whether an identifier's value makes the text one to analyse
+// by itself: set_config, or a name holding the token setting's first part.
+func (p *prefilter) alone(v []byte) bool {
+	return len(v) >= len(p.settingFirst) && (equalFoldASCII(v, "set_config") || containsFoldBytes(v, p.settingFirst))
 }
 
 func lowerASCII(s string) string {
@@ -103,50 +73,9 @@ func lower(c byte) byte {
 	return c
 }
 
-// enough reports whether the groups found so far make the text one to parse.
-func enough(found uint8) bool {
-	return found&groupAlone != 0 || found&(groupName|groupWrite) == groupName|groupWrite
-}
-
-// mayTouch reports whether text may touch a protected table or the token
-// setting (see prefilter). It does not allocate.
-func mayTouch[T string | []byte](p *prefilter, text T) bool {
-	n := len(text)
-	var found uint8
-	for i := 0; i < n; i++ {
-		a := lower(text[i])
-		if g := p.single[a]; g != 0 {
-			if found |= g; enough(found) {
-				return true
-			}
-		}
-		if i == n-1 {
-			break
-		}
-		pi := int(a)<<8 | int(lower(text[i+1]))
-		if p.pair[pi>>3]&(1<<(pi&7)) == 0 {
-			continue
-		}
-		for _, nd := range p.needles {
-			if len(nd.text) < 2 || nd.text[0] != a || len(nd.text) > n-i || found&nd.group == nd.group {
-				continue
-			}
-			j := 1
-			for j < len(nd.text) && lower(text[i+j]) == nd.text[j] {
-				j++
-			}
-			if j == len(nd.text) {
-				if found |= nd.group; enough(found) {
-					return true
-				}
-			}
-		}
-	}
-	return false
-}
-
 // mentions returns the label of the first protected table whose name appears
-// in text (as mayTouch would find it), or "".
+// in text (ASCII case-insensitively, also with its double quotes doubled), or
+// "".
 func (r *Rewriter) mentions(text string) string {
 	for _, e := range r.tables {
 		if containsFold(text, e.Name) || containsFold(text, strings.ReplaceAll(e.Name, `"`, `""`)) {

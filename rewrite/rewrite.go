@@ -231,26 +231,90 @@ func validSettingName(s string) error {
 	return nil
 }
 
-// MayTouch is the cheap lexical prefilter: false means the text can neither
-// write a protected table nor set the token, so it passes without parsing. It
-// errs toward true and does not allocate.
-func (r *Rewriter) MayTouch(sql []byte) bool { return mayTouch(&r.filter, sql) }
+// MayTouch is the prefilter under DefaultSettings (UTF-8,
+// standard_conforming_strings on): false means the text can neither write a
+// protected table nor set the token, so it passes without parsing. It errs
+// toward true and does not allocate.
+func (r *Rewriter) MayTouch(sql []byte) bool { return r.MayTouchWith(sql, DefaultSettings) }
 
-// Plan analyses sql: prefilter, parse, fence. It does not cache.
-func (r *Rewriter) Plan(sql string) Plan {
-	if !mayTouch(&r.filter, sql) {
-		return Plan{Action: Pass, SQL: sql}
+// MayTouchWith is MayTouch for a session's settings. Text it cannot read
+// exactly may touch when its raw bytes hold a keyword that could write
+// (rawMayTouch).
+func (r *Rewriter) MayTouchWith(sql []byte, s Settings) bool {
+	rd := r.read(sql, s)
+	if rd.why != "" {
+		return r.rawMayTouch(sql)
 	}
-	return r.plan(sql)
+	return rd.touch
 }
 
-// plan is Plan without the prefilter.
-func (r *Rewriter) plan(sql string) Plan {
+// Plan analyses sql under DefaultSettings. It does not cache.
+func (r *Rewriter) Plan(sql string) Plan { return r.PlanWith([]byte(sql), DefaultSettings) }
+
+// PlanWith analyses sql as the server reads it under s: decode, lex,
+// prefilter, normalise, parse, fence. It does not cache.
+func (r *Rewriter) PlanWith(sql []byte, s Settings) Plan {
+	rd := r.read(sql, s)
+	p, done := r.early(sql, rd)
+	if !done {
+		p = r.planReading(rd)
+	}
+	if p.Action == Pass {
+		p.SQL = string(sql)
+	}
+	return p
+}
+
+// early decides about a text without parsing it: Pass when the prefilter
+// rules it out, Refuse when it cannot be read exactly and may touch.
+func (r *Rewriter) early(raw []byte, rd reading) (Plan, bool) {
+	if rd.why != "" {
+		if !r.rawMayTouch(raw) {
+			return Plan{Action: Pass}, true
+		}
+		label := r.mentions(string(raw))
+		if label == "" {
+			label = "a protected table"
+		}
+		return refusal(CodeUnfenceable, label, fmt.Sprintf(
+			"unfenceable write: cannot read this text exactly as the server will (%s), and it may write %s", rd.why, label)), true
+	}
+	if !rd.touch {
+		return Plan{Action: Pass}, true
+	}
+	return Plan{}, false
+}
+
+// planReading plans a readable text the prefilter let through; a rewrite is
+// re-encoded to the client's encoding.
+func (r *Rewriter) planReading(rd reading) Plan {
+	p := r.plan(rd.sql(), rd.scsOff)
+	if p.Action == Rewrite && !isASCII([]byte(p.SQL)) {
+		// The server reads the rewrite in the client's encoding.
+		a := &analysis{r: r, tables: p.Tables}
+		if !rd.outOK {
+			return a.internal(fmt.Errorf("the rewritten statement holds non-ASCII characters and client_encoding %q is not known or not one the proxy can write", rd.client))
+		}
+		out, err := encodeFor(p.SQL, rd.outEnc)
+		if err != nil {
+			return a.internal(err)
+		}
+		p.SQL = out
+	}
+	if p.Action == Pass {
+		p.SQL = ""
+	}
+	return p
+}
+
+// plan is the analysis of a UTF-8 text that pg_query reads as the server
+// does.
+func (r *Rewriter) plan(sql string, scsOff bool) Plan {
 	tree, err := pg.Parse(sql)
 	if err != nil {
 		return r.unparsable(sql, err)
 	}
-	a := &analysis{r: r}
+	a := &analysis{r: r, scsOff: scsOff}
 	for _, raw := range tree.Stmts {
 		a.statement(raw.Stmt)
 		a.refuseCatalog(raw.Stmt)

@@ -1,0 +1,173 @@
+package rewrite
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	pg "github.com/pganalyze/pg_query_go/v6"
+)
+
+// A DO block runs its body, a string the server decodes (E'' escapes, U&''
+// escapes, dollar quotes), as a function. Its body is analysed after pg_query
+// has decoded it: PL/pgSQL is parsed (pg_query wraps PL/pgSQL's own parser)
+// and every SQL text in it (static statements, PERFORM, expressions,
+// assignments, cursor and loop queries) is read and analysed like top-level
+// SQL. A block whose static SQL would write a protected table, set the token
+// or be refused is refused as a whole: the proxy cannot fence statements
+// inside a function body. Dynamic SQL (EXECUTE of a string built at run time)
+// cannot be seen: the in-database guard covers it.
+
+// doBlock analyses a DO statement.
+func (a *analysis) doBlock(x *pg.DoStmt) {
+	var body, language string
+	hasBody := false
+	for _, arg := range x.Args {
+		d := arg.GetDefElem()
+		if d == nil {
+			continue
+		}
+		switch d.Defname {
+		case "as":
+			body, hasBody = d.Arg.GetString_().GetSval(), true
+		case "language":
+			language = d.Arg.GetString_().GetSval()
+		}
+	}
+	if !hasBody {
+		return
+	}
+	if language != "" && !strings.EqualFold(language, "plpgsql") {
+		if label := a.r.mentions(body); label != "" {
+			a.refuse(CodeUnfenceable, label, fmt.Sprintf(
+				"unfenceable write: a DO block in LANGUAGE %s that names %s cannot be analysed; run its statements through the proxy as plain SQL", language, label))
+		}
+		return
+	}
+	queries, err := plpgsqlQueries(body)
+	if err != nil {
+		if label := a.r.mentions(body); label != "" {
+			a.refuse(CodeUnfenceable, label, fmt.Sprintf(
+				"unfenceable write: cannot parse a DO block that names %s: %v", label, err))
+		}
+		return
+	}
+	for _, q := range queries {
+		msg, label, setsToken := a.doQuery(q)
+		if setsToken {
+			a.refuse(CodeInvalid, "", fmt.Sprintf(
+				"invalid fencing token: a DO block that sets %s cannot have its token checked; use SET %s = <token>", a.r.setting, a.r.setting))
+			return
+		}
+		if msg != "" {
+			a.refuse(CodeUnfenceable, label, "unfenceable write: a DO block that "+msg+
+				" cannot be fenced; run its statements through the proxy as plain SQL")
+			return
+		}
+	}
+}
+
+// plQuery is one SQL text of a PL/pgSQL body and how PL/pgSQL parses it.
+type plQuery struct {
+	text string
+	mode int // 0: a statement; 2: an expression; 3-5: an assignment (target := expression)
+}
+
+// plpgsqlQueries parses body as the body of a PL/pgSQL function and returns
+// every SQL text in it.
+func plpgsqlQueries(body string) ([]plQuery, error) {
+	tag := "$fenceproxy$"
+	for i := 0; strings.Contains(body, tag); i++ {
+		tag = fmt.Sprintf("$fenceproxy%d$", i)
+	}
+	out, err := pg.ParsePlPgSqlToJSON("CREATE FUNCTION fenceproxy_do() RETURNS void LANGUAGE plpgsql AS " + tag + body + tag)
+	if err != nil {
+		return nil, fmt.Errorf("PL/pgSQL: %w", err)
+	}
+	var tree any
+	if err := json.Unmarshal([]byte(out), &tree); err != nil {
+		return nil, fmt.Errorf("PL/pgSQL parse tree: %w", err)
+	}
+	var qs []plQuery
+	var walk func(v any)
+	walk = func(v any) {
+		switch x := v.(type) {
+		case map[string]any:
+			if e, ok := x["PLpgSQL_expr"].(map[string]any); ok {
+				q, _ := e["query"].(string)
+				mode, _ := e["parseMode"].(float64)
+				qs = append(qs, plQuery{text: q, mode: int(mode)})
+			}
+			for _, c := range x {
+				walk(c)
+			}
+		case []any:
+			for _, c := range x {
+				walk(c)
+			}
+		}
+	}
+	walk(tree)
+	return qs, nil
+}
+
+// doQuery analyses one SQL text of a DO body. It returns what makes the block
+// unfenceable ("" when nothing does) and the protected table concerned, or
+// that it may set the token setting.
+func (a *analysis) doQuery(q plQuery) (msg, label string, setsToken bool) {
+	text := []byte(q.text)
+	if a.scsOff {
+		// PL/pgSQL reads its body with the session's
+		// standard_conforming_strings, as the core scanner does.
+		text = []byte(normalise(text))
+	}
+	if sc := a.r.scan(text, true); !sc.touch && sc.err == nil {
+		return "", "", false
+	}
+	sql := string(text)
+	switch {
+	case q.mode == 2:
+		sql = "SELECT " + sql
+	case q.mode >= 3:
+		// target := expression (or target = expression)
+		l := newLexer(text, true)
+		rest := -1
+		for t := l.next(); t.kind != tokEOF; t = l.next() {
+			if w := string(text[t.start:t.end]); w == ":=" || w == "=" {
+				rest = t.end
+				break
+			}
+		}
+		if rest < 0 {
+			label := a.r.mentions(sql)
+			if label == "" {
+				label = "a protected table"
+			}
+			return fmt.Sprintf("holds an assignment that cannot be read (%q)", q.text), label, false
+		}
+		sql = "SELECT " + sql[rest:]
+	}
+	tree, err := pg.Parse(sql)
+	if err != nil {
+		label := a.r.mentions(sql)
+		if label == "" {
+			label = "a protected table"
+		}
+		return fmt.Sprintf("holds SQL that cannot be parsed and may write %s (%v)", label, err), label, false
+	}
+	sub := &analysis{r: a.r, scsOff: a.scsOff}
+	for _, raw := range tree.Stmts {
+		sub.statement(raw.Stmt)
+	}
+	switch {
+	case sub.tokenSet || sub.tokenDynamic:
+		return "", "", true
+	case sub.refusal != nil && sub.refusal.Code == CodeInvalid:
+		return "", "", true
+	case sub.refusal != nil:
+		return fmt.Sprintf("holds a statement the proxy refuses (%s)", sub.refusal.Message), sub.refusal.Table, false
+	case len(sub.writes) > 0:
+		return "writes " + sub.writes[0].table.label, sub.writes[0].table.label, false
+	}
+	return "", "", false
+}

@@ -1,0 +1,8 @@
+-- Comments cannot split a keyword or a name; a comment between tokens hides nothing.
+-- input:
+UPDATE/**/accounts/* x */SET balance = 0 -- c
+WHERE id = 1
+-- output:
+-- action: rewrite
+-- tables: accounts
+WITH fenceproxy_stmt AS MATERIALIZED (SELECT {{k accounts}} AS token) UPDATE accounts SET balance = 0, fence_token = {{t}} WHERE id = 1 AND CASE WHEN id = 1 THEN CASE WHEN COALESCE(accounts.fence_token, 0) OPERATOR(pg_catalog.<=) {{t}} THEN true ELSE pg_catalog.concat('fenceproxy|55F01|', accounts.fence_token, '|', {{t}}, '|accounts|.')::bigint IS NULL END ELSE false END AND {{t}} IS NOT NULL

@@ -1,0 +1,7 @@
+-- A quoted identifier is the table however it is quoted.
+-- input:
+UPDATE "accounts" SET balance = 0; DELETE FROM U&"acc\006Funts" WHERE id = 2
+-- output:
+-- action: rewrite
+-- tables: accounts
+WITH fenceproxy_stmt AS MATERIALIZED (SELECT {{k accounts}} AS token) UPDATE accounts SET balance = 0, fence_token = {{t}} WHERE CASE WHEN COALESCE(accounts.fence_token, 0) OPERATOR(pg_catalog.<=) {{t}} THEN true ELSE pg_catalog.concat('fenceproxy|55F01|', accounts.fence_token, '|', {{t}}, '|accounts|.')::bigint IS NULL END AND {{t}} IS NOT NULL; WITH fenceproxy_stmt AS MATERIALIZED (SELECT {{k accounts}} AS token) DELETE FROM accounts WHERE id = 2 AND CASE WHEN id = 2 THEN CASE WHEN COALESCE(accounts.fence_token, 0) OPERATOR(pg_catalog.<=) {{t}} THEN true ELSE pg_catalog.concat('fenceproxy|55F01|', accounts.fence_token, '|', {{t}}, '|accounts|.')::bigint IS NULL END ELSE false END AND {{t}} IS NOT NULL

@@ -1,0 +1,8 @@
+-- A string continued over lines is one literal; the UPDATE after it is seen.
+-- input:
+SELECT 'a'
+'b'; UPDATE accounts SET balance = 0
+-- output:
+-- action: rewrite
+-- tables: accounts
+SELECT 'ab'; WITH fenceproxy_stmt AS MATERIALIZED (SELECT {{k accounts}} AS token) UPDATE accounts SET balance = 0, fence_token = {{t}} WHERE CASE WHEN COALESCE(accounts.fence_token, 0) OPERATOR(pg_catalog.<=) {{t}} THEN true ELSE pg_catalog.concat('fenceproxy|55F01|', accounts.fence_token, '|', {{t}}, '|accounts|.')::bigint IS NULL END AND {{t}} IS NOT NULL
