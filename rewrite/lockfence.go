@@ -10,13 +10,14 @@ import (
 // Lock fences (contract "Lock fences") are enforced in the database by the guard that `fenceproxy install`
 // puts on every protected table (package schema): its row trigger calls fenceproxy.lock_accept, which checks
 // and raises the lock's mark in the same statement, for the proxy's writes and for every other write path
-// alike. The rewrite adds only what keeps that from failing open, once per statement inside k (the token
-// InitPlan), after the token has been validated:
+// alike. A session that names a lock in a database without the guard gets row fencing, as any session does:
+// `fenceproxy lock` names the lock for every writer, and a deployment that has not installed lock fences keeps
+// working as before. A table that must have lock fences says require_lock; for it the rewrite adds, once per
+// statement inside k (the token InitPlan), after the token has been validated:
 //
-//   - a session that names a lock (the lock setting is not empty) in a database without the fenceproxy schema
-//     would get row fencing only, silently: refused with 55F04;
-//   - a table with require_lock, written by a session that names no lock: 55F02 naming the lock setting, as
-//     the guard raises it.
+//   - a session that names no lock: 55F02 naming the lock setting, as the guard raises it;
+//   - a session that names a lock in a database without the fenceproxy schema (no lock fences to check):
+//     55F04, never row fencing only.
 //
 // In SQL, replacing the token's valid arm (s::int8) with
 //
@@ -37,9 +38,10 @@ const tmplLockMissing = `SELECT ('fenceproxy|55F03|@lock@|' OPERATOR(pg_catalog.
 	pg_catalog.encode(pg_catalog.convert_to(COALESCE(pg_catalog.current_setting('@lock@', true), ''), 'UTF8'), 'hex')
 	OPERATOR(pg_catalog.||) '|@table@|.')::pg_catalog.int8`
 
-// addLockCheck puts the lock check into e.token's valid arm. lockSetting "" leaves e as it is.
+// addLockCheck puts the lock check of a require_lock table into e.token's valid arm. Other tables, and
+// lockSetting "", leave e as it is.
 func (e *tableEntry) addLockCheck(lockSetting string, requireLock bool) error {
-	if lockSetting == "" {
+	if lockSetting == "" || !requireLock {
 		return nil
 	}
 	if err := validSettingName(lockSetting); err != nil {
@@ -61,11 +63,9 @@ func (e *tableEntry) addLockCheck(lockSetting string, requireLock bool) error {
 		return fmt.Errorf("lock check: unexpected token fragment")
 	}
 	arm := cs.Args[0].GetCaseWhen()
-	noLock := arm.Result
-	if requireLock {
-		if noLock, err = parseFragment(tmplLockMissing, consts); err != nil {
-			return err
-		}
+	noLock, err := parseFragment(tmplLockMissing, consts)
+	if err != nil {
+		return err
 	}
 	arm.Result = substitute(check, map[string]*pg.Node{"fenceproxy_v": arm.Result, "fenceproxy_nolock": noLock})
 	return nil
