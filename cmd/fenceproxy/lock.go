@@ -119,7 +119,7 @@ func addStoreFlags(fs *flag.FlagSet) *storeFlags {
 	return &storeFlags{
 		fs:          fs,
 		endpoints:   fs.String("etcd", defaultEndpoints(), "comma-separated etcd `endpoints`; the default is FENCEPROXY_ETCD_ENDPOINTS, else ETCDCTL_ENDPOINTS, if set"),
-		pgDSN:       fs.String("pg", os.Getenv(envPGDSN), "use PostgreSQL as the lock service: the `DSN` of the database (directly or through fenceproxy); the default is "+envPGDSN+", if set, unless --etcd is given"),
+		pgDSN:       fs.String("pg", "", "use PostgreSQL as the lock service: the `DSN` of the database (directly or through fenceproxy); the default is "+envPGDSN+", if set, unless --etcd is given"),
 		prefix:      fs.String("prefix", tokens.DefaultPrefix, `etcd key prefix; the lock's keys are PREFIX+NAME+"/"+LEASE (use "" for the keys of "etcdctl lock NAME")`),
 		dialTimeout: fs.Duration("dial-timeout", 5*time.Second, "how long to try to reach the lock service before giving up"),
 	}
@@ -134,6 +134,15 @@ func (f *storeFlags) given(name string) bool {
 	return given
 }
 
+// dsn is --pg, else $FENCEPROXY_PG_DSN (read here rather than as the flag's default, so that -h never prints
+// a password).
+func (f *storeFlags) dsn() string {
+	if f.given("pg") {
+		return strings.TrimSpace(*f.pgDSN)
+	}
+	return strings.TrimSpace(os.Getenv(envPGDSN))
+}
+
 // usePG reports whether the flags choose the PostgreSQL store, or a usage problem.
 func (f *storeFlags) usePG() (bool, error) {
 	switch {
@@ -141,10 +150,10 @@ func (f *storeFlags) usePG() (bool, error) {
 		return false, errors.New("--pg and --etcd exclude each other")
 	case f.given("etcd"):
 		return false, nil
-	case f.given("pg") && strings.TrimSpace(*f.pgDSN) == "":
+	case f.given("pg") && f.dsn() == "":
 		return false, errors.New("--pg: empty DSN")
 	}
-	return strings.TrimSpace(*f.pgDSN) != "", nil
+	return f.dsn() != "", nil
 }
 
 func (f *storeFlags) validate() error {
@@ -164,7 +173,7 @@ func (f *storeFlags) validate() error {
 // where describes the lock service for messages.
 func (f *storeFlags) where() string {
 	if pg, _ := f.usePG(); pg {
-		return "PostgreSQL at " + redactDSN(*f.pgDSN)
+		return "PostgreSQL at " + redactDSN(f.dsn())
 	}
 	return "etcd at " + strings.Join(splitEndpoints(*f.endpoints), ",")
 }
@@ -175,7 +184,7 @@ func (f *storeFlags) open(ctx context.Context, log *slog.Logger) (tokens.Store, 
 	ctx, cancel := context.WithTimeout(ctx, *f.dialTimeout)
 	defer cancel()
 	if pg, _ := f.usePG(); pg {
-		return tokens.NewPGStore(ctx, *f.pgDSN, tokens.PGStoreOptions{Logger: log, ConnectTimeout: *f.dialTimeout})
+		return tokens.NewPGStore(ctx, f.dsn(), tokens.PGStoreOptions{Logger: log, ConnectTimeout: *f.dialTimeout})
 	}
 	eps := splitEndpoints(*f.endpoints)
 	client, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: *f.dialTimeout, Logger: zap.NewNop()})
