@@ -646,8 +646,10 @@ func validSetting(s string) bool {
 // acquisitions, releases, expirations and more (see tokens.Observer). Both stores may be observed at once;
 // neither is observed by default. It needs metrics.listen.
 type Locks struct {
-	Etcd     LocksEtcd     `yaml:"etcd"`
-	Postgres LocksPostgres `yaml:"postgres"`
+	Etcd      LocksEtcd      `yaml:"etcd"`
+	Postgres  LocksPostgres  `yaml:"postgres"`
+	ZooKeeper LocksZooKeeper `yaml:"zookeeper"`
+	Redis     LocksRedis     `yaml:"redis"`
 	// MaxLocks is how many lock names get a label of their own; later ones are summed under "other".
 	MaxLocks int `yaml:"max_locks"`
 	// Interval is how often the stores are read (etcd also re-reads when its lock prefix changes).
@@ -666,6 +668,20 @@ type LocksPostgres struct {
 	DSN string `yaml:"dsn"`
 }
 
+// LocksZooKeeper is a ZooKeeper ensemble whose locks (under Root) are observed.
+type LocksZooKeeper struct {
+	Servers []string `yaml:"servers"`
+	// Root is the parent path of the locks; default /fenceproxy/locks (fenceproxy lock --zk's).
+	Root string `yaml:"root"`
+}
+
+// LocksRedis is a Redis server whose locks (keys under Prefix) are observed.
+type LocksRedis struct {
+	Address string `yaml:"address"`
+	// Prefix is the prefix of the lock keys; default {fenceproxy}: (fenceproxy lock --redis's).
+	Prefix string `yaml:"prefix"`
+}
+
 // Defaults of the lock observer.
 const (
 	DefaultLocksMaxLocks   = 50
@@ -674,7 +690,9 @@ const (
 )
 
 // Enabled reports whether any lock store is observed.
-func (l Locks) Enabled() bool { return len(l.Etcd.Endpoints) > 0 || l.Postgres.DSN != "" }
+func (l Locks) Enabled() bool {
+	return len(l.Etcd.Endpoints) > 0 || l.Postgres.DSN != "" || len(l.ZooKeeper.Servers) > 0 || l.Redis.Address != ""
+}
 
 func (l *Locks) applyDefaults() {
 	if l.MaxLocks == 0 {

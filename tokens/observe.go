@@ -100,6 +100,14 @@ func NewEtcdObserver(s *EtcdStore, o ObserverOptions) *Observer {
 	return newObserver(s.Kind(), s.List, changed, o)
 }
 
+// NewListObserver observes a store by reading its List every interval, inferring events from successive
+// readings as the etcd observer does (ZooKeeper, Redis). What such a store cannot show stays 0: non-owner
+// releases, renewal failures, acquire timeouts and wait times for both; ZooKeeper shows no lease left, so a
+// holder's node that vanishes counts as a release; Redis keeps no queue, so it shows no waiters.
+func NewListObserver(s Store, o ObserverOptions) *Observer {
+	return newObserver(s.Kind(), s.List, nil, o)
+}
+
 func newObserver(kind string, list func(context.Context) ([]LockInfo, error), changed func(context.Context) <-chan struct{}, o ObserverOptions) *Observer {
 	if o.MaxLocks <= 0 {
 		o.MaxLocks = 50

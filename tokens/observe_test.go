@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/fenceproxy/fenceproxy/internal/etcdtest"
+	"github.com/fenceproxy/fenceproxy/internal/lockservers"
 	"github.com/fenceproxy/fenceproxy/internal/pgtest"
 	"github.com/fenceproxy/fenceproxy/tokens"
 )
@@ -240,4 +241,73 @@ func TestEtcdObserverMetricsMove(t *testing.T) {
 	c2.Close()
 	eventually("fenceproxy_lock_expirations_total", func(v float64) bool { return v == 1 })
 	eventually("fenceproxy_lock_held", func(v float64) bool { return v == 0 })
+}
+
+// TestListObserverMetricsMove: the ZooKeeper and Redis observers (NewListObserver) show a holder's token, its
+// acquisitions and releases (and, for ZooKeeper, its waiters).
+func TestListObserverMetricsMove(t *testing.T) {
+	ctx := context.Background()
+	zk := lockservers.ZooKeeper(t)
+	redis := lockservers.Redis(t)
+	for _, c := range []struct {
+		name    string
+		open    func(observe bool) tokens.Store
+		waiters bool
+	}{
+		{"zookeeper", func(observe bool) tokens.Store {
+			s, err := tokens.NewZKStore(ctx, []string{zk.Addr()}, tokens.ZKOptions{ConnectTimeout: 30 * time.Second, Observe: observe})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { s.Close() })
+			return s
+		}, true},
+		{"redis", func(bool) tokens.Store {
+			s, err := tokens.NewRedisStore(ctx, redis.Addr(), tokens.RedisOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { s.Close() })
+			return s
+		}, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ob := tokens.NewListObserver(c.open(true), tokens.ObserverOptions{MaxLocks: 10000, Interval: 100 * time.Millisecond})
+			reg := prometheus.NewRegistry()
+			reg.MustRegister(ob)
+			octx, stop := context.WithCancel(ctx)
+			defer stop()
+			go ob.Run(octx)
+			name := lockName(t)
+			eventually := func(series string, cond func(float64) bool) {
+				t.Helper()
+				waitFor(t, 30*time.Second, series, func() bool { return cond(lockMetric(t, reg, series, name)) })
+			}
+			s := c.open(false)
+			a, err := s.Acquire(ctx, name, tokens.AcquireOptions{TTL: 30 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			eventually("fenceproxy_lock_token", func(v float64) bool { return v == float64(a.Token()) })
+			eventually("fenceproxy_lock_held", func(v float64) bool { return v == 1 })
+			eventually("fenceproxy_lock_acquisitions_total", func(v float64) bool { return v == 1 })
+			if c.waiters {
+				wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+				defer cancel()
+				ch := acquireBG(wctx, c.open(false), name, tokens.AcquireOptions{TTL: 30 * time.Second})
+				eventually("fenceproxy_lock_waiters", func(v float64) bool { return v == 1 })
+				a.Release(ctx)
+				r := <-ch
+				if r.err != nil {
+					t.Fatal(r.err)
+				}
+				eventually("fenceproxy_lock_acquisitions_total", func(v float64) bool { return v == 2 })
+				r.h.Release(ctx)
+			} else {
+				a.Release(ctx)
+			}
+			eventually("fenceproxy_lock_held", func(v float64) bool { return v == 0 })
+			eventually("fenceproxy_lock_releases_total", func(v float64) bool { return v >= 1 })
+		})
+	}
 }

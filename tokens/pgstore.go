@@ -202,6 +202,9 @@ func NewPGStore(ctx context.Context, dsn string, o PGStoreOptions) (*PGStore, er
 	// An acquisition the client saw commit must survive a crash with the sequence's advance, whatever the
 	// database's default: otherwise a token could be handed out twice.
 	cfg.RuntimeParams["synchronous_commit"] = "on"
+	// The statements are written for READ COMMITTED (ON CONFLICT and UPDATE re-check the newest row version);
+	// a database whose default is SERIALIZABLE would turn contention into serialization failures.
+	cfg.RuntimeParams["default_transaction_isolation"] = "read committed"
 	if cfg.RuntimeParams["application_name"] == "" {
 		cfg.RuntimeParams["application_name"] = "fenceproxy lock"
 	}

@@ -54,6 +54,9 @@ type ZKOptions struct {
 	SessionTimeout time.Duration
 	// ConnectTimeout bounds establishing the session; default 10s.
 	ConnectTimeout time.Duration
+	// Observe makes a store that only reads (List, for the metrics): it holds no lock, so a disconnect does not
+	// end it; the client reconnects. Acquire on such a store is refused.
+	Observe bool
 }
 
 // NewZKStore opens a ZooKeeper session to servers (host:port each) and waits until it is established.
@@ -79,6 +82,14 @@ func NewZKStore(ctx context.Context, servers []string, o ZKOptions) (*ZKStore, e
 			if ev.State == zk.StateHasSession {
 				lost, markAs := context.WithCancelCause(context.Background())
 				s := &ZKStore{conn: conn, root: path.Clean(o.Root), lost: lost, markAs: markAs, session: o.SessionTimeout}
+				if o.Observe {
+					markAs(errors.New("this ZooKeeper store only observes locks (ZKOptions.Observe)"))
+					go func() {
+						for range events {
+						}
+					}()
+					return s, nil
+				}
 				go s.watchSession(events)
 				return s, nil
 			}

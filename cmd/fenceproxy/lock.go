@@ -127,9 +127,9 @@ func addStoreFlags(fs *flag.FlagSet) *storeFlags {
 	return &storeFlags{
 		fs:          fs,
 		endpoints:   fs.String("etcd", defaultEndpoints(), "comma-separated etcd `endpoints`; the default is FENCEPROXY_ETCD_ENDPOINTS, else ETCDCTL_ENDPOINTS, if set"),
-		pgDSN:       fs.String("pg", os.Getenv(envPGDSN), "use PostgreSQL as the lock service: the `DSN` of the database (directly or through fenceproxy); the default is "+envPGDSN+", if set, unless another store is given"),
-		zkServers:   fs.String("zk", os.Getenv(envZKServers), "use ZooKeeper as the lock service: comma-separated `servers` (host:port); the default is "+envZKServers+", if set"),
-		redisAddr:   fs.String("redis", os.Getenv(envRedisAddr), "use Redis as the lock service: the primary's `address` (host:port); the default is "+envRedisAddr+", if set"),
+		pgDSN:       fs.String("pg", "", "use PostgreSQL as the lock service: the `DSN` of the database (directly or through fenceproxy); the default is "+envPGDSN+", if set, unless another store is given"),
+		zkServers:   fs.String("zk", "", "use ZooKeeper as the lock service: comma-separated `servers` (host:port); the default is "+envZKServers+", if set"),
+		redisAddr:   fs.String("redis", "", "use Redis as the lock service: the primary's `address` (host:port); the default is "+envRedisAddr+", if set"),
 		prefix:      fs.String("prefix", "", `key prefix or path of the locks: etcd default `+tokens.DefaultPrefix+` (use "" for the keys of "etcdctl lock NAME"), ZooKeeper default `+tokens.DefaultZKRoot+` (a Curator InterProcessMutex on PREFIX/NAME is the same lock), Redis default `+tokens.DefaultRedisPrefix),
 		dialTimeout: fs.Duration("dial-timeout", 5*time.Second, "how long to try to reach the lock service before giving up"),
 		sessionTTL:  tokens.DefaultTTL,
@@ -149,10 +149,20 @@ func (f *storeFlags) given(name string) bool {
 	return given
 }
 
+// value is a store flag's value, else its environment variable's (read here rather than as the flag's
+// default, so that -h never prints a password in a DSN).
+func (f *storeFlags) value(name string) string {
+	flags := map[string]*string{"etcd": f.endpoints, "pg": f.pgDSN, "zk": f.zkServers, "redis": f.redisAddr}
+	if name == "etcd" || f.given(name) {
+		return strings.TrimSpace(*flags[name])
+	}
+	env := map[string]string{"pg": envPGDSN, "zk": envZKServers, "redis": envRedisAddr}
+	return strings.TrimSpace(os.Getenv(env[name]))
+}
+
 // kind reports which store the flags choose ("etcd", "postgres", "zookeeper" or "redis"), or a usage problem.
 func (f *storeFlags) kind() (string, error) {
 	flagOf := map[string]string{"etcd": "etcd", "pg": "postgres", "zk": "zookeeper", "redis": "redis"}
-	values := map[string]*string{"etcd": f.endpoints, "pg": f.pgDSN, "zk": f.zkServers, "redis": f.redisAddr}
 	var chosen []string
 	for _, fl := range []string{"etcd", "pg", "zk", "redis"} {
 		if f.given(fl) {
@@ -163,13 +173,13 @@ func (f *storeFlags) kind() (string, error) {
 	case len(chosen) > 1:
 		return "", fmt.Errorf("--%s and --%s exclude each other", chosen[0], chosen[1])
 	case len(chosen) == 1:
-		if strings.TrimSpace(*values[chosen[0]]) == "" {
+		if f.value(chosen[0]) == "" {
 			return "", fmt.Errorf("--%s: empty", chosen[0])
 		}
 		return flagOf[chosen[0]], nil
 	}
 	for _, fl := range []string{"pg", "zk", "redis"} {
-		if strings.TrimSpace(*values[fl]) != "" {
+		if f.value(fl) != "" {
 			return flagOf[fl], nil
 		}
 	}
@@ -194,11 +204,11 @@ func (f *storeFlags) validate() error {
 func (f *storeFlags) where() string {
 	switch kind, _ := f.kind(); kind {
 	case "postgres":
-		return "PostgreSQL at " + redactDSN(*f.pgDSN)
+		return "PostgreSQL at " + redactDSN(f.value("pg"))
 	case "zookeeper":
-		return "ZooKeeper at " + strings.Join(splitEndpoints(*f.zkServers), ",")
+		return "ZooKeeper at " + strings.Join(splitEndpoints(f.value("zk")), ",")
 	case "redis":
-		return "Redis at " + *f.redisAddr
+		return "Redis at " + f.value("redis")
 	}
 	return "etcd at " + strings.Join(splitEndpoints(*f.endpoints), ",")
 }
@@ -210,11 +220,11 @@ func (f *storeFlags) open(ctx context.Context, log *slog.Logger) (tokens.Store, 
 	defer cancel()
 	switch kind, _ := f.kind(); kind {
 	case "postgres":
-		return tokens.NewPGStore(ctx, *f.pgDSN, tokens.PGStoreOptions{Logger: log, ConnectTimeout: *f.dialTimeout})
+		return tokens.NewPGStore(ctx, f.value("pg"), tokens.PGStoreOptions{Logger: log, ConnectTimeout: *f.dialTimeout})
 	case "zookeeper":
-		return tokens.NewZKStore(ctx, splitEndpoints(*f.zkServers), tokens.ZKOptions{Root: *f.prefix, SessionTimeout: f.sessionTTL, ConnectTimeout: *f.dialTimeout})
+		return tokens.NewZKStore(ctx, splitEndpoints(f.value("zk")), tokens.ZKOptions{Root: *f.prefix, SessionTimeout: f.sessionTTL, ConnectTimeout: *f.dialTimeout})
 	case "redis":
-		return tokens.NewRedisStore(ctx, strings.TrimSpace(*f.redisAddr), tokens.RedisOptions{Prefix: *f.prefix, DialTimeout: *f.dialTimeout})
+		return tokens.NewRedisStore(ctx, f.value("redis"), tokens.RedisOptions{Prefix: *f.prefix, DialTimeout: *f.dialTimeout})
 	}
 	prefix := tokens.DefaultPrefix
 	if f.given("prefix") {

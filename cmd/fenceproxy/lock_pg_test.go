@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -294,5 +295,40 @@ func TestLocksEtcd(t *testing.T) {
 	held.Release(context.Background())
 	if code := p.wait(t, 10*time.Second); code != 0 {
 		t.Fatalf("waiter exit %d", code)
+	}
+}
+
+// TestStoreChoice: --pg, FENCEPROXY_PG_DSN and --etcd choose the store; the DSN's password never shows.
+func TestStoreChoice(t *testing.T) {
+	for _, tc := range []struct {
+		env    string
+		args   []string
+		wantPG bool
+		bad    bool
+	}{
+		{"", nil, false, false},
+		{"postgres://u:secret@h/db", nil, true, false},
+		{"postgres://u:secret@h/db", []string{"--etcd=a:1"}, false, false},
+		{"", []string{"--pg=postgres://u:secret@h/db"}, true, false},
+		{"", []string{"--pg=postgres://u:secret@h/db", "--etcd=a:1"}, false, true},
+		{"", []string{"--pg="}, false, true},
+	} {
+		t.Setenv(envPGDSN, tc.env)
+		fs := flag.NewFlagSet("x", flag.ContinueOnError)
+		sf := addStoreFlags(fs)
+		var help bytes.Buffer
+		fs.SetOutput(&help)
+		if err := fs.Parse(tc.args); err != nil {
+			t.Fatal(err)
+		}
+		kind, err := sf.kind()
+		pg := kind == "postgres"
+		if (err != nil) != tc.bad || (err == nil && pg != tc.wantPG) {
+			t.Errorf("env %q args %q: pg %v err %v", tc.env, tc.args, pg, err)
+		}
+		fs.PrintDefaults()
+		if strings.Contains(help.String()+sf.where(), "secret") {
+			t.Errorf("env %q args %q: the password shows: %s %s", tc.env, tc.args, help.String(), sf.where())
+		}
 	}
 }

@@ -44,6 +44,24 @@ func startLockObservers(cfg *config.Config, reg prometheus.Registerer, log *slog
 		closers = append(closers, func() { client.Close() })
 		observers = append(observers, tokens.NewEtcdObserver(tokens.NewEtcdStore(client, cfg.Locks.Etcd.Prefix), o))
 	}
+	if zs := cfg.Locks.ZooKeeper.Servers; len(zs) > 0 {
+		s, err := tokens.NewZKStore(ctx, zs, tokens.ZKOptions{Root: cfg.Locks.ZooKeeper.Root, Observe: true})
+		if err != nil {
+			stop()
+			return nil, fmt.Errorf("locks.zookeeper: %w", err)
+		}
+		closers = append(closers, func() { s.Close() })
+		observers = append(observers, tokens.NewListObserver(s, o))
+	}
+	if addr := cfg.Locks.Redis.Address; addr != "" {
+		s, err := tokens.NewRedisStore(ctx, addr, tokens.RedisOptions{Prefix: cfg.Locks.Redis.Prefix})
+		if err != nil {
+			stop()
+			return nil, fmt.Errorf("locks.redis: %w", err)
+		}
+		closers = append(closers, func() { s.Close() })
+		observers = append(observers, tokens.NewListObserver(s, o))
+	}
 	if err := reg.Register(observers); err != nil {
 		stop()
 		return nil, fmt.Errorf("locks: %w", err)
