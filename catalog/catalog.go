@@ -96,8 +96,9 @@ type GuardProbe interface {
 // to install's own probe once it exists.
 func DefaultGuardProbe() GuardProbe { return TriggerGuardProbe{} }
 
-// TriggerGuardProbe finds enabled triggers whose function is in the schema fenceproxy (or is named
-// fenceproxy_guard, the function deploy/guard-trigger.sql installs).
+// TriggerGuardProbe finds enabled triggers whose function is in the schema fenceproxy (fenceproxy install's
+// guard) or is named fenceproxy_guard (a hand-written guard of earlier versions). Whether an installed guard
+// is current is install's inspection (schema.Inspect), which `fenceproxy check` runs too.
 type TriggerGuardProbe struct{}
 
 // tgtype bits (pg_trigger.h).

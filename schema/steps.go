@@ -1,5 +1,11 @@
 package schema
 
+import (
+	"strings"
+
+	"github.com/fenceproxy/fenceproxy/tokens"
+)
+
 // Step is one migration of the fenceproxy schema. Install applies each step once, in order, in the same
 // transaction as the rest of the installation, and records it in fenceproxy.version (step number = position
 // in Steps, starting at 1, and the step's name). Steps are never edited or reordered once released: a change
@@ -9,12 +15,14 @@ type Step struct {
 	SQL  string
 }
 
-// Steps is the schema's history, oldest first. To add one (the PostgreSQL lock store's leases and token
-// sequence, for example), append it here.
+// Steps is the schema's history, oldest first. To add one, append it here.
 func Steps() []Step {
 	return []Step{
 		{Name: "lock marks", SQL: stepLockMarks},
 		{Name: "guarded relations", SQL: stepGuarded},
+		// The PostgreSQL lock store's leases and token sequence (tokens.PGStoreSchemaSQL, idempotent: a store
+		// that created them before install ran keeps them).
+		{Name: "lock store", SQL: strings.Join(tokens.PGStoreSchemaSQL, ";\n") + ";"},
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/fenceproxy/fenceproxy/catalog"
 	"github.com/fenceproxy/fenceproxy/config"
 	"github.com/fenceproxy/fenceproxy/proxy"
+	"github.com/fenceproxy/fenceproxy/schema"
 )
 
 // checkReport is `fenceproxy check --json`.
@@ -39,6 +40,18 @@ func auditFindings(ctx context.Context, conn *pgx.Conn, cfg *config.Config, prox
 	findings, snap, err := catalog.Audit(ctx, conn, proxy.ConfiguredTables(cfg), catalog.AuditOptions{ProxyAddress: proxyIP})
 	if err != nil {
 		return nil, err
+	}
+	// An installed guard older than this binary, or changed by hand (install's own inspection; a guard that
+	// is not installed at all is the audit's missing-guard finding).
+	st, err := schema.Inspect(ctx, conn, schema.FromConfig(cfg))
+	if err != nil {
+		return nil, err
+	}
+	if st.Installed {
+		for _, f := range st.Findings {
+			findings = append(findings, catalog.Finding{Severity: catalog.SeverityError, Kind: "guard-outdated",
+				Object: f.Object, Message: f.Problem, Fix: f.Fix})
+		}
 	}
 	for _, p := range snap.Protected {
 		fmt.Fprintf(out, "ok    %s: protected with %s (%s)\n", p.Table.Label(), p.Table.TokenColumn, p.Via)

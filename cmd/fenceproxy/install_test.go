@@ -96,3 +96,39 @@ func TestLockOptionReachesServer(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckReportsChangedGuard: `fenceproxy check` runs install's inspection: a guard function changed by hand
+// (or left by an older binary) is an error finding with its fix, and the check exits 1; after install again
+// the finding is gone.
+func TestCheckReportsChangedGuard(t *testing.T) {
+	pg := pgtest.MustStart(t, pgtest.Options{})
+	if err := pg.Exec("CREATE TABLE accounts (id int PRIMARY KEY, fence_token bigint)"); err != nil {
+		t.Fatal(err)
+	}
+	cfgFile := filepath.Join(t.TempDir(), "fenceproxy.yaml")
+	os.WriteFile(cfgFile, []byte("upstream:\n  address: "+pg.Addr()+"\ntables:\n  - name: accounts\n    token_column: fence_token\n"), 0o644)
+	cli := func(args ...string) (int, string) {
+		var out, errOut bytes.Buffer
+		code := run(args, &out, &errOut)
+		return code, out.String() + errOut.String()
+	}
+	if code, out := cli("install", "--config", cfgFile, "--dsn", pg.SuperDSN()); code != 0 {
+		t.Fatalf("install: %d\n%s", code, out)
+	}
+	if code, out := cli("check", "--config", cfgFile, "--dsn", pg.SuperDSN()); strings.Contains(out, "guard-outdated") {
+		t.Fatalf("check right after install: %d\n%s", code, out)
+	}
+	if err := pg.Exec(`CREATE OR REPLACE FUNCTION fenceproxy.guard_truncate() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NULL; END $$`); err != nil {
+		t.Fatal(err)
+	}
+	code, out := cli("check", "--config", cfgFile, "--dsn", pg.SuperDSN())
+	if code != 1 || !strings.Contains(out, "[guard-outdated]") || !strings.Contains(out, "fenceproxy install") {
+		t.Fatalf("check with a changed guard: exit %d\n%s", code, out)
+	}
+	if code, out := cli("install", "--config", cfgFile, "--dsn", pg.SuperDSN()); code != 0 {
+		t.Fatalf("install again: %d\n%s", code, out)
+	}
+	if _, out := cli("check", "--config", cfgFile, "--dsn", pg.SuperDSN()); strings.Contains(out, "guard-outdated") {
+		t.Fatalf("check after install again:\n%s", out)
+	}
+}
