@@ -208,10 +208,11 @@ func TestGuardInstallIdempotentAndUpgrades(t *testing.T) {
 		t.Fatalf("guarded relations: %d, want 3", n)
 	}
 
-	// A database one step behind: install applies that step and nothing else.
+	// A database one step behind: install applies that step and nothing else. (The last step, the lock
+	// store's, is idempotent DDL, so forgetting that it was applied is enough to be one step behind.)
 	steps := schema.Steps()
 	last := steps[len(steps)-1]
-	exec(t, su, fmt.Sprintf("DELETE FROM fenceproxy.version WHERE step = %d; DROP TABLE fenceproxy.guarded", len(steps)))
+	exec(t, su, fmt.Sprintf("DELETE FROM fenceproxy.version WHERE step = %d", len(steps)))
 	st, err := schema.Inspect(ctx, su, cfg)
 	if err != nil {
 		t.Fatal(err)

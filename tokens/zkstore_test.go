@@ -16,7 +16,7 @@ func newZKStore(t *testing.T, addr string, session time.Duration) *ZKStore {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	s, err := NewZKStore(ctx, []string{addr}, ZKOptions{SessionTimeout: session})
+	s, err := NewZKStore(ctx, []string{addr}, ZKOptions{SessionTimeout: session, ConnectTimeout: 30 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -36,7 +36,8 @@ var lockServices = []lockService{
 	{
 		name:  "zookeeper",
 		start: lockservers.ZooKeeper,
-		flags: func(addr string) []string { return []string{"--zk", addr} },
+		// A JVM on a loaded 2-core machine can take seconds to open a session: longer than the harness's 2s.
+		flags: func(addr string) []string { return []string{"--zk", addr, "--dial-timeout", "30s"} },
 		open: func(t *testing.T, addr string) tokens.Store {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
@@ -51,7 +52,7 @@ var lockServices = []lockService{
 	{
 		name:  "redis",
 		start: lockservers.Redis,
-		flags: func(addr string) []string { return []string{"--redis", addr} },
+		flags: func(addr string) []string { return []string{"--redis", addr, "--dial-timeout", "30s"} },
 		open: func(t *testing.T, addr string) tokens.Store {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()

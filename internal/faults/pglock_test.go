@@ -22,9 +22,9 @@ import (
 	"github.com/fenceproxy/fenceproxy/tokens"
 )
 
-// The issue asks for 20 s of contention; on a shared 2-core CI machine the default is shorter. Run with
-// -faults.contention=20s for the full length.
-var contentionFor = flag.Duration("faults.contention", 8*time.Second, "how long 20 `fenceproxy lock --pg` processes contend for one lock in TestPGLockContention")
+// The issue asks for 20 s of contention, and CI runs that long (the lock processes mostly wait, so it costs
+// little CPU); -faults.contention shortens it for a quick local run.
+var contentionFor = flag.Duration("faults.contention", 20*time.Second, "how long the `fenceproxy lock` processes of the contention tests contend for one lock")
 
 // criticalSection is the worker mode "critical": holding the lock, it records its token and the server's time
 // at entry and exit in the history table (a direct connection), holding the lock holdMillis in between.
