@@ -122,6 +122,9 @@ const exitBusy = 124
 
 var waitedLog = regexp.MustCompile(`waited=(\S+)`)
 
+// cmdPID finds the pid of the CMD that fenceproxy lock sent SIGTERM after losing its lease.
+var cmdPID = regexp.MustCompile(`sending SIGTERM to CMD .* \(pid (\d+)\)`)
+
 // lockRun is one finished `fenceproxy lock` process of the contention test.
 type lockRun struct {
 	code   int
@@ -141,6 +144,37 @@ func TestPGLockContention(t *testing.T) {
 	runLockContention(t, []string{"--pg", dsn}, 20, *contentionFor)
 }
 
+// watchStalls measures, until the deadline, how late this process's own 50 ms timer fires: the longest
+// lateness is the longest stretch the machine stopped running it.
+func watchStalls(t *testing.T, until time.Time) func() time.Duration {
+	var mu sync.Mutex
+	var longest time.Duration
+	done := make(chan struct{})
+	t.Cleanup(func() { close(done) })
+	go func() {
+		const tick = 50 * time.Millisecond
+		last := time.Now()
+		for time.Now().Before(until) {
+			select {
+			case <-done:
+				return
+			case now := <-time.After(tick):
+				if late := now.Sub(last) - tick; late > 0 {
+					mu.Lock()
+					longest = max(longest, late)
+					mu.Unlock()
+				}
+				last = now
+			}
+		}
+	}()
+	return func() time.Duration {
+		mu.Lock()
+		defer mu.Unlock()
+		return longest
+	}
+}
+
 // runLockContention: procs `fenceproxy lock` processes (reaching the lock service with storeFlags) contend for
 // one lock, again and again, for dur. Each holder records its token and the server's time at entry and exit in
 // a history table. Never two holders at once (the intervals do not overlap), tokens strictly increase in that
@@ -155,6 +189,12 @@ func runLockContention(t *testing.T, storeFlags []string, procs int, dur time.Du
 	dsn := dsnApp(proxytest.DSN(pg.Addr(), pgtest.SuperUser, "", pgtest.TestDB), "faults-contention")
 	const wait = 4 * time.Second
 	end := time.Now().Add(dur)
+	// A machine that stops running processes for seconds (a loaded CI host, a VM paused by its hypervisor) makes
+	// a holder miss its renewal, which is exactly what fenceproxy lock must answer with exit 122, and makes a
+	// waiter's own --wait timer fire late. Such a stall is measured here, from this process's own timer, so
+	// that those outcomes are accepted only when one happened; mutual exclusion and token order are checked
+	// regardless.
+	stalled := watchStalls(t, end.Add(wait+time.Minute))
 	var mu sync.Mutex
 	var runs []lockRun
 	var wg sync.WaitGroup
@@ -186,6 +226,7 @@ func runLockContention(t *testing.T, storeFlags []string, procs int, dur time.Du
 	wg.Wait()
 
 	served, timedOut := 0, 0
+	lost := map[int]bool{} // CMD pids of holders that lost their lease
 	var maxWait, waitCPU, waitTime, servedCPU time.Duration
 	for _, r := range runs {
 		switch r.code {
@@ -194,8 +235,20 @@ func runLockContention(t *testing.T, storeFlags []string, procs int, dur time.Du
 			maxWait = max(maxWait, r.waited)
 			servedCPU += r.cpu
 			// The deadline bounds the wait; the margin is for a statement sent just before it.
-			if r.waited > wait+2*time.Second {
-				t.Errorf("served after waiting %v, beyond --wait %v", r.waited, wait)
+			if r.waited > wait+2*time.Second+stalled() {
+				t.Errorf("served after waiting %v, beyond --wait %v (longest stall seen: %v)", r.waited, wait, stalled())
+			}
+		case exitLeaseLost:
+			// Its CMD's critical section may overlap the next holder's: the lease ended while it was stopped,
+			// which is the very case the database's fence exists for. Its pid exempts that overlap below.
+			if m := cmdPID.FindStringSubmatch(r.stderr); m != nil {
+				pid, _ := strconv.Atoi(m[1])
+				lost[pid] = true
+			}
+			if stalled() < time.Second {
+				t.Errorf("a holder lost its lease with no stall of the machine seen:\n%s", r.stderr)
+			} else {
+				t.Logf("a holder lost its lease during a %v stall of the machine (exit 122, as it must)", stalled())
 			}
 		case exitBusy:
 			timedOut++
@@ -244,25 +297,29 @@ func runLockContention(t *testing.T, storeFlags []string, procs int, dur time.Du
 	if err := rows.Err(); err != nil {
 		t.Fatal(err)
 	}
-	if len(es) != served {
-		t.Errorf("%d critical sections recorded, %d lock processes exited 0", len(es), served)
+	if len(es) < served || len(es) > served+len(lost) {
+		t.Errorf("%d critical sections recorded, %d lock processes exited 0 and %d lost their lease", len(es), served, len(lost))
 	}
 	sort.SliceStable(es, func(i, j int) bool { return es[i].started.Before(es[j].started) })
+	var held []entry // the critical sections of holders that kept their lease
 	for i, e := range es {
+		if i > 0 && e.token <= es[i-1].token {
+			t.Errorf("tokens not strictly increasing: %d after %d", e.token, es[i-1].token)
+		}
+		if lost[e.pid] {
+			continue
+		}
 		if !e.endedKnown {
 			t.Errorf("critical section of pid %d (token %d) never ended", e.pid, e.token)
 			continue
 		}
-		if i == 0 {
-			continue
-		}
-		prev := es[i-1]
+		held = append(held, e)
+	}
+	for i := 1; i < len(held); i++ {
+		e, prev := held[i], held[i-1]
 		if e.started.Before(prev.ended) {
 			t.Errorf("two holders at once: token %d (pid %d) entered at %v, before token %d (pid %d) left at %v",
 				e.token, e.pid, e.started.Format(time.StampMicro), prev.token, prev.pid, prev.ended.Format(time.StampMicro))
-		}
-		if e.token <= prev.token {
-			t.Errorf("tokens not strictly increasing: %d after %d", e.token, prev.token)
 		}
 	}
 }
