@@ -237,11 +237,11 @@ func TestShapeExcluded(t *testing.T) {
 		{`INSERT INTO accounts SELECT * FROM t ORDER BY 1`, `INSERT INTO accounts SELECT * FROM t ORDER BY 2`},
 		{`INSERT INTO accounts SELECT * FROM t FETCH FIRST 1 ROWS ONLY`, `INSERT INTO accounts SELECT * FROM t FETCH FIRST 2 ROWS ONLY`},
 		{`UPDATE accounts SET x = 0x1F WHERE id = 1`, `UPDATE accounts SET x = 0x2F WHERE id = 1`},
-		{`UPDATE accounts SET x = 1 WHERE id = 1`, `UPDATE accounts SET x = 2147483648 WHERE id = 1`},       // Integer vs Float
-		{`UPDATE accounts SET x = 'a' WHERE id = 1`, `UPDATE accounts SET x = E'a' WHERE id = 1`},           // string forms
-		{`UPDATE accounts SET x = -1 WHERE id = 1`, `UPDATE accounts SET x = 1 WHERE id = 1`},              // a folded sign
-		{`UPDATE accounts SET x = x - 1 WHERE id = 1`, `UPDATE accounts SET x = x + 1 WHERE id = 1`},       // operators
-		{`UPDATE accounts SET x = true WHERE id = 1`, `UPDATE accounts SET x = false WHERE id = 1`},        // keywords
+		{`UPDATE accounts SET x = 1 WHERE id = 1`, `UPDATE accounts SET x = 2147483648 WHERE id = 1`},                        // Integer vs Float
+		{`UPDATE accounts SET x = 'a' WHERE id = 1`, `UPDATE accounts SET x = E'a' WHERE id = 1`},                            // string forms
+		{`UPDATE accounts SET x = -1 WHERE id = 1`, `UPDATE accounts SET x = 1 WHERE id = 1`},                                // a folded sign
+		{`UPDATE accounts SET x = x - 1 WHERE id = 1`, `UPDATE accounts SET x = x + 1 WHERE id = 1`},                         // operators
+		{`UPDATE accounts SET x = true WHERE id = 1`, `UPDATE accounts SET x = false WHERE id = 1`},                          // keywords
 		{`UPDATE accounts SET x = numeric(10,2) '1' WHERE id = 1`, `UPDATE accounts SET x = numeric(10,2) '2' WHERE id = 1`}, // after ')'
 	} {
 		a, okA := r.shapeOf([]byte(c.a))
