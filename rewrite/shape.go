@@ -125,8 +125,8 @@ func (r *Rewriter) shapeOf(text []byte) (s shaped, ok bool) {
 
 // constClass is the class of a constant the shape replaces, which the key
 // keeps: the parser makes an integer that fits 32 bits an Integer and other
-// numbers a Float, and each string form its own node (N” a cast to bpchar,
-// B” and X” bit strings). 0 keeps the constant in the key as written
+// numbers a Float, and each string form its own node (N'...' a cast to bpchar,
+// B'...' and X'...' bit strings). 0 keeps the constant in the key as written
 // (numbers in other notations).
 func constClass(t token, text []byte) byte {
 	switch t.kind {
