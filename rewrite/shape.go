@@ -71,9 +71,8 @@ func (r *Rewriter) shapeOf(text []byte) (s shaped, ok bool) {
 	if l.err != nil {
 		return s, false
 	}
-	word := func(t token) string { return string(text[t.start:t.end]) }
 	is := func(i int, kind tokenKind, w string) bool {
-		return i >= 0 && i < len(toks) && toks[i].kind == kind && word(toks[i]) == w
+		return i >= 0 && i < len(toks) && toks[i].kind == kind && string(text[toks[i].start:toks[i].end]) == w
 	}
 	start := true
 	last := 0
@@ -83,7 +82,7 @@ func (r *Rewriter) shapeOf(text []byte) (s shaped, ok bool) {
 			start = true
 			continue
 		case start:
-			if t.kind != tokIdent || !slices.Contains(shapeStarts, lowerASCII(word(t))) {
+			if t.kind != tokIdent || !wordIn(text[t.start:t.end], shapeStarts) {
 				return s, false
 			}
 			start = false
@@ -178,7 +177,18 @@ func operandSlot(prev token, text []byte) bool {
 	case tokSelf:
 		return !(len(w) == 1 && (w[0] == ')' || w[0] == ']' || w[0] == '.'))
 	case tokIdent:
-		return slices.Contains(constKeywords, lowerASCII(string(w)))
+		return wordIn(w, constKeywords)
+	}
+	return false
+}
+
+// wordIn reports whether the unquoted identifier w is one of the lower-case
+// words, ASCII case-insensitively.
+func wordIn(w []byte, words []string) bool {
+	for _, x := range words {
+		if equalFoldASCII(w, x) {
+			return true
+		}
 	}
 	return false
 }
@@ -189,7 +199,7 @@ func endsOperand(t token, text []byte) bool {
 	w := text[t.start:t.end]
 	switch {
 	case t.kind == tokIdent:
-		return !slices.Contains(constKeywords, lowerASCII(string(w)))
+		return !wordIn(w, constKeywords)
 	case t.kind == tokQIdent, t.kind == tokUIdent, t.kind == tokNumber, t.kind == tokParam, t.isString():
 		return true
 	case t.kind == tokSelf:
