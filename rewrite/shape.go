@@ -1,6 +1,7 @@
 package rewrite
 
 import (
+	"bytes"
 	"fmt"
 	"slices"
 	"strconv"
@@ -91,6 +92,17 @@ func (r *Rewriter) shapeOf(text []byte) (s shaped, ok bool) {
 			return s, false
 		case t.kind != tokNumber && !t.isString():
 			continue
+		}
+		if t.kind == tokUString || t.escapes {
+			// Escapes the server refuses (an invalid Unicode escape, a
+			// byte sequence that is not UTF-8, a zero byte) fail the
+			// full rewrite's parse but would fill a template: such a
+			// text is planned in full.
+			var scratch [128]byte
+			v, err := l.stringValue(t, scratch[:0])
+			if err != nil || bytes.IndexByte(v, 0) >= 0 {
+				return s, false
+			}
 		}
 		class := constClass(t, text)
 		if class == 0 || i > 0 && !operandSlot(toks[i-1], text) {

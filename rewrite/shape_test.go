@@ -137,7 +137,8 @@ var shapeCases = []string{
 	`SELECT {i}, {s} FROM accounts WHERE id = {i}; DELETE FROM users WHERE id = {i}`,
 }
 
-var stringForms = []string{`'plain'`, `'it''s'`, `''`, `E'tab\there'`, `E'\'q\''`, `e'\\'`, `N'nat'`, `$$dollar$$`, `$t$x$y$t$`, `U&'\0041'`, `U&'!0041' UESCAPE '!'`, `'with` + "\n" + `' 'continued'`, `'é'`}
+var stringForms = []string{`'plain'`, `'it''s'`, `''`, `E'tab\there'`, `E'\'q\''`, `e'\\'`, `N'nat'`, `$$dollar$$`, `$t$x$y$t$`, `U&'\0041'`, `U&'!0041' UESCAPE '!'`, `'with` + "\n" + `' 'continued'`, `'é'`,
+	`U&'!' UESCAPE '!'`, `E'\xff'`, `E'\0'`, `U&'\D800'`} // the last four the server refuses
 var numberForms = []string{"1", "0", "2147483647", "2147483648", "1.5", ".5", "1e10", "1E-3", "123456789012345"}
 
 func fillCase(c string, rng *rand.Rand) string {
