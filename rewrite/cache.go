@@ -136,8 +136,9 @@ func (c *Cache) missed(start time.Time) {
 
 // planShape plans a readable text through the shape cache: a hit fills the
 // template of the text's shape with the text's constants (hit true); a
-// miss plans the text in full and, the first time its shape is seen,
-// builds the shape's template (shape.go).
+// miss plans the text in full and, the second time its shape is seen,
+// builds the shape's template (shape.go). Building costs about two plans,
+// so shapes seen once (a VALUES list of a new length) do not pay it.
 func (c *Cache) planShape(rd reading, set Settings, start time.Time) (Plan, bool) {
 	text := []byte(rd.sql())
 	sh, ok := c.r.shapeOf(text)
@@ -148,20 +149,24 @@ func (c *Cache) planShape(rd reading, set Settings, start time.Time) (Plan, bool
 	s := &c.shards[maphash.String(c.seed, key.sql)&c.mask]
 	s.mu.Lock()
 	e, found := s.m[key]
-	if found && e.tmpl != nil {
-		s.unlink(e)
-		s.pushFront(e)
-		t := e.tmpl
+	if !found || e.tmpl == nil {
 		s.mu.Unlock()
-		if t.ok {
-			if c.obs != nil {
-				c.obs.CacheHit()
-			}
-			return c.r.planShaped(t, text, sh.spans, rd), true
-		}
+		c.put(key, Plan{}, &shapeTemplate{pending: true})
 		return c.r.planReading(rd), false
 	}
+	s.unlink(e)
+	s.pushFront(e)
+	t := e.tmpl
 	s.mu.Unlock()
+	switch {
+	case t.ok:
+		if c.obs != nil {
+			c.obs.CacheHit()
+		}
+		return c.r.planShaped(t, text, sh.spans, rd), true
+	case !t.pending:
+		return c.r.planReading(rd), false // a shape planned in full
+	}
 	full := c.r.plan(string(text), rd.scsOff)
 	c.put(key, Plan{}, c.r.buildTemplate(text, sh, rd.scsOff, full))
 	return c.r.forClient(full, rd), false

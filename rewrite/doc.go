@@ -220,9 +220,11 @@
 // shape only when they differ in constant values alone and the parser
 // builds the same node kinds for both. A unary minus folded into a number
 // is part of the constant (unless ::, [ or . follows, which bind tighter).
-// The first text of a shape is planned in full; its normalised form (each
-// constant a parameter $1..$n) is planned once (parse, fence, deparse) and
-// kept as a template: the deparsed text cut at its parameters, which the
+// The first two texts of a shape are planned in full, and at the second
+// (building costs about two plans, wasted on shapes seen once, such as a
+// VALUES list of a new length) its normalised form (each constant a
+// parameter $1..$n) is planned once (parse, fence, deparse) and kept as a
+// template: the deparsed text cut at its parameters, which the
 // lexer finds (never a string search). A later text of the shape gets the
 // template with its own constants, as the client spelled them (after
 // decoding and the standard_conforming_strings normalisation), put in at

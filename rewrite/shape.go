@@ -20,11 +20,15 @@ import (
 const maxShapeConsts = 65535
 
 // shapeTemplate is the plan of one statement shape. ok is false for a shape
-// whose texts are planned in full (the normalised text does not parse, or its
-// plan differs from the plan of the text it was built from).
+// not built yet (pending) or whose texts are planned in full (the
+// normalised text does not parse, or its plan differs from the plan of the
+// text it was built from).
 type shapeTemplate struct {
-	ok   bool
-	plan Plan // Action (Pass or Rewrite), Tables; SQL is empty
+	// pending: the shape was seen once; the template is built when it is
+	// seen again.
+	pending bool
+	ok      bool
+	plan    Plan // Action (Pass or Rewrite), Tables; SQL is empty
 	// segs and consts are the rewritten text: segs[0], the constant
 	// consts[0], segs[1], ... (len(segs) == len(consts)+1).
 	segs   []string

@@ -367,3 +367,33 @@ func FuzzShapeCache(f *testing.F) {
 		samePlan(t, r, sql, c.Plan([]byte(sql), DefaultSettings), planFull(r, sql))
 	})
 }
+
+// TestShapeBuiltOnSecondSighting: a shape seen once only marks it (building a
+// template costs about two plans, wasted on one-off shapes); the second text
+// of the shape builds it and the third is a hit.
+func TestShapeBuiltOnSecondSighting(t *testing.T) {
+	r := testRewriter(t)
+	obs := &countingObserver{}
+	c := NewCacheObserved(r, 64, obs)
+	template := func() *shapeTemplate {
+		for i := range c.shards {
+			for _, e := range c.shards[i].m {
+				if e.tmpl != nil {
+					return e.tmpl
+				}
+			}
+		}
+		return nil
+	}
+	for i, want := range []struct {
+		pending, ok bool
+		hits        int64
+	}{{true, false, 0}, {false, true, 0}, {false, true, 1}} {
+		sql := fmt.Sprintf("UPDATE accounts SET balance = %d WHERE id = %d", i+10, i)
+		samePlan(t, r, sql, c.Plan([]byte(sql), DefaultSettings), planFull(r, sql))
+		tm := template()
+		if tm == nil || tm.pending != want.pending || tm.ok != want.ok || obs.hits.Load() != want.hits {
+			t.Fatalf("after text %d: template %+v, hits %d; want pending %v, ok %v, hits %d", i+1, tm, obs.hits.Load(), want.pending, want.ok, want.hits)
+		}
+	}
+}
