@@ -1,7 +1,10 @@
 package rewrite
 
 import (
+	"fmt"
 	"testing"
+
+	pg "github.com/pganalyze/pg_query_go/v6"
 )
 
 const (
@@ -124,4 +127,75 @@ func BenchmarkReadSJIS(b *testing.B) {
 			b.Fatal("not touched", rd.why)
 		}
 	}
+}
+
+// BenchmarkShapeHit is the steady state for code that inlines its values:
+// every text is new, its shape is cached.
+func BenchmarkShapeHit(b *testing.B) {
+	c := NewCache(testRewriter(b), 1024)
+	texts := make([][]byte, 1024)
+	for i := range texts {
+		texts[i] = []byte(fmt.Sprintf("UPDATE accounts SET balance = balance + %d WHERE id = %d", i-512, i*7919))
+	}
+	c.Plan(texts[0], DefaultSettings)
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		if p := c.Plan(texts[i%len(texts)], DefaultSettings); p.Action != Rewrite {
+			b.Fatal(p)
+		}
+		i++
+	}
+}
+
+// BenchmarkMissParts splits a miss of the TPC-B accounts UPDATE with
+// literals into its parts: the reading (decode, lex, prefilter), pg_query's
+// parse (cgo and protobuf), the fence on the tree, and the deparse.
+func BenchmarkMissParts(b *testing.B) {
+	r := testRewriter(b)
+	sql := "UPDATE accounts SET balance = balance + -4211 WHERE id = 712345"
+	b.Run("read", func(b *testing.B) {
+		for b.Loop() {
+			r.read([]byte(sql), DefaultSettings)
+		}
+	})
+	b.Run("parse", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := pg.Parse(sql); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("parse+fence", func(b *testing.B) {
+		for b.Loop() {
+			tree, _ := pg.Parse(sql)
+			a := &analysis{r: r}
+			for _, raw := range tree.Stmts {
+				a.statement(raw.Stmt)
+			}
+			for _, w := range a.writes {
+				w.fence(a)
+			}
+		}
+	})
+	tree, _ := pg.Parse(sql)
+	a := &analysis{r: r}
+	for _, raw := range tree.Stmts {
+		a.statement(raw.Stmt)
+	}
+	for _, w := range a.writes {
+		w.fence(a)
+	}
+	b.Run("deparse", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := pg.Deparse(tree); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("full", func(b *testing.B) {
+		for b.Loop() {
+			r.Plan(sql)
+		}
+	})
 }

@@ -38,8 +38,11 @@ type cacheKey struct {
 }
 
 type cacheEntry struct {
-	key        cacheKey
-	plan       Plan
+	key  cacheKey
+	plan Plan
+	// tmpl is set for the entry of a statement shape (key.sql is a shape
+	// key, which holds NUL bytes) and nil for the entry of a text.
+	tmpl       *shapeTemplate
 	prev, next *cacheEntry
 }
 
@@ -90,7 +93,7 @@ func (c *Cache) Plan(sql []byte, set Settings) Plan {
 	}
 	s := &c.shards[maphash.Bytes(c.seed, sql)&c.mask]
 	s.mu.Lock()
-	if e, ok := s.m[cacheKey{string(sql), set}]; ok {
+	if e, ok := s.m[cacheKey{string(sql), set}]; ok && e.tmpl == nil {
 		s.unlink(e)
 		s.pushFront(e)
 		p := e.plan
@@ -111,20 +114,74 @@ func (c *Cache) Plan(sql []byte, set Settings) Plan {
 		return p
 	}
 	key := cacheKey{string(sql), set}
-	p := c.r.planReading(rd)
+	if len(key.sql) > maxCachedSQL {
+		p := c.r.planReading(rd)
+		c.missed(start)
+		return p
+	}
+	p, shapeHit := c.planShape(rd, set, start)
+	if shapeHit {
+		return p
+	}
+	c.missed(start)
+	c.put(key, p, nil)
+	return p
+}
+
+func (c *Cache) missed(start time.Time) {
 	if c.obs != nil {
 		c.obs.CacheMiss(time.Since(start))
 	}
-	if len(key.sql) > maxCachedSQL {
-		return p
+}
+
+// planShape plans a readable text through the shape cache: a hit fills the
+// template of the text's shape with the text's constants (hit true); a
+// miss plans the text in full and, the second time its shape is seen,
+// builds the shape's template (shape.go). Building costs about two plans,
+// so shapes seen once (a VALUES list of a new length) do not pay it.
+func (c *Cache) planShape(rd reading, set Settings, start time.Time) (Plan, bool) {
+	text := []byte(rd.sql())
+	sh, ok := c.r.shapeOf(text)
+	if !ok {
+		return c.r.planReading(rd), false
 	}
+	key := cacheKey{string(sh.key), set}
+	s := &c.shards[maphash.String(c.seed, key.sql)&c.mask]
+	s.mu.Lock()
+	e, found := s.m[key]
+	if !found || e.tmpl == nil {
+		s.mu.Unlock()
+		c.put(key, Plan{}, &shapeTemplate{pending: true})
+		return c.r.planReading(rd), false
+	}
+	s.unlink(e)
+	s.pushFront(e)
+	t := e.tmpl
+	s.mu.Unlock()
+	switch {
+	case t.ok:
+		if c.obs != nil {
+			c.obs.CacheHit()
+		}
+		return c.r.planShaped(t, text, sh.spans, rd), true
+	case !t.pending:
+		return c.r.planReading(rd), false // a shape planned in full
+	}
+	full := c.r.plan(string(text), rd.scsOff)
+	c.put(key, Plan{}, c.r.buildTemplate(text, sh, rd.scsOff, full))
+	return c.r.forClient(full, rd), false
+}
+
+// put stores the plan of a text (tmpl nil) or the template of a shape.
+func (c *Cache) put(key cacheKey, p Plan, tmpl *shapeTemplate) {
+	s := &c.shards[maphash.String(c.seed, key.sql)&c.mask]
 	s.mu.Lock()
 	if e, ok := s.m[key]; ok { // planned concurrently
-		e.plan = p
+		e.plan, e.tmpl = p, tmpl
 		s.unlink(e)
 		s.pushFront(e)
 	} else {
-		e := &cacheEntry{key: key, plan: p}
+		e := &cacheEntry{key: key, plan: p, tmpl: tmpl}
 		s.m[key] = e
 		s.pushFront(e)
 		for len(s.m) > s.limit {
@@ -134,7 +191,6 @@ func (c *Cache) Plan(sql []byte, set Settings) Plan {
 		}
 	}
 	s.mu.Unlock()
-	return p
 }
 
 // Len is the number of cached plans.

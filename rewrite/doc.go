@@ -208,6 +208,59 @@
 // setting to an invalid literal are refused with 55F03; valid ones are
 // reported in Plan.TokenSet.
 //
+// # Shape cache
+//
+// Code that inlines its values (UPDATE accounts SET balance = balance + 17
+// WHERE id = 4242) sends a new text every time, so a Cache keyed by text
+// never hits. On a text miss the Cache therefore looks up the text's shape
+// (shape.go): the decoded text as pg_query reads it, each constant replaced
+// by a NUL-delimited placeholder that records the constant's class (an
+// integer that fits 32 bits, another number, and each string form: '...',
+// E'...', N'...', U&'...', B'...', X'...', dollar-quoted), so that two texts share a
+// shape only when they differ in constant values alone and the parser
+// builds the same node kinds for both. A unary minus folded into a number
+// is part of the constant (unless ::, [ or . follows, which bind tighter).
+// The first two texts of a shape are planned in full, and at the second
+// (building costs about two plans, wasted on shapes seen once, such as a
+// VALUES list of a new length) its normalised form (each constant a
+// parameter $1..$n) is planned once (parse, fence, deparse) and kept as a
+// template: the deparsed text cut at its parameters, which the
+// lexer finds (never a string search). A later text of the shape gets the
+// template with its own constants, as the client spelled them (after
+// decoding and the standard_conforming_strings normalisation), put in at
+// each parameter (the fence repeats the WHERE, so a constant may appear
+// several times), a negative one in parentheses; then re-encoded for the
+// client, and re-verified when Config.Verify is set. Template hits count as
+// cache hits.
+//
+// Not normalised (the text is planned in full, or the constant stays in the
+// key as written):
+//
+//   - texts with a statement that does not start with SELECT, INSERT,
+//     UPDATE, DELETE, WITH or VALUES (SET, DO, COPY, DDL, PREPARE, EXPLAIN:
+//     their analysis reads constants, or their grammar needs them), texts
+//     naming set_config or the token setting anywhere, texts with a
+//     parameter, and texts longer than the text cache's limit;
+//   - constants right after an identifier other than an operand keyword
+//     (SELECT, WHERE, AND, THEN, LIMIT, ...) or after ')': typed literals
+//     (DATE '...', INTERVAL '1' DAY, "char" 'x', numeric(10,2) '1'), ORDER
+//     BY / GROUP BY ordinals, FETCH FIRST n, AT TIME ZONE '...'; numbers in
+//     other notations (0x1F, 1_000).
+//
+// Why it is safe: the fence's analysis of plain DML never reads a
+// constant's value, only where constants are and of which node kind (a
+// parameter and a constant are both inert, and a token-column write
+// becomes CASE WHEN false THEN (v)::int8 ELSE t END for either), so a
+// template is a function of the shape. That is also checked, not assumed:
+// a template is kept only when the normalised text parses, its plan has the
+// same outcome and tables as the full plan of the text it was built from,
+// and the template filled with that text's constants parses to the same
+// tree (locations aside) as the full rewrite; otherwise the shape is marked
+// and each of its texts is planned in full. Refusals and token-setting plans
+// are never templated. TestShapeCacheEquivalence and FuzzShapeCache compare
+// template and full rewrite (parse trees, and that the result is fenced) for
+// statements with constants of every form.
+//
 // # Limits
 //
 //   - DDL naming a protected table is refused unless its form is on the

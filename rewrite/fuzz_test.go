@@ -29,11 +29,21 @@ func FuzzPlan(f *testing.F) {
 		p := r.Plan(sql)
 		checkPlan(t, r, sql, p)
 		c := cache.Plan([]byte(sql), DefaultSettings)
-		if c.Action != p.Action || c.SQL != p.SQL && !(c.Action == Pass && c.SQL == "") || c.Message != p.Message {
+		if c.Action != p.Action || c.SQL != p.SQL && !(c.Action == Pass && c.SQL == "") && !sameRewrite(c, p) || c.Message != p.Message {
 			t.Errorf("Cache.Plan = %+v, Plan = %+v", c, p)
 		}
 		if !r.MayTouch([]byte(sql)) && p.Action != Pass {
 			t.Errorf("MayTouch false but %v", p.Action)
 		}
 	})
+}
+
+// sameRewrite: two rewrites that parse to the same tree (a plan from the
+// shape cache is spelled differently from the full rewrite).
+func sameRewrite(a, b Plan) bool {
+	if a.Action != Rewrite || b.Action != Rewrite {
+		return false
+	}
+	same, err := sameParse(a.SQL, b.SQL)
+	return err == nil && same
 }

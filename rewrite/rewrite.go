@@ -288,7 +288,12 @@ func (r *Rewriter) early(raw []byte, rd reading) (Plan, bool) {
 // planReading plans a readable text the prefilter let through; a rewrite is
 // re-encoded to the client's encoding.
 func (r *Rewriter) planReading(rd reading) Plan {
-	p := r.plan(rd.sql(), rd.scsOff)
+	return r.forClient(r.plan(rd.sql(), rd.scsOff), rd)
+}
+
+// forClient turns a plan of the UTF-8 text rd.sql() into the plan for the
+// client: a rewrite is re-encoded to the client's encoding.
+func (r *Rewriter) forClient(p Plan, rd reading) Plan {
 	if p.Action == Rewrite && !isASCII([]byte(p.SQL)) {
 		// The server reads the rewrite in the client's encoding.
 		a := &analysis{r: r, tables: p.Tables}

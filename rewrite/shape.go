@@ -1,0 +1,351 @@
+package rewrite
+
+import (
+	"bytes"
+	"fmt"
+	"slices"
+	"strconv"
+
+	pg "github.com/pganalyze/pg_query_go/v6"
+	"google.golang.org/protobuf/proto"
+)
+
+// The shape cache (issue 20): statements that differ only in their constants
+// share one plan template. See "Shape cache" in doc.go for what is
+// normalised, what is not, and why a template gives the same SQL as the full
+// rewrite.
+
+// maxShapeConsts bounds the constants of a normalised text: placeholders are
+// parameters $1..$n, and the server knows at most 65535 of them.
+const maxShapeConsts = 65535
+
+// shapeTemplate is the plan of one statement shape. ok is false for a shape
+// not built yet (pending) or whose texts are planned in full (the
+// normalised text does not parse, or its plan differs from the plan of the
+// text it was built from).
+type shapeTemplate struct {
+	// pending: the shape was seen once; the template is built when it is
+	// seen again.
+	pending bool
+	ok      bool
+	plan    Plan // Action (Pass or Rewrite), Tables; SQL is empty
+	// segs and consts are the rewritten text: segs[0], the constant
+	// consts[0], segs[1], ... (len(segs) == len(consts)+1).
+	segs   []string
+	consts []int
+}
+
+// shaped is a text read for the shape cache: its key and the byte spans, in
+// the text, of the constants that the key replaces.
+type shaped struct {
+	key   []byte
+	spans [][2]int
+}
+
+// shapeStarts are the first words of the statements whose texts are
+// normalised: plain DML, whose analysis never reads a constant's value (it
+// tells constants from other expressions, and integers from other constants:
+// both are in the key).
+var shapeStarts = []string{"select", "insert", "update", "delete", "with", "values"}
+
+// constKeywords are the keywords after which a constant is an expression (an
+// operand), so a parameter can stand in its place. After any other
+// identifier a constant may be part of the grammar (DATE '...', INTERVAL '1'
+// DAY, ORDER BY 1, FETCH FIRST 5 ROWS, a quoted type name 'literal') and is
+// kept in the key as written.
+var constKeywords = []string{
+	"select", "where", "and", "or", "not", "then", "else", "when", "case", "like", "ilike",
+	"similar", "escape", "between", "symmetric", "asymmetric", "limit", "offset", "returning",
+	"having", "on", "distinct",
+}
+
+// shapeOf reads text (UTF-8, as pg_query reads it: standard_conforming_strings
+// on) for the shape cache. ok is false when the text is not normalised: a
+// statement that is not plain DML, a parameter, set_config or the token
+// setting's name anywhere (their analysis reads constants), or a lexical
+// error.
+func (r *Rewriter) shapeOf(text []byte) (s shaped, ok bool) {
+	if containsFoldBytes(text, "set_config") || containsFoldBytes(text, r.filter.settingFirst) {
+		return s, false
+	}
+	l := newLexer(text, true)
+	toks := make([]token, 0, len(text)/4+1)
+	for t := l.next(); t.kind != tokEOF; t = l.next() {
+		toks = append(toks, t)
+	}
+	if l.err != nil {
+		return s, false
+	}
+	is := func(i int, kind tokenKind, w string) bool {
+		return i >= 0 && i < len(toks) && toks[i].kind == kind && string(text[toks[i].start:toks[i].end]) == w
+	}
+	start := true
+	last := 0
+	for i, t := range toks {
+		switch {
+		case t.kind == tokSemicolon:
+			start = true
+			continue
+		case start:
+			if t.kind != tokIdent || !wordIn(text[t.start:t.end], shapeStarts) {
+				return s, false
+			}
+			start = false
+			continue
+		case t.kind == tokParam:
+			return s, false
+		case t.kind != tokNumber && !t.isString():
+			continue
+		}
+		if t.kind == tokUString || t.escapes {
+			// Escapes the server refuses (an invalid Unicode escape, a
+			// byte sequence that is not UTF-8, a zero byte) fail the
+			// full rewrite's parse but would fill a template: such a
+			// text is planned in full.
+			var scratch [128]byte
+			v, err := l.stringValue(t, scratch[:0])
+			if err != nil || bytes.IndexByte(v, 0) >= 0 {
+				return s, false
+			}
+		}
+		class := constClass(t, text)
+		if class == 0 || i > 0 && !operandSlot(toks[i-1], text) {
+			continue // kept in the key as written
+		}
+		from := t.start
+		if t.kind == tokNumber && is(i-1, tokSelf, "-") && (i == 1 || !endsOperand(toks[i-2], text)) {
+			// A unary minus: the parser folds it into the constant,
+			// unless an operator that binds tighter than it follows.
+			if !(is(i+1, tokOp, "::") || is(i+1, tokSelf, "[") || is(i+1, tokSelf, ".")) {
+				from = toks[i-1].start
+				class = '-'
+			}
+		}
+		if len(s.spans) == maxShapeConsts {
+			return s, false
+		}
+		s.key = append(s.key, text[last:from]...)
+		s.key = append(s.key, 0, class)
+		s.key = strconv.AppendInt(s.key, int64(len(s.spans)), 10)
+		s.key = append(s.key, 0)
+		s.spans = append(s.spans, [2]int{from, t.end})
+		last = t.end
+	}
+	if len(s.spans) == 0 {
+		return s, false // nothing to share
+	}
+	s.key = append(s.key, text[last:]...)
+	return s, true
+}
+
+// constClass is the class of a constant the shape replaces, which the key
+// keeps: the parser makes an integer that fits 32 bits an Integer and other
+// numbers a Float, and each string form its own node (N'...' a cast to bpchar,
+// B'...' and X'...' bit strings). 0 keeps the constant in the key as written
+// (numbers in other notations).
+func constClass(t token, text []byte) byte {
+	switch t.kind {
+	case tokString:
+		return 's'
+	case tokEString:
+		return 'e'
+	case tokNString:
+		return 'n'
+	case tokUString:
+		return 'u'
+	case tokBitString:
+		return 'b'
+	case tokHexString:
+		return 'x'
+	case tokDollar:
+		return 'd'
+	case tokNumber:
+	default:
+		return 0
+	}
+	digits := text[t.start:t.end]
+	integer := true
+	for _, c := range digits {
+		switch {
+		case isDigit(c):
+		case c == '.' || c == 'e' || c == 'E' || c == '+' || c == '-':
+			integer = false
+		default:
+			return 0 // 0x1F, 1_000: kept as written
+		}
+	}
+	if integer {
+		if n, err := strconv.ParseInt(string(digits), 10, 64); err == nil && n <= 1<<31-1 {
+			return 'i'
+		}
+	}
+	return 'f'
+}
+
+// operandSlot reports whether a constant after prev is an operand that a
+// parameter may replace: after an operator, punctuation other than ')' and
+// ']' (and '.'), a constant, or a keyword of constKeywords.
+func operandSlot(prev token, text []byte) bool {
+	w := text[prev.start:prev.end]
+	switch prev.kind {
+	case tokOp:
+		return true
+	case tokSelf:
+		return !(len(w) == 1 && (w[0] == ')' || w[0] == ']' || w[0] == '.'))
+	case tokIdent:
+		return wordIn(w, constKeywords)
+	}
+	return false
+}
+
+// wordIn reports whether the unquoted identifier w is one of the lower-case
+// words, ASCII case-insensitively.
+func wordIn(w []byte, words []string) bool {
+	for _, x := range words {
+		if equalFoldASCII(w, x) {
+			return true
+		}
+	}
+	return false
+}
+
+// endsOperand reports whether a '-' after t is a binary minus: t ends an
+// operand (a name, a constant, a parameter, ')' or ']').
+func endsOperand(t token, text []byte) bool {
+	w := text[t.start:t.end]
+	switch {
+	case t.kind == tokIdent:
+		return !wordIn(w, constKeywords)
+	case t.kind == tokQIdent, t.kind == tokUIdent, t.kind == tokNumber, t.kind == tokParam, t.isString():
+		return true
+	case t.kind == tokSelf:
+		return len(w) == 1 && (w[0] == ')' || w[0] == ']')
+	}
+	return false
+}
+
+// normalised is text with each span replaced by its placeholder $1, $2, ...
+// (spaced, so that it joins no neighbouring token).
+func normalisedText(text []byte, spans [][2]int) string {
+	out := make([]byte, 0, len(text)+4*len(spans))
+	last := 0
+	for i, sp := range spans {
+		out = append(out, text[last:sp[0]]...)
+		out = append(out, " $"...)
+		out = strconv.AppendInt(out, int64(i+1), 10)
+		out = append(out, ' ')
+		last = sp[1]
+	}
+	return string(append(out, text[last:]...))
+}
+
+// buildTemplate plans the normalised form of text once and checks it
+// against full, the plan of text itself (UTF-8, before re-encoding): the
+// template is kept (ok) only when its plan has the same outcome and, for a
+// rewrite, the template filled with text's own constants parses to the same
+// tree as full's SQL. A shape that fails is planned in full every time.
+func (r *Rewriter) buildTemplate(text []byte, sh shaped, scsOff bool, full Plan) *shapeTemplate {
+	bad := &shapeTemplate{}
+	if full.Action != Pass && full.Action != Rewrite || full.TokenSet || full.TokenDynamic || len(full.Tokens) > 0 || full.TokenSession {
+		return bad
+	}
+	norm := normalisedText(text, sh.spans)
+	if _, err := pg.Parse(norm); err != nil {
+		return bad // a constant the grammar needs as a literal
+	}
+	p := r.plan(norm, scsOff)
+	if p.Action != full.Action || !slices.Equal(p.Tables, full.Tables) || p.TokenSet || p.TokenDynamic || len(p.Tokens) > 0 || p.TokenSession {
+		return bad
+	}
+	t := &shapeTemplate{ok: true, plan: p}
+	t.plan.SQL = ""
+	if p.Action == Pass {
+		return t
+	}
+	out := []byte(p.SQL)
+	l := newLexer(out, true)
+	last := 0
+	for tok := l.next(); tok.kind != tokEOF; tok = l.next() {
+		if tok.kind != tokParam {
+			continue
+		}
+		n, err := strconv.Atoi(string(out[tok.start+1 : tok.end]))
+		if err != nil || n < 1 || n > len(sh.spans) {
+			return bad
+		}
+		t.segs = append(t.segs, string(out[last:tok.start]))
+		t.consts = append(t.consts, n-1)
+		last = tok.end
+	}
+	if l.err != nil {
+		return bad
+	}
+	t.segs = append(t.segs, string(out[last:]))
+	same, err := sameParse(t.fill(text, sh.spans), full.SQL)
+	if err != nil || !same {
+		return bad
+	}
+	return t
+}
+
+// fill is the template's SQL with the constants of text (at spans) in place
+// of the placeholders, spaced; a constant with its minus sign in
+// parentheses, so that no operator before it absorbs the sign and no
+// operator after it binds tighter than the sign.
+func (t *shapeTemplate) fill(text []byte, spans [][2]int) string {
+	n := len(t.segs[0])
+	for i, c := range t.consts {
+		n += len(t.segs[i+1]) + spans[c][1] - spans[c][0] + 4
+	}
+	out := make([]byte, 0, n)
+	out = append(out, t.segs[0]...)
+	for i, c := range t.consts {
+		v := text[spans[c][0]:spans[c][1]]
+		if v[0] == '-' {
+			out = append(out, " ("...)
+			out = append(out, v...)
+			out = append(out, ") "...)
+		} else {
+			out = append(out, ' ')
+			out = append(out, v...)
+			out = append(out, ' ')
+		}
+		out = append(out, t.segs[i+1]...)
+	}
+	return string(out)
+}
+
+// planShaped is the plan of a text served by a template (t.ok).
+func (r *Rewriter) planShaped(t *shapeTemplate, text []byte, spans [][2]int, rd reading) Plan {
+	p := t.plan
+	if p.Action == Pass {
+		return p
+	}
+	p.SQL = t.fill(text, spans)
+	if r.verify {
+		if err := r.verifyText(p.SQL); err != nil {
+			a := &analysis{r: r, tables: p.Tables}
+			return a.internal(err)
+		}
+	}
+	return r.forClient(p, rd)
+}
+
+// sameParse reports whether a and b parse to the same tree, locations aside.
+func sameParse(a, b string) (bool, error) {
+	ta, err := pg.Parse(a)
+	if err != nil {
+		return false, fmt.Errorf("parse %q: %w", a, err)
+	}
+	tb, err := pg.Parse(b)
+	if err != nil {
+		return false, fmt.Errorf("parse %q: %w", b, err)
+	}
+	for _, t := range []*pg.ParseResult{ta, tb} {
+		clearLocations(t)
+		for _, st := range t.Stmts {
+			st.StmtLocation, st.StmtLen = 0, 0
+		}
+	}
+	return proto.Equal(ta, tb), nil
+}
