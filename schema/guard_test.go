@@ -211,7 +211,8 @@ func TestGuardInstallIdempotentAndUpgrades(t *testing.T) {
 	// A database one step behind: install applies that step and nothing else.
 	steps := schema.Steps()
 	last := steps[len(steps)-1]
-	exec(t, su, fmt.Sprintf("DELETE FROM fenceproxy.version WHERE step = %d; DROP TABLE fenceproxy.guarded", len(steps)))
+	// (The last step, the lock store's tables, is idempotent: forgetting that it was applied is enough.)
+	exec(t, su, fmt.Sprintf("DELETE FROM fenceproxy.version WHERE step = %d", len(steps)))
 	st, err := schema.Inspect(ctx, su, cfg)
 	if err != nil {
 		t.Fatal(err)
