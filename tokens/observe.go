@@ -23,6 +23,10 @@ type ObserverOptions struct {
 	// lock prefix changes (watch).
 	Interval time.Duration
 	Logger   *slog.Logger
+	// Marks, when set, reads each lock's accepted token (lock fences' mark, fenceproxy.lock_marks) at every
+	// reading, for the gauge fenceproxy_lock_mark{lock} (observe_marks.go). It returns an empty map when the
+	// database has no lock fences.
+	Marks func(ctx context.Context) (map[string]int64, error)
 }
 
 // Observer exports the locks of one store as Prometheus series, labelled by store and lock:
@@ -40,6 +44,8 @@ type ObserverOptions struct {
 //	fenceproxy_lock_acquire_timeouts_total      acquirers that gave up at their deadline
 //	fenceproxy_lock_acquire_wait_seconds_total  total time acquirers waited (divide by acquisitions: mean wait)
 //
+// and, with ObserverOptions.Marks, fenceproxy_lock_mark{lock}: lock fences' accepted token per lock.
+//
 // The PostgreSQL store counts every event in its lease table, for all processes: the counters are exact
 // whatever the polling interval. The etcd observer infers what it can from successive readings of the lock
 // prefix: acquisitions (a new holder key), releases and expirations (the holder's key vanished before, or
@@ -55,14 +61,16 @@ type Observer struct {
 	opts    ObserverOptions
 	log     *slog.Logger
 
-	mu     sync.Mutex
-	labels map[string]string // lock name -> label
-	nOwn   int
-	byName map[string]*observedLock
-	last   map[string]LockInfo // the latest reading per label, aggregated
-	counts map[string]LockCounters
-	held   map[string]int // holders per label
-	up     bool
+	mu      sync.Mutex
+	labels  map[string]string // lock name -> label
+	nOwn    int
+	byName  map[string]*observedLock
+	last    map[string]LockInfo // the latest reading per label, aggregated
+	counts  map[string]LockCounters
+	held    map[string]int // holders per label
+	up      bool
+	marks   map[string]int64 // lock fences' marks per label (the highest of the names under "other")
+	marksOK bool             // the last reading of the marks succeeded
 }
 
 // observedLock is what the etcd observer remembers of a lock between readings.
@@ -209,6 +217,7 @@ func (ob *Observer) Poll(ctx context.Context) {
 		}
 	}
 	ob.last, ob.counts, ob.held = last, counts, held
+	ob.readMarks(ctx)
 }
 
 // infer updates the etcd observer's counters from a new reading of one lock (Holder "" when it has no keys).
@@ -299,7 +308,7 @@ func (obs Observers) Collect(ch chan<- prometheus.Metric) {
 func (ob *Observer) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descLockHeld, descLockToken, descLockHeldSeconds, descLockLeaseLeft, descLockWaiters,
 		descLockAcquisitions, descLockReleases, descLockExpirations, descLockNonOwner, descLockRenewalFails, descLockTimeouts,
-		descLockWaitSeconds, descLockObserverUp} {
+		descLockWaitSeconds, descLockObserverUp, descLockMark} {
 		ch <- d
 	}
 }
@@ -345,4 +354,5 @@ func (ob *Observer) Collect(ch chan<- prometheus.Metric) {
 		k(descLockTimeouts, float64(c.AcquireTimeouts))
 		k(descLockWaitSeconds, c.AcquireWaitSeconds)
 	}
+	ob.collectMarks(ch)
 }

@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"log/slog"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
 	"github.com/fenceproxy/fenceproxy/config"
+	"github.com/fenceproxy/fenceproxy/schema"
 	"github.com/fenceproxy/fenceproxy/tokens"
 )
 
@@ -33,7 +35,9 @@ func startLockObservers(cfg *config.Config, reg prometheus.Registerer, log *slog
 			stop()
 			return nil, fmt.Errorf("locks.postgres: %w", err)
 		}
-		observers = append(observers, tokens.NewPGObserver(s, o))
+		po := o
+		po.Marks = lockMarks(dsn)
+		observers = append(observers, tokens.NewPGObserver(s, po))
 	}
 	if eps := cfg.Locks.Etcd.Endpoints; len(eps) > 0 {
 		client, err := clientv3.New(clientv3.Config{Endpoints: eps, Logger: zap.NewNop()})
@@ -70,4 +74,18 @@ func startLockObservers(cfg *config.Config, reg prometheus.Registerer, log *slog
 		go ob.Run(ctx)
 	}
 	return stop, nil
+}
+
+// lockMarks reads lock fences' marks (fenceproxy.lock_marks, schema.Marks) from the database at dsn, the
+// PostgreSQL lock store's: the gauge fenceproxy_lock_mark{lock} shows them when `fenceproxy install` was run
+// there (none otherwise). Like the store's own reading, each reading is one short connection.
+func lockMarks(dsn string) func(ctx context.Context) (map[string]int64, error) {
+	return func(ctx context.Context) (map[string]int64, error) {
+		conn, err := pgx.Connect(ctx, dsn)
+		if err != nil {
+			return nil, fmt.Errorf("lock marks: connect: %w", err)
+		}
+		defer conn.Close(context.Background())
+		return schema.Marks(ctx, conn)
+	}
 }

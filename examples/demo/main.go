@@ -5,8 +5,10 @@
 // Worker A takes the lock, reads the pending batch and freezes (a GC pause: its etcd client goes silent, so
 // its lease is no longer renewed). The lease expires; worker B gets the lock with a higher token, settles the
 // batch and commits. A wakes up, still believing it holds the lock, and writes its stale settlement through
-// the proxy: PostgreSQL refuses it with 55F01 and B's result stands. The same late write sent straight to
-// PostgreSQL, on a copy of the table, succeeds silently.
+// the proxy: PostgreSQL refuses it with 55F01 and B's result stands. A then tries to record its bank transfers
+// as new rows, which no row B wrote can fence: the lock fence refuses them too (55F01 naming the lock), because
+// the demo runs `fenceproxy install` on its database and both workers name the lock in fence.lock. The same
+// late write sent straight to PostgreSQL, on a copy of the table, succeeds silently.
 //
 //	go run ./examples/demo     (or: make demo)
 //
@@ -37,6 +39,7 @@ import (
 	"github.com/fenceproxy/fenceproxy/internal/pgtest"
 	"github.com/fenceproxy/fenceproxy/proxy"
 	"github.com/fenceproxy/fenceproxy/rewrite"
+	fenceschema "github.com/fenceproxy/fenceproxy/schema"
 	"github.com/fenceproxy/fenceproxy/tokens"
 )
 
@@ -94,6 +97,11 @@ func runContext(ctx context.Context, w io.Writer) (err error) {
 	if err != nil {
 		return err
 	}
+	// fenceproxy install: the guard on the protected tables, and lock fences (fenceproxy.lock_marks).
+	if err := install(ctx, pg, px.cfg); err != nil {
+		px.stop()
+		return err
+	}
 	defer func() {
 		if err != nil && px.logs.String() != "" {
 			fmt.Fprintf(w, "\nproxy log:\n%s", px.logs.String())
@@ -101,7 +109,8 @@ func runContext(ctx context.Context, w io.Writer) (err error) {
 	}()
 	defer px.stop()
 	fmt.Fprintf(w, "PostgreSQL %s (throwaway cluster)   etcd %s (embedded)\n", pg.Addr(), strings.Join(etcd.Endpoints(), ","))
-	fmt.Fprintf(w, "fenceproxy %s -> %s, protecting public.payouts (token column fence_token)\n", px.addr, pg.Addr())
+	fmt.Fprintf(w, "fenceproxy %s -> %s, protecting public.payouts and public.transfers (token column fence_token)\n", px.addr, pg.Addr())
+	fmt.Fprintf(w, "fenceproxy install: the guard and lock fences in the database; both workers name lock %q in fence.lock\n", lockName)
 	fmt.Fprintf(w, "batch %s: 3 pending payouts; lock %q, lease TTL %v\n\n", batch, lockName, lockTTL)
 
 	tl := newTimeline(w)
@@ -167,7 +176,43 @@ INSERT INTO payouts (id, batch, merchant, amount) VALUES
 	(1, '2024-06-01', 'acme',    120.00),
 	(2, '2024-06-01', 'globex',   75.50),
 	(3, '2024-06-01', 'initech', 310.25);
+CREATE TABLE transfers (
+	transfer_id text PRIMARY KEY,
+	payout_id   int NOT NULL,
+	amount      numeric(12, 2) NOT NULL,
+	fence_token bigint
+);
 `
+
+// transfersSQL is a worker's record of the bank transfers it sent: new rows, which no earlier write touched.
+const transfersSQL = `INSERT INTO transfers (transfer_id, payout_id, amount)
+SELECT 'TR-' || $1::text || '-' || id, id, amount FROM payouts WHERE batch = $2 AND id = ANY($3)`
+
+// install runs `fenceproxy install` for the proxy's configuration on the demo's database.
+func install(ctx context.Context, pg *pgtest.Cluster, cfg *config.Config) error {
+	conn, err := connect(ctx, pg.SuperDSN(), "fenceproxy-install")
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	if err := fenceschema.Install(ctx, conn, fenceschema.FromConfig(cfg)); err != nil {
+		return fmt.Errorf("fenceproxy install: %w", err)
+	}
+	return nil
+}
+
+// setTokenAndLock gives a worker's session its token and the lock it belongs to, as `fenceproxy lock` does.
+func setTokenAndLock(ctx context.Context, conn *pgx.Conn, token int64) error {
+	if err := tokens.SetToken(ctx, conn, token, ""); err != nil {
+		return err
+	}
+	if _, err := conn.Exec(ctx, "SET "+tokens.DefaultLockSetting+" = "+quoteLiteral(lockName), pgx.QueryExecModeSimpleProtocol); err != nil {
+		return fmt.Errorf("set the lock's name: %w", err)
+	}
+	return nil
+}
+
+func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
 
 // settleSQL is a worker's settlement of the rows it read: it records its own bank transfers. %s is the table.
 const settleSQL = `UPDATE %s SET status = 'settled', settled_by = 'worker-' || $1::text, transfer_id = 'TR-' || $1::text || '-' || id
@@ -187,6 +232,7 @@ type demo struct {
 	leaseA         clientv3.LeaseID
 	idsA           []int32
 	lateWriteErr   error // A's late write through the proxy
+	lateInsertErr  error // A's late INSERT of new rows through the proxy
 }
 
 // workerA takes the lock, reads the batch, freezes past its lease and, once B has settled, writes its stale
@@ -207,10 +253,10 @@ func (d *demo) workerA() error {
 		return err
 	}
 	defer conn.Close(context.Background())
-	if err := tokens.SetToken(ctx, conn, lock.Token(), ""); err != nil {
+	if err := setTokenAndLock(ctx, conn, lock.Token()); err != nil {
 		return err
 	}
-	d.tl.add("A", "sets its token on its connection", lock.Token(), "fence.token = "+fmt.Sprint(lock.Token()))
+	d.tl.add("A", "sets its token and lock on its connection", lock.Token(), fmt.Sprintf("fence.token = %d, fence.lock = %s", lock.Token(), lockName))
 	ids, total, err := readPending(ctx, conn)
 	if err != nil {
 		return err
@@ -261,6 +307,18 @@ func (d *demo) workerA() error {
 		return err
 	}
 	d.tl.add("A", "rolls back", lock.Token(), "nothing of A's written")
+
+	// New rows: no row B wrote is involved, so only the lock's mark (B's token) can refuse them.
+	_, err = conn.Exec(ctx, transfersSQL, "A", batch, ids)
+	d.lateInsertErr = err
+	switch {
+	case errors.As(err, &pe):
+		d.tl.add("A", "inserts its transfers as new rows", lock.Token(), pe.Code+" "+pe.Message)
+	case err != nil:
+		return fmt.Errorf("late insert: %w", err)
+	default:
+		d.tl.add("A", "inserts its transfers as new rows", lock.Token(), "ACCEPTED (the lock fence failed)")
+	}
 	return nil
 }
 
@@ -320,7 +378,7 @@ func (d *demo) workerB() error {
 		return err
 	}
 	defer conn.Close(context.Background())
-	if err := tokens.SetToken(ctx, conn, lock.Token(), ""); err != nil {
+	if err := setTokenAndLock(ctx, conn, lock.Token()); err != nil {
 		return err
 	}
 	tx, err := conn.Begin(ctx)
@@ -366,6 +424,18 @@ func (d *demo) verdict(pg *pgtest.Cluster, w io.Writer) error {
 	if !errors.As(d.lateWriteErr, &pe) || pe.Code != "55F01" || !strings.HasPrefix(pe.Message, "stale fencing token") {
 		problems = append(problems, fmt.Sprintf("A's late write was not refused with 55F01 stale fencing token: %v", d.lateWriteErr))
 	}
+	var lockErr *pgconn.PgError
+	wantLock := fmt.Sprintf("stale fencing token: lock %s has accepted a newer token", lockName)
+	if !errors.As(d.lateInsertErr, &lockErr) || lockErr.Code != "55F01" || !strings.HasPrefix(lockErr.Message, wantLock) {
+		problems = append(problems, fmt.Sprintf("A's late INSERT of new rows was not refused with 55F01 %s: %v", wantLock, d.lateInsertErr))
+	}
+	var transfersA int
+	if err := direct.QueryRow(ctx, "SELECT count(*) FROM transfers WHERE transfer_id LIKE 'TR-A-%'").Scan(&transfersA); err != nil {
+		return err
+	}
+	if transfersA != 0 {
+		problems = append(problems, fmt.Sprintf("%d transfers of A's are in the ledger", transfersA))
+	}
 	var settled, total int
 	err = direct.QueryRow(ctx, `SELECT count(*) FILTER (WHERE status = 'settled' AND settled_by = 'worker-B'
 	AND transfer_id = 'TR-B-' || id AND fence_token = $2), count(*) FROM payouts WHERE batch = $1`, batch, d.tokenB).Scan(&settled, &total)
@@ -404,9 +474,14 @@ func (d *demo) verdict(pg *pgtest.Cluster, w io.Writer) error {
 	if pe.Hint != "" {
 		fmt.Fprintf(w, "  HINT:   %s\n", pe.Hint)
 	}
+	fmt.Fprintf(w, "A's INSERT of new rows: %s %s\n", lockErr.Code, lockErr.Message)
+	if lockErr.Detail != "" {
+		fmt.Fprintf(w, "  DETAIL: %s\n", lockErr.Detail)
+	}
 	fmt.Fprintf(w, "\nOUTCOME: A refused with 55F01 stale fencing token (A's token %d, the rows' %d); the batch holds B's result (token %d):\n",
 		d.tokenA, d.tokenB, d.tokenB)
 	fmt.Fprintf(w, "         %d/%d payouts settled by worker-B with transfers TR-B-1..3, fence_token %d\n", settled, total, d.tokenB)
+	fmt.Fprintf(w, "         A's transfers as new rows refused too: lock %q has accepted token %d; no TR-A-* in the ledger\n", lockName, d.tokenB)
 	fmt.Fprintf(w, "without fenceproxy: the same late write of A straight to PostgreSQL (copy table payouts_unfenced) succeeded silently\n")
 	fmt.Fprintf(w, "         (%s): the ledger now names A's transfers TR-A-1..3, and B's, already sent, are paid twice\n", tag)
 	return nil
@@ -477,6 +552,7 @@ func poll(ctx context.Context, within time.Duration, what string, cond func() (b
 // runningProxy is fenceproxy in-process, as `fenceproxy serve` runs it.
 type runningProxy struct {
 	addr string
+	cfg  *config.Config
 	srv  *proxy.Server
 	done chan error
 	logs *syncBuffer
@@ -493,6 +569,8 @@ upstream:
 tables:
   - name: public.payouts
     token_column: fence_token
+  - name: public.transfers
+    token_column: fence_token
 `, ln.Addr(), upstream)
 	cfg, err := config.Parse("demo.yaml", []byte(yaml))
 	if err != nil {
@@ -503,7 +581,7 @@ tables:
 	for i, t := range cfg.Tables {
 		tables[i] = rewrite.Table{Schema: t.Schema, Name: t.Relation, TokenColumn: t.TokenColumn}
 	}
-	rw, err := rewrite.New(rewrite.Config{Tables: tables, TokenSetting: cfg.Token.Setting})
+	rw, err := rewrite.New(rewrite.Config{Tables: tables, TokenSetting: cfg.Token.Setting, LockSetting: cfg.Token.LockSetting})
 	if err != nil {
 		ln.Close()
 		return nil, err
@@ -519,7 +597,7 @@ tables:
 		ln.Close()
 		return nil, err
 	}
-	p := &runningProxy{addr: ln.Addr().String(), srv: srv, done: make(chan error, 1), logs: logs}
+	p := &runningProxy{addr: ln.Addr().String(), cfg: cfg, srv: srv, done: make(chan error, 1), logs: logs}
 	go func() { p.done <- srv.Serve(ln) }()
 	return p, nil
 }

@@ -20,7 +20,16 @@ import (
 // rows, proxies, protocol and when a holder "freezes": its lease ends behind its back (revoked, as an expiry
 // during a pause would), a newer holder writes, and the frozen one then writes late to the row the newer holder
 // wrote, which must fail with 55F01. The history checker then judges the whole run.
-func TestHotKeyContention(t *testing.T) {
+func TestHotKeyContention(t *testing.T) { hotKeyContention(t, false) }
+
+// TestHotKeyContentionLockFence is TestHotKeyContention with lock fences: the guard installed (`fenceproxy
+// install`), every worker's session naming the lock in its startup options as `fenceproxy lock` sets them
+// (PGOPTIONS: -c fence.token=N -c fence.lock=NAME), and the frozen holder's late write an INSERT of a new row,
+// which no row token can refuse: only the lock's mark can. CheckLocks then judges the lock-level invariant
+// over the whole run.
+func TestHotKeyContentionLockFence(t *testing.T) { hotKeyContention(t, true) }
+
+func hotKeyContention(t *testing.T, lockFence bool) {
 	t.Parallel()
 	pgtest.Require(t, pg)
 	s := seed(t)
@@ -30,6 +39,9 @@ func TestHotKeyContention(t *testing.T) {
 	}
 	e := etcdtest.Start(t)
 	table := fencedTable(t, pg, rows)
+	if lockFence {
+		installLockFence(t, pg, table)
+	}
 	p1, p2 := twoProxies(t, e, table)
 	proxies := []*proxyProc{p1, p2}
 	admin := e.Client()
@@ -44,7 +56,12 @@ func TestHotKeyContention(t *testing.T) {
 		frozen         atomic.Bool
 		done           atomic.Int64
 		freezes, lates atomic.Int64
+		newRows        atomic.Int64 // keys of the late INSERTs, above the table's rows
 	)
+	lock := "" // the lock the sessions name: none, or the etcd lock's name
+	if lockFence {
+		lock = name
+	}
 	noteApplied := func(a Attempt) {
 		mu.Lock()
 		defer mu.Unlock()
@@ -73,13 +90,9 @@ func TestHotKeyContention(t *testing.T) {
 					errs <- err
 					return
 				}
-				conn, err := pgx.Connect(ctx, proxies[rng.IntN(2)].DSN("faults-hot"))
+				conn, err := hotConnect(ctx, proxies[rng.IntN(2)].DSN("faults-hot"), l.Token(), lock)
 				if err != nil {
 					l.Release(ctx)
-					errs <- err
-					return
-				}
-				if err := tokens.SetToken(ctx, conn, l.Token(), ""); err != nil {
 					errs <- err
 					return
 				}
@@ -88,7 +101,7 @@ func TestHotKeyContention(t *testing.T) {
 					wh = &History{Mode: pgx.QueryExecModeSimpleProtocol}
 				}
 				for range 1 + rng.IntN(3) {
-					a := h.write(ctx, wh.Mode, conn, table, worker, l.Token(), 1+rng.IntN(rows))
+					a := h.writeLocked(ctx, wh.Mode, conn, table, worker, lock, l.Token(), 1+rng.IntN(rows), false)
 					noteApplied(a)
 					if a.Outcome != Applied {
 						t.Errorf("%s: write under a held lock: %v", worker, a)
@@ -112,9 +125,15 @@ func TestHotKeyContention(t *testing.T) {
 					}
 					tok, row := highest()
 					if tok > l.Token() {
-						a := h.write(ctx, wh.Mode, conn, table, worker+"-late", l.Token(), row)
+						var a Attempt
+						if lockFence {
+							// A new row: only the lock's mark can refuse it.
+							a = h.writeLocked(ctx, wh.Mode, conn, table, worker+"-late", lock, l.Token(), 1000+int(newRows.Add(1)), true)
+						} else {
+							a = h.writeLocked(ctx, wh.Mode, conn, table, worker+"-late", lock, l.Token(), row, false)
+						}
 						lates.Add(1)
-						if a.Outcome != Stale {
+						if a.Outcome != Stale || lockFence && a.RefusedLock != lock {
 							t.Errorf("%s: late write under a lost lock after token %d wrote row %d: %v", worker, tok, row, a)
 						}
 					}
@@ -134,6 +153,9 @@ func TestHotKeyContention(t *testing.T) {
 		t.Fatal(err)
 	}
 	counts := h.Check(t, pg, table)
+	if lockFence {
+		h.CheckLocks(t, pg, table)
+	}
 	t.Logf("%d workers x %d iterations, %d freezes, %d late writes", workers, iterations, freezes.Load(), lates.Load())
 	// The schedule must have done what the test claims: a holder frozen past its lease, a newer holder that
 	// took over and wrote, and the frozen one's late write refused (counted below against the history).
@@ -146,14 +168,24 @@ func TestHotKeyContention(t *testing.T) {
 	noLeakedBackends(t, pg, "faults-hot", 20*time.Second)
 }
 
-// write is Write with an explicit execution mode.
-func (h *History) write(ctx context.Context, mode pgx.QueryExecMode, conn *pgx.Conn, table, worker string, token int64, row int) Attempt {
-	saved := h.Mode
-	if mode == saved {
-		return h.Write(ctx, conn, table, worker, token, row)
+// hotConnect connects a worker through dsn with its token and, when lock is not "", the lock's name as
+// startup options, exactly as `fenceproxy lock` passes them in PGOPTIONS (without a lock, the token by SET).
+func hotConnect(ctx context.Context, dsn string, token int64, lock string) (*pgx.Conn, error) {
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return nil, err
 	}
-	tmp := &History{Mode: mode}
-	a := tmp.Write(ctx, conn, table, worker+"/"+h.NextVal(worker), token, row)
-	h.Record(a)
-	return a
+	if lock != "" {
+		cfg.RuntimeParams["options"] = tokens.PGOptionsLock("", "", token, "", lock)
+		return pgx.ConnectConfig(ctx, cfg)
+	}
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := tokens.SetToken(ctx, conn, token, ""); err != nil {
+		conn.Close(ctx)
+		return nil, err
+	}
+	return conn, nil
 }
