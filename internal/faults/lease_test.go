@@ -40,17 +40,28 @@ func TestPausedHolderLateWriteIsFenced(t *testing.T) {
 	e := etcdtest.Start(t)
 	table := fencedTable(t, pg, 1)
 	p1, p2 := twoProxies(t, e, table)
-	ctx := ctxFor(t, 60*time.Second)
 	dir, name := t.TempDir(), uniqueName("paused")
-	h := &History{}
-
 	a := startLock(t, e, []string{"--ttl", "1s"}, name, "late", dir, workerDSN(p1, "faults-paused-a"), table, "1")
+	pausedHolderScenario(t, a, dir, table, p2, "faults-paused-b", func(ctx context.Context) (tokens.Held, error) {
+		return tokens.Acquire(ctx, e.Client(), name, tokens.WithTTL(10*time.Second))
+	})
+}
+
+// pausedHolderScenario is the acceptance scenario's course, the same for every lock store, once A runs: A is a
+// `fenceproxy lock --ttl 1s` process whose "late" worker reports DIR/ready holding the lock (through one proxy);
+// the test freezes A's whole process group (lock and writer) past the lease; takeB takes the lock for B, which
+// returns only once A's lease has ended on the server; B writes through p2; on SIGCONT A's late write fails with
+// 55F01 naming B's token, A's lock exits 122 ("lease lost"), B's row keeps its value and token, and B keeps its
+// lock (A's late release cannot take it).
+func pausedHolderScenario(t *testing.T, a *lockProc, dir, table string, p2 *proxyProc, appB string, takeB func(context.Context) (tokens.Held, error)) {
+	t.Helper()
+	ctx := ctxFor(t, 90*time.Second)
+	h := &History{}
 	var ready workerReady
-	readJSON(t, filepath.Join(dir, "ready"), 30*time.Second, &ready)
+	readJSON(t, filepath.Join(dir, "ready"), 60*time.Second, &ready)
 	a.signalGroup(syscall.SIGSTOP)
 
-	// B's lock is granted only when A's lease has expired: Acquire blocks until then.
-	b, err := tokens.Acquire(ctx, e.Client(), name, tokens.WithTTL(10*time.Second))
+	b, err := takeB(ctx)
 	if err != nil {
 		t.Fatalf("B could not take the lock while A was frozen: %v", err)
 	}
@@ -61,7 +72,7 @@ func TestPausedHolderLateWriteIsFenced(t *testing.T) {
 	if a.exited() {
 		t.Fatal("the frozen lock process exited")
 	}
-	bc := connect(t, p2.DSN("faults-paused-b"))
+	bc := connect(t, p2.DSN(appB))
 	if err := tokens.SetToken(ctx, bc, b.Token(), ""); err != nil {
 		t.Fatal(err)
 	}
@@ -88,6 +99,9 @@ func TestPausedHolderLateWriteIsFenced(t *testing.T) {
 	}
 	if val != bw.Val || tok != b.Token() {
 		t.Fatalf("row is %q/%d, want B's %q/%d", val, tok, bw.Val, b.Token())
+	}
+	if b.Err() != nil {
+		t.Fatalf("B lost its lease to A's late release: %v", b.Err())
 	}
 	h.Check(t, pg, table)
 }

@@ -63,58 +63,11 @@ func TestPausedHolderLateWriteIsFencedPG(t *testing.T) {
 	table := fencedTable(t, pg, 1)
 	p1 := startProxyProc(t, proxyConfig{Upstream: pg.Addr(), Tables: []string{table}})
 	p2 := startProxyProc(t, proxyConfig{Upstream: pg.Addr(), Tables: []string{table}})
-	ctx := ctxFor(t, 60*time.Second)
 	dir, name := t.TempDir(), uniqueName("pgpaused")
-	h := &History{}
-
 	a := startLockStore(t, []string{"--pg", p1.DSN("faults-pgpaused-lock")}, []string{"--ttl", "1s"}, name, "late", dir, workerDSN(p1, "faults-pgpaused-a"), table, "1")
-	var ready workerReady
-	readJSON(t, filepath.Join(dir, "ready"), 30*time.Second, &ready)
-	a.signalGroup(syscall.SIGSTOP)
-
-	b, err := pgStoreFor(t, pg.SuperDSN()).Acquire(ctx, name, tokens.AcquireOptions{TTL: 10 * time.Second})
-	if err != nil {
-		t.Fatalf("B could not take the lock while A was frozen: %v", err)
-	}
-	defer b.Release(context.Background())
-	if b.Token() <= ready.Token {
-		t.Fatalf("B's token %d is not above frozen A's %d", b.Token(), ready.Token)
-	}
-	if a.exited() {
-		t.Fatal("the frozen lock process exited")
-	}
-	bc := connect(t, p2.DSN("faults-pgpaused-b"))
-	if err := tokens.SetToken(ctx, bc, b.Token(), ""); err != nil {
-		t.Fatal(err)
-	}
-	bw := h.Write(ctx, bc, table, "B", b.Token(), 1)
-	if bw.Outcome != Applied {
-		t.Fatalf("B's write: %v", bw)
-	}
-
-	writeJSON(filepath.Join(dir, "go"), true)
-	a.signalGroup(syscall.SIGCONT)
-	var aw Attempt
-	readJSON(t, filepath.Join(dir, "result"), 30*time.Second, &aw)
-	h.Record(aw)
-	if aw.Outcome != Stale || aw.Code != "55F01" || aw.RowToken != b.Token() || aw.Token != ready.Token {
-		t.Fatalf("A's late write: got %v (row token %d), want 55F01 naming B's token %d", aw, aw.RowToken, b.Token())
-	}
-	if code := a.wait(30 * time.Second); code != exitLeaseLost {
-		t.Fatalf("fenceproxy lock exited %d, want %d (lease lost)", code, exitLeaseLost)
-	}
-	var val string
-	var tok int64
-	if err := bc.QueryRow(ctx, "SELECT val, fence_token FROM "+table+" WHERE id = 1").Scan(&val, &tok); err != nil {
-		t.Fatal(err)
-	}
-	if val != bw.Val || tok != b.Token() {
-		t.Fatalf("row is %q/%d, want B's %q/%d", val, tok, bw.Val, b.Token())
-	}
-	if b.Err() != nil {
-		t.Fatalf("B lost its lease to A's late release: %v", b.Err())
-	}
-	h.Check(t, pg, table)
+	pausedHolderScenario(t, a, dir, table, p2, "faults-pgpaused-b", func(ctx context.Context) (tokens.Held, error) {
+		return pgStoreFor(t, pg.SuperDSN()).Acquire(ctx, name, tokens.AcquireOptions{TTL: 10 * time.Second})
+	})
 }
 
 // exitBusy is `fenceproxy lock`'s status for a lock not obtained within --wait.
