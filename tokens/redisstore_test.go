@@ -187,22 +187,28 @@ func TestRedisRestartWhileHeld(t *testing.T) {
 	h3.Release(ctx)
 }
 
-// TestRedisContention: 10 clients take one lock 5 times each: never two holders at once, tokens strictly
-// increasing in the order the lock was granted.
+// TestRedisContention: 10 clients take one lock 5 times each (contend).
 func TestRedisContention(t *testing.T) {
 	srv := lockservers.Redis(t)
+	contend(t, 10, 5, func() Store { return newRedisStore(t, srv.Addr()) }, AcquireOptions{TTL: 5 * time.Second})
+}
+
+// contend has clients clients of a store take one lock rounds times each: never two holders at once, and
+// tokens strictly increasing in the order the lock was granted.
+func contend(t *testing.T, clients, rounds int, open func() Store, o AcquireOptions) {
+	t.Helper()
 	var holders atomic.Int32
 	var mu sync.Mutex
 	var tokens []int64
 	var wg sync.WaitGroup
-	for range 10 {
-		s := newRedisStore(t, srv.Addr())
+	for range clients {
+		s := open()
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for range 5 {
+			for range rounds {
 				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-				h, err := s.Acquire(ctx, "hot", AcquireOptions{TTL: 5 * time.Second})
+				h, err := s.Acquire(ctx, "hot", o)
 				cancel()
 				if err != nil {
 					t.Error(err)
@@ -222,8 +228,8 @@ func TestRedisContention(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	if len(tokens) != 50 {
-		t.Fatalf("%d acquisitions, want 50", len(tokens))
+	if len(tokens) != clients*rounds {
+		t.Fatalf("%d acquisitions, want %d", len(tokens), clients*rounds)
 	}
 	for i := 1; i < len(tokens); i++ {
 		if tokens[i] <= tokens[i-1] {

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -111,45 +109,7 @@ func TestZooKeeperLocks(t *testing.T) {
 		h2.Release(ctx)
 	})
 	t.Run("Contention", func(t *testing.T) {
-		var holders atomic.Int32
-		var mu sync.Mutex
-		var tokens []int64
-		var wg sync.WaitGroup
-		for range 10 {
-			s := newZKStore(t, srv.Addr(), 10*time.Second)
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for range 3 {
-					ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-					h, err := s.Acquire(ctx, "hot", AcquireOptions{})
-					cancel()
-					if err != nil {
-						t.Error(err)
-						return
-					}
-					if n := holders.Add(1); n != 1 {
-						t.Errorf("%d holders at once", n)
-					}
-					mu.Lock()
-					tokens = append(tokens, h.Token())
-					mu.Unlock()
-					holders.Add(-1)
-					if err := h.Release(context.Background()); err != nil {
-						t.Error(err)
-					}
-				}
-			}()
-		}
-		wg.Wait()
-		if len(tokens) != 30 {
-			t.Fatalf("%d acquisitions, want 30", len(tokens))
-		}
-		for i := 1; i < len(tokens); i++ {
-			if tokens[i] <= tokens[i-1] {
-				t.Fatalf("token %d after %d (grant %d)", tokens[i], tokens[i-1], i)
-			}
-		}
+		contend(t, 10, 3, func() Store { return newZKStore(t, srv.Addr(), 10*time.Second) }, AcquireOptions{})
 	})
 	t.Run("ServerRestartWhileHeld", func(t *testing.T) {
 		a := newZKStore(t, srv.Addr(), 4*time.Second)
