@@ -2,7 +2,6 @@ package catalog
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -374,41 +373,14 @@ func addAll(dst []string, src ...string) []string {
 	return dst
 }
 
-// plpgsqlWrites analyses every SQL statement of a PL/pgSQL function (pg_query's PL/pgSQL parser) and reports
-// whether it runs dynamic SQL (EXECUTE), whose text the audit cannot know.
+// plpgsqlWrites analyses every SQL statement of a PL/pgSQL function with the proxy's own reading of PL/pgSQL
+// (the one that judges DO blocks) and reports whether it runs dynamic SQL (EXECUTE), whose text the audit cannot
+// know.
 func (a *auditor) plpgsqlWrites(def string) ([]string, bool) {
-	js, err := pg.ParsePlPgSqlToJSON(def)
+	tables, dynamic, err := a.r.PLpgSQLWrites(def)
 	if err != nil {
 		return nil, false
 	}
-	var tree any
-	if err := json.Unmarshal([]byte(js), &tree); err != nil {
-		return nil, false
-	}
-	var tables []string
-	dynamic := false
-	var walk func(v any)
-	walk = func(v any) {
-		switch x := v.(type) {
-		case map[string]any:
-			for k, c := range x {
-				switch k {
-				case "PLpgSQL_stmt_dynexecute", "PLpgSQL_stmt_dynfors":
-					dynamic = true
-				case "query":
-					if q, ok := c.(string); ok {
-						tables = addAll(tables, a.writes(q)...)
-					}
-				}
-				walk(c)
-			}
-		case []any:
-			for _, c := range x {
-				walk(c)
-			}
-		}
-	}
-	walk(tree)
 	return tables, dynamic
 }
 

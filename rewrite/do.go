@@ -3,6 +3,7 @@ package rewrite
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 
 	pg "github.com/pganalyze/pg_query_go/v6"
@@ -80,19 +81,33 @@ func plpgsqlQueries(body string) ([]plQuery, error) {
 	for i := 0; strings.Contains(body, tag); i++ {
 		tag = fmt.Sprintf("$fenceproxy%d$", i)
 	}
-	out, err := pg.ParsePlPgSqlToJSON("CREATE FUNCTION fenceproxy_do() RETURNS void LANGUAGE plpgsql AS " + tag + body + tag)
+	qs, _, err := plpgsqlDefQueries("CREATE FUNCTION fenceproxy_do() RETURNS void LANGUAGE plpgsql AS " + tag + body + tag)
+	return qs, err
+}
+
+// plpgsqlDefQueries parses a PL/pgSQL CREATE FUNCTION (or PROCEDURE) text with
+// pg_query's PL/pgSQL parser and returns every SQL text in its body, and
+// whether the body runs dynamic SQL (EXECUTE, FOR ... IN EXECUTE), whose text
+// is known only at run time.
+func plpgsqlDefQueries(def string) (qs []plQuery, dynamic bool, err error) {
+	out, err := pg.ParsePlPgSqlToJSON(def)
 	if err != nil {
-		return nil, fmt.Errorf("PL/pgSQL: %w", err)
+		return nil, false, fmt.Errorf("PL/pgSQL: %w", err)
 	}
 	var tree any
 	if err := json.Unmarshal([]byte(out), &tree); err != nil {
-		return nil, fmt.Errorf("PL/pgSQL parse tree: %w", err)
+		return nil, false, fmt.Errorf("PL/pgSQL parse tree: %w", err)
 	}
-	var qs []plQuery
 	var walk func(v any)
 	walk = func(v any) {
 		switch x := v.(type) {
 		case map[string]any:
+			if _, ok := x["PLpgSQL_stmt_dynexecute"]; ok {
+				dynamic = true
+			}
+			if _, ok := x["PLpgSQL_stmt_dynfors"]; ok {
+				dynamic = true
+			}
 			if e, ok := x["PLpgSQL_expr"].(map[string]any); ok {
 				q, _ := e["query"].(string)
 				mode, _ := e["parseMode"].(float64)
@@ -108,7 +123,39 @@ func plpgsqlQueries(body string) ([]plQuery, error) {
 		}
 	}
 	walk(tree)
-	return qs, nil
+	return qs, dynamic, nil
+}
+
+// PLpgSQLWrites reads a PL/pgSQL function or procedure definition (as
+// pg_get_functiondef gives it) the way a DO block's body is read: every static
+// SQL text in it is analysed like top-level SQL. It returns the protected
+// tables that static SQL writes (or would be refused for), and whether the
+// body runs dynamic SQL, which no reader of the text can judge. For
+// `fenceproxy check`'s audit of in-server write paths.
+func (r *Rewriter) PLpgSQLWrites(def string) (tables []string, dynamic bool, err error) {
+	qs, dynamic, err := plpgsqlDefQueries(def)
+	if err != nil {
+		return nil, false, err
+	}
+	a := &analysis{r: r}
+	for _, q := range qs {
+		msg, label, _ := a.doQuery(q)
+		if msg != "" && label != "" && !slices.Contains(tables, label) && r.isLabel(label) {
+			tables = append(tables, label)
+		}
+	}
+	return tables, dynamic, nil
+}
+
+// isLabel reports whether label is a protected table's label (doQuery names "a
+// protected table" when it cannot tell which).
+func (r *Rewriter) isLabel(label string) bool {
+	for _, e := range r.tables {
+		if e.label == label {
+			return true
+		}
+	}
+	return false
 }
 
 // doQuery analyses one SQL text of a DO body. It returns what makes the block
