@@ -82,27 +82,11 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 			endpoints = splitEndpoints(*etcdFlag)
 		}
 	})
-	pcfg, err := pgx.ParseConfig(*dsn)
-	if err != nil {
-		fmt.Fprintf(stderr, "fenceproxy check: %v\n", err)
-		return 1
-	}
-	if *dsn == "" {
-		host, portText, _ := net.SplitHostPort(cfg.Upstream.Address)
-		var port uint16
-		fmt.Sscan(portText, &port)
-		pcfg.Host, pcfg.Port = host, port
-		// The fallbacks are the plain-TCP retry of sslmode=prefer (libpq's default): point them at the upstream
-		// too rather than dropping them, or a server without TLS could not be checked.
-		for _, fb := range pcfg.Fallbacks {
-			fb.Host, fb.Port = host, port
-		}
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	conn, err := pgx.ConnectConfig(ctx, pcfg)
+	conn, err := connectDirect(ctx, cfg, *dsn)
 	if err != nil {
-		fmt.Fprintf(stderr, "fenceproxy check: connect upstream %s: %v\n", cfg.Upstream.Address, err)
+		fmt.Fprintf(stderr, "fenceproxy check: %v\n", err)
 		return 1
 	}
 	defer conn.Close(context.Background())
@@ -179,6 +163,31 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// connectDirect connects straight to the upstream PostgreSQL, as check, install and uninstall do: with dsn, or
+// with the usual PG* environment variables and the host and port of upstream.address.
+func connectDirect(ctx context.Context, cfg *config.Config, dsn string) (*pgx.Conn, error) {
+	pcfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return nil, err
+	}
+	if dsn == "" {
+		host, portText, _ := net.SplitHostPort(cfg.Upstream.Address)
+		var port uint16
+		fmt.Sscan(portText, &port)
+		pcfg.Host, pcfg.Port = host, port
+		// The fallbacks are the plain-TCP retry of sslmode=prefer (libpq's default): point them at the upstream
+		// too rather than dropping them, or a server without TLS could not be reached.
+		for _, fb := range pcfg.Fallbacks {
+			fb.Host, fb.Port = host, port
+		}
+	}
+	conn, err := pgx.ConnectConfig(ctx, pcfg)
+	if err != nil {
+		return nil, fmt.Errorf("connect upstream %s: %w", cfg.Upstream.Address, err)
+	}
+	return conn, nil
 }
 
 type tableCheck struct{ schema, table, colType string }

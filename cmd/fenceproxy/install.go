@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -128,25 +127,13 @@ func runUninstall(args []string, stdout, stderr io.Writer) int {
 func connectUpstream(cmd, configPath, dsn string, stderr io.Writer) (cfg *config.Config, conn *pgx.Conn, code int) {
 	cfg, err := config.Load(configPath)
 	if err != nil {
-		fmt.Fprintf(stderr, "fenceproxy: %v\n", err)
+		printConfigError(stderr, err)
 		return nil, nil, 1
-	}
-	pcfg, err := pgx.ParseConfig(dsn)
-	if err != nil {
-		fmt.Fprintf(stderr, "fenceproxy %s: %v\n", cmd, err)
-		return nil, nil, 1
-	}
-	if dsn == "" {
-		host, port, _ := net.SplitHostPort(cfg.Upstream.Address)
-		pcfg.Host = host
-		fmt.Sscan(port, &pcfg.Port)
-		pcfg.Fallbacks = nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	conn, err = pgx.ConnectConfig(ctx, pcfg)
-	if err != nil {
-		fmt.Fprintf(stderr, "fenceproxy %s: connect upstream %s: %v\n", cmd, cfg.Upstream.Address, err)
+	if conn, err = connectDirect(ctx, cfg, dsn); err != nil {
+		fmt.Fprintf(stderr, "fenceproxy %s: %v\n", cmd, err)
 		return nil, nil, 1
 	}
 	return cfg, conn, 0
