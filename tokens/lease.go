@@ -3,7 +3,6 @@ package tokens
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"sync"
 	"time"
 )
@@ -118,7 +117,7 @@ func newBackoff(max time.Duration) *backoff {
 
 // wait sleeps for the next interval (at most bound, when bound > 0), or until ctx ends.
 func (b *backoff) wait(ctx context.Context, bound time.Duration) error {
-	d := b.next/2 + rand.N(b.next/2+1)
+	d := jitter(b.next)
 	if bound > 0 && d > bound {
 		d = bound
 	}

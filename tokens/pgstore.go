@@ -276,6 +276,7 @@ func (s *PGStore) connect(ctx context.Context) (*pgx.Conn, error) {
 	return conn, nil
 }
 
+// newOwner is a fresh identity for one acquisition (of any store that needs one): 128 random bits.
 func newOwner() string {
 	var b [16]byte
 	rand.Read(b[:])

@@ -2,8 +2,6 @@ package tokens
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"math"
@@ -128,7 +126,7 @@ func (s *RedisStore) Acquire(ctx context.Context, name string, o AcquireOptions)
 	if o.TokenOffset < 0 {
 		return nil, fmt.Errorf("token offset %d is negative", o.TokenOffset)
 	}
-	owner := randomOwner()
+	owner := newOwner()
 	key := s.lockKey(name)
 	keys := []string{key, s.counterKey()}
 	wait := newBackoff(500 * time.Millisecond)
@@ -244,11 +242,4 @@ func (h *redisHeld) Release(ctx context.Context) error {
 		}
 	})
 	return h.releaseErr
-}
-
-// randomOwner is a fresh identity for one acquisition: 128 random bits.
-func randomOwner() string {
-	var b [16]byte
-	rand.Read(b[:])
-	return hex.EncodeToString(b[:])
 }
