@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"time"
 
@@ -22,6 +21,7 @@ const (
 	outcomeProtocol     = "protocol error"        // the client broke the wire protocol (08P01)
 	outcomeShutdown     = "proxy shutting down"   // closed by a drain (57P01) or at its timeout
 	outcomeStartup      = "closed during startup" // ended before the first ReadyForQuery (authentication, ...)
+	outcomeRelayFailed  = "relay failed"          // the event loop could not relay it (an epoll error)
 )
 
 // connLogLevel is the level of the per-connection lines, and false when they are off.
@@ -55,7 +55,7 @@ func (ss *session) logDisconnected() {
 		return
 	}
 	outcome := ss.outcome
-	if !ss.ready.Load() && outcome != outcomeShutdown && outcome != outcomeProtocol {
+	if !ss.state.ready.Load() && outcome != outcomeShutdown && outcome != outcomeProtocol {
 		outcome = outcomeStartup
 	}
 	// What the readers counted after their last report is part of the session too (a final Terminate).
@@ -72,21 +72,4 @@ func (ss *session) logDisconnected() {
 func (ss *session) countRelayed(dir int, r *msgReader) {
 	ss.relayed[dir] += r.bytes
 	ss.srv.metrics.forwarded(dir, r)
-}
-
-// relayOutcome says how a session relayed on goroutines ended; clientToServer returned err and serverToClient
-// has finished.
-func (ss *session) relayOutcome(err error) string {
-	switch {
-	case err == nil || err == errKeep:
-		return outcomeTerminated
-	case errors.Is(err, errProtocol):
-		return outcomeProtocol
-	case ss.srv.draining.Load() && !ss.upstreamGone.Load():
-		return outcomeShutdown
-	case ss.upstreamGone.Load():
-		return outcomeServerClosed
-	default:
-		return outcomeClientGone
-	}
 }

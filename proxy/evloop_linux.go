@@ -3,32 +3,26 @@
 package proxy
 
 import (
-	"encoding/binary"
-	"errors"
 	"fmt"
-	"io"
-	"net"
-	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 	"unsafe"
 
-	"github.com/fenceproxy/fenceproxy/rewrite"
+	"golang.org/x/sys/unix"
 )
 
 // The event loop relays plain-TCP sessions after startup the way pgbouncer does: one goroutine waits in
 // epoll_wait over every such session's two sockets and does the non-blocking reads and writes itself. On a
-// machine where waking a thread is expensive this matters: the goroutine path costs, per round trip, two
+// machine where waking a thread is expensive this matters: the goroutine transport costs, per round trip, two
 // goroutine parks and wake-ups through the runtime's poller and a read that returns EAGAIN on each side.
 //
-// The loop does the same framing and inspection as the goroutine path, with the same handlers (queryOut,
-// parseOut, errorOut, paramStatusOut) writing into outBufs instead of bufio.Writers. Back-pressure: a side is
-// not read while what was read from it is still waiting to be written to the other side (EPOLLOUT).
-// Sessions end on the goroutine path: the loop hands the session back (done) with the reason, and the session
-// goroutine does the blocking parts (cancel requests, farewell messages with a deadline, closing).
+// This file is the loop itself (epoll, commands, polling policy); evsession_linux.go is what it does for one
+// session: framing with parseHeader and giving each message to the session core, as the goroutine transport
+// does. A statement whose plan is not cached is planned on a worker goroutine while the loop serves the other
+// sessions (evsession_linux.go: planning). Sessions end on their own goroutine (end.go): the loop gives the
+// session back (done) with the reason.
 
 // evLoop is one of a Server's event loops. Its goroutine runs while it has sessions and exits when it has none.
 type evLoop struct {
@@ -50,9 +44,12 @@ type evLoop struct {
 // costs tens of microseconds, so this yields every few milliseconds, inside the runtime's 10 ms time slice.
 const loopYieldEvents = 128
 
+// evCmd is work for the loop from another goroutine: add a session, check whether a drain may close it, or
+// go on with it now that a worker planned its statement.
 type evCmd struct {
-	es    *evSession
-	drain bool // check whether the session is idle and a drain may close it; else add it
+	es      *evSession
+	drain   bool
+	planned *planJob
 }
 
 // newEvLoops makes n event loops. A Server has several because one loop is one thread: pgbouncer's single
@@ -80,284 +77,6 @@ func (s *Server) pickLoop() *evLoop {
 	return best
 }
 
-// Why a session left the loop.
-const (
-	endNone = iota
-	endTerminate
-	endProtocol
-	endClientGone
-	endUpstreamGone
-	endDrained
-)
-
-var errTerminated = errors.New("client sent Terminate")
-
-// evSession is a session's state while the loop relays it; after done is closed it belongs to the session
-// goroutine again.
-type evSession struct {
-	ss       *session
-	loop     *evLoop
-	cfd, ufd int
-	cin, uin []byte // data read and not yet processed, at the front of each buffer
-	// cskip and uskip count the bytes of a message being streamed through that have not arrived yet.
-	cskip, uskip int
-	uout, cout   outBuf // processed data waiting to be written upstream, to the client
-	cEv, uEv     uint32 // epoll interest now registered
-
-	cMsgs, cBytes, uMsgs, uBytes uint64
-
-	end       int
-	endErr    error
-	uBoundary bool // the server side stopped between messages
-	inTx      bool // counted in loop.inTx
-	drainNow  bool
-	done      chan struct{}
-
-	mu        sync.Mutex // guards fdsClosed against forceClose
-	fdsClosed bool
-	forced    atomic.Bool
-}
-
-// outBuf is a msgSink that appends to a byte slice.
-type outBuf struct{ b []byte }
-
-func (o *outBuf) Write(p []byte) (int, error)       { o.b = append(o.b, p...); return len(p), nil }
-func (o *outBuf) WriteByte(c byte) error            { o.b = append(o.b, c); return nil }
-func (o *outBuf) WriteString(s string) (int, error) { o.b = append(o.b, s...); return len(s), nil }
-
-// loopEligible reports whether the session can be relayed by the event loop once it is ready: plain TCP on
-// both sides, and no token verification (a lock-service round trip must not stall the loop).
-func (ss *session) loopEligible() bool {
-	if len(ss.srv.loops) == 0 || ss.noLoop || ss.clientTLS || ss.srv.verifier != nil {
-		return false
-	}
-	_, c := ss.client.(*net.TCPConn)
-	_, u := ss.upstream.(*net.TCPConn)
-	return c && u
-}
-
-// runInLoop moves the session into the event loop and waits there until it ends. It reports false, having
-// changed nothing, when the sockets could not be taken over.
-func (ss *session) runInLoop() bool {
-	cfd, err := dupConnFD(ss.client)
-	if err != nil {
-		ss.log.Debug("event loop handover failed", "err", err)
-		return false
-	}
-	ufd, err := dupConnFD(ss.upstream)
-	if err != nil {
-		syscall.Close(cfd)
-		ss.log.Debug("event loop handover failed", "err", err)
-		return false
-	}
-	es := &evSession{ss: ss, loop: ss.srv.pickLoop(), cfd: cfd, ufd: ufd, uBoundary: true, done: make(chan struct{})}
-	es.cin = takeBuffered(ss.cr.r)
-	es.uin = takeBuffered(ss.sr.r)
-	ss.evMu.Lock()
-	if ss.closed {
-		ss.evMu.Unlock()
-		syscall.Close(cfd)
-		syscall.Close(ufd)
-		return true // forceClose got here first; the dups were the last references
-	}
-	ss.ev = es
-	ss.evMu.Unlock()
-	// The duplicates keep the sockets open; closing the originals takes them out of the runtime's poller.
-	ss.client.Close()
-	ss.upstream.Close()
-	ss.cr.r, ss.sr.r = nil, nil
-	es.loop.add(es)
-	if ss.srv.draining.Load() {
-		es.loop.post(evCmd{es: es, drain: true})
-	}
-	<-es.done
-	ss.finishLoop(es)
-	return true
-}
-
-// takeBuffered returns a read buffer holding what r has buffered.
-func takeBuffered(r interface {
-	Buffered() int
-	Peek(int) ([]byte, error)
-}) []byte {
-	n := r.Buffered()
-	b := make([]byte, 0, max(readBufferSize, n))
-	p, _ := r.Peek(n)
-	return append(b, p...)
-}
-
-func dupConnFD(c net.Conn) (int, error) {
-	tc, ok := c.(*net.TCPConn)
-	if !ok {
-		return -1, errors.New("not a TCP connection")
-	}
-	rc, err := tc.SyscallConn()
-	if err != nil {
-		return -1, err
-	}
-	nfd := -1
-	var derr error
-	if err := rc.Control(func(fd uintptr) { nfd, derr = dupFD(int(fd)) }); err != nil {
-		return -1, err
-	}
-	if derr != nil {
-		return -1, derr
-	}
-	if err := syscall.SetNonblock(nfd, true); err != nil {
-		syscall.Close(nfd)
-		return -1, err
-	}
-	return nfd, nil
-}
-
-// dupFD duplicates fd, close-on-exec.
-func dupFD(fd int) (int, error) {
-	r, _, e := syscall.Syscall(syscall.SYS_FCNTL, uintptr(fd), syscall.F_DUPFD_CLOEXEC, 0)
-	if e != 0 {
-		return -1, e
-	}
-	return int(r), nil
-}
-
-// fdConn makes a net.Conn of a duplicate of fd; fd stays open.
-func fdConn(fd int) (net.Conn, error) {
-	nfd, err := dupFD(fd)
-	if err != nil {
-		return nil, err
-	}
-	f := os.NewFile(uintptr(nfd), "upstream")
-	defer f.Close()
-	return net.FileConn(f)
-}
-
-// shutdownSockets ends a looped session from outside (forceClose): the loop sees both sockets close.
-func (es *evSession) shutdownSockets() {
-	es.mu.Lock()
-	defer es.mu.Unlock()
-	if es.fdsClosed {
-		return
-	}
-	es.forced.Store(true)
-	syscall.Shutdown(es.cfd, syscall.SHUT_RDWR)
-	syscall.Shutdown(es.ufd, syscall.SHUT_RDWR)
-}
-
-func (es *evSession) closeFDs() {
-	es.mu.Lock()
-	defer es.mu.Unlock()
-	if !es.fdsClosed {
-		es.fdsClosed = true
-		syscall.Close(es.cfd)
-		syscall.Close(es.ufd)
-	}
-}
-
-// finishLoop ends a session the loop gave back, as relay does for the goroutine path.
-func (ss *session) finishLoop(es *evSession) {
-	deadline := time.Now().Add(time.Second)
-	forced := es.forced.Load()
-	ss.outcome = loopOutcome(es)
-	var protoErr error
-	ss.stopping.Store(true)
-	switch es.end {
-	case endProtocol:
-		protoErr = es.endErr
-		ss.srv.metrics.protocolError()
-		ss.log.Info("client protocol violation; closing", "err", protoErr)
-	case endUpstreamGone:
-		ss.upstreamGone.Store(true)
-		if !forced && es.uBoundary && !ss.clientFatal.Load() {
-			ss.srv.metrics.upstreamError()
-			ss.log.Warn("upstream connection lost", "err", es.endErr)
-			ss.clientFatal.Store(true)
-			es.cout.b = append(es.cout.b, errorResponse("FATAL", "08006", "fenceproxy lost the connection to the upstream server", es.endErr.Error(), "")...)
-		}
-	case endDrained:
-		ss.clientFatal.Store(true)
-		es.cout.b = append(es.cout.b, errorResponse("FATAL", "57P01", "terminating connection because fenceproxy is shutting down", "", "")...)
-	case endClientGone:
-		if ss.ready.Load() && (ss.pending.Load() > 0 || ss.unsynced.Load()) && ss.cancelKey != nil {
-			ss.srv.cancelUpstream(ss.cancelKey)
-		}
-	}
-	if es.end == endTerminate && !forced && ss.mayKeep() && len(es.uout.b) == 0 && len(es.uin) == 0 && es.uskip == 0 {
-		// The client ended the session between messages: keep the upstream connection for reuse.
-		up, err := fdConn(es.ufd)
-		es.closeFDs()
-		if err != nil {
-			ss.log.Debug("upstream connection not kept", "err", err)
-			return
-		}
-		ss.keep(up)
-		return
-	}
-	if es.end != endUpstreamGone {
-		es.uout.b = append(es.uout.b, 'X', 0, 0, 0, 4)
-		if !forced {
-			writeAllFD(es.ufd, es.uout.b, deadline)
-		}
-	}
-	if protoErr != nil && !ss.clientFatal.Load() {
-		es.cout.b = append(es.cout.b, errorResponse("FATAL", "08P01", "invalid message from client", protoErr.Error(), "")...)
-	}
-	if !forced && es.end != endClientGone {
-		writeAllFD(es.cfd, es.cout.b, deadline)
-	}
-	es.closeFDs()
-}
-
-// writeAllFD writes b to a non-blocking socket, waiting for it to drain until deadline; best effort.
-func writeAllFD(fd int, b []byte, deadline time.Time) {
-	for len(b) > 0 {
-		n, err := sysWrite(fd, b)
-		if n > 0 {
-			b = b[n:]
-			continue
-		}
-		if err != syscall.EAGAIN && err != syscall.EINTR {
-			return
-		}
-		left := time.Until(deadline)
-		if left <= 0 {
-			return
-		}
-		pfd := [1]pollFd{{fd: int32(fd), events: pollOut}}
-		syscall.Syscall(syscall.SYS_POLL, uintptr(unsafe.Pointer(&pfd[0])), 1, uintptr(left.Milliseconds()+1))
-	}
-}
-
-type pollFd struct {
-	fd      int32
-	events  int16
-	revents int16
-}
-
-const pollOut = 0x4
-
-// sysRead and sysWrite are raw non-blocking socket calls: they never block, so they need not tell the
-// scheduler. Writes use send(MSG_NOSIGNAL) so that a vanished peer is an EPIPE, not a signal.
-func sysRead(fd int, p []byte) (int, error) {
-	if len(p) == 0 {
-		return 0, nil
-	}
-	r, _, e := syscall.RawSyscall(syscall.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
-	if e != 0 {
-		return 0, e
-	}
-	return int(r), nil
-}
-
-func sysWrite(fd int, p []byte) (int, error) {
-	if len(p) == 0 {
-		return 0, nil
-	}
-	r, _, e := syscall.RawSyscall6(syscall.SYS_SENDTO, uintptr(fd), uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)), syscall.MSG_NOSIGNAL, 0, 0)
-	if e != 0 {
-		return 0, e
-	}
-	return int(r), nil
-}
-
 // add gives the loop a session, starting the loop goroutine if it is not running.
 func (l *evLoop) add(es *evSession) {
 	l.mu.Lock()
@@ -368,34 +87,41 @@ func (l *evLoop) add(es *evSession) {
 		l.wake()
 		return
 	}
-	epfd, err := syscall.EpollCreate1(syscall.EPOLL_CLOEXEC)
-	var wfd uintptr
-	if err == nil {
-		var e syscall.Errno
-		wfd, _, e = syscall.Syscall(syscall.SYS_EVENTFD2, 0, syscall.O_CLOEXEC|syscall.O_NONBLOCK, 0)
-		if e != 0 {
-			syscall.Close(epfd)
-			err = e
-		}
-	}
+	epfd, wfd, err := newEpoll()
 	if err != nil {
-		// Without a loop the session cannot be relayed; end it as a client loss would.
+		// Without a loop the session cannot be relayed here.
 		l.nsess--
 		l.cmds = l.cmds[:len(l.cmds)-1]
 		l.mu.Unlock()
-		es.ss.log.Warn("event loop unavailable", "err", err)
-		es.end, es.endErr = endClientGone, err
+		es.finish(endRelayFailed, err)
 		close(es.done)
 		return
 	}
-	l.epfd, l.wakefd = epfd, int(wfd)
-	ev := syscall.EpollEvent{Events: syscall.EPOLLIN, Fd: int32(wfd)}
-	syscall.EpollCtl(epfd, syscall.EPOLL_CTL_ADD, int(wfd), &ev)
+	l.epfd, l.wakefd = epfd, wfd
 	l.running = true
-	one := uint64(1)
-	sysWrite2(l.wakefd, (*[8]byte)(unsafe.Pointer(&one))[:]) // the first command is waiting
+	signalFD(l.wakefd) // the first command is waiting
 	l.mu.Unlock()
-	go l.run(epfd, int(wfd))
+	go l.run(epfd, wfd)
+}
+
+// newEpoll creates an epoll instance watching a new eventfd, the loop's doorbell.
+func newEpoll() (epfd, wakefd int, err error) {
+	epfd, err = unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return -1, -1, fmt.Errorf("epoll_create1: %w", err)
+	}
+	wakefd, err = unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		unix.Close(epfd)
+		return -1, -1, fmt.Errorf("eventfd: %w", err)
+	}
+	ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(wakefd)}
+	if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, wakefd, &ev); err != nil {
+		unix.Close(epfd)
+		unix.Close(wakefd)
+		return -1, -1, fmt.Errorf("epoll_ctl add eventfd: %w", err)
+	}
+	return epfd, wakefd, nil
 }
 
 // post queues a command for a session already in the loop.
@@ -411,20 +137,21 @@ func (l *evLoop) post(c evCmd) {
 }
 
 func (l *evLoop) wake() {
-	one := uint64(1)
 	l.mu.Lock()
 	if l.running {
-		sysWrite2(l.wakefd, (*[8]byte)(unsafe.Pointer(&one))[:])
+		signalFD(l.wakefd)
 	}
 	l.mu.Unlock()
 }
 
-func sysWrite2(fd int, p []byte) {
-	syscall.RawSyscall(syscall.SYS_WRITE, uintptr(fd), uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
+// signalFD adds one to an eventfd. It cannot block (the counter would have to reach 2^64-1).
+func signalFD(fd int) {
+	one := uint64(1)
+	unix.RawSyscall(unix.SYS_WRITE, uintptr(fd), uintptr(unsafe.Pointer(&one)), 8)
 }
 
 func (l *evLoop) run(epfd, wakefd int) {
-	events := make([]syscall.EpollEvent, 128)
+	events := make([]unix.EpollEvent, 128)
 	byFD := map[int32]*evSession{}
 	var cmds []evCmd
 	var drain [8]byte
@@ -447,23 +174,26 @@ func (l *evLoop) run(epfd, wakefd int) {
 			sinceYield = 0
 			runtime.Gosched()
 		}
-		n := 0
+		n, err := 0, error(nil)
 		if busy {
-			n = pollNow(epfd, events)
+			n, err = pollNow(epfd, events)
 		}
-		if n == 0 && l.spin > 0 {
-			n = l.spinPoll(epfd, events, load)
+		if n == 0 && err == nil && l.spin > 0 {
+			n, err = l.spinPoll(epfd, events, load)
 		}
-		if n == 0 {
-			var err error
-			n, err = syscall.EpollWait(epfd, events, -1)
-			if err != nil {
+		if n == 0 && err == nil {
+			n, err = unix.EpollWait(epfd, events, -1)
+			if err == unix.EINTR {
 				busy = false
-				continue // EINTR
+				continue
 			}
 			busy = n > 1
 		} else {
 			busy = true
+		}
+		if err != nil {
+			l.fail(epfd, wakefd, byFD, fmt.Errorf("epoll_wait: %w", err))
+			return
 		}
 		sinceYield += n
 		ended := false
@@ -475,14 +205,21 @@ func (l *evLoop) run(epfd, wakefd int) {
 				cmds, l.cmds = l.cmds, cmds[:0]
 				l.mu.Unlock()
 				for _, c := range cmds {
-					if c.drain {
-						if byFD[int32(c.es.cfd)] == c.es {
+					in := byFD[int32(c.es.cfd)] == c.es
+					switch {
+					case c.drain:
+						if in {
 							c.es.checkDrain()
 						}
-					} else {
+					case c.planned != nil:
+						if in {
+							c.es.planned(c.planned, epfd)
+						}
+					default:
 						c.es.start(epfd, byFD)
+						in = byFD[int32(c.es.cfd)] == c.es
 					}
-					if c.es.end != endNone && byFD[int32(c.es.cfd)] == c.es {
+					if c.es.end != endNone && in {
 						c.es.release(epfd, byFD)
 						ended = true
 					}
@@ -500,441 +237,91 @@ func (l *evLoop) run(epfd, wakefd int) {
 				ended = true
 			}
 		}
-		if ended {
-			l.mu.Lock()
-			if l.nsess == 0 && len(l.cmds) == 0 {
-				l.running = false
-				syscall.Close(epfd)
-				syscall.Close(wakefd)
-				l.mu.Unlock()
-				return
-			}
-			l.mu.Unlock()
+		if ended && l.stopIfEmpty(epfd, wakefd) {
+			return
 		}
 	}
 }
 
-// start registers a new session's sockets and relays what was buffered at the handover.
-func (es *evSession) start(epfd int, byFD map[int32]*evSession) {
-	es.setInTx(!es.ss.txIdle.Load())
-	byFD[int32(es.cfd)] = es
-	byFD[int32(es.ufd)] = es
-	es.cEv, es.uEv = syscall.EPOLLIN, syscall.EPOLLIN
-	ev := syscall.EpollEvent{Events: es.cEv, Fd: int32(es.cfd)}
-	if err := syscall.EpollCtl(epfd, syscall.EPOLL_CTL_ADD, es.cfd, &ev); err != nil {
-		es.finish(endClientGone, fmt.Errorf("epoll: %w", err))
-		return
-	}
-	ev = syscall.EpollEvent{Events: es.uEv, Fd: int32(es.ufd)}
-	if err := syscall.EpollCtl(epfd, syscall.EPOLL_CTL_ADD, es.ufd, &ev); err != nil {
-		es.finish(endClientGone, fmt.Errorf("epoll: %w", err))
-		return
-	}
-	es.guard(func() {
-		if len(es.uin) > 0 {
-			es.pumpServer()
-		}
-		if es.end == endNone && len(es.cin) > 0 {
-			es.pumpClient()
-		}
-	})
-	es.updateInterest(epfd)
-}
-
-// release takes an ended session out of the loop and gives it back to its goroutine.
-func (es *evSession) release(epfd int, byFD map[int32]*evSession) {
-	if byFD[int32(es.cfd)] == es {
-		delete(byFD, int32(es.cfd))
-		syscall.EpollCtl(epfd, syscall.EPOLL_CTL_DEL, es.cfd, nil)
-	}
-	if byFD[int32(es.ufd)] == es {
-		delete(byFD, int32(es.ufd))
-		syscall.EpollCtl(epfd, syscall.EPOLL_CTL_DEL, es.ufd, nil)
-	}
-	es.setInTx(false)
-	l := es.loop
+// stopIfEmpty ends the loop goroutine when it has no session and no command left; it reports whether it did.
+func (l *evLoop) stopIfEmpty(epfd, wakefd int) bool {
 	l.mu.Lock()
-	l.nsess--
+	defer l.mu.Unlock()
+	if l.nsess != 0 || len(l.cmds) != 0 {
+		return false
+	}
+	l.running = false
+	unix.Close(epfd)
+	unix.Close(wakefd)
+	return true
+}
+
+// fail ends every session of a loop whose epoll instance failed, and the loop with them: each session goes
+// back to its goroutine with endRelayFailed, which logs and closes it cleanly. Sessions added meanwhile are
+// ended the same way.
+func (l *evLoop) fail(epfd, wakefd int, byFD map[int32]*evSession, err error) {
+	l.srv.log.Error("event loop failed; closing its sessions", "err", err)
+	for _, es := range byFD {
+		if byFD[int32(es.cfd)] == es {
+			es.finish(endRelayFailed, err)
+			es.release(epfd, byFD)
+		}
+	}
+	l.mu.Lock()
+	cmds := l.cmds
+	l.cmds = nil
+	l.running = false
+	unix.Close(epfd)
+	unix.Close(wakefd)
 	l.mu.Unlock()
-	close(es.done)
-}
-
-func (es *evSession) finish(kind int, err error) {
-	if es.end == endNone {
-		es.end, es.endErr = kind, err
-	}
-}
-
-// guard runs f, turning a panic into the end of this session only, as handle's recover does.
-func (es *evSession) guard(f func()) {
-	defer func() {
-		if r := recover(); r != nil {
-			es.ss.log.Error("session panic", "panic", r)
-			es.forced.Store(true)
-			es.finish(endClientGone, fmt.Errorf("panic: %v", r))
+	for _, c := range cmds {
+		if c.drain || c.planned != nil {
+			continue // its session was ended above
 		}
-	}()
-	f()
-}
-
-func (es *evSession) checkDrain() {
-	if es.ss.idle() && len(es.cin) == 0 && es.cskip == 0 {
-		es.finish(endDrained, nil)
+		c.es.finish(endRelayFailed, err)
+		c.es.setInTx(false)
+		l.mu.Lock()
+		l.nsess--
+		l.mu.Unlock()
+		close(c.es.done)
 	}
 }
 
-func (es *evSession) event(fd int32, ev uint32, epfd int) {
-	es.guard(func() {
-		const hup = syscall.EPOLLHUP | syscall.EPOLLERR
-		if fd == int32(es.cfd) {
-			if ev&(syscall.EPOLLOUT|hup) != 0 && len(es.cout.b) > 0 {
-				es.flushClient()
-			}
-			if es.end == endNone && ev&(syscall.EPOLLIN|hup) != 0 {
-				if len(es.uout.b) == 0 {
-					es.readClient()
-				} else if ev&hup != 0 {
-					es.finish(endClientGone, io.EOF)
-				}
-			}
-		} else {
-			if ev&(syscall.EPOLLOUT|hup) != 0 && len(es.uout.b) > 0 {
-				es.flushUpstream()
-			}
-			if es.end == endNone && ev&(syscall.EPOLLIN|hup) != 0 {
-				if len(es.cout.b) == 0 {
-					es.readServer()
-				} else if ev&hup != 0 {
-					es.finish(endUpstreamGone, io.EOF)
-				}
-			}
-		}
-	})
-	if es.end == endNone {
-		es.updateInterest(epfd)
+// pollNow is a non-blocking epoll_wait that does not tell the scheduler (it cannot block). EINTR counts as
+// nothing found.
+func pollNow(epfd int, events []unix.EpollEvent) (int, error) {
+	r, _, e := unix.RawSyscall6(unix.SYS_EPOLL_WAIT, uintptr(epfd), uintptr(unsafe.Pointer(&events[0])), uintptr(len(events)), 0, 0, 0)
+	switch e {
+	case 0:
+		return int(r), nil
+	case unix.EINTR:
+		return 0, nil
 	}
+	return 0, fmt.Errorf("epoll_wait: %w", e)
 }
 
-func (es *evSession) updateInterest(epfd int) {
-	var c, u uint32
-	if len(es.uout.b) == 0 {
-		c |= syscall.EPOLLIN
-	} else {
-		u |= syscall.EPOLLOUT
+// sysRead and sysWrite are raw non-blocking socket calls: they never block, so they need not tell the
+// scheduler. Writes use send(MSG_NOSIGNAL) so that a vanished peer is an EPIPE, not a signal.
+func sysRead(fd int, p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
 	}
-	if len(es.cout.b) == 0 {
-		u |= syscall.EPOLLIN
-	} else {
-		c |= syscall.EPOLLOUT
-	}
-	if c != es.cEv {
-		es.cEv = c
-		ev := syscall.EpollEvent{Events: c, Fd: int32(es.cfd)}
-		syscall.EpollCtl(epfd, syscall.EPOLL_CTL_MOD, es.cfd, &ev)
-	}
-	if u != es.uEv {
-		es.uEv = u
-		ev := syscall.EpollEvent{Events: u, Fd: int32(es.ufd)}
-		syscall.EpollCtl(epfd, syscall.EPOLL_CTL_MOD, es.ufd, &ev)
-	}
-}
-
-// readFD reads once into the free end of *buf (level-triggered epoll calls again if more is waiting).
-func readFD(fd int, buf *[]byte) (bool, error) {
-	b := *buf
-	n, err := sysRead(fd, b[len(b):cap(b)])
-	if err == syscall.EAGAIN || err == syscall.EINTR {
-		return false, nil
-	}
-	if err != nil {
-		return false, err
-	}
-	if n == 0 {
-		return false, io.EOF
-	}
-	*buf = b[:len(b)+n]
-	return true, nil
-}
-
-func (es *evSession) readClient() {
-	ok, err := readFD(es.cfd, &es.cin)
-	if err != nil {
-		es.finish(endClientGone, err)
-		return
-	}
-	if ok {
-		es.pumpClient()
-	}
-}
-
-func (es *evSession) readServer() {
-	ok, err := readFD(es.ufd, &es.uin)
-	if err != nil {
-		es.finish(endUpstreamGone, err)
-		return
-	}
-	if ok {
-		es.pumpServer()
-	}
-}
-
-func (es *evSession) pumpClient() {
-	err := es.fromClient()
-	switch {
-	case err == errTerminated:
-		es.finish(endTerminate, nil)
-		return
-	case err != nil:
-		es.finish(endProtocol, err)
-		return
-	}
-	es.ss.relayed[dirClientToServer] += es.cBytes
-	es.ss.srv.metrics.forwardedCount(dirClientToServer, es.cMsgs, es.cBytes)
-	es.cMsgs, es.cBytes = 0, 0
-	es.flushUpstream()
-}
-
-func (es *evSession) pumpServer() {
-	if err := es.fromServer(); err != nil {
-		es.finish(endUpstreamGone, err)
-		return
-	}
-	es.ss.relayed[dirServerToClient] += es.uBytes
-	es.ss.srv.metrics.forwardedCount(dirServerToClient, es.uMsgs, es.uBytes)
-	es.uMsgs, es.uBytes = 0, 0
-	es.flushClient()
-	if es.drainNow && len(es.cout.b) == 0 {
-		es.finish(endDrained, nil)
-	}
-}
-
-// flushTo writes as much of o as the socket takes; it reports an error other than a full buffer.
-func flushTo(fd int, o *outBuf) error {
-	for len(o.b) > 0 {
-		n, err := sysWrite(fd, o.b)
-		if err == syscall.EINTR {
-			continue
-		}
-		if err == syscall.EAGAIN {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		if n == len(o.b) {
-			if cap(o.b) > keepBodyBuffer {
-				o.b = nil
-			} else {
-				o.b = o.b[:0]
-			}
-			return nil
-		}
-		o.b = o.b[:copy(o.b, o.b[n:])]
-	}
-	return nil
-}
-
-func (es *evSession) flushUpstream() {
-	if err := flushTo(es.ufd, &es.uout); err != nil {
-		es.finish(endUpstreamGone, err)
-	}
-}
-
-func (es *evSession) flushClient() {
-	if err := flushTo(es.cfd, &es.cout); err != nil {
-		es.finish(endClientGone, err)
-		return
-	}
-	if es.drainNow && len(es.cout.b) == 0 {
-		es.finish(endDrained, nil)
-	}
-}
-
-// compact moves the unprocessed tail b[i:] to the front of *buf, growing it when the message it starts must
-// be read whole and does not fit, and dropping a grown buffer once it is empty.
-func compact(buf *[]byte, i int, need int) {
-	b := *buf
-	rest := len(b) - i
-	if need > cap(b) {
-		nb := make([]byte, rest, need)
-		copy(nb, b[i:])
-		*buf = nb
-		return
-	}
-	if rest == 0 && cap(b) > keepBodyBuffer {
-		*buf = make([]byte, 0, readBufferSize)
-		return
-	}
-	*buf = b[:copy(b, b[i:])]
-}
-
-// fromClient processes what was read from the client, as clientToServer does, into uout.
-func (es *evSession) fromClient() error {
-	ss := es.ss
-	b := es.cin
-	p := ss.srv.currentPlanner()
-	limit := ss.cr.max
-	i, need := 0, 0
-	for i < len(b) {
-		if es.cskip > 0 {
-			n := min(es.cskip, len(b)-i)
-			es.uout.b = append(es.uout.b, b[i:i+n]...)
-			i += n
-			es.cskip -= n
-			continue
-		}
-		if len(b)-i < 5 {
-			break
-		}
-		typ := b[i]
-		length := int(int32(binary.BigEndian.Uint32(b[i+1:])))
-		if length < 4 {
-			return fmt.Errorf("%w: message %q with length %d", errProtocol, typ, length)
-		}
-		if limit > 0 && length-4 > limit {
-			return fmt.Errorf("%w: message %q of %d bytes exceeds the limit of %d", errProtocol, typ, length, limit)
-		}
-		total := 1 + length
-		inspect := p != nil && (typ == 'Q' || typ == 'P') || typ == 'F' && ss.srv.fastpathGuarded()
-		if inspect && len(b)-i < total {
-			need = total
-			break
-		}
-		es.cMsgs++
-		es.cBytes += uint64(total)
-		var set rewrite.Settings
-		if inspect {
-			set = ss.readingSettings() // before this message counts as pending
-		}
-		switch typ {
-		case 'Q', 'S', 'F':
-			ss.pending.Add(1)
-			if typ == 'S' {
-				ss.unsynced.Store(false)
-			}
-		case 'P', 'B', 'E', 'D', 'C', 'H':
-			ss.unsynced.Store(true)
-		case 'd', 'c', 'f', 'p', 'X':
-		default:
-			return fmt.Errorf("%w: unknown message type %q", errProtocol, typ)
-		}
-		if inspect {
-			body := b[i+5 : i+total]
-			var err error
-			switch typ {
-			case 'F':
-				err = ss.functionCallOut(&es.uout, body)
-			case 'Q':
-				err = ss.queryOut(&es.uout, p, body, set)
-			default:
-				err = ss.parseOut(&es.uout, p, body, set)
-			}
-			if err != nil {
-				return err
-			}
-			i += total
-			continue
-		}
-		if typ == 'X' {
-			// finishLoop sends Terminate upstream, or keeps the connection for reuse.
-			es.cin = es.cin[:0]
-			return errTerminated
-		}
-		n := min(total, len(b)-i)
-		es.uout.b = append(es.uout.b, b[i:i+n]...)
-		es.cskip = total - n
-		i += n
-	}
-	compact(&es.cin, i, need)
-	return nil
-}
-
-// fromServer processes what was read from the server, as serverToClient does, into cout.
-func (es *evSession) fromServer() error {
-	ss := es.ss
-	b := es.uin
-	i, need := 0, 0
-	for i < len(b) {
-		if es.uskip > 0 {
-			n := min(es.uskip, len(b)-i)
-			es.cout.b = append(es.cout.b, b[i:i+n]...)
-			i += n
-			es.uskip -= n
-			continue
-		}
-		es.uBoundary = true
-		if len(b)-i < 5 {
-			break
-		}
-		typ := b[i]
-		length := int(int32(binary.BigEndian.Uint32(b[i+1:])))
-		if length < 4 {
-			es.uBoundary = false
-			return fmt.Errorf("upstream sent message %q with length %d", typ, length)
-		}
-		total := 1 + length
-		inspect := typ == 'E' || typ == 'S' || typ == 'Z'
-		if inspect && len(b)-i < total {
-			need = total
-			break
-		}
-		es.uMsgs++
-		es.uBytes += uint64(total)
-		if !inspect {
-			n := min(total, len(b)-i)
-			es.cout.b = append(es.cout.b, b[i:i+n]...)
-			es.uskip = total - n
-			es.uBoundary = es.uskip == 0
-			i += n
-			continue
-		}
-		body := b[i+5 : i+total]
-		switch typ {
-		case 'E':
-			ss.errorOut(&es.cout, body)
-		case 'S':
-			ss.paramStatusOut(&es.cout, body)
-		case 'Z':
-			if len(body) != 1 {
-				es.uBoundary = false
-				return fmt.Errorf("upstream sent ReadyForQuery of %d bytes", len(body))
-			}
-			if ss.pending.Add(-1) < 0 {
-				ss.pending.Store(0)
-			}
-			ss.txIdle.Store(body[0] == 'I')
-			es.setInTx(body[0] != 'I')
-			es.cout.b = append(es.cout.b, b[i:i+total]...)
-			if ss.srv.draining.Load() && ss.idle() {
-				es.drainNow = true
-			}
-		}
-		i += total
-	}
-	compact(&es.uin, i, need)
-	return nil
-}
-
-// pollNow is a non-blocking epoll_wait that does not tell the scheduler (it cannot block); 0 on error.
-func pollNow(epfd int, events []syscall.EpollEvent) int {
-	r, _, e := syscall.RawSyscall6(syscall.SYS_EPOLL_WAIT, uintptr(epfd), uintptr(unsafe.Pointer(&events[0])), uintptr(len(events)), 0, 0, 0)
+	r, _, e := unix.RawSyscall(unix.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
 	if e != 0 {
-		return 0
+		return 0, e
 	}
-	return int(r)
+	return int(r), nil
 }
 
-// setInTx records whether the session is inside a transaction block, for spinPoll.
-func (es *evSession) setInTx(in bool) {
-	if in == es.inTx {
-		return
+func sysWrite(fd int, p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
 	}
-	es.inTx = in
-	if in {
-		es.loop.inTx.Add(1)
-	} else {
-		es.loop.inTx.Add(-1)
+	r, _, e := unix.RawSyscall6(unix.SYS_SENDTO, uintptr(fd), uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)), unix.MSG_NOSIGNAL, 0, 0)
+	if e != 0 {
+		return 0, e
 	}
+	return int(r), nil
 }
 
 // spinPoll polls the loop's sockets without sleeping, for up to l.spin, and returns the number of events found
@@ -952,24 +339,24 @@ func (es *evSession) setInTx(in bool) {
 // load a loop therefore sleeps at once, like pgbouncer; with one busy client it does not sleep between round
 // trips, which took select-only pgbench with one client from about 11,500 to 17,300 TPS on a 2-vCPU VM
 // (docs/benchmark.md).
-func (l *evLoop) spinPoll(epfd int, events []syscall.EpollEvent, load *loadReader) int {
+func (l *evLoop) spinPoll(epfd int, events []unix.EpollEvent, load *loadReader) (int, error) {
 	spinners := &l.srv.spinners
 	if spinners.Add(1) > int32(max(1, load.ncpu/2)) {
 		spinners.Add(-1)
-		return 0
+		return 0, nil
 	}
 	defer spinners.Add(-1)
 	deadline := time.Now().Add(l.spin)
 	for {
 		if l.inTx.Load() == 0 && !load.cpuFree() {
-			return 0
+			return 0, nil
 		}
-		syscall.RawSyscall(syscall.SYS_SCHED_YIELD, 0, 0, 0)
-		if n := pollNow(epfd, events); n > 0 {
-			return n
+		unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+		if n, err := pollNow(epfd, events); n > 0 || err != nil {
+			return n, err
 		}
 		if !time.Now().Before(deadline) {
-			return 0
+			return 0, nil
 		}
 	}
 }
@@ -983,7 +370,7 @@ type loadReader struct {
 }
 
 func openLoadReader() *loadReader {
-	fd, err := syscall.Open("/proc/loadavg", syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+	fd, err := unix.Open("/proc/loadavg", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		fd = -1
 	}
@@ -992,7 +379,7 @@ func openLoadReader() *loadReader {
 
 func (lr *loadReader) close() {
 	if lr.fd >= 0 {
-		syscall.Close(lr.fd)
+		unix.Close(lr.fd)
 		lr.fd = -1
 	}
 }
@@ -1003,7 +390,7 @@ func (lr *loadReader) cpuFree() bool {
 	if lr.fd < 0 {
 		return false
 	}
-	n, err := syscall.Pread(lr.fd, lr.buf[:], 0)
+	n, err := unix.Pread(lr.fd, lr.buf[:], 0)
 	if err != nil {
 		return false
 	}

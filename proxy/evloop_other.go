@@ -4,7 +4,7 @@ package proxy
 
 import "time"
 
-// The event loop is Linux-only; elsewhere every session stays on the goroutine path.
+// The event loop is Linux-only; elsewhere every session stays on the goroutine transport.
 
 type evLoop struct{}
 
@@ -14,7 +14,7 @@ func newEvLoops(*Server, int, time.Duration) []*evLoop { return nil }
 
 func (ss *session) loopEligible() bool { return false }
 
-func (ss *session) runInLoop() bool { return false }
+func (ss *session) runInLoop() (ending, sessionIO, bool) { return ending{}, nil, false }
 
 func (es *evSession) shutdownSockets() {}
 

@@ -22,22 +22,8 @@ var markerPrefix = []byte("fenceproxy|")
 // statement that fails, so that the server aborts the transaction exactly as for any error.
 const refusePrefix = "fenceproxy|refuse|"
 
-// handleQuery forwards a simple-protocol Query, rewritten or refused as the planner says.
-func (ss *session) handleQuery(set rewrite.Settings) error {
-	p := ss.srv.currentPlanner()
-	if p == nil {
-		return ss.cr.forward(ss.sw)
-	}
-	body, err := ss.cr.body()
-	if err != nil {
-		return err
-	}
-	defer ss.cr.release()
-	return ss.queryOut(ss.sw, p, body, set)
-}
-
-// msgSink is where the proxy writes messages it builds: a bufio.Writer on the goroutine path, an outBuf in the
-// event loop.
+// msgSink is where the core writes the messages it sends: a bufio.Writer in the goroutine transport, an outBuf
+// in the event loop. Both copy what they are given, so a body passed on may be the reader's own buffer.
 type msgSink interface {
 	io.Writer
 	io.ByteWriter
@@ -54,28 +40,13 @@ func (ss *session) queryOut(w msgSink, p Planner, body []byte, set rewrite.Setti
 	switch plan.Action {
 	case rewrite.Rewrite:
 		ss.srv.metrics.rewritten()
-		writeMsg(w, 'Q', nil, plan.SQL)
+		writeMsg(w, msgQuery, nil, plan.SQL)
 	case rewrite.Refuse:
-		writeMsg(w, 'Q', nil, ss.refusal(plan))
+		writeMsg(w, msgQuery, nil, ss.refusal(plan))
 	default:
-		writeMsg(w, 'Q', body, "")
+		writeMsg(w, msgQuery, body, "")
 	}
 	return nil
-}
-
-// handleParse forwards an extended-protocol Parse, rewriting its SQL once: the prepared statement then runs
-// fenced at every execution, reading the token in force when it executes.
-func (ss *session) handleParse(set rewrite.Settings) error {
-	p := ss.srv.currentPlanner()
-	if p == nil {
-		return ss.cr.forward(ss.sw)
-	}
-	body, err := ss.cr.body()
-	if err != nil {
-		return err
-	}
-	defer ss.cr.release()
-	return ss.parseOut(ss.sw, p, body, set)
 }
 
 // parseOut writes the Parse whose body is given to w, its SQL rewritten or refused as p says when the server
@@ -98,11 +69,11 @@ func (ss *session) parseOut(w msgSink, p Planner, body []byte, set rewrite.Setti
 	case rewrite.Refuse:
 		sql = ss.refusal(plan)
 	default:
-		writeMsg(w, 'P', body, "")
+		writeMsg(w, msgParse, body, "")
 		return nil
 	}
 	// name \0 sql \0 parameter types
-	w.WriteByte('P')
+	w.WriteByte(msgParse)
 	n := 4 + len(name) + 1 + len(sql) + 1 + len(tail)
 	w.Write([]byte{byte(n >> 24), byte(n >> 16), byte(n >> 8), byte(n)})
 	w.Write(name)
@@ -145,7 +116,7 @@ func (ss *session) checkPlan(plan rewrite.Plan) rewrite.Plan {
 	if plan.TokenDynamic && ss.srv.verifier != nil {
 		// A token computed at execution time (an expression or a parameter of set_config) cannot be checked
 		// against etcd here; accepting it would let a forged token through.
-		return rewrite.Plan{Action: rewrite.Refuse, Code: "55F03", Message: fmt.Sprintf(
+		return rewrite.Plan{Action: rewrite.Refuse, Code: sqlstateInvalid, Message: fmt.Sprintf(
 			"invalid fencing token: fenceproxy verifies tokens against etcd and cannot verify one computed by an expression or a parameter; use SET %s = <token>", ss.srv.cfg.Token.Setting)}
 	}
 	// Every literal the text sets is checked, not only the one left in force at its end (which may be any of
@@ -162,7 +133,7 @@ func (ss *session) checkPlan(plan rewrite.Plan) rewrite.Plan {
 func (s *Server) checkToken(v string) (code, msg string, ok bool) {
 	tok, valid := rewrite.ValidToken(v)
 	if !valid {
-		return "55F03", fmt.Sprintf("invalid fencing token: %q is not an integer in 1..9223372036854775807", v), false
+		return sqlstateInvalid, fmt.Sprintf("invalid fencing token: %q is not an integer in 1..9223372036854775807", v), false
 	}
 	if s.verifier != nil {
 		// The verifier bounds its own round trip with the same timeout and then applies fail_open; this outer
@@ -170,7 +141,7 @@ func (s *Server) checkToken(v string) (code, msg string, ok bool) {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*s.cfg.Token.Verify.Etcd.Timeout+time.Second)
 		defer cancel()
 		if err := s.verifier.Check(ctx, tok); err != nil {
-			return "55F03", fmt.Sprintf("invalid fencing token: %d: %v", tok, err), false
+			return sqlstateInvalid, fmt.Sprintf("invalid fencing token: %d: %v", tok, err), false
 		}
 	}
 	return "", "", true
@@ -206,18 +177,8 @@ func refusalSQL(code, table, message string) string {
 	return sql
 }
 
-// handleError forwards an ErrorResponse, translating fencing markers into fenceproxy's own errors.
-func (ss *session) handleError() error {
-	body, err := ss.sr.body()
-	if err != nil {
-		return err
-	}
-	defer ss.sr.release()
-	return ss.errorOut(ss.cw, body)
-}
-
 // errorOut writes the ErrorResponse whose body is given to w, translating fencing markers.
-func (ss *session) errorOut(w io.Writer, body []byte) error {
+func (ss *session) errorOut(w msgSink, body []byte) error {
 	if bytes.Contains(body, markerPrefix) {
 		if translated, ok := ss.translateError(body); ok {
 			body = translated
@@ -225,13 +186,12 @@ func (ss *session) errorOut(w io.Writer, body []byte) error {
 	} else {
 		ss.countGuardRefusal(body)
 	}
-	if sev := errorField(body, 'V'); sev == "FATAL" || sev == "PANIC" {
+	if sev := errorField(body, fieldSeverity); sev == "FATAL" || sev == "PANIC" {
 		// The server is ending the session and said why; the client needs no second message from us.
-		ss.clientFatal.Store(true)
+		ss.state.serverFatal = true
 	}
-	ss.sout = appendMessage(ss.sout[:0], 'E', body)
-	_, err := w.Write(ss.sout)
-	return err
+	writeMsg(w, msgErrorResponse, body, "")
+	return nil
 }
 
 // translateError rewrites a server error that carries a fencing marker into the contract's error.

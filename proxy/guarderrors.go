@@ -14,11 +14,11 @@ import (
 // protected table's configured name in the error's table field; other values (a user's own RAISE with such a
 // code) are counted as "other", which keeps the label set bounded.
 func (ss *session) countGuardRefusal(body []byte) {
-	code := errorField(body, 'C')
-	if !strings.HasPrefix(code, "55F0") || len(code) != 5 {
+	code := errorField(body, fieldCode)
+	if !strings.HasPrefix(code, sqlstateFencingClassPrefix) || len(code) != 5 {
 		return
 	}
-	table := errorField(body, 't')
+	table := errorField(body, fieldTable)
 	known := false
 	for _, t := range ss.srv.cfg.Tables {
 		if t.Name == table {
@@ -30,8 +30,8 @@ func (ss *session) countGuardRefusal(body []byte) {
 		table = "other"
 	}
 	ss.srv.metrics.refusal(code, table)
-	if m := ss.srv.metrics; m != nil && code == rewrite.CodeStale && known {
-		if lock, ok := rewrite.StaleLock(errorField(body, 'M'), table); ok {
+	if m := ss.srv.metrics; m != nil && code == sqlstateStale && known {
+		if lock, ok := rewrite.StaleLock(errorField(body, fieldMessage), table); ok {
 			m.lockStale.inc(lock)
 		}
 	}

@@ -93,7 +93,7 @@ func (m *Metrics) refusal(code, table string) {
 		return
 	}
 	m.refusals.WithLabelValues(code, table).Inc()
-	if code == "55F01" {
+	if code == sqlstateStale {
 		m.stale.WithLabelValues(table).Inc()
 	}
 }

@@ -46,8 +46,3 @@ func (r *serverReading) settings(inFlight bool) rewrite.Settings {
 	s.Unsettled = inFlight
 	return s
 }
-
-// readingSettings are the settings under which the server will read the next client message.
-func (ss *session) readingSettings() rewrite.Settings {
-	return ss.reading.settings(ss.pending.Load() > 0 || ss.unsynced.Load())
-}

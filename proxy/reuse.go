@@ -199,12 +199,13 @@ func quiet(c net.Conn) bool {
 	return ok
 }
 
-// mayKeep reports whether the session's upstream connection may be kept when the session ends now.
+// mayKeep reports whether the session's upstream connection may be kept when the session ends now, at the
+// client's Terminate. Called once both directions stopped.
 func (ss *session) mayKeep() bool {
-	s := ss.srv
+	s, st := ss.srv, &ss.state
 	// idle() first: it loads ready, after which reusable (set before ready) may be read.
-	return s.pool != nil && ss.idle() && ss.reusable && !s.draining.Load() && !ss.upstreamGone.Load() &&
-		!ss.clientFatal.Load() && time.Since(ss.born) < s.pool.lifetime
+	return s.pool != nil && st.idle() && st.reusable && !s.draining.Load() && !st.serverFatal &&
+		time.Since(ss.born) < s.pool.lifetime
 }
 
 // keptAppName is the application_name a kept connection shows in pg_stat_activity while it waits: operators
@@ -226,7 +227,7 @@ func (ss *session) keep(conn net.Conn) {
 		conn.Close()
 		return
 	}
-	ss.srv.pool.put(&keptConn{conn: conn, startup: ss.startup, params: ss.serverParams, cancelKey: ss.cancelKey, born: ss.born})
+	ss.srv.pool.put(&keptConn{conn: conn, startup: ss.startup, params: ss.state.serverParams, cancelKey: ss.cancelKey, born: ss.born})
 	ss.kept = true
 }
 
@@ -237,12 +238,12 @@ func (ss *session) upstreamQueries(conn net.Conn, queries ...string) error {
 	conn.SetDeadline(time.Now().Add(2 * time.Second))
 	var q []byte
 	for _, sql := range queries {
-		q = appendMessage(q, 'Q', []byte(sql), []byte{0})
+		q = appendMessage(q, msgQuery, []byte(sql), []byte{0})
 	}
 	if _, err := conn.Write(q); err != nil {
 		return fmt.Errorf("send %q: %w", queries, err)
 	}
-	r := msgReader{r: bufio.NewReaderSize(conn, 512), conn: conn, max: 1 << 20}
+	r := msgReader{r: bufio.NewReaderSize(conn, 512), max: 1 << 20}
 	for ready := 0; ready < len(queries); {
 		typ, _, err := r.next()
 		if err != nil {
@@ -253,13 +254,13 @@ func (ss *session) upstreamQueries(conn net.Conn, queries ...string) error {
 			return fmt.Errorf("read the answer to %q: %w", queries, err)
 		}
 		switch typ {
-		case 'C', 'N', 'A': // CommandComplete; a notice; a notification sent before UNLISTEN
-		case 'S':
+		case msgCommandComplete, msgNoticeResponse, msgNotificationResponse: // a notification sent before UNLISTEN
+		case msgParameterStatus:
 			if !ss.noteParam(body) {
 				return fmt.Errorf("answer to %q: malformed ParameterStatus", queries)
 			}
-		case 'Z':
-			if len(body) != 1 || body[0] != 'I' {
+		case msgReadyForQuery:
+			if len(body) != 1 || body[0] != txIdle {
 				return fmt.Errorf("answer to %q: ReadyForQuery %q", queries, body)
 			}
 			ready++
@@ -278,33 +279,31 @@ func (ss *session) upstreamQueries(conn net.Conn, queries ...string) error {
 // It reports false, having told the client nothing, when the kept connection turns out to be unusable.
 func (ss *session) resume(kc *keptConn) (bool, error) {
 	// Back to this session's own application_name (the startup's, which is the one RESET restores).
-	ss.serverParams = kc.params
+	ss.state.serverParams = kc.params
 	for _, p := range kc.params {
-		ss.reading.note(p.name, p.value)
+		ss.state.reading.note(p.name, p.value)
 	}
 	if err := ss.upstreamQueries(kc.conn, "RESET application_name"); err != nil {
 		ss.log.Debug("kept upstream connection unusable", "err", err)
 		kc.conn.Close()
-		ss.serverParams = nil
+		ss.state.serverParams = nil
 		return false, nil
 	}
 	ss.srv.metrics.upstreamReused() // before the client can see the session start
-	ss.upstream = kc.conn
+	ss.attachUpstream(kc.conn)
 	ss.born = kc.born
-	ss.reusable = true
+	ss.state.reusable = true
 	ss.cancelKey = kc.cancelKey
 	ss.newClientKey()
 	ss.srv.registerPID(ss, binary.BigEndian.Uint32(kc.cancelKey))
-	ss.sw = bufio.NewWriterSize(kc.conn, writeBufferSize)
-	ss.sr = msgReader{r: bufio.NewReaderSize(kc.conn, readBufferSize), conn: kc.conn}
 
-	b := appendMessage(ss.sout[:0], 'R', []byte{0, 0, 0, 0}) // AuthenticationOk
-	for _, p := range ss.serverParams {
-		b = appendMessage(b, 'S', []byte(p.name), []byte{0}, []byte(p.value), []byte{0})
+	b := appendMessage(ss.out[:0], msgAuthentication, []byte{0, 0, 0, authOK})
+	for _, p := range ss.state.serverParams {
+		b = appendMessage(b, msgParameterStatus, []byte(p.name), []byte{0}, []byte(p.value), []byte{0})
 	}
-	b = appendMessage(b, 'K', ss.clientKey)
-	b = appendMessage(b, 'Z', []byte{'I'})
-	ss.sout = b
+	b = appendMessage(b, msgBackendKeyData, ss.clientKey)
+	b = appendMessage(b, msgReadyForQuery, []byte{txIdle})
+	ss.out = b
 	if _, err := ss.cw.Write(b); err != nil {
 		return true, err
 	}
@@ -312,8 +311,8 @@ func (ss *session) resume(kc *keptConn) (bool, error) {
 		return true, err
 	}
 	ss.client.SetDeadline(time.Time{})
-	ss.txIdle.Store(true)
-	ss.ready.Store(true)
+	ss.state.txStatus.Store(uint32(txIdle))
+	ss.state.ready.Store(true)
 	return true, nil
 }
 

@@ -65,19 +65,6 @@ func (s *Server) checkScope(plan rewrite.Plan) (rewrite.Plan, bool) {
 // fastpathGuarded reports whether FunctionCall messages must be inspected for set_config of the token.
 func (s *Server) fastpathGuarded() bool { return s.verifier != nil || s.transactionScope() }
 
-// handleFunctionCall forwards a FunctionCall, or a refusal in its place when it calls set_config for the token.
-func (ss *session) handleFunctionCall() error {
-	if !ss.srv.fastpathGuarded() {
-		return ss.cr.forward(ss.sw)
-	}
-	body, err := ss.cr.body()
-	if err != nil {
-		return err
-	}
-	defer ss.cr.release()
-	return ss.functionCallOut(ss.sw, body)
-}
-
 // functionCallOut writes the FunctionCall whose body is given to w, or, when it calls set_config of the token
 // setting, a statement that fails with the refusal: the client gets an ErrorResponse and a ReadyForQuery, as for
 // a FunctionCall that fails.
@@ -87,14 +74,14 @@ func (ss *session) functionCallOut(w msgSink, body []byte) error {
 		return err
 	}
 	if !setsToken {
-		writeMsg(w, 'F', body, "")
+		writeMsg(w, msgFunctionCall, body, "")
 		return nil
 	}
 	hint := fmt.Sprintf("Use SET %s = <token> (SET LOCAL with token.scope transaction).", ss.srv.cfg.Token.Setting)
 	if ss.srv.transactionScope() {
 		hint = ss.srv.scopeHint()
 	}
-	writeMsg(w, 'Q', nil, ss.refusal(rewrite.Plan{Action: rewrite.Refuse, Code: rewrite.CodeInvalid, Hint: hint, Message: fmt.Sprintf(
+	writeMsg(w, msgQuery, nil, ss.refusal(rewrite.Plan{Action: rewrite.Refuse, Code: rewrite.CodeInvalid, Hint: hint, Message: fmt.Sprintf(
 		"invalid fencing token: a FunctionCall of set_config for %s cannot be verified or scoped by fenceproxy", ss.srv.cfg.Token.Setting)}))
 	return nil
 }

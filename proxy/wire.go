@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgproto3"
 )
@@ -28,14 +27,35 @@ const (
 // errProtocol marks a client that broke the protocol; the session answers with 08P01 and closes.
 var errProtocol = errors.New("protocol violation")
 
-// msgReader frames PostgreSQL messages (a type byte and a 4-byte big-endian length that counts itself) on top of
-// a bufio.Reader. It never copies a message it is only asked to forward: forward streams the body from the
-// reader's buffer to the writer. Headers are read with Peek so that a read interrupted by a deadline (drain
-// wake-up) loses nothing and can be retried.
+// headerLen is the size of a message header: the type byte and the 4-byte big-endian length that counts itself.
+const headerLen = 5
+
+// parseHeader reads a message header from the front of b (at least headerLen bytes) and returns the type and the
+// body length. It is the one place that applies the framing rules to both transports and both directions: a
+// length word under 4 is malformed, and a body longer than max (limits.max_message_size; 0 = unlimited) is
+// refused before any of it is read or buffered.
+func parseHeader(b []byte, max int) (typ byte, n int, err error) {
+	length := int(int32(binary.BigEndian.Uint32(b[1:headerLen])))
+	if length < 4 {
+		return 0, 0, fmt.Errorf("%w: message %q with length %d", errProtocol, b[0], length)
+	}
+	if max > 0 && length-4 > max {
+		return 0, 0, fmt.Errorf("%w: message %q of %d bytes exceeds the limit of %d", errProtocol, b[0], length, max)
+	}
+	return b[0], length - 4, nil
+}
+
+// msgReader frames PostgreSQL messages on top of a bufio.Reader for the goroutine transport. It never copies
+// a message it is only asked to forward: forward streams the body from the reader's buffer to the writer.
+// Headers are read with Peek so that a read interrupted at a message boundary (see interrupt) loses nothing
+// and can be retried.
+//
+// Buffer ownership: the bytes of header and body belong to the reader; a body returned by body() is valid
+// until the next call of body() or release(). Writers (bufio.Writer) copy what they are given.
 type msgReader struct {
 	r    *bufio.Reader
-	conn net.Conn // the connection under r, whose read deadline a drain wake-up sets
-	max  int      // largest accepted message length, 0 = unlimited
+	intr *interrupt // the interrupt of the connection under r, or nil: a read it interrupts may resume
+	max  int        // largest accepted body length, 0 = unlimited
 	typ  byte
 	n    int    // body length of the current message
 	buf  []byte // reusable body buffer for messages the proxy reads
@@ -47,35 +67,31 @@ type msgReader struct {
 
 // next reads the header of the next message. It returns the message type and the body length.
 func (m *msgReader) next() (byte, int, error) {
-	hdr, err := m.r.Peek(5)
+	hdr, err := m.r.Peek(headerLen)
 	if err != nil {
 		if len(hdr) > 0 && errors.Is(err, io.EOF) {
 			err = io.ErrUnexpectedEOF
 		}
 		return 0, 0, err
 	}
-	length := int(int32(binary.BigEndian.Uint32(hdr[1:])))
-	if length < 4 {
-		return 0, 0, fmt.Errorf("%w: message %q with length %d", errProtocol, hdr[0], length)
+	typ, n, err := parseHeader(hdr, m.max)
+	if err != nil {
+		return 0, 0, err
 	}
-	if m.max > 0 && length-4 > m.max {
-		return 0, 0, fmt.Errorf("%w: message %q of %d bytes exceeds the limit of %d", errProtocol, hdr[0], length, m.max)
-	}
-	m.typ = hdr[0]
-	m.n = length - 4
+	m.typ, m.n = typ, n
 	m.msgs++
-	m.bytes += uint64(length) + 1
-	return m.typ, m.n, nil
+	m.bytes += uint64(n) + headerLen
+	return typ, n, nil
 }
 
 // header returns the 5 header bytes of the current message; valid until the next read.
 func (m *msgReader) header() []byte {
-	hdr, _ := m.r.Peek(5)
+	hdr, _ := m.r.Peek(headerLen)
 	return hdr
 }
 
 // discardHeader consumes the header after a successful next.
-func (m *msgReader) discardHeader() { m.r.Discard(5) }
+func (m *msgReader) discardHeader() { m.r.Discard(headerLen) }
 
 // body reads the whole body of the current message (after next) into the reusable buffer. The returned slice is
 // valid until the next call of body.
@@ -85,11 +101,18 @@ func (m *msgReader) body() ([]byte, error) {
 		m.buf = make([]byte, m.n)
 	}
 	b := m.buf[:m.n]
-	if _, err := io.ReadFull(m.r, b); err != nil {
-		if errors.Is(err, io.EOF) {
-			err = io.ErrUnexpectedEOF
+	for read := 0; read < len(b); {
+		k, err := m.r.Read(b[read:])
+		read += k
+		if err != nil && read < len(b) {
+			if m.intr.resume(err) {
+				continue
+			}
+			if errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF
+			}
+			return nil, err
 		}
-		return nil, err
 	}
 	return b, nil
 }
@@ -103,14 +126,14 @@ func (m *msgReader) release() {
 
 // forward copies the current message, header and body, to w without decoding or allocating.
 func (m *msgReader) forward(w *bufio.Writer) error {
-	hdr, err := m.r.Peek(5)
+	hdr, err := m.r.Peek(headerLen)
 	if err != nil {
 		return err
 	}
 	if _, err := w.Write(hdr); err != nil {
 		return err
 	}
-	m.r.Discard(5)
+	m.r.Discard(headerLen)
 	return m.copyBody(w, m.n)
 }
 
@@ -133,10 +156,8 @@ func (m *msgReader) copyBody(w *bufio.Writer, n int) error {
 			if errors.Is(err, io.EOF) {
 				err = io.ErrUnexpectedEOF
 			}
-			if isTimeout(err) && m.conn != nil {
-				// A drain wake-up landed mid-message: nothing was lost; clear it and keep copying.
-				m.conn.SetReadDeadline(time.Time{})
-				continue
+			if m.intr.resume(err) {
+				continue // an interrupt that waits for the message boundary: nothing was lost
 			}
 			return err
 		}
@@ -148,12 +169,12 @@ func (m *msgReader) copyBody(w *bufio.Writer, n int) error {
 // writer need not be flushed yet: pipelined messages are coalesced into one write.
 func (m *msgReader) nextBuffered() bool {
 	nb := m.r.Buffered()
-	if nb < 5 {
+	if nb < headerLen {
 		return false
 	}
-	hdr, _ := m.r.Peek(5)
-	length := int(int32(binary.BigEndian.Uint32(hdr[1:])))
-	return length >= 4 && nb >= 1+length
+	hdr, _ := m.r.Peek(headerLen)
+	_, n, err := parseHeader(hdr, m.max)
+	return err == nil && nb >= headerLen+n
 }
 
 func isTimeout(err error) bool {

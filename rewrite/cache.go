@@ -88,8 +88,24 @@ func NewCache(r *Rewriter, size int) *Cache {
 // without parsing are not cached; the plans of parsed texts are, and a hit
 // neither decodes nor lexes the text.
 func (c *Cache) Plan(sql []byte, set Settings) Plan {
+	p, _ := c.plan(sql, set, true)
+	return p
+}
+
+// TryPlan is Plan when the plan costs no parse: the prefilter rules the text
+// out, the text or its shape is cached, or the text is decided without
+// parsing. Otherwise (a miss, which parses and deparses: a fraction of a
+// millisecond) it returns false having changed nothing and counted nothing,
+// so that a caller that must not wait (an event loop) can call Plan
+// elsewhere.
+func (c *Cache) TryPlan(sql []byte, set Settings) (Plan, bool) {
+	return c.plan(sql, set, false)
+}
+
+// plan is Plan, or TryPlan when miss is false.
+func (c *Cache) plan(sql []byte, set Settings, miss bool) (Plan, bool) {
 	if !c.r.rawMayTouch(sql) {
-		return Plan{Action: Pass}
+		return Plan{Action: Pass}, true
 	}
 	s := &c.shards[maphash.Bytes(c.seed, sql)&c.mask]
 	s.mu.Lock()
@@ -101,7 +117,7 @@ func (c *Cache) Plan(sql []byte, set Settings) Plan {
 		if c.obs != nil {
 			c.obs.CacheHit()
 		}
-		return p
+		return p, true
 	}
 	s.mu.Unlock()
 
@@ -111,21 +127,24 @@ func (c *Cache) Plan(sql []byte, set Settings) Plan {
 		// Decided without parsing (the token prefilter rules it out, or it
 		// cannot be read): not cached, so that reads whose literals hold a
 		// keyword do not push plans out of the cache.
-		return p
+		return p, true
 	}
 	key := cacheKey{string(sql), set}
 	if len(key.sql) > maxCachedSQL {
+		if !miss {
+			return Plan{}, false
+		}
 		p := c.r.planReading(rd)
 		c.missed(start)
-		return p
+		return p, true
 	}
-	p, shapeHit := c.planShape(rd, set, start)
-	if shapeHit {
-		return p
+	p, shapeHit, planned := c.planShape(rd, set, start, miss)
+	if shapeHit || !planned {
+		return p, shapeHit
 	}
 	c.missed(start)
 	c.put(key, p, nil)
-	return p
+	return p, true
 }
 
 func (c *Cache) missed(start time.Time) {
@@ -138,12 +157,16 @@ func (c *Cache) missed(start time.Time) {
 // template of the text's shape with the text's constants (hit true); a
 // miss plans the text in full and, the second time its shape is seen,
 // builds the shape's template (shape.go). Building costs about two plans,
-// so shapes seen once (a VALUES list of a new length) do not pay it.
-func (c *Cache) planShape(rd reading, set Settings, start time.Time) (Plan, bool) {
+// so shapes seen once (a VALUES list of a new length) do not pay it. With
+// miss false, a miss plans nothing and changes nothing (planned false).
+func (c *Cache) planShape(rd reading, set Settings, start time.Time, miss bool) (p Plan, hit, planned bool) {
 	text := []byte(rd.sql())
 	sh, ok := c.r.shapeOf(text)
 	if !ok {
-		return c.r.planReading(rd), false
+		if !miss {
+			return Plan{}, false, false
+		}
+		return c.r.planReading(rd), false, true
 	}
 	key := cacheKey{string(sh.key), set}
 	s := &c.shards[maphash.String(c.seed, key.sql)&c.mask]
@@ -151,8 +174,15 @@ func (c *Cache) planShape(rd reading, set Settings, start time.Time) (Plan, bool
 	e, found := s.m[key]
 	if !found || e.tmpl == nil {
 		s.mu.Unlock()
+		if !miss {
+			return Plan{}, false, false
+		}
 		c.put(key, Plan{}, &shapeTemplate{pending: true})
-		return c.r.planReading(rd), false
+		return c.r.planReading(rd), false, true
+	}
+	if !e.tmpl.ok && !miss {
+		s.mu.Unlock()
+		return Plan{}, false, false
 	}
 	s.unlink(e)
 	s.pushFront(e)
@@ -163,13 +193,13 @@ func (c *Cache) planShape(rd reading, set Settings, start time.Time) (Plan, bool
 		if c.obs != nil {
 			c.obs.CacheHit()
 		}
-		return c.r.planShaped(t, text, sh.spans, rd), true
+		return c.r.planShaped(t, text, sh.spans, rd), true, true
 	case !t.pending:
-		return c.r.planReading(rd), false // a shape planned in full
+		return c.r.planReading(rd), false, true // a shape planned in full
 	}
 	full := c.r.plan(string(text), rd.scsOff)
 	c.put(key, Plan{}, c.r.buildTemplate(text, sh, rd.scsOff, full))
-	return c.r.forClient(full, rd), false
+	return c.r.forClient(full, rd), false, true
 }
 
 // put stores the plan of a text (tmpl nil) or the template of a shape.

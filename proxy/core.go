@@ -1,0 +1,280 @@
+package proxy
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync/atomic"
+
+	"github.com/fenceproxy/fenceproxy/rewrite"
+)
+
+// The session core: every protocol rule the proxy applies to a relayed session, in one place, for both
+// transports. A transport frames messages (wire.go: parseHeader) and calls
+//
+//   - onClientMsg for each message from the client and onServerMsg for each message from the server, in order;
+//   - with the whole body when clientNeedsBody / serverNeedsBody say the core reads that message type: the core
+//     then appends what goes to the other side in its place to out (the message itself, rewritten, or refused);
+//   - with a nil body otherwise: the core only keeps its state, and the transport forwards the message's bytes
+//     unchanged (streaming them, however long) after the call.
+//
+// Which rule lives where: fencing of Query and Parse (fence.go: queryOut, parseOut, checkPlan), refusal of a
+// FunctionCall of set_config (scope.go: functionCallOut), error translation (fence.go: errorOut), the SASL
+// mechanism filter, BackendKeyData, ParameterStatus and ReadyForQuery (below), what the server's reported
+// settings mean for reading SQL (reading.go), and how a session ends (end.go).
+
+// protoState is a session's protocol state, kept by the core from the messages both ways.
+//
+// Concurrency: with the event loop one goroutine runs the whole core. With the goroutine transport the client
+// side (the session goroutine) writes pending (up) and unsynced; the server side writes pending (down), ready,
+// txStatus and every plain field. Each side reads the other's fields only through the atomics; the plain fields
+// are read by the client side only after ready is published (reusable) or after the server side ended
+// (serverParams, serverFatal, at the session's end).
+type protoState struct {
+	ready    atomic.Bool   // the first ReadyForQuery was seen: startup and authentication are over
+	pending  atomic.Int64  // Query, Sync and FunctionCall messages not yet answered by ReadyForQuery
+	unsynced atomic.Bool   // extended-protocol messages forwarded since the last Sync
+	txStatus atomic.Uint32 // the last ReadyForQuery's status byte (txIdle, txBlock, txFailed); txUnknown before
+
+	authAsked    bool          // the server asked for something during startup: never reuse the connection
+	reusable     bool          // the connection may be kept for another session; set before ready is published
+	serverFatal  bool          // the server sent a FATAL or PANIC error: the client knows why the session ends
+	serverParams []paramStatus // ParameterStatus values as the server reported them (reuse.go)
+	reading      serverReading // client_encoding, server_encoding, standard_conforming_strings (reading.go)
+}
+
+// inTx reports whether the last ReadyForQuery said the session is inside a transaction block.
+func (st *protoState) inTx() bool {
+	s := byte(st.txStatus.Load())
+	return s == txBlock || s == txFailed
+}
+
+// idle reports whether the session is at a safe point to be closed by a drain or to have its upstream kept:
+// startup is over, everything the client sent is answered, and no transaction block is open.
+func (st *protoState) idle() bool {
+	return st.ready.Load() && st.pending.Load() <= 0 && !st.unsynced.Load() && byte(st.txStatus.Load()) == txIdle
+}
+
+// running reports whether the upstream may be running something for the client (for the cancel at a client's
+// loss).
+func (st *protoState) running() bool {
+	return st.ready.Load() && (st.pending.Load() > 0 || st.unsynced.Load())
+}
+
+// errTerminated is onClientMsg's answer to a Terminate: the client ends the session. The Terminate is not
+// forwarded; the session's end decides between sending it upstream and keeping the connection.
+var errTerminated = errors.New("client sent Terminate")
+
+// clientNeedsBody reports whether onClientMsg reads the body of a client message of type typ, with p the
+// session's planner (nil: no fencing).
+func (ss *session) clientNeedsBody(typ byte, p Planner) bool {
+	switch typ {
+	case msgQuery, msgParse:
+		return p != nil
+	case msgFunctionCall:
+		return ss.srv.fastpathGuarded()
+	}
+	return false
+}
+
+// onClientMsg applies the protocol rules to one message from the client (see the top of this file). p is the
+// planner to use for Query and Parse.
+func (ss *session) onClientMsg(typ byte, body []byte, p Planner, out msgSink) error {
+	st := &ss.state
+	switch typ {
+	case msgQuery:
+		if body == nil {
+			st.pending.Add(1)
+			return nil
+		}
+		set := ss.readingSettings() // before this message counts as pending
+		st.pending.Add(1)
+		return ss.queryOut(out, p, body, set)
+	case msgParse:
+		if body == nil {
+			st.unsynced.Store(true)
+			return nil
+		}
+		set := ss.readingSettings()
+		st.unsynced.Store(true)
+		return ss.parseOut(out, p, body, set)
+	case msgSync:
+		st.pending.Add(1)
+		st.unsynced.Store(false)
+	case msgFunctionCall:
+		st.pending.Add(1)
+		if body != nil {
+			return ss.functionCallOut(out, body)
+		}
+	case msgBind, msgExecute, msgDescribe, msgClose, msgFlush:
+		st.unsynced.Store(true)
+	case msgCopyData, msgCopyDone, msgCopyFail, msgPassword:
+	case msgTerminate:
+		return errTerminated
+	default:
+		return fmt.Errorf("%w: unknown message type %q", errProtocol, typ)
+	}
+	return nil
+}
+
+// planText returns the SQL text of a Query or Parse body, as the planner reads it; false when the body is
+// malformed (onClientMsg then reports the protocol error).
+func planText(typ byte, body []byte) ([]byte, bool) {
+	switch typ {
+	case msgQuery:
+		if len(body) == 0 || body[len(body)-1] != 0 {
+			return nil, false
+		}
+		return body[:len(body)-1], true
+	case msgParse:
+		_, rest, ok := cutNul(body)
+		if !ok {
+			return nil, false
+		}
+		query, _, ok := cutNul(rest)
+		return query, ok
+	}
+	return nil, false
+}
+
+// serverEvent is what onServerMsg tells the transport beyond the bytes to send.
+type serverEvent uint8
+
+const (
+	// evStartupOver: this was the first ReadyForQuery; startup and authentication are over.
+	evStartupOver serverEvent = 1 << iota
+	// evDrainNow: the proxy is draining and the session just became idle: end it (after sending out).
+	evDrainNow
+)
+
+// serverNeedsBody reports whether onServerMsg reads the body of a server message of type typ.
+func serverNeedsBody(typ byte) bool {
+	switch typ {
+	case msgErrorResponse, msgAuthentication, msgBackendKeyData, msgParameterStatus, msgReadyForQuery:
+		return true
+	}
+	return false
+}
+
+// onServerMsg applies the protocol rules to one message from the server (see the top of this file).
+func (ss *session) onServerMsg(typ byte, body []byte, out msgSink) (serverEvent, error) {
+	if body == nil {
+		if typ == msgNegotiateProtocolVersion {
+			ss.state.authAsked = true // a reused connection could not show it again
+		}
+		return 0, nil
+	}
+	switch typ {
+	case msgErrorResponse:
+		return 0, ss.errorOut(out, body)
+	case msgAuthentication:
+		return 0, ss.authOut(out, body)
+	case msgBackendKeyData:
+		return 0, ss.backendKeyOut(out, body)
+	case msgParameterStatus:
+		return 0, ss.paramStatusOut(out, body)
+	case msgReadyForQuery:
+		return ss.readyOut(out, body)
+	}
+	writeMsg(out, typ, body, "")
+	return 0, nil
+}
+
+// readyOut forwards ReadyForQuery and keeps the session's idle state.
+func (ss *session) readyOut(out msgSink, body []byte) (serverEvent, error) {
+	st := &ss.state
+	if len(body) != 1 {
+		return 0, fmt.Errorf("upstream sent ReadyForQuery of %d bytes", len(body))
+	}
+	var ev serverEvent
+	if !st.ready.Load() {
+		// Before ready is published: mayKeep, on the client side, reads reusable only after ready.
+		st.reusable = ss.srv.pool != nil && !st.authAsked
+		st.txStatus.Store(uint32(body[0]))
+		st.ready.Store(true)
+		ev |= evStartupOver
+	} else {
+		if st.pending.Add(-1) < 0 {
+			st.pending.Store(0)
+		}
+		st.txStatus.Store(uint32(body[0]))
+	}
+	writeMsg(out, msgReadyForQuery, body, "")
+	if ss.srv.draining.Load() && st.idle() {
+		ev |= evDrainNow
+	}
+	return ev, nil
+}
+
+// backendKeyOut records the upstream backend's PID and key. The client gets the PID unchanged, so that
+// pg_backend_pid(), notifications and the driver agree and a CancelRequest can be routed by PID, and a secret
+// of the proxy's own (see reuse.go).
+func (ss *session) backendKeyOut(out msgSink, body []byte) error {
+	if len(body) < 8 {
+		return fmt.Errorf("upstream sent a BackendKeyData of %d bytes", len(body))
+	}
+	ss.cancelKey = append([]byte(nil), body...)
+	ss.newClientKey()
+	ss.srv.registerPID(ss, binary.BigEndian.Uint32(body))
+	writeMsg(out, msgBackendKeyData, ss.clientKey, "")
+	return nil
+}
+
+// paramStatusOut forwards a ParameterStatus, noting its value.
+func (ss *session) paramStatusOut(out msgSink, body []byte) error {
+	ss.noteParam(body)
+	writeMsg(out, msgParameterStatus, body, "")
+	return nil
+}
+
+// noteParam records a ParameterStatus value (and application_name for the logs); false if body is malformed.
+func (ss *session) noteParam(body []byte) bool {
+	k, rest, ok := cutNul(body)
+	if !ok {
+		return false
+	}
+	v, _, ok := cutNul(rest)
+	if !ok {
+		return false
+	}
+	if string(k) == "application_name" {
+		app := string(v)
+		ss.appName.Store(&app)
+	}
+	ss.state.serverParams = setParam(ss.state.serverParams, string(k), string(v))
+	ss.state.reading.note(string(k), string(v))
+	return true
+}
+
+// authOut forwards authentication requests. When the client reached the proxy over TLS, the proxy removes
+// SCRAM-SHA-256-PLUS from the offered mechanisms: channel binding ties the exchange to the TLS connection the
+// server sees, which is the proxy's, not the client's, so it could never succeed through a TLS-terminating proxy.
+func (ss *session) authOut(out msgSink, body []byte) error {
+	if len(body) < 4 || binary.BigEndian.Uint32(body) != authOK {
+		ss.state.authAsked = true
+	}
+	if ss.clientTLS && len(body) >= 4 && binary.BigEndian.Uint32(body) == authSASL {
+		var kept []byte
+		kept = append(kept, body[:4]...)
+		rest := body[4:]
+		for len(rest) > 0 && rest[0] != 0 {
+			mech, after, ok := cutNul(rest)
+			if !ok {
+				break
+			}
+			if string(mech) != "SCRAM-SHA-256-PLUS" {
+				kept = append(append(kept, mech...), 0)
+			}
+			rest = after
+		}
+		kept = append(kept, 0)
+		body = kept
+	}
+	writeMsg(out, msgAuthentication, body, "")
+	return nil
+}
+
+// readingSettings are the settings under which the server will read the next client message.
+func (ss *session) readingSettings() rewrite.Settings {
+	return ss.state.reading.settings(ss.state.pending.Load() > 0 || ss.state.unsynced.Load())
+}

@@ -1,0 +1,135 @@
+package proxy
+
+import (
+	"errors"
+	"net"
+	"time"
+)
+
+// How a session ends, for both transports: the transport says why (an ending) and gives access to its
+// connections (sessionIO); end does the rest, once: the outcome for the log line, the metrics, cancelling a
+// query the vanished client left running, the farewell messages, Terminate to the upstream or keeping the
+// upstream connection for reuse (reuse.go), and closing.
+
+// endReason is why a transport stopped relaying a session.
+type endReason uint8
+
+const (
+	endNone         endReason = iota // not ended (a side stopped because the other one ended)
+	endTerminate                     // the client sent Terminate
+	endProtocol                      // the client broke the protocol
+	endClientGone                    // the client's connection closed or failed
+	endUpstreamGone                  // the upstream connection closed or failed
+	endDrained                       // a drain closed the idle session
+	endRelayFailed                   // the transport itself failed (an epoll error)
+	endHandover                      // goroutine transport only: the session moves to the event loop
+)
+
+// ending is how a transport stopped relaying a session.
+type ending struct {
+	why endReason
+	err error
+	// atBoundary: the upstream side stopped between two messages (a farewell may be sent to the client without
+	// cutting into a message; the connection may be kept).
+	atBoundary bool
+}
+
+// sessionIO is what end needs of the transport that relayed the session. The writes are best effort, bounded
+// by farewellTimeout, and first send what the transport still holds for that side.
+type sessionIO interface {
+	forced() bool // forceClose ran: the sockets are shut, write nothing
+	sendUpstream(b []byte)
+	sendClient(b []byte)
+	keepable() bool                  // nothing unread from or unsent to the upstream
+	takeUpstream() (net.Conn, error) // the upstream connection, out of the transport, for reuse
+	close()                          // close what the transport still holds
+}
+
+// farewellTimeout bounds each write a session makes on its way out.
+const farewellTimeout = time.Second
+
+// terminateMsg is the Terminate message.
+var terminateMsg = []byte{msgTerminate, 0, 0, 0, 4}
+
+// end ends a session that a transport stopped relaying.
+func (ss *session) end(e ending, tio sessionIO) {
+	st := &ss.state
+	forced := tio.forced()
+	ss.outcome = ss.outcomeOf(e, forced)
+	var farewell []byte
+	switch e.why {
+	case endProtocol:
+		ss.srv.metrics.protocolError()
+		ss.log.Info("client protocol violation; closing", "err", e.err)
+		if !st.serverFatal {
+			farewell = errorResponse("FATAL", sqlstateProtocolViolation, "invalid message from client", e.err.Error(), "")
+		}
+	case endUpstreamGone:
+		if !forced && e.atBoundary && !st.serverFatal && !errors.Is(e.err, net.ErrClosed) {
+			ss.srv.metrics.upstreamError()
+			ss.log.Warn("upstream connection lost", "err", e.err)
+			farewell = errorResponse("FATAL", sqlstateConnectionFailure, "fenceproxy lost the connection to the upstream server", e.err.Error(), "")
+		}
+	case endDrained:
+		farewell = errorResponse("FATAL", sqlstateAdminShutdown, "terminating connection because fenceproxy is shutting down", "", "")
+	case endRelayFailed:
+		ss.log.Warn("relay failed; closing the session", "err", e.err)
+		ss.cancelIfRunning()
+		if !st.serverFatal {
+			farewell = errorResponse("FATAL", sqlstateConnectionFailure, "fenceproxy could not relay the session", e.err.Error(), "")
+		}
+	case endClientGone:
+		// A query the client left running would go on holding locks and a backend until it tried to send
+		// its result, so cancel it.
+		ss.cancelIfRunning()
+	case endTerminate:
+		if !forced && e.atBoundary && ss.mayKeep() && tio.keepable() {
+			up, err := tio.takeUpstream()
+			tio.close()
+			if err != nil {
+				ss.log.Debug("upstream connection not kept", "err", err)
+				return
+			}
+			ss.keep(up)
+			return
+		}
+	}
+	if !forced {
+		if e.why != endUpstreamGone {
+			tio.sendUpstream(terminateMsg)
+		}
+		if e.why != endClientGone {
+			tio.sendClient(farewell)
+		}
+	}
+	tio.close()
+}
+
+// cancelIfRunning cancels what the upstream may still be running for the client.
+func (ss *session) cancelIfRunning() {
+	if ss.state.running() && ss.cancelKey != nil {
+		ss.srv.cancelUpstream(ss.cancelKey)
+	}
+}
+
+// outcomeOf says how a session ended, for the "connection ended" line.
+func (ss *session) outcomeOf(e ending, forced bool) string {
+	switch {
+	case forced:
+		return outcomeShutdown
+	case e.why == endTerminate:
+		return outcomeTerminated
+	case e.why == endProtocol:
+		return outcomeProtocol
+	case e.why == endDrained:
+		return outcomeShutdown
+	case e.why == endUpstreamGone:
+		return outcomeServerClosed
+	case e.why == endRelayFailed:
+		return outcomeRelayFailed
+	case ss.srv.draining.Load():
+		return outcomeShutdown
+	default:
+		return outcomeClientGone
+	}
+}

@@ -1,0 +1,89 @@
+package proxy
+
+import (
+	"net"
+	"sync/atomic"
+	"time"
+)
+
+// The goroutine transport blocks in reads; another goroutine stops such a read by setting the connection's
+// read deadline to now. interrupt is the one way it does that: it records why, so that the reader, when its
+// read fails with a timeout, asks the interrupt what the timeout means instead of guessing from flags.
+//
+// Reasons are ordered: a stronger reason replaces a weaker one, never the reverse, so a drain wake-up cannot
+// hide a stop. Who raises what:
+//
+//   - intrDrain (upstream reader): Shutdown wants the server-to-client side to look at the session at the next
+//     message boundary and close it if idle. A message being read is read to its end.
+//   - intrHandover (client reader): the server-to-client side saw startup end and wants the session moved to
+//     the event loop. A message being read is read to its end, then the reader stops.
+//   - intrStop (upstream reader): the client-to-server side ended; the server-to-client side stops now, at a
+//     message boundary if it is at one (the session's end then knows whether the upstream could be kept).
+//   - intrPeerEnded (client reader): the server-to-client side ended (the upstream closed or failed, the client
+//     could not be written to, a drain closed the session); the client-to-server side stops now.
+type interrupt struct {
+	conn net.Conn
+	why  atomic.Int32
+}
+
+type intrReason int32
+
+const (
+	intrNone intrReason = iota
+	intrDrain
+	intrHandover
+	intrStop
+	intrPeerEnded
+)
+
+// waitsForBoundary reports whether a read interrupted for r may go on to the end of the message it is in.
+func (r intrReason) waitsForBoundary() bool { return r == intrDrain || r == intrHandover }
+
+// raise interrupts the reader's current or next read for r, unless a stronger reason is already pending.
+func (i *interrupt) raise(r intrReason) {
+	for {
+		cur := i.why.Load()
+		if intrReason(cur) >= r {
+			break
+		}
+		if i.why.CompareAndSwap(cur, int32(r)) {
+			break
+		}
+	}
+	// Set after the reason, so that a reader that sees the timeout also sees the reason (or a stronger one).
+	i.conn.SetReadDeadline(time.Now())
+}
+
+// reason is the pending reason, intrNone if none. Cheap: readers check it at every message boundary.
+func (i *interrupt) reason() intrReason { return intrReason(i.why.Load()) }
+
+// take clears the interrupt and returns the reason it had. The deadline is lifted before the reason is taken,
+// so that a raise racing with take either is taken now or leaves its deadline in place.
+func (i *interrupt) take() intrReason {
+	i.conn.SetReadDeadline(time.Time{})
+	return intrReason(i.why.Swap(int32(intrNone)))
+}
+
+// caught reports the reason a read failed with err, intrNone when err is not an interrupt's timeout.
+func (i *interrupt) caught(err error) intrReason {
+	if i == nil || !isTimeout(err) {
+		return intrNone
+	}
+	return i.reason()
+}
+
+// resume is for a read that failed with err in the middle of a message: it reports whether the failure was an
+// interrupt that waits for the message boundary, in which case the deadline is lifted (the reason stays
+// pending, for the reader to act on at the boundary) and the read may be retried.
+func (i *interrupt) resume(err error) bool {
+	if !i.caught(err).waitsForBoundary() {
+		return false
+	}
+	i.conn.SetReadDeadline(time.Time{})
+	if !i.reason().waitsForBoundary() {
+		// A stronger reason arrived meanwhile; put its deadline back.
+		i.conn.SetReadDeadline(time.Now())
+		return false
+	}
+	return true
+}

@@ -1,0 +1,80 @@
+package proxy
+
+import "github.com/fenceproxy/fenceproxy/rewrite"
+
+// Message type bytes of the PostgreSQL wire protocol (version 3) that the proxy names. The same byte means
+// different messages in the two directions ('S' is Sync from the client, ParameterStatus from the server), so
+// the names carry the direction.
+
+// Frontend (client to server) messages.
+const (
+	msgQuery        byte = 'Q'
+	msgParse        byte = 'P'
+	msgBind         byte = 'B'
+	msgExecute      byte = 'E'
+	msgDescribe     byte = 'D'
+	msgClose        byte = 'C'
+	msgFlush        byte = 'H'
+	msgSync         byte = 'S'
+	msgFunctionCall byte = 'F'
+	msgCopyData     byte = 'd'
+	msgCopyDone     byte = 'c'
+	msgCopyFail     byte = 'f'
+	msgPassword     byte = 'p' // PasswordMessage, SASLInitialResponse, SASLResponse, GSSResponse
+	msgTerminate    byte = 'X'
+)
+
+// Backend (server to client) messages.
+const (
+	msgAuthentication           byte = 'R'
+	msgBackendKeyData           byte = 'K'
+	msgParameterStatus          byte = 'S'
+	msgReadyForQuery            byte = 'Z'
+	msgErrorResponse            byte = 'E'
+	msgNoticeResponse           byte = 'N'
+	msgNotificationResponse     byte = 'A'
+	msgCommandComplete          byte = 'C'
+	msgNegotiateProtocolVersion byte = 'v'
+)
+
+// ReadyForQuery transaction status bytes.
+const (
+	txIdle    byte = 'I' // not in a transaction block
+	txBlock   byte = 'T' // in a transaction block
+	txFailed  byte = 'E' // in a failed transaction block
+	txUnknown byte = 0   // no ReadyForQuery seen yet
+)
+
+// Authentication request codes (the first word of an Authentication message's body).
+const (
+	authOK   = 0
+	authSASL = 10
+)
+
+// ErrorResponse field codes.
+const (
+	fieldSeverity = 'V' // non-localized severity
+	fieldCode     = 'C'
+	fieldMessage  = 'M'
+	fieldTable    = 't'
+)
+
+// SQLSTATEs the proxy sends or looks for. The fencing codes are rewrite's (the contract's 55F0x); the others
+// are PostgreSQL's own, used with the meaning PostgreSQL gives them. This is the one list: no SQLSTATE is
+// spelled as a literal anywhere else in proxy/.
+const (
+	sqlstateStale       = rewrite.CodeStale       // 55F01
+	sqlstateMissing     = rewrite.CodeMissing     // 55F02
+	sqlstateInvalid     = rewrite.CodeInvalid     // 55F03
+	sqlstateUnfenceable = rewrite.CodeUnfenceable // 55F04
+
+	sqlstateProtocolViolation     = "08P01" // invalid message from the client
+	sqlstateConnectionFailure     = "08006" // the upstream could not be reached or was lost
+	sqlstateFeatureNotSupported   = "0A000" // an unsupported frontend protocol version
+	sqlstateTooManyConnections    = "53300" // limits.max_client_connections reached
+	sqlstateCannotConnectNow      = "57P03" // the proxy is shutting down and takes no new session
+	sqlstateAdminShutdown         = "57P01" // a drain closed an idle session
+	sqlstateFencingClassPrefix    = "55F0"  // every fencing SQLSTATE starts with it
+	sqlstateInvalidAuthorization  = "28000" // reserved for authentication refusals decided by the proxy
+	sqlstateInvalidTextRepresentn = "22P02" // how a fencing marker reaches the proxy (a failed cast)
+)

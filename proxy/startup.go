@@ -1,0 +1,254 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"time"
+)
+
+// Startup: everything between accept and relaying. The client negotiates TLS (SSLRequest, GSSENCRequest, direct
+// TLS) or sends a CancelRequest; its StartupMessage is checked (limits, drain, a token among its parameters);
+// the session then resumes a kept upstream connection (reuse.go) or dials a new one and sends the
+// StartupMessage on, after which authentication is relayed by the transport like any other message, until the
+// first ReadyForQuery (core.go: readyOut).
+
+// handle runs one accepted connection to the end.
+func (s *Server) handle(raw net.Conn, over bool) {
+	ss := &session{srv: s, client: raw, remote: raw.RemoteAddr().String()}
+	ss.log = s.log.With("client", ss.remote)
+	defer func() {
+		if r := recover(); r != nil {
+			// A bug must not take the other sessions down with it.
+			ss.log.Error("session panic", "panic", r)
+			ss.forceClose()
+		}
+	}()
+	defer func() { ss.client.Close() }()
+
+	raw.SetDeadline(time.Now().Add(s.cfg.Limits.StartupTimeout))
+	startup, r, err := ss.negotiate(raw)
+	if err != nil {
+		ss.startupFailed(err)
+		return
+	}
+	if startup == nil {
+		return // a CancelRequest, handled
+	}
+	ss.attachClient(r)
+
+	if over {
+		s.metrics.sessionRefused("too_many_clients")
+		ss.fatal(sqlstateTooManyConnections, "sorry, too many clients already", fmt.Sprintf("fenceproxy serves at most %d client connections (limits.max_client_connections).", s.cfg.Limits.MaxClientConnections))
+		return
+	}
+	if s.draining.Load() {
+		s.metrics.sessionRefused("shutting_down")
+		ss.fatal(sqlstateCannotConnectNow, "the proxy is shutting down", "")
+		return
+	}
+	if ss.params, err = parseStartupParams(startup[4:]); err != nil {
+		ss.startupFailed(err)
+		return
+	}
+	app := ss.params["application_name"]
+	ss.appName.Store(&app)
+	ss.log = ss.log.With("user", ss.params["user"], "database", ss.params["database"])
+	if code, msg, hint, ok := ss.checkStartupToken(); !ok {
+		s.metrics.refusal(code, "")
+		msg = s.withTokenContext(msg)
+		ss.log.Warn("refused startup token", "code", code, "reason", msg, "application_name", app)
+		ss.fatalHint(code, msg, "", hint)
+		return
+	}
+
+	if s.pool != nil {
+		ss.startup = startupKey(startup[:4], ss.params)
+	}
+	for kc := s.pool.get(ss.startup); kc != nil; kc = s.pool.get(ss.startup) {
+		resumed, err := ss.resume(kc)
+		if !resumed {
+			continue // that one was dead: try another, or a new connection
+		}
+		if err != nil {
+			s.unregister(ss) // the client went away
+			kc.conn.Close()
+			return
+		}
+		s.serveSession(ss, true)
+		return
+	}
+
+	ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(s.cfg.Limits.StartupTimeout))
+	up, err := s.dialUpstream(ctx)
+	cancel()
+	if err != nil {
+		s.metrics.upstreamError()
+		ss.log.Warn("upstream connection failed", "err", err)
+		ss.fatal(sqlstateConnectionFailure, "fenceproxy could not connect to the upstream server", err.Error())
+		return
+	}
+	ss.attachUpstream(up)
+	ss.born = time.Now()
+	up.SetDeadline(time.Now().Add(s.cfg.Limits.StartupTimeout))
+	// The StartupMessage goes upstream exactly as the client sent it: every parameter, options included, and
+	// the protocol version, so that NegotiateProtocolVersion comes from PostgreSQL itself.
+	ss.out = binary.BigEndian.AppendUint32(ss.out[:0], uint32(len(startup)+4))
+	ss.out = append(ss.out, startup...)
+	if _, err := ss.sw.Write(ss.out); err != nil || ss.sw.Flush() != nil {
+		s.metrics.upstreamError()
+		ss.fatal(sqlstateConnectionFailure, "fenceproxy lost the upstream server during startup", "")
+		up.Close()
+		return
+	}
+	s.serveSession(ss, false)
+}
+
+// negotiate runs the startup phase up to the StartupMessage: SSLRequest, GSSENCRequest, direct TLS and
+// CancelRequest. It returns the StartupMessage body (protocol version first) and the reader to go on with, or a
+// nil body when the connection was a CancelRequest.
+func (ss *session) negotiate(raw net.Conn) ([]byte, *bufio.Reader, error) {
+	r := bufio.NewReaderSize(raw, readBufferSize)
+	tlsCfg := ss.srv.clientTLS
+	for attempt := 0; attempt < 4; attempt++ {
+		if !ss.clientTLS && tlsCfg != nil && attempt == 0 {
+			// PostgreSQL 17's sslnegotiation=direct starts TLS at once: the first byte is a TLS handshake
+			// record, not a length word.
+			if b, err := r.Peek(1); err == nil && b[0] == 0x16 {
+				tc := tls.Server(&bufferedConn{Conn: raw, r: r}, tlsCfg)
+				if err := tc.Handshake(); err != nil {
+					return nil, nil, fmt.Errorf("direct TLS handshake: %w", err)
+				}
+				if tc.ConnectionState().NegotiatedProtocol != "postgresql" {
+					return nil, nil, fmt.Errorf("%w: direct TLS without ALPN \"postgresql\"", errProtocol)
+				}
+				ss.client, ss.clientTLS = tc, true
+				r = bufio.NewReaderSize(tc, readBufferSize)
+				continue
+			}
+		}
+		body, err := readStartupPacket(r)
+		if err != nil {
+			return nil, nil, err
+		}
+		code := binary.BigEndian.Uint32(body)
+		switch code {
+		case codeSSLRequest:
+			if len(body) != 4 || ss.clientTLS {
+				return nil, nil, fmt.Errorf("%w: unexpected SSLRequest", errProtocol)
+			}
+			if r.Buffered() > 0 {
+				// Bytes sent before the handshake could be injected by a man in the middle (CVE-2021-23214).
+				return nil, nil, fmt.Errorf("%w: data received after SSLRequest", errProtocol)
+			}
+			if tlsCfg == nil {
+				if _, err := ss.client.Write([]byte{'N'}); err != nil {
+					return nil, nil, err
+				}
+				continue
+			}
+			if _, err := ss.client.Write([]byte{'S'}); err != nil {
+				return nil, nil, err
+			}
+			tc := tls.Server(ss.client, tlsCfg)
+			if err := tc.Handshake(); err != nil {
+				return nil, nil, fmt.Errorf("TLS handshake: %w", err)
+			}
+			ss.client, ss.clientTLS = tc, true
+			r = bufio.NewReaderSize(tc, readBufferSize)
+		case codeGSSENCRequest:
+			if len(body) != 4 || r.Buffered() > 0 {
+				return nil, nil, fmt.Errorf("%w: unexpected GSSENCRequest", errProtocol)
+			}
+			if _, err := ss.client.Write([]byte{'N'}); err != nil {
+				return nil, nil, err
+			}
+		case codeCancelRequest:
+			ss.srv.forwardCancel(body)
+			return nil, nil, nil
+		default:
+			if major := code >> 16; major != 3 {
+				return nil, nil, &startupError{code: sqlstateFeatureNotSupported, msg: fmt.Sprintf("unsupported frontend protocol %d.%d: fenceproxy supports 3.x", major, code&0xffff)}
+			}
+			return body, r, nil
+		}
+	}
+	return nil, nil, fmt.Errorf("%w: too many negotiation requests", errProtocol)
+}
+
+// bufferedConn lets a TLS handshake read bytes already peeked into a bufio.Reader.
+type bufferedConn struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+func (c *bufferedConn) Read(p []byte) (int, error) { return c.r.Read(p) }
+
+type startupError struct{ code, msg string }
+
+func (e *startupError) Error() string { return e.msg }
+
+// startupFailed answers a client that failed before its session began.
+func (ss *session) startupFailed(err error) {
+	var se *startupError
+	switch {
+	case errors.As(err, &se):
+		ss.fatal(se.code, se.msg, "")
+	case errors.Is(err, errProtocol):
+		ss.srv.metrics.protocolError()
+		ss.log.Info("startup protocol violation", "err", err)
+		ss.fatal(sqlstateProtocolViolation, "invalid startup packet", err.Error())
+	case isTimeout(err):
+		ss.log.Info("startup timed out")
+		ss.fatal(sqlstateConnectionFailure, "startup timed out", "")
+	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
+		// A client that connects and goes away (a port check, a libpq retry after 'N') is not worth a line.
+	default:
+		ss.log.Info("startup failed", "err", err)
+	}
+}
+
+// fatal sends a FATAL ErrorResponse to the client, best effort, before the session is relayed.
+func (ss *session) fatal(code, msg, detail string) { ss.fatalHint(code, msg, detail, "") }
+
+// fatalHint is fatal with a HINT.
+func (ss *session) fatalHint(code, msg, detail, hint string) {
+	ss.client.SetWriteDeadline(time.Now().Add(farewellTimeout))
+	b := errorResponse("FATAL", code, msg, detail, hint)
+	if ss.cw != nil {
+		ss.cw.Write(b)
+		ss.cw.Flush()
+		return
+	}
+	ss.client.Write(b)
+}
+
+// checkStartupToken validates a token given in the startup packet, as a parameter of its own or as -c in
+// options, so that an invalid or forged token is refused before the session starts.
+func (ss *session) checkStartupToken() (code, msg, hint string, ok bool) {
+	setting := ss.srv.cfg.Token.Setting
+	var values []string
+	for k, v := range ss.params {
+		if strings.EqualFold(k, setting) {
+			values = append(values, v)
+		}
+	}
+	if v, found := optionSetting(ss.params["options"], setting); found {
+		values = append(values, v)
+	}
+	if len(values) > 0 && ss.srv.transactionScope() {
+		return sqlstateInvalid, fmt.Sprintf("invalid fencing token: a token in the startup packet is session-level, and %s would stay on a pooled server connection for its next client", setting), ss.srv.scopeHint(), false
+	}
+	for _, v := range values {
+		if code, msg, ok := ss.srv.checkToken(v); !ok {
+			return code, msg, "", false
+		}
+	}
+	return "", "", "", true
+}
