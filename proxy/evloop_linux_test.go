@@ -12,6 +12,7 @@ import (
 	"github.com/fenceproxy/fenceproxy/internal/pgtest"
 	"github.com/fenceproxy/fenceproxy/internal/proxytest"
 	"github.com/fenceproxy/fenceproxy/proxy"
+	"github.com/fenceproxy/fenceproxy/rewrite"
 )
 
 // TestSessionsSpreadOverEventLoops: with relay.event_loops: 3, six sessions are relayed three loops by two, each
@@ -105,5 +106,110 @@ func TestRunnableThreadsParsesLoadavg(t *testing.T) {
 		if got != c.want || ok != c.ok {
 			t.Errorf("runnableThreads(%q) = %d, %v; want %d, %v", c.in, got, ok, c.want, c.ok)
 		}
+	}
+}
+
+// blockingPlanner plans like the proxy's own cache, except that planning one text (a cache miss by
+// construction) waits until the test releases it.
+type blockingPlanner struct {
+	inner   *rewrite.Cache
+	blocked string
+	entered chan struct{} // closed when the blocked text's planning starts
+	release chan struct{} // closed by the test to let it finish
+}
+
+func (b *blockingPlanner) TryPlan(sql []byte, set rewrite.Settings) (rewrite.Plan, bool) {
+	if string(sql) == b.blocked {
+		return rewrite.Plan{}, false
+	}
+	return b.inner.TryPlan(sql, set)
+}
+
+func (b *blockingPlanner) Plan(sql []byte, set rewrite.Settings) rewrite.Plan {
+	if string(sql) == b.blocked {
+		close(b.entered)
+		<-b.release
+	}
+	return b.inner.Plan(sql, set)
+}
+
+// TestLoopPlansMissesOffTheLoop: a statement whose plan is not cached is planned off the event loop. With one
+// loop relaying two sessions, one session's statement is held in planning while the other session runs
+// queries and writes through the same loop; then the held statement and the statement the client pipelined
+// after it complete, in order.
+func TestLoopPlansMissesOffTheLoop(t *testing.T) {
+	ctx := ctxT(t)
+	table := fmt.Sprintf("loopmiss_%d", time.Now().UnixNano())
+	d := direct(t)
+	if _, err := d.Exec(ctx, "CREATE TABLE "+table+" (id int PRIMARY KEY, n int, fence_token bigint); INSERT INTO "+table+" VALUES (1, 0, NULL), (2, 0, NULL)"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Exec(context.Background(), "DROP TABLE "+table) })
+	p := startProxy(t, proxytest.Options{YAML: fmt.Sprintf("relay:\n  event_loops: 1\ntables:\n  - name: public.%s\n    token_column: fence_token\n", table)})
+	inner, err := proxy.NewPlanner(p.Config, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bp := &blockingPlanner{inner: inner, blocked: "UPDATE " + table + " SET n = n + 1 WHERE id = $1",
+		entered: make(chan struct{}), release: make(chan struct{})}
+	p.Server.SetPlanner(bp)
+
+	held := connect(t, p.DSN(pgtest.SuperUser, "", pgtest.TestDB))
+	other := connect(t, p.DSN(pgtest.SuperUser, "", pgtest.TestDB))
+	for _, c := range []*pgx.Conn{held, other} {
+		if _, err := c.Exec(ctx, "SET fence.token = 7"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, 5*time.Second, "both sessions in the event loop", func() bool { return proxy.SessionsInLoop(p.Server) == 2 })
+
+	type result struct {
+		n   int
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		b := &pgx.Batch{}
+		b.Queue(bp.blocked, 1)
+		b.Queue("SELECT n FROM " + table + " WHERE id = 1")
+		br := held.SendBatch(ctx, b)
+		defer br.Close()
+		if _, err := br.Exec(); err != nil {
+			done <- result{err: err}
+			return
+		}
+		var n int
+		err := br.QueryRow().Scan(&n)
+		done <- result{n: n, err: err}
+	}()
+	select {
+	case <-bp.entered:
+	case <-ctx.Done():
+		t.Fatal("the held statement was never planned")
+	}
+	// The loop serves the other session meanwhile: reads, and a fenced write whose plan is planned too (on
+	// a worker, since it is a miss).
+	for i := range 20 {
+		var got int
+		if err := other.QueryRow(ctx, "SELECT $1::int", i).Scan(&got); err != nil || got != i {
+			t.Fatalf("other session's query %d while a plan was held: %d %v", i, got, err)
+		}
+	}
+	if _, err := other.Exec(ctx, "UPDATE "+table+" SET n = 40 WHERE id = 2"); err != nil {
+		t.Fatalf("other session's write while a plan was held: %v", err)
+	}
+	select {
+	case r := <-done:
+		t.Fatalf("the held statement completed before its plan was released: %+v", r)
+	default:
+	}
+	close(bp.release)
+	r := <-done
+	if r.err != nil || r.n != 1 {
+		t.Fatalf("held statement and the one pipelined after it: n = %d, %v; want 1", r.n, r.err)
+	}
+	var tok int64
+	if err := d.QueryRow(ctx, "SELECT fence_token FROM "+table+" WHERE id = 1").Scan(&tok); err != nil || tok != 7 {
+		t.Fatalf("the held write was not fenced: token %d, %v", tok, err)
 	}
 }
