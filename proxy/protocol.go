@@ -68,13 +68,17 @@ const (
 	sqlstateInvalid     = rewrite.CodeInvalid     // 55F03
 	sqlstateUnfenceable = rewrite.CodeUnfenceable // 55F04
 
-	sqlstateProtocolViolation     = "08P01" // invalid message from the client
-	sqlstateConnectionFailure     = "08006" // the upstream could not be reached or was lost
-	sqlstateFeatureNotSupported   = "0A000" // an unsupported frontend protocol version
-	sqlstateTooManyConnections    = "53300" // limits.max_client_connections reached
-	sqlstateCannotConnectNow      = "57P03" // the proxy is shutting down and takes no new session
-	sqlstateAdminShutdown         = "57P01" // a drain closed an idle session
-	sqlstateFencingClassPrefix    = "55F0"  // every fencing SQLSTATE starts with it
-	sqlstateInvalidAuthorization  = "28000" // reserved for authentication refusals decided by the proxy
-	sqlstateInvalidTextRepresentn = "22P02" // how a fencing marker reaches the proxy (a failed cast)
+	sqlstateProtocolViolation   = "08P01" // invalid message from the client
+	sqlstateConnectionFailure   = "08006" // the upstream could not be reached or was lost
+	sqlstateFeatureNotSupported = "0A000" // an unsupported frontend protocol version
+	sqlstateTooManyConnections  = "53300" // limits.max_client_connections reached
+	sqlstateCannotConnectNow    = "57P03" // the proxy is shutting down and takes no new session
+	sqlstateAdminShutdown       = "57P01" // a drain closed an idle session
+	sqlstateFencingClassPrefix  = "55F0"  // every fencing SQLSTATE starts with it
+)
+
+// Answers to SSLRequest and GSSENCRequest.
+const (
+	negotiateAccept byte = 'S'
+	negotiateRefuse byte = 'N'
 )

@@ -52,11 +52,11 @@ func (s *Server) checkScope(plan rewrite.Plan) (rewrite.Plan, bool) {
 			why = "token.scope is transaction, and a default applies to whole sessions"
 			hint = s.scopeHint()
 		}
-		return rewrite.Plan{Action: rewrite.Refuse, Code: rewrite.CodeInvalid, Hint: hint, Message: fmt.Sprintf(
+		return rewrite.Plan{Action: rewrite.Refuse, Code: sqlstateInvalid, Hint: hint, Message: fmt.Sprintf(
 			"invalid fencing token: ALTER ROLE/DATABASE/SYSTEM ... SET %s is refused: %s", setting, why)}, true
 	}
 	if plan.TokenSession && s.transactionScope() {
-		return rewrite.Plan{Action: rewrite.Refuse, Code: rewrite.CodeInvalid, Hint: s.scopeHint(), Message: fmt.Sprintf(
+		return rewrite.Plan{Action: rewrite.Refuse, Code: sqlstateInvalid, Hint: s.scopeHint(), Message: fmt.Sprintf(
 			"invalid fencing token: a session-level %s would stay on a pooled server connection for its next client", setting)}, true
 	}
 	return plan, false
@@ -81,7 +81,7 @@ func (ss *session) functionCallOut(w msgSink, body []byte) error {
 	if ss.srv.transactionScope() {
 		hint = ss.srv.scopeHint()
 	}
-	writeMsg(w, msgQuery, nil, ss.refusal(rewrite.Plan{Action: rewrite.Refuse, Code: rewrite.CodeInvalid, Hint: hint, Message: fmt.Sprintf(
+	writeMsg(w, msgQuery, nil, ss.refusal(rewrite.Plan{Action: rewrite.Refuse, Code: sqlstateInvalid, Hint: hint, Message: fmt.Sprintf(
 		"invalid fencing token: a FunctionCall of set_config for %s cannot be verified or scoped by fenceproxy", ss.srv.cfg.Token.Setting)}))
 	return nil
 }

@@ -2,8 +2,10 @@
 //
 // Each client session gets its own upstream connection: a new one, or one kept from a finished session with the
 // same startup parameters whose authentication asked for nothing (reuse.go). Two goroutines relay it, one per
-// direction, until it moves to the event loop (evloop_linux.go). Messages
-// the proxy has no reason to read are framed (type and length) and streamed as bytes; the proxy decodes only:
+// direction (relay.go), until it moves to the event loop (evloop_linux.go); both transports give every message
+// to the one session core (core.go) and end the session the one way (end.go); docs/architecture.md maps the
+// package. Messages the proxy has no reason to read are framed (type and length) and streamed as bytes; the
+// proxy decodes only:
 //
 //   - client to server: Query and Parse, whose SQL may be rewritten or refused by the Planner (the seam where
 //     fencing happens), and the startup packets;

@@ -148,12 +148,12 @@ func (ss *session) negotiate(raw net.Conn) ([]byte, *bufio.Reader, error) {
 				return nil, nil, fmt.Errorf("%w: data received after SSLRequest", errProtocol)
 			}
 			if tlsCfg == nil {
-				if _, err := ss.client.Write([]byte{'N'}); err != nil {
+				if _, err := ss.client.Write([]byte{negotiateRefuse}); err != nil {
 					return nil, nil, err
 				}
 				continue
 			}
-			if _, err := ss.client.Write([]byte{'S'}); err != nil {
+			if _, err := ss.client.Write([]byte{negotiateAccept}); err != nil {
 				return nil, nil, err
 			}
 			tc := tls.Server(ss.client, tlsCfg)
@@ -166,7 +166,7 @@ func (ss *session) negotiate(raw net.Conn) ([]byte, *bufio.Reader, error) {
 			if len(body) != 4 || r.Buffered() > 0 {
 				return nil, nil, fmt.Errorf("%w: unexpected GSSENCRequest", errProtocol)
 			}
-			if _, err := ss.client.Write([]byte{'N'}); err != nil {
+			if _, err := ss.client.Write([]byte{negotiateRefuse}); err != nil {
 				return nil, nil, err
 			}
 		case codeCancelRequest:

@@ -31,7 +31,7 @@ func (s *Server) withTokenContext(msg string) string {
 
 // refusalMessage is the message a refused statement's error carries.
 func (ss *session) refusalMessage(plan rewrite.Plan) string {
-	if plan.Code == rewrite.CodeInvalid && plan.Table == "" {
+	if plan.Code == sqlstateInvalid && plan.Table == "" {
 		return ss.srv.withTokenContext(plan.Message)
 	}
 	return plan.Message

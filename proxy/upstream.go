@@ -38,7 +38,7 @@ func (s *Server) dialUpstream(ctx context.Context) (net.Conn, error) {
 		c.Close()
 		return nil, fmt.Errorf("upstream SSLRequest answer: %w", err)
 	}
-	if answer[0] != 'S' {
+	if answer[0] != negotiateAccept {
 		c.Close()
 		return nil, fmt.Errorf("upstream %s does not accept TLS (answered %q) but upstream.tls.mode is %s", s.cfg.Upstream.Address, answer[0], s.cfg.Upstream.TLS.Mode)
 	}
