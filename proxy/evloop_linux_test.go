@@ -173,14 +173,14 @@ func TestLoopPlansMissesOffTheLoop(t *testing.T) {
 		b.Queue(bp.blocked, 1)
 		b.Queue("SELECT n FROM " + table + " WHERE id = 1")
 		br := held.SendBatch(ctx, b)
-		defer br.Close()
-		if _, err := br.Exec(); err != nil {
-			done <- result{err: err}
-			return
+		var r result
+		if _, r.err = br.Exec(); r.err == nil {
+			r.err = br.QueryRow().Scan(&r.n)
 		}
-		var n int
-		err := br.QueryRow().Scan(&n)
-		done <- result{n: n, err: err}
+		if err := br.Close(); r.err == nil {
+			r.err = err
+		}
+		done <- r
 	}()
 	select {
 	case <-bp.entered:
