@@ -5,6 +5,8 @@ import (
 	"strings"
 
 	pg "github.com/pganalyze/pg_query_go/v6"
+
+	"github.com/fenceproxy/fenceproxy/setting"
 )
 
 // SQLSTATEs of the contract.
@@ -16,7 +18,7 @@ const (
 )
 
 // DefaultTokenSetting is the session setting that carries the fencing token.
-const DefaultTokenSetting = "fence.token"
+const DefaultTokenSetting = setting.DefaultToken
 
 // Table is one protected table.
 type Table struct {
@@ -209,24 +211,10 @@ func New(cfg Config) (*Rewriter, error) {
 // TokenSetting is the name of the setting that carries the token.
 func (r *Rewriter) TokenSetting() string { return r.setting }
 
-// validSettingName accepts custom setting names PostgreSQL accepts and that are
-// safe inside the marker (no '|'): identifier parts joined by dots.
+// validSettingName is setting.Validate: names the rewriter puts into SQL literals and markers.
 func validSettingName(s string) error {
-	parts := strings.Split(s, ".")
-	if len(parts) < 2 {
-		return fmt.Errorf("rewrite: token setting %q must be a custom setting name like fence.token", s)
-	}
-	for _, p := range parts {
-		if p == "" {
-			return fmt.Errorf("rewrite: token setting %q has an empty part", s)
-		}
-		for i := 0; i < len(p); i++ {
-			c := p[i]
-			ok := c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || i > 0 && (c >= '0' && c <= '9' || c == '$')
-			if !ok {
-				return fmt.Errorf("rewrite: token setting %q: invalid character %q", s, c)
-			}
-		}
+	if err := setting.Validate(s); err != nil {
+		return fmt.Errorf("rewrite: token setting: %w", err)
 	}
 	return nil
 }
