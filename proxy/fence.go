@@ -150,8 +150,8 @@ func (ss *session) checkPlan(plan rewrite.Plan) rewrite.Plan {
 	}
 	// Every literal the text sets is checked, not only the one left in force at its end (which may be any of
 	// them: set_config calls run in the order the plan evaluates them).
-	for _, v := range plan.Tokens {
-		if code, msg, ok := ss.srv.checkToken(v); !ok {
+	for _, tok := range plan.Tokens {
+		if code, msg, ok := ss.srv.verifyToken(tok); !ok {
 			return rewrite.Plan{Action: rewrite.Refuse, Code: code, Message: msg}
 		}
 	}
@@ -162,15 +162,20 @@ func (ss *session) checkPlan(plan rewrite.Plan) rewrite.Plan {
 func (s *Server) checkToken(v string) (code, msg string, ok bool) {
 	tok, valid := rewrite.ValidToken(v)
 	if !valid {
-		return "55F03", fmt.Sprintf("invalid fencing token: %q is not an integer in 1..9223372036854775807", v), false
+		return rewrite.CodeInvalid, rewrite.InvalidTokenMessage(v), false
 	}
+	return s.verifyToken(tok)
+}
+
+// verifyToken checks, with verification on, that a lock service could have issued tok (valid in form).
+func (s *Server) verifyToken(tok int64) (code, msg string, ok bool) {
 	if s.verifier != nil {
 		// The verifier bounds its own round trip with the same timeout and then applies fail_open; this outer
 		// bound only guards against a verifier that never returns, so it must be the longer of the two.
 		ctx, cancel := context.WithTimeout(context.Background(), 2*s.cfg.Token.Verify.Etcd.Timeout+time.Second)
 		defer cancel()
 		if err := s.verifier.Check(ctx, tok); err != nil {
-			return "55F03", fmt.Sprintf("invalid fencing token: %d: %v", tok, err), false
+			return rewrite.CodeInvalid, fmt.Sprintf("invalid fencing token: %d: %v", tok, err), false
 		}
 	}
 	return "", "", true

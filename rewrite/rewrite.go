@@ -111,10 +111,10 @@ type Plan struct {
 	Message string
 	// TokenSet reports that the text sets the token setting to the literal
 	// Token (SET, SET LOCAL, set_config with constant arguments; the last one
-	// when there are several). Token always satisfies ValidToken: an invalid
-	// literal gives Refuse with CodeInvalid instead.
+	// when there are several), as ValidToken reads it: an invalid literal
+	// gives Refuse with CodeInvalid instead.
 	TokenSet bool
-	Token    string
+	Token    int64
 	// TokenDynamic reports a set_config call that may set the token setting to
 	// a value only known at execution time (the SQL-level check still applies
 	// to every fenced write).
@@ -123,7 +123,7 @@ type Plan struct {
 	// LOCAL, each set_config, a function's SET clause, ALTER ROLE/DATABASE/
 	// SYSTEM ... SET), each valid in form, so that a verifier can check every
 	// one, not only the last (see scope.go).
-	Tokens []string
+	Tokens []int64
 	// TokenSession reports that the text may set the token for the session
 	// rather than the transaction: SET without LOCAL, set_config with an
 	// is_local that is not the constant true (of the token setting or of a

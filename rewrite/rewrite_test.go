@@ -115,7 +115,7 @@ func TestNewValidates(t *testing.T) {
 		t.Errorf("TokenSetting = %q", r.TokenSetting())
 	}
 	p := r.Plan("SET app.fence_token = 9")
-	if !p.TokenSet || p.Token != "9" {
+	if !p.TokenSet || p.Token != 9 {
 		t.Errorf("custom setting: %+v", p)
 	}
 	if p := r.Plan("SET fence.token = 'x'"); p.Action != Pass {
@@ -343,7 +343,7 @@ func TestCacheConcurrent(t *testing.T) {
 func TestPlanTokenAndWrite(t *testing.T) {
 	r := testRewriter(t)
 	p := r.Plan("SET fence.token = 1; SET fence.token = 2; UPDATE accounts SET x = 1 WHERE id = 1; SELECT set_config('fence.token', '3', true)")
-	if p.Action != Rewrite || !p.TokenSet || p.Token != "3" {
+	if p.Action != Rewrite || !p.TokenSet || p.Token != 3 {
 		t.Errorf("%+v", p)
 	}
 	p = r.Plan("SET fence.token = 1; SET fence.token = 'bad'")
