@@ -79,6 +79,19 @@ const (
 	tmplCheck = `SELECT CASE WHEN COALESCE(fenceproxy_c, 0) OPERATOR(pg_catalog.<=) fenceproxy_t THEN true
 		ELSE pg_catalog.concat('fenceproxy|55F01|', fenceproxy_c, '|', fenceproxy_t, '|@table@|.')::pg_catalog.int8 IS NULL END`
 
+	// An UPDATE's value for the token column: the statement's token when the
+	// row's token is not newer, else the 55F01 marker (which raises).
+	// PostgreSQL computes an UPDATE's SET list only for the rows it writes,
+	// after every condition of the WHERE has held (and again, on the newest
+	// row version, when it re-checks a row it waited for), so no row the
+	// statement does not write reaches the check, whatever order the
+	// planner gives the WHERE's conditions; and the check is one subquery
+	// (a SubPlan reading the CTE's stored row) that also supplies the value
+	// written. fenceproxy_c is the row's token column.
+	tmplSetCheck = `SELECT (SELECT CASE WHEN COALESCE(fenceproxy_c, 0) OPERATOR(pg_catalog.<=) fenceproxy_stmt.token THEN fenceproxy_stmt.token
+		ELSE pg_catalog.concat('fenceproxy|55F01|', fenceproxy_c, '|', fenceproxy_stmt.token, '|@table@|.')::pg_catalog.int8 END
+		FROM fenceproxy_stmt)`
+
 	// The check only for rows matching the statement's own condition, so a
 	// row the statement does not write never raises, whatever order the
 	// planner evaluates the quals in.
@@ -127,6 +140,7 @@ func newTableEntry(t Table, setting string) (*tableEntry, error) {
 	e.ref = parse(tmplRef)
 	e.light = parse(tmplLight)
 	e.check = parse(tmplCheck)
+	e.setCheck = parse(tmplSetCheck)
 	e.guard = parse(tmplGuard)
 	e.ignored = parse(tmplIgnored)
 	once := parse(tmplOnce)
@@ -213,6 +227,12 @@ func columnRef(ref []string, col string) *pg.Node {
 // token expression tok (the statement's token, or excluded.C in ON CONFLICT).
 func (e *tableEntry) checkFor(ref []string, tok *pg.Node) *pg.Node {
 	return substitute(e.check, map[string]*pg.Node{phCol: columnRef(ref, e.TokenColumn), phTok: tok})
+}
+
+// setCheckFor is the value an UPDATE of the table referenced as ref writes
+// to the token column: the statement's token, checked against the row's.
+func (e *tableEntry) setCheckFor(ref []string) *pg.Node {
+	return substitute(e.setCheck, map[string]*pg.Node{phCol: columnRef(ref, e.TokenColumn)})
 }
 
 // ignoring is the value written for a token column the client names: the

@@ -155,15 +155,17 @@ type Rewriter struct {
 // fragments. The fragments are shared (never mutated) by every rewritten tree.
 type tableEntry struct {
 	Table
-	label   string
-	token   *pg.Node // k: scalar subquery yielding the validated session token
-	cte     *pg.Node // WITH item fenceproxy_stmt AS MATERIALIZED (SELECT k AS token)
-	ref     *pg.Node // (SELECT token FROM fenceproxy_stmt): the statement's token
-	light   *pg.Node // current_setting(...)::int8, for inert VALUES rows after the first
-	check   *pg.Node // template: C <= t check with the 55F01 marker (placeholders)
-	guard   *pg.Node // template: CASE WHEN cond THEN check ELSE false END
-	ignored *pg.Node // template: CASE WHEN false THEN (v)::int8 ELSE t END
-	once    *pg.Node // ref IS NOT NULL, the one-time filter
+	label string
+	token *pg.Node // k: scalar subquery yielding the validated session token
+	cte   *pg.Node // WITH item fenceproxy_stmt AS MATERIALIZED (SELECT k AS token)
+	ref   *pg.Node // (SELECT token FROM fenceproxy_stmt): the statement's token
+	light *pg.Node // current_setting(...)::int8, for inert VALUES rows after the first
+	check *pg.Node // template: C <= t check with the 55F01 marker (placeholders)
+	// setCheck is the template of an UPDATE's value for C: t when C <= t, else the 55F01 marker.
+	setCheck *pg.Node
+	guard    *pg.Node // template: CASE WHEN cond THEN check ELSE false END
+	ignored  *pg.Node // template: CASE WHEN false THEN (v)::int8 ELSE t END
+	once     *pg.Node // ref IS NOT NULL, the one-time filter
 }
 
 // New validates cfg and prepares the SQL fragments.
@@ -344,7 +346,7 @@ func (r *Rewriter) plan(sql string, scsOff bool) Plan {
 			return *a.refusal
 		}
 	}
-	out, err := pg.Deparse(tree)
+	out, err := deparse(tree)
 	if err != nil {
 		return a.internal(fmt.Errorf("deparse: %w", err))
 	}

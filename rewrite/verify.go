@@ -78,11 +78,11 @@ func (v verifier) check(m protoreflect.Message) error {
 		if err := hasStmtToken(e, x.WithClause); err != nil {
 			return fmt.Errorf("UPDATE of %s: %w", e.label, err)
 		}
-		if err := assignsToken(e, x.TargetList, e.ref); err != nil {
+		if err := assignsToken(e, x.TargetList, e.setCheckFor(ref(x.Relation))); err != nil {
 			return fmt.Errorf("UPDATE of %s: %w", e.label, err)
 		}
-		if err := fencedWhere(e, ref(x.Relation), x.WhereClause); err != nil {
-			return fmt.Errorf("UPDATE of %s: %w", e.label, err)
+		if !containsTree(conjuncts(x.WhereClause, nil), e.once) {
+			return fmt.Errorf("UPDATE of %s: WHERE lacks the one-time token check", e.label)
 		}
 	case *pg.DeleteStmt:
 		e, err := v.lookup(x.Relation)
