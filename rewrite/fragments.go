@@ -37,21 +37,17 @@ import (
 // value): PostgreSQL folds constant casts even in CASE arms that are never
 // taken, so a constant marker would raise at plan time.
 const (
-	// k: the session token, validated. A scalar subquery without outer
-	// references, so PostgreSQL runs it once per statement as an InitPlan, at
-	// execution time (also for statements prepared earlier).
-	//
-	// Valid means 1 to 19 ASCII digits, not all zeros, at most 2^63-1
-	// (ValidToken); plain string functions say it more cheaply than regular
-	// expressions, and none of the tests can fail, so their order does not
-	// matter: only s::int8 could, and CASE runs it only when they hold.
-	tmplToken = `SELECT (SELECT CASE
-		WHEN pg_catalog.ltrim(s, '0123456789') OPERATOR(pg_catalog.=) '' AND pg_catalog.ltrim(s, '0') OPERATOR(pg_catalog.<>) ''
-			AND (pg_catalog.length(s) OPERATOR(pg_catalog.<) 19 OR (pg_catalog.length(s) OPERATOR(pg_catalog.=) 19
-				AND s COLLATE pg_catalog."C" OPERATOR(pg_catalog.<=) '9223372036854775807'))
-			THEN s::pg_catalog.int8
-		ELSE pg_catalog.concat('fenceproxy|55F03|@setting@|', pg_catalog.encode(pg_catalog.convert_to(COALESCE(s, ''), 'UTF8'), 'hex'), '|@table@|.')::pg_catalog.int8 END
-		FROM (SELECT pg_catalog.current_setting('@setting@', true)) AS fenceproxy_token(s))`
+	// k: the session token s (the setting's value, read in the CTE's FROM),
+	// validated: s itself when it is a valid token (ValidToken), else the
+	// 55F03 marker with s in hex (55F02 when s is unset or empty: concat
+	// makes a NULL part empty). Validity is one regular expression match,
+	// tokenPattern (@pattern@): the server parses, analyses and plans it in
+	// every statement, and one operator on one constant costs it far less
+	// than a check built of string functions, each a function lookup
+	// (measured: bench/fence-sql-phases, docs/fence-sql.md). The match cannot
+	// fail, and CASE runs s::int8 only when it holds.
+	tmplToken = `SELECT CASE WHEN s COLLATE pg_catalog."C" OPERATOR(pg_catalog.~) '@pattern@' THEN s::pg_catalog.int8
+		ELSE pg_catalog.concat('fenceproxy|55F03|@setting@|', pg_catalog.encode(pg_catalog.convert_to(s, 'UTF8'), 'hex'), '|@table@|.')::pg_catalog.int8 END`
 
 	// The statement's token: one MATERIALIZED CTE holding k, attached to the
 	// fenced write's own WITH. A CTE is evaluated once, at its first read,
@@ -59,8 +55,10 @@ const (
 	// (the one-time filter, SET C, the row check, the marker) sees one value,
 	// whatever the statement runs after the first read (a set_config in a
 	// SET list, in the WHERE, in a function). Its name is reserved: a
-	// statement that defines a CTE of that name is refused.
-	tmplStmtToken = `WITH fenceproxy_stmt AS MATERIALIZED (SELECT fenceproxy_k AS token) SELECT 1`
+	// statement that defines a CTE of that name is refused. The setting is
+	// read once, by the function in its FROM (one row, NULL when unset).
+	tmplStmtToken = `WITH fenceproxy_stmt AS MATERIALIZED (SELECT fenceproxy_k AS token
+		FROM pg_catalog.current_setting('@setting@', true) AS fenceproxy_token(s)) SELECT 1`
 
 	// A reference to the statement's token: an uncorrelated scalar subquery
 	// over the CTE (an InitPlan: evaluated once per execution, cheap).
@@ -126,7 +124,7 @@ const (
 
 func newTableEntry(t Table, setting string) (*tableEntry, error) {
 	e := &tableEntry{Table: t, label: t.Label()}
-	consts := strings.NewReplacer("@setting@", setting, "@table@", e.label)
+	consts := strings.NewReplacer("@setting@", setting, "@table@", e.label, "@pattern@", tokenPattern())
 	var err error
 	parse := func(sql string) *pg.Node {
 		if err != nil {
@@ -153,6 +151,7 @@ func newTableEntry(t Table, setting string) (*tableEntry, error) {
 		return nil, fmt.Errorf("fragment %q: %w", tmplStmtToken, err)
 	}
 	cte := tree.Stmts[0].Stmt.GetSelectStmt().GetWithClause().GetCtes()[0]
+	replaceConsts(cte, consts)
 	clearLocations(cte)
 	e.cte = substitute(cte, map[string]*pg.Node{phToken: e.token})
 	return e, nil
@@ -170,15 +169,20 @@ func parseFragment(sql string, consts *strings.Replacer) (*pg.Node, error) {
 		return nil, fmt.Errorf("fragment %q: not a single-expression SELECT", sql)
 	}
 	expr := sel.TargetList[0].GetResTarget().Val
-	eachNode(expr, func(n *pg.Node) {
+	replaceConsts(expr, consts)
+	clearLocations(expr)
+	return expr, nil
+}
+
+// replaceConsts applies consts to the value of every string constant under m.
+func replaceConsts(m proto.Message, consts *strings.Replacer) {
+	eachNode(m, func(n *pg.Node) {
 		if c := n.GetAConst(); c != nil {
 			if s := c.GetSval(); s != nil {
 				s.Sval = consts.Replace(s.Sval)
 			}
 		}
 	})
-	clearLocations(expr)
-	return expr, nil
 }
 
 // substitute returns a copy of the template tmpl with each placeholder column

@@ -296,7 +296,7 @@ func (r *Rewriter) planReading(rd reading) Plan {
 // forClient turns a plan of the UTF-8 text rd.sql() into the plan for the
 // client: a rewrite is re-encoded to the client's encoding.
 func (r *Rewriter) forClient(p Plan, rd reading) Plan {
-	if p.Action == Rewrite && !isASCII([]byte(p.SQL)) {
+	if p.Action == Rewrite && !isASCIIString(p.SQL) {
 		// The server reads the rewrite in the client's encoding.
 		a := &analysis{r: r, tables: p.Tables}
 		if !rd.outOK {

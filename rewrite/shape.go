@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 
 	pg "github.com/pganalyze/pg_query_go/v6"
 	"google.golang.org/protobuf/proto"
@@ -33,6 +34,8 @@ type shapeTemplate struct {
 	// consts[0], segs[1], ... (len(segs) == len(consts)+1).
 	segs   []string
 	consts []int
+	// ascii: every seg is ASCII, so a text in ASCII fills it in ASCII.
+	ascii bool
 }
 
 // shaped is a text read for the shape cache: its key and the byte spans, in
@@ -69,7 +72,8 @@ func (r *Rewriter) shapeOf(text []byte) (s shaped, ok bool) {
 		return s, false
 	}
 	l := newLexer(text, true)
-	toks := make([]token, 0, len(text)/4+1)
+	var tokBuf [64]token // enough for most statements; longer ones grow it
+	toks := tokBuf[:0]
 	for t := l.next(); t.kind != tokEOF; t = l.next() {
 		toks = append(toks, t)
 	}
@@ -81,6 +85,8 @@ func (r *Rewriter) shapeOf(text []byte) (s shaped, ok bool) {
 	}
 	start := true
 	last := 0
+	s.key = make([]byte, 0, len(text)+16)
+	s.spans = make([][2]int, 0, 8)
 	for i, t := range toks {
 		switch {
 		case t.kind == tokSemicolon:
@@ -281,6 +287,7 @@ func (r *Rewriter) buildTemplate(text []byte, sh shaped, scsOff bool, full Plan)
 		return bad
 	}
 	t.segs = append(t.segs, string(out[last:]))
+	t.ascii = isASCII(out)
 	same, err := sameParse(t.fill(text, sh.spans), full.SQL)
 	if err != nil || !same {
 		return bad
@@ -297,22 +304,23 @@ func (t *shapeTemplate) fill(text []byte, spans [][2]int) string {
 	for i, c := range t.consts {
 		n += len(t.segs[i+1]) + spans[c][1] - spans[c][0] + 4
 	}
-	out := make([]byte, 0, n)
-	out = append(out, t.segs[0]...)
+	var out strings.Builder
+	out.Grow(n)
+	out.WriteString(t.segs[0])
 	for i, c := range t.consts {
 		v := text[spans[c][0]:spans[c][1]]
 		if v[0] == '-' {
-			out = append(out, " ("...)
-			out = append(out, v...)
-			out = append(out, ") "...)
+			out.WriteString(" (")
+			out.Write(v)
+			out.WriteString(") ")
 		} else {
-			out = append(out, ' ')
-			out = append(out, v...)
-			out = append(out, ' ')
+			out.WriteByte(' ')
+			out.Write(v)
+			out.WriteByte(' ')
 		}
-		out = append(out, t.segs[i+1]...)
+		out.WriteString(t.segs[i+1])
 	}
-	return string(out)
+	return out.String()
 }
 
 // planShaped is the plan of a text served by a template (t.ok).
@@ -327,6 +335,9 @@ func (r *Rewriter) planShaped(t *shapeTemplate, text []byte, spans [][2]int, rd 
 			a := &analysis{r: r, tables: p.Tables}
 			return a.internal(err)
 		}
+	}
+	if t.ascii && !rd.nonASCII {
+		return p // ASCII: the same bytes in every client encoding
 	}
 	return r.forClient(p, rd)
 }

@@ -17,7 +17,7 @@ func TestVerifierRejects(t *testing.T) {
 	light := deparseExpr(t, r.tables[0].light)
 	// The CREATE RULE passes the verifier: its action is stored, not run (the DDL rule refuses rules on a
 	// protected table; the in-database guard fences what a rule elsewhere runs).
-	cte := "WITH fenceproxy_stmt AS MATERIALIZED (SELECT " + deparseExpr(t, r.tables[0].token) + " AS token) "
+	cte := "WITH fenceproxy_stmt AS MATERIALIZED (SELECT " + deparseExpr(t, r.tables[0].token) + " AS token FROM pg_catalog.current_setting('fence.token', true) fenceproxy_token(s)) "
 	for _, ok := range []string{update, del, insert, "SELECT * FROM accounts", "UPDATE other SET x = 1", "CREATE RULE r AS ON INSERT TO q DO ALSO DELETE FROM accounts"} {
 		if err := r.verifyText(ok); err != nil {
 			t.Errorf("verifyText(%.80q): %v", ok, err)
