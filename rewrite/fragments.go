@@ -145,6 +145,7 @@ func newTableEntry(t Table, setting string) (*tableEntry, error) {
 	if err != nil {
 		return nil, err
 	}
+	e.notNull = once
 	e.once = substitute(once, map[string]*pg.Node{phTok: e.ref})
 	tree, err := pg.Parse(tmplStmtToken)
 	if err != nil {
@@ -246,24 +247,39 @@ func (e *tableEntry) ignoring(v, tok *pg.Node) *pg.Node {
 	return substitute(e.ignored, map[string]*pg.Node{phValue: v, phTok: tok})
 }
 
-// guardFor is CASE WHEN cond THEN check ELSE false END, or the check alone
-// when there is no condition.
+// guardFor is the row check against tok (ON CONFLICT DO UPDATE's, against
+// excluded.C), guarded by cond.
 func (e *tableEntry) guardFor(ref []string, cond, tok *pg.Node) *pg.Node {
-	check := e.checkFor(ref, tok)
+	return e.guarded(cond, e.checkFor(ref, tok))
+}
+
+// guarded is CASE WHEN cond THEN check ELSE false END, or the check alone
+// when there is no condition.
+func (e *tableEntry) guarded(cond, check *pg.Node) *pg.Node {
 	if cond == nil {
 		return check
 	}
 	return substitute(e.guard, map[string]*pg.Node{phCond: cond, phCheck: check})
 }
 
-// fencedWhere is the WHERE of a fenced UPDATE or DELETE:
-// (cond) AND CASE WHEN (cond) THEN check ELSE false END AND (k) IS NOT NULL.
+// deleteCheckFor is a DELETE's row check for the table referenced as ref:
+// the UPDATE's checked token (setCheckFor), which is the statement's token
+// or raises 55F01, IS NOT NULL (the token never is). One subquery over the
+// statement-token CTE, where a check comparing with t and naming t in its
+// marker would be two, each planned in every statement.
+func (e *tableEntry) deleteCheckFor(ref []string) *pg.Node {
+	return substitute(e.notNull, map[string]*pg.Node{phTok: e.setCheckFor(ref)})
+}
+
+// fencedWhere is the WHERE of a fenced DELETE:
+// (cond) AND CASE WHEN (cond) THEN check ELSE false END AND t IS NOT NULL.
 //
 // The leading copy of cond is there for the planner (index scans); the CASE
 // makes rows that do not match cond never reach the check. A conjunct of cond
 // that calls a function not known to be free of side effects (nextval(),
 // random(), a user function) is left out of the leading copy, so that it is
-// evaluated once per row, as in the client's statement.
+// evaluated once per row, as in the client's statement. (An UPDATE needs
+// none of this: its check is the value it writes, see tmplSetCheck.)
 func (e *tableEntry) fencedWhere(ref []string, cond *pg.Node) *pg.Node {
 	args := make([]*pg.Node, 0, 3)
 	if cond != nil {
@@ -273,7 +289,7 @@ func (e *tableEntry) fencedWhere(ref []string, cond *pg.Node) *pg.Node {
 			}
 		}
 	}
-	args = append(args, e.guardFor(ref, cond, e.ref), e.once)
+	args = append(args, e.guarded(cond, e.deleteCheckFor(ref)), e.once)
 	return pg.MakeBoolExprNode(pg.BoolExprType_AND_EXPR, args, 0)
 }
 

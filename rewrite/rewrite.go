@@ -166,6 +166,7 @@ type tableEntry struct {
 	guard    *pg.Node // template: CASE WHEN cond THEN check ELSE false END
 	ignored  *pg.Node // template: CASE WHEN false THEN (v)::int8 ELSE t END
 	once     *pg.Node // ref IS NOT NULL, the one-time filter
+	notNull  *pg.Node // template: fenceproxy_t IS NOT NULL
 }
 
 // New validates cfg and prepares the SQL fragments.
