@@ -38,3 +38,19 @@ func clientValue(t *testing.T, sql string) *pg.Node {
 	clearLocations(tree)
 	return tree.Stmts[0].Stmt.GetUpdateStmt().TargetList[0].GetResTarget().Val
 }
+
+// TestDeparseConstantIndirectionRefused: other constants with a subscript or field have no spelling the deparser
+// prints as written; PostgreSQL rejects them anyway, so the rewrite refuses them (55F04), in full and through the
+// shape cache alike.
+func TestDeparseConstantIndirectionRefused(t *testing.T) {
+	r := testRewriter(t)
+	c := NewCache(r, 64)
+	for _, expr := range []string{"(1)[1]", "(-0)[1]", "('{1}')[1]", "(NULL).f", "(true).x", "((2)).f", "(B'10')[1]"} {
+		sql := "UPDATE accounts SET balance = " + expr + " WHERE id = 1"
+		for _, p := range []Plan{r.Plan(sql), c.Plan([]byte(sql), DefaultSettings), c.Plan([]byte(sql), DefaultSettings), c.Plan([]byte(sql), DefaultSettings)} {
+			if p.Action != Refuse || p.Code != CodeUnfenceable {
+				t.Errorf("%s: %v %s %s", expr, p.Action, p.Code, p.SQL)
+			}
+		}
+	}
+}

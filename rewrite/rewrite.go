@@ -1,6 +1,7 @@
 package rewrite
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 
@@ -348,6 +349,10 @@ func (r *Rewriter) plan(sql string, scsOff bool) Plan {
 		}
 	}
 	out, err := deparse(tree)
+	var u undeparsable
+	if errors.As(err, &u) {
+		return refusal(CodeUnfenceable, a.writes[0].table.label, fmt.Sprintf("unfenceable write to %s: %s", a.writes[0].table.label, u))
+	}
 	if err != nil {
 		return a.internal(fmt.Errorf("deparse: %w", err))
 	}

@@ -114,6 +114,17 @@ func (r *Rewriter) shapeOf(text []byte) (s shaped, ok bool) {
 				return s, false
 			}
 		}
+		if j := closingParens(toks, i+1, text); j > i+1 && (is(j, tokSelf, "[") || is(j, tokSelf, ".")) {
+			// A parenthesised constant with a subscript or field:
+			// the full plan respells or refuses it (deparse.go),
+			// by its value.
+			return s, false
+		}
+		if (t.kind == tokBitString || t.kind == tokHexString) && bytes.IndexByte(text[t.start:t.end], '\\') >= 0 {
+			// Not a bit string (the server rejects it); the full plan
+			// refuses it (deparse.go), a template would fill it in.
+			return s, false
+		}
 		class := constClass(t, text)
 		if class == 0 || i > 0 && !operandSlot(toks[i-1], text) {
 			continue // kept in the key as written
@@ -142,6 +153,15 @@ func (r *Rewriter) shapeOf(text []byte) (s shaped, ok bool) {
 	}
 	s.key = append(s.key, text[last:]...)
 	return s, true
+}
+
+// closingParens returns the index of the first token from i on that is not
+// a ')'.
+func closingParens(toks []token, i int, text []byte) int {
+	for i < len(toks) && toks[i].kind == tokSelf && text[toks[i].start] == ')' {
+		i++
+	}
+	return i
 }
 
 // constClass is the class of a constant the shape replaces, which the key
