@@ -332,13 +332,18 @@ func (w write) fence(a *analysis) {
 			a.unfenceable(e, "UPDATE of %s sets the token column %s, which only the proxy sets", e.label, e.TokenColumn)
 			return
 		}
-		if !a.overrideToken(e, s.TargetList, e.ref, "UPDATE of") {
+		// The row check is the value written to C (tmplSetCheck): PostgreSQL
+		// computes it only for the rows the WHERE lets through, so the
+		// WHERE needs only the one-time filter, the statement's first read
+		// of its token.
+		check := e.setCheckFor(ref(s.Relation))
+		if !a.overrideToken(e, s.TargetList, check, "UPDATE of") {
 			return
 		}
 		if !assignsColumn(s.TargetList, e.TokenColumn) {
-			s.TargetList = append(s.TargetList, pg.MakeResTargetNodeWithNameAndVal(e.TokenColumn, e.ref, 0))
+			s.TargetList = append(s.TargetList, pg.MakeResTargetNodeWithNameAndVal(e.TokenColumn, check, 0))
 		}
-		s.WhereClause = e.fencedWhere(ref(s.Relation), s.WhereClause)
+		s.WhereClause = e.andOnce(s.WhereClause)
 		s.WithClause = e.withStmtToken(s.WithClause)
 	case *pg.DeleteStmt:
 		if s.WhereClause.GetCurrentOfExpr() != nil {

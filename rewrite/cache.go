@@ -106,15 +106,14 @@ func (c *Cache) Plan(sql []byte, set Settings) Plan {
 	s.mu.Unlock()
 
 	start := time.Now()
-	rd := c.r.read(sql, set)
+	rd := c.r.readText(sql, set)
 	if p, done := c.r.early(sql, rd); done {
 		// Decided without parsing (the token prefilter rules it out, or it
 		// cannot be read): not cached, so that reads whose literals hold a
 		// keyword do not push plans out of the cache.
 		return p
 	}
-	key := cacheKey{string(sql), set}
-	if len(key.sql) > maxCachedSQL {
+	if len(sql) > maxCachedSQL {
 		p := c.r.planReading(rd)
 		c.missed(start)
 		return p
@@ -124,7 +123,7 @@ func (c *Cache) Plan(sql []byte, set Settings) Plan {
 		return p
 	}
 	c.missed(start)
-	c.put(key, p, nil)
+	c.put(cacheKey{string(sql), set}, p, nil)
 	return p
 }
 
@@ -140,18 +139,20 @@ func (c *Cache) missed(start time.Time) {
 // builds the shape's template (shape.go). Building costs about two plans,
 // so shapes seen once (a VALUES list of a new length) do not pay it.
 func (c *Cache) planShape(rd reading, set Settings, start time.Time) (Plan, bool) {
-	text := []byte(rd.sql())
+	text := rd.text
+	if rd.normalise {
+		text = []byte(rd.sql())
+	}
 	sh, ok := c.r.shapeOf(text)
 	if !ok {
 		return c.r.planReading(rd), false
 	}
-	key := cacheKey{string(sh.key), set}
-	s := &c.shards[maphash.String(c.seed, key.sql)&c.mask]
+	s := &c.shards[maphash.Bytes(c.seed, sh.key)&c.mask]
 	s.mu.Lock()
-	e, found := s.m[key]
+	e, found := s.m[cacheKey{string(sh.key), set}] // no copy of the key for a lookup
 	if !found || e.tmpl == nil {
 		s.mu.Unlock()
-		c.put(key, Plan{}, &shapeTemplate{pending: true})
+		c.put(cacheKey{string(sh.key), set}, Plan{}, &shapeTemplate{pending: true})
 		return c.r.planReading(rd), false
 	}
 	s.unlink(e)
@@ -168,7 +169,7 @@ func (c *Cache) planShape(rd reading, set Settings, start time.Time) (Plan, bool
 		return c.r.planReading(rd), false // a shape planned in full
 	}
 	full := c.r.plan(string(text), rd.scsOff)
-	c.put(key, Plan{}, c.r.buildTemplate(text, sh, rd.scsOff, full))
+	c.put(cacheKey{string(sh.key), set}, Plan{}, c.r.buildTemplate(text, sh, rd.scsOff, full))
 	return c.r.forClient(full, rd), false
 }
 

@@ -1,6 +1,7 @@
 package rewrite
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 
@@ -157,15 +158,18 @@ type Rewriter struct {
 // fragments. The fragments are shared (never mutated) by every rewritten tree.
 type tableEntry struct {
 	Table
-	label   string
-	token   *pg.Node // k: scalar subquery yielding the validated session token
-	cte     *pg.Node // WITH item fenceproxy_stmt AS MATERIALIZED (SELECT k AS token)
-	ref     *pg.Node // (SELECT token FROM fenceproxy_stmt): the statement's token
-	light   *pg.Node // current_setting(...)::int8, for inert VALUES rows after the first
-	check   *pg.Node // template: C <= t check with the 55F01 marker (placeholders)
-	guard   *pg.Node // template: CASE WHEN cond THEN check ELSE false END
-	ignored *pg.Node // template: CASE WHEN false THEN (v)::int8 ELSE t END
-	once    *pg.Node // ref IS NOT NULL, the one-time filter
+	label string
+	token *pg.Node // k: scalar subquery yielding the validated session token
+	cte   *pg.Node // WITH item fenceproxy_stmt AS MATERIALIZED (SELECT k AS token)
+	ref   *pg.Node // (SELECT token FROM fenceproxy_stmt): the statement's token
+	light *pg.Node // current_setting(...)::int8, for inert VALUES rows after the first
+	check *pg.Node // template: C <= t check with the 55F01 marker (placeholders)
+	// setCheck is the template of an UPDATE's value for C: t when C <= t, else the 55F01 marker.
+	setCheck *pg.Node
+	guard    *pg.Node // template: CASE WHEN cond THEN check ELSE false END
+	ignored  *pg.Node // template: CASE WHEN false THEN (v)::int8 ELSE t END
+	once     *pg.Node // ref IS NOT NULL, the one-time filter
+	notNull  *pg.Node // template: fenceproxy_t IS NOT NULL
 }
 
 // New validates cfg and prepares the SQL fragments.
@@ -282,7 +286,7 @@ func (r *Rewriter) planReading(rd reading) Plan {
 // forClient turns a plan of the UTF-8 text rd.sql() into the plan for the
 // client: a rewrite is re-encoded to the client's encoding.
 func (r *Rewriter) forClient(p Plan, rd reading) Plan {
-	if p.Action == Rewrite && !isASCII([]byte(p.SQL)) {
+	if p.Action == Rewrite && !isASCIIString(p.SQL) {
 		// The server reads the rewrite in the client's encoding.
 		a := &analysis{r: r, tables: p.Tables}
 		if !rd.outOK {
@@ -332,7 +336,11 @@ func (r *Rewriter) plan(sql string, scsOff bool) Plan {
 			return *a.refusal
 		}
 	}
-	out, err := pg.Deparse(tree)
+	out, err := deparse(tree)
+	var u undeparsable
+	if errors.As(err, &u) {
+		return refusal(CodeUnfenceable, a.writes[0].table.label, fmt.Sprintf("unfenceable write to %s: %s", a.writes[0].table.label, u))
+	}
 	if err != nil {
 		return a.internal(fmt.Errorf("deparse: %w", err))
 	}
