@@ -120,7 +120,7 @@ func parseFile(path string) ([]*hcase, error) {
 			for _, kv := range strings.Split(val, ",") {
 				kv = strings.TrimSpace(kv)
 				switch kv {
-				case "scope=transaction", "verify=on", "writes=refuse":
+				case "scope=transaction", "verify=on", "writes=refuse", "catalog=on", "guard=on":
 					cur.config = append(cur.config, kv)
 				default:
 					return nil, fmt.Errorf("%s:%d: unknown config %q", filepath.Base(path), n, kv)
