@@ -255,3 +255,24 @@ func TestParseCorpus(t *testing.T) {
 		t.Fatalf("the corpus has %d cases; issue 11 asks for at least 150", len(cases))
 	}
 }
+
+// TestJudge: a marked hole that holds fails the run (so marks cannot go stale), a marked hole that is still open
+// is only logged, and an unmarked case fails exactly when it has problems.
+func TestJudge(t *testing.T) {
+	marked := &hcase{name: "m", file: "f.txt", line: 1, hole: "ceiling"}
+	plain := &hcase{name: "p", file: "f.txt", line: 9}
+	for _, tc := range []struct {
+		c        *hcase
+		problems []string
+		want     verdict
+	}{
+		{marked, nil, staleMark},
+		{marked, []string{"row changed"}, knownHole},
+		{plain, nil, held},
+		{plain, []string{"row changed"}, violated},
+	} {
+		if got, msg := judge(tc.c, tc.problems, "outcome"); got != tc.want {
+			t.Errorf("judge(%s, %v) = %v (%s), want %v", tc.c.name, tc.problems, got, msg, tc.want)
+		}
+	}
+}
