@@ -10,7 +10,7 @@ import (
 // TestGuardUnderClientOnlyEncodings: sessions whose client_encoding is one PostgreSQL accepts only from clients
 // (SJIS, BIG5, GBK, UHC, GB18030, JOHAB) write guarded tables. PL/pgSQL compiles the guard function in the
 // session that first calls it, with that session's client_encoding, and under the default backslash_quote
-// (safe_encoding) the scanner refuses \' in a literal there (22P06): the generated bodies must quote with ”.
+// (safe_encoding) the scanner refuses \' in a literal there (22P06): the generated bodies must double quotes instead.
 // Each encoding gets new sessions, so the function is compiled under it; the stale write shows the 55F01 HINT
 // (it holds an apostrophe) arrives whole.
 func TestGuardUnderClientOnlyEncodings(t *testing.T) {
