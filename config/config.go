@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/fenceproxy/fenceproxy/setting"
 )
 
 // Config is the whole configuration of a fenceproxy process. The zero value is not usable: use Load or Parse,
@@ -213,8 +215,8 @@ const (
 // Defaults, chosen to be safe for a first run on a laptop and documented in the README.
 const (
 	DefaultListen               = "127.0.0.1:6432"
-	DefaultTokenSetting         = "fence.token"
-	DefaultLockSetting          = "fence.lock"
+	DefaultTokenSetting         = setting.DefaultToken
+	DefaultLockSetting          = setting.DefaultLock
 	DefaultMaxClientConnections = 1000
 	DefaultStartupTimeout       = 15 * time.Second
 	DefaultMaxMessageSize       = 256 << 20
@@ -516,16 +518,16 @@ func (c *Config) validate(lines map[string]int) error {
 			add(key+".token_column_writes", "must be %s or %s, not %q", TokenColumnOverride, TokenColumnRefuse, t.TokenColumnWrites)
 		}
 	}
-	if !validSetting(c.Token.Setting) {
-		add("token.setting", "%q is not a custom setting name (it needs a prefix and a dot, like fence.token)", c.Token.Setting)
+	if err := setting.Validate(c.Token.Setting); err != nil {
+		add("token.setting", "%v", err)
 	}
 	switch c.Token.Scope {
 	case TokenScopeSession, TokenScopeTransaction:
 	default:
 		add("token.scope", "must be %s or %s, not %q", TokenScopeSession, TokenScopeTransaction, c.Token.Scope)
 	}
-	if !validSetting(c.Token.LockSetting) {
-		add("token.lock_setting", "%q is not a custom setting name (it needs a prefix and a dot, like fence.lock)", c.Token.LockSetting)
+	if err := setting.Validate(c.Token.LockSetting); err != nil {
+		add("token.lock_setting", "%v", err)
 	} else if strings.EqualFold(c.Token.LockSetting, c.Token.Setting) {
 		add("token.lock_setting", "must differ from token.setting (%q)", c.Token.Setting)
 	}
@@ -625,20 +627,6 @@ func validIdent(s string) bool {
 				return false
 			}
 		default:
-			return false
-		}
-	}
-	return true
-}
-
-// validSetting accepts PostgreSQL custom setting names: two or more identifiers joined by dots.
-func validSetting(s string) bool {
-	parts := strings.Split(s, ".")
-	if len(parts) < 2 {
-		return false
-	}
-	for _, p := range parts {
-		if !validIdent(p) {
 			return false
 		}
 	}

@@ -9,18 +9,13 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgproto3"
-	pg_query "github.com/pganalyze/pg_query_go/v6"
 
 	"github.com/fenceproxy/fenceproxy/rewrite"
 )
 
 // markerPrefix is how every fencing error raised by rewritten SQL, and every refusal the proxy sends to the
-// server, shows up in the server's ErrorResponse (inside a 22P02 message about casting the marker to bigint).
-var markerPrefix = []byte("fenceproxy|")
-
-// refusePrefix marks refusals the proxy itself decided (55F03 at a SET, 55F04), sent to the server as a
-// statement that fails, so that the server aborts the transaction exactly as for any error.
-const refusePrefix = "fenceproxy|refuse|"
+// server, shows up in the server's ErrorResponse (the refusal protocol: rewrite/refusal.go).
+var markerPrefix = []byte(rewrite.MarkerPrefix)
 
 // msgSink is where the core writes the messages it sends: a bufio.Writer in the goroutine transport, an outBuf
 // in the event loop. Both copy what they are given, so a body passed on may be the reader's own buffer.
@@ -121,8 +116,8 @@ func (ss *session) checkPlan(plan rewrite.Plan) rewrite.Plan {
 	}
 	// Every literal the text sets is checked, not only the one left in force at its end (which may be any of
 	// them: set_config calls run in the order the plan evaluates them).
-	for _, v := range plan.Tokens {
-		if code, msg, ok := ss.srv.checkToken(v); !ok {
+	for _, tok := range plan.Tokens {
+		if code, msg, ok := ss.srv.verifyToken(tok); !ok {
 			return rewrite.Plan{Action: rewrite.Refuse, Code: code, Message: msg}
 		}
 	}
@@ -133,8 +128,13 @@ func (ss *session) checkPlan(plan rewrite.Plan) rewrite.Plan {
 func (s *Server) checkToken(v string) (code, msg string, ok bool) {
 	tok, valid := rewrite.ValidToken(v)
 	if !valid {
-		return sqlstateInvalid, fmt.Sprintf("invalid fencing token: %q is not an integer in 1..9223372036854775807", v), false
+		return sqlstateInvalid, rewrite.InvalidTokenMessage(v), false
 	}
+	return s.verifyToken(tok)
+}
+
+// verifyToken checks, with verification on, that a lock service could have issued tok (valid in form).
+func (s *Server) verifyToken(tok int64) (code, msg string, ok bool) {
 	if s.verifier != nil {
 		// The verifier bounds its own round trip with the same timeout and then applies fail_open; this outer
 		// bound only guards against a verifier that never returns, so it must be the longer of the two.
@@ -150,31 +150,7 @@ func (s *Server) checkToken(v string) (code, msg string, ok bool) {
 // refusal returns the SQL that makes the server fail a refused statement. The refusal is logged and counted
 // once, when the server's error comes back through translateError.
 func (ss *session) refusal(plan rewrite.Plan) string {
-	msg := ss.refusalMessage(plan)
-	if plan.Hint != "" {
-		msg += hintSep + plan.Hint
-	}
-	return refusalSQL(plan.Code, plan.Table, msg)
-}
-
-// refusalSQL is a statement that PostgreSQL rejects at parse analysis with an error carrying the refusal, which
-// the server-to-client side turns back into the refusal's SQLSTATE and message. The statement is built as a
-// parse tree and deparsed, so the message is quoted correctly whatever it contains.
-func refusalSQL(code, table, message string) string {
-	const fallback = "SELECT 'fenceproxy|refuse|55F04||unfenceable write'::pg_catalog.int8"
-	// Parsing a fixed template gives a tree with the version the deparser expects; only the literal changes.
-	tree, err := pg_query.Parse("SELECT ''::pg_catalog.int8")
-	if err != nil {
-		return fallback
-	}
-	cast := tree.Stmts[0].Stmt.GetSelectStmt().TargetList[0].GetResTarget().Val.GetTypeCast()
-	cast.Arg = pg_query.MakeAConstStrNode(refusePrefix+code+"|"+table+"|"+message, -1)
-	sql, err := pg_query.Deparse(tree)
-	if err != nil {
-		// Deparse of this fixed shape cannot fail short of a library bug; refuse with a plain statement then.
-		return fallback
-	}
-	return sql
+	return rewrite.RefusalSQL(plan.Code, plan.Table, ss.refusalMessage(plan), plan.Hint)
 }
 
 // errorOut writes the ErrorResponse whose body is given to w, translating fencing markers.
@@ -200,36 +176,16 @@ func (ss *session) translateError(body []byte) ([]byte, bool) {
 	if err := e.Decode(body); err != nil {
 		return nil, false
 	}
-	i := strings.Index(e.Message, string(markerPrefix))
-	if i < 0 {
+	t, ok := rewrite.Translate(e.Message)
+	if !ok {
 		return nil, false
 	}
-	marker := e.Message[i:]
-	if j := strings.LastIndexByte(marker, '"'); j >= 0 {
-		marker = marker[:j]
-	}
-	var out pgproto3.ErrorResponse
-	out.Severity, out.SeverityUnlocalized = e.Severity, e.SeverityUnlocalized
+	out := pgproto3.ErrorResponse{Severity: e.Severity, SeverityUnlocalized: e.SeverityUnlocalized,
+		Code: t.Code, Message: t.Message, Detail: t.Detail, Hint: t.Hint}
 	if out.SeverityUnlocalized == "" {
 		out.SeverityUnlocalized = "ERROR"
 	}
-	var table, presented, rowToken string
-	if rest, ok := strings.CutPrefix(marker, refusePrefix); ok {
-		parts := strings.SplitN(rest, "|", 3)
-		if len(parts) != 3 {
-			return nil, false
-		}
-		out.Code, table, out.Message = parts[0], parts[1], parts[2]
-		out.Message, out.Hint, _ = strings.Cut(out.Message, hintSep)
-	} else {
-		m, ok := rewrite.DecodeMarker(marker)
-		if !ok {
-			return nil, false
-		}
-		out.Code = m.Code
-		out.Message, out.Detail, out.Hint = m.Describe()
-		table, presented, rowToken = m.Table, m.Token, m.RowToken
-	}
+	table, presented, rowToken := t.Table, t.Token, t.RowToken
 	ss.srv.metrics.refusal(out.Code, table)
 	ss.log.Warn("fencing refusal", "code", out.Code, "table", table, "token", presented, "row_token", rowToken, "application_name", *ss.appName.Load(), "message", out.Message)
 	b, err := out.Encode(nil)

@@ -28,10 +28,6 @@ import (
 // setConfigOID is pg_catalog.set_config(text, text, boolean)'s OID, fixed in PostgreSQL's pg_proc.dat.
 const setConfigOID = 2078
 
-// hintSep separates a refusal's message from its HINT inside the refusal marker. Messages quote user-supplied
-// values with %q, which escapes control characters, so the separator cannot come from a client.
-const hintSep = "\x1e"
-
 // transactionScope reports whether token.scope is transaction.
 func (s *Server) transactionScope() bool { return s.cfg.Token.Scope == config.TokenScopeTransaction }
 

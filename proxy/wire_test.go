@@ -122,11 +122,3 @@ func BenchmarkForwardRound(b *testing.B) {
 		}
 	}
 }
-
-func TestRefusalSQLCarriesTheRefusal(t *testing.T) {
-	got := refusalSQL("55F03", "public.accounts", `invalid fencing token: "it's" \ bad`)
-	want := `SELECT E'fenceproxy|refuse|55F03|public.accounts|invalid fencing token: "it''s" \\ bad'::bigint`
-	if got != want {
-		t.Fatalf("refusalSQL = %s, want %s", got, want)
-	}
-}

@@ -48,7 +48,7 @@ type analysis struct {
 	paramZero    bool // the text has a parameter $0
 
 	tokenSet     bool
-	token        string
+	token        int64
 	tokenDynamic bool
 	tables       []string
 	scope        tokenScope // scope.go
@@ -197,17 +197,19 @@ func (a *analysis) setStatement(v *pg.VariableSetStmt, top bool) {
 }
 
 func (a *analysis) tokenValue(value string, effective bool) {
-	if _, ok := ValidToken(value); !ok {
-		a.refuse(CodeInvalid, "", invalidTokenMessage(value))
+	tok, ok := ValidToken(value)
+	if !ok {
+		a.refuse(CodeInvalid, "", InvalidTokenMessage(value))
 		return
 	}
-	a.scope.tokens = append(a.scope.tokens, value)
+	a.scope.tokens = append(a.scope.tokens, tok)
 	if effective {
-		a.tokenSet, a.token = true, value
+		a.tokenSet, a.token = true, tok
 	}
 }
 
-func invalidTokenMessage(value string) string {
+// InvalidTokenMessage is the message of a refusal of a token that is not an integer in 1..2^63-1.
+func InvalidTokenMessage(value string) string {
 	return fmt.Sprintf("invalid fencing token: %q is not an integer in 1..9223372036854775807", value)
 }
 
@@ -330,13 +332,18 @@ func (w write) fence(a *analysis) {
 			a.unfenceable(e, "UPDATE of %s sets the token column %s, which only the proxy sets", e.label, e.TokenColumn)
 			return
 		}
-		if !a.overrideToken(e, s.TargetList, e.ref, "UPDATE of") {
+		// The row check is the value written to C (tmplSetCheck): PostgreSQL
+		// computes it only for the rows the WHERE lets through, so the
+		// WHERE needs only the one-time filter, the statement's first read
+		// of its token.
+		check := e.setCheckFor(ref(s.Relation))
+		if !a.overrideToken(e, s.TargetList, check, "UPDATE of") {
 			return
 		}
 		if !assignsColumn(s.TargetList, e.TokenColumn) {
-			s.TargetList = append(s.TargetList, pg.MakeResTargetNodeWithNameAndVal(e.TokenColumn, e.ref, 0))
+			s.TargetList = append(s.TargetList, pg.MakeResTargetNodeWithNameAndVal(e.TokenColumn, check, 0))
 		}
-		s.WhereClause = e.fencedWhere(ref(s.Relation), s.WhereClause)
+		s.WhereClause = e.andOnce(s.WhereClause)
 		s.WithClause = e.withStmtToken(s.WithClause)
 	case *pg.DeleteStmt:
 		if s.WhereClause.GetCurrentOfExpr() != nil {

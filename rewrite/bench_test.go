@@ -199,3 +199,64 @@ func BenchmarkMissParts(b *testing.B) {
 		}
 	})
 }
+
+// tpcbTexts are the statements of pgbench's TPC-B-like transaction in simple-query mode (values inlined), n of
+// each, with pgbench_accounts protected: one fenced UPDATE and six statements the prefilter or the cache must
+// pass cheaply.
+func tpcbTexts(n int) map[string][][]byte {
+	texts := make(map[string][][]byte)
+	for i := 0; i < n; i++ {
+		aid, bid, tid, delta := 1+i*7919%1000000, 1+i%10, 1+i*31%100, i*2654435761%10001-5000
+		add := func(name, format string, args ...any) {
+			texts[name] = append(texts[name], []byte(fmt.Sprintf(format, args...)))
+		}
+		add("begin", "BEGIN;")
+		add("accounts", "UPDATE pgbench_accounts SET abalance = abalance + %d WHERE aid = %d;", delta, aid)
+		add("select", "SELECT abalance FROM pgbench_accounts WHERE aid = %d;", aid)
+		add("tellers", "UPDATE pgbench_tellers SET tbalance = tbalance + %d WHERE tid = %d;", delta, tid)
+		add("branches", "UPDATE pgbench_branches SET bbalance = bbalance + %d WHERE bid = %d;", delta, bid)
+		add("history", "INSERT INTO pgbench_history (tid, bid, aid, delta, mtime) VALUES (%d, %d, %d, %d, CURRENT_TIMESTAMP);", tid, bid, aid, delta)
+		add("end", "END;")
+	}
+	return texts
+}
+
+// BenchmarkTPCBSimple is the proxy's rewrite work for pgbench's TPC-B in simple-query mode, per statement and
+// per whole transaction (op = one transaction of seven statements), in the steady state (shapes cached).
+func BenchmarkTPCBSimple(b *testing.B) {
+	r, err := New(Config{Tables: []Table{{Name: "pgbench_accounts", TokenColumn: "fence_token"}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	c := NewCache(r, 1024)
+	texts := tpcbTexts(1024)
+	order := []string{"begin", "accounts", "select", "tellers", "branches", "history", "end"}
+	for _, name := range order {
+		for _, t := range texts[name][:4] {
+			c.Plan(t, DefaultSettings)
+		}
+	}
+	want := map[string]Action{"accounts": Rewrite}
+	for _, name := range order {
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				if p := c.Plan(texts[name][i%1024], DefaultSettings); p.Action != want[name] {
+					b.Fatal(p)
+				}
+				i++
+			}
+		})
+	}
+	b.Run("txn", func(b *testing.B) {
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			for _, name := range order {
+				c.Plan(texts[name][i%1024], DefaultSettings)
+			}
+			i++
+		}
+	})
+}

@@ -122,15 +122,14 @@ func (c *Cache) plan(sql []byte, set Settings, miss bool) (Plan, bool) {
 	s.mu.Unlock()
 
 	start := time.Now()
-	rd := c.r.read(sql, set)
+	rd := c.r.readText(sql, set)
 	if p, done := c.r.early(sql, rd); done {
 		// Decided without parsing (the token prefilter rules it out, or it
 		// cannot be read): not cached, so that reads whose literals hold a
 		// keyword do not push plans out of the cache.
 		return p, true
 	}
-	key := cacheKey{string(sql), set}
-	if len(key.sql) > maxCachedSQL {
+	if len(sql) > maxCachedSQL {
 		if !miss {
 			return Plan{}, false
 		}
@@ -143,7 +142,7 @@ func (c *Cache) plan(sql []byte, set Settings, miss bool) (Plan, bool) {
 		return p, shapeHit
 	}
 	c.missed(start)
-	c.put(key, p, nil)
+	c.put(cacheKey{string(sql), set}, p, nil)
 	return p, true
 }
 
@@ -160,7 +159,10 @@ func (c *Cache) missed(start time.Time) {
 // so shapes seen once (a VALUES list of a new length) do not pay it. With
 // miss false, a miss plans nothing and changes nothing (planned false).
 func (c *Cache) planShape(rd reading, set Settings, start time.Time, miss bool) (p Plan, hit, planned bool) {
-	text := []byte(rd.sql())
+	text := rd.text
+	if rd.normalise {
+		text = []byte(rd.sql())
+	}
 	sh, ok := c.r.shapeOf(text)
 	if !ok {
 		if !miss {
@@ -168,16 +170,15 @@ func (c *Cache) planShape(rd reading, set Settings, start time.Time, miss bool) 
 		}
 		return c.r.planReading(rd), false, true
 	}
-	key := cacheKey{string(sh.key), set}
-	s := &c.shards[maphash.String(c.seed, key.sql)&c.mask]
+	s := &c.shards[maphash.Bytes(c.seed, sh.key)&c.mask]
 	s.mu.Lock()
-	e, found := s.m[key]
+	e, found := s.m[cacheKey{string(sh.key), set}] // no copy of the key for a lookup
 	if !found || e.tmpl == nil {
 		s.mu.Unlock()
 		if !miss {
 			return Plan{}, false, false
 		}
-		c.put(key, Plan{}, &shapeTemplate{pending: true})
+		c.put(cacheKey{string(sh.key), set}, Plan{}, &shapeTemplate{pending: true})
 		return c.r.planReading(rd), false, true
 	}
 	if !e.tmpl.ok && !miss {
@@ -198,7 +199,7 @@ func (c *Cache) planShape(rd reading, set Settings, start time.Time, miss bool) 
 		return c.r.planReading(rd), false, true // a shape planned in full
 	}
 	full := c.r.plan(string(text), rd.scsOff)
-	c.put(key, Plan{}, c.r.buildTemplate(text, sh, rd.scsOff, full))
+	c.put(cacheKey{string(sh.key), set}, Plan{}, c.r.buildTemplate(text, sh, rd.scsOff, full))
 	return c.r.forClient(full, rd), false, true
 }
 

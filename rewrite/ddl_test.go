@@ -1,6 +1,7 @@
 package rewrite
 
 import (
+	"slices"
 	"strings"
 	"testing"
 )
@@ -173,31 +174,31 @@ func TestTokenScope(t *testing.T) {
 	cases := []struct {
 		sql                 string
 		session, persistent bool
-		tokens              []string
+		tokens              []int64
 	}{
-		{"SET fence.token = 5", true, false, []string{"5"}},
-		{"SET SESSION fence.token = 5", true, false, []string{"5"}},
-		{"SET LOCAL fence.token = 5", false, false, []string{"5"}},
-		{"SET LOCAL fence.token = 5; SET fence.token = 6", true, false, []string{"5", "6"}},
+		{"SET fence.token = 5", true, false, []int64{5}},
+		{"SET SESSION fence.token = 5", true, false, []int64{5}},
+		{"SET LOCAL fence.token = 5", false, false, []int64{5}},
+		{"SET LOCAL fence.token = 5; SET fence.token = 6", true, false, []int64{5, 6}},
 		{"RESET fence.token", false, false, nil},
 		{"SET fence.token TO DEFAULT", false, false, nil},
-		{"SELECT set_config('fence.token', '7', true)", false, false, []string{"7"}},
-		{"SELECT set_config('fence.token', '7', 'on')", false, false, []string{"7"}},
-		{"SELECT set_config('fence.token', '7', false)", true, false, []string{"7"}},
-		{"SELECT set_config('fence.token', '7', $1)", true, false, []string{"7"}},
+		{"SELECT set_config('fence.token', '7', true)", false, false, []int64{7}},
+		{"SELECT set_config('fence.token', '7', 'on')", false, false, []int64{7}},
+		{"SELECT set_config('fence.token', '7', false)", true, false, []int64{7}},
+		{"SELECT set_config('fence.token', '7', $1)", true, false, []int64{7}},
 		{"SELECT set_config('fence.token', NULL, false)", false, false, nil},
 		{"SELECT set_config($1, '7', false)", true, false, nil},
 		{"SELECT set_config($1, '7', true)", false, false, nil},
-		{"SELECT set_config('fence.token', '7', true), set_config('fence.token', '999', true)", false, false, []string{"7", "999"}},
-		{"UPDATE accounts SET balance = length(set_config('fence.token', '3', true)) WHERE id = 1", false, false, []string{"3"}},
-		{"ALTER ROLE bob SET fence.token = '999999999'", true, true, []string{"999999999"}},
-		{"ALTER ROLE bob IN DATABASE d SET fence.token TO 9", true, true, []string{"9"}},
+		{"SELECT set_config('fence.token', '7', true), set_config('fence.token', '999', true)", false, false, []int64{7, 999}},
+		{"UPDATE accounts SET balance = length(set_config('fence.token', '3', true)) WHERE id = 1", false, false, []int64{3}},
+		{"ALTER ROLE bob SET fence.token = '999999999'", true, true, []int64{999999999}},
+		{"ALTER ROLE bob IN DATABASE d SET fence.token TO 9", true, true, []int64{9}},
 		{"ALTER ROLE bob SET fence.token FROM CURRENT", true, true, nil},
 		{"ALTER ROLE bob RESET fence.token", false, false, nil},
-		{"ALTER DATABASE d SET fence.token = 9", true, true, []string{"9"}},
-		{"ALTER SYSTEM SET fence.token = 9", true, true, []string{"9"}},
-		{"CREATE FUNCTION f() RETURNS int LANGUAGE sql SET fence.token = 77 AS 'SELECT 1'", false, false, []string{"77"}},
-		{"ALTER FUNCTION f() SET fence.token = 78", false, false, []string{"78"}},
+		{"ALTER DATABASE d SET fence.token = 9", true, true, []int64{9}},
+		{"ALTER SYSTEM SET fence.token = 9", true, true, []int64{9}},
+		{"CREATE FUNCTION f() RETURNS int LANGUAGE sql SET fence.token = 77 AS 'SELECT 1'", false, false, []int64{77}},
+		{"ALTER FUNCTION f() SET fence.token = 78", false, false, []int64{78}},
 		{"SET search_path = public", false, false, nil},
 	}
 	for _, c := range cases {
@@ -206,8 +207,8 @@ func TestTokenScope(t *testing.T) {
 			t.Errorf("%q refused: %s", c.sql, p.Message)
 			continue
 		}
-		if p.TokenSession != c.session || p.TokenPersistent != c.persistent || strings.Join(p.Tokens, ",") != strings.Join(c.tokens, ",") {
-			t.Errorf("%q: session %v persistent %v tokens %q; want %v %v %q", c.sql, p.TokenSession, p.TokenPersistent, p.Tokens, c.session, c.persistent, c.tokens)
+		if p.TokenSession != c.session || p.TokenPersistent != c.persistent || !slices.Equal(p.Tokens, c.tokens) {
+			t.Errorf("%q: session %v persistent %v tokens %v; want %v %v %v", c.sql, p.TokenSession, p.TokenPersistent, p.Tokens, c.session, c.persistent, c.tokens)
 		}
 	}
 	// The form of a persistent default is validated whatever the proxy's mode.

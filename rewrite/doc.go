@@ -10,23 +10,33 @@
 // is never spliced) so that PostgreSQL itself compares the statement's token
 // t with the row's C, under the row lock, in the same statement:
 //
-//	WITH fenceproxy_stmt AS MATERIALIZED (SELECT k AS token)
-//	UPDATE T SET ..., C = t
-//	WHERE (cond)
-//	  AND CASE WHEN (cond) THEN
-//	        CASE WHEN COALESCE(T.C, 0) OPERATOR(pg_catalog.<=) t THEN true
-//	             ELSE pg_catalog.concat('fenceproxy|55F01|', T.C, '|', t, '|T|.')::bigint IS NULL END
-//	      ELSE false END
-//	  AND t IS NOT NULL
+//	WITH fenceproxy_stmt AS MATERIALIZED (SELECT k AS token
+//	  FROM pg_catalog.current_setting(setting, true) AS fenceproxy_token(s))
+//	UPDATE T SET ..., C = check
+//	WHERE (cond) AND t IS NOT NULL
 //
-// where k validates the session's token (below) and t is
+//	check: (SELECT CASE WHEN COALESCE(T.C, 0) OPERATOR(pg_catalog.<=) fenceproxy_stmt.token
+//	                    THEN fenceproxy_stmt.token
+//	                    ELSE pg_catalog.concat('fenceproxy|55F01|', T.C, '|', fenceproxy_stmt.token, '|T|.')::bigint END
+//	        FROM fenceproxy_stmt)
+//
+// where k validates the session's token s (below) and t is
 // (SELECT fenceproxy_stmt.token FROM fenceproxy_stmt). t IS NOT NULL is a
 // one-time filter that PostgreSQL evaluates before it reads any row: it is the
 // CTE's first read, which runs k, so a missing or invalid token raises before
-// any row is touched, and from then on every reference to t reads the row the
-// CTE stored.
+// any row is touched, and from then on every read of the CTE returns the row
+// it stored. The row check is the value written to C: PostgreSQL computes an
+// UPDATE's SET list only for the rows it writes, once every condition of the
+// WHERE has held (and again on the newest row version when it re-checks a row
+// it waited for), so no row the statement leaves alone reaches the check,
+// whatever order the planner evaluates the WHERE in, and the client's WHERE
+// stays as it is (index scans; volatile functions run once per row).
 //
-// DELETE gets the same WITH and WHERE. INSERT gets the WITH, C in its column
+// DELETE has no SET list: its WHERE is
+//
+//	(cond) AND CASE WHEN (cond) THEN check IS NOT NULL ELSE false END AND t IS NOT NULL
+//
+// (check is the token or raises, never NULL). INSERT gets the WITH, C in its column
 // list and t in every row (VALUES, SELECT, DEFAULT VALUES; INSERT ... SELECT
 // also gets the one-time filter in its WHERE); ON CONFLICT DO UPDATE gets
 // C = excluded.C and the row check against excluded.C as its WHERE: the token
@@ -34,30 +44,30 @@
 // into it, and the one the inserted row carries. The golden files in
 // testdata/rewrite at the repository root show every form.
 //
-// The token k is a scalar subquery with no outer references,
+// The token k, in the CTE whose FROM reads the setting once, is
 //
-//	(SELECT CASE WHEN <s is a valid token> THEN s::bigint ELSE <55F02/55F03 marker>::bigint END
-//	 FROM (SELECT pg_catalog.current_setting('fence.token', true)) AS fenceproxy_token(s))
+//	CASE WHEN <s is a valid token> THEN s::bigint ELSE <55F02/55F03 marker>::bigint END
 //
 // evaluated at execution time. The token is the one in force when the
 // statement runs, also for a statement prepared (extended protocol or
 // PREPARE) long before and executed with a cached generic plan; SET, SET
 // LOCAL, RESET, set_config and transaction rollback behave exactly as in
 // PostgreSQL because the setting is PostgreSQL's own. "Valid" is the rule of
-// ValidToken, written in SQL as
+// ValidToken, written in SQL as one regular expression match (tokenPattern),
 //
-//	ltrim(s, '0123456789') = '' AND ltrim(s, '0') <> ''
-//	AND (length(s) < 19 OR (length(s) = 19 AND s COLLATE "C" <= '9223372036854775807'))
+//	s COLLATE "C" ~ '^(?!0+$)([0-9]{1,18}|[0-8][0-9]{18}|9[0-1][0-9]{17}|...|9223372036854775807)$'
 //
-// (with every operator and the collation qualified, see below; conditions
-// that cannot fail, so their evaluation order does not matter; only s::bigint
-// could fail, and CASE runs it only when they hold; string functions rather
-// than regular expressions because they are cheaper).
+// (with the operator and the collation qualified, see below; the match
+// cannot fail, and CASE runs s::bigint only when it holds). The server
+// parses, analyses and plans the check in every simple-query statement: one
+// operator on one constant costs it much less than the string functions
+// (ltrim, length and comparisons) it replaced; it compiles the expression
+// once per session (bench/fence-sql-phases, docs/fence-sql.md).
 //
 // # The fence cannot be redefined
 //
 // Every operator, function, type, cast and collation the rewrite adds is
-// pg_catalog's by name: OPERATOR(pg_catalog.<=), pg_catalog.ltrim,
+// pg_catalog's by name: OPERATOR(pg_catalog.<=), OPERATOR(pg_catalog.~),
 // pg_catalog.concat, ::pg_catalog.int8, COLLATE pg_catalog."C". The deparser
 // prints pg_catalog.int8 as bigint, a type keyword that always means
 // pg_catalog's. COALESCE, CASE, IS [NOT] NULL, AND and OR are syntax. So no
@@ -136,15 +146,18 @@
 // constant expressions at plan time even inside CASE arms that are never
 // taken, so a constant marker would raise for every statement.
 //
-// # Why the CASE re-check
+// # Why the check is in the SET list, or under a CASE
 //
 // The planner orders the WHERE's quals as it likes (cheapest first, index
-// quals into the scan), and AND/OR do not promise an evaluation order. The
-// check is therefore wrapped in CASE WHEN (cond) THEN ... ELSE false END: CASE
-// does fix the order, so a row that does not satisfy the statement's own
-// condition never reaches the 55F01 arm and never raises, whatever the plan.
-// The leading plain (cond) keeps the statement's index use: the primary-key
-// UPDATE remains an index scan with the check as a filter on the one row.
+// quals into the scan), and AND/OR do not promise an evaluation order, so a
+// check among them could raise for a row the statement does not write. An
+// UPDATE's SET list is computed only for the rows that passed the whole
+// WHERE: its check is there, in the value it writes to C. A DELETE's check
+// is wrapped in CASE WHEN (cond) THEN ... ELSE false END: CASE does fix the
+// order, so a row that does not satisfy the statement's own condition never
+// reaches the 55F01 arm; the leading plain (cond) keeps the statement's index
+// use. ON CONFLICT DO UPDATE's check against excluded.C is its WHERE, under
+// the same CASE when the client's DO UPDATE has a WHERE.
 //
 // # Why the one-time filter
 //
@@ -162,7 +175,8 @@
 //     counts as 0.
 //   - Under READ COMMITTED, an UPDATE, DELETE or ON CONFLICT DO UPDATE that
 //     waits for a row lock re-evaluates the whole WHERE on the new row
-//     version once the lock holder commits (EvalPlanQual), so a stale writer
+//     version once the lock holder commits, and an UPDATE computes its SET
+//     list again from that version (EvalPlanQual), so a stale writer
 //     queued behind a newer holder gets 55F01, not a silent "0 rows". Under
 //     REPEATABLE READ and SERIALIZABLE it gets PostgreSQL's 40001 as usual.
 //   - Every new row gets C = t; a write naming C writes t too (or is refused
@@ -228,8 +242,8 @@
 // lexer finds (never a string search). A later text of the shape gets the
 // template with its own constants, as the client spelled them (after
 // decoding and the standard_conforming_strings normalisation), put in at
-// each parameter (the fence repeats the WHERE, so a constant may appear
-// several times), a negative one in parentheses; then re-encoded for the
+// each parameter (a DELETE's fence repeats the WHERE, so a constant may
+// appear several times), a negative one in parentheses; then re-encoded for the
 // client, and re-verified when Config.Verify is set. Template hits count as
 // cache hits.
 //
@@ -245,7 +259,10 @@
 //     (SELECT, WHERE, AND, THEN, LIMIT, ...) or after ')': typed literals
 //     (DATE '...', INTERVAL '1' DAY, "char" 'x', numeric(10,2) '1'), ORDER
 //     BY / GROUP BY ordinals, FETCH FIRST n, AT TIME ZONE '...'; numbers in
-//     other notations (0x1F, 1_000).
+//     other notations (0x1F, 1_000);
+//   - texts with a parenthesised constant followed by a subscript or field,
+//     (-1)[1], and with a bit string holding a backslash: the full plan
+//     respells or refuses those by their value (deparse.go).
 //
 // Why it is safe: the fence's analysis of plain DML never reads a
 // constant's value, only where constants are and of which node kind (a
@@ -287,11 +304,17 @@
 //     the setting; and a BEFORE INSERT trigger can change the excluded.C that
 //     ON CONFLICT DO UPDATE checks and writes. The in-database guard covers
 //     code that runs inside the server.
-//   - The statement's condition is evaluated twice per candidate row (plain
-//     and in the CASE), except its top-level conjuncts that call a function
-//     outside a short list of side-effect-free ones: those appear only in the
-//     CASE, so nextval(), random() and user functions run once per row, as
-//     in the client's statement (at the price of index use on them).
+//   - A DELETE's condition is evaluated twice per candidate row (plain and in
+//     the CASE), except its top-level conjuncts that call a function outside
+//     a short list of side-effect-free ones: those appear only in the CASE,
+//     so nextval(), random() and user functions run once per row, as in the
+//     client's statement (at the price of index use on them). An UPDATE's
+//     condition is evaluated once, as written.
+//   - The deparser prints a parenthesised constant with a subscript or field,
+//     (-1)[1], without its parentheses; negative numbers are respelled so that
+//     it prints them right ((- 1)[1], which parses to the same tree), other
+//     constants there and bit strings holding a backslash (which it prints as
+//     bE'...') are refused (55F04): PostgreSQL rejects them anyway (deparse.go).
 //   - A rewritten statement is deparsed, so comments and formatting of the
 //     whole text are lost; the deparser emits PostgreSQL 17 syntax, which
 //     PostgreSQL 15 accepts for everything the rewriter adds.

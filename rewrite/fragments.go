@@ -37,21 +37,17 @@ import (
 // value): PostgreSQL folds constant casts even in CASE arms that are never
 // taken, so a constant marker would raise at plan time.
 const (
-	// k: the session token, validated. A scalar subquery without outer
-	// references, so PostgreSQL runs it once per statement as an InitPlan, at
-	// execution time (also for statements prepared earlier).
-	//
-	// Valid means 1 to 19 ASCII digits, not all zeros, at most 2^63-1
-	// (ValidToken); plain string functions say it more cheaply than regular
-	// expressions, and none of the tests can fail, so their order does not
-	// matter: only s::int8 could, and CASE runs it only when they hold.
-	tmplToken = `SELECT (SELECT CASE
-		WHEN pg_catalog.ltrim(s, '0123456789') OPERATOR(pg_catalog.=) '' AND pg_catalog.ltrim(s, '0') OPERATOR(pg_catalog.<>) ''
-			AND (pg_catalog.length(s) OPERATOR(pg_catalog.<) 19 OR (pg_catalog.length(s) OPERATOR(pg_catalog.=) 19
-				AND s COLLATE pg_catalog."C" OPERATOR(pg_catalog.<=) '9223372036854775807'))
-			THEN s::pg_catalog.int8
-		ELSE pg_catalog.concat('fenceproxy|55F03|@setting@|', pg_catalog.encode(pg_catalog.convert_to(COALESCE(s, ''), 'UTF8'), 'hex'), '|@table@|.')::pg_catalog.int8 END
-		FROM (SELECT pg_catalog.current_setting('@setting@', true)) AS fenceproxy_token(s))`
+	// k: the session token s (the setting's value, read in the CTE's FROM),
+	// validated: s itself when it is a valid token (ValidToken), else the
+	// 55F03 marker with s in hex (55F02 when s is unset or empty: concat
+	// makes a NULL part empty). Validity is one regular expression match,
+	// tokenPattern (@pattern@): the server parses, analyses and plans it in
+	// every statement, and one operator on one constant costs it far less
+	// than a check built of string functions, each a function lookup
+	// (measured: bench/fence-sql-phases, docs/fence-sql.md). The match cannot
+	// fail, and CASE runs s::int8 only when it holds.
+	tmplToken = `SELECT CASE WHEN s COLLATE pg_catalog."C" OPERATOR(pg_catalog.~) '@pattern@' THEN s::pg_catalog.int8
+		ELSE pg_catalog.concat('fenceproxy|55F03|@setting@|', pg_catalog.encode(pg_catalog.convert_to(s, 'UTF8'), 'hex'), '|@table@|.')::pg_catalog.int8 END`
 
 	// The statement's token: one MATERIALIZED CTE holding k, attached to the
 	// fenced write's own WITH. A CTE is evaluated once, at its first read,
@@ -59,8 +55,10 @@ const (
 	// (the one-time filter, SET C, the row check, the marker) sees one value,
 	// whatever the statement runs after the first read (a set_config in a
 	// SET list, in the WHERE, in a function). Its name is reserved: a
-	// statement that defines a CTE of that name is refused.
-	tmplStmtToken = `WITH fenceproxy_stmt AS MATERIALIZED (SELECT fenceproxy_k AS token) SELECT 1`
+	// statement that defines a CTE of that name is refused. The setting is
+	// read once, by the function in its FROM (one row, NULL when unset).
+	tmplStmtToken = `WITH fenceproxy_stmt AS MATERIALIZED (SELECT fenceproxy_k AS token
+		FROM pg_catalog.current_setting('@setting@', true) AS fenceproxy_token(s)) SELECT 1`
 
 	// A reference to the statement's token: an uncorrelated scalar subquery
 	// over the CTE (an InitPlan: evaluated once per execution, cheap).
@@ -78,6 +76,19 @@ const (
 	// fenceproxy_c is the row's token column.
 	tmplCheck = `SELECT CASE WHEN COALESCE(fenceproxy_c, 0) OPERATOR(pg_catalog.<=) fenceproxy_t THEN true
 		ELSE pg_catalog.concat('fenceproxy|55F01|', fenceproxy_c, '|', fenceproxy_t, '|@table@|.')::pg_catalog.int8 IS NULL END`
+
+	// An UPDATE's value for the token column: the statement's token when the
+	// row's token is not newer, else the 55F01 marker (which raises).
+	// PostgreSQL computes an UPDATE's SET list only for the rows it writes,
+	// after every condition of the WHERE has held (and again, on the newest
+	// row version, when it re-checks a row it waited for), so no row the
+	// statement does not write reaches the check, whatever order the
+	// planner gives the WHERE's conditions; and the check is one subquery
+	// (a SubPlan reading the CTE's stored row) that also supplies the value
+	// written. fenceproxy_c is the row's token column.
+	tmplSetCheck = `SELECT (SELECT CASE WHEN COALESCE(fenceproxy_c, 0) OPERATOR(pg_catalog.<=) fenceproxy_stmt.token THEN fenceproxy_stmt.token
+		ELSE pg_catalog.concat('fenceproxy|55F01|', fenceproxy_c, '|', fenceproxy_stmt.token, '|@table@|.')::pg_catalog.int8 END
+		FROM fenceproxy_stmt)`
 
 	// The check only for rows matching the statement's own condition, so a
 	// row the statement does not write never raises, whatever order the
@@ -113,7 +124,7 @@ const (
 
 func newTableEntry(t Table, setting string) (*tableEntry, error) {
 	e := &tableEntry{Table: t, label: t.Label()}
-	consts := strings.NewReplacer("@setting@", setting, "@table@", e.label)
+	consts := strings.NewReplacer("@setting@", setting, "@table@", e.label, "@pattern@", tokenPattern())
 	var err error
 	parse := func(sql string) *pg.Node {
 		if err != nil {
@@ -127,18 +138,21 @@ func newTableEntry(t Table, setting string) (*tableEntry, error) {
 	e.ref = parse(tmplRef)
 	e.light = parse(tmplLight)
 	e.check = parse(tmplCheck)
+	e.setCheck = parse(tmplSetCheck)
 	e.guard = parse(tmplGuard)
 	e.ignored = parse(tmplIgnored)
 	once := parse(tmplOnce)
 	if err != nil {
 		return nil, err
 	}
+	e.notNull = once
 	e.once = substitute(once, map[string]*pg.Node{phTok: e.ref})
 	tree, err := pg.Parse(tmplStmtToken)
 	if err != nil {
 		return nil, fmt.Errorf("fragment %q: %w", tmplStmtToken, err)
 	}
 	cte := tree.Stmts[0].Stmt.GetSelectStmt().GetWithClause().GetCtes()[0]
+	replaceConsts(cte, consts)
 	clearLocations(cte)
 	e.cte = substitute(cte, map[string]*pg.Node{phToken: e.token})
 	return e, nil
@@ -156,15 +170,20 @@ func parseFragment(sql string, consts *strings.Replacer) (*pg.Node, error) {
 		return nil, fmt.Errorf("fragment %q: not a single-expression SELECT", sql)
 	}
 	expr := sel.TargetList[0].GetResTarget().Val
-	eachNode(expr, func(n *pg.Node) {
+	replaceConsts(expr, consts)
+	clearLocations(expr)
+	return expr, nil
+}
+
+// replaceConsts applies consts to the value of every string constant under m.
+func replaceConsts(m proto.Message, consts *strings.Replacer) {
+	eachNode(m, func(n *pg.Node) {
 		if c := n.GetAConst(); c != nil {
 			if s := c.GetSval(); s != nil {
 				s.Sval = consts.Replace(s.Sval)
 			}
 		}
 	})
-	clearLocations(expr)
-	return expr, nil
 }
 
 // substitute returns a copy of the template tmpl with each placeholder column
@@ -215,6 +234,12 @@ func (e *tableEntry) checkFor(ref []string, tok *pg.Node) *pg.Node {
 	return substitute(e.check, map[string]*pg.Node{phCol: columnRef(ref, e.TokenColumn), phTok: tok})
 }
 
+// setCheckFor is the value an UPDATE of the table referenced as ref writes
+// to the token column: the statement's token, checked against the row's.
+func (e *tableEntry) setCheckFor(ref []string) *pg.Node {
+	return substitute(e.setCheck, map[string]*pg.Node{phCol: columnRef(ref, e.TokenColumn)})
+}
+
 // ignoring is the value written for a token column the client names: the
 // client's expression v kept for its parameter types, never evaluated, and
 // tok written.
@@ -222,24 +247,39 @@ func (e *tableEntry) ignoring(v, tok *pg.Node) *pg.Node {
 	return substitute(e.ignored, map[string]*pg.Node{phValue: v, phTok: tok})
 }
 
-// guardFor is CASE WHEN cond THEN check ELSE false END, or the check alone
-// when there is no condition.
+// guardFor is the row check against tok (ON CONFLICT DO UPDATE's, against
+// excluded.C), guarded by cond.
 func (e *tableEntry) guardFor(ref []string, cond, tok *pg.Node) *pg.Node {
-	check := e.checkFor(ref, tok)
+	return e.guarded(cond, e.checkFor(ref, tok))
+}
+
+// guarded is CASE WHEN cond THEN check ELSE false END, or the check alone
+// when there is no condition.
+func (e *tableEntry) guarded(cond, check *pg.Node) *pg.Node {
 	if cond == nil {
 		return check
 	}
 	return substitute(e.guard, map[string]*pg.Node{phCond: cond, phCheck: check})
 }
 
-// fencedWhere is the WHERE of a fenced UPDATE or DELETE:
-// (cond) AND CASE WHEN (cond) THEN check ELSE false END AND (k) IS NOT NULL.
+// deleteCheckFor is a DELETE's row check for the table referenced as ref:
+// the UPDATE's checked token (setCheckFor), which is the statement's token
+// or raises 55F01, IS NOT NULL (the token never is). One subquery over the
+// statement-token CTE, where a check comparing with t and naming t in its
+// marker would be two, each planned in every statement.
+func (e *tableEntry) deleteCheckFor(ref []string) *pg.Node {
+	return substitute(e.notNull, map[string]*pg.Node{phTok: e.setCheckFor(ref)})
+}
+
+// fencedWhere is the WHERE of a fenced DELETE:
+// (cond) AND CASE WHEN (cond) THEN check ELSE false END AND t IS NOT NULL.
 //
 // The leading copy of cond is there for the planner (index scans); the CASE
 // makes rows that do not match cond never reach the check. A conjunct of cond
 // that calls a function not known to be free of side effects (nextval(),
 // random(), a user function) is left out of the leading copy, so that it is
-// evaluated once per row, as in the client's statement.
+// evaluated once per row, as in the client's statement. (An UPDATE needs
+// none of this: its check is the value it writes, see tmplSetCheck.)
 func (e *tableEntry) fencedWhere(ref []string, cond *pg.Node) *pg.Node {
 	args := make([]*pg.Node, 0, 3)
 	if cond != nil {
@@ -249,7 +289,7 @@ func (e *tableEntry) fencedWhere(ref []string, cond *pg.Node) *pg.Node {
 			}
 		}
 	}
-	args = append(args, e.guardFor(ref, cond, e.ref), e.once)
+	args = append(args, e.guarded(cond, e.deleteCheckFor(ref)), e.once)
 	return pg.MakeBoolExprNode(pg.BoolExprType_AND_EXPR, args, 0)
 }
 

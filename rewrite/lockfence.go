@@ -52,13 +52,9 @@ func (e *tableEntry) addLockCheck(lockSetting string, requireLock bool) error {
 	if err != nil {
 		return err
 	}
-	// e.token is (SELECT CASE WHEN <valid> THEN s::int8 ELSE <marker> END FROM ...). It is shared, not
-	// copied, by the one-time filter (see substitute), so changing it here changes every use.
-	sel := e.token.GetSubLink().GetSubselect().GetSelectStmt()
-	if sel == nil || len(sel.TargetList) != 1 {
-		return fmt.Errorf("lock check: unexpected token fragment")
-	}
-	cs := sel.TargetList[0].GetResTarget().GetVal().GetCaseExpr()
+	// e.token is CASE WHEN <valid> THEN s::int8 ELSE <marker> END. It is shared, not copied, by the
+	// statement-token CTE (see substitute), so changing it here changes every use.
+	cs := e.token.GetCaseExpr()
 	if cs == nil || len(cs.Args) != 1 || cs.Args[0].GetCaseWhen() == nil {
 		return fmt.Errorf("lock check: unexpected token fragment")
 	}

@@ -171,6 +171,16 @@ func isASCII(b []byte) bool {
 	return true
 }
 
+// isASCIIString is isASCII for a string.
+func isASCIIString(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= 0x80 {
+			return false
+		}
+	}
+	return true
+}
+
 // decode converts the client's bytes to UTF-8 exactly, or reports why it
 // cannot. ASCII text is returned as is, in every encoding.
 func decode(raw []byte, s Settings) ([]byte, string) {
@@ -210,6 +220,11 @@ func (r *Rewriter) read(raw []byte, s Settings) reading {
 	if !r.rawMayTouch(raw) {
 		return reading{} // nothing in it can touch, however it is read
 	}
+	return r.readText(raw, s)
+}
+
+// readText is read for a text the raw prefilter (rawMayTouch) let through.
+func (r *Rewriter) readText(raw []byte, s Settings) reading {
 	text, why := decode(raw, s)
 	if why != "" {
 		return reading{why: why}

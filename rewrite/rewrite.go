@@ -1,10 +1,13 @@
 package rewrite
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 
 	pg "github.com/pganalyze/pg_query_go/v6"
+
+	"github.com/fenceproxy/fenceproxy/setting"
 )
 
 // SQLSTATEs of the contract.
@@ -16,7 +19,7 @@ const (
 )
 
 // DefaultTokenSetting is the session setting that carries the fencing token.
-const DefaultTokenSetting = "fence.token"
+const DefaultTokenSetting = setting.DefaultToken
 
 // Table is one protected table.
 type Table struct {
@@ -109,10 +112,10 @@ type Plan struct {
 	Message string
 	// TokenSet reports that the text sets the token setting to the literal
 	// Token (SET, SET LOCAL, set_config with constant arguments; the last one
-	// when there are several). Token always satisfies ValidToken: an invalid
-	// literal gives Refuse with CodeInvalid instead.
+	// when there are several), as ValidToken reads it: an invalid literal
+	// gives Refuse with CodeInvalid instead.
 	TokenSet bool
-	Token    string
+	Token    int64
 	// TokenDynamic reports a set_config call that may set the token setting to
 	// a value only known at execution time (the SQL-level check still applies
 	// to every fenced write).
@@ -121,7 +124,7 @@ type Plan struct {
 	// LOCAL, each set_config, a function's SET clause, ALTER ROLE/DATABASE/
 	// SYSTEM ... SET), each valid in form, so that a verifier can check every
 	// one, not only the last (see scope.go).
-	Tokens []string
+	Tokens []int64
 	// TokenSession reports that the text may set the token for the session
 	// rather than the transaction: SET without LOCAL, set_config with an
 	// is_local that is not the constant true (of the token setting or of a
@@ -155,15 +158,18 @@ type Rewriter struct {
 // fragments. The fragments are shared (never mutated) by every rewritten tree.
 type tableEntry struct {
 	Table
-	label   string
-	token   *pg.Node // k: scalar subquery yielding the validated session token
-	cte     *pg.Node // WITH item fenceproxy_stmt AS MATERIALIZED (SELECT k AS token)
-	ref     *pg.Node // (SELECT token FROM fenceproxy_stmt): the statement's token
-	light   *pg.Node // current_setting(...)::int8, for inert VALUES rows after the first
-	check   *pg.Node // template: C <= t check with the 55F01 marker (placeholders)
-	guard   *pg.Node // template: CASE WHEN cond THEN check ELSE false END
-	ignored *pg.Node // template: CASE WHEN false THEN (v)::int8 ELSE t END
-	once    *pg.Node // ref IS NOT NULL, the one-time filter
+	label string
+	token *pg.Node // k: scalar subquery yielding the validated session token
+	cte   *pg.Node // WITH item fenceproxy_stmt AS MATERIALIZED (SELECT k AS token)
+	ref   *pg.Node // (SELECT token FROM fenceproxy_stmt): the statement's token
+	light *pg.Node // current_setting(...)::int8, for inert VALUES rows after the first
+	check *pg.Node // template: C <= t check with the 55F01 marker (placeholders)
+	// setCheck is the template of an UPDATE's value for C: t when C <= t, else the 55F01 marker.
+	setCheck *pg.Node
+	guard    *pg.Node // template: CASE WHEN cond THEN check ELSE false END
+	ignored  *pg.Node // template: CASE WHEN false THEN (v)::int8 ELSE t END
+	once     *pg.Node // ref IS NOT NULL, the one-time filter
+	notNull  *pg.Node // template: fenceproxy_t IS NOT NULL
 }
 
 // New validates cfg and prepares the SQL fragments.
@@ -209,24 +215,10 @@ func New(cfg Config) (*Rewriter, error) {
 // TokenSetting is the name of the setting that carries the token.
 func (r *Rewriter) TokenSetting() string { return r.setting }
 
-// validSettingName accepts custom setting names PostgreSQL accepts and that are
-// safe inside the marker (no '|'): identifier parts joined by dots.
+// validSettingName is setting.Validate: names the rewriter puts into SQL literals and markers.
 func validSettingName(s string) error {
-	parts := strings.Split(s, ".")
-	if len(parts) < 2 {
-		return fmt.Errorf("rewrite: token setting %q must be a custom setting name like fence.token", s)
-	}
-	for _, p := range parts {
-		if p == "" {
-			return fmt.Errorf("rewrite: token setting %q has an empty part", s)
-		}
-		for i := 0; i < len(p); i++ {
-			c := p[i]
-			ok := c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || i > 0 && (c >= '0' && c <= '9' || c == '$')
-			if !ok {
-				return fmt.Errorf("rewrite: token setting %q: invalid character %q", s, c)
-			}
-		}
+	if err := setting.Validate(s); err != nil {
+		return fmt.Errorf("rewrite: token setting: %w", err)
 	}
 	return nil
 }
@@ -294,7 +286,7 @@ func (r *Rewriter) planReading(rd reading) Plan {
 // forClient turns a plan of the UTF-8 text rd.sql() into the plan for the
 // client: a rewrite is re-encoded to the client's encoding.
 func (r *Rewriter) forClient(p Plan, rd reading) Plan {
-	if p.Action == Rewrite && !isASCII([]byte(p.SQL)) {
+	if p.Action == Rewrite && !isASCIIString(p.SQL) {
 		// The server reads the rewrite in the client's encoding.
 		a := &analysis{r: r, tables: p.Tables}
 		if !rd.outOK {
@@ -344,7 +336,11 @@ func (r *Rewriter) plan(sql string, scsOff bool) Plan {
 			return *a.refusal
 		}
 	}
-	out, err := pg.Deparse(tree)
+	out, err := deparse(tree)
+	var u undeparsable
+	if errors.As(err, &u) {
+		return refusal(CodeUnfenceable, a.writes[0].table.label, fmt.Sprintf("unfenceable write to %s: %s", a.writes[0].table.label, u))
+	}
 	if err != nil {
 		return a.internal(fmt.Errorf("deparse: %w", err))
 	}

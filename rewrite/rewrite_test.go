@@ -2,6 +2,7 @@ package rewrite
 
 import (
 	"fmt"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -46,29 +47,23 @@ func TestValidToken(t *testing.T) {
 	}
 }
 
-// sqlRuleValid transcribes the SQL check of tmplToken (ltrim removes the
-// leading characters that are in its second argument; NULL fails the first
-// test):
-//
-//	valid: ltrim(s, '0123456789') = '' AND ltrim(s, '0') <> ''
-//	       AND (length(s) < 19 OR (length(s) = 19 AND s COLLATE "C" <= '9223372036854775807'))
+// sqlRuleValid transcribes the SQL check of tmplToken, s ~ tokenPattern()
+// (NULL does not match). Go's regexp has no lookahead: the pattern's (?!0+$)
+// is "not all zeros" here, and its tokenDigits part, written in the syntax
+// the two engines share, is matched by Go's.
 func sqlRuleValid(s string) bool {
-	if strings.TrimLeft(s, "0123456789") != "" || strings.TrimLeft(s, "0") == "" {
-		return false
-	}
-	// length() counts characters; after the first test they are ASCII bytes.
-	return len(s) < 19 || (len(s) == 19 && s <= "9223372036854775807")
+	return tokenDigitsRE.MatchString(s) && strings.Trim(s, "0") != ""
 }
+
+var tokenDigitsRE = regexp.MustCompile("^" + tokenDigits() + "$")
 
 func TestTokenTemplateMatchesRule(t *testing.T) {
 	// Guard against the template and sqlRuleValid drifting apart; every
 	// operator, type and collation in it is pg_catalog's.
 	k := deparseExpr(t, testRewriter(t).tables[0].token)
 	for _, frag := range []string{
-		`pg_catalog.ltrim(s, '0123456789') OPERATOR(pg_catalog.=) ''`,
-		`pg_catalog.ltrim(s, '0') OPERATOR(pg_catalog.<>) ''`,
-		`(pg_catalog.length(s) OPERATOR(pg_catalog.<) 19 OR (pg_catalog.length(s) OPERATOR(pg_catalog.=) 19 AND s COLLATE pg_catalog."C" OPERATOR(pg_catalog.<=) '9223372036854775807'))`,
-		`THEN s::bigint`,
+		`CASE WHEN s COLLATE pg_catalog."C" OPERATOR(pg_catalog.~) '` + tokenPattern() + `' THEN s::bigint ELSE `,
+		`^(?!0+$)(`,
 	} {
 		if !strings.Contains(k, frag) {
 			t.Errorf("the token check lacks %s:\n%s", frag, k)
@@ -115,7 +110,7 @@ func TestNewValidates(t *testing.T) {
 		t.Errorf("TokenSetting = %q", r.TokenSetting())
 	}
 	p := r.Plan("SET app.fence_token = 9")
-	if !p.TokenSet || p.Token != "9" {
+	if !p.TokenSet || p.Token != 9 {
 		t.Errorf("custom setting: %+v", p)
 	}
 	if p := r.Plan("SET fence.token = 'x'"); p.Action != Pass {
@@ -253,7 +248,9 @@ func TestMarkerTemplates(t *testing.T) {
 	for _, e := range r.tables {
 		sql := deparseExpr(t, e.token) + deparseExpr(t, e.checkFor([]string{"x"}, e.ref))
 		for _, want := range []string{
-			"'fenceproxy|55F03|fence.token|'", "COALESCE(s, '')", "'fenceproxy|55F01|'",
+			// concat makes a NULL (unset) value empty: the 55F02 marker.
+			"pg_catalog.concat('fenceproxy|55F03|fence.token|', pg_catalog.encode(pg_catalog.convert_to(s, 'UTF8'), 'hex'), ",
+			"'fenceproxy|55F01|'",
 			"'|" + e.label + "|.'",
 		} {
 			if !strings.Contains(sql, want) {
@@ -343,7 +340,7 @@ func TestCacheConcurrent(t *testing.T) {
 func TestPlanTokenAndWrite(t *testing.T) {
 	r := testRewriter(t)
 	p := r.Plan("SET fence.token = 1; SET fence.token = 2; UPDATE accounts SET x = 1 WHERE id = 1; SELECT set_config('fence.token', '3', true)")
-	if p.Action != Rewrite || !p.TokenSet || p.Token != "3" {
+	if p.Action != Rewrite || !p.TokenSet || p.Token != 3 {
 		t.Errorf("%+v", p)
 	}
 	p = r.Plan("SET fence.token = 1; SET fence.token = 'bad'")

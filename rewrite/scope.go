@@ -20,9 +20,9 @@ import (
 //     behind a transaction pooler it stays on the server connection for the
 //     next client.
 type tokenScope struct {
-	tokens     []string // every token literal set, in text order
-	session    bool     // a session-level (or persistent) set of the token, or of a setting named by an expression
-	persistent bool     // ALTER ROLE/DATABASE/SYSTEM ... SET of the token
+	tokens     []int64 // every token literal set, in text order
+	session    bool    // a session-level (or persistent) set of the token, or of a setting named by an expression
+	persistent bool    // ALTER ROLE/DATABASE/SYSTEM ... SET of the token
 }
 
 // setConfig records the scope of set_config(name, value, is_local) where

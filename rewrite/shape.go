@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 
 	pg "github.com/pganalyze/pg_query_go/v6"
 	"google.golang.org/protobuf/proto"
@@ -33,6 +34,8 @@ type shapeTemplate struct {
 	// consts[0], segs[1], ... (len(segs) == len(consts)+1).
 	segs   []string
 	consts []int
+	// ascii: every seg is ASCII, so a text in ASCII fills it in ASCII.
+	ascii bool
 }
 
 // shaped is a text read for the shape cache: its key and the byte spans, in
@@ -69,7 +72,8 @@ func (r *Rewriter) shapeOf(text []byte) (s shaped, ok bool) {
 		return s, false
 	}
 	l := newLexer(text, true)
-	toks := make([]token, 0, len(text)/4+1)
+	var tokBuf [64]token // enough for most statements; longer ones grow it
+	toks := tokBuf[:0]
 	for t := l.next(); t.kind != tokEOF; t = l.next() {
 		toks = append(toks, t)
 	}
@@ -81,6 +85,8 @@ func (r *Rewriter) shapeOf(text []byte) (s shaped, ok bool) {
 	}
 	start := true
 	last := 0
+	s.key = make([]byte, 0, len(text)+16)
+	s.spans = make([][2]int, 0, 8)
 	for i, t := range toks {
 		switch {
 		case t.kind == tokSemicolon:
@@ -107,6 +113,17 @@ func (r *Rewriter) shapeOf(text []byte) (s shaped, ok bool) {
 			if err != nil || bytes.IndexByte(v, 0) >= 0 {
 				return s, false
 			}
+		}
+		if j := closingParens(toks, i+1, text); j > i+1 && (is(j, tokSelf, "[") || is(j, tokSelf, ".")) {
+			// A parenthesised constant with a subscript or field:
+			// the full plan respells or refuses it (deparse.go),
+			// by its value.
+			return s, false
+		}
+		if (t.kind == tokBitString || t.kind == tokHexString) && bytes.IndexByte(text[t.start:t.end], '\\') >= 0 {
+			// Not a bit string (the server rejects it); the full plan
+			// refuses it (deparse.go), a template would fill it in.
+			return s, false
 		}
 		class := constClass(t, text)
 		if class == 0 || i > 0 && !operandSlot(toks[i-1], text) {
@@ -136,6 +153,15 @@ func (r *Rewriter) shapeOf(text []byte) (s shaped, ok bool) {
 	}
 	s.key = append(s.key, text[last:]...)
 	return s, true
+}
+
+// closingParens returns the index of the first token from i on that is not
+// a ')'.
+func closingParens(toks []token, i int, text []byte) int {
+	for i < len(toks) && toks[i].kind == tokSelf && text[toks[i].start] == ')' {
+		i++
+	}
+	return i
 }
 
 // constClass is the class of a constant the shape replaces, which the key
@@ -281,6 +307,7 @@ func (r *Rewriter) buildTemplate(text []byte, sh shaped, scsOff bool, full Plan)
 		return bad
 	}
 	t.segs = append(t.segs, string(out[last:]))
+	t.ascii = isASCII(out)
 	same, err := sameParse(t.fill(text, sh.spans), full.SQL)
 	if err != nil || !same {
 		return bad
@@ -297,22 +324,23 @@ func (t *shapeTemplate) fill(text []byte, spans [][2]int) string {
 	for i, c := range t.consts {
 		n += len(t.segs[i+1]) + spans[c][1] - spans[c][0] + 4
 	}
-	out := make([]byte, 0, n)
-	out = append(out, t.segs[0]...)
+	var out strings.Builder
+	out.Grow(n)
+	out.WriteString(t.segs[0])
 	for i, c := range t.consts {
 		v := text[spans[c][0]:spans[c][1]]
 		if v[0] == '-' {
-			out = append(out, " ("...)
-			out = append(out, v...)
-			out = append(out, ") "...)
+			out.WriteString(" (")
+			out.Write(v)
+			out.WriteString(") ")
 		} else {
-			out = append(out, ' ')
-			out = append(out, v...)
-			out = append(out, ' ')
+			out.WriteByte(' ')
+			out.Write(v)
+			out.WriteByte(' ')
 		}
-		out = append(out, t.segs[i+1]...)
+		out.WriteString(t.segs[i+1])
 	}
-	return string(out)
+	return out.String()
 }
 
 // planShaped is the plan of a text served by a template (t.ok).
@@ -327,6 +355,9 @@ func (r *Rewriter) planShaped(t *shapeTemplate, text []byte, spans [][2]int, rd 
 			a := &analysis{r: r, tables: p.Tables}
 			return a.internal(err)
 		}
+	}
+	if t.ascii && !rd.nonASCII {
+		return p // ASCII: the same bytes in every client encoding
 	}
 	return r.forClient(p, rd)
 }

@@ -1,6 +1,9 @@
 package rewrite
 
-import "strconv"
+import (
+	"strconv"
+	"strings"
+)
 
 // ValidToken reports whether s is a valid fencing token and returns its value.
 //
@@ -24,3 +27,31 @@ func ValidToken(s string) (int64, bool) {
 	}
 	return v, true
 }
+
+// tokenDigits is a regular expression (the syntax PostgreSQL's and Go's
+// engines share) matching exactly the strings of 1 to 19 ASCII digits whose
+// value is at most 9223372036854775807, leading zeros allowed: any 1 to 18
+// digits, or 19 digits that are, digit by digit from the left, equal to the
+// maximum's up to one that is smaller.
+func tokenDigits() string {
+	const max = "9223372036854775807"
+	alts := []string{"[0-9]{1,18}"}
+	for i := 0; i < len(max); i++ {
+		if max[i] == '0' {
+			continue // no smaller digit here
+		}
+		alt := max[:i] + "[0-" + string(max[i]-1) + "]"
+		if rest := len(max) - 1 - i; rest > 0 {
+			alt += "[0-9]{" + strconv.Itoa(rest) + "}"
+		}
+		alts = append(alts, alt)
+	}
+	return "(" + strings.Join(append(alts, max), "|") + ")"
+}
+
+// tokenPattern is ValidToken as one PostgreSQL regular expression (an ARE):
+// not all zeros, and tokenDigits. The fence's SQL matches the setting's value
+// against it: one operator and one constant for the server to parse and
+// plan, where a check built from string functions costs several function
+// lookups in every statement; PostgreSQL compiles it once per session.
+func tokenPattern() string { return "^(?!0+$)" + tokenDigits() + "$" }

@@ -78,11 +78,11 @@ func (v verifier) check(m protoreflect.Message) error {
 		if err := hasStmtToken(e, x.WithClause); err != nil {
 			return fmt.Errorf("UPDATE of %s: %w", e.label, err)
 		}
-		if err := assignsToken(e, x.TargetList, e.ref); err != nil {
+		if err := assignsToken(e, x.TargetList, e.setCheckFor(ref(x.Relation))); err != nil {
 			return fmt.Errorf("UPDATE of %s: %w", e.label, err)
 		}
-		if err := fencedWhere(e, ref(x.Relation), x.WhereClause); err != nil {
-			return fmt.Errorf("UPDATE of %s: %w", e.label, err)
+		if !containsTree(conjuncts(x.WhereClause, nil), e.once) {
+			return fmt.Errorf("UPDATE of %s: WHERE lacks the one-time token check", e.label)
 		}
 	case *pg.DeleteStmt:
 		e, err := v.lookup(x.Relation)
@@ -173,22 +173,21 @@ func assignsToken(e *tableEntry, targets []*pg.Node, tok *pg.Node) error {
 	return nil
 }
 
-// fencedWhere checks a fenced UPDATE or DELETE WHERE clause.
+// fencedWhere checks a fenced DELETE's WHERE clause.
 func fencedWhere(e *tableEntry, ref []string, where *pg.Node) error {
 	conj := conjuncts(where, nil)
 	if !containsTree(conj, e.once) {
 		return errors.New("WHERE lacks the one-time token check")
 	}
-	if !hasRowCheck(e, ref, conj, e.ref) {
+	if !hasRowCheck(conj, e.deleteCheckFor(ref)) {
 		return errors.New("WHERE lacks the row token check")
 	}
 	return nil
 }
 
-// hasRowCheck reports whether one of the expressions is the row check
-// against tok or CASE WHEN <anything> THEN check ELSE false END.
-func hasRowCheck(e *tableEntry, ref []string, exprs []*pg.Node, tok *pg.Node) bool {
-	check := e.checkFor(ref, tok)
+// hasRowCheck reports whether one of the expressions is the row check or
+// CASE WHEN <anything> THEN check ELSE false END.
+func hasRowCheck(exprs []*pg.Node, check *pg.Node) bool {
 	for _, x := range exprs {
 		if sameTree(x, check) {
 			return true
@@ -286,7 +285,7 @@ func fencedInsert(e *tableEntry, s *pg.InsertStmt) error {
 		if err := assignsToken(e, oc.TargetList, excl); err != nil {
 			return fmt.Errorf("ON CONFLICT DO UPDATE: %w", err)
 		}
-		if !hasRowCheck(e, ref(s.Relation), conjuncts(oc.WhereClause, nil), excl) {
+		if !hasRowCheck(conjuncts(oc.WhereClause, nil), e.checkFor(ref(s.Relation), excl)) {
 			return errors.New("ON CONFLICT DO UPDATE: WHERE lacks the row token check")
 		}
 	}

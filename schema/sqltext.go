@@ -85,9 +85,13 @@ func textSQL(text string, exprs map[string]string) (string, error) {
 }
 
 // quoteLiteral quotes s as an E'...' string literal, which reads the same whatever standard_conforming_strings is.
+// A quote is doubled, never written \': PL/pgSQL compiles a function in the session that first calls it, and
+// there, under the default backslash_quote (safe_encoding), a client_encoding PostgreSQL accepts only from clients
+// (SJIS, BIG5, GBK, UHC, GB18030, JOHAB) makes the scanner refuse \' (22P06), so no such session could write a
+// guarded table.
 func quoteLiteral(s string) string {
 	s = strings.ReplaceAll(s, `\`, `\\`)
-	s = strings.ReplaceAll(s, `'`, `\'`)
+	s = strings.ReplaceAll(s, `'`, `''`)
 	return "E'" + s + "'"
 }
 

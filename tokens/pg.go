@@ -7,10 +7,12 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/fenceproxy/fenceproxy/setting"
 )
 
 // DefaultSetting is the PostgreSQL setting that carries the session's fencing token.
-const DefaultSetting = "fence.token"
+const DefaultSetting = setting.DefaultToken
 
 // SetToken makes token the session's fencing token on conn with `SET setting = token`: it lasts for the session
 // (until RESET, DISCARD ALL or another SET), and it is undone if the surrounding transaction rolls back. The

@@ -3,10 +3,12 @@ package tokens
 import (
 	"strings"
 	"unicode"
+
+	"github.com/fenceproxy/fenceproxy/setting"
 )
 
 // DefaultLockSetting is the PostgreSQL setting that names the lock a session's token belongs to (lock fences).
-const DefaultLockSetting = "fence.lock"
+const DefaultLockSetting = setting.DefaultLock
 
 // PGOptionsLock is [PGOptions] plus the lock's name: inherited, then "-c setting=token -c lockSetting=lock".
 // PostgreSQL splits startup options at whitespace and reads a backslash as "take the next character as is", so

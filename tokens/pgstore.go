@@ -502,112 +502,45 @@ func (s *PGStore) list(ctx context.Context, all bool) ([]LockInfo, error) {
 	return out, nil
 }
 
-// pgHeld is a lease held in the PostgreSQL store.
+// pgHeld is a lease held in the PostgreSQL store, kept alive by a leaseKeeper.
 type pgHeld struct {
 	store *PGStore
 	name  string
 	owner string
 	token int64
 	ttl   time.Duration
-
-	lost   context.Context
-	markAs context.CancelCauseFunc
+	lease *leaseKeeper
 
 	mu       sync.Mutex // guards conn, failures and the statements on conn
 	conn     *pgx.Conn
 	failures int64 // renewal failures not yet recorded in the lease table
 
-	// dmu guards deadline alone, so that the deadline timer never waits for a renewal stuck on the network.
-	dmu      sync.Mutex
-	deadline time.Time
-	timer    *time.Timer
-
-	stopped chan struct{} // closed when the keep-alive loop has ended
-
 	releaseOnce sync.Once
 	releaseErr  error
 }
 
-// safeFraction of the TTL, measured from before a renewal was sent, is how long the holder trusts its lease:
-// the server set the expiry to its own clock at execution plus the TTL, which is later.
-const safeFraction = 0.9
-
 func newPGHeld(s *PGStore, conn *pgx.Conn, name, owner string, token int64, ttl time.Duration, sent time.Time) *pgHeld {
-	lost, markAs := context.WithCancelCause(context.Background())
-	h := &pgHeld{store: s, name: name, owner: owner, token: token, ttl: ttl, lost: lost, markAs: markAs, conn: conn, stopped: make(chan struct{})}
-	h.deadline = sent.Add(time.Duration(float64(ttl) * safeFraction))
-	// The deadline is enforced by a timer of its own, so that a renewal stuck on a dead connection cannot keep
-	// the holder believing in its lease.
-	h.timer = time.AfterFunc(time.Until(h.deadline), h.deadlinePassed)
-	go h.keepAlive(sent)
+	h := &pgHeld{store: s, name: name, owner: owner, token: token, ttl: ttl, conn: conn}
+	h.lease = newLeaseKeeper(fmt.Sprintf("lock %q", name), ttl, sent, h.renew, leaseEvents{
+		renewalFailed: func(err error) {
+			s.log.Warn("lock renewal failed", "store", s.Kind(), "lock", name, "token", token, "err", err)
+		},
+		lost: func(err error) {
+			s.log.Warn("lock lease lost", "store", s.Kind(), "lock", name, "token", token, "err", err)
+		},
+	})
 	return h
 }
 
-func (h *pgHeld) deadlinePassed() {
-	d := h.getDeadline()
-	if left := time.Until(d); left > 0 {
-		h.timer.Reset(left) // moved by a renewal after this timer was set
-		return
-	}
-	h.lose(fmt.Errorf("%w: lock %q: lease not renewed within %v of its TTL %v (database unreachable, or the process was paused)",
-		ErrLeaseLost, h.name, time.Duration(float64(h.ttl)*safeFraction), h.ttl))
-}
-
-func (h *pgHeld) getDeadline() time.Time {
-	h.dmu.Lock()
-	defer h.dmu.Unlock()
-	return h.deadline
-}
-
-func (h *pgHeld) lose(cause error) {
-	if h.lost.Err() != nil {
-		return
-	}
-	h.markAs(cause)
-	if !errors.Is(cause, ErrReleased) {
-		h.store.log.Warn("lock lease lost", "store", h.store.Kind(), "lock", h.name, "token", h.token, "err", cause)
-	}
-}
-
-func (h *pgHeld) keepAlive(acquiredAt time.Time) {
-	defer close(h.stopped)
-	interval := h.ttl / 3
-	retry := min(max(h.ttl/20, 20*time.Millisecond), interval)
-	next := acquiredAt.Add(interval)
-	t := time.NewTimer(time.Until(next))
-	defer t.Stop()
-	for {
-		select {
-		case <-h.lost.Done():
-			return
-		case <-t.C:
-		}
-		ok, err := h.renew()
-		switch {
-		case h.lost.Err() != nil:
-			return
-		case err != nil:
-			h.store.log.Warn("lock renewal failed", "store", h.store.Kind(), "lock", h.name, "token", h.token, "err", err)
-			t.Reset(retry)
-		case !ok:
-			h.lose(fmt.Errorf("%w: lock %q: renewal found the lease expired or taken over", ErrLeaseLost, h.name))
-			return
-		default:
-			t.Reset(interval)
-		}
-	}
-}
-
 // renew extends the lease by the TTL from the server's now. ok is false when the lease is no longer this
-// holder's or had expired; err is set when the database could not be asked.
-func (h *pgHeld) renew() (ok bool, err error) {
+// holder's or had expired; err is set when the database could not be asked (a failure the lease table counts
+// at the next renewal or release that reaches it).
+func (h *pgHeld) renew(ctx context.Context) (ok bool, err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.lost.Err() != nil {
+	if h.lease.Err() != nil {
 		return false, nil
 	}
-	ctx, cancel := context.WithDeadline(h.lost, h.getDeadline())
-	defer cancel()
 	if h.conn == nil {
 		c, err := h.store.connect(ctx)
 		if err != nil {
@@ -616,7 +549,6 @@ func (h *pgHeld) renew() (ok bool, err error) {
 		}
 		h.conn = c
 	}
-	sent := time.Now()
 	tag, err := h.conn.Exec(ctx, pgRenewSQL, h.name, h.owner, h.ttl.Microseconds(), h.failures)
 	if err != nil {
 		h.failures++
@@ -628,13 +560,6 @@ func (h *pgHeld) renew() (ok bool, err error) {
 		return false, nil
 	}
 	h.failures = 0
-	h.dmu.Lock()
-	defer h.dmu.Unlock()
-	// A renewal answered after the deadline does not revive the holder's trust: the timer has declared the
-	// lease lost, or is about to.
-	if d := sent.Add(time.Duration(float64(h.ttl) * safeFraction)); d.After(h.deadline) && time.Now().Before(h.deadline) {
-		h.deadline = d
-	}
 	return true, nil
 }
 
@@ -646,15 +571,10 @@ func (h *pgHeld) Token() int64 { return h.token }
 
 // Lost is closed when the lease was found expired or taken over, could not be renewed before its local
 // deadline (a fraction of the TTL after the last renewal was sent), or was released.
-func (h *pgHeld) Lost() <-chan struct{} { return h.lost.Done() }
+func (h *pgHeld) Lost() <-chan struct{} { return h.lease.lost.Done() }
 
 // Err is nil while the lock is held; then an error wrapping [ErrLeaseLost] or [ErrReleased].
-func (h *pgHeld) Err() error {
-	if h.lost.Err() == nil {
-		return nil
-	}
-	return context.Cause(h.lost)
-}
+func (h *pgHeld) Err() error { return h.lease.Err() }
 
 // Release frees the lease if it is still this holder's and wakes the waiters. A lease that was already lost
 // and taken over is not touched; that attempt is counted in the lease table (non_owner_releases) and
@@ -662,9 +582,7 @@ func (h *pgHeld) Err() error {
 func (h *pgHeld) Release(ctx context.Context) error {
 	h.releaseOnce.Do(func() {
 		wasLost := h.Err()
-		h.lose(ErrReleased)
-		h.timer.Stop()
-		<-h.stopped
+		h.lease.close(ErrReleased)
 		h.mu.Lock()
 		defer h.mu.Unlock()
 		conn := h.conn

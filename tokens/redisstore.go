@@ -150,7 +150,7 @@ func (s *RedisStore) Acquire(ctx context.Context, name string, o AcquireOptions)
 			h.lease = newLeaseKeeper(fmt.Sprintf("lock %q", key), ttl, sent, func(ctx context.Context) (bool, error) {
 				n, err := redisRenew.Run(ctx, s.client, []string{key}, owner, ttl.Milliseconds()).Int64()
 				return n == 1, err
-			})
+			}, leaseEvents{})
 			return h, nil
 		}
 		if o.Try {
@@ -221,12 +221,7 @@ func (h *redisHeld) Name() string          { return h.name }
 func (h *redisHeld) Token() int64          { return h.token }
 func (h *redisHeld) Lost() <-chan struct{} { return h.lease.lost.Done() }
 
-func (h *redisHeld) Err() error {
-	if h.lease.lost.Err() == nil {
-		return nil
-	}
-	return context.Cause(h.lease.lost)
-}
+func (h *redisHeld) Err() error { return h.lease.Err() }
 
 // Release deletes the lock key if it is still this holder's; a lock that expired and went to someone else is
 // left alone and ErrNotOwner returned.

@@ -22,6 +22,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/fenceproxy/fenceproxy/tokens"
+
+	"github.com/fenceproxy/fenceproxy/setting"
 )
 
 // Exit statuses of `fenceproxy lock`. They sit just below the 128+N range, like GNU timeout's and env's, so
@@ -56,8 +58,6 @@ const (
 // forwardedSignals are passed on to CMD. SIGINT and SIGHUP from a terminal reach CMD directly too, since CMD
 // stays in the lock process's process group (so that stopping the group freezes both); CMD then sees them twice.
 var forwardedSignals = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2}
-
-var settingName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_$]*(\.[A-Za-z_][A-Za-z0-9_$]*)+$`)
 
 const lockUsage = `usage: fenceproxy lock [--etcd ENDPOINTS | --pg DSN | --zk SERVERS | --redis ADDR] [flags] NAME -- CMD [ARGS...]
 
@@ -270,7 +270,7 @@ func runLock(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.Var(&wait, "wait", "`duration` to wait for the lock while another session holds it; 0 fails at once (default forever)")
 	grace := fs.Duration("grace", 10*time.Second, "after the lease is lost, how long CMD has between SIGTERM and SIGKILL")
 	offset := fs.Int64("token-offset", 0, "added to the store's token (for a lock service restored from an older backup or snapshot)")
-	setting := fs.String("setting", tokens.DefaultSetting, "PostgreSQL setting that carries the token, in PGOPTIONS")
+	tokenSetting := fs.String("setting", tokens.DefaultSetting, "PostgreSQL setting that carries the token, in PGOPTIONS")
 	lockSetting := fs.String("lock-setting", tokens.DefaultLockSetting, "PostgreSQL setting that carries the lock's name, in PGOPTIONS")
 	logFormat := fs.String("log-format", "text", "format of the log lines on stderr: text or json")
 	if err := fs.Parse(args); err != nil {
@@ -307,10 +307,12 @@ func runLock(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return usageError("--grace %v: must not be negative", *grace)
 	case *offset < 0:
 		return usageError("--token-offset %d: must not be negative", *offset)
-	case !settingName.MatchString(*setting):
-		return usageError("--setting %q: not a qualified setting name such as fence.token", *setting)
-	case !settingName.MatchString(*lockSetting) || strings.EqualFold(*lockSetting, *setting):
-		return usageError("--lock-setting %q: not a qualified setting name such as fence.lock, distinct from --setting", *lockSetting)
+	case setting.Validate(*tokenSetting) != nil:
+		return usageError("--setting: %v", setting.Validate(*tokenSetting))
+	case setting.Validate(*lockSetting) != nil:
+		return usageError("--lock-setting: %v", setting.Validate(*lockSetting))
+	case *lockSetting == *tokenSetting:
+		return usageError("--lock-setting %q: must differ from --setting", *lockSetting)
 	case *logFormat != "text" && *logFormat != "json":
 		return usageError("--log-format %q: must be text or json", *logFormat)
 	}
@@ -357,7 +359,7 @@ func runLock(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	heldSince := time.Now()
 	log.Info("lock acquired", "store", store.Kind(), "lock", name, "token", lock.Token(), "waited", heldSince.Sub(waitStart).Round(time.Millisecond), "ttl", *ttl)
 	outcome := "released"
-	code := runHolding(ctx, lock, sigs, path, cmdArgs, name, *setting, *lockSetting, *grace, stdout, stderr)
+	code := runHolding(ctx, lock, sigs, path, cmdArgs, name, *tokenSetting, *lockSetting, *grace, stdout, stderr)
 	switch code {
 	case exitLeaseLost:
 		outcome = "lease lost"
@@ -369,14 +371,14 @@ func runLock(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 }
 
 // runHolding runs CMD while lock is held and returns the lock process's exit status.
-func runHolding(ctx context.Context, lock tokens.Held, sigs <-chan os.Signal, path string, cmdArgs []string, name, setting, lockSetting string, grace time.Duration, stdout, stderr io.Writer) int {
+func runHolding(ctx context.Context, lock tokens.Held, sigs <-chan os.Signal, path string, cmdArgs []string, name, tokenSetting, lockSetting string, grace time.Duration, stdout, stderr io.Writer) int {
 	token := lock.Token()
 	cmd := exec.Command(path, cmdArgs[1:]...)
 	cmd.Args[0] = cmdArgs[0]
 	cmd.Env = append(filterEnv(os.Environ(), envToken, envLock, envPGOptions),
 		envToken+"="+strconv.FormatInt(token, 10),
 		envLock+"="+name,
-		envPGOptions+"="+tokens.PGOptionsLock(os.Getenv(envPGOptions), setting, token, lockSetting, name),
+		envPGOptions+"="+tokens.PGOptionsLock(os.Getenv(envPGOptions), tokenSetting, token, lockSetting, name),
 	)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
 	cmd.WaitDelay = 2 * time.Second // CMD's children may keep a copied stdout open

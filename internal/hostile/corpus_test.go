@@ -120,7 +120,7 @@ func parseFile(path string) ([]*hcase, error) {
 			for _, kv := range strings.Split(val, ",") {
 				kv = strings.TrimSpace(kv)
 				switch kv {
-				case "scope=transaction", "verify=on", "writes=refuse":
+				case "scope=transaction", "verify=on", "writes=refuse", "catalog=on", "guard=on":
 					cur.config = append(cur.config, kv)
 				default:
 					return nil, fmt.Errorf("%s:%d: unknown config %q", filepath.Base(path), n, kv)
@@ -253,5 +253,26 @@ func TestParseCorpus(t *testing.T) {
 	}
 	if len(cases) < 150 {
 		t.Fatalf("the corpus has %d cases; issue 11 asks for at least 150", len(cases))
+	}
+}
+
+// TestJudge: a marked hole that holds fails the run (so marks cannot go stale), a marked hole that is still open
+// is only logged, and an unmarked case fails exactly when it has problems.
+func TestJudge(t *testing.T) {
+	marked := &hcase{name: "m", file: "f.txt", line: 1, hole: "ceiling"}
+	plain := &hcase{name: "p", file: "f.txt", line: 9}
+	for _, tc := range []struct {
+		c        *hcase
+		problems []string
+		want     verdict
+	}{
+		{marked, nil, staleMark},
+		{marked, []string{"row changed"}, knownHole},
+		{plain, nil, held},
+		{plain, []string{"row changed"}, violated},
+	} {
+		if got, msg := judge(tc.c, tc.problems, "outcome"); got != tc.want {
+			t.Errorf("judge(%s, %v) = %v (%s), want %v", tc.c.name, tc.problems, got, msg, tc.want)
+		}
 	}
 }

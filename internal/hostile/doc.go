@@ -10,7 +10,12 @@
 //	class: ddl                    free label, for the summary (ddl, cascade, verify, scope, encoding, ...)
 //	config: scope=transaction     proxy variant, comma-separated: scope=transaction, verify=on (an etcd
 //	                              verifier with token.offset 10000: tokens up to 10000 + the etcd revision
-//	                              are "issued"), writes=refuse (token_column_writes: refuse)
+//	                              are "issued"), writes=refuse (token_column_writes: refuse), catalog=on (a
+//	                              catalog: section; the harness reads the catalog after the case's direct
+//	                              SQL and gives the proxy the planner fenceproxy serve builds from it),
+//	                              guard=on (the database gets the fenceproxy schema and guard for the
+//	                              protected tables from schema.Install, as fenceproxy install does, before
+//	                              the case's direct SQL; direct SQL must then not write protected rows)
 //	direct: SQL                   run directly as superuser in the case's database first (repeatable)
 //	setup: SQL                    run through the proxy before the token is set; must succeed (repeatable)
 //	token: fresh                  the session's token: fresh (1000, newer than every row), stale (20, older
@@ -26,8 +31,9 @@
 //	expect: refused 55F04         the outcome: refused CODE (some statement fails with SQLSTATE CODE),
 //	                              fenced (no error, and some protected row changed, each with the token),
 //	                              untouched (no protected row changed; errors allowed), ok (no error)
-//	expect-hole: lexer            a hole today's main still has, closed by that branch: the harness logs the
-//	                              violation instead of failing, and logs when the case already holds (flip it)
+//	expect-hole: ceiling          a hole today's main still has, to be closed by that branch: the harness
+//	                              logs the violation instead of failing, and fails when the case holds (so a
+//	                              mark cannot go stale: remove it, keeping the expect line)
 //	sql:
 //	<the SQL: every line up to the next line starting with "expect:", "expect-hole:" or "=== ">
 //	expect: ...                   (the expect lines may also come before sql:)

@@ -1,7 +1,8 @@
--- DELETE gets the same WHERE treatment.
+-- DELETE: the client's condition first (index scan); the row check, the UPDATE's checked token IS NOT NULL (it
+-- is the token, or raises 55F01), only for rows matching the condition (CASE); the one-time filter last.
 -- input:
 DELETE FROM accounts WHERE id = $1
 -- output:
 -- action: rewrite
 -- tables: accounts
-WITH fenceproxy_stmt AS MATERIALIZED (SELECT {{k accounts}} AS token) DELETE FROM accounts WHERE id = $1 AND CASE WHEN id = $1 THEN CASE WHEN COALESCE(accounts.fence_token, 0) OPERATOR(pg_catalog.<=) {{t}} THEN true ELSE pg_catalog.concat('fenceproxy|55F01|', accounts.fence_token, '|', {{t}}, '|accounts|.')::bigint IS NULL END ELSE false END AND {{t}} IS NOT NULL
+WITH fenceproxy_stmt AS MATERIALIZED (SELECT {{k accounts}} AS token FROM pg_catalog.current_setting('fence.token', true) fenceproxy_token(s)) DELETE FROM accounts WHERE id = $1 AND CASE WHEN id = $1 THEN (SELECT CASE WHEN COALESCE(accounts.fence_token, 0) OPERATOR(pg_catalog.<=) fenceproxy_stmt.token THEN fenceproxy_stmt.token ELSE pg_catalog.concat('fenceproxy|55F01|', accounts.fence_token, '|', fenceproxy_stmt.token, '|accounts|.')::bigint END FROM fenceproxy_stmt) IS NOT NULL ELSE false END AND {{t}} IS NOT NULL

@@ -5,4 +5,4 @@ INSERT INTO accounts (id, balance) VALUES (1, 10), (2, 20), (3, DEFAULT)
 -- output:
 -- action: rewrite
 -- tables: accounts
-WITH fenceproxy_stmt AS MATERIALIZED (SELECT {{k accounts}} AS token) INSERT INTO accounts (fence_token, id, balance) VALUES ({{t}}, 1, 10), ({{light accounts}}, 2, 20), ({{light accounts}}, 3, DEFAULT)
+WITH fenceproxy_stmt AS MATERIALIZED (SELECT {{k accounts}} AS token FROM pg_catalog.current_setting('fence.token', true) fenceproxy_token(s)) INSERT INTO accounts (fence_token, id, balance) VALUES ({{t}}, 1, 10), ({{light accounts}}, 2, 20), ({{light accounts}}, 3, DEFAULT)

@@ -5,4 +5,4 @@ INSERT INTO accounts (id, fence_token) VALUES (1, 5)
 -- output:
 -- action: rewrite
 -- tables: accounts
-WITH fenceproxy_stmt AS MATERIALIZED (SELECT {{k accounts}} AS token) INSERT INTO accounts (id, fence_token) VALUES (1, CASE WHEN false THEN 5::bigint ELSE {{t}} END)
+WITH fenceproxy_stmt AS MATERIALIZED (SELECT {{k accounts}} AS token FROM pg_catalog.current_setting('fence.token', true) fenceproxy_token(s)) INSERT INTO accounts (id, fence_token) VALUES (1, CASE WHEN false THEN 5::bigint ELSE {{t}} END)

@@ -4,4 +4,4 @@ INSERT INTO accounts (id, fence_token, balance) SELECT id, fence_token, 0 FROM s
 -- output:
 -- action: rewrite
 -- tables: accounts
-WITH fenceproxy_stmt AS MATERIALIZED (SELECT {{k accounts}} AS token) INSERT INTO accounts (id, fence_token, balance) SELECT id, CASE WHEN false THEN fence_token::bigint ELSE {{t}} END, 0 FROM staging WHERE {{t}} IS NOT NULL
+WITH fenceproxy_stmt AS MATERIALIZED (SELECT {{k accounts}} AS token FROM pg_catalog.current_setting('fence.token', true) fenceproxy_token(s)) INSERT INTO accounts (id, fence_token, balance) SELECT id, CASE WHEN false THEN fence_token::bigint ELSE {{t}} END, 0 FROM staging WHERE {{t}} IS NOT NULL

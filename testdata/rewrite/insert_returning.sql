@@ -4,4 +4,4 @@ INSERT INTO accounts (id, balance) VALUES (1, 2) RETURNING *
 -- output:
 -- action: rewrite
 -- tables: accounts
-WITH fenceproxy_stmt AS MATERIALIZED (SELECT {{k accounts}} AS token) INSERT INTO accounts (id, balance, fence_token) VALUES (1, 2, {{t}}) RETURNING *
+WITH fenceproxy_stmt AS MATERIALIZED (SELECT {{k accounts}} AS token FROM pg_catalog.current_setting('fence.token', true) fenceproxy_token(s)) INSERT INTO accounts (id, balance, fence_token) VALUES (1, 2, {{t}}) RETURNING *

@@ -3,4 +3,4 @@
 SET LOCAL fence.token TO '0042'
 -- output:
 -- action: pass
--- token: 0042
+-- token: 42

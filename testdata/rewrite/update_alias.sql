@@ -4,4 +4,4 @@ UPDATE accounts AS a SET balance = a.balance - 10 WHERE a.id = 7 RETURNING a.bal
 -- output:
 -- action: rewrite
 -- tables: accounts
-WITH fenceproxy_stmt AS MATERIALIZED (SELECT {{k accounts}} AS token) UPDATE accounts a SET balance = a.balance - 10, fence_token = {{t}} WHERE a.id = 7 AND CASE WHEN a.id = 7 THEN CASE WHEN COALESCE(a.fence_token, 0) OPERATOR(pg_catalog.<=) {{t}} THEN true ELSE pg_catalog.concat('fenceproxy|55F01|', a.fence_token, '|', {{t}}, '|accounts|.')::bigint IS NULL END ELSE false END AND {{t}} IS NOT NULL RETURNING a.balance
+WITH fenceproxy_stmt AS MATERIALIZED (SELECT {{k accounts}} AS token FROM pg_catalog.current_setting('fence.token', true) fenceproxy_token(s)) UPDATE accounts a SET balance = a.balance - 10, fence_token = (SELECT CASE WHEN COALESCE(a.fence_token, 0) OPERATOR(pg_catalog.<=) fenceproxy_stmt.token THEN fenceproxy_stmt.token ELSE pg_catalog.concat('fenceproxy|55F01|', a.fence_token, '|', fenceproxy_stmt.token, '|accounts|.')::bigint END FROM fenceproxy_stmt) WHERE a.id = 7 AND {{t}} IS NOT NULL RETURNING a.balance

@@ -4,4 +4,4 @@ UPDATE public.accounts SET balance = 1 WHERE id = 2
 -- output:
 -- action: rewrite
 -- tables: accounts
-WITH fenceproxy_stmt AS MATERIALIZED (SELECT {{k accounts}} AS token) UPDATE public.accounts SET balance = 1, fence_token = {{t}} WHERE id = 2 AND CASE WHEN id = 2 THEN CASE WHEN COALESCE(public.accounts.fence_token, 0) OPERATOR(pg_catalog.<=) {{t}} THEN true ELSE pg_catalog.concat('fenceproxy|55F01|', public.accounts.fence_token, '|', {{t}}, '|accounts|.')::bigint IS NULL END ELSE false END AND {{t}} IS NOT NULL
+WITH fenceproxy_stmt AS MATERIALIZED (SELECT {{k accounts}} AS token FROM pg_catalog.current_setting('fence.token', true) fenceproxy_token(s)) UPDATE public.accounts SET balance = 1, fence_token = (SELECT CASE WHEN COALESCE(public.accounts.fence_token, 0) OPERATOR(pg_catalog.<=) fenceproxy_stmt.token THEN fenceproxy_stmt.token ELSE pg_catalog.concat('fenceproxy|55F01|', public.accounts.fence_token, '|', fenceproxy_stmt.token, '|accounts|.')::bigint END FROM fenceproxy_stmt) WHERE id = 2 AND {{t}} IS NOT NULL
