@@ -1,0 +1,96 @@
+package proxy_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/fenceproxy/fenceproxy/internal/pgtest"
+	"github.com/fenceproxy/fenceproxy/internal/proxytest"
+	"github.com/fenceproxy/fenceproxy/proxy"
+)
+
+// goroutinesYAML keeps every session on the goroutine transport (relay.mode: goroutines), where the two
+// directions stop each other through the interrupt instead of sharing one loop.
+const goroutinesYAML = "relay:\n  mode: goroutines\n"
+
+// TestGoroutineTransportEndings drives each way a session ends through the goroutine transport: a vanished
+// client's query is cancelled, an upstream's death reaches the client, a Terminate at rest keeps the upstream for
+// the next client, and a drain closes an idle session while a transaction finishes.
+func TestGoroutineTransportEndings(t *testing.T) {
+	t.Run("client vanishes", func(t *testing.T) {
+		p := startProxy(t, proxytest.Options{YAML: goroutinesYAML})
+		d := direct(t)
+		conn, fe, _ := rawStartup(t, p.Addr, pgproto3.ProtocolVersionNumber, nil)
+		pid := rawBackendPID(t, fe)
+		fe.Send(&pgproto3.Query{String: "SELECT pg_sleep(60)"})
+		fe.Flush()
+		eventually(t, 10*time.Second, "the query to run", func() bool { return backendState(t, d, pid) == "active" })
+		conn.Close()
+		eventually(t, 10*time.Second, "the backend to go away", func() bool { return backendState(t, d, pid) == "gone" })
+		if n := proxy.SessionsInLoop(p.Server); n != 0 {
+			t.Fatalf("%d sessions in an event loop with relay.mode goroutines", n)
+		}
+	})
+	t.Run("upstream dies", func(t *testing.T) {
+		p := startProxy(t, proxytest.Options{YAML: goroutinesYAML})
+		c := connect(t, p.DSN(pgtest.SuperUser, "", pgtest.TestDB))
+		ctx := ctxT(t)
+		if _, err := direct(t).Exec(ctx, "SELECT pg_terminate_backend($1)", c.PgConn().PID()); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Exec(ctx, "SELECT 1"); err == nil {
+			t.Fatal("query on a terminated session succeeded")
+		}
+		eventually(t, 5*time.Second, "the client connection to close", func() bool { return c.IsClosed() })
+		healthy(t, p)
+	})
+	t.Run("terminate keeps the upstream", func(t *testing.T) {
+		p := startProxy(t, proxytest.Options{YAML: goroutinesYAML})
+		dsn := reuseDSN(p, reuseApp(t))
+		a := connect(t, dsn)
+		pidA := pidOf(t, a)
+		if err := a.Close(ctxT(t)); err != nil {
+			t.Fatal(err)
+		}
+		waitIdle(t, p, 1)
+		b := connect(t, dsn)
+		if pidB := pidOf(t, b); pidB != pidA {
+			t.Fatalf("the next session got backend %d, not the kept %d", pidB, pidA)
+		}
+	})
+	t.Run("drain", func(t *testing.T) {
+		p := startProxy(t, proxytest.Options{YAML: goroutinesYAML})
+		ctx := ctxT(t)
+		idle := connect(t, p.DSN(pgtest.SuperUser, "", pgtest.TestDB))
+		busy := connect(t, p.DSN(pgtest.SuperUser, "", pgtest.TestDB))
+		tx, err := busy.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec(ctx, "SELECT 1"); err != nil {
+			t.Fatal(err)
+		}
+		shutdownDone := make(chan error, 1)
+		go func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			shutdownDone <- p.Server.Shutdown(sctx)
+		}()
+		eventually(t, 5*time.Second, "the idle session to be closed", func() bool {
+			_, err := idle.Exec(ctx, "SELECT 1")
+			return err != nil
+		})
+		if _, err := tx.Exec(ctx, "SELECT 2"); err != nil {
+			t.Fatalf("transaction during drain: %v", err)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatalf("commit during drain: %v", err)
+		}
+		if err := <-shutdownDone; err != nil {
+			t.Fatalf("Shutdown: %v", err)
+		}
+	})
+}
