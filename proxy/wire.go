@@ -84,12 +84,6 @@ func (m *msgReader) next() (byte, int, error) {
 	return typ, n, nil
 }
 
-// header returns the 5 header bytes of the current message; valid until the next read.
-func (m *msgReader) header() []byte {
-	hdr, _ := m.r.Peek(headerLen)
-	return hdr
-}
-
 // discardHeader consumes the header after a successful next.
 func (m *msgReader) discardHeader() { m.r.Discard(headerLen) }
 
