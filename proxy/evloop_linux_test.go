@@ -3,11 +3,14 @@ package proxy_test
 import (
 	"context"
 	"fmt"
+	"net"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/fenceproxy/fenceproxy/internal/pgtest"
 	"github.com/fenceproxy/fenceproxy/internal/proxytest"
@@ -110,12 +113,14 @@ func TestRunnableThreadsParsesLoadavg(t *testing.T) {
 }
 
 // blockingPlanner plans like the proxy's own cache, except that planning one text (a cache miss by
-// construction) waits until the test releases it.
+// construction) waits until the test releases it. The text may be planned more than once (under other
+// settings, when an answer relayed meanwhile changed them).
 type blockingPlanner struct {
 	inner   *rewrite.Cache
 	blocked string
-	entered chan struct{} // closed when the blocked text's planning starts
+	entered chan struct{} // closed when the blocked text's planning first starts
 	release chan struct{} // closed by the test to let it finish
+	once    sync.Once
 }
 
 func (b *blockingPlanner) TryPlan(sql []byte, set rewrite.Settings) (rewrite.Plan, bool) {
@@ -127,7 +132,7 @@ func (b *blockingPlanner) TryPlan(sql []byte, set rewrite.Settings) (rewrite.Pla
 
 func (b *blockingPlanner) Plan(sql []byte, set rewrite.Settings) rewrite.Plan {
 	if string(sql) == b.blocked {
-		close(b.entered)
+		b.once.Do(func() { close(b.entered) })
 		<-b.release
 	}
 	return b.inner.Plan(sql, set)
@@ -211,5 +216,94 @@ func TestLoopPlansMissesOffTheLoop(t *testing.T) {
 	var tok int64
 	if err := d.QueryRow(ctx, "SELECT fence_token FROM "+table+" WHERE id = 1").Scan(&tok); err != nil || tok != 7 {
 		t.Fatalf("the held write was not fenced: token %d, %v", tok, err)
+	}
+}
+
+// TestLoopDrainWaitsForAHeldStatement: a drain closes a looped session only when nothing the client sent
+// waits in the loop. The client commits and, in the same write, sends a write whose plan is held: the COMMIT's
+// ReadyForQuery leaves the session idle as far as the server knows, but the held statement runs (and is
+// answered) before the drain closes the session with 57P01.
+func TestLoopDrainWaitsForAHeldStatement(t *testing.T) {
+	ctx := ctxT(t)
+	table := fmt.Sprintf("loopdrain_%d", time.Now().UnixNano())
+	d := direct(t)
+	if _, err := d.Exec(ctx, "CREATE TABLE "+table+" (id int PRIMARY KEY, n int, fence_token bigint); INSERT INTO "+table+" VALUES (1, 0, NULL)"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Exec(context.Background(), "DROP TABLE "+table) })
+	p := startProxy(t, proxytest.Options{YAML: fmt.Sprintf("relay:\n  event_loops: 1\ntables:\n  - name: public.%s\n    token_column: fence_token\n", table)})
+	inner, err := proxy.NewPlanner(p.Config, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bp := &blockingPlanner{inner: inner, blocked: "UPDATE " + table + " SET n = n + 1 WHERE id = 1",
+		entered: make(chan struct{}), release: make(chan struct{})}
+	p.Server.SetPlanner(bp)
+
+	_, fe, _ := rawStartup(t, p.Addr, pgproto3.ProtocolVersionNumber, map[string]string{"options": "-c fence.token=7"})
+	eventually(t, 5*time.Second, "the session in the event loop", func() bool { return proxy.SessionsInLoop(p.Server) == 1 })
+	query := func(sqls ...string) {
+		t.Helper()
+		for _, sql := range sqls {
+			fe.Send(&pgproto3.Query{String: sql})
+		}
+		if err := fe.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// receive reads up to the next ReadyForQuery and returns the command tags and error codes it saw.
+	receive := func() []string {
+		t.Helper()
+		var got []string
+		for {
+			m, err := fe.Receive()
+			if err != nil {
+				t.Fatalf("after %v: %v", got, err)
+			}
+			switch m := m.(type) {
+			case *pgproto3.CommandComplete:
+				got = append(got, string(m.CommandTag))
+			case *pgproto3.ErrorResponse:
+				return append(got, m.Severity+" "+m.Code)
+			case *pgproto3.ReadyForQuery:
+				return got
+			}
+		}
+	}
+	query("BEGIN")
+	if got := receive(); !slices.Equal(got, []string{"BEGIN"}) {
+		t.Fatalf("BEGIN: %v", got)
+	}
+	shutdownDone := make(chan error, 1)
+	go func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		shutdownDone <- p.Server.Shutdown(sctx)
+	}()
+	eventually(t, 5*time.Second, "the listener to close", func() bool {
+		c, err := net.DialTimeout("tcp", p.Addr, time.Second)
+		if err == nil {
+			c.Close()
+		}
+		return err != nil
+	})
+	query("COMMIT", bp.blocked)
+	if got := receive(); !slices.Equal(got, []string{"COMMIT"}) {
+		t.Fatalf("COMMIT: %v", got)
+	}
+	<-bp.entered
+	close(bp.release)
+	if got := receive(); !slices.Equal(got, []string{"UPDATE 1"}) {
+		t.Fatalf("the held statement: %v, want it run and answered before the drain", got)
+	}
+	if got := receive(); !slices.Equal(got, []string{"FATAL 57P01"}) {
+		t.Fatalf("after the held statement: %v, want the drain's FATAL 57P01", got)
+	}
+	if err := <-shutdownDone; err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+	var n int
+	if err := d.QueryRow(ctx, "SELECT n FROM "+table+" WHERE id = 1").Scan(&n); err != nil || n != 1 {
+		t.Fatalf("n = %d, %v; want the held UPDATE applied", n, err)
 	}
 }

@@ -299,9 +299,16 @@ func (es *evSession) panicked(r any) {
 }
 
 func (es *evSession) checkDrain() {
-	if es.ss.state.idle() && len(es.cin) == 0 && es.cskip == 0 {
+	if es.ss.state.idle() && es.clientQuiet() {
 		es.finish(endDrained, nil)
 	}
+}
+
+// clientQuiet reports whether nothing the client sent waits in the loop: no message partly read, none held
+// while its statement is planned. A drain closes a session only then, so it never drops a statement that the
+// core has not counted as pending yet.
+func (es *evSession) clientQuiet() bool {
+	return len(es.cin) == 0 && es.cskip == 0 && !es.planning
 }
 
 func (es *evSession) event(fd int32, ev uint32, epfd int) {
@@ -607,7 +614,7 @@ func (es *evSession) fromServer() error {
 		if typ == msgReadyForQuery {
 			es.setInTx(ss.state.inTx())
 		}
-		if ev&evDrainNow != 0 {
+		if ev&evDrainNow != 0 && es.clientQuiet() {
 			es.drainNow = true
 		}
 		i += total
