@@ -144,20 +144,8 @@ func (b *blockingPlanner) Plan(sql []byte, set rewrite.Settings) rewrite.Plan {
 // after it complete, in order.
 func TestLoopPlansMissesOffTheLoop(t *testing.T) {
 	ctx := ctxT(t)
-	table := fmt.Sprintf("loopmiss_%d", time.Now().UnixNano())
+	p, bp, table := oneLoopWithHeldPlan(t, "loopmiss", "(1, 0, NULL), (2, 0, NULL)", "UPDATE %s SET n = n + 1 WHERE id = $1")
 	d := direct(t)
-	if _, err := d.Exec(ctx, "CREATE TABLE "+table+" (id int PRIMARY KEY, n int, fence_token bigint); INSERT INTO "+table+" VALUES (1, 0, NULL), (2, 0, NULL)"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { d.Exec(context.Background(), "DROP TABLE "+table) })
-	p := startProxy(t, proxytest.Options{YAML: fmt.Sprintf("relay:\n  event_loops: 1\ntables:\n  - name: public.%s\n    token_column: fence_token\n", table)})
-	inner, err := proxy.NewPlanner(p.Config, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	bp := &blockingPlanner{inner: inner, blocked: "UPDATE " + table + " SET n = n + 1 WHERE id = $1",
-		entered: make(chan struct{}), release: make(chan struct{})}
-	p.Server.SetPlanner(bp)
 
 	held := connect(t, p.DSN(pgtest.SuperUser, "", pgtest.TestDB))
 	other := connect(t, p.DSN(pgtest.SuperUser, "", pgtest.TestDB))
@@ -225,20 +213,8 @@ func TestLoopPlansMissesOffTheLoop(t *testing.T) {
 // answered) before the drain closes the session with 57P01.
 func TestLoopDrainWaitsForAHeldStatement(t *testing.T) {
 	ctx := ctxT(t)
-	table := fmt.Sprintf("loopdrain_%d", time.Now().UnixNano())
+	p, bp, table := oneLoopWithHeldPlan(t, "loopdrain", "(1, 0, NULL)", "UPDATE %s SET n = n + 1 WHERE id = 1")
 	d := direct(t)
-	if _, err := d.Exec(ctx, "CREATE TABLE "+table+" (id int PRIMARY KEY, n int, fence_token bigint); INSERT INTO "+table+" VALUES (1, 0, NULL)"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { d.Exec(context.Background(), "DROP TABLE "+table) })
-	p := startProxy(t, proxytest.Options{YAML: fmt.Sprintf("relay:\n  event_loops: 1\ntables:\n  - name: public.%s\n    token_column: fence_token\n", table)})
-	inner, err := proxy.NewPlanner(p.Config, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	bp := &blockingPlanner{inner: inner, blocked: "UPDATE " + table + " SET n = n + 1 WHERE id = 1",
-		entered: make(chan struct{}), release: make(chan struct{})}
-	p.Server.SetPlanner(bp)
 
 	_, fe, _ := rawStartup(t, p.Addr, pgproto3.ProtocolVersionNumber, map[string]string{"options": "-c fence.token=7"})
 	eventually(t, 5*time.Second, "the session in the event loop", func() bool { return proxy.SessionsInLoop(p.Server) == 1 })
@@ -274,12 +250,7 @@ func TestLoopDrainWaitsForAHeldStatement(t *testing.T) {
 	if got := receive(); !slices.Equal(got, []string{"BEGIN"}) {
 		t.Fatalf("BEGIN: %v", got)
 	}
-	shutdownDone := make(chan error, 1)
-	go func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		shutdownDone <- p.Server.Shutdown(sctx)
-	}()
+	shutdownDone := startShutdown(p)
 	eventually(t, 5*time.Second, "the listener to close", func() bool {
 		c, err := net.DialTimeout("tcp", p.Addr, time.Second)
 		if err == nil {
@@ -306,4 +277,25 @@ func TestLoopDrainWaitsForAHeldStatement(t *testing.T) {
 	if err := d.QueryRow(ctx, "SELECT n FROM "+table+" WHERE id = 1").Scan(&n); err != nil || n != 1 {
 		t.Fatalf("n = %d, %v; want the held UPDATE applied", n, err)
 	}
+}
+
+// oneLoopWithHeldPlan creates a protected table (id, n, fence_token) holding rows, and a proxy with one event
+// loop whose planner holds the statement blocked (a format with %s for the table) until the test releases it.
+func oneLoopWithHeldPlan(t *testing.T, prefix, rows, blocked string) (*proxytest.Proxy, *blockingPlanner, string) {
+	t.Helper()
+	table := fmt.Sprintf("%s_%d", prefix, time.Now().UnixNano())
+	d := direct(t)
+	if _, err := d.Exec(ctxT(t), "CREATE TABLE "+table+" (id int PRIMARY KEY, n int, fence_token bigint); INSERT INTO "+table+" VALUES "+rows); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Exec(context.Background(), "DROP TABLE "+table) })
+	p := startProxy(t, proxytest.Options{YAML: fmt.Sprintf("relay:\n  event_loops: 1\ntables:\n  - name: public.%s\n    token_column: fence_token\n", table)})
+	inner, err := proxy.NewPlanner(p.Config, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bp := &blockingPlanner{inner: inner, blocked: fmt.Sprintf(blocked, table),
+		entered: make(chan struct{}), release: make(chan struct{})}
+	p.Server.SetPlanner(bp)
+	return p, bp, table
 }

@@ -1,7 +1,6 @@
 package proxy_test
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -73,12 +72,7 @@ func TestGoroutineTransportEndings(t *testing.T) {
 		if _, err := tx.Exec(ctx, "SELECT 1"); err != nil {
 			t.Fatal(err)
 		}
-		shutdownDone := make(chan error, 1)
-		go func() {
-			sctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			defer cancel()
-			shutdownDone <- p.Server.Shutdown(sctx)
-		}()
+		shutdownDone := startShutdown(p)
 		eventually(t, 5*time.Second, "the idle session to be closed", func() bool {
 			_, err := idle.Exec(ctx, "SELECT 1")
 			return err != nil

@@ -306,12 +306,7 @@ func TestDrainLetsTransactionsFinish(t *testing.T) {
 	if _, err := tx.Exec(ctx, "CREATE TEMP TABLE drained(x int)"); err != nil {
 		t.Fatal(err)
 	}
-	shutdownDone := make(chan error, 1)
-	go func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		shutdownDone <- p.Server.Shutdown(sctx)
-	}()
+	shutdownDone := startShutdown(p)
 	// The idle session is closed with 57P01.
 	eventually(t, 5*time.Second, "the idle session to be closed", func() bool {
 		_, err := idle.Exec(ctx, "SELECT 1")
@@ -436,4 +431,15 @@ func TestServerFatalClosesTheClient(t *testing.T) {
 	if strings.Contains(p.Logs.String(), "upstream connection lost") {
 		t.Errorf("a FATAL from the server was logged as a lost upstream:\n%s", p.Logs.String())
 	}
+}
+
+// startShutdown starts the proxy's graceful shutdown (a drain, bounded at 20 s) and returns its result.
+func startShutdown(p *proxytest.Proxy) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		done <- p.Server.Shutdown(ctx)
+	}()
+	return done
 }
