@@ -541,17 +541,23 @@ func (h *pgHeld) renew(ctx context.Context) (ok bool, err error) {
 	if h.lease.Err() != nil {
 		return false, nil
 	}
+	// A renewal cut short by a release (which cancels ctx) is not a failure of the lease's renewal.
+	failed := func() {
+		if !errors.Is(h.lease.Err(), ErrReleased) {
+			h.failures++
+		}
+	}
 	if h.conn == nil {
 		c, err := h.store.connect(ctx)
 		if err != nil {
-			h.failures++
+			failed()
 			return false, err
 		}
 		h.conn = c
 	}
 	tag, err := h.conn.Exec(ctx, pgRenewSQL, h.name, h.owner, h.ttl.Microseconds(), h.failures)
 	if err != nil {
-		h.failures++
+		failed()
 		h.conn.Close(context.Background())
 		h.conn = nil
 		return false, fmt.Errorf("renew lease: %w", err)
