@@ -40,6 +40,9 @@ type sessionIO interface {
 	forced() bool // forceClose ran: the sockets are shut, write nothing
 	sendUpstream(b []byte)
 	sendClient(b []byte)
+	// lingerClient shuts the client connection's sending side and reads and discards what the client still
+	// sends until it closes or deadline passes (see lingerTimeout).
+	lingerClient(deadline time.Time)
 	keepable() bool                  // nothing unread from or unsent to the upstream
 	takeUpstream() (net.Conn, error) // the upstream connection, out of the transport, for reuse
 	close()                          // close what the transport still holds
@@ -47,6 +50,14 @@ type sessionIO interface {
 
 // farewellTimeout bounds each write a session makes on its way out.
 const farewellTimeout = time.Second
+
+// lingerTimeout bounds how long a session the proxy ends (with a farewell FATAL) waits for the client to close
+// its side. Closing a socket that still has unread input makes the kernel send a reset, and a reset throws
+// away what is still queued to the client: the end of its last answer and the FATAL saying why. A client that
+// pipelined its next statement while reading a long answer is exactly that case. So the proxy shuts its
+// sending side (the client reads everything, then end of file), discards what the client sends meanwhile, and
+// closes when the client has closed.
+const lingerTimeout = 2 * time.Second
 
 // terminateMsg is the Terminate message.
 var terminateMsg = []byte{msgTerminate, 0, 0, 0, 4}
@@ -99,7 +110,10 @@ func (ss *session) end(e ending, tio sessionIO) {
 			tio.sendUpstream(terminateMsg)
 		}
 		if e.why != endClientGone {
-			tio.sendClient(farewell)
+			tio.sendClient(farewell) // also what the transport still holds for the client
+			if farewell != nil {
+				tio.lingerClient(time.Now().Add(lingerTimeout))
+			}
 		}
 	}
 	tio.close()

@@ -195,6 +195,31 @@ func (l *loopIO) sendClient(b []byte) {
 	writeAllFD(l.es.cfd, l.es.cout.b, time.Now().Add(farewellTimeout))
 }
 
+func (l *loopIO) lingerClient(deadline time.Time) {
+	fd := l.es.cfd
+	if unix.Shutdown(fd, unix.SHUT_WR) != nil {
+		return
+	}
+	var discard [4096]byte
+	for {
+		n, err := sysRead(fd, discard[:])
+		switch {
+		case n > 0:
+			continue
+		case err == nil:
+			return // end of file: the client closed
+		case err != unix.EAGAIN && err != unix.EINTR:
+			return
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			return
+		}
+		pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		unix.Poll(pfd, int(left.Milliseconds())+1)
+	}
+}
+
 func (l *loopIO) keepable() bool {
 	return len(l.es.uout.b) == 0 && len(l.es.uin) == 0 && l.es.uskip == 0
 }

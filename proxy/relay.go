@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"errors"
+	"io"
 	"net"
 	"time"
 )
@@ -225,6 +226,16 @@ func (g *goroutineIO) sendClient(b []byte) {
 	ss.client.SetWriteDeadline(time.Now().Add(farewellTimeout))
 	ss.cw.Write(b)
 	ss.cw.Flush()
+}
+
+func (g *goroutineIO) lingerClient(deadline time.Time) {
+	c := g.ss.client
+	cw, ok := c.(interface{ CloseWrite() error }) // *net.TCPConn, *tls.Conn
+	if !ok || cw.CloseWrite() != nil {
+		return
+	}
+	c.SetReadDeadline(deadline)
+	io.Copy(io.Discard, c)
 }
 
 func (g *goroutineIO) keepable() bool { return g.ss.sr.r.Buffered() == 0 }

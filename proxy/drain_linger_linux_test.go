@@ -1,0 +1,92 @@
+package proxy_test
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/fenceproxy/fenceproxy/internal/proxytest"
+	"github.com/fenceproxy/fenceproxy/proxy"
+)
+
+// TestDrainDeliversTheLastAnswer: a drain ends a session at its next ReadyForQuery. A client that is still
+// reading a long answer and has already sent its next statement must still get the whole answer and the
+// FATAL 57P01, then an orderly end of file: closing a socket with unread input makes the kernel reset the
+// connection, which throws away what is still on its way to the client (end.go, lingerTimeout).
+func TestDrainDeliversTheLastAnswer(t *testing.T) {
+	for _, mode := range []string{"loop", "goroutines"} {
+		t.Run(mode, func(t *testing.T) {
+			p := startProxy(t, proxytest.Options{YAML: "relay:\n  mode: " + mode + "\n"})
+			conn, _, _ := rawStartup(t, p.Addr, pgproto3.ProtocolVersionNumber, nil)
+			if mode == "loop" {
+				eventually(t, 5*time.Second, "the session in the event loop", func() bool { return proxy.SessionsInLoop(p.Server) == 1 })
+			}
+			conn.SetDeadline(time.Now().Add(60 * time.Second))
+			const answer = 16 << 20
+			query := func(sql string) []byte {
+				b, err := (&pgproto3.Query{String: sql}).Encode(nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return b
+			}
+			if _, err := conn.Write(query("SELECT repeat('x', 16777216)")); err != nil {
+				t.Fatal(err)
+			}
+			buf := make([]byte, 8<<10)
+			total := 0
+			var readErr error
+			read := func() int {
+				n, err := conn.Read(buf)
+				total += n
+				readErr = err
+				return n
+			}
+			for total < 64<<10 && readErr == nil {
+				read() // the answer is flowing: the session is busy
+			}
+			done := startShutdown(p)
+			eventually(t, 5*time.Second, "the drain to close the listener", func() bool {
+				c, err := net.DialTimeout("tcp", p.Addr, time.Second)
+				if err == nil {
+					c.Close()
+				}
+				return err != nil
+			})
+			var tail []byte
+			sent := false
+			for readErr == nil {
+				n := read()
+				tail = append(tail, buf[:n]...)
+				if len(tail) > 64<<10 {
+					tail = tail[len(tail)-(32<<10):]
+				}
+				if !sent && total >= answer-(1<<20) {
+					// The next statement, pipelined while a megabyte of the answer is still unread.
+					if _, err := conn.Write(query("SELECT 2")); err != nil {
+						t.Fatal(err)
+					}
+					sent = true
+				}
+				time.Sleep(100 * time.Microsecond) // read slowly, as a client processing rows does
+			}
+			if !errors.Is(readErr, io.EOF) {
+				t.Fatalf("after %d bytes (answer %d): %v, want the whole answer, the FATAL and end of file", total, answer, readErr)
+			}
+			if total < answer {
+				t.Fatalf("got %d bytes, less than the %d-byte answer", total, answer)
+			}
+			if !bytes.Contains(tail, []byte("57P01")) {
+				t.Fatalf("no FATAL 57P01 at the end; tail %q", tail[max(0, len(tail)-200):])
+			}
+			if err := <-done; err != nil {
+				t.Fatalf("shutdown: %v", err)
+			}
+		})
+	}
+}
