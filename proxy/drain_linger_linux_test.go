@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"io"
-	"net"
 	"testing"
 	"time"
 
@@ -50,14 +49,7 @@ func TestDrainDeliversTheLastAnswer(t *testing.T) {
 			for total < 64<<10 && readErr == nil {
 				read() // the answer is flowing: the session is busy
 			}
-			done := startShutdown(p)
-			eventually(t, 5*time.Second, "the drain to close the listener", func() bool {
-				c, err := net.DialTimeout("tcp", p.Addr, time.Second)
-				if err == nil {
-					c.Close()
-				}
-				return err != nil
-			})
+			done := startDrain(t, p)
 			var tail []byte
 			sent := false
 			for readErr == nil {

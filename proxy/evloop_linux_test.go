@@ -3,7 +3,6 @@ package proxy_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"slices"
 	"sync"
 	"testing"
@@ -250,14 +249,7 @@ func TestLoopDrainWaitsForAHeldStatement(t *testing.T) {
 	if got := receive(); !slices.Equal(got, []string{"BEGIN"}) {
 		t.Fatalf("BEGIN: %v", got)
 	}
-	shutdownDone := startShutdown(p)
-	eventually(t, 5*time.Second, "the listener to close", func() bool {
-		c, err := net.DialTimeout("tcp", p.Addr, time.Second)
-		if err == nil {
-			c.Close()
-		}
-		return err != nil
-	})
+	shutdownDone := startDrain(t, p)
 	query("COMMIT", bp.blocked)
 	if got := receive(); !slices.Equal(got, []string{"COMMIT"}) {
 		t.Fatalf("COMMIT: %v", got)

@@ -60,31 +60,6 @@ func TestGoroutineTransportEndings(t *testing.T) {
 			t.Fatalf("the next session got backend %d, not the kept %d", pidB, pidA)
 		}
 	})
-	t.Run("drain", func(t *testing.T) {
-		p := startProxy(t, proxytest.Options{YAML: goroutinesYAML})
-		ctx := ctxT(t)
-		idle := connect(t, p.DSN(pgtest.SuperUser, "", pgtest.TestDB))
-		busy := connect(t, p.DSN(pgtest.SuperUser, "", pgtest.TestDB))
-		tx, err := busy.Begin(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := tx.Exec(ctx, "SELECT 1"); err != nil {
-			t.Fatal(err)
-		}
-		shutdownDone := startShutdown(p)
-		eventually(t, 5*time.Second, "the idle session to be closed", func() bool {
-			_, err := idle.Exec(ctx, "SELECT 1")
-			return err != nil
-		})
-		if _, err := tx.Exec(ctx, "SELECT 2"); err != nil {
-			t.Fatalf("transaction during drain: %v", err)
-		}
-		if err := tx.Commit(ctx); err != nil {
-			t.Fatalf("commit during drain: %v", err)
-		}
-		if err := <-shutdownDone; err != nil {
-			t.Fatalf("Shutdown: %v", err)
-		}
-	})
+	t.Run("drain", func(t *testing.T) { drainLetsTransactionsFinish(t, goroutinesYAML) })
+
 }

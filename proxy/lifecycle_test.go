@@ -294,8 +294,13 @@ func TestUpstreamDeathReachesTheClient(t *testing.T) {
 	healthy(t, p)
 }
 
-func TestDrainLetsTransactionsFinish(t *testing.T) {
-	p := startProxy(t, proxytest.Options{})
+func TestDrainLetsTransactionsFinish(t *testing.T) { drainLetsTransactionsFinish(t, "") }
+
+// drainLetsTransactionsFinish drains a proxy (configured by yaml) with one idle session and one inside a
+// transaction: the idle one is closed with 57P01, new connections are refused, and the transaction goes on and
+// commits before the drain ends.
+func drainLetsTransactionsFinish(t *testing.T, yaml string) {
+	p := startProxy(t, proxytest.Options{YAML: yaml})
 	ctx := ctxT(t)
 	idle := connect(t, p.DSN(pgtest.SuperUser, "", pgtest.TestDB))
 	busy := connect(t, p.DSN(pgtest.SuperUser, "", pgtest.TestDB))
@@ -306,18 +311,11 @@ func TestDrainLetsTransactionsFinish(t *testing.T) {
 	if _, err := tx.Exec(ctx, "CREATE TEMP TABLE drained(x int)"); err != nil {
 		t.Fatal(err)
 	}
-	shutdownDone := startShutdown(p)
+	// New connections are refused.
+	shutdownDone := startDrain(t, p)
 	// The idle session is closed with 57P01.
 	eventually(t, 5*time.Second, "the idle session to be closed", func() bool {
 		_, err := idle.Exec(ctx, "SELECT 1")
-		return err != nil
-	})
-	// New connections are refused.
-	eventually(t, 5*time.Second, "the listener to close", func() bool {
-		c, err := net.DialTimeout("tcp", p.Addr, time.Second)
-		if err == nil {
-			c.Close()
-		}
 		return err != nil
 	})
 	// The transaction goes on and commits; then the session is closed.
@@ -431,6 +429,21 @@ func TestServerFatalClosesTheClient(t *testing.T) {
 	if strings.Contains(p.Logs.String(), "upstream connection lost") {
 		t.Errorf("a FATAL from the server was logged as a lost upstream:\n%s", p.Logs.String())
 	}
+}
+
+// startDrain starts the proxy's graceful shutdown and waits until it refuses new connections (its listener is
+// closed); it returns the shutdown's result.
+func startDrain(t *testing.T, p *proxytest.Proxy) <-chan error {
+	t.Helper()
+	done := startShutdown(p)
+	eventually(t, 5*time.Second, "the drain to close the listener", func() bool {
+		c, err := net.DialTimeout("tcp", p.Addr, time.Second)
+		if err == nil {
+			c.Close()
+		}
+		return err != nil
+	})
+	return done
 }
 
 // startShutdown starts the proxy's graceful shutdown (a drain, bounded at 20 s) and returns its result.
