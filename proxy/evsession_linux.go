@@ -211,12 +211,9 @@ func (l *loopIO) lingerClient(deadline time.Time) {
 		case err != unix.EAGAIN && err != unix.EINTR:
 			return
 		}
-		left := time.Until(deadline)
-		if left <= 0 {
+		if !waitFD(fd, unix.POLLIN, deadline) {
 			return
 		}
-		pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-		unix.Poll(pfd, int(left.Milliseconds())+1)
 	}
 }
 
@@ -239,15 +236,22 @@ func writeAllFD(fd int, b []byte, deadline time.Time) {
 		if err != unix.EAGAIN && err != unix.EINTR {
 			return
 		}
-		left := time.Until(deadline)
-		if left <= 0 {
-			return
-		}
-		pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLOUT}}
-		if _, err := unix.Poll(pfd, int(left.Milliseconds())+1); err != nil && err != unix.EINTR {
+		if !waitFD(fd, unix.POLLOUT, deadline) {
 			return
 		}
 	}
+}
+
+// waitFD waits until a non-blocking socket is ready for events (POLLIN, POLLOUT) or deadline passes; false when
+// the deadline has passed or poll failed.
+func waitFD(fd int, events int16, deadline time.Time) bool {
+	left := time.Until(deadline)
+	if left <= 0 {
+		return false
+	}
+	pfd := []unix.PollFd{{Fd: int32(fd), Events: events}}
+	_, err := unix.Poll(pfd, int(left.Milliseconds())+1)
+	return err == nil || err == unix.EINTR
 }
 
 // start registers a new session's sockets and relays what was buffered at the handover.
