@@ -70,7 +70,12 @@ func ZooKeeper(t testing.TB) *Server {
 		return []string{java, "-Xmx128m", "-XX:+UseSerialGC", "-Dzookeeper.admin.enableServer=false",
 			"-Dzookeeper.4lw.commands.whitelist=srvr,ruok", "-cp", ZooKeeperJar,
 			"org.apache.zookeeper.server.ZooKeeperServerMain", strconv.Itoa(port), filepath.Join(dir, "data")}
-	}, func(addr string) error { return probe(addr, "ruok", "imok") })
+	}, func(addr string) error {
+		// "ruok" answers imok as soon as the process runs; "srvr" reports the version only once the server
+		// serves requests (before that: "This ZooKeeper instance is not currently serving requests"). A restart
+		// that a test waited for with ruok could leave its next client without a session.
+		return probe(addr, "srvr", "Zookeeper version:")
+	})
 }
 
 func start(t testing.TB, name string, argv func(int, string) []string, ready func(string) error) *Server {
