@@ -139,6 +139,13 @@ type Plan struct {
 	// Tables lists the labels of the protected tables the text writes (fenced
 	// for Rewrite, the offending one for Refuse), without duplicates.
 	Tables []string
+	// Prepared is set for a Rewrite served by a shape template that the
+	// server may prepare (prepared.go): the statement to PREPARE once per
+	// upstream connection, after which EXECUTE name Args (the text's
+	// constants, in the client's encoding) runs what SQL says. nil when the
+	// text can only be sent as SQL.
+	Prepared *Prepared
+	Args     string
 }
 
 // Rewriter analyses and fences SQL. It is immutable after New and safe for

@@ -36,13 +36,18 @@ type shapeTemplate struct {
 	consts []int
 	// ascii: every seg is ASCII, so a text in ASCII fills it in ASCII.
 	ascii bool
+	// prep is the template as a statement to prepare on the server
+	// (prepared.go); nil when it cannot be one.
+	prep *Prepared
 }
 
-// shaped is a text read for the shape cache: its key and the byte spans, in
-// the text, of the constants that the key replaces.
+// shaped is a text read for the shape cache: its key, the byte spans, in
+// the text, of the constants that the key replaces, and their classes
+// (constClass).
 type shaped struct {
-	key   []byte
-	spans [][2]int
+	key     []byte
+	spans   [][2]int
+	classes []byte
 }
 
 // shapeStarts are the first words of the statements whose texts are
@@ -135,7 +140,7 @@ func (r *Rewriter) shapeOf(text []byte) (s shaped, ok bool) {
 			// unless an operator that binds tighter than it follows.
 			if !(is(i+1, tokOp, "::") || is(i+1, tokSelf, "[") || is(i+1, tokSelf, ".")) {
 				from = toks[i-1].start
-				class = '-'
+				class = negatedClass(class, text[t.start:t.end])
 			}
 		}
 		if len(s.spans) == maxShapeConsts {
@@ -146,6 +151,7 @@ func (r *Rewriter) shapeOf(text []byte) (s shaped, ok bool) {
 		s.key = strconv.AppendInt(s.key, int64(len(s.spans)), 10)
 		s.key = append(s.key, 0)
 		s.spans = append(s.spans, [2]int{from, t.end})
+		s.classes = append(s.classes, class)
 		last = t.end
 	}
 	if len(s.spans) == 0 {
@@ -167,8 +173,11 @@ func closingParens(toks []token, i int, text []byte) int {
 // constClass is the class of a constant the shape replaces, which the key
 // keeps: the parser makes an integer that fits 32 bits an Integer and other
 // numbers a Float, and each string form its own node (N'...' a cast to bpchar,
-// B'...' and X'...' bit strings). 0 keeps the constant in the key as written
-// (numbers in other notations).
+// B'...' and X'...' bit strings). A Float is an int8 constant when it is an
+// integer that fits 64 bits and a numeric one otherwise: the classes keep
+// the type apart too (i, l, f), so that a shape's constants have one type
+// each (prepared.go). 0 keeps the constant in the key as written (numbers in
+// other notations).
 func constClass(t token, text []byte) byte {
 	switch t.kind {
 	case tokString:
@@ -201,11 +210,32 @@ func constClass(t token, text []byte) byte {
 		}
 	}
 	if integer {
-		if n, err := strconv.ParseInt(string(digits), 10, 64); err == nil && n <= 1<<31-1 {
-			return 'i'
+		if n, err := strconv.ParseInt(string(digits), 10, 64); err == nil {
+			if n <= 1<<31-1 {
+				return 'i'
+			}
+			return 'l'
 		}
 	}
 	return 'f'
+}
+
+// negatedClass is the class of a number (class c, spelled digits) with a
+// unary minus folded into it: the parser folds the sign into the constant
+// and types the negative value, so -2147483648 is an int4 and
+// -9223372036854775808 an int8 (j, k); other negatives are numeric (-).
+func negatedClass(c byte, digits []byte) byte {
+	if c != 'i' && c != 'l' && c != 'f' {
+		return '-'
+	}
+	n, err := strconv.ParseInt("-"+string(digits), 10, 64) // fails for 1.5, 1e3
+	switch {
+	case err != nil:
+		return '-'
+	case n >= -1<<31:
+		return 'j'
+	}
+	return 'k'
 }
 
 // operandSlot reports whether a constant after prev is an operand that a
@@ -312,6 +342,7 @@ func (r *Rewriter) buildTemplate(text []byte, sh shaped, scsOff bool, full Plan)
 	if err != nil || !same {
 		return bad
 	}
+	t.prep = preparedOf(p.SQL, sh.classes)
 	return t
 }
 
@@ -356,10 +387,25 @@ func (r *Rewriter) planShaped(t *shapeTemplate, text []byte, spans [][2]int, rd 
 			return a.internal(err)
 		}
 	}
+	if t.prep != nil && !t.prep.Failed() {
+		p.Prepared, p.Args = t.prep, executeArgs(text, spans)
+	}
 	if t.ascii && !rd.nonASCII {
 		return p // ASCII: the same bytes in every client encoding
 	}
-	return r.forClient(p, rd)
+	p = r.forClient(p, rd)
+	if p.Action != Rewrite {
+		p.Prepared, p.Args = nil, ""
+	}
+	if p.Prepared != nil && !isASCIIString(p.Args) {
+		// The arguments are read in the client's encoding too.
+		args, err := encodeFor(p.Args, rd.outEnc)
+		if !rd.outOK || err != nil {
+			p.Prepared, args = nil, ""
+		}
+		p.Args = args
+	}
+	return p
 }
 
 // sameParse reports whether a and b parse to the same tree, locations aside.

@@ -46,13 +46,22 @@ func variant(r *Rewriter, sql string, rng *rand.Rand) string {
 	}
 	var b strings.Builder
 	last := 0
-	for _, sp := range sh.spans {
+	for k, sp := range sh.spans {
 		b.Write(text[last:sp[0]])
 		orig := text[sp[0]:sp[1]]
 		var t token
 		l := newLexer(orig, true)
-		if orig[0] == '-' {
+		switch sh.classes[k] {
+		case 'j':
 			b.WriteString(fmt.Sprintf("-%d", rng.IntN(1000000)))
+			last = sp[1]
+			continue
+		case 'k':
+			b.WriteString([]string{"-99999999999", "-2147483649", "-9223372036854775808"}[rng.IntN(3)])
+			last = sp[1]
+			continue
+		case '-':
+			b.WriteString([]string{"-2.5", "-1e3", "-99999999999999999999"}[rng.IntN(3)])
 			last = sp[1]
 			continue
 		}
@@ -60,8 +69,10 @@ func variant(r *Rewriter, sql string, rng *rand.Rand) string {
 		switch constClass(t, orig) {
 		case 'i':
 			b.WriteString(fmt.Sprint(rng.IntN(1 << 31)))
+		case 'l':
+			b.WriteString([]string{"99999999999", "2147483648", "9223372036854775807"}[rng.IntN(3)])
 		case 'f':
-			b.WriteString([]string{"2.5", "1e3", "99999999999", ".5", "7.25e-2"}[rng.IntN(5)])
+			b.WriteString([]string{"2.5", "1e3", ".5", "7.25e-2", "9223372036854775808"}[rng.IntN(5)])
 		case 's':
 			b.WriteString([]string{`'x''y'`, `''`, `'a\b'`, `'0'`, `'é'`}[rng.IntN(5)])
 		case 'e':

@@ -1,0 +1,106 @@
+package rewrite
+
+import (
+	"strings"
+	"testing"
+)
+
+// templatePlan plans the texts in order through one cache and returns the
+// plan of the last (the first two build the shape's template).
+func templatePlan(t *testing.T, set Settings, texts ...string) Plan {
+	t.Helper()
+	c := NewCache(testRewriter(t), 64)
+	var p Plan
+	for _, s := range texts {
+		p = c.Plan([]byte(s), set)
+	}
+	return p
+}
+
+// TestPreparedTypes: each parameter of a prepared template is declared with
+// the type the parser gives the constant it stands for, so EXECUTE's
+// arguments need no coercion; shapes whose constants have no such type, or
+// whose template is not one plain-ASCII statement, are not prepared.
+func TestPreparedTypes(t *testing.T) {
+	for _, c := range []struct {
+		name, a, b, c string
+		types       string // "" for not prepared
+		args        string
+	}{
+		{"int4", `UPDATE accounts SET balance = balance + 5 WHERE id = 7`, `UPDATE accounts SET balance = balance + 6 WHERE id = 8`,
+			`UPDATE accounts SET balance = balance + 17 WHERE id = 4242`, "(pg_catalog.int4,pg_catalog.int4)", "(17,4242)"},
+		{"negative int4 limit", `UPDATE accounts SET balance = -5 WHERE id = 1`, `UPDATE accounts SET balance = -6 WHERE id = 2`,
+			`UPDATE accounts SET balance = -2147483648 WHERE id = 3`, "(pg_catalog.int4,pg_catalog.int4)", "(-2147483648,3)"},
+		{"int8", `UPDATE accounts SET balance = 2147483648 WHERE id = 1`, `UPDATE accounts SET balance = 9223372036854775807 WHERE id = 2`,
+			`UPDATE accounts SET balance = 3000000000 WHERE id = 3`, "(pg_catalog.int8,pg_catalog.int4)", "(3000000000,3)"},
+		{"negative int8", `UPDATE accounts SET balance = -2147483649 WHERE id = 1`, `UPDATE accounts SET balance = -9223372036854775808 WHERE id = 2`,
+			`UPDATE accounts SET balance = - 3000000000 WHERE id = 3`, "(pg_catalog.int8,pg_catalog.int4)", "(- 3000000000,3)"},
+		{"numeric", `UPDATE accounts SET balance = 1.5 WHERE id = 1e3`, `UPDATE accounts SET balance = 9223372036854775808 WHERE id = .5`,
+			`UPDATE accounts SET balance = -2.25 WHERE id = 1.0`, "", ""}, // -2.25 is another class than 1.5: not the same shape
+		{"numeric both", `UPDATE accounts SET balance = 1.5 WHERE id = 1e3`, `UPDATE accounts SET balance = 9223372036854775808 WHERE id = .5`,
+			`UPDATE accounts SET balance = 2.25 WHERE id = 1.0`, "(pg_catalog.numeric,pg_catalog.numeric)", "(2.25,1.0)"},
+		{"strings", `UPDATE accounts SET note = 'a', memo = E'\n' WHERE id = 1 AND tag = $$x$$`,
+			`UPDATE accounts SET note = 'b', memo = E'\t' WHERE id = 2 AND tag = $q$y$q$`,
+			`UPDATE accounts SET note = 'it''s', memo = E'\\' WHERE id = 3 AND tag = $$z$$`,
+			"(pg_catalog.unknown,pg_catalog.unknown,pg_catalog.int4,pg_catalog.unknown)", `('it''s',E'\\',3,$$z$$)`},
+		{"insert", `INSERT INTO accounts (id, note) VALUES (1, 'a')`, `INSERT INTO accounts (id, note) VALUES (2, 'b')`,
+			`INSERT INTO accounts (id, note) VALUES (3, 'c')`, "(pg_catalog.int4,pg_catalog.unknown)", "(3,'c')"},
+		{"delete", `DELETE FROM accounts WHERE id = 1`, `DELETE FROM accounts WHERE id = 2`, `DELETE FROM accounts WHERE id = 3`,
+			"(pg_catalog.int4)", "(3)"},
+		{"national string", `UPDATE accounts SET note = N'a' WHERE id = 1`, `UPDATE accounts SET note = N'b' WHERE id = 2`,
+			`UPDATE accounts SET note = N'c' WHERE id = 3`, "", ""},
+		{"bit string", `UPDATE accounts SET bits = B'1' WHERE id = 1`, `UPDATE accounts SET bits = B'0' WHERE id = 2`,
+			`UPDATE accounts SET bits = B'11' WHERE id = 3`, "", ""},
+		{"two statements", `UPDATE accounts SET balance = 1 WHERE id = 1; SELECT 1`, `UPDATE accounts SET balance = 2 WHERE id = 2; SELECT 2`,
+			`UPDATE accounts SET balance = 3 WHERE id = 3; SELECT 3`, "", ""},
+		{"read", `SELECT * FROM accounts WHERE id = 1`, `SELECT * FROM accounts WHERE id = 2`, `SELECT * FROM accounts WHERE id = 3`, "", ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p := templatePlan(t, DefaultSettings, c.a, c.b, c.c)
+			if c.types == "" {
+				if p.Prepared != nil {
+					t.Fatalf("prepared: %s", p.Prepared.Body)
+				}
+				return
+			}
+			if p.Prepared == nil {
+				t.Fatalf("not prepared: %v %s", p.Action, p.SQL)
+			}
+			types, stmt, ok := strings.Cut(p.Prepared.Body, ") AS ")
+			if !ok || types+")" != c.types || p.Args != c.args {
+				t.Fatalf("body %s\nargs %s\nwant types %s args %s", p.Prepared.Body, p.Args, c.types, c.args)
+			}
+			if err := testRewriter(t).verifyText(stmt); err != nil {
+				t.Fatalf("prepared statement not fenced: %v\n%s", err, stmt)
+			}
+		})
+	}
+}
+
+// TestPreparedArgsInClientEncoding: EXECUTE's arguments are read by the server in the client's encoding, like the
+// filled template.
+func TestPreparedArgsInClientEncoding(t *testing.T) {
+	set := Settings{ClientEncoding: "LATIN1", ServerEncoding: "UTF8", StandardConformingStrings: true}
+	p := templatePlan(t, set, "UPDATE accounts SET note = 'a' WHERE id = 1", "UPDATE accounts SET note = 'b' WHERE id = 2",
+		"UPDATE accounts SET note = 'caf\xe9' WHERE id = 3")
+	if p.Prepared == nil || p.Args != "('caf\xe9',3)" {
+		t.Fatalf("prepared %v, args %q", p.Prepared != nil, p.Args)
+	}
+}
+
+// TestPreparedFailedIsNotOffered: once a PREPARE of a template failed, its texts are sent as SQL.
+func TestPreparedFailedIsNotOffered(t *testing.T) {
+	c := NewCache(testRewriter(t), 64)
+	var p Plan
+	for i := range 3 {
+		p = c.Plan([]byte("DELETE FROM accounts WHERE id = "+string(rune('1'+i))), DefaultSettings)
+	}
+	if p.Prepared == nil {
+		t.Fatal("not prepared")
+	}
+	p.Prepared.MarkFailed()
+	p = c.Plan([]byte("DELETE FROM accounts WHERE id = 9"), DefaultSettings)
+	if p.Prepared != nil || p.Action != Rewrite || p.SQL == "" {
+		t.Fatalf("after a failure: prepared %v, %v %q", p.Prepared != nil, p.Action, p.SQL)
+	}
+}
