@@ -24,8 +24,8 @@ func templatePlan(t *testing.T, set Settings, texts ...string) Plan {
 func TestPreparedTypes(t *testing.T) {
 	for _, c := range []struct {
 		name, a, b, c string
-		types       string // "" for not prepared
-		args        string
+		types         string // "" for not prepared
+		args          string
 	}{
 		{"int4", `UPDATE accounts SET balance = balance + 5 WHERE id = 7`, `UPDATE accounts SET balance = balance + 6 WHERE id = 8`,
 			`UPDATE accounts SET balance = balance + 17 WHERE id = 4242`, "(pg_catalog.int4,pg_catalog.int4)", "(17,4242)"},
