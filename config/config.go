@@ -46,6 +46,22 @@ type Upstream struct {
 	ConnectTimeout time.Duration `yaml:"connect_timeout"`
 	TLS            UpstreamTLS   `yaml:"tls"`
 	Reuse          Reuse         `yaml:"reuse"`
+	// PreparedFences is how many fenced statement shapes the proxy keeps prepared on each upstream connection
+	// (PREPARE once, then EXECUTE with each statement's constants: the server skips parsing and planning the
+	// fence). 0 turns it off. The default is DefaultPreparedFences, or 0 with token.scope transaction: behind a
+	// transaction pooler a later statement may reach a server connection that never saw the PREPARE.
+	PreparedFences *int `yaml:"prepared_fences"`
+}
+
+// Prepared is PreparedFences, or its default for the token scope when it is not set.
+func (u Upstream) Prepared(scope string) int {
+	switch {
+	case u.PreparedFences != nil:
+		return *u.PreparedFences
+	case scope == TokenScopeTransaction:
+		return 0
+	}
+	return DefaultPreparedFences
 }
 
 // Reuse keeps upstream connections of finished sessions for later sessions with the same startup parameters,
@@ -223,6 +239,7 @@ const (
 	DefaultShutdownTimeout      = 30 * time.Second
 	DefaultConnectTimeout       = 10 * time.Second
 	DefaultReuseMaxIdle         = 20
+	DefaultPreparedFences       = 64
 	DefaultReuseIdleTimeout     = 60 * time.Second
 	DefaultReuseMaxLifetime     = time.Hour
 	DefaultRewriteCacheSize     = 10000
@@ -463,6 +480,9 @@ func (c *Config) validate(lines map[string]int) error {
 	}
 	if c.Upstream.Reuse.Idle() < 0 {
 		add("upstream.reuse.max_idle", "must be 0 (off) or more")
+	}
+	if n := c.Upstream.Prepared(c.Token.Scope); n < 0 || n > 10000 {
+		add("upstream.prepared_fences", "must be 0 (off) to 10000")
 	}
 	if c.Upstream.Reuse.IdleTimeout < 0 {
 		add("upstream.reuse.idle_timeout", "must be positive")

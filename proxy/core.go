@@ -35,6 +35,7 @@ type protoState struct {
 	pending  atomic.Int64  // Query, Sync and FunctionCall messages not yet answered by ReadyForQuery
 	unsynced atomic.Bool   // extended-protocol messages forwarded since the last Sync
 	txStatus atomic.Uint32 // the last ReadyForQuery's status byte (txIdle, txBlock, txFailed); txUnknown before
+	internal atomic.Int64  // Query messages of the proxy's own (prepared.go) not yet answered by ReadyForQuery
 
 	authAsked    bool          // the server asked for something during startup: never reuse the connection
 	reusable     bool          // the connection may be kept for another session; set before ready is published
@@ -52,7 +53,8 @@ func (st *protoState) inTx() bool {
 // idle reports whether the session is at a safe point to be closed by a drain or to have its upstream kept:
 // startup is over, everything the client sent is answered, and no transaction block is open.
 func (st *protoState) idle() bool {
-	return st.ready.Load() && st.pending.Load() <= 0 && !st.unsynced.Load() && byte(st.txStatus.Load()) == txIdle
+	return st.ready.Load() && st.pending.Load() <= 0 && st.internal.Load() <= 0 && !st.unsynced.Load() &&
+		byte(st.txStatus.Load()) == txIdle
 }
 
 // running reports whether the upstream may be running something for the client (for the cancel at a client's
@@ -88,6 +90,9 @@ func (ss *session) onClientMsg(typ byte, body []byte, p Planner, out msgSink) er
 			return nil
 		}
 		set := ss.readingSettings() // before this message counts as pending
+		if st.idle() {
+			ss.prep.sendQueued(out, st) // prepared.go: the proxy's own commands go out only when idle
+		}
 		st.pending.Add(1)
 		return ss.queryOut(out, p, body, set)
 	case msgParse:
@@ -147,8 +152,13 @@ const (
 	evDrainNow
 )
 
-// serverNeedsBody reports whether onServerMsg reads the body of a server message of type typ.
-func serverNeedsBody(typ byte) bool {
+// serverNeedsBody reports whether onServerMsg reads the body of a server message of type typ: the types it
+// reads, and every message while the server answers a command of the proxy's own (prepared.go), which is not
+// relayed.
+func (ss *session) serverNeedsBody(typ byte) bool {
+	if ss.state.internal.Load() > 0 {
+		return true
+	}
 	switch typ {
 	case msgErrorResponse, msgAuthentication, msgBackendKeyData, msgParameterStatus, msgReadyForQuery:
 		return true
@@ -163,6 +173,9 @@ func (ss *session) onServerMsg(typ byte, body []byte, out msgSink) (serverEvent,
 			ss.state.authAsked = true // a reused connection could not show it again
 		}
 		return 0, nil
+	}
+	if ss.state.internal.Load() > 0 && typ != msgNotificationResponse && typ != msgParameterStatus {
+		return ss.onPreparedAnswer(typ, body, out)
 	}
 	switch typ {
 	case msgErrorResponse:

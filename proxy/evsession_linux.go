@@ -619,7 +619,7 @@ func (es *evSession) fromServer() error {
 			return err
 		}
 		total := headerLen + n
-		whole := serverNeedsBody(typ)
+		whole := ss.serverNeedsBody(typ)
 		if whole && len(b)-i < total {
 			need = total
 			break

@@ -31,11 +31,12 @@ func (ss *session) queryOut(w msgSink, p Planner, body []byte, set rewrite.Setti
 	if len(body) == 0 || body[len(body)-1] != 0 {
 		return fmt.Errorf("%w: Query message without its terminating zero byte", errProtocol)
 	}
+	ss.prep.clientText(body)
 	plan := ss.checkPlan(p.Plan(body[:len(body)-1], set))
 	switch plan.Action {
 	case rewrite.Rewrite:
 		ss.srv.metrics.rewritten()
-		writeMsg(w, msgQuery, nil, plan.SQL)
+		writeMsg(w, msgQuery, nil, ss.prep.statementFor(plan, ss.srv.metrics))
 	case rewrite.Refuse:
 		writeMsg(w, msgQuery, nil, ss.refusal(plan))
 	default:
@@ -55,6 +56,7 @@ func (ss *session) parseOut(w msgSink, p Planner, body []byte, set rewrite.Setti
 	if !ok {
 		return fmt.Errorf("%w: Parse message with an unterminated query", errProtocol)
 	}
+	ss.prep.clientText(query)
 	plan := ss.checkPlan(p.Plan(query, set))
 	var sql string
 	switch plan.Action {
@@ -161,6 +163,9 @@ func (ss *session) errorOut(w msgSink, body []byte) error {
 		}
 	} else {
 		ss.countGuardRefusal(body)
+		if ss.prep.max > 0 && bytes.Contains(body, preparedPrefixBytes) {
+			ss.prep.noteMissingPrepared(errorField(body, fieldCode))
+		}
 	}
 	if sev := errorField(body, fieldSeverity); sev == "FATAL" || sev == "PANIC" {
 		// The server is ending the session and said why; the client needs no second message from us.

@@ -25,6 +25,8 @@ type Metrics struct {
 	bytes           [2]prometheus.Counter
 	reused          prometheus.Counter
 	keptIdle        prometheus.Gauge
+	preparedExecs   prometheus.Counter
+	prepares        *prometheus.CounterVec
 }
 
 // Directions of forwarded traffic, as metric label values.
@@ -63,6 +65,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m.reused = prometheus.NewCounter(prometheus.CounterOpts{Name: "fenceproxy_upstream_reused_total", Help: "Sessions served by a kept upstream connection of an earlier session (upstream.reuse)."})
 	m.keptIdle = prometheus.NewGauge(prometheus.GaugeOpts{Name: "fenceproxy_upstream_idle", Help: "Upstream connections of finished sessions kept for reuse now."})
 	reg.MustRegister(m.reused, m.keptIdle)
+	m.preparedExecs = prometheus.NewCounter(prometheus.CounterOpts{Name: "fenceproxy_prepared_fence_executions_total", Help: "Fenced statements sent as EXECUTE of a template prepared on the upstream connection (upstream.prepared_fences)."})
+	m.prepares = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fenceproxy_prepared_fences_total", Help: "Fenced statement templates the proxy asked an upstream connection to prepare, by outcome (prepared, failed)."}, []string{"outcome"})
+	reg.MustRegister(m.preparedExecs, m.prepares)
 	reg.MustRegister(msgs, bytes, m.cacheHits, m.cacheMisses, m.rewriteLatency)
 	m.lockStale = newLockStaleCounter(reg)
 	reg.MustRegister(m.sessionsCurrent, m.sessionsTotal, m.sessionsRefused, m.refusals, m.stale, m.rewrites, m.upstreamErrors, m.protocolErrors)
@@ -101,6 +106,18 @@ func (m *Metrics) refusal(code, table string) {
 func (m *Metrics) rewritten() {
 	if m != nil {
 		m.rewrites.Inc()
+	}
+}
+
+func (m *Metrics) preparedExecuted() {
+	if m != nil {
+		m.preparedExecs.Inc()
+	}
+}
+
+func (m *Metrics) preparedOutcome(outcome string) {
+	if m != nil {
+		m.prepares.WithLabelValues(outcome).Inc()
 	}
 }
 

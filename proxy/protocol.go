@@ -74,6 +74,8 @@ const (
 	sqlstateTooManyConnections  = "53300" // limits.max_client_connections reached
 	sqlstateCannotConnectNow    = "57P03" // the proxy is shutting down and takes no new session
 	sqlstateAdminShutdown       = "57P01" // a drain closed an idle session
+	sqlstateUndefinedPrepared   = "26000" // EXECUTE of a prepared statement that does not exist (prepared.go)
+	sqlstateDuplicatePrepared   = "42P05" // PREPARE of a name already taken (prepared.go)
 	sqlstateFencingClassPrefix  = "55F0"  // every fencing SQLSTATE starts with it
 )
 

@@ -132,7 +132,7 @@ func (ss *session) serverToClient() ending {
 			return ss.serverEnding(err, true)
 		}
 		var ev serverEvent
-		if serverNeedsBody(typ) {
+		if ss.serverNeedsBody(typ) {
 			var body []byte
 			if body, err = sr.body(); err == nil {
 				ev, err = ss.onServerMsg(typ, body, ss.cw)

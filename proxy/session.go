@@ -33,6 +33,7 @@ type session struct {
 	born      time.Time // when the upstream connection was opened
 
 	state protoState // the core's (core.go)
+	prep  prepState  // templates prepared on the upstream connection (prepared.go)
 
 	pid       uint32 // upstream backend PID, set under srv.mu
 	cancelKey []byte // upstream BackendKeyData (PID and secret), for cancelling on client loss

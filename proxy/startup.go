@@ -22,6 +22,7 @@ import (
 // handle runs one accepted connection to the end.
 func (s *Server) handle(raw net.Conn, over bool) {
 	ss := &session{srv: s, client: raw, remote: raw.RemoteAddr().String()}
+	ss.prep.max = s.cfg.Upstream.Prepared(s.cfg.Token.Scope)
 	ss.log = s.log.With("client", ss.remote)
 	defer func() {
 		if r := recover(); r != nil {

@@ -1,0 +1,263 @@
+package proxy
+
+import (
+	"bytes"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	"github.com/fenceproxy/fenceproxy/rewrite"
+)
+
+// Prepared fences (upstream.prepared_fences, issue 20). A fenced statement that arrives as SQL with its
+// constants inlined costs the server a parse, an analysis and a plan of the whole fence each time, about three
+// times its own. When the rewrite serves it from a shape template that the server can prepare
+// (rewrite/prepared.go: Plan.Prepared), the proxy prepares that template on the session's upstream connection
+// once, and from then on sends the statement as EXECUTE name(constants).
+//
+// The rules, each in one place below:
+//
+//   - A PREPARE is sent only when the session is idle (nothing unanswered, no transaction block), as a Query of
+//     its own just before the client's next Query, and its answers are not relayed (onPreparedAnswer). It runs
+//     in a transaction of its own, so its failure touches nothing of the client's: the statement keeps being
+//     sent as SQL, and a template the server refused is not offered again (rewrite.Prepared.MarkFailed).
+//   - A statement is sent as EXECUTE only when the server has answered that template's PREPARE with
+//     CommandComplete on this connection. Until then, and for any other text, the fenced SQL is sent as before.
+//   - The proxy forgets every statement it prepared when the client's text may drop prepared statements (it
+//     holds DISCARD or DEALLOCATE) and when the server says one of its statements does not exist (a function ran
+//     DEALLOCATE): it prepares again when idle. A connection kept for reuse is reset with DISCARD ALL, and the
+//     next session starts with none.
+//   - At most max templates per connection: beyond that, the least recently used one is deallocated at the next
+//     idle point.
+//
+// Names are fenceproxy_p<n>, never reused on a connection; a name the client already uses makes that one
+// PREPARE fail, and the statement is sent as SQL.
+
+// preparedPrefix starts the name of every statement the proxy prepares.
+const preparedPrefix = "fenceproxy_p"
+
+var preparedPrefixBytes = []byte(preparedPrefix)
+
+// Prepared-statement states (prepEntry.state).
+const (
+	prepWanted int32 = iota // seen; its PREPARE goes out at the next idle point
+	prepSent                // PREPARE sent, not answered yet
+	prepReady               // the server prepared it: EXECUTE may be sent
+	prepFailed              // the server refused it: sent as SQL
+)
+
+// prepEntry is one template on one upstream connection.
+type prepEntry struct {
+	tmpl    *rewrite.Prepared
+	name    string
+	state   atomic.Int32
+	lastUse uint64 // prepState.uses at its last use; client side only
+}
+
+// prepCommand is a statement the proxy sends on its own at an idle point: a PREPARE (entry set) or a
+// DEALLOCATE (entry nil).
+type prepCommand struct {
+	sql   string
+	entry *prepEntry
+}
+
+// prepState is a session's prepared templates.
+//
+// Concurrency: with the goroutine transport, byTmpl, queued, next and uses belong to the client side; the
+// server side reads the answers to the commands in flight (inflight, under mu), sets their entries' states and
+// may raise lost. With the event loop one goroutine does both.
+type prepState struct {
+	max    int // 0: off
+	byTmpl map[*rewrite.Prepared]*prepEntry
+	queued []prepCommand // to send at the next idle point
+	next   int           // the next name's number
+	uses   uint64
+
+	lost atomic.Bool // the server said a statement of ours does not exist: forget them all
+
+	mu       sync.Mutex
+	inflight []prepCommand // sent, in order; answered in order
+}
+
+// statementFor returns what to send for a fenced statement whose plan is p: EXECUTE of its prepared template
+// when this connection has it, else p.SQL (noting the template to prepare at the next idle point).
+func (ps *prepState) statementFor(p rewrite.Plan, m *Metrics) string {
+	if ps.max == 0 || p.Prepared == nil {
+		return p.SQL
+	}
+	if ps.lost.Swap(false) {
+		ps.forget()
+	}
+	ps.uses++
+	e := ps.byTmpl[p.Prepared]
+	if e == nil {
+		ps.add(p.Prepared)
+		return p.SQL
+	}
+	e.lastUse = ps.uses
+	if e.state.Load() != prepReady {
+		return p.SQL
+	}
+	m.preparedExecuted()
+	return "EXECUTE " + e.name + p.Args
+}
+
+// add notes a template to prepare, making room for it when the connection holds max already.
+func (ps *prepState) add(t *rewrite.Prepared) {
+	if ps.byTmpl == nil {
+		ps.byTmpl = make(map[*rewrite.Prepared]*prepEntry)
+	}
+	if len(ps.byTmpl) >= ps.max && !ps.evict() {
+		return
+	}
+	ps.next++
+	e := &prepEntry{tmpl: t, name: preparedPrefix + strconv.Itoa(ps.next), lastUse: ps.uses}
+	ps.byTmpl[t] = e
+	ps.queued = append(ps.queued, prepCommand{sql: "PREPARE " + e.name + " " + t.Body, entry: e})
+}
+
+// evict drops the least recently used entry that is not in flight, deallocating it on the server if it was
+// prepared there; false when every entry is in flight.
+func (ps *prepState) evict() bool {
+	var victim *prepEntry
+	for _, e := range ps.byTmpl {
+		if e.state.Load() != prepSent && (victim == nil || e.lastUse < victim.lastUse) {
+			victim = e
+		}
+	}
+	if victim == nil {
+		return false
+	}
+	delete(ps.byTmpl, victim.tmpl)
+	switch victim.state.Load() {
+	case prepWanted:
+		ps.queued = deleteEntry(ps.queued, victim)
+	case prepReady:
+		ps.queued = append(ps.queued, prepCommand{sql: "DEALLOCATE " + victim.name})
+	}
+	return true
+}
+
+// deleteEntry removes e's command from cmds.
+func deleteEntry(cmds []prepCommand, e *prepEntry) []prepCommand {
+	for i := range cmds {
+		if cmds[i].entry == e {
+			return append(cmds[:i], cmds[i+1:]...)
+		}
+	}
+	return cmds
+}
+
+// forget drops every entry: the server may no longer hold the statements (answers to PREPAREs in flight then
+// set the state of entries nobody looks up).
+func (ps *prepState) forget() {
+	clear(ps.byTmpl)
+	ps.queued = ps.queued[:0]
+}
+
+// clientText looks at the text of a client's Query or Parse for what may drop prepared statements.
+func (ps *prepState) clientText(text []byte) {
+	if len(ps.byTmpl) == 0 {
+		return
+	}
+	if containsFold(text, "discard") || containsFold(text, "deallocate") {
+		ps.forget()
+	}
+}
+
+// sendQueued writes the queued commands to w, each a Query of its own, and counts them as in flight in st. The
+// caller has checked that the session is idle.
+func (ps *prepState) sendQueued(w msgSink, st *protoState) {
+	if len(ps.queued) == 0 {
+		return
+	}
+	ps.mu.Lock()
+	for _, c := range ps.queued {
+		if c.entry != nil {
+			if c.entry.tmpl.Failed() {
+				c.entry.state.Store(prepFailed)
+				continue
+			}
+			c.entry.state.Store(prepSent)
+		}
+		ps.inflight = append(ps.inflight, c)
+		st.internal.Add(1) // before the write: the server side must know the answers are not the client's
+		writeMsg(w, msgQuery, nil, c.sql)
+	}
+	ps.mu.Unlock()
+	ps.queued = ps.queued[:0]
+}
+
+// current returns the command being answered (the oldest in flight), taking it off the list when done (its
+// ReadyForQuery came).
+func (ps *prepState) current(done bool) prepCommand {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if len(ps.inflight) == 0 {
+		return prepCommand{}
+	}
+	c := ps.inflight[0]
+	if done {
+		ps.inflight = ps.inflight[1:]
+	}
+	return c
+}
+
+// onPreparedAnswer handles a server message that answers a command of the proxy's own (state.internal > 0;
+// onServerMsg passes notifications and parameter changes, which are not answers, on as usual): nothing of it
+// reaches the client but a FATAL error, which ends the session.
+func (ss *session) onPreparedAnswer(typ byte, body []byte, out msgSink) (serverEvent, error) {
+	st := &ss.state
+	ps := &ss.prep
+	switch typ {
+	case msgCommandComplete:
+		if c := ps.current(false); c.entry != nil {
+			c.entry.state.Store(prepReady)
+			ss.srv.metrics.preparedOutcome("prepared")
+		}
+	case msgErrorResponse:
+		if sev := errorField(body, fieldSeverity); sev == "FATAL" || sev == "PANIC" {
+			return 0, ss.errorOut(out, body)
+		}
+		if c := ps.current(false); c.entry != nil {
+			c.entry.state.Store(prepFailed)
+			code := errorField(body, fieldCode)
+			if code != sqlstateDuplicatePrepared { // the client's own statement of that name: only this one fails
+				c.entry.tmpl.MarkFailed()
+			}
+			ss.srv.metrics.preparedOutcome("failed")
+			ss.log.Info("a fenced statement shape could not be prepared; it is sent as SQL", "code", code, "message", errorField(body, fieldMessage))
+		}
+	case msgReadyForQuery:
+		if len(body) != 1 {
+			return 0, fmt.Errorf("upstream sent ReadyForQuery of %d bytes", len(body))
+		}
+		ps.current(true)
+		st.txStatus.Store(uint32(body[0]))
+		st.internal.Add(-1)
+		if ss.srv.draining.Load() && st.idle() {
+			return evDrainNow, nil
+		}
+	}
+	return 0, nil
+}
+
+// noteMissingPrepared notes the SQLSTATE of an error that names a statement of the proxy's: the server no
+// longer holds it.
+func (ps *prepState) noteMissingPrepared(code string) {
+	if code == sqlstateUndefinedPrepared {
+		ps.lost.Store(true)
+	}
+}
+
+// containsFold reports whether text holds word, ASCII case-insensitively.
+func containsFold(text []byte, word string) bool {
+	n := len(word)
+	for i := 0; i+n <= len(text); i++ {
+		if text[i]|0x20 == word[0] && bytes.EqualFold(text[i:i+n], []byte(word)) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,231 @@
+package proxy_test
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/fenceproxy/fenceproxy/internal/pgtest"
+	"github.com/fenceproxy/fenceproxy/internal/proxytest"
+)
+
+// Prepared fences (proxy/prepared.go): fenced statements with inlined constants run as EXECUTE of a template
+// the proxy prepared on the upstream connection, with the same outcome as the fenced SQL.
+
+// preparedFixture is a proxy protecting one table, with its metrics, for one transport.
+type preparedFixture struct {
+	p    *proxytest.Proxy
+	d    *pgx.Conn
+	name string
+}
+
+func newPreparedFixture(t *testing.T, goroutines bool, upstream string) *preparedFixture {
+	t.Helper()
+	d := direct(t)
+	name := preparedName(t)
+	fxCreateTable(t, d, "public."+name)
+	fxExec(t, d, fmt.Sprintf("INSERT INTO public.%s (id, balance, fence_token) VALUES (1, 0, 1), (2, 0, 1)", name))
+	p := startProxy(t, proxytest.Options{YAML: fxTables("public." + name), DisableEventLoop: goroutines, Upstream: upstream})
+	return &preparedFixture{p: p, d: d, name: name}
+}
+
+// preparedName is the test's table name. It must not hold the token setting's first part, "fence": the shape
+// cache does not normalise texts that mention it (their analysis may read constants), so they are never prepared.
+func preparedName(t *testing.T) string {
+	return strings.ReplaceAll(fxName(t, "pf"), "fence", "fnc")
+}
+
+// simple connects through the proxy with the simple protocol (constants inlined, as pgbench -M simple and
+// legacy code send them) and sets the token.
+func (f *preparedFixture) simple(t *testing.T, token string) *pgx.Conn {
+	t.Helper()
+	c := connect(t, f.p.DSN(pgtest.SuperUser, "", pgtest.TestDB)+"&default_query_exec_mode=simple_protocol")
+	fxExec(t, c, "SET fence.token = "+token)
+	return c
+}
+
+func (f *preparedFixture) executions(t *testing.T) float64 {
+	return fxCounter(t, f.p.Registry, "fenceproxy_prepared_fence_executions_total", nil)
+}
+
+// transaction runs BEGIN; UPDATE ... balance + delta ...; COMMIT, each a Query of its own, as pgbench does.
+func (f *preparedFixture) transaction(t *testing.T, c *pgx.Conn, id, delta int) error {
+	ctx := ctxT(t)
+	for _, q := range []string{"BEGIN", fmt.Sprintf("UPDATE public.%s SET balance = balance + %d WHERE id = %d", f.name, delta, id), "COMMIT"} {
+		if _, err := c.Exec(ctx, q); err != nil {
+			c.Exec(ctx, "ROLLBACK")
+			return err
+		}
+	}
+	return nil
+}
+
+func forTransports(t *testing.T, run func(t *testing.T, goroutines bool)) {
+	t.Run("loop", func(t *testing.T) { run(t, false) })
+	t.Run("goroutines", func(t *testing.T) { run(t, true) })
+}
+
+// TestPreparedFencesRunAndFence: after the first transactions, the proxy prepares the shape when the session is
+// idle and sends later statements as EXECUTE; they write the same rows, and a stale holder still gets 55F01 from
+// the prepared statement.
+func TestPreparedFencesRunAndFence(t *testing.T) {
+	forTransports(t, func(t *testing.T, goroutines bool) {
+		f := newPreparedFixture(t, goroutines, "")
+		c := f.simple(t, "5")
+		sum := 0
+		for i := 1; i <= 10; i++ {
+			if err := f.transaction(t, c, 1, i); err != nil {
+				t.Fatalf("transaction %d: %v", i, err)
+			}
+			sum += i
+		}
+		if n := f.executions(t); n < 7 {
+			t.Fatalf("%v of 10 statements ran as EXECUTE, want at least 7 (the first ones are sent as SQL while the shape is prepared)", n)
+		}
+		var names string
+		if err := c.QueryRow(ctxT(t), "SELECT string_agg(name, ',') FROM pg_prepared_statements").Scan(&names); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasPrefix(names, "fenceproxy_p") {
+			t.Fatalf("prepared statements on the upstream: %q", names)
+		}
+		if got, want := fxSnapshot(t, f.d, "public."+f.name), fmt.Sprintf("1:%d:5 2:0:1", sum); got != want {
+			t.Fatalf("rows %s, want %s", got, want)
+		}
+
+		// A newer holder writes row 1; the stale one's next statement runs as EXECUTE and is refused.
+		newer := f.simple(t, "9")
+		if err := f.transaction(t, newer, 1, 100); err != nil {
+			t.Fatal(err)
+		}
+		before := f.executions(t)
+		err := f.transaction(t, c, 1, 1000)
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) || pgErr.Code != "55F01" {
+			t.Fatalf("stale holder: %v, want 55F01", err)
+		}
+		if f.executions(t) <= before {
+			t.Fatal("the stale statement was not sent as EXECUTE")
+		}
+		if got, want := fxSnapshot(t, f.d, "public."+f.name), fmt.Sprintf("1:%d:9 2:0:1", sum+100); got != want {
+			t.Fatalf("rows %s, want %s", got, want)
+		}
+		// The newer holder's session runs its statements as EXECUTE too, and without a token the write is
+		// refused by the prepared statement as by the SQL.
+		if err := f.transaction(t, newer, 2, 7); err != nil {
+			t.Fatal(err)
+		}
+		fxExec(t, newer, "RESET fence.token")
+		err = f.transaction(t, newer, 2, 7)
+		if !errors.As(err, &pgErr) || pgErr.Code != "55F02" {
+			t.Fatalf("no token: %v, want 55F02", err)
+		}
+	})
+}
+
+// TestPreparedFencesDroppedByClient: DISCARD ALL and DEALLOCATE ALL from the client, and DEALLOCATE ALL run by a
+// function where the proxy cannot see it, drop the proxy's statements; the proxy prepares again.
+func TestPreparedFencesDroppedByClient(t *testing.T) {
+	forTransports(t, func(t *testing.T, goroutines bool) {
+		f := newPreparedFixture(t, goroutines, "")
+		fn := fxName(t, "dealloc")
+		fxExec(t, f.d, "CREATE FUNCTION public."+fn+"() RETURNS void LANGUAGE plpgsql AS $$ BEGIN EXECUTE 'DEALLOCATE ALL'; END $$")
+		t.Cleanup(func() { f.d.Exec(ctxT(t), "DROP FUNCTION IF EXISTS public."+fn+"()") })
+		c := f.simple(t, "5")
+		warm := func(what string) {
+			t.Helper()
+			before := f.executions(t)
+			for i := range 4 {
+				if err := f.transaction(t, c, 2, i+1); err != nil {
+					t.Fatalf("%s, transaction %d: %v", what, i, err)
+				}
+			}
+			if f.executions(t) == before {
+				t.Fatalf("%s: no statement ran as EXECUTE", what)
+			}
+		}
+		warm("at first")
+		for _, drop := range []string{"DISCARD ALL", "DEALLOCATE ALL", "deallocate all"} {
+			fxExec(t, c, drop)
+			if drop == "DISCARD ALL" {
+				fxExec(t, c, "SET fence.token = 5")
+			}
+			warm("after " + drop)
+		}
+		// Behind the proxy's back: the next statement fails (26000), and the proxy prepares again.
+		fxExec(t, c, "SELECT public."+fn+"()")
+		err := f.transaction(t, c, 2, 5)
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) || pgErr.Code != "26000" {
+			t.Fatalf("after a function's DEALLOCATE ALL: %v, want 26000", err)
+		}
+		warm("after a function's DEALLOCATE ALL")
+	})
+}
+
+// TestPreparedFencesRefused: a PREPARE the server refuses (here: the client already uses the name) costs the
+// client nothing: its statements are sent as SQL, and it sees no error. A name clash is the connection's own: the
+// next session prepares the same shape.
+func TestPreparedFencesRefused(t *testing.T) {
+	forTransports(t, func(t *testing.T, goroutines bool) {
+		f := newPreparedFixture(t, goroutines, "")
+		c := f.simple(t, "5")
+		fxExec(t, c, "PREPARE fenceproxy_p1 AS SELECT 1")
+		for i := 1; i <= 6; i++ {
+			if err := f.transaction(t, c, 1, i); err != nil {
+				t.Fatalf("transaction %d: %v", i, err)
+			}
+		}
+		if got, want := fxSnapshot(t, f.d, "public."+f.name), "1:21:5 2:0:1"; got != want {
+			t.Fatalf("rows %s, want %s", got, want)
+		}
+		if n := fxCounter(t, f.p.Registry, "fenceproxy_prepared_fences_total", map[string]string{"outcome": "failed"}); n != 1 {
+			t.Fatalf("%v failed PREPAREs, want 1", n)
+		}
+		if n := f.executions(t); n != 0 {
+			t.Fatalf("%v executions", n)
+		}
+		other := f.simple(t, "5")
+		for i := 1; i <= 4; i++ {
+			if err := f.transaction(t, other, 2, i); err != nil {
+				t.Fatalf("transaction %d: %v", i, err)
+			}
+		}
+		if n := f.executions(t); n == 0 {
+			t.Fatal("the next session did not prepare the shape")
+		}
+	})
+}
+
+// TestPreparedFencesOff: upstream.prepared_fences: 0, and token.scope: transaction by default (behind a
+// transaction pooler a later statement may reach a server connection that never saw the PREPARE), send the SQL.
+func TestPreparedFencesOff(t *testing.T) {
+	for _, c := range []struct{ name, upstream, yaml string }{
+		{"prepared_fences 0", "  prepared_fences: 0\n", ""},
+		{"token.scope transaction", "", "token:\n  scope: transaction\n"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			d := direct(t)
+			name := preparedName(t)
+			fxCreateTable(t, d, "public."+name)
+			fxExec(t, d, fmt.Sprintf("INSERT INTO public.%s (id, balance, fence_token) VALUES (1, 0, 1)", name))
+			p := startProxy(t, proxytest.Options{YAML: fxTables("public."+name) + c.yaml, Upstream: c.upstream})
+			cl := connect(t, p.DSN(pgtest.SuperUser, "", pgtest.TestDB)+"&default_query_exec_mode=simple_protocol")
+			for i := range 6 {
+				if _, err := cl.Exec(ctxT(t), fmt.Sprintf("BEGIN; SET LOCAL fence.token = 5; UPDATE public.%s SET balance = balance + %d WHERE id = 1; COMMIT", name, i)); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := cl.Exec(ctxT(t), fmt.Sprintf("UPDATE public.%s SET balance = balance + %d WHERE id = 1", name, i)); err == nil {
+					t.Fatal("a write without a token succeeded")
+				}
+			}
+			if n := fxCounter(t, p.Registry, "fenceproxy_prepared_fences_total", nil); n != 0 {
+				t.Fatalf("%v PREPAREs sent", n)
+			}
+		})
+	}
+}
