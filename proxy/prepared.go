@@ -21,7 +21,8 @@ import (
 //   - A PREPARE is sent only when the session is idle (nothing unanswered, no transaction block), as a Query of
 //     its own just before the client's next Query, and its answers are not relayed (onPreparedAnswer). It runs
 //     in a transaction of its own, so its failure touches nothing of the client's: the statement keeps being
-//     sent as SQL, and a template the server refused is not offered again (rewrite.Prepared.MarkFailed).
+//     sent as SQL on that connection; a template the server cannot prepare anywhere (templateFault) is not
+//     offered again (rewrite.Prepared.MarkFailed).
 //   - A statement is sent as EXECUTE only when the server has answered that template's PREPARE with
 //     CommandComplete on this connection. Until then, and for any other text, the fenced SQL is sent as before.
 //   - The proxy forgets every statement it prepared when the client's text may drop prepared statements (it
@@ -223,8 +224,8 @@ func (ss *session) onPreparedAnswer(typ byte, body []byte, out msgSink) (serverE
 		if c := ps.current(false); c.entry != nil {
 			c.entry.state.Store(prepFailed)
 			code := errorField(body, fieldCode)
-			if code != sqlstateDuplicatePrepared { // the client's own statement of that name: only this one fails
-				c.entry.tmpl.MarkFailed()
+			if templateFault(code) {
+				c.entry.tmpl.MarkFailed() // no connection tries again
 			}
 			ss.srv.metrics.preparedOutcome("failed")
 			ss.log.Info("a fenced statement shape could not be prepared; it is sent as SQL", "code", code, "message", errorField(body, fieldMessage))

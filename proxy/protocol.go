@@ -75,9 +75,25 @@ const (
 	sqlstateCannotConnectNow    = "57P03" // the proxy is shutting down and takes no new session
 	sqlstateAdminShutdown       = "57P01" // a drain closed an idle session
 	sqlstateUndefinedPrepared   = "26000" // EXECUTE of a prepared statement that does not exist (prepared.go)
-	sqlstateDuplicatePrepared   = "42P05" // PREPARE of a name already taken (prepared.go)
 	sqlstateFencingClassPrefix  = "55F0"  // every fencing SQLSTATE starts with it
 )
+
+// templateFault reports whether an error of a PREPARE of a fenced template (prepared.go) says the template
+// itself cannot be prepared, on any connection: the grammar needs a literal where it has a parameter, a
+// parameter's type cannot be told or is told two ways. Any other error (a table the session's search_path does
+// not reach, a privilege, a name the client took, a cancel) fails the PREPARE on that connection only.
+func templateFault(code string) bool {
+	switch code {
+	case "42601", // syntax_error ("type modifiers must be simple constants or identifiers")
+		"42P18", // indeterminate_datatype
+		"42P08", // ambiguous_parameter
+		"42804", // datatype_mismatch ("inconsistent types deduced for parameter")
+		"42725", // ambiguous_function
+		"42846": // cannot_coerce
+		return true
+	}
+	return false
+}
 
 // Answers to SSLRequest and GSSENCRequest.
 const (
