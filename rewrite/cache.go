@@ -137,12 +137,18 @@ func (c *Cache) plan(sql []byte, set Settings, miss bool) (Plan, bool) {
 		c.missed(start)
 		return p, true
 	}
-	p, shapeHit, planned := c.planShape(rd, set, start, miss)
+	p, shapeHit, planned, shaped := c.planShape(rd, set, start, miss)
 	if shapeHit || !planned {
 		return p, shapeHit
 	}
 	c.missed(start)
-	c.put(cacheKey{string(sql), set}, p, nil)
+	if !shaped || p.Action != Rewrite {
+		// A rewrite of a shape is not cached as a text: the same text
+		// again reaches the shape's template, which the server can
+		// prepare (prepared.go), where a text entry would send the whole
+		// fence to be parsed every time.
+		c.put(cacheKey{string(sql), set}, p, nil)
+	}
 	return p, true
 }
 
@@ -158,7 +164,7 @@ func (c *Cache) missed(start time.Time) {
 // builds the shape's template (shape.go). Building costs about two plans,
 // so shapes seen once (a VALUES list of a new length) do not pay it. With
 // miss false, a miss plans nothing and changes nothing (planned false).
-func (c *Cache) planShape(rd reading, set Settings, start time.Time, miss bool) (p Plan, hit, planned bool) {
+func (c *Cache) planShape(rd reading, set Settings, start time.Time, miss bool) (p Plan, hit, planned, shaped bool) {
 	text := rd.text
 	if rd.normalise {
 		text = []byte(rd.sql())
@@ -166,9 +172,9 @@ func (c *Cache) planShape(rd reading, set Settings, start time.Time, miss bool) 
 	sh, ok := c.r.shapeOf(text)
 	if !ok {
 		if !miss {
-			return Plan{}, false, false
+			return Plan{}, false, false, false
 		}
-		return c.r.planReading(rd), false, true
+		return c.r.planReading(rd), false, true, false
 	}
 	s := &c.shards[maphash.Bytes(c.seed, sh.key)&c.mask]
 	s.mu.Lock()
@@ -176,14 +182,14 @@ func (c *Cache) planShape(rd reading, set Settings, start time.Time, miss bool) 
 	if !found || e.tmpl == nil {
 		s.mu.Unlock()
 		if !miss {
-			return Plan{}, false, false
+			return Plan{}, false, false, true
 		}
 		c.put(cacheKey{string(sh.key), set}, Plan{}, &shapeTemplate{pending: true})
-		return c.r.planReading(rd), false, true
+		return c.r.planReading(rd), false, true, true
 	}
 	if !e.tmpl.ok && !miss {
 		s.mu.Unlock()
-		return Plan{}, false, false
+		return Plan{}, false, false, true
 	}
 	s.unlink(e)
 	s.pushFront(e)
@@ -194,13 +200,13 @@ func (c *Cache) planShape(rd reading, set Settings, start time.Time, miss bool) 
 		if c.obs != nil {
 			c.obs.CacheHit()
 		}
-		return c.r.planShaped(t, text, sh.spans, rd), true, true
+		return c.r.planShaped(t, text, sh.spans, rd), true, true, true
 	case !t.pending:
-		return c.r.planReading(rd), false, true // a shape planned in full
+		return c.r.planReading(rd), false, true, false // a shape planned in full: its texts are cached as texts
 	}
 	full := c.r.plan(string(text), rd.scsOff)
 	c.put(cacheKey{string(sh.key), set}, Plan{}, c.r.buildTemplate(text, sh, rd.scsOff, full))
-	return c.r.forClient(full, rd), false, true
+	return c.r.forClient(full, rd), false, true, true
 }
 
 // put stores the plan of a text (tmpl nil) or the template of a shape.

@@ -104,3 +104,23 @@ func TestPreparedFailedIsNotOffered(t *testing.T) {
 		t.Fatalf("after a failure: prepared %v, %v %q", p.Prepared != nil, p.Action, p.SQL)
 	}
 }
+
+// TestPreparedSameText: a text sent again unchanged reaches its shape's template too (a fenced text is not cached
+// as a text), so a statement without varying constants is prepared as well.
+func TestPreparedSameText(t *testing.T) {
+	const sql = "UPDATE accounts SET balance = balance + 1 WHERE id = 1"
+	p := templatePlan(t, DefaultSettings, sql, sql, sql)
+	if p.Prepared == nil || p.Args != "(1,1)" {
+		t.Fatalf("prepared %v, args %q", p.Prepared != nil, p.Args)
+	}
+	// Texts that need no fence stay cached as texts (a read that locks rows passes the prefilter).
+	c := NewCache(testRewriter(t), 64)
+	for range 3 {
+		if p := c.Plan([]byte("SELECT * FROM accounts WHERE id = 1 FOR UPDATE"), DefaultSettings); p.Action != Pass {
+			t.Fatalf("%v", p.Action)
+		}
+	}
+	if n := c.Len(); n != 2 {
+		t.Fatalf("%d cache entries for a locking read sent three times, want 2 (its text and its shape)", n)
+	}
+}
