@@ -207,10 +207,12 @@ func (ss *session) readyOut(out msgSink, body []byte) (serverEvent, error) {
 		st.ready.Store(true)
 		ev |= evStartupOver
 	} else {
+		// txStatus before pending: a client side that sees nothing pending must see this status too (idle()),
+		// or it could take an open transaction block for an idle session.
+		st.txStatus.Store(uint32(body[0]))
 		if st.pending.Add(-1) < 0 {
 			st.pending.Store(0)
 		}
-		st.txStatus.Store(uint32(body[0]))
 	}
 	writeMsg(out, msgReadyForQuery, body, "")
 	if ss.srv.draining.Load() && st.idle() {
