@@ -26,19 +26,29 @@ import (
 //   - A statement is sent as EXECUTE only when the server has answered that template's PREPARE with
 //     CommandComplete on this connection. Until then, and for any other text, the fenced SQL is sent as before.
 //   - The proxy forgets every statement it prepared when the client's text may drop prepared statements (it
-//     holds DISCARD or DEALLOCATE) and when the server says one of its statements does not exist (a function ran
-//     DEALLOCATE): it prepares again when idle. A connection kept for reuse is reset with DISCARD ALL, and the
-//     next session starts with none.
+//     holds the word DISCARD or DEALLOCATE) and when the server says one of its statements does not exist (a
+//     function ran DEALLOCATE): it prepares again when idle. The server may still hold what the proxy forgot (the
+//     text only mentioned the word, deallocated a statement of the client's, or failed; a function deallocated
+//     one statement of several), so the next idle point first deallocates every statement named with the proxy's
+//     prefix that the server holds (sweepSQL): forgetting never leaves statements behind on the connection. A
+//     connection kept for reuse is reset with DISCARD ALL, and the next session starts with none.
 //   - At most max templates per connection: beyond that, the least recently used one is deallocated at the next
 //     idle point.
 //
 // Names are fenceproxy_p<n>, never reused on a connection; a name the client already uses makes that one
-// PREPARE fail, and the statement is sent as SQL.
+// PREPARE fail, and the statement is sent as SQL. The prefix is the proxy's: a sweep deallocates the client's
+// statements of that name too.
 
 // preparedPrefix starts the name of every statement the proxy prepares.
 const preparedPrefix = "fenceproxy_p"
 
 var preparedPrefixBytes = []byte(preparedPrefix)
+
+// sweepSQL deallocates every prepared statement named with the proxy's prefix, without an error for those the
+// server no longer holds (PostgreSQL has no DEALLOCATE IF EXISTS). Every name it uses is pg_catalog's, so no
+// search_path changes what it does.
+const sweepSQL = "DO $$DECLARE n pg_catalog.text; BEGIN FOR n IN SELECT name FROM pg_catalog.pg_prepared_statements " +
+	"WHERE pg_catalog.starts_with(name, '" + preparedPrefix + "') LOOP EXECUTE pg_catalog.format('DEALLOCATE %I', n); END LOOP; END$$"
 
 // Prepared-statement states (prepEntry.state).
 const (
@@ -74,6 +84,9 @@ type prepState struct {
 	queued []prepCommand // to send at the next idle point
 	next   int           // the next name's number
 	uses   uint64
+	// onServer: a PREPARE went out since the last sweep, so the server may hold statements of the proxy's;
+	// sweep: a sweep goes out first at the next idle point (forget).
+	onServer, sweep bool
 
 	lost atomic.Bool // the server said a statement of ours does not exist: forget them all
 
@@ -151,10 +164,14 @@ func deleteEntry(cmds []prepCommand, e *prepEntry) []prepCommand {
 }
 
 // forget drops every entry: the server may no longer hold the statements (answers to PREPAREs in flight then
-// set the state of entries nobody looks up).
+// set the state of entries nobody looks up). It may also still hold them: the next idle point sweeps them away
+// before anything else goes out, DEALLOCATEs of evicted entries included.
 func (ps *prepState) forget() {
 	clear(ps.byTmpl)
 	ps.queued = ps.queued[:0]
+	if ps.onServer {
+		ps.sweep, ps.onServer = true, false
+	}
 }
 
 // clientText looks at the text of a client's Query or Parse for what may drop prepared statements.
@@ -162,7 +179,7 @@ func (ps *prepState) clientText(text []byte) {
 	if len(ps.byTmpl) == 0 {
 		return
 	}
-	if containsFold(text, "discard") || containsFold(text, "deallocate") {
+	if containsWord(text, "discard") || containsWord(text, "deallocate") {
 		ps.forget()
 	}
 }
@@ -170,10 +187,14 @@ func (ps *prepState) clientText(text []byte) {
 // sendQueued writes the queued commands to w, each a Query of its own, and counts them as in flight in st. The
 // caller has checked that the session is idle.
 func (ps *prepState) sendQueued(w msgSink, st *protoState) {
-	if len(ps.queued) == 0 {
+	if len(ps.queued) == 0 && !ps.sweep {
 		return
 	}
 	ps.mu.Lock()
+	if ps.sweep {
+		ps.queued = append([]prepCommand{{sql: sweepSQL}}, ps.queued...)
+		ps.sweep = false
+	}
 	for _, c := range ps.queued {
 		if c.entry != nil {
 			if c.entry.tmpl.Failed() {
@@ -181,6 +202,7 @@ func (ps *prepState) sendQueued(w msgSink, st *protoState) {
 				continue
 			}
 			c.entry.state.Store(prepSent)
+			ps.onServer = true
 		}
 		ps.inflight = append(ps.inflight, c)
 		st.internal.Add(1) // before the write: the server side must know the answers are not the client's
@@ -252,13 +274,21 @@ func (ps *prepState) noteMissingPrepared(code string) {
 	}
 }
 
-// containsFold reports whether text holds word, ASCII case-insensitively.
-func containsFold(text []byte, word string) bool {
+// containsWord reports whether text holds word (lower case), ASCII case-insensitively, not followed by a
+// character that continues an identifier: "discarded" and "deallocated" do not hold it, "E'\ndeallocate all'"
+// does (the word may follow anything, since a string built for EXECUTE may put it anywhere).
+func containsWord(text []byte, word string) bool {
 	n := len(word)
 	for i := 0; i+n <= len(text); i++ {
-		if text[i]|0x20 == word[0] && bytes.EqualFold(text[i:i+n], []byte(word)) {
+		if text[i]|0x20 == word[0] && bytes.EqualFold(text[i:i+n], []byte(word)) && (i+n == len(text) || !identCont(text[i+n])) {
 			return true
 		}
 	}
 	return false
+}
+
+// identCont reports whether c continues an identifier, as PostgreSQL's scanner reads one: a letter, a digit,
+// '_', '$' or any byte of a multibyte character.
+func identCont(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '$' || c >= 0x80
 }

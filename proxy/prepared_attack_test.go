@@ -1,0 +1,149 @@
+package proxy_test
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Hostile and awkward clients against prepared fences (proxy/prepared.go): what a client can do to the
+// statements the proxy prepares on its upstream connection, and what the proxy must still guarantee (every write
+// to a protected table fenced, the client's answers its own, the server holding no statement the proxy forgot).
+
+// ownStatements counts the statements named with the proxy's prefix on c's upstream connection.
+func ownStatements(t *testing.T, c *pgx.Conn) int {
+	t.Helper()
+	var n int
+	if err := c.QueryRow(ctxT(t), "SELECT count(*) FROM pg_prepared_statements WHERE name LIKE 'fenceproxy\\_p%'").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestPreparedAttackForgetDoesNotLeak: whatever makes the proxy forget its statements (a text that merely
+// mentions a discarded row, the client deallocating a statement of its own, a DISCARD ALL that fails inside a
+// transaction block) must not leave them on the server: a session that loops on it would otherwise grow the
+// backend's memory without bound, one orphaned statement per shape per round.
+func TestPreparedAttackForgetDoesNotLeak(t *testing.T) {
+	forTransports(t, func(t *testing.T, goroutines bool) {
+		f := newPreparedFixture(t, goroutines, "")
+		c := f.simple(t, "5")
+		markDiscarded := fmt.Sprintf("UPDATE public.%s SET note = 'discarded' WHERE id = 2", f.name)
+		fxExec(t, c, "PREPARE keep AS SELECT 42") // the client's own statement outlives every sweep
+		for _, forget := range []struct {
+			name string
+			run  func(round int)
+		}{
+			{"a text mentioning a discarded row", func(int) { fxExec(t, c, markDiscarded) }},
+			{"DEALLOCATE of the client's own statement", func(round int) {
+				fxExec(t, c, fmt.Sprintf("PREPARE mine%d AS SELECT 1", round))
+				fxExec(t, c, fmt.Sprintf("DEALLOCATE mine%d", round))
+			}},
+			{"DISCARD ALL refused inside a transaction block", func(int) {
+				fxExec(t, c, "BEGIN")
+				if _, err := c.Exec(ctxT(t), "DISCARD ALL"); err == nil {
+					t.Fatal("DISCARD ALL inside a transaction block succeeded")
+				}
+				fxExec(t, c, "ROLLBACK")
+			}},
+		} {
+			for round := range 4 {
+				forget.run(round)
+				for i := range 3 {
+					if err := f.transaction(t, c, 1, i+1); err != nil {
+						t.Fatalf("%s, round %d: %v", forget.name, round, err)
+					}
+					fxExec(t, c, markDiscarded)
+				}
+				// Two shapes are in use: the UPDATE of balance and the UPDATE of note.
+				if n := ownStatements(t, c); n > 2 {
+					t.Fatalf("after %s, round %d: %d statements of the proxy's on the server, want at most 2 (the shapes in use)", forget.name, round, n)
+				}
+			}
+			if prepared := fxCounter(t, f.p.Registry, "fenceproxy_prepared_fences_total", map[string]string{"outcome": "prepared"}); forget.name == "a text mentioning a discarded row" && prepared > 2 {
+				t.Fatalf("%v PREPAREs, want at most 2 (one per shape): a text that only mentions a discarded row drops nothing", prepared)
+			}
+		}
+		var kept int
+		if err := c.QueryRow(ctxT(t), "EXECUTE keep").Scan(&kept); err != nil || kept != 42 {
+			t.Fatalf("the client's own statement after the sweeps: %v, %v", kept, err)
+		}
+		if got, want := fxSnapshot(t, f.d, "public."+f.name), fmt.Sprintf("1:%d:5 2:0:5", 3*4*3*(1+2+3)/3); got != want {
+			t.Fatalf("rows %s, want %s", got, want)
+		}
+	})
+}
+
+// TestPreparedAttackPlantedNames: a client that prepares statements under the proxy's names (before the proxy
+// does, or in place of one the proxy prepared, by DEALLOCATE and PREPARE in one text or in a DO block) never
+// makes the proxy run the client's statement in place of its fenced template: its UPDATE still writes, and a stale
+// token is still refused.
+func TestPreparedAttackPlantedNames(t *testing.T) {
+	forTransports(t, func(t *testing.T, goroutines bool) {
+		f := newPreparedFixture(t, goroutines, "")
+		c := f.simple(t, "5")
+		// Names the proxy would take next, taken first: the proxy's PREPAREs fail, and the statements run as SQL.
+		for i := 1; i <= 3; i++ {
+			fxExec(t, c, fmt.Sprintf("PREPARE fenceproxy_p%d(int4, int4) AS SELECT $1, $2", i))
+		}
+		balance := 0
+		for i := 1; i <= 4; i++ {
+			if err := f.transaction(t, c, 1, i); err != nil {
+				t.Fatalf("transaction %d: %v", i, err)
+			}
+			balance += i
+		}
+		fxExec(t, c, "DEALLOCATE ALL")
+		for _, plant := range []string{
+			"DEALLOCATE fenceproxy_p%[1]d; PREPARE fenceproxy_p%[1]d(int4, int4) AS SELECT $1, $2",
+			"DO $$BEGIN EXECUTE 'DEALLOCATE fenceproxy_p%[1]d'; EXECUTE 'PREPARE fenceproxy_p%[1]d(int4, int4) AS SELECT $1, $2'; END$$",
+		} {
+			before := f.executions(t)
+			for i := 1; i <= 4; i++ {
+				if err := f.transaction(t, c, 1, i); err != nil {
+					t.Fatalf("transaction %d: %v", i, err)
+				}
+				balance += i
+			}
+			if f.executions(t) == before {
+				t.Fatal("no statement ran as EXECUTE")
+			}
+			var name string
+			if err := c.QueryRow(ctxT(t), "SELECT name FROM pg_prepared_statements WHERE name LIKE 'fenceproxy\\_p%' AND statement LIKE '%UPDATE%'").Scan(&name); err != nil {
+				t.Fatal(err)
+			}
+			var n int
+			if _, err := fmt.Sscanf(name, "fenceproxy_p%d", &n); err != nil {
+				t.Fatal(err)
+			}
+			// The prepared UPDATE is replaced by the client's SELECT under its name; the next UPDATE must write.
+			for _, q := range []string{fmt.Sprintf(plant, n), fmt.Sprintf("UPDATE public.%s SET balance = balance + 1000 WHERE id = 1", f.name)} {
+				tag, err := c.Exec(ctxT(t), q)
+				if err != nil {
+					t.Fatalf("%s: %v", q, err)
+				}
+				if tag.String() == "SELECT 1" {
+					t.Fatalf("%s: the client's planted statement ran in place of the fenced UPDATE", q)
+				}
+			}
+			balance += 1000
+			if got, want := fxSnapshot(t, f.d, "public."+f.name), fmt.Sprintf("1:%d:5 2:0:1", balance); got != want {
+				t.Fatalf("after %q: rows %s, want %s", plant, got, want)
+			}
+		}
+		// A stale holder is refused however the names were played with.
+		newer := f.simple(t, "9")
+		if err := f.transaction(t, newer, 1, 1); err != nil {
+			t.Fatal(err)
+		}
+		var pgErr *pgconn.PgError
+		for i := range 3 {
+			if err := f.transaction(t, c, 1, i); !errors.As(err, &pgErr) || pgErr.Code != "55F01" {
+				t.Fatalf("stale holder, statement %d: %v, want 55F01", i, err)
+			}
+		}
+	})
+}
