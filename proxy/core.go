@@ -73,6 +73,8 @@ func (ss *session) clientNeedsBody(typ byte, p Planner) bool {
 	switch typ {
 	case msgQuery, msgParse:
 		return p != nil
+	case msgClose:
+		return ss.prep.max > 0 // a Close of a statement may drop one of the proxy's (prepared.go)
 	case msgFunctionCall:
 		return ss.srv.fastpathGuarded()
 	}
@@ -111,7 +113,13 @@ func (ss *session) onClientMsg(typ byte, body []byte, p Planner, out msgSink) er
 		if body != nil {
 			return ss.functionCallOut(out, body)
 		}
-	case msgBind, msgExecute, msgDescribe, msgClose, msgFlush:
+	case msgClose:
+		st.unsynced.Store(true)
+		if body != nil {
+			ss.prep.clientClose(body)
+			writeMsg(out, msgClose, body, "")
+		}
+	case msgBind, msgExecute, msgDescribe, msgFlush:
 		st.unsynced.Store(true)
 	case msgCopyData, msgCopyDone, msgCopyFail, msgPassword:
 	case msgTerminate:

@@ -26,7 +26,9 @@ import (
 //   - A statement is sent as EXECUTE only when the server has answered that template's PREPARE with
 //     CommandComplete on this connection. Until then, and for any other text, the fenced SQL is sent as before.
 //   - The proxy forgets every statement it prepared when the client's text may drop prepared statements (it
-//     holds the word DISCARD or DEALLOCATE) and when the server says one of its statements does not exist (a
+//     holds the word DISCARD or DEALLOCATE), when the client closes a statement named with the proxy's prefix
+//     with the extended protocol (Close; a Parse may then put its own statement under the name), and when the
+//     server says one of its statements does not exist (a
 //     function ran DEALLOCATE): it prepares again when idle. The server may still hold what the proxy forgot (the
 //     text only mentioned the word, deallocated a statement of the client's, or failed; a function deallocated
 //     one statement of several), so the next idle point first deallocates every statement named with the proxy's
@@ -180,6 +182,13 @@ func (ps *prepState) clientText(text []byte) {
 		return
 	}
 	if containsWord(text, "discard") || containsWord(text, "deallocate") {
+		ps.forget()
+	}
+}
+
+// clientClose looks at the body of a client's Close for a statement named with the proxy's prefix.
+func (ps *prepState) clientClose(body []byte) {
+	if len(body) > 0 && body[0] == 'S' && bytes.HasPrefix(body[1:], preparedPrefixBytes) {
 		ps.forget()
 	}
 }

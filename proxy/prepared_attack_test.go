@@ -97,9 +97,24 @@ func TestPreparedAttackPlantedNames(t *testing.T) {
 			balance += i
 		}
 		fxExec(t, c, "DEALLOCATE ALL")
-		for _, plant := range []string{
-			"DEALLOCATE fenceproxy_p%[1]d; PREPARE fenceproxy_p%[1]d(int4, int4) AS SELECT $1, $2",
-			"DO $$BEGIN EXECUTE 'DEALLOCATE fenceproxy_p%[1]d'; EXECUTE 'PREPARE fenceproxy_p%[1]d(int4, int4) AS SELECT $1, $2'; END$$",
+		sqlPlant := func(format string) func(n int) {
+			return func(n int) { fxExec(t, c, fmt.Sprintf(format, n)) }
+		}
+		for _, plant := range []struct {
+			name string
+			run  func(n int)
+		}{
+			{"DEALLOCATE and PREPARE in one text", sqlPlant("DEALLOCATE fenceproxy_p%[1]d; PREPARE fenceproxy_p%[1]d(int4, int4) AS SELECT $1, $2")},
+			{"DEALLOCATE and PREPARE in a DO block", sqlPlant("DO $$BEGIN EXECUTE 'DEALLOCATE fenceproxy_p%[1]d'; EXECUTE 'PREPARE fenceproxy_p%[1]d(int4, int4) AS SELECT $1, $2'; END$$")},
+			{"Close and Parse (extended protocol)", func(n int) {
+				name := fmt.Sprintf("fenceproxy_p%d", n)
+				if err := c.PgConn().Deallocate(ctxT(t), name); err != nil {
+					t.Fatalf("Close %s: %v", name, err)
+				}
+				if _, err := c.PgConn().Prepare(ctxT(t), name, "SELECT $1::int4, $2::int4", nil); err != nil {
+					t.Fatalf("Parse %s: %v", name, err)
+				}
+			}},
 		} {
 			before := f.executions(t)
 			for i := 1; i <= 4; i++ {
@@ -120,18 +135,18 @@ func TestPreparedAttackPlantedNames(t *testing.T) {
 				t.Fatal(err)
 			}
 			// The prepared UPDATE is replaced by the client's SELECT under its name; the next UPDATE must write.
-			for _, q := range []string{fmt.Sprintf(plant, n), fmt.Sprintf("UPDATE public.%s SET balance = balance + 1000 WHERE id = 1", f.name)} {
-				tag, err := c.Exec(ctxT(t), q)
-				if err != nil {
-					t.Fatalf("%s: %v", q, err)
-				}
-				if tag.String() == "SELECT 1" {
-					t.Fatalf("%s: the client's planted statement ran in place of the fenced UPDATE", q)
-				}
+			plant.run(n)
+			q := fmt.Sprintf("UPDATE public.%s SET balance = balance + 1000 WHERE id = 1", f.name)
+			tag, err := c.Exec(ctxT(t), q)
+			if err != nil {
+				t.Fatalf("after %s: %s: %v", plant.name, q, err)
+			}
+			if tag.String() != "UPDATE 1" {
+				t.Fatalf("after %s: %s: %s: the client's planted statement ran in place of the fenced UPDATE", plant.name, q, tag)
 			}
 			balance += 1000
 			if got, want := fxSnapshot(t, f.d, "public."+f.name), fmt.Sprintf("1:%d:5 2:0:1", balance); got != want {
-				t.Fatalf("after %q: rows %s, want %s", plant, got, want)
+				t.Fatalf("after %s: rows %s, want %s", plant.name, got, want)
 			}
 		}
 		// A stale holder is refused however the names were played with.
