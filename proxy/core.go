@@ -92,10 +92,13 @@ func (ss *session) onClientMsg(typ byte, body []byte, p Planner, out msgSink) er
 			return nil
 		}
 		set := ss.readingSettings() // before this message counts as pending
-		if st.idle() {
+		idle := st.idle()
+		// Counted before anything is written: the proxy's own commands may reach the server (a full buffer
+		// flushes) and be answered before this returns, and the session must not look idle then (a drain).
+		st.pending.Add(1)
+		if idle {
 			ss.prep.sendQueued(out, st) // prepared.go: the proxy's own commands go out only when idle
 		}
-		st.pending.Add(1)
 		return ss.queryOut(out, p, body, set)
 	case msgParse:
 		if body == nil {

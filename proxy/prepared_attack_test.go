@@ -3,10 +3,15 @@ package proxy_test
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/fenceproxy/fenceproxy/internal/pgtest"
 )
 
 // Hostile and awkward clients against prepared fences (proxy/prepared.go): what a client can do to the
@@ -160,5 +165,117 @@ func TestPreparedAttackPlantedNames(t *testing.T) {
 				t.Fatalf("stale holder, statement %d: %v, want 55F01", i, err)
 			}
 		}
+	})
+}
+
+// transcript reads c's messages up to and including the next ReadyForQuery, each as a short line: what the
+// client saw, in order.
+func transcript(t *testing.T, c *rawClient) []string {
+	t.Helper()
+	var out []string
+	for {
+		m, err := c.fe.Receive()
+		if err != nil {
+			t.Fatalf("receive after %q: %v", out, err)
+		}
+		switch m := m.(type) {
+		case *pgproto3.CommandComplete:
+			out = append(out, "C "+string(m.CommandTag))
+		case *pgproto3.DataRow:
+			for _, v := range m.Values {
+				out = append(out, "D "+string(v))
+			}
+		case *pgproto3.ErrorResponse:
+			out = append(out, "E "+m.Code)
+		case *pgproto3.NotificationResponse:
+			out = append(out, "A "+m.Channel+" "+m.Payload)
+		case *pgproto3.ParseComplete:
+			out = append(out, "1")
+		case *pgproto3.BindComplete:
+			out = append(out, "2")
+		case *pgproto3.ReadyForQuery:
+			return append(out, "Z "+string(m.TxStatus))
+		}
+	}
+}
+
+// send writes msgs to the proxy in one write.
+func (c *rawClient) send(t *testing.T, msgs ...pgproto3.FrontendMessage) {
+	t.Helper()
+	c.conn.SetDeadline(time.Now().Add(20 * time.Second))
+	for _, m := range msgs {
+		c.fe.Send(m)
+	}
+	if err := c.fe.Flush(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestPreparedAttackPipelines: a client that pipelines (Query messages sent without waiting, extended-protocol
+// batches between them, errors in the middle, a notification of its own) while the proxy's PREPAREs go out sees
+// exactly the answers to its own messages, in order, and nothing of the proxy's.
+func TestPreparedAttackPipelines(t *testing.T) {
+	forTransports(t, func(t *testing.T, goroutines bool) {
+		f := newPreparedFixture(t, goroutines, "")
+		c := dialRaw(t, f.p.Addr, pgtest.SuperUser, pgtest.TestDB, nil)
+		upd := func(delta, id int) *pgproto3.Query {
+			return &pgproto3.Query{String: fmt.Sprintf("UPDATE public.%s SET balance = balance + %d WHERE id = %d", f.name, delta, id)}
+		}
+		note := func(s string) *pgproto3.Query {
+			return &pgproto3.Query{String: fmt.Sprintf("UPDATE public.%s SET note = '%s' WHERE id = 2", f.name, s)}
+		}
+		want := func(what string, got []string, want ...string) {
+			t.Helper()
+			if strings.Join(got, "|") != strings.Join(want, "|") {
+				t.Fatalf("%s: the client saw %q, want %q", what, got, want)
+			}
+		}
+		c.send(t, &pgproto3.Query{String: "SET fence.token = 5"})
+		want("SET", transcript(t, c), "C SET", "Z I")
+		c.send(t, &pgproto3.Query{String: "LISTEN pf"})
+		want("LISTEN", transcript(t, c), "C LISTEN", "Z I")
+		balance := 0
+		for round := range 6 {
+			// Each round starts idle, so the PREPAREs queued by the last round go out before its first Query.
+			c.send(t,
+				upd(1, 1), note(fmt.Sprintf("r%d", round)),
+				&pgproto3.Query{String: "SELECT 'one'"},
+				&pgproto3.Parse{Query: fmt.Sprintf("UPDATE public.%s SET balance = balance + $1 WHERE id = 1", f.name)},
+				&pgproto3.Bind{Parameters: [][]byte{[]byte("10")}}, &pgproto3.Execute{}, &pgproto3.Sync{},
+				upd(100, 1),
+				&pgproto3.Query{String: "NOTIFY pf, 'x'"},
+				&pgproto3.Query{String: "SELECT 1/0"},
+				&pgproto3.Query{String: "BEGIN"}, upd(1000, 1), &pgproto3.Query{String: "SELECT 1/0"}, upd(1000, 1),
+				&pgproto3.Query{String: "ROLLBACK"},
+				&pgproto3.Parse{Query: "SELECT 1/0"}, &pgproto3.Bind{}, &pgproto3.Execute{},
+				&pgproto3.Parse{Query: fmt.Sprintf("UPDATE public.%s SET balance = balance + 1000 WHERE id = 1", f.name)},
+				&pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{},
+				upd(2, 1),
+			)
+			what := fmt.Sprintf("round %d", round)
+			want(what+", UPDATE", transcript(t, c), "C UPDATE 1", "Z I")
+			want(what+", UPDATE note", transcript(t, c), "C UPDATE 1", "Z I")
+			want(what+", SELECT", transcript(t, c), "D one", "C SELECT 1", "Z I")
+			want(what+", extended UPDATE", transcript(t, c), "1", "2", "C UPDATE 1", "Z I")
+			want(what+", UPDATE", transcript(t, c), "C UPDATE 1", "Z I")
+			want(what+", NOTIFY", transcript(t, c), "C NOTIFY", "A pf x", "Z I")
+			want(what+", error", transcript(t, c), "E 22012", "Z I")
+			want(what+", BEGIN", transcript(t, c), "C BEGIN", "Z T")
+			want(what+", UPDATE in the block", transcript(t, c), "C UPDATE 1", "Z T")
+			want(what+", error in the block", transcript(t, c), "E 22012", "Z E")
+			want(what+", UPDATE in the failed block", transcript(t, c), "E 25P02", "Z E")
+			want(what+", ROLLBACK", transcript(t, c), "C ROLLBACK", "Z I")
+			want(what+", failed batch", transcript(t, c), "1", "E 22012", "Z I") // 1/0 is folded when the plan is made, at Bind
+			want(what+", UPDATE", transcript(t, c), "C UPDATE 1", "Z I")
+			balance += 1 + 10 + 100 + 2
+		}
+		if n := f.executions(t); n == 0 {
+			t.Fatal("no statement ran as EXECUTE")
+		}
+		if got, want := fxSnapshot(t, f.d, "public."+f.name), fmt.Sprintf("1:%d:5 2:0:5", balance); got != want {
+			t.Fatalf("rows %s, want %s", got, want)
+		}
+		c.send(t, &pgproto3.Query{String: "SELECT 'end'"})
+		want("the last Query", transcript(t, c), "D end", "C SELECT 1", "Z I")
 	})
 }
