@@ -11,7 +11,10 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 
+	"github.com/fenceproxy/fenceproxy/config"
 	"github.com/fenceproxy/fenceproxy/internal/pgtest"
+	"github.com/fenceproxy/fenceproxy/internal/proxytest"
+	"github.com/fenceproxy/fenceproxy/proxy"
 )
 
 // Hostile and awkward clients against prepared fences (proxy/prepared.go): what a client can do to the
@@ -277,5 +280,120 @@ func TestPreparedAttackPipelines(t *testing.T) {
 		}
 		c.send(t, &pgproto3.Query{String: "SELECT 'end'"})
 		want("the last Query", transcript(t, c), "D end", "C SELECT 1", "Z I")
+	})
+}
+
+// TestPreparedAttackReuse: a session that plants statements under the proxy's names and ends cleanly hands its
+// upstream connection (reset with DISCARD ALL) to the next session, which prepares its own templates under the
+// same names and whose writes are fenced by them, not by anything the first session left.
+func TestPreparedAttackReuse(t *testing.T) {
+	forTransports(t, func(t *testing.T, goroutines bool) {
+		f := newPreparedFixture(t, goroutines, "")
+		a := f.simple(t, "5")
+		pidA := pidOf(t, a)
+		for i := 1; i <= 4; i++ {
+			if err := f.transaction(t, a, 1, i); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for i := 2; i <= 4; i++ {
+			fxExec(t, a, fmt.Sprintf("PREPARE fenceproxy_p%d(int4, int4) AS SELECT $1, $2", i))
+		}
+		closeConn(t, a)
+		waitIdle(t, f.p, 1)
+		b := f.simple(t, "5")
+		if pidB := pidOf(t, b); pidB != pidA {
+			t.Fatalf("the second session got backend %d, the first had %d: the connection was not reused", pidB, pidA)
+		}
+		before := f.executions(t)
+		for i := 1; i <= 4; i++ {
+			if err := f.transaction(t, b, 1, 100); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if f.executions(t) == before {
+			t.Fatal("the second session ran no statement as EXECUTE")
+		}
+		if got, want := fxSnapshot(t, f.d, "public."+f.name), "1:410:5 2:0:1"; got != want {
+			t.Fatalf("rows %s, want %s", got, want)
+		}
+		var planted int
+		if err := b.QueryRow(ctxT(t), "SELECT count(*) FROM pg_prepared_statements WHERE statement NOT LIKE '%UPDATE%'").Scan(&planted); err != nil || planted != 0 {
+			t.Fatalf("%d statements of the first session on the reused connection (%v)", planted, err)
+		}
+	})
+}
+
+// TestPreparedAttackConfigReload: a template prepared under one table configuration is not executed after a
+// reload changes the table's fence (here its token column): the session's next statement is fenced as the new
+// configuration says.
+func TestPreparedAttackConfigReload(t *testing.T) {
+	forTransports(t, func(t *testing.T, goroutines bool) {
+		f := newPreparedFixture(t, goroutines, "")
+		fxExec(t, f.d, fmt.Sprintf("ALTER TABLE public.%s ADD COLUMN other_token bigint", f.name))
+		c := f.simple(t, "5")
+		for i := 1; i <= 4; i++ {
+			if err := f.transaction(t, c, 1, i); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if f.executions(t) == 0 {
+			t.Fatal("no statement ran as EXECUTE before the reload")
+		}
+		cfg, err := config.Parse("reload.yaml", []byte(fmt.Sprintf("listen: %s\nupstream:\n  address: %s\ntables:\n  - name: public.%s\n    token_column: other_token\n", f.p.Addr, pg.Addr(), f.name)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		planner, err := proxy.NewPlanner(cfg, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.p.Server.SetPlanner(planner)
+		fxExec(t, f.d, fmt.Sprintf("UPDATE public.%s SET other_token = 9 WHERE id = 1", f.name))
+		for i := range 4 {
+			err := f.transaction(t, c, 1, 1000)
+			var pgErr *pgconn.PgError
+			if !errors.As(err, &pgErr) || pgErr.Code != "55F01" {
+				t.Fatalf("statement %d after the reload: %v, want 55F01 (row 1's other_token is 9, the session's token 5)", i, err)
+			}
+		}
+		if got, want := fxSnapshot(t, f.d, "public."+f.name), "1:10:5 2:0:1"; got != want {
+			t.Fatalf("rows %s, want %s", got, want)
+		}
+	})
+}
+
+// TestPreparedAttackSearchPath: a template prepared under one search_path, with the table unqualified (configured
+// unqualified, so protected in every schema), writes the table the current search_path names, as the SQL would:
+// PostgreSQL analyses a prepared statement again when search_path changed.
+func TestPreparedAttackSearchPath(t *testing.T) {
+	forTransports(t, func(t *testing.T, goroutines bool) {
+		d := direct(t)
+		name := preparedName(t)
+		s1, s2 := name+"_s1", name+"_s2"
+		for _, s := range []string{s1, s2} {
+			fxCreateSchema(t, d, s)
+			fxCreateTable(t, d, s+"."+name)
+			fxExec(t, d, fmt.Sprintf("INSERT INTO %s.%s (id, balance, fence_token) VALUES (1, 0, 1)", s, name))
+		}
+		p := startProxy(t, proxytest.Options{YAML: fxTables(name), DisableEventLoop: goroutines})
+		c := connect(t, p.DSN(pgtest.SuperUser, "", pgtest.TestDB)+"&default_query_exec_mode=simple_protocol")
+		fxExec(t, c, "SET fence.token = 5")
+		run := func(schema string, delta int) {
+			t.Helper()
+			fxExec(t, c, "SET search_path = "+schema)
+			for range 4 {
+				fxExec(t, c, fmt.Sprintf("UPDATE %s SET balance = balance + %d WHERE id = 1", name, delta))
+			}
+		}
+		run(s1, 1)
+		run(s2, 10)
+		run(s1, 100)
+		if n := fxCounter(t, p.Registry, "fenceproxy_prepared_fence_executions_total", nil); n == 0 {
+			t.Fatal("no statement ran as EXECUTE")
+		}
+		if got1, got2 := fxSnapshot(t, d, s1+"."+name), fxSnapshot(t, d, s2+"."+name); got1 != "1:404:5" || got2 != "1:40:5" {
+			t.Fatalf("rows %s in %s and %s in %s, want 1:404:5 and 1:40:5", got1, s1, got2, s2)
+		}
 	})
 }
