@@ -397,3 +397,52 @@ func TestPreparedAttackSearchPath(t *testing.T) {
 		}
 	})
 }
+
+// TestPreparedAttackReadingChanges: client_encoding and standard_conforming_strings changed after the template was
+// prepared: the constants sent as EXECUTE's arguments mean what they meant in the client's text (re-encoded for
+// the client's encoding, backslashes read as the setting says).
+func TestPreparedAttackReadingChanges(t *testing.T) {
+	forTransports(t, func(t *testing.T, goroutines bool) {
+		f := newPreparedFixture(t, goroutines, "")
+		c := dialRaw(t, f.p.Addr, pgtest.SuperUser, pgtest.TestDB, nil)
+		ok := func(what string, rs []result) {
+			t.Helper()
+			for _, r := range rs {
+				if r.err != nil {
+					t.Fatalf("%s: %s", what, r)
+				}
+			}
+		}
+		ok("SET", c.query(t, []byte("SET fence.token = 5")))
+		setNote := func(encName, literal string, id int) {
+			t.Helper()
+			ok(literal, c.query(t, enc(t, encName, fmt.Sprintf("UPDATE public.%s SET note = %s WHERE id = %d", f.name, literal, id))))
+		}
+		for i := range 4 {
+			setNote("UTF8", fmt.Sprintf("'w%d'", i), i%2+1)
+		}
+		for _, step := range []struct {
+			set, encName, literal, want string
+		}{
+			{"SET client_encoding = LATIN1", "LATIN1", "'é1'", "é1"},
+			{"SET standard_conforming_strings = off", "LATIN1", `'a\\b\'é'`, `a\b'é`},
+			{"SET client_encoding = SJIS", "SJIS", `'ソ\\表'`, `ソ\表`},
+			{"SET standard_conforming_strings = on", "SJIS", `'ソ\表'`, `ソ\表`},
+			{"SET client_encoding = UTF8", "UTF8", `E'\x41\\'`, `A\`},
+		} {
+			ok(step.set, c.query(t, []byte(step.set)))
+			for id := 3; id <= 6; id++ { // no such rows: the shape under the new settings, prepared
+				setNote(step.encName, step.literal, id)
+			}
+			before := f.executions(t)
+			setNote(step.encName, step.literal, 1)
+			if f.executions(t) == before {
+				t.Fatalf("after %s: %s was not sent as EXECUTE", step.set, step.literal)
+			}
+			var note string
+			if err := f.d.QueryRow(ctxT(t), fmt.Sprintf("SELECT note FROM public.%s WHERE id = 1", f.name)).Scan(&note); err != nil || note != step.want {
+				t.Fatalf("after %s, note = %s: the row holds %q (%v), want %q", step.set, step.literal, note, err, step.want)
+			}
+		}
+	})
+}
