@@ -23,6 +23,11 @@ import (
 //     in a transaction of its own, so its failure touches nothing of the client's: the statement keeps being
 //     sent as SQL on that connection; a template the server cannot prepare anywhere (templateFault) is not
 //     offered again (rewrite.Prepared.MarkFailed).
+//   - A PREPARE never waits for a lock (preparePrefix): analysing the template locks its tables, and the
+//     client's next statement, whatever it touches, would wait behind it while another session holds or awaits
+//     a conflicting lock (a migration's ALTER TABLE). It fails at once instead and, like one that was cancelled
+//     or chosen as a deadlock victim (transientFault), is sent again at the next idle point after the
+//     template's next use.
 //   - A statement is sent as EXECUTE only when the server has answered that template's PREPARE with
 //     CommandComplete on this connection. Until then, and for any other text, the fenced SQL is sent as before.
 //   - The proxy forgets every statement it prepared when the client's text may drop prepared statements (it
@@ -53,6 +58,11 @@ const preparedPrefix = "fenceproxy_p"
 
 var preparedPrefixBytes = []byte(preparedPrefix)
 
+// preparePrefix goes before every PREPARE of the proxy's, in the same Query: the implicit transaction that
+// runs both gives up on a lock it cannot take at once (lock_timeout's least value; 0 would mean no limit), and
+// the setting ends with it.
+const preparePrefix = "SET LOCAL lock_timeout = '1ms'; "
+
 // sweepSQL deallocates every prepared statement named with the proxy's prefix, without an error for those the
 // server no longer holds (PostgreSQL has no DEALLOCATE IF EXISTS). Every name it uses is pg_catalog's, so no
 // search_path changes what it does.
@@ -65,6 +75,7 @@ const (
 	prepSent                // PREPARE sent, not answered yet
 	prepReady               // the server prepared it: EXECUTE may be sent
 	prepFailed              // the server refused it: sent as SQL
+	prepRetry               // the PREPARE failed for the moment (transientFault): queued again at its next use
 )
 
 // prepEntry is one template on one upstream connection.
@@ -120,6 +131,9 @@ func (ps *prepState) statementFor(p rewrite.Plan, m *Metrics) string {
 	}
 	e.lastUse = ps.uses
 	if e.state.Load() != prepReady {
+		if e.state.CompareAndSwap(prepRetry, prepWanted) {
+			ps.queued = append(ps.queued, prepCommand{sql: prepareSQL(e), entry: e})
+		}
 		return p.SQL
 	}
 	m.preparedExecuted()
@@ -137,7 +151,12 @@ func (ps *prepState) add(t *rewrite.Prepared) {
 	ps.next++
 	e := &prepEntry{tmpl: t, name: preparedPrefix + strconv.Itoa(ps.next), lastUse: ps.uses}
 	ps.byTmpl[t] = e
-	ps.queued = append(ps.queued, prepCommand{sql: "PREPARE " + e.name + " " + t.Body, entry: e})
+	ps.queued = append(ps.queued, prepCommand{sql: prepareSQL(e), entry: e})
+}
+
+// prepareSQL is the Query that prepares e's template under e's name.
+func prepareSQL(e *prepEntry) string {
+	return preparePrefix + "PREPARE " + e.name + " " + e.tmpl.Body
 }
 
 // evict drops the least recently used entry that is not in flight, deallocating it on the server if it was
@@ -251,7 +270,7 @@ func (ss *session) onPreparedAnswer(typ byte, body []byte, out msgSink) (serverE
 	ps := &ss.prep
 	switch typ {
 	case msgCommandComplete:
-		if c := ps.current(false); c.entry != nil {
+		if c := ps.current(false); c.entry != nil && string(body) == "PREPARE\x00" { // not preparePrefix's SET
 			c.entry.state.Store(prepReady)
 			ss.srv.metrics.preparedOutcome("prepared")
 		}
@@ -260,8 +279,14 @@ func (ss *session) onPreparedAnswer(typ byte, body []byte, out msgSink) (serverE
 			return 0, ss.errorOut(out, body)
 		}
 		if c := ps.current(false); c.entry != nil {
-			c.entry.state.Store(prepFailed)
 			code := errorField(body, fieldCode)
+			if transientFault(code) {
+				c.entry.state.Store(prepRetry)
+				ss.srv.metrics.preparedOutcome("retried")
+				ss.log.Debug("a fenced statement shape could not be prepared for now; it is tried again", "code", code, "message", errorField(body, fieldMessage))
+				break
+			}
+			c.entry.state.Store(prepFailed)
 			if templateFault(code) {
 				c.entry.tmpl.MarkFailed() // no connection tries again
 			}

@@ -446,3 +446,45 @@ func TestPreparedAttackReadingChanges(t *testing.T) {
 		}
 	})
 }
+
+// TestPreparedAttackLockedTable: the proxy's PREPARE goes out ahead of whatever the client sends next, and
+// analysing a template locks its tables; while another session holds (or waits for) a lock that conflicts, as a
+// migration's ALTER TABLE or a LOCK TABLE does, the client's next statement, which may touch nothing of that table,
+// must not wait behind it. The PREPARE gives up at once and is tried again at a later idle point.
+func TestPreparedAttackLockedTable(t *testing.T) {
+	forTransports(t, func(t *testing.T, goroutines bool) {
+		f := newPreparedFixture(t, goroutines, "")
+		c := f.simple(t, "5")
+		for i := 1; i <= 3; i++ { // the PREPARE is queued
+			if err := f.transaction(t, c, 1, i); err != nil {
+				t.Fatal(err)
+			}
+		}
+		tx, err := f.d.Begin(ctxT(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(ctxT(t))
+		if _, err := tx.Exec(ctxT(t), "LOCK TABLE public."+f.name+" IN ACCESS EXCLUSIVE MODE"); err != nil {
+			t.Fatal(err)
+		}
+		var one int
+		if err := c.QueryRow(ctxT(t), "SELECT 1").Scan(&one); err != nil {
+			t.Fatalf("SELECT 1 while another session locks the protected table: %v", err)
+		}
+		if err := tx.Rollback(ctxT(t)); err != nil {
+			t.Fatal(err)
+		}
+		for i := 1; i <= 3; i++ {
+			if err := f.transaction(t, c, 1, 10); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if f.executions(t) == 0 {
+			t.Fatal("the template was not prepared once the lock was gone")
+		}
+		if got, want := fxSnapshot(t, f.d, "public."+f.name), "1:36:5 2:0:1"; got != want {
+			t.Fatalf("rows %s, want %s", got, want)
+		}
+	})
+}
