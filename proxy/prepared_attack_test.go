@@ -488,3 +488,71 @@ func TestPreparedAttackLockedTable(t *testing.T) {
 		}
 	})
 }
+
+// TestPreparedAttackCopy: COPY in both directions right behind the proxy's PREPARE (the first Query after the
+// template is queued): the client gets the COPY's own answers, and its data reaches the table.
+func TestPreparedAttackCopy(t *testing.T) {
+	forTransports(t, func(t *testing.T, goroutines bool) {
+		f := newPreparedFixture(t, goroutines, "")
+		other := f.name + "_copy"
+		fxExec(t, f.d, "CREATE TABLE public."+other+" (x int)")
+		t.Cleanup(func() { f.d.Exec(ctxT(t), "DROP TABLE IF EXISTS public."+other) })
+		c := dialRaw(t, f.p.Addr, pgtest.SuperUser, pgtest.TestDB, nil)
+		c.send(t, &pgproto3.Query{String: "SET fence.token = 5"})
+		transcript(t, c)
+		upd := func(delta int) *pgproto3.Query {
+			return &pgproto3.Query{String: fmt.Sprintf("UPDATE public.%s SET balance = balance + %d WHERE id = 1", f.name, delta)}
+		}
+		for round := range 4 {
+			// In round 0 the third UPDATE queues the template, whose PREPARE goes out just before the COPY.
+			for i := 1; i <= 3; i++ {
+				c.send(t, upd(i))
+				if got := strings.Join(transcript(t, c), "|"); got != "C UPDATE 1|Z I" {
+					t.Fatalf("UPDATE: %s", got)
+				}
+			}
+			c.send(t, &pgproto3.Query{String: "COPY public." + other + " FROM STDIN"},
+				&pgproto3.CopyData{Data: []byte(fmt.Sprintf("%d\n", round))}, &pgproto3.CopyDone{},
+				upd(100))
+			if got := strings.Join(transcript(t, c), "|"); got != "C COPY 1|Z I" {
+				t.Fatalf("round %d, COPY FROM STDIN: %s", round, got)
+			}
+			if got := strings.Join(transcript(t, c), "|"); got != "C UPDATE 1|Z I" {
+				t.Fatalf("round %d, UPDATE after the COPY: %s", round, got)
+			}
+			// And out: CopyOutResponse, the data, CopyDone, reach the client as the server sent them.
+			c.send(t, &pgproto3.Query{String: "COPY (SELECT count(*) FROM public." + other + ") TO STDOUT"})
+			var got []string
+			for {
+				m, err := c.fe.Receive()
+				if err != nil {
+					t.Fatal(err)
+				}
+				switch m := m.(type) {
+				case *pgproto3.CopyOutResponse:
+					got = append(got, "H")
+				case *pgproto3.CopyData:
+					got = append(got, "d "+strings.TrimSpace(string(m.Data)))
+				case *pgproto3.CopyDone:
+					got = append(got, "c")
+				case *pgproto3.CommandComplete:
+					got = append(got, "C "+string(m.CommandTag))
+				case *pgproto3.ErrorResponse:
+					got = append(got, "E "+m.Code)
+				}
+				if _, ok := m.(*pgproto3.ReadyForQuery); ok {
+					break
+				}
+			}
+			if want := fmt.Sprintf("H|d %d|c|C COPY 1", round+1); strings.Join(got, "|") != want {
+				t.Fatalf("round %d, COPY TO STDOUT: %q, want %q", round, got, want)
+			}
+		}
+		if f.executions(t) == 0 {
+			t.Fatal("no statement ran as EXECUTE")
+		}
+		if got, want := fxSnapshot(t, f.d, "public."+f.name), "1:424:5 2:0:1"; got != want {
+			t.Fatalf("rows %s, want %s", got, want)
+		}
+	})
+}
