@@ -556,3 +556,32 @@ func TestPreparedAttackCopy(t *testing.T) {
 		}
 	})
 }
+
+// TestPreparedAttackTypedLiteralsNotFrozen: a typed literal the shape keeps as written (TIMESTAMPTZ '...', DATE
+// '...', INTERVAL '...') is converted when the statement is analysed, under the session's TimeZone, DateStyle
+// and IntervalStyle and at the current time ('now', 'today'): in a prepared template that would be once, at the
+// PREPARE, and every EXECUTE would write that value. Each statement must read its literals when it runs, as the
+// SQL does.
+func TestPreparedAttackTypedLiteralsNotFrozen(t *testing.T) {
+	forTransports(t, func(t *testing.T, goroutines bool) {
+		f := newPreparedFixture(t, goroutines, "")
+		c := f.simple(t, "5")
+		fxExec(t, c, "SET TimeZone = 'UTC'")
+		set := func(id int) {
+			t.Helper()
+			fxExec(t, c, fmt.Sprintf("UPDATE public.%s SET note = (TIMESTAMPTZ '2024-01-01 00:00' AT TIME ZONE 'UTC')::text WHERE id = %d", f.name, id))
+		}
+		for id := 3; id <= 6; id++ { // no such rows: the shape, prepared under TimeZone UTC if it may be
+			set(id)
+		}
+		fxExec(t, c, "SET TimeZone = 'Asia/Tokyo'")
+		set(1)
+		var note string
+		if err := f.d.QueryRow(ctxT(t), fmt.Sprintf("SELECT note FROM public.%s WHERE id = 1", f.name)).Scan(&note); err != nil {
+			t.Fatal(err)
+		}
+		if note != "2023-12-31 15:00:00" {
+			t.Fatalf("note %q, want 2023-12-31 15:00:00: midnight in Tokyo, the TimeZone in force when the statement ran", note)
+		}
+	})
+}
