@@ -43,11 +43,12 @@ import (
 //     idle point.
 //
 // What EXECUTE cannot see: PostgreSQL resolves a prepared statement's names when it prepares it, and resolves
-// them again only when search_path changes or an object the statement uses changes; a table created later that
-// would now win the lookup of an unqualified name (a temporary table of the same name, created once the session
-// already had its temporary schema; a table in a schema earlier in search_path) is not seen: EXECUTE writes the
-// table the template was prepared against, fenced, where the SQL would write the new one. Clients that shadow
-// a protected table's name this way need upstream.prepared_fences: 0.
+// them again only when search_path changes or an object the statement uses changes; a table (or function, or
+// operator) created later that would now win the lookup of an unqualified name (a temporary table of the same
+// name, created once the session already had its temporary schema; a table in a schema earlier in search_path)
+// is not seen: EXECUTE writes the table the template was prepared against, fenced, where the SQL would write the
+// new one. Settings read at analysis (transform_null_equals) are likewise those of the PREPARE. Clients that
+// shadow a protected table's name this way need upstream.prepared_fences: 0.
 //
 // Names are fenceproxy_p<n>, never reused on a connection; a name the client already uses makes that one
 // PREPARE fail, and the statement is sent as SQL. The prefix is the proxy's: a sweep deallocates the client's
