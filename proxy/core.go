@@ -74,7 +74,7 @@ func (ss *session) clientNeedsBody(typ byte, p Planner) bool {
 	case msgQuery, msgParse:
 		return p != nil
 	case msgClose:
-		return ss.prep.max > 0 // a Close of a statement may drop one of the proxy's (prepared.go)
+		return p != nil && ss.prep.max > 0 // a Close of a statement may drop one of the proxy's (prepared.go)
 	case msgFunctionCall:
 		return ss.srv.fastpathGuarded()
 	}

@@ -585,3 +585,43 @@ func TestPreparedAttackTypedLiteralsNotFrozen(t *testing.T) {
 		}
 	})
 }
+
+// TestPreparedAttackEviction: more shapes than upstream.prepared_fences allows, used in turn: the proxy keeps at
+// most that many statements on the connection (deallocating the least recently used at idle points), and every
+// statement, prepared or not, does what its SQL says.
+func TestPreparedAttackEviction(t *testing.T) {
+	forTransports(t, func(t *testing.T, goroutines bool) {
+		f := newPreparedFixture(t, goroutines, "  prepared_fences: 2\n")
+		c := f.simple(t, "5")
+		shapes := []string{
+			"UPDATE public.%s SET balance = balance + %d WHERE id = 1",
+			"UPDATE public.%s SET note = 'n%d' WHERE id = 2",
+			"UPDATE public.%s SET balance = balance - %d WHERE id = 2",
+			"DELETE FROM public.%s WHERE id = %d + 1000",
+		}
+		balance1, balance2 := 0, 0
+		for round := 1; round <= 6; round++ {
+			for s, shape := range shapes {
+				for i := range 3 {
+					delta := round*10 + i
+					fxExec(t, c, fmt.Sprintf(shape, f.name, delta))
+					switch s {
+					case 0:
+						balance1 += delta
+					case 2:
+						balance2 -= delta
+					}
+				}
+				if n := ownStatements(t, c); n > 2 {
+					t.Fatalf("round %d, shape %d: %d statements of the proxy's on the server, want at most 2", round, s, n)
+				}
+			}
+		}
+		if f.executions(t) == 0 {
+			t.Fatal("no statement ran as EXECUTE")
+		}
+		if got, want := fxSnapshot(t, f.d, "public."+f.name), fmt.Sprintf("1:%d:5 2:%d:5", balance1, balance2); got != want {
+			t.Fatalf("rows %s, want %s", got, want)
+		}
+	})
+}
