@@ -33,12 +33,12 @@ import (
 //   - The proxy forgets every statement it prepared when the client's text may drop prepared statements (it
 //     holds the word DISCARD or DEALLOCATE), when the client closes a statement named with the proxy's prefix
 //     with the extended protocol (Close; a Parse may then put its own statement under the name), and when the
-//     server says one of its statements does not exist (a
-//     function ran DEALLOCATE): it prepares again when idle. The server may still hold what the proxy forgot (the
-//     text only mentioned the word, deallocated a statement of the client's, or failed; a function deallocated
-//     one statement of several), so the next idle point first deallocates every statement named with the proxy's
-//     prefix that the server holds (sweepSQL): forgetting never leaves statements behind on the connection. A
-//     connection kept for reuse is reset with DISCARD ALL, and the next session starts with none.
+//     server says one of its statements does not exist (a function ran DEALLOCATE): it prepares again when
+//     idle. The server may still hold what the proxy forgot (the text only mentioned the word, deallocated a
+//     statement of the client's, or failed; a function deallocated one statement of several), so the next idle
+//     point first deallocates every statement named with the proxy's prefix that the server holds (sweepSQL):
+//     forgetting never leaves statements behind on the connection. A connection kept for reuse is reset with
+//     DISCARD ALL, and the next session starts with none.
 //   - At most max templates per connection: beyond that, the least recently used one is deallocated at the next
 //     idle point.
 //
@@ -220,8 +220,8 @@ func (ps *prepState) clientClose(body []byte) {
 	}
 }
 
-// sendQueued writes the queued commands to w, each a Query of its own, and counts them as in flight in st. The
-// caller has checked that the session is idle.
+// sendQueued writes the queued commands to w, a sweep owed by forget first, each a Query of its own, and counts
+// them as in flight in st. The caller has checked that the session is idle.
 func (ps *prepState) sendQueued(w msgSink, st *protoState) {
 	if len(ps.queued) == 0 && !ps.sweep {
 		return
