@@ -475,6 +475,9 @@ func TestPreparedAttackLockedTable(t *testing.T) {
 		if err := tx.Rollback(ctxT(t)); err != nil {
 			t.Fatal(err)
 		}
+		if n := fxCounter(t, f.p.Registry, "fenceproxy_prepared_fences_total", map[string]string{"outcome": "retried"}); n != 1 {
+			t.Fatalf("%v PREPAREs met the lock, want 1 (the one sent ahead of SELECT 1)", n)
+		}
 		for i := 1; i <= 3; i++ {
 			if err := f.transaction(t, c, 1, 10); err != nil {
 				t.Fatal(err)
