@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -31,7 +32,7 @@ import (
 //   - A statement is sent as EXECUTE only when the server has answered that template's PREPARE with
 //     CommandComplete on this connection. Until then, and for any other text, the fenced SQL is sent as before.
 //   - The proxy forgets every statement it prepared when the client's text may drop prepared statements (it
-//     holds the word DISCARD or DEALLOCATE), when the client closes a statement named with the proxy's prefix
+//     holds the word DISCARD or DEALLOCATE, unless it is one DEALLOCATE of another name), when the client closes a statement named with the proxy's prefix
 //     with the extended protocol (Close; a Parse may then put its own statement under the name), and when the
 //     server says one of its statements does not exist (a function ran DEALLOCATE): it prepares again when
 //     idle. The server may still hold what the proxy forgot (the text only mentioned the word, deallocated a
@@ -208,9 +209,35 @@ func (ps *prepState) clientText(text []byte) {
 	if len(ps.byTmpl) == 0 {
 		return
 	}
-	if containsWord(text, "discard") || containsWord(text, "deallocate") {
+	if containsWord(text, "discard") || containsWord(text, "deallocate") && !deallocatesAnother(text) {
 		ps.forget()
 	}
+}
+
+// deallocatesAnother reports whether text is one DEALLOCATE [PREPARE] of a statement that is not the proxy's:
+// a name written plainly (an identifier, or one in double quotes) that is neither ALL nor starts with the
+// proxy's prefix. Drivers that inline constants deallocate their own statements so (psycopg 3); anything
+// else holding the word makes the proxy forget.
+func deallocatesAnother(text []byte) bool {
+	words := strings.Fields(strings.TrimSuffix(strings.TrimSpace(string(text)), ";"))
+	if len(words) == 3 && strings.EqualFold(words[1], "prepare") {
+		words = []string{words[0], words[2]}
+	}
+	if len(words) != 2 || !strings.EqualFold(words[0], "deallocate") {
+		return false
+	}
+	name := words[1]
+	if len(name) > 2 && name[0] == '"' && name[len(name)-1] == '"' {
+		name = name[1 : len(name)-1] // quoted: as written
+		return !strings.Contains(name, `"`) && !strings.HasPrefix(name, preparedPrefix)
+	}
+	for i := 0; i < len(name); i++ {
+		if c := name[i]; !(identCont(c) && c < 0x80) || i == 0 && (c == '$' || c >= '0' && c <= '9') {
+			return false
+		}
+	}
+	lower := strings.ToLower(name) // unquoted: folded
+	return lower != "all" && lower != "prepare" && !strings.HasPrefix(lower, preparedPrefix)
 }
 
 // clientClose looks at the body of a client's Close for a statement named with the proxy's prefix.
