@@ -73,6 +73,8 @@ func (ss *session) clientNeedsBody(typ byte, p Planner) bool {
 	switch typ {
 	case msgQuery, msgParse:
 		return p != nil
+	case msgClose:
+		return p != nil && ss.prep.max > 0 // a Close of a statement may drop one of the proxy's (prepared.go)
 	case msgFunctionCall:
 		return ss.srv.fastpathGuarded()
 	}
@@ -90,10 +92,13 @@ func (ss *session) onClientMsg(typ byte, body []byte, p Planner, out msgSink) er
 			return nil
 		}
 		set := ss.readingSettings() // before this message counts as pending
-		if st.idle() {
+		idle := st.idle()
+		// Counted before anything is written: the proxy's own commands may reach the server (a full buffer
+		// flushes) and be answered before this returns, and the session must not look idle then (a drain).
+		st.pending.Add(1)
+		if idle {
 			ss.prep.sendQueued(out, st) // prepared.go: the proxy's own commands go out only when idle
 		}
-		st.pending.Add(1)
 		return ss.queryOut(out, p, body, set)
 	case msgParse:
 		if body == nil {
@@ -111,7 +116,13 @@ func (ss *session) onClientMsg(typ byte, body []byte, p Planner, out msgSink) er
 		if body != nil {
 			return ss.functionCallOut(out, body)
 		}
-	case msgBind, msgExecute, msgDescribe, msgClose, msgFlush:
+	case msgClose:
+		st.unsynced.Store(true)
+		if body != nil {
+			ss.prep.clientClose(body)
+			writeMsg(out, msgClose, body, "")
+		}
+	case msgBind, msgExecute, msgDescribe, msgFlush:
 		st.unsynced.Store(true)
 	case msgCopyData, msgCopyDone, msgCopyFail, msgPassword:
 	case msgTerminate:

@@ -31,7 +31,7 @@ func (ss *session) queryOut(w msgSink, p Planner, body []byte, set rewrite.Setti
 	if len(body) == 0 || body[len(body)-1] != 0 {
 		return fmt.Errorf("%w: Query message without its terminating zero byte", errProtocol)
 	}
-	ss.prep.clientText(body)
+	ss.prep.clientText(body[:len(body)-1])
 	plan := ss.checkPlan(p.Plan(body[:len(body)-1], set))
 	switch plan.Action {
 	case rewrite.Rewrite:

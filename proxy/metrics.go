@@ -66,7 +66,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m.keptIdle = prometheus.NewGauge(prometheus.GaugeOpts{Name: "fenceproxy_upstream_idle", Help: "Upstream connections of finished sessions kept for reuse now."})
 	reg.MustRegister(m.reused, m.keptIdle)
 	m.preparedExecs = prometheus.NewCounter(prometheus.CounterOpts{Name: "fenceproxy_prepared_fence_executions_total", Help: "Fenced statements sent as EXECUTE of a template prepared on the upstream connection (upstream.prepared_fences)."})
-	m.prepares = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fenceproxy_prepared_fences_total", Help: "Fenced statement templates the proxy asked an upstream connection to prepare, by outcome (prepared, failed)."}, []string{"outcome"})
+	m.prepares = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fenceproxy_prepared_fences_total", Help: "Fenced statement templates the proxy asked an upstream connection to prepare, by outcome (prepared, failed; retried: failed for the moment, a lock not waited for or a cancel)."}, []string{"outcome"})
 	reg.MustRegister(m.preparedExecs, m.prepares)
 	reg.MustRegister(msgs, bytes, m.cacheHits, m.cacheMisses, m.rewriteLatency)
 	m.lockStale = newLockStaleCounter(reg)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -23,22 +24,52 @@ import (
 //     in a transaction of its own, so its failure touches nothing of the client's: the statement keeps being
 //     sent as SQL on that connection; a template the server cannot prepare anywhere (templateFault) is not
 //     offered again (rewrite.Prepared.MarkFailed).
+//   - A PREPARE never waits for a lock (preparePrefix): analysing the template locks its tables, and the
+//     client's next statement, whatever it touches, would wait behind it while another session holds or awaits
+//     a conflicting lock (a migration's ALTER TABLE). It fails at once instead and, like one that was cancelled
+//     or chosen as a deadlock victim (transientFault), is sent again at the next idle point after the
+//     template's next use.
 //   - A statement is sent as EXECUTE only when the server has answered that template's PREPARE with
 //     CommandComplete on this connection. Until then, and for any other text, the fenced SQL is sent as before.
 //   - The proxy forgets every statement it prepared when the client's text may drop prepared statements (it
-//     holds DISCARD or DEALLOCATE) and when the server says one of its statements does not exist (a function ran
-//     DEALLOCATE): it prepares again when idle. A connection kept for reuse is reset with DISCARD ALL, and the
-//     next session starts with none.
+//     holds the word DISCARD or DEALLOCATE, unless it is one DEALLOCATE of another name), when the client closes a statement named with the proxy's prefix
+//     with the extended protocol (Close; a Parse may then put its own statement under the name), and when the
+//     server says one of its statements does not exist (a function ran DEALLOCATE): it prepares again when
+//     idle. The server may still hold what the proxy forgot (the text only mentioned the word, deallocated a
+//     statement of the client's, or failed; a function deallocated one statement of several), so the next idle
+//     point first deallocates every statement named with the proxy's prefix that the server holds (sweepSQL):
+//     forgetting never leaves statements behind on the connection. A connection kept for reuse is reset with
+//     DISCARD ALL, and the next session starts with none.
 //   - At most max templates per connection: beyond that, the least recently used one is deallocated at the next
 //     idle point.
 //
+// What EXECUTE cannot see: PostgreSQL resolves a prepared statement's names when it prepares it, and resolves
+// them again only when search_path changes or an object the statement uses changes; a table (or function, or
+// operator) created later that would now win the lookup of an unqualified name (a temporary table of the same
+// name, created once the session already had its temporary schema; a table in a schema earlier in search_path)
+// is not seen: EXECUTE writes the table the template was prepared against, fenced, where the SQL would write the
+// new one. Settings read at analysis (transform_null_equals) are likewise those of the PREPARE. Clients that
+// shadow a protected table's name this way need upstream.prepared_fences: 0.
+//
 // Names are fenceproxy_p<n>, never reused on a connection; a name the client already uses makes that one
-// PREPARE fail, and the statement is sent as SQL.
+// PREPARE fail, and the statement is sent as SQL. The prefix is the proxy's: a sweep deallocates the client's
+// statements of that name too.
 
 // preparedPrefix starts the name of every statement the proxy prepares.
 const preparedPrefix = "fenceproxy_p"
 
 var preparedPrefixBytes = []byte(preparedPrefix)
+
+// preparePrefix goes before every PREPARE of the proxy's, in the same Query: the implicit transaction that
+// runs both gives up on a lock it cannot take at once (lock_timeout's least value; 0 would mean no limit), and
+// the setting ends with it.
+const preparePrefix = "SET LOCAL lock_timeout = '1ms'; "
+
+// sweepSQL deallocates every prepared statement named with the proxy's prefix, without an error for those the
+// server no longer holds (PostgreSQL has no DEALLOCATE IF EXISTS). Every name it uses is pg_catalog's, so no
+// search_path changes what it does.
+const sweepSQL = "DO $$DECLARE n pg_catalog.text; BEGIN FOR n IN SELECT name FROM pg_catalog.pg_prepared_statements " +
+	"WHERE pg_catalog.starts_with(name, '" + preparedPrefix + "') LOOP EXECUTE pg_catalog.format('DEALLOCATE %I', n); END LOOP; END$$"
 
 // Prepared-statement states (prepEntry.state).
 const (
@@ -46,6 +77,7 @@ const (
 	prepSent                // PREPARE sent, not answered yet
 	prepReady               // the server prepared it: EXECUTE may be sent
 	prepFailed              // the server refused it: sent as SQL
+	prepRetry               // the PREPARE failed for the moment (transientFault): queued again at its next use
 )
 
 // prepEntry is one template on one upstream connection.
@@ -74,6 +106,9 @@ type prepState struct {
 	queued []prepCommand // to send at the next idle point
 	next   int           // the next name's number
 	uses   uint64
+	// onServer: a PREPARE went out since the last sweep, so the server may hold statements of the proxy's;
+	// sweep: a sweep goes out first at the next idle point (forget).
+	onServer, sweep bool
 
 	lost atomic.Bool // the server said a statement of ours does not exist: forget them all
 
@@ -98,6 +133,9 @@ func (ps *prepState) statementFor(p rewrite.Plan, m *Metrics) string {
 	}
 	e.lastUse = ps.uses
 	if e.state.Load() != prepReady {
+		if e.state.CompareAndSwap(prepRetry, prepWanted) {
+			ps.queued = append(ps.queued, prepCommand{sql: prepareSQL(e), entry: e})
+		}
 		return p.SQL
 	}
 	m.preparedExecuted()
@@ -115,7 +153,12 @@ func (ps *prepState) add(t *rewrite.Prepared) {
 	ps.next++
 	e := &prepEntry{tmpl: t, name: preparedPrefix + strconv.Itoa(ps.next), lastUse: ps.uses}
 	ps.byTmpl[t] = e
-	ps.queued = append(ps.queued, prepCommand{sql: "PREPARE " + e.name + " " + t.Body, entry: e})
+	ps.queued = append(ps.queued, prepCommand{sql: prepareSQL(e), entry: e})
+}
+
+// prepareSQL is the Query that prepares e's template under e's name.
+func prepareSQL(e *prepEntry) string {
+	return preparePrefix + "PREPARE " + e.name + " " + e.tmpl.Body
 }
 
 // evict drops the least recently used entry that is not in flight, deallocating it on the server if it was
@@ -151,10 +194,14 @@ func deleteEntry(cmds []prepCommand, e *prepEntry) []prepCommand {
 }
 
 // forget drops every entry: the server may no longer hold the statements (answers to PREPAREs in flight then
-// set the state of entries nobody looks up).
+// set the state of entries nobody looks up). It may also still hold them: the next idle point sweeps them away
+// before anything else goes out, DEALLOCATEs of evicted entries included.
 func (ps *prepState) forget() {
 	clear(ps.byTmpl)
 	ps.queued = ps.queued[:0]
+	if ps.onServer {
+		ps.sweep, ps.onServer = true, false
+	}
 }
 
 // clientText looks at the text of a client's Query or Parse for what may drop prepared statements.
@@ -162,18 +209,55 @@ func (ps *prepState) clientText(text []byte) {
 	if len(ps.byTmpl) == 0 {
 		return
 	}
-	if containsFold(text, "discard") || containsFold(text, "deallocate") {
+	if containsWord(text, "discard") || containsWord(text, "deallocate") && !deallocatesAnother(text) {
 		ps.forget()
 	}
 }
 
-// sendQueued writes the queued commands to w, each a Query of its own, and counts them as in flight in st. The
-// caller has checked that the session is idle.
+// deallocatesAnother reports whether text is one DEALLOCATE [PREPARE] of a statement that is not the proxy's:
+// a name written plainly (an identifier, or one in double quotes) that is neither ALL nor starts with the
+// proxy's prefix. Drivers that inline constants deallocate their own statements so (psycopg 3); anything
+// else holding the word makes the proxy forget.
+func deallocatesAnother(text []byte) bool {
+	words := strings.Fields(strings.TrimSuffix(strings.TrimSpace(string(text)), ";"))
+	if len(words) == 3 && strings.EqualFold(words[1], "prepare") {
+		words = []string{words[0], words[2]}
+	}
+	if len(words) != 2 || !strings.EqualFold(words[0], "deallocate") {
+		return false
+	}
+	name := words[1]
+	if len(name) > 2 && name[0] == '"' && name[len(name)-1] == '"' {
+		name = name[1 : len(name)-1] // quoted: as written
+		return !strings.Contains(name, `"`) && !strings.HasPrefix(name, preparedPrefix)
+	}
+	for i := 0; i < len(name); i++ {
+		if c := name[i]; !(identCont(c) && c < 0x80) || i == 0 && (c == '$' || c >= '0' && c <= '9') {
+			return false
+		}
+	}
+	lower := strings.ToLower(name) // unquoted: folded
+	return lower != "all" && lower != "prepare" && !strings.HasPrefix(lower, preparedPrefix)
+}
+
+// clientClose looks at the body of a client's Close for a statement named with the proxy's prefix.
+func (ps *prepState) clientClose(body []byte) {
+	if len(body) > 0 && body[0] == 'S' && bytes.HasPrefix(body[1:], preparedPrefixBytes) {
+		ps.forget()
+	}
+}
+
+// sendQueued writes the queued commands to w, a sweep owed by forget first, each a Query of its own, and counts
+// them as in flight in st. The caller has checked that the session is idle.
 func (ps *prepState) sendQueued(w msgSink, st *protoState) {
-	if len(ps.queued) == 0 {
+	if len(ps.queued) == 0 && !ps.sweep {
 		return
 	}
 	ps.mu.Lock()
+	if ps.sweep {
+		ps.queued = append([]prepCommand{{sql: sweepSQL}}, ps.queued...)
+		ps.sweep = false
+	}
 	for _, c := range ps.queued {
 		if c.entry != nil {
 			if c.entry.tmpl.Failed() {
@@ -181,6 +265,7 @@ func (ps *prepState) sendQueued(w msgSink, st *protoState) {
 				continue
 			}
 			c.entry.state.Store(prepSent)
+			ps.onServer = true
 		}
 		ps.inflight = append(ps.inflight, c)
 		st.internal.Add(1) // before the write: the server side must know the answers are not the client's
@@ -213,7 +298,7 @@ func (ss *session) onPreparedAnswer(typ byte, body []byte, out msgSink) (serverE
 	ps := &ss.prep
 	switch typ {
 	case msgCommandComplete:
-		if c := ps.current(false); c.entry != nil {
+		if c := ps.current(false); c.entry != nil && string(body) == "PREPARE\x00" { // not preparePrefix's SET
 			c.entry.state.Store(prepReady)
 			ss.srv.metrics.preparedOutcome("prepared")
 		}
@@ -222,8 +307,14 @@ func (ss *session) onPreparedAnswer(typ byte, body []byte, out msgSink) (serverE
 			return 0, ss.errorOut(out, body)
 		}
 		if c := ps.current(false); c.entry != nil {
-			c.entry.state.Store(prepFailed)
 			code := errorField(body, fieldCode)
+			if transientFault(code) {
+				c.entry.state.Store(prepRetry)
+				ss.srv.metrics.preparedOutcome("retried")
+				ss.log.Debug("a fenced statement shape could not be prepared for now; it is tried again", "code", code, "message", errorField(body, fieldMessage))
+				break
+			}
+			c.entry.state.Store(prepFailed)
 			if templateFault(code) {
 				c.entry.tmpl.MarkFailed() // no connection tries again
 			}
@@ -252,13 +343,21 @@ func (ps *prepState) noteMissingPrepared(code string) {
 	}
 }
 
-// containsFold reports whether text holds word, ASCII case-insensitively.
-func containsFold(text []byte, word string) bool {
+// containsWord reports whether text holds word (lower case), ASCII case-insensitively, not followed by a
+// character that continues an identifier: "discarded" and "deallocated" do not hold it, "E'\ndeallocate all'"
+// does (the word may follow anything, since a string built for EXECUTE may put it anywhere).
+func containsWord(text []byte, word string) bool {
 	n := len(word)
 	for i := 0; i+n <= len(text); i++ {
-		if text[i]|0x20 == word[0] && bytes.EqualFold(text[i:i+n], []byte(word)) {
+		if text[i]|0x20 == word[0] && bytes.EqualFold(text[i:i+n], []byte(word)) && (i+n == len(text) || !identCont(text[i+n])) {
 			return true
 		}
 	}
 	return false
+}
+
+// identCont reports whether c continues an identifier, as PostgreSQL's scanner reads one: a letter, a digit,
+// '_', '$' or any byte of a multibyte character.
+func identCont(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '$' || c >= 0x80
 }

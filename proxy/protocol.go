@@ -95,6 +95,19 @@ func templateFault(code string) bool {
 	return false
 }
 
+// transientFault reports whether an error of a PREPARE of a fenced template (prepared.go) says it failed for the
+// moment only: a lock it did not wait for, a deadlock it was chosen to break, a cancel (the client's, meant for
+// the statement behind it, or statement_timeout).
+func transientFault(code string) bool {
+	switch code {
+	case "55P03", // lock_not_available
+		"40P01", // deadlock_detected
+		"57014": // query_canceled
+		return true
+	}
+	return false
+}
+
 // Answers to SSLRequest and GSSENCRequest.
 const (
 	negotiateAccept byte = 'S'

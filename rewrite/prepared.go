@@ -31,6 +31,14 @@ import (
 //   - N'...', B'...' and X'...' constants: not prepared (the text is sent as
 //     SQL).
 //
+// A string constant that the shape keeps as written (a typed literal such as
+// TIMESTAMPTZ '2024-01-01', DATE 'today', INTERVAL '1' DAY) stays a constant of
+// the template, and the server converts it when it analyses the statement:
+// prepared, it would keep the value read at the PREPARE (the time of then for
+// 'now', the TimeZone, DateStyle and IntervalStyle of then), where the SQL is
+// read again each time. Shapes with such a constant are not prepared
+// (shaped.keptString).
+//
 // A template that the server cannot prepare (a constant where the grammar
 // needs a literal, such as a type modifier; a string whose type nothing
 // decides) fails its PREPARE, which the proxy sends only outside any

@@ -53,6 +53,13 @@ func TestPreparedTypes(t *testing.T) {
 			`UPDATE accounts SET bits = B'11' WHERE id = 3`, "", ""},
 		{"two statements", `UPDATE accounts SET balance = 1 WHERE id = 1; SELECT 1`, `UPDATE accounts SET balance = 2 WHERE id = 2; SELECT 2`,
 			`UPDATE accounts SET balance = 3 WHERE id = 3; SELECT 3`, "", ""},
+		{"typed literal", `UPDATE accounts SET note = (TIMESTAMPTZ '2024-01-01')::text WHERE id = 1`,
+			`UPDATE accounts SET note = (TIMESTAMPTZ '2024-01-01')::text WHERE id = 2`,
+			`UPDATE accounts SET note = (TIMESTAMPTZ '2024-01-01')::text WHERE id = 3`, "", ""}, // converted at the PREPARE
+		{"date today", `UPDATE accounts SET due = DATE 'today' WHERE id = 1`, `UPDATE accounts SET due = DATE 'today' WHERE id = 2`,
+			`UPDATE accounts SET due = DATE 'today' WHERE id = 3`, "", ""},
+		{"cast of a constant", `UPDATE accounts SET due = 'today'::date WHERE id = 1`, `UPDATE accounts SET due = 'now'::date WHERE id = 2`,
+			`UPDATE accounts SET due = '2024-01-01'::date WHERE id = 3`, "(pg_catalog.unknown,pg_catalog.int4)", "('2024-01-01',3)"}, // a parameter, converted at EXECUTE
 		{"read", `SELECT * FROM accounts WHERE id = 1`, `SELECT * FROM accounts WHERE id = 2`, `SELECT * FROM accounts WHERE id = 3`, "", ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {

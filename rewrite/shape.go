@@ -48,6 +48,11 @@ type shaped struct {
 	key     []byte
 	spans   [][2]int
 	classes []byte
+	// keptString: a string constant is kept in the key as written (DATE '...', INTERVAL '1' DAY, AT TIME ZONE
+	// 'UTC'): the server converts it when it analyses the statement, so a prepared template would keep the
+	// value read at its PREPARE ('now', or under the TimeZone and DateStyle of then). Such a shape is not
+	// prepared (prepared.go).
+	keptString bool
 }
 
 // shapeStarts are the first words of the statements whose texts are
@@ -132,6 +137,7 @@ func (r *Rewriter) shapeOf(text []byte) (s shaped, ok bool) {
 		}
 		class := constClass(t, text)
 		if class == 0 || i > 0 && !operandSlot(toks[i-1], text) {
+			s.keptString = s.keptString || t.isString()
 			continue // kept in the key as written
 		}
 		from := t.start
@@ -342,7 +348,9 @@ func (r *Rewriter) buildTemplate(text []byte, sh shaped, scsOff bool, full Plan)
 	if err != nil || !same {
 		return bad
 	}
-	t.prep = preparedOf(p.SQL, sh.classes)
+	if !sh.keptString {
+		t.prep = preparedOf(p.SQL, sh.classes)
+	}
 	return t
 }
 

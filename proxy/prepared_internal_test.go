@@ -1,0 +1,87 @@
+package proxy
+
+import (
+	"io"
+	"log/slog"
+	"testing"
+
+	"github.com/fenceproxy/fenceproxy/config"
+	"github.com/fenceproxy/fenceproxy/rewrite"
+)
+
+// pendingProbe is a msgSink that notes writes upstream made before the client's Query counted as pending.
+type pendingProbe struct {
+	st        *protoState
+	uncounted int
+}
+
+func (p *pendingProbe) note() {
+	if p.st.pending.Load() < 1 {
+		p.uncounted++
+	}
+}
+func (p *pendingProbe) Write(b []byte) (int, error)       { p.note(); return len(b), nil }
+func (p *pendingProbe) WriteByte(byte) error              { p.note(); return nil }
+func (p *pendingProbe) WriteString(s string) (int, error) { p.note(); return len(s), nil }
+
+// TestPreparedCommandsSentWithTheQueryCounted: the proxy's PREPARE goes out at an idle point, just before the
+// client's Query, and the Query must count as pending before any byte of the PREPARE is written: with the
+// goroutine transport a full buffer flushes the PREPARE at once, and its answer, read by the server side before
+// the client side counts the Query, leaves the session looking idle (nothing pending, nothing internal), so that a
+// drain would close it, with the client's Query on its way.
+func TestPreparedCommandsSentWithTheQueryCounted(t *testing.T) {
+	cfg, err := config.Parse("test.yaml", []byte("listen: 127.0.0.1:0\nupstream:\n  address: 127.0.0.1:1\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := New(Options{Config: cfg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	planner, err := NewPlanner(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ss := &session{srv: srv, log: srv.log}
+	ss.prep.max = 64
+	ss.state.ready.Store(true)
+	ss.state.txStatus.Store(uint32(txIdle))
+	ss.prep.queued = []prepCommand{{sql: "PREPARE fenceproxy_p1 AS SELECT 1", entry: &prepEntry{tmpl: &rewrite.Prepared{Body: "AS SELECT 1"}, name: "fenceproxy_p1"}}}
+	probe := &pendingProbe{st: &ss.state}
+	if err := ss.onClientMsg(msgQuery, []byte("SELECT 2\x00"), planner, probe); err != nil {
+		t.Fatal(err)
+	}
+	if ss.state.internal.Load() != 1 || ss.state.pending.Load() != 1 {
+		t.Fatalf("internal %d, pending %d: want the PREPARE and the Query both counted", ss.state.internal.Load(), ss.state.pending.Load())
+	}
+	if probe.uncounted > 0 {
+		t.Fatalf("%d writes upstream before the client's Query counted as pending", probe.uncounted)
+	}
+}
+
+// TestDeallocatesAnother: only one plain DEALLOCATE of a name that is not the proxy's leaves the proxy's
+// statements known; anything else holding the word makes the proxy forget them.
+func TestDeallocatesAnother(t *testing.T) {
+	for text, want := range map[string]bool{
+		"DEALLOCATE mine":                    true,
+		"  deallocate prepare _pg3_12 ;  ":   true,
+		`DEALLOCATE "Mine Too"`:              false, // a space: not read, forgotten
+		`DEALLOCATE "FenceProxy_p1"`:         true,  // quoted: another name than fenceproxy_p1
+		`DEALLOCATE "fenceproxy_p1"`:         false,
+		"DEALLOCATE FENCEPROXY_P1":           false, // folded: the proxy's
+		"DEALLOCATE ALL":                     false,
+		"DEALLOCATE PREPARE all":             false,
+		"DEALLOCATE /* x */ mine":            false,
+		"DEALLOCATE mine; DEALLOCATE ALL":    false,
+		"DEALLOCATE mine; SELECT 1":          false,
+		"SELECT 'deallocate mine'":           false,
+		"DEALLOCATE 1x":                      false,
+		"DEALLOCATE \"a\"\"b\"":              false,
+		"DEALLOCATE PREPARE":                 false,
+		"EXECUTE 'DEALLOCATE fenceproxy_p1'": false,
+	} {
+		if got := deallocatesAnother([]byte(text)); got != want {
+			t.Errorf("deallocatesAnother(%q) = %v, want %v", text, got, want)
+		}
+	}
+}
