@@ -32,7 +32,8 @@ import (
 //   - A statement is sent as EXECUTE only when the server has answered that template's PREPARE with
 //     CommandComplete on this connection. Until then, and for any other text, the fenced SQL is sent as before.
 //   - The proxy forgets every statement it prepared when the client's text may drop prepared statements (it
-//     holds the word DISCARD or DEALLOCATE, unless it is one DEALLOCATE of another name), when the client closes a statement named with the proxy's prefix
+//     holds the word DISCARD or DEALLOCATE, unless it is one DEALLOCATE of another name) or change what they
+//     would mean (below: CREATE, ALTER, transform_null_equals), when the client closes a statement named with the proxy's prefix
 //     with the extended protocol (Close; a Parse may then put its own statement under the name), and when the
 //     server says one of its statements does not exist (a function ran DEALLOCATE): it prepares again when
 //     idle. The server may still hold what the proxy forgot (the text only mentioned the word, deallocated a
@@ -43,13 +44,15 @@ import (
 //   - At most max templates per connection: beyond that, the least recently used one is deallocated at the next
 //     idle point.
 //
-// What EXECUTE cannot see: PostgreSQL resolves a prepared statement's names when it prepares it, and resolves
-// them again only when search_path changes or an object the statement uses changes; a table (or function, or
-// operator) created later that would now win the lookup of an unqualified name (a temporary table of the same
-// name, created once the session already had its temporary schema; a table in a schema earlier in search_path)
-// is not seen: EXECUTE writes the table the template was prepared against, fenced, where the SQL would write the
-// new one. Settings read at analysis (transform_null_equals) are likewise those of the PREPARE. Clients that
-// shadow a protected table's name this way need upstream.prepared_fences: 0.
+// What EXECUTE cannot see by itself: PostgreSQL resolves a prepared statement's names when it prepares it, and
+// resolves them again only when search_path changes or an object the statement uses changes; a table (or
+// function, or operator) created later that would now win the lookup of an unqualified name (a temporary table
+// of the same name; a table in a schema earlier in search_path) is not seen: EXECUTE would write the table the
+// template was prepared against, fenced, where the SQL writes the new one. Settings read at analysis
+// (transform_null_equals) are likewise those of the PREPARE. So the proxy also forgets its statements when the
+// client's text holds CREATE, ALTER (a rename) or transform_null_equals, and prepares again under the new names.
+// What it cannot see is another session (or a function) creating such a table: clients whose tables are
+// shadowed that way need upstream.prepared_fences: 0.
 //
 // Names are fenceproxy_p<n>, never reused on a connection; a name the client already uses makes that one
 // PREPARE fail, and the statement is sent as SQL. The prefix is the proxy's: a sweep deallocates the client's
@@ -209,7 +212,8 @@ func (ps *prepState) clientText(text []byte) {
 	if len(ps.byTmpl) == 0 {
 		return
 	}
-	if containsWord(text, "discard") || containsWord(text, "deallocate") && !deallocatesAnother(text) {
+	if containsWord(text, "discard") || containsWord(text, "deallocate") && !deallocatesAnother(text) ||
+		containsWord(text, "create") || containsWord(text, "alter") || containsWord(text, "transform_null_equals") {
 		ps.forget()
 	}
 }
