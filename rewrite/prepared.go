@@ -37,10 +37,55 @@ import (
 // transaction block, on its own: nothing of the client's is affected, and
 // the shape is sent as SQL from then on (MarkFailed).
 //
+// A string parameter is not always read as the string literal it stands
+// for: PostgreSQL gives the input function of an interval the type modifier
+// of its context only for a literal (interval '1' assigned to an interval
+// day column is a day, the parameter a second, truncated to 0), and checks a
+// domain's constraints when the literal's value is used (per row) but when
+// EXECUTE's argument is read (so a failing CHECK fails even an UPDATE of no
+// row). The rewrite cannot know which type a parameter takes, the server
+// can: the proxy sends VetQuery right after a successful PREPARE and, when
+// it returns false (a parameter of an interval or domain type), deallocates
+// the statement and marks it failed (the oracle test in proxy shows both
+// differences and that the vetting excludes them).
+//
+// One difference remains, by design of PostgreSQL's plan cache: a generic
+// plan (which PostgreSQL may choose from a prepared statement's sixth
+// execution on) does not fold constant subexpressions, so an error that the
+// filled template raises only while planning (a constant too long for a
+// column that no row receives, a division by zero in a branch not taken) is
+// not raised: EXECUTE then does what the statement does without that
+// premature error, as it would for a client's own prepared statement.
+//
 // Only templates of one statement, in ASCII without a backslash, are
 // prepared: such a text reads the same under every client_encoding and
 // standard_conforming_strings, so a PREPARE sent later, under other settings,
 // means what it meant when the template was built.
+
+// VetQuery is the query the proxy sends right after PREPARE name succeeded
+// (in the same simple Query, or on its own): one row with one boolean, false
+// when a parameter took a type whose literals the server reads otherwise
+// than its parameters (an interval: the literal's input sees the context's
+// type modifier; a domain: the literal's constraints are checked when its
+// value is used). name is the statement's name as the server stores it
+// (lower case for an unquoted name). Every name is schema-qualified: the
+// session's search_path is the client's.
+func VetQuery(name string) string {
+	return "SELECT pg_catalog.count(*) OPERATOR(pg_catalog.=) 0 FROM pg_catalog.pg_prepared_statements s, " +
+		"pg_catalog.unnest(s.parameter_types) p(t), pg_catalog.pg_type y WHERE s.name OPERATOR(pg_catalog.=) " +
+		quoteLiteral(name) + " AND y.oid OPERATOR(pg_catalog.=) p.t::pg_catalog.oid AND " +
+		"(y.typtype OPERATOR(pg_catalog.=) 'd' OR y.oid OPERATOR(pg_catalog.=) 'pg_catalog.interval'::pg_catalog.regtype)"
+}
+
+// quoteLiteral is s as a string literal that reads the same whatever
+// standard_conforming_strings is.
+func quoteLiteral(s string) string {
+	q := "'" + strings.ReplaceAll(s, "'", "''") + "'"
+	if strings.IndexByte(s, '\\') >= 0 {
+		q = "E" + strings.ReplaceAll(q, `\`, `\\`)
+	}
+	return q
+}
 
 // Prepared is a shape template as a statement to prepare: immutable but for
 // its failed mark, and shared by every text of the shape.

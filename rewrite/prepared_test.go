@@ -3,6 +3,8 @@ package rewrite
 import (
 	"strings"
 	"testing"
+
+	pg "github.com/pganalyze/pg_query_go/v6"
 )
 
 // templatePlan plans the texts in order through one cache and returns the
@@ -102,5 +104,30 @@ func TestPreparedFailedIsNotOffered(t *testing.T) {
 	p = c.Plan([]byte("DELETE FROM accounts WHERE id = 9"), DefaultSettings)
 	if p.Prepared != nil || p.Action != Rewrite || p.SQL == "" {
 		t.Fatalf("after a failure: prepared %v, %v %q", p.Prepared != nil, p.Action, p.SQL)
+	}
+}
+
+// TestVetQuery: the vetting query is one SELECT naming the statement as a string literal that reads the same under
+// either standard_conforming_strings, with every catalog name qualified (the session's search_path is the client's).
+// Whether it vets rightly is for a server to say: the oracle test in proxy (prepared_oracle_test.go) runs it.
+func TestVetQuery(t *testing.T) {
+	for name, lit := range map[string]string{
+		"fenceproxy_p1": `'fenceproxy_p1'`,
+		"it's":          `'it''s'`,
+		`a\b`:           `E'a\\b'`,
+	} {
+		q := VetQuery(name)
+		tree, err := pg.Parse(q)
+		if err != nil || len(tree.Stmts) != 1 || tree.Stmts[0].Stmt.GetSelectStmt() == nil {
+			t.Fatalf("%q: not one SELECT (%v): %s", name, err, q)
+		}
+		if !strings.Contains(q, " = "+lit+" ") && !strings.Contains(q, "OPERATOR(pg_catalog.=) "+lit+" ") {
+			t.Errorf("%q: want the literal %s in %s", name, lit, q)
+		}
+		for _, rel := range []string{"pg_prepared_statements", "pg_type", "unnest", "count", "interval"} {
+			if !strings.Contains(q, "pg_catalog."+rel) {
+				t.Errorf("%s not qualified in %s", rel, q)
+			}
+		}
 	}
 }

@@ -1,0 +1,722 @@
+package proxy_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/fenceproxy/fenceproxy/internal/pgtest"
+	"github.com/fenceproxy/fenceproxy/rewrite"
+)
+
+// The prepared-template oracle (issue 20): for a text served by a shape template, the proxy may send
+// PREPARE name Plan.Prepared.Body once and EXECUTE name Plan.Args instead of Plan.SQL. The server is the oracle:
+// every text of a corpus of writes with inlined constants runs both ways on a real PostgreSQL, and the two must
+// do the same thing (command tag, RETURNING rows with their column names and types, the table afterwards,
+// SQLSTATE and fence marker of a failure), under both the custom plans of a statement's first executions and
+// the generic plan a prepared statement settles on. A PREPARE that fails is acceptable (the proxy sends the
+// text as SQL instead) and is counted.
+
+// oracleSeedToken is the session's token; every seeded row holds a smaller one but the stale row.
+const (
+	oracleSessionToken = "100"
+	oracleStaleID      = 7
+	oracleStmtName     = "fenceproxy_oracle_stmt"
+)
+
+// oracleColumns is the oracle table: the key, a column of every type whose literals the parser types or
+// converts differently, and the token column.
+const oracleColumns = `(
+	id int4 PRIMARY KEY,
+	i2 int2, i8 int8, num numeric, num52 numeric(5,2), r4 real, f8 float8,
+	txt text, vc5 varchar(5), ch3 char(3), b bool,
+	d date, ts0 timestamp(0), tstz timestamptz, iv interval, ivd interval day,
+	js jsonb, ia int[], ta text[], by bytea, uu uuid, ip inet,
+	dom %[1]s, en %[2]s,
+	fence_token bigint)`
+
+// oracleSeed fills the table: rows 1-6 with tokens below the session's, row 7 with a token above it (a write to
+// it fails with 55F01) and little else, so that only conditions aimed at it reach it.
+const oracleSeed = `INSERT INTO %[1]s VALUES
+	(1, 1, 10, 1.5, 1.25, 1.1, 0.5, 'abc', 'ab', 'ab', true, '2024-01-01', '2024-01-01 12:34:57', '2024-01-01 12:00+00',
+		'1 day', '2 days', '{"a":1}', '{1,2}', '{a,b}', '\x41', 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', '10.1.2.3', 5, 'ok', 10),
+	(2, 2, 3000000000, 0.5, 999.99, 2.5, 1e300, 'a%%b', 'abcde', 'abc', false, '2023-02-28', '2020-02-29 00:00:00', '2020-02-29 23:59:59+02',
+		'2 hours', '1 day', '{"a":{"b":[1,2]}}', '{3}', '{"b c"}', '\x00ff', 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a12', '::1', 1, 'sad', 20),
+	(3, -32768, -9223372036854775808, -1e-5, -999.99, 'NaN', 'Infinity', 'it''s', 'x', 'x', NULL, 'infinity', NULL, NULL,
+		'-1 mons', '0', '[1,2]', '{}', '{}', '', NULL, '192.168.0.0/16', 100, 'happy', 30),
+	(4, 32767, 9223372036854775807, 'NaN', 0, 0, -0.0, '', '', '', true, '1999-12-31', '1999-12-31 23:59:59', '1999-12-31 23:59:59-08',
+		'1 year 2 mons', '3 days', 'null', NULL, '{NULL}', NULL, 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a14', '10.0.0.1', 2, 'ok', 40),
+	(5, 70, 70000, 70000, 1.5, -1.5, 2.5, 'A', 'A ', 'A', false, '2024-02-29', '2024-02-29 12:00:00', '2024-02-29 12:00:00+00',
+		'1 second', '1 day', '"s"', '{1,NULL}', '{A,a}', '\x', 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a15', '10.0.0.0/8', 3, 'sad', 50),
+	(6, 0, 0, 0, 0.5, 1e30, -1e-300, '5', '5', '5', true, '2000-01-01', '2000-01-01 00:00:00', '2000-01-01 00:00:00+00',
+		'00:00:00.5', '0', '{}', '{5}', '{5}', '\x35', 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a16', '::ffff:1.2.3.4', 7, 'happy', NULL),
+	(7, NULL, NULL, NULL, NULL, NULL, NULL, 'stale', NULL, NULL, NULL, NULL, NULL, NULL,
+		NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 500)`
+
+// oracleOutcome is what a statement did, as the client sees it.
+type oracleOutcome struct {
+	tag    string
+	fields []string // name, type OID and modifier of each RETURNING column
+	rows   []string
+	code   string // SQLSTATE of a failure
+	marker string // the fence's fenceproxy|55F0x marker in the failure's message, if any
+	msg    string
+	table  string // the table afterwards (not compared for a failure: it is rolled back)
+}
+
+func (o oracleOutcome) String() string {
+	if o.code != "" {
+		return fmt.Sprintf("ERROR %s %s (marker %q)", o.code, o.msg, o.marker)
+	}
+	return fmt.Sprintf("%s fields %v rows %v\n    table %s", o.tag, o.fields, o.rows, o.table)
+}
+
+// brief is o without the table.
+func (o oracleOutcome) brief() string {
+	if o.code != "" {
+		return fmt.Sprintf("ERROR %s %s (marker %q)", o.code, o.msg, o.marker)
+	}
+	return fmt.Sprintf("%s fields %v rows %v", o.tag, o.fields, o.rows)
+}
+
+func (o oracleOutcome) same(p oracleOutcome) bool {
+	if o.code != "" || p.code != "" {
+		return o.code == p.code && o.marker == p.marker
+	}
+	return o.tag == p.tag && strings.Join(o.fields, "\x00") == strings.Join(p.fields, "\x00") &&
+		strings.Join(o.rows, "\x00") == strings.Join(p.rows, "\x00") && o.table == p.table
+}
+
+var fenceMarker = regexp.MustCompile(`fenceproxy\|55F0[0-9]`)
+
+// oracleSession runs texts in the simple query protocol on one connection.
+type oracleSession struct {
+	t     *testing.T
+	ctx   context.Context
+	c     *pgconn.PgConn
+	table string
+}
+
+// exec runs sql, which must succeed.
+func (s *oracleSession) exec(sql string) {
+	s.t.Helper()
+	if _, err := s.c.Exec(s.ctx, sql).ReadAll(); err != nil {
+		s.t.Fatalf("%s: %v", sql, err)
+	}
+}
+
+// run runs one statement and reports what it did; a failure's SQLSTATE is returned as the error too.
+func (s *oracleSession) run(sql string) (oracleOutcome, error) {
+	var o oracleOutcome
+	res, err := s.c.Exec(s.ctx, sql).ReadAll()
+	if err != nil {
+		var pe *pgconn.PgError
+		if !errors.As(err, &pe) {
+			s.t.Fatalf("%s: %v", sql, err)
+		}
+		o.code, o.msg, o.marker = pe.Code, pe.Message, fenceMarker.FindString(pe.Message)
+		return o, err
+	}
+	if len(res) != 1 {
+		s.t.Fatalf("%s: %d results", sql, len(res))
+	}
+	r := res[0]
+	o.tag = r.CommandTag.String()
+	for _, f := range r.FieldDescriptions {
+		o.fields = append(o.fields, fmt.Sprintf("%s:%d:%d", f.Name, f.DataTypeOID, f.TypeModifier))
+	}
+	o.rows = textRows(r.Rows)
+	return o, nil
+}
+
+func textRows(rows [][][]byte) []string {
+	out := make([]string, len(rows))
+	for i, row := range rows {
+		vals := make([]string, len(row))
+		for j, v := range row {
+			if v == nil {
+				vals[j] = "NULL"
+			} else {
+				vals[j] = strconv.Quote(string(v))
+			}
+		}
+		out[i] = "(" + strings.Join(vals, ",") + ")"
+	}
+	return out
+}
+
+// snapshot is the table's contents as text.
+func (s *oracleSession) snapshot() string {
+	s.t.Helper()
+	res, err := s.c.Exec(s.ctx, "SELECT * FROM "+s.table+" ORDER BY id").ReadAll()
+	if err != nil || len(res) != 1 {
+		s.t.Fatalf("snapshot: %v", err)
+	}
+	return strings.Join(textRows(res[0].Rows), "\n")
+}
+
+// inTransaction runs sql in a transaction that is rolled back, with the table's contents after it.
+func (s *oracleSession) inTransaction(sql string) oracleOutcome {
+	s.exec("BEGIN")
+	o, err := s.run(sql)
+	if err == nil {
+		o.table = s.snapshot()
+	}
+	s.exec("ROLLBACK")
+	return o
+}
+
+// oracleConst matches a constant of a corpus text: «spelling». The first two texts planned for a shape take a
+// sibling constant of the same class in its place (which builds the shape's template); the third, which the
+// template serves, takes the spelling itself.
+var oracleConst = regexp.MustCompile(`«([^«»]*)»`)
+
+// oracleVariants returns the three texts planned for a corpus text.
+func oracleVariants(marked string) [3]string {
+	var v [3]string
+	for k := range 2 {
+		v[k] = oracleConst.ReplaceAllStringFunc(marked, func(m string) string {
+			return siblingConst(oracleConst.FindStringSubmatch(m)[1], k)
+		})
+	}
+	v[2] = oracleConst.ReplaceAllString(marked, "$1")
+	return v
+}
+
+// siblingConst is another constant of the class of lit (the shape cache's classes: each string form; integers
+// fitting 32 bits, 64 bits, other numbers; each of these negated), number k of two.
+func siblingConst(lit string, k int) string {
+	n := strconv.Itoa(k + 1)
+	upper := strings.ToUpper(lit)
+	switch {
+	case strings.HasPrefix(upper, "E'"):
+		return "E'q" + n + "'"
+	case strings.HasPrefix(upper, "U&'"):
+		return "U&'q" + n + "'"
+	case strings.HasPrefix(upper, "N'"):
+		return "N'q" + n + "'"
+	case strings.HasPrefix(upper, "B'"):
+		return "B'" + strings.Repeat("1", k+1) + "'"
+	case strings.HasPrefix(upper, "X'"):
+		return "X'" + n + "'"
+	case strings.HasPrefix(lit, "$"):
+		return "$$q" + n + "$$"
+	case strings.HasPrefix(lit, "'"):
+		return "'q" + n + "'"
+	}
+	digits, neg := lit, false
+	if strings.HasPrefix(lit, "-") {
+		digits, neg = strings.TrimSpace(lit[1:]), true
+	}
+	if strings.Trim(digits, "0123456789") == "" {
+		sign := ""
+		if neg {
+			sign = "-"
+		}
+		if v, err := strconv.ParseInt(sign+digits, 10, 64); err == nil {
+			switch {
+			case v >= -1<<31 && v <= 1<<31-1:
+				return sign + "10" + n
+			default:
+				return sign + "300000000" + n
+			}
+		}
+		if neg && digits == "9223372036854775808" {
+			return "-300000000" + n // folded: an int8
+		}
+		return sign + "92233720368547758080" + n
+	}
+	if neg {
+		return "-1.2" + n
+	}
+	return "1.2" + n
+}
+
+// oracleHandCases are the nasty cases, written out. {t} is the table.
+var oracleHandCases = []string{
+	// Integer classes and their typing against narrower and wider columns.
+	`UPDATE {t} SET txt = «'x'» WHERE id = «1.5»`,
+	`UPDATE {t} SET txt = «'x'» WHERE id = «2.0»`,
+	`UPDATE {t} SET txt = «'x'» WHERE id = «'2'»`,
+	`UPDATE {t} SET txt = «'x'» WHERE id = «'1.5'»`,
+	`UPDATE {t} SET txt = «'x'» WHERE i2 = «70000»`,
+	`UPDATE {t} SET txt = «'x'» WHERE i2 = «'70000'»`,
+	`UPDATE {t} SET txt = «'x'» WHERE i8 = «3000000000»`,
+	`UPDATE {t} SET txt = «'x'» WHERE i8 = «-9223372036854775808» RETURNING id`,
+	`UPDATE {t} SET txt = «'x'» WHERE i8 = «9223372036854775808»`,
+	`UPDATE {t} SET txt = «'x'» WHERE i2 = «-32768» RETURNING i2 - «1»`,
+	`UPDATE {t} SET i2 = i2 + «3000000000» WHERE id = «1»`,
+	`UPDATE {t} SET i2 = i2 - «2147483648» WHERE id = «1»`,
+	`UPDATE {t} SET i8 = «- 2147483648» WHERE id = «1» RETURNING i8, pg_typeof(i8)`,
+	`UPDATE {t} SET i8 = «-2147483649» WHERE id = «1» RETURNING i8 * «2»`,
+	`UPDATE {t} SET i8 = i8 + «9223372036854775807» WHERE id = «2»`,
+	`UPDATE {t} SET i8 = «9223372036854775808» WHERE id = «1»`,
+	`UPDATE {t} SET num = «1e400» WHERE id = «1» RETURNING num > «0»`,
+	`UPDATE {t} SET f8 = «1e400» WHERE id = «1»`,
+	`UPDATE {t} SET num = «.5» + «007» WHERE id = «1» RETURNING num`,
+	`UPDATE {t} SET num52 = «1.237» WHERE id = «1» RETURNING num52`,
+	`UPDATE {t} SET num52 = «'1.237'» WHERE id = «1» RETURNING num52`,
+	`UPDATE {t} SET num52 = «999.995» WHERE id = «1»`,
+	`UPDATE {t} SET num52 = «'1.237'»::numeric(5,2) + «0.001» WHERE id = «1» RETURNING num52`,
+	`UPDATE {t} SET txt = «'abcdef'»::varchar(3) WHERE id = «1» RETURNING txt`,
+	`UPDATE {t} SET r4 = «1e39» WHERE id = «1»`,
+	`UPDATE {t} SET r4 = «'1e39'» WHERE id = «1»`,
+	`UPDATE {t} SET txt = «'y'» WHERE r4 = «1.1»`,
+	`UPDATE {t} SET txt = «'y'» WHERE r4 = «'1.1'»`,
+	`UPDATE {t} SET txt = «'y'» WHERE f8 > «'1e-3'»`,
+	`UPDATE {t} SET txt = «'y'» WHERE num = «'NaN'» RETURNING num`,
+	// Strings of every quoting form.
+	`UPDATE {t} SET txt = «E'\x41'» WHERE id = «1» RETURNING txt`,
+	`UPDATE {t} SET txt = «U&'\0041'» WHERE id = «1» RETURNING txt`,
+	`UPDATE {t} SET txt = «$$dol'lar$$» WHERE id = «1» RETURNING txt`,
+	`UPDATE {t} SET txt = «$q$it's$q$» WHERE id = «1» RETURNING txt`,
+	`UPDATE {t} SET txt = «'it''s'» WHERE id = «1» RETURNING txt`,
+	`UPDATE {t} SET txt = «''» WHERE id = «1» RETURNING txt`,
+	`UPDATE {t} SET txt = «E'a\nb\\c'» WHERE id = «1» RETURNING txt`,
+	`UPDATE {t} SET by = «'\x41'» WHERE id = «1» RETURNING by`,
+	`UPDATE {t} SET by = «E'\\x4142'» WHERE id = «1» RETURNING by`,
+	`UPDATE {t} SET by = «'\x4'» WHERE id = «1»`,
+	`UPDATE {t} SET txt = «N'nat'» WHERE id = «1»`,
+	`UPDATE {t} SET txt = «B'101'» WHERE id = «1»`,
+	// Strings that the column's type refuses.
+	`UPDATE {t} SET i2 = «'x'» WHERE id = «1»`,
+	`UPDATE {t} SET d = «'2023-02-29'» WHERE id = «1»`,
+	`UPDATE {t} SET iv = «'bogus'» WHERE id = «1»`,
+	`UPDATE {t} SET js = «'{bad'» WHERE id = «1»`,
+	`UPDATE {t} SET ia = «'{1,x}'» WHERE id = «1»`,
+	`UPDATE {t} SET ip = «'300.1.1.1'» WHERE id = «1»`,
+	`UPDATE {t} SET uu = «'nope'» WHERE id = «1»`,
+	`UPDATE {t} SET en = «'angry'» WHERE id = «1»`,
+	`UPDATE {t} SET b = «'maybe'» WHERE id = «1»`,
+	`UPDATE {t} SET vc5 = «'abcdef'» WHERE id = «1»`,
+	`UPDATE {t} SET ch3 = «'abcd'» WHERE id = «1»`,
+	`UPDATE {t} SET vc5 = «'abcdef'» WHERE id = «999»`,
+	`UPDATE {t} SET ch3 = «'abcd'» WHERE id = «999»`,
+	`UPDATE {t} SET num52 = «'1000'» WHERE id = «999»`,
+	`UPDATE {t} SET num52 = «1000» WHERE id = «999»`,
+	// Domains and enums: the literal's conversion and the domain's CHECK.
+	`UPDATE {t} SET dom = «'7'» WHERE id = «1» RETURNING dom`,
+	`UPDATE {t} SET dom = «'-7'» WHERE id = «1»`,
+	`UPDATE {t} SET dom = «'-7'» WHERE id = «999»`,
+	`UPDATE {t} SET dom = «-7» WHERE id = «999»`,
+	`UPDATE {t} SET dom = «-7» WHERE id = «1»`,
+	`UPDATE {t} SET dom = «'x'» WHERE id = «999»`,
+	`INSERT INTO {t} (id, dom) VALUES («50», «'-7'»)`,
+	`UPDATE {t} SET txt = «'d'» WHERE dom = «'5'» RETURNING dom`,
+	`UPDATE {t} SET txt = «'d'» WHERE dom > «'-1'» RETURNING id`,
+	`UPDATE {t} SET en = «'happy'» WHERE en > «'sad'» RETURNING en`,
+	`UPDATE {t} SET txt = «'d'» WHERE COALESCE(dom, «'-7'») > «0» AND id = «999»`,
+	`UPDATE {t} SET txt = «'d'» WHERE dom IN («'5'», «'-7'») AND id = «999»`,
+	`UPDATE {t} SET txt = «'d'» WHERE dom IN («'5'», «'-7'») RETURNING id`,
+	`UPDATE {t} SET dom = «'-7'»::{dom} WHERE id = «999»`,
+	`UPDATE {t} SET dom = CASE WHEN id = «1» THEN «'3'» ELSE dom END WHERE id < «3» RETURNING dom`,
+	`UPDATE {t} SET dom = CASE WHEN id = «1» THEN «'-3'» ELSE dom END WHERE id = «2» RETURNING dom`,
+	// Intervals: a typmod the input function must see.
+	`UPDATE {t} SET ivd = «'1'» WHERE id = «1» RETURNING ivd`,
+	`UPDATE {t} SET ivd = «'1 day 3 hours'» WHERE id = «1» RETURNING ivd`,
+	`UPDATE {t} SET iv = «'1'» WHERE id = «1» RETURNING iv`,
+	`UPDATE {t} SET iv = interval '1' day WHERE id = «1» RETURNING iv`,
+	`UPDATE {t} SET iv = «'1'»::interval day WHERE id = «1» RETURNING iv`,
+	`UPDATE {t} SET iv = CAST(«'1'» AS interval day) WHERE id = «1» RETURNING iv`,
+	`UPDATE {t} SET txt = «'i'» WHERE id = «1» RETURNING «'1'»::interval day`,
+	`UPDATE {t} SET txt = «'i'» WHERE id = «1» RETURNING «'1'»::interval`,
+	`UPDATE {t} SET iv = «'P1D'» WHERE id = «1» RETURNING iv`,
+	`UPDATE {t} SET txt = «'i'» WHERE ivd = «'1'» RETURNING id`,
+	`UPDATE {t} SET ts0 = «'2024-01-01 12:34:56.789'» WHERE id = «1» RETURNING ts0`,
+	`UPDATE {t} SET tstz = «'2024-01-01 12:00+02'» WHERE id = «1» RETURNING tstz`,
+	`UPDATE {t} SET d = «'2024-01-01'»::date + «1» WHERE id = «1» RETURNING d`,
+	`UPDATE {t} SET d = date '2024-01-01' WHERE id = «1» RETURNING d`,
+	`UPDATE {t} SET d = «'2024-01-01'»::date + «'1 day'» WHERE id = «1» RETURNING d`,
+	`UPDATE {t} SET ts0 = «'2024-01-01 12:34:56.5'» WHERE id = «1» RETURNING ts0, ts0 = «'2024-01-01 12:34:56.5'»`,
+	`UPDATE {t} SET txt = «'t'» WHERE ts0 = «'2024-01-01 12:34:56.6'»`,
+	// Operators, functions and expressions around constants.
+	`UPDATE {t} SET txt = «'l'» WHERE txt LIKE «'a!%%'» ESCAPE «'!'» RETURNING id`,
+	`UPDATE {t} SET txt = «'l'» WHERE txt LIKE «'a%'» RETURNING id`,
+	`UPDATE {t} SET txt = «'l'» WHERE txt ILIKE «E'A\x25'» RETURNING id`,
+	`UPDATE {t} SET txt = «'l'» WHERE txt = «5»`,
+	`UPDATE {t} SET txt = «5» WHERE id = «1» RETURNING txt`,
+	`UPDATE {t} SET txt = «1.50» WHERE id = «1» RETURNING txt`,
+	`UPDATE {t} SET txt = «'c'» WHERE COALESCE(ch3, «'zz'») = «'zz'» RETURNING id`,
+	`UPDATE {t} SET txt = COALESCE(vc5, «'n'») WHERE id = «3» RETURNING txt, pg_typeof(txt)`,
+	`UPDATE {t} SET txt = CASE WHEN i2 > «1» THEN «'a'» ELSE «'b'» END WHERE id < «5» RETURNING txt`,
+	`UPDATE {t} SET txt = CASE i2 WHEN «1» THEN «'one'» WHEN «2» THEN «'two'» END WHERE id < «5» RETURNING txt`,
+	`UPDATE {t} SET num = CASE WHEN id > «0» THEN «1» ELSE «1» / «0» END WHERE id = «1» RETURNING num`,
+	`UPDATE {t} SET num = «1» / «0» WHERE id = «999»`,
+	`UPDATE {t} SET num = num / «0» WHERE id = «999»`,
+	`UPDATE {t} SET num = «1» WHERE id = «1» AND «1» / «0» = «1»`,
+	`UPDATE {t} SET num = «1» WHERE «1» = «2» AND «1» / «0» = «1»`,
+	`UPDATE {t} SET txt = «'len'» WHERE length(txt) = «3» RETURNING length(«'abc'»)`,
+	`UPDATE {t} SET txt = concat(txt, «1», «'a'», «1.5») WHERE id = «1» RETURNING txt`,
+	`UPDATE {t} SET txt = txt || «'!'» WHERE id = «1» RETURNING txt || «1»`,
+	`UPDATE {t} SET txt = «'a'» || «'b'» WHERE id = «1» RETURNING txt`,
+	`UPDATE {t} SET txt = «'r'» WHERE id = «1» RETURNING «'x'»`,
+	`UPDATE {t} SET txt = «'r'» WHERE id = «1» RETURNING «'x'»::text`,
+	`UPDATE {t} SET txt = «'r'» WHERE id = «1» RETURNING id + «1.5»`,
+	`UPDATE {t} SET txt = «'r'» WHERE id = «1» RETURNING «1», «3000000000», «1.5», «-2147483648», «-9223372036854775808»`,
+	`UPDATE {t} SET txt = «'r'» WHERE id = «1» RETURNING pg_typeof(«'a'»)`,
+	`UPDATE {t} SET txt = «'r'» WHERE id = «1» RETURNING pg_typeof(«1»), pg_typeof(«3000000000»), pg_typeof(«1.5»)`,
+	`UPDATE {t} SET txt = «'r'» WHERE id = «1» RETURNING pg_typeof(id + «3000000000»)`,
+	`UPDATE {t} SET txt = «'r'» WHERE id = «1» RETURNING i2 + «70000», i2 * «1.5»`,
+	`UPDATE {t} SET txt = «'r'» WHERE id = «1» RETURNING «'1'» + «1»`,
+	`UPDATE {t} SET txt = «'r'» WHERE id = «1» RETURNING «'1.5'»::numeric(5,1)`,
+	`UPDATE {t} SET txt = «'x'» WHERE id IN («1», «2.5», «'3'») RETURNING id`,
+	`UPDATE {t} SET txt = «'x'» WHERE id NOT IN («1», «2») AND id < «7» RETURNING id`,
+	`UPDATE {t} SET txt = «'x'» WHERE id BETWEEN «2» AND «4.5» RETURNING id`,
+	`UPDATE {t} SET txt = «'x'» WHERE id BETWEEN SYMMETRIC «4» AND «'2'» RETURNING id`,
+	`UPDATE {t} SET txt = «'x'» WHERE id = ANY(«'{1,2}'») RETURNING id`,
+	`UPDATE {t} SET txt = «'x'» WHERE id IN (SELECT id FROM {t} ORDER BY id LIMIT «2») RETURNING id`,
+	`UPDATE {t} SET txt = «'x'» WHERE id IN (SELECT id FROM {t} ORDER BY id LIMIT «2» OFFSET «1») RETURNING id`,
+	`UPDATE {t} SET txt = «'x'» WHERE id IN (SELECT id FROM {t} ORDER BY id LIMIT «-1»)`,
+	`UPDATE {t} SET txt = «'x'» WHERE id IN (SELECT id FROM {t} ORDER BY id LIMIT «'2'»)`,
+	`UPDATE {t} SET js = js || «'{"b":2}'» WHERE js @> «'{"a":1}'» RETURNING js`,
+	`UPDATE {t} SET js = «'{"a":1}'» WHERE id = «1» RETURNING js -> «'a'», js ->> «0»`,
+	`UPDATE {t} SET ia = ia || «3» WHERE ia @> «'{1}'» RETURNING ia`,
+	`UPDATE {t} SET ia = «'{1,2}'» WHERE id = «1» RETURNING ia[«1»]`,
+	`UPDATE {t} SET ta = «'{a,"b c"}'» WHERE ta && «'{a}'» RETURNING ta`,
+	`UPDATE {t} SET ip = «'10.0.0.1/8'» WHERE ip << «'10.0.0.0/8'» RETURNING ip`,
+	`UPDATE {t} SET uu = «'A0EEBC99-9C0B-4EF8-BB6D-6BB9BD380A11'» WHERE uu = «'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11'» RETURNING uu`,
+	`UPDATE {t} SET ch3 = «'ab'» WHERE ch3 = «'ab '» RETURNING ch3, ch3 = «'ab'»`,
+	`UPDATE {t} SET vc5 = «'ab   '» WHERE vc5 = «'ab'» RETURNING vc5, length(vc5)`,
+	`UPDATE {t} SET b = «'yes'» WHERE b IS NOT NULL AND b = «'t'» RETURNING b`,
+	`UPDATE {t} SET i2 = «1.5», i8 = «2.5», r4 = «1», f8 = «-2147483648» WHERE id = «4» RETURNING i2, i8, r4, f8`,
+	`UPDATE {t} SET ia = ARRAY[«'1'», «'2'»] WHERE id = «1» RETURNING ia`,
+	`UPDATE {t} SET ia = ARRAY[«1», «'2'»] WHERE id = «1» RETURNING ia`,
+	`UPDATE {t} SET ta = ARRAY[«'x'», «E'y'»] WHERE id = «1» RETURNING ta`,
+	`UPDATE {t} SET txt = «'r'» WHERE txt = ANY(«'{abc,x}'») RETURNING id`,
+	`UPDATE {t} SET txt = «'r'» WHERE (id, txt) = («1», «'abc'») RETURNING id`,
+	`UPDATE {t} SET txt = «'r'» WHERE id = (SELECT «1») RETURNING id`,
+	`UPDATE {t} SET txt = «'r'» WHERE id = «1» AND EXISTS (SELECT «1» WHERE «'a'» = «'a'») RETURNING id`,
+	`UPDATE {t} SET txt = v.b FROM (VALUES («1», «'x'»), («2», «'y'»)) v(a, b) WHERE id = v.a RETURNING id, txt`,
+	`UPDATE {t} SET ivd = v.b FROM (VALUES («1», «'1'»)) v(a, b) WHERE id = v.a RETURNING ivd`,
+	`WITH v AS (SELECT «'1'» AS x) UPDATE {t} SET txt = v.x FROM v WHERE id = «1» RETURNING txt`,
+	`WITH v AS (SELECT «1.5» AS x) UPDATE {t} SET i2 = v.x FROM v WHERE id = «1» RETURNING i2`,
+	`UPDATE {t} SET (txt, i2) = («'a'», «5») WHERE id = «1» RETURNING txt, i2`,
+	`UPDATE {t} SET (txt, ivd) = (SELECT «'a'», «'1'») WHERE id = «1» RETURNING txt, ivd`,
+	`UPDATE {t} SET (txt, i2) = (SELECT «'a'», «70000») WHERE id = «1»`,
+	`UPDATE {t} SET i2 = DEFAULT, txt = «'a'» COLLATE "C" WHERE id = «1» RETURNING txt`,
+	`UPDATE {t} SET txt = «'r'» WHERE txt > «'ABC'» COLLATE "C" AND id < «7» RETURNING id`,
+	`UPDATE {t} SET txt = format(«'%s-%s'», «1», «'x'») WHERE id = «1» RETURNING txt`,
+	`UPDATE {t} SET txt = «'a'»::text || «1» WHERE id = «1» RETURNING txt`,
+	`UPDATE {t} SET num = «'1'»::numeric + «'2'» WHERE id = «1» RETURNING num`,
+	`UPDATE {t} SET i8 = «'9223372036854775807'» + «1» WHERE id = «1»`,
+	`UPDATE {t} SET i2 = «32767» + «1» WHERE id = «999»`,
+	`UPDATE {t} SET i2 = «-32768»::int2 WHERE id = «1»`,
+	`UPDATE {t} SET i2 = «- 32768» WHERE id = «1» RETURNING i2`,
+	`UPDATE {t} SET i2 = - «-5» WHERE id = «1» RETURNING i2`,
+	`UPDATE {t} SET num = «-1e400» WHERE id = «1» RETURNING num < «0»`,
+	`UPDATE {t} SET num = «2» ^ «1000» WHERE id = «1» RETURNING num > «0»`,
+	`UPDATE {t} SET num = «.5e-3» + «5.» + «1E+2» WHERE id = «1» RETURNING num`,
+	`UPDATE {t} SET txt = «'r'» WHERE id IN (SELECT id FROM {t} ORDER BY id LIMIT «1.5») RETURNING id`,
+	`UPDATE {t} SET txt = «'r'» WHERE id IN (SELECT id FROM {t} ORDER BY id OFFSET «'1'» LIMIT «2») RETURNING id`,
+	`UPDATE {t} SET txt = «'r'» WHERE id = «1» OR «1» / «0» = «1»`,
+	`UPDATE {t} SET txt = «$$a$$» || «$tag$b$tag$» WHERE id = «1» RETURNING txt`,
+	`UPDATE {t} SET txt = «U&'d\0061t\+000061'» WHERE id = «1» RETURNING txt`,
+	`UPDATE {t} SET txt = «U&'!0041'» UESCAPE '!' WHERE id = «1» RETURNING txt`,
+	`UPDATE {t} SET txt = «E'\101\u0042'» WHERE id = «1» RETURNING txt`,
+	`UPDATE {t} SET txt = «'é'» WHERE id = «1» RETURNING txt, length(txt)`,
+	`UPDATE {t} SET txt = «'a'» WHERE id = «1» RETURNING «'a'» = txt`,
+	`INSERT INTO {t} (id, txt, ivd) SELECT «50», «'x'», «'1'» RETURNING txt, ivd`,
+	`INSERT INTO {t} (id, txt) SELECT «50», «'x'» UNION ALL SELECT «51», «'y'» RETURNING txt`,
+	// Stale rows: the fence refuses the write to row 7.
+	`UPDATE {t} SET vc5 = «'abcdef'» WHERE id = «7»`,
+	`UPDATE {t} SET num = «1» / «0» WHERE id = «7»`,
+	`UPDATE {t} SET num = «1» WHERE id = «7» AND «1» / «0» = «1»`,
+	`UPDATE {t} SET txt = «'s'» WHERE id = «7»`,
+	`UPDATE {t} SET txt = «'s'» WHERE txt = «'stale'» RETURNING id`,
+	`DELETE FROM {t} WHERE id = «7»`,
+	`DELETE FROM {t} WHERE id >= «6»`,
+	`INSERT INTO {t} (id, txt) VALUES («7», «'s'») ON CONFLICT (id) DO UPDATE SET txt = excluded.txt`,
+	`INSERT INTO {t} (id, txt) VALUES («7», «'s'») ON CONFLICT (id) DO NOTHING`,
+	// INSERT forms.
+	`INSERT INTO {t} (id, i2, txt, d) VALUES («50», «70000», «'x'», «'2024-01-01'»)`,
+	`INSERT INTO {t} (id, i2, txt, d) VALUES («50», «7», «'x'», «'2024-01-01'») RETURNING *`,
+	`INSERT INTO {t} (id, num52, ivd, dom) VALUES («50», «'1.237'», «'1'», «'7'») RETURNING num52, ivd, dom`,
+	`INSERT INTO {t} (id, txt) VALUES («50», «'a'»), («51», «E'b'»), («52», «$$c$$») RETURNING id, txt`,
+	`INSERT INTO {t} (id, num) VALUES («50», «1»), («51», «1.5»), («52», «3000000000») RETURNING num, pg_typeof(num)`,
+	`INSERT INTO {t} (id, i2) VALUES («50», «1»), («51», «'2'») RETURNING i2`,
+	`INSERT INTO {t} (id, i2) VALUES («50», «1»), («51», «70000»)`,
+	`INSERT INTO {t} (id, ivd) VALUES («50», «'1'»), («51», «'2'») RETURNING ivd`,
+	`INSERT INTO {t} (id, dom) VALUES («50», «'7'»), («51», «'-2'»)`,
+	`INSERT INTO {t} (id, txt) VALUES («1», «'c'») ON CONFLICT (id) DO UPDATE SET txt = excluded.txt || «'!'» RETURNING txt`,
+	`INSERT INTO {t} (id, txt) VALUES («1», «'c'») ON CONFLICT (id) DO UPDATE SET num52 = «'1.237'» WHERE {t}.i2 > «0» RETURNING num52`,
+	`INSERT INTO {t} (id, ivd) VALUES («1», «'1'») ON CONFLICT (id) DO UPDATE SET ivd = «'1'» RETURNING ivd`,
+	`INSERT INTO {t} (id, dom) VALUES («1», «'2'») ON CONFLICT (id) DO UPDATE SET dom = «'-3'» WHERE false`,
+	`INSERT INTO {t} (id, txt) SELECT id + «100», txt || «'x'» FROM {t} WHERE id < «3» RETURNING id, txt`,
+	`INSERT INTO {t} (id, txt) VALUES («1.5», «'x'»)`,
+	`INSERT INTO {t} (id, txt) VALUES («'60'», «'x'») RETURNING id`,
+	`INSERT INTO {t} (id, txt) VALUES («60», «'x'») RETURNING «'x'», «1» + id, pg_typeof(«1.5»)`,
+	// DELETE forms.
+	`DELETE FROM {t} WHERE id = «1.0» RETURNING id, «'gone'»::text`,
+	`DELETE FROM {t} WHERE txt = «$$abc$$» RETURNING txt`,
+	`DELETE FROM {t} WHERE i2 < «1e400» AND id < «7» RETURNING id`,
+	`DELETE FROM {t} WHERE ivd = «'1 day'» RETURNING id`,
+	`DELETE FROM {t} WHERE dom = «'-1'»`,
+	`DELETE FROM {t} WHERE d > «'2023-12-31'» RETURNING d`,
+	`DELETE FROM {t} WHERE id IN (SELECT id FROM {t} WHERE id < «7» ORDER BY id DESC LIMIT «1») RETURNING id`,
+	`DELETE FROM {t} WHERE iv > «'1 hour'» AND id < «7» RETURNING iv`,
+}
+
+// oracleGenerated returns n texts combining, at random (seeded), an assignment of a constant to a column, a
+// condition and a RETURNING list.
+func oracleGenerated(n int) []string {
+	rng := rand.New(rand.NewSource(20))
+	values := map[string][]string{
+		"i2":    {"«5»", "«70000»", "«'12'»", "«-32768»", "«1.5»", "«'1.5'»", "«E'7'»", "«$$8$$»", "«3000000000»", "«-5»"},
+		"i8":    {"«9223372036854775807»", "«-9223372036854775808»", "«9223372036854775808»", "«'42'»", "«2.5»", "«U&'\\0034\\0032'»", "«-1»"},
+		"num":   {"«1e400»", "«.5»", "«007»", "«'NaN'»", "«-0.0»", "«'1e5'»", "«-2147483648»", "«12345678901234567890.5»"},
+		"num52": {"«'1.237'»", "«999.995»", "«1.237»", "«-999.99»", "«5»", "«'abc'»"},
+		"r4":    {"«1.5»", "«'1e39'»", "«1e39»", "«'NaN'»", "«3»", "«3000000000»"},
+		"f8":    {"«1e400»", "«'Infinity'»", "«.1»", "«-2147483648»", "«'-1e-400'»"},
+		"txt":   {"«'it''s'»", "«E'\\x41'»", "«U&'\\0041'»", "«$$dol$$»", "«$q$x$q$»", "«''»", "«5»", "«1.5»", "«E'a\\nb'»"},
+		"vc5":   {"«'abcdef'»", "«'abcde  '»", "«'ab'»", "«E'abc'»", "«12345»", "«123456»"},
+		"ch3":   {"«'ab'»", "«'abcd'»", "«'abc   '»", "«E'x'»", "«$$yz$$»"},
+		"b":     {"«'t'»", "«'yes'»", "«'maybe'»", "«E'f'»", "true"},
+		"d":     {"«'2024-02-29'»", "«'2023-02-29'»", "«'epoch'»", "«'infinity'»", "«$$2020-01-01$$»"},
+		"ts0":   {"«'2024-01-01 12:34:56.789'»", "«'2024-13-01'»", "«'2024-01-01'»"},
+		"tstz":  {"«'2024-01-01 12:00+02'»", "«'2024-01-01 12:00:00.5 UTC'»"},
+		"iv":    {"«'1 day 2 hours'»", "«'P1D'»", "«'1'»", "«'bogus'»", "«'-1.5 years'»"},
+		"ivd":   {"«'1'»", "«'1 day 3 hours'»", "«'36 hours'»", "«'2'»"},
+		"js":    {"«'{\"a\":1}'»", "«'{bad'»", "«'[1,2]'»", "«$${\"x\": [true]}$$»"},
+		"ia":    {"«'{1,2}'»", "«'{1,x}'»", "«'{}'»", "«'{3000000000}'»"},
+		"ta":    {"«'{a,\"b c\"}'»", "«'{}'»", "«E'{x}'»"},
+		"by":    {"«'\\x41'»", "«E'\\\\x4142'»", "«'abc'»", "«'\\x4'»"},
+		"uu":    {"«'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11'»", "«'nope'»"},
+		"ip":    {"«'10.0.0.1/8'»", "«'::1'»", "«'300.1.1.1'»"},
+		"dom":   {"«5»", "«-5»", "«'7'»", "«'-7'»", "«0»", "«'x'»"},
+		"en":    {"«'ok'»", "«'angry'»", "«'happy'»"},
+	}
+	cols := make([]string, 0, len(values))
+	for c := range values {
+		cols = append(cols, c)
+	}
+	sort.Strings(cols)
+	conds := []string{
+		"id = «1»", "id = «1.5»", "id = «'2'»", "id = «2.0»", "id IN («1», «2.5», «'3'»)", "id BETWEEN «2» AND «4»",
+		"id = «-2147483648»", "id = «3000000000»", "id = «9223372036854775808»", "i2 = «70000»", "i2 = «'70000'»",
+		"i2 < «1e400» AND id < «7»", "txt LIKE «'a%'»", "txt LIKE «'a!%%'» ESCAPE «'!'»", "num = «.5»", "num52 = «1.25»",
+		"r4 = «1.1»", "f8 > «'1e-3'»", "b = «'t'»", "d > «'2024-01-01'»", "ts0 = «'2024-01-01 12:34:56.6'»",
+		"iv > «'1 hour'» AND id < «7»", "js @> «'{\"a\":1}'»", "ia @> «'{1}'»", "ta && «'{a}'»", "ip << «'10.0.0.0/8'»",
+		"dom = «'5'»", "en = «'ok'»", "en > «'sad'»", "ch3 = «'ab'»", "vc5 = «'ab '»", "COALESCE(txt, «'zz'») = «'zz'»",
+		"CASE WHEN i2 > «1» THEN «'a'» ELSE «'b'» END = txt", "length(txt) = «3»", "i8 + «3000000000» > «0»",
+		"i2 - «2147483648» < «0» AND id < «7»", "id IN (SELECT id FROM {t} ORDER BY id LIMIT «2»)", "id = ANY(«'{1,2}'»)",
+		"concat(txt, «1») = «'51'»", "d = «'2023-12-31'»::date + «1»", "id = «7»", "txt = «'stale'»", "id = «999»",
+		"ivd = «'1'»", "ivd = «'1 day'»", "dom > «'-1'» AND id < «7»", "«1» = «1» AND id < «3»",
+	}
+	returns := []string{"", "", " RETURNING id", " RETURNING *", " RETURNING «'x'»", " RETURNING id + «1.5»",
+		" RETURNING pg_typeof(«'a'»)", " RETURNING «1», «3000000000», «1.5»", " RETURNING txt || «'!'»",
+		" RETURNING length(«'abc'»)", " RETURNING concat(«'a'», «1»)", " RETURNING pg_typeof(id + «3000000000»)",
+		" RETURNING i2 + «70000»", " RETURNING COALESCE(txt, «'n'»)", " RETURNING «E'\\x41'» || txt"}
+	pick := func(s []string) string { return s[rng.Intn(len(s))] }
+	out := make([]string, 0, n)
+	for len(out) < n {
+		col := pick(cols)
+		val := pick(values[col])
+		ret := pick(returns)
+		switch rng.Intn(6) {
+		case 0, 1:
+			set := col + " = " + val
+			if rng.Intn(3) == 0 {
+				c2 := pick(cols)
+				if c2 != col {
+					set += ", " + c2 + " = " + pick(values[c2])
+				}
+			}
+			out = append(out, "UPDATE {t} SET "+set+" WHERE "+pick(conds)+ret)
+		case 2:
+			out = append(out, "DELETE FROM {t} WHERE "+pick(conds)+ret)
+		case 3:
+			out = append(out, fmt.Sprintf("INSERT INTO {t} (id, %s) VALUES («%d», %s)%s", col, 50+rng.Intn(10), val, ret))
+		case 4:
+			out = append(out, fmt.Sprintf("INSERT INTO {t} (id, %s) VALUES («50», %s), («51», %s)%s", col, val, pick(values[col]), ret))
+		case 5:
+			out = append(out, fmt.Sprintf("INSERT INTO {t} (id, %s) VALUES («%d», %s) ON CONFLICT (id) DO UPDATE SET %s = %s%s",
+				col, 1+rng.Intn(8), val, col, pick(values[col]), ret))
+		}
+	}
+	return out
+}
+
+// TestPreparedTemplatesMatchSQL is the oracle: see the comment at the top of the file.
+func TestPreparedTemplatesMatchSQL(t *testing.T) {
+	pgtest.Require(t, pg)
+	ctx := ctxT(t)
+	d := direct(t)
+	table, dom, enum := fxName(t, "po"), fxName(t, "posint"), fxName(t, "mood")
+	fxExec(t, d, fmt.Sprintf("CREATE DOMAIN %s AS int4 CHECK (VALUE > 0)", dom))
+	fxExec(t, d, fmt.Sprintf("CREATE TYPE %s AS ENUM ('sad', 'ok', 'happy')", enum))
+	fxExec(t, d, "CREATE TABLE "+table+fmt.Sprintf(oracleColumns, dom, enum))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		c, err := pgconn.Connect(ctx, pg.SuperDSN())
+		if err == nil {
+			c.Exec(ctx, fmt.Sprintf("DROP TABLE IF EXISTS %s; DROP DOMAIN IF EXISTS %s; DROP TYPE IF EXISTS %s", table, dom, enum)).ReadAll()
+			c.Close(ctx)
+		}
+	})
+	fxExec(t, d, fmt.Sprintf(oracleSeed, table))
+
+	r, err := rewrite.New(rewrite.Config{Tables: []rewrite.Table{{Name: table, TokenColumn: "fence_token"}}, Verify: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &oracleSession{t: t, ctx: ctx, c: d.PgConn(), table: table}
+	s.exec("SET fence.token = '" + oracleSessionToken + "'")
+
+	corpus := append(append([]string{}, oracleHandCases...), oracleGenerated(500)...)
+	var st oracleStats
+	st.prepareCodes = map[string]int{}
+	names := strings.NewReplacer("{t}", table, "{dom}", dom)
+	for _, marked := range corpus {
+		s.check(r, names.Replace(marked), &st)
+	}
+	t.Logf("%d texts: %d not rewritten, %d not prepared by the cache, %d PREPARE failures (%s), %d refused by the vetting "+
+		"query (%d of which behave differently), %d compared (%d failing as SQL, %d of them at a stale row; %d mismatches; "+
+		"%d generic plans without a planning-time error)",
+		st.tried, st.notRewritten, st.notPrepared, st.prepareFailed, st.codes(), st.vetRefused, st.vetNeeded, st.compared,
+		st.failing, st.stale, st.mismatches, st.skippedFolding)
+	// Every text of the corpus is a write to the protected table, built so that its shape has a template; the ones
+	// that are not compared are those whose constants have no type of their own in their place (RETURNING 'x',
+	// pg_typeof('a')) or that the vetting query refuses. Below this share, the generator tests too little.
+	if min := st.tried * 3 / 4; st.compared < min {
+		t.Errorf("only %d of %d texts were prepared and compared (want at least %d): the corpus tests too little", st.compared, st.tried, min)
+	}
+}
+
+type oracleStats struct {
+	tried, notRewritten, notPrepared, prepareFailed, vetRefused, vetNeeded, compared, failing, stale, mismatches int
+	skippedFolding                                                                                               int
+	prepareCodes                                                                                                 map[string]int
+}
+
+func (st *oracleStats) codes() string {
+	codes := make([]string, 0, len(st.prepareCodes))
+	for c, n := range st.prepareCodes {
+		codes = append(codes, fmt.Sprintf("%s×%d", c, n))
+	}
+	sort.Strings(codes)
+	return strings.Join(codes, " ")
+}
+
+// check plans the three variants of a corpus text and, when the third is served by a prepared template, runs it
+// as SQL and prepared (as the proxy does: PREPARE outside a transaction block, then the vetting query), under
+// custom and generic plans, and compares.
+func (s *oracleSession) check(r *rewrite.Rewriter, marked string, st *oracleStats) {
+	t := s.t
+	st.tried++
+	cache := rewrite.NewCache(r, 16)
+	variants := oracleVariants(marked)
+	var p rewrite.Plan
+	for _, text := range variants {
+		p = cache.Plan([]byte(text), rewrite.DefaultSettings)
+	}
+	text := variants[2]
+	if p.Action != rewrite.Rewrite {
+		st.notRewritten++
+		t.Logf("not rewritten (%v %s): %s", p.Action, p.Code, text)
+		return
+	}
+	if p.Prepared == nil {
+		st.notPrepared++
+		if testing.Verbose() {
+			t.Logf("not prepared: %s", text)
+		}
+		return
+	}
+	want := s.inTransaction(p.SQL)
+	if _, err := s.run("PREPARE " + oracleStmtName + " " + p.Prepared.Body); err != nil {
+		st.prepareFailed++
+		code := err.(*pgconn.PgError).Code
+		st.prepareCodes[code]++
+		if testing.Verbose() {
+			t.Logf("PREPARE fails (%s %v): %s", code, err, text)
+		}
+		return
+	}
+	defer s.exec("DEALLOCATE " + oracleStmtName)
+	vet, err := s.run(rewrite.VetQuery(oracleStmtName))
+	if err != nil || len(vet.rows) != 1 {
+		t.Fatalf("vetting query: %v %v", err, vet)
+	}
+	execute := "EXECUTE " + oracleStmtName + p.Args
+	if vet.rows[0] != `("t")` {
+		st.vetRefused++
+		// Not executed by the proxy: see whether it would have mattered.
+		for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
+			s.exec("SET plan_cache_mode = " + mode)
+			if got := s.inTransaction(execute); !want.same(got) {
+				st.vetNeeded++
+				if testing.Verbose() {
+					t.Logf("refused by the vetting query, rightly (%s): %s\n  SQL does:     %v\n  EXECUTE does: %v", mode, text, want, got)
+				}
+				break
+			}
+		}
+		return
+	}
+	st.compared++
+	if want.code != "" {
+		st.failing++
+	}
+	if want.marker != "" {
+		st.stale++
+	}
+	s.exec("SET plan_cache_mode = force_custom_plan")
+	custom := s.inTransaction(execute)
+	if !want.same(custom) {
+		st.mismatches++
+		t.Errorf("behaves differently prepared (custom plan):\n%s", oracleReport(text, p, want, custom))
+	}
+	s.exec("SET plan_cache_mode = force_generic_plan")
+	got := s.inTransaction(execute)
+	switch {
+	case want.same(got):
+	case want.code != "" && want.marker == "" && got.code == "" && want.same(custom) && s.planningError(p.SQL) == want.code:
+		// The filled template fails while planning (its EXPLAIN fails; a custom plan, which folds the constants
+		// as the SQL does, fails alike): a generic plan does not fold constants, so the error is not raised
+		// (see "generic plan" in rewrite/prepared.go). Never a fence's error: those are raised per row.
+		st.skippedFolding++
+		if testing.Verbose() {
+			t.Logf("generic plan skips a planning-time error: %s\n  SQL does:     %v\n  EXECUTE does: %v", text, want, got)
+		}
+	default:
+		st.mismatches++
+		t.Errorf("behaves differently prepared (generic plan):\n%s", oracleReport(text, p, want, got))
+	}
+}
+
+// planningError is the SQLSTATE with which sql fails before it runs (EXPLAIN plans it), "" if it does not.
+func (s *oracleSession) planningError(sql string) string {
+	return s.inTransaction("EXPLAIN " + sql).code
+}
+
+func oracleReport(text string, p rewrite.Plan, want, got oracleOutcome) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "  text:    %s\n  SQL:     %s\n  PREPARE: %s\n  EXECUTE: %s\n", text, p.SQL, p.Prepared.Body, p.Args)
+	fmt.Fprintf(&b, "  SQL does:     %v\n  EXECUTE does: %v", want.brief(), got.brief())
+	if want.code == "" && got.code == "" && want.table != got.table {
+		w, g := strings.Split(want.table, "\n"), strings.Split(got.table, "\n")
+		for i := 0; i < len(w) || i < len(g); i++ {
+			var wl, gl string
+			if i < len(w) {
+				wl = w[i]
+			}
+			if i < len(g) {
+				gl = g[i]
+			}
+			if wl != gl {
+				fmt.Fprintf(&b, "\n  row after SQL:     %s\n  row after EXECUTE: %s", wl, gl)
+			}
+		}
+	}
+	return b.String()
+}
