@@ -24,68 +24,50 @@ import (
 //   - an integer that fits 32 bits: pg_catalog.int4; one that fits 64 bits:
 //     pg_catalog.int8; any other number: pg_catalog.numeric; a unary minus is
 //     folded into the constant and typed with it (-2147483648 is an int4);
-//   - '...', E'...', U&'...' and dollar-quoted strings: pg_catalog.unknown,
-//     which the server resolves from the parameter's context exactly as it
-//     resolves an untyped literal there (an argument that does not convert
-//     fails as the literal would);
-//   - N'...', B'...' and X'...' constants: not prepared (the text is sent as
-//     SQL).
+//   - strings of every form ('...', E'...', U&'...', dollar-quoted, N'...',
+//     B'...', X'...'): not prepared (the text is sent as SQL).
+//
+// A number's type is its own, wherever it stands; a string literal's type is
+// its context's, and a parameter standing for it would not be read as the
+// literal is. A parameter declared pg_catalog.unknown takes its type from its
+// context once, at PREPARE, and keeps it: when the context changes under
+// the prepared statement (a migration changes the column's type, another
+// table of the same name comes first in the search_path), PostgreSQL
+// analyses the statement again with the old type, so '2024-1-1' written to a
+// column that was a date and is now text is stored as 2024-01-01, and '007'
+// written to an int column in one schema and a text column in another is 7.
+// Even in an unchanged context, an interval's input sees the context's type
+// modifier only for a literal (interval '1' for an interval day column is a
+// day, the parameter a second, truncated to 0), and a domain's constraints
+// are checked when the literal's value is used (per row) but when EXECUTE's
+// argument is read (so a failing CHECK fails an UPDATE of no row). The
+// oracle test in proxy (prepared_oracle_test.go) showed each of these.
+//
+// A statement that returns rows (RETURNING, or a SELECT at the top) is not
+// prepared either: PostgreSQL refuses to run a prepared statement whose
+// result columns changed since PREPARE (SQLSTATE 0A000, cached plan must not
+// change result type), which a migration as common as ADD COLUMN does to a
+// RETURNING *; the text sent as SQL would not fail.
 //
 // A template that the server cannot prepare (a constant where the grammar
-// needs a literal, such as a type modifier; a string whose type nothing
-// decides) fails its PREPARE, which the proxy sends only outside any
-// transaction block, on its own: nothing of the client's is affected, and
-// the shape is sent as SQL from then on (MarkFailed).
-//
-// A string parameter is not always read as the string literal it stands
-// for: PostgreSQL gives the input function of an interval the type modifier
-// of its context only for a literal (interval '1' assigned to an interval
-// day column is a day, the parameter a second, truncated to 0), and checks a
-// domain's constraints when the literal's value is used (per row) but when
-// EXECUTE's argument is read (so a failing CHECK fails even an UPDATE of no
-// row). The rewrite cannot know which type a parameter takes, the server
-// can: the proxy sends VetQuery right after a successful PREPARE and, when
-// it returns false (a parameter of an interval or domain type), deallocates
-// the statement and marks it failed (the oracle test in proxy shows both
-// differences and that the vetting excludes them).
+// needs a literal, such as a type modifier) fails its PREPARE, which the
+// proxy sends only outside any transaction block, on its own: nothing of the
+// client's is affected, and the shape is sent as SQL from then on
+// (MarkFailed).
 //
 // One difference remains, by design of PostgreSQL's plan cache: a generic
 // plan (which PostgreSQL may choose from a prepared statement's sixth
 // execution on) does not fold constant subexpressions, so an error that the
-// filled template raises only while planning (a constant too long for a
+// filled template raises only while planning (a number too large for a
 // column that no row receives, a division by zero in a branch not taken) is
 // not raised: EXECUTE then does what the statement does without that
-// premature error, as it would for a client's own prepared statement.
+// premature error, as it would for a client's own prepared statement. No
+// fence error is among them: the fence raises its errors per row.
 //
 // Only templates of one statement, in ASCII without a backslash, are
 // prepared: such a text reads the same under every client_encoding and
 // standard_conforming_strings, so a PREPARE sent later, under other settings,
 // means what it meant when the template was built.
-
-// VetQuery is the query the proxy sends right after PREPARE name succeeded
-// (in the same simple Query, or on its own): one row with one boolean, false
-// when a parameter took a type whose literals the server reads otherwise
-// than its parameters (an interval: the literal's input sees the context's
-// type modifier; a domain: the literal's constraints are checked when its
-// value is used). name is the statement's name as the server stores it
-// (lower case for an unquoted name). Every name is schema-qualified: the
-// session's search_path is the client's.
-func VetQuery(name string) string {
-	return "SELECT pg_catalog.count(*) OPERATOR(pg_catalog.=) 0 FROM pg_catalog.pg_prepared_statements s, " +
-		"pg_catalog.unnest(s.parameter_types) p(t), pg_catalog.pg_type y WHERE s.name OPERATOR(pg_catalog.=) " +
-		quoteLiteral(name) + " AND y.oid OPERATOR(pg_catalog.=) p.t::pg_catalog.oid AND " +
-		"(y.typtype OPERATOR(pg_catalog.=) 'd' OR y.oid OPERATOR(pg_catalog.=) 'pg_catalog.interval'::pg_catalog.regtype)"
-}
-
-// quoteLiteral is s as a string literal that reads the same whatever
-// standard_conforming_strings is.
-func quoteLiteral(s string) string {
-	q := "'" + strings.ReplaceAll(s, "'", "''") + "'"
-	if strings.IndexByte(s, '\\') >= 0 {
-		q = "E" + strings.ReplaceAll(q, `\`, `\\`)
-	}
-	return q
-}
 
 // Prepared is a shape template as a statement to prepare: immutable but for
 // its failed mark, and shared by every text of the shape.
@@ -113,10 +95,8 @@ func paramType(c byte) string {
 		return "pg_catalog.int8"
 	case 'f', '-':
 		return "pg_catalog.numeric"
-	case 's', 'e', 'u', 'd':
-		return "pg_catalog.unknown"
 	}
-	return ""
+	return "" // strings (see above)
 }
 
 // preparedOf returns the template SQL sql (parameters $1..$n standing for
@@ -126,7 +106,8 @@ func preparedOf(sql string, classes []byte) *Prepared {
 	if !isASCIIString(sql) || strings.IndexByte(sql, '\\') >= 0 {
 		return nil
 	}
-	if tree, err := pg.Parse(sql); err != nil || len(tree.Stmts) != 1 {
+	tree, err := pg.Parse(sql)
+	if err != nil || len(tree.Stmts) != 1 || returnsRows(tree.Stmts[0].Stmt) {
 		return nil
 	}
 	var b strings.Builder
@@ -144,6 +125,21 @@ func preparedOf(sql string, classes []byte) *Prepared {
 	b.WriteString(") AS ")
 	b.WriteString(sql)
 	return &Prepared{Body: b.String()}
+}
+
+// returnsRows reports whether the statement stmt returns rows: anything but
+// an INSERT, UPDATE or DELETE without RETURNING (a data-modifying WITH's
+// RETURNING feeds the statement, not the client).
+func returnsRows(stmt *pg.Node) bool {
+	switch n := stmt.GetNode().(type) {
+	case *pg.Node_InsertStmt:
+		return len(n.InsertStmt.ReturningList) > 0
+	case *pg.Node_UpdateStmt:
+		return len(n.UpdateStmt.ReturningList) > 0
+	case *pg.Node_DeleteStmt:
+		return len(n.DeleteStmt.ReturningList) > 0
+	}
+	return true
 }
 
 // executeArgs is the argument list of an EXECUTE of a shape's prepared
