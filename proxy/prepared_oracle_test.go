@@ -19,17 +19,18 @@ import (
 )
 
 // The prepared-template oracle (issue 20): for a text served by a shape template, the proxy may send
-// PREPARE name Plan.Prepared.Body once and EXECUTE name Plan.Args instead of Plan.SQL. The server is the oracle:
-// every text of a corpus of writes with inlined constants runs both ways on a real PostgreSQL, and the two must
-// do the same thing (command tag, RETURNING rows with their column names and types, the table afterwards,
-// SQLSTATE and fence marker of a failure), under both the custom plans of a statement's first executions and
-// the generic plan a prepared statement settles on. A PREPARE that fails is acceptable (the proxy sends the
-// text as SQL instead) and is counted.
+// PREPARE name Plan.Prepared.Body once per upstream connection and then EXECUTE name Plan.Args instead of
+// Plan.SQL. The server is the oracle: every text of a corpus of writes with inlined constants runs both ways on a
+// real PostgreSQL, and the two must do the same thing (command tag, RETURNING rows with their column names and
+// types, the table afterwards, SQLSTATE and fence marker of a failure): under the custom plans of a statement's
+// first executions and the generic plan a prepared statement settles on, and again after what the prepared
+// statement's names mean changed (search_path, column types) and after the session's token changed. A PREPARE
+// that fails is acceptable (the proxy sends the text as SQL instead) and is counted. Texts the cache must not
+// prepare (string constants, RETURNING: rewrite/prepared.go says why) must come without Plan.Prepared.
 
-// oracleSeedToken is the session's token; every seeded row holds a smaller one but the stale row.
+// oracleSessionToken is the session's token; every seeded row holds a smaller one but the stale row.
 const (
 	oracleSessionToken = "100"
-	oracleStaleID      = 7
 	oracleStmtName     = "fenceproxy_oracle_stmt"
 )
 
@@ -75,13 +76,6 @@ type oracleOutcome struct {
 	marker string // the fence's fenceproxy|55F0x marker in the failure's message, if any
 	msg    string
 	table  string // the table afterwards (not compared for a failure: it is rolled back)
-}
-
-func (o oracleOutcome) String() string {
-	if o.code != "" {
-		return fmt.Sprintf("ERROR %s %s (marker %q)", o.code, o.msg, o.marker)
-	}
-	return fmt.Sprintf("%s fields %v rows %v\n    table %s", o.tag, o.fields, o.rows, o.table)
 }
 
 // brief is o without the table.
@@ -751,12 +745,13 @@ func TestPreparedTemplatesMatchSQL(t *testing.T) {
 	for _, marked := range corpus {
 		s.check(r, names.Replace(marked), preparable(marked), &st)
 	}
-	t.Logf("%d texts (%d with numbers only and no RETURNING): %d not rewritten, %d not prepared by the cache (%d of "+
-		"them with numbers only and no RETURNING), %d PREPARE failures (%s; %d of them of a text that runs as SQL), %d compared (%d failing as SQL, %d of them "+
-		"at a stale row; %d mismatches; %d generic plans without a planning-time error; %d mismatches after a "+
-		"search_path change or a migration)", st.tried, st.preparable, st.notRewritten, st.notPrepared,
-		st.notPreparedPreparable, st.prepareFailed, st.codes(), st.prepareFailedSQLRuns, st.compared, st.failing, st.stale, st.mismatches,
-		st.skippedFolding, st.driftMismatches)
+	t.Logf("%d texts, %d of them with numbers only and no RETURNING; %d not rewritten; %d not prepared by the cache "+
+		"(%d of them with numbers only and no RETURNING); %d PREPARE failures (%s), %d of them of a text that runs as SQL",
+		st.tried, st.preparable, st.notRewritten, st.notPrepared, st.notPreparedPreparable, st.prepareFailed, st.codes(),
+		st.prepareFailedSQLRuns)
+	t.Logf("%d compared (%d failing as SQL, %d of them at a stale row): %d mismatches; %d mismatches after a search_path "+
+		"change, a migration or a token change; %d generic-plan executions spared a planning-time error of the SQL",
+		st.compared, st.failing, st.stale, st.mismatches, st.driftMismatches, st.skippedFolding)
 	// The texts with numbers only and no RETURNING are the ones the cache prepares; those it does not are the
 	// ones whose numbers stand where the grammar needs a literal, or that PostgreSQL refuses as SQL too (a
 	// number assigned to a bool, text compared with a number). Below this share the corpus tests too little, or
@@ -847,21 +842,8 @@ func (s *oracleSession) check(r *rewrite.Rewriter, marked string, preparable boo
 		t.Errorf("behaves differently prepared (custom plan):\n%s", oracleReport(text, p, want, custom))
 	}
 	s.exec("SET plan_cache_mode = force_generic_plan")
-	got := s.inTransaction(execute)
-	switch {
-	case want.same(got):
-	case want.code != "" && want.marker == "" && want.same(custom) && s.planningError(p.SQL) == want.code:
-		// The filled template fails while planning (its EXPLAIN fails; a custom plan, which folds the constants
-		// as the SQL does, fails alike): a generic plan does not fold constants, so that error is not raised and
-		// the statement runs, to its end or to another error, a fence's included (see "generic plan" in
-		// rewrite/prepared.go). The SQL's own error is never a fence's: those are raised per row.
-		st.skippedFolding++
-		if testing.Verbose() {
-			t.Logf("generic plan skips a planning-time error: %s\n  SQL does:     %v\n  EXECUTE does: %v", text, want.brief(), got.brief())
-		}
-	default:
+	if !s.genericAgrees(text, p, want, custom, s.inTransaction(execute), st) {
 		st.mismatches++
-		t.Errorf("behaves differently prepared (generic plan):\n%s", oracleReport(text, p, want, got))
 	}
 
 	// The statement stays prepared on the connection while what its names mean changes: another table of the
@@ -870,17 +852,54 @@ func (s *oracleSession) check(r *rewrite.Rewriter, marked string, preparable boo
 	// analysed afresh. Both must still do the same.
 	s.exec("SET plan_cache_mode = force_custom_plan")
 	s.exec("SET search_path = " + s.otherSchema + ", public")
-	want, got = s.inTransaction(p.SQL), s.inTransaction(execute)
+	elsewhere, got := s.inTransaction(p.SQL), s.inTransaction(execute)
 	s.exec("RESET search_path")
-	if !want.same(got) {
+	if !elsewhere.same(got) {
 		st.driftMismatches++
 		t.Errorf("behaves differently prepared, after a search_path change to a table of other column types:\n%s",
-			oracleReport(text, p, want, got))
+			oracleReport(text, p, elsewhere, got))
 	}
 	if want, got := s.inTransactionAfter(s.migration, p.SQL), s.inTransactionAfter(s.migration, execute); !want.same(got) {
 		st.driftMismatches++
 		t.Errorf("behaves differently prepared, after column types change (%s):\n%s", s.migration, oracleReport(text, p, want, got))
 	}
+	// The session's token changes between the executions of a statement prepared once per connection: the fence
+	// reads it each time (a smaller one than some rows hold, one that is not a token).
+	for _, token := range []string{"15", "abc"} {
+		s.exec("SET fence.token = '" + token + "'")
+		s.exec("SET plan_cache_mode = force_custom_plan")
+		want, custom := s.inTransaction(p.SQL), s.inTransaction(execute)
+		if !want.same(custom) {
+			st.driftMismatches++
+			t.Errorf("behaves differently prepared, with the token %q (custom plan):\n%s", token, oracleReport(text, p, want, custom))
+		}
+		s.exec("SET plan_cache_mode = force_generic_plan")
+		if !s.genericAgrees(text, p, want, custom, s.inTransaction(execute), st) {
+			st.driftMismatches++
+		}
+	}
+	s.exec("SET fence.token = '" + oracleSessionToken + "'")
+}
+
+// genericAgrees reports whether got, what EXECUTE did under a generic plan, is want, what the SQL did, and
+// reports it as a test error if not; custom is what EXECUTE did under a custom plan.
+func (s *oracleSession) genericAgrees(text string, p rewrite.Plan, want, custom, got oracleOutcome, st *oracleStats) bool {
+	switch {
+	case want.same(got):
+		return true
+	case want.code != "" && want.marker == "" && want.same(custom) && s.planningError(p.SQL) == want.code:
+		// The filled template fails while planning (its EXPLAIN fails; a custom plan, which folds the constants
+		// as the SQL does, fails alike): a generic plan does not fold constants, so that error is not raised and
+		// the statement runs, to its end or to another error, a fence's included (see "generic plan" in
+		// rewrite/prepared.go). The SQL's own error is never a fence's: those are raised per row.
+		st.skippedFolding++
+		if testing.Verbose() {
+			s.t.Logf("generic plan skips a planning-time error: %s\n  SQL does:     %v\n  EXECUTE does: %v", text, want.brief(), got.brief())
+		}
+		return true
+	}
+	s.t.Errorf("behaves differently prepared (generic plan):\n%s", oracleReport(text, p, want, got))
+	return false
 }
 
 // planningError is the SQLSTATE with which sql fails before it runs (EXPLAIN plans it), "" if it does not.
