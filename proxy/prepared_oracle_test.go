@@ -493,6 +493,18 @@ var oracleHandCases = []string{
 	`DELETE FROM {t} WHERE id % «2» = «0»`,
 	`DELETE FROM {t} WHERE num52 < «0» OR i8 < «-9223372036854775807»`,
 	`WITH w AS (UPDATE {t} SET num = «5» WHERE id = «1» RETURNING id) DELETE FROM {t} WHERE id IN (SELECT id + «1» FROM w)`,
+	// Constants the planner or the analysis reads as more than values: an ON CONFLICT target matched against
+	// partial and expression indexes, and output column numbers in ORDER BY, GROUP BY and DISTINCT ON.
+	`INSERT INTO {t} (id, i8) VALUES («60», «10») ON CONFLICT (i8) WHERE i8 > «0» DO UPDATE SET num = «1»`,
+	`INSERT INTO {t} (id, i8) VALUES («60», «10») ON CONFLICT (i8) WHERE i8 > «0» DO NOTHING`,
+	`INSERT INTO {t} (id, i2) VALUES («60», «1») ON CONFLICT ((i2 + «1»)) DO UPDATE SET num = «1»`,
+	`INSERT INTO {t} (id, i2) VALUES («60», «1») ON CONFLICT ((i2 + 1)) DO UPDATE SET num = «1»`,
+	`DELETE FROM {t} WHERE id IN (SELECT id FROM {t} ORDER BY b, «1» DESC LIMIT «1»)`,
+	`DELETE FROM {t} WHERE id IN (SELECT id FROM {t} ORDER BY b, «-1» LIMIT «1»)`,
+	`DELETE FROM {t} WHERE id IN (SELECT id FROM {t} ORDER BY b, «1» + «0» DESC LIMIT «1»)`,
+	`DELETE FROM {t} WHERE id IN (SELECT max(id) FROM {t} GROUP BY b, «1»)`,
+	`DELETE FROM {t} WHERE id IN (SELECT DISTINCT ON (b, «2») id FROM {t} ORDER BY b, «2», id)`,
+	`DELETE FROM {t} WHERE id IN (SELECT id FROM (SELECT id, row_number() OVER (ORDER BY b, «1») AS n FROM {t}) x WHERE n = «1»)`,
 	// DELETE forms.
 	`DELETE FROM {t} WHERE id = «1.0» RETURNING id, «'gone'»::text`,
 	`DELETE FROM {t} WHERE txt = «$$abc$$» RETURNING txt`,
@@ -710,6 +722,7 @@ func TestPreparedTemplatesMatchSQL(t *testing.T) {
 		}
 	})
 	fxExec(t, d, fmt.Sprintf(oracleSeed, table))
+	fxExec(t, d, fmt.Sprintf("CREATE UNIQUE INDEX ON %[1]s (i8) WHERE i8 > 0; CREATE UNIQUE INDEX ON %[1]s ((i2 + 1))", table))
 	// The other schema's table: the same names, every column text but the key and the token.
 	other := fxName(t, "pox")
 	cols, sel := []string{"id int4 PRIMARY KEY"}, []string{"id"}

@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 
 	pg "github.com/pganalyze/pg_query_go/v6"
+	"google.golang.org/protobuf/reflect/protoreflect"
 )
 
 // Server-side prepared templates (issue 20). A fenced statement sent as SQL
@@ -48,6 +49,14 @@ import (
 // result columns changed since PREPARE (SQLSTATE 0A000, cached plan must not
 // change result type), which a migration as common as ADD COLUMN does to a
 // RETURNING *; the text sent as SQL would not fail.
+//
+// Nor is a statement with a parameter where PostgreSQL reads a constant as
+// more than its value: as an output column number (ORDER BY b, 2; GROUP BY
+// 2; DISTINCT ON (2): a parameter there is a value, and the rows are sorted
+// or grouped by it), or in an ON CONFLICT target, whose expressions and
+// predicate the planner matches against the indexes' own (a generic plan
+// never matches a parameter: SQLSTATE 42P10, no unique or exclusion
+// constraint matching the ON CONFLICT specification).
 //
 // A template that the server cannot prepare (a constant where the grammar
 // needs a literal, such as a type modifier) fails its PREPARE, which the
@@ -107,7 +116,7 @@ func preparedOf(sql string, classes []byte) *Prepared {
 		return nil
 	}
 	tree, err := pg.Parse(sql)
-	if err != nil || len(tree.Stmts) != 1 || returnsRows(tree.Stmts[0].Stmt) {
+	if err != nil || len(tree.Stmts) != 1 || returnsRows(tree.Stmts[0].Stmt) || paramAsGrammar(tree.Stmts[0].Stmt) {
 		return nil
 	}
 	var b strings.Builder
@@ -140,6 +149,39 @@ func returnsRows(stmt *pg.Node) bool {
 		return len(n.DeleteStmt.ReturningList) > 0
 	}
 	return true
+}
+
+// paramAsGrammar reports whether a parameter of the statement stmt stands
+// where a constant is more than a value (see above): directly as a sort key
+// (ORDER BY, conservatively also in windows and aggregates, where it is a
+// value either way), a GROUP BY or DISTINCT ON item, anywhere in a grouping
+// set, or anywhere in an ON CONFLICT target.
+func paramAsGrammar(stmt *pg.Node) bool {
+	found := false
+	direct := func(nodes ...*pg.Node) {
+		for _, n := range nodes {
+			found = found || n.GetParamRef() != nil
+		}
+	}
+	anywhere := func(m protoreflect.Message) {
+		eachMessage(m, func(x protoreflect.Message) {
+			if _, ok := x.Interface().(*pg.ParamRef); ok {
+				found = true
+			}
+		})
+	}
+	walkStatement(stmt, func(m protoreflect.Message) {
+		switch x := m.Interface().(type) {
+		case *pg.SortBy:
+			direct(x.Node)
+		case *pg.SelectStmt:
+			direct(x.GroupClause...)
+			direct(x.DistinctClause...)
+		case *pg.GroupingSet, *pg.InferClause:
+			anywhere(m)
+		}
+	})
+	return found
 }
 
 // executeArgs is the argument list of an EXECUTE of a shape's prepared
