@@ -493,6 +493,15 @@ var oracleHandCases = []string{
 	`DELETE FROM {t} WHERE id % «2» = «0»`,
 	`DELETE FROM {t} WHERE num52 < «0» OR i8 < «-9223372036854775807»`,
 	`WITH w AS (UPDATE {t} SET num = «5» WHERE id = «1» RETURNING id) DELETE FROM {t} WHERE id IN (SELECT id + «1» FROM w)`,
+	// A unary minus before parentheses: the parser folds it into the constant inside, typed as the negative value.
+	`UPDATE {t} SET i8 = -(«2147483648») - «1» WHERE id = «1»`,
+	`UPDATE {t} SET i8 = - ( («2147483648») ) - «1» WHERE id = «1»`,
+	`UPDATE {t} SET num = -(«9223372036854775808») - «1» WHERE id = «1»`,
+	`UPDATE {t} SET i8 = -(«5») * «2» WHERE id = «1»`,
+	`UPDATE {t} SET i8 = -(«-2147483648») WHERE id = «1»`,
+	`UPDATE {t} SET i8 = -(«2147483647») - «2» WHERE id = «1»`,
+	`UPDATE {t} SET num = -(«1.5») WHERE id = «1»`,
+	`UPDATE {t} SET i8 = «2» - («2147483648») - «1» WHERE id = «1»`,
 	// Constants the planner or the analysis reads as more than values: an ON CONFLICT target matched against
 	// partial and expression indexes, and output column numbers in ORDER BY, GROUP BY and DISTINCT ON.
 	`INSERT INTO {t} (id, i8) VALUES («60», «10») ON CONFLICT (i8) WHERE i8 > «0» DO UPDATE SET num = «1»`,

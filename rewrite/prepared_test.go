@@ -71,6 +71,15 @@ func TestPreparedTypes(t *testing.T) {
 			"(pg_catalog.int4,pg_catalog.int4)", "(3,3)"},
 		{"delete", `DELETE FROM accounts WHERE id = 1`, `DELETE FROM accounts WHERE id = 2`, `DELETE FROM accounts WHERE id = 3`,
 			"(pg_catalog.int4)", "(3)"},
+		// A unary minus before parentheses is folded into the constant inside, typed as the value it makes.
+		{"minus before parentheses", `UPDATE accounts SET balance = -(3000000000) WHERE id = 1`,
+			`UPDATE accounts SET balance = -(3000000001) WHERE id = 2`,
+			`UPDATE accounts SET balance = -(2147483648) WHERE id = 3`, "", ""},
+		{"minus before parentheses, negative", `UPDATE accounts SET balance = -((-1)) WHERE id = 1`,
+			`UPDATE accounts SET balance = -((-2)) WHERE id = 2`, `UPDATE accounts SET balance = -((-2147483648)) WHERE id = 3`, "", ""},
+		{"binary minus before parentheses", `UPDATE accounts SET balance = balance -(1) WHERE id = 1`,
+			`UPDATE accounts SET balance = balance -(2) WHERE id = 2`, `UPDATE accounts SET balance = balance -(3) WHERE id = 3`,
+			"(pg_catalog.int4,pg_catalog.int4)", "(3,3)"},
 		// Constants read as more than values: output column numbers, ON CONFLICT targets (prepared.go).
 		{"order by column number", `DELETE FROM accounts WHERE id IN (SELECT id FROM accounts ORDER BY balance, 1 LIMIT 1)`,
 			`DELETE FROM accounts WHERE id IN (SELECT id FROM accounts ORDER BY balance, 1 LIMIT 2)`,

@@ -134,14 +134,21 @@ func (r *Rewriter) shapeOf(text []byte) (s shaped, ok bool) {
 		if class == 0 || i > 0 && !operandSlot(toks[i-1], text) {
 			continue // kept in the key as written
 		}
-		from := t.start
+		from, first := t.start, i
 		if t.kind == tokNumber && is(i-1, tokSelf, "-") && (i == 1 || !endsOperand(toks[i-2], text)) {
 			// A unary minus: the parser folds it into the constant,
 			// unless an operator that binds tighter than it follows.
 			if !(is(i+1, tokOp, "::") || is(i+1, tokSelf, "[") || is(i+1, tokSelf, ".")) {
-				from = toks[i-1].start
+				from, first = toks[i-1].start, i-1
 				class = negatedClass(class, text[t.start:t.end])
 			}
+		}
+		if t.kind == tokNumber && minusBeforeParens(toks, first, text) {
+			// -(5), -(-5): the parser folds a minus into the
+			// parenthesised constant too and types the value it makes,
+			// so -(2147483648) is an int4 and -(-2147483648) an int8: a
+			// parameter would not have the constant's type (prepared.go).
+			class = 'p'
 		}
 		if len(s.spans) == maxShapeConsts {
 			return s, false
@@ -161,6 +168,20 @@ func (r *Rewriter) shapeOf(text []byte) (s shaped, ok bool) {
 	return s, true
 }
 
+// minusBeforeParens reports whether toks[i] (a constant, or the minus folded
+// into it) follows one or more '(' after a unary minus (conservatively:
+// whatever follows the constant).
+func minusBeforeParens(toks []token, i int, text []byte) bool {
+	k := i - 1
+	for k >= 0 && toks[k].kind == tokSelf && text[toks[k].start] == '(' {
+		k--
+	}
+	if k == i-1 || k < 0 || toks[k].kind != tokSelf || text[toks[k].start] != '-' {
+		return false
+	}
+	return k == 0 || !endsOperand(toks[k-1], text)
+}
+
 // closingParens returns the index of the first token from i on that is not
 // a ')'.
 func closingParens(toks []token, i int, text []byte) int {
@@ -177,7 +198,8 @@ func closingParens(toks []token, i int, text []byte) int {
 // integer that fits 64 bits and a numeric one otherwise: the classes keep
 // the type apart too (i, l, f), so that a shape's constants have one type
 // each (prepared.go). 0 keeps the constant in the key as written (numbers in
-// other notations).
+// other notations). shapeOf gives a number in parentheses after a unary
+// minus the class p, which is not prepared.
 func constClass(t token, text []byte) byte {
 	switch t.kind {
 	case tokString:
