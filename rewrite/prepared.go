@@ -27,7 +27,7 @@ import (
 //     folded into the constant and typed with it (-2147483648 is an int4);
 //     a number in parentheses after a unary minus is not prepared: the
 //     parser folds that minus too, -(2147483648) is an int4 -2147483648,
-//     which -($1) with an int8 $1 is not (shape.go, class p);
+//     which -($1) with an int8 $1 is not (shapeOf);
 //   - strings of every form ('...', E'...', U&'...', dollar-quoted, N'...',
 //     B'...', X'...'): not prepared (the text is sent as SQL).
 //

@@ -48,6 +48,9 @@ type shaped struct {
 	key     []byte
 	spans   [][2]int
 	classes []byte
+	// unprepared: a constant's parameter would not have the constant's
+	// type (shapeOf), so the template is not prepared.
+	unprepared bool
 }
 
 // shapeStarts are the first words of the statements whose texts are
@@ -148,7 +151,9 @@ func (r *Rewriter) shapeOf(text []byte) (s shaped, ok bool) {
 			// parenthesised constant too and types the value it makes,
 			// so -(2147483648) is an int4 and -(-2147483648) an int8: a
 			// parameter would not have the constant's type (prepared.go).
-			class = 'p'
+			// The key has the parentheses, so every text of the shape
+			// has such a constant.
+			s.unprepared = true
 		}
 		if len(s.spans) == maxShapeConsts {
 			return s, false
@@ -198,8 +203,7 @@ func closingParens(toks []token, i int, text []byte) int {
 // integer that fits 64 bits and a numeric one otherwise: the classes keep
 // the type apart too (i, l, f), so that a shape's constants have one type
 // each (prepared.go). 0 keeps the constant in the key as written (numbers in
-// other notations). shapeOf gives a number in parentheses after a unary
-// minus the class p, which is not prepared.
+// other notations).
 func constClass(t token, text []byte) byte {
 	switch t.kind {
 	case tokString:
@@ -364,7 +368,9 @@ func (r *Rewriter) buildTemplate(text []byte, sh shaped, scsOff bool, full Plan)
 	if err != nil || !same {
 		return bad
 	}
-	t.prep = preparedOf(p.SQL, sh.classes)
+	if !sh.unprepared {
+		t.prep = preparedOf(p.SQL, sh.classes)
+	}
 	return t
 }
 
