@@ -493,6 +493,15 @@ var oracleHandCases = []string{
 	`DELETE FROM {t} WHERE id % «2» = «0»`,
 	`DELETE FROM {t} WHERE num52 < «0» OR i8 < «-9223372036854775807»`,
 	`WITH w AS (UPDATE {t} SET num = «5» WHERE id = «1» RETURNING id) DELETE FROM {t} WHERE id IN (SELECT id + «1» FROM w)`,
+	// Typed literals, kept in the template as written: read with the session's settings of the moment.
+	`UPDATE {t} SET tstz = timestamptz '2024-01-01 12:00' WHERE id = «1»`,
+	`UPDATE {t} SET d = date '01/02/2024' WHERE id = «1»`,
+	`UPDATE {t} SET iv = interval '-1 2:03:04' WHERE id = «1»`,
+	`UPDATE {t} SET num = «1» WHERE tstz < timestamptz '2020-02-29 22:30'`,
+	`UPDATE {t} SET ts0 = timestamp '2024-01-01 12:00' + interval '1 hour' * «2» WHERE id = «1»`,
+	`UPDATE {t} SET num = «1» WHERE b = NULL`,
+	`UPDATE {t} SET num = «1» WHERE NULL = b`,
+	`UPDATE {t} SET num = «1» WHERE (b = NULL) IS NULL AND id < «3»`,
 	// A unary minus before parentheses: the parser folds it into the constant inside, typed as the negative value.
 	`UPDATE {t} SET i8 = -(«2147483648») - «1» WHERE id = «1»`,
 	`UPDATE {t} SET i8 = - ( («2147483648») ) - «1» WHERE id = «1»`,
@@ -654,13 +663,17 @@ func oracleGenerated(n int) []string {
 // oracleString matches a string constant of a corpus text.
 var oracleString = regexp.MustCompile(`«(?i:[enbx]|u&)?['$]`)
 
-// preparable reports whether the cache is meant to prepare a corpus text: its constants are numbers and it returns
-// no rows (rewrite/prepared.go).
-// The shape cache does not normalise texts that name the token setting (fence.token), so none that names the
-// token column fence_token (rewrite/shape.go).
+// preparable reports whether the cache is meant to prepare a corpus text: its constants are numbers, it has no
+// typed literal (DATE '...') and no = NULL, and it returns no rows (rewrite/prepared.go). The shape cache does
+// not normalise texts that name the token setting (fence.token), so none that names the token column fence_token
+// (rewrite/shape.go).
 func preparable(marked string) bool {
-	return !oracleString.MatchString(marked) && topReturning(marked) < 0 && !strings.Contains(marked, "fence")
+	unmarked := oracleConst.ReplaceAllString(marked, "")
+	return !oracleString.MatchString(marked) && !strings.ContainsAny(unmarked, "'$") && !oracleEqualsNull.MatchString(marked) &&
+		topReturning(marked) < 0 && !strings.Contains(marked, "fence")
 }
+
+var oracleEqualsNull = regexp.MustCompile(`= NULL|NULL =`)
 
 // topReturning is the index of the statement's own RETURNING in a corpus text (outside parentheses, so not a
 // data-modifying WITH's), -1 if it has none.
@@ -901,6 +914,16 @@ func (s *oracleSession) check(r *rewrite.Rewriter, marked string, preparable boo
 		}
 	}
 	s.exec("SET fence.token = '" + oracleSessionToken + "'")
+	// Settings by which the server reads literals change between executions too.
+	s.exec("SET plan_cache_mode = force_custom_plan")
+	s.exec("SET TimeZone = 'Asia/Kathmandu'; SET DateStyle = 'SQL, DMY'; SET IntervalStyle = 'sql_standard'; " +
+		"SET transform_null_equals = on")
+	want, got = s.inTransaction(p.SQL), s.inTransaction(execute)
+	s.exec("RESET TimeZone; RESET DateStyle; RESET IntervalStyle; RESET transform_null_equals")
+	if !want.same(got) {
+		st.driftMismatches++
+		t.Errorf("behaves differently prepared, with other TimeZone, DateStyle, IntervalStyle and transform_null_equals:\n%s", oracleReport(text, p, want, got))
+	}
 }
 
 // genericAgrees reports whether got, what EXECUTE did under a generic plan, is want, what the SQL did, and

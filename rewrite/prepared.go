@@ -53,6 +53,15 @@ import (
 // change result type), which a migration as common as ADD COLUMN does to a
 // RETURNING *; the text sent as SQL would not fail.
 //
+// A prepared statement is analysed once, at PREPARE (and again only when a
+// table or the search_path it names changes), with the session's settings
+// of that moment; the text sent as SQL is analysed with those of its own.
+// So no statement is prepared whose analysis reads settings that may change
+// in between: one with a typed literal kept as written in the template
+// (DATE '01/02/2024' reads DateStyle, TIMESTAMPTZ '2024-01-01 12:00'
+// TimeZone, INTERVAL '-1 2:03:04' IntervalStyle, DATE 'today' the day of
+// the PREPARE), or with = NULL (transform_null_equals).
+//
 // Nor is a statement with a parameter where PostgreSQL reads a constant as
 // more than its value: as an output column number (ORDER BY b, 2; GROUP BY
 // 2; DISTINCT ON (2): a parameter there is a value, and the rows are sorted
@@ -119,7 +128,8 @@ func preparedOf(sql string, classes []byte) *Prepared {
 		return nil
 	}
 	tree, err := pg.Parse(sql)
-	if err != nil || len(tree.Stmts) != 1 || returnsRows(tree.Stmts[0].Stmt) || paramAsGrammar(tree.Stmts[0].Stmt) {
+	if err != nil || len(tree.Stmts) != 1 || returnsRows(tree.Stmts[0].Stmt) || paramAsGrammar(tree.Stmts[0].Stmt) ||
+		equalsNull(tree.Stmts[0].Stmt) {
 		return nil
 	}
 	var b strings.Builder
@@ -182,6 +192,21 @@ func paramAsGrammar(stmt *pg.Node) bool {
 			direct(x.DistinctClause...)
 		case *pg.GroupingSet, *pg.InferClause:
 			anywhere(m)
+		}
+	})
+	return found
+}
+
+// equalsNull reports whether the statement stmt compares with = to a NULL
+// constant, which its analysis makes IS NULL when transform_null_equals is
+// on (the test of PostgreSQL's transformAExprOp).
+func equalsNull(stmt *pg.Node) bool {
+	isNull := func(n *pg.Node) bool { return n.GetAConst().GetIsnull() }
+	found := false
+	walkStatement(stmt, func(m protoreflect.Message) {
+		if e, ok := m.Interface().(*pg.A_Expr); ok && e.Kind == pg.A_Expr_Kind_AEXPR_OP && len(e.Name) == 1 &&
+			e.Name[0].GetString_().GetSval() == "=" && (isNull(e.Lexpr) || isNull(e.Rexpr)) {
+			found = true
 		}
 	})
 	return found

@@ -135,6 +135,14 @@ func (r *Rewriter) shapeOf(text []byte) (s shaped, ok bool) {
 		}
 		class := constClass(t, text)
 		if class == 0 || i > 0 && !operandSlot(toks[i-1], text) {
+			if t.isString() {
+				// DATE '...', INTERVAL '1' DAY: converted when the
+				// statement is analysed, with the settings of that
+				// moment (DateStyle, TimeZone, IntervalStyle; 'now'),
+				// which for a prepared statement is its PREPARE
+				// (prepared.go).
+				s.unprepared = true
+			}
 			continue // kept in the key as written
 		}
 		from, first := t.start, i
