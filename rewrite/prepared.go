@@ -82,8 +82,9 @@ import (
 // filled template raises only while planning (a number too large for a
 // column that no row receives, a division by zero in a branch not taken) is
 // not raised: EXECUTE then does what the statement does without that
-// premature error, as it would for a client's own prepared statement. No
-// fence error is among them: the fence raises its errors per row.
+// premature error (to its end, or to another error, a fence's among them),
+// as it would for a client's own prepared statement. No fence error is among
+// the premature ones: the fence raises its errors when the statement runs.
 //
 // Only templates of one statement, in ASCII without a backslash, are
 // prepared: such a text reads the same under every client_encoding and
