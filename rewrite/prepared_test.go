@@ -53,6 +53,9 @@ func TestPreparedTypes(t *testing.T) {
 			`INSERT INTO accounts (id, balance) VALUES (3, 7.5)`, "", ""}, // 7.5 is another class than 5
 		{"insert numbers", `INSERT INTO accounts (id, balance) VALUES (1, 5)`, `INSERT INTO accounts (id, balance) VALUES (2, 6)`,
 			`INSERT INTO accounts (id, balance) VALUES (3, 7)`, "(pg_catalog.int4,pg_catalog.int4)", "(3,7)"},
+		{"tpcb history", `INSERT INTO accounts (id, balance, created) VALUES (1, -5, CURRENT_TIMESTAMP)`,
+			`INSERT INTO accounts (id, balance, created) VALUES (2, -6, CURRENT_TIMESTAMP)`,
+			`INSERT INTO accounts (id, balance, created) VALUES (3, -7, CURRENT_TIMESTAMP)`, "(pg_catalog.int4,pg_catalog.int4)", "(3,-7)"},
 		{"insert string", `INSERT INTO accounts (id, note) VALUES (1, 'a')`, `INSERT INTO accounts (id, note) VALUES (2, 'b')`,
 			`INSERT INTO accounts (id, note) VALUES (3, 'c')`, "", ""},
 		// Statements returning rows: a prepared one fails once its result columns change (prepared.go).
