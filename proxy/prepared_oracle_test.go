@@ -999,3 +999,75 @@ func oracleReport(text string, p rewrite.Plan, want, got oracleOutcome) string {
 	}
 	return b.String()
 }
+
+// TestPreparedTemplateShadowedTable: a table created after PREPARE, of the protected table's name, in a schema
+// that comes earlier in the search_path (pg_temp, which is first, or another): the text sent as SQL writes the new
+// table, and the prepared statement, analysed at PREPARE and not again (PostgreSQL invalidates a cached plan when a
+// table it uses changes or the search_path changes, not when a new table would be found first), still writes the
+// protected one.
+//
+// KNOWN MISMATCH, NOT FIXED (rewrite/prepared.go, "shadowed"): this test fails until the prepared statement
+// detects it (for example a guard in the prepared fence comparing the name's resolution at EXECUTE,
+// pg_catalog.to_regclass, with its resolution at PREPARE, failing with a marker the proxy answers by
+// deallocating the statement), or the proxy stops preparing.
+func TestPreparedTemplateShadowedTable(t *testing.T) {
+	pgtest.Require(t, pg)
+	ctx := ctxT(t)
+	d := direct(t)
+	table, early := fxName(t, "ps"), fxName(t, "early")
+	fxExec(t, d, fmt.Sprintf("CREATE TABLE %[1]s (id int4 PRIMARY KEY, v int4, fence_token bigint); INSERT INTO %[1]s VALUES (1, 0, 10); "+
+		"CREATE SCHEMA %[2]s", table, early))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if c, err := pgconn.Connect(ctx, pg.SuperDSN()); err == nil {
+			c.Exec(ctx, fmt.Sprintf("DROP TABLE IF EXISTS %s; DROP SCHEMA IF EXISTS %s CASCADE", table, early)).ReadAll()
+			c.Close(ctx)
+		}
+	})
+	r, err := rewrite.New(rewrite.Config{Tables: []rewrite.Table{{Name: table, TokenColumn: "fence_token"}}, Verify: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cache := rewrite.NewCache(r, 16)
+	var p rewrite.Plan
+	for _, v := range []int{1, 2, 3} {
+		p = cache.Plan([]byte(fmt.Sprintf("UPDATE %s SET v = %d WHERE id = 1", table, v)), rewrite.DefaultSettings)
+	}
+	if p.Prepared == nil {
+		t.Fatalf("not prepared: %s", p.SQL)
+	}
+	for _, c := range []struct {
+		name, searchPath, create string
+	}{
+		{"a temporary table", "DEFAULT", "CREATE TEMP TABLE " + table + " (LIKE public." + table + ")"},
+		{"a table in an earlier schema", early + ", public", "CREATE TABLE " + early + "." + table + " (LIKE public." + table + ")"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := &oracleSession{t: t, ctx: ctx, c: direct(t).PgConn(), table: table}
+			s.exec("SET fence.token = '100'; SET search_path = " + c.searchPath)
+			s.exec("CREATE TEMP TABLE fenceproxy_oracle_warm (x int)") // the session's temporary schema exists
+			s.exec("PREPARE " + oracleStmtName + " " + p.Prepared.Body)
+			execute := "EXECUTE " + oracleStmtName + p.Args
+			s.inTransaction(execute) // prepared and run while the name means the protected table only
+			// Created by this session (the temporary table) or another (d), before the next execution.
+			if strings.HasPrefix(c.create, "CREATE TEMP") {
+				s.exec(c.create + "; INSERT INTO " + table + " VALUES (1, 0, 10)")
+			} else {
+				fxExec(t, d, c.create+"; INSERT INTO "+early+"."+table+" VALUES (1, 0, 10)")
+			}
+			both := "(SELECT 'new' AS t, * FROM " + table + " UNION ALL SELECT 'protected', * FROM public." + table + ") ORDER BY 1"
+			s.exec("BEGIN")
+			s.exec(p.SQL)
+			want, _ := s.run(both)
+			s.exec("ROLLBACK; BEGIN")
+			s.exec(execute)
+			got, _ := s.run(both)
+			s.exec("ROLLBACK")
+			if strings.Join(want.rows, " ") != strings.Join(got.rows, " ") {
+				t.Errorf("KNOWN MISMATCH (see the test's comment): after %s, the SQL writes\n  %v\nthe prepared statement\n  %v",
+					c.create, want.rows, got.rows)
+			}
+		})
+	}
+}
