@@ -54,7 +54,7 @@ import (
 // RETURNING *; the text sent as SQL would not fail.
 //
 // A prepared statement is analysed once, at PREPARE (and again only when a
-// table or the search_path it names changes), with the session's settings
+// table it uses changes, or the search_path), with the session's settings
 // of that moment; the text sent as SQL is analysed with those of its own.
 // So no statement is prepared whose analysis reads settings that may change
 // in between: one with a typed literal kept as written in the template

@@ -48,8 +48,9 @@ type shaped struct {
 	key     []byte
 	spans   [][2]int
 	classes []byte
-	// unprepared: a constant's parameter would not have the constant's
-	// type (shapeOf), so the template is not prepared.
+	// unprepared: as a prepared statement the template would not mean
+	// what it means as SQL (a typed literal, a number after -(: shapeOf;
+	// prepared.go), so it is not prepared.
 	unprepared bool
 }
 
