@@ -48,11 +48,10 @@ type shaped struct {
 	key     []byte
 	spans   [][2]int
 	classes []byte
-	// keptString: a string constant is kept in the key as written (DATE '...', INTERVAL '1' DAY, AT TIME ZONE
-	// 'UTC'): the server converts it when it analyses the statement, so a prepared template would keep the
-	// value read at its PREPARE ('now', or under the TimeZone and DateStyle of then). Such a shape is not
-	// prepared (prepared.go).
-	keptString bool
+	// unprepared: as a prepared statement the template would not mean
+	// what it means as SQL (a typed literal, a number after -(: shapeOf;
+	// prepared.go), so it is not prepared.
+	unprepared bool
 }
 
 // shapeStarts are the first words of the statements whose texts are
@@ -137,17 +136,33 @@ func (r *Rewriter) shapeOf(text []byte) (s shaped, ok bool) {
 		}
 		class := constClass(t, text)
 		if class == 0 || i > 0 && !operandSlot(toks[i-1], text) {
-			s.keptString = s.keptString || t.isString()
+			if t.isString() {
+				// DATE '...', INTERVAL '1' DAY: converted when the
+				// statement is analysed, with the settings of that
+				// moment (DateStyle, TimeZone, IntervalStyle; 'now'),
+				// which for a prepared statement is its PREPARE
+				// (prepared.go).
+				s.unprepared = true
+			}
 			continue // kept in the key as written
 		}
-		from := t.start
+		from, first := t.start, i
 		if t.kind == tokNumber && is(i-1, tokSelf, "-") && (i == 1 || !endsOperand(toks[i-2], text)) {
 			// A unary minus: the parser folds it into the constant,
 			// unless an operator that binds tighter than it follows.
 			if !(is(i+1, tokOp, "::") || is(i+1, tokSelf, "[") || is(i+1, tokSelf, ".")) {
-				from = toks[i-1].start
+				from, first = toks[i-1].start, i-1
 				class = negatedClass(class, text[t.start:t.end])
 			}
+		}
+		if t.kind == tokNumber && minusBeforeParens(toks, first, text) {
+			// -(5), -(-5): the parser folds a minus into the
+			// parenthesised constant too and types the value it makes,
+			// so -(2147483648) is an int4 and -(-2147483648) an int8: a
+			// parameter would not have the constant's type (prepared.go).
+			// The key has the parentheses, so every text of the shape
+			// has such a constant.
+			s.unprepared = true
 		}
 		if len(s.spans) == maxShapeConsts {
 			return s, false
@@ -165,6 +180,20 @@ func (r *Rewriter) shapeOf(text []byte) (s shaped, ok bool) {
 	}
 	s.key = append(s.key, text[last:]...)
 	return s, true
+}
+
+// minusBeforeParens reports whether toks[i] (a constant, or the minus folded
+// into it) follows one or more '(' after a unary minus (conservatively:
+// whatever follows the constant).
+func minusBeforeParens(toks []token, i int, text []byte) bool {
+	k := i - 1
+	for k >= 0 && toks[k].kind == tokSelf && text[toks[k].start] == '(' {
+		k--
+	}
+	if k == i-1 || k < 0 || toks[k].kind != tokSelf || text[toks[k].start] != '-' {
+		return false
+	}
+	return k == 0 || !endsOperand(toks[k-1], text)
 }
 
 // closingParens returns the index of the first token from i on that is not
@@ -348,7 +377,7 @@ func (r *Rewriter) buildTemplate(text []byte, sh shaped, scsOff bool, full Plan)
 	if err != nil || !same {
 		return bad
 	}
-	if !sh.keptString {
+	if !sh.unprepared {
 		t.prep = preparedOf(p.SQL, sh.classes)
 	}
 	return t
