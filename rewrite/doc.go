@@ -245,11 +245,12 @@
 // each parameter (a DELETE's fence repeats the WHERE, so a constant may
 // appear several times), a negative one in parentheses; then re-encoded for the
 // client, and re-verified when Config.Verify is set. Template hits count as
-// cache hits. A template of one statement also carries itself as a
-// statement the server can prepare (Plan.Prepared, prepared.go): its
-// parameters typed as the parser types the constants they stand for, so
-// that EXECUTE with the text's constants as arguments (Plan.Args) runs the
-// filled template; the proxy prepares it once per upstream connection.
+// cache hits. A template of one statement whose constants are all numbers
+// and that returns no rows also carries itself as a statement the server can
+// prepare (Plan.Prepared, prepared.go): its parameters typed as the parser
+// types the numbers they stand for, so that EXECUTE with the text's numbers
+// as arguments (Plan.Args) runs the filled template; the proxy prepares it
+// once per upstream connection.
 //
 // Not normalised (the text is planned in full, or the constant stays in the
 // key as written):
