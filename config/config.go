@@ -181,7 +181,7 @@ type Relay struct {
 	// RelayModeGoroutines (every session stays on two goroutines, one per direction).
 	Mode string `yaml:"mode"`
 	// EventLoops is how many epoll loops share the sessions, each on its own thread; 0 (the default) means one
-	// per CPU the process may use (GOMAXPROCS).
+	// per two CPUs the process may use (GOMAXPROCS/2, at least one).
 	EventLoops int `yaml:"event_loops"`
 	// Spin is how long a loop keeps polling its sockets before it goes to sleep, while polling takes no CPU
 	// from anyone else (see docs/operating.md); 0 turns it off. The default is DefaultRelaySpin.
@@ -593,7 +593,7 @@ func (c *Config) validate(lines map[string]int) error {
 		add("relay.mode", "must be %s or %s, not %q", RelayModeLoop, RelayModeGoroutines, c.Relay.Mode)
 	}
 	if c.Relay.EventLoops < 0 || c.Relay.EventLoops > MaxEventLoops {
-		add("relay.event_loops", "must be 0 (one per CPU) to %d", MaxEventLoops)
+		add("relay.event_loops", "must be 0 (one per two CPUs) to %d", MaxEventLoops)
 	}
 	if d := c.Relay.SpinFor(); d < 0 || d > MaxRelaySpin {
 		add("relay.spin", "must be 0 (off) to %v", MaxRelaySpin)

@@ -74,7 +74,7 @@ func TestRelaySettings(t *testing.T) {
 		t.Fatal(err)
 	}
 	if r := cfg.Relay; r.EventLoops != 0 || r.SpinFor() != DefaultRelaySpin {
-		t.Errorf("relay defaults: event_loops %d, spin %v; want 0 (one per CPU) and %v", r.EventLoops, r.SpinFor(), DefaultRelaySpin)
+		t.Errorf("relay defaults: event_loops %d, spin %v; want 0 (one per two CPUs) and %v", r.EventLoops, r.SpinFor(), DefaultRelaySpin)
 	}
 	cfg, err = Parse("c.yaml", []byte("upstream:\n  address: a:1\nrelay:\n  event_loops: 3\n  spin: 0s\n"))
 	if err != nil {
@@ -118,7 +118,7 @@ func TestErrorsNameFileLineAndKey(t *testing.T) {
 		{"not yaml", "upstream: [\n", `c.yaml:1: did not find expected node content`},
 		{"negative max_idle", "upstream:\n  address: a:1\n  reuse:\n    max_idle: -1\n", `c.yaml:4: upstream.reuse.max_idle: must be 0 (off) or more`},
 		{"negative idle_timeout", "upstream:\n  address: a:1\n  reuse:\n    idle_timeout: -1s\n", `c.yaml:4: upstream.reuse.idle_timeout: must be positive`},
-		{"negative event_loops", "upstream:\n  address: a:1\nrelay:\n  event_loops: -1\n", `c.yaml:4: relay.event_loops: must be 0 (one per CPU) to 256`},
+		{"negative event_loops", "upstream:\n  address: a:1\nrelay:\n  event_loops: -1\n", `c.yaml:4: relay.event_loops: must be 0 (one per two CPUs) to 256`},
 		{"spin too long", "upstream:\n  address: a:1\nrelay:\n  spin: 2s\n", `c.yaml:4: relay.spin: must be 0 (off) to 1ms`},
 		{"spin not a duration", "upstream:\n  address: a:1\nrelay:\n  spin: fast\n", "c.yaml:4: relay.spin: cannot unmarshal !!str fast into time.Duration"},
 		{"unknown reuse key", "upstream:\n  address: a:1\n  reuse:\n    pool_size: 3\n", `c.yaml:4: unknown key "upstream.reuse.pool_size"`},

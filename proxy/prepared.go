@@ -212,8 +212,7 @@ func (ps *prepState) clientText(text []byte) {
 	if len(ps.byTmpl) == 0 {
 		return
 	}
-	if containsWord(text, "discard") || containsWord(text, "deallocate") && !deallocatesAnother(text) ||
-		containsWord(text, "create") || containsWord(text, "alter") || containsWord(text, "transform_null_equals") {
+	if dropsOrChanges(text) {
 		ps.forget()
 	}
 }
@@ -347,17 +346,42 @@ func (ps *prepState) noteMissingPrepared(code string) {
 	}
 }
 
-// containsWord reports whether text holds word (lower case), ASCII case-insensitively, not followed by a
-// character that continues an identifier: "discarded" and "deallocated" do not hold it, "E'\ndeallocate all'"
-// does (the word may follow anything, since a string built for EXECUTE may put it anywhere).
-func containsWord(text []byte, word string) bool {
-	n := len(word)
-	for i := 0; i+n <= len(text); i++ {
-		if text[i]|0x20 == word[0] && bytes.EqualFold(text[i:i+n], []byte(word)) && (i+n == len(text) || !identCont(text[i+n])) {
-			return true
+// dropsOrChanges reports whether text may drop the proxy's prepared statements or change what they mean: it
+// holds one of the words DISCARD, CREATE, ALTER, transform_null_equals, or DEALLOCATE other than one DEALLOCATE
+// of a name of the client's (deallocatesAnother). One pass over the text: it runs for every Query and Parse of a
+// session that has prepared statements.
+func dropsOrChanges(text []byte) bool {
+	dealloc := false
+	for i := 0; i < len(text); i++ {
+		switch text[i] | 0x20 {
+		case 'd':
+			if wordAt(text, i, "discard") {
+				return true
+			}
+			dealloc = dealloc || wordAt(text, i, "deallocate")
+		case 'c':
+			if wordAt(text, i, "create") {
+				return true
+			}
+		case 'a':
+			if wordAt(text, i, "alter") {
+				return true
+			}
+		case 't':
+			if wordAt(text, i, "transform_null_equals") {
+				return true
+			}
 		}
 	}
-	return false
+	return dealloc && !deallocatesAnother(text)
+}
+
+// wordAt reports whether text holds word (lower case) at i, ASCII case-insensitively, not followed by a
+// character that continues an identifier: "discarded" and "deallocated" do not hold it, "E'\ndeallocate all'"
+// does (the word may follow anything, since a string built for EXECUTE may put it anywhere).
+func wordAt(text []byte, i int, word string) bool {
+	n := len(word)
+	return i+n <= len(text) && bytes.EqualFold(text[i:i+n], []byte(word)) && (i+n == len(text) || !identCont(text[i+n]))
 }
 
 // identCont reports whether c continues an identifier, as PostgreSQL's scanner reads one: a letter, a digit,

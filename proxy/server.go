@@ -106,7 +106,9 @@ func New(o Options) (*Server, error) {
 	if !o.DisableEventLoop && o.Config.Relay.Mode != config.RelayModeGoroutines {
 		n := o.Config.Relay.EventLoops
 		if n == 0 {
-			n = runtime.GOMAXPROCS(0)
+			// One loop per two CPUs: the loops share the machine with PostgreSQL and the clients, and a loop
+			// per CPU spent more CPU per transaction on wake-ups across CPUs than it bought (docs/benchmark.md).
+			n = max(1, runtime.GOMAXPROCS(0)/2)
 		}
 		s.loops = newEvLoops(s, n, o.Config.Relay.SpinFor())
 	}
