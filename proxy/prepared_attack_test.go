@@ -89,9 +89,7 @@ func TestPreparedAttackForgetDoesNotLeak(t *testing.T) {
 		if err := c.QueryRow(ctxT(t), "EXECUTE keep").Scan(&kept); err != nil || kept != 42 {
 			t.Fatalf("the client's own statement after the sweeps: %v, %v", kept, err)
 		}
-		if got, want := fxSnapshot(t, f.d, "public."+f.name), fmt.Sprintf("1:%d:5 2:0:5", 5*4*(1+2+3)); got != want {
-			t.Fatalf("rows %s, want %s", got, want)
-		}
+		f.wantRows(t, fmt.Sprintf("1:%d:5 2:0:5", 5*4*(1+2+3)))
 	})
 }
 
@@ -285,9 +283,7 @@ func TestPreparedAttackPipelines(t *testing.T) {
 		if n := f.executions(t); n == 0 {
 			t.Fatal("no statement ran as EXECUTE")
 		}
-		if got, want := fxSnapshot(t, f.d, "public."+f.name), fmt.Sprintf("1:%d:5 2:0:5", balance); got != want {
-			t.Fatalf("rows %s, want %s", got, want)
-		}
+		f.wantRows(t, fmt.Sprintf("1:%d:5 2:0:5", balance))
 		c.send(t, &pgproto3.Query{String: "SELECT 'end'"})
 		want("the last Query", transcript(t, c), "D end", "C SELECT 1", "Z I")
 	})
@@ -324,9 +320,7 @@ func TestPreparedAttackReuse(t *testing.T) {
 		if f.executions(t) == before {
 			t.Fatal("the second session ran no statement as EXECUTE")
 		}
-		if got, want := fxSnapshot(t, f.d, "public."+f.name), "1:410:5 2:0:1"; got != want {
-			t.Fatalf("rows %s, want %s", got, want)
-		}
+		f.wantRows(t, "1:410:5 2:0:1")
 		var planted int
 		if err := b.QueryRow(ctxT(t), "SELECT count(*) FROM pg_prepared_statements WHERE statement NOT LIKE '%UPDATE%'").Scan(&planted); err != nil || planted != 0 {
 			t.Fatalf("%d statements of the first session on the reused connection (%v)", planted, err)
@@ -367,9 +361,7 @@ func TestPreparedAttackConfigReload(t *testing.T) {
 				t.Fatalf("statement %d after the reload: %v, want 55F01 (row 1's other_token is 9, the session's token 5)", i, err)
 			}
 		}
-		if got, want := fxSnapshot(t, f.d, "public."+f.name), "1:10:5 2:0:1"; got != want {
-			t.Fatalf("rows %s, want %s", got, want)
-		}
+		f.wantRows(t, "1:10:5 2:0:1")
 	})
 }
 
@@ -532,9 +524,7 @@ func TestPreparedAttackLockedTable(t *testing.T) {
 		if f.executions(t) == 0 {
 			t.Fatal("the template was not prepared once the lock was gone")
 		}
-		if got, want := fxSnapshot(t, f.d, "public."+f.name), "1:36:5 2:0:1"; got != want {
-			t.Fatalf("rows %s, want %s", got, want)
-		}
+		f.wantRows(t, "1:36:5 2:0:1")
 	})
 }
 
@@ -597,12 +587,8 @@ func TestPreparedAttackCopy(t *testing.T) {
 				t.Fatalf("round %d, COPY TO STDOUT: %q, want %q", round, got, want)
 			}
 		}
-		if f.executions(t) == 0 {
-			t.Fatal("no statement ran as EXECUTE")
-		}
-		if got, want := fxSnapshot(t, f.d, "public."+f.name), "1:424:5 2:0:1"; got != want {
-			t.Fatalf("rows %s, want %s", got, want)
-		}
+		f.wantExecutions(t)
+		f.wantRows(t, "1:424:5 2:0:1")
 	})
 }
 
@@ -666,11 +652,7 @@ func TestPreparedAttackEviction(t *testing.T) {
 				}
 			}
 		}
-		if f.executions(t) == 0 {
-			t.Fatal("no statement ran as EXECUTE")
-		}
-		if got, want := fxSnapshot(t, f.d, "public."+f.name), fmt.Sprintf("1:%d:5 2:%d:5", balance1, balance2); got != want {
-			t.Fatalf("rows %s, want %s", got, want)
-		}
+		f.wantExecutions(t)
+		f.wantRows(t, fmt.Sprintf("1:%d:5 2:%d:5", balance1, balance2))
 	})
 }

@@ -48,6 +48,22 @@ func (f *preparedFixture) simple(t *testing.T, token string) *pgx.Conn {
 	return c
 }
 
+// wantRows fails the test unless the table holds want (fxSnapshot's form), read directly.
+func (f *preparedFixture) wantRows(t *testing.T, want string) {
+	t.Helper()
+	if got := fxSnapshot(t, f.d, "public."+f.name); got != want {
+		t.Fatalf("rows %s, want %s", got, want)
+	}
+}
+
+// wantExecutions fails the test unless some statement ran as EXECUTE of a prepared template.
+func (f *preparedFixture) wantExecutions(t *testing.T) {
+	t.Helper()
+	if f.executions(t) == 0 {
+		t.Fatal("no statement ran as EXECUTE")
+	}
+}
+
 func (f *preparedFixture) executions(t *testing.T) float64 {
 	return fxCounter(t, f.p.Registry, "fenceproxy_prepared_fence_executions_total", nil)
 }
@@ -93,9 +109,7 @@ func TestPreparedFencesRunAndFence(t *testing.T) {
 		if !strings.HasPrefix(names, "fenceproxy_p") {
 			t.Fatalf("prepared statements on the upstream: %q", names)
 		}
-		if got, want := fxSnapshot(t, f.d, "public."+f.name), fmt.Sprintf("1:%d:5 2:0:1", sum); got != want {
-			t.Fatalf("rows %s, want %s", got, want)
-		}
+		f.wantRows(t, fmt.Sprintf("1:%d:5 2:0:1", sum))
 
 		// A newer holder writes row 1; the stale one's next statement runs as EXECUTE and is refused.
 		newer := f.simple(t, "9")
@@ -111,9 +125,7 @@ func TestPreparedFencesRunAndFence(t *testing.T) {
 		if f.executions(t) <= before {
 			t.Fatal("the stale statement was not sent as EXECUTE")
 		}
-		if got, want := fxSnapshot(t, f.d, "public."+f.name), fmt.Sprintf("1:%d:9 2:0:1", sum+100); got != want {
-			t.Fatalf("rows %s, want %s", got, want)
-		}
+		f.wantRows(t, fmt.Sprintf("1:%d:9 2:0:1", sum+100))
 		// The newer holder's session runs its statements as EXECUTE too, and without a token the write is
 		// refused by the prepared statement as by the SQL.
 		if err := f.transaction(t, newer, 2, 7); err != nil {
@@ -180,9 +192,7 @@ func TestPreparedFencesRefused(t *testing.T) {
 				t.Fatalf("transaction %d: %v", i, err)
 			}
 		}
-		if got, want := fxSnapshot(t, f.d, "public."+f.name), "1:21:5 2:0:1"; got != want {
-			t.Fatalf("rows %s, want %s", got, want)
-		}
+		f.wantRows(t, "1:21:5 2:0:1")
 		if n := fxCounter(t, f.p.Registry, "fenceproxy_prepared_fences_total", map[string]string{"outcome": "failed"}); n != 1 {
 			t.Fatalf("%v failed PREPAREs, want 1", n)
 		}
@@ -215,9 +225,7 @@ func TestPreparedFencesUnpreparable(t *testing.T) {
 			}
 		}
 	}
-	if got, want := fxSnapshot(t, f.d, "public."+f.name), "1:4:6 2:5:6"; got != want {
-		t.Fatalf("rows %s, want %s", got, want)
-	}
+	f.wantRows(t, "1:4:6 2:5:6")
 	if n := fxCounter(t, f.p.Registry, "fenceproxy_prepared_fences_total", map[string]string{"outcome": "failed"}); n != 1 {
 		t.Fatalf("%v failed PREPAREs, want 1 (a template no connection can prepare is not offered again)", n)
 	}
