@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"strings"
 	"testing"
 	"time"
 
@@ -80,5 +81,42 @@ func TestDrainDeliversTheLastAnswer(t *testing.T) {
 				t.Fatalf("shutdown: %v", err)
 			}
 		})
+	}
+}
+
+// TestDrainWaitsForAMessageBeingRead: with the goroutine transport, a drain that finds the session idle while the
+// client's next Query is half read (a large body arriving in pieces) lets that Query finish arriving, run and be
+// answered before the session closes with FATAL 57P01. The drain is decided at the client side's message
+// boundary; decided on the server side, it closed the session with the body half read, and the client never got
+// an answer.
+func TestDrainWaitsForAMessageBeingRead(t *testing.T) {
+	p := startProxy(t, proxytest.Options{YAML: "relay:\n  mode: goroutines\n"})
+	conn, _, _ := rawStartup(t, p.Addr, pgproto3.ProtocolVersionNumber, nil)
+	conn.SetDeadline(time.Now().Add(30 * time.Second))
+	msg, err := (&pgproto3.Query{String: "SELECT length('" + strings.Repeat("x", 256<<10) + "')"}).Encode(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	half := len(msg) / 2
+	if _, err := conn.Write(msg[:half]); err != nil {
+		t.Fatal(err)
+	}
+	done := startDrain(t, p)
+	eventually(t, 5*time.Second, "the drain to reach the session's client side", func() bool { return proxy.DrainsAsked(p.Server) == 1 })
+	if _, err := conn.Write(msg[half:]); err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(conn)
+	if err != nil {
+		t.Fatalf("read until the end: %v (got %q)", err, got)
+	}
+	conn.Close() // the proxy lingers for the client's close
+	answer := bytes.Index(got, []byte("262144"))
+	fatal := bytes.Index(got, []byte("57P01"))
+	if answer < 0 || fatal < answer {
+		t.Fatalf("want the Query's answer (262144) and then FATAL 57P01; got %q", got)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("shutdown: %v", err)
 	}
 }

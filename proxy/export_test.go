@@ -14,3 +14,17 @@ func SessionsInLoop(s *Server) int {
 	}
 	return n
 }
+
+// DrainsAsked counts the sessions of the goroutine transport whose client side has been asked to end a drained
+// session at its next message boundary (clientDrain).
+func DrainsAsked(s *Server) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for ss := range s.sessions {
+		if ss.clientIntr.reason() == intrDrain {
+			n++
+		}
+	}
+	return n
+}

@@ -14,7 +14,9 @@ import (
 // hide a stop. Who raises what:
 //
 //   - intrDrain (upstream reader): Shutdown wants the server-to-client side to look at the session at the next
-//     message boundary and close it if idle. A message being read is read to its end.
+//     message boundary and, if it is idle, ask the client side. (client reader): the server-to-client side saw
+//     the session idle while draining; the client-to-server side ends it at its next message boundary if it is
+//     still idle there (clientDrain). A message being read is read to its end.
 //   - intrHandover (client reader): the server-to-client side saw startup end and wants the session moved to
 //     the event loop. A message being read is read to its end, then the reader stops.
 //   - intrStop (upstream reader): the client-to-server side ended; the server-to-client side stops now, at a

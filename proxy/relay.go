@@ -62,13 +62,19 @@ func (ss *session) clientToServer() ending {
 	cr := &ss.cr
 	for {
 		if r := ss.clientIntr.reason(); r != intrNone {
-			if r != intrHandover {
-				return ending{} // intrPeerEnded: the server side ended the session and says why
+			switch r {
+			case intrDrain:
+				if e, stop := ss.clientDrain(); stop {
+					return e
+				}
+				continue
+			case intrHandover:
+				if err := ss.sw.Flush(); err != nil {
+					return ss.clientEnding(err)
+				}
+				return ending{why: endHandover}
 			}
-			if err := ss.sw.Flush(); err != nil {
-				return ss.clientEnding(err)
-			}
-			return ending{why: endHandover}
+			return ending{} // intrPeerEnded: the server side ended the session and says why
 		}
 		typ, _, err := cr.next()
 		if err != nil {
@@ -97,6 +103,22 @@ func (ss *session) clientToServer() ending {
 			}
 		}
 	}
+}
+
+// clientDrain decides a drain at the client side's message boundary, where nothing the client sent can be on its
+// way to the server: the session ends (drained) when it is idle and nothing of the client's next message has
+// arrived; otherwise it goes on, and the next ReadyForQuery asks again. Deciding on the server side instead let
+// a statement the client side forwarded meanwhile run unanswered, and a message whose body was still being read
+// be cut off.
+func (ss *session) clientDrain() (ending, bool) {
+	if r := ss.clientIntr.take(); r != intrDrain {
+		ss.clientIntr.raise(r) // a stronger reason came meanwhile: acted on at the top
+		return ending{}, false
+	}
+	if ss.state.idle() && ss.cr.r.Buffered() == 0 {
+		return ending{why: endDrained}, true
+	}
+	return ending{}, false
 }
 
 // clientEnding says how the client side ended with err.
@@ -154,8 +176,7 @@ func (ss *session) serverToClient() ending {
 			if err := ss.cw.Flush(); err != nil {
 				return ss.serverEnding(err, true)
 			}
-			ss.clientIntr.raise(intrPeerEnded)
-			return ending{why: endDrained}
+			ss.clientIntr.raise(intrDrain) // the client side decides, at its message boundary (clientDrain)
 		}
 		if !sr.nextBuffered() {
 			ss.countRelayed(dirServerToClient, sr)
@@ -181,11 +202,10 @@ func (ss *session) serverInterrupted() (ending, bool) {
 	}
 	switch r {
 	case intrDrain:
-		if !ss.state.idle() {
-			return ending{}, false // its ReadyForQuery will look again
+		if ss.state.idle() {
+			ss.clientIntr.raise(intrDrain) // the client side decides, at its message boundary (clientDrain)
 		}
-		ss.clientIntr.raise(intrPeerEnded)
-		return ending{why: endDrained}, true
+		return ending{}, false // else its ReadyForQuery will look again
 	case intrStop:
 		return ending{atBoundary: true}, true
 	}
