@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgproto3"
 
+	"github.com/fenceproxy/fenceproxy/config"
 	"github.com/fenceproxy/fenceproxy/internal/pgtest"
 	"github.com/fenceproxy/fenceproxy/internal/proxytest"
 	"github.com/fenceproxy/fenceproxy/proxy"
@@ -290,4 +291,61 @@ func oneLoopWithHeldPlan(t *testing.T, prefix, rows, blocked string) (*proxytest
 		entered: make(chan struct{}), release: make(chan struct{})}
 	p.Server.SetPlanner(bp)
 	return p, bp, table
+}
+
+// TestLoopReplansAfterAPlannerChange: a statement held in planning on a worker while the table list is reloaded
+// is planned again with the new planner before it is sent: a table protected by the reload is fenced even for a
+// statement that arrived before it (the old planner, which did not protect it, had already planned it).
+func TestLoopReplansAfterAPlannerChange(t *testing.T) {
+	ctx := ctxT(t)
+	table := fmt.Sprintf("loopreload_%d", time.Now().UnixNano())
+	d := direct(t)
+	if _, err := d.Exec(ctx, "CREATE TABLE "+table+" (id int PRIMARY KEY, n int, fence_token bigint); INSERT INTO "+table+" VALUES (1, 0, NULL)"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Exec(context.Background(), "DROP TABLE "+table) })
+	p := startProxy(t, proxytest.Options{YAML: "relay:\n  event_loops: 1\ntables:\n  - name: public." + table + "_other\n    token_column: fence_token\n"})
+	before, err := proxy.NewPlanner(p.Config, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocked := "UPDATE " + table + " SET n = n + 1 WHERE id = 1"
+	bp := &blockingPlanner{inner: before, blocked: blocked, entered: make(chan struct{}), release: make(chan struct{})}
+	p.Server.SetPlanner(bp)
+	c := connect(t, p.DSN(pgtest.SuperUser, "", pgtest.TestDB)+"&default_query_exec_mode=simple_protocol")
+	if _, err := c.Exec(ctx, "SET fence.token = 7"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "the session in the event loop", func() bool { return proxy.SessionsInLoop(p.Server) == 1 })
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Exec(ctx, blocked)
+		done <- err
+	}()
+	select {
+	case <-bp.entered:
+	case <-ctx.Done():
+		t.Fatal("the held statement was never planned")
+	}
+	cfg, err := config.Parse("reloaded.yaml", []byte("upstream:\n  address: 127.0.0.1:1\ntables:\n  - name: public."+table+"\n    token_column: fence_token\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	after, err := proxy.NewPlanner(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Server.SetPlanner(after)
+	close(bp.release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	var tok *int64
+	if err := d.QueryRow(ctx, "SELECT n, fence_token FROM "+table+" WHERE id = 1").Scan(&n, &tok); err != nil {
+		t.Fatal(err)
+	}
+	if n != 1 || tok == nil || *tok != 7 {
+		t.Fatalf("n = %d, fence_token = %v: want 1 and 7 (fenced by the reloaded table list)", n, tok)
+	}
 }

@@ -708,7 +708,9 @@ func (es *evSession) planFor(typ byte, body []byte, p Planner) (Planner, bool) {
 	set := es.ss.readingSettings()
 	if j := es.job; j != nil {
 		es.job = nil
-		if j.set == set && bytes.Equal(j.sql, sql) {
+		// The worker's plan is used only if nothing it was made from changed meanwhile: the text, the reading
+		// settings, and the planner (a reloaded table list or catalog is a new planner; planners are pointers).
+		if j.set == set && j.p == p && bytes.Equal(j.sql, sql) {
 			es.fixed.plan = j.plan
 			return &es.fixed, true
 		}
