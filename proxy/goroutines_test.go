@@ -2,11 +2,7 @@ package proxy_test
 
 import (
 	"testing"
-	"time"
 
-	"github.com/jackc/pgx/v5/pgproto3"
-
-	"github.com/fenceproxy/fenceproxy/internal/pgtest"
 	"github.com/fenceproxy/fenceproxy/internal/proxytest"
 	"github.com/fenceproxy/fenceproxy/proxy"
 )
@@ -20,32 +16,12 @@ const goroutinesYAML = "relay:\n  mode: goroutines\n"
 // the next client, and a drain closes an idle session while a transaction finishes.
 func TestGoroutineTransportEndings(t *testing.T) {
 	t.Run("client vanishes", func(t *testing.T) {
-		p := startProxy(t, proxytest.Options{YAML: goroutinesYAML})
-		d := direct(t)
-		conn, fe, _ := rawStartup(t, p.Addr, pgproto3.ProtocolVersionNumber, nil)
-		pid := rawBackendPID(t, fe)
-		fe.Send(&pgproto3.Query{String: "SELECT pg_sleep(60)"})
-		fe.Flush()
-		eventually(t, 10*time.Second, "the query to run", func() bool { return backendState(t, d, pid) == "active" })
-		conn.Close()
-		eventually(t, 10*time.Second, "the backend to go away", func() bool { return backendState(t, d, pid) == "gone" })
+		p := clientVanishingCancelsItsQuery(t, goroutinesYAML)
 		if n := proxy.SessionsInLoop(p.Server); n != 0 {
 			t.Fatalf("%d sessions in an event loop with relay.mode goroutines", n)
 		}
 	})
-	t.Run("upstream dies", func(t *testing.T) {
-		p := startProxy(t, proxytest.Options{YAML: goroutinesYAML})
-		c := connect(t, p.DSN(pgtest.SuperUser, "", pgtest.TestDB))
-		ctx := ctxT(t)
-		if _, err := direct(t).Exec(ctx, "SELECT pg_terminate_backend($1)", c.PgConn().PID()); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := c.Exec(ctx, "SELECT 1"); err == nil {
-			t.Fatal("query on a terminated session succeeded")
-		}
-		eventually(t, 5*time.Second, "the client connection to close", func() bool { return c.IsClosed() })
-		healthy(t, p)
-	})
+	t.Run("upstream dies", func(t *testing.T) { upstreamDeathReachesTheClient(t, goroutinesYAML) })
 	t.Run("terminate keeps the upstream", func(t *testing.T) {
 		p := startProxy(t, proxytest.Options{YAML: goroutinesYAML})
 		dsn := reuseDSN(p, reuseApp(t))

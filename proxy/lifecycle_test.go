@@ -266,8 +266,12 @@ func backendState(t *testing.T, d *pgx.Conn, pid uint32) string {
 	return state
 }
 
-func TestClientVanishingCancelsItsQuery(t *testing.T) {
-	p := startProxy(t, proxytest.Options{})
+func TestClientVanishingCancelsItsQuery(t *testing.T) { clientVanishingCancelsItsQuery(t, "") }
+
+// clientVanishingCancelsItsQuery: a client that goes away while its query runs, through a proxy configured by
+// yaml, has the query cancelled (its backend goes away). It returns the proxy.
+func clientVanishingCancelsItsQuery(t *testing.T, yaml string) *proxytest.Proxy {
+	p := startProxy(t, proxytest.Options{YAML: yaml})
 	d := direct(t)
 	conn, fe, _ := rawStartup(t, p.Addr, pgproto3.ProtocolVersionNumber, nil)
 	pid := rawBackendPID(t, fe)
@@ -276,10 +280,15 @@ func TestClientVanishingCancelsItsQuery(t *testing.T) {
 	eventually(t, 10*time.Second, "the query to run", func() bool { return backendState(t, d, pid) == "active" })
 	conn.Close()
 	eventually(t, 10*time.Second, "the backend to go away", func() bool { return backendState(t, d, pid) == "gone" })
+	return p
 }
 
-func TestUpstreamDeathReachesTheClient(t *testing.T) {
-	p := startProxy(t, proxytest.Options{})
+func TestUpstreamDeathReachesTheClient(t *testing.T) { upstreamDeathReachesTheClient(t, "") }
+
+// upstreamDeathReachesTheClient: the upstream backend of a session through a proxy configured by yaml is
+// terminated; the client's next query fails, its connection closes, and the proxy stays healthy.
+func upstreamDeathReachesTheClient(t *testing.T, yaml string) {
+	p := startProxy(t, proxytest.Options{YAML: yaml})
 	c := connect(t, p.DSN(pgtest.SuperUser, "", pgtest.TestDB))
 	d := direct(t)
 	ctx := ctxT(t)
