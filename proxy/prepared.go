@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -212,35 +211,9 @@ func (ps *prepState) clientText(text []byte) {
 	if len(ps.byTmpl) == 0 {
 		return
 	}
-	if dropsOrChanges(text) {
+	if rewrite.MayDropPrepared(text, preparedPrefix) {
 		ps.forget()
 	}
-}
-
-// deallocatesAnother reports whether text is one DEALLOCATE [PREPARE] of a statement that is not the proxy's:
-// a name written plainly (an identifier, or one in double quotes) that is neither ALL nor starts with the
-// proxy's prefix. Drivers that inline constants deallocate their own statements so (psycopg 3); anything
-// else holding the word makes the proxy forget.
-func deallocatesAnother(text []byte) bool {
-	words := strings.Fields(strings.TrimSuffix(strings.TrimSpace(string(text)), ";"))
-	if len(words) == 3 && strings.EqualFold(words[1], "prepare") {
-		words = []string{words[0], words[2]}
-	}
-	if len(words) != 2 || !strings.EqualFold(words[0], "deallocate") {
-		return false
-	}
-	name := words[1]
-	if len(name) > 2 && name[0] == '"' && name[len(name)-1] == '"' {
-		name = name[1 : len(name)-1] // quoted: as written
-		return !strings.Contains(name, `"`) && !strings.HasPrefix(name, preparedPrefix)
-	}
-	for i := 0; i < len(name); i++ {
-		if c := name[i]; !(identCont(c) && c < 0x80) || i == 0 && (c == '$' || c >= '0' && c <= '9') {
-			return false
-		}
-	}
-	lower := strings.ToLower(name) // unquoted: folded
-	return lower != "all" && lower != "prepare" && !strings.HasPrefix(lower, preparedPrefix)
 }
 
 // clientClose looks at the body of a client's Close for a statement named with the proxy's prefix.
@@ -344,48 +317,4 @@ func (ps *prepState) noteMissingPrepared(code string) {
 	if code == sqlstateUndefinedPrepared {
 		ps.lost.Store(true)
 	}
-}
-
-// dropsOrChanges reports whether text may drop the proxy's prepared statements or change what they mean: it
-// holds one of the words DISCARD, CREATE, ALTER, transform_null_equals, or DEALLOCATE other than one DEALLOCATE
-// of a name of the client's (deallocatesAnother). One pass over the text: it runs for every Query and Parse of a
-// session that has prepared statements.
-func dropsOrChanges(text []byte) bool {
-	dealloc := false
-	for i := 0; i < len(text); i++ {
-		switch text[i] | 0x20 {
-		case 'd':
-			if wordAt(text, i, "discard") {
-				return true
-			}
-			dealloc = dealloc || wordAt(text, i, "deallocate")
-		case 'c':
-			if wordAt(text, i, "create") {
-				return true
-			}
-		case 'a':
-			if wordAt(text, i, "alter") {
-				return true
-			}
-		case 't':
-			if wordAt(text, i, "transform_null_equals") {
-				return true
-			}
-		}
-	}
-	return dealloc && !deallocatesAnother(text)
-}
-
-// wordAt reports whether text holds word (lower case) at i, ASCII case-insensitively, not followed by a
-// character that continues an identifier: "discarded" and "deallocated" do not hold it, "E'\ndeallocate all'"
-// does (the word may follow anything, since a string built for EXECUTE may put it anywhere).
-func wordAt(text []byte, i int, word string) bool {
-	n := len(word)
-	return i+n <= len(text) && bytes.EqualFold(text[i:i+n], []byte(word)) && (i+n == len(text) || !identCont(text[i+n]))
-}
-
-// identCont reports whether c continues an identifier, as PostgreSQL's scanner reads one: a letter, a digit,
-// '_', '$' or any byte of a multibyte character.
-func identCont(c byte) bool {
-	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '$' || c >= 0x80
 }

@@ -58,30 +58,3 @@ func TestPreparedCommandsSentWithTheQueryCounted(t *testing.T) {
 		t.Fatalf("%d writes upstream before the client's Query counted as pending", probe.uncounted)
 	}
 }
-
-// TestDeallocatesAnother: only one plain DEALLOCATE of a name that is not the proxy's leaves the proxy's
-// statements known; anything else holding the word makes the proxy forget them.
-func TestDeallocatesAnother(t *testing.T) {
-	for text, want := range map[string]bool{
-		"DEALLOCATE mine":                    true,
-		"  deallocate prepare _pg3_12 ;  ":   true,
-		`DEALLOCATE "Mine Too"`:              false, // a space: not read, forgotten
-		`DEALLOCATE "FenceProxy_p1"`:         true,  // quoted: another name than fenceproxy_p1
-		`DEALLOCATE "fenceproxy_p1"`:         false,
-		"DEALLOCATE FENCEPROXY_P1":           false, // folded: the proxy's
-		"DEALLOCATE ALL":                     false,
-		"DEALLOCATE PREPARE all":             false,
-		"DEALLOCATE /* x */ mine":            false,
-		"DEALLOCATE mine; DEALLOCATE ALL":    false,
-		"DEALLOCATE mine; SELECT 1":          false,
-		"SELECT 'deallocate mine'":           false,
-		"DEALLOCATE 1x":                      false,
-		"DEALLOCATE \"a\"\"b\"":              false,
-		"DEALLOCATE PREPARE":                 false,
-		"EXECUTE 'DEALLOCATE fenceproxy_p1'": false,
-	} {
-		if got := deallocatesAnother([]byte(text)); got != want {
-			t.Errorf("deallocatesAnother(%q) = %v, want %v", text, got, want)
-		}
-	}
-}

@@ -252,3 +252,74 @@ func executeArgs(text []byte, spans [][2]int) string {
 	b.WriteByte(')')
 	return b.String()
 }
+
+// MayDropPrepared reports whether text, a client's Query or Parse, may drop
+// statements the proxy prepared (their names start with prefix) or change
+// what they mean: it holds one of the words DISCARD, CREATE, ALTER (a table
+// created or renamed later that an unqualified name now finds is not seen by
+// a prepared statement), transform_null_equals (read at PREPARE), or
+// DEALLOCATE other than one DEALLOCATE of a name of the client's own
+// (deallocatesAnother). It errs toward true: a word in a string or a comment
+// counts, since a string run by EXECUTE may put it anywhere. One pass over
+// the text: it runs for every Query and Parse of a session with prepared
+// statements.
+func MayDropPrepared(text []byte, prefix string) bool {
+	dealloc := false
+	for i := 0; i < len(text); i++ {
+		switch lower(text[i]) {
+		case 'd':
+			if wordAt(text, i, "discard") {
+				return true
+			}
+			dealloc = dealloc || wordAt(text, i, "deallocate")
+		case 'c':
+			if wordAt(text, i, "create") {
+				return true
+			}
+		case 'a':
+			if wordAt(text, i, "alter") {
+				return true
+			}
+		case 't':
+			if wordAt(text, i, "transform_null_equals") {
+				return true
+			}
+		}
+	}
+	return dealloc && !deallocatesAnother(text, prefix)
+}
+
+// wordAt reports whether text holds word (lower case) at i, ASCII
+// case-insensitively, not followed by a character that continues an
+// identifier: "discarded" and "deallocated" do not hold it.
+func wordAt(text []byte, i int, word string) bool {
+	n := len(word)
+	return i+n <= len(text) && equalFoldASCII(text[i:i+n], word) && (i+n == len(text) || !isIdentCont(text[i+n]))
+}
+
+// deallocatesAnother reports whether text is one DEALLOCATE [PREPARE] of a
+// statement whose name does not start with prefix: a name written plainly
+// (an identifier, or one in double quotes) that is not ALL. Drivers that
+// inline constants deallocate their own statements so (psycopg 3); anything
+// else holding the word counts as dropping the proxy's statements.
+func deallocatesAnother(text []byte, prefix string) bool {
+	words := strings.Fields(strings.TrimSuffix(strings.TrimSpace(string(text)), ";"))
+	if len(words) == 3 && strings.EqualFold(words[1], "prepare") {
+		words = []string{words[0], words[2]}
+	}
+	if len(words) != 2 || !strings.EqualFold(words[0], "deallocate") {
+		return false
+	}
+	name := words[1]
+	if len(name) > 2 && name[0] == '"' && name[len(name)-1] == '"' {
+		name = name[1 : len(name)-1] // quoted: as written
+		return !strings.Contains(name, `"`) && !strings.HasPrefix(name, prefix)
+	}
+	for i := 0; i < len(name); i++ {
+		if c := name[i]; c >= 0x80 || !isIdentCont(c) || i == 0 && !isIdentStart(c) {
+			return false
+		}
+	}
+	folded := strings.ToLower(name) // unquoted: folded
+	return folded != "all" && folded != "prepare" && !strings.HasPrefix(folded, prefix)
+}

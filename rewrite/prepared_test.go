@@ -220,3 +220,52 @@ func TestPreparedSameText(t *testing.T) {
 		t.Fatalf("%d cache entries for a locking read sent three times, want 2 (its text and its shape)", n)
 	}
 }
+
+// TestDeallocatesAnother: only one plain DEALLOCATE of a name that is not the proxy's leaves the proxy's
+// statements known; anything else holding the word makes the proxy forget them.
+func TestDeallocatesAnother(t *testing.T) {
+	for text, want := range map[string]bool{
+		"DEALLOCATE mine":                    true,
+		"  deallocate prepare _pg3_12 ;  ":   true,
+		`DEALLOCATE "Mine Too"`:              false, // a space: not read, forgotten
+		`DEALLOCATE "FenceProxy_p1"`:         true,  // quoted: another name than fenceproxy_p1
+		`DEALLOCATE "fenceproxy_p1"`:         false,
+		"DEALLOCATE FENCEPROXY_P1":           false, // folded: the proxy's
+		"DEALLOCATE ALL":                     false,
+		"DEALLOCATE PREPARE all":             false,
+		"DEALLOCATE /* x */ mine":            false,
+		"DEALLOCATE mine; DEALLOCATE ALL":    false,
+		"DEALLOCATE mine; SELECT 1":          false,
+		"SELECT 'deallocate mine'":           false,
+		"DEALLOCATE 1x":                      false,
+		"DEALLOCATE \"a\"\"b\"":              false,
+		"DEALLOCATE PREPARE":                 false,
+		"EXECUTE 'DEALLOCATE fenceproxy_p1'": false,
+	} {
+		if got := deallocatesAnother([]byte(text), "fenceproxy_p"); got != want {
+			t.Errorf("deallocatesAnother(%q) = %v, want %v", text, got, want)
+		}
+	}
+}
+
+// TestMayDropPrepared: the words that make the proxy forget its prepared statements, whole words only, anywhere
+// in the text.
+func TestMayDropPrepared(t *testing.T) {
+	for text, want := range map[string]bool{
+		"DISCARD ALL":                         true,
+		"discard plans":                       true,
+		"CREATE TEMP TABLE accounts (x int)":  true,
+		"ALTER TABLE t RENAME TO accounts":    true,
+		"SET transform_null_equals = on":      true,
+		"SELECT 'x'; deallocate all":          true,
+		"DEALLOCATE mine":                     false,
+		"UPDATE t SET note = 'discarded'":     false,
+		"UPDATE t SET created_at = now()":     false,
+		"SELECT altered, deallocated FROM t":  false,
+		"UPDATE t SET n = n + 1 WHERE id = 1": false,
+	} {
+		if got := MayDropPrepared([]byte(text), "fenceproxy_p"); got != want {
+			t.Errorf("MayDropPrepared(%q) = %v, want %v", text, got, want)
+		}
+	}
+}
