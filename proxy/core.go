@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -138,7 +139,9 @@ func (ss *session) onClientMsg(typ byte, body []byte, p Planner, out msgSink) er
 func planText(typ byte, body []byte) ([]byte, bool) {
 	switch typ {
 	case msgQuery:
-		if len(body) == 0 || body[len(body)-1] != 0 {
+		// One string, ended by the body's only zero byte: PostgreSQL refuses a Query with anything after the
+		// string's end (invalid message format), and the planner's shape keys use zero bytes as delimiters.
+		if len(body) == 0 || bytes.IndexByte(body, 0) != len(body)-1 {
 			return nil, false
 		}
 		return body[:len(body)-1], true

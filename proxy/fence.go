@@ -28,11 +28,12 @@ type msgSink interface {
 // queryOut writes the Query whose body is given to w, rewritten or refused as p says when the server reads it
 // under set.
 func (ss *session) queryOut(w msgSink, p Planner, body []byte, set rewrite.Settings) error {
-	if len(body) == 0 || body[len(body)-1] != 0 {
-		return fmt.Errorf("%w: Query message without its terminating zero byte", errProtocol)
+	text, ok := planText(msgQuery, body)
+	if !ok {
+		return fmt.Errorf("%w: Query message that is not one zero-terminated string", errProtocol)
 	}
-	ss.prep.clientText(body[:len(body)-1])
-	plan := ss.checkPlan(p.Plan(body[:len(body)-1], set))
+	ss.prep.clientText(text)
+	plan := ss.checkPlan(p.Plan(text, set))
 	switch plan.Action {
 	case rewrite.Rewrite:
 		ss.srv.metrics.rewritten()

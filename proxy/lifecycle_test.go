@@ -235,6 +235,8 @@ func TestGarbageAndAbsurdInput(t *testing.T) {
 		"absurd length":   {'Q', 0x7f, 0xff, 0xff, 0xff},
 		"oversized query": append([]byte{'Q', 0, 2, 0, 0}, make([]byte, 100)...),
 		"unterminated Q":  {'Q', 0, 0, 0, 6, 'x', 'y'},
+		// PostgreSQL refuses it too (invalid message format); the proxy must not read on past the zero byte.
+		"zero byte inside a Query": append([]byte{'Q', 0, 0, 0, 4 + 14}, "SELECT 1\x00i1\x00x\x00"...),
 	}
 	for name, g := range afterStartup {
 		conn, _, _ := rawStartup(t, p.Addr, pgproto3.ProtocolVersionNumber, nil)

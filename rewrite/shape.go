@@ -77,7 +77,9 @@ var constKeywords = []string{
 // setting's name anywhere (their analysis reads constants), or a lexical
 // error.
 func (r *Rewriter) shapeOf(text []byte) (s shaped, ok bool) {
-	if containsFoldBytes(text, "set_config") || containsFoldBytes(text, r.filter.settingFirst) {
+	if bytes.IndexByte(text, 0) >= 0 || containsFoldBytes(text, "set_config") || containsFoldBytes(text, r.filter.settingFirst) {
+		// A zero byte: the key delimits its placeholders with zero bytes, so such a text could share the key of
+		// another text with other constants (PostgreSQL reads no text past a zero byte anyway).
 		return s, false
 	}
 	l := newLexer(text, true)

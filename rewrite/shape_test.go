@@ -410,3 +410,20 @@ func TestShapeBuiltOnSecondSighting(t *testing.T) {
 		}
 	}
 }
+
+// TestShapeZeroByte: a text holding a zero byte is not normalised. The key delimits its placeholders with zero
+// bytes, so "... WHERE y = \x00i1\x00" had the key of "... WHERE y = 2" and was filled from that shape's template
+// with one constant where it has two (an index out of range).
+func TestShapeZeroByte(t *testing.T) {
+	r := testRewriter(t)
+	c := NewCache(r, 64)
+	for _, s := range []string{"UPDATE accounts SET x = 1 WHERE y = 2", "UPDATE accounts SET x = 1 WHERE y = 3", "UPDATE accounts SET x = 1 WHERE y = 4"} {
+		c.Plan([]byte(s), DefaultSettings)
+	}
+	text := "UPDATE accounts SET x = 1 WHERE y = \x00i1\x00"
+	if _, ok := r.shapeOf([]byte(text)); ok {
+		t.Fatal("a text with a zero byte was normalised")
+	}
+	got := c.Plan([]byte(text), DefaultSettings)
+	samePlan(t, r, text, got, planFull(r, text))
+}
