@@ -41,13 +41,11 @@ type shapeTemplate struct {
 	prep *Prepared
 }
 
-// shaped is a text read for the shape cache: its key, the byte spans, in
-// the text, of the constants that the key replaces, and their classes
-// (constClass).
+// shaped is a text read for the shape cache: its key and the byte spans, in
+// the text, of the constants that the key replaces.
 type shaped struct {
-	key     []byte
-	spans   [][2]int
-	classes []byte
+	key   []byte
+	spans [][2]int
 	// unprepared: as a prepared statement the template would not mean
 	// what it means as SQL (a typed literal, a number after -(: shapeOf;
 	// prepared.go), so it is not prepared.
@@ -174,7 +172,6 @@ func (r *Rewriter) shapeOf(text []byte) (s shaped, ok bool) {
 		s.key = strconv.AppendInt(s.key, int64(len(s.spans)), 10)
 		s.key = append(s.key, 0)
 		s.spans = append(s.spans, [2]int{from, t.end})
-		s.classes = append(s.classes, class)
 		last = t.end
 	}
 	if len(s.spans) == 0 {
@@ -196,6 +193,21 @@ func minusBeforeParens(toks []token, i int, text []byte) bool {
 		return false
 	}
 	return k == 0 || !endsOperand(toks[k-1], text)
+}
+
+// classes returns the class (constClass) of each constant the key
+// replaces, in order: each placeholder is a zero byte, the class, the
+// constant's number and a zero byte, and a normalised text holds no zero
+// byte of its own (shapeOf).
+func (s shaped) classes() []byte {
+	cs := make([]byte, 0, len(s.spans))
+	for i := 0; i < len(s.key); i++ {
+		if s.key[i] == 0 {
+			cs = append(cs, s.key[i+1])
+			i += 2 + bytes.IndexByte(s.key[i+2:], 0) // to the placeholder's closing zero byte
+		}
+	}
+	return cs
 }
 
 // closingParens returns the index of the first token from i on that is not
@@ -380,7 +392,7 @@ func (r *Rewriter) buildTemplate(text []byte, sh shaped, scsOff bool, full Plan)
 		return bad
 	}
 	if !sh.unprepared {
-		t.prep = preparedOf(p.SQL, sh.classes)
+		t.prep = preparedOf(p.SQL, sh.classes())
 	}
 	return t
 }

@@ -46,12 +46,13 @@ func variant(r *Rewriter, sql string, rng *rand.Rand) string {
 	}
 	var b strings.Builder
 	last := 0
+	classes := sh.classes()
 	for k, sp := range sh.spans {
 		b.Write(text[last:sp[0]])
 		orig := text[sp[0]:sp[1]]
 		var t token
 		l := newLexer(orig, true)
-		switch sh.classes[k] {
+		switch classes[k] {
 		case 'j':
 			b.WriteString(fmt.Sprintf("-%d", rng.IntN(1000000)))
 			last = sp[1]
