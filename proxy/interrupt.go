@@ -78,9 +78,12 @@ func (i *interrupt) caught(err error) intrReason {
 // interrupt that waits for the message boundary, in which case the deadline is lifted (the reason stays
 // pending, for the reader to act on at the boundary) and the read may be retried.
 func (i *interrupt) resume(err error) bool {
-	if !i.caught(err).waitsForBoundary() {
-		return false
-	}
+	return i.caught(err).waitsForBoundary() && i.lift()
+}
+
+// lift lifts the deadline of a pending reason that waits for the message boundary, keeping the reason, so that
+// the reader may read on; false (the deadline back in place) when a stronger reason arrived meanwhile.
+func (i *interrupt) lift() bool {
 	i.conn.SetReadDeadline(time.Time{})
 	if !i.reason().waitsForBoundary() {
 		// A stronger reason arrived meanwhile; put its deadline back.

@@ -61,19 +61,21 @@ func (ss *session) relayGoroutines() (e ending, handover bool) {
 func (ss *session) clientToServer() ending {
 	cr := &ss.cr
 	for {
-		if r := ss.clientIntr.reason(); r != intrNone {
-			switch r {
-			case intrDrain:
-				if e, stop := ss.clientDrain(); stop {
-					return e
-				}
-				continue
-			case intrHandover:
-				if err := ss.sw.Flush(); err != nil {
-					return ss.clientEnding(err)
-				}
-				return ending{why: endHandover}
+		r := ss.clientIntr.reason()
+		if r == intrDrain {
+			if e, stop := ss.clientDrain(); stop {
+				return e
 			}
+			r = ss.clientIntr.reason() // still intrDrain (read on: decided again at the next boundary), or stronger
+		}
+		switch r {
+		case intrNone, intrDrain:
+		case intrHandover:
+			if err := ss.sw.Flush(); err != nil {
+				return ss.clientEnding(err)
+			}
+			return ending{why: endHandover}
+		default:
 			return ending{} // intrPeerEnded: the server side ended the session and says why
 		}
 		typ, _, err := cr.next()
@@ -107,17 +109,15 @@ func (ss *session) clientToServer() ending {
 
 // clientDrain decides a drain at the client side's message boundary, where nothing the client sent can be on its
 // way to the server: the session ends (drained) when it is idle and nothing of the client's next message has
-// arrived; otherwise it goes on, and the next ReadyForQuery asks again. Deciding on the server side instead let
-// a statement the client side forwarded meanwhile run unanswered, and a message whose body was still being read
-// be cut off.
+// arrived (neither in the reader's buffer nor in the socket's); otherwise the drain stays pending, with the
+// read deadline lifted, and is decided again at the next boundary or when the server side asks again (at the
+// next ReadyForQuery). Deciding on the server side instead let a statement the client side forwarded meanwhile
+// run unanswered, and a message whose body was still being read be cut off.
 func (ss *session) clientDrain() (ending, bool) {
-	if r := ss.clientIntr.take(); r != intrDrain {
-		ss.clientIntr.raise(r) // a stronger reason came meanwhile: acted on at the top
-		return ending{}, false
-	}
-	if ss.state.idle() && ss.cr.r.Buffered() == 0 {
+	if ss.state.idle() && ss.cr.r.Buffered() == 0 && !inputWaiting(ss.client) {
 		return ending{why: endDrained}, true
 	}
+	ss.clientIntr.lift() // false: a stronger reason came meanwhile, acted on at the top
 	return ending{}, false
 }
 
