@@ -218,7 +218,7 @@ func TestServeRejectsBadConfig(t *testing.T) {
 	if code := run([]string{"serve", "--config", path}, &stdout, &stderr); code == 0 {
 		t.Fatal("serve with a bad config exited 0")
 	}
-	if want := path + `:5: unknown key "tables[0].tokn_column"`; !strings.Contains(stderr.String(), want) {
+	if want := path + `:5: tables[0].tokn_column: unknown key; did you mean "token_column"? (so tables[0].token_column is missing: required)`; !strings.Contains(stderr.String(), want) {
 		t.Fatalf("stderr %q does not contain %q", stderr.String(), want)
 	}
 	if code := run([]string{"serve"}, &stdout, &stderr); code != 2 {
