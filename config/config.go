@@ -163,6 +163,9 @@ type EtcdVerify struct {
 // Metrics configures the Prometheus endpoint; an empty Listen turns it off.
 type Metrics struct {
 	Listen string `yaml:"listen"`
+	// Pprof serves Go's profiles (/debug/pprof/: CPU profiles and execution traces included) on Listen. Off by
+	// default: the metrics address is one Prometheus must reach, and profiles are not for everyone who can.
+	Pprof bool `yaml:"pprof"`
 }
 
 // Limits bound what one client, or all of them, can make the proxy spend.
@@ -493,6 +496,8 @@ func (c *Config) validate(add func(key, format string, args ...any)) {
 		if err := checkHostPort(c.Metrics.Listen); err != nil {
 			add("metrics.listen", "%v", err)
 		}
+	} else if c.Metrics.Pprof {
+		add("metrics.pprof", "needs metrics.listen (the profiles are served there)")
 	}
 	if c.Limits.MaxClientConnections < 0 {
 		add("limits.max_client_connections", "must be positive")

@@ -50,7 +50,7 @@ func TestInstallCLI(t *testing.T) {
 		t.Fatalf("write without a token after the printed install: %v", err)
 	}
 	for i := 0; i < 2; i++ {
-		if code, out := cli("install", "--config", cfgFile, "--dsn", dsn); code != 0 || !strings.Contains(out, "ok    fenceproxy schema at step") {
+		if code, out := cli("install", "--config", cfgFile, "--dsn", dsn); code != 0 || !strings.Contains(out, ": fenceproxy schema at step") {
 			t.Fatalf("install #%d: %d\n%s", i+1, code, out)
 		}
 	}
@@ -69,7 +69,7 @@ func TestInstallCLI(t *testing.T) {
 	if err := pg.Exec("INSERT INTO accounts VALUES (1, 5); DROP TABLE accounts"); err != nil {
 		t.Fatalf("after uninstall: %v", err)
 	}
-	if code, out := cli("install", "--config", cfgFile, "--dsn", dsn); code != 1 || !strings.Contains(out, "accounts: no such table") {
+	if code, out := cli("install", "--config", cfgFile, "--dsn", dsn); code != 1 || !strings.Contains(out, "database "+pgtest.TestDB+" holds none of the protected tables (accounts): no such table") {
 		t.Fatalf("install for a missing table: %d\n%s", code, out)
 	}
 }

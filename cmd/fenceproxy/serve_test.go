@@ -138,6 +138,12 @@ func TestServeReloadAndDrain(t *testing.T) {
 	if got := httpGet(t, "http://"+metricsAddr+"/healthz"); got != "ok\n" {
 		t.Errorf("/healthz = %q", got)
 	}
+	// Profiles are not served unless metrics.pprof asks for them.
+	if resp, err := http.Get("http://" + metricsAddr + "/debug/pprof/"); err != nil || resp.StatusCode != http.StatusNotFound {
+		t.Errorf("/debug/pprof/ on a default config: %v %v, want 404", resp, err)
+	} else {
+		resp.Body.Close()
+	}
 	if _, err := c.Exec(ctx, "RESET fence.token"); err != nil {
 		t.Fatal(err)
 	}
@@ -268,7 +274,7 @@ func TestCheck(t *testing.T) {
 	for _, want := range []string{
 		`ALTER TABLE "public"."wrongtype" ALTER COLUMN "fence_token" TYPE bigint;`,
 		`ALTER TABLE "public"."nocol" ADD COLUMN "fence_token" bigint;`,
-		"FAIL  missing: no such table",
+		"error   missing [table-missing]: no such table in database " + pgtest.TestDB,
 		`fix: CREATE TABLE "missing" (id bigint PRIMARY KEY, "fence_token" bigint);`,
 		"3 problem(s)",
 	} {
