@@ -24,7 +24,12 @@ one transaction; re-running changes nothing): lock marks, the PostgreSQL lock st
 generated BEFORE INSERT/UPDATE/DELETE row trigger and a BEFORE TRUNCATE trigger on every protected table, its
 partitions and inheritance children, which enforce the same rules and SQLSTATEs as the proxy for writes the
 proxy never sees. --ddl-guard (superuser) adds event triggers that refuse DDL dropping, renaming or rewriting a
-protected table or its token column. --print prints the SQL instead of running it. Credentials as for check.
+protected table or its token column. --print prints the SQL instead of running it (and, on stderr, what it
+would do to which table). Credentials as for check.
+
+In each database it guards the configured tables that database holds, and says, naming the database, which
+tables it guarded, which configured tables it skipped (not in this database) and which it un-guarded (no
+longer in the configuration); a database holding none of the configured tables is refused.
 Exit status: 0, 1 on problems, 2 on a usage error.
 `
 
@@ -57,6 +62,8 @@ func runInstall(args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 		fmt.Fprint(stdout, p.SQL())
+		// What the SQL does to which table goes to stderr, so that stdout stays a script to pipe into psql.
+		printInstallPlan(stderr, p)
 		return 0
 	}
 	plan, err := schema.InstallPlan(ctx, conn, scfg)

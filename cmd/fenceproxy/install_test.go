@@ -29,10 +29,13 @@ func TestInstallCLI(t *testing.T) {
 		code := run(args, &out, &errOut)
 		return code, out.String() + errOut.String()
 	}
-	code, out := cli("install", "--config", cfgFile, "--dsn", dsn, "--print")
-	if code != 0 || !strings.HasPrefix(out, "BEGIN;") || !strings.Contains(out, `CREATE OR REPLACE TRIGGER "~fenceproxy_guard" BEFORE INSERT OR UPDATE OR DELETE ON "public"."accounts"`) ||
-		!strings.Contains(out, "CREATE TABLE fenceproxy.lock_marks") {
-		t.Fatalf("install --print: %d\n%s", code, out)
+	// --print: the SQL on stdout, what it does to which table on stderr.
+	var printed, summary bytes.Buffer
+	code := run([]string{"install", "--config", cfgFile, "--dsn", dsn, "--print"}, &printed, &summary)
+	out := printed.String()
+	if code != 0 || !strings.HasPrefix(out, "BEGIN;") || !strings.HasSuffix(out, "COMMIT;\n") || !strings.Contains(out, `CREATE OR REPLACE TRIGGER "~fenceproxy_guard" BEFORE INSERT OR UPDATE OR DELETE ON "public"."accounts"`) ||
+		!strings.Contains(out, "CREATE TABLE fenceproxy.lock_marks") || !strings.Contains(summary.String(), `guarded "public"."accounts" (protected as accounts)`) {
+		t.Fatalf("install --print: %d\n%s\n--- stderr ---\n%s", code, out, summary.String())
 	}
 	if err := pg.Exec("SELECT 1 FROM fenceproxy.version"); err == nil {
 		t.Fatal("install --print changed the database")
