@@ -27,8 +27,9 @@ import (
 // protoState is a session's protocol state, kept by the core from the messages both ways.
 //
 // Concurrency: with the event loop one goroutine runs the whole core. With the goroutine transport the client
-// side (the session goroutine) writes pending (up) and unsynced; the server side writes pending (down), ready,
-// txStatus and every plain field. Each side reads the other's fields only through the atomics; the plain fields
+// side (the session goroutine) writes pending (up), unsynced and internal (up, before it sends the proxy's own
+// command: prepared.go sendQueued); the server side writes pending (down), internal (down, at the answer's
+// ReadyForQuery: onPreparedAnswer), ready, txStatus and every plain field. Each side reads the other's fields only through the atomics; the plain fields
 // are read by the client side only after ready is published (reusable) or after the server side ended
 // (serverParams, serverFatal, at the session's end).
 type protoState struct {

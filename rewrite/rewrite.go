@@ -79,7 +79,9 @@ const (
 	Pass Action = iota
 	// Rewrite: forward Plan.SQL instead.
 	Rewrite
-	// Refuse: do not forward; answer with an ErrorResponse (Code, Message).
+	// Refuse: do not forward the client's text; forward instead the refusal SQL built from Code, Message and
+	// Hint (RefusalSQL), so that the server itself raises the error and aborts the transaction as for any
+	// error, and the proxy's ErrorResponse is the server's, translated.
 	Refuse
 )
 

@@ -247,10 +247,14 @@ func TestGuardInstallIdempotentAndUpgrades(t *testing.T) {
 	if err := schema.Install(ctx, su, cfg); err == nil || !strings.Contains(err.Error(), "newer than this binary") {
 		t.Fatalf("install over a newer schema: %v", err)
 	}
-	// A missing table is an error, not a silently unguarded table.
+	// A database that holds none of the configured tables is refused (the wrong database, most likely), and
+	// its guard is left as it was.
 	exec(t, su, fmt.Sprintf("DELETE FROM fenceproxy.version WHERE step = %d", len(steps)+1))
-	if err := schema.Install(ctx, su, guardConfig(table("nosuch", "ft"))); err == nil || !strings.Contains(err.Error(), "nosuch: no such table") {
+	if err := schema.Install(ctx, su, guardConfig(table("nosuch", "ft"))); err == nil || !strings.Contains(err.Error(), "holds none of the protected tables (nosuch): no such table") {
 		t.Fatalf("install for a missing table: %v", err)
+	}
+	if n := queryInt(t, su, "SELECT count(*) FROM pg_trigger WHERE tgname = '~fenceproxy_guard' AND tgrelid = 's1.acc'::regclass"); n != 1 {
+		t.Fatalf("a refused install changed the guard: %d row triggers on s1.acc", n)
 	}
 
 	if err := schema.Uninstall(ctx, su); err != nil {

@@ -102,13 +102,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 			}
 			defer stopObservers()
 		}
-		mux := http.NewServeMux()
-		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-		mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
-		// Profiles on the operators' port, for "where does the time go" questions in production.
-		mux.HandleFunc("/debug/pprof/", pprof.Index)
-		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		mux := metricsMux(reg, cfg.Metrics.Pprof)
 		mln, err := net.Listen("tcp", cfg.Metrics.Listen)
 		if err != nil {
 			fmt.Fprintf(stderr, "fenceproxy: metrics.listen: %v\n", err)
@@ -259,4 +253,19 @@ func newLogger(cfg *config.Config, w io.Writer) *slog.Logger {
 		return slog.New(slog.NewJSONHandler(w, ho))
 	}
 	return slog.New(slog.NewTextHandler(w, ho))
+}
+
+// metricsMux serves /metrics and /healthz, and the profiles only when metrics.pprof asks for them: a metrics
+// port is opened to whatever scrapes it, and a CPU profile or an execution trace is not for everyone who can
+// reach it.
+func metricsMux(reg *prometheus.Registry, pprofOn bool) *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
+	if pprofOn {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
+	return mux
 }
