@@ -185,8 +185,12 @@ func TestPreparedFencesRunAndFence(t *testing.T) {
 			}
 			sum += i
 		}
-		if n := executions(t, c); n < 7 {
+		n := executions(t, c)
+		if n < 7 {
 			t.Fatalf("the server ran %v of 10 statements as EXECUTE, want at least 7 (the first ones are sent as SQL while the shape is prepared)", n)
+		}
+		if m := fxCounter(t, f.p.Registry, "fenceproxy_prepared_fence_executions_total", nil); m != float64(n) {
+			t.Fatalf("fenceproxy_prepared_fence_executions_total is %v, the server ran %v EXECUTEs", m, n)
 		}
 		var names string
 		if err := c.QueryRow(ctxT(t), "SELECT string_agg(name, ',') FROM pg_prepared_statements").Scan(&names); err != nil {
