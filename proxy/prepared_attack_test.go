@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 
@@ -21,16 +20,6 @@ import (
 // statements the proxy prepares on its upstream connection, and what the proxy must still guarantee (every write
 // to a protected table fenced, the client's answers its own, the server holding no statement the proxy forgot).
 
-// ownStatements counts the statements named with the proxy's prefix on c's upstream connection.
-func ownStatements(t *testing.T, c *pgx.Conn) int {
-	t.Helper()
-	var n int
-	if err := c.QueryRow(ctxT(t), "SELECT count(*) FROM pg_prepared_statements WHERE name LIKE 'fenceproxy\\_p%'").Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	return n
-}
-
 // TestPreparedAttackForgetDoesNotLeak: whatever makes the proxy forget its statements (a text that merely
 // mentions a discarded row, the client deallocating a statement of its own, a DISCARD ALL that fails inside a
 // transaction block) must not leave them on the server: a session that loops on it would otherwise grow the
@@ -41,6 +30,14 @@ func TestPreparedAttackForgetDoesNotLeak(t *testing.T) {
 		c := f.simple(t, "5")
 		markDiscarded := fmt.Sprintf("UPDATE public.%s SET note = 'discarded' WHERE id = 2", f.name)
 		fxExec(t, c, "PREPARE keep AS SELECT 42") // the client's own statement outlives every sweep
+		// The UPDATE of balance is templated (a shape's third text is the first its template serves) and
+		// prepared; the UPDATE of note, whose constant is a string, is never prepared.
+		for i := range 3 {
+			if err := f.transaction(t, c, 1, i+1); err != nil {
+				t.Fatal(err)
+			}
+			fxExec(t, c, markDiscarded)
+		}
 		for _, forget := range []struct {
 			name   string
 			forget bool // the proxy cannot tell that its statements are still there: it forgets and sweeps
@@ -69,6 +66,7 @@ func TestPreparedAttackForgetDoesNotLeak(t *testing.T) {
 			}
 			before := prepares()
 			for round := range 4 {
+				start := serverStatements(t, c)
 				forget.run(round)
 				for i := range 3 {
 					if err := f.transaction(t, c, 1, i+1); err != nil {
@@ -77,8 +75,14 @@ func TestPreparedAttackForgetDoesNotLeak(t *testing.T) {
 					fxExec(t, c, markDiscarded)
 				}
 				// Two shapes are in use: the UPDATE of balance and the UPDATE of note.
-				if n := ownStatements(t, c); n > 2 {
+				now := serverStatements(t, c)
+				if n := len(now); n > 2 {
 					t.Fatalf("after %s, round %d: %d statements of the proxy's on the server, want at most 2 (the shapes in use)", forget.name, round, n)
+				}
+				// And it is used: forgotten or not, the UPDATE of balance is prepared (again) at the idle point
+				// after its first use, so at least its second and third ran as EXECUTE.
+				if n := runsSince(start, now); n < 2 {
+					t.Fatalf("after %s, round %d: the server ran %d of the round's three UPDATEs of balance as EXECUTE, want at least 2 (%v)", forget.name, round, n, now)
 				}
 			}
 			if n := prepares() - before; !forget.forget && n > 2 {
@@ -89,7 +93,7 @@ func TestPreparedAttackForgetDoesNotLeak(t *testing.T) {
 		if err := c.QueryRow(ctxT(t), "EXECUTE keep").Scan(&kept); err != nil || kept != 42 {
 			t.Fatalf("the client's own statement after the sweeps: %v, %v", kept, err)
 		}
-		f.wantRows(t, fmt.Sprintf("1:%d:5 2:0:5", 5*4*(1+2+3)))
+		f.wantRows(t, fmt.Sprintf("1:%d:5 2:0:5", (1+5*4)*(1+2+3)))
 	})
 }
 
@@ -132,15 +136,16 @@ func TestPreparedAttackPlantedNames(t *testing.T) {
 				}
 			}},
 		} {
-			before := f.executions(t)
+			before := serverStatements(t, c)
 			for i := 1; i <= 4; i++ {
 				if err := f.transaction(t, c, 1, i); err != nil {
 					t.Fatalf("transaction %d: %v", i, err)
 				}
 				balance += i
 			}
-			if f.executions(t) == before {
-				t.Fatal("no statement ran as EXECUTE")
+			planted := serverStatements(t, c)
+			if runsSince(before, planted) == 0 {
+				t.Fatalf("before %s: no statement ran as EXECUTE (%v)", plant.name, planted)
 			}
 			var name string
 			if err := c.QueryRow(ctxT(t), "SELECT name FROM pg_prepared_statements WHERE name LIKE 'fenceproxy\\_p%' AND statement LIKE '%UPDATE%'").Scan(&name); err != nil {
@@ -163,6 +168,23 @@ func TestPreparedAttackPlantedNames(t *testing.T) {
 			balance += 1000
 			if got, want := fxSnapshot(t, f.d, "public."+f.name), fmt.Sprintf("1:%d:5 2:0:1", balance); got != want {
 				t.Fatalf("after %s: rows %s, want %s", plant.name, got, want)
+			}
+			// The proxy prepares the UPDATE again, under a statement of its own, and runs it: the planted
+			// statement is gone.
+			for i := 1; i <= 3; i++ {
+				if err := f.transaction(t, c, 1, i); err != nil {
+					t.Fatalf("after %s, transaction %d: %v", plant.name, i, err)
+				}
+				balance += i
+			}
+			now := serverStatements(t, c)
+			if runsOfNew(planted, now) == 0 {
+				t.Fatalf("after %s: the UPDATE was not prepared again and run as EXECUTE (%v)", plant.name, now)
+			}
+			for _, st := range now {
+				if !strings.Contains(st.text, "UPDATE") {
+					t.Fatalf("after %s: the planted statement is still on the server: %v", plant.name, st)
+				}
 			}
 		}
 		// A stale holder is refused however the names were played with.
@@ -280,8 +302,8 @@ func TestPreparedAttackPipelines(t *testing.T) {
 			want(what+", UPDATE", transcript(t, c), "C UPDATE 1", "Z I")
 			balance += 1 + 10 + 100 + 2
 		}
-		if n := f.executions(t); n == 0 {
-			t.Fatal("no statement ran as EXECUTE")
+		if n := runsSince(nil, rawServerStatements(t, c)); n < 6 {
+			t.Fatalf("the server ran %d of the pipelines' UPDATEs as EXECUTE, want at least 6", n)
 		}
 		f.wantRows(t, fmt.Sprintf("1:%d:5 2:0:5", balance))
 		c.send(t, &pgproto3.Query{String: "SELECT 'end'"})
@@ -311,13 +333,12 @@ func TestPreparedAttackReuse(t *testing.T) {
 		if pidB := pidOf(t, b); pidB != pidA {
 			t.Fatalf("the second session got backend %d, the first had %d: the connection was not reused", pidB, pidA)
 		}
-		before := f.executions(t)
 		for i := 1; i <= 4; i++ {
 			if err := f.transaction(t, b, 1, 100); err != nil {
 				t.Fatal(err)
 			}
 		}
-		if f.executions(t) == before {
+		if executions(t, b) == 0 {
 			t.Fatal("the second session ran no statement as EXECUTE")
 		}
 		f.wantRows(t, "1:410:5 2:0:1")
@@ -341,7 +362,8 @@ func TestPreparedAttackConfigReload(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if f.executions(t) == 0 {
+		old := serverStatements(t, c)
+		if runsSince(nil, old) == 0 {
 			t.Fatal("no statement ran as EXECUTE before the reload")
 		}
 		cfg, err := config.Parse("reload.yaml", []byte(fmt.Sprintf("listen: %s\nupstream:\n  address: %s\ntables:\n  - name: public.%s\n    token_column: other_token\n", f.p.Addr, pg.Addr(), f.name)))
@@ -362,6 +384,14 @@ func TestPreparedAttackConfigReload(t *testing.T) {
 			}
 		}
 		f.wantRows(t, "1:10:5 2:0:1")
+		// The refusals came from the template of the new configuration, run as EXECUTE; the old one ran no more.
+		now := serverStatements(t, c)
+		if runsOfNew(old, now) == 0 {
+			t.Fatalf("after the reload no template of the new configuration ran as EXECUTE (%v)", now)
+		}
+		if runsSince(old, now) != runsOfNew(old, now) {
+			t.Fatalf("after the reload a template of the old configuration ran (before: %v, now: %v)", old, now)
+		}
 	})
 }
 
@@ -389,10 +419,14 @@ func TestPreparedAttackSearchPath(t *testing.T) {
 			}
 		}
 		run(s1, 1)
+		afterS1 := executions(t, c)
 		run(s2, 10)
+		afterS2 := executions(t, c)
 		run(s1, 100)
-		if n := fxCounter(t, p.Registry, "fenceproxy_prepared_fence_executions_total", nil); n == 0 {
-			t.Fatal("no statement ran as EXECUTE")
+		// The first four build the shape's template and prepare it; the later rounds run the statement prepared
+		// under the first search_path.
+		if n := executions(t, c); afterS2-afterS1 < 2 || n-afterS2 < 2 {
+			t.Fatalf("the server ran %d, %d and %d of each four statements as EXECUTE, want at least 2 of the second and third four", afterS1, afterS2-afterS1, n-afterS2)
 		}
 		if got1, got2 := fxSnapshot(t, d, s1+"."+name), fxSnapshot(t, d, s2+"."+name); got1 != "1:404:5" || got2 != "1:40:5" {
 			t.Fatalf("rows %s in %s and %s in %s, want 1:404:5 and 1:40:5", got1, s1, got2, s2)
@@ -417,13 +451,17 @@ func TestPreparedAttackShadowingTable(t *testing.T) {
 		for i := 1; i <= 6; i++ {
 			fxExec(t, c, fmt.Sprintf("UPDATE %s SET balance = balance + %d WHERE id = 1", name, i))
 		}
-		if n := fxCounter(t, p.Registry, "fenceproxy_prepared_fence_executions_total", nil); n == 0 {
+		before := serverStatements(t, c)
+		if runsSince(nil, before) == 0 {
 			t.Fatal("no statement ran as EXECUTE")
 		}
 		fxExec(t, c, fmt.Sprintf("CREATE TEMP TABLE %s (LIKE public.%s INCLUDING ALL)", name, name))
 		fxExec(t, c, fmt.Sprintf("INSERT INTO %s (id, balance, fence_token) VALUES (1, 0, 1)", name))
 		for i := 1; i <= 6; i++ {
 			fxExec(t, c, fmt.Sprintf("UPDATE %s SET balance = balance + %d WHERE id = 1", name, 100*i))
+		}
+		if now := serverStatements(t, c); runsOfNew(before, now) == 0 {
+			t.Fatalf("after the CREATE the UPDATE was not prepared again and run as EXECUTE (before %v, now %v)", before, now)
 		}
 		if got := fxSnapshot(t, d, "public."+name); got != "1:21:5" {
 			t.Fatalf("public table %s, want 1:21:5 (the later statements belong to the temporary table)", got)
@@ -472,10 +510,9 @@ func TestPreparedAttackReadingChanges(t *testing.T) {
 			for id := 3; id <= 6; id++ { // no such rows: the shape under the new settings, templated
 				setNote(step.encName, step.literal, id)
 			}
-			before := f.executions(t)
 			setNote(step.encName, step.literal, 1)
-			if f.executions(t) != before {
-				t.Fatalf("after %s: %s was sent as EXECUTE; string constants are not prepared", step.set, step.literal)
+			if st := rawServerStatements(t, c); len(st) != 0 {
+				t.Fatalf("after %s: %s was prepared (%v); string constants are not prepared", step.set, step.literal, st)
 			}
 			var note string
 			if err := f.d.QueryRow(ctxT(t), fmt.Sprintf("SELECT note FROM public.%s WHERE id = 1", f.name)).Scan(&note); err != nil || note != step.want {
@@ -521,7 +558,7 @@ func TestPreparedAttackLockedTable(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if f.executions(t) == 0 {
+		if executions(t, c) == 0 {
 			t.Fatal("the template was not prepared once the lock was gone")
 		}
 		f.wantRows(t, "1:36:5 2:0:1")
@@ -587,7 +624,9 @@ func TestPreparedAttackCopy(t *testing.T) {
 				t.Fatalf("round %d, COPY TO STDOUT: %q, want %q", round, got, want)
 			}
 		}
-		f.wantExecutions(t)
+		if n := runsSince(nil, rawServerStatements(t, c)); n < 4 {
+			t.Fatalf("the server ran %d of the UPDATEs as EXECUTE, want at least 4 (one after each COPY)", n)
+		}
 		f.wantRows(t, "1:424:5 2:0:1")
 	})
 }
@@ -637,6 +676,7 @@ func TestPreparedAttackEviction(t *testing.T) {
 		balance1, balance2 := 0, 0
 		for round := 1; round <= 6; round++ {
 			for s, shape := range shapes {
+				before := serverStatements(t, c)
 				for i := range 3 {
 					delta := round*10 + i
 					fxExec(t, c, fmt.Sprintf(shape, f.name, delta))
@@ -647,12 +687,21 @@ func TestPreparedAttackEviction(t *testing.T) {
 						balance2 -= delta
 					}
 				}
-				if n := ownStatements(t, c); n > 2 {
+				now := serverStatements(t, c)
+				if n := len(now); n > 2 {
 					t.Fatalf("round %d, shape %d: %d statements of the proxy's on the server, want at most 2", round, s, n)
+				}
+				// Three shapes take turns in two places, so each is evicted before its next turn: its first use
+				// queues the PREPARE, the second sends it, the third runs as EXECUTE (from round 2: in round 1 a
+				// shape's texts build its template). A string constant (shape 1) is never prepared.
+				switch n := runsSince(before, now); {
+				case s == 1 && n != 0:
+					t.Fatalf("round %d, shape %d: the server ran %d statements as EXECUTE, of a shape with a string constant (%v)", round, s, n, now)
+				case s != 1 && round > 1 && n < 1:
+					t.Fatalf("round %d, shape %d: the server ran %d of its three statements as EXECUTE, want at least 1 (%v)", round, s, n, now)
 				}
 			}
 		}
-		f.wantExecutions(t)
 		f.wantRows(t, fmt.Sprintf("1:%d:5 2:%d:5", balance1, balance2))
 	})
 }

@@ -621,6 +621,7 @@ func check(before, after map[string]prow, k int64) (int, []string) {
 func expectation(c *hcase, errs []error, before, after map[string]prow, changed int) []string {
 	var codes []string
 	var first error
+	var problems []string
 	for _, err := range errs {
 		if err == nil {
 			continue
@@ -629,32 +630,49 @@ func expectation(c *hcase, errs []error, before, after map[string]prow, changed 
 			first = err
 		}
 		var pe *pgconn.PgError
-		if errors.As(err, &pe) {
-			codes = append(codes, pe.Code)
-		} else {
+		if !errors.As(err, &pe) {
 			codes = append(codes, "non-server error: "+err.Error())
+			continue
+		}
+		codes = append(codes, pe.Code)
+		if unreadable(pe) && !c.names(pe) {
+			problems = append(problems, fmt.Sprintf("refused because the text cannot be read (%s %s), which tests nothing else: "+
+				"fix the SQL, or name the reason (expect: refused %s <a fragment of the message>)", pe.Code, pe.Message, pe.Code))
 		}
 	}
 	switch c.expect {
 	case "refused":
-		if !slices.Contains(codes, c.expectCode) {
-			return []string{fmt.Sprintf("want SQLSTATE %s, got %v (%v)", c.expectCode, codes, first)}
+		if !slices.ContainsFunc(errs, func(err error) bool {
+			var pe *pgconn.PgError
+			return errors.As(err, &pe) && pe.Code == c.expectCode && strings.Contains(pe.Message, c.expectText)
+		}) {
+			problems = append(problems, fmt.Sprintf("want SQLSTATE %s %q, got %v (%v)", c.expectCode, c.expectText, codes, first))
 		}
 	case "fenced":
 		if first != nil {
-			return []string{fmt.Sprintf("want the write fenced and applied, got %v", first)}
-		}
-		if changed == 0 {
-			return []string{"want the write applied, but no protected row changed"}
+			problems = append(problems, fmt.Sprintf("want the write fenced and applied, got %v", first))
+		} else if changed == 0 {
+			problems = append(problems, "want the write applied, but no protected row changed")
 		}
 	case "untouched":
 		if changed > 0 {
-			return []string{fmt.Sprintf("want no protected row changed, %d did (error: %v)", changed, first)}
+			problems = append(problems, fmt.Sprintf("want no protected row changed, %d did (error: %v)", changed, first))
 		}
 	case "ok":
 		if first != nil {
-			return []string{fmt.Sprintf("want no error, got %v", first)}
+			problems = append(problems, fmt.Sprintf("want no error, got %v", first))
 		}
 	}
-	return nil
+	return problems
+}
+
+// unreadable reports whether e refuses a text because it could not be read at all: a syntax error, or the
+// proxy's refusal of a text it cannot parse or read (rewrite: "cannot parse ...", "cannot read ...").
+func unreadable(e *pgconn.PgError) bool {
+	return e.Code == "42601" || e.Code == "55F04" && (strings.Contains(e.Message, "cannot parse") || strings.Contains(e.Message, "cannot read"))
+}
+
+// names reports whether c's expect line names e's reason: refused with e's code and a fragment of its message.
+func (c *hcase) names(e *pgconn.PgError) bool {
+	return c.expect == "refused" && c.expectCode == e.Code && c.expectText != "" && strings.Contains(e.Message, c.expectText)
 }
