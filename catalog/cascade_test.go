@@ -26,6 +26,7 @@ CREATE TABLE %[1]s.cust (id int PRIMARY KEY);
 ALTER TABLE %[1]s.acc ADD FOREIGN KEY (cust_id) REFERENCES %[1]s.cust;
 CREATE TABLE %[1]s.base (id int, fence_token bigint);
 CREATE TABLE %[1]s.kid () INHERITS (%[1]s.base);
+INSERT INTO %[1]s.kid VALUES (1, 5);
 CREATE DOMAIN %[1]s.tok AS bigint;
 CREATE TABLE %[1]s.typed (id int, fence_token %[1]s.tok);
 CREATE FUNCTION %[1]s.guardfn() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN RETURN NEW; END$$;
@@ -36,6 +37,7 @@ CREATE VIEW %[1]s.other_v AS SELECT * FROM %[1]s.other;
 CREATE TABLE %[1]s.other_ref (id int REFERENCES %[1]s.other);
 CREATE TABLE %[1]s.other_parent (id int, fence_token bigint);
 CREATE TABLE %[1]s.other_kid () INHERITS (%[1]s.other_parent);
+INSERT INTO %[1]s.other_kid VALUES (1, 5);
 CREATE TYPE %[1]s.mood AS ENUM ('calm', 'cross');
 CREATE DOMAIN %[1]s.tok2 AS bigint;
 CREATE TABLE %[1]s.other_typed (m %[1]s.mood, t %[1]s.tok2);
@@ -66,6 +68,7 @@ var cascadeRefused = []string{
 // cascadePasses reach nothing protected; each runs, and check (a query straight to the server) shows its effect.
 var cascadePasses = []struct{ sql, check string }{
 	{"DROP TABLE %[1]s.other CASCADE", "SELECT to_regclass('%[1]s.other_v') IS NULL"},
+	{"TRUNCATE other_parent CASCADE", "SELECT NOT EXISTS (SELECT FROM %[1]s.other_kid)"},
 	{"DROP TABLE other_parent CASCADE", "SELECT to_regclass('%[1]s.other_kid') IS NULL"},
 	{"DROP TYPE mood CASCADE", "SELECT NOT EXISTS (SELECT FROM pg_attribute WHERE attrelid = '%[1]s.other_typed'::regclass AND attname = 'm' AND NOT attisdropped)"},
 	{"DROP DOMAIN %[1]s.tok2 CASCADE", "SELECT NOT EXISTS (SELECT FROM pg_attribute WHERE attrelid = '%[1]s.other_typed'::regclass AND attname = 't' AND NOT attisdropped)"},
@@ -85,7 +88,8 @@ func runCascadeCases(t *testing.T, e *env, c *pgx.Conn) {
 	intact := e.s(`SELECT to_regclass('%[1]s.kid') IS NOT NULL
 		AND (SELECT count(*) = 2 FROM pg_attribute WHERE attname = 'fence_token' AND NOT attisdropped
 			AND atttypid IN ('bigint'::regtype, '%[1]s.tok'::regtype) AND attrelid IN ('%[1]s.kid'::regclass, '%[1]s.typed'::regclass))
-		AND EXISTS (SELECT FROM pg_trigger WHERE tgrelid = '%[1]s.acc'::regclass AND tgname = 'g')`)
+		AND EXISTS (SELECT FROM pg_trigger WHERE tgrelid = '%[1]s.acc'::regclass AND tgname = 'g')
+		AND EXISTS (SELECT FROM %[1]s.kid)`)
 	var ok bool
 	if err := e.d.QueryRow(ctxT(t), intact).Scan(&ok); err != nil || !ok {
 		t.Fatalf("after the refusals the protected tables are not intact (%v)", err)

@@ -81,7 +81,7 @@ func TestDDLCheckedByResult(t *testing.T) {
 	}
 	// Without CASCADE these reach nothing a DROP of their own object does not (PostgreSQL refuses to drop what
 	// others depend on): unchanged.
-	for _, sql := range []string{"DROP TABLE other", "DROP SCHEMA s", "DROP TYPE mood RESTRICT", "TRUNCATE other", "DROP INDEX CONCURRENTLY i",
+	for _, sql := range []string{"DROP TABLE other", "DROP SCHEMA s", "DROP TYPE mood RESTRICT", "TRUNCATE other", "TRUNCATE ONLY other RESTRICT", "DROP INDEX CONCURRENTLY i",
 		"ALTER TABLE other DROP COLUMN x", "ALTER TABLE other RENAME x TO y"} {
 		if p := r.Plan(sql); p.Action != Pass {
 			t.Errorf("%q: want pass, got %v %s", sql, p.Action, p.SQL)
