@@ -215,3 +215,24 @@ CREATE FUNCTION other.f() RETURNS int LANGUAGE sql AS 'SELECT 1';`); err != nil 
 	e.want(c, "", "DROP FUNCTION other.f() CASCADE")
 	e.want(c, "", "DROP SCHEMA other CASCADE")
 }
+
+// Inside a transaction block the check sees the statement's own effect (under REPEATABLE READ too), and a
+// refusal rolls back to the last savepoint like any error.
+func TestCascadeInTransactionBlock(t *testing.T) {
+	e := newPlainEnv(t, cascadeDDL, "acc", "kid", "typed")
+	c := e.client("")
+	e.want(c, "", "BEGIN ISOLATION LEVEL REPEATABLE READ")
+	e.want(c, "", "SELECT count(*) FROM kid")
+	e.want(c, "55F04", "DROP TABLE base CASCADE")
+	e.want(c, "", "ROLLBACK")
+	e.want(c, "", "BEGIN")
+	e.want(c, "", "SAVEPOINT s")
+	e.want(c, "55F04", "DROP SCHEMA %[1]s CASCADE")
+	e.want(c, "", "ROLLBACK TO SAVEPOINT s")
+	e.want(c, "", "DROP TABLE other CASCADE")
+	e.want(c, "", "COMMIT")
+	var ok bool
+	if err := e.d.QueryRow(ctxT(t), e.s("SELECT to_regclass('%[1]s.other') IS NULL AND EXISTS (SELECT FROM %[1]s.kid)")).Scan(&ok); err != nil || !ok {
+		t.Fatalf("after the transaction: other dropped and kid intact = %v (%v)", ok, err)
+	}
+}

@@ -60,8 +60,11 @@ const guardSchemas = "'{fenceproxy,fenceproxy_ddl}'::pg_catalog.name[]"
 
 // fingerprintSQL is the query of what protects the configured tables: rows (o, k, w) where k identifies one
 // fact and w says, for the refusal, what a statement that changes it would do. It is a function of the
-// tables only, built once per Rewriter.
+// tables only, built once per Rewriter; "" without tables (nothing is checked then).
 func fingerprintSQL(tables []*tableEntry) string {
+	if len(tables) == 0 {
+		return ""
+	}
 	var vals strings.Builder
 	for i, e := range tables {
 		if i > 0 {
