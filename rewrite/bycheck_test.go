@@ -51,6 +51,7 @@ func TestDDLCheckedByResult(t *testing.T) {
 		{"ALTER TABLE parent ALTER fence_token TYPE int", "ALTER TABLE parent ALTER COLUMN fence_token TYPE int"},
 		{"ALTER TABLE parent RENAME fence_token TO t", "ALTER TABLE parent RENAME COLUMN fence_token TO t"},
 		{"ALTER TABLE other DROP CONSTRAINT pk CASCADE", "ALTER TABLE other DROP CONSTRAINT pk CASCADE"},
+		{"ALTER TABLE parent DISABLE TRIGGER ALL", "ALTER TABLE parent DISABLE TRIGGER ALL"},
 		{`DROP TABLE "a$$b", "$outer$", "c\d" CASCADE`, `DROP TABLE "a$$b", "$outer$", "c\d" CASCADE`},
 	} {
 		if !r.MayTouch([]byte(c.sql)) {

@@ -325,12 +325,19 @@ func (a *analysis) renameInto(s *pg.RenameStmt) string {
 // protected by name may still change a protected table: PostgreSQL applies
 // most subcommands to the inheritance children and partitions too, so one
 // that changes a column named like a token column (drop, retype, default,
-// rename) reaches a protected child's token column, and one with CASCADE
-// reaches what depends on the column or constraint it drops.
+// rename) reaches a protected child's token column, ENABLE/DISABLE TRIGGER
+// of a partitioned table reaches its partitions' triggers (the guard's), and
+// one with CASCADE reaches what depends on the column or constraint it drops.
 func (r *Rewriter) reachesChildren(s *pg.AlterTableStmt) bool {
 	for _, n := range s.Cmds {
 		c := n.GetAlterTableCmd()
 		if c == nil || c.Behavior == pg.DropBehavior_DROP_CASCADE {
+			return true
+		}
+		switch c.Subtype {
+		case pg.AlterTableType_AT_EnableTrig, pg.AlterTableType_AT_EnableAlwaysTrig, pg.AlterTableType_AT_EnableReplicaTrig,
+			pg.AlterTableType_AT_DisableTrig, pg.AlterTableType_AT_EnableTrigAll, pg.AlterTableType_AT_DisableTrigAll,
+			pg.AlterTableType_AT_EnableTrigUser, pg.AlterTableType_AT_DisableTrigUser:
 			return true
 		}
 		if r.isTokenColumnName(c.Name) {
