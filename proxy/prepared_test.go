@@ -99,8 +99,8 @@ func TestPreparedFencesRunAndFence(t *testing.T) {
 			}
 			sum += i
 		}
-		if n := f.executions(t); n < 7 {
-			t.Fatalf("%v of 10 statements ran as EXECUTE, want at least 7 (the first ones are sent as SQL while the shape is prepared)", n)
+		if n := f.executions(t); n < 6 {
+			t.Fatalf("%v of 10 statements ran as EXECUTE, want at least 6 (the first ones are sent as SQL while the shape is prepared and verified)", n)
 		}
 		var names string
 		if err := c.QueryRow(ctxT(t), "SELECT string_agg(name, ',') FROM pg_prepared_statements").Scan(&names); err != nil {
@@ -151,7 +151,7 @@ func TestPreparedFencesDroppedByClient(t *testing.T) {
 		warm := func(what string) {
 			t.Helper()
 			before := f.executions(t)
-			for i := range 4 {
+			for i := range 5 {
 				if err := f.transaction(t, c, 2, i+1); err != nil {
 					t.Fatalf("%s, transaction %d: %v", what, i, err)
 				}
@@ -168,12 +168,11 @@ func TestPreparedFencesDroppedByClient(t *testing.T) {
 			}
 			warm("after " + drop)
 		}
-		// Behind the proxy's back: the next statement fails (26000), and the proxy prepares again.
+		// Behind the proxy's back: the verification before the next BEGIN finds the statements gone; the
+		// proxy sends SQL and prepares again, and the client sees no error.
 		fxExec(t, c, "SELECT public."+fn+"()")
-		err := f.transaction(t, c, 2, 5)
-		var pgErr *pgconn.PgError
-		if !errors.As(err, &pgErr) || pgErr.Code != "26000" {
-			t.Fatalf("after a function's DEALLOCATE ALL: %v, want 26000", err)
+		if err := f.transaction(t, c, 2, 5); err != nil {
+			t.Fatalf("after a function's DEALLOCATE ALL: %v", err)
 		}
 		warm("after a function's DEALLOCATE ALL")
 	})
