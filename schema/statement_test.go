@@ -38,8 +38,8 @@ func statementDB(t *testing.T) string {
 	return db
 }
 
-// tokens reads id → fence_token of t.
-func tokens(t *testing.T, db, where string) map[int64]int64 {
+// rowTokens reads id → fence_token of t.
+func rowTokens(t *testing.T, db, where string) map[int64]int64 {
 	t.Helper()
 	rows, err := superConn(t, db).Query(t.Context(), "SELECT id, coalesce(fence_token, -1) FROM t WHERE "+where)
 	if err != nil {
@@ -81,7 +81,7 @@ func TestGuardOneTokenPerStatement(t *testing.T) {
 	// the outermost write's token is the statement's, for the inner write too.
 	exec(t, c, "INSERT INTO t (id, note) VALUES (3, inner_write(4)), (5, 'after')")
 	want := map[int64]int64{1: 10, 2: 10, 3: 10, 4: 10, 5: 10, 100: 10}
-	got := tokens(t, db, "true")
+	got := rowTokens(t, db, "true")
 	for id, tok := range want {
 		if got[id] != tok {
 			t.Errorf("row %d holds token %d, want %d (all: %v)", id, got[id], tok, got)
@@ -95,13 +95,13 @@ func TestGuardOneTokenPerStatement(t *testing.T) {
 	// the copy back), after a write that failed inside an exception block as well.
 	exec(t, c, "SET fence.token = 10")
 	exec(t, c, "BEGIN; SELECT caught(6); INSERT INTO t (id, note) VALUES (7, 'a'); SET LOCAL fence.token = 20; INSERT INTO t (id, note) VALUES (8, 'b'); COMMIT")
-	if got := tokens(t, db, "id IN (6, 7, 8)"); got[7] != 10 || got[8] != 20 || len(got) != 2 {
+	if got := rowTokens(t, db, "id IN (6, 7, 8)"); got[7] != 10 || got[8] != 20 || len(got) != 2 {
 		t.Fatalf("rows 6..8: %v, want 7:10 8:20", got)
 	}
 	// A function whose statements write after it set the token: each is a statement of its own and takes the
 	// token in force when it starts (as a SET before it would).
 	exec(t, c, "SELECT inner_write(9)")
-	if got := tokens(t, db, "id = 9"); got[9] != 1 {
+	if got := rowTokens(t, db, "id = 9"); got[9] != 1 {
 		t.Fatalf("row 9: %v, want token 1", got)
 	}
 
@@ -168,7 +168,7 @@ CREATE ROLE app LOGIN; GRANT ALL ON t, parts TO app; GRANT EXECUTE ON FUNCTION t
 	exec(t, c, "SELECT tok('1000'); INSERT INTO t (id, note) VALUES (3, 'a')")
 	exec(t, su, "UPDATE fenceproxy.token_ceiling SET ceiling = 2000")
 	exec(t, c, "SELECT tok('1001'); INSERT INTO t (id, note) VALUES (4, 'a')")
-	if got := tokens(t, db, "id IN (3, 4)"); got[3] != 1000 || got[4] != 1001 {
+	if got := rowTokens(t, db, "id IN (3, 4)"); got[3] != 1000 || got[4] != 1001 {
 		t.Fatalf("rows 3, 4: %v", got)
 	}
 }
