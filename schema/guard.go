@@ -36,10 +36,14 @@ const (
 	statementLockSetting  = "fenceproxy.statement_lock"
 )
 
-// Settings are the names of the session settings the guard reads.
+// Settings are the names of the session settings the guard reads, and whether it compares tokens with the
+// token ceiling.
 type Settings struct {
 	Token string // token.setting, e.g. fence.token
 	Lock  string // token.lock_setting, e.g. fence.lock
+	// Ceiling: tokens are verified (token.verify), and the guard refuses a token above the ceiling the proxy
+	// keeps in fenceproxy.token_ceiling. Off, the guard reads no ceiling (a read per row costs about 4 us).
+	Ceiling bool
 }
 
 // guardSpec is what one generated guard function enforces: one configured table (and its partitions and
@@ -80,10 +84,10 @@ func statementSettingsBlock(st Settings) string {
 		quoteLiteral(st.Token), quoteLiteral(st.Lock))
 }
 
-// tokenBlock is the PL/pgSQL that turns the token text s into k, raising 55F02 or 55F03 as the proxy does, and
-// 55F03 when k is above a ceiling in fenceproxy.token_ceiling (the highest token the proxy's verifier has
-// accepted as issued: docs/verification.md). The ceiling is read for every row, from the table only the
-// proxy's role may write, so no setting a session can change stands between the token stamped and the check.
+// tokenBlock is the PL/pgSQL that turns the token text s into k, raising 55F02 or 55F03 as the proxy does, and,
+// with st.Ceiling, 55F03 when k is above a ceiling in fenceproxy.token_ceiling (the highest token the proxy's
+// verifier has accepted as issued: docs/verification.md). The ceiling is read for every row, from the table only
+// the proxy's role may write, so no setting a session can change stands between the token stamped and the check.
 // table is the SQL expression of the table's label.
 func tokenBlock(st Settings, table string) (string, error) {
 	missing, err := errorSQL(rewrite.Marker{Code: rewrite.CodeMissing, Table: sentinel(partTable), Setting: st.Token},
@@ -110,17 +114,21 @@ func tokenBlock(st Settings, table string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return fmt.Sprintf(`IF s IS NULL OR s OPERATOR(pg_catalog.=) '' THEN
+	block := fmt.Sprintf(`IF s IS NULL OR s OPERATOR(pg_catalog.=) '' THEN
 		%s
 	END IF;
 	IF NOT (%s) THEN
 		%s
 	END IF;
-	k := s::pg_catalog.int8;
+	k := s::pg_catalog.int8;`, missing, validTokenSQL, invalid)
+	if !st.Ceiling {
+		return block, nil
+	}
+	return block + fmt.Sprintf(`
 	SELECT pg_catalog.min(tc.ceiling) INTO c FROM %s.token_ceiling AS tc;
 	IF k OPERATOR(pg_catalog.>) c THEN
 		RAISE EXCEPTION USING ERRCODE = %s, MESSAGE = %s, DETAIL = %s, HINT = %s, TABLE = %s;
-	END IF;`, missing, validTokenSQL, invalid, Name, quoteLiteral(rewrite.CodeInvalid), msgSQL, detailSQL, hintSQL, table), nil
+	END IF;`, Name, quoteLiteral(rewrite.CodeInvalid), msgSQL, detailSQL, hintSQL, table), nil
 }
 
 // ceilingDetail is the DETAIL of the guard's 55F03 for a token above the ceiling; the ceiling is the row-token

@@ -31,7 +31,8 @@ type Config struct {
 
 // FromConfig takes the protected tables and settings from a loaded configuration.
 func FromConfig(c *config.Config) Config {
-	return Config{Tables: c.Tables, Settings: Settings{Token: c.Token.Setting, Lock: c.Token.LockSetting}}
+	verified := len(c.Token.Verify.Etcd.Endpoints) > 0 || len(c.Token.Verify.ZooKeeper.Servers) > 0
+	return Config{Tables: c.Tables, Settings: Settings{Token: c.Token.Setting, Lock: c.Token.LockSetting, Ceiling: verified}}
 }
 
 // relation is one table the guard is put on.

@@ -34,7 +34,9 @@ func statementDB(t *testing.T) string {
 	db := newDB(t)
 	su := superConn(t, db)
 	exec(t, su, statementSetup)
-	install(t, su, guardConfig(table("t", "fence_token"), table("parts", "fence_token")))
+	cfg := guardConfig(table("t", "fence_token"), table("parts", "fence_token"))
+	cfg.Settings.Ceiling = true // as with token verification on
+	install(t, su, cfg)
 	return db
 }
 
