@@ -99,9 +99,11 @@ func (ss *session) onClientMsg(typ byte, body []byte, p Planner, out msgSink) er
 		// flushes) and be answered before this returns, and the session must not look idle then (a drain).
 		st.pending.Add(1)
 		if idle {
-			ss.prep.sendQueued(out, st) // prepared.go: the proxy's own commands go out only when idle
+			ss.prep.sendQueued(out, st, body) // prepared.go: the proxy's own commands go out only when idle
 		}
-		return ss.queryOut(out, p, body, set)
+		err := ss.queryOut(out, p, body, set)
+		ss.prep.clientRan(typ, body) // after: the Query's own statement may still be sent as EXECUTE
+		return err
 	case msgParse:
 		if body == nil {
 			st.unsynced.Store(true)
@@ -109,12 +111,14 @@ func (ss *session) onClientMsg(typ byte, body []byte, p Planner, out msgSink) er
 		}
 		set := ss.readingSettings()
 		st.unsynced.Store(true)
+		ss.prep.clientRan(typ, body)
 		return ss.parseOut(out, p, body, set)
 	case msgSync:
 		st.pending.Add(1)
 		st.unsynced.Store(false)
 	case msgFunctionCall:
 		st.pending.Add(1)
+		ss.prep.clientRan(typ, body)
 		if body != nil {
 			return ss.functionCallOut(out, body)
 		}
@@ -124,7 +128,10 @@ func (ss *session) onClientMsg(typ byte, body []byte, p Planner, out msgSink) er
 			ss.prep.clientClose(body)
 			writeMsg(out, msgClose, body, "")
 		}
-	case msgBind, msgExecute, msgDescribe, msgFlush:
+	case msgBind, msgExecute:
+		st.unsynced.Store(true)
+		ss.prep.clientRan(typ, body)
+	case msgDescribe, msgFlush:
 		st.unsynced.Store(true)
 	case msgCopyData, msgCopyDone, msgCopyFail, msgPassword:
 	case msgTerminate:

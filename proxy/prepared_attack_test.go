@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 
@@ -302,8 +303,13 @@ func TestPreparedAttackPipelines(t *testing.T) {
 			want(what+", UPDATE", transcript(t, c), "C UPDATE 1", "Z I")
 			balance += 1 + 10 + 100 + 2
 		}
-		if n := runsSince(nil, rawServerStatements(t, c)); n < 6 {
-			t.Fatalf("the server ran %d of the pipelines' UPDATEs as EXECUTE, want at least 6", n)
+		// The proxy's statements run as EXECUTE only after a BEGIN (prepared.go).
+		for range 3 {
+			rawTransaction(t, c, upd(1, 1))
+			balance++
+		}
+		if n := runsSince(nil, rawServerStatements(t, c)); n == 0 {
+			t.Fatal("the server ran no statement as EXECUTE")
 		}
 		f.wantRows(t, fmt.Sprintf("1:%d:5 2:0:5", balance))
 		c.send(t, &pgproto3.Query{String: "SELECT 'end'"})
@@ -362,6 +368,10 @@ func TestPreparedAttackConfigReload(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
+		// The fifth: the template prepared in the fourth is verified before its BEGIN (prepared.go).
+		if err := f.transaction(t, c, 1, 5); err != nil {
+			t.Fatal(err)
+		}
 		old := serverStatements(t, c)
 		if runsSince(nil, old) == 0 {
 			t.Fatal("no statement ran as EXECUTE before the reload")
@@ -383,7 +393,7 @@ func TestPreparedAttackConfigReload(t *testing.T) {
 				t.Fatalf("statement %d after the reload: %v, want 55F01 (row 1's other_token is 9, the session's token 5)", i, err)
 			}
 		}
-		f.wantRows(t, "1:10:5 2:0:1")
+		f.wantRows(t, "1:15:5 2:0:1")
 		// The refusals came from the template of the new configuration, run as EXECUTE; the old one ran no more.
 		now := serverStatements(t, c)
 		if runsOfNew(old, now) == 0 {
@@ -415,7 +425,7 @@ func TestPreparedAttackSearchPath(t *testing.T) {
 			t.Helper()
 			fxExec(t, c, "SET search_path = "+schema)
 			for range 4 {
-				fxExec(t, c, fmt.Sprintf("UPDATE %s SET balance = balance + %d WHERE id = 1", name, delta))
+				fxTransaction(t, c, fmt.Sprintf("UPDATE %s SET balance = balance + %d WHERE id = 1", name, delta))
 			}
 		}
 		run(s1, 1)
@@ -449,7 +459,7 @@ func TestPreparedAttackShadowingTable(t *testing.T) {
 		// The session's temporary schema exists before the template is prepared.
 		fxExec(t, c, "CREATE TEMP TABLE scratch (x int)")
 		for i := 1; i <= 6; i++ {
-			fxExec(t, c, fmt.Sprintf("UPDATE %s SET balance = balance + %d WHERE id = 1", name, i))
+			fxTransaction(t, c, fmt.Sprintf("UPDATE %s SET balance = balance + %d WHERE id = 1", name, i))
 		}
 		before := serverStatements(t, c)
 		if runsSince(nil, before) == 0 {
@@ -587,6 +597,8 @@ func TestPreparedAttackCopy(t *testing.T) {
 					t.Fatalf("UPDATE: %s", got)
 				}
 			}
+			// One in a transaction: the proxy's statements run as EXECUTE only after a BEGIN (prepared.go).
+			rawTransaction(t, c, upd(0))
 			c.send(t, &pgproto3.Query{String: "COPY public." + other + " FROM STDIN"},
 				&pgproto3.CopyData{Data: []byte(fmt.Sprintf("%d\n", round))}, &pgproto3.CopyDone{},
 				upd(100))
@@ -679,7 +691,7 @@ func TestPreparedAttackEviction(t *testing.T) {
 				before := serverStatements(t, c)
 				for i := range 3 {
 					delta := round*10 + i
-					fxExec(t, c, fmt.Sprintf(shape, f.name, delta))
+					fxTransaction(t, c, fmt.Sprintf(shape, f.name, delta))
 					switch s {
 					case 0:
 						balance1 += delta
@@ -703,5 +715,120 @@ func TestPreparedAttackEviction(t *testing.T) {
 			}
 		}
 		f.wantRows(t, fmt.Sprintf("1:%d:5 2:%d:5", balance1, balance2))
+	})
+}
+
+// fxTransaction runs sql in a transaction of its own (BEGIN, sql, COMMIT, each a Query): prepared fences run as
+// EXECUTE only after a BEGIN (prepared.go).
+func fxTransaction(t *testing.T, c *pgx.Conn, sql string) {
+	t.Helper()
+	fxExec(t, c, "BEGIN")
+	fxExec(t, c, sql)
+	fxExec(t, c, "COMMIT")
+}
+
+// rawTransaction sends BEGIN, q and COMMIT on c, each after the answer to the one before, and checks the
+// answers (q updates one row).
+func rawTransaction(t *testing.T, c *rawClient, q *pgproto3.Query) {
+	t.Helper()
+	for _, step := range []struct {
+		q    *pgproto3.Query
+		want string
+	}{{&pgproto3.Query{String: "BEGIN"}, "C BEGIN|Z T"}, {q, "C UPDATE 1|Z T"}, {&pgproto3.Query{String: "COMMIT"}, "C COMMIT|Z I"}} {
+		c.send(t, step.q)
+		if got := strings.Join(transcript(t, c), "|"); got != step.want {
+			t.Fatalf("%s: the client saw %s, want %s", step.q.String, got, step.want)
+		}
+	}
+}
+
+// serverExecutions is how many times the server ran the proxy's prepared statements on c's connection
+// (generic and custom plans of every statement named with the proxy's prefix), read through c itself.
+func serverExecutions(t *testing.T, c *pgx.Conn) int64 {
+	t.Helper()
+	var n int64
+	if err := c.QueryRow(ctxT(t), `SELECT coalesce(sum(generic_plans + custom_plans), 0)::int8 FROM pg_prepared_statements
+		WHERE name LIKE 'fenceproxy\_p%' AND statement LIKE '%fenceproxy_stmt%'`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestPreparedAttackFunctionSwap (issue 27): a function, which the proxy cannot read, deallocates every
+// statement of the proxy's and prepares an unfenced UPDATE under the same name and parameter types. Without the
+// guard, a statement of that shape sent as EXECUTE would run it. The proxy verifies its names before it
+// trusts them again: the stale holder's next statements are refused (55F01), nothing is written, and the proxy
+// prepares its own statement again and runs it.
+func TestPreparedAttackFunctionSwap(t *testing.T) {
+	forTransports(t, func(t *testing.T, goroutines bool) {
+		f := newPreparedFixture(t, goroutines, "")
+		fn := fxName(t, "swap")
+		fxExec(t, f.d, fmt.Sprintf(`CREATE FUNCTION public.%s() RETURNS int LANGUAGE plpgsql AS $$
+DECLARE r record; n int := 0;
+BEGIN
+	FOR r IN SELECT name, parameter_types FROM pg_prepared_statements WHERE name LIKE 'fenceproxy%%' LOOP
+		EXECUTE format('DEALLOCATE %%I', r.name);
+		EXECUTE format('PREPARE %%I(%%s) AS UPDATE public.%s SET balance = balance + $1 WHERE id = $2',
+			r.name, array_to_string(r.parameter_types, ','));
+		n := n + 1;
+	END LOOP;
+	RETURN n;
+END $$`, fn, f.name))
+		t.Cleanup(func() { f.d.Exec(ctxT(t), "DROP FUNCTION IF EXISTS public."+fn+"()") })
+		c := f.simple(t, "5")
+		balance := 0
+		for i := 1; i <= 6; i++ {
+			if err := f.transaction(t, c, 1, i); err != nil {
+				t.Fatalf("transaction %d: %v", i, err)
+			}
+			balance += i
+		}
+		before := serverExecutions(t, c)
+		if before == 0 {
+			t.Fatal("no statement ran as EXECUTE before the attack (counted by the server)")
+		}
+		// A newer holder writes row 1; the stale holder's statements of the same shape must be refused.
+		if err := f.transaction(t, f.simple(t, "9"), 1, 100); err != nil {
+			t.Fatal(err)
+		}
+		balance += 100
+		swap := func() {
+			t.Helper()
+			var swapped int
+			if err := c.QueryRow(ctxT(t), "SELECT public."+fn+"()").Scan(&swapped); err != nil || swapped == 0 {
+				t.Fatalf("the function replaced %d statements (%v)", swapped, err)
+			}
+		}
+		// In the transaction of the statement itself, after the names were verified at its BEGIN.
+		fxExec(t, c, "BEGIN")
+		swap()
+		var pgErr *pgconn.PgError
+		if _, err := c.Exec(ctxT(t), fmt.Sprintf("UPDATE public.%s SET balance = balance + 1000 WHERE id = 1", f.name)); !errors.As(err, &pgErr) || pgErr.Code != "55F01" {
+			t.Fatalf("stale holder after the swap in its transaction: %v, want 55F01 (an unfenced statement ran?)", err)
+		}
+		fxExec(t, c, "ROLLBACK")
+		// Between transactions (the swapped statements outlive the ROLLBACK).
+		swap()
+		for i := range 3 {
+			if err := f.transaction(t, c, 1, 1000); !errors.As(err, &pgErr) || pgErr.Code != "55F01" {
+				t.Fatalf("stale holder after the swap, statement %d: %v, want 55F01 (an unfenced statement ran?)", i, err)
+			}
+		}
+		f.wantRows(t, fmt.Sprintf("1:%d:9 2:0:1", balance))
+		// The swapped statement is gone and the proxy's own runs again (re-prepared, executed by the server).
+		var foreign int
+		if err := c.QueryRow(ctxT(t), `SELECT count(*) FROM pg_prepared_statements WHERE statement NOT LIKE '%fenceproxy_stmt%'`).Scan(&foreign); err != nil || foreign != 0 {
+			t.Fatalf("%d statements not the proxy's left on the connection (%v)", foreign, err)
+		}
+		after := serverExecutions(t, c)
+		for i := 1; i <= 4; i++ {
+			if err := f.transaction(t, c, 2, i); err != nil {
+				t.Fatalf("transaction %d on row 2: %v", i, err)
+			}
+		}
+		if serverExecutions(t, c) <= after {
+			t.Fatal("the proxy did not prepare and run its statement again after the swap")
+		}
+		f.wantRows(t, fmt.Sprintf("1:%d:9 2:10:5", balance))
 	})
 }

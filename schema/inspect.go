@@ -77,7 +77,8 @@ WHERE n.nspname = 'fenceproxy' AND p.proname = $1`, d.name).Scan(&body)
 		}
 	}
 	for _, r := range rels {
-		for _, tr := range []struct{ name, fn string }{{RowTrigger, r.spec.functionName()}, {TruncateTrigger, "guard_truncate"}} {
+		for _, tr := range []struct{ name, fn string }{{RowTrigger, r.spec.functionName()}, {TruncateTrigger, "guard_truncate"},
+			{StatementStartTrigger, "guard_statement"}, {StatementEndTrigger, "guard_statement"}} {
 			var fn, enabled string
 			err := conn.QueryRow(ctx, `SELECT p.proname, t.tgenabled::text FROM pg_catalog.pg_trigger t
 JOIN pg_catalog.pg_proc p ON p.oid = t.tgfoid JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace

@@ -32,7 +32,8 @@ type Config struct {
 
 // FromConfig takes the protected tables and settings from a loaded configuration.
 func FromConfig(c *config.Config) Config {
-	return Config{Tables: c.Tables, Settings: Settings{Token: c.Token.Setting, Lock: c.Token.LockSetting}}
+	verified := len(c.Token.Verify.Etcd.Endpoints) > 0 || len(c.Token.Verify.ZooKeeper.Servers) > 0
+	return Config{Tables: c.Tables, Settings: Settings{Token: c.Token.Setting, Lock: c.Token.LockSetting, Ceiling: verified}}
 }
 
 // relation is one table the guard is put on.
@@ -193,6 +194,12 @@ func definitions(cfg Config, rels []relation) ([]definition, error) {
 		return nil, err
 	}
 	defs = append(defs, definition{"guard_truncate", create, truncateFunctionBody})
+	stmtBody := statementBody(cfg.Settings)
+	create, err = functionSQL("guard_statement()", "trigger", stmtBody, "")
+	if err != nil {
+		return nil, err
+	}
+	defs = append(defs, definition{"guard_statement", create, stmtBody})
 	for _, g := range specs(rels) {
 		body, err := guardFunctionBody(g, cfg.Settings)
 		if err != nil {
@@ -349,6 +356,13 @@ func BuildPlan(ctx context.Context, conn *pgx.Conn, cfg Config) (Plan, error) {
 		add(fmt.Sprintf("CREATE OR REPLACE TRIGGER %s BEFORE TRUNCATE ON %s FOR EACH STATEMENT EXECUTE FUNCTION %s.guard_truncate(%s);",
 			quoteIdent(TruncateTrigger), r.qualified(), Name, quoteLiteral(r.spec.Label)))
 		add(fmt.Sprintf("ALTER TABLE %s ENABLE ALWAYS TRIGGER %s;", r.qualified(), quoteIdent(TruncateTrigger)))
+		// Statement triggers are not cloned onto partitions: every relation gets its own pair (a write to a
+		// partition fires the partition's, a write through the parent the parent's).
+		for _, st := range []struct{ name, when string }{{StatementStartTrigger, "BEFORE"}, {StatementEndTrigger, "AFTER"}} {
+			add(fmt.Sprintf("CREATE OR REPLACE TRIGGER %s %s INSERT OR UPDATE OR DELETE ON %s FOR EACH STATEMENT EXECUTE FUNCTION %s.guard_statement();",
+				quoteIdent(st.name), st.when, r.qualified(), Name))
+			add(fmt.Sprintf("ALTER TABLE %s ENABLE ALWAYS TRIGGER %s;", r.qualified(), quoteIdent(st.name)))
+		}
 	}
 
 	// Guard triggers on tables no longer protected, and functions no longer used, go.
@@ -401,7 +415,7 @@ WHERE c.oid = %s::pg_catalog.regclass;`,
 func staleTriggers(ctx context.Context, conn *pgx.Conn, keep map[uint32]bool) (drops, relations []string, err error) {
 	rows, err := conn.Query(ctx, `SELECT t.tgrelid, n.nspname, c.relname, t.tgname FROM pg_catalog.pg_trigger t
 JOIN pg_catalog.pg_class c ON c.oid = t.tgrelid JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
-WHERE t.tgname IN ($1, $2) AND t.tgparentid = 0 ORDER BY 2, 3, 4`, RowTrigger, TruncateTrigger)
+WHERE t.tgname IN ($1, $2, $3, $4) AND t.tgparentid = 0 ORDER BY 2, 3, 4`, RowTrigger, TruncateTrigger, StatementStartTrigger, StatementEndTrigger)
 	if err != nil {
 		return nil, nil, fmt.Errorf("list guard triggers: %w", err)
 	}

@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -22,6 +23,7 @@ import (
 	"github.com/fenceproxy/fenceproxy/catalog"
 	"github.com/fenceproxy/fenceproxy/config"
 	"github.com/fenceproxy/fenceproxy/proxy"
+	"github.com/fenceproxy/fenceproxy/schema"
 	"github.com/fenceproxy/fenceproxy/tokens"
 )
 
@@ -83,6 +85,15 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		}
 		defer v.Close()
 		opts.Verifier = v
+	}
+
+	keeper, err := startCeilingKeeper(cfg, &opts, log)
+	if err != nil {
+		fmt.Fprintf(stderr, "fenceproxy: %v\n", err)
+		return 1
+	}
+	if keeper != nil {
+		defer keeper.Close()
 	}
 
 	var metricsSrv *http.Server
@@ -161,6 +172,9 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		case sig := <-sigs:
 			if sig == syscall.SIGHUP {
 				reload(*configPath, cfg, planners, watcher, log)
+				if keeper != nil {
+					syncCeiling(keeper, cfg, log)
+				}
 				continue
 			}
 			log.Info("shutting down: draining sessions", "signal", sig.String(), "timeout", cfg.Limits.ShutdownTimeout)
@@ -198,6 +212,42 @@ func reload(path string, cur *config.Config, planners *proxy.PlannerSet, watcher
 	}
 	if watcher != nil {
 		watcher.Refresh(context.Background())
+	}
+}
+
+// startCeilingKeeper makes the verifier keep fenceproxy.token_ceiling (docs/verification.md) over the catalog's
+// connection, when tokens are verified and the configuration has a catalog section; it writes the ceiling
+// once now (a failure is logged: the next verified token writes it).
+func startCeilingKeeper(cfg *config.Config, opts *proxy.Options, log *slog.Logger) (*schema.CeilingKeeper, error) {
+	if opts.Verifier == nil {
+		return nil, nil
+	}
+	if cfg.Catalog == nil {
+		log.Warn("token verification without a catalog section: the token ceiling is not kept, so the in-database guard cannot refuse a forged token set by a user function (docs/verification.md)")
+		return nil, nil
+	}
+	cc, err := catalog.ConnConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	store := "etcd"
+	if len(cfg.Token.Verify.ZooKeeper.Servers) > 0 {
+		store = "zookeeper"
+	}
+	keeper := schema.NewCeilingKeeper(opts.Verifier, store, func(ctx context.Context) (*pgx.Conn, error) {
+		return pgx.ConnectConfig(ctx, cc.Copy())
+	})
+	opts.Verifier = keeper
+	syncCeiling(keeper, cfg, log)
+	return keeper, nil
+}
+
+// syncCeiling writes the token ceiling now (at start and on SIGHUP, so that a reinstalled schema gets it back).
+func syncCeiling(keeper *schema.CeilingKeeper, cfg *config.Config, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.Upstream.ConnectTimeout+2*cfg.Token.Verify.Etcd.Timeout+time.Second)
+	defer cancel()
+	if err := keeper.Sync(ctx); err != nil {
+		log.Warn("token ceiling not written; the next verified token writes it", "err", err)
 	}
 }
 

@@ -130,7 +130,8 @@ type harness struct {
 // variant is a running proxy of one config line, and, for catalog=on, its catalog reader.
 type variant struct {
 	*proxytest.Proxy
-	catalog *catalog.Source // nil without catalog=on
+	catalog *catalog.Source         // nil without catalog=on
+	ceiling *fpschema.CeilingKeeper // verify=on: the verifier keeps the token ceiling, as fenceproxy serve's does
 }
 
 // catalogYAML is the catalog section of the catalog=on variant: the reader connects to the corpus database as
@@ -146,6 +147,7 @@ func (h *harness) proxy(t *testing.T, config []string) *variant {
 	yaml := proxyTables
 	var token []string
 	var verifier proxytest.Options
+	var ceiling *fpschema.CeilingKeeper
 	withCatalog := false
 	for _, kv := range config {
 		switch kv {
@@ -167,7 +169,13 @@ func (h *harness) proxy(t *testing.T, config []string) *variant {
 				t.Fatal(err)
 			}
 			h.t.Cleanup(func() { v.Close() })
-			verifier.Verifier = v
+			// As fenceproxy serve does with a catalog section: the verifier keeps fenceproxy.token_ceiling over
+			// the proxy's own connection (here the superuser's), for the guard (guard=on) to read.
+			ceiling = fpschema.NewCeilingKeeper(v, "etcd", func(ctx context.Context) (*pgx.Conn, error) {
+				return pgx.Connect(ctx, pg.DSN(pgtest.SuperUser, "", corpusDB))
+			})
+			h.t.Cleanup(ceiling.Close)
+			verifier.Verifier = ceiling
 			token = append(token, fmt.Sprintf("  offset: %d", verifyShift),
 				"  verify:", "    etcd:", "      endpoints: ["+strings.Join(h.etcd.Endpoints(), ", ")+"]")
 		}
@@ -176,7 +184,7 @@ func (h *harness) proxy(t *testing.T, config []string) *variant {
 		yaml += "token:\n" + strings.Join(token, "\n") + "\n"
 	}
 	verifier.YAML = yaml
-	p := &variant{Proxy: proxytest.Start(h.t, pg.Addr(), verifier)}
+	p := &variant{Proxy: proxytest.Start(h.t, pg.Addr(), verifier), ceiling: ceiling}
 	if withCatalog {
 		cc, err := catalog.ConnConfig(p.Config)
 		if err != nil {
@@ -316,6 +324,13 @@ func (h *harness) run(t *testing.T, c *hcase, proto string) (problems []string, 
 	// hostile functions, triggers or rules; the catalog is read after it, as a refresh would see it.
 	if slices.Contains(c.config, "guard=on") {
 		h.installGuard(t, p)
+		if p.ceiling != nil {
+			// The schema is new: the proxy writes the ceiling again, as fenceproxy serve does at start and on
+			// SIGHUP.
+			if err := p.ceiling.Sync(ctx); err != nil {
+				t.Fatalf("token ceiling: %v", err)
+			}
+		}
 	}
 	for _, q := range c.direct {
 		mustExec(t, direct, q)
