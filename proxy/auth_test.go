@@ -2,9 +2,17 @@ package proxy_test
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"errors"
 	"fmt"
+	"math/big"
 	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -200,5 +208,188 @@ func TestAuthUnknownUserNoUpstream(t *testing.T) {
 	}
 	if n := accepted.Load(); n != 1 {
 		t.Fatalf("the right password made %d upstream connections, want 1", n)
+	}
+}
+
+// TestAuthQuery: SCRAM users looked up by an auth query through a dedicated role. The query's connection has
+// search_path pinned to pg_catalog whatever the role's default or the client's startup says (the test function
+// hands out an attacker's secret under any other search_path), and the user name is bound, never spliced: a
+// name with quotes finds no one and gets the same 28P01 as any unknown user.
+func TestAuthQuery(t *testing.T) {
+	ctx := ctxT(t)
+	d := direct(t)
+	attacker, err := auth.NewSCRAMSecret("attacker", []byte("attacker's salt!"), 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	setup := []string{
+		"DROP SCHEMA IF EXISTS fenceproxy_authq CASCADE", "DROP SCHEMA IF EXISTS evil CASCADE", "DROP ROLE IF EXISTS fpauth",
+		"CREATE ROLE fpauth LOGIN",
+		"CREATE SCHEMA fenceproxy_authq", "CREATE SCHEMA evil",
+		`CREATE FUNCTION fenceproxy_authq.get_auth(p_user text) RETURNS TABLE (usename name, passwd text)
+		 LANGUAGE sql SECURITY DEFINER AS $$
+		   SELECT rolname, CASE WHEN pg_catalog.current_setting('search_path') = 'pg_catalog' THEN rolpassword
+		                        ELSE '` + attacker.String() + `' END
+		   FROM pg_catalog.pg_authid WHERE rolname = p_user $$`,
+		"REVOKE ALL ON FUNCTION fenceproxy_authq.get_auth(text) FROM PUBLIC",
+		"GRANT USAGE ON SCHEMA fenceproxy_authq TO fpauth",
+		"GRANT EXECUTE ON FUNCTION fenceproxy_authq.get_auth(text) TO fpauth",
+		"ALTER ROLE fpauth SET search_path = evil, pg_catalog",
+	}
+	for _, sql := range setup {
+		if _, err := d.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	t.Cleanup(func() {
+		c := direct(t)
+		for _, sql := range []string{"DROP SCHEMA IF EXISTS fenceproxy_authq CASCADE", "DROP SCHEMA IF EXISTS evil CASCADE", "DROP ROLE IF EXISTS fpauth"} {
+			c.Exec(context.Background(), sql)
+		}
+	})
+	p := startProxy(t, proxytest.Options{YAML: fmt.Sprintf(`auth:
+  type: scram-sha-256
+  query: SELECT usename, passwd FROM fenceproxy_authq.get_auth($1)
+  user: fpauth
+  database: %s
+`, pgtest.TestDB)})
+	if code := loginCode(t, p.DSN(pgtest.ScramUser, pgtest.ScramPassword, pgtest.TestDB)); code != "" {
+		t.Fatalf("SCRAM login through the auth query: %s", code)
+	}
+	withOptions := p.DSN(pgtest.ScramUser, "attacker", pgtest.TestDB) + "&options=" + url.QueryEscape("-c search_path=evil,pg_catalog")
+	if code := loginCode(t, withOptions); code != "28P01" {
+		t.Fatalf("attacker's password with the client's search_path: %q, want 28P01 from the proxy", code)
+	}
+	for _, name := range []string{pgtest.ScramUser + "' OR 'a' = 'a", "x'); SELECT 'SCRAM-SHA-256$1:AA==$AA==:AA==' --"} {
+		if code := loginCode(t, p.DSN(name, pgtest.ScramPassword, pgtest.TestDB)); code != "28P01" {
+			t.Fatalf("user %q: %q, want 28P01", name, code)
+		}
+	}
+	if n := fxCounter(t, p.Registry, "fenceproxy_auth_failures_total", map[string]string{"reason": "password"}); n != 3 {
+		t.Fatalf("auth failures (password) = %v, want 3 (every refusal the proxy's own)", n)
+	}
+	if n, _ := metricValue(t, p.Registry, "fenceproxy_auth_failures_total"); n != 3 {
+		t.Fatalf("auth failures = %v, want 3", n)
+	}
+}
+
+// TestAuthUpstreamRefreshes: when the upstream refuses the proxy's login (28P01: the password changed), the
+// proxy reads its secrets again and tries once more, then gives the client the server's error; the operator's
+// new secret in auth.file works at the next login without a reload.
+func TestAuthUpstreamRefreshes(t *testing.T) {
+	ctx := ctxT(t)
+	d := direct(t)
+	old := rolpassword(t, pgtest.MD5User)
+	t.Cleanup(func() {
+		direct(t).Exec(context.Background(), fmt.Sprintf("SET password_encryption = 'md5'; ALTER ROLE %s PASSWORD '%s'", pgtest.MD5User, pgtest.MD5Password))
+	})
+	file := writeUserlist(t, filepath.Join(t.TempDir(), "userlist.txt"), pgtest.MD5User, old)
+	p := startProxy(t, proxytest.Options{YAML: "auth:\n  type: md5\n  file: " + file + "\n"})
+	if _, err := d.Exec(ctx, fmt.Sprintf("SET password_encryption = 'md5'; ALTER ROLE %s PASSWORD 'rotated'", pgtest.MD5User)); err != nil {
+		t.Fatal(err)
+	}
+	if code := loginCode(t, p.DSN(pgtest.MD5User, pgtest.MD5Password, pgtest.TestDB)); code != "28P01" {
+		t.Fatalf("stale secret: %q, want the server's 28P01", code)
+	}
+	if n := strings.Count(p.Logs.String(), "secret refreshed, trying again"); n != 1 {
+		t.Fatalf("the proxy tried again %d times, want once", n)
+	}
+	if n := fxCounter(t, p.Registry, "fenceproxy_auth_failures_total", map[string]string{"reason": "upstream"}); n != 1 {
+		t.Fatalf("auth failures (upstream) = %v, want 1", n)
+	}
+	// The operator writes the new secret, and another user, so that the file's size changes as well as its
+	// modification time (which a coarse file system might not tell apart within the test).
+	writeUserlist(t, file, pgtest.MD5User, rolpassword(t, pgtest.MD5User), "someone", old)
+	if code := loginCode(t, p.DSN(pgtest.MD5User, "rotated", pgtest.TestDB)); code != "" {
+		t.Fatalf("new secret in auth.file: %s", code)
+	}
+}
+
+// writeCertsFor writes a CA, a server certificate for 127.0.0.1, and a client certificate for each common name.
+func writeCertsFor(t *testing.T, dir string, clients ...string) (caFile, certFile, keyFile string, clientFiles map[string][2]string) {
+	t.Helper()
+	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	caTmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "fenceproxy auth test CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, _ := x509.ParseCertificate(caDER)
+	write := func(name, typ string, b []byte) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: b}), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	issue := func(serial int64, cn string, usage x509.ExtKeyUsage, name string) (string, string) {
+		key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		tmpl := &x509.Certificate{
+			SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: cn},
+			NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+			ExtKeyUsage: []x509.ExtKeyUsage{usage}, KeyUsage: x509.KeyUsageDigitalSignature,
+		}
+		if usage == x509.ExtKeyUsageServerAuth {
+			tmpl.IPAddresses = []net.IP{net.ParseIP("127.0.0.1")}
+		}
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		keyDER, _ := x509.MarshalECPrivateKey(key)
+		return write(name+".pem", "CERTIFICATE", der), write(name+".key", "EC PRIVATE KEY", keyDER)
+	}
+	certFile, keyFile = issue(2, "127.0.0.1", x509.ExtKeyUsageServerAuth, "server")
+	clientFiles = map[string][2]string{}
+	for i, cn := range clients {
+		c, k := issue(int64(10+i), cn, x509.ExtKeyUsageClientAuth, fmt.Sprintf("client%d", i))
+		clientFiles[cn] = [2]string{c, k}
+	}
+	return write("ca.pem", "CERTIFICATE", caDER), certFile, keyFile, clientFiles
+}
+
+// TestAuthCert: auth.type cert lets in a client whose verified certificate names its user, and refuses (28000)
+// one whose certificate names someone else and one without a certificate.
+func TestAuthCert(t *testing.T) {
+	dir := t.TempDir()
+	caFile, certFile, keyFile, clients := writeCertsFor(t, dir, pgtest.SuperUser, "mallory")
+	p := startProxy(t, proxytest.Options{YAML: fmt.Sprintf("tls:\n  cert_file: %s\n  key_file: %s\n  client_ca_file: %s\nauth:\n  type: cert\n", certFile, keyFile, caFile)})
+	dsn := func(cn string) string {
+		q := "sslmode=verify-full&sslrootcert=" + url.QueryEscape(caFile)
+		if cn != "" {
+			q += "&sslcert=" + url.QueryEscape(clients[cn][0]) + "&sslkey=" + url.QueryEscape(clients[cn][1])
+		}
+		return strings.Replace(p.DSN(pgtest.SuperUser, "", pgtest.TestDB), "sslmode=disable", q, 1)
+	}
+	if code := loginCode(t, dsn(pgtest.SuperUser)); code != "" {
+		t.Fatalf("certificate for the user: %s", code)
+	}
+	if code := loginCode(t, dsn("mallory")); code != "28000" {
+		t.Fatalf("certificate for another user: %q, want 28000", code)
+	}
+	if code := loginCode(t, dsn("")); code != "28000" {
+		t.Fatalf("no certificate: %q, want 28000", code)
+	}
+	if code := loginCode(t, p.DSN(pgtest.SuperUser, "", pgtest.TestDB)); code != "28000" {
+		t.Fatalf("no TLS: %q, want 28000", code)
+	}
+	if n := fxCounter(t, p.Registry, "fenceproxy_auth_failures_total", map[string]string{"reason": "certificate"}); n != 3 {
+		t.Fatalf("auth failures (certificate) = %v, want 3", n)
+	}
+}
+
+// TestAuthTrustUpstreamPassword: auth.type trust lets clients in without a password, and the proxy answers the
+// upstream's SCRAM with the password configured for the user; a user without one cannot log in upstream.
+func TestAuthTrustUpstreamPassword(t *testing.T) {
+	p := startProxy(t, proxytest.Options{YAML: fmt.Sprintf("auth:\n  type: trust\n  upstream_passwords:\n    %s: %s\n", pgtest.ScramUser, pgtest.ScramPassword)})
+	if code := loginCode(t, p.DSN(pgtest.ScramUser, "", pgtest.TestDB)); code != "" {
+		t.Fatalf("trust with an upstream password: %s", code)
+	}
+	if code := loginCode(t, p.DSN(pgtest.MD5User, "", pgtest.TestDB)); code != "08006" {
+		t.Fatalf("trust without an upstream password for an md5 user: %q, want 08006", code)
 	}
 }
