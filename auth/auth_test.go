@@ -116,6 +116,24 @@ func TestSCRAMExchanges(t *testing.T) {
 	if _, err := exchange(t, NewKeyClient(key, sec), NewServerExchange(other, false)); !errors.Is(err, ErrOtherSecret) {
 		t.Fatalf("key client against another salt: %v", err)
 	}
+	// With a configured password, the exchange the key began goes on with the password where the salt differs.
+	kc := NewKeyClient(key, sec)
+	srv := NewServerExchange(other, false)
+	sf, err := srv.First(kc.First())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kc.Final(sf); !errors.Is(err, ErrOtherSecret) {
+		t.Fatalf("key client against another salt: %v", err)
+	}
+	pc := kc.WithPassword("pencil")
+	cf, err := pc.Final(sf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fin, _, err := srv.Final(cf); err != nil || pc.Verify(fin) != nil {
+		t.Fatalf("password after the key's first message: %v", err)
+	}
 	// A mock exchange fails even for the right password, after the same steps.
 	if _, err := exchange(t, NewPasswordClient("pencil"), NewServerExchange(sec, true)); !errors.Is(err, ErrFailed) {
 		t.Fatalf("mock exchange: %v", err)
@@ -135,7 +153,7 @@ func TestSCRAMExchanges(t *testing.T) {
 	// A server that does not know the secret is caught by the client's check of its signature.
 	c := NewKeyClient(key, sec)
 	s := NewServerExchange(sec, false)
-	sf, _ := s.First(c.First())
+	sf, _ = s.First(c.First())
 	if _, err := c.Final(sf); err != nil {
 		t.Fatal(err)
 	}

@@ -203,6 +203,12 @@ func (c *ClientExchange) First() []byte {
 	return []byte("n,," + c.clientFirstBare)
 }
 
+// WithPassword continues an exchange whose first message c sent with a password instead: for a server whose
+// secret is salted differently from the one c's key came from (ErrOtherSecret from Final).
+func (c *ClientExchange) WithPassword(password string) *ClientExchange {
+	return &ClientExchange{password: password, clientFirstBare: c.clientFirstBare, nonce: c.nonce}
+}
+
 // ErrOtherSecret is a server whose salt or iteration count differs from the secret the client's key came from.
 var ErrOtherSecret = errors.New("the upstream's SCRAM secret differs from the proxy's (salt or iterations)")
 

@@ -53,6 +53,9 @@ const (
 	authSASLFinal    = 12
 )
 
+// maxAuthMessage is the largest password or SASL message a client may send, PostgreSQL's limit.
+const maxAuthMessage = 65535
+
 // authQueryConns bounds the auth query's own connections: lookups queue for them (never longer than a login
 // may take) instead of opening a connection per login.
 const authQueryConns = 4
@@ -347,6 +350,10 @@ func (ss *session) readPasswordMessage() ([]byte, error) {
 	if err := ss.cw.Flush(); err != nil {
 		return nil, err
 	}
+	// An unauthenticated client gets no more than PostgreSQL gives it (PG_MAX_AUTH_TOKEN_LENGTH), not
+	// limits.max_message_size.
+	defer func(max int) { ss.cr.max = max }(ss.cr.max)
+	ss.cr.max = maxAuthMessage
 	typ, _, err := ss.cr.next()
 	if err != nil {
 		return nil, err
@@ -500,9 +507,13 @@ func (l *clientLogin) answerUpstream(r *msgReader, w *bufio.Writer, other func(t
 			}
 			final, ferr := scram.Final(data)
 			if errors.Is(ferr, auth.ErrOtherSecret) && l.password != "" {
-				// The upstream's secret is salted differently from the proxy's: the key cannot answer, a
-				// configured password can, but only from a new exchange. Fail, and say what to fix.
-				return fmt.Errorf("user %q: %w; make auth.file's secret the upstream's (SELECT rolpassword FROM pg_authid)", l.user, ferr)
+				// The upstream's secret is salted differently from the proxy's: the key cannot answer, the
+				// configured password can.
+				scram = scram.WithPassword(l.password)
+				final, ferr = scram.Final(data)
+			}
+			if errors.Is(ferr, auth.ErrOtherSecret) {
+				return fmt.Errorf("user %q: %w; give the proxy the upstream's secret (SELECT rolpassword FROM pg_authid) or auth.upstream_password(s)", l.user, ferr)
 			}
 			if ferr != nil {
 				return fmt.Errorf("user %q: %w", l.user, ferr)
@@ -535,7 +546,10 @@ func (ss *session) loginUpstream(login *clientLogin, startup []byte) bool {
 		if !ss.openUpstream(startup) {
 			return false
 		}
-		err := login.answerUpstream(&ss.sr, ss.sw, func(typ byte, body []byte) { writeMsg(ss.cw, typ, body, "") })
+		err := login.answerUpstream(&ss.sr, ss.sw, func(typ byte, body []byte) {
+			ss.state.authAsked = true // a kept connection could not show it to the next client (core.go)
+			writeMsg(ss.cw, typ, body, "")
+		})
 		if err == nil {
 			writeMsg(ss.cw, msgAuthentication, []byte{0, 0, 0, authOK}, "")
 			return true

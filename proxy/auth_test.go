@@ -393,3 +393,57 @@ func TestAuthTrustUpstreamPassword(t *testing.T) {
 		t.Fatalf("trust without an upstream password for an md5 user: %q, want 08006", code)
 	}
 }
+
+// TestAuthFileOtherSalt: an auth file secret of the right password but another salt than the server's: the
+// client's key cannot answer the server, a configured upstream password can; without one the login fails
+// cleanly (08006), it does not hang or reach the client as success.
+func TestAuthFileOtherSalt(t *testing.T) {
+	sec, err := auth.NewSCRAMSecret(pgtest.ScramPassword, []byte("not the server's salt"), 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := writeUserlist(t, filepath.Join(t.TempDir(), "userlist.txt"), pgtest.ScramUser, sec.String())
+	without := startProxy(t, proxytest.Options{YAML: "auth:\n  type: scram-sha-256\n  file: " + file + "\n"})
+	if code := loginCode(t, without.DSN(pgtest.ScramUser, pgtest.ScramPassword, pgtest.TestDB)); code != "08006" {
+		t.Fatalf("other salt, no upstream password: %q, want 08006", code)
+	}
+	with := startProxy(t, proxytest.Options{YAML: "auth:\n  type: scram-sha-256\n  file: " + file + "\n  upstream_password: " + pgtest.ScramPassword + "\n"})
+	if code := loginCode(t, with.DSN(pgtest.ScramUser, pgtest.ScramPassword, pgtest.TestDB)); code != "" {
+		t.Fatalf("other salt with an upstream password: %s", code)
+	}
+}
+
+// TestAuthMessageLimit: before it is authenticated, a client may not send a password message larger than
+// PostgreSQL allows (65535 bytes), whatever limits.max_message_size says: 08P01 and the connection closed.
+func TestAuthMessageLimit(t *testing.T) {
+	up, accepted := countingUpstream(t)
+	p := proxytest.Start(t, up, proxytest.Options{YAML: "auth:\n  type: scram-sha-256\n  file: " + writeUserlist(t, filepath.Join(t.TempDir(), "u"), "x", "md5"+strings.Repeat("0", 32)) + "\n"})
+	conn, err := net.Dial("tcp", p.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(10 * time.Second))
+	fe := pgproto3.NewFrontend(conn, conn)
+	fe.Send(&pgproto3.StartupMessage{ProtocolVersion: pgproto3.ProtocolVersionNumber, Parameters: map[string]string{"user": "x", "database": pgtest.TestDB}})
+	if err := fe.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := fe.Receive(); err != nil {
+		t.Fatalf("SASL request: %#v %v", m, err)
+	}
+	big := make([]byte, 5+70000)
+	big[0] = 'p'
+	big[1], big[2], big[3], big[4] = 0, 0x01, 0x11, 0x74 // 70004
+	conn.Write(big[:5])
+	m, err := fe.Receive()
+	if e, ok := m.(*pgproto3.ErrorResponse); err != nil || !ok || e.Code != "08P01" {
+		t.Fatalf("oversized password message: %#v %v, want 08P01", m, err)
+	}
+	if _, err := fe.Receive(); err == nil {
+		t.Fatal("connection stayed open after the protocol error")
+	}
+	if accepted.Load() != 0 {
+		t.Fatal("upstream contacted")
+	}
+}
