@@ -447,3 +447,60 @@ func TestAuthMessageLimit(t *testing.T) {
 		t.Fatal("upstream contacted")
 	}
 }
+
+// TestAuthFloodDoesNotStall: clients that stop in the middle of a SCRAM exchange, and a crowd failing their
+// password, do not hold up a client with the right password: nothing is locked while an exchange waits or runs.
+// (The good client's connect deadline is far below limits.startup_timeout, which is what a stalled attacker
+// would hold a shared lock for.)
+func TestAuthFloodDoesNotStall(t *testing.T) {
+	file := writeUserlist(t, filepath.Join(t.TempDir(), "userlist.txt"), pgtest.ScramUser, rolpassword(t, pgtest.ScramUser))
+	p := startProxy(t, proxytest.Options{YAML: "auth:\n  type: scram-sha-256\n  file: " + file + "\nlimits:\n  startup_timeout: 60s\n"})
+	for i := 0; i < 10; i++ {
+		conn, err := net.Dial("tcp", p.Addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		conn.SetDeadline(time.Now().Add(10 * time.Second))
+		fe := pgproto3.NewFrontend(conn, conn)
+		fe.Send(&pgproto3.StartupMessage{ProtocolVersion: pgproto3.ProtocolVersionNumber, Parameters: map[string]string{"user": pgtest.ScramUser, "database": pgtest.TestDB}})
+		fe.Flush()
+		if _, err := fe.Receive(); err != nil {
+			t.Fatal(err)
+		}
+		fe.Send(&pgproto3.SASLInitialResponse{AuthMechanism: "SCRAM-SHA-256", Data: []byte("n,,n=,r=stalled")})
+		fe.Flush()
+		if m, err := fe.Receive(); err != nil {
+			t.Fatalf("attacker %d: %#v %v", i, m, err)
+		}
+		// ... and never sends its proof.
+	}
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			if c, err := pgx.Connect(ctx, p.DSN(pgtest.ScramUser, "wrong", pgtest.TestDB)); err == nil {
+				c.Close(ctx)
+			}
+			cancel()
+		}
+	}()
+	defer func() { close(stop); <-done }()
+	for i := 0; i < 3; i++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		c, err := pgx.Connect(ctx, p.DSN(pgtest.ScramUser, pgtest.ScramPassword, pgtest.TestDB))
+		if err != nil {
+			cancel()
+			t.Fatalf("login %d during the flood: %v", i, err)
+		}
+		c.Close(ctx)
+		cancel()
+	}
+}
