@@ -33,6 +33,7 @@ type Config struct {
 	// Catalog, when set, makes the proxy read PostgreSQL's catalog (partitions, inheritance, views, foreign keys)
 	// over its own connection and protect what is related to the configured tables (docs/catalog.md).
 	Catalog *Catalog `yaml:"catalog"`
+	Auth    Auth     `yaml:"auth"`
 	Locks   Locks    `yaml:"locks"`
 
 	// File is the path the configuration was read from ("" when parsed from memory).
@@ -100,6 +101,8 @@ type UpstreamTLS struct {
 type ServerTLS struct {
 	CertFile string `yaml:"cert_file"`
 	KeyFile  string `yaml:"key_file"`
+	// ClientCAFile makes the proxy ask clients for a certificate signed by these CAs (auth.type cert).
+	ClientCAFile string `yaml:"client_ca_file"`
 }
 
 // Enabled reports whether client-side TLS is configured.
@@ -388,6 +391,7 @@ func (c *Config) applyDefaults() {
 		c.Log.Connections = DefaultLogConnections
 	}
 	c.Locks.applyDefaults()
+	c.Auth.applyDefaults()
 }
 
 // validate reports every problem of the decoded values through add (key, then the problem).
@@ -544,6 +548,7 @@ func (c *Config) validate(add func(key, format string, args ...any)) {
 		add("log.connections", "must be %s, %s or %s, not %q", LogConnectionsDebug, LogConnectionsInfo, LogConnectionsOff, c.Log.Connections)
 	}
 	c.Locks.validate(add, c.Metrics.Listen != "")
+	c.Auth.validate(c.TLS, add)
 }
 
 func checkHostPort(s string) error {

@@ -68,9 +68,10 @@ type Server struct {
 	metrics   *Metrics
 	clientTLS *tls.Config
 	upTLS     *tls.Config
-	loops     []*evLoop     // empty: no event loop
-	spinners  atomic.Int32  // event loops polling in spinPoll now
-	pool      *upstreamPool // nil: upstream connections are not reused
+	loops     []*evLoop      // empty: no event loop
+	spinners  atomic.Int32   // event loops polling in spinPoll now
+	pool      *upstreamPool  // nil: upstream connections are not reused
+	auth      *authenticator // nil: authentication is relayed to PostgreSQL (auth.type passthrough)
 
 	active   atomic.Int64 // sessions past accept, including those being refused
 	draining atomic.Bool
@@ -117,6 +118,9 @@ func New(o Options) (*Server, error) {
 		return nil, err
 	}
 	if s.upTLS, err = upstreamTLSConfig(o.Config.Upstream); err != nil {
+		return nil, err
+	}
+	if s.auth, err = newAuthenticator(o.Config, s.upTLS, o.Logger); err != nil {
 		return nil, err
 	}
 	return s, nil
@@ -182,6 +186,7 @@ func (s *Server) ActiveSessions() int64 { return s.active.Load() }
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.draining.Store(true)
 	s.pool.close()
+	defer s.auth.close()
 	s.mu.Lock()
 	for _, ln := range s.lns {
 		ln.Close()

@@ -34,7 +34,7 @@ every write to the tables the configuration protects (the README's "Configuratio
 
 Signals: SIGTERM or SIGINT drains (stops accepting, closes idle sessions, lets busy ones finish within
 limits.shutdown_timeout, exits 0); SIGHUP re-reads FILE and applies its table list to every session (a file
-that does not validate changes nothing; listen and upstream changes need a restart).
+that does not validate changes nothing; listen and upstream changes need a restart) and reads auth.file again.
 
 Logs go to stderr (log.level, log.format; log.connections for one line per connection). With metrics.listen
 set, /metrics and /healthz are served there. Exit status: 0 after a drain, 1 on a configuration or listen
@@ -174,6 +174,9 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 				reload(*configPath, cfg, planners, watcher, log)
 				if keeper != nil {
 					syncCeiling(keeper, cfg, log)
+				}
+				if err := srv.ReloadAuth(); err != nil {
+					log.Error("auth.file not reloaded; keeping the users read before", "err", err)
 				}
 				continue
 			}
