@@ -40,9 +40,27 @@ type Config struct {
 	File string `yaml:"-"`
 }
 
-// Upstream is the PostgreSQL server every session is relayed to.
+// Upstream is the PostgreSQL server every session is relayed to, or the servers of a primary and its standbys
+// (Hosts), among which the proxy follows the primary (docs/ha.md).
 type Upstream struct {
-	Address        string        `yaml:"address"`
+	Address string `yaml:"address"`
+	// Hosts are the servers of one replicated cluster, host:port each (instead of Address, which is then the
+	// first of them, for what reads only the catalog). Sessions go to the one Target asks for.
+	Hosts []string `yaml:"hosts"`
+	// Target is which host a session goes to, as libpq's target_session_attrs: TargetReadWrite (default),
+	// TargetAny, TargetPreferStandby or TargetReadOnly.
+	Target string `yaml:"target"`
+	// HealthInterval is how often each of Hosts is checked (its role, and on the primary the lock marks); the
+	// default is DefaultHealthInterval.
+	HealthInterval time.Duration `yaml:"health_interval"`
+	// HealthTimeout bounds one check (connecting included); a host that does not answer in time is down.
+	HealthTimeout time.Duration `yaml:"health_timeout"`
+	// Health is the role the checks and the failover barrier connect as (one connection per host). The
+	// barrier raises lock marks, so it must own the fenceproxy schema (the role that ran install) or be a
+	// superuser.
+	Health HealthLogin `yaml:"health"`
+	// Barrier is the lock service the failover barrier asks for the newest token granted per lock.
+	Barrier        Barrier       `yaml:"barrier"`
 	ConnectTimeout time.Duration `yaml:"connect_timeout"`
 	TLS            UpstreamTLS   `yaml:"tls"`
 	Reuse          Reuse         `yaml:"reuse"`
@@ -53,6 +71,18 @@ type Upstream struct {
 	PreparedFences *int `yaml:"prepared_fences"`
 }
 
+// HostList is the servers sessions may go to: Hosts, or Address alone.
+func (u Upstream) HostList() []string {
+	if len(u.Hosts) > 0 {
+		return u.Hosts
+	}
+	return []string{u.Address}
+}
+
+// Routed reports whether the proxy follows a primary among several hosts (upstream.hosts), with health checks
+// and the failover barrier, rather than relaying to the one upstream.address.
+func (u Upstream) Routed() bool { return len(u.Hosts) > 0 }
+
 // Prepared is PreparedFences, or its default for the token scope when it is not set.
 func (u Upstream) Prepared(scope string) int {
 	switch {
@@ -62,6 +92,34 @@ func (u Upstream) Prepared(scope string) int {
 		return 0
 	}
 	return DefaultPreparedFences
+}
+
+// Values of Upstream.Target, with libpq's target_session_attrs meaning.
+const (
+	TargetReadWrite     = "read-write"     // the primary: not in hot standby, default_transaction_read_only off
+	TargetAny           = "any"            // the first host that is up, in the order of upstream.hosts
+	TargetPreferStandby = "prefer-standby" // a standby if one is up, else any host
+	TargetReadOnly      = "read-only"      // a standby, or a server with default_transaction_read_only on
+)
+
+// HealthLogin is the role the router's connections log in as.
+type HealthLogin struct {
+	User     string `yaml:"user"`
+	Database string `yaml:"database"`
+	// PasswordFile holds the password (trailing newline ignored), so that it need not be in the YAML.
+	PasswordFile string `yaml:"password_file"`
+}
+
+// Barrier names the lock service whose grants the failover barrier reads.
+type Barrier struct {
+	Etcd BarrierEtcd `yaml:"etcd"`
+}
+
+// BarrierEtcd is the etcd cluster of `fenceproxy lock --etcd`, whose locks live under Prefix.
+type BarrierEtcd struct {
+	Endpoints []string `yaml:"endpoints"`
+	// Prefix is the key prefix of the locks; default /fenceproxy/locks/ (fenceproxy lock's).
+	Prefix string `yaml:"prefix"`
 }
 
 // Reuse keeps upstream connections of finished sessions for later sessions with the same startup parameters,
@@ -251,6 +309,10 @@ const (
 	MaxRelaySpin          = time.Millisecond
 	MaxEventLoops         = 256
 	DefaultCatalogRefresh = 5 * time.Second
+	DefaultHealthInterval = time.Second
+	DefaultHealthTimeout  = 2 * time.Second
+	DefaultHealthUser     = "postgres"
+	DefaultHealthDatabase = "postgres"
 )
 
 // Values of Relay.Mode.
@@ -382,6 +444,24 @@ func (c *Config) applyDefaults() {
 	if c.Upstream.ConnectTimeout == 0 {
 		c.Upstream.ConnectTimeout = DefaultConnectTimeout
 	}
+	if c.Upstream.Target == "" {
+		c.Upstream.Target = TargetReadWrite
+	}
+	if c.Upstream.HealthInterval == 0 {
+		c.Upstream.HealthInterval = DefaultHealthInterval
+	}
+	if c.Upstream.HealthTimeout == 0 {
+		c.Upstream.HealthTimeout = DefaultHealthTimeout
+	}
+	if c.Upstream.Health.User == "" {
+		c.Upstream.Health.User = DefaultHealthUser
+	}
+	if c.Upstream.Health.Database == "" {
+		c.Upstream.Health.Database = DefaultHealthDatabase
+	}
+	if c.Upstream.Barrier.Etcd.Prefix == "" {
+		c.Upstream.Barrier.Etcd.Prefix = DefaultLocksEtcdPrefix
+	}
 	if c.Upstream.TLS.Mode == "" {
 		c.Upstream.TLS.Mode = "disable"
 	}
@@ -470,10 +550,44 @@ func (c *Config) validate(lines map[string]int) error {
 	if err := checkHostPort(c.Listen); err != nil {
 		add("listen", "%v", err)
 	}
-	if c.Upstream.Address == "" {
+	switch {
+	case len(c.Upstream.Hosts) > 0 && c.Upstream.Address != "":
+		add("upstream.hosts", "give upstream.address (one server) or upstream.hosts (a primary and its standbys), not both")
+	case len(c.Upstream.Hosts) > 0:
+		seenHosts := map[string]bool{}
+		for i, h := range c.Upstream.Hosts {
+			key := fmt.Sprintf("upstream.hosts[%d]", i)
+			if err := checkHostPort(h); err != nil {
+				add(key, "%v", err)
+			} else if seenHosts[h] {
+				add(key, "%s is listed twice", h)
+			}
+			seenHosts[h] = true
+		}
+		// What reads only the catalog (catalog awareness, check) connects to the first host.
+		c.Upstream.Address = c.Upstream.Hosts[0]
+	case c.Upstream.Address == "":
 		add("upstream.address", "required (host:port of the PostgreSQL server)")
-	} else if err := checkHostPort(c.Upstream.Address); err != nil {
-		add("upstream.address", "%v", err)
+	default:
+		if err := checkHostPort(c.Upstream.Address); err != nil {
+			add("upstream.address", "%v", err)
+		}
+	}
+	switch c.Upstream.Target {
+	case TargetReadWrite, TargetAny, TargetPreferStandby, TargetReadOnly:
+	default:
+		add("upstream.target", "must be read-write, any, prefer-standby or read-only, not %q", c.Upstream.Target)
+	}
+	if c.Upstream.HealthInterval < 0 {
+		add("upstream.health_interval", "must be positive")
+	}
+	if c.Upstream.HealthTimeout < 0 {
+		add("upstream.health_timeout", "must be positive")
+	}
+	for i, ep := range c.Upstream.Barrier.Etcd.Endpoints {
+		if strings.TrimSpace(ep) == "" {
+			add(fmt.Sprintf("upstream.barrier.etcd.endpoints[%d]", i), "empty endpoint")
+		}
 	}
 	if c.Upstream.ConnectTimeout < 0 {
 		add("upstream.connect_timeout", "must be positive")
