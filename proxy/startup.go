@@ -69,10 +69,18 @@ func (s *Server) handle(raw net.Conn, over bool) {
 		return
 	}
 
+	ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(s.cfg.Limits.StartupTimeout))
+	defer cancel()
+	if ss.host, err = s.pickUpstream(ctx); err != nil {
+		s.metrics.upstreamError()
+		ss.log.Warn("no upstream host", "err", err)
+		ss.fatal(sqlstateConnectionFailure, "fenceproxy could not connect to the upstream server", err.Error())
+		return
+	}
 	if s.pool != nil {
 		ss.startup = startupKey(startup[:4], ss.params)
 	}
-	for kc := s.pool.get(ss.startup); kc != nil; kc = s.pool.get(ss.startup) {
+	for kc := s.pool.get(ss.startup, ss.host); kc != nil; kc = s.pool.get(ss.startup, ss.host) {
 		resumed, err := ss.resume(kc)
 		if !resumed {
 			continue // that one was dead: try another, or a new connection
@@ -86,8 +94,7 @@ func (s *Server) handle(raw net.Conn, over bool) {
 		return
 	}
 
-	ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(s.cfg.Limits.StartupTimeout))
-	up, err := s.dialUpstream(ctx)
+	up, err := s.dialHost(ctx, ss.host.addr)
 	cancel()
 	if err != nil {
 		s.metrics.upstreamError()

@@ -18,6 +18,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
 	"github.com/fenceproxy/fenceproxy/catalog"
 	"github.com/fenceproxy/fenceproxy/config"
@@ -83,6 +85,16 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		}
 		defer v.Close()
 		opts.Verifier = v
+	}
+	if eps := cfg.Upstream.Barrier.Etcd.Endpoints; len(eps) > 0 {
+		client, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: cfg.Upstream.HealthTimeout, Logger: zap.NewNop()})
+		if err != nil {
+			fmt.Fprintf(stderr, "fenceproxy: upstream.barrier.etcd: %v\n", err)
+			return 1
+		}
+		store := tokens.NewEtcdStore(client, cfg.Upstream.Barrier.Etcd.Prefix)
+		defer store.Close()
+		opts.Grants = store
 	}
 
 	var metricsSrv *http.Server
@@ -199,7 +211,7 @@ func reload(path string, cur *config.Config, planners *proxy.PlannerSet, watcher
 		return
 	}
 	log.Info("reloaded the table list", "tables", tableNames(next))
-	if next.Listen != cur.Listen || next.Upstream != cur.Upstream || !reflect.DeepEqual(next.Catalog, cur.Catalog) {
+	if next.Listen != cur.Listen || !reflect.DeepEqual(next.Upstream, cur.Upstream) || !reflect.DeepEqual(next.Catalog, cur.Catalog) {
 		log.Warn("listen, upstream and catalog changes need a restart; not applied")
 	}
 	if watcher != nil {

@@ -1,0 +1,210 @@
+package proxy_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/fenceproxy/fenceproxy/internal/pgtest"
+	"github.com/fenceproxy/fenceproxy/internal/proxytest"
+	"github.com/fenceproxy/fenceproxy/proxy"
+)
+
+// haPair is a primary, its streaming standby, and a proxy in front of both (upstream.hosts) protecting
+// accounts(id, v, fence_token).
+type haPair struct {
+	primary, standby *pgtest.Cluster
+	proxy            *proxytest.Proxy
+}
+
+const haInterval = 200 * time.Millisecond
+
+func startHAPair(t *testing.T, grants proxy.GrantSource, setup string) *haPair {
+	t.Helper()
+	pgtest.Require(t, pg)
+	primary := pgtest.MustStart(t, pgtest.Options{})
+	if err := primary.Exec(`CREATE TABLE accounts (id int PRIMARY KEY, v int NOT NULL, fence_token bigint);
+		INSERT INTO accounts VALUES (1, 0, NULL);` + setup); err != nil {
+		t.Fatal(err)
+	}
+	standby := pgtest.MustStartStandby(t, primary, pgtest.Options{})
+	p := proxytest.Start(t, "", proxytest.Options{
+		Hosts:    []string{primary.Addr(), standby.Addr()},
+		Upstream: fmt.Sprintf("  health_interval: %s\n  health_timeout: 1s\n  connect_timeout: 2s\n", haInterval),
+		YAML:     "tables:\n  - name: accounts\n    token_column: fence_token\n",
+		Grants:   grants,
+	})
+	return &haPair{primary: primary, standby: standby, proxy: p}
+}
+
+func (h *haPair) connect(t *testing.T) *pgx.Conn {
+	return connect(t, h.proxy.DSN(pgtest.SuperUser, "", pgtest.TestDB))
+}
+
+// serverPort is the port of the server a connection through the proxy reached.
+func serverPort(ctx context.Context, c *pgx.Conn) (int, error) {
+	var port int
+	err := c.QueryRow(ctx, "SELECT inet_server_port()").Scan(&port)
+	return port, err
+}
+
+func sqlstate(err error) string {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return pe.Code
+	}
+	return ""
+}
+
+// TestFailoverToPromotedStandby: the primary hangs (SIGSTOP) and its standby is promoted. New sessions reach the
+// new primary; an idle session on the old one ends with 57P01 naming the new primary; a COMMIT whose answer
+// was lost is reported 08007 and not replayed; nothing written through the proxy after the change reaches the
+// old primary. When the old primary wakes up still claiming to be primary (split brain), fenced writes are
+// refused with 55F04 naming both hosts, until it is stopped.
+func TestFailoverToPromotedStandby(t *testing.T) {
+	h := startHAPair(t, nil, "")
+	ctx := ctxT(t)
+	idle := h.connect(t)
+	if port, err := serverPort(ctx, idle); err != nil || port != h.primary.Port() {
+		t.Fatalf("a read-write session reached port %d (%v), want the primary's %d", port, err, h.primary.Port())
+	}
+	committing := h.connect(t)
+	tx, err := committing.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, "SET LOCAL fence.token = 5"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, "UPDATE accounts SET v = 1 WHERE id = 1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.standby.WaitReplayed(ctx, h.primary); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := h.primary.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	commitErr := make(chan error, 1)
+	go func() { commitErr <- tx.Commit(ctx) }() // its answer never comes: the primary is frozen
+	if err := h.standby.Promote(); err != nil {
+		t.Fatal(err)
+	}
+	promoted := time.Now()
+
+	// New sessions reach the new primary and write there.
+	var writer *pgx.Conn
+	eventually(t, 30*time.Second, "a write through the proxy to reach the new primary", func() bool {
+		c, err := pgx.Connect(ctx, h.proxy.DSN(pgtest.SuperUser, "", pgtest.TestDB))
+		if err != nil {
+			return false
+		}
+		if port, err := serverPort(ctx, c); err != nil || port != h.standby.Port() {
+			c.Close(ctx)
+			return false
+		}
+		if _, err := c.Exec(ctx, "SET fence.token = 6"); err != nil {
+			c.Close(ctx)
+			return false
+		}
+		if _, err := c.Exec(ctx, "UPDATE accounts SET v = 2 WHERE id = 1"); err != nil {
+			c.Close(ctx)
+			return false
+		}
+		writer = c
+		return true
+	})
+	t.Cleanup(func() { writer.Close(context.Background()) })
+	t.Logf("first write on the new primary %v after pg_ctl promote returned (health_interval %v)", time.Since(promoted), haInterval)
+
+	// The COMMIT whose answer was lost: 08007, not retried.
+	if err := <-commitErr; sqlstate(err) != "08007" {
+		t.Errorf("COMMIT cut by the failover: %v, want 08007", err)
+	}
+	// The idle session on the old primary: 57P01 naming the new one.
+	_, err = idle.Exec(ctx, "SELECT 1")
+	if sqlstate(err) != "57P01" || !strings.Contains(err.Error(), h.standby.Addr()) {
+		t.Errorf("idle session on the old primary: %v, want 57P01 naming %s", err, h.standby.Addr())
+	}
+	if _, err := writer.Exec(ctx, "INSERT INTO accounts (id, v) VALUES (2, 0)"); err != nil {
+		t.Fatal(err)
+	}
+
+	// The old primary wakes up, still a primary: split brain.
+	if err := h.primary.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "fenced writes refused during the split brain", func() bool {
+		_, err := writer.Exec(ctx, "UPDATE accounts SET v = 3 WHERE id = 1")
+		return sqlstate(err) == "55F04"
+	})
+	_, err = writer.Exec(ctx, "UPDATE accounts SET v = 3 WHERE id = 1")
+	if sqlstate(err) != "55F04" || !strings.Contains(err.Error(), h.primary.Addr()) || !strings.Contains(err.Error(), h.standby.Addr()) {
+		t.Errorf("write during the split brain: %v, want 55F04 naming %s and %s", err, h.primary.Addr(), h.standby.Addr())
+	}
+	// Reads go on.
+	if _, err := serverPort(ctx, writer); err != nil {
+		t.Errorf("read during the split brain: %v", err)
+	}
+	// Nothing written through the proxy after the change reached the old primary.
+	old := connect(t, h.primary.SuperDSN())
+	var n int
+	if err := old.QueryRow(ctx, "SELECT count(*) FROM accounts WHERE id = 2 OR v >= 2").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Errorf("%d rows written after the failover are on the old primary", n)
+	}
+	old.Close(ctx)
+
+	// The old primary is stopped: the split brain is over and writes go on.
+	if err := h.primary.StopImmediate(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "fenced writes to go again after the split brain", func() bool {
+		_, err := writer.Exec(ctx, "UPDATE accounts SET v = 4 WHERE id = 1")
+		return err == nil
+	})
+}
+
+// TestFailoverAfterPrimaryStopped is the issue's plain case: the old primary is stopped, the standby promoted;
+// sessions on the old primary end with 57P01 and writes through the proxy reach the new primary.
+func TestFailoverAfterPrimaryStopped(t *testing.T) {
+	h := startHAPair(t, nil, "")
+	ctx := ctxT(t)
+	idle := h.connect(t)
+	if port, err := serverPort(ctx, idle); err != nil || port != h.primary.Port() {
+		t.Fatalf("a read-write session reached port %d (%v), want the primary's %d", port, err, h.primary.Port())
+	}
+	if err := h.standby.WaitReplayed(ctx, h.primary); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.primary.StopImmediate(); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.standby.Promote(); err != nil {
+		t.Fatal(err)
+	}
+	promoted := time.Now()
+	eventually(t, 30*time.Second, "a write through the proxy to reach the new primary", func() bool {
+		c, err := pgx.Connect(ctx, h.proxy.DSN(pgtest.SuperUser, "", pgtest.TestDB))
+		if err != nil {
+			return false
+		}
+		defer c.Close(ctx)
+		_, err = c.Exec(ctx, "SET fence.token = 6; UPDATE accounts SET v = 2 WHERE id = 1")
+		port, perr := serverPort(ctx, c)
+		return err == nil && perr == nil && port == h.standby.Port()
+	})
+	t.Logf("first write on the new primary %v after pg_ctl promote returned (health_interval %v)", time.Since(promoted), haInterval)
+	if _, err := idle.Exec(ctx, "SELECT 1"); sqlstate(err) != "57P01" {
+		t.Errorf("session on the stopped primary: %v, want 57P01", err)
+	}
+}
