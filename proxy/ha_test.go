@@ -11,9 +11,13 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/fenceproxy/fenceproxy/config"
+	"github.com/fenceproxy/fenceproxy/internal/etcdtest"
 	"github.com/fenceproxy/fenceproxy/internal/pgtest"
 	"github.com/fenceproxy/fenceproxy/internal/proxytest"
 	"github.com/fenceproxy/fenceproxy/proxy"
+	"github.com/fenceproxy/fenceproxy/schema"
+	"github.com/fenceproxy/fenceproxy/tokens"
 )
 
 // haPair is a primary, its streaming standby, and a proxy in front of both (upstream.hosts) protecting
@@ -30,7 +34,7 @@ func startHAPair(t *testing.T, grants proxy.GrantSource, setup string) *haPair {
 	pgtest.Require(t, pg)
 	primary := pgtest.MustStart(t, pgtest.Options{})
 	if err := primary.Exec(`CREATE TABLE accounts (id int PRIMARY KEY, v int NOT NULL, fence_token bigint);
-		INSERT INTO accounts VALUES (1, 0, NULL);` + setup); err != nil {
+		INSERT INTO accounts VALUES (1, 0, NULL), (2, 0, NULL);` + setup); err != nil {
 		t.Fatal(err)
 	}
 	standby := pgtest.MustStartStandby(t, primary, pgtest.Options{})
@@ -133,7 +137,7 @@ func TestFailoverToPromotedStandby(t *testing.T) {
 	if sqlstate(err) != "57P01" || !strings.Contains(err.Error(), h.standby.Addr()) {
 		t.Errorf("idle session on the old primary: %v, want 57P01 naming %s", err, h.standby.Addr())
 	}
-	if _, err := writer.Exec(ctx, "INSERT INTO accounts (id, v) VALUES (2, 0)"); err != nil {
+	if _, err := writer.Exec(ctx, "INSERT INTO accounts (id, v) VALUES (3, 0)"); err != nil {
 		t.Fatal(err)
 	}
 
@@ -156,7 +160,7 @@ func TestFailoverToPromotedStandby(t *testing.T) {
 	// Nothing written through the proxy after the change reached the old primary.
 	old := connect(t, h.primary.SuperDSN())
 	var n int
-	if err := old.QueryRow(ctx, "SELECT count(*) FROM accounts WHERE id = 2 OR v >= 2").Scan(&n); err != nil {
+	if err := old.QueryRow(ctx, "SELECT count(*) FROM accounts WHERE id = 3 OR v >= 2").Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	if n != 0 {
@@ -206,5 +210,101 @@ func TestFailoverAfterPrimaryStopped(t *testing.T) {
 	t.Logf("first write on the new primary %v after pg_ctl promote returned (health_interval %v)", time.Since(promoted), haInterval)
 	if _, err := idle.Exec(ctx, "SELECT 1"); sqlstate(err) != "57P01" {
 		t.Errorf("session on the stopped primary: %v, want 57P01", err)
+	}
+}
+
+// TestLossyFailoverKeepsTheLockFence is the issue's lossy failover: holder A (lock L) wrote and was superseded
+// by holder B, whose write never reached the standby (its WAL receiver stopped); the primary is stopped and
+// the standby promoted, so the new primary remembers only A's token on L. The failover barrier raises L's mark
+// to the newest token etcd granted for L (B's), so A's write through the proxy gets 55F01 naming L while B
+// goes on writing; lock M, whose holder's token is below B's, keeps its own mark (no store-wide maximum).
+func TestLossyFailoverKeepsTheLockFence(t *testing.T) {
+	e := etcdtest.Start(t)
+	store := tokens.NewEtcdStore(e.Client(), tokens.DefaultPrefix)
+	h := startHAPair(t, store, "")
+	ctx := ctxT(t)
+	cfg, err := config.Parse("t.yaml", []byte("upstream:\n  address: a:1\ntables:\n  - name: accounts\n    token_column: fence_token\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := connect(t, h.primary.SuperDSN())
+	if err := schema.Install(ctx, admin, schema.FromConfig(cfg)); err != nil {
+		t.Fatal(err)
+	}
+	admin.Close(ctx)
+
+	acquire := func(name string) tokens.Held {
+		l, err := store.Acquire(ctx, name, tokens.AcquireOptions{TTL: 30 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	// write runs an UPDATE through the proxy as the holder of lock with token: lock L's holders write row 1,
+	// lock M's row 2, so that row tokens do not decide.
+	write := func(lock string, token int64) error {
+		row := map[string]int{"L": 1, "M": 2}[lock]
+		c, err := pgx.Connect(ctx, h.proxy.DSN(pgtest.SuperUser, "", pgtest.TestDB))
+		if err != nil {
+			return err
+		}
+		defer c.Close(ctx)
+		_, err = c.Exec(ctx, fmt.Sprintf("SET fence.token = %d; SET fence.lock = '%s'; UPDATE accounts SET v = v + 1 WHERE id = %d", token, lock, row))
+		return err
+	}
+	holderA := acquire("L")
+	if err := write("L", holderA.Token()); err != nil {
+		t.Fatal(err)
+	}
+	if err := holderA.Release(ctx); err != nil { // A is superseded (a paused holder whose lease ran out)
+		t.Fatal(err)
+	}
+	holderM := acquire("M")
+	if err := write("M", holderM.Token()); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.standby.WaitReplayed(ctx, h.primary); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.standby.StopWALReceiver(ctx); err != nil {
+		t.Fatal(err)
+	}
+	holderB := acquire("L")
+	if err := write("L", holderB.Token()); err != nil { // committed on the primary only
+		t.Fatal(err)
+	}
+	if err := h.primary.StopImmediate(); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.standby.Promote(); err != nil {
+		t.Fatal(err)
+	}
+	// B's write is lost: the new primary's mark of L is A's token.
+	var mark int64
+	if err := connect(t, h.standby.SuperDSN()).QueryRow(ctx, "SELECT mark FROM fenceproxy.lock_marks WHERE name = 'L'").Scan(&mark); err != nil {
+		t.Fatal(err)
+	}
+	if mark != holderA.Token() {
+		t.Fatalf("the promoted standby's mark of L is %d, want A's token %d (B's write lost)", mark, holderA.Token())
+	}
+	eventually(t, 30*time.Second, "the proxy to route to the new primary", func() bool {
+		c, err := pgx.Connect(ctx, h.proxy.DSN(pgtest.SuperUser, "", pgtest.TestDB))
+		if err != nil {
+			return false
+		}
+		defer c.Close(ctx)
+		port, err := serverPort(ctx, c)
+		return err == nil && port == h.standby.Port()
+	})
+
+	err = write("L", holderA.Token())
+	if sqlstate(err) != "55F01" || !strings.Contains(err.Error(), "lock L has accepted a newer token") {
+		t.Errorf("superseded holder A (token %d) after the lossy failover: %v, want 55F01 naming lock L", holderA.Token(), err)
+	}
+	if err := write("L", holderB.Token()); err != nil {
+		t.Errorf("current holder B (token %d) after the failover: %v", holderB.Token(), err)
+	}
+	if err := write("M", holderM.Token()); err != nil {
+		t.Errorf("holder of lock M (token %d, below B's %d) after the failover: %v", holderM.Token(), holderB.Token(), err)
 	}
 }

@@ -445,6 +445,8 @@ func (r *router) barrier(host string) (int, error) {
 			want[name] = max(want[name], tok)
 		}
 	}
+	// Lock marks live in each database that has the fenceproxy schema; a lock's tokens come from the one lock
+	// service, so each such database gets the marks raised.
 	cc, err := r.login(host)
 	if err != nil {
 		return 0, err
@@ -461,10 +463,37 @@ func (r *router) barrier(host string) (int, error) {
 	if recovery {
 		return 0, errors.New(host + " is in recovery again")
 	}
-	raised, err := schema.RaiseMarks(ctx, conn, want)
+	rows, err := conn.Query(ctx, "SELECT datname FROM pg_catalog.pg_database WHERE datallowconn AND NOT datistemplate ORDER BY 1")
+	if err != nil {
+		return 0, fmt.Errorf("list the databases of %s: %w", host, err)
+	}
+	dbs, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return 0, fmt.Errorf("list the databases of %s: %w", host, err)
+	}
+	raised := 0
+	for _, db := range dbs {
+		n, err := r.raiseIn(ctx, host, db, want)
+		if err != nil {
+			return raised, fmt.Errorf("database %s: %w", db, err)
+		}
+		raised += n
+	}
+	r.log.Info("failover barrier done", "host", host, "locks", len(want), "databases", len(dbs), "raised", raised)
+	return raised, nil
+}
+
+// raiseIn raises the lock marks of database db on host (nothing where the schema is not installed).
+func (r *router) raiseIn(ctx context.Context, host, db string, want map[string]int64) (int, error) {
+	cc, err := r.login(host)
 	if err != nil {
 		return 0, err
 	}
-	r.log.Info("failover barrier done", "host", host, "locks", len(want), "raised", raised)
-	return raised, nil
+	cc.Database = db
+	conn, err := pgx.ConnectConfig(ctx, cc)
+	if err != nil {
+		return 0, fmt.Errorf("connect to %s: %w", host, err)
+	}
+	defer conn.Close(context.Background())
+	return schema.RaiseMarks(ctx, conn, want)
 }
