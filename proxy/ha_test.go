@@ -308,3 +308,52 @@ func TestLossyFailoverKeepsTheLockFence(t *testing.T) {
 		t.Errorf("holder of lock M (token %d, below B's %d) after the failover: %v", holderM.Token(), holderB.Token(), err)
 	}
 }
+
+// TestTargetSessionAttrs: upstream.target picks hosts as libpq's target_session_attrs does: read-write the
+// primary, read-only and prefer-standby the standby, any the first host up in the configured order (here the
+// standby, listed first); prefer-standby falls back to the primary when no standby is up, read-only does not.
+func TestTargetSessionAttrs(t *testing.T) {
+	h := startHAPair(t, nil, "")
+	ctx := ctxT(t)
+	proxyFor := func(target string) *proxytest.Proxy {
+		return proxytest.Start(t, "", proxytest.Options{
+			Hosts:    []string{h.standby.Addr(), h.primary.Addr()},
+			Upstream: fmt.Sprintf("  target: %s\n  health_interval: %s\n  health_timeout: 1s\n  connect_timeout: 2s\n", target, haInterval),
+			YAML:     "limits:\n  startup_timeout: 2s\n", // how long a session waits for a host that fits
+		})
+	}
+	reaches := func(p *proxytest.Proxy) (int, error) {
+		c, err := pgx.Connect(ctx, p.DSN(pgtest.SuperUser, "", pgtest.TestDB))
+		if err != nil {
+			return 0, err
+		}
+		defer c.Close(ctx)
+		return serverPort(ctx, c)
+	}
+	want := map[string]int{
+		"read-write":     h.primary.Port(),
+		"read-only":      h.standby.Port(),
+		"prefer-standby": h.standby.Port(),
+		"any":            h.standby.Port(),
+	}
+	proxies := map[string]*proxytest.Proxy{}
+	for target, port := range want {
+		proxies[target] = proxyFor(target)
+		if got, err := reaches(proxies[target]); err != nil || got != port {
+			t.Errorf("target %s reached port %d (%v), want %d", target, got, err, port)
+		}
+	}
+	// The standby goes away: prefer-standby and any fall back to the primary; read-only finds nothing.
+	if err := h.standby.StopImmediate(); err != nil {
+		t.Fatal(err)
+	}
+	for _, target := range []string{"prefer-standby", "any"} {
+		eventually(t, 30*time.Second, target+" to fall back to the primary", func() bool {
+			got, err := reaches(proxies[target])
+			return err == nil && got == h.primary.Port()
+		})
+	}
+	if got, err := reaches(proxies["read-only"]); err == nil {
+		t.Errorf("target read-only reached port %d with no standby up", got)
+	}
+}
