@@ -35,6 +35,7 @@ type Config struct {
 	// over its own connection and protect what is related to the configured tables (docs/catalog.md).
 	Catalog *Catalog `yaml:"catalog"`
 	Locks   Locks    `yaml:"locks"`
+	Fence   Fence    `yaml:"fence"`
 
 	// File is the path the configuration was read from ("" when parsed from memory).
 	File string `yaml:"-"`
@@ -92,6 +93,23 @@ func (u Upstream) Prepared(scope string) int {
 		return 0
 	}
 	return DefaultPreparedFences
+}
+
+// Fence tunes how fenced writes are committed.
+type Fence struct {
+	// SynchronousCommit is the synchronous_commit level the transaction of every fenced write runs with
+	// (remote_apply, on, remote_write, local), transaction-locally; off (the default) leaves the server's.
+	// With a synchronous standby, remote_apply or on means a fenced write the client saw committed survives a
+	// failover (docs/ha.md).
+	SynchronousCommit string `yaml:"synchronous_commit"`
+}
+
+// SynchronousCommitLevel is SynchronousCommit for the rewrite: "" when off.
+func (f Fence) SynchronousCommitLevel() string {
+	if f.SynchronousCommit == "off" {
+		return ""
+	}
+	return f.SynchronousCommit
 }
 
 // Values of Upstream.Target, with libpq's target_session_attrs meaning.
@@ -444,6 +462,9 @@ func (c *Config) applyDefaults() {
 	if c.Upstream.ConnectTimeout == 0 {
 		c.Upstream.ConnectTimeout = DefaultConnectTimeout
 	}
+	if c.Fence.SynchronousCommit == "" {
+		c.Fence.SynchronousCommit = "off"
+	}
 	if c.Upstream.Target == "" {
 		c.Upstream.Target = TargetReadWrite
 	}
@@ -572,6 +593,11 @@ func (c *Config) validate(lines map[string]int) error {
 		if err := checkHostPort(c.Upstream.Address); err != nil {
 			add("upstream.address", "%v", err)
 		}
+	}
+	switch c.Fence.SynchronousCommit {
+	case "off", "on", "remote_apply", "remote_write", "local":
+	default:
+		add("fence.synchronous_commit", "must be remote_apply, on, remote_write, local or off, not %q", c.Fence.SynchronousCommit)
 	}
 	switch c.Upstream.Target {
 	case TargetReadWrite, TargetAny, TargetPreferStandby, TargetReadOnly:

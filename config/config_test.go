@@ -145,6 +145,7 @@ func TestErrorsNameFileLineAndKey(t *testing.T) {
 		{"host without port", "upstream:\n  hosts: [a:1, b]\n", `c.yaml:2: upstream.hosts[1]: "b" is not host:port`},
 		{"host twice", "upstream:\n  hosts: [a:1, a:1]\n", `c.yaml:2: upstream.hosts[1]: a:1 is listed twice`},
 		{"bad target", "upstream:\n  hosts: [a:1]\n  target: primary\n", `c.yaml:3: upstream.target: must be read-write, any, prefer-standby or read-only, not "primary"`},
+		{"bad synchronous_commit", "upstream:\n  address: a:1\nfence:\n  synchronous_commit: always\n", `c.yaml:4: fence.synchronous_commit: must be remote_apply, on, remote_write, local or off, not "always"`},
 		{"unknown reuse key", "upstream:\n  address: a:1\n  reuse:\n    pool_size: 3\n", `c.yaml:4: unknown key "upstream.reuse.pool_size"`},
 	}
 	for _, tc := range cases {

@@ -357,3 +357,79 @@ func TestTargetSessionAttrs(t *testing.T) {
 		t.Errorf("target read-only reached port %d with no standby up", got)
 	}
 }
+
+// TestSynchronousFencedWrites: with fence.synchronous_commit: remote_apply and a synchronous standby (the
+// server's own synchronous_commit is local, so other commits do not wait for it), a fenced write is
+// acknowledged only once the standby applied it: with the standby frozen, a write to an unprotected table is
+// acknowledged at once while a fenced write waits (SyncRep); the primary is killed (-9), the standby resumed
+// and promoted: the fenced write the client saw committed is there, and the one whose answer it did not get
+// was reported 08007 (its outcome unknown), not committed.
+func TestSynchronousFencedWrites(t *testing.T) {
+	pgtest.Require(t, pg)
+	primary := pgtest.MustStart(t, pgtest.Options{ExtraConf: map[string]string{"synchronous_standby_names": "*", "synchronous_commit": "local"}})
+	if err := primary.Exec(`CREATE TABLE accounts (id int PRIMARY KEY, v int NOT NULL, fence_token bigint);
+		INSERT INTO accounts VALUES (1, 0, NULL); CREATE TABLE notes (id int)`); err != nil {
+		t.Fatal(err)
+	}
+	standby := pgtest.MustStartStandby(t, primary, pgtest.Options{})
+	p := proxytest.Start(t, "", proxytest.Options{
+		Hosts:    []string{primary.Addr(), standby.Addr()},
+		Upstream: fmt.Sprintf("  health_interval: %s\n  health_timeout: 1s\n", haInterval),
+		YAML:     "tables:\n  - name: accounts\n    token_column: fence_token\nfence:\n  synchronous_commit: remote_apply\n",
+	})
+	ctx := ctxT(t)
+	admin := connect(t, primary.SuperDSN())
+	eventually(t, 30*time.Second, "the standby to be synchronous", func() bool {
+		var n int
+		err := admin.QueryRow(ctx, "SELECT count(*) FROM pg_stat_replication WHERE sync_state = 'sync'").Scan(&n)
+		return err == nil && n == 1
+	})
+	c := connect(t, p.DSN(pgtest.SuperUser, "", pgtest.TestDB))
+	if _, err := c.Exec(ctx, "SET fence.token = 1; UPDATE accounts SET v = 1 WHERE id = 1"); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := standby.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Exec(ctx, "INSERT INTO notes VALUES (1)"); err != nil {
+		t.Fatalf("an unfenced write with the standby frozen: %v", err)
+	}
+	acked := make(chan error, 1)
+	go func() {
+		_, err := c.Exec(ctx, "UPDATE accounts SET v = 2 WHERE id = 1")
+		acked <- err
+	}()
+	eventually(t, 30*time.Second, "the fenced write to wait for the synchronous standby", func() bool {
+		select {
+		case err := <-acked:
+			t.Fatalf("a fenced write was answered (%v) while the synchronous standby was frozen", err)
+		default:
+		}
+		var n int
+		err := admin.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'").Scan(&n)
+		return err == nil && n == 1
+	})
+	admin.Close(ctx)
+	if err := primary.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-acked; sqlstate(err) != "08007" {
+		t.Errorf("the fenced write cut by the primary's death: %v, want 08007 (not reported committed)", err)
+	}
+	if err := standby.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	if err := standby.Promote(); err != nil {
+		t.Fatal(err)
+	}
+	var v int
+	if err := connect(t, standby.SuperDSN()).QueryRow(ctx, "SELECT v FROM accounts WHERE id = 1").Scan(&v); err != nil {
+		t.Fatal(err)
+	}
+	// 1: the write the client saw committed; 2: the one whose outcome it was told is unknown, which the
+	// standby may have received before it froze.
+	if v != 1 && v != 2 {
+		t.Errorf("the new primary holds v = %d, want 1 (the fenced write the client saw committed) or 2", v)
+	}
+}
