@@ -433,3 +433,56 @@ func TestSynchronousFencedWrites(t *testing.T) {
 		t.Errorf("the new primary holds v = %d, want 1 (the fenced write the client saw committed) or 2", v)
 	}
 }
+
+// TestSwitchoverDropsKeptConnections: a switchover where the old primary stays up, read-only
+// (default_transaction_read_only on, reloaded), and the standby is promoted. Once the new primary is
+// published, every new session reaches it, none the connection kept for reuse on the old primary, and a
+// session left on the old primary ends with 57P01 naming the new one.
+func TestSwitchoverDropsKeptConnections(t *testing.T) {
+	h := startHAPair(t, nil, "")
+	ctx := ctxT(t)
+	kept := h.connect(t)
+	if port, err := serverPort(ctx, kept); err != nil || port != h.primary.Port() {
+		t.Fatalf("a read-write session reached port %d (%v), want the primary's %d", port, err, h.primary.Port())
+	}
+	kept.Close(ctx) // its upstream connection is kept for reuse
+	admin := connect(t, h.primary.SuperDSN())
+	eventually(t, 10*time.Second, "the upstream connection to be kept", func() bool {
+		var n int
+		err := admin.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'fenceproxy: kept for reuse'").Scan(&n)
+		return err == nil && n == 1
+	})
+	left := h.connect(t)
+	if err := h.standby.WaitReplayed(ctx, h.primary); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Exec(ctx, "ALTER SYSTEM SET default_transaction_read_only = on"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Exec(ctx, "SELECT pg_reload_conf()"); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.standby.Promote(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "a session through the proxy to reach the new primary", func() bool {
+		c, err := pgx.Connect(ctx, h.proxy.DSN(pgtest.SuperUser, "", pgtest.TestDB))
+		if err != nil {
+			return false
+		}
+		defer c.Close(ctx)
+		port, err := serverPort(ctx, c)
+		return err == nil && port == h.standby.Port()
+	})
+	for i := 0; i < 3; i++ {
+		c := h.connect(t)
+		if port, err := serverPort(ctx, c); err != nil || port != h.standby.Port() {
+			t.Errorf("session %d after the switchover reached port %d (%v), want the new primary's %d", i, port, err, h.standby.Port())
+		}
+		c.Close(ctx)
+	}
+	_, err := left.Exec(ctx, "SELECT 1")
+	if sqlstate(err) != "57P01" || !strings.Contains(err.Error(), h.standby.Addr()) {
+		t.Errorf("session left on the old primary: %v, want 57P01 naming %s", err, h.standby.Addr())
+	}
+}
