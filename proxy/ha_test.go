@@ -307,6 +307,18 @@ func TestLossyFailoverKeepsTheLockFence(t *testing.T) {
 	if err := write("M", holderM.Token()); err != nil {
 		t.Errorf("holder of lock M (token %d, below B's %d) after the failover: %v", holderM.Token(), holderB.Token(), err)
 	}
+	// The metrics tell the story: two publications (the first primary, then the new one), each after a barrier,
+	// the second raising L; one primary now.
+	for name, want := range map[string]float64{
+		"fenceproxy_upstream_primary_changes_total":      3, // the first primary, lost, the new one
+		"fenceproxy_failover_barrier_runs_total":         2,
+		"fenceproxy_failover_barrier_marks_raised_total": 1,
+		"fenceproxy_upstream_primary":                    1,
+	} {
+		if got, _ := metricValue(t, h.proxy.Registry, name); got != want {
+			t.Errorf("%s = %v, want %v", name, got, want)
+		}
+	}
 }
 
 // TestTargetSessionAttrs: upstream.target picks hosts as libpq's target_session_attrs does: read-write the

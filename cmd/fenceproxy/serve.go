@@ -160,7 +160,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "fenceproxy: listen: %v\n", err)
 		return 1
 	}
-	log.Info("fenceproxy listening", "addr", ln.Addr().String(), "upstream", cfg.Upstream.Address, "tables", tableNames(cfg), "version", versionString())
+	log.Info("fenceproxy listening", "addr", ln.Addr().String(), "upstream", strings.Join(cfg.Upstream.HostList(), ","), "target", cfg.Upstream.Target, "tables", tableNames(cfg), "version", versionString())
 
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()

@@ -299,16 +299,15 @@ func (c *Cluster) writeHBA() error {
 		b.WriteString(line + "\n")
 	}
 	b.WriteString("local all all trust\n")
-	// Streaming replication from this cluster (StartStandby) connects as SuperUser; "all" does not match
-	// replication connections.
-	b.WriteString("local replication all trust\n")
-	b.WriteString("host replication all 127.0.0.1/32 trust\n")
 	for _, addr := range []string{"127.0.0.1/32", "::1/128"} {
 		fmt.Fprintf(&b, "host all %s %s md5\n", MD5User, addr)
 		fmt.Fprintf(&b, "host all %s %s scram-sha-256\n", ScramUser, addr)
 		fmt.Fprintf(&b, "host all %s %s password\n", PasswordUser, addr)
 		fmt.Fprintf(&b, "host all all %s trust\n", addr)
 	}
+	// Streaming replication from this cluster (StartStandby) connects as SuperUser; "all" does not match
+	// replication connections.
+	fmt.Fprintf(&b, "host replication %s 127.0.0.1/32 trust\n", SuperUser)
 	return c.writeFile(filepath.Join(c.dataDir, "pg_hba.conf"), []byte(b.String()), 0o600)
 }
 
