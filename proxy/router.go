@@ -22,7 +22,8 @@ import (
 // The router knows which of upstream.hosts is the primary (docs/ha.md). One goroutine per host checks it every
 // health_interval over one connection of its own (pg_is_in_recovery, default_transaction_read_only, and on the
 // primary the lock marks, which are the marks the proxy saw accepted); sessions tell it sooner when their own
-// connection reports in_hot_standby or default_transaction_read_only on (ParameterStatus, PostgreSQL 14+). One
+// connection to the primary reports in_hot_standby on (ParameterStatus, PostgreSQL 14+: a primary restarted as a
+// standby). One
 // goroutine, the coordinator, decides from what the checks found, so a primary change is one event, in this
 // order:
 //
@@ -241,22 +242,23 @@ func (r *router) superseded(h upstreamHost) (string, bool) {
 	return r.primary, r.primary != "" && h.epoch < r.epoch && (h.addr == r.former || h.addr == r.primary)
 }
 
-// observe is told a ParameterStatus a session's upstream connection on host reported: in_hot_standby or
-// default_transaction_read_only on, on the published primary, makes the coordinator look now.
+// observe is told a ParameterStatus a session's upstream connection on host reported: in_hot_standby on, from
+// the published primary, makes it a standby and the coordinator decide now, before the next check.
+// default_transaction_read_only is not taken from sessions: a client may SET it in its own session, and that
+// must not move the primary; the health check reads the server's own value.
 func (r *router) observe(host, name, value string) {
-	if (name != "in_hot_standby" && name != "default_transaction_read_only") || value != "on" {
+	if name != "in_hot_standby" || value != "on" {
 		return
 	}
 	r.mu.Lock()
-	if host == r.primary {
-		if name == "in_hot_standby" {
-			r.roles[host] = roleStandby
-		} else {
-			r.roles[host] = roleReadOnly
-		}
+	primary := host == r.primary
+	if primary {
+		r.roles[host] = roleStandby
 	}
 	r.mu.Unlock()
-	r.wake()
+	if primary {
+		r.wake()
+	}
 }
 
 func (r *router) wake() {
