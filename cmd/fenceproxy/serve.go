@@ -87,7 +87,9 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		opts.Verifier = v
 	}
 	if eps := cfg.Upstream.Barrier.Etcd.Endpoints; len(eps) > 0 {
-		client, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: cfg.Upstream.HealthTimeout, Logger: zap.NewNop()})
+		// No DialTimeout: the client connects in the background, so an etcd that is down at start does not
+		// stop the proxy; the barrier then fails (closed) until etcd answers.
+		client, err := clientv3.New(clientv3.Config{Endpoints: eps, Logger: zap.NewNop()})
 		if err != nil {
 			fmt.Fprintf(stderr, "fenceproxy: upstream.barrier.etcd: %v\n", err)
 			return 1
