@@ -32,7 +32,8 @@ func TestPatroniLeaderKilled(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := ctxT(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute) // bootstrap, a failover (ttl 20 s), writes
+	defer cancel()
 	admin := connect(t, leader.DSN("postgres"))
 	if _, err := admin.Exec(ctx, `
 CREATE TABLE accounts (id int PRIMARY KEY, v int NOT NULL, fence_token bigint);

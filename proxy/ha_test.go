@@ -47,6 +47,13 @@ func startHAPair(t *testing.T, grants proxy.GrantSource, setup string) *haPair {
 	return &haPair{primary: primary, standby: standby, proxy: p}
 }
 
+// haCtx bounds an HA test: promotions, replays and failovers take longer on a loaded machine than ctxT allows.
+func haCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
 func (h *haPair) connect(t *testing.T) *pgx.Conn {
 	return connect(t, h.proxy.DSN(pgtest.SuperUser, "", pgtest.TestDB))
 }
@@ -73,7 +80,7 @@ func sqlstate(err error) string {
 // refused with 55F04 naming both hosts, until it is stopped.
 func TestFailoverToPromotedStandby(t *testing.T) {
 	h := startHAPair(t, nil, "")
-	ctx := ctxT(t)
+	ctx := haCtx(t)
 	idle := h.connect(t)
 	if port, err := serverPort(ctx, idle); err != nil || port != h.primary.Port() {
 		t.Fatalf("a read-write session reached port %d (%v), want the primary's %d", port, err, h.primary.Port())
@@ -182,7 +189,7 @@ func TestFailoverToPromotedStandby(t *testing.T) {
 // sessions on the old primary end with 57P01 and writes through the proxy reach the new primary.
 func TestFailoverAfterPrimaryStopped(t *testing.T) {
 	h := startHAPair(t, nil, "")
-	ctx := ctxT(t)
+	ctx := haCtx(t)
 	idle := h.connect(t)
 	if port, err := serverPort(ctx, idle); err != nil || port != h.primary.Port() {
 		t.Fatalf("a read-write session reached port %d (%v), want the primary's %d", port, err, h.primary.Port())
@@ -222,7 +229,7 @@ func TestLossyFailoverKeepsTheLockFence(t *testing.T) {
 	e := etcdtest.Start(t)
 	store := tokens.NewEtcdStore(e.Client(), tokens.DefaultPrefix)
 	h := startHAPair(t, store, "")
-	ctx := ctxT(t)
+	ctx := haCtx(t)
 	cfg, err := config.Parse("t.yaml", []byte("upstream:\n  address: a:1\ntables:\n  - name: accounts\n    token_column: fence_token\n"))
 	if err != nil {
 		t.Fatal(err)
@@ -326,7 +333,7 @@ func TestLossyFailoverKeepsTheLockFence(t *testing.T) {
 // standby, listed first); prefer-standby falls back to the primary when no standby is up, read-only does not.
 func TestTargetSessionAttrs(t *testing.T) {
 	h := startHAPair(t, nil, "")
-	ctx := ctxT(t)
+	ctx := haCtx(t)
 	proxyFor := func(target string) *proxytest.Proxy {
 		return proxytest.Start(t, "", proxytest.Options{
 			Hosts:    []string{h.standby.Addr(), h.primary.Addr()},
@@ -351,9 +358,11 @@ func TestTargetSessionAttrs(t *testing.T) {
 	proxies := map[string]*proxytest.Proxy{}
 	for target, port := range want {
 		proxies[target] = proxyFor(target)
-		if got, err := reaches(proxies[target]); err != nil || got != port {
-			t.Errorf("target %s reached port %d (%v), want %d", target, got, err, port)
-		}
+		// Until its first check of each host, a proxy knows only the hosts checked so far.
+		eventually(t, 30*time.Second, fmt.Sprintf("target %s to reach port %d", target, port), func() bool {
+			got, err := reaches(proxies[target])
+			return err == nil && got == port
+		})
 	}
 	// The standby goes away: prefer-standby and any fall back to the primary; read-only finds nothing.
 	if err := h.standby.StopImmediate(); err != nil {
@@ -389,7 +398,7 @@ func TestSynchronousFencedWrites(t *testing.T) {
 		Upstream: fmt.Sprintf("  health_interval: %s\n  health_timeout: 1s\n", haInterval),
 		YAML:     "tables:\n  - name: accounts\n    token_column: fence_token\nfence:\n  synchronous_commit: remote_apply\n",
 	})
-	ctx := ctxT(t)
+	ctx := haCtx(t)
 	admin := connect(t, primary.SuperDSN())
 	eventually(t, 30*time.Second, "the standby to be synchronous", func() bool {
 		var n int
@@ -452,7 +461,7 @@ func TestSynchronousFencedWrites(t *testing.T) {
 // session left on the old primary ends with 57P01 naming the new one.
 func TestSwitchoverDropsKeptConnections(t *testing.T) {
 	h := startHAPair(t, nil, "")
-	ctx := ctxT(t)
+	ctx := haCtx(t)
 	kept := h.connect(t)
 	if port, err := serverPort(ctx, kept); err != nil || port != h.primary.Port() {
 		t.Fatalf("a read-write session reached port %d (%v), want the primary's %d", port, err, h.primary.Port())
