@@ -35,14 +35,33 @@ type Config struct {
 	Catalog *Catalog `yaml:"catalog"`
 	Auth    Auth     `yaml:"auth"`
 	Locks   Locks    `yaml:"locks"`
+	Fence   Fence    `yaml:"fence"`
 
 	// File is the path the configuration was read from ("" when parsed from memory).
 	File string `yaml:"-"`
 }
 
-// Upstream is the PostgreSQL server every session is relayed to.
+// Upstream is the PostgreSQL server every session is relayed to, or the servers of a primary and its standbys
+// (Hosts), among which the proxy follows the primary (docs/ha.md).
 type Upstream struct {
-	Address        string        `yaml:"address"`
+	Address string `yaml:"address"`
+	// Hosts are the servers of one replicated cluster, host:port each (instead of Address, which is then the
+	// first of them, for what reads only the catalog). Sessions go to the one Target asks for.
+	Hosts []string `yaml:"hosts"`
+	// Target is which host a session goes to, as libpq's target_session_attrs: TargetReadWrite (default),
+	// TargetAny, TargetPreferStandby or TargetReadOnly.
+	Target string `yaml:"target"`
+	// HealthInterval is how often each of Hosts is checked (its role, and on the primary the lock marks); the
+	// default is DefaultHealthInterval.
+	HealthInterval time.Duration `yaml:"health_interval"`
+	// HealthTimeout bounds one check (connecting included); a host that does not answer in time is down.
+	HealthTimeout time.Duration `yaml:"health_timeout"`
+	// Health is the role the checks and the failover barrier connect as (one connection per host). The
+	// barrier raises lock marks, so it must own the fenceproxy schema (the role that ran install) or be a
+	// superuser.
+	Health HealthLogin `yaml:"health"`
+	// Barrier is the lock service the failover barrier asks for the newest token granted per lock.
+	Barrier        Barrier       `yaml:"barrier"`
 	ConnectTimeout time.Duration `yaml:"connect_timeout"`
 	TLS            UpstreamTLS   `yaml:"tls"`
 	Reuse          Reuse         `yaml:"reuse"`
@@ -53,6 +72,18 @@ type Upstream struct {
 	PreparedFences *int `yaml:"prepared_fences"`
 }
 
+// HostList is the servers sessions may go to: Hosts, or Address alone.
+func (u Upstream) HostList() []string {
+	if len(u.Hosts) > 0 {
+		return u.Hosts
+	}
+	return []string{u.Address}
+}
+
+// Routed reports whether the proxy follows a primary among several hosts (upstream.hosts), with health checks
+// and the failover barrier, rather than relaying to the one upstream.address.
+func (u Upstream) Routed() bool { return len(u.Hosts) > 0 }
+
 // Prepared is PreparedFences, or its default for the token scope when it is not set.
 func (u Upstream) Prepared(scope string) int {
 	switch {
@@ -62,6 +93,51 @@ func (u Upstream) Prepared(scope string) int {
 		return 0
 	}
 	return DefaultPreparedFences
+}
+
+// Fence tunes how fenced writes are committed.
+type Fence struct {
+	// SynchronousCommit is the synchronous_commit level the transaction of every fenced write runs with
+	// (remote_apply, on, remote_write, local), transaction-locally; off (the default) leaves the server's.
+	// With a synchronous standby, remote_apply or on means a fenced write the client saw committed survives a
+	// failover (docs/ha.md).
+	SynchronousCommit string `yaml:"synchronous_commit"`
+}
+
+// SynchronousCommitLevel is SynchronousCommit for the rewrite: "" when off.
+func (f Fence) SynchronousCommitLevel() string {
+	if f.SynchronousCommit == "off" {
+		return ""
+	}
+	return f.SynchronousCommit
+}
+
+// Values of Upstream.Target, with libpq's target_session_attrs meaning.
+const (
+	TargetReadWrite     = "read-write"     // the primary: not in hot standby, default_transaction_read_only off
+	TargetAny           = "any"            // the first host that is up, in the order of upstream.hosts
+	TargetPreferStandby = "prefer-standby" // a standby if one is up, else any host
+	TargetReadOnly      = "read-only"      // a standby, or a server with default_transaction_read_only on
+)
+
+// HealthLogin is the role the router's connections log in as.
+type HealthLogin struct {
+	User     string `yaml:"user"`
+	Database string `yaml:"database"`
+	// PasswordFile holds the password (trailing newline ignored), so that it need not be in the YAML.
+	PasswordFile string `yaml:"password_file"`
+}
+
+// Barrier names the lock service whose grants the failover barrier reads.
+type Barrier struct {
+	Etcd BarrierEtcd `yaml:"etcd"`
+}
+
+// BarrierEtcd is the etcd cluster of `fenceproxy lock --etcd`, whose locks live under Prefix.
+type BarrierEtcd struct {
+	Endpoints []string `yaml:"endpoints"`
+	// Prefix is the key prefix of the locks; default /fenceproxy/locks/ (fenceproxy lock's).
+	Prefix string `yaml:"prefix"`
 }
 
 // Reuse keeps upstream connections of finished sessions for later sessions with the same startup parameters,
@@ -256,6 +332,10 @@ const (
 	MaxRelaySpin          = time.Millisecond
 	MaxEventLoops         = 256
 	DefaultCatalogRefresh = 5 * time.Second
+	DefaultHealthInterval = time.Second
+	DefaultHealthTimeout  = 2 * time.Second
+	DefaultHealthUser     = "postgres"
+	DefaultHealthDatabase = "postgres"
 )
 
 // Values of Relay.Mode.
@@ -331,6 +411,27 @@ func (c *Config) applyDefaults() {
 	if c.Upstream.ConnectTimeout == 0 {
 		c.Upstream.ConnectTimeout = DefaultConnectTimeout
 	}
+	if c.Fence.SynchronousCommit == "" {
+		c.Fence.SynchronousCommit = "off"
+	}
+	if c.Upstream.Target == "" {
+		c.Upstream.Target = TargetReadWrite
+	}
+	if c.Upstream.HealthInterval == 0 {
+		c.Upstream.HealthInterval = DefaultHealthInterval
+	}
+	if c.Upstream.HealthTimeout == 0 {
+		c.Upstream.HealthTimeout = DefaultHealthTimeout
+	}
+	if c.Upstream.Health.User == "" {
+		c.Upstream.Health.User = DefaultHealthUser
+	}
+	if c.Upstream.Health.Database == "" {
+		c.Upstream.Health.Database = DefaultHealthDatabase
+	}
+	if c.Upstream.Barrier.Etcd.Prefix == "" {
+		c.Upstream.Barrier.Etcd.Prefix = DefaultLocksEtcdPrefix
+	}
 	if c.Upstream.TLS.Mode == "" {
 		c.Upstream.TLS.Mode = "disable"
 	}
@@ -399,10 +500,49 @@ func (c *Config) validate(add func(key, format string, args ...any)) {
 	if err := checkHostPort(c.Listen); err != nil {
 		add("listen", "%v", err)
 	}
-	if c.Upstream.Address == "" {
+	switch {
+	case len(c.Upstream.Hosts) > 0 && c.Upstream.Address != "":
+		add("upstream.hosts", "give upstream.address (one server) or upstream.hosts (a primary and its standbys), not both")
+	case len(c.Upstream.Hosts) > 0:
+		seenHosts := map[string]bool{}
+		for i, h := range c.Upstream.Hosts {
+			key := fmt.Sprintf("upstream.hosts[%d]", i)
+			if err := checkHostPort(h); err != nil {
+				add(key, "%v", err)
+			} else if seenHosts[h] {
+				add(key, "%s is listed twice", h)
+			}
+			seenHosts[h] = true
+		}
+		// What reads only the catalog (catalog awareness, check) connects to the first host.
+		c.Upstream.Address = c.Upstream.Hosts[0]
+	case c.Upstream.Address == "":
 		add("upstream.address", "required (host:port of the PostgreSQL server)")
-	} else if err := checkHostPort(c.Upstream.Address); err != nil {
-		add("upstream.address", "%v", err)
+	default:
+		if err := checkHostPort(c.Upstream.Address); err != nil {
+			add("upstream.address", "%v", err)
+		}
+	}
+	switch c.Fence.SynchronousCommit {
+	case "off", "on", "remote_apply", "remote_write", "local":
+	default:
+		add("fence.synchronous_commit", "must be remote_apply, on, remote_write, local or off, not %q", c.Fence.SynchronousCommit)
+	}
+	switch c.Upstream.Target {
+	case TargetReadWrite, TargetAny, TargetPreferStandby, TargetReadOnly:
+	default:
+		add("upstream.target", "must be read-write, any, prefer-standby or read-only, not %q", c.Upstream.Target)
+	}
+	if c.Upstream.HealthInterval < 0 {
+		add("upstream.health_interval", "must be positive")
+	}
+	if c.Upstream.HealthTimeout < 0 {
+		add("upstream.health_timeout", "must be positive")
+	}
+	for i, ep := range c.Upstream.Barrier.Etcd.Endpoints {
+		if strings.TrimSpace(ep) == "" {
+			add(fmt.Sprintf("upstream.barrier.etcd.endpoints[%d]", i), "empty endpoint")
+		}
 	}
 	if c.Upstream.ConnectTimeout < 0 {
 		add("upstream.connect_timeout", "must be positive")

@@ -95,6 +95,26 @@ func TestReuseSettings(t *testing.T) {
 	}
 }
 
+// upstream.hosts: the router's defaults, and Address is the first host (for what reads only the catalog).
+func TestHostsSettings(t *testing.T) {
+	cfg, err := Parse("c.yaml", []byte("upstream:\n  hosts: [a:1, b:2]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := cfg.Upstream
+	if !u.Routed() || u.Address != "a:1" || len(u.HostList()) != 2 || u.Target != TargetReadWrite ||
+		u.HealthInterval != DefaultHealthInterval || u.Health.User != DefaultHealthUser || u.Barrier.Etcd.Prefix != DefaultLocksEtcdPrefix {
+		t.Errorf("hosts defaults: %+v", u)
+	}
+	cfg, err = Parse("c.yaml", []byte("upstream:\n  address: a:1\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Upstream.Routed() || len(cfg.Upstream.HostList()) != 1 {
+		t.Errorf("one address is not routed: %+v", cfg.Upstream)
+	}
+}
+
 func TestErrorsNameFileLineAndKey(t *testing.T) {
 	cases := []struct{ name, yaml, want string }{
 		{"unknown top-level key", "upstream:\n  address: a:1\ntabels: []\n", `c.yaml:3: tabels: unknown key; did you mean "tables"?`},
@@ -122,6 +142,11 @@ func TestErrorsNameFileLineAndKey(t *testing.T) {
 		{"spin too long", "upstream:\n  address: a:1\nrelay:\n  spin: 2s\n", `c.yaml:4: relay.spin: must be 0 (off) to 1ms`},
 		{"spin not a duration", "upstream:\n  address: a:1\nrelay:\n  spin: fast\n", "c.yaml:4: relay.spin: cannot unmarshal !!str fast into time.Duration"},
 		{"unknown reuse key", "upstream:\n  address: a:1\n  reuse:\n    pool_size: 3\n", `c.yaml:4: upstream.reuse.pool_size: unknown key`},
+		{"hosts and address", "upstream:\n  address: a:1\n  hosts: [b:1]\n", `c.yaml:3: upstream.hosts: give upstream.address (one server) or upstream.hosts`},
+		{"host without port", "upstream:\n  hosts: [a:1, b]\n", `c.yaml:2: upstream.hosts[1]: "b" is not host:port`},
+		{"host twice", "upstream:\n  hosts: [a:1, a:1]\n", `c.yaml:2: upstream.hosts[1]: a:1 is listed twice`},
+		{"bad target", "upstream:\n  hosts: [a:1]\n  target: primary\n", `c.yaml:3: upstream.target: must be read-write, any, prefer-standby or read-only, not "primary"`},
+		{"bad synchronous_commit", "upstream:\n  address: a:1\nfence:\n  synchronous_commit: always\n", `c.yaml:4: fence.synchronous_commit: must be remote_apply, on, remote_write, local or off, not "always"`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -595,7 +595,7 @@ func (ss *session) refreshLogin(login *clientLogin) bool {
 func (ss *session) openUpstream(startup []byte) bool {
 	s := ss.srv
 	ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(s.cfg.Limits.StartupTimeout))
-	up, err := s.dialUpstream(ctx)
+	up, err := s.dialHost(ctx, ss.host.addr) // the host startup picked (upstream.address, or the router's)
 	cancel()
 	if err != nil {
 		s.metrics.upstreamError()

@@ -22,7 +22,8 @@ func ConfiguredTables(cfg *config.Config) []rewrite.Table {
 // rewriteConfig is the rewriter's configuration for a proxy configuration: the one place that maps one to the
 // other (NewPlanner and NewPlannerWithCatalog both use it).
 func rewriteConfig(cfg *config.Config) rewrite.Config {
-	return rewrite.Config{Tables: ConfiguredTables(cfg), TokenSetting: cfg.Token.Setting, LockSetting: cfg.Token.LockSetting}
+	return rewrite.Config{Tables: ConfiguredTables(cfg), TokenSetting: cfg.Token.Setting, LockSetting: cfg.Token.LockSetting,
+		SynchronousCommit: cfg.Fence.SynchronousCommitLevel()}
 }
 
 // NewPlannerWithCatalog is NewPlanner for a configuration and a catalog snapshot (nil: name-only

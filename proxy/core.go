@@ -278,6 +278,9 @@ func (ss *session) noteParam(body []byte) bool {
 		app := string(v)
 		ss.appName.Store(&app)
 	}
+	if ss.srv.router != nil {
+		ss.srv.router.observe(ss.host.addr, string(k), string(v))
+	}
 	ss.state.serverParams = setParam(ss.state.serverParams, string(k), string(v))
 	ss.state.reading.note(string(k), string(v))
 	return true

@@ -1,8 +1,11 @@
 package proxy
 
 import (
+	"crypto/tls"
 	"errors"
+	"fmt"
 	"net"
+	"syscall"
 	"time"
 )
 
@@ -78,8 +81,7 @@ func (ss *session) end(e ending, tio sessionIO) {
 	case endUpstreamGone:
 		if !forced && e.atBoundary && !st.serverFatal && !errors.Is(e.err, net.ErrClosed) {
 			ss.srv.metrics.upstreamError()
-			ss.log.Warn("upstream connection lost", "err", e.err)
-			farewell = errorResponse("FATAL", sqlstateConnectionFailure, "fenceproxy lost the connection to the upstream server", e.err.Error(), "")
+			farewell = ss.upstreamLostFarewell(e.err)
 		}
 	case endDrained:
 		farewell = errorResponse("FATAL", sqlstateAdminShutdown, "terminating connection because fenceproxy is shutting down", "", "")
@@ -119,10 +121,57 @@ func (ss *session) end(e ending, tio sessionIO) {
 	tio.close()
 }
 
+// upstreamLostFarewell is the FATAL a client gets when its upstream connection was lost or cut (a change of
+// primary). A statement whose answer was lost may have committed (a COMMIT, or a statement in an implicit
+// transaction) or not: the proxy never replays it, and says the outcome is unknown (08007) unless the
+// transaction was already failed. Otherwise a session cut because its host stopped being the primary ends with
+// 57P01 naming the new primary, as PostgreSQL ends sessions at a shutdown.
+func (ss *session) upstreamLostFarewell(err error) []byte {
+	st := &ss.state
+	moved := ss.movedTo.Load()
+	ss.log.Warn("upstream connection lost", "host", ss.host.addr, "err", err, "primary_moved", moved != nil)
+	if st.pending.Load() > 0 && byte(st.txStatus.Load()) != txFailed {
+		return errorResponse("FATAL", sqlstateTransactionResolutionUnknown,
+			"fenceproxy lost the connection to the upstream server while a statement was running: whether its transaction committed is unknown",
+			fmt.Sprintf("upstream %s: %v", ss.host.addr, err), "Check whether the transaction's changes are there before doing it again.")
+	}
+	if moved != nil {
+		now := *moved
+		if now == "" {
+			now = "not known yet"
+		}
+		return errorResponse("FATAL", sqlstateAdminShutdown,
+			fmt.Sprintf("terminating connection because the primary moved from %s to %s", ss.host.addr, now), "", "Connect again: fenceproxy sends new sessions to the new primary.")
+	}
+	if ss.srv.router != nil {
+		// One of upstream.hosts was lost between statements: as for a server shut down, the client may connect
+		// again, and the router sends it where upstream.target says.
+		return errorResponse("FATAL", sqlstateAdminShutdown,
+			fmt.Sprintf("terminating connection because fenceproxy lost the upstream host %s", ss.host.addr), err.Error(), "Connect again: fenceproxy sends new sessions to the current primary.")
+	}
+	return errorResponse("FATAL", sqlstateConnectionFailure, "fenceproxy lost the connection to the upstream server", err.Error(), "")
+}
+
+// endForFailover ends the session from the upstream side because its host stopped being what it was dialled
+// for; now is the new primary ("" when none yet). Nothing more of the session reaches that host: its
+// connection is shut, and the session ends as for a lost upstream (upstreamLostFarewell).
+func (ss *session) endForFailover(now string) {
+	ss.movedTo.Store(&now)
+	ss.evMu.Lock()
+	defer ss.evMu.Unlock()
+	if ss.ev != nil {
+		ss.ev.shutdownUpstream()
+		return
+	}
+	if ss.upstream != nil {
+		shutdownConn(ss.upstream)
+	}
+}
+
 // cancelIfRunning cancels what the upstream may still be running for the client.
 func (ss *session) cancelIfRunning() {
 	if ss.state.running() && ss.cancelKey != nil {
-		ss.srv.cancelUpstream(ss.cancelKey)
+		ss.srv.cancelUpstream(ss.cancelKey, ss.host.addr)
 	}
 }
 
@@ -146,4 +195,23 @@ func (ss *session) outcomeOf(e ending, forced bool) string {
 	default:
 		return outcomeClientGone
 	}
+}
+
+// shutdownConn shuts both directions of c's socket without closing it: its readers see end of file, and the
+// transport ends the session the usual way.
+func shutdownConn(c net.Conn) {
+	if tc, ok := c.(*tls.Conn); ok {
+		c = tc.NetConn()
+	}
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		c.Close()
+		return
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		c.Close()
+		return
+	}
+	rc.Control(func(fd uintptr) { syscall.Shutdown(int(fd), syscall.SHUT_RDWR) })
 }

@@ -18,6 +18,8 @@ func (ss *session) runInLoop() (ending, sessionIO, bool) { return ending{}, nil,
 
 func (es *evSession) shutdownSockets() {}
 
+func (es *evSession) shutdownUpstream() {}
+
 func (l *evLoop) post(evCmd) {}
 
 type evCmd struct {

@@ -170,6 +170,16 @@ func (es *evSession) shutdownSockets() {
 	unix.Shutdown(es.ufd, unix.SHUT_RDWR)
 }
 
+// shutdownUpstream cuts a looped session's upstream connection from outside (a change of primary): the loop
+// sees it close and ends the session from the upstream side.
+func (es *evSession) shutdownUpstream() {
+	es.mu.Lock()
+	defer es.mu.Unlock()
+	if !es.fdsClosed {
+		unix.Shutdown(es.ufd, unix.SHUT_RDWR)
+	}
+}
+
 func (es *evSession) closeFDs() {
 	es.mu.Lock()
 	defer es.mu.Unlock()

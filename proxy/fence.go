@@ -111,6 +111,13 @@ func (ss *session) checkPlan(plan rewrite.Plan) rewrite.Plan {
 	if refused, ok := ss.srv.checkScope(plan); ok { // scope.go
 		return refused
 	}
+	if ss.srv.router != nil && plan.Action == rewrite.Rewrite && len(plan.Tables) > 0 {
+		// A fenced write goes only to the published primary, and to none while two hosts claim to be it.
+		if why := ss.srv.router.writeRefusal(ss.host.addr, ss.host.epoch); why != "" {
+			return rewrite.Plan{Action: rewrite.Refuse, Code: sqlstateUnfenceable, Table: plan.Tables[0],
+				Message: fmt.Sprintf("unfenceable write to %s: %s", plan.Tables[0], why)}
+		}
+	}
 	if plan.TokenDynamic && ss.srv.verifier != nil {
 		// A token computed at execution time (an expression or a parameter of set_config) cannot be checked
 		// against etcd here; accepting it would let a forged token through.

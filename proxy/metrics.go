@@ -28,6 +28,17 @@ type Metrics struct {
 	preparedExecs   prometheus.Counter
 	prepares        *prometheus.CounterVec
 	authFailures    *prometheus.CounterVec
+	ha              haMetrics
+}
+
+// haMetrics are the router's series (upstream.hosts; router.go).
+type haMetrics struct {
+	hostRole       *prometheus.GaugeVec
+	primary        *prometheus.GaugeVec
+	primaryChanges prometheus.Counter
+	splitBrain     prometheus.Gauge
+	barrierRuns    *prometheus.CounterVec
+	marksRaised    prometheus.Counter
 }
 
 // Directions of forwarded traffic, as metric label values.
@@ -71,6 +82,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m.prepares = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fenceproxy_prepared_fences_total", Help: "Fenced statement templates the proxy asked an upstream connection to prepare, by outcome (prepared, failed; retried: failed for the moment, a lock not waited for or a cancel)."}, []string{"outcome"})
 	reg.MustRegister(m.preparedExecs, m.prepares)
 	reg.MustRegister(msgs, bytes, m.cacheHits, m.cacheMisses, m.rewriteLatency)
+	m.ha = haMetrics{
+		hostRole:       prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "fenceproxy_upstream_host_role", Help: "1 for each upstream host's role as its last health check found it (primary, read-only, standby, down), 0 for the others."}, []string{"host", "role"}),
+		primary:        prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "fenceproxy_upstream_primary", Help: "1 for the upstream host the proxy sends read-write sessions to now (published after its failover barrier), 0 for a former one."}, []string{"host"}),
+		primaryChanges: prometheus.NewCounter(prometheus.CounterOpts{Name: "fenceproxy_upstream_primary_changes_total", Help: "Changes of the published primary (a failover or switchover, a primary lost or found)."}),
+		splitBrain:     prometheus.NewGauge(prometheus.GaugeOpts{Name: "fenceproxy_upstream_split_brain", Help: "1 while more than one upstream host claims to be primary (fenced writes are refused)."}),
+		barrierRuns:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fenceproxy_failover_barrier_runs_total", Help: "Failover barriers run on a new primary before it was published, by outcome (done, failed)."}, []string{"outcome"}),
+		marksRaised:    prometheus.NewCounter(prometheus.CounterOpts{Name: "fenceproxy_failover_barrier_marks_raised_total", Help: "Lock marks the failover barriers raised (or created) on new primaries."}),
+	}
+	reg.MustRegister(m.ha.hostRole, m.ha.primary, m.ha.primaryChanges, m.ha.splitBrain, m.ha.barrierRuns, m.ha.marksRaised)
 	m.lockStale = newLockStaleCounter(reg)
 	reg.MustRegister(m.sessionsCurrent, m.sessionsTotal, m.sessionsRefused, m.refusals, m.stale, m.rewrites, m.upstreamErrors, m.protocolErrors)
 	return m
@@ -183,4 +203,49 @@ func (m *Metrics) upstreamIdle(n int) {
 	if m != nil {
 		m.keptIdle.Set(float64(n))
 	}
+}
+
+func (m *Metrics) hostRole(host string, role hostRole) {
+	if m == nil {
+		return
+	}
+	for r, name := range roleNames[roleDown:] {
+		v := 0.0
+		if hostRole(r)+roleDown == role {
+			v = 1
+		}
+		m.ha.hostRole.WithLabelValues(host, name).Set(v)
+	}
+}
+
+func (m *Metrics) primaryChanged(old, now string) {
+	if m == nil {
+		return
+	}
+	m.ha.primaryChanges.Inc()
+	if old != "" {
+		m.ha.primary.WithLabelValues(old).Set(0)
+	}
+	if now != "" {
+		m.ha.primary.WithLabelValues(now).Set(1)
+	}
+}
+
+func (m *Metrics) splitBrain(on bool) {
+	if m == nil {
+		return
+	}
+	v := 0.0
+	if on {
+		v = 1
+	}
+	m.ha.splitBrain.Set(v)
+}
+
+func (m *Metrics) barrierRun(outcome string, raised int) {
+	if m == nil {
+		return
+	}
+	m.ha.barrierRuns.WithLabelValues(outcome).Inc()
+	m.ha.marksRaised.Add(float64(raised))
 }

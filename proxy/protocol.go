@@ -69,14 +69,16 @@ const (
 	sqlstateInvalid     = rewrite.CodeInvalid     // 55F03
 	sqlstateUnfenceable = rewrite.CodeUnfenceable // 55F04
 
-	sqlstateProtocolViolation   = "08P01" // invalid message from the client
-	sqlstateConnectionFailure   = "08006" // the upstream could not be reached or was lost
-	sqlstateFeatureNotSupported = "0A000" // an unsupported frontend protocol version
-	sqlstateTooManyConnections  = "53300" // limits.max_client_connections reached
-	sqlstateCannotConnectNow    = "57P03" // the proxy is shutting down and takes no new session
-	sqlstateAdminShutdown       = "57P01" // a drain closed an idle session
-	sqlstateUndefinedPrepared   = "26000" // EXECUTE of a prepared statement that does not exist (prepared.go)
-	sqlstateFencingClassPrefix  = "55F0"  // every fencing SQLSTATE starts with it
+	sqlstateProtocolViolation = "08P01" // invalid message from the client
+	sqlstateConnectionFailure = "08006" // the upstream could not be reached or was lost
+	// the upstream was lost while a statement ran: whether its transaction committed is unknown
+	sqlstateTransactionResolutionUnknown = "08007"
+	sqlstateFeatureNotSupported          = "0A000" // an unsupported frontend protocol version
+	sqlstateTooManyConnections           = "53300" // limits.max_client_connections reached
+	sqlstateCannotConnectNow             = "57P03" // the proxy is shutting down and takes no new session
+	sqlstateAdminShutdown                = "57P01" // a drain closed an idle session
+	sqlstateUndefinedPrepared            = "26000" // EXECUTE of a prepared statement that does not exist (prepared.go)
+	sqlstateFencingClassPrefix           = "55F0"  // every fencing SQLSTATE starts with it
 )
 
 // templateFault reports whether an error of a PREPARE of a fenced template (prepared.go) says the template

@@ -38,6 +38,7 @@ import (
 type keptConn struct {
 	conn      net.Conn
 	startup   string        // the startupKey of the StartupMessage it was opened with
+	host      upstreamHost  // the server it goes to, and the router's epoch when it was dialled
 	params    []paramStatus // ParameterStatus values the server last reported
 	cancelKey []byte        // the backend's BackendKeyData body (PID, secret)
 	born      time.Time
@@ -88,7 +89,9 @@ func startupKey(version []byte, params map[string]string) string {
 }
 
 // get takes the newest kept connection opened with startup (a startupKey) that is still usable, or returns nil.
-func (p *upstreamPool) get(startup string) *keptConn {
+// It must go to host and have been dialled in its epoch: after a change of primary no connection of an earlier
+// one is used, even to the same server.
+func (p *upstreamPool) get(startup string, host upstreamHost) *keptConn {
 	if p == nil {
 		return nil
 	}
@@ -96,7 +99,7 @@ func (p *upstreamPool) get(startup string) *keptConn {
 		var kc *keptConn
 		p.mu.Lock()
 		for i := len(p.idle) - 1; i >= 0; i-- {
-			if p.idle[i].startup == startup {
+			if p.idle[i].startup == startup && p.idle[i].host == host {
 				kc = p.idle[i]
 				p.idle = slices.Delete(p.idle, i, i+1)
 				break
@@ -147,6 +150,30 @@ func (p *upstreamPool) expire() {
 	kept := p.idle[:0]
 	for _, kc := range p.idle {
 		if now.Sub(kc.since) >= p.idleTimeout {
+			old = append(old, kc)
+		} else {
+			kept = append(kept, kc)
+		}
+	}
+	clear(p.idle[len(kept):])
+	p.idle = kept
+	p.metrics.upstreamIdle(len(p.idle))
+	p.mu.Unlock()
+	for _, kc := range old {
+		kc.conn.Close()
+	}
+}
+
+// dropHost closes the connections kept to host (a primary that was demoted or lost).
+func (p *upstreamPool) dropHost(host string) {
+	if p == nil {
+		return
+	}
+	var old []*keptConn
+	p.mu.Lock()
+	kept := p.idle[:0]
+	for _, kc := range p.idle {
+		if kc.host.addr == host {
 			old = append(old, kc)
 		} else {
 			kept = append(kept, kc)
@@ -227,7 +254,7 @@ func (ss *session) keep(conn net.Conn) {
 		conn.Close()
 		return
 	}
-	ss.srv.pool.put(&keptConn{conn: conn, startup: ss.startup, params: ss.state.serverParams, cancelKey: ss.cancelKey, born: ss.born})
+	ss.srv.pool.put(&keptConn{conn: conn, startup: ss.startup, host: ss.host, params: ss.state.serverParams, cancelKey: ss.cancelKey, born: ss.born})
 	ss.kept = true
 }
 

@@ -53,6 +53,9 @@ type Options struct {
 	Planner  Planner       // nil: relay only, no fencing
 	Verifier TokenVerifier // nil: tokens are checked for form only
 	Metrics  *Metrics      // nil: no metrics
+	// Grants is the lock service the failover barrier reads (upstream.hosts; nil: the barrier raises marks to
+	// those the proxy saw accepted only).
+	Grants GrantSource
 
 	// DisableEventLoop keeps every session on the goroutine-per-direction path, as relay.mode: goroutines does.
 	// By default, on Linux, plain TCP sessions move to an epoll event loop after startup (see evloop_linux.go).
@@ -72,6 +75,7 @@ type Server struct {
 	spinners  atomic.Int32   // event loops polling in spinPoll now
 	pool      *upstreamPool  // nil: upstream connections are not reused
 	auth      *authenticator // nil: authentication is relayed to PostgreSQL (auth.type passthrough)
+	router    *router        // nil: one upstream.address, no router
 
 	active   atomic.Int64 // sessions past accept, including those being refused
 	draining atomic.Bool
@@ -123,7 +127,32 @@ func New(o Options) (*Server, error) {
 	if s.auth, err = newAuthenticator(o.Config, s.upTLS, o.Logger); err != nil {
 		return nil, err
 	}
+	if o.Config.Upstream.Routed() {
+		if s.router, err = newRouter(o.Config, s.upstreamTLSFor, o.Grants, o.Logger, o.Metrics); err != nil {
+			return nil, err
+		}
+		s.router.changed = s.primaryChanged
+		s.router.start()
+	}
 	return s, nil
+}
+
+// primaryChanged acts on a change of primary the router published (router.go): connections kept on the old
+// primary are closed, and sessions dialled before the change end whose host stopped being what they were
+// dialled for: those on the old primary, and those on the new one (opened while it was a standby).
+func (s *Server) primaryChanged(old, now string, epoch uint64) {
+	s.pool.dropHost(old)
+	s.mu.Lock()
+	var ending []*session
+	for ss := range s.sessions {
+		if h := ss.host; h.epoch < epoch && (h.addr == old || h.addr == now) {
+			ending = append(ending, ss)
+		}
+	}
+	s.mu.Unlock()
+	for _, ss := range ending {
+		ss.endForFailover(now)
+	}
 }
 
 // SetPlanner replaces the planner for statements parsed from now on (SIGHUP reload). Sessions keep running.
@@ -185,6 +214,9 @@ func (s *Server) ActiveSessions() int64 { return s.active.Load() }
 // Shutdown stops accepting, closes sessions as they become idle and, when ctx ends, closes the rest.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.draining.Store(true)
+	if s.router != nil {
+		s.router.close()
+	}
 	s.pool.close()
 	defer s.auth.close()
 	s.mu.Lock()
@@ -238,16 +270,16 @@ func (s *Server) registerPID(ss *session, pid uint32) {
 }
 
 // cancelKeyFor returns the upstream BackendKeyData of the session whose client was given clientKey (PID and
-// secret), or nil.
-func (s *Server) cancelKeyFor(clientKey []byte) []byte {
+// secret), or nil, and the host that backend runs on.
+func (s *Server) cancelKeyFor(clientKey []byte) ([]byte, string) {
 	if len(clientKey) < 8 {
-		return nil
+		return nil, ""
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	ss := s.pids[binary.BigEndian.Uint32(clientKey)]
 	if ss == nil || subtle.ConstantTimeCompare(ss.clientKey, clientKey) != 1 {
-		return nil
+		return nil, ""
 	}
-	return ss.cancelKey
+	return ss.cancelKey, ss.host.addr
 }

@@ -29,8 +29,12 @@ type session struct {
 	clientTLS bool
 	params    map[string]string // the StartupMessage's parameters
 	appName   atomic.Pointer[string]
-	startup   string    // the StartupMessage's protocol version and parameters (startupKey), for reuse
-	born      time.Time // when the upstream connection was opened
+	startup   string       // the StartupMessage's protocol version and parameters (startupKey), for reuse
+	born      time.Time    // when the upstream connection was opened
+	host      upstreamHost // the server the upstream connection goes to (upstream.go)
+	// movedTo is set when the router ends the session because its host stopped being what it was dialled for:
+	// the primary it moved to ("" when none yet). Its end then says so (end.go).
+	movedTo atomic.Pointer[string]
 
 	state protoState // the core's (core.go)
 	prep  prepState  // templates prepared on the upstream connection (prepared.go)
@@ -77,6 +81,12 @@ func (ss *session) attachUpstream(conn net.Conn) {
 func (s *Server) serveSession(ss *session, reused bool) {
 	s.register(ss)
 	defer s.unregister(ss)
+	if s.router != nil {
+		// A change of primary published while this session started did not see it registered.
+		if now, ended := s.router.superseded(ss.host); ended {
+			ss.endForFailover(now)
+		}
+	}
 	s.metrics.sessionStarted()
 	defer s.metrics.sessionEnded()
 	ss.logConnected(reused)

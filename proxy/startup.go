@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"context"
 	"crypto/tls"
 	"encoding/binary"
 	"errors"
@@ -75,10 +76,21 @@ func (s *Server) handle(raw net.Conn, over bool) {
 	if err != nil {
 		return
 	}
+	// The host: upstream.address, or the one the router picks among upstream.hosts (waiting, within the
+	// startup deadline, for a primary during a failover).
+	ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(s.cfg.Limits.StartupTimeout))
+	ss.host, err = s.pickUpstream(ctx)
+	cancel()
+	if err != nil {
+		s.metrics.upstreamError()
+		ss.log.Warn("no upstream host", "err", err)
+		ss.fatal(sqlstateConnectionFailure, "fenceproxy could not connect to the upstream server", err.Error())
+		return
+	}
 	if s.pool != nil {
 		ss.startup = startupKey(startup[:4], ss.params)
 	}
-	for kc := s.pool.get(ss.startup); kc != nil; kc = s.pool.get(ss.startup) {
+	for kc := s.pool.get(ss.startup, ss.host); kc != nil; kc = s.pool.get(ss.startup, ss.host) {
 		resumed, err := ss.resume(kc)
 		if !resumed {
 			continue // that one was dead: try another, or a new connection

@@ -80,3 +80,18 @@ func upstreamTLSConfig(u config.Upstream) (*tls.Config, error) {
 	}
 	return tc, nil
 }
+
+// upstreamTLSFor is the upstream TLS configuration for a connection to host (host:port), nil when upstream
+// TLS is off: verify-full checks the name of the host dialled, unless upstream.tls.server_name says another.
+func (s *Server) upstreamTLSFor(host string) *tls.Config {
+	if s.upTLS == nil || s.cfg.Upstream.TLS.ServerName != "" {
+		return s.upTLS
+	}
+	name, _, err := net.SplitHostPort(host)
+	if err != nil || name == s.upTLS.ServerName {
+		return s.upTLS
+	}
+	tc := s.upTLS.Clone()
+	tc.ServerName = name
+	return tc
+}

@@ -10,17 +10,46 @@ import (
 	"time"
 )
 
-// dialUpstream connects to PostgreSQL, negotiating TLS first when upstream.tls.mode asks for it.
-func (s *Server) dialUpstream(ctx context.Context) (net.Conn, error) {
-	d := net.Dialer{Timeout: s.cfg.Upstream.ConnectTimeout, KeepAlive: 30 * time.Second}
-	c, err := d.DialContext(ctx, "tcp", s.cfg.Upstream.Address)
+// upstreamHost is the server an upstream connection was dialled to, and the router's epoch then (0 without a
+// router): a session on a host that stops being what it was dialled for is ended (router.go).
+type upstreamHost struct {
+	addr  string
+	epoch uint64
+}
+
+// dialUpstream connects a new session to PostgreSQL: to upstream.address, or to the host the router picks
+// among upstream.hosts for upstream.target (waiting, as long as ctx allows, while none fits: during a
+// failover, until the new primary is published).
+func (s *Server) dialUpstream(ctx context.Context) (net.Conn, upstreamHost, error) {
+	h, err := s.pickUpstream(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("dial upstream %s: %w", s.cfg.Upstream.Address, err)
+		return nil, h, err
+	}
+	c, err := s.dialHost(ctx, h.addr)
+	return c, h, err
+}
+
+// pickUpstream is the host a new session goes to.
+func (s *Server) pickUpstream(ctx context.Context) (upstreamHost, error) {
+	if s.router == nil {
+		return upstreamHost{addr: s.cfg.Upstream.Address}, nil
+	}
+	addr, epoch, err := s.router.pick(ctx)
+	return upstreamHost{addr, epoch}, err
+}
+
+// dialHost connects to the server at addr, negotiating TLS first when upstream.tls.mode asks for it.
+func (s *Server) dialHost(ctx context.Context, addr string) (net.Conn, error) {
+	d := net.Dialer{Timeout: s.cfg.Upstream.ConnectTimeout, KeepAlive: 30 * time.Second}
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("dial upstream %s: %w", addr, err)
 	}
 	if tc, ok := c.(*net.TCPConn); ok {
 		tc.SetNoDelay(true)
 	}
-	if s.upTLS == nil {
+	upTLS := s.upstreamTLSFor(addr)
+	if upTLS == nil {
 		return c, nil
 	}
 	if dl, ok := ctx.Deadline(); ok {
@@ -40,9 +69,9 @@ func (s *Server) dialUpstream(ctx context.Context) (net.Conn, error) {
 	}
 	if answer[0] != negotiateAccept {
 		c.Close()
-		return nil, fmt.Errorf("upstream %s does not accept TLS (answered %q) but upstream.tls.mode is %s", s.cfg.Upstream.Address, answer[0], s.cfg.Upstream.TLS.Mode)
+		return nil, fmt.Errorf("upstream %s does not accept TLS (answered %q) but upstream.tls.mode is %s", addr, answer[0], s.cfg.Upstream.TLS.Mode)
 	}
-	tc := tls.Client(c, s.upTLS)
+	tc := tls.Client(c, upTLS)
 	if err := tc.HandshakeContext(ctx); err != nil {
 		c.Close()
 		return nil, fmt.Errorf("upstream TLS handshake (mode %s): %w", s.cfg.Upstream.TLS.Mode, err)
@@ -60,25 +89,25 @@ func (s *Server) forwardCancel(body []byte) {
 		s.metrics.protocolError()
 		return
 	}
-	key := s.cancelKeyFor(body[4:])
+	key, host := s.cancelKeyFor(body[4:])
 	if key == nil {
 		s.log.Debug("dropped CancelRequest that matches no session")
 		return
 	}
-	s.cancelUpstream(key)
+	s.cancelUpstream(key, host)
 }
 
-// cancelUpstream cancels the running query of a session whose client vanished.
-func (s *Server) cancelUpstream(key []byte) {
+// cancelUpstream cancels the running query of the backend with BackendKeyData key on host.
+func (s *Server) cancelUpstream(key []byte, host string) {
 	body := binary.BigEndian.AppendUint32(nil, codeCancelRequest)
 	body = append(body, key...)
-	s.sendCancel(body)
+	s.sendCancel(body, host)
 }
 
-func (s *Server) sendCancel(body []byte) {
+func (s *Server) sendCancel(body []byte, host string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	c, err := s.dialUpstream(ctx)
+	c, err := s.dialHost(ctx, host)
 	if err != nil {
 		s.log.Warn("could not deliver a cancel request", "err", err)
 		return

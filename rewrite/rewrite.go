@@ -65,6 +65,9 @@ type Config struct {
 	// LockSetting is the setting naming the lock a token belongs to (lock fences, lockfence.go); "" leaves
 	// lock fences out of the rewrite (the guard still enforces them).
 	LockSetting string
+	// SynchronousCommit, when set (one of SynchronousCommitLevels), is the synchronous_commit level the
+	// transaction of every fenced write runs with (synccommit.go).
+	SynchronousCommit string
 }
 
 // Action says what the proxy does with a statement.
@@ -203,6 +206,9 @@ func New(cfg Config) (*Rewriter, error) {
 		e, err := newTableEntry(t, setting)
 		if err == nil {
 			err = e.addLockCheck(cfg.LockSetting, t.RequireLock)
+		}
+		if err == nil {
+			err = e.addSyncCommit(cfg.SynchronousCommit)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("rewrite: table %q: %w", t.Label(), err)

@@ -252,3 +252,28 @@ func TestLockFenceRepeatableRead(t *testing.T) {
 		t.Fatalf("transfers: %d rows, want 2", n)
 	}
 }
+
+// TestRaiseMarks: the failover barrier's step raises marks to at least the tokens given (GREATEST: never
+// lowers one), inserts the marks of locks the database has not seen, is idempotent, and a raised mark refuses an
+// older holder (55F01) while the token it was raised to still writes.
+func TestRaiseMarks(t *testing.T) {
+	db := lockTables(t)
+	ctx := context.Background()
+	su := superConn(t, db)
+	exec(t, su, "INSERT INTO fenceproxy.lock_marks (name, mark) VALUES ('settle', 5), ('other', 10)")
+	want := map[string]int64{"settle": 7, "other": 3, "fresh": 4}
+	raised, err := schema.RaiseMarks(ctx, su, want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if raised != 2 || mark(t, db, "settle") != 7 || mark(t, db, "other") != 10 || mark(t, db, "fresh") != 4 {
+		t.Errorf("raised %d; marks settle %d other %d fresh %d, want 2; 7 10 4", raised, mark(t, db, "settle"), mark(t, db, "other"), mark(t, db, "fresh"))
+	}
+	if raised, err := schema.RaiseMarks(ctx, su, want); err != nil || raised != 0 {
+		t.Errorf("a second run raised %d (%v), want 0", raised, err)
+	}
+	old := connect(t, db, pgtest.SuperUser, "-c fence.token=6 -c fence.lock=settle")
+	wantCode(t, "older holder", execErr(old, "UPDATE invoices SET settled = true WHERE id = 1"), rewrite.CodeStale, "stale fencing token: lock settle")
+	current := connect(t, db, pgtest.SuperUser, "-c fence.token=7 -c fence.lock=settle")
+	exec(t, current, "UPDATE invoices SET settled = true WHERE id = 1")
+}

@@ -58,14 +58,56 @@ func (s *EtcdStore) Acquire(ctx context.Context, name string, o AcquireOptions) 
 	if err != nil {
 		return nil, err
 	}
-	// Best effort: a holder whose token could not be recorded is listed with token 0 (unknown).
+	// Best effort: a holder whose token could not be recorded is listed with token 0 (unknown). The same
+	// transaction records the token as the lock's newest grant (GrantedKey), which outlives the lease: the
+	// failover barrier reads it (docs/ha.md). Both only while the holder's key exists, that is while it still
+	// holds the lock: grants are recorded in the order etcd made them, so a holder recording late (after its
+	// lease ended and a newer holder recorded) records nothing.
+	tok := strconv.FormatInt(l.Token(), 10)
 	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	s.client.Txn(rctx).
 		If(clientv3.Compare(clientv3.CreateRevision(l.Key()), ">", 0)).
-		Then(clientv3.OpPut(l.Key(), strconv.FormatInt(l.Token(), 10), clientv3.WithLease(l.Lease()))).
+		Then(clientv3.OpPut(l.Key(), tok, clientv3.WithLease(l.Lease())), clientv3.OpPut(GrantedKey(s.prefix, name), tok)).
 		Commit()
 	cancel()
 	return l, nil
+}
+
+// GrantedKey is the etcd key where the etcd store records the newest token granted for the lock name under
+// prefix. It lies outside prefix+name+"/", whose keys are the lock's holder and waiters.
+func GrantedKey(prefix, name string) string {
+	return strings.TrimSuffix(prefix, "/") + ".granted/" + name
+}
+
+// Granted reports, per lock under the store's prefix, the newest token granted for it as far as etcd records
+// it: the greater of the recorded grant (GrantedKey) and the token the current holder recorded in its key.
+// Holders that record nothing (`etcdctl lock`) are not known here.
+func (s *EtcdStore) Granted(ctx context.Context) (map[string]int64, error) {
+	out := map[string]int64{}
+	gp := GrantedKey(s.prefix, "")
+	resp, err := s.client.Get(ctx, gp, clientv3.WithPrefix())
+	if err != nil {
+		return nil, fmt.Errorf("etcd lock store: read grants under %q: %w", gp, err)
+	}
+	for _, kv := range resp.Kvs {
+		if tok, err := strconv.ParseInt(string(kv.Value), 10, 64); err == nil && tok > 0 {
+			name := strings.TrimPrefix(string(kv.Key), gp)
+			out[name] = max(out[name], tok)
+		}
+	}
+	if s.prefix == "" {
+		return out, nil
+	}
+	held, err := s.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, li := range held {
+		if li.Token > 0 {
+			out[li.Name] = max(out[li.Name], li.Token)
+		}
+	}
+	return out, nil
 }
 
 // List reads the keys under the prefix: per lock, the holder is the key with the lowest create revision (its

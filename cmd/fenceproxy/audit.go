@@ -23,10 +23,12 @@ type checkReport struct {
 	// Tables is the token-column check of each configured table.
 	Tables []tableResult `json:"tables"`
 	// RevisionProblems counts tables whose tokens are above etcd's revision (details in the text output).
-	RevisionProblems int               `json:"revision_problems"`
-	Findings         []catalog.Finding `json:"findings"`
-	Errors           int               `json:"errors"`
-	Warnings         int               `json:"warnings"`
+	RevisionProblems int `json:"revision_problems"`
+	// Hosts is each of upstream.hosts' role and replication lag (absent with one upstream.address).
+	Hosts    []hostResult      `json:"hosts,omitempty"`
+	Findings []catalog.Finding `json:"findings"`
+	Errors   int               `json:"errors"`
+	Warnings int               `json:"warnings"`
 	// Problems is what the exit status reflects: failed table checks, revision problems and error findings.
 	Problems int `json:"problems"`
 }

@@ -10,6 +10,7 @@ import (
 	"math"
 	"net"
 	"net/netip"
+	"strconv"
 	"strings"
 	"time"
 
@@ -43,7 +44,8 @@ snapshot).
 missing from one database but present in another is a warning there, not an error.
 
 Credentials come from the usual libpq variables (PGUSER, PGPASSWORD, PGDATABASE, PGSSLMODE, ...) or --dsn;
-host and port default to upstream.address. Exit status: 0 when everything is usable, 1 on problems (or when
+host and port default to upstream.address. With upstream.hosts it reports each host's role (primary, standby,
+read-only, down) and replication lag, and fails when no host, or more than one, is primary. Exit status: 0 when everything is usable, 1 on problems (or when
 the check cannot run), 2 on a usage error.
 `
 
@@ -144,6 +146,11 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "fenceproxy check: database %s: %v\n", db.name, err)
 			return 1
 		}
+		problems += n
+	}
+	if cfg.Upstream.Routed() {
+		hosts, n := checkHosts(ctx, cfg, dsns[0], stdout)
+		report.Hosts = hosts
 		problems += n
 	}
 	for _, f := range report.Findings {
@@ -258,12 +265,22 @@ func missingTable(t config.Table, database string, all []checkedDatabase) catalo
 // connectDirect connects straight to the upstream PostgreSQL, as check, install and uninstall do: with dsn, or
 // with the usual PG* environment variables and the host and port of upstream.address.
 func connectDirect(ctx context.Context, cfg *config.Config, dsn string) (*pgx.Conn, error) {
+	addr := ""
+	if dsn == "" {
+		addr = cfg.Upstream.Address
+	}
+	return connectAt(ctx, dsn, addr)
+}
+
+// connectAt connects with dsn (or the PG* environment variables) to addr (host:port) when addr is not "", else
+// where dsn says.
+func connectAt(ctx context.Context, dsn, addr string) (*pgx.Conn, error) {
 	pcfg, err := pgx.ParseConfig(dsn)
 	if err != nil {
 		return nil, err
 	}
-	if dsn == "" {
-		host, portText, _ := net.SplitHostPort(cfg.Upstream.Address)
+	if addr != "" {
+		host, portText, _ := net.SplitHostPort(addr)
 		var port uint16
 		fmt.Sscan(portText, &port)
 		pcfg.Host, pcfg.Port = host, port
@@ -275,7 +292,7 @@ func connectDirect(ctx context.Context, cfg *config.Config, dsn string) (*pgx.Co
 	}
 	conn, err := pgx.ConnectConfig(ctx, pcfg)
 	if err != nil {
-		return nil, fmt.Errorf("connect upstream %s: %w", cfg.Upstream.Address, err)
+		return nil, fmt.Errorf("connect upstream %s: %w", net.JoinHostPort(pcfg.Host, strconv.Itoa(int(pcfg.Port))), err)
 	}
 	return conn, nil
 }

@@ -19,6 +19,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
 	"github.com/fenceproxy/fenceproxy/catalog"
 	"github.com/fenceproxy/fenceproxy/config"
@@ -85,6 +87,18 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		}
 		defer v.Close()
 		opts.Verifier = v
+	}
+	if eps := cfg.Upstream.Barrier.Etcd.Endpoints; len(eps) > 0 {
+		// No DialTimeout: the client connects in the background, so an etcd that is down at start does not
+		// stop the proxy; the barrier then fails (closed) until etcd answers.
+		client, err := clientv3.New(clientv3.Config{Endpoints: eps, Logger: zap.NewNop()})
+		if err != nil {
+			fmt.Fprintf(stderr, "fenceproxy: upstream.barrier.etcd: %v\n", err)
+			return 1
+		}
+		store := tokens.NewEtcdStore(client, cfg.Upstream.Barrier.Etcd.Prefix)
+		defer store.Close()
+		opts.Grants = store
 	}
 
 	keeper, err := startCeilingKeeper(cfg, &opts, log)
@@ -153,7 +167,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "fenceproxy: listen: %v\n", err)
 		return 1
 	}
-	log.Info("fenceproxy listening", "addr", ln.Addr().String(), "upstream", cfg.Upstream.Address, "tables", tableNames(cfg), "version", versionString())
+	log.Info("fenceproxy listening", "addr", ln.Addr().String(), "upstream", strings.Join(cfg.Upstream.HostList(), ","), "target", cfg.Upstream.Target, "tables", tableNames(cfg), "version", versionString())
 
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
@@ -210,7 +224,7 @@ func reload(path string, cur *config.Config, planners *proxy.PlannerSet, watcher
 		return
 	}
 	log.Info("reloaded the table list", "tables", tableNames(next))
-	if next.Listen != cur.Listen || next.Upstream != cur.Upstream || !reflect.DeepEqual(next.Catalog, cur.Catalog) {
+	if next.Listen != cur.Listen || !reflect.DeepEqual(next.Upstream, cur.Upstream) || !reflect.DeepEqual(next.Catalog, cur.Catalog) {
 		log.Warn("listen, upstream and catalog changes need a restart; not applied")
 	}
 	if watcher != nil {

@@ -305,6 +305,9 @@ func (c *Cluster) writeHBA() error {
 		fmt.Fprintf(&b, "host all %s %s password\n", PasswordUser, addr)
 		fmt.Fprintf(&b, "host all all %s trust\n", addr)
 	}
+	// Streaming replication from this cluster (StartStandby) connects as SuperUser; "all" does not match
+	// replication connections.
+	fmt.Fprintf(&b, "host replication %s 127.0.0.1/32 trust\n", SuperUser)
 	return c.writeFile(filepath.Join(c.dataDir, "pg_hba.conf"), []byte(b.String()), 0o600)
 }
 

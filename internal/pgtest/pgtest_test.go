@@ -357,3 +357,48 @@ func waitGone(t *testing.T, pid int) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestStandbyStreamsAndPromotes: a standby made by StartStandby replays what the primary commits, refuses
+// writes until promoted, and takes them after Promote.
+func TestStandbyStreamsAndPromotes(t *testing.T) {
+	pgtest.Require(t, pg)
+	primary := pgtest.MustStart(t, pgtest.Options{})
+	standby := pgtest.MustStartStandby(t, primary, pgtest.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := primary.Exec("CREATE TABLE streamed(x int); INSERT INTO streamed VALUES (1)"); err != nil {
+		t.Fatal(err)
+	}
+	if err := standby.WaitReplayed(ctx, primary); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := connect(t, standby.SuperDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := queryString(t, conn, "SELECT count(*)::text FROM streamed"); got != "1" {
+		t.Fatalf("standby sees %s rows, want 1", got)
+	}
+	if err := standby.Exec("INSERT INTO streamed VALUES (2)"); err == nil {
+		t.Fatal("a standby took a write")
+	}
+	if err := standby.StopWALReceiver(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := primary.Exec("INSERT INTO streamed VALUES (3)"); err != nil {
+		t.Fatal(err)
+	}
+	if err := primary.StopImmediate(); err != nil {
+		t.Fatal(err)
+	}
+	if err := standby.Promote(); err != nil {
+		t.Fatal(err)
+	}
+	if err := standby.Exec("INSERT INTO streamed VALUES (4)"); err != nil {
+		t.Fatalf("promoted standby refuses a write: %v", err)
+	}
+	// The row committed after the WAL receiver stopped never arrived.
+	if got := queryString(t, conn, "SELECT string_agg(x::text, ',' ORDER BY x) FROM streamed"); got != "1,4" {
+		t.Fatalf("promoted standby holds rows %s, want 1,4", got)
+	}
+}

@@ -181,3 +181,33 @@ func childrenOf(pid int) []int {
 	}
 	return kids
 }
+
+// ServerCredential is the credential server processes must run under: the postgres OS user's when the test
+// runs as root (PostgreSQL refuses to run as root), nil otherwise. Harnesses that run PostgreSQL through another
+// program (Patroni) use it.
+func ServerCredential() (*syscall.Credential, error) {
+	if os.Geteuid() != 0 {
+		return nil, nil
+	}
+	return postgresCredential()
+}
+
+// KillServer crashes a PostgreSQL server that some other program started (Patroni): SIGKILL to the postmaster
+// pid and to all its child processes (each backend is a process group of its own), and returns once none of
+// them is left.
+func KillServer(pid int) error {
+	procs := append([]int{pid}, childrenOf(pid)...)
+	for _, p := range procs {
+		_ = syscall.Kill(p, syscall.SIGKILL)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for _, p := range procs {
+		for alive(p) {
+			if time.Now().After(deadline) {
+				return fmt.Errorf("pgtest: process %d still alive after SIGKILL", p)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	return nil
+}

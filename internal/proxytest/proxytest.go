@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -36,10 +37,14 @@ type Proxy struct {
 type Options struct {
 	// YAML is appended to the generated configuration (listen and upstream.address are set for you).
 	YAML string
+	// Hosts, when set, are upstream.hosts instead of the upstream given to Start (which is then ignored).
+	Hosts []string
 	// Upstream is YAML for more keys under upstream:, indented by two spaces (e.g. "  reuse:\n    max_idle: 0\n").
 	Upstream string
 	// Verifier, when set, is used as the forged-token defence.
 	Verifier proxy.TokenVerifier
+	// Grants, when set, is the lock service the failover barrier reads (upstream.hosts).
+	Grants proxy.GrantSource
 	// NoPlanner relays without fencing.
 	NoPlanner bool
 	// DisableEventLoop keeps every session on the goroutine-per-direction path.
@@ -53,7 +58,11 @@ func Start(t testing.TB, upstream string, o Options) *Proxy {
 	if err != nil {
 		t.Fatal(err)
 	}
-	yaml := fmt.Sprintf("listen: %s\nupstream:\n  address: %s\n%s%s", ln.Addr(), upstream, o.Upstream, o.YAML)
+	up := "  address: " + upstream + "\n"
+	if len(o.Hosts) > 0 {
+		up = "  hosts: [" + strings.Join(o.Hosts, ", ") + "]\n"
+	}
+	yaml := fmt.Sprintf("listen: %s\nupstream:\n%s%s%s", ln.Addr(), up, o.Upstream, o.YAML)
 	cfg, err := config.Parse("test.yaml", []byte(yaml))
 	if err != nil {
 		ln.Close()
@@ -66,6 +75,7 @@ func Start(t testing.TB, upstream string, o Options) *Proxy {
 		Logger:   slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		Metrics:  proxy.NewMetrics(p.Registry),
 		Verifier: o.Verifier,
+		Grants:   o.Grants,
 
 		DisableEventLoop: o.DisableEventLoop,
 	}
