@@ -31,9 +31,11 @@ import (
 //
 //   - every relation named like a configured table (a bare name: in every
 //     schema) and, recursively, its partitions and inheritance children: its
-//     schema and name, owner and data file (TRUNCATE gives a new one), its
-//     token column (number and type), and its triggers and whether they are
-//     enabled;
+//     schema and name, owner and data file (TRUNCATE gives a new one) and
+//     whether that file is empty (a table whose data file is new in the
+//     current subtransaction, after CLUSTER or a rewriting ALTER TABLE, is
+//     truncated in place: same file, no blocks), its token column (number
+//     and type), and its triggers and whether they are enabled;
 //   - the fenceproxy and fenceproxy_ddl schemas (the guard): the schemas,
 //     their functions and tables (owner, data file), and the DDL guard's
 //     event triggers.
@@ -74,6 +76,7 @@ func fingerprintSQL(tables []*tableEntry) string {
 			sqlLiteral(e.Schema), sqlLiteral(e.Name), sqlLiteral(e.TokenColumn))
 	}
 	const eq = " OPERATOR(pg_catalog.=) "
+	const gt = " OPERATOR(pg_catalog.>) "
 	const label = "pg_catalog.concat(pg_catalog.quote_ident(n.nspname), '.', pg_catalog.quote_ident(c.relname))"
 	return `WITH RECURSIVE fenceproxy_prot(rel, col) AS (
 		SELECT c.oid, t.col FROM pg_catalog.pg_class c
@@ -99,7 +102,7 @@ func fingerprintSQL(tables []*tableEntry) string {
 		pg_catalog.concat('drop or disable the trigger ', pg_catalog.quote_ident(g.tgname), ' of the protected table ', r.label)
 		FROM pg_catalog.pg_trigger g JOIN fenceproxy_rel r ON r.oid` + eq + `g.tgrelid WHERE NOT g.tgisinternal
 	UNION ALL
-	SELECT 4, pg_catalog.concat('f', r.oid, '/', r.relfilenode),
+	SELECT 4, pg_catalog.concat('f', r.oid, '/', r.relfilenode, '/', pg_catalog.pg_relation_size(r.oid::pg_catalog.regclass)` + gt + `0),
 		pg_catalog.concat('empty (truncate) the protected table ', r.label) FROM fenceproxy_rel r
 	UNION ALL
 	SELECT 5, pg_catalog.concat('o', r.oid, '/', r.relowner),
