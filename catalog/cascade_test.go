@@ -240,3 +240,30 @@ func TestCascadeInTransactionBlock(t *testing.T) {
 		t.Fatalf("after the transaction: other dropped and kid intact = %v (%v)", ok, err)
 	}
 }
+
+// A rename that brings a relation into a protected name is refused like ALTER TABLE ... RENAME TO that name: a
+// configuration that names <schema>_y.t protects nothing yet, and ALTER SCHEMA <schema>_x RENAME TO <schema>_y
+// would make the table t of <schema>_x (rows and tokens written outside the fence) the protected table. The
+// same rename to another name, and a rename of a schema holding no table of a protected name, run.
+func TestCascadeRenameIntoProtectedName(t *testing.T) {
+	e := newSchema(t, cascadeDDL)
+	t.Cleanup(func() {
+		e.exec(e.s("DROP SCHEMA IF EXISTS %[1]s_x CASCADE; DROP SCHEMA IF EXISTS %[1]s_y CASCADE; DROP SCHEMA IF EXISTS %[1]s_z CASCADE"))
+	})
+	e.p = proxytest.Start(t, pg.Addr(), proxytest.Options{YAML: e.s(`tables:
+  - name: %[1]s.acc
+    token_column: fence_token
+  - name: %[1]s_y.t
+    token_column: fence_token
+`)})
+	c := e.client("")
+	e.want(c, "55F04", "ALTER SCHEMA %[1]s_x RENAME TO %[1]s_y")
+	var ok bool
+	if err := e.d.QueryRow(ctxT(t), e.s("SELECT to_regclass('%[1]s_x.t') IS NOT NULL AND to_regnamespace('%[1]s_y') IS NULL")).Scan(&ok); err != nil || !ok {
+		t.Fatalf("the refused rename changed the schemas (%v)", err)
+	}
+	e.want(c, "", "ALTER SCHEMA %[1]s_x RENAME TO %[1]s_z")
+	e.exec(e.s("CREATE SCHEMA %[1]s_w; CREATE TABLE %[1]s_w.u (id int)"))
+	t.Cleanup(func() { e.exec(e.s("DROP SCHEMA IF EXISTS %[1]s_w CASCADE")) })
+	e.want(c, "", "ALTER SCHEMA %[1]s_w RENAME TO %[1]s_y") // no relation named t: nothing becomes protected
+}

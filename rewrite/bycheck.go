@@ -60,9 +60,11 @@ func (a *analysis) checkByResult(stmt *pg.Node, what string) {
 // guardSchemas are the schemas of the in-database guard (fenceproxy install; the DDL guard's own).
 const guardSchemas = "'{fenceproxy,fenceproxy_ddl}'::pg_catalog.name[]"
 
-// fingerprintSQL is the query of what protects the configured tables: rows (o, k, w) where k identifies one
-// fact and w says, for the refusal, what a statement that changes it would do. It is a function of the
-// tables only, built once per Rewriter; "" without tables (nothing is checked then).
+// fingerprintSQL is the query of what protects the configured tables: rows (o, k, w, l) where k identifies one
+// fact, w says, for the refusal, what a statement that changes it would do, and l names the object, for the
+// refusal of a statement that brings a new one in (ALTER SCHEMA ... RENAME into a configured name, or into
+// fenceproxy). It is a function of the tables only, built once per Rewriter; "" without tables (nothing is
+// checked then).
 func fingerprintSQL(tables []*tableEntry) string {
 	if len(tables) == 0 {
 		return ""
@@ -91,39 +93,44 @@ func fingerprintSQL(tables []*tableEntry) string {
 		JOIN pg_catalog.pg_namespace n ON n.oid` + eq + `c.relnamespace
 	)
 	SELECT 1, pg_catalog.concat('r', r.oid, '/', r.nspname, '/', r.relname),
-		pg_catalog.concat('drop, rename or move the protected table ', r.label) FROM fenceproxy_rel r
+		pg_catalog.concat('drop, rename or move the protected table ', r.label), r.label FROM fenceproxy_rel r
 	UNION ALL
 	SELECT 2, pg_catalog.concat('c', a.attrelid, '/', a.attnum, '/', a.atttypid),
-		pg_catalog.concat('drop or change the token column ', pg_catalog.quote_ident(a.attname), ' of the protected table ', r.label)
+		pg_catalog.concat('drop or change the token column ', pg_catalog.quote_ident(a.attname), ' of the protected table ', r.label),
+		pg_catalog.concat('the column ', pg_catalog.quote_ident(a.attname), ' of ', r.label)
 		FROM fenceproxy_prot p JOIN pg_catalog.pg_attribute a ON a.attrelid` + eq + `p.rel AND a.attname` + eq + `p.col AND NOT a.attisdropped
 		JOIN fenceproxy_rel r ON r.oid` + eq + `p.rel
 	UNION ALL
 	SELECT 3, pg_catalog.concat('t', g.oid, '/', g.tgenabled),
-		pg_catalog.concat('drop or disable the trigger ', pg_catalog.quote_ident(g.tgname), ' of the protected table ', r.label)
+		pg_catalog.concat('drop or disable the trigger ', pg_catalog.quote_ident(g.tgname), ' of the protected table ', r.label),
+		pg_catalog.concat('the trigger ', pg_catalog.quote_ident(g.tgname), ' of ', r.label)
 		FROM pg_catalog.pg_trigger g JOIN fenceproxy_rel r ON r.oid` + eq + `g.tgrelid WHERE NOT g.tgisinternal
 	UNION ALL
 	SELECT 4, pg_catalog.concat('f', r.oid, '/', r.relfilenode, '/', pg_catalog.pg_relation_size(r.oid::pg_catalog.regclass)` + gt + `0),
-		pg_catalog.concat('empty (truncate) the protected table ', r.label) FROM fenceproxy_rel r
+		pg_catalog.concat('empty (truncate) the protected table ', r.label), pg_catalog.concat('the data of ', r.label) FROM fenceproxy_rel r
 	UNION ALL
 	SELECT 5, pg_catalog.concat('o', r.oid, '/', r.relowner),
-		pg_catalog.concat('change the owner of the protected table ', r.label) FROM fenceproxy_rel r
+		pg_catalog.concat('change the owner of the protected table ', r.label), pg_catalog.concat('the owner of ', r.label) FROM fenceproxy_rel r
 	UNION ALL
 	SELECT 6, pg_catalog.concat('n', n.oid, '/', n.nspname, '/', n.nspowner),
-		pg_catalog.concat('drop, rename or hand over the schema ', pg_catalog.quote_ident(n.nspname), ', part of the fenceproxy guard')
+		pg_catalog.concat('drop, rename or hand over the schema ', pg_catalog.quote_ident(n.nspname), ', part of the fenceproxy guard'),
+		pg_catalog.concat('the schema ', pg_catalog.quote_ident(n.nspname))
 		FROM pg_catalog.pg_namespace n WHERE n.nspname` + eq + `ANY (` + guardSchemas + `)
 	UNION ALL
 	SELECT 7, pg_catalog.concat('p', p.oid, '/', p.proowner),
-		pg_catalog.concat('drop or hand over the function ', p.oid::pg_catalog.regprocedure::pg_catalog.text, ', part of the fenceproxy guard')
+		pg_catalog.concat('drop or hand over the function ', p.oid::pg_catalog.regprocedure::pg_catalog.text, ', part of the fenceproxy guard'),
+		pg_catalog.concat('the function ', p.oid::pg_catalog.regprocedure::pg_catalog.text)
 		FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid` + eq + `p.pronamespace
 		WHERE n.nspname` + eq + `ANY (` + guardSchemas + `)
 	UNION ALL
 	SELECT 8, pg_catalog.concat('g', c.oid, '/', c.relowner, '/', c.relfilenode),
-		pg_catalog.concat('drop, empty or hand over ', ` + label + `, ', part of the fenceproxy guard')
+		pg_catalog.concat('drop, empty or hand over ', ` + label + `, ', part of the fenceproxy guard'), ` + label + `
 		FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid` + eq + `c.relnamespace
 		WHERE n.nspname` + eq + `ANY (` + guardSchemas + `) AND c.relkind` + eq + `ANY ('{r,p,v,m,S,f}'::pg_catalog."char"[])
 	UNION ALL
 	SELECT 9, pg_catalog.concat('e', e.oid, '/', e.evtenabled, '/', e.evtowner),
-		pg_catalog.concat('drop or disable the event trigger ', pg_catalog.quote_ident(e.evtname), ', part of the fenceproxy DDL guard')
+		pg_catalog.concat('drop or disable the event trigger ', pg_catalog.quote_ident(e.evtname), ', part of the fenceproxy DDL guard'),
+		pg_catalog.concat('the event trigger ', pg_catalog.quote_ident(e.evtname))
 		FROM pg_catalog.pg_event_trigger e WHERE pg_catalog.starts_with(e.evtname::pg_catalog.text, 'fenceproxy')`
 }
 
@@ -133,16 +140,29 @@ func checkingBlock(fingerprint, stmt, what string) string {
 	return `DECLARE
 	fenceproxy_keys pg_catalog.text[];
 	fenceproxy_whats pg_catalog.text[];
+	fenceproxy_after pg_catalog.text[];
+	fenceproxy_brought pg_catalog.text[];
 	fenceproxy_lost pg_catalog.text;
 BEGIN
-	-- fenceproxy: the client's statement, refused (55F04) if it drops or changes what protects a fenced table.
+	-- fenceproxy: the client's statement, refused (55F04) if it drops or changes what protects a fenced table,
+	-- or brings in another one (a schema renamed into a configured name, or into fenceproxy).
 	SELECT pg_catalog.array_agg(f.k ORDER BY f.o, f.k), pg_catalog.array_agg(f.w ORDER BY f.o, f.k)
-		INTO fenceproxy_keys, fenceproxy_whats FROM (` + fingerprint + `) f(o, k, w);
+		INTO fenceproxy_keys, fenceproxy_whats FROM (` + fingerprint + `) f(o, k, w, l);
 	EXECUTE ` + sqlLiteral(stmt) + `;
+	SELECT pg_catalog.array_agg(f.k ORDER BY f.o, f.k),
+		pg_catalog.array_agg(f.l ORDER BY f.o, f.k)
+		INTO fenceproxy_after, fenceproxy_brought FROM (` + fingerprint + `) f(o, k, w, l);
+	-- unnest of NULL (no rows noted) is no rows.
 	SELECT b.w INTO fenceproxy_lost
 		FROM ROWS FROM (pg_catalog.unnest(fenceproxy_keys), pg_catalog.unnest(fenceproxy_whats)) WITH ORDINALITY b(k, w, i)
-		WHERE NOT EXISTS (SELECT FROM (` + fingerprint + `) f(o, k, w) WHERE f.k OPERATOR(pg_catalog.=) b.k)
+		WHERE NOT EXISTS (SELECT FROM pg_catalog.unnest(fenceproxy_after) a(k) WHERE a.k OPERATOR(pg_catalog.=) b.k)
 		ORDER BY b.i LIMIT 1;
+	IF fenceproxy_lost IS NULL THEN
+		SELECT pg_catalog.concat('make ', a.l, ' part of what the fence protects') INTO fenceproxy_lost
+			FROM ROWS FROM (pg_catalog.unnest(fenceproxy_after), pg_catalog.unnest(fenceproxy_brought)) WITH ORDINALITY a(k, l, i)
+			WHERE NOT EXISTS (SELECT FROM pg_catalog.unnest(fenceproxy_keys) b(k) WHERE b.k OPERATOR(pg_catalog.=) a.k)
+			ORDER BY a.i LIMIT 1;
+	END IF;
 	IF fenceproxy_lost IS NOT NULL THEN
 		RAISE EXCEPTION USING ERRCODE = '` + CodeUnfenceable + `',
 			MESSAGE = pg_catalog.concat(` + sqlLiteral("unfenceable write: "+what+" would ") + `, fenceproxy_lost, ` + sqlLiteral(ddlAdvice) + `);
