@@ -138,3 +138,24 @@ func TestVerifyCheckedReadBack(t *testing.T) {
 		}
 	}
 }
+
+// Only a top-level statement can be sent as a checking block: a DO block whose static SQL holds one is refused
+// (it would run unchecked inside the body), naming why.
+func TestDDLCheckedInsideDOIsRefused(t *testing.T) {
+	r := testRewriter(t)
+	for _, sql := range []string{
+		"DO $$BEGIN TRUNCATE parent CASCADE; END$$",
+		"DO $$BEGIN IF true THEN DROP SCHEMA public CASCADE; END IF; END$$",
+		"DO $$BEGIN DROP OWNED BY CURRENT_USER; END$$",
+		"DO $$BEGIN ALTER SCHEMA a RENAME TO b; END$$",
+		"SELECT 1; DO $x$BEGIN REASSIGN OWNED BY app TO mallory; END$x$",
+	} {
+		p := r.Plan(sql)
+		if p.Action != Refuse || p.Code != CodeUnfenceable || !strings.Contains(p.Message, "checked only as a statement of its own") {
+			t.Errorf("%q: want a refusal of the block, got %v %s %q", sql, p.Action, p.Code, p.Message)
+		}
+	}
+	if p := r.Plan("DO $$BEGIN EXECUTE 'SELECT 1'; PERFORM 1; END$$"); p.Action == Refuse {
+		t.Errorf("a DO block without such statements is refused: %s", p.Message)
+	}
+}
