@@ -2,6 +2,7 @@ package rewrite
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	pg "github.com/pganalyze/pg_query_go/v6"
@@ -179,49 +180,59 @@ func sqlLiteral(s string) string {
 
 // wrapChecked replaces each statement of tree marked by checkByResult with its checking DO block. The
 // client's statement goes into the block as deparsed; the block's body is read back from the deparsed text
-// of the whole tree (out) by the caller's verifyChecked.
+// of the whole tree (out) by the caller's verifyChecked. A marked statement that is not one of tree's
+// top-level statements is an error: it would run unchecked.
 func (a *analysis) wrapChecked(tree *pg.ParseResult) error {
+	a.stmtCount = len(tree.Stmts)
 	for _, c := range a.checked {
-		for _, raw := range tree.Stmts {
-			if raw.Stmt != c.stmt {
-				continue
-			}
-			text, err := deparse(&pg.ParseResult{Version: tree.Version, Stmts: []*pg.RawStmt{{Stmt: c.stmt}}})
-			if err != nil {
-				return fmt.Errorf("deparse %s: %w", c.what, err)
-			}
-			body := checkingBlock(a.r.fingerprint, text, c.what)
-			raw.Stmt = &pg.Node{Node: &pg.Node_DoStmt{DoStmt: &pg.DoStmt{Args: []*pg.Node{{Node: &pg.Node_DefElem{
-				DefElem: &pg.DefElem{Defname: "as", Arg: &pg.Node{Node: &pg.Node_String_{String_: &pg.String{Sval: body}}}},
-			}}}}}}
-			a.bodies = append(a.bodies, body)
+		i := slices.IndexFunc(tree.Stmts, func(raw *pg.RawStmt) bool { return raw.Stmt == c.stmt })
+		if i < 0 {
+			return fmt.Errorf("%s is not a top-level statement and cannot be sent as a checking block", c.what)
 		}
+		text, err := deparse(&pg.ParseResult{Version: tree.Version, Stmts: []*pg.RawStmt{{Stmt: c.stmt}}})
+		if err != nil {
+			return fmt.Errorf("deparse %s: %w", c.what, err)
+		}
+		body := checkingBlock(a.r.fingerprint, text, c.what)
+		tree.Stmts[i].Stmt = &pg.Node{Node: &pg.Node_DoStmt{DoStmt: &pg.DoStmt{Args: []*pg.Node{{Node: &pg.Node_DefElem{
+			DefElem: &pg.DefElem{Defname: "as", Arg: &pg.Node{Node: &pg.Node_String_{String_: &pg.String{Sval: body}}}},
+		}}}}}}
+		a.bodies = append(a.bodies, checkedBlock{index: i, body: body})
 	}
 	return nil
 }
 
-// verifyChecked checks that the deparsed text reads back with exactly the checking blocks' bodies, in order:
-// the deparser chooses the body's dollar quotes, and a client statement that held them must not end the body
-// early.
+// checkedBlock is a checking block as built: the index of its statement in the text and its body.
+type checkedBlock struct {
+	index int
+	body  string
+}
+
+// verifyChecked checks that the deparsed text reads back as the same number of statements, each checking
+// block at its statement's place with exactly the body built: the deparser chooses the body's dollar quotes,
+// and a client statement that held them must not end the body early or add a statement.
 func (a *analysis) verifyChecked(out string) error {
 	tree, err := pg.Parse(out)
 	if err != nil {
 		return fmt.Errorf("re-parse of the checking block: %w", err)
 	}
-	i := 0
-	for _, raw := range tree.Stmts {
-		d := raw.Stmt.GetDoStmt()
-		if d == nil {
-			continue
-		}
-		for _, arg := range d.Args {
-			if de := arg.GetDefElem(); de != nil && de.Defname == "as" && i < len(a.bodies) && de.Arg.GetString_().GetSval() == a.bodies[i] {
-				i++
-			}
-		}
+	if len(tree.Stmts) != a.stmtCount {
+		return fmt.Errorf("the text with its checking blocks reads back as %d statements, not %d", len(tree.Stmts), a.stmtCount)
 	}
-	if i != len(a.bodies) {
-		return fmt.Errorf("the checking block does not read back as built")
+	for _, b := range a.bodies {
+		if doBody(tree.Stmts[b.index].Stmt.GetDoStmt()) != b.body {
+			return fmt.Errorf("the checking block of statement %d does not read back as built", b.index+1)
+		}
 	}
 	return nil
+}
+
+// doBody is the body of a DO statement ("" for nil or none).
+func doBody(d *pg.DoStmt) string {
+	for _, arg := range d.GetArgs() {
+		if de := arg.GetDefElem(); de != nil && de.Defname == "as" {
+			return de.Arg.GetString_().GetSval()
+		}
+	}
+	return ""
 }

@@ -125,17 +125,26 @@ func TestFingerprintQuotesNames(t *testing.T) {
 	}
 }
 
-// verifyChecked refuses a rewrite whose blocks do not read back with the bodies built (a deparser that ended a
-// body early).
+// verifyChecked refuses a rewrite whose blocks do not read back with the bodies built, at their statements'
+// places, in a text of as many statements (a deparser that ended a body early, or a client's own DO block with
+// the same body standing in for a broken one).
 func TestVerifyCheckedReadBack(t *testing.T) {
-	a := &analysis{bodies: []string{"BEGIN NULL; END"}}
+	a := &analysis{bodies: []checkedBlock{{index: 0, body: "BEGIN NULL; END"}}, stmtCount: 1}
 	if err := a.verifyChecked("DO $$BEGIN NULL; END$$"); err != nil {
 		t.Fatalf("the body as built: %v", err)
 	}
-	for _, out := range []string{"DO $$BEGIN NULL; END $$", "SELECT 1", "DO $$BEGIN NULL; END$$ $$; SELECT 1"} {
+	for _, out := range []string{"DO $$BEGIN NULL; END $$", "SELECT 1", "DO $$BEGIN NULL; END$$ $$; SELECT 1",
+		"DO $$BEGIN NULL; END$$; SELECT 1"} {
 		if err := a.verifyChecked(out); err == nil {
 			t.Errorf("%q accepted", out)
 		}
+	}
+	second := &analysis{bodies: []checkedBlock{{index: 1, body: "BEGIN NULL; END"}}, stmtCount: 2}
+	if err := second.verifyChecked("SELECT 1; DO $$BEGIN NULL; END$$"); err != nil {
+		t.Fatalf("the body as built, second: %v", err)
+	}
+	if err := second.verifyChecked("DO $$BEGIN NULL; END$$; DO $$BEGIN NULL; END $$"); err == nil {
+		t.Errorf("a client's block with the body accepted in place of the broken checking block")
 	}
 }
 
