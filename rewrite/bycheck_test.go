@@ -52,6 +52,7 @@ func TestDDLCheckedByResult(t *testing.T) {
 		{"ALTER TABLE parent RENAME fence_token TO t", "ALTER TABLE parent RENAME COLUMN fence_token TO t"},
 		{"ALTER TABLE other DROP CONSTRAINT pk CASCADE", "ALTER TABLE other DROP CONSTRAINT pk CASCADE"},
 		{"ALTER TABLE parent DISABLE TRIGGER ALL", "ALTER TABLE parent DISABLE TRIGGER ALL"},
+		{"ALTER TABLE parent ALTER note TYPE text USING 'x'", "ALTER TABLE parent ALTER COLUMN note TYPE text USING 'x'"},
 		{`DROP TABLE "a$$b", "$outer$", "c\d" CASCADE`, `DROP TABLE "a$$b", "$outer$", "c\d" CASCADE`},
 	} {
 		if !r.MayTouch([]byte(c.sql)) {
@@ -83,7 +84,8 @@ func TestDDLCheckedByResult(t *testing.T) {
 	// Without CASCADE these reach nothing a DROP of their own object does not (PostgreSQL refuses to drop what
 	// others depend on): unchanged.
 	for _, sql := range []string{"DROP TABLE other", "DROP SCHEMA s", "DROP TYPE mood RESTRICT", "TRUNCATE other", "TRUNCATE ONLY other RESTRICT", "DROP INDEX CONCURRENTLY i",
-		"ALTER TABLE other DROP COLUMN x", "ALTER TABLE other RENAME x TO y"} {
+		"ALTER TABLE other DROP COLUMN x", "ALTER TABLE other RENAME x TO y", "ALTER TABLE other ALTER x TYPE bigint",
+		"ALTER TABLE other ALTER x TYPE varchar(9) USING x::varchar(9)"} {
 		if p := r.Plan(sql); p.Action != Pass {
 			t.Errorf("%q: want pass, got %v %s", sql, p.Action, p.SQL)
 		}

@@ -326,12 +326,19 @@ func (a *analysis) renameInto(s *pg.RenameStmt) string {
 // most subcommands to the inheritance children and partitions too, so one
 // that changes a column named like a token column (drop, retype, default,
 // rename) reaches a protected child's token column, ENABLE/DISABLE TRIGGER
-// of a partitioned table reaches its partitions' triggers (the guard's), and
-// one with CASCADE reaches what depends on the column or constraint it drops.
+// of a partitioned table reaches its partitions' triggers (the guard's), one
+// with CASCADE reaches what depends on the column or constraint it drops, and
+// ALTER COLUMN ... TYPE ... USING an expression rewrites every row of a
+// protected child with it (refused on a protected table by name:
+// alterTableCmdRisk; checked by its result here, which refuses the child's
+// new data file).
 func (r *Rewriter) reachesChildren(s *pg.AlterTableStmt) bool {
 	for _, n := range s.Cmds {
 		c := n.GetAlterTableCmd()
 		if c == nil || c.Behavior == pg.DropBehavior_DROP_CASCADE {
+			return true
+		}
+		if d := c.Def.GetColumnDef(); c.Subtype == pg.AlterTableType_AT_AlterColumnType && d != nil && d.RawDefault != nil && !isColumnCast(d.RawDefault, c.Name) {
 			return true
 		}
 		switch c.Subtype {
