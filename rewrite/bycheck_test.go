@@ -53,6 +53,7 @@ func TestDDLCheckedByResult(t *testing.T) {
 		{"ALTER TABLE other DROP CONSTRAINT pk CASCADE", "ALTER TABLE other DROP CONSTRAINT pk CASCADE"},
 		{"ALTER TABLE parent DISABLE TRIGGER ALL", "ALTER TABLE parent DISABLE TRIGGER ALL"},
 		{"ALTER TABLE parent ALTER note TYPE text USING 'x'", "ALTER TABLE parent ALTER COLUMN note TYPE text USING 'x'"},
+		{"create trigger t before update on top for each row execute function f()", "CREATE TRIGGER t BEFORE UPDATE ON top FOR EACH ROW EXECUTE FUNCTION f()"},
 		{`DROP TABLE "a$$b", "$outer$", "c\d" CASCADE`, `DROP TABLE "a$$b", "$outer$", "c\d" CASCADE`},
 	} {
 		if !r.MayTouch([]byte(c.sql)) {
@@ -85,7 +86,7 @@ func TestDDLCheckedByResult(t *testing.T) {
 	// others depend on): unchanged.
 	for _, sql := range []string{"DROP TABLE other", "DROP SCHEMA s", "DROP TYPE mood RESTRICT", "TRUNCATE other", "TRUNCATE ONLY other RESTRICT", "DROP INDEX CONCURRENTLY i",
 		"ALTER TABLE other DROP COLUMN x", "ALTER TABLE other RENAME x TO y", "ALTER TABLE other ALTER x TYPE bigint",
-		"ALTER TABLE other ALTER x TYPE varchar(9) USING x::varchar(9)"} {
+		"ALTER TABLE other ALTER x TYPE varchar(9) USING x::varchar(9)", "CREATE TRIGGER t AFTER UPDATE ON top FOR EACH STATEMENT EXECUTE FUNCTION f()"} {
 		if p := r.Plan(sql); p.Action != Pass {
 			t.Errorf("%q: want pass, got %v %s", sql, p.Action, p.SQL)
 		}
