@@ -267,3 +267,49 @@ func TestCascadeRenameIntoProtectedName(t *testing.T) {
 	t.Cleanup(func() { e.exec(e.s("DROP SCHEMA IF EXISTS %[1]s_w CASCADE")) })
 	e.want(c, "", "ALTER SCHEMA %[1]s_w RENAME TO %[1]s_y") // no relation named t: nothing becomes protected
 }
+
+// The block reads twice, in READ COMMITTED, around a statement that may wait for locks: what other sessions
+// commit meanwhile is seen by the second reading. The first row written into an empty protected table
+// meanwhile is not a change the statement made: the statement runs.
+func TestCascadeFirstRowWrittenMeanwhile(t *testing.T) {
+	e := newSchema(t, cascadeDDL+`
+CREATE TABLE %[1]s.empty_acc (id int, fence_token bigint);
+CREATE TABLE %[1]s.scratch (id int);`)
+	e.p = proxytest.Start(t, pg.Addr(), proxytest.Options{YAML: e.s("tables:\n  - name: %[1]s.empty_acc\n    token_column: fence_token\n")})
+	c := e.client("")
+	holder := connect(t, pg.SuperDSN())
+	if _, err := holder.Exec(ctxT(t), e.s("BEGIN; LOCK TABLE %[1]s.scratch IN ACCESS EXCLUSIVE MODE")); err != nil {
+		t.Fatal(err)
+	}
+	var pid int
+	if err := c.QueryRow(ctxT(t), "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Exec(ctxT(t), e.s("DROP TABLE %[1]s.scratch CASCADE"))
+		done <- err
+	}()
+	// The checking block has read once and waits for the lock in its EXECUTE.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		var waiting bool
+		if err := e.d.QueryRow(ctxT(t), "SELECT COALESCE(wait_event_type = 'Lock', false) FROM pg_stat_activity WHERE pid = $1", pid).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the DROP never waited for the lock")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	e.exec(e.s("INSERT INTO %[1]s.empty_acc VALUES (1, 7)"))
+	if _, err := holder.Exec(ctxT(t), "COMMIT"); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("DROP TABLE scratch CASCADE, with the first row of a protected table written meanwhile: %v", err)
+	}
+}

@@ -33,9 +33,9 @@ import (
 //   - every relation named like a configured table (a bare name: in every
 //     schema) and, recursively, its partitions and inheritance children: its
 //     schema and name, owner and data file (TRUNCATE gives a new one) and
-//     whether that file is empty (a table whose data file is new in the
-//     current subtransaction, after CLUSTER or a rewriting ALTER TABLE, is
-//     truncated in place: same file, no blocks), its token column (number
+//     whether that file holds any block (a table whose data file is new in
+//     the current subtransaction, after CLUSTER or a rewriting ALTER TABLE,
+//     is truncated in place: same file, no blocks), its token column (number
 //     and type), and its triggers and whether they are enabled;
 //   - the fenceproxy and fenceproxy_ddl schemas (the guard): the schemas,
 //     their functions and tables (owner, data file), and the DDL guard's
@@ -64,8 +64,9 @@ const guardSchemas = "'{fenceproxy,fenceproxy_ddl}'::pg_catalog.name[]"
 // fingerprintSQL is the query of what protects the configured tables: rows (o, k, w, l) where k identifies one
 // fact, w says, for the refusal, what a statement that changes it would do, and l names the object, for the
 // refusal of a statement that brings a new one in (ALTER SCHEMA ... RENAME into a configured name, or into
-// fenceproxy). It is a function of the tables only, built once per Rewriter; "" without tables (nothing is
-// checked then).
+// fenceproxy). l is NULL for the data facts (o = 4), which are refused only when lost: another session may
+// write a protected table's first row meanwhile, and a new data file comes with the old one's loss. It is a
+// function of the tables only, built once per Rewriter; "" without tables (nothing is checked then).
 func fingerprintSQL(tables []*tableEntry) string {
 	if len(tables) == 0 {
 		return ""
@@ -107,8 +108,12 @@ func fingerprintSQL(tables []*tableEntry) string {
 		pg_catalog.concat('the trigger ', pg_catalog.quote_ident(g.tgname), ' of ', r.label)
 		FROM pg_catalog.pg_trigger g JOIN fenceproxy_rel r ON r.oid` + eq + `g.tgrelid WHERE NOT g.tgisinternal
 	UNION ALL
-	SELECT 4, pg_catalog.concat('f', r.oid, '/', r.relfilenode, '/', pg_catalog.pg_relation_size(r.oid::pg_catalog.regclass)` + gt + `0),
-		pg_catalog.concat('empty (truncate) the protected table ', r.label), pg_catalog.concat('the data of ', r.label) FROM fenceproxy_rel r
+	SELECT 4, pg_catalog.concat('f', r.oid, '/', r.relfilenode),
+		pg_catalog.concat('empty (truncate) the protected table ', r.label), NULL FROM fenceproxy_rel r
+	UNION ALL
+	SELECT 4, pg_catalog.concat('d', r.oid),
+		pg_catalog.concat('empty (truncate) the protected table ', r.label), NULL FROM fenceproxy_rel r
+		WHERE pg_catalog.pg_relation_size(r.oid::pg_catalog.regclass)` + gt + `0
 	UNION ALL
 	SELECT 5, pg_catalog.concat('o', r.oid, '/', r.relowner),
 		pg_catalog.concat('change the owner of the protected table ', r.label), pg_catalog.concat('the owner of ', r.label) FROM fenceproxy_rel r
@@ -161,7 +166,8 @@ BEGIN
 	IF fenceproxy_lost IS NULL THEN
 		SELECT pg_catalog.concat('make ', a.l, ' part of what the fence protects') INTO fenceproxy_lost
 			FROM ROWS FROM (pg_catalog.unnest(fenceproxy_after), pg_catalog.unnest(fenceproxy_brought)) WITH ORDINALITY a(k, l, i)
-			WHERE NOT EXISTS (SELECT FROM pg_catalog.unnest(fenceproxy_keys) b(k) WHERE b.k OPERATOR(pg_catalog.=) a.k)
+			WHERE a.l IS NOT NULL
+				AND NOT EXISTS (SELECT FROM pg_catalog.unnest(fenceproxy_keys) b(k) WHERE b.k OPERATOR(pg_catalog.=) a.k)
 			ORDER BY a.i LIMIT 1;
 	END IF;
 	IF fenceproxy_lost IS NOT NULL THEN
