@@ -240,3 +240,76 @@ func TestCascadeInTransactionBlock(t *testing.T) {
 		t.Fatalf("after the transaction: other dropped and kid intact = %v (%v)", ok, err)
 	}
 }
+
+// A rename that brings a relation into a protected name is refused like ALTER TABLE ... RENAME TO that name: a
+// configuration that names <schema>_y.t protects nothing yet, and ALTER SCHEMA <schema>_x RENAME TO <schema>_y
+// would make the table t of <schema>_x (rows and tokens written outside the fence) the protected table. The
+// same rename to another name, and a rename of a schema holding no table of a protected name, run.
+func TestCascadeRenameIntoProtectedName(t *testing.T) {
+	e := newSchema(t, cascadeDDL)
+	t.Cleanup(func() {
+		e.exec(e.s("DROP SCHEMA IF EXISTS %[1]s_x CASCADE; DROP SCHEMA IF EXISTS %[1]s_y CASCADE; DROP SCHEMA IF EXISTS %[1]s_z CASCADE"))
+	})
+	e.p = proxytest.Start(t, pg.Addr(), proxytest.Options{YAML: e.s(`tables:
+  - name: %[1]s.acc
+    token_column: fence_token
+  - name: %[1]s_y.t
+    token_column: fence_token
+`)})
+	c := e.client("")
+	e.want(c, "55F04", "ALTER SCHEMA %[1]s_x RENAME TO %[1]s_y")
+	var ok bool
+	if err := e.d.QueryRow(ctxT(t), e.s("SELECT to_regclass('%[1]s_x.t') IS NOT NULL AND to_regnamespace('%[1]s_y') IS NULL")).Scan(&ok); err != nil || !ok {
+		t.Fatalf("the refused rename changed the schemas (%v)", err)
+	}
+	e.want(c, "", "ALTER SCHEMA %[1]s_x RENAME TO %[1]s_z")
+	e.exec(e.s("CREATE SCHEMA %[1]s_w; CREATE TABLE %[1]s_w.u (id int)"))
+	t.Cleanup(func() { e.exec(e.s("DROP SCHEMA IF EXISTS %[1]s_w CASCADE")) })
+	e.want(c, "", "ALTER SCHEMA %[1]s_w RENAME TO %[1]s_y") // no relation named t: nothing becomes protected
+}
+
+// The block reads twice, in READ COMMITTED, around a statement that may wait for locks: what other sessions
+// commit meanwhile is seen by the second reading. The first row written into an empty protected table
+// meanwhile is not a change the statement made: the statement runs.
+func TestCascadeFirstRowWrittenMeanwhile(t *testing.T) {
+	e := newSchema(t, cascadeDDL+`
+CREATE TABLE %[1]s.empty_acc (id int, fence_token bigint);
+CREATE TABLE %[1]s.scratch (id int);`)
+	e.p = proxytest.Start(t, pg.Addr(), proxytest.Options{YAML: e.s("tables:\n  - name: %[1]s.empty_acc\n    token_column: fence_token\n")})
+	c := e.client("")
+	holder := connect(t, pg.SuperDSN())
+	if _, err := holder.Exec(ctxT(t), e.s("BEGIN; LOCK TABLE %[1]s.scratch IN ACCESS EXCLUSIVE MODE")); err != nil {
+		t.Fatal(err)
+	}
+	var pid int
+	if err := c.QueryRow(ctxT(t), "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Exec(ctxT(t), e.s("DROP TABLE %[1]s.scratch CASCADE"))
+		done <- err
+	}()
+	// The checking block has read once and waits for the lock in its EXECUTE.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		var waiting bool
+		if err := e.d.QueryRow(ctxT(t), "SELECT COALESCE(wait_event_type = 'Lock', false) FROM pg_stat_activity WHERE pid = $1", pid).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the DROP never waited for the lock")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	e.exec(e.s("INSERT INTO %[1]s.empty_acc VALUES (1, 7)"))
+	if _, err := holder.Exec(ctxT(t), "COMMIT"); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("DROP TABLE scratch CASCADE, with the first row of a protected table written meanwhile: %v", err)
+	}
+}

@@ -53,8 +53,9 @@ type analysis struct {
 	tables       []string
 	scope        tokenScope // scope.go
 
-	checked []checked // statements sent as checking DO blocks (bycheck.go)
-	bodies  []string  // their blocks' bodies, in order
+	checked   []checked      // statements sent as checking DO blocks (bycheck.go)
+	bodies    []checkedBlock // their blocks as built, in order
+	stmtCount int            // the top-level statements of the text they are in
 }
 
 // write is a protected write to fence once the whole tree has been walked.

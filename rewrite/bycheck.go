@@ -2,6 +2,7 @@ package rewrite
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	pg "github.com/pganalyze/pg_query_go/v6"
@@ -31,9 +32,11 @@ import (
 //
 //   - every relation named like a configured table (a bare name: in every
 //     schema) and, recursively, its partitions and inheritance children: its
-//     schema and name, owner and data file (TRUNCATE gives a new one), its
-//     token column (number and type), and its triggers and whether they are
-//     enabled;
+//     schema and name, owner and data file (TRUNCATE gives a new one) and
+//     whether that file holds any block (a table whose data file is new in
+//     the current subtransaction, after CLUSTER or a rewriting ALTER TABLE,
+//     is truncated in place: same file, no blocks), its token column (number
+//     and type), and its triggers and whether they are enabled;
 //   - the fenceproxy and fenceproxy_ddl schemas (the guard): the schemas,
 //     their functions and tables (owner, data file), and the DDL guard's
 //     event triggers.
@@ -58,9 +61,12 @@ func (a *analysis) checkByResult(stmt *pg.Node, what string) {
 // guardSchemas are the schemas of the in-database guard (fenceproxy install; the DDL guard's own).
 const guardSchemas = "'{fenceproxy,fenceproxy_ddl}'::pg_catalog.name[]"
 
-// fingerprintSQL is the query of what protects the configured tables: rows (o, k, w) where k identifies one
-// fact and w says, for the refusal, what a statement that changes it would do. It is a function of the
-// tables only, built once per Rewriter; "" without tables (nothing is checked then).
+// fingerprintSQL is the query of what protects the configured tables: rows (o, k, w, l) where k identifies one
+// fact, w says, for the refusal, what a statement that changes it would do, and l names the object, for the
+// refusal of a statement that brings a new one in (ALTER SCHEMA ... RENAME into a configured name, or into
+// fenceproxy). l is NULL for the data facts (o = 4), which are refused only when lost: another session may
+// write a protected table's first row meanwhile, and a new data file comes with the old one's loss. It is a
+// function of the tables only, built once per Rewriter; "" without tables (nothing is checked then).
 func fingerprintSQL(tables []*tableEntry) string {
 	if len(tables) == 0 {
 		return ""
@@ -74,6 +80,7 @@ func fingerprintSQL(tables []*tableEntry) string {
 			sqlLiteral(e.Schema), sqlLiteral(e.Name), sqlLiteral(e.TokenColumn))
 	}
 	const eq = " OPERATOR(pg_catalog.=) "
+	const gt = " OPERATOR(pg_catalog.>) "
 	const label = "pg_catalog.concat(pg_catalog.quote_ident(n.nspname), '.', pg_catalog.quote_ident(c.relname))"
 	return `WITH RECURSIVE fenceproxy_prot(rel, col) AS (
 		SELECT c.oid, t.col FROM pg_catalog.pg_class c
@@ -88,39 +95,48 @@ func fingerprintSQL(tables []*tableEntry) string {
 		JOIN pg_catalog.pg_namespace n ON n.oid` + eq + `c.relnamespace
 	)
 	SELECT 1, pg_catalog.concat('r', r.oid, '/', r.nspname, '/', r.relname),
-		pg_catalog.concat('drop, rename or move the protected table ', r.label) FROM fenceproxy_rel r
+		pg_catalog.concat('drop, rename or move the protected table ', r.label), r.label FROM fenceproxy_rel r
 	UNION ALL
 	SELECT 2, pg_catalog.concat('c', a.attrelid, '/', a.attnum, '/', a.atttypid),
-		pg_catalog.concat('drop or change the token column ', pg_catalog.quote_ident(a.attname), ' of the protected table ', r.label)
+		pg_catalog.concat('drop or change the token column ', pg_catalog.quote_ident(a.attname), ' of the protected table ', r.label),
+		pg_catalog.concat('the column ', pg_catalog.quote_ident(a.attname), ' of ', r.label)
 		FROM fenceproxy_prot p JOIN pg_catalog.pg_attribute a ON a.attrelid` + eq + `p.rel AND a.attname` + eq + `p.col AND NOT a.attisdropped
 		JOIN fenceproxy_rel r ON r.oid` + eq + `p.rel
 	UNION ALL
 	SELECT 3, pg_catalog.concat('t', g.oid, '/', g.tgenabled),
-		pg_catalog.concat('drop or disable the trigger ', pg_catalog.quote_ident(g.tgname), ' of the protected table ', r.label)
+		pg_catalog.concat('drop or disable the trigger ', pg_catalog.quote_ident(g.tgname), ' of the protected table ', r.label),
+		pg_catalog.concat('the trigger ', pg_catalog.quote_ident(g.tgname), ' of ', r.label)
 		FROM pg_catalog.pg_trigger g JOIN fenceproxy_rel r ON r.oid` + eq + `g.tgrelid WHERE NOT g.tgisinternal
 	UNION ALL
 	SELECT 4, pg_catalog.concat('f', r.oid, '/', r.relfilenode),
-		pg_catalog.concat('empty (truncate) the protected table ', r.label) FROM fenceproxy_rel r
+		pg_catalog.concat('empty (truncate) the protected table ', r.label), NULL FROM fenceproxy_rel r
+	UNION ALL
+	SELECT 4, pg_catalog.concat('d', r.oid),
+		pg_catalog.concat('empty (truncate) the protected table ', r.label), NULL FROM fenceproxy_rel r
+		WHERE pg_catalog.pg_relation_size(r.oid::pg_catalog.regclass)` + gt + `0
 	UNION ALL
 	SELECT 5, pg_catalog.concat('o', r.oid, '/', r.relowner),
-		pg_catalog.concat('change the owner of the protected table ', r.label) FROM fenceproxy_rel r
+		pg_catalog.concat('change the owner of the protected table ', r.label), pg_catalog.concat('the owner of ', r.label) FROM fenceproxy_rel r
 	UNION ALL
 	SELECT 6, pg_catalog.concat('n', n.oid, '/', n.nspname, '/', n.nspowner),
-		pg_catalog.concat('drop, rename or hand over the schema ', pg_catalog.quote_ident(n.nspname), ', part of the fenceproxy guard')
+		pg_catalog.concat('drop, rename or hand over the schema ', pg_catalog.quote_ident(n.nspname), ', part of the fenceproxy guard'),
+		pg_catalog.concat('the schema ', pg_catalog.quote_ident(n.nspname))
 		FROM pg_catalog.pg_namespace n WHERE n.nspname` + eq + `ANY (` + guardSchemas + `)
 	UNION ALL
 	SELECT 7, pg_catalog.concat('p', p.oid, '/', p.proowner),
-		pg_catalog.concat('drop or hand over the function ', p.oid::pg_catalog.regprocedure::pg_catalog.text, ', part of the fenceproxy guard')
+		pg_catalog.concat('drop or hand over the function ', p.oid::pg_catalog.regprocedure::pg_catalog.text, ', part of the fenceproxy guard'),
+		pg_catalog.concat('the function ', p.oid::pg_catalog.regprocedure::pg_catalog.text)
 		FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid` + eq + `p.pronamespace
 		WHERE n.nspname` + eq + `ANY (` + guardSchemas + `)
 	UNION ALL
 	SELECT 8, pg_catalog.concat('g', c.oid, '/', c.relowner, '/', c.relfilenode),
-		pg_catalog.concat('drop, empty or hand over ', ` + label + `, ', part of the fenceproxy guard')
+		pg_catalog.concat('drop, empty or hand over ', ` + label + `, ', part of the fenceproxy guard'), ` + label + `
 		FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid` + eq + `c.relnamespace
 		WHERE n.nspname` + eq + `ANY (` + guardSchemas + `) AND c.relkind` + eq + `ANY ('{r,p,v,m,S,f}'::pg_catalog."char"[])
 	UNION ALL
 	SELECT 9, pg_catalog.concat('e', e.oid, '/', e.evtenabled, '/', e.evtowner),
-		pg_catalog.concat('drop or disable the event trigger ', pg_catalog.quote_ident(e.evtname), ', part of the fenceproxy DDL guard')
+		pg_catalog.concat('drop or disable the event trigger ', pg_catalog.quote_ident(e.evtname), ', part of the fenceproxy DDL guard'),
+		pg_catalog.concat('the event trigger ', pg_catalog.quote_ident(e.evtname))
 		FROM pg_catalog.pg_event_trigger e WHERE pg_catalog.starts_with(e.evtname::pg_catalog.text, 'fenceproxy')`
 }
 
@@ -130,16 +146,30 @@ func checkingBlock(fingerprint, stmt, what string) string {
 	return `DECLARE
 	fenceproxy_keys pg_catalog.text[];
 	fenceproxy_whats pg_catalog.text[];
+	fenceproxy_after pg_catalog.text[];
+	fenceproxy_brought pg_catalog.text[];
 	fenceproxy_lost pg_catalog.text;
 BEGIN
-	-- fenceproxy: the client's statement, refused (55F04) if it drops or changes what protects a fenced table.
+	-- fenceproxy: the client's statement, refused (55F04) if it drops or changes what protects a fenced table,
+	-- or brings in another one (a schema renamed into a configured name, or into fenceproxy).
 	SELECT pg_catalog.array_agg(f.k ORDER BY f.o, f.k), pg_catalog.array_agg(f.w ORDER BY f.o, f.k)
-		INTO fenceproxy_keys, fenceproxy_whats FROM (` + fingerprint + `) f(o, k, w);
+		INTO fenceproxy_keys, fenceproxy_whats FROM (` + fingerprint + `) f(o, k, w, l);
 	EXECUTE ` + sqlLiteral(stmt) + `;
+	SELECT pg_catalog.array_agg(f.k ORDER BY f.o, f.k),
+		pg_catalog.array_agg(f.l ORDER BY f.o, f.k)
+		INTO fenceproxy_after, fenceproxy_brought FROM (` + fingerprint + `) f(o, k, w, l);
+	-- unnest of NULL (no rows noted) is no rows.
 	SELECT b.w INTO fenceproxy_lost
 		FROM ROWS FROM (pg_catalog.unnest(fenceproxy_keys), pg_catalog.unnest(fenceproxy_whats)) WITH ORDINALITY b(k, w, i)
-		WHERE NOT EXISTS (SELECT FROM (` + fingerprint + `) f(o, k, w) WHERE f.k OPERATOR(pg_catalog.=) b.k)
+		WHERE NOT EXISTS (SELECT FROM pg_catalog.unnest(fenceproxy_after) a(k) WHERE a.k OPERATOR(pg_catalog.=) b.k)
 		ORDER BY b.i LIMIT 1;
+	IF fenceproxy_lost IS NULL THEN
+		SELECT pg_catalog.concat('make ', a.l, ' part of what the fence protects') INTO fenceproxy_lost
+			FROM ROWS FROM (pg_catalog.unnest(fenceproxy_after), pg_catalog.unnest(fenceproxy_brought)) WITH ORDINALITY a(k, l, i)
+			WHERE a.l IS NOT NULL
+				AND NOT EXISTS (SELECT FROM pg_catalog.unnest(fenceproxy_keys) b(k) WHERE b.k OPERATOR(pg_catalog.=) a.k)
+			ORDER BY a.i LIMIT 1;
+	END IF;
 	IF fenceproxy_lost IS NOT NULL THEN
 		RAISE EXCEPTION USING ERRCODE = '` + CodeUnfenceable + `',
 			MESSAGE = pg_catalog.concat(` + sqlLiteral("unfenceable write: "+what+" would ") + `, fenceproxy_lost, ` + sqlLiteral(ddlAdvice) + `);
@@ -156,49 +186,59 @@ func sqlLiteral(s string) string {
 
 // wrapChecked replaces each statement of tree marked by checkByResult with its checking DO block. The
 // client's statement goes into the block as deparsed; the block's body is read back from the deparsed text
-// of the whole tree (out) by the caller's verifyChecked.
+// of the whole tree (out) by the caller's verifyChecked. A marked statement that is not one of tree's
+// top-level statements is an error: it would run unchecked.
 func (a *analysis) wrapChecked(tree *pg.ParseResult) error {
+	a.stmtCount = len(tree.Stmts)
 	for _, c := range a.checked {
-		for _, raw := range tree.Stmts {
-			if raw.Stmt != c.stmt {
-				continue
-			}
-			text, err := deparse(&pg.ParseResult{Version: tree.Version, Stmts: []*pg.RawStmt{{Stmt: c.stmt}}})
-			if err != nil {
-				return fmt.Errorf("deparse %s: %w", c.what, err)
-			}
-			body := checkingBlock(a.r.fingerprint, text, c.what)
-			raw.Stmt = &pg.Node{Node: &pg.Node_DoStmt{DoStmt: &pg.DoStmt{Args: []*pg.Node{{Node: &pg.Node_DefElem{
-				DefElem: &pg.DefElem{Defname: "as", Arg: &pg.Node{Node: &pg.Node_String_{String_: &pg.String{Sval: body}}}},
-			}}}}}}
-			a.bodies = append(a.bodies, body)
+		i := slices.IndexFunc(tree.Stmts, func(raw *pg.RawStmt) bool { return raw.Stmt == c.stmt })
+		if i < 0 {
+			return fmt.Errorf("%s is not a top-level statement and cannot be sent as a checking block", c.what)
 		}
+		text, err := deparse(&pg.ParseResult{Version: tree.Version, Stmts: []*pg.RawStmt{{Stmt: c.stmt}}})
+		if err != nil {
+			return fmt.Errorf("deparse %s: %w", c.what, err)
+		}
+		body := checkingBlock(a.r.fingerprint, text, c.what)
+		tree.Stmts[i].Stmt = &pg.Node{Node: &pg.Node_DoStmt{DoStmt: &pg.DoStmt{Args: []*pg.Node{{Node: &pg.Node_DefElem{
+			DefElem: &pg.DefElem{Defname: "as", Arg: &pg.Node{Node: &pg.Node_String_{String_: &pg.String{Sval: body}}}},
+		}}}}}}
+		a.bodies = append(a.bodies, checkedBlock{index: i, body: body})
 	}
 	return nil
 }
 
-// verifyChecked checks that the deparsed text reads back with exactly the checking blocks' bodies, in order:
-// the deparser chooses the body's dollar quotes, and a client statement that held them must not end the body
-// early.
+// checkedBlock is a checking block as built: the index of its statement in the text and its body.
+type checkedBlock struct {
+	index int
+	body  string
+}
+
+// verifyChecked checks that the deparsed text reads back as the same number of statements, each checking
+// block at its statement's place with exactly the body built: the deparser chooses the body's dollar quotes,
+// and a client statement that held them must not end the body early or add a statement.
 func (a *analysis) verifyChecked(out string) error {
 	tree, err := pg.Parse(out)
 	if err != nil {
 		return fmt.Errorf("re-parse of the checking block: %w", err)
 	}
-	i := 0
-	for _, raw := range tree.Stmts {
-		d := raw.Stmt.GetDoStmt()
-		if d == nil {
-			continue
-		}
-		for _, arg := range d.Args {
-			if de := arg.GetDefElem(); de != nil && de.Defname == "as" && i < len(a.bodies) && de.Arg.GetString_().GetSval() == a.bodies[i] {
-				i++
-			}
-		}
+	if len(tree.Stmts) != a.stmtCount {
+		return fmt.Errorf("the text with its checking blocks reads back as %d statements, not %d", len(tree.Stmts), a.stmtCount)
 	}
-	if i != len(a.bodies) {
-		return fmt.Errorf("the checking block does not read back as built")
+	for _, b := range a.bodies {
+		if doBody(tree.Stmts[b.index].Stmt.GetDoStmt()) != b.body {
+			return fmt.Errorf("the checking block of statement %d does not read back as built", b.index+1)
+		}
 	}
 	return nil
+}
+
+// doBody is the body of a DO statement ("" for nil or none).
+func doBody(d *pg.DoStmt) string {
+	for _, arg := range d.GetArgs() {
+		if de := arg.GetDefElem(); de != nil && de.Defname == "as" {
+			return de.Arg.GetString_().GetSval()
+		}
+	}
+	return ""
 }

@@ -52,6 +52,8 @@ func TestDDLCheckedByResult(t *testing.T) {
 		{"ALTER TABLE parent RENAME fence_token TO t", "ALTER TABLE parent RENAME COLUMN fence_token TO t"},
 		{"ALTER TABLE other DROP CONSTRAINT pk CASCADE", "ALTER TABLE other DROP CONSTRAINT pk CASCADE"},
 		{"ALTER TABLE parent DISABLE TRIGGER ALL", "ALTER TABLE parent DISABLE TRIGGER ALL"},
+		{"ALTER TABLE parent ALTER note TYPE text USING 'x'", "ALTER TABLE parent ALTER COLUMN note TYPE text USING 'x'"},
+		{"create trigger t before update on top for each row execute function f()", "CREATE TRIGGER t BEFORE UPDATE ON top FOR EACH ROW EXECUTE FUNCTION f()"},
 		{`DROP TABLE "a$$b", "$outer$", "c\d" CASCADE`, `DROP TABLE "a$$b", "$outer$", "c\d" CASCADE`},
 	} {
 		if !r.MayTouch([]byte(c.sql)) {
@@ -83,7 +85,8 @@ func TestDDLCheckedByResult(t *testing.T) {
 	// Without CASCADE these reach nothing a DROP of their own object does not (PostgreSQL refuses to drop what
 	// others depend on): unchanged.
 	for _, sql := range []string{"DROP TABLE other", "DROP SCHEMA s", "DROP TYPE mood RESTRICT", "TRUNCATE other", "TRUNCATE ONLY other RESTRICT", "DROP INDEX CONCURRENTLY i",
-		"ALTER TABLE other DROP COLUMN x", "ALTER TABLE other RENAME x TO y"} {
+		"ALTER TABLE other DROP COLUMN x", "ALTER TABLE other RENAME x TO y", "ALTER TABLE other ALTER x TYPE bigint",
+		"ALTER TABLE other ALTER x TYPE varchar(9) USING x::varchar(9)", "CREATE TRIGGER t AFTER UPDATE ON top FOR EACH STATEMENT EXECUTE FUNCTION f()"} {
 		if p := r.Plan(sql); p.Action != Pass {
 			t.Errorf("%q: want pass, got %v %s", sql, p.Action, p.SQL)
 		}
@@ -125,16 +128,46 @@ func TestFingerprintQuotesNames(t *testing.T) {
 	}
 }
 
-// verifyChecked refuses a rewrite whose blocks do not read back with the bodies built (a deparser that ended a
-// body early).
+// verifyChecked refuses a rewrite whose blocks do not read back with the bodies built, at their statements'
+// places, in a text of as many statements (a deparser that ended a body early, or a client's own DO block with
+// the same body standing in for a broken one).
 func TestVerifyCheckedReadBack(t *testing.T) {
-	a := &analysis{bodies: []string{"BEGIN NULL; END"}}
+	a := &analysis{bodies: []checkedBlock{{index: 0, body: "BEGIN NULL; END"}}, stmtCount: 1}
 	if err := a.verifyChecked("DO $$BEGIN NULL; END$$"); err != nil {
 		t.Fatalf("the body as built: %v", err)
 	}
-	for _, out := range []string{"DO $$BEGIN NULL; END $$", "SELECT 1", "DO $$BEGIN NULL; END$$ $$; SELECT 1"} {
+	for _, out := range []string{"DO $$BEGIN NULL; END $$", "SELECT 1", "DO $$BEGIN NULL; END$$ $$; SELECT 1",
+		"DO $$BEGIN NULL; END$$; SELECT 1"} {
 		if err := a.verifyChecked(out); err == nil {
 			t.Errorf("%q accepted", out)
 		}
+	}
+	second := &analysis{bodies: []checkedBlock{{index: 1, body: "BEGIN NULL; END"}}, stmtCount: 2}
+	if err := second.verifyChecked("SELECT 1; DO $$BEGIN NULL; END$$"); err != nil {
+		t.Fatalf("the body as built, second: %v", err)
+	}
+	if err := second.verifyChecked("DO $$BEGIN NULL; END$$; DO $$BEGIN NULL; END $$"); err == nil {
+		t.Errorf("a client's block with the body accepted in place of the broken checking block")
+	}
+}
+
+// Only a top-level statement can be sent as a checking block: a DO block whose static SQL holds one is refused
+// (it would run unchecked inside the body), naming why.
+func TestDDLCheckedInsideDOIsRefused(t *testing.T) {
+	r := testRewriter(t)
+	for _, sql := range []string{
+		"DO $$BEGIN TRUNCATE parent CASCADE; END$$",
+		"DO $$BEGIN IF true THEN DROP SCHEMA public CASCADE; END IF; END$$",
+		"DO $$BEGIN DROP OWNED BY CURRENT_USER; END$$",
+		"DO $$BEGIN ALTER SCHEMA a RENAME TO b; END$$",
+		"SELECT 1; DO $x$BEGIN REASSIGN OWNED BY app TO mallory; END$x$",
+	} {
+		p := r.Plan(sql)
+		if p.Action != Refuse || p.Code != CodeUnfenceable || !strings.Contains(p.Message, "checked only as a statement of its own") {
+			t.Errorf("%q: want a refusal of the block, got %v %s %q", sql, p.Action, p.Code, p.Message)
+		}
+	}
+	if p := r.Plan("DO $$BEGIN EXECUTE 'SELECT 1'; PERFORM 1; END$$"); p.Action == Refuse {
+		t.Errorf("a DO block without such statements is refused: %s", p.Message)
 	}
 }

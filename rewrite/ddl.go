@@ -20,9 +20,11 @@ import (
 // identity. Every other DDL kind, including kinds added by future PostgreSQL
 // versions, is refused when it names a protected table. A few statements
 // reach a protected table without naming it: DROP ... CASCADE, TRUNCATE ...
-// CASCADE, DROP OWNED, REASSIGN OWNED, ALTER SCHEMA ... RENAME, and ALTER
-// TABLE of another table that changes a column named like a token column or
-// cascades (an inheritance parent's ALTER recurses into its children). They
+// CASCADE, DROP OWNED, REASSIGN OWNED, ALTER SCHEMA ... RENAME, ALTER TABLE
+// of another table that changes a column named like a token column or
+// cascades (an inheritance parent's ALTER recurses into its children), and
+// CREATE TRIGGER ... FOR EACH ROW (cloned onto a partitioned table's
+// partitions). They
 // are sent as DO blocks that run them and refuse their result when it drops
 // or changes what protects a protected table (bycheck.go).
 //
@@ -89,6 +91,12 @@ func (a *analysis) checkDDL(n *pg.Node) {
 	case *pg.Node_AlterTableStmt:
 		if a.r.named(n) == nil && a.r.reachesChildren(x.AlterTableStmt) {
 			a.checkByResult(n, "ALTER TABLE")
+			return
+		}
+	case *pg.Node_CreateTrigStmt:
+		// A row trigger on a partitioned table is cloned onto its partitions, a protected one among them.
+		if x.CreateTrigStmt.Row && a.r.named(n) == nil {
+			a.checkByResult(n, "CREATE TRIGGER ... FOR EACH ROW")
 			return
 		}
 	}
@@ -326,12 +334,19 @@ func (a *analysis) renameInto(s *pg.RenameStmt) string {
 // most subcommands to the inheritance children and partitions too, so one
 // that changes a column named like a token column (drop, retype, default,
 // rename) reaches a protected child's token column, ENABLE/DISABLE TRIGGER
-// of a partitioned table reaches its partitions' triggers (the guard's), and
-// one with CASCADE reaches what depends on the column or constraint it drops.
+// of a partitioned table reaches its partitions' triggers (the guard's), one
+// with CASCADE reaches what depends on the column or constraint it drops, and
+// ALTER COLUMN ... TYPE ... USING an expression rewrites every row of a
+// protected child with it (refused on a protected table by name:
+// alterTableCmdRisk; checked by its result here, which refuses the child's
+// new data file).
 func (r *Rewriter) reachesChildren(s *pg.AlterTableStmt) bool {
 	for _, n := range s.Cmds {
 		c := n.GetAlterTableCmd()
 		if c == nil || c.Behavior == pg.DropBehavior_DROP_CASCADE {
+			return true
+		}
+		if d := c.Def.GetColumnDef(); c.Subtype == pg.AlterTableType_AT_AlterColumnType && d != nil && d.RawDefault != nil && !isColumnCast(d.RawDefault, c.Name) {
 			return true
 		}
 		switch c.Subtype {

@@ -215,6 +215,11 @@ func (a *analysis) doQuery(q plQuery) (msg, label string, setsToken bool) {
 		return fmt.Sprintf("holds a statement the proxy refuses (%s)", sub.refusal.Message), sub.refusal.Table, false
 	case len(sub.writes) > 0:
 		return "writes " + sub.writes[0].table.label, sub.writes[0].table.label, false
+	case len(sub.checked) > 0:
+		// Only a top-level statement can be sent as a checking block (bycheck.go); inside a body it would run
+		// unchecked.
+		return "holds " + sub.checked[0].what + ", which may reach a protected table and is checked only as a statement of its own",
+			a.r.tables[0].label, false
 	}
 	return "", "", false
 }

@@ -350,6 +350,10 @@ func (r *Rewriter) scan(text []byte, scs bool) scanResult {
 				write = true
 			}
 		}
+		if t.kind == tokIdent && len(r.tables) > 0 && equalFoldASCII(text[t.start:t.end], "trigger") {
+			// CREATE TRIGGER ... FOR EACH ROW can reach a protected partition without naming it (ddl.go).
+			res.touch = true
+		}
 		if t.kind == tokIdent && t.end-t.start < namedatalen {
 			// Unquoted and short: its value is its ASCII-downcased bytes,
 			// compared without copying.
@@ -486,7 +490,7 @@ func isWriteOrDo(word []byte) bool {
 // a protected table without naming it: ALTER (a schema rename), DROP (...
 // CASCADE, DROP OWNED), TRUNCATE (... CASCADE) and REASSIGN (OWNED). Texts
 // with them are parsed whenever a table is protected; they are rare outside
-// migrations.
+// migrations. (So are texts holding TRIGGER, for CREATE TRIGGER: scan.)
 func reachesUnnamed(word []byte) bool {
 	return equalFoldASCII(word, "alter") || equalFoldASCII(word, "drop") || equalFoldASCII(word, "truncate") || equalFoldASCII(word, "reassign")
 }
