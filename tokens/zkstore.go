@@ -234,9 +234,6 @@ func (s *ZKStore) grantsPath() string { return s.root + ".granted" }
 // record is still the version read (so a concurrent writer's record is re-read, never overwritten blindly); a
 // record already at or above token is left alone: the record only ever grows.
 func (s *ZKStore) recordGrant(name, holderNode string, token int64) error {
-	if err := s.ensurePath(s.grantsPath()); err != nil {
-		return fmt.Errorf("record grant %d: %w", token, err)
-	}
 	rec := s.grantsPath() + "/" + name
 	val := []byte(strconv.FormatInt(token, 10))
 	holding := &zk.CheckVersionRequest{Path: holderNode, Version: -1}
@@ -260,6 +257,13 @@ func (s *ZKStore) recordGrant(name, holderNode string, token int64) error {
 		}
 		if len(res) == 2 && errors.Is(res[0].Error, zk.ErrNoNode) {
 			return fmt.Errorf("record grant %d: %w: node %s is gone", token, ErrLeaseLost, holderNode)
+		}
+		if len(res) == 2 && errors.Is(res[1].Error, zk.ErrNoNode) {
+			// The first grant under this root: create the records' parent, then write again.
+			if err := s.ensurePath(s.grantsPath()); err != nil {
+				return fmt.Errorf("record grant %d: %w", token, err)
+			}
+			continue
 		}
 		if errors.Is(err, zk.ErrBadVersion) || errors.Is(err, zk.ErrNodeExists) ||
 			len(res) == 2 && (errors.Is(res[1].Error, zk.ErrBadVersion) || errors.Is(res[1].Error, zk.ErrNodeExists)) {
