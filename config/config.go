@@ -128,9 +128,41 @@ type HealthLogin struct {
 	PasswordFile string `yaml:"password_file"`
 }
 
-// Barrier names the lock service whose grants the failover barrier reads.
+// Barrier names the lock service whose grants the failover barrier reads: one of Etcd, ZooKeeper and Redis
+// (tokens of different services are not comparable), or none.
 type Barrier struct {
-	Etcd BarrierEtcd `yaml:"etcd"`
+	Etcd      BarrierEtcd      `yaml:"etcd"`
+	ZooKeeper BarrierZooKeeper `yaml:"zookeeper"`
+	Redis     BarrierRedis     `yaml:"redis"`
+}
+
+// Sources names the lock services set, as their keys (upstream.barrier.etcd, ...).
+func (b Barrier) Sources() []string {
+	var set []string
+	if len(b.Etcd.Endpoints) > 0 {
+		set = append(set, "upstream.barrier.etcd")
+	}
+	if len(b.ZooKeeper.Servers) > 0 {
+		set = append(set, "upstream.barrier.zookeeper")
+	}
+	if b.Redis.Address != "" {
+		set = append(set, "upstream.barrier.redis")
+	}
+	return set
+}
+
+// BarrierZooKeeper is the ZooKeeper ensemble of `fenceproxy lock --zk`, whose locks live under Root.
+type BarrierZooKeeper struct {
+	Servers []string `yaml:"servers"`
+	// Root is the parent path of the locks; default /fenceproxy/locks (fenceproxy lock --zk's).
+	Root string `yaml:"root"`
+}
+
+// BarrierRedis is the Redis server (the primary) of `fenceproxy lock --redis`, whose keys start with Prefix.
+type BarrierRedis struct {
+	Address string `yaml:"address"`
+	// Prefix is the prefix of the store's keys; default {fenceproxy}: (fenceproxy lock --redis's).
+	Prefix string `yaml:"prefix"`
 }
 
 // BarrierEtcd is the etcd cluster of `fenceproxy lock --etcd`, whose locks live under Prefix.
@@ -543,6 +575,19 @@ func (c *Config) validate(add func(key, format string, args ...any)) {
 		if strings.TrimSpace(ep) == "" {
 			add(fmt.Sprintf("upstream.barrier.etcd.endpoints[%d]", i), "empty endpoint")
 		}
+	}
+	for i, s := range c.Upstream.Barrier.ZooKeeper.Servers {
+		if strings.TrimSpace(s) == "" {
+			add(fmt.Sprintf("upstream.barrier.zookeeper.servers[%d]", i), "empty server")
+		}
+	}
+	if a := c.Upstream.Barrier.Redis.Address; a != "" {
+		if err := checkHostPort(a); err != nil {
+			add("upstream.barrier.redis.address", "%v", err)
+		}
+	}
+	if set := c.Upstream.Barrier.Sources(); len(set) > 1 {
+		add(set[1], "the barrier reads one lock service (tokens of different services are not comparable): set only one of %s", strings.Join(set, ", "))
 	}
 	if c.Upstream.ConnectTimeout < 0 {
 		add("upstream.connect_timeout", "must be positive")

@@ -354,3 +354,31 @@ func TestEditDistance(t *testing.T) {
 		}
 	}
 }
+
+// upstream.barrier: ZooKeeper and Redis as the barrier's lock service, and never two services at once.
+func TestBarrierSources(t *testing.T) {
+	cfg, err := Parse("c.yaml", []byte("upstream:\n  hosts: [a:1, b:2]\n  barrier:\n    zookeeper:\n      servers: [127.0.0.1:2181]\n      root: /locks\n"))
+	if err != nil || cfg.Upstream.Barrier.ZooKeeper.Root != "/locks" || len(cfg.Upstream.Barrier.Sources()) != 1 {
+		t.Fatalf("barrier zookeeper: %+v %v", cfg.Upstream.Barrier, err)
+	}
+	cfg, err = Parse("c.yaml", []byte("upstream:\n  hosts: [a:1, b:2]\n  barrier:\n    redis:\n      address: 127.0.0.1:6379\n"))
+	if err != nil || cfg.Upstream.Barrier.Redis.Address != "127.0.0.1:6379" || len(cfg.Upstream.Barrier.Sources()) != 1 {
+		t.Fatalf("barrier redis: %+v %v", cfg.Upstream.Barrier, err)
+	}
+	_, err = Parse("c.yaml", []byte("upstream:\n  hosts: [a:1, b:2]\n  barrier:\n    etcd:\n      endpoints: [127.0.0.1:2379]\n    redis:\n      address: 127.0.0.1:6379\n"))
+	if err == nil || !strings.Contains(err.Error(), "c.yaml:6: upstream.barrier.redis: the barrier reads one lock service") {
+		t.Errorf("etcd and redis: %v", err)
+	}
+	_, err = Parse("c.yaml", []byte("upstream:\n  hosts: [a:1, b:2]\n  barrier:\n    zookeeper:\n      servers: [127.0.0.1:2181]\n    redis:\n      address: 127.0.0.1:6379\n"))
+	if err == nil || !strings.Contains(err.Error(), "c.yaml:6: upstream.barrier.redis: the barrier reads one lock service") {
+		t.Errorf("zookeeper and redis: %v", err)
+	}
+	_, err = Parse("c.yaml", []byte("upstream:\n  hosts: [a:1, b:2]\n  barrier:\n    redis:\n      address: nowhere\n"))
+	if err == nil || !strings.Contains(err.Error(), "c.yaml:5: upstream.barrier.redis.address:") {
+		t.Errorf("redis address without a port: %v", err)
+	}
+	_, err = Parse("c.yaml", []byte("upstream:\n  hosts: [a:1, b:2]\n  barrier:\n    zookeeper:\n      servers: [\" \"]\n"))
+	if err == nil || !strings.Contains(err.Error(), "upstream.barrier.zookeeper.servers[0]: empty server") {
+		t.Errorf("empty zookeeper server: %v", err)
+	}
+}

@@ -75,6 +75,10 @@ func (s *RedisStore) Close() error { return s.client.Close() }
 func (s *RedisStore) lockKey(name string) string { return s.prefix + "lock:" + name }
 func (s *RedisStore) counterKey() string         { return s.prefix + "token" }
 
+// grantedKey is the hash that records, per lock name, the newest token granted for it (the failover barrier
+// reads it: docs/ha.md). Unlike the lock key it has no TTL, so it outlives the holder.
+func (s *RedisStore) grantedKey() string { return s.prefix + "granted" }
+
 // The lock key's value is "<owner> <token>".
 var (
 	// KEYS[1] lock, KEYS[2] counter; ARGV[1] owner, ARGV[2] TTL in ms. Returns the token, or the negated
@@ -96,6 +100,22 @@ if v and string.sub(v, 1, string.len(ARGV[1]) + 1) == ARGV[1] .. ' ' then
   return 1
 end
 return 0`)
+	// KEYS[1] lock, KEYS[2] grants hash; ARGV[1] owner, ARGV[2] lock name, ARGV[3] token (decimal, no leading
+	// zero). Records the token as the lock's newest grant unless a higher one is recorded, and only while the
+	// lock is this owner's. 1 if the grant is recorded (now or already higher), 0 if the lock is not ours.
+	// Tokens are compared as decimal strings (longer is greater, then byte order): Lua's numbers are doubles
+	// and would round tokens above 2^53.
+	redisRecordGrant = redis.NewScript(`
+local v = redis.call('GET', KEYS[1])
+if not (v and string.sub(v, 1, string.len(ARGV[1]) + 1) == ARGV[1] .. ' ') then
+  return 0
+end
+local cur = redis.call('HGET', KEYS[2], ARGV[2])
+if cur and (string.len(cur) > string.len(ARGV[3]) or (string.len(cur) == string.len(ARGV[3]) and cur >= ARGV[3])) then
+  return 1
+end
+redis.call('HSET', KEYS[2], ARGV[2], ARGV[3])
+return 1`)
 	// KEYS[1] lock; ARGV[1] owner. 1 if released, 0 if the lock is not ours (nothing changes).
 	redisRelease = redis.NewScript(`
 local v = redis.call('GET', KEYS[1])
@@ -146,7 +166,13 @@ func (s *RedisStore) Acquire(ctx context.Context, name string, o AcquireOptions)
 				s.releaseQuietly(key, owner)
 				return nil, fmt.Errorf("lock %q: counter %d plus offset %d overflows a token", key, res, o.TokenOffset)
 			}
-			h := &redisHeld{s: s, name: name, key: key, owner: owner, token: res + o.TokenOffset}
+			token := res + o.TokenOffset
+			if err := s.recordGrant(ctx, name, owner, token); err != nil {
+				// Fail closed: a token the barrier cannot know of is not handed out.
+				s.releaseQuietly(key, owner)
+				return nil, fmt.Errorf("lock %q: %w", key, err)
+			}
+			h := &redisHeld{s: s, name: name, key: key, owner: owner, token: token}
 			h.lease = newLeaseKeeper(fmt.Sprintf("lock %q", key), ttl, sent, func(ctx context.Context) (bool, error) {
 				n, err := redisRenew.Run(ctx, s.client, []string{key}, owner, ttl.Milliseconds()).Int64()
 				return n == 1, err
@@ -160,6 +186,48 @@ func (s *RedisStore) Acquire(ctx context.Context, name string, o AcquireOptions)
 			return nil, fmt.Errorf("lock %q: %w", key, err)
 		}
 	}
+}
+
+// recordGrant records token as the newest grant of the lock name, held by owner, before the token is handed
+// out: a holder whose grant is recorded nowhere could write after a lossy failover of PostgreSQL under a token
+// the failover barrier does not know of.
+func (s *RedisStore) recordGrant(ctx context.Context, name, owner string, token int64) error {
+	n, err := redisRecordGrant.Run(ctx, s.client, []string{s.lockKey(name), s.grantedKey()}, owner, name, strconv.FormatInt(token, 10)).Int64()
+	switch {
+	case err != nil:
+		return fmt.Errorf("record grant %d: redis: %w", token, err)
+	case n != 1:
+		return fmt.Errorf("record grant %d: %w: the lease ended before the grant was recorded", token, ErrLeaseLost)
+	}
+	return nil
+}
+
+// Granted reports, per lock, the newest token granted for it as recorded in the grants hash (grantedKey) at
+// acquisition, and the token of the lock's current holder where that is higher. A record that is not a
+// positive token is an error: the barrier cannot tell what it should raise the lock's mark to.
+func (s *RedisStore) Granted(ctx context.Context) (map[string]int64, error) {
+	recs, err := s.client.HGetAll(ctx, s.grantedKey()).Result()
+	if err != nil {
+		return nil, fmt.Errorf("redis lock store: read grants %q: %w", s.grantedKey(), err)
+	}
+	out := make(map[string]int64, len(recs))
+	for name, v := range recs {
+		tok, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || tok <= 0 {
+			return nil, fmt.Errorf("redis lock store: grant of lock %q in %q is %q, not a token", name, s.grantedKey(), v)
+		}
+		out[name] = tok
+	}
+	held, err := s.List(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("redis lock store: list holders: %w", err)
+	}
+	for _, li := range held {
+		if li.Token > 0 {
+			out[li.Name] = max(out[li.Name], li.Token)
+		}
+	}
+	return out, nil
 }
 
 func (s *RedisStore) releaseQuietly(key, owner string) {

@@ -197,7 +197,12 @@ func (s *ZKStore) Acquire(ctx context.Context, name string, o AcquireOptions) (H
 			if st.Czxid > math.MaxInt64-o.TokenOffset {
 				return giveUp(fmt.Errorf("czxid %d plus offset %d overflows a token", st.Czxid, o.TokenOffset))
 			}
-			return s.held(name, node, st.Czxid+o.TokenOffset)
+			token := st.Czxid + o.TokenOffset
+			if err := s.recordGrant(name, node, token); err != nil {
+				// Fail closed: a token the barrier cannot know of is not handed out.
+				return giveUp(err)
+			}
+			return s.held(name, node, token)
 		}
 		if o.Try {
 			return giveUp(ErrLocked)
@@ -217,6 +222,89 @@ func (s *ZKStore) Acquire(ctx context.Context, name string, o AcquireOptions) (H
 			return giveUp(context.Cause(s.lost))
 		}
 	}
+}
+
+// grantsPath is the parent of the nodes that record each lock's newest grant (root+".granted"): beside the
+// locks' paths, not under them, where a child would count as a contender (and confuse Curator).
+func (s *ZKStore) grantsPath() string { return s.root + ".granted" }
+
+// recordGrant records token as the newest grant of the lock name (the persistent node grantsPath()/name,
+// holding the token in decimal) before the token is handed out, for the failover barrier (docs/ha.md). Each
+// write is one multi: the holder's node still exists (so a holder whose session ended records nothing) and the
+// record is still the version read (so a concurrent writer's record is re-read, never overwritten blindly); a
+// record already at or above token is left alone: the record only ever grows.
+func (s *ZKStore) recordGrant(name, holderNode string, token int64) error {
+	rec := s.grantsPath() + "/" + name
+	val := []byte(strconv.FormatInt(token, 10))
+	holding := &zk.CheckVersionRequest{Path: holderNode, Version: -1}
+	for {
+		data, st, err := s.conn.Get(rec)
+		var write any
+		switch {
+		case errors.Is(err, zk.ErrNoNode):
+			write = &zk.CreateRequest{Path: rec, Data: val, Acl: zk.WorldACL(zk.PermAll)}
+		case err != nil:
+			return fmt.Errorf("record grant %d: read %s: %w", token, rec, err)
+		default:
+			if cur, err := strconv.ParseInt(string(data), 10, 64); err == nil && cur >= token {
+				return nil
+			}
+			write = &zk.SetDataRequest{Path: rec, Data: val, Version: st.Version}
+		}
+		res, err := s.conn.Multi(holding, write)
+		if err == nil {
+			return nil
+		}
+		if len(res) == 2 && errors.Is(res[0].Error, zk.ErrNoNode) {
+			return fmt.Errorf("record grant %d: %w: node %s is gone", token, ErrLeaseLost, holderNode)
+		}
+		if len(res) == 2 && errors.Is(res[1].Error, zk.ErrNoNode) {
+			// The first grant under this root: create the records' parent, then write again.
+			if err := s.ensurePath(s.grantsPath()); err != nil {
+				return fmt.Errorf("record grant %d: %w", token, err)
+			}
+			continue
+		}
+		if errors.Is(err, zk.ErrBadVersion) || errors.Is(err, zk.ErrNodeExists) ||
+			len(res) == 2 && (errors.Is(res[1].Error, zk.ErrBadVersion) || errors.Is(res[1].Error, zk.ErrNodeExists)) {
+			continue // another holder recorded meanwhile: compare with its record
+		}
+		return fmt.Errorf("record grant %d in %s: %w", token, rec, err)
+	}
+}
+
+// Granted reports, per lock, the newest token granted for it as recorded at acquisition (under grantsPath),
+// and the czxid of the lock's current holder where that is higher (a Curator holder records nothing). A record
+// that is not a positive token is an error: the barrier cannot tell what it should raise the lock's mark to.
+func (s *ZKStore) Granted(ctx context.Context) (map[string]int64, error) {
+	out := map[string]int64{}
+	names, _, err := s.conn.Children(s.grantsPath())
+	if err != nil && !errors.Is(err, zk.ErrNoNode) {
+		return nil, fmt.Errorf("zookeeper lock store: read grants under %s: %w", s.grantsPath(), err)
+	}
+	for _, name := range names {
+		rec := s.grantsPath() + "/" + name
+		data, _, err := s.conn.Get(rec)
+		if errors.Is(err, zk.ErrNoNode) {
+			continue // deleted meanwhile (by an operator: fenceproxy never deletes a record)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("zookeeper lock store: read grant %s: %w", rec, err)
+		}
+		tok, err := strconv.ParseInt(string(data), 10, 64)
+		if err != nil || tok <= 0 {
+			return nil, fmt.Errorf("zookeeper lock store: grant %s is %q, not a token", rec, data)
+		}
+		out[name] = tok
+	}
+	held, err := s.List(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("zookeeper lock store: list holders: %w", err)
+	}
+	for _, li := range held {
+		out[li.Name] = max(out[li.Name], li.Token)
+	}
+	return out, nil
 }
 
 func slicesIndex(list []string, v string) int {

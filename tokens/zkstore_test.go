@@ -111,6 +111,17 @@ func TestZooKeeperLocks(t *testing.T) {
 	t.Run("Contention", func(t *testing.T) {
 		contend(t, 10, 3, func() Store { return newZKStore(t, srv.Addr(), 10*time.Second) }, AcquireOptions{})
 	})
+	t.Run("GrantsRecorded", func(t *testing.T) {
+		// A root of its own: the other cases' grants are not this case's business.
+		s, err := NewZKStore(context.Background(), []string{srv.Addr()}, ZKOptions{Root: "/grants-recorded", ConnectTimeout: 30 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		checkGrantsRecorded(t, s, func(name string, token int64) error {
+			return s.recordGrant(name, "/grants-recorded/"+name+"/_c_gone-"+lockSuffix+"0000000099", token)
+		})
+	})
 	t.Run("ServerRestartWhileHeld", func(t *testing.T) {
 		a := newZKStore(t, srv.Addr(), 4*time.Second)
 		h, err := a.Acquire(context.Background(), "restart", AcquireOptions{})

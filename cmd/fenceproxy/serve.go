@@ -88,17 +88,14 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		defer v.Close()
 		opts.Verifier = v
 	}
-	if eps := cfg.Upstream.Barrier.Etcd.Endpoints; len(eps) > 0 {
-		// No DialTimeout: the client connects in the background, so an etcd that is down at start does not
-		// stop the proxy; the barrier then fails (closed) until etcd answers.
-		client, err := clientv3.New(clientv3.Config{Endpoints: eps, Logger: zap.NewNop()})
-		if err != nil {
-			fmt.Fprintf(stderr, "fenceproxy: upstream.barrier.etcd: %v\n", err)
-			return 1
-		}
-		store := tokens.NewEtcdStore(client, cfg.Upstream.Barrier.Etcd.Prefix)
-		defer store.Close()
-		opts.Grants = store
+	grants, err := openGrantSource(cfg.Upstream.Barrier)
+	if err != nil {
+		fmt.Fprintf(stderr, "fenceproxy: %v\n", err)
+		return 1
+	}
+	if grants != nil {
+		defer grants.Close()
+		opts.Grants = grants
 	}
 
 	keeper, err := startCeilingKeeper(cfg, &opts, log)
@@ -335,4 +332,44 @@ func metricsMux(reg *prometheus.Registry, pprofOn bool) *http.ServeMux {
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
 	return mux
+}
+
+// grantSource is a lock store the failover barrier reads its grants from.
+type grantSource interface {
+	proxy.GrantSource
+	Close() error
+}
+
+// openGrantSource opens the lock service of upstream.barrier (validation allows one at most), or returns nil
+// when none is set.
+func openGrantSource(b config.Barrier) (grantSource, error) {
+	switch {
+	case len(b.Etcd.Endpoints) > 0:
+		// No DialTimeout: the client connects in the background, so an etcd that is down at start does not
+		// stop the proxy; the barrier then fails (closed) until etcd answers.
+		client, err := clientv3.New(clientv3.Config{Endpoints: b.Etcd.Endpoints, Logger: zap.NewNop()})
+		if err != nil {
+			return nil, fmt.Errorf("upstream.barrier.etcd: %w", err)
+		}
+		return tokens.NewEtcdStore(client, b.Etcd.Prefix), nil
+	case len(b.ZooKeeper.Servers) > 0:
+		// An observing store holds no lock, so its client reconnects after a disconnect; the first session must
+		// come up at start.
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		s, err := tokens.NewZKStore(ctx, b.ZooKeeper.Servers, tokens.ZKOptions{Root: b.ZooKeeper.Root, Observe: true})
+		if err != nil {
+			return nil, fmt.Errorf("upstream.barrier.zookeeper: %w", err)
+		}
+		return s, nil
+	case b.Redis.Address != "":
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		s, err := tokens.NewRedisStore(ctx, b.Redis.Address, tokens.RedisOptions{Prefix: b.Redis.Prefix})
+		if err != nil {
+			return nil, fmt.Errorf("upstream.barrier.redis: %w", err)
+		}
+		return s, nil
+	}
+	return nil, nil
 }
