@@ -145,23 +145,7 @@ func (p *upstreamPool) put(kc *keptConn) {
 // expire closes the connections kept longer than the idle timeout.
 func (p *upstreamPool) expire() {
 	now := time.Now()
-	var old []*keptConn
-	p.mu.Lock()
-	kept := p.idle[:0]
-	for _, kc := range p.idle {
-		if now.Sub(kc.since) >= p.idleTimeout {
-			old = append(old, kc)
-		} else {
-			kept = append(kept, kc)
-		}
-	}
-	clear(p.idle[len(kept):])
-	p.idle = kept
-	p.metrics.upstreamIdle(len(p.idle))
-	p.mu.Unlock()
-	for _, kc := range old {
-		kc.conn.Close()
-	}
+	p.closeWhere(func(kc *keptConn) bool { return now.Sub(kc.since) >= p.idleTimeout })
 }
 
 // dropHost closes the connections kept to host (a primary that was demoted or lost).
@@ -169,11 +153,17 @@ func (p *upstreamPool) dropHost(host string) {
 	if p == nil {
 		return
 	}
+	p.closeWhere(func(kc *keptConn) bool { return kc.host.addr == host })
+}
+
+// closeWhere takes the kept connections for which drop is true out of the pool, and closes them outside the
+// lock.
+func (p *upstreamPool) closeWhere(drop func(*keptConn) bool) {
 	var old []*keptConn
 	p.mu.Lock()
 	kept := p.idle[:0]
 	for _, kc := range p.idle {
-		if kc.host.addr == host {
+		if drop(kc) {
 			old = append(old, kc)
 		} else {
 			kept = append(kept, kc)

@@ -544,20 +544,8 @@ func (c *Cluster) Kill() error {
 	if pid == 0 {
 		return errors.New("pgtest: Kill: server is not running")
 	}
-	// Collect the children first: once the postmaster is gone they are
-	// reparented and can no longer be told apart.
-	procs := append([]int{pid}, childrenOf(pid)...)
-	for _, p := range procs {
-		_ = syscall.Kill(p, syscall.SIGKILL)
-	}
-	deadline := time.Now().Add(30 * time.Second)
-	for _, p := range procs {
-		for alive(p) {
-			if time.Now().After(deadline) {
-				return fmt.Errorf("pgtest: Kill: process %d still alive after SIGKILL", p)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+	if err := KillServer(pid); err != nil {
+		return fmt.Errorf("pgtest: Kill: %w", err)
 	}
 	// The dead postmaster lingers as a zombie until whatever adopted it
 	// reaps it (here that can take a second or more), and meanwhile a new

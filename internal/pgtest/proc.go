@@ -192,9 +192,10 @@ func ServerCredential() (*syscall.Credential, error) {
 	return postgresCredential()
 }
 
-// KillServer crashes a PostgreSQL server that some other program started (Patroni): SIGKILL to the postmaster
-// pid and to all its child processes (each backend is a process group of its own), and returns once none of
-// them is left.
+// KillServer crashes the PostgreSQL server whose postmaster is pid (Cluster.Kill's, or one that some other
+// program started: Patroni): SIGKILL to the postmaster and to all its child processes (each backend is a
+// process group of its own), and returns once none of them is left. The children are collected first: once the
+// postmaster is gone they are reparented and can no longer be told apart.
 func KillServer(pid int) error {
 	procs := append([]int{pid}, childrenOf(pid)...)
 	for _, p := range procs {
