@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -381,16 +383,18 @@ func TestTargetSessionAttrs(t *testing.T) {
 }
 
 // TestSynchronousFencedWrites: with fence.synchronous_commit: remote_apply and a synchronous standby (the
-// server's own synchronous_commit is local, so other commits do not wait for it), a fenced write is
-// acknowledged only once the standby applied it: with the standby frozen, a write to an unprotected table is
-// acknowledged at once while a fenced write waits (SyncRep); the primary is killed (-9), the standby resumed
-// and promoted: the fenced write the client saw committed is there, and the one whose answer it did not get
-// was reported 08007 (its outcome unknown), not committed.
+// server's own synchronous_commit is local, so other commits do not wait for it), a stream of fenced writes from
+// several clients through the proxy, each write its own transaction on a row of its own; mid-stream the
+// standby's WAL receiver stops (what the primary writes from then on never reaches it), the primary is killed
+// (-9) and the standby promoted. Every write a client saw committed is on the new primary. Deterministically:
+// once the receiver is gone, a fenced write can no longer be acknowledged (it waits in SyncRep, and is cut by
+// the kill with 08007, its outcome unknown), while an unfenced write still is at once; without the SET LOCAL
+// the writes go on being acknowledged and are lost with the primary.
 func TestSynchronousFencedWrites(t *testing.T) {
 	pgtest.Require(t, pg)
 	primary := pgtest.MustStart(t, pgtest.Options{ExtraConf: map[string]string{"synchronous_standby_names": "*", "synchronous_commit": "local"}})
 	if err := primary.Exec(`CREATE TABLE accounts (id int PRIMARY KEY, v int NOT NULL, fence_token bigint);
-		INSERT INTO accounts VALUES (1, 0, NULL); CREATE TABLE notes (id int)`); err != nil {
+		CREATE TABLE notes (id int)`); err != nil {
 		t.Fatal(err)
 	}
 	standby := pgtest.MustStartStandby(t, primary, pgtest.Options{})
@@ -406,54 +410,111 @@ func TestSynchronousFencedWrites(t *testing.T) {
 		err := admin.QueryRow(ctx, "SELECT count(*) FROM pg_stat_replication WHERE sync_state = 'sync'").Scan(&n)
 		return err == nil && n == 1
 	})
-	c := connect(t, p.DSN(pgtest.SuperUser, "", pgtest.TestDB))
-	if _, err := c.Exec(ctx, "SET fence.token = 1; UPDATE accounts SET v = 1 WHERE id = 1"); err != nil {
-		t.Fatal(err)
-	}
 
-	if err := standby.Pause(); err != nil {
+	// The stream: each writer inserts rows of its own (id = writer*1e6 + n), one transaction each, until a
+	// write fails; acked holds the ids whose INSERT the client saw succeed, ackedAfterStop those acknowledged
+	// once the standby's receiver was gone.
+	const writers = 4
+	var (
+		mu             sync.Mutex
+		acked          []int
+		ackedAfterStop int
+		receiverGone   atomic.Bool
+	)
+	lastErr := make([]error, writers)
+	var wg sync.WaitGroup
+	for w := 0; w < writers; w++ {
+		c := connect(t, p.DSN(pgtest.SuperUser, "", pgtest.TestDB))
+		if _, err := c.Exec(ctx, "SET fence.token = 1"); err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		go func(w int, c *pgx.Conn) {
+			defer wg.Done()
+			for n := 1; ; n++ {
+				id := (w+1)*1000000 + n
+				if _, err := c.Exec(ctx, fmt.Sprintf("INSERT INTO accounts (id, v) VALUES (%d, %d)", id, n)); err != nil {
+					lastErr[w] = err
+					return
+				}
+				mu.Lock()
+				acked = append(acked, id)
+				if receiverGone.Load() {
+					ackedAfterStop++
+				}
+				mu.Unlock()
+			}
+		}(w, c)
+	}
+	ackedCount := func() (all, afterStop int) {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(acked), ackedAfterStop
+	}
+	eventually(t, 30*time.Second, "fenced writes acknowledged with the synchronous standby streaming", func() bool {
+		n, _ := ackedCount()
+		return n >= 4*writers
+	})
+
+	if err := standby.StopWALReceiver(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Exec(ctx, "INSERT INTO notes VALUES (1)"); err != nil {
-		t.Fatalf("an unfenced write with the standby frozen: %v", err)
+	receiverGone.Store(true)
+	if _, err := admin.Exec(ctx, "INSERT INTO notes VALUES (1)"); err != nil {
+		t.Fatalf("an unfenced write with the synchronous standby gone: %v", err)
 	}
-	acked := make(chan error, 1)
-	go func() {
-		_, err := c.Exec(ctx, "UPDATE accounts SET v = 2 WHERE id = 1")
-		acked <- err
-	}()
-	eventually(t, 30*time.Second, "the fenced write to wait for the synchronous standby", func() bool {
-		select {
-		case err := <-acked:
-			t.Fatalf("a fenced write was answered (%v) while the synchronous standby was frozen", err)
-		default:
+	// With the level set, every writer ends up waiting in SyncRep; a write acknowledged now never reaches the
+	// standby. Either way the primary is killed mid-stream, and the check below judges.
+	eventually(t, 30*time.Second, "the writers to wait for the synchronous standby (or, unfenced, to go on)", func() bool {
+		if _, after := ackedCount(); after >= 3*writers {
+			return true
 		}
 		var n int
 		err := admin.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'").Scan(&n)
-		return err == nil && n == 1
+		return err == nil && n == writers
 	})
 	admin.Close(ctx)
 	if err := primary.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	if err := <-acked; sqlstate(err) != "08007" {
-		t.Errorf("the fenced write cut by the primary's death: %v, want 08007 (not reported committed)", err)
-	}
-	if err := standby.Resume(); err != nil {
-		t.Fatal(err)
-	}
+	wg.Wait()
 	if err := standby.Promote(); err != nil {
 		t.Fatal(err)
 	}
-	var v int
-	if err := connect(t, standby.SuperDSN()).QueryRow(ctx, "SELECT v FROM accounts WHERE id = 1").Scan(&v); err != nil {
+
+	onNew := connect(t, standby.SuperDSN())
+	rows, err := onNew.Query(ctx, "SELECT id FROM accounts")
+	if err != nil {
 		t.Fatal(err)
 	}
-	// 1: the write the client saw committed; 2: the one whose outcome it was told is unknown, which the
-	// standby may have received before it froze.
-	if v != 1 && v != 2 {
-		t.Errorf("the new primary holds v = %d, want 1 (the fenced write the client saw committed) or 2", v)
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int])
+	if err != nil {
+		t.Fatal(err)
 	}
+	present := make(map[int]bool, len(ids))
+	for _, id := range ids {
+		present[id] = true
+	}
+	var lost []int
+	for _, id := range acked {
+		if !present[id] {
+			lost = append(lost, id)
+		}
+	}
+	if len(lost) > 0 {
+		t.Errorf("%d of %d acknowledged fenced writes are not on the new primary (%d acknowledged after the standby's receiver stopped), e.g. id %d",
+			len(lost), len(acked), ackedAfterStop, lost[0])
+	}
+	if ackedAfterStop > 0 {
+		t.Errorf("%d fenced writes were acknowledged after the synchronous standby's receiver stopped", ackedAfterStop)
+	}
+	// Every writer was cut mid-write (waiting in SyncRep): its write's outcome is unknown, never "committed".
+	for w, err := range lastErr {
+		if sqlstate(err) != "08007" {
+			t.Errorf("writer %d's write cut by the primary's death: %v, want 08007 (transaction resolution unknown)", w, err)
+		}
+	}
+	t.Logf("%d fenced writes acknowledged, %d rows on the new primary", len(acked), len(ids))
 }
 
 // TestSwitchoverDropsKeptConnections: a switchover where the old primary stays up, read-only

@@ -16,6 +16,12 @@ import (
 	"github.com/fenceproxy/fenceproxy/internal/proxytest"
 )
 
+// database is a PostgreSQL server the tables and checks run on: a pgtest.Cluster, or a Patroni node.
+type database interface {
+	Exec(sql string) error
+	SuperDSN() string
+}
+
 // proxyConfig is what a fenceproxy process is started with.
 type proxyConfig struct {
 	Upstream string   // host:port of PostgreSQL, or of a netRelay in front of it
@@ -177,7 +183,7 @@ func dsnApp(dsn, app string) string {
 
 // fencedTable creates a protected table with rows 1..rows, and a history table filled by a trigger with every
 // write the database applies (committed or not: rows written by an aborted transaction vanish with it).
-func fencedTable(t testing.TB, cl *pgtest.Cluster, rows int) string {
+func fencedTable(t testing.TB, cl database, rows int) string {
 	t.Helper()
 	name := uniqueName("ledger")
 	sql := fmt.Sprintf(`

@@ -14,8 +14,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-
-	"github.com/fenceproxy/fenceproxy/internal/pgtest"
 )
 
 // Outcome is what a writer learned about one write.
@@ -167,7 +165,7 @@ type appliedWrite struct {
 //   - each row's final state is the last write of the highest token applied to it.
 //
 // It returns the counts of outcomes, for the caller's own expectations.
-func (h *History) Check(t testing.TB, cl *pgtest.Cluster, table string) map[Outcome]int {
+func (h *History) Check(t testing.TB, cl database, table string) map[Outcome]int {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

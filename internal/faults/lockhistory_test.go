@@ -12,7 +12,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/fenceproxy/fenceproxy/config"
-	"github.com/fenceproxy/fenceproxy/internal/pgtest"
 	"github.com/fenceproxy/fenceproxy/schema"
 )
 
@@ -28,7 +27,7 @@ var lockStaleDetail = regexp.MustCompile(`^Lock (.+) has accepted fencing token 
 // lock holds the lock's advisory lock (shared or exclusive, docs/lock-fences.md) until it ends, so under a
 // working fence a newer token's first write cannot get past lock_accept before every older transaction on
 // the lock has ended; an older write that committed after a newer one shows in the log as a token going down.
-func installLockFence(t testing.TB, cl *pgtest.Cluster, table string) {
+func installLockFence(t testing.TB, cl database, table string) {
 	t.Helper()
 	sql := fmt.Sprintf(`
 CREATE TABLE %[1]s_commits (
@@ -108,7 +107,7 @@ type committedWrite struct {
 //     committed before the refusal came back.
 //
 // Call it besides Check, which judges the rows.
-func (h *History) CheckLocks(t testing.TB, cl *pgtest.Cluster, table string) {
+func (h *History) CheckLocks(t testing.TB, cl database, table string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -35,6 +35,8 @@ type workerReady struct {
 //	late  reports DIR/ready, waits for DIR/go, writes once and reports DIR/result; SIGTERM (from a lock that
 //	      was lost) does not stop it, as it would not stop a writer that has already decided to write; it
 //	      exits once it has had SIGTERM, so that the lock's exit status reflects the loss
+//	fresh as late, but on a connection made after DIR/go (the first one, and its deadline, may not outlive
+//	      a long pause: a failover ends it)
 //	once  writes once, reports DIR/result, exits 0
 //	hold  writes once, reports DIR/result and DIR/ready, then waits; SIGTERM makes it write DIR/sigterm and
 //	      exit 42
@@ -66,6 +68,7 @@ func helperMain(mode string, args []string) int {
 		h := &History{}
 		h.seq = int(token) * 1000 // values unique across processes: one write per process and token
 		a := h.Write(ctx, conn, table, worker, token, row)
+		a.Lock = os.Getenv("FENCE_LOCK") // the lock whose name `fenceproxy lock` put in PGOPTIONS (fence.lock)
 		writeJSON(filepath.Join(dir, "result"), a)
 	}
 	switch op {
@@ -74,6 +77,28 @@ func helperMain(mode string, args []string) int {
 		for !exists(filepath.Join(dir, "go")) {
 			time.Sleep(5 * time.Millisecond)
 		}
+		write()
+		select {
+		case <-terms:
+			return 0
+		case <-ctx.Done():
+			return 97
+		}
+	case "fresh":
+		writeJSON(filepath.Join(dir, "ready"), workerReady{Token: token, PID: os.Getpid()})
+		for !exists(filepath.Join(dir, "go")) {
+			time.Sleep(5 * time.Millisecond)
+		}
+		freshCtx, freshCancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer freshCancel()
+		ctx = freshCtx
+		fresh, err := pgx.Connect(ctx, dsn)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "worker: connect after go: %v\n", err)
+			return 98
+		}
+		defer fresh.Close(context.Background())
+		conn = fresh
 		write()
 		select {
 		case <-terms:

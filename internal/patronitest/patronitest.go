@@ -4,6 +4,7 @@
 package patronitest
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -16,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/fenceproxy/fenceproxy/internal/freeport"
 	"github.com/fenceproxy/fenceproxy/internal/pgtest"
@@ -39,12 +42,35 @@ func (n *Node) DSN(dbname string) string {
 	return fmt.Sprintf("postgres://%s@%s/%s?sslmode=disable", pgtest.SuperUser, n.Addr(), dbname)
 }
 
+// SuperDSN connects to the node's PostgreSQL as the superuser to the database "postgres" (Patroni creates no
+// other).
+func (n *Node) SuperDSN() string { return n.DSN("postgres") }
+
+// Exec runs sql (one or more statements, simple protocol) on the node as the superuser.
+func (n *Node) Exec(sql string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, n.SuperDSN())
+	if err != nil {
+		return fmt.Errorf("patronitest: connect to %s: %w", n.Name, err)
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(ctx, sql); err != nil {
+		return fmt.Errorf("patronitest: exec on %s: %w", n.Name, err)
+	}
+	return nil
+}
+
 // Cluster is a running Patroni cluster.
 type Cluster struct {
 	Nodes []*Node
 	scope string
 }
 
+// The cluster runs in Patroni's synchronous_mode: once a replica streams, it is the leader's synchronous
+// standby, and Patroni promotes only it, so a failover loses no commit the client saw acknowledged (the
+// history checkers in internal/faults demand every acknowledged write).
+//
 // Start runs a Patroni cluster of n nodes whose DCS is the etcd at etcdAddr (host:port) and waits until it has
 // a leader and every other node streams from it. The cluster is stopped when the test ends.
 func Start(t *testing.T, etcdAddr string, n int) *Cluster {
@@ -136,6 +162,7 @@ bootstrap:
     loop_wait: 1
     retry_timeout: 5
     maximum_lag_on_failover: 1073741824
+    synchronous_mode: true
     postgresql:
       use_pg_rewind: false
       parameters:
