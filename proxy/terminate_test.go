@@ -1,0 +1,61 @@
+package proxy_test
+
+import (
+	"context"
+	"io"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/fenceproxy/fenceproxy/internal/pgtest"
+	"github.com/fenceproxy/fenceproxy/internal/proxytest"
+)
+
+// TestTerminateAfterPipelineRunsEverything: a client that sends, in one write, Query messages and then
+// Terminate has every statement run before the server closes, as on a direct connection: the client reads
+// until end of file and then finds the row its last statement inserted. The proxy used to close (or keep) the
+// upstream connection while the server still had the client's input to read and answers to send: the close
+// with unread answers reset the connection, and the server never ran the last statement.
+func TestTerminateAfterPipelineRunsEverything(t *testing.T) {
+	d := direct(t)
+	ctx := ctxT(t)
+	if _, err := d.Exec(ctx, "DROP TABLE IF EXISTS terminate_pipeline; CREATE TABLE terminate_pipeline (via text)"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Exec(context.Background(), "DROP TABLE IF EXISTS terminate_pipeline") })
+	run := func(t *testing.T, addr, via string) {
+		for i := range 5 { // more than once: the lost statement depended on when the reset came
+			c := dialRaw(t, addr, pgtest.SuperUser, pgtest.TestDB, nil)
+			c.fe.Send(&pgproto3.Query{String: "SELECT 1"})
+			c.fe.Send(&pgproto3.Query{String: "SELECT 2"})
+			c.fe.Send(&pgproto3.Query{String: "INSERT INTO terminate_pipeline VALUES ('" + via + "')"})
+			c.fe.Send(&pgproto3.Terminate{})
+			c.conn.SetDeadline(time.Now().Add(20 * time.Second))
+			if err := c.fe.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			io.Copy(io.Discard, c.conn) // until the connection closes: the server has done what it was sent
+			c.conn.Close()
+			var n int
+			if err := d.QueryRow(ctx, "SELECT count(*) FROM terminate_pipeline WHERE via = $1", via).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			if n != i+1 {
+				t.Fatalf("after %d pipelines ending in Terminate, %d rows inserted", i+1, n)
+			}
+		}
+	}
+	t.Run("direct", func(t *testing.T) { run(t, pg.Addr(), "direct") })
+	for _, tr := range []struct{ name, yaml, upstream string }{
+		{"event loop", "", ""},
+		{"goroutines", goroutinesYAML, ""},
+		{"event loop without reuse", "", "  reuse:\n    max_idle: 0\n"},
+		{"goroutines without reuse", goroutinesYAML, "  reuse:\n    max_idle: 0\n"},
+	} {
+		t.Run(tr.name, func(t *testing.T) {
+			p := startProxy(t, proxytest.Options{YAML: tr.yaml, Upstream: tr.upstream})
+			run(t, p.Addr, tr.name)
+		})
+	}
+}
