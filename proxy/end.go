@@ -125,7 +125,9 @@ func (ss *session) end(e ending, tio sessionIO) {
 	if !forced {
 		if e.why != endUpstreamGone {
 			tio.sendUpstream(terminateMsg)
-			if drain && !tio.drainUpstream(time.Now().Add(terminateDrainTimeout)) {
+			// Cut short (the bound, a failure, or forceClose, which reads as end of file in the loop): the
+			// statement still running goes on holding a backend and its locks, so cancel it.
+			if drain && (!tio.drainUpstream(time.Now().Add(terminateDrainTimeout)) || tio.forced()) {
 				ss.cancelIfRunning()
 			}
 		}

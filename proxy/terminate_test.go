@@ -59,3 +59,33 @@ func TestTerminateAfterPipelineRunsEverything(t *testing.T) {
 		})
 	}
 }
+
+// TestTerminateWaitIsCutByShutdown: a session whose client sent a long statement and then Terminate waits for
+// the server (the client's connection stays open meanwhile), and a shutdown that runs out of time ends that wait
+// and cancels the statement: the backend goes away instead of sleeping on. Both transports.
+func TestTerminateWaitIsCutByShutdown(t *testing.T) {
+	for _, tr := range []struct{ name, yaml string }{{"event loop", ""}, {"goroutines", goroutinesYAML}} {
+		t.Run(tr.name, func(t *testing.T) {
+			p := startProxy(t, proxytest.Options{YAML: tr.yaml})
+			d := direct(t)
+			conn, fe, _ := rawStartup(t, p.Addr, pgproto3.ProtocolVersionNumber, nil)
+			pid := rawBackendPID(t, fe)
+			fe.Send(&pgproto3.Query{String: "SELECT pg_sleep(60)"})
+			fe.Send(&pgproto3.Terminate{})
+			if err := fe.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, 10*time.Second, "the query to run", func() bool { return backendState(t, d, pid) == "active" })
+			// The proxy has not closed the client: it waits for the server to answer and close.
+			conn.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+			var b [1]byte
+			if _, err := conn.Read(b[:]); !isTimeoutErr(err) {
+				t.Fatalf("the client's connection ended while its statement ran: %v", err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel() // no time to drain: the proxy closes every session at once
+			p.Server.Shutdown(ctx)
+			eventually(t, 10*time.Second, "the backend to go away", func() bool { return backendState(t, d, pid) == "gone" })
+		})
+	}
+}
