@@ -65,6 +65,12 @@ func (st *protoState) running() bool {
 	return st.ready.Load() && (st.pending.Load() > 0 || st.unsynced.Load())
 }
 
+// answersInFlight reports whether the server may still owe answers to what was sent to it (the client's
+// statements or the proxy's own): closing the connection now would cut them (end.go).
+func (st *protoState) answersInFlight() bool {
+	return st.running() || st.internal.Load() > 0
+}
+
 // errTerminated is onClientMsg's answer to a Terminate: the client ends the session. The Terminate is not
 // forwarded; the session's end decides between sending it upstream and keeping the connection.
 var errTerminated = errors.New("client sent Terminate")

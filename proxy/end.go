@@ -46,6 +46,9 @@ type sessionIO interface {
 	// lingerClient shuts the client connection's sending side and reads and discards what the client still
 	// sends until it closes or deadline passes (see lingerTimeout).
 	lingerClient(deadline time.Time)
+	// drainUpstream reads and discards what the upstream still sends until it closes (true) or deadline
+	// passes or reading fails (false).
+	drainUpstream(deadline time.Time) bool
 	keepable() bool                  // nothing unread from or unsent to the upstream
 	takeUpstream() (net.Conn, error) // the upstream connection, out of the transport, for reuse
 	close()                          // close what the transport still holds
@@ -62,6 +65,14 @@ const farewellTimeout = time.Second
 // closes when the client has closed.
 const lingerTimeout = 2 * time.Second
 
+// terminateDrainTimeout bounds how long a session that ends with the client's Terminate waits, after passing the
+// Terminate on, for the server to answer what the client sent before it and close. A direct connection runs
+// all of it (PostgreSQL reads the Terminate only after the statements before it); the proxy must not close its
+// end sooner: closing a socket with the server's answers unread makes the kernel reset the connection, and
+// the server, failing to send its next answer, ends the backend without running the statements it has not
+// reached. Beyond this bound the session ends as for a client gone (its running statement is cancelled).
+const terminateDrainTimeout = 30 * time.Second
+
 // terminateMsg is the Terminate message.
 var terminateMsg = []byte{msgTerminate, 0, 0, 0, 4}
 
@@ -71,6 +82,7 @@ func (ss *session) end(e ending, tio sessionIO) {
 	forced := tio.forced()
 	ss.outcome = ss.outcomeOf(e, forced)
 	var farewell []byte
+	drain := false // wait for the server to answer and close after the Terminate
 	switch e.why {
 	case endProtocol:
 		ss.srv.metrics.protocolError()
@@ -106,10 +118,18 @@ func (ss *session) end(e ending, tio sessionIO) {
 			ss.keep(up)
 			return
 		}
+		// Everything the client sent before its Terminate must run, as on a direct connection: pass the
+		// Terminate on after it, and close only when the server has answered all of it and closed.
+		drain = st.answersInFlight()
 	}
 	if !forced {
 		if e.why != endUpstreamGone {
 			tio.sendUpstream(terminateMsg)
+			// Cut short (the bound, a failure, or forceClose, which reads as end of file in the loop): the
+			// statement still running goes on holding a backend and its locks, so cancel it.
+			if drain && (!tio.drainUpstream(time.Now().Add(terminateDrainTimeout)) || tio.forced()) {
+				ss.cancelIfRunning()
+			}
 		}
 		if e.why != endClientGone {
 			tio.sendClient(farewell) // also what the transport still holds for the client

@@ -210,6 +210,17 @@ func (l *loopIO) lingerClient(deadline time.Time) {
 	if unix.Shutdown(fd, unix.SHUT_WR) != nil {
 		return
 	}
+	discardUntilEOF(fd, deadline)
+}
+
+func (l *loopIO) drainUpstream(deadline time.Time) bool {
+	l.es.uin = l.es.uin[:0]
+	return discardUntilEOF(l.es.ufd, deadline)
+}
+
+// discardUntilEOF reads and discards what a non-blocking socket receives until end of file (true), an error or
+// deadline (false).
+func discardUntilEOF(fd int, deadline time.Time) bool {
 	var discard [4096]byte
 	for {
 		n, err := sysRead(fd, discard[:])
@@ -217,12 +228,12 @@ func (l *loopIO) lingerClient(deadline time.Time) {
 		case n > 0:
 			continue
 		case err == nil:
-			return // end of file: the client closed
+			return true
 		case err != unix.EAGAIN && err != unix.EINTR:
-			return
+			return false
 		}
 		if !waitFD(fd, unix.POLLIN, deadline) {
-			return
+			return false
 		}
 	}
 }

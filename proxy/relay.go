@@ -258,6 +258,12 @@ func (g *goroutineIO) lingerClient(deadline time.Time) {
 	io.Copy(io.Discard, c)
 }
 
+func (g *goroutineIO) drainUpstream(deadline time.Time) bool {
+	g.ss.upstream.SetReadDeadline(deadline)
+	_, err := io.Copy(io.Discard, g.ss.upstream) // what the reader holds is discarded with it
+	return err == nil
+}
+
 func (g *goroutineIO) keepable() bool { return g.ss.sr.r.Buffered() == 0 }
 
 func (g *goroutineIO) takeUpstream() (net.Conn, error) {

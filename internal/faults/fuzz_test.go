@@ -114,6 +114,7 @@ var fuzzSeedWrites = map[string]int{
 	"query_fenced_update":          1, // token 7 over row 1's 5
 	"query_insert_and_update":      2, // token 6: a new row 3, row 2 (no token)
 	"extended_batch_fenced_writes": 3, // token 6: rows 1 and 2, a new row 4, two Parse/Bind/Execute before one Sync
+	"query_three_then_terminate":   1, // token 6, SELECT 1, a new row 3: three Query, then the Terminate, in one write
 	// Refused or not a write: stale tokens, no token, TRUNCATE, COPY, the token reset between Parse and
 	// Execute; and what is no valid message at all.
 	"absurd_length": 0, "bind_garbage": 0, "copy_data_out_of_place": 0, "copy_from_stdin": 0, "describe_close_flush": 0,
