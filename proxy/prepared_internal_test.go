@@ -1,8 +1,11 @@
 package proxy
 
 import (
+	"fmt"
 	"io"
 	"log/slog"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/fenceproxy/fenceproxy/config"
@@ -56,5 +59,54 @@ func TestPreparedCommandsSentWithTheQueryCounted(t *testing.T) {
 	}
 	if probe.uncounted > 0 {
 		t.Fatalf("%d writes upstream before the client's Query counted as pending", probe.uncounted)
+	}
+}
+
+// TestPreparedVerificationFollowsEntries: the verification is built once and kept, so every change to the
+// entries (a new one, an eviction, forgetting them all) must build it again: a kept text that left out a new
+// entry would never verify it, and one that kept an evicted entry would verify a name the proxy gave up.
+func TestPreparedVerificationFollowsEntries(t *testing.T) {
+	ps := &prepState{max: 2}
+	names := func() []string {
+		q, entries := ps.verification()
+		var out []string
+		for _, e := range entries {
+			if !strings.Contains(q, `"`+e.name+" "+e.hash+`"`) {
+				t.Fatalf("the verification does not name %s with its hash: %s", e.name, q)
+			}
+			out = append(out, e.name)
+		}
+		slices.Sort(out)
+		return out
+	}
+	want := func(step string, want ...string) {
+		t.Helper()
+		if got := names(); !slices.Equal(got, want) {
+			t.Fatalf("after %s: the verification names %v, want %v", step, got, want)
+		}
+	}
+	tmpl := func(n int) *rewrite.Prepared { return &rewrite.Prepared{Body: fmt.Sprintf("AS SELECT %d", n)} }
+	if q, _ := ps.verification(); q != "" {
+		t.Fatalf("nothing to verify, but %q", q)
+	}
+	ps.add(tmpl(1))
+	want("the first entry", "fenceproxy_p1")
+	ps.add(tmpl(2))
+	want("a second entry", "fenceproxy_p1", "fenceproxy_p2")
+	ps.uses++
+	ps.byTmpl[ps.verifyEntries[0].tmpl].lastUse = ps.uses // the other one is evicted
+	evicted := "fenceproxy_p1"
+	if ps.verifyEntries[0].name == evicted {
+		evicted = "fenceproxy_p2"
+	}
+	ps.add(tmpl(3))
+	kept := "fenceproxy_p1"
+	if evicted == kept {
+		kept = "fenceproxy_p2"
+	}
+	want("an eviction", kept, "fenceproxy_p3")
+	ps.forget()
+	if q, entries := ps.verification(); q != "" || len(entries) != 0 {
+		t.Fatalf("after forget: %q for %d entries, want nothing to verify", q, len(entries))
 	}
 }
