@@ -38,7 +38,8 @@ import (
 //     statement) can run DEALLOCATE and PREPARE, reading the names from pg_prepared_statements, and put an
 //     unfenced statement of the same name and parameter types in a template's place; no SQL name can be kept
 //     from it. So trust is lost with every client message that may run code on the server (every Query but a
-//     bare BEGIN, and every Parse, Bind, Execute and FunctionCall: trustEpoch), and comes back only from a
+//     BEGIN alone, with transaction modes or without: isBareBegin; and every Parse, Bind, Execute and
+//     FunctionCall: clientRan), and comes back only from a
 //     verification sent after it (verifySQL, at an idle point, after the PREPAREs): the server must hold,
 //     under each of the proxy's names, exactly the text the proxy prepared there. A name that holds another
 //     text makes the proxy forget them all (the next idle point deallocates whatever has its prefix, and
@@ -220,7 +221,8 @@ func (ps *prepState) statementFor(p rewrite.Plan, m *Metrics) string {
 }
 
 // clientRan notes a client message that may run code on the server (trust is lost until a verification sent
-// after it comes back clean): every Query but a bare BEGIN, and every Parse, Bind, Execute and FunctionCall.
+// after it comes back clean): every Query but a bare BEGIN (isBareBegin), and every Parse, Bind, Execute and
+// FunctionCall.
 func (ps *prepState) clientRan(typ byte, body []byte) {
 	if ps.max == 0 {
 		return
@@ -231,11 +233,52 @@ func (ps *prepState) clientRan(typ byte, body []byte) {
 	ps.epoch++
 }
 
-// isBareBegin reports whether a Query's body is BEGIN (or START TRANSACTION) alone, which runs no code.
+// isBareBegin reports whether a Query's body is one BEGIN (or START TRANSACTION) alone, with transaction modes
+// or without, which runs no code.
+//
+// Why that is airtight: the text is made of nothing but ASCII letters, spaces and commas (at most one ';' at
+// its end), it starts with BEGIN or START TRANSACTION, and every later word is one of those the grammar of
+// their transaction modes knows (beginModeWord). PostgreSQL reads such a text as one BEGIN or START
+// TRANSACTION with modes, or refuses it as a syntax error: no expression, name or comment can hide in it.
+// Neither runs code of the client's: the modes set transaction_isolation, transaction_read_only and
+// transaction_deferrable, whose checks are PostgreSQL's own, and transaction control fires no trigger, event
+// trigger or rule. Anything else counts as running code: COMMIT runs deferred constraint triggers, and
+// SET, which could keep trust for plain settings, is not judged here.
 func isBareBegin(body []byte) bool {
 	t := bytes.TrimRight(body, "\x00")
 	t = bytes.TrimSpace(bytes.TrimSuffix(bytes.TrimSpace(t), []byte(";")))
-	return bytes.EqualFold(t, []byte("begin")) || bytes.EqualFold(t, []byte("start transaction"))
+	for _, c := range t {
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == ',') {
+			return false
+		}
+	}
+	words := strings.FieldsFunc(strings.ToLower(string(t)), func(r rune) bool { return r == ' ' || r == '\t' || r == '\n' || r == '\r' || r == ',' })
+	switch {
+	case len(words) >= 1 && words[0] == "begin":
+		words = words[1:]
+	case len(words) >= 2 && words[0] == "start" && words[1] == "transaction":
+		words = words[2:]
+	default:
+		return false
+	}
+	for _, w := range words {
+		if !beginModeWord(w) {
+			return false
+		}
+	}
+	return true
+}
+
+// beginModeWord reports whether w may follow BEGIN or START TRANSACTION: WORK, TRANSACTION or a word of the
+// transaction modes (ISOLATION LEVEL { SERIALIZABLE | REPEATABLE READ | READ COMMITTED | READ UNCOMMITTED },
+// READ WRITE, READ ONLY, [ NOT ] DEFERRABLE).
+func beginModeWord(w string) bool {
+	switch w {
+	case "work", "transaction", "isolation", "level", "serializable", "repeatable", "read", "committed", "uncommitted",
+		"write", "only", "not", "deferrable":
+		return true
+	}
+	return false
 }
 
 // verifySQL returns a query that lists the names among entries that the server holds with exactly the text

@@ -110,3 +110,35 @@ func TestPreparedVerificationFollowsEntries(t *testing.T) {
 		t.Fatalf("after forget: %q for %d entries, want nothing to verify", q, len(entries))
 	}
 }
+
+// TestPreparedBareBegin: the texts that keep the proxy's trust in its prepared statements (isBareBegin): one
+// BEGIN or START TRANSACTION, with transaction modes or without, and nothing else that could run code.
+func TestPreparedBareBegin(t *testing.T) {
+	for text, want := range map[string]bool{
+		"BEGIN":             true,
+		" begin ;\x00":      true,
+		"START TRANSACTION": true,
+		"BEGIN WORK":        true,
+		"BEGIN TRANSACTION ISOLATION LEVEL SERIALIZABLE":    true,
+		"begin isolation level repeatable read;":            true,
+		"START TRANSACTION READ ONLY, NOT DEFERRABLE":       true,
+		"BEGIN\tREAD\nWRITE,ISOLATION LEVEL READ COMMITTED": true,
+		"":                                   false,
+		"START":                              false,
+		"COMMIT":                             false,
+		"END":                                false,
+		"BEGIN; SELECT public.f()":           false,
+		"BEGIN;;":                            false,
+		"BEGIN READ ONLY; SELECT 1":          false,
+		"BEGIN /* comment */":                false,
+		"BEGIN ISOLATION LEVEL f()":          false,
+		"BEGIN WOR\u212a":                    false, // a Kelvin sign, which strings.ToLower makes a k
+		"START TRANSACTION; CALL public.p()": false,
+		"BEGIN DEFERRABLE, x":                false,
+		"SET transaction_isolation = 'serializable'": false,
+	} {
+		if got := isBareBegin([]byte(text)); got != want {
+			t.Errorf("isBareBegin(%+q) = %v, want %v", text, got, want)
+		}
+	}
+}
