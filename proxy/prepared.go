@@ -38,7 +38,8 @@ import (
 //     statement) can run DEALLOCATE and PREPARE, reading the names from pg_prepared_statements, and put an
 //     unfenced statement of the same name and parameter types in a template's place; no SQL name can be kept
 //     from it. So trust is lost with every client message that may run code on the server (every Query but a
-//     bare BEGIN, and every Parse, Bind, Execute and FunctionCall: trustEpoch), and comes back only from a
+//     BEGIN alone, with transaction modes or without: isBareBegin; and every Parse, Bind, Execute and
+//     FunctionCall: clientRan), and comes back only from a
 //     verification sent after it (verifySQL, at an idle point, after the PREPAREs): the server must hold,
 //     under each of the proxy's names, exactly the text the proxy prepared there. A name that holds another
 //     text makes the proxy forget them all (the next idle point deallocates whatever has its prefix, and
@@ -105,27 +106,43 @@ type prepEntry struct {
 	hash    string // md5 of the text that prepares it (prepareSQL), as the server holds it
 	state   atomic.Int32
 	lastUse uint64 // prepState.uses at its last use; client side only
+	// seen is the number of the last verification that found the server holding this entry's text under its
+	// name (server side writes; read when that verification's ReadyForQuery comes). Numbers start at 1: an
+	// entry no verification listed is never seen.
+	seen atomic.Uint64
 }
 
 // prepCommand is a statement the proxy sends on its own at an idle point: a PREPARE (entry set), a
-// DEALLOCATE (entry nil), or a verification of the names of entries (verify set, for trust epoch epoch).
+// DEALLOCATE (entry nil), or a verification of the names of entries (verify set, for trust epoch epoch,
+// numbered n).
 type prepCommand struct {
-	sql     string
-	entry   *prepEntry
-	verify  bool
-	epoch   uint64
-	entries []*prepEntry
+	sql      string
+	entry    *prepEntry
+	verify   bool
+	epoch, n uint64
+	entries  []*prepEntry
 }
 
-// unusedName reports whether name is that of one of a verification's entries that the proxy does not
-// EXECUTE (its PREPARE, in the same batch, failed: the server may hold a client's statement of that name).
-func (c prepCommand) unusedName(name string) bool {
+// noteSeen notes that a verification's answer lists name: the server holds that entry's text under it.
+func (c prepCommand) noteSeen(name string) {
 	for _, e := range c.entries {
 		if e.name == name {
-			return e.state.Load() != prepReady
+			e.seen.Store(c.n)
 		}
 	}
-	return false
+}
+
+// unverified returns the first of a verification's entries that the proxy may EXECUTE (the server has
+// prepared it: its PREPARE, in the same batch or before, was answered) and that the answer did not list; nil
+// when there is none. An entry whose PREPARE failed is not required: the server may hold a client's statement
+// under its name, and the proxy never executes it.
+func (c prepCommand) unverified() *prepEntry {
+	for _, e := range c.entries {
+		if e.state.Load() == prepReady && e.seen.Load() != c.n {
+			return e
+		}
+	}
+	return nil
 }
 
 // dataRowText is the first column of a DataRow, as text ("" when NULL or malformed).
@@ -164,6 +181,11 @@ type prepState struct {
 	epoch, verifySent uint64
 	verified          atomic.Uint64
 	verifyFailed      bool
+	// verifyText and verifyEntries: the verification of every entry (verifySQL), built when first needed after
+	// the entries last changed (add, which also evicts; forget), not for every transaction; client side only.
+	verifyText    string
+	verifyEntries []*prepEntry
+	verifications uint64 // verifications sent; client side only
 
 	mu       sync.Mutex
 	inflight []prepCommand // sent, in order; answered in order
@@ -199,7 +221,8 @@ func (ps *prepState) statementFor(p rewrite.Plan, m *Metrics) string {
 }
 
 // clientRan notes a client message that may run code on the server (trust is lost until a verification sent
-// after it comes back clean): every Query but a bare BEGIN, and every Parse, Bind, Execute and FunctionCall.
+// after it comes back clean): every Query but a bare BEGIN (isBareBegin), and every Parse, Bind, Execute and
+// FunctionCall.
 func (ps *prepState) clientRan(typ byte, body []byte) {
 	if ps.max == 0 {
 		return
@@ -210,32 +233,94 @@ func (ps *prepState) clientRan(typ byte, body []byte) {
 	ps.epoch++
 }
 
-// isBareBegin reports whether a Query's body is BEGIN (or START TRANSACTION) alone, which runs no code.
+// isBareBegin reports whether a Query's body is one BEGIN (or START TRANSACTION) alone, with transaction modes
+// or without, which runs no code.
+//
+// Why that is airtight: the text is made of nothing but ASCII letters, spaces and commas (at most one ';' at
+// its end), it starts with BEGIN or START TRANSACTION, and every later word is one of those the grammar of
+// their transaction modes knows (beginModeWord). PostgreSQL reads such a text as one BEGIN or START
+// TRANSACTION with modes, or refuses it as a syntax error: no expression, name or comment can hide in it.
+// Neither runs code of the client's: the modes set transaction_isolation, transaction_read_only and
+// transaction_deferrable, whose checks are PostgreSQL's own, and transaction control fires no trigger, event
+// trigger or rule. Anything else counts as running code: COMMIT runs deferred constraint triggers, and
+// SET, which could keep trust for plain settings, is not judged here.
 func isBareBegin(body []byte) bool {
 	t := bytes.TrimRight(body, "\x00")
 	t = bytes.TrimSpace(bytes.TrimSuffix(bytes.TrimSpace(t), []byte(";")))
-	return bytes.EqualFold(t, []byte("begin")) || bytes.EqualFold(t, []byte("start transaction"))
+	for _, c := range t {
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == ',') {
+			return false
+		}
+	}
+	words := strings.FieldsFunc(strings.ToLower(string(t)), func(r rune) bool { return r == ' ' || r == '\t' || r == '\n' || r == '\r' || r == ',' })
+	switch {
+	case len(words) >= 1 && words[0] == "begin":
+		words = words[1:]
+	case len(words) >= 2 && words[0] == "start" && words[1] == "transaction":
+		words = words[2:]
+	default:
+		return false
+	}
+	for _, w := range words {
+		if !beginModeWord(w) {
+			return false
+		}
+	}
+	return true
 }
 
-// verifySQL returns a query that lists the names among entries that the server does not hold, or holds with
-// another text than the one the proxy prepared there (none: the names are the proxy's); "" when there is
-// nothing to verify. Every name it uses is pg_catalog's, so no search_path changes what it does.
-func verifySQL(entries []*prepEntry) string {
-	var b strings.Builder
-	for _, e := range entries {
-		if b.Len() == 0 {
-			b.WriteString("SELECT v.name FROM (VALUES ")
-		} else {
-			b.WriteString(", ")
-		}
-		fmt.Fprintf(&b, "('%s', '%s')", e.name, e.hash)
+// beginModeWord reports whether w may follow BEGIN or START TRANSACTION: WORK, TRANSACTION or a word of the
+// transaction modes (ISOLATION LEVEL { SERIALIZABLE | REPEATABLE READ | READ COMMITTED | READ UNCOMMITTED },
+// READ WRITE, READ ONLY, [ NOT ] DEFERRABLE).
+func beginModeWord(w string) bool {
+	switch w {
+	case "work", "transaction", "isolation", "level", "serializable", "repeatable", "read", "committed", "uncommitted",
+		"write", "only", "not", "deferrable":
+		return true
 	}
-	if b.Len() == 0 {
+	return false
+}
+
+// verifySQL returns a query that lists the names among entries that the server holds with exactly the text
+// the proxy prepared there (the pair of name and md5 of the text must be an entry's: a name holding another
+// text, or an entry's text under another name, is not listed); "" when there is nothing to verify. An entry
+// that the answer does not list is not verified (fail closed: prepCommand.unverified). Every name it uses is
+// pg_catalog's, so no search_path changes what it does.
+//
+// It reads the function pg_prepared_statement() rather than the view pg_prepared_statements over it, and
+// compares with an array rather than joining a VALUES list: the same rows, but the server plans it in about a
+// quarter of the time (measured with pgbench -M simple, one statement: 31 µs a round trip against 54 µs for
+// the view joined with VALUES, 24 µs for SELECT 1), and it runs before every transaction that EXECUTEs.
+func verifySQL(entries []*prepEntry) string {
+	if len(entries) == 0 {
 		return ""
 	}
-	b.WriteString(") AS v(name, hash) LEFT JOIN pg_catalog.pg_prepared_statements AS p ON p.name OPERATOR(pg_catalog.=) v.name" +
-		" WHERE p.name IS NULL OR pg_catalog.md5(p.statement) OPERATOR(pg_catalog.<>) v.hash")
+	var b strings.Builder
+	b.WriteString("SELECT p.name FROM pg_catalog.pg_prepared_statement() AS p WHERE p.name OPERATOR(pg_catalog.||) ' ' " +
+		"OPERATOR(pg_catalog.||) pg_catalog.md5(p.statement) OPERATOR(pg_catalog.=) ANY ('{")
+	for i, e := range entries {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		// Neither a name (fenceproxy_p<n>) nor a hash (hex) holds a quote, a backslash or a brace. The md5 is
+		// always 32 characters, so the pair names one name.
+		b.WriteString(`"` + e.name + " " + e.hash + `"`)
+	}
+	b.WriteString("}')")
 	return b.String()
+}
+
+// verification returns the verification of every entry and its entries, built again only when the entries
+// changed since the last one.
+func (ps *prepState) verification() (string, []*prepEntry) {
+	if ps.verifyText == "" {
+		ps.verifyEntries = make([]*prepEntry, 0, len(ps.byTmpl))
+		for _, e := range ps.byTmpl {
+			ps.verifyEntries = append(ps.verifyEntries, e)
+		}
+		ps.verifyText = verifySQL(ps.verifyEntries)
+	}
+	return ps.verifyText, ps.verifyEntries
 }
 
 // add notes a template to prepare, making room for it when the connection holds max already.
@@ -251,6 +336,7 @@ func (ps *prepState) add(t *rewrite.Prepared) {
 	sum := md5.Sum([]byte(prepareSQL(e)))
 	e.hash = hex.EncodeToString(sum[:])
 	ps.byTmpl[t] = e
+	ps.verifyText = ""
 	ps.queued = append(ps.queued, prepCommand{sql: prepareSQL(e), entry: e})
 }
 
@@ -296,6 +382,7 @@ func deleteEntry(cmds []prepCommand, e *prepEntry) []prepCommand {
 // before anything else goes out, DEALLOCATEs of evicted entries included.
 func (ps *prepState) forget() {
 	clear(ps.byTmpl)
+	ps.verifyText = ""
 	ps.queued = ps.queued[:0]
 	if ps.onServer {
 		ps.sweep, ps.onServer = true, false
@@ -351,16 +438,14 @@ func (ps *prepState) sendQueued(w msgSink, st *protoState, query []byte) {
 		send(c)
 	}
 	// Last, after the PREPAREs: the verification of every name the proxy may EXECUTE, for the client's
-	// messages so far (trust, at the top of this file).
-	var names []*prepEntry
-	for _, e := range ps.byTmpl {
-		if s := e.state.Load(); verify && (s == prepReady || s == prepSent) {
-			names = append(names, e)
+	// messages so far (trust, at the top of this file). It names every entry; those whose PREPARE has not
+	// succeeded by its answer are not required (prepCommand.unverified).
+	if verify {
+		if q, entries := ps.verification(); q != "" {
+			ps.verifications++
+			send(prepCommand{sql: q, verify: true, epoch: ps.epoch, n: ps.verifications, entries: entries})
+			ps.verifySent = ps.epoch
 		}
-	}
-	if q := verifySQL(names); q != "" {
-		send(prepCommand{sql: q, verify: true, epoch: ps.epoch, entries: names})
-		ps.verifySent = ps.epoch
 	}
 	ps.mu.Unlock()
 	ps.queued = ps.queued[:0]
@@ -389,13 +474,8 @@ func (ss *session) onPreparedAnswer(typ byte, body []byte, out msgSink) (serverE
 	ps := &ss.prep
 	switch typ {
 	case msgDataRow:
-		// A name of the proxy's holds a statement it did not prepare: never EXECUTE it (forget them all). A
-		// name whose PREPARE in the same batch failed (a client's statement of that name) is never executed.
-		if c := ps.current(false); c.verify && !ps.verifyFailed && !c.unusedName(dataRowText(body)) {
-			ps.verifyFailed = true
-			ps.lost.Store(true)
-			ss.srv.metrics.preparedOutcome("replaced")
-			ss.log.Warn("a prepared fence was dropped or replaced on the server (by a function's DEALLOCATE or PREPARE?); the proxy prepares its statements again and sends SQL until then", "name", dataRowText(body))
+		if c := ps.current(false); c.verify {
+			c.noteSeen(dataRowText(body))
 		}
 	case msgCommandComplete:
 		if c := ps.current(false); c.entry != nil && string(body) == "PREPARE\x00" { // not preparePrefix's SET
@@ -428,7 +508,13 @@ func (ss *session) onPreparedAnswer(typ byte, body []byte, out msgSink) (serverE
 			return 0, fmt.Errorf("upstream sent ReadyForQuery of %d bytes", len(body))
 		}
 		if c := ps.current(true); c.verify {
-			if !ps.verifyFailed && body[0] == txIdle {
+			// A name of the proxy's that does not hold the text it prepared there (dropped, or replaced by a
+			// statement it did not prepare): never EXECUTE it (forget them all, and prepare again).
+			if missing := c.unverified(); missing != nil && !ps.verifyFailed {
+				ps.lost.Store(true)
+				ss.srv.metrics.preparedOutcome("replaced")
+				ss.log.Warn("a prepared fence was dropped or replaced on the server (by a function's DEALLOCATE or PREPARE?); the proxy prepares its statements again and sends SQL until then", "name", missing.name)
+			} else if !ps.verifyFailed && body[0] == txIdle {
 				ps.verified.Store(c.epoch)
 			}
 			ps.verifyFailed = false

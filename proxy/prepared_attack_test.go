@@ -832,3 +832,67 @@ END $$`, fn, f.name))
 		f.wantRows(t, fmt.Sprintf("1:%d:9 2:10:5", balance))
 	})
 }
+
+// TestPreparedAttackFunctionSwapsOne: the function replaces one statement of the proxy's and leaves another in
+// place. The verification then lists the other name, and only that one: the replaced name must not be taken
+// for verified because the answer was not empty (each name counts only when the server lists it).
+func TestPreparedAttackFunctionSwapsOne(t *testing.T) {
+	forTransports(t, func(t *testing.T, goroutines bool) {
+		f := newPreparedFixture(t, goroutines, "")
+		fn := fxName(t, "swap1")
+		fxExec(t, f.d, fmt.Sprintf(`CREATE FUNCTION public.%s(n text) RETURNS int LANGUAGE plpgsql AS $$
+DECLARE types text;
+BEGIN
+	SELECT array_to_string(parameter_types, ',') INTO types FROM pg_prepared_statements WHERE name = n;
+	EXECUTE format('DEALLOCATE %%I', n);
+	EXECUTE format('PREPARE %%I(%%s) AS UPDATE public.%s SET balance = balance + $1 WHERE id = $2', n, types);
+	RETURN 1;
+END $$`, fn, f.name))
+		t.Cleanup(func() { f.d.Exec(ctxT(t), "DROP FUNCTION IF EXISTS public."+fn+"(text)") })
+		c := f.simple(t, "5")
+		// Two shapes, each prepared and run as EXECUTE: balance + d, and balance - d.
+		subtract := func(c *pgx.Conn, id, delta int) error {
+			for _, q := range []string{"BEGIN", fmt.Sprintf("UPDATE public.%s SET balance = balance - %d WHERE id = %d", f.name, delta, id), "COMMIT"} {
+				if _, err := c.Exec(ctxT(t), q); err != nil {
+					c.Exec(ctxT(t), "ROLLBACK")
+					return fmt.Errorf("%s: %w", q, err)
+				}
+			}
+			return nil
+		}
+		balance := 0
+		for i := 1; i <= 4; i++ {
+			if err := f.transaction(t, c, 1, i); err != nil {
+				t.Fatalf("transaction %d: %v", i, err)
+			}
+			if err := subtract(c, 1, 1); err != nil {
+				t.Fatalf("transaction %d: %v", i, err)
+			}
+			balance += i - 1
+		}
+		statements := serverStatements(t, c)
+		if len(statements) != 2 || runsSince(nil, statements) == 0 {
+			t.Fatalf("want two statements of the proxy's, run as EXECUTE: %v", statements)
+		}
+		var added string
+		if err := c.QueryRow(ctxT(t), `SELECT name FROM pg_prepared_statements WHERE name LIKE 'fenceproxy\_p%' AND statement LIKE '%balance + %'`).Scan(&added); err != nil {
+			t.Fatal(err)
+		}
+		// A newer holder writes row 1; the stale holder's statements of the swapped shape must be refused.
+		if err := f.transaction(t, f.simple(t, "9"), 1, 100); err != nil {
+			t.Fatal(err)
+		}
+		balance += 100
+		var swapped int
+		if err := c.QueryRow(ctxT(t), "SELECT public."+fn+"($1)", added).Scan(&swapped); err != nil || swapped != 1 {
+			t.Fatalf("the function replaced %d statements (%v)", swapped, err)
+		}
+		var pgErr *pgconn.PgError
+		for i := range 3 {
+			if err := f.transaction(t, c, 1, 1000); !errors.As(err, &pgErr) || pgErr.Code != "55F01" {
+				t.Fatalf("stale holder after the swap of %s, statement %d: %v, want 55F01 (an unfenced statement ran?)", added, i, err)
+			}
+		}
+		f.wantRows(t, fmt.Sprintf("1:%d:9 2:0:1", balance))
+	})
+}

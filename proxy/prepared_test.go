@@ -367,3 +367,44 @@ func TestPreparedFencesOff(t *testing.T) {
 		})
 	}
 }
+
+// TestPreparedFencesAfterBeginWithModes: a transaction opened with transaction modes (BEGIN ISOLATION LEVEL ...,
+// START TRANSACTION READ WRITE) runs no code, so the proxy verifies its statements before it as before a bare
+// BEGIN and sends the fenced statement in it as EXECUTE (counted by the server); one opened with code after
+// BEGIN in the same text does not.
+func TestPreparedFencesAfterBeginWithModes(t *testing.T) {
+	forTransports(t, func(t *testing.T, goroutines bool) {
+		f := newPreparedFixture(t, goroutines, "")
+		c := f.simple(t, "5")
+		run := func(begin string, delta int) {
+			t.Helper()
+			for _, q := range []string{begin, fmt.Sprintf("UPDATE public.%s SET balance = balance + %d WHERE id = 1", f.name, delta), "COMMIT"} {
+				if _, err := c.Exec(ctxT(t), q); err != nil {
+					t.Fatalf("%s: %v", q, err)
+				}
+			}
+		}
+		balance := 0
+		for i := 1; i <= 3; i++ { // prepared after the first, verified before the next
+			run("BEGIN", i)
+			balance += i
+		}
+		for _, begin := range []string{"BEGIN ISOLATION LEVEL REPEATABLE READ", "START TRANSACTION READ WRITE, NOT DEFERRABLE"} {
+			before := executions(t, c)
+			for i := 1; i <= 3; i++ {
+				run(begin, i)
+				balance += i
+			}
+			if got := executions(t, c) - before; got != 3 {
+				t.Fatalf("after %s: the server ran the proxy's statement %d times in 3 transactions, want 3", begin, got)
+			}
+		}
+		before := executions(t, c)
+		run("BEGIN; SELECT 1", 1)
+		balance++
+		if got := executions(t, c) - before; got != 0 {
+			t.Fatalf("after BEGIN; SELECT 1: the server ran the proxy's statement %d times, want 0 (sent as SQL)", got)
+		}
+		f.wantRows(t, fmt.Sprintf("1:%d:5 2:0:1", balance))
+	})
+}
