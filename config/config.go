@@ -35,6 +35,7 @@ type Config struct {
 	// over its own connection and protect what is related to the configured tables (docs/catalog.md).
 	Catalog *Catalog `yaml:"catalog"`
 	Locks   Locks    `yaml:"locks"`
+	Pool    Pool     `yaml:"pool"`
 
 	// File is the path the configuration was read from ("" when parsed from memory).
 	File string `yaml:"-"`
@@ -219,6 +220,42 @@ type Catalog struct {
 	// DefaultCatalogRefresh.
 	Refresh time.Duration `yaml:"refresh"`
 }
+
+// Pool says how client sessions share upstream connections (docs/pooling.md).
+type Pool struct {
+	// Mode is PoolModeSession (default: each client session has an upstream connection of its own, as it always
+	// had) or PoolModeTransaction: a client holds a server connection only for a transaction, and the clients of
+	// one (database, user) share at most Size of them.
+	Mode string `yaml:"mode"`
+	// Size is the most server connections of one (database, user) pool; DefaultPoolSize when 0.
+	Size int `yaml:"size"`
+	// MaxClientWait is how long a client waits for a server connection of a full pool before it is refused with
+	// an error naming the pool; DefaultPoolMaxClientWait when 0.
+	MaxClientWait time.Duration `yaml:"max_client_wait"`
+	// OnSessionState is what happens to a client that leaves session state a server connection cannot carry to
+	// another client (a temporary table, LISTEN, a session advisory lock, a WITH HOLD cursor, SQL PREPARE, a
+	// session-level SET): PoolPin (default) keeps that server connection for the client until it disconnects,
+	// PoolRefuse ends the client's session with 0A000 naming what it left.
+	OnSessionState string `yaml:"on_session_state"`
+	// ServerUser is the role server connections log in as; empty: the client's user.
+	ServerUser string `yaml:"server_user"`
+	// ServerPasswordFile holds the password server connections log in with (trailing newline ignored); empty:
+	// none (trust).
+	ServerPasswordFile string `yaml:"server_password_file"`
+}
+
+// Transaction reports whether clients share server connections per transaction.
+func (p Pool) Transaction() bool { return p.Mode == PoolModeTransaction }
+
+// Values of Pool.Mode and Pool.OnSessionState, and the pool's defaults.
+const (
+	PoolModeSession          = "session"
+	PoolModeTransaction      = "transaction"
+	PoolPin                  = "pin"
+	PoolRefuse               = "refuse"
+	DefaultPoolSize          = 20
+	DefaultPoolMaxClientWait = 30 * time.Second
+)
 
 // Values of Log.Connections; DefaultLogConnections is the default.
 const (
@@ -426,6 +463,18 @@ func (c *Config) applyDefaults() {
 	if c.Limits.RewriteCacheSize == 0 {
 		c.Limits.RewriteCacheSize = DefaultRewriteCacheSize
 	}
+	if c.Pool.Mode == "" {
+		c.Pool.Mode = PoolModeSession
+	}
+	if c.Pool.Size == 0 {
+		c.Pool.Size = DefaultPoolSize
+	}
+	if c.Pool.MaxClientWait == 0 {
+		c.Pool.MaxClientWait = DefaultPoolMaxClientWait
+	}
+	if c.Pool.OnSessionState == "" {
+		c.Pool.OnSessionState = PoolPin
+	}
 	if c.Relay.Mode == "" {
 		c.Relay.Mode = RelayModeLoop
 	}
@@ -586,6 +635,25 @@ func (c *Config) validate(lines map[string]int) error {
 	}
 	if c.Limits.RewriteCacheSize < 0 {
 		add("limits.rewrite_cache_size", "must be positive")
+	}
+	switch c.Pool.Mode {
+	case PoolModeSession, PoolModeTransaction:
+	default:
+		add("pool.mode", "must be %s or %s, not %q", PoolModeSession, PoolModeTransaction, c.Pool.Mode)
+	}
+	if c.Pool.Size < 0 {
+		add("pool.size", "must be positive")
+	}
+	if c.Pool.MaxClientWait < 0 {
+		add("pool.max_client_wait", "must be positive")
+	}
+	switch c.Pool.OnSessionState {
+	case PoolPin, PoolRefuse:
+	default:
+		add("pool.on_session_state", "must be %s or %s, not %q", PoolPin, PoolRefuse, c.Pool.OnSessionState)
+	}
+	if c.Pool.Transaction() && c.Upstream.PreparedFences != nil && *c.Upstream.PreparedFences > 0 {
+		add("upstream.prepared_fences", "must be 0 with pool.mode transaction (prepared fences are kept per session)")
 	}
 	switch c.Relay.Mode {
 	case RelayModeLoop, RelayModeGoroutines:

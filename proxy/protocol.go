@@ -34,6 +34,7 @@ const (
 	msgNoticeResponse           byte = 'N'
 	msgNotificationResponse     byte = 'A'
 	msgCommandComplete          byte = 'C'
+	msgDataRow                  byte = 'D'
 	msgNegotiateProtocolVersion byte = 'v'
 )
 

@@ -71,6 +71,7 @@ type Server struct {
 	loops     []*evLoop     // empty: no event loop
 	spinners  atomic.Int32  // event loops polling in spinPoll now
 	pool      *upstreamPool // nil: upstream connections are not reused
+	pools     *txPools      // pool.mode transaction (pool.go); nil in session mode
 
 	active   atomic.Int64 // sessions past accept, including those being refused
 	draining atomic.Bool
@@ -103,6 +104,9 @@ func New(o Options) (*Server, error) {
 	r := o.Config.Upstream.Reuse
 	s.pool = newUpstreamPool(r.Idle(), r.IdleTimeout, r.MaxLifetime, o.Metrics)
 	s.SetPlanner(o.Planner)
+	if o.Config.Pool.Transaction() {
+		s.pools = &txPools{srv: s, byKey: map[string]*txPool{}}
+	}
 	if !o.DisableEventLoop && o.Config.Relay.Mode != config.RelayModeGoroutines {
 		n := o.Config.Relay.EventLoops
 		if n == 0 {
@@ -182,6 +186,9 @@ func (s *Server) ActiveSessions() int64 { return s.active.Load() }
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.draining.Store(true)
 	s.pool.close()
+	if s.pools != nil {
+		s.pools.close()
+	}
 	s.mu.Lock()
 	for _, ln := range s.lns {
 		ln.Close()
@@ -232,17 +239,17 @@ func (s *Server) registerPID(ss *session, pid uint32) {
 	s.mu.Unlock()
 }
 
-// cancelKeyFor returns the upstream BackendKeyData of the session whose client was given clientKey (PID and
-// secret), or nil.
-func (s *Server) cancelKeyFor(clientKey []byte) []byte {
+// sessionForKey returns the session whose client was given clientKey (PID and secret), and its upstream
+// BackendKeyData (nil when none), or a nil session.
+func (s *Server) sessionForKey(clientKey []byte) (*session, []byte) {
 	if len(clientKey) < 8 {
-		return nil
+		return nil, nil
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	ss := s.pids[binary.BigEndian.Uint32(clientKey)]
 	if ss == nil || subtle.ConstantTimeCompare(ss.clientKey, clientKey) != 1 {
-		return nil
+		return nil, nil
 	}
-	return ss.cancelKey
+	return ss, ss.cancelKey
 }

@@ -69,6 +69,10 @@ func (s *Server) handle(raw net.Conn, over bool) {
 		return
 	}
 
+	if s.pools != nil {
+		s.startPooled(ss)
+		return
+	}
 	if s.pool != nil {
 		ss.startup = startupKey(startup[:4], ss.params)
 	}

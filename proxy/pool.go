@@ -1,0 +1,317 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Transaction pooling (pool.mode: transaction): the server connections. A txPool holds the server connections
+// of one (database, user, startup settings) and lends them to clients one transaction at a time (pooled.go).
+// A serverConn is the backend's side of the split: the connection, its framing, its BackendKeyData and what the
+// proxy prepared on it; the client's logical state (token, lock, pin) stays with the client session.
+//
+// A pooled server connection always holds, at session level, poolPlaceholder as its token and lock settings:
+// never a token. Every transaction a client runs on it starts with the client's own values set
+// transaction-locally (tokenSQL), which checks that the placeholder is still there. So no client's token outlives
+// its transaction on a shared connection, and a fenced write that ever ran without the client's values would meet
+// a value no fence accepts (55F03) rather than another client's token.
+
+// poolPlaceholder is the session-level value of the token and lock settings on every pooled server connection.
+// It is not a valid token (ValidToken), so a write that meets it is refused.
+const poolPlaceholder = "fenceproxy:pooled"
+
+// tokenStmtName is the statement the proxy prepares on each server connection to set a client's values at the
+// start of an extended-protocol transaction.
+const tokenStmtName = "fenceproxy_t"
+
+// errPoolTimeout: no server connection of a full pool became free within pool.max_client_wait.
+var errPoolTimeout = errors.New("no server connection became free")
+
+// serverConn is one upstream connection of a pool.
+type serverConn struct {
+	pool      *txPool
+	conn      net.Conn
+	r         msgReader
+	w         *bufio.Writer
+	intr      interrupt
+	key       []byte // BackendKeyData: PID and secret, for cancels
+	born      time.Time
+	tokenStmt bool // tokenStmtName is prepared on the connection
+}
+
+// txPools are the pools of a Server, by key.
+type txPools struct {
+	srv    *Server
+	mu     sync.Mutex
+	byKey  map[string]*txPool
+	closed bool
+}
+
+// txPool is the server connections of one (database, user, startup settings).
+type txPool struct {
+	srv     *Server
+	name    string            // "database/user", in messages and logs
+	params  map[string]string // the startup parameters of its server connections
+	slots   chan struct{}     // one per server connection lent or being opened (idle ones hold none)
+	mu      sync.Mutex
+	idle    []*serverConn
+	reports []paramStatus // ParameterStatus values of its first server connection, shown to its clients
+	// resetToken and resetLock are the token and lock values a RESET gives on its server connections (role and
+	// database defaults; nil: none), read when the first one is opened.
+	resetToken, resetLock *string
+}
+
+// poolKeyParams are the startup parameters of a client that choose its pool: every one but those the proxy
+// keeps per client (the token and lock settings in options, application_name).
+func poolKeyParams(params map[string]string, tokenSetting, lockSetting string) map[string]string {
+	out := make(map[string]string, len(params))
+	for k, v := range params {
+		switch {
+		case k == "application_name", strings.EqualFold(k, tokenSetting), strings.EqualFold(k, lockSetting):
+			continue
+		case k == "options":
+			if v = withoutOptionSettings(v, tokenSetting, lockSetting); v == "" {
+				continue
+			}
+		}
+		out[k] = v
+	}
+	return out
+}
+
+// poolFor returns the pool of a client's startup parameters, creating it.
+func (ps *txPools) poolFor(params map[string]string) (*txPool, error) {
+	cfg := ps.srv.cfg
+	kp := poolKeyParams(params, cfg.Token.Setting, cfg.Token.LockSetting)
+	names := make([]string, 0, len(kp))
+	for k := range kp {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	var key strings.Builder
+	for _, k := range names {
+		key.WriteString(k)
+		key.WriteByte(0)
+		key.WriteString(kp[k])
+		key.WriteByte(0)
+	}
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if ps.closed {
+		return nil, errors.New("the proxy is shutting down")
+	}
+	if p := ps.byKey[key.String()]; p != nil {
+		return p, nil
+	}
+	p := &txPool{srv: ps.srv, name: kp["database"] + "/" + kp["user"], params: kp, slots: make(chan struct{}, cfg.Pool.Size)}
+	if p.name == "/" || kp["database"] == "" {
+		p.name = kp["user"] + "/" + kp["user"]
+	}
+	ps.byKey[key.String()] = p
+	return p, nil
+}
+
+// close closes the idle server connections of every pool; lent ones are closed when given back.
+func (ps *txPools) close() {
+	ps.mu.Lock()
+	ps.closed = true
+	pools := make([]*txPool, 0, len(ps.byKey))
+	for _, p := range ps.byKey {
+		pools = append(pools, p)
+	}
+	ps.mu.Unlock()
+	for _, p := range pools {
+		p.mu.Lock()
+		idle := p.idle
+		p.idle = nil
+		p.mu.Unlock()
+		for _, sc := range idle {
+			sc.conn.Close() // an idle connection holds no slot
+		}
+	}
+}
+
+// acquire lends a server connection: an idle one, or a new one while the pool has room; else it waits for one
+// up to wait.
+func (p *txPool) acquire(wait time.Duration) (*serverConn, error) {
+	select {
+	case p.slots <- struct{}{}:
+	default:
+		t := time.NewTimer(wait)
+		select {
+		case p.slots <- struct{}{}:
+			t.Stop()
+		case <-t.C:
+			return nil, errPoolTimeout
+		}
+	}
+	p.mu.Lock()
+	if n := len(p.idle); n > 0 {
+		sc := p.idle[n-1]
+		p.idle = p.idle[:n-1]
+		p.mu.Unlock()
+		return sc, nil
+	}
+	p.mu.Unlock()
+	sc, err := p.dial()
+	if err != nil {
+		<-p.slots
+		return nil, err
+	}
+	return sc, nil
+}
+
+// release takes back a server connection that is idle and clean: no transaction, the placeholders in place.
+func (p *txPool) release(sc *serverConn) {
+	if p.srv.draining.Load() {
+		p.discard(sc)
+		return
+	}
+	p.mu.Lock()
+	p.idle = append(p.idle, sc)
+	p.mu.Unlock()
+	<-p.slots
+}
+
+// discard closes a server connection whose state is unknown or the client's own (a transaction the client left
+// open, pinned session state): closing it is what rolls the transaction back, and nobody else gets it.
+func (p *txPool) discard(sc *serverConn) {
+	sc.conn.Close()
+	<-p.slots
+}
+
+// dial opens a server connection through the proxy's one upstream dial function (Server.dialUpstream), logs in
+// (pgconn: trust, password, md5 or SCRAM), sets the placeholders and prepares the token statement.
+func (p *txPool) dial() (*serverConn, error) {
+	s := p.srv
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Limits.StartupTimeout)
+	defer cancel()
+	host, port, err := net.SplitHostPort(s.cfg.Upstream.Address)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := pgconn.ParseConfig(fmt.Sprintf("host='%s' port=%s sslmode=disable", host, port))
+	if err != nil {
+		return nil, fmt.Errorf("pool %s: %w", p.name, err)
+	}
+	cfg.Fallbacks = nil
+	cfg.TLSConfig = nil // dialUpstream negotiates TLS itself (upstream.tls)
+	cfg.DialFunc = func(ctx context.Context, _, _ string) (net.Conn, error) { return s.dialUpstream(ctx) }
+	cfg.LookupFunc = func(context.Context, string) ([]string, error) { return []string{host}, nil }
+	cfg.User = p.params["user"]
+	if u := s.cfg.Pool.ServerUser; u != "" {
+		cfg.User = u
+	}
+	cfg.Database = p.params["database"]
+	cfg.Password = ""
+	if f := s.cfg.Pool.ServerPasswordFile; f != "" {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return nil, fmt.Errorf("pool %s: read pool.server_password_file: %w", p.name, err)
+		}
+		cfg.Password = strings.TrimRight(string(b), "\r\n")
+	}
+	cfg.RuntimeParams = map[string]string{}
+	for k, v := range p.params {
+		if k != "user" && k != "database" {
+			cfg.RuntimeParams[k] = v
+		}
+	}
+	pc, err := pgconn.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("pool %s: connect: %w", p.name, err)
+	}
+	tok, lock := s.cfg.Token.Setting, s.cfg.Token.LockSetting
+	// The defaults first, then the placeholders: a target list is evaluated in order.
+	setup := fmt.Sprintf("SELECT pg_catalog.current_setting(%[1]s, true), pg_catalog.current_setting(%[2]s, true), pg_catalog.set_config(%[1]s, %[3]s, false), pg_catalog.set_config(%[2]s, %[3]s, false)",
+		quoteLiteral(tok), quoteLiteral(lock), quoteLiteral(poolPlaceholder))
+	res, err := pc.Exec(ctx, setup).ReadAll()
+	if err == nil && (len(res) != 1 || len(res[0].Rows) != 1 || len(res[0].Rows[0]) != 4) {
+		err = errors.New("unexpected answer")
+	}
+	if err != nil {
+		pc.Close(ctx)
+		return nil, fmt.Errorf("pool %s: set up a server connection: %w", p.name, err)
+	}
+	defaults := res[0].Rows[0]
+	if _, err := pc.Prepare(ctx, tokenStmtName, tokenStmtSQL(tok, lock), nil); err != nil {
+		pc.Close(ctx)
+		return nil, fmt.Errorf("pool %s: prepare the token statement: %w", p.name, err)
+	}
+	if err := pc.SyncConn(ctx); err != nil {
+		pc.Close(ctx)
+		return nil, fmt.Errorf("pool %s: %w", p.name, err)
+	}
+	hc, err := pc.Hijack()
+	if err != nil {
+		return nil, fmt.Errorf("pool %s: %w", p.name, err)
+	}
+	hc.Conn.SetDeadline(time.Time{})
+	sc := &serverConn{pool: p, conn: hc.Conn, born: time.Now(), tokenStmt: true}
+	sc.key = append(sc.key, byte(hc.PID>>24), byte(hc.PID>>16), byte(hc.PID>>8), byte(hc.PID))
+	sc.key = append(sc.key, hc.SecretKey...)
+	sc.w = bufio.NewWriterSize(hc.Conn, writeBufferSize)
+	sc.intr.conn = hc.Conn
+	sc.r = msgReader{r: bufio.NewReaderSize(hc.Conn, readBufferSize), intr: &sc.intr}
+	s.metrics.poolDialed()
+	p.mu.Lock()
+	if p.reports == nil {
+		p.resetToken, p.resetLock = nullable(defaults[0]), nullable(defaults[1])
+		names := make([]string, 0, len(hc.ParameterStatuses))
+		for k := range hc.ParameterStatuses {
+			names = append(names, k)
+		}
+		sort.Strings(names)
+		for _, k := range names {
+			p.reports = append(p.reports, paramStatus{k, hc.ParameterStatuses[k]})
+		}
+	}
+	p.mu.Unlock()
+	return sc, nil
+}
+
+// serverReports returns the ParameterStatus values the pool's clients are shown at startup, opening a server
+// connection if none was opened yet.
+func (p *txPool) serverReports(wait time.Duration) ([]paramStatus, error) {
+	p.mu.Lock()
+	r := p.reports
+	p.mu.Unlock()
+	if r != nil {
+		return r, nil
+	}
+	sc, err := p.acquire(wait)
+	if err != nil {
+		return nil, err
+	}
+	p.release(sc)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.reports, nil
+}
+
+// nullable is a column value as a string, nil for NULL.
+func nullable(b []byte) *string {
+	if b == nil {
+		return nil
+	}
+	s := string(b)
+	return &s
+}
+
+// quoteLiteral quotes s as an SQL string constant that reads the same whatever standard_conforming_strings is.
+func quoteLiteral(s string) string {
+	if !strings.ContainsAny(s, `'\`) {
+		return "'" + s + "'"
+	}
+	return "E'" + strings.NewReplacer(`\`, `\\`, `'`, `''`).Replace(s) + "'"
+}

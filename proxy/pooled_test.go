@@ -1,0 +1,201 @@
+package proxy_test
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/fenceproxy/fenceproxy/internal/pgtest"
+	"github.com/fenceproxy/fenceproxy/internal/proxytest"
+)
+
+// newPooledFenced is a proxy in pool.mode transaction (pool.size size) protecting one fresh table.
+func newPooledFenced(t *testing.T, size int, extra string) *fenced {
+	t.Helper()
+	d := direct(t)
+	name := fxName(t, "tp")
+	fxCreateTable(t, d, "public."+name)
+	yaml := fxTables("public."+name) + fmt.Sprintf("pool:\n  mode: transaction\n  size: %d\n", size) + extra
+	p := startProxy(t, proxytest.Options{YAML: yaml})
+	return &fenced{p: p, d: d, name: name, label: "public." + name}
+}
+
+// pooledConn connects through f's proxy with the given extra URL query (options and the like).
+func pooledConn(t *testing.T, f *fenced, query string) *pgx.Conn {
+	t.Helper()
+	return connect(t, f.dsn()+query)
+}
+
+func showToken(t *testing.T, c *pgx.Conn) string {
+	t.Helper()
+	var v string
+	if err := c.QueryRow(ctxT(t), "SHOW fence.token").Scan(&v); err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// Two clients share one server connection: each sees and writes with its own token, as PostgreSQL keeps it
+// (SET, SET LOCAL, RESET, rollback, ROLLBACK TO, set_config literal and bound, DISCARD ALL, startup options),
+// in the simple and the extended protocol.
+func TestPooledTokenIsTheClients(t *testing.T) {
+	for _, mode := range []string{"simple_protocol", "exec"} {
+		t.Run(mode, func(t *testing.T) {
+			f := newPooledFenced(t, 1, "")
+			q := "&default_query_exec_mode=" + mode
+			a := pooledConn(t, f, q)
+			b := pooledConn(t, f, q)
+			c := pooledConn(t, f, q+"&options=-c%20fence.token%3D9")
+			ctx := ctxT(t)
+			fxExec(t, f.d, "INSERT INTO "+f.label+" (id, fence_token) VALUES (1, 1)")
+			upd := "UPDATE " + f.label + " SET balance = balance + 1 WHERE id = 1"
+
+			fxExec(t, a, "SET fence.token = 5")
+			if got := showToken(t, b); got != "" {
+				t.Fatalf("a client that never set a token sees %q", got)
+			}
+			_, err := b.Exec(ctx, upd)
+			wantFenceErr(t, err, "55F02", "missing fencing token", f.label)
+			if got := showToken(t, a); got != "5" {
+				t.Fatalf("after SET 5: %q", got)
+			}
+			fxExec(t, a, upd)
+			f.wantToken(t, 1, 5)
+			if got := showToken(t, c); got != "9" {
+				t.Fatalf("startup options token: %q", got)
+			}
+
+			// A SET undone by ROLLBACK, and by ROLLBACK TO SAVEPOINT.
+			tx, err := a.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fxExec(t, a, "SET fence.token = 7")
+			if got := showToken(t, a); got != "7" {
+				t.Fatalf("inside the transaction after SET 7: %q", got)
+			}
+			if err := tx.Rollback(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if got := showToken(t, a); got != "5" {
+				t.Fatalf("after a rolled-back SET: %q, want 5", got)
+			}
+			fxExec(t, a, "BEGIN")
+			fxExec(t, a, "SAVEPOINT s")
+			fxExec(t, a, "SET fence.token = 8")
+			fxExec(t, a, "ROLLBACK TO SAVEPOINT s")
+			fxExec(t, a, "SET LOCAL fence.token = 6")
+			if got := showToken(t, a); got != "6" {
+				t.Fatalf("after SET LOCAL 6: %q", got)
+			}
+			fxExec(t, a, "COMMIT")
+			if got := showToken(t, a); got != "5" {
+				t.Fatalf("after ROLLBACK TO and SET LOCAL: %q, want 5", got)
+			}
+
+			// set_config, literal and bound, session and local.
+			fxExec(t, a, "SELECT set_config('fence.token', '12', false)")
+			if got := showToken(t, a); got != "12" {
+				t.Fatalf("after set_config literal: %q", got)
+			}
+			fxExec(t, a, "SELECT set_config($1, $2, $3)", "fence.token", "13", false)
+			if got := showToken(t, a); got != "13" {
+				t.Fatalf("after set_config bound: %q", got)
+			}
+			fxExec(t, a, "SELECT set_config($1, $2, $3)", "fence.token", "14", true)
+			if got := showToken(t, a); got != "13" {
+				t.Fatalf("after a transaction-local set_config: %q", got)
+			}
+			if got := showToken(t, b); got != "" {
+				t.Fatalf("the other client sees %q", got)
+			}
+
+			// RESET goes back to the client's startup value, or to none.
+			fxExec(t, c, "SET fence.token = 10")
+			fxExec(t, c, "RESET fence.token")
+			if got := showToken(t, c); got != "9" {
+				t.Fatalf("RESET after startup options: %q, want 9", got)
+			}
+			fxExec(t, a, "RESET ALL")
+			if got := showToken(t, a); got != "" {
+				t.Fatalf("after RESET ALL: %q", got)
+			}
+			fxExec(t, c, "SET fence.token = 11")
+			fxExec(t, c, "DISCARD ALL")
+			if got := showToken(t, c); got != "9" {
+				t.Fatalf("DISCARD ALL after startup options: %q, want 9", got)
+			}
+			fxExec(t, c, upd)
+			f.wantToken(t, 1, 9)
+			_, err = a.Exec(ctx, upd)
+			wantFenceErr(t, err, "55F02", "missing fencing token", f.label)
+		})
+	}
+}
+
+// The pool's clients share its server connections: one server connection serves several clients one after
+// the other.
+func TestPooledSharesServerConnections(t *testing.T) {
+	f := newPooledFenced(t, 1, "")
+	pids := map[uint32]bool{}
+	for i := 0; i < 3; i++ {
+		c := pooledConn(t, f, "&default_query_exec_mode=exec")
+		var pid uint32
+		if err := c.QueryRow(ctxT(t), "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+			t.Fatal(err)
+		}
+		pids[pid] = true
+	}
+	if len(pids) != 1 {
+		t.Fatalf("three clients of a pool of one used %d backends", len(pids))
+	}
+}
+
+// A client that finds the pool full waits up to pool.max_client_wait, then is refused with 53300 naming the pool.
+func TestPooledMaxClientWait(t *testing.T) {
+	f := newPooledFenced(t, 1, "  max_client_wait: 300ms\n")
+	ctx := ctxT(t)
+	a := pooledConn(t, f, "&default_query_exec_mode=exec")
+	fxExec(t, a, "BEGIN") // holds the pool's one server connection
+	b := pooledConn(t, f, "&default_query_exec_mode=exec")
+	_, err := b.Exec(ctx, "SELECT 1")
+	pe := wantPgErr(t, err, "53300", "no server connection of pool "+pgtest.TestDB+"/"+pgtest.SuperUser)
+	if pe.Severity != "FATAL" {
+		t.Fatalf("severity %s", pe.Severity)
+	}
+	fxExec(t, a, "COMMIT")
+	c := pooledConn(t, f, "&default_query_exec_mode=exec")
+	fxExec(t, c, "SELECT 1") // the connection is back in the pool
+}
+
+// A client that disconnects inside a transaction has it rolled back: its write is not seen, and the next client
+// of the pool's one server connection starts clean.
+func TestPooledClientLeavesMidTransaction(t *testing.T) {
+	f := newPooledFenced(t, 1, "")
+	fxExec(t, f.d, "INSERT INTO "+f.label+" (id, fence_token) VALUES (1, 1)")
+	a := connect(t, f.dsn()+"&default_query_exec_mode=exec")
+	fxExec(t, a, "SET fence.token = 5")
+	fxExec(t, a, "BEGIN")
+	fxExec(t, a, "UPDATE "+f.label+" SET balance = 42 WHERE id = 1")
+	fxExec(t, a, "CREATE TEMP TABLE leftover (x int)")
+	a.PgConn().Conn().Close() // gone, without Terminate, mid-transaction
+	b := pooledConn(t, f, "&default_query_exec_mode=exec")
+	var n int
+	if err := b.QueryRow(ctxT(t), "SELECT count(*) FROM pg_class WHERE relname = 'leftover'").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Fatal("the next client sees the temporary table of a client that left mid-transaction")
+	}
+	var balance int
+	if err := f.d.QueryRow(ctxT(t), "SELECT balance FROM "+f.label+" WHERE id = 1").Scan(&balance); err != nil {
+		t.Fatal(err)
+	}
+	if balance != 0 {
+		t.Fatalf("the write of a client that left mid-transaction was committed (balance %d)", balance)
+	}
+	if got := showToken(t, b); got != "" {
+		t.Fatalf("the next client sees token %q", got)
+	}
+}
