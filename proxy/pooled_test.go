@@ -199,3 +199,104 @@ func TestPooledClientLeavesMidTransaction(t *testing.T) {
 		t.Fatalf("the next client sees token %q", got)
 	}
 }
+
+func backendPID(t *testing.T, c *pgx.Conn) uint32 {
+	t.Helper()
+	var pid uint32
+	if err := c.QueryRow(ctxT(t), "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	return pid
+}
+
+// Session state a server connection cannot carry to another client pins the client to it (counted by reason),
+// and the other clients of the pool get other server connections; each reason is seen by looking at the
+// connection, whatever the statement's spelling.
+func TestPooledSessionStatePins(t *testing.T) {
+	for _, tc := range []struct{ name, sql, reason string }{
+		{"temp", "CREATE TEMP TABLE pinned (x int)", "temporary"},
+		{"listen", "LISTEN somewhere", "listen"},
+		{"advisory", "SELECT pg_advisory_lock(4242)", "advisory"},
+		{"prepare", "PREPARE pinned_stmt AS SELECT 1", "sql_prepare"},
+		{"hold", "DECLARE pinned_cur CURSOR WITH HOLD FOR SELECT 1", "with_hold"},
+		{"set", "SET search_path = public, pg_catalog", "set"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newPooledFenced(t, 2, "")
+			q := "&default_query_exec_mode=simple_protocol"
+			a := pooledConn(t, f, q)
+			fxExec(t, a, tc.sql)
+			pid := backendPID(t, a)
+			b := pooledConn(t, f, q)
+			for i := 0; i < 3; i++ {
+				if got := backendPID(t, b); got == pid {
+					t.Fatalf("another client got the server connection %s pinned", tc.name)
+				}
+				if got := backendPID(t, a); got != pid {
+					t.Fatalf("the pinned client moved from backend %d to %d", pid, got)
+				}
+			}
+			if n := fxCounter(t, f.p.Registry, "fenceproxy_pool_pins_total", map[string]string{"reason": tc.reason}); n != 1 {
+				t.Fatalf("pins{reason=%s} = %v, want 1", tc.reason, n)
+			}
+		})
+	}
+}
+
+// pool.on_session_state: refuse ends the session of a client that leaves such state, with 0A000 naming it, and
+// the state goes with the server connection.
+func TestPooledSessionStateRefused(t *testing.T) {
+	f := newPooledFenced(t, 1, "  on_session_state: refuse\n")
+	a := pooledConn(t, f, "&default_query_exec_mode=simple_protocol")
+	fxExec(t, a, "LISTEN somewhere")
+	_, err := a.Exec(ctxT(t), "SELECT 1")
+	pe := wantPgErr(t, err, "0A000", "pool.on_session_state is refuse, and the transaction left LISTEN")
+	if pe.Severity != "FATAL" {
+		t.Fatalf("severity %s", pe.Severity)
+	}
+	b := pooledConn(t, f, "&default_query_exec_mode=simple_protocol")
+	var n int
+	if err := b.QueryRow(ctxT(t), "SELECT count(*) FROM pg_listening_channels()").Scan(&n); err != nil || n != 0 {
+		t.Fatalf("the next client inherits %d channels (%v)", n, err)
+	}
+}
+
+// Pool size 1, two clients with tokens 5 and 6 on the same server connection: once 6 wrote, every write with 5
+// is refused 55F01.
+func TestPooledStaleHolderOnSharedBackend(t *testing.T) {
+	f := newPooledFenced(t, 1, "")
+	fxExec(t, f.d, "INSERT INTO "+f.label+" (id, fence_token) VALUES (1, 1)")
+	ctx := ctxT(t)
+	upd := "UPDATE " + f.label + " SET balance = balance + 1 WHERE id = 1"
+	for _, mode := range []string{"simple_protocol", "exec"} {
+		old := pooledConn(t, f, "&default_query_exec_mode="+mode)
+		fxExec(t, old, "SET fence.token = 5")
+		cur := pooledConn(t, f, "&default_query_exec_mode="+mode+"&options=-c%20fence.token%3D6")
+		if mode == "simple_protocol" {
+			fxExec(t, old, upd) // 5 writes first
+		}
+		fxExec(t, cur, upd)
+		if backendPID(t, old) != backendPID(t, cur) {
+			t.Fatal("the two clients did not share the server connection")
+		}
+		for i := 0; i < 3; i++ {
+			_, err := old.Exec(ctx, upd)
+			wantStale(t, err, f.label, 6, 5)
+			fxExec(t, cur, upd)
+		}
+		f.wantToken(t, 1, 6)
+	}
+}
+
+// A token changed behind the proxy's back (a function calling set_config at session level) is never given to a
+// transaction: the connection's next transaction is refused 55F03 before its statement runs.
+func TestPooledUnfollowedTokenChangeRefused(t *testing.T) {
+	f := newPooledFenced(t, 1, "")
+	fxExec(t, f.d, "CREATE FUNCTION pooled_sneak() RETURNS int LANGUAGE sql AS $$ SELECT pg_catalog.set_config('fence.token', '77', false)::int $$")
+	t.Cleanup(func() { f.d.Exec(t.Context(), "DROP FUNCTION IF EXISTS pooled_sneak()") })
+	a := pooledConn(t, f, "&default_query_exec_mode=simple_protocol")
+	fxExec(t, a, "SELECT pooled_sneak()") // no word the proxy looks for: no probe
+	b := pooledConn(t, f, "&default_query_exec_mode=simple_protocol")
+	_, err := b.Exec(ctxT(t), "SHOW fence.token")
+	wantPgErr(t, err, "55F03", "invalid fencing token: fence.token was changed on this pooled server connection")
+}
