@@ -27,8 +27,8 @@ import (
 //
 //   - Each transaction starts with the client's session values set transaction-locally (set_config(name, v,
 //     true); NULL, the server's default, for a value never set or RESET), in the same write as the client's
-//     first message: put before the text of a Query (tokenSQL), or as a Bind and Execute of the token statement
-//     before an extended-protocol batch. Its answers are not relayed (hide). SET, SET LOCAL, RESET, set_config
+//     first message: the token statement (tokenStmtSQL, prepared on each server connection) as EXECUTE before
+//     the text of a Query, or as a Bind and Execute before an extended-protocol batch. Its answers are not relayed (hide). SET, SET LOCAL, RESET, set_config
 //     with any arguments, SAVEPOINT and ROLLBACK TO, a rollback: the server applies them to the values inside
 //     the transaction exactly as on a connection of the client's own.
 //   - A session-level change survives the transaction as the server connection's session value. When the
@@ -390,8 +390,13 @@ func (ss *session) injectTokens(typ byte, body []byte) {
 		if text, ok := planText(msgQuery, body); !ok || rewrite.OwnTransaction(text, set) {
 			return
 		}
-		cfg := ss.srv.cfg.Token
-		ss.queryPrefix = tokenSQLWith(cfg.Setting, cfg.LockSetting, sqlValue(pl.token), sqlValue(pl.lock)) + "; "
+		if sc.tokenStmt {
+			// The token statement prepared on the connection: a short prefix, planned once.
+			ss.queryPrefix = "EXECUTE " + tokenStmtName + "(" + sqlValue(pl.token) + ", " + sqlValue(pl.lock) + "); "
+		} else {
+			cfg := ss.srv.cfg.Token
+			ss.queryPrefix = tokenSQLWith(cfg.Setting, cfg.LockSetting, sqlValue(pl.token), sqlValue(pl.lock)) + "; "
+		}
 		pl.hide.Add(1)
 		return
 	case msgParse:

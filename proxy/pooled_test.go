@@ -2,7 +2,12 @@ package proxy_test
 
 import (
 	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -299,4 +304,89 @@ func TestPooledUnfollowedTokenChangeRefused(t *testing.T) {
 	b := pooledConn(t, f, "&default_query_exec_mode=simple_protocol")
 	_, err := b.Exec(ctxT(t), "SHOW fence.token")
 	wantPgErr(t, err, "55F03", "invalid fencing token: fence.token was changed on this pooled server connection")
+}
+
+// pgbench's TPC-B, fenced (pgbench_accounts is protected; every client has its token from PGOPTIONS), runs
+// through transaction pooling with 8 clients on 2 server connections, in the simple and the extended protocol.
+func TestPooledPgbench(t *testing.T) {
+	pgbench, err := exec.LookPath("pgbench")
+	if err != nil {
+		t.Fatal("pgbench not found: run scripts/setup (postgresql-contrib / postgresql-client)")
+	}
+	pgtest.Require(t, pg)
+	if err := pg.Exec("DROP DATABASE IF EXISTS bench_pooled"); err != nil {
+		t.Fatal(err)
+	}
+	if err := pg.Exec("CREATE DATABASE bench_pooled"); err != nil {
+		t.Fatal(err)
+	}
+	host, port, _ := net.SplitHostPort(pg.Addr())
+	runOn := func(h, p, options string, args ...string) string {
+		t.Helper()
+		cmd := exec.Command(pgbench, append([]string{"-h", h, "-p", p, "-U", pgtest.SuperUser}, append(args, "bench_pooled")...)...)
+		cmd.Env = append(os.Environ(), "PGSSLMODE=disable", "PGOPTIONS="+options)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("pgbench %v: %v\n%s", args, err, out)
+		}
+		return string(out)
+	}
+	runOn(host, port, "", "-i", "-s", "1", "-q")
+	if err := pg.ExecIn("bench_pooled", "ALTER TABLE pgbench_accounts ADD COLUMN fence_token bigint"); err != nil {
+		t.Fatal(err)
+	}
+	p := startProxy(t, proxytest.Options{YAML: fxTables("pgbench_accounts") + "pool:\n  mode: transaction\n  size: 2\n"})
+	ph, pp, _ := net.SplitHostPort(p.Addr)
+	for i, mode := range []string{"simple", "extended"} {
+		tok := fmt.Sprint(10 + i)
+		out := runOn(ph, pp, "-c fence.token="+tok, "-M", mode, "-c", "8", "-j", "2", "-t", "50")
+		if !strings.Contains(out, "number of transactions actually processed: 400/400") {
+			t.Fatalf("pgbench -M %s:\n%s", mode, out)
+		}
+		if strings.Contains(out, "number of failed transactions: ") && !strings.Contains(out, "number of failed transactions: 0 ") {
+			t.Fatalf("pgbench -M %s had failures:\n%s", mode, out)
+		}
+		d := connect(t, pg.DSN(pgtest.SuperUser, "", "bench_pooled"))
+		var n int
+		if err := d.QueryRow(ctxT(t), "SELECT count(*) FROM pgbench_accounts WHERE fence_token = "+tok).Scan(&n); err != nil || n == 0 {
+			t.Fatalf("pgbench -M %s: %d rows written with token %s (%v)", mode, n, tok, err)
+		}
+	}
+	if n := fxCounter(t, p.Registry, "fenceproxy_pool_server_connections_opened_total", nil); n > 2 {
+		t.Fatalf("the pool of 2 opened %v server connections", n)
+	}
+}
+
+// A client's CancelRequest reaches the statement the server connection lent to it runs, never another client's
+// statement on the same server connection; a client holding no server connection cancels nothing.
+func TestPooledCancel(t *testing.T) {
+	f := newPooledFenced(t, 1, "")
+	ctx := ctxT(t)
+	q := "&default_query_exec_mode=simple_protocol"
+	a := pooledConn(t, f, q)
+	b := pooledConn(t, f, q)
+	running := func(sql string) func() bool {
+		return func() bool {
+			var n int
+			err := f.d.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND query LIKE '%'||$1", sql).Scan(&n)
+			return err == nil && n == 1
+		}
+	}
+	fxExec(t, a, "SELECT 1") // a held the server connection b now gets
+	done := make(chan error, 1)
+	go func() { _, err := b.Exec(ctx, "SELECT pg_sleep(1.5)"); done <- err }()
+	eventually(t, 10*time.Second, "b's statement running", running("SELECT pg_sleep(1.5)"))
+	if err := a.PgConn().CancelRequest(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("an idle client's cancel reached another client's statement: %v", err)
+	}
+	go func() { _, err := a.Exec(ctx, "SELECT pg_sleep(60)"); done <- err }()
+	eventually(t, 10*time.Second, "a's statement running", running("SELECT pg_sleep(60)"))
+	if err := a.PgConn().CancelRequest(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wantPgErr(t, <-done, "57014", "canceling statement due to user request")
+	fxExec(t, b, "SELECT 1")
 }
