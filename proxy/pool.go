@@ -46,7 +46,8 @@ type serverConn struct {
 	intr      interrupt
 	key       []byte // BackendKeyData: PID and secret, for cancels
 	born      time.Time
-	tokenStmt bool // tokenStmtName is prepared on the connection
+	tokenStmt bool            // tokenStmtName is prepared on the connection
+	stmts     map[string]bool // the clients' statements prepared on it, by server name (pooledstmts.go)
 }
 
 // txPools are the pools of a Server, by key.
@@ -257,7 +258,7 @@ func (p *txPool) dial() (*serverConn, error) {
 		return nil, fmt.Errorf("pool %s: %w", p.name, err)
 	}
 	hc.Conn.SetDeadline(time.Time{})
-	sc := &serverConn{pool: p, conn: hc.Conn, born: time.Now(), tokenStmt: true}
+	sc := &serverConn{pool: p, conn: hc.Conn, born: time.Now(), tokenStmt: true, stmts: map[string]bool{}}
 	sc.key = append(sc.key, byte(hc.PID>>24), byte(hc.PID>>16), byte(hc.PID>>8), byte(hc.PID))
 	sc.key = append(sc.key, hc.SecretKey...)
 	sc.w = bufio.NewWriterSize(hc.Conn, writeBufferSize)

@@ -60,6 +60,8 @@ type pooledState struct {
 
 	probe atomic.Bool  // the transaction may leave session state: look at the connection at its end
 	hide  atomic.Int64 // token statements whose answers are still to be hidden (each up to its CommandComplete)
+
+	stmts pooledStmts // the client's named statements (pooledstmts.go)
 }
 
 // pooledTransactions reports whether clients share server connections per transaction.
@@ -103,10 +105,11 @@ func probeSQL(tok, lock string) string {
 		"CASE WHEN EXISTS (SELECT FROM pg_catalog.pg_listening_channels()) THEN 'LISTEN' END, " +
 		"CASE WHEN EXISTS (SELECT FROM pg_catalog.pg_cursors WHERE is_holdable) THEN 'a WITH HOLD cursor' END, " +
 		"CASE WHEN EXISTS (SELECT FROM pg_catalog.pg_prepared_statements WHERE from_sql) THEN 'SQL PREPARE' END, " +
-		"CASE WHEN EXISTS (SELECT FROM pg_catalog.pg_prepared_statements WHERE NOT from_sql AND name <> " + quoteLiteral(tokenStmtName) + ") THEN 'a named protocol-level prepared statement' END, " +
+		"CASE WHEN EXISTS (SELECT FROM pg_catalog.pg_prepared_statements WHERE NOT from_sql AND pg_catalog.left(name, 11) <> 'fenceproxy_') THEN 'a named protocol-level prepared statement' END, " +
 		"CASE WHEN EXISTS (SELECT FROM pg_catalog.pg_locks WHERE locktype = 'advisory' AND pid = pg_catalog.pg_backend_pid()) THEN 'a session advisory lock' END, " +
 		"CASE WHEN EXISTS (SELECT FROM pg_catalog.pg_class WHERE relnamespace = pg_catalog.pg_my_temp_schema()) THEN 'a temporary table' END), " +
-		"EXISTS (SELECT FROM pg_catalog.pg_prepared_statements WHERE name = " + quoteLiteral(tokenStmtName) + "); " +
+		"EXISTS (SELECT FROM pg_catalog.pg_prepared_statements WHERE name = " + quoteLiteral(tokenStmtName) + "), " +
+		"(SELECT pg_catalog.string_agg(name, ' ') FROM pg_catalog.pg_prepared_statements WHERE pg_catalog.left(name, 12) = " + quoteLiteral(serverStmtPrefix) + "); " +
 		"SELECT pg_catalog.set_config(" + quoteLiteral(tok) + ", " + quoteLiteral(poolPlaceholder) + ", false), pg_catalog.set_config(" +
 		quoteLiteral(lock) + ", " + quoteLiteral(poolPlaceholder) + ", false)"
 }
@@ -261,7 +264,9 @@ func (ss *session) relayPooled() ending {
 			return ending{why: endTerminate, atBoundary: true}
 		}
 		var body []byte
-		if typ == msgQuery || typ == msgParse || ss.clientNeedsBody(typ, ss.srv.currentPlanner()) {
+		switch {
+		case typ == msgQuery, typ == msgParse, typ == msgBind, typ == msgDescribe, typ == msgClose,
+			ss.clientNeedsBody(typ, ss.srv.currentPlanner()):
 			if body, err = cr.body(); err != nil {
 				return ss.clientEnding(err)
 			}
@@ -321,9 +326,12 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 	case msgQuery, msgSync, msgFunctionCall:
 		pl.open++
 	}
-	if typ == msgFunctionCall || typ == msgParse && len(body) > 0 && body[0] != 0 {
-		// A fastpath call may take an advisory lock; a named statement stays on the connection.
-		pl.probe.Store(true)
+	if typ == msgFunctionCall {
+		pl.probe.Store(true) // a fastpath call may take an advisory lock
+	}
+	switch typ {
+	case msgQuery, msgSync, msgFunctionCall:
+		pl.stmts.unitSent()
 	}
 	p := ss.srv.currentPlanner()
 	var err error
@@ -334,10 +342,25 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 			st.pending.Add(1)
 			writeQueryMsg(sc.w, ss.queryPrefix, body, "")
 			ss.queryPrefix = ""
+		} else if len(body) > 0 && body[0] != 0 {
+			err = ss.parseNamed(body, nil)
 		} else {
 			st.unsynced.Store(true)
 			writeMsg(sc.w, msgParse, body, "")
+			pl.stmts.sent(msgParseComplete, false)
 		}
+	case typ == msgParse && body != nil && len(body) > 0 && body[0] != 0:
+		err = ss.parseNamed(body, p) // pooledstmts.go
+	case body != nil && (typ == msgBind || typ == msgDescribe || typ == msgClose) && ss.renamedOut(typ, body):
+	case body != nil && typ == msgParse:
+		err = ss.onClientMsg(typ, body, p, sc.w)
+		pl.stmts.sent(msgParseComplete, false)
+	case body != nil && typ == msgClose:
+		err = ss.onClientMsg(typ, body, p, sc.w)
+		pl.stmts.sent(msgCloseComplete, false)
+	case body != nil && (typ == msgBind || typ == msgDescribe):
+		st.unsynced.Store(true) // the unnamed statement, a portal: as they are
+		writeMsg(sc.w, typ, body, "")
 	case body != nil:
 		err = ss.onClientMsg(typ, body, p, sc.w)
 	default:
@@ -503,7 +526,7 @@ func (ss *session) serveLend(sc *serverConn, done chan struct{}) {
 		}
 		hiding := pl.hide.Load() > 0
 		var body []byte
-		if hiding || typ == msgCommandComplete || ss.serverNeedsBody(typ) {
+		if hiding || typ == msgCommandComplete || typ == msgParseComplete || typ == msgCloseComplete || ss.serverNeedsBody(typ) {
 			if body, err = r.body(); err != nil {
 				ss.lendFailed(sc, err)
 				return
@@ -520,8 +543,21 @@ func (ss *session) serveLend(sc *serverConn, done chan struct{}) {
 			default:
 				continue // ParseComplete, BindComplete, RowDescription, DataRow of the token statement
 			}
-		} else if typ == msgCommandComplete && tagMayLeaveSessionState(body) {
-			pl.probe.Store(true)
+		} else {
+			switch typ {
+			case msgCommandComplete:
+				if tagMayLeaveSessionState(body) {
+					pl.probe.Store(true)
+				}
+			case msgParseComplete, msgCloseComplete:
+				if pl.stmts.answered(typ) {
+					continue // the proxy's own (pooledstmts.go)
+				}
+			case msgErrorResponse:
+				pl.stmts.failed()
+			case msgReadyForQuery:
+				pl.stmts.ready()
+			}
 		}
 		var ev serverEvent
 		if body != nil {
@@ -658,12 +694,16 @@ func (ss *session) probeSession(sc *serverConn) error {
 			if failure != "" {
 				return fmt.Errorf("probe failed: %s", failure)
 			}
-			if len(row) != 4 {
+			if len(row) != 5 {
 				return fmt.Errorf("probe: %d values", len(row))
 			}
 			pl.token = followed(row[0], pl.token, pl.resetToken, sc.pool.resetToken)
 			pl.lock = followed(row[1], pl.lock, pl.resetLock, sc.pool.resetLock)
 			sc.tokenStmt = string(row[3]) == "t"
+			clear(sc.stmts) // a DISCARD or DEALLOCATE may have dropped some
+			for _, name := range strings.Fields(string(row[4])) {
+				sc.stmts[name] = true
+			}
 			if reasons := string(row[2]); reasons != "" && pl.pin == "" {
 				ss.srv.metrics.poolPinned(pinReason(reasons))
 				if cfg.Pool.OnSessionState == config.PoolRefuse {

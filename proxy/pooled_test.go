@@ -1,15 +1,19 @@
 package proxy_test
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/fenceproxy/fenceproxy/internal/pgtest"
 	"github.com/fenceproxy/fenceproxy/internal/proxytest"
@@ -389,4 +393,121 @@ func TestPooledCancel(t *testing.T) {
 	}
 	wantPgErr(t, <-done, "57014", "canceling statement due to user request")
 	fxExec(t, b, "SELECT 1")
+}
+
+// Protocol-level named statements (pgx's statement cache) work across the pool: 50 clients, each with 20 named
+// statements, on 4 server connections, interleaved, get no 26000 and no pin; the fenced ones stay fenced; a
+// client's Close (Deallocate) and re-prepare work, and a batch (one pipeline) too.
+func TestPooledNamedStatements(t *testing.T) {
+	f := newPooledFenced(t, 4, "  max_client_wait: 60s\n")
+	fxExec(t, f.d, "INSERT INTO "+f.label+" (id, fence_token) SELECT g, 1 FROM generate_series(1, 50) g")
+	ctx := ctxT(t)
+	var wg sync.WaitGroup
+	errs := make(chan error, 50)
+	for c := 1; c <= 50; c++ {
+		wg.Add(1)
+		go func(c int) {
+			defer wg.Done()
+			conn, err := pgx.Connect(ctx, f.dsn()+fmt.Sprintf("&options=-c%%20fence.token%%3D%d", 100+c))
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer conn.Close(context.Background())
+			for round := 0; round < 3; round++ {
+				for s := 0; s < 20; s++ {
+					var got int
+					// Twenty texts, the same for every client: shared server statements.
+					if err := conn.QueryRow(ctx, fmt.Sprintf("SELECT $1::int + %d", s), c).Scan(&got); err != nil || got != c+s {
+						errs <- fmt.Errorf("client %d statement %d: %d, %v", c, s, got, err)
+						return
+					}
+				}
+				var tok int64
+				if err := conn.QueryRow(ctx, "UPDATE "+f.label+" SET balance = balance + 1 WHERE id = $1 RETURNING fence_token", c).Scan(&tok); err != nil || tok != int64(100+c) {
+					errs <- fmt.Errorf("client %d fenced write: token %d, %v", c, tok, err)
+					return
+				}
+			}
+			if err := conn.Deallocate(ctx, "SELECT $1::int + 3"); err != nil {
+				errs <- fmt.Errorf("client %d deallocate: %w", c, err)
+				return
+			}
+			b := &pgx.Batch{}
+			for s := 0; s < 5; s++ {
+				b.Queue(fmt.Sprintf("SELECT $1::int + %d", s), c)
+			}
+			br := conn.SendBatch(ctx, b)
+			for s := 0; s < 5; s++ {
+				var got int
+				if err := br.QueryRow().Scan(&got); err != nil || got != c+s {
+					errs <- fmt.Errorf("client %d batch %d: %d, %v", c, s, got, err)
+					br.Close()
+					return
+				}
+			}
+			if err := br.Close(); err != nil {
+				errs <- err
+			}
+		}(c)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if n := fxCounter(t, f.p.Registry, "fenceproxy_pool_pins_total", nil); n != 0 {
+		t.Fatalf("%v clients were pinned", n)
+	}
+}
+
+// A named statement used on a server connection that never saw its Parse is prepared there first, and the client
+// sees exactly the answers of its own messages (no ParseComplete of the proxy's).
+func TestPooledNamedStatementMoves(t *testing.T) {
+	f := newPooledFenced(t, 2, "")
+	ctx := ctxT(t)
+	a := pooledConn(t, f, "&default_query_exec_mode=simple_protocol")
+	b, err := pgconn.Connect(ctx, f.dsn())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close(context.Background())
+	fxExec(t, a, "BEGIN") // a holds one server connection
+	var pidA uint32
+	if err := a.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pidA); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Prepare(ctx, "s1", "SELECT pg_backend_pid()", nil); err != nil { // on the other one
+		t.Fatal(err)
+	}
+	fxExec(t, a, "COMMIT") // a's connection is the one given back last: b gets it next
+	fe := b.Frontend()
+	fe.Send(&pgproto3.Bind{PreparedStatement: "s1", ResultFormatCodes: []int16{0}})
+	fe.Send(&pgproto3.Execute{})
+	fe.Send(&pgproto3.Sync{})
+	if err := fe.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	var pid string
+	for {
+		m, err := fe.Receive()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, fmt.Sprintf("%T", m))
+		if dr, ok := m.(*pgproto3.DataRow); ok {
+			pid = string(dr.Values[0])
+		}
+		if _, ok := m.(*pgproto3.ReadyForQuery); ok {
+			break
+		}
+	}
+	want := "[*pgproto3.BindComplete *pgproto3.DataRow *pgproto3.CommandComplete *pgproto3.ReadyForQuery]"
+	if fmt.Sprint(got) != want {
+		t.Fatalf("answers %v, want %s", got, want)
+	}
+	if pid != fmt.Sprint(pidA) {
+		t.Fatalf("the statement ran on backend %s, not on the connection that never saw its Parse (%d)", pid, pidA)
+	}
 }

@@ -35,6 +35,8 @@ const (
 	msgNotificationResponse     byte = 'A'
 	msgCommandComplete          byte = 'C'
 	msgDataRow                  byte = 'D'
+	msgParseComplete            byte = '1'
+	msgCloseComplete            byte = '3'
 	msgNegotiateProtocolVersion byte = 'v'
 )
 
