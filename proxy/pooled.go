@@ -5,10 +5,12 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/fenceproxy/fenceproxy/config"
 	"github.com/fenceproxy/fenceproxy/rewrite"
@@ -62,6 +64,10 @@ type pooledState struct {
 	hide  atomic.Int64 // token statements whose answers are still to be hidden (each up to its CommandComplete)
 
 	stmts pooledStmts // the client's named statements (pooledstmts.go)
+
+	// prefixChars is how many characters the token statement put before the text of the Query being answered
+	// (an error's position is shifted back by it); 0 when none or when they cannot be counted.
+	prefixChars atomic.Int64
 }
 
 // pooledTransactions reports whether clients share server connections per transaction.
@@ -421,6 +427,12 @@ func (ss *session) injectTokens(typ byte, body []byte) {
 			ss.queryPrefix = tokenSQLWith(cfg.Setting, cfg.LockSetting, sqlValue(pl.token), sqlValue(pl.lock)) + "; "
 		}
 		pl.hide.Add(1)
+		switch {
+		case set.ClientEncoding == "UTF8":
+			pl.prefixChars.Store(int64(utf8.RuneCountInString(ss.queryPrefix)))
+		case isASCII(ss.queryPrefix):
+			pl.prefixChars.Store(int64(len(ss.queryPrefix)))
+		}
 		return
 	case msgParse:
 		if text, ok := planText(msgParse, body); ok && rewrite.OwnTransaction(text, set) {
@@ -449,6 +461,37 @@ func (ss *session) injectTokens(typ byte, body []byte) {
 	writeMsg(sc.w, msgBind, b, "")
 	writeMsg(sc.w, msgExecute, []byte{0, 0, 0, 0, 0}, "")
 	pl.hide.Add(1)
+}
+
+// shiftPosition moves the position field of an ErrorResponse back by n characters: the client's text started n
+// characters into the Query the server read. A position inside the token statement is left as it is.
+func shiftPosition(body []byte, n int) []byte {
+	var out []byte
+	for rest := body; len(rest) > 0 && rest[0] != 0; {
+		f := rest[0]
+		v, after, ok := cutNul(rest[1:])
+		if !ok {
+			return body
+		}
+		if f == fieldPosition {
+			if p, err := strconv.Atoi(string(v)); err == nil && p > n {
+				out = append(append(append(out, body[:len(body)-len(rest)]...), f), strconv.Itoa(p-n)...)
+				return append(append(out, 0), after...)
+			}
+			return body
+		}
+		rest = after
+	}
+	return body
+}
+
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= 0x80 {
+			return false
+		}
+	}
+	return true
 }
 
 // writeQueryMsg writes a Query whose text is prefix followed by raw (a Query body, zero byte included) or, when
@@ -553,10 +596,15 @@ func (ss *session) serveLend(sc *serverConn, done chan struct{}) {
 				if pl.stmts.answered(typ) {
 					continue // the proxy's own (pooledstmts.go)
 				}
-			case msgErrorResponse:
-				pl.stmts.failed()
 			case msgReadyForQuery:
 				pl.stmts.ready()
+				pl.prefixChars.Store(0)
+			}
+		}
+		if typ == msgErrorResponse {
+			pl.stmts.failed() // the server skips the rest of the batch
+			if n := pl.prefixChars.Load(); n > 0 {
+				body = shiftPosition(body, int(n))
 			}
 		}
 		var ev serverEvent

@@ -17,8 +17,8 @@ import (
 
 // The no-leak proof of transaction pooling: 200 clients on a pool of 10 server connections, each with tokens of
 // its own (client c uses c*1000+1, c*1000+2, ...), run a random mix of SET, SET LOCAL, RESET, DISCARD ALL,
-// set_config (literal and bound), startup options, ROLLBACK, SAVEPOINT and ROLLBACK TO, multi-statement Query
-// and the extended protocol. Each client knows which token PostgreSQL would give its write (its own model of the
+// set_config (literal and bound), startup options, ROLLBACK, SAVEPOINT and ROLLBACK TO, multi-statement Query,
+// the extended protocol and named statements. Each client knows which token PostgreSQL would give its write (its own model of the
 // session) and checks the write landed with exactly that one (RETURNING), or was refused 55F02 when it has none.
 // A trigger records, for every committed write, the backend and current_setting of the token: no write carries
 // another client's token. A client that never sets a token is refused 55F02 every time, and most server
@@ -192,7 +192,7 @@ func loadClient(ctx context.Context, f *fenced, c, ops int) (int, error) {
 			return err
 		}
 		var err error
-		switch op := rng.Intn(11); op {
+		switch op := rng.Intn(12); op {
 		case 0: // SET, then a write
 			v := newTok()
 			if err = exec(fmt.Sprintf("SET fence.token = %d", v)); err == nil {
@@ -275,6 +275,8 @@ func loadClient(ctx context.Context, f *fenced, c, ops int) (int, error) {
 				}
 				high, written = v, written+1
 			}
+		case 9: // a write through a named statement (pgx's statement cache: Parse once, Bind on any connection)
+			err = autocommit(write(onConn(pgx.QueryExecModeCacheStatement), sess))
 		default: // a plain write with the session's token
 			err = autocommit(write(onConn(mode), sess))
 		}

@@ -511,3 +511,14 @@ func TestPooledNamedStatementMoves(t *testing.T) {
 		t.Fatalf("the statement ran on backend %s, not on the connection that never saw its Parse (%d)", pid, pidA)
 	}
 }
+
+// A syntax error's position counts from the start of the client's own text, not the token statement's.
+func TestPooledErrorPosition(t *testing.T) {
+	f := newPooledFenced(t, 1, "")
+	a := pooledConn(t, f, "&default_query_exec_mode=simple_protocol&options=-c%20fence.token%3D12345")
+	_, err := a.Exec(ctxT(t), "SELECT 1 FORM t")
+	pe := wantPgErr(t, err, "42601", "syntax error")
+	if pe.Position != 15 {
+		t.Fatalf("position %d, want 15 (as a connection of one's own says)", pe.Position)
+	}
+}

@@ -60,6 +60,7 @@ const (
 	fieldCode     = 'C'
 	fieldMessage  = 'M'
 	fieldTable    = 't'
+	fieldPosition = 'P'
 )
 
 // SQLSTATEs the proxy sends or looks for. The fencing codes are rewrite's (the contract's 55F0x); the others
