@@ -522,3 +522,43 @@ func TestPooledErrorPosition(t *testing.T) {
 		t.Fatalf("position %d, want 15 (as a connection of one's own says)", pe.Position)
 	}
 }
+
+// A server connection that dies while lent ends that client's session only: another client's transaction on the
+// pool goes on and commits, and new clients are served.
+func TestPooledServerDiesMidTransaction(t *testing.T) {
+	f := newPooledFenced(t, 2, "")
+	ctx := ctxT(t)
+	q := "&default_query_exec_mode=simple_protocol"
+	a := pooledConn(t, f, q)
+	b := pooledConn(t, f, q)
+	fxExec(t, a, "BEGIN")
+	fxExec(t, b, "BEGIN")
+	fxExec(t, b, "SET LOCAL fence.token = 7")
+	pid := backendPID(t, a)
+	fxExec(t, f.d, "SELECT pg_terminate_backend($1)", pid)
+	_, err := a.Exec(ctx, "SELECT 1")
+	if err == nil {
+		t.Fatal("the client whose server connection died did not notice")
+	}
+	fxExec(t, b, "INSERT INTO "+f.label+" (id) VALUES (1)")
+	fxExec(t, b, "COMMIT")
+	f.wantToken(t, 1, 7)
+	c := pooledConn(t, f, q)
+	fxExec(t, c, "SELECT 1")
+}
+
+// A drain ends an idle pooled client at once: Shutdown finds every session ended before its deadline.
+func TestPooledDrain(t *testing.T) {
+	f := newPooledFenced(t, 1, "")
+	a := pooledConn(t, f, "&default_query_exec_mode=simple_protocol")
+	fxExec(t, a, "SELECT 1")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := f.p.Server.Shutdown(ctx); err != nil {
+		t.Fatalf("shutdown: %v", err)
+	}
+	_, err := a.Exec(ctxT(t), "SELECT 1")
+	if err == nil {
+		t.Fatal("a drained client's session goes on")
+	}
+}
