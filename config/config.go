@@ -36,6 +36,7 @@ type Config struct {
 	Catalog *Catalog `yaml:"catalog"`
 	Locks   Locks    `yaml:"locks"`
 	Pool    Pool     `yaml:"pool"`
+	Auth    Auth     `yaml:"auth"`
 
 	// File is the path the configuration was read from ("" when parsed from memory).
 	File string `yaml:"-"`
@@ -243,6 +244,22 @@ type Pool struct {
 	// none (trust).
 	ServerPasswordFile string `yaml:"server_password_file"`
 }
+
+// Auth is how the proxy itself authenticates clients. Only with pool.mode transaction: in session mode the
+// client authenticates to PostgreSQL through the proxy.
+type Auth struct {
+	// Type is AuthTrust (default) or AuthSCRAM: the client proves a password whose SCRAM secret is in File.
+	Type string `yaml:"type"`
+	// File is pgbouncer's userlist format, one `"user" "SCRAM-SHA-256$<iterations>:<salt>$<StoredKey>:<ServerKey>"`
+	// per line (what pg_authid.rolpassword holds); read at each login, so edits apply at once.
+	File string `yaml:"file"`
+}
+
+// Values of Auth.Type.
+const (
+	AuthTrust = "trust"
+	AuthSCRAM = "scram-sha-256"
+)
 
 // Transaction reports whether clients share server connections per transaction.
 func (p Pool) Transaction() bool { return p.Mode == PoolModeTransaction }
@@ -475,6 +492,9 @@ func (c *Config) applyDefaults() {
 	if c.Pool.OnSessionState == "" {
 		c.Pool.OnSessionState = PoolPin
 	}
+	if c.Auth.Type == "" {
+		c.Auth.Type = AuthTrust
+	}
 	if c.Relay.Mode == "" {
 		c.Relay.Mode = RelayModeLoop
 	}
@@ -651,6 +671,18 @@ func (c *Config) validate(lines map[string]int) error {
 	case PoolPin, PoolRefuse:
 	default:
 		add("pool.on_session_state", "must be %s or %s, not %q", PoolPin, PoolRefuse, c.Pool.OnSessionState)
+	}
+	switch c.Auth.Type {
+	case AuthTrust:
+	case AuthSCRAM:
+		if c.Auth.File == "" {
+			add("auth.file", "required with auth.type %s", AuthSCRAM)
+		}
+		if !c.Pool.Transaction() {
+			add("auth.type", "%s needs pool.mode transaction (in session mode PostgreSQL authenticates the client)", AuthSCRAM)
+		}
+	default:
+		add("auth.type", "must be %s or %s, not %q", AuthTrust, AuthSCRAM, c.Auth.Type)
 	}
 	if c.Pool.Transaction() && c.Upstream.PreparedFences != nil && *c.Upstream.PreparedFences > 0 {
 		add("upstream.prepared_fences", "must be 0 with pool.mode transaction (prepared fences are kept per session)")

@@ -95,6 +95,23 @@ func TestReuseSettings(t *testing.T) {
 	}
 }
 
+func TestPoolSettings(t *testing.T) {
+	cfg, err := Parse("c.yaml", []byte("upstream:\n  address: a:1\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := cfg.Pool; p.Transaction() || p.Size != DefaultPoolSize || p.MaxClientWait != DefaultPoolMaxClientWait || p.OnSessionState != PoolPin || cfg.Auth.Type != AuthTrust {
+		t.Errorf("pool defaults: %+v, auth %+v", p, cfg.Auth)
+	}
+	cfg, err = Parse("c.yaml", []byte("upstream:\n  address: a:1\npool:\n  mode: transaction\n  size: 3\n  max_client_wait: 2s\n  on_session_state: refuse\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := cfg.Pool; !p.Transaction() || p.Size != 3 || p.MaxClientWait != 2*time.Second || p.OnSessionState != PoolRefuse {
+		t.Errorf("pool settings: %+v", p)
+	}
+}
+
 func TestErrorsNameFileLineAndKey(t *testing.T) {
 	cases := []struct{ name, yaml, want string }{
 		{"unknown top-level key", "upstream:\n  address: a:1\ntabels: []\n", `c.yaml:3: unknown key "tabels"`},
@@ -122,6 +139,11 @@ func TestErrorsNameFileLineAndKey(t *testing.T) {
 		{"spin too long", "upstream:\n  address: a:1\nrelay:\n  spin: 2s\n", `c.yaml:4: relay.spin: must be 0 (off) to 1ms`},
 		{"spin not a duration", "upstream:\n  address: a:1\nrelay:\n  spin: fast\n", "c.yaml:4: relay.spin: cannot unmarshal !!str fast into time.Duration"},
 		{"unknown reuse key", "upstream:\n  address: a:1\n  reuse:\n    pool_size: 3\n", `c.yaml:4: unknown key "upstream.reuse.pool_size"`},
+		{"bad pool mode", "upstream:\n  address: a:1\npool:\n  mode: statement\n", `c.yaml:4: pool.mode: must be session or transaction, not "statement"`},
+		{"bad on_session_state", "upstream:\n  address: a:1\npool:\n  on_session_state: ignore\n", `c.yaml:4: pool.on_session_state: must be pin or refuse`},
+		{"prepared fences with transaction pooling", "upstream:\n  address: a:1\n  prepared_fences: 8\npool:\n  mode: transaction\n", `upstream.prepared_fences: must be 0 with pool.mode transaction`},
+		{"scram auth in session mode", "upstream:\n  address: a:1\nauth:\n  type: scram-sha-256\n  file: u.txt\n", `c.yaml:4: auth.type: scram-sha-256 needs pool.mode transaction`},
+		{"scram auth without a file", "upstream:\n  address: a:1\npool:\n  mode: transaction\nauth:\n  type: scram-sha-256\n", `auth.file: required with auth.type scram-sha-256`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -562,3 +562,35 @@ func TestPooledDrain(t *testing.T) {
 		t.Fatal("a drained client's session goes on")
 	}
 }
+
+// auth.type scram-sha-256: clients prove their password against the SCRAM secret of an auth file (here the one
+// PostgreSQL stores for the role); a wrong password and an unknown user get the same 28P01. The pool logs in
+// upstream with its own password (pool.server_password_file), by SCRAM too.
+func TestPooledSCRAMAuthFile(t *testing.T) {
+	pgtest.Require(t, pg)
+	d := direct(t)
+	var secret string
+	if err := d.QueryRow(ctxT(t), "SELECT rolpassword FROM pg_authid WHERE rolname = $1", pgtest.ScramUser).Scan(&secret); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	userlist := dir + "/userlist.txt"
+	pwfile := dir + "/password"
+	if err := os.WriteFile(userlist, []byte(fmt.Sprintf("%q %q\n", pgtest.ScramUser, secret)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(pwfile, []byte(pgtest.ScramPassword+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := startProxy(t, proxytest.Options{YAML: fmt.Sprintf("pool:\n  mode: transaction\n  size: 1\n  server_password_file: %s\nauth:\n  type: scram-sha-256\n  file: %s\n", pwfile, userlist)})
+	ctx := ctxT(t)
+	c := connect(t, p.DSN(pgtest.ScramUser, pgtest.ScramPassword, pgtest.TestDB))
+	var who string
+	if err := c.QueryRow(ctx, "SELECT current_user").Scan(&who); err != nil || who != pgtest.ScramUser {
+		t.Fatalf("current_user %q, %v", who, err)
+	}
+	for _, tc := range []struct{ user, password string }{{pgtest.ScramUser, "wrong"}, {"nobody", "wrong"}} {
+		_, err := pgx.Connect(ctx, p.DSN(tc.user, tc.password, pgtest.TestDB))
+		wantPgErr(t, err, "28P01", fmt.Sprintf("password authentication failed for user %q", tc.user))
+	}
+}

@@ -19,6 +19,7 @@ package proxy
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/subtle"
 	"crypto/tls"
 	"encoding/binary"
@@ -72,6 +73,7 @@ type Server struct {
 	spinners  atomic.Int32  // event loops polling in spinPoll now
 	pool      *upstreamPool // nil: upstream connections are not reused
 	pools     *txPools      // pool.mode transaction (pool.go); nil in session mode
+	authKey   [32]byte      // the server's own key for the secrets of unknown users (auth.go)
 
 	active   atomic.Int64 // sessions past accept, including those being refused
 	draining atomic.Bool
@@ -106,6 +108,7 @@ func New(o Options) (*Server, error) {
 	s.SetPlanner(o.Planner)
 	if o.Config.Pool.Transaction() {
 		s.pools = &txPools{srv: s, byKey: map[string]*txPool{}}
+		rand.Read(s.authKey[:])
 	}
 	if !o.DisableEventLoop && o.Config.Relay.Mode != config.RelayModeGoroutines {
 		n := o.Config.Relay.EventLoops
