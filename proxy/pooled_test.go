@@ -163,7 +163,7 @@ func TestPooledSharesServerConnections(t *testing.T) {
 
 // A client that finds the pool full waits up to pool.max_client_wait, then is refused with 53300 naming the pool.
 func TestPooledMaxClientWait(t *testing.T) {
-	f := newPooledFenced(t, 1, "  max_client_wait: 300ms\n")
+	f := newPooledFenced(t, 1, "  max_client_wait: 1s\n")
 	ctx := ctxT(t)
 	a := pooledConn(t, f, "&default_query_exec_mode=exec")
 	fxExec(t, a, "BEGIN") // holds the pool's one server connection
@@ -480,7 +480,9 @@ func TestPooledNamedStatementMoves(t *testing.T) {
 	if _, err := b.Prepare(ctx, "s1", "SELECT pg_backend_pid()", nil); err != nil { // on the other one
 		t.Fatal(err)
 	}
-	fxExec(t, a, "COMMIT") // a's connection is the one given back last: b gets it next
+	c := pooledConn(t, f, "&default_query_exec_mode=simple_protocol")
+	fxExec(t, c, "BEGIN") // c holds the connection where s1 was prepared
+	fxExec(t, a, "COMMIT") // a's connection is the one left for b
 	fe := b.Frontend()
 	fe.Send(&pgproto3.Bind{PreparedStatement: "s1", ResultFormatCodes: []int16{0}})
 	fe.Send(&pgproto3.Execute{})
