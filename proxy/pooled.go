@@ -310,6 +310,12 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 	pl.mu.Lock()
 	defer pl.mu.Unlock()
 	if ss.unitStart(typ) {
+		if pl.sc != nil && pl.open > 0 {
+			// What the client sent before is answered first (the next transaction's token statement depends on
+			// how it ends): send it on, though the client's next messages are already here.
+			ss.countRelayed(dirClientToServer, &ss.cr)
+			pl.sc.w.Flush()
+		}
 		for pl.sc != nil && pl.open > 0 && pl.lost == nil {
 			pl.settled.Wait()
 		}

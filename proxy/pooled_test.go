@@ -2,6 +2,7 @@ package proxy_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -595,4 +596,81 @@ func TestPooledSCRAMAuthFile(t *testing.T) {
 		_, err := pgx.Connect(ctx, p.DSN(tc.user, tc.password, pgtest.TestDB))
 		wantPgErr(t, err, "28P01", fmt.Sprintf("password authentication failed for user %q", tc.user))
 	}
+}
+
+// A pipeline of several batches (each ending with its Sync), one failing in the middle, through a pool of one:
+// every batch is its own transaction with the client's token, the failing one fails alone, and the answers stay
+// in order (named statements prepared in the pipeline included).
+func TestPooledPipeline(t *testing.T) {
+	f := newPooledFenced(t, 1, "")
+	fxExec(t, f.d, "INSERT INTO "+f.label+" (id, fence_token) VALUES (1, 1)")
+	ctx := ctxT(t)
+	pc, err := pgconn.Connect(ctx, f.dsn()+"&options=-c%20fence.token%3D5")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close(context.Background())
+	other := pooledConn(t, f, "&default_query_exec_mode=simple_protocol") // shares the one server connection
+	upd := "UPDATE " + f.label + " SET balance = balance + 1 WHERE id = 1 RETURNING fence_token"
+	p := pc.StartPipeline(ctx)
+	p.SendPrepare("w", upd, nil)
+	p.SendPipelineSync()
+	p.SendQueryPrepared("w", nil, nil, nil)
+	p.SendQueryParams("SELECT current_setting('fence.token')", nil, nil, nil, nil)
+	p.SendPipelineSync()
+	p.SendQueryParams("SELECT 1/0", nil, nil, nil, nil)
+	p.SendQueryPrepared("w", nil, nil, nil) // skipped: the batch failed
+	p.SendPipelineSync()
+	p.SendQueryParams("SELECT set_config('fence.token', '6', false)", nil, nil, nil, nil)
+	p.SendPipelineSync()
+	p.SendQueryPrepared("w", nil, nil, nil)
+	p.SendPipelineSync()
+	if err := p.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for i := 0; i < 11; i++ {
+		r, err := p.GetResults()
+		switch r := r.(type) {
+		case *pgconn.StatementDescription:
+			got = append(got, "prepared")
+		case *pgconn.PipelineSync:
+			got = append(got, "sync")
+		case *pgconn.ResultReader:
+			res := r.Read()
+			if res.Err != nil {
+				var pe *pgconn.PgError
+				if errors.As(res.Err, &pe) {
+					got = append(got, pe.Code)
+				} else {
+					got = append(got, res.Err.Error())
+				}
+			} else if len(res.Rows) == 1 {
+				got = append(got, string(res.Rows[0][0]))
+			} else {
+				got = append(got, fmt.Sprint(len(res.Rows), " rows"))
+			}
+		case nil:
+			if err != nil {
+				var pe *pgconn.PgError
+				if errors.As(err, &pe) {
+					got = append(got, pe.Code)
+					continue
+				}
+				t.Fatalf("result %d: %v (so far %v)", i, err, got)
+			}
+			got = append(got, "nil")
+		}
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	want := "[prepared sync 5 5 sync 22012 sync 6 sync 6 sync]"
+	if fmt.Sprint(got) != want {
+		t.Fatalf("pipeline answers %v, want %s", got, want)
+	}
+	if got := showToken(t, other); got != "" {
+		t.Fatalf("the other client sees token %q", got)
+	}
+	f.wantToken(t, 1, 6)
 }
