@@ -243,6 +243,8 @@ type Pool struct {
 	// ServerPasswordFile holds the password server connections log in with (trailing newline ignored); empty:
 	// none (trust).
 	ServerPasswordFile string `yaml:"server_password_file"`
+	// AdminUsers may connect to the virtual database "fenceproxy", the admin console (SHOW POOLS, SHOW STATS).
+	AdminUsers []string `yaml:"admin_users"`
 }
 
 // Auth is how the proxy itself authenticates clients. Only with pool.mode transaction: in session mode the

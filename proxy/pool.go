@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -70,6 +71,13 @@ type txPool struct {
 	// resetToken and resetLock are the token and lock values a RESET gives on its server connections (role and
 	// database defaults; nil: none), read when the first one is opened.
 	resetToken, resetLock *string
+
+	// For the admin console (admin.go).
+	clients atomic.Int64 // client sessions of the pool
+	waiting atomic.Int64 // clients waiting for a server connection now
+	lends   atomic.Int64 // server connections lent, since start
+	opened  atomic.Int64 // server connections opened, since start
+	pins    atomic.Int64 // clients pinned, since start
 }
 
 // poolKeyParams are the startup parameters of a client that choose its pool: every one but those the proxy
@@ -148,14 +156,18 @@ func (p *txPool) acquire(wait time.Duration) (*serverConn, error) {
 	select {
 	case p.slots <- struct{}{}:
 	default:
+		p.waiting.Add(1)
 		t := time.NewTimer(wait)
 		select {
 		case p.slots <- struct{}{}:
 			t.Stop()
+			p.waiting.Add(-1)
 		case <-t.C:
+			p.waiting.Add(-1)
 			return nil, errPoolTimeout
 		}
 	}
+	p.lends.Add(1)
 	p.mu.Lock()
 	if n := len(p.idle); n > 0 {
 		sc := p.idle[n-1]
@@ -265,6 +277,7 @@ func (p *txPool) dial() (*serverConn, error) {
 	sc.intr.conn = hc.Conn
 	sc.r = msgReader{r: bufio.NewReaderSize(hc.Conn, readBufferSize), intr: &sc.intr}
 	s.metrics.poolDialed()
+	p.opened.Add(1)
 	p.mu.Lock()
 	if p.reports == nil {
 		p.resetToken, p.resetLock = nullable(defaults[0]), nullable(defaults[1])

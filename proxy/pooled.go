@@ -135,11 +135,17 @@ func (s *Server) startPooled(ss *session) {
 			return
 		}
 	}
+	if ss.params["database"] == adminDatabase {
+		s.serveAdmin(ss) // admin.go
+		return
+	}
 	p, err := s.pools.poolFor(ss.params)
 	if err != nil {
 		ss.fatal(sqlstateCannotConnectNow, err.Error(), "")
 		return
 	}
+	p.clients.Add(1)
+	defer p.clients.Add(-1)
 	reports, err := p.serverReports(s.cfg.Pool.MaxClientWait)
 	if err != nil {
 		ss.poolFailed(p, err)
@@ -772,6 +778,7 @@ func (ss *session) probeSession(sc *serverConn) error {
 			}
 			if reasons := string(row[2]); reasons != "" && pl.pin == "" {
 				ss.srv.metrics.poolPinned(pinReason(reasons))
+				sc.pool.pins.Add(1)
 				if cfg.Pool.OnSessionState == config.PoolRefuse {
 					pl.lost = errors.New("session state refused")
 					pl.fare = errorResponse("FATAL", sqlstateFeatureNotSupported, fmt.Sprintf("pool.on_session_state is refuse, and the transaction left %s, which a pooled server connection cannot keep for the client", reasons), "", "Use pool.mode session for this client, or pool.on_session_state: pin.")

@@ -482,7 +482,7 @@ func TestPooledNamedStatementMoves(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := pooledConn(t, f, "&default_query_exec_mode=simple_protocol")
-	fxExec(t, c, "BEGIN") // c holds the connection where s1 was prepared
+	fxExec(t, c, "BEGIN")  // c holds the connection where s1 was prepared
 	fxExec(t, a, "COMMIT") // a's connection is the one left for b
 	fe := b.Frontend()
 	fe.Send(&pgproto3.Bind{PreparedStatement: "s1", ResultFormatCodes: []int16{0}})
@@ -673,4 +673,35 @@ func TestPooledPipeline(t *testing.T) {
 		t.Fatalf("the other client sees token %q", got)
 	}
 	f.wantToken(t, 1, 6)
+}
+
+// The admin console: a role of pool.admin_users that connects to the database "fenceproxy" gets SHOW POOLS and
+// SHOW STATS; any other role is refused.
+func TestPooledAdminConsole(t *testing.T) {
+	f := newPooledFenced(t, 3, "  admin_users: [admin]\n")
+	ctx := ctxT(t)
+	a := pooledConn(t, f, "&default_query_exec_mode=simple_protocol")
+	fxExec(t, a, "SELECT 1")
+	fxExec(t, a, "BEGIN") // holds one server connection
+	adm := connect(t, proxytest.DSN(f.p.Addr, "admin", "", "fenceproxy")+"&default_query_exec_mode=simple_protocol")
+	rows, err := adm.Query(ctx, "show pools;")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pools, err := pgx.CollectRows(rows, pgx.RowToMap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pools) != 1 || pools[0]["database"] != pgtest.TestDB || pools[0]["user"] != pgtest.SuperUser ||
+		pools[0]["cl_active"] != "1" || pools[0]["sv_active"] != "1" || pools[0]["pool_mode"] != "transaction" {
+		t.Fatalf("SHOW POOLS: %v", pools)
+	}
+	var lends string
+	if err := adm.QueryRow(ctx, "SHOW STATS").Scan(nil, nil, &lends, nil, nil); err != nil || lends == "0" {
+		t.Fatalf("SHOW STATS: total_xact_count %q, %v", lends, err)
+	}
+	_, err = adm.Exec(ctx, "SHOW NONSENSE")
+	wantPgErr(t, err, "0A000", "fenceproxy admin console: unknown command")
+	_, err = pgx.Connect(ctx, proxytest.DSN(f.p.Addr, pgtest.SuperUser, "", "fenceproxy"))
+	wantPgErr(t, err, "42501", `user "postgres" may not use the admin console`)
 }
