@@ -31,8 +31,8 @@ import (
 // It is not a valid token (ValidToken), so a write that meets it is refused.
 const poolPlaceholder = "fenceproxy:pooled"
 
-// tokenStmtName is the statement the proxy prepares on each server connection to set a client's values at the
-// start of an extended-protocol transaction.
+// tokenStmtName is the statement that sets a client's values at the start of its transaction (pooled.go:
+// prepareTokenStmt).
 const tokenStmtName = "fenceproxy_t"
 
 // errPoolTimeout: no server connection of a full pool became free within pool.max_client_wait.
@@ -40,15 +40,15 @@ var errPoolTimeout = errors.New("no server connection became free")
 
 // serverConn is one upstream connection of a pool.
 type serverConn struct {
-	pool      *txPool
-	conn      net.Conn
-	r         msgReader
-	w         *bufio.Writer
-	intr      interrupt
-	key       []byte // BackendKeyData: PID and secret, for cancels
-	born      time.Time
-	tokenStmt bool            // tokenStmtName is prepared on the connection
-	stmts     map[string]bool // the clients' statements prepared on it, by server name (pooledstmts.go)
+	pool     *txPool
+	conn     net.Conn
+	r        msgReader
+	w        *bufio.Writer
+	intr     interrupt
+	key      []byte // BackendKeyData: PID and secret, for cancels
+	born     time.Time
+	tokenFor *pooledState    // the client for whose transactions tokenStmtName was last prepared; nil: none
+	stmts    map[string]bool // the clients' statements prepared on it, by server name (pooledstmts.go)
 }
 
 // txPools are the pools of a Server, by key.
@@ -204,7 +204,7 @@ func (p *txPool) discard(sc *serverConn) {
 }
 
 // dial opens a server connection through the proxy's one upstream dial function (Server.dialUpstream), logs in
-// (pgconn: trust, password, md5 or SCRAM), sets the placeholders and prepares the token statement.
+// (pgconn: trust, password, md5 or SCRAM) and sets the placeholders.
 func (p *txPool) dial() (*serverConn, error) {
 	s := p.srv
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Limits.StartupTimeout)
@@ -257,10 +257,6 @@ func (p *txPool) dial() (*serverConn, error) {
 		return nil, fmt.Errorf("pool %s: set up a server connection: %w", p.name, err)
 	}
 	defaults := res[0].Rows[0]
-	if _, err := pc.Prepare(ctx, tokenStmtName, tokenStmtSQL(tok, lock), nil); err != nil {
-		pc.Close(ctx)
-		return nil, fmt.Errorf("pool %s: prepare the token statement: %w", p.name, err)
-	}
 	if err := pc.SyncConn(ctx); err != nil {
 		pc.Close(ctx)
 		return nil, fmt.Errorf("pool %s: %w", p.name, err)
@@ -270,7 +266,7 @@ func (p *txPool) dial() (*serverConn, error) {
 		return nil, fmt.Errorf("pool %s: %w", p.name, err)
 	}
 	hc.Conn.SetDeadline(time.Time{})
-	sc := &serverConn{pool: p, conn: hc.Conn, born: time.Now(), tokenStmt: true, stmts: map[string]bool{}}
+	sc := &serverConn{pool: p, conn: hc.Conn, born: time.Now(), stmts: map[string]bool{}}
 	sc.key = append(sc.key, byte(hc.PID>>24), byte(hc.PID>>16), byte(hc.PID>>8), byte(hc.PID))
 	sc.key = append(sc.key, hc.SecretKey...)
 	sc.w = bufio.NewWriterSize(hc.Conn, writeBufferSize)

@@ -29,8 +29,9 @@ import (
 //
 //   - Each transaction starts with the client's session values set transaction-locally (set_config(name, v,
 //     true); NULL, the server's default, for a value never set or RESET), in the same write as the client's
-//     first message: the token statement (tokenStmtSQL, prepared on each server connection) as EXECUTE before
-//     the text of a Query, or as a Bind and Execute before an extended-protocol batch. Its answers are not relayed (hide). SET, SET LOCAL, RESET, set_config
+//     first message: the token statement (tokenStmtSQL, prepared afresh whenever the connection changes
+//     clients: prepareTokenStmt) as EXECUTE before the text of a Query, or as a Bind and Execute before an
+//     extended-protocol batch. Its answers are not relayed (hide). SET, SET LOCAL, RESET, set_config
 //     with any arguments, SAVEPOINT and ROLLBACK TO, a rollback: the server applies them to the values inside
 //     the transaction exactly as on a connection of the client's own.
 //   - A session-level change survives the transaction as the server connection's session value. When the
@@ -443,13 +444,8 @@ func (ss *session) injectTokens(typ byte, body []byte) {
 		if text, ok := planText(msgQuery, body); !ok || rewrite.OwnTransaction(text, set) {
 			return
 		}
-		if sc.tokenStmt {
-			// The token statement prepared on the connection: a short prefix, planned once.
-			ss.queryPrefix = "EXECUTE " + tokenStmtName + "(" + sqlValue(pl.token) + ", " + sqlValue(pl.lock) + "); "
-		} else {
-			cfg := ss.srv.cfg.Token
-			ss.queryPrefix = tokenSQLWith(cfg.Setting, cfg.LockSetting, sqlValue(pl.token), sqlValue(pl.lock)) + "; "
-		}
+		ss.prepareTokenStmt()
+		ss.queryPrefix = "EXECUTE " + tokenStmtName + "(" + sqlValue(pl.token) + ", " + sqlValue(pl.lock) + "); "
 		pl.hide.Add(1)
 		switch {
 		case set.ClientEncoding == "UTF8":
@@ -463,13 +459,7 @@ func (ss *session) injectTokens(typ byte, body []byte) {
 			return
 		}
 	}
-	if !sc.tokenStmt {
-		cfg := ss.srv.cfg.Token
-		b := append(append([]byte(tokenStmtName), 0), tokenStmtSQL(cfg.Setting, cfg.LockSetting)...)
-		b = append(b, 0, 0, 0)
-		writeMsg(sc.w, msgParse, b, "")
-		sc.tokenStmt = true
-	}
+	ss.prepareTokenStmt()
 	// Bind: unnamed portal, the token statement, no parameter formats (text), two parameters, no result formats.
 	b := append([]byte{0}, tokenStmtName...)
 	b = append(b, 0, 0, 0, 0, 2)
@@ -485,6 +475,25 @@ func (ss *session) injectTokens(typ byte, body []byte) {
 	writeMsg(sc.w, msgBind, b, "")
 	writeMsg(sc.w, msgExecute, []byte{0, 0, 0, 0, 0}, "")
 	pl.hide.Add(1)
+}
+
+// prepareTokenStmt prepares the token statement again, unless the client whose transaction starts is the one
+// it was last prepared for on this server connection (pl.mu held). A client may have replaced it (DEALLOCATE,
+// then PREPARE of its name, in a function the proxy does not see) with a statement that sets another token: that
+// must never reach another client, so a new client of the connection gets it prepared afresh in the same write,
+// where nothing can come between. Its answers (CloseComplete, ParseComplete) are hidden with the rest of the
+// token statement's, since they come before its CommandComplete.
+func (ss *session) prepareTokenStmt() {
+	pl := ss.pooled
+	sc := pl.sc
+	if sc.tokenFor == pl {
+		return
+	}
+	cfg := ss.srv.cfg.Token
+	writeMsg(sc.w, msgClose, []byte("S"+tokenStmtName+"\x00"), "")
+	b := append(append([]byte(tokenStmtName), 0), tokenStmtSQL(cfg.Setting, cfg.LockSetting)...)
+	writeMsg(sc.w, msgParse, append(b, 0, 0, 0), "")
+	sc.tokenFor = pl
 }
 
 // shiftPosition moves the position field of an ErrorResponse back by n characters: the client's text started n
@@ -771,7 +780,9 @@ func (ss *session) probeSession(sc *serverConn) error {
 			}
 			pl.token = followed(row[0], pl.token, pl.resetToken, sc.pool.resetToken)
 			pl.lock = followed(row[1], pl.lock, pl.resetLock, sc.pool.resetLock)
-			sc.tokenStmt = string(row[3]) == "t"
+			if string(row[3]) != "t" {
+				sc.tokenFor = nil // dropped (DISCARD ALL, DEALLOCATE): prepared again at the next transaction
+			}
 			clear(sc.stmts) // a DISCARD or DEALLOCATE may have dropped some
 			for _, name := range strings.Fields(string(row[4])) {
 				sc.stmts[name] = true

@@ -705,3 +705,30 @@ func TestPooledAdminConsole(t *testing.T) {
 	_, err = pgx.Connect(ctx, proxytest.DSN(f.p.Addr, pgtest.SuperUser, "", "fenceproxy"))
 	wantPgErr(t, err, "42501", `user "postgres" may not use the admin console`)
 }
+
+// A client that replaces the proxy's token statement (in a function, where the proxy sees no DEALLOCATE or
+// PREPARE) with one that sets a token of its choosing does not give that token to the next client of the
+// server connection: a new client's transaction prepares the statement afresh.
+func TestPooledTokenStatementHijack(t *testing.T) {
+	f := newPooledFenced(t, 1, "")
+	fxExec(t, f.d, "INSERT INTO "+f.label+" (id, fence_token) VALUES (1, 1)")
+	fxExec(t, f.d, `CREATE FUNCTION pooled_hijack() RETURNS int LANGUAGE plpgsql AS $$
+BEGIN
+	EXECUTE 'DEALLOCATE fenceproxy_t';
+	EXECUTE 'PREPARE fenceproxy_t(text, text) AS SELECT pg_catalog.set_config(''fence.token'', ''999'', true), $2';
+	RETURN 1;
+END $$`)
+	t.Cleanup(func() { f.d.Exec(t.Context(), "DROP FUNCTION IF EXISTS pooled_hijack()") })
+	for _, mode := range []string{"simple_protocol", "exec"} {
+		a := pooledConn(t, f, "&default_query_exec_mode="+mode)
+		fxExec(t, a, "SELECT 1")
+		fxExec(t, a, "SELECT pooled_hijack()")
+		b := pooledConn(t, f, "&default_query_exec_mode="+mode+"&options=-c%20fence.token%3D5")
+		var tok int64
+		if err := b.QueryRow(ctxT(t), "UPDATE "+f.label+" SET balance = balance + 1 WHERE id = 1 RETURNING fence_token").Scan(&tok); err != nil || tok != 5 {
+			t.Fatalf("%s: the next client wrote with token %d (%v), want its own 5", mode, tok, err)
+		}
+		a.Close(ctxT(t))
+		b.Close(ctxT(t))
+	}
+}
