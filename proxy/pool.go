@@ -168,14 +168,24 @@ func (p *txPool) acquire(wait time.Duration) (*serverConn, error) {
 		}
 	}
 	p.lends.Add(1)
-	p.mu.Lock()
-	if n := len(p.idle); n > 0 {
+	for {
+		p.mu.Lock()
+		n := len(p.idle)
+		if n == 0 {
+			p.mu.Unlock()
+			break
+		}
 		sc := p.idle[n-1]
 		p.idle = p.idle[:n-1]
 		p.mu.Unlock()
+		if sc.r.r.Buffered() > 0 || inputWaiting(sc.conn) {
+			// The server spoke to an idle connection: the FATAL it sends before it closes one (a restart,
+			// pg_terminate_backend). Another connection serves the client instead of the dead one failing it.
+			sc.conn.Close()
+			continue
+		}
 		return sc, nil
 	}
-	p.mu.Unlock()
 	sc, err := p.dial()
 	if err != nil {
 		<-p.slots

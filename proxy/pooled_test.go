@@ -732,3 +732,20 @@ END $$`)
 		b.Close(ctxT(t))
 	}
 }
+
+// A server connection the server closed while it was idle in the pool (pg_terminate_backend, a restart: the
+// server says FATAL first) is not given to the next transaction: another one serves it.
+func TestPooledIdleConnectionClosedByServer(t *testing.T) {
+	f := newPooledFenced(t, 1, "")
+	a := pooledConn(t, f, "&default_query_exec_mode=simple_protocol")
+	pid := backendPID(t, a)
+	fxExec(t, f.d, "SELECT pg_terminate_backend($1)", pid)
+	eventually(t, 10*time.Second, "the backend gone", func() bool {
+		var n int
+		err := f.d.QueryRow(ctxT(t), "SELECT count(*) FROM pg_stat_activity WHERE pid = $1", pid).Scan(&n)
+		return err == nil && n == 0
+	})
+	if got := backendPID(t, a); got == pid {
+		t.Fatal("still on the terminated backend")
+	}
+}
