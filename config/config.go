@@ -243,6 +243,10 @@ type Pool struct {
 	// ServerPasswordFile holds the password server connections log in with (trailing newline ignored); empty:
 	// none (trust).
 	ServerPasswordFile string `yaml:"server_password_file"`
+	// ServerLifetime closes a server connection this old when it is given back; DefaultPoolServerLifetime when 0.
+	ServerLifetime time.Duration `yaml:"server_lifetime"`
+	// ServerIdleTimeout closes a server connection idle in the pool this long; DefaultPoolServerIdleTimeout when 0.
+	ServerIdleTimeout time.Duration `yaml:"server_idle_timeout"`
 	// AdminUsers may connect to the virtual database "fenceproxy", the admin console (SHOW POOLS, SHOW STATS).
 	AdminUsers []string `yaml:"admin_users"`
 }
@@ -274,6 +278,9 @@ const (
 	PoolRefuse               = "refuse"
 	DefaultPoolSize          = 20
 	DefaultPoolMaxClientWait = 30 * time.Second
+
+	DefaultPoolServerLifetime    = time.Hour
+	DefaultPoolServerIdleTimeout = 10 * time.Minute
 )
 
 // Values of Log.Connections; DefaultLogConnections is the default.
@@ -494,6 +501,12 @@ func (c *Config) applyDefaults() {
 	if c.Pool.OnSessionState == "" {
 		c.Pool.OnSessionState = PoolPin
 	}
+	if c.Pool.ServerLifetime == 0 {
+		c.Pool.ServerLifetime = DefaultPoolServerLifetime
+	}
+	if c.Pool.ServerIdleTimeout == 0 {
+		c.Pool.ServerIdleTimeout = DefaultPoolServerIdleTimeout
+	}
 	if c.Auth.Type == "" {
 		c.Auth.Type = AuthTrust
 	}
@@ -668,6 +681,12 @@ func (c *Config) validate(lines map[string]int) error {
 	}
 	if c.Pool.MaxClientWait < 0 {
 		add("pool.max_client_wait", "must be positive")
+	}
+	if c.Pool.ServerLifetime < 0 {
+		add("pool.server_lifetime", "must be positive")
+	}
+	if c.Pool.ServerIdleTimeout < 0 {
+		add("pool.server_idle_timeout", "must be positive")
 	}
 	switch c.Pool.OnSessionState {
 	case PoolPin, PoolRefuse:

@@ -100,7 +100,8 @@ func TestPoolSettings(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p := cfg.Pool; p.Transaction() || p.Size != DefaultPoolSize || p.MaxClientWait != DefaultPoolMaxClientWait || p.OnSessionState != PoolPin || cfg.Auth.Type != AuthTrust {
+	if p := cfg.Pool; p.Transaction() || p.Size != DefaultPoolSize || p.MaxClientWait != DefaultPoolMaxClientWait || p.OnSessionState != PoolPin ||
+		p.ServerLifetime != DefaultPoolServerLifetime || p.ServerIdleTimeout != DefaultPoolServerIdleTimeout || cfg.Auth.Type != AuthTrust {
 		t.Errorf("pool defaults: %+v, auth %+v", p, cfg.Auth)
 	}
 	cfg, err = Parse("c.yaml", []byte("upstream:\n  address: a:1\npool:\n  mode: transaction\n  size: 3\n  max_client_wait: 2s\n  on_session_state: refuse\n"))

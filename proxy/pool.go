@@ -40,15 +40,16 @@ var errPoolTimeout = errors.New("no server connection became free")
 
 // serverConn is one upstream connection of a pool.
 type serverConn struct {
-	pool     *txPool
-	conn     net.Conn
-	r        msgReader
-	w        *bufio.Writer
-	intr     interrupt
-	key      []byte // BackendKeyData: PID and secret, for cancels
-	born     time.Time
-	tokenFor *pooledState    // the client for whose transactions tokenStmtName was last prepared; nil: none
-	stmts    map[string]bool // the clients' statements prepared on it, by server name (pooledstmts.go)
+	pool      *txPool
+	conn      net.Conn
+	r         msgReader
+	w         *bufio.Writer
+	intr      interrupt
+	key       []byte // BackendKeyData: PID and secret, for cancels
+	born      time.Time
+	idleSince time.Time       // when it went back to the pool (under txPool.mu)
+	tokenFor  *pooledState    // the client for whose transactions tokenStmtName was last prepared; nil: none
+	stmts     map[string]bool // the clients' statements prepared on it, by server name (pooledstmts.go)
 }
 
 // txPools are the pools of a Server, by key.
@@ -57,6 +58,51 @@ type txPools struct {
 	mu     sync.Mutex
 	byKey  map[string]*txPool
 	closed bool
+	stop   chan struct{} // closed by close: the reaper stops
+}
+
+// newTxPools makes a Server's pools and starts their reaper, which closes server connections idle longer than
+// pool.server_idle_timeout or older than pool.server_lifetime.
+func newTxPools(s *Server) *txPools {
+	ps := &txPools{srv: s, byKey: map[string]*txPool{}, stop: make(chan struct{})}
+	every := min(s.cfg.Pool.ServerIdleTimeout, s.cfg.Pool.ServerLifetime) / 4
+	go func() {
+		t := time.NewTicker(max(every, 10*time.Millisecond))
+		defer t.Stop()
+		for {
+			select {
+			case <-ps.stop:
+				return
+			case <-t.C:
+				for _, p := range ps.list() {
+					p.reap()
+				}
+			}
+		}
+	}()
+	return ps
+}
+
+// reap closes the pool's idle server connections that were idle or alive too long.
+func (p *txPool) reap() {
+	cfg := p.srv.cfg.Pool
+	now := time.Now()
+	var old []*serverConn
+	p.mu.Lock()
+	kept := p.idle[:0]
+	for _, sc := range p.idle {
+		if now.Sub(sc.idleSince) > cfg.ServerIdleTimeout || now.Sub(sc.born) > cfg.ServerLifetime {
+			old = append(old, sc)
+			continue
+		}
+		kept = append(kept, sc)
+	}
+	clear(p.idle[len(kept):])
+	p.idle = kept
+	p.mu.Unlock()
+	for _, sc := range old {
+		sc.conn.Close()
+	}
 }
 
 // txPool is the server connections of one (database, user, startup settings).
@@ -133,6 +179,9 @@ func (ps *txPools) poolFor(params map[string]string) (*txPool, error) {
 // close closes the idle server connections of every pool; lent ones are closed when given back.
 func (ps *txPools) close() {
 	ps.mu.Lock()
+	if !ps.closed {
+		close(ps.stop)
+	}
 	ps.closed = true
 	pools := make([]*txPool, 0, len(ps.byKey))
 	for _, p := range ps.byKey {
@@ -196,11 +245,12 @@ func (p *txPool) acquire(wait time.Duration) (*serverConn, error) {
 
 // release takes back a server connection that is idle and clean: no transaction, the placeholders in place.
 func (p *txPool) release(sc *serverConn) {
-	if p.srv.draining.Load() {
+	if p.srv.draining.Load() || time.Since(sc.born) > p.srv.cfg.Pool.ServerLifetime {
 		p.discard(sc)
 		return
 	}
 	p.mu.Lock()
+	sc.idleSince = time.Now()
 	p.idle = append(p.idle, sc)
 	p.mu.Unlock()
 	<-p.slots

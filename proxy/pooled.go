@@ -356,13 +356,10 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 	switch typ {
 	case msgQuery, msgSync, msgFunctionCall:
 		pl.open++
+		pl.stmts.unitSent()
 	}
 	if typ == msgFunctionCall {
 		pl.probe.Store(true) // a fastpath call may take an advisory lock
-	}
-	switch typ {
-	case msgQuery, msgSync, msgFunctionCall:
-		pl.stmts.unitSent()
 	}
 	p := ss.srv.currentPlanner()
 	var err error

@@ -749,3 +749,18 @@ func TestPooledIdleConnectionClosedByServer(t *testing.T) {
 		t.Fatal("still on the terminated backend")
 	}
 }
+
+// pool.server_idle_timeout closes server connections idle in the pool that long; the next client gets a new one.
+func TestPooledServerIdleTimeout(t *testing.T) {
+	f := newPooledFenced(t, 1, "  server_idle_timeout: 100ms\n")
+	a := pooledConn(t, f, "&default_query_exec_mode=simple_protocol")
+	pid := backendPID(t, a)
+	eventually(t, 10*time.Second, "the idle server connection closed", func() bool {
+		var n int
+		err := f.d.QueryRow(ctxT(t), "SELECT count(*) FROM pg_stat_activity WHERE pid = $1", pid).Scan(&n)
+		return err == nil && n == 0
+	})
+	if got := backendPID(t, a); got == pid {
+		t.Fatal("still on the closed server connection")
+	}
+}

@@ -107,7 +107,7 @@ func New(o Options) (*Server, error) {
 	s.pool = newUpstreamPool(r.Idle(), r.IdleTimeout, r.MaxLifetime, o.Metrics)
 	s.SetPlanner(o.Planner)
 	if o.Config.Pool.Transaction() {
-		s.pools = &txPools{srv: s, byKey: map[string]*txPool{}}
+		s.pools = newTxPools(s)
 		rand.Read(s.authKey[:])
 	}
 	if !o.DisableEventLoop && o.Config.Relay.Mode != config.RelayModeGoroutines {
