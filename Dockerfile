@@ -7,6 +7,9 @@ COPY . .
 RUN go build -trimpath -o /out/fenceproxy ./cmd/fenceproxy
 
 FROM debian:bookworm-slim
+# psql, so that the README's Docker steps (the story, and fenceproxy lock -- psql) run in this container.
+RUN apt-get update && apt-get install -y --no-install-recommends postgresql-client \
+	&& rm -rf /var/lib/apt/lists/*
 COPY --from=build /out/fenceproxy /usr/local/bin/fenceproxy
 USER nobody
 EXPOSE 6432 9187

@@ -47,6 +47,8 @@ type Finding struct {
 	Tables  []string `json:"tables"`
 	Message string   `json:"message"`
 	Fix     string   `json:"fix"`
+	// Database is the database the finding is in, set when one run checks several.
+	Database string `json:"database,omitempty"`
 }
 
 // AuditOptions tune the audit.
@@ -446,18 +448,25 @@ type hbaRule struct {
 // roles: login roles that may write a protected relation and that pg_hba.conf lets connect from somewhere
 // other than the proxy's address (or over the Unix socket).
 func (a *auditor) roles(ctx context.Context, conn *pgx.Conn, proxy netip.Addr) error {
+	// Relations are matched by OID, and each is judged by the label the guard check knows it under (the
+	// configured or derived one): a name printed by regclass depends on the search_path and would not match.
 	var oids []uint32
-	for _, oidsOf := range a.snap.Resolved {
-		oids = append(oids, oidsOf...)
+	labelOf := map[uint32]string{}
+	for label, oidsOf := range a.snap.Resolved {
+		for _, oid := range oidsOf {
+			oids, labelOf[oid] = append(oids, oid), label
+		}
 	}
 	for _, p := range a.snap.Protected {
-		oids = append(oids, p.OID)
+		if _, ok := labelOf[p.OID]; !ok {
+			oids, labelOf[p.OID] = append(oids, p.OID), p.Table.Label()
+		}
 	}
 	if len(oids) == 0 {
 		return nil
 	}
 	rows, err := conn.Query(ctx, `
-SELECT r.rolname, array_agg(DISTINCT c.oid::regclass::text ORDER BY c.oid::regclass::text)
+SELECT r.rolname, array_agg(DISTINCT c.oid ORDER BY c.oid)
 FROM pg_catalog.pg_roles r CROSS JOIN unnest($1::oid[]) AS c(oid)
 WHERE r.rolcanlogin AND pg_catalog.has_table_privilege(r.oid, c.oid, 'INSERT, UPDATE, DELETE, TRUNCATE')
 GROUP BY 1 ORDER BY 1`, oids)
@@ -466,11 +475,27 @@ GROUP BY 1 ORDER BY 1`, oids)
 	}
 	type writer struct {
 		role   string
-		tables []string
+		tables []string // qualified names, for the message
+		labels []string // what guarded() judges
 	}
 	ws, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (writer, error) {
 		var w writer
-		return w, r.Scan(&w.role, &w.tables)
+		var relids []uint32
+		if err := r.Scan(&w.role, &relids); err != nil {
+			return w, err
+		}
+		for _, oid := range relids {
+			name := labelOf[oid]
+			if rel := a.snap.Catalog.Relations[oid]; rel != nil {
+				name = rel.Label()
+			}
+			w.tables = append(w.tables, name)
+			if !slices.Contains(w.labels, labelOf[oid]) {
+				w.labels = append(w.labels, labelOf[oid])
+			}
+		}
+		slices.Sort(w.tables)
+		return w, nil
 	})
 	if err != nil {
 		return fmt.Errorf("audit: read role privileges: %w", err)
@@ -510,7 +535,7 @@ FROM pg_catalog.pg_hba_file_rules ORDER BY line_number`)
 					continue
 				}
 				sev := SeverityWarning
-				if a.allGuarded(w.tables) {
+				if a.allGuarded(w.labels) {
 					sev = SeverityInfo
 				}
 				a.add(Finding{Severity: sev, Kind: KindRoleBypass, Object: "role " + w.role, Tables: w.tables,

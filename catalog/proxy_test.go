@@ -353,7 +353,9 @@ func TestTruncateCascade(t *testing.T) {
 }
 
 // With the guard on the reached table (a BEFORE UPDATE OR DELETE row trigger and a BEFORE TRUNCATE trigger
-// of the guard's function), PostgreSQL checks the cascaded rows and the proxy lets the cascade through.
+// of the guard's function), PostgreSQL checks the cascaded rows and the proxy lets the cascade through. A
+// TRUNCATE ... CASCADE that empties the protected table is still refused, by its result (rewrite/bycheck.go),
+// as the real guard's TRUNCATE trigger refuses it too (this test's stand-in for the guard lets it through).
 func TestCascadeAllowedWithGuard(t *testing.T) {
 	e := newEnv(t, fkDDL+`
 CREATE FUNCTION %[1]s.fenceproxy_guard() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN RETURN coalesce(NEW, OLD); END$$;
@@ -362,7 +364,7 @@ CREATE TRIGGER gt BEFORE TRUNCATE ON %[1]s.t FOR EACH STATEMENT EXECUTE FUNCTION
 	c := e.client("5")
 	e.want(c, "", "DELETE FROM %[1]s.p_cascade WHERE id = 1")
 	e.want(c, "", "DELETE FROM %[1]s.gp")
-	e.want(c, "", "TRUNCATE %[1]s.p_plain CASCADE")
+	e.want(c, "55F04", "TRUNCATE %[1]s.p_plain CASCADE")
 }
 
 // A refresh (what SIGHUP and the refresh interval run) picks up a partition created after the start.

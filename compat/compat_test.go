@@ -3,7 +3,8 @@
 // and full-row update, upsert, delete, a model without the token column, savepoints, the token from connection
 // options and from SET LOCAL, a stale token, a missing token, migrations) and checks the rows over a direct
 // connection; this test gives each program its own protected table and a proxy, and requires every cell to
-// pass. The ORMs are installed by scripts/setup (Debian packages, npm, Go modules); a missing one fails.
+// pass. The ORMs are installed by scripts/setup --all, which scripts/test runs (Debian packages, npm, Go
+// modules); a missing one fails.
 package compat
 
 import (
@@ -80,7 +81,7 @@ func TestORMMatrix(t *testing.T) {
 				t.Fatal(err)
 			}
 			if _, err := exec.LookPath(o.cmd[0]); err != nil {
-				t.Fatalf("%s is not installed (scripts/setup installs it): %v", o.cmd[0], err)
+				t.Fatalf("%s is not installed (scripts/setup --all installs it): %v", o.cmd[0], err)
 			}
 			cmd := exec.Command(o.cmd[0], o.cmd[1:]...)
 			cmd.Dir = filepath.Join(dir(), o.dir)

@@ -26,7 +26,7 @@ func TestCatalogSection(t *testing.T) {
 	}
 	for yaml, msg := range map[string]string{
 		"catalog:\n  refresh: 10ms\n": `c.yaml:4: catalog.refresh: must be at least 1s`,
-		"catalog:\n  usr: x\n":        `c.yaml:4: unknown key "catalog.usr"`,
+		"catalog:\n  usr: x\n":        `c.yaml:4: catalog.usr: unknown key; did you mean "user"?`,
 	} {
 		if _, err := Parse("c.yaml", []byte(base+yaml)); err == nil || !strings.Contains(err.Error(), msg) {
 			t.Errorf("%q: error %v, want %q", yaml, err, msg)

@@ -6,7 +6,6 @@
 package config
 
 import (
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -34,9 +33,9 @@ type Config struct {
 	// Catalog, when set, makes the proxy read PostgreSQL's catalog (partitions, inheritance, views, foreign keys)
 	// over its own connection and protect what is related to the configured tables (docs/catalog.md).
 	Catalog *Catalog `yaml:"catalog"`
+	Auth    Auth     `yaml:"auth"`
 	Locks   Locks    `yaml:"locks"`
 	Pool    Pool     `yaml:"pool"`
-	Auth    Auth     `yaml:"auth"`
 
 	// File is the path the configuration was read from ("" when parsed from memory).
 	File string `yaml:"-"`
@@ -103,6 +102,8 @@ type UpstreamTLS struct {
 type ServerTLS struct {
 	CertFile string `yaml:"cert_file"`
 	KeyFile  string `yaml:"key_file"`
+	// ClientCAFile makes the proxy ask clients for a certificate signed by these CAs (auth.type cert).
+	ClientCAFile string `yaml:"client_ca_file"`
 }
 
 // Enabled reports whether client-side TLS is configured.
@@ -166,6 +167,9 @@ type EtcdVerify struct {
 // Metrics configures the Prometheus endpoint; an empty Listen turns it off.
 type Metrics struct {
 	Listen string `yaml:"listen"`
+	// Pprof serves Go's profiles (/debug/pprof/: CPU profiles and execution traces included) on Listen. Off by
+	// default: the metrics address is one Prometheus must reach, and profiles are not for everyone who can.
+	Pprof bool `yaml:"pprof"`
 }
 
 // Limits bound what one client, or all of them, can make the proxy spend.
@@ -238,11 +242,6 @@ type Pool struct {
 	// session-level SET): PoolPin (default) keeps that server connection for the client until it disconnects,
 	// PoolRefuse ends the client's session with 0A000 naming what it left.
 	OnSessionState string `yaml:"on_session_state"`
-	// ServerUser is the role server connections log in as; empty: the client's user.
-	ServerUser string `yaml:"server_user"`
-	// ServerPasswordFile holds the password server connections log in with (trailing newline ignored); empty:
-	// none (trust).
-	ServerPasswordFile string `yaml:"server_password_file"`
 	// ServerLifetime closes a server connection this old when it is given back; DefaultPoolServerLifetime when 0.
 	ServerLifetime time.Duration `yaml:"server_lifetime"`
 	// ServerIdleTimeout closes a server connection idle in the pool this long; DefaultPoolServerIdleTimeout when 0.
@@ -250,22 +249,6 @@ type Pool struct {
 	// AdminUsers may connect to the virtual database "fenceproxy", the admin console (SHOW POOLS, SHOW STATS).
 	AdminUsers []string `yaml:"admin_users"`
 }
-
-// Auth is how the proxy itself authenticates clients. Only with pool.mode transaction: in session mode the
-// client authenticates to PostgreSQL through the proxy.
-type Auth struct {
-	// Type is AuthTrust (default) or AuthSCRAM: the client proves a password whose SCRAM secret is in File.
-	Type string `yaml:"type"`
-	// File is pgbouncer's userlist format, one `"user" "SCRAM-SHA-256$<iterations>:<salt>$<StoredKey>:<ServerKey>"`
-	// per line (what pg_authid.rolpassword holds); read at each login, so edits apply at once.
-	File string `yaml:"file"`
-}
-
-// Values of Auth.Type.
-const (
-	AuthTrust = "trust"
-	AuthSCRAM = "scram-sha-256"
-)
 
 // Transaction reports whether clients share server connections per transaction.
 func (p Pool) Transaction() bool { return p.Mode == PoolModeTransaction }
@@ -339,7 +322,8 @@ func Load(path string) (*Config, error) {
 	return Parse(path, data)
 }
 
-// Parse validates a configuration read from file (used only in messages).
+// Parse validates a configuration read from file (used only in messages). It reports every problem it finds,
+// one a line (see report).
 func Parse(file string, data []byte) (*Config, error) {
 	if file == "" {
 		file = "config"
@@ -348,80 +332,23 @@ func Parse(file string, data []byte) (*Config, error) {
 	if err := yaml.Unmarshal(data, &root); err != nil {
 		return nil, syntaxError(file, err)
 	}
-	lines := map[string]int{}
+	r := &report{file: file, lines: map[string]int{}}
 	cfg := &Config{File: file}
 	if len(root.Content) > 0 {
 		doc := root.Content[0]
-		if err := checkKeys(file, doc, reflect.TypeOf(*cfg), "", lines); err != nil {
-			return nil, err
-		}
+		r.checkKeys(doc, reflect.TypeOf(*cfg), "")
+		// A value of the wrong type is left at its zero value and decoding goes on, so the rest is still
+		// validated in this pass.
 		if err := doc.Decode(cfg); err != nil {
-			return nil, decodeError(file, err, lines)
+			r.decodeProblems(err)
 		}
 	}
 	cfg.applyDefaults()
-	if err := cfg.validate(lines); err != nil {
+	cfg.validate(r.add)
+	if err := r.err(); err != nil {
 		return nil, err
 	}
 	return cfg, nil
-}
-
-// checkKeys walks the YAML tree alongside the Go type and rejects keys the type does not have, recording the
-// line of every key it sees so that later validation can point at it.
-func checkKeys(file string, n *yaml.Node, t reflect.Type, path string, lines map[string]int) error {
-	for t.Kind() == reflect.Pointer {
-		t = t.Elem()
-	}
-	switch t.Kind() {
-	case reflect.Struct:
-		if t == reflect.TypeOf(time.Duration(0)) {
-			return nil
-		}
-		if n.Kind != yaml.MappingNode {
-			if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
-				return nil
-			}
-			return fmt.Errorf("%s:%d: %s: expected a mapping", file, n.Line, displayPath(path))
-		}
-		fields := map[string]reflect.StructField{}
-		for i := 0; i < t.NumField(); i++ {
-			f := t.Field(i)
-			tag := strings.Split(f.Tag.Get("yaml"), ",")[0]
-			if tag != "" && tag != "-" {
-				fields[tag] = f
-			}
-		}
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			k, v := n.Content[i], n.Content[i+1]
-			key := joinPath(path, k.Value)
-			f, ok := fields[k.Value]
-			if !ok {
-				return fmt.Errorf("%s:%d: unknown key %q", file, k.Line, key)
-			}
-			if _, dup := lines[key]; dup {
-				return fmt.Errorf("%s:%d: duplicate key %q", file, k.Line, key)
-			}
-			lines[key] = k.Line
-			if err := checkKeys(file, v, f.Type, key, lines); err != nil {
-				return err
-			}
-		}
-	case reflect.Slice:
-		if n.Kind != yaml.SequenceNode {
-			if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
-				return nil
-			}
-			return fmt.Errorf("%s:%d: %s: expected a list", file, n.Line, displayPath(path))
-		}
-		for i, item := range n.Content {
-			ip := fmt.Sprintf("%s[%d]", path, i)
-			lines[ip] = item.Line
-			if err := checkKeys(file, item, t.Elem(), ip, lines); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
 }
 
 func joinPath(path, key string) string {
@@ -507,9 +434,6 @@ func (c *Config) applyDefaults() {
 	if c.Pool.ServerIdleTimeout == 0 {
 		c.Pool.ServerIdleTimeout = DefaultPoolServerIdleTimeout
 	}
-	if c.Auth.Type == "" {
-		c.Auth.Type = AuthTrust
-	}
 	if c.Relay.Mode == "" {
 		c.Relay.Mode = RelayModeLoop
 	}
@@ -526,31 +450,11 @@ func (c *Config) applyDefaults() {
 		c.Log.Connections = DefaultLogConnections
 	}
 	c.Locks.applyDefaults()
+	c.Auth.applyDefaults()
 }
 
-// fieldError is a validation problem tied to a key.
-func (c *Config) fieldError(lines map[string]int, key, format string, args ...any) error {
-	msg := fmt.Sprintf(format, args...)
-	// Point at the key itself, or at the nearest enclosing key that appears in the file.
-	for k := key; k != ""; {
-		if line, ok := lines[k]; ok {
-			return fmt.Errorf("%s:%d: %s: %s", c.File, line, key, msg)
-		}
-		i := strings.LastIndexAny(k, ".[")
-		if i < 0 {
-			break
-		}
-		k = k[:i]
-	}
-	// A required key that is absent, with no enclosing key either: the whole document is the place to fix.
-	return fmt.Errorf("%s:1: %s: %s", c.File, key, msg)
-}
-
-func (c *Config) validate(lines map[string]int) error {
-	var errs []error
-	add := func(key, format string, args ...any) {
-		errs = append(errs, c.fieldError(lines, key, format, args...))
-	}
+// validate reports every problem of the decoded values through add (key, then the problem).
+func (c *Config) validate(add func(key, format string, args ...any)) {
 	if err := checkHostPort(c.Listen); err != nil {
 		add("listen", "%v", err)
 	}
@@ -655,6 +559,8 @@ func (c *Config) validate(lines map[string]int) error {
 		if err := checkHostPort(c.Metrics.Listen); err != nil {
 			add("metrics.listen", "%v", err)
 		}
+	} else if c.Metrics.Pprof {
+		add("metrics.pprof", "needs metrics.listen (the profiles are served there)")
 	}
 	if c.Limits.MaxClientConnections < 0 {
 		add("limits.max_client_connections", "must be positive")
@@ -693,17 +599,8 @@ func (c *Config) validate(lines map[string]int) error {
 	default:
 		add("pool.on_session_state", "must be %s or %s, not %q", PoolPin, PoolRefuse, c.Pool.OnSessionState)
 	}
-	switch c.Auth.Type {
-	case AuthTrust:
-	case AuthSCRAM:
-		if c.Auth.File == "" {
-			add("auth.file", "required with auth.type %s", AuthSCRAM)
-		}
-		if !c.Pool.Transaction() {
-			add("auth.type", "%s needs pool.mode transaction (in session mode PostgreSQL authenticates the client)", AuthSCRAM)
-		}
-	default:
-		add("auth.type", "must be %s or %s, not %q", AuthTrust, AuthSCRAM, c.Auth.Type)
+	if c.Pool.Transaction() && !c.Auth.ByProxy() {
+		add("pool.mode", "transaction needs auth.type trust, scram-sha-256, md5 or cert: the proxy authenticates the clients of its pools (passthrough relays a client's login to a server connection of its own)")
 	}
 	if c.Pool.Transaction() && c.Upstream.PreparedFences != nil && *c.Upstream.PreparedFences > 0 {
 		add("upstream.prepared_fences", "must be 0 with pool.mode transaction (prepared fences are kept per session)")
@@ -738,7 +635,7 @@ func (c *Config) validate(lines map[string]int) error {
 		add("log.connections", "must be %s, %s or %s, not %q", LogConnectionsDebug, LogConnectionsInfo, LogConnectionsOff, c.Log.Connections)
 	}
 	c.Locks.validate(add, c.Metrics.Listen != "")
-	return errors.Join(errs...)
+	c.Auth.validate(c.TLS, add)
 }
 
 func checkHostPort(s string) error {

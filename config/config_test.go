@@ -101,10 +101,10 @@ func TestPoolSettings(t *testing.T) {
 		t.Fatal(err)
 	}
 	if p := cfg.Pool; p.Transaction() || p.Size != DefaultPoolSize || p.MaxClientWait != DefaultPoolMaxClientWait || p.OnSessionState != PoolPin ||
-		p.ServerLifetime != DefaultPoolServerLifetime || p.ServerIdleTimeout != DefaultPoolServerIdleTimeout || cfg.Auth.Type != AuthTrust {
+		p.ServerLifetime != DefaultPoolServerLifetime || p.ServerIdleTimeout != DefaultPoolServerIdleTimeout {
 		t.Errorf("pool defaults: %+v, auth %+v", p, cfg.Auth)
 	}
-	cfg, err = Parse("c.yaml", []byte("upstream:\n  address: a:1\npool:\n  mode: transaction\n  size: 3\n  max_client_wait: 2s\n  on_session_state: refuse\n"))
+	cfg, err = Parse("c.yaml", []byte("upstream:\n  address: a:1\npool:\n  mode: transaction\n  size: 3\n  max_client_wait: 2s\n  on_session_state: refuse\nauth:\n  type: trust\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,9 +115,9 @@ func TestPoolSettings(t *testing.T) {
 
 func TestErrorsNameFileLineAndKey(t *testing.T) {
 	cases := []struct{ name, yaml, want string }{
-		{"unknown top-level key", "upstream:\n  address: a:1\ntabels: []\n", `c.yaml:3: unknown key "tabels"`},
-		{"unknown nested key", "upstream:\n  address: a:1\n  adress: b:2\n", `c.yaml:3: unknown key "upstream.adress"`},
-		{"unknown key in a table", "upstream:\n  address: a:1\ntables:\n  - name: t\n    token_column: c\n    colour: red\n", `c.yaml:6: unknown key "tables[0].colour"`},
+		{"unknown top-level key", "upstream:\n  address: a:1\ntabels: []\n", `c.yaml:3: tabels: unknown key; did you mean "tables"?`},
+		{"unknown nested key", "upstream:\n  address: a:1\n  adress: b:2\n", `c.yaml:3: upstream.adress: unknown key`},
+		{"unknown key in a table", "upstream:\n  address: a:1\ntables:\n  - name: t\n    token_column: c\n    colour: red\n", `c.yaml:6: tables[0].colour: unknown key`},
 		{"missing upstream", "listen: 127.0.0.1:1\n", `c.yaml:1: upstream.address: required`},
 		{"missing upstream.address", "upstream:\n  connect_timeout: 1s\n", `c.yaml:1: upstream.address: required`},
 		{"duration without a unit", "upstream:\n  address: a:1\n  connect_timeout: 10\n", "c.yaml:3: upstream.connect_timeout: cannot unmarshal !!int 10 into time.Duration (write a duration with its unit"},
@@ -139,12 +139,11 @@ func TestErrorsNameFileLineAndKey(t *testing.T) {
 		{"negative event_loops", "upstream:\n  address: a:1\nrelay:\n  event_loops: -1\n", `c.yaml:4: relay.event_loops: must be 0 (one per two CPUs) to 256`},
 		{"spin too long", "upstream:\n  address: a:1\nrelay:\n  spin: 2s\n", `c.yaml:4: relay.spin: must be 0 (off) to 1ms`},
 		{"spin not a duration", "upstream:\n  address: a:1\nrelay:\n  spin: fast\n", "c.yaml:4: relay.spin: cannot unmarshal !!str fast into time.Duration"},
-		{"unknown reuse key", "upstream:\n  address: a:1\n  reuse:\n    pool_size: 3\n", `c.yaml:4: unknown key "upstream.reuse.pool_size"`},
+		{"unknown reuse key", "upstream:\n  address: a:1\n  reuse:\n    pool_size: 3\n", `c.yaml:4: upstream.reuse.pool_size: unknown key`},
 		{"bad pool mode", "upstream:\n  address: a:1\npool:\n  mode: statement\n", `c.yaml:4: pool.mode: must be session or transaction, not "statement"`},
 		{"bad on_session_state", "upstream:\n  address: a:1\npool:\n  on_session_state: ignore\n", `c.yaml:4: pool.on_session_state: must be pin or refuse`},
-		{"prepared fences with transaction pooling", "upstream:\n  address: a:1\n  prepared_fences: 8\npool:\n  mode: transaction\n", `upstream.prepared_fences: must be 0 with pool.mode transaction`},
-		{"scram auth in session mode", "upstream:\n  address: a:1\nauth:\n  type: scram-sha-256\n  file: u.txt\n", `c.yaml:4: auth.type: scram-sha-256 needs pool.mode transaction`},
-		{"scram auth without a file", "upstream:\n  address: a:1\npool:\n  mode: transaction\nauth:\n  type: scram-sha-256\n", `auth.file: required with auth.type scram-sha-256`},
+		{"prepared fences with transaction pooling", "upstream:\n  address: a:1\n  prepared_fences: 8\npool:\n  mode: transaction\nauth:\n  type: trust\n", `upstream.prepared_fences: must be 0 with pool.mode transaction`},
+		{"transaction pooling with passthrough auth", "upstream:\n  address: a:1\npool:\n  mode: transaction\n", `c.yaml:4: pool.mode: transaction needs auth.type`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -165,9 +164,8 @@ func TestErrorsNameFileLineAndKey(t *testing.T) {
 	}
 }
 
-// errorForm is FILE:LINE: then a key and a problem, or a problem that names the key (unknown key "x"), or a
-// YAML syntax problem.
-var errorForm = regexp.MustCompile(`^c\.yaml:[1-9][0-9]*: ([a-z_.\[\]0-9]+: \S|(unknown|duplicate) key "|[a-z])`)
+// errorForm is FILE:LINE: then a key and a problem, or a YAML syntax problem.
+var errorForm = regexp.MustCompile(`^c\.yaml:[1-9][0-9]*: ([a-z_.\[\]0-9]+: \S|[a-z])`)
 
 // Several problems are reported together, each on its own line in the same form.
 func TestSeveralErrorsEachWithFileLineAndKey(t *testing.T) {
@@ -176,6 +174,8 @@ func TestSeveralErrorsEachWithFileLineAndKey(t *testing.T) {
 		t.Fatal("no error")
 	}
 	want := []string{
+		`c.yaml:1: listen: "nowhere" is not host:port`,
+		`c.yaml:2: upstream.address: required (host:port of the PostgreSQL server)`,
 		"c.yaml:3: upstream.connect_timeout: cannot unmarshal !!int 10 into time.Duration (write a duration with its unit: 10s, 500ms, 1m)",
 		"c.yaml:5: upstream.reuse.idle_timeout: cannot unmarshal !!int 5 into time.Duration (write a duration with its unit: 10s, 500ms, 1m)",
 	}
@@ -195,7 +195,7 @@ func TestLoadNamesTheFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := Load(path)
-	if err == nil || !strings.Contains(err.Error(), path+":3: unknown key \"bogus\"") {
+	if err == nil || !strings.Contains(err.Error(), path+":3: bogus: unknown key") {
 		t.Fatalf("got %v", err)
 	}
 	if _, err := Load(filepath.Join(t.TempDir(), "missing.yaml")); err == nil {
@@ -277,5 +277,77 @@ func TestZooKeeperVerification(t *testing.T) {
 	_, err = Parse("c.yaml", []byte("upstream:\n  address: 127.0.0.1:5432\ntoken:\n  verify:\n    etcd:\n      endpoints: [127.0.0.1:2379]\n    zookeeper:\n      servers: [127.0.0.1:2181]\n"))
 	if err == nil || !strings.Contains(err.Error(), "c.yaml:7: token.verify.zookeeper: tokens come from one lock service") {
 		t.Fatalf("both verifiers: %v", err)
+	}
+}
+
+// The issue's four mistakes (a misspelt key, a duration without a unit, a misspelt key in a table, a bad level)
+// are four lines in one pass, each FILE:LINE: KEY: PROBLEM; a misspelling that leaves a required key missing
+// names it on its own line, not on a fifth.
+func TestEveryProblemInOnePass(t *testing.T) {
+	_, err := Parse("c.yaml", []byte(`upstream:
+  adress: 127.0.0.1:5432
+  connect_timeout: 10
+tables:
+  - name: public.accounts
+    token_colum: fence_token
+log:
+  level: verbose
+`))
+	want := []string{
+		`c.yaml:2: upstream.adress: unknown key; did you mean "address"? (so upstream.address is missing: required (host:port of the PostgreSQL server))`,
+		"c.yaml:3: upstream.connect_timeout: cannot unmarshal !!int 10 into time.Duration (write a duration with its unit: 10s, 500ms, 1m)",
+		`c.yaml:6: tables[0].token_colum: unknown key; did you mean "token_column"? (so tables[0].token_column is missing: required)`,
+		`c.yaml:8: log.level: must be debug, info, warn or error, not "verbose"`,
+	}
+	if err == nil || err.Error() != strings.Join(want, "\n") {
+		t.Errorf("got:\n%v\nwant:\n%s", err, strings.Join(want, "\n"))
+	}
+
+	// A misspelt section: the suggestion, and the required key under it that is therefore missing.
+	_, err = Parse("c.yaml", []byte("upstrem:\n  address: a:1\n"))
+	if want := `c.yaml:1: upstrem: unknown key; did you mean "upstream"? (so upstream.address is missing: required (host:port of the PostgreSQL server))`; err == nil || err.Error() != want {
+		t.Errorf("got:\n%v\nwant:\n%s", err, want)
+	}
+
+	// A required key missing with no misspelling to explain it is a line of its own; a key far from every
+	// known one gets no suggestion.
+	_, err = Parse("c.yaml", []byte("listen: 127.0.0.1:1\nwhatever: 1\n"))
+	want = []string{`c.yaml:1: upstream.address: required (host:port of the PostgreSQL server)`, `c.yaml:2: whatever: unknown key`}
+	if err == nil || err.Error() != strings.Join(want, "\n") {
+		t.Errorf("got:\n%v\nwant:\n%s", err, strings.Join(want, "\n"))
+	}
+
+	// A section of the wrong shape is one problem, not one more for every required key inside it.
+	_, err = Parse("c.yaml", []byte("upstream: 5\n"))
+	if want := `c.yaml:1: upstream: expected a mapping`; err == nil || err.Error() != want {
+		t.Errorf("got:\n%v\nwant:\n%s", err, want)
+	}
+}
+
+// Suggestions come from the Go type, not from a list of keys: every struct of Config gets them.
+func TestSuggestionsForEveryStruct(t *testing.T) {
+	for yaml, want := range map[string]string{
+		"upstream:\n  address: a:1\n  reuse:\n    max_idel: 1\n":       `c.yaml:4: upstream.reuse.max_idel: unknown key; did you mean "max_idle"?`,
+		"upstream:\n  address: a:1\nrelay:\n  event_lops: 1\n":         `c.yaml:4: relay.event_lops: unknown key; did you mean "event_loops"?`,
+		"upstream:\n  address: a:1\nlocks:\n  postgers: {dsn: x}\n":    `c.yaml:4: locks.postgers: unknown key; did you mean "postgres"?`,
+		"upstream:\n  address: a:1\nMetrics:\n  listen: 127.0.0.1:1\n": `c.yaml:3: Metrics: unknown key; did you mean "metrics"?`,
+		"upstream:\n  address: a:1\ntoken:\n  verify:\n    etdc: {}\n": `c.yaml:5: token.verify.etdc: unknown key; did you mean "etcd"?`,
+		"upstream:\n  address: a:1\n  address: b:2\n":                  `c.yaml:3: upstream.address: duplicate key (first at line 2)`,
+	} {
+		_, err := Parse("c.yaml", []byte(yaml))
+		if err == nil || err.Error() != want {
+			t.Errorf("%q: got %v, want %s", yaml, err, want)
+		}
+	}
+}
+
+func TestEditDistance(t *testing.T) {
+	for _, c := range []struct {
+		a, b string
+		want int
+	}{{"", "", 0}, {"adress", "address", 1}, {"tabels", "tables", 1}, {"usr", "user", 1}, {"abc", "xyz", 3}, {"token_colum", "token_column", 1}} {
+		if got := editDistance(c.a, c.b); got != c.want {
+			t.Errorf("editDistance(%q, %q) = %d, want %d", c.a, c.b, got, c.want)
+		}
 	}
 }

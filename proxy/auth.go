@@ -2,250 +2,617 @@ package proxy
 
 import (
 	"bufio"
-	"crypto/hmac"
+	"bytes"
+	"context"
 	"crypto/rand"
 	"crypto/sha256"
-	"crypto/subtle"
-	"encoding/base64"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"log/slog"
+	"net"
 	"os"
+	"slices"
 	"strconv"
-	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/fenceproxy/fenceproxy/auth"
+	"github.com/fenceproxy/fenceproxy/config"
 )
 
-// Client authentication by the proxy (auth.type scram-sha-256, pool.mode transaction): SCRAM-SHA-256 (RFC 5802,
-// RFC 7677) against the secrets of an auth file in pgbouncer's userlist format, the form PostgreSQL stores in
-// pg_authid.rolpassword. The proxy holds no password: a secret lets it check a proof, not make one. Channel
-// binding is not offered. A user the file does not list goes through the same exchange, against a secret made
-// up for that user name, and fails at the proof with the same error: no user enumeration by answers.
+// Client authentication by the proxy (auth.type other than passthrough; docs/auth.md).
+//
+// The proxy checks the client itself, before any upstream work: the secret comes from auth.file (a pgbouncer
+// userlist) or from auth.query, run as a dedicated role on connections of the proxy's own. Then it opens (or
+// resumes, reuse.go) an upstream connection with the client's StartupMessage and answers the server's
+// authentication request itself: with the client's SCRAM ClientKey, recovered from its proof, when the server asks
+// SCRAM with the same salt and iterations; with the md5 secret for md5; or with a configured password. The client
+// sees AuthenticationOk only after both succeeded. From there on the session is relayed as any other.
+//
+// No user enumeration: an unknown user, or one whose secret cannot answer the method, is given a SCRAM exchange
+// against a mock secret derived from a per-process key (the same salt every time for the same name), which fails
+// with the same 28P01 as a wrong password, after the same work. Verifying a SCRAM proof costs the server a few
+// HMACs (the client runs PBKDF2), and no lock is held while it runs, so failed logins do not hold others up; the
+// auth query has a bounded pool of its own, and each login waits for it no longer than limits.startup_timeout.
 
-// scramSecret is a user's SCRAM-SHA-256 secret.
-type scramSecret struct {
-	iterations int
-	salt       []byte
-	storedKey  []byte
-	serverKey  []byte
-}
-
-// Authentication request codes of the SASL exchange.
+// sqlstateInvalidPassword and sqlstateInvalidAuthorization are PostgreSQL's codes for failed logins.
 const (
+	sqlstateInvalidPassword      = "28P01"
+	sqlstateInvalidAuthorization = "28000"
+)
+
+// Authentication request codes beyond authOK and authSASL.
+const (
+	authCleartext    = 3
+	authMD5          = 5
 	authSASLContinue = 11
 	authSASLFinal    = 12
 )
 
-// sqlstateInvalidPassword is PostgreSQL's invalid_password.
-const sqlstateInvalidPassword = "28P01"
+// maxAuthMessage is the largest password or SASL message a client may send, PostgreSQL's limit.
+const maxAuthMessage = 65535
 
-// errAuthFailed: the client did not prove the password; it gets 28P01.
-var errAuthFailed = errors.New("password authentication failed")
+// authQueryConns bounds the auth query's own connections: lookups queue for them (never longer than a login
+// may take) instead of opening a connection per login.
+const authQueryConns = 4
 
-// lookupSecret reads user's secret from the auth file; ok false when the file does not list it.
-func lookupSecret(file, user string) (scramSecret, bool, error) {
-	f, err := os.Open(file)
+// authenticator holds what client authentication needs; nil when auth.type is passthrough.
+type authenticator struct {
+	cfg     config.Auth
+	log     *slog.Logger
+	mockKey []byte // per-process key of the mock secrets
+
+	mu       sync.RWMutex
+	file     auth.Userlist // auth.file, as last read
+	fileSeen fileVersion   // auth.file's version when last read
+
+	queryCfg *pgx.ConnConfig // auth.query's connections; nil without it
+	// queryConns holds authQueryConns slots: an idle connection, or nil for one not opened (or dropped).
+	queryConns chan *pgx.Conn
+}
+
+func newAuthenticator(cfg *config.Config, upTLS *tls.Config, log *slog.Logger) (*authenticator, error) {
+	if !cfg.Auth.ByProxy() {
+		return nil, nil
+	}
+	a := &authenticator{cfg: cfg.Auth, log: log, mockKey: make([]byte, 32)}
+	rand.Read(a.mockKey)
+	if err := a.reload(); err != nil {
+		return nil, err
+	}
+	if a.cfg.Query != "" {
+		host, port, err := net.SplitHostPort(cfg.Upstream.Address)
+		if err != nil {
+			return nil, fmt.Errorf("upstream.address: %w", err)
+		}
+		cc, err := pgx.ParseConfig("")
+		if err != nil {
+			return nil, fmt.Errorf("auth.query connection: %w", err)
+		}
+		cc.Host, cc.User, cc.Database, cc.Password = host, a.cfg.User, a.cfg.Database, a.cfg.Password
+		p, err := strconv.ParseUint(port, 10, 16)
+		if err != nil {
+			return nil, fmt.Errorf("upstream.address port: %w", err)
+		}
+		cc.Port = uint16(p)
+		cc.TLSConfig, cc.Fallbacks = upTLS, nil
+		cc.ConnectTimeout = cfg.Upstream.ConnectTimeout
+		// Nothing from the environment (PGOPTIONS and the like) and nothing of any client's: the query runs
+		// with search_path pinned, so that nothing a role or a client creates can shadow what it names.
+		cc.RuntimeParams = map[string]string{"search_path": "pg_catalog", "application_name": "fenceproxy auth query"}
+		a.queryCfg = cc
+		a.queryConns = make(chan *pgx.Conn, authQueryConns)
+		for range authQueryConns {
+			a.queryConns <- nil
+		}
+	}
+	return a, nil
+}
+
+// fileVersion tells one content of a file from the next without reading it.
+type fileVersion struct {
+	mod  time.Time
+	size int64
+}
+
+func statVersion(path string) fileVersion {
+	fi, err := os.Stat(path)
 	if err != nil {
-		return scramSecret{}, false, fmt.Errorf("auth.file: %w", err)
+		return fileVersion{}
+	}
+	return fileVersion{fi.ModTime(), fi.Size()}
+}
+
+func readUserlist(path string) (auth.Userlist, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("auth.file: %w", err)
 	}
 	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := userlistFields(sc.Text())
-		if len(fields) < 2 || fields[0] != user {
-			continue
-		}
-		s, err := parseSCRAMSecret(fields[1])
-		if err != nil {
-			return scramSecret{}, false, fmt.Errorf("auth.file: user %q: %w", user, err)
-		}
-		return s, true, nil
-	}
-	return scramSecret{}, false, sc.Err()
-}
-
-// userlistFields splits a userlist line into its double-quoted fields ("" inside a field is a quote).
-func userlistFields(line string) []string {
-	var fields []string
-	for {
-		line = strings.TrimLeft(line, " \t")
-		if !strings.HasPrefix(line, `"`) {
-			return fields
-		}
-		var b strings.Builder
-		i := 1
-		for ; i < len(line); i++ {
-			if line[i] == '"' {
-				if i+1 < len(line) && line[i+1] == '"' {
-					b.WriteByte('"')
-					i++
-					continue
-				}
-				break
-			}
-			b.WriteByte(line[i])
-		}
-		if i >= len(line) {
-			return fields // unterminated: ignore the line's rest
-		}
-		fields = append(fields, b.String())
-		line = line[i+1:]
-	}
-}
-
-// parseSCRAMSecret reads SCRAM-SHA-256$<iterations>:<salt>$<StoredKey>:<ServerKey>.
-func parseSCRAMSecret(s string) (scramSecret, error) {
-	rest, ok := strings.CutPrefix(s, "SCRAM-SHA-256$")
-	if !ok {
-		return scramSecret{}, errors.New("not a SCRAM-SHA-256 secret (md5 and plain passwords are not supported)")
-	}
-	params, keys, ok := strings.Cut(rest, "$")
-	iter, salt, ok1 := strings.Cut(params, ":")
-	stored, server, ok2 := strings.Cut(keys, ":")
-	if !ok || !ok1 || !ok2 {
-		return scramSecret{}, errors.New("malformed SCRAM-SHA-256 secret")
-	}
-	var sec scramSecret
-	var err error
-	if sec.iterations, err = strconv.Atoi(iter); err != nil || sec.iterations < 1 {
-		return scramSecret{}, errors.New("malformed SCRAM-SHA-256 iteration count")
-	}
-	dec := base64.StdEncoding
-	if sec.salt, err = dec.DecodeString(salt); err != nil {
-		return scramSecret{}, errors.New("malformed SCRAM-SHA-256 salt")
-	}
-	if sec.storedKey, err = dec.DecodeString(stored); err != nil || len(sec.storedKey) != sha256.Size {
-		return scramSecret{}, errors.New("malformed SCRAM-SHA-256 StoredKey")
-	}
-	if sec.serverKey, err = dec.DecodeString(server); err != nil || len(sec.serverKey) != sha256.Size {
-		return scramSecret{}, errors.New("malformed SCRAM-SHA-256 ServerKey")
-	}
-	return sec, nil
-}
-
-// madeUpSecret is the secret an unknown user is checked against: its salt depends on the user name and the
-// server's own key, so that repeated attempts see the same one, as for a real user.
-func (s *Server) madeUpSecret(user string) scramSecret {
-	h := hmac.New(sha256.New, s.authKey[:])
-	h.Write([]byte(user))
-	salt := h.Sum(nil)[:16]
-	key := make([]byte, sha256.Size)
-	rand.Read(key)
-	return scramSecret{iterations: 4096, salt: salt, storedKey: key, serverKey: key}
-}
-
-// authenticateSCRAM runs the SCRAM-SHA-256 exchange with the client; nil when it proved the password.
-func (ss *session) authenticateSCRAM() error {
-	s := ss.srv
-	user := ss.params["user"]
-	sec, known, err := lookupSecret(s.cfg.Auth.File, user)
+	users, err := auth.ParseUserlist(f)
 	if err != nil {
-		ss.log.Error("client authentication", "err", err)
-		known = false
+		return nil, fmt.Errorf("auth.file %s: %w", path, err)
 	}
-	if !known {
-		sec = s.madeUpSecret(user)
+	return users, nil
+}
+
+// close releases the auth query's idle connections; one in use is closed when given back.
+func (a *authenticator) close() {
+	if a == nil || a.queryConns == nil {
+		return
 	}
-	writeMsg(ss.cw, msgAuthentication, append(binary.BigEndian.AppendUint32(nil, authSASL), "SCRAM-SHA-256\x00\x00"...), "")
-	if err := ss.cw.Flush(); err != nil {
-		return err
+	for range authQueryConns {
+		if c := <-a.queryConns; c != nil {
+			c.Close(context.Background())
+		}
 	}
-	first, err := ss.readPassword()
+}
+
+// reload reads auth.file again, keeping the users it had when the file is unreadable or broken.
+func (a *authenticator) reload() error {
+	if a == nil || a.cfg.File == "" {
+		return nil
+	}
+	seen := statVersion(a.cfg.File)
+	users, err := readUserlist(a.cfg.File)
 	if err != nil {
 		return err
 	}
-	mech, rest, ok := cutNul(first)
-	if !ok || string(mech) != "SCRAM-SHA-256" || len(rest) < 4 {
-		return fmt.Errorf("%w: SASLInitialResponse for mechanism %q", errProtocol, mech)
-	}
-	n := int32(binary.BigEndian.Uint32(rest))
-	if n < 0 || int(n) != len(rest)-4 {
-		return fmt.Errorf("%w: malformed SASLInitialResponse", errProtocol)
-	}
-	clientFirst := string(rest[4:])
-	gs2, bare, ok := cutGS2(clientFirst)
-	if !ok {
-		return fmt.Errorf("%w: malformed SCRAM client-first-message", errProtocol)
-	}
-	clientNonce := scramAttr(bare, 'r')
-	if clientNonce == "" {
-		return fmt.Errorf("%w: SCRAM client-first-message without a nonce", errProtocol)
-	}
-	var nonce [18]byte
-	rand.Read(nonce[:])
-	fullNonce := clientNonce + base64.StdEncoding.EncodeToString(nonce[:])
-	serverFirst := "r=" + fullNonce + ",s=" + base64.StdEncoding.EncodeToString(sec.salt) + ",i=" + strconv.Itoa(sec.iterations)
-	writeMsg(ss.cw, msgAuthentication, append(binary.BigEndian.AppendUint32(nil, authSASLContinue), serverFirst...), "")
-	if err := ss.cw.Flush(); err != nil {
-		return err
-	}
-	final, err := ss.readPassword()
-	if err != nil {
-		return err
-	}
-	clientFinal := string(final)
-	withoutProof, proofB64, ok := strings.Cut(clientFinal, ",p=")
-	if !ok {
-		return fmt.Errorf("%w: SCRAM client-final-message without a proof", errProtocol)
-	}
-	proof, err := base64.StdEncoding.DecodeString(proofB64)
-	if scramAttr(withoutProof, 'c') != base64.StdEncoding.EncodeToString([]byte(gs2)) || scramAttr(withoutProof, 'r') != fullNonce ||
-		err != nil || len(proof) != sha256.Size {
-		return errAuthFailed
-	}
-	authMessage := bare + "," + serverFirst + "," + withoutProof
-	clientSig := hmacSHA256(sec.storedKey, authMessage)
-	clientKey := make([]byte, sha256.Size)
-	for i := range clientKey {
-		clientKey[i] = proof[i] ^ clientSig[i]
-	}
-	storedKey := sha256.Sum256(clientKey)
-	if subtle.ConstantTimeCompare(storedKey[:], sec.storedKey) != 1 || !known {
-		return errAuthFailed
-	}
-	serverSig := hmacSHA256(sec.serverKey, authMessage)
-	writeMsg(ss.cw, msgAuthentication, append(binary.BigEndian.AppendUint32(nil, authSASLFinal), "v="+base64.StdEncoding.EncodeToString(serverSig)...), "")
+	a.mu.Lock()
+	a.file, a.fileSeen = users, seen
+	a.mu.Unlock()
 	return nil
 }
 
-// readPassword reads the client's next message, which must be a SASL response ('p').
-func (ss *session) readPassword() ([]byte, error) {
+// reloadIfChanged reads auth.file again when it changed since it was last read: an operator's new secret works
+// at the next login, without SIGHUP. A broken file keeps the users it had, and says so.
+func (a *authenticator) reloadIfChanged() {
+	if a.cfg.File == "" {
+		return
+	}
+	v := statVersion(a.cfg.File)
+	a.mu.RLock()
+	same := v == a.fileSeen
+	a.mu.RUnlock()
+	if same {
+		return
+	}
+	if err := a.reload(); err != nil {
+		a.log.Error("auth.file changed but could not be read; the previous users stay", "err", err)
+		a.mu.Lock()
+		a.fileSeen = v // say it once per change
+		a.mu.Unlock()
+	}
+}
+
+// ReloadAuth reads auth.file again (SIGHUP).
+func (s *Server) ReloadAuth() error { return s.auth.reload() }
+
+// lookup finds user's secret: in auth.file first (read again when it changed), then through auth.query (user bound as $1, never spliced; the
+// query's last column is the secret, NULL or no row meaning no such user). A plaintext answer is treated as no
+// secret: the proxy does not keep passwords.
+func (a *authenticator) lookup(ctx context.Context, user string) (auth.Secret, bool, error) {
+	a.reloadIfChanged()
+	a.mu.RLock()
+	sec, ok := a.file[user]
+	a.mu.RUnlock()
+	if ok || a.queryCfg == nil {
+		return sec, ok, nil
+	}
+	var conn *pgx.Conn
+	select {
+	case conn = <-a.queryConns:
+	case <-ctx.Done():
+		return auth.Secret{}, false, fmt.Errorf("auth.query: waiting for a connection: %w", ctx.Err())
+	}
+	text, found, err := a.runQuery(ctx, &conn, user)
+	a.queryConns <- conn
+	if err != nil {
+		return auth.Secret{}, false, err
+	}
+	if !found {
+		return auth.Secret{}, false, nil
+	}
+	sec, err = auth.ParseSecret(text)
+	if err != nil {
+		a.log.Error("auth.query returned no usable secret; the user cannot log in", "user", user, "err", err)
+		return auth.Secret{}, false, nil
+	}
+	return sec, true, nil
+}
+
+// runQuery runs auth.query for user on *conn, opening it first when nil, and drops a connection that failed.
+func (a *authenticator) runQuery(ctx context.Context, conn **pgx.Conn, user string) (string, bool, error) {
+	if *conn == nil || (*conn).IsClosed() {
+		c, err := pgx.ConnectConfig(ctx, a.queryCfg)
+		if err != nil {
+			*conn = nil
+			return "", false, fmt.Errorf("auth.query: connect as %s: %w", a.cfg.User, err)
+		}
+		*conn = c
+	}
+	rows, err := (*conn).Query(ctx, a.cfg.Query, user)
+	if err != nil {
+		(*conn).Close(context.Background())
+		*conn = nil
+		return "", false, fmt.Errorf("auth.query: %w", err)
+	}
+	defer rows.Close()
+	var text string
+	found := false
+	if rows.Next() {
+		vals, err := rows.Values()
+		if err != nil {
+			return "", false, fmt.Errorf("auth.query: %w", err)
+		}
+		if len(vals) > 0 {
+			text, found = vals[len(vals)-1].(string)
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return "", false, fmt.Errorf("auth.query: %w", err)
+	}
+	return text, found, nil
+}
+
+// clientLogin is what the proxy keeps of an authenticated client to log in upstream as it: never a password the
+// configuration did not give.
+type clientLogin struct {
+	user      string
+	secret    auth.Secret // the secret the client proved itself against (SCRAM or md5); zero for trust and cert
+	hasKey    bool
+	clientKey [sha256.Size]byte // recovered from the client's SCRAM proof
+	password  string            // auth.upstream_password(s), or ""
+}
+
+// errLoginFailed: the client failed authentication and was told (28P01 or 28000).
+var errLoginFailed = errors.New("client authentication failed")
+
+// authenticateClient authenticates the client of ss when the proxy does authentication (auth.type). It returns
+// nil and no error for passthrough, where PostgreSQL authenticates through the relay. On failure the client has
+// been told why. On success the client waits for AuthenticationOk, which the caller sends once upstream agreed
+// (loginUpstream, or resume for a kept connection). Session and transaction pooling both start here.
+func (s *Server) authenticateClient(ss *session) (*clientLogin, error) {
+	a := s.auth
+	if a == nil {
+		return nil, nil
+	}
+	user := ss.params["user"]
+	login := &clientLogin{user: user, password: a.cfg.UpstreamPasswordFor(user)}
+	switch a.cfg.Type {
+	case config.AuthTrust:
+		return login, nil
+	case config.AuthCert:
+		return login, ss.checkClientCert(user)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Limits.StartupTimeout)
+	sec, found, err := a.lookup(ctx, user)
+	cancel()
+	if err != nil {
+		s.metrics.authFailure("lookup")
+		ss.log.Error("could not look the user's secret up", "err", err)
+		ss.fatal(sqlstateConnectionFailure, "fenceproxy could not look the user up", "")
+		return nil, err
+	}
+	if a.cfg.Type == config.AuthMD5 && found && sec.Kind == auth.KindMD5 {
+		err = ss.md5Exchange(sec)
+	} else {
+		var key [sha256.Size]byte
+		key, err = ss.scramExchange(auth.NewLoginExchange(a.mockKey, user, sec, found))
+		login.clientKey, login.hasKey = key, err == nil
+	}
+	if err != nil {
+		if errors.Is(err, auth.ErrMalformed) || errors.Is(err, errProtocol) {
+			s.metrics.authFailure("malformed")
+			ss.log.Info("authentication protocol violation", "err", err)
+			ss.fatal(sqlstateProtocolViolation, "malformed authentication message", "")
+			return nil, err
+		}
+		if errors.Is(err, auth.ErrFailed) {
+			s.metrics.authFailure("password")
+			// One message for an unknown user and a wrong password, as PostgreSQL's.
+			ss.log.Info("password authentication failed")
+			ss.fatal(sqlstateInvalidPassword, fmt.Sprintf("password authentication failed for user %q", user), "")
+			return nil, errLoginFailed
+		}
+		ss.startupFailed(err)
+		return nil, err
+	}
+	login.secret = sec
+	return login, nil
+}
+
+// checkClientCert accepts a client whose TLS certificate, verified against tls.client_ca_file, names user as
+// its common name.
+func (ss *session) checkClientCert(user string) error {
+	tc, ok := ss.client.(*tls.Conn)
+	if !ok || len(tc.ConnectionState().VerifiedChains) == 0 {
+		ss.srv.metrics.authFailure("certificate")
+		ss.fatal(sqlstateInvalidAuthorization, "connection requires a valid client certificate", "")
+		return errLoginFailed
+	}
+	if cn := tc.ConnectionState().PeerCertificates[0].Subject.CommonName; cn != user {
+		ss.srv.metrics.authFailure("certificate")
+		ss.log.Info("certificate common name does not match the user", "cn", cn)
+		ss.fatal(sqlstateInvalidAuthorization, fmt.Sprintf("certificate authentication failed for user %q", user), "")
+		return errLoginFailed
+	}
+	return nil
+}
+
+// readPasswordMessage reads the client's next message, which must be a PasswordMessage ('p': password, SASL).
+func (ss *session) readPasswordMessage() ([]byte, error) {
+	if err := ss.cw.Flush(); err != nil {
+		return nil, err
+	}
+	// An unauthenticated client gets no more than PostgreSQL gives it (PG_MAX_AUTH_TOKEN_LENGTH), not
+	// limits.max_message_size.
+	defer func(max int) { ss.cr.max = max }(ss.cr.max)
+	ss.cr.max = maxAuthMessage
 	typ, _, err := ss.cr.next()
 	if err != nil {
 		return nil, err
 	}
 	if typ != msgPassword {
-		return nil, fmt.Errorf("%w: expected a SASL response, got message %q", errProtocol, typ)
+		return nil, fmt.Errorf("%w: expected a password message, got %q", errProtocol, typ)
 	}
-	body, err := ss.cr.body()
+	return ss.cr.body()
+}
+
+// scramExchange runs SCRAM-SHA-256 with the client and returns its ClientKey.
+func (ss *session) scramExchange(e *auth.ServerExchange) ([sha256.Size]byte, error) {
+	var none [sha256.Size]byte
+	ss.writeAuthRequest(authSASL, []byte(auth.Mechanism+"\x00\x00"))
+	body, err := ss.readPasswordMessage()
 	if err != nil {
-		return nil, err
+		return none, err
 	}
-	return append([]byte(nil), body...), nil
+	// SASLInitialResponse: mechanism, NUL, length of the data (-1: none), data.
+	mech, rest, ok := cutNul(body)
+	if !ok || len(rest) < 4 {
+		return none, fmt.Errorf("%w: SASLInitialResponse", auth.ErrMalformed)
+	}
+	if string(mech) != auth.Mechanism {
+		return none, fmt.Errorf("%w: client chose mechanism %q", auth.ErrMalformed, mech)
+	}
+	n := int32(binary.BigEndian.Uint32(rest))
+	if n < 0 || int(n) != len(rest)-4 {
+		return none, fmt.Errorf("%w: SASLInitialResponse data length", auth.ErrMalformed)
+	}
+	serverFirst, err := e.First(rest[4:])
+	if err != nil {
+		return none, err
+	}
+	ss.writeAuthRequest(authSASLContinue, serverFirst)
+	body, err = ss.readPasswordMessage()
+	if err != nil {
+		return none, err
+	}
+	serverFinal, key, err := e.Final(body)
+	if err != nil {
+		return none, err
+	}
+	ss.writeAuthRequest(authSASLFinal, serverFinal)
+	return key, nil
 }
 
-// cutGS2 splits a client-first-message into its GS2 header ("n,," or "y,,": no channel binding, no authzid)
-// and the bare message.
-func cutGS2(m string) (gs2, bare string, ok bool) {
-	for _, h := range []string{"n,,", "y,,"} {
-		if b, found := strings.CutPrefix(m, h); found {
-			return h, b, true
+// writeAuthRequest writes an Authentication message with code and data to the client (flushed by the next read).
+func (ss *session) writeAuthRequest(code uint32, data []byte) {
+	ss.cw.Write(appendMessage(nil, msgAuthentication, binary.BigEndian.AppendUint32(nil, code), data))
+}
+
+// md5Exchange runs md5 password authentication with the client.
+func (ss *session) md5Exchange(sec auth.Secret) error {
+	var salt [4]byte
+	rand.Read(salt[:])
+	ss.writeAuthRequest(authMD5, salt[:])
+	body, err := ss.readPasswordMessage()
+	if err != nil {
+		return err
+	}
+	answer, _, ok := cutNul(body)
+	if !ok {
+		return fmt.Errorf("%w: password message", auth.ErrMalformed)
+	}
+	if !auth.VerifyMD5(sec, salt, answer) {
+		return auth.ErrFailed
+	}
+	return nil
+}
+
+// upstreamRefused is the ErrorResponse the server ended a login with.
+type upstreamRefused struct{ body []byte }
+
+func (e *upstreamRefused) Error() string {
+	return fmt.Sprintf("upstream refused the login: %s: %s", errorField(e.body, fieldCode), errorField(e.body, fieldMessage))
+}
+
+// answerUpstream answers the server's authentication requests on a connection that was sent the client's
+// StartupMessage, up to and including AuthenticationOk. NegotiateProtocolVersion goes to other (the client).
+func (l *clientLogin) answerUpstream(r *msgReader, w *bufio.Writer, other func(typ byte, body []byte)) error {
+	var scram *auth.ClientExchange
+	send := func(parts ...[]byte) error {
+		if _, err := w.Write(appendMessage(nil, msgPassword, parts...)); err != nil {
+			return err
+		}
+		return w.Flush()
+	}
+	for {
+		typ, _, err := r.next()
+		if err != nil {
+			return fmt.Errorf("read the upstream's authentication request: %w", err)
+		}
+		body, err := r.body()
+		if err != nil {
+			return fmt.Errorf("read the upstream's authentication request: %w", err)
+		}
+		switch typ {
+		case msgErrorResponse:
+			return &upstreamRefused{body: bytes.Clone(body)}
+		case msgNegotiateProtocolVersion:
+			other(typ, body)
+			continue
+		case msgAuthentication:
+		default:
+			return fmt.Errorf("%w: upstream sent %q during authentication", errProtocol, typ)
+		}
+		if len(body) < 4 {
+			return fmt.Errorf("%w: short authentication request from upstream", errProtocol)
+		}
+		code, data := binary.BigEndian.Uint32(body), body[4:]
+		switch code {
+		case authOK:
+			return nil
+		case authCleartext:
+			if l.password == "" {
+				return fmt.Errorf("upstream asks user %q for a password and auth.upstream_password(s) gives none", l.user)
+			}
+			err = send([]byte(l.password), []byte{0})
+		case authMD5:
+			if len(data) != 4 {
+				return fmt.Errorf("%w: md5 request of %d bytes", errProtocol, len(data))
+			}
+			var secret string
+			switch {
+			case l.password != "":
+				secret = auth.MD5Secret(l.user, l.password)
+			case l.secret.Kind == auth.KindMD5:
+				secret = l.secret.MD5
+			default:
+				return fmt.Errorf("upstream asks user %q for md5 and the proxy has neither its md5 secret nor auth.upstream_password(s)", l.user)
+			}
+			err = send([]byte(auth.MD5Response(secret, [4]byte(data))), []byte{0})
+		case authSASL:
+			if !slices.ContainsFunc(bytes.Split(data, []byte{0}), func(m []byte) bool { return string(m) == auth.Mechanism }) {
+				return fmt.Errorf("upstream offers no %s", auth.Mechanism)
+			}
+			switch {
+			case l.hasKey:
+				scram = auth.NewKeyClient(l.clientKey, l.secret)
+			case l.password != "":
+				scram = auth.NewPasswordClient(l.password)
+			default:
+				return fmt.Errorf("upstream asks user %q for SCRAM and the proxy has neither the client's key nor auth.upstream_password(s)", l.user)
+			}
+			first := scram.First()
+			err = send([]byte(auth.Mechanism), []byte{0}, binary.BigEndian.AppendUint32(nil, uint32(len(first))), first)
+		case authSASLContinue:
+			if scram == nil {
+				return fmt.Errorf("%w: SASLContinue before SASL", errProtocol)
+			}
+			final, ferr := scram.Final(data)
+			if errors.Is(ferr, auth.ErrOtherSecret) && l.password != "" {
+				// The upstream's secret is salted differently from the proxy's: the key cannot answer, the
+				// configured password can.
+				scram = scram.WithPassword(l.password)
+				final, ferr = scram.Final(data)
+			}
+			if errors.Is(ferr, auth.ErrOtherSecret) {
+				return fmt.Errorf("user %q: %w; give the proxy the upstream's secret (SELECT rolpassword FROM pg_authid) or auth.upstream_password(s)", l.user, ferr)
+			}
+			if ferr != nil {
+				return fmt.Errorf("user %q: %w", l.user, ferr)
+			}
+			err = send(final)
+		case authSASLFinal:
+			if scram == nil {
+				return fmt.Errorf("%w: SASLFinal before SASL", errProtocol)
+			}
+			if err := scram.Verify(data); err != nil {
+				return err
+			}
+		default:
+			return fmt.Errorf("upstream asks for authentication method %d, which the proxy cannot answer", code)
+		}
+		if err != nil {
+			return fmt.Errorf("answer the upstream's authentication request: %w", err)
 		}
 	}
-	return "", "", false
 }
 
-// scramAttr returns the value of attribute a in a comma-separated SCRAM message.
-func scramAttr(m string, a byte) string {
-	for _, part := range strings.Split(m, ",") {
-		if len(part) >= 2 && part[0] == a && part[1] == '=' {
-			return part[2:]
+// loginUpstream opens the session's upstream connection with the client's StartupMessage and logs in as the
+// client (answerUpstream). When the server refuses the password (28P01) the proxy refreshes its secrets once
+// (auth.file read again; auth.query runs at every login anyway) and tries again if the client's credential is
+// still the one the fresh secret says; otherwise the client gets the server's error. On success the client is
+// sent AuthenticationOk, and the session goes on like one whose authentication was relayed.
+func (ss *session) loginUpstream(login *clientLogin, startup []byte) bool {
+	s := ss.srv
+	for attempt := 0; ; attempt++ {
+		if !ss.openUpstream(startup) {
+			return false
 		}
+		err := login.answerUpstream(&ss.sr, ss.sw, func(typ byte, body []byte) {
+			ss.state.authAsked = true // a kept connection could not show it to the next client (core.go)
+			writeMsg(ss.cw, typ, body, "")
+		})
+		if err == nil {
+			writeMsg(ss.cw, msgAuthentication, []byte{0, 0, 0, authOK}, "")
+			return true
+		}
+		ss.upstream.Close()
+		var refused *upstreamRefused
+		if errors.As(err, &refused) && errorField(refused.body, fieldCode) == sqlstateInvalidPassword && attempt == 0 && ss.refreshLogin(login) {
+			ss.log.Info("upstream refused the login; secret refreshed, trying again", "err", err)
+			continue
+		}
+		s.metrics.authFailure("upstream")
+		if refused != nil {
+			ss.log.Warn("upstream refused the login", "err", err)
+			ss.cw.Write(appendMessage(nil, msgErrorResponse, refused.body))
+			ss.cw.Flush()
+			return false
+		}
+		ss.log.Warn("could not log in upstream", "err", err)
+		ss.fatal(sqlstateConnectionFailure, "fenceproxy could not log in to the upstream server", err.Error())
+		return false
 	}
-	return ""
 }
 
-func hmacSHA256(key []byte, msg string) []byte {
-	h := hmac.New(sha256.New, key)
-	h.Write([]byte(msg))
-	return h.Sum(nil)
+// refreshLogin refreshes the secrets after the upstream refused login's credential, and reports whether trying
+// again is worth it: the client's secret is still current (so its key is), or a configured password is used.
+func (ss *session) refreshLogin(login *clientLogin) bool {
+	a := ss.srv.auth
+	if err := a.reload(); err != nil {
+		ss.log.Warn("auth.file not read again", "err", err)
+	}
+	if !login.hasKey && login.secret.Kind != auth.KindMD5 {
+		return login.password != ""
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), ss.srv.cfg.Limits.StartupTimeout)
+	defer cancel()
+	fresh, found, err := a.lookup(ctx, login.user)
+	return err == nil && found && fresh.String() == login.secret.String()
+}
+
+// openUpstream dials the upstream and sends it the client's StartupMessage exactly as the client sent it: every
+// parameter, options included, and the protocol version, so that NegotiateProtocolVersion comes from PostgreSQL
+// itself. It tells the client when it fails.
+func (ss *session) openUpstream(startup []byte) bool {
+	s := ss.srv
+	ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(s.cfg.Limits.StartupTimeout))
+	up, err := s.dialUpstream(ctx)
+	cancel()
+	if err != nil {
+		s.metrics.upstreamError()
+		ss.log.Warn("upstream connection failed", "err", err)
+		ss.fatal(sqlstateConnectionFailure, "fenceproxy could not connect to the upstream server", err.Error())
+		return false
+	}
+	ss.attachUpstream(up)
+	ss.born = time.Now()
+	up.SetDeadline(time.Now().Add(s.cfg.Limits.StartupTimeout))
+	ss.out = binary.BigEndian.AppendUint32(ss.out[:0], uint32(len(startup)+4))
+	ss.out = append(ss.out, startup...)
+	if _, err := ss.sw.Write(ss.out); err != nil || ss.sw.Flush() != nil {
+		s.metrics.upstreamError()
+		ss.fatal(sqlstateConnectionFailure, "fenceproxy lost the upstream server during startup", "")
+		up.Close()
+		return false
+	}
+	return true
 }

@@ -32,7 +32,6 @@ func NewPlannerWithCatalog(cfg *config.Config, snap *catalog.Snapshot, metrics *
 	if snap != nil {
 		rc.Tables = append(rc.Tables, snap.Tables()...)
 		rc.Refused = snap.Refused
-		rc.CatalogKnown = true
 	}
 	r, err := rewrite.New(rc)
 	if err != nil {

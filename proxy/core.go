@@ -27,8 +27,9 @@ import (
 // protoState is a session's protocol state, kept by the core from the messages both ways.
 //
 // Concurrency: with the event loop one goroutine runs the whole core. With the goroutine transport the client
-// side (the session goroutine) writes pending (up) and unsynced; the server side writes pending (down), ready,
-// txStatus and every plain field. Each side reads the other's fields only through the atomics; the plain fields
+// side (the session goroutine) writes pending (up), unsynced and internal (up, before it sends the proxy's own
+// command: prepared.go sendQueued); the server side writes pending (down), internal (down, at the answer's
+// ReadyForQuery: onPreparedAnswer), ready, txStatus and every plain field. Each side reads the other's fields only through the atomics; the plain fields
 // are read by the client side only after ready is published (reusable) or after the server side ended
 // (serverParams, serverFatal, at the session's end).
 type protoState struct {
@@ -98,9 +99,11 @@ func (ss *session) onClientMsg(typ byte, body []byte, p Planner, out msgSink) er
 		// flushes) and be answered before this returns, and the session must not look idle then (a drain).
 		st.pending.Add(1)
 		if idle {
-			ss.prep.sendQueued(out, st) // prepared.go: the proxy's own commands go out only when idle
+			ss.prep.sendQueued(out, st, body) // prepared.go: the proxy's own commands go out only when idle
 		}
-		return ss.queryOut(out, p, body, set)
+		err := ss.queryOut(out, p, body, set)
+		ss.prep.clientRan(typ, body) // after: the Query's own statement may still be sent as EXECUTE
+		return err
 	case msgParse:
 		if body == nil {
 			st.unsynced.Store(true)
@@ -108,12 +111,14 @@ func (ss *session) onClientMsg(typ byte, body []byte, p Planner, out msgSink) er
 		}
 		set := ss.readingSettings()
 		st.unsynced.Store(true)
+		ss.prep.clientRan(typ, body)
 		return ss.parseOut(out, p, body, set)
 	case msgSync:
 		st.pending.Add(1)
 		st.unsynced.Store(false)
 	case msgFunctionCall:
 		st.pending.Add(1)
+		ss.prep.clientRan(typ, body)
 		if body != nil {
 			return ss.functionCallOut(out, body)
 		}
@@ -123,7 +128,10 @@ func (ss *session) onClientMsg(typ byte, body []byte, p Planner, out msgSink) er
 			ss.prep.clientClose(body)
 			writeMsg(out, msgClose, body, "")
 		}
-	case msgBind, msgExecute, msgDescribe, msgFlush:
+	case msgBind, msgExecute:
+		st.unsynced.Store(true)
+		ss.prep.clientRan(typ, body)
+	case msgDescribe, msgFlush:
 		st.unsynced.Store(true)
 	case msgCopyData, msgCopyDone, msgCopyFail, msgPassword:
 	case msgTerminate:

@@ -58,7 +58,8 @@ type evCmd struct {
 }
 
 // newEvLoops makes n event loops. A Server has several because one loop is one thread: pgbouncer's single
-// thread is its ceiling on a machine with idle cores, and sessions spread over one loop per CPU lift it.
+// thread is its ceiling on a machine with idle cores, and sessions spread over several loops lift it (the
+// default is one per two CPUs: relay.event_loops, config.Relay).
 func newEvLoops(s *Server, n int, spin time.Duration) []*evLoop {
 	loops := make([]*evLoop, max(n, 1))
 	for i := range loops {

@@ -27,6 +27,7 @@ type Metrics struct {
 	keptIdle        prometheus.Gauge
 	preparedExecs   prometheus.Counter
 	prepares        *prometheus.CounterVec
+	authFailures    *prometheus.CounterVec
 	poolPins        *prometheus.CounterVec
 	poolLends       prometheus.Counter
 	poolDials       prometheus.Counter
@@ -66,9 +67,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Help:    "Time to parse, analyse and rewrite a statement on a cache miss.",
 		Buckets: prometheus.ExponentialBuckets(10e-6, 2.5, 10),
 	})
+	m.authFailures = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fenceproxy_auth_failures_total", Help: "Client logins the proxy refused (auth.type other than passthrough), by reason: password (a wrong password or an unknown user), certificate, malformed, lookup (auth.query failed), upstream (the server refused the proxy's login)."}, []string{"reason"})
 	m.reused = prometheus.NewCounter(prometheus.CounterOpts{Name: "fenceproxy_upstream_reused_total", Help: "Sessions served by a kept upstream connection of an earlier session (upstream.reuse)."})
 	m.keptIdle = prometheus.NewGauge(prometheus.GaugeOpts{Name: "fenceproxy_upstream_idle", Help: "Upstream connections of finished sessions kept for reuse now."})
-	reg.MustRegister(m.reused, m.keptIdle)
+	reg.MustRegister(m.reused, m.keptIdle, m.authFailures)
 	m.preparedExecs = prometheus.NewCounter(prometheus.CounterOpts{Name: "fenceproxy_prepared_fence_executions_total", Help: "Fenced statements sent as EXECUTE of a template prepared on the upstream connection (upstream.prepared_fences)."})
 	m.prepares = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fenceproxy_prepared_fences_total", Help: "Fenced statement templates the proxy asked an upstream connection to prepare, by outcome (prepared, failed; retried: failed for the moment, a lock not waited for or a cancel)."}, []string{"outcome"})
 	reg.MustRegister(m.preparedExecs, m.prepares)
@@ -93,6 +95,12 @@ func (m *Metrics) sessionStarted() {
 func (m *Metrics) sessionEnded() {
 	if m != nil {
 		m.sessionsCurrent.Dec()
+	}
+}
+
+func (m *Metrics) authFailure(reason string) {
+	if m != nil {
+		m.authFailures.WithLabelValues(reason).Inc()
 	}
 }
 

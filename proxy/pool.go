@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"sort"
 	"strings"
 	"sync"
@@ -264,7 +263,8 @@ func (p *txPool) discard(sc *serverConn) {
 }
 
 // dial opens a server connection through the proxy's one upstream dial function (Server.dialUpstream), logs in
-// (pgconn: trust, password, md5 or SCRAM) and sets the placeholders.
+// (pgconn, as the pool's user with auth.upstream_password(s) or none: trust, password, md5 or SCRAM) and sets
+// the placeholders.
 func (p *txPool) dial() (*serverConn, error) {
 	s := p.srv
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Limits.StartupTimeout)
@@ -282,18 +282,9 @@ func (p *txPool) dial() (*serverConn, error) {
 	cfg.DialFunc = func(ctx context.Context, _, _ string) (net.Conn, error) { return s.dialUpstream(ctx) }
 	cfg.LookupFunc = func(context.Context, string) ([]string, error) { return []string{host}, nil }
 	cfg.User = p.params["user"]
-	if u := s.cfg.Pool.ServerUser; u != "" {
-		cfg.User = u
-	}
 	cfg.Database = p.params["database"]
-	cfg.Password = ""
-	if f := s.cfg.Pool.ServerPasswordFile; f != "" {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			return nil, fmt.Errorf("pool %s: read pool.server_password_file: %w", p.name, err)
-		}
-		cfg.Password = strings.TrimRight(string(b), "\r\n")
-	}
+	cfg.Password = s.cfg.Auth.UpstreamPasswordFor(cfg.User) // "": trust
+
 	cfg.RuntimeParams = map[string]string{}
 	for k, v := range p.params {
 		if k != "user" && k != "database" {

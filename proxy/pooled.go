@@ -121,21 +121,9 @@ func probeSQL(tok, lock string) string {
 		quoteLiteral(lock) + ", " + quoteLiteral(poolPlaceholder) + ", false)"
 }
 
-// startPooled answers a client's startup in transaction mode (authentication trust, or SCRAM against
-// auth.file: auth.go; the client's user and database choose the pool) and serves the session.
+// startPooled answers the startup of a client the proxy authenticated (auth.go: authenticateClient; its user
+// and database choose the pool) in transaction mode and serves the session.
 func (s *Server) startPooled(ss *session) {
-	if s.cfg.Auth.Type == config.AuthSCRAM {
-		if err := ss.authenticateSCRAM(); err != nil {
-			if errors.Is(err, errAuthFailed) {
-				s.metrics.sessionRefused("auth_failed")
-				ss.log.Info("client authentication failed", "user", ss.params["user"])
-				ss.fatal(sqlstateInvalidPassword, fmt.Sprintf("password authentication failed for user %q", ss.params["user"]), "")
-			} else {
-				ss.startupFailed(err)
-			}
-			return
-		}
-	}
 	if ss.params["database"] == adminDatabase {
 		s.serveAdmin(ss) // admin.go
 		return

@@ -26,7 +26,7 @@ func newPooledFenced(t *testing.T, size int, extra string) *fenced {
 	d := direct(t)
 	name := fxName(t, "tp")
 	fxCreateTable(t, d, "public."+name)
-	yaml := fxTables("public."+name) + fmt.Sprintf("pool:\n  mode: transaction\n  size: %d\n", size) + extra
+	yaml := fxTables("public."+name) + fmt.Sprintf("pool:\n  mode: transaction\n  size: %d\n", size) + extra + "auth:\n  type: trust\n"
 	p := startProxy(t, proxytest.Options{YAML: yaml})
 	return &fenced{p: p, d: d, name: name, label: "public." + name}
 }
@@ -340,7 +340,7 @@ func TestPooledPgbench(t *testing.T) {
 	if err := pg.ExecIn("bench_pooled", "ALTER TABLE pgbench_accounts ADD COLUMN fence_token bigint"); err != nil {
 		t.Fatal(err)
 	}
-	p := startProxy(t, proxytest.Options{YAML: fxTables("pgbench_accounts") + "pool:\n  mode: transaction\n  size: 2\n"})
+	p := startProxy(t, proxytest.Options{YAML: fxTables("pgbench_accounts") + "pool:\n  mode: transaction\n  size: 2\nauth:\n  type: trust\n"})
 	ph, pp, _ := net.SplitHostPort(p.Addr)
 	for i, mode := range []string{"simple", "extended"} {
 		tok := fmt.Sprint(10 + i)
@@ -568,7 +568,7 @@ func TestPooledDrain(t *testing.T) {
 
 // auth.type scram-sha-256: clients prove their password against the SCRAM secret of an auth file (here the one
 // PostgreSQL stores for the role); a wrong password and an unknown user get the same 28P01. The pool logs in
-// upstream with its own password (pool.server_password_file), by SCRAM too.
+// upstream with the configured password (auth.upstream_password), by SCRAM too.
 func TestPooledSCRAMAuthFile(t *testing.T) {
 	pgtest.Require(t, pg)
 	d := direct(t)
@@ -578,14 +578,10 @@ func TestPooledSCRAMAuthFile(t *testing.T) {
 	}
 	dir := t.TempDir()
 	userlist := dir + "/userlist.txt"
-	pwfile := dir + "/password"
 	if err := os.WriteFile(userlist, []byte(fmt.Sprintf("%q %q\n", pgtest.ScramUser, secret)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(pwfile, []byte(pgtest.ScramPassword+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	p := startProxy(t, proxytest.Options{YAML: fmt.Sprintf("pool:\n  mode: transaction\n  size: 1\n  server_password_file: %s\nauth:\n  type: scram-sha-256\n  file: %s\n", pwfile, userlist)})
+	p := startProxy(t, proxytest.Options{YAML: fmt.Sprintf("pool:\n  mode: transaction\n  size: 1\nauth:\n  type: scram-sha-256\n  file: %s\n  upstream_password: %s\n", userlist, pgtest.ScramPassword)})
 	ctx := ctxT(t)
 	c := connect(t, p.DSN(pgtest.ScramUser, pgtest.ScramPassword, pgtest.TestDB))
 	var who string

@@ -2,8 +2,11 @@ package proxy
 
 import (
 	"bytes"
+	"crypto/md5"
+	"encoding/hex"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -30,6 +33,19 @@ import (
 //     template's next use.
 //   - A statement is sent as EXECUTE only when the server has answered that template's PREPARE with
 //     CommandComplete on this connection. Until then, and for any other text, the fenced SQL is sent as before.
+//   - EXECUTE is sent only while the statements are known to be the proxy's (issue 27). Any code the server
+//     runs for the client (a function, a procedure, a DO block, a trigger, a default, a cast: almost any
+//     statement) can run DEALLOCATE and PREPARE, reading the names from pg_prepared_statements, and put an
+//     unfenced statement of the same name and parameter types in a template's place; no SQL name can be kept
+//     from it. So trust is lost with every client message that may run code on the server (every Query but a
+//     bare BEGIN, and every Parse, Bind, Execute and FunctionCall: trustEpoch), and comes back only from a
+//     verification sent after it (verifySQL, at an idle point, after the PREPAREs): the server must hold,
+//     under each of the proxy's names, exactly the text the proxy prepared there. A name that holds another
+//     text makes the proxy forget them all (the next idle point deallocates whatever has its prefix, and
+//     prepares again). Until a clean answer has come back, with nothing of the client's run since it was
+//     sent, statements go as SQL: a hijacked name never runs. The first fenced statement after a BEGIN (as
+//     pgbench and most transactions send it) runs as EXECUTE; in autocommit, where every statement runs code
+//     just before the next, fenced statements go as SQL.
 //   - The proxy forgets every statement it prepared when the client's text may drop prepared statements (it
 //     holds the word DISCARD or DEALLOCATE, unless it is one DEALLOCATE of another name) or change what they
 //     would mean (below: CREATE, ALTER, transform_null_equals), when the client closes a statement named with the proxy's prefix
@@ -86,15 +102,42 @@ const (
 type prepEntry struct {
 	tmpl    *rewrite.Prepared
 	name    string
+	hash    string // md5 of the text that prepares it (prepareSQL), as the server holds it
 	state   atomic.Int32
 	lastUse uint64 // prepState.uses at its last use; client side only
 }
 
-// prepCommand is a statement the proxy sends on its own at an idle point: a PREPARE (entry set) or a
-// DEALLOCATE (entry nil).
+// prepCommand is a statement the proxy sends on its own at an idle point: a PREPARE (entry set), a
+// DEALLOCATE (entry nil), or a verification of the names of entries (verify set, for trust epoch epoch).
 type prepCommand struct {
-	sql   string
-	entry *prepEntry
+	sql     string
+	entry   *prepEntry
+	verify  bool
+	epoch   uint64
+	entries []*prepEntry
+}
+
+// unusedName reports whether name is that of one of a verification's entries that the proxy does not
+// EXECUTE (its PREPARE, in the same batch, failed: the server may hold a client's statement of that name).
+func (c prepCommand) unusedName(name string) bool {
+	for _, e := range c.entries {
+		if e.name == name {
+			return e.state.Load() != prepReady
+		}
+	}
+	return false
+}
+
+// dataRowText is the first column of a DataRow, as text ("" when NULL or malformed).
+func dataRowText(body []byte) string {
+	if len(body) < 6 || body[0] != 0 || body[1] == 0 {
+		return ""
+	}
+	n := int(int32(uint32(body[2])<<24 | uint32(body[3])<<16 | uint32(body[4])<<8 | uint32(body[5])))
+	if n < 0 || 6+n > len(body) {
+		return ""
+	}
+	return string(body[6 : 6+n])
 }
 
 // prepState is a session's prepared templates.
@@ -113,6 +156,14 @@ type prepState struct {
 	onServer, sweep bool
 
 	lost atomic.Bool // the server said a statement of ours does not exist: forget them all
+
+	// Trust (see the top of this file). epoch counts the client's messages that may have run code on the server
+	// (client side); verified is the epoch for which a verification came back clean (server side writes);
+	// verifySent the epoch of the last verification sent (client side); verifyFailed: the verification being
+	// answered found a name holding another text, or failed (server side only).
+	epoch, verifySent uint64
+	verified          atomic.Uint64
+	verifyFailed      bool
 
 	mu       sync.Mutex
 	inflight []prepCommand // sent, in order; answered in order
@@ -140,8 +191,51 @@ func (ps *prepState) statementFor(p rewrite.Plan, m *Metrics) string {
 		}
 		return p.SQL
 	}
+	if ps.verified.Load() != ps.epoch {
+		return p.SQL // something may have replaced the statement since it was last verified
+	}
 	m.preparedExecuted()
 	return "EXECUTE " + e.name + p.Args
+}
+
+// clientRan notes a client message that may run code on the server (trust is lost until a verification sent
+// after it comes back clean): every Query but a bare BEGIN, and every Parse, Bind, Execute and FunctionCall.
+func (ps *prepState) clientRan(typ byte, body []byte) {
+	if ps.max == 0 {
+		return
+	}
+	if typ == msgQuery && isBareBegin(body) {
+		return
+	}
+	ps.epoch++
+}
+
+// isBareBegin reports whether a Query's body is BEGIN (or START TRANSACTION) alone, which runs no code.
+func isBareBegin(body []byte) bool {
+	t := bytes.TrimRight(body, "\x00")
+	t = bytes.TrimSpace(bytes.TrimSuffix(bytes.TrimSpace(t), []byte(";")))
+	return bytes.EqualFold(t, []byte("begin")) || bytes.EqualFold(t, []byte("start transaction"))
+}
+
+// verifySQL returns a query that lists the names among entries that the server does not hold, or holds with
+// another text than the one the proxy prepared there (none: the names are the proxy's); "" when there is
+// nothing to verify. Every name it uses is pg_catalog's, so no search_path changes what it does.
+func verifySQL(entries []*prepEntry) string {
+	var b strings.Builder
+	for _, e := range entries {
+		if b.Len() == 0 {
+			b.WriteString("SELECT v.name FROM (VALUES ")
+		} else {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "('%s', '%s')", e.name, e.hash)
+	}
+	if b.Len() == 0 {
+		return ""
+	}
+	b.WriteString(") AS v(name, hash) LEFT JOIN pg_catalog.pg_prepared_statements AS p ON p.name OPERATOR(pg_catalog.=) v.name" +
+		" WHERE p.name IS NULL OR pg_catalog.md5(p.statement) OPERATOR(pg_catalog.<>) v.hash")
+	return b.String()
 }
 
 // add notes a template to prepare, making room for it when the connection holds max already.
@@ -154,6 +248,8 @@ func (ps *prepState) add(t *rewrite.Prepared) {
 	}
 	ps.next++
 	e := &prepEntry{tmpl: t, name: preparedPrefix + strconv.Itoa(ps.next), lastUse: ps.uses}
+	sum := md5.Sum([]byte(prepareSQL(e)))
+	e.hash = hex.EncodeToString(sum[:])
 	ps.byTmpl[t] = e
 	ps.queued = append(ps.queued, prepCommand{sql: prepareSQL(e), entry: e})
 }
@@ -225,14 +321,23 @@ func (ps *prepState) clientClose(body []byte) {
 
 // sendQueued writes the queued commands to w, a sweep owed by forget first, each a Query of its own, and counts
 // them as in flight in st. The caller has checked that the session is idle.
-func (ps *prepState) sendQueued(w msgSink, st *protoState) {
-	if len(ps.queued) == 0 && !ps.sweep {
+//
+// A verification goes out only before a bare BEGIN: only there can its answer come back before the client's
+// next statement with nothing run in between (in autocommit every statement may run code before the next).
+func (ps *prepState) sendQueued(w msgSink, st *protoState, query []byte) {
+	verify := ps.onServer && ps.verifySent != ps.epoch && isBareBegin(query)
+	if len(ps.queued) == 0 && !ps.sweep && !verify {
 		return
 	}
 	ps.mu.Lock()
 	if ps.sweep {
 		ps.queued = append([]prepCommand{{sql: sweepSQL}}, ps.queued...)
 		ps.sweep = false
+	}
+	send := func(c prepCommand) {
+		ps.inflight = append(ps.inflight, c)
+		st.internal.Add(1) // before the write: the server side must know the answers are not the client's
+		writeMsg(w, msgQuery, nil, c.sql)
 	}
 	for _, c := range ps.queued {
 		if c.entry != nil {
@@ -243,9 +348,19 @@ func (ps *prepState) sendQueued(w msgSink, st *protoState) {
 			c.entry.state.Store(prepSent)
 			ps.onServer = true
 		}
-		ps.inflight = append(ps.inflight, c)
-		st.internal.Add(1) // before the write: the server side must know the answers are not the client's
-		writeMsg(w, msgQuery, nil, c.sql)
+		send(c)
+	}
+	// Last, after the PREPAREs: the verification of every name the proxy may EXECUTE, for the client's
+	// messages so far (trust, at the top of this file).
+	var names []*prepEntry
+	for _, e := range ps.byTmpl {
+		if s := e.state.Load(); verify && (s == prepReady || s == prepSent) {
+			names = append(names, e)
+		}
+	}
+	if q := verifySQL(names); q != "" {
+		send(prepCommand{sql: q, verify: true, epoch: ps.epoch, entries: names})
+		ps.verifySent = ps.epoch
 	}
 	ps.mu.Unlock()
 	ps.queued = ps.queued[:0]
@@ -273,6 +388,15 @@ func (ss *session) onPreparedAnswer(typ byte, body []byte, out msgSink) (serverE
 	st := &ss.state
 	ps := &ss.prep
 	switch typ {
+	case msgDataRow:
+		// A name of the proxy's holds a statement it did not prepare: never EXECUTE it (forget them all). A
+		// name whose PREPARE in the same batch failed (a client's statement of that name) is never executed.
+		if c := ps.current(false); c.verify && !ps.verifyFailed && !c.unusedName(dataRowText(body)) {
+			ps.verifyFailed = true
+			ps.lost.Store(true)
+			ss.srv.metrics.preparedOutcome("replaced")
+			ss.log.Warn("a prepared fence was dropped or replaced on the server (by a function's DEALLOCATE or PREPARE?); the proxy prepares its statements again and sends SQL until then", "name", dataRowText(body))
+		}
 	case msgCommandComplete:
 		if c := ps.current(false); c.entry != nil && string(body) == "PREPARE\x00" { // not preparePrefix's SET
 			c.entry.state.Store(prepReady)
@@ -282,7 +406,9 @@ func (ss *session) onPreparedAnswer(typ byte, body []byte, out msgSink) (serverE
 		if sev := errorField(body, fieldSeverity); sev == "FATAL" || sev == "PANIC" {
 			return 0, ss.errorOut(out, body)
 		}
-		if c := ps.current(false); c.entry != nil {
+		if c := ps.current(false); c.verify {
+			ps.verifyFailed = true // not verified: statements go as SQL until a later verification
+		} else if c.entry != nil {
 			code := errorField(body, fieldCode)
 			if transientFault(code) {
 				c.entry.state.Store(prepRetry)
@@ -301,7 +427,12 @@ func (ss *session) onPreparedAnswer(typ byte, body []byte, out msgSink) (serverE
 		if len(body) != 1 {
 			return 0, fmt.Errorf("upstream sent ReadyForQuery of %d bytes", len(body))
 		}
-		ps.current(true)
+		if c := ps.current(true); c.verify {
+			if !ps.verifyFailed && body[0] == txIdle {
+				ps.verified.Store(c.epoch)
+			}
+			ps.verifyFailed = false
+		}
 		st.txStatus.Store(uint32(body[0]))
 		st.internal.Add(-1)
 		if ss.srv.draining.Load() && st.idle() {

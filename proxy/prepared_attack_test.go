@@ -21,16 +21,6 @@ import (
 // statements the proxy prepares on its upstream connection, and what the proxy must still guarantee (every write
 // to a protected table fenced, the client's answers its own, the server holding no statement the proxy forgot).
 
-// ownStatements counts the statements named with the proxy's prefix on c's upstream connection.
-func ownStatements(t *testing.T, c *pgx.Conn) int {
-	t.Helper()
-	var n int
-	if err := c.QueryRow(ctxT(t), "SELECT count(*) FROM pg_prepared_statements WHERE name LIKE 'fenceproxy\\_p%'").Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	return n
-}
-
 // TestPreparedAttackForgetDoesNotLeak: whatever makes the proxy forget its statements (a text that merely
 // mentions a discarded row, the client deallocating a statement of its own, a DISCARD ALL that fails inside a
 // transaction block) must not leave them on the server: a session that loops on it would otherwise grow the
@@ -41,6 +31,14 @@ func TestPreparedAttackForgetDoesNotLeak(t *testing.T) {
 		c := f.simple(t, "5")
 		markDiscarded := fmt.Sprintf("UPDATE public.%s SET note = 'discarded' WHERE id = 2", f.name)
 		fxExec(t, c, "PREPARE keep AS SELECT 42") // the client's own statement outlives every sweep
+		// The UPDATE of balance is templated (a shape's third text is the first its template serves) and
+		// prepared; the UPDATE of note, whose constant is a string, is never prepared.
+		for i := range 3 {
+			if err := f.transaction(t, c, 1, i+1); err != nil {
+				t.Fatal(err)
+			}
+			fxExec(t, c, markDiscarded)
+		}
 		for _, forget := range []struct {
 			name   string
 			forget bool // the proxy cannot tell that its statements are still there: it forgets and sweeps
@@ -69,6 +67,7 @@ func TestPreparedAttackForgetDoesNotLeak(t *testing.T) {
 			}
 			before := prepares()
 			for round := range 4 {
+				start := serverStatements(t, c)
 				forget.run(round)
 				for i := range 3 {
 					if err := f.transaction(t, c, 1, i+1); err != nil {
@@ -77,8 +76,14 @@ func TestPreparedAttackForgetDoesNotLeak(t *testing.T) {
 					fxExec(t, c, markDiscarded)
 				}
 				// Two shapes are in use: the UPDATE of balance and the UPDATE of note.
-				if n := ownStatements(t, c); n > 2 {
+				now := serverStatements(t, c)
+				if n := len(now); n > 2 {
 					t.Fatalf("after %s, round %d: %d statements of the proxy's on the server, want at most 2 (the shapes in use)", forget.name, round, n)
+				}
+				// And it is used: forgotten or not, the UPDATE of balance is prepared (again) at the idle point
+				// after its first use, so at least its second and third ran as EXECUTE.
+				if n := runsSince(start, now); n < 2 {
+					t.Fatalf("after %s, round %d: the server ran %d of the round's three UPDATEs of balance as EXECUTE, want at least 2 (%v)", forget.name, round, n, now)
 				}
 			}
 			if n := prepares() - before; !forget.forget && n > 2 {
@@ -89,7 +94,7 @@ func TestPreparedAttackForgetDoesNotLeak(t *testing.T) {
 		if err := c.QueryRow(ctxT(t), "EXECUTE keep").Scan(&kept); err != nil || kept != 42 {
 			t.Fatalf("the client's own statement after the sweeps: %v, %v", kept, err)
 		}
-		f.wantRows(t, fmt.Sprintf("1:%d:5 2:0:5", 5*4*(1+2+3)))
+		f.wantRows(t, fmt.Sprintf("1:%d:5 2:0:5", (1+5*4)*(1+2+3)))
 	})
 }
 
@@ -132,15 +137,16 @@ func TestPreparedAttackPlantedNames(t *testing.T) {
 				}
 			}},
 		} {
-			before := f.executions(t)
+			before := serverStatements(t, c)
 			for i := 1; i <= 4; i++ {
 				if err := f.transaction(t, c, 1, i); err != nil {
 					t.Fatalf("transaction %d: %v", i, err)
 				}
 				balance += i
 			}
-			if f.executions(t) == before {
-				t.Fatal("no statement ran as EXECUTE")
+			planted := serverStatements(t, c)
+			if runsSince(before, planted) == 0 {
+				t.Fatalf("before %s: no statement ran as EXECUTE (%v)", plant.name, planted)
 			}
 			var name string
 			if err := c.QueryRow(ctxT(t), "SELECT name FROM pg_prepared_statements WHERE name LIKE 'fenceproxy\\_p%' AND statement LIKE '%UPDATE%'").Scan(&name); err != nil {
@@ -163,6 +169,23 @@ func TestPreparedAttackPlantedNames(t *testing.T) {
 			balance += 1000
 			if got, want := fxSnapshot(t, f.d, "public."+f.name), fmt.Sprintf("1:%d:5 2:0:1", balance); got != want {
 				t.Fatalf("after %s: rows %s, want %s", plant.name, got, want)
+			}
+			// The proxy prepares the UPDATE again, under a statement of its own, and runs it: the planted
+			// statement is gone.
+			for i := 1; i <= 3; i++ {
+				if err := f.transaction(t, c, 1, i); err != nil {
+					t.Fatalf("after %s, transaction %d: %v", plant.name, i, err)
+				}
+				balance += i
+			}
+			now := serverStatements(t, c)
+			if runsOfNew(planted, now) == 0 {
+				t.Fatalf("after %s: the UPDATE was not prepared again and run as EXECUTE (%v)", plant.name, now)
+			}
+			for _, st := range now {
+				if !strings.Contains(st.text, "UPDATE") {
+					t.Fatalf("after %s: the planted statement is still on the server: %v", plant.name, st)
+				}
 			}
 		}
 		// A stale holder is refused however the names were played with.
@@ -280,8 +303,13 @@ func TestPreparedAttackPipelines(t *testing.T) {
 			want(what+", UPDATE", transcript(t, c), "C UPDATE 1", "Z I")
 			balance += 1 + 10 + 100 + 2
 		}
-		if n := f.executions(t); n == 0 {
-			t.Fatal("no statement ran as EXECUTE")
+		// The proxy's statements run as EXECUTE only after a BEGIN (prepared.go).
+		for range 3 {
+			rawTransaction(t, c, upd(1, 1))
+			balance++
+		}
+		if n := runsSince(nil, rawServerStatements(t, c)); n == 0 {
+			t.Fatal("the server ran no statement as EXECUTE")
 		}
 		f.wantRows(t, fmt.Sprintf("1:%d:5 2:0:5", balance))
 		c.send(t, &pgproto3.Query{String: "SELECT 'end'"})
@@ -311,13 +339,12 @@ func TestPreparedAttackReuse(t *testing.T) {
 		if pidB := pidOf(t, b); pidB != pidA {
 			t.Fatalf("the second session got backend %d, the first had %d: the connection was not reused", pidB, pidA)
 		}
-		before := f.executions(t)
 		for i := 1; i <= 4; i++ {
 			if err := f.transaction(t, b, 1, 100); err != nil {
 				t.Fatal(err)
 			}
 		}
-		if f.executions(t) == before {
+		if executions(t, b) == 0 {
 			t.Fatal("the second session ran no statement as EXECUTE")
 		}
 		f.wantRows(t, "1:410:5 2:0:1")
@@ -341,7 +368,12 @@ func TestPreparedAttackConfigReload(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if f.executions(t) == 0 {
+		// The fifth: the template prepared in the fourth is verified before its BEGIN (prepared.go).
+		if err := f.transaction(t, c, 1, 5); err != nil {
+			t.Fatal(err)
+		}
+		old := serverStatements(t, c)
+		if runsSince(nil, old) == 0 {
 			t.Fatal("no statement ran as EXECUTE before the reload")
 		}
 		cfg, err := config.Parse("reload.yaml", []byte(fmt.Sprintf("listen: %s\nupstream:\n  address: %s\ntables:\n  - name: public.%s\n    token_column: other_token\n", f.p.Addr, pg.Addr(), f.name)))
@@ -361,7 +393,15 @@ func TestPreparedAttackConfigReload(t *testing.T) {
 				t.Fatalf("statement %d after the reload: %v, want 55F01 (row 1's other_token is 9, the session's token 5)", i, err)
 			}
 		}
-		f.wantRows(t, "1:10:5 2:0:1")
+		f.wantRows(t, "1:15:5 2:0:1")
+		// The refusals came from the template of the new configuration, run as EXECUTE; the old one ran no more.
+		now := serverStatements(t, c)
+		if runsOfNew(old, now) == 0 {
+			t.Fatalf("after the reload no template of the new configuration ran as EXECUTE (%v)", now)
+		}
+		if runsSince(old, now) != runsOfNew(old, now) {
+			t.Fatalf("after the reload a template of the old configuration ran (before: %v, now: %v)", old, now)
+		}
 	})
 }
 
@@ -385,14 +425,18 @@ func TestPreparedAttackSearchPath(t *testing.T) {
 			t.Helper()
 			fxExec(t, c, "SET search_path = "+schema)
 			for range 4 {
-				fxExec(t, c, fmt.Sprintf("UPDATE %s SET balance = balance + %d WHERE id = 1", name, delta))
+				fxTransaction(t, c, fmt.Sprintf("UPDATE %s SET balance = balance + %d WHERE id = 1", name, delta))
 			}
 		}
 		run(s1, 1)
+		afterS1 := executions(t, c)
 		run(s2, 10)
+		afterS2 := executions(t, c)
 		run(s1, 100)
-		if n := fxCounter(t, p.Registry, "fenceproxy_prepared_fence_executions_total", nil); n == 0 {
-			t.Fatal("no statement ran as EXECUTE")
+		// The first four build the shape's template and prepare it; the later rounds run the statement prepared
+		// under the first search_path.
+		if n := executions(t, c); afterS2-afterS1 < 2 || n-afterS2 < 2 {
+			t.Fatalf("the server ran %d, %d and %d of each four statements as EXECUTE, want at least 2 of the second and third four", afterS1, afterS2-afterS1, n-afterS2)
 		}
 		if got1, got2 := fxSnapshot(t, d, s1+"."+name), fxSnapshot(t, d, s2+"."+name); got1 != "1:404:5" || got2 != "1:40:5" {
 			t.Fatalf("rows %s in %s and %s in %s, want 1:404:5 and 1:40:5", got1, s1, got2, s2)
@@ -415,15 +459,19 @@ func TestPreparedAttackShadowingTable(t *testing.T) {
 		// The session's temporary schema exists before the template is prepared.
 		fxExec(t, c, "CREATE TEMP TABLE scratch (x int)")
 		for i := 1; i <= 6; i++ {
-			fxExec(t, c, fmt.Sprintf("UPDATE %s SET balance = balance + %d WHERE id = 1", name, i))
+			fxTransaction(t, c, fmt.Sprintf("UPDATE %s SET balance = balance + %d WHERE id = 1", name, i))
 		}
-		if n := fxCounter(t, p.Registry, "fenceproxy_prepared_fence_executions_total", nil); n == 0 {
+		before := serverStatements(t, c)
+		if runsSince(nil, before) == 0 {
 			t.Fatal("no statement ran as EXECUTE")
 		}
 		fxExec(t, c, fmt.Sprintf("CREATE TEMP TABLE %s (LIKE public.%s INCLUDING ALL)", name, name))
 		fxExec(t, c, fmt.Sprintf("INSERT INTO %s (id, balance, fence_token) VALUES (1, 0, 1)", name))
 		for i := 1; i <= 6; i++ {
-			fxExec(t, c, fmt.Sprintf("UPDATE %s SET balance = balance + %d WHERE id = 1", name, 100*i))
+			fxTransaction(t, c, fmt.Sprintf("UPDATE %s SET balance = balance + %d WHERE id = 1", name, 100*i))
+		}
+		if now := serverStatements(t, c); runsOfNew(before, now) == 0 {
+			t.Fatalf("after the CREATE the UPDATE was not prepared again and run as EXECUTE (before %v, now %v)", before, now)
 		}
 		if got := fxSnapshot(t, d, "public."+name); got != "1:21:5" {
 			t.Fatalf("public table %s, want 1:21:5 (the later statements belong to the temporary table)", got)
@@ -472,10 +520,9 @@ func TestPreparedAttackReadingChanges(t *testing.T) {
 			for id := 3; id <= 6; id++ { // no such rows: the shape under the new settings, templated
 				setNote(step.encName, step.literal, id)
 			}
-			before := f.executions(t)
 			setNote(step.encName, step.literal, 1)
-			if f.executions(t) != before {
-				t.Fatalf("after %s: %s was sent as EXECUTE; string constants are not prepared", step.set, step.literal)
+			if st := rawServerStatements(t, c); len(st) != 0 {
+				t.Fatalf("after %s: %s was prepared (%v); string constants are not prepared", step.set, step.literal, st)
 			}
 			var note string
 			if err := f.d.QueryRow(ctxT(t), fmt.Sprintf("SELECT note FROM public.%s WHERE id = 1", f.name)).Scan(&note); err != nil || note != step.want {
@@ -521,7 +568,7 @@ func TestPreparedAttackLockedTable(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if f.executions(t) == 0 {
+		if executions(t, c) == 0 {
 			t.Fatal("the template was not prepared once the lock was gone")
 		}
 		f.wantRows(t, "1:36:5 2:0:1")
@@ -550,6 +597,8 @@ func TestPreparedAttackCopy(t *testing.T) {
 					t.Fatalf("UPDATE: %s", got)
 				}
 			}
+			// One in a transaction: the proxy's statements run as EXECUTE only after a BEGIN (prepared.go).
+			rawTransaction(t, c, upd(0))
 			c.send(t, &pgproto3.Query{String: "COPY public." + other + " FROM STDIN"},
 				&pgproto3.CopyData{Data: []byte(fmt.Sprintf("%d\n", round))}, &pgproto3.CopyDone{},
 				upd(100))
@@ -587,7 +636,9 @@ func TestPreparedAttackCopy(t *testing.T) {
 				t.Fatalf("round %d, COPY TO STDOUT: %q, want %q", round, got, want)
 			}
 		}
-		f.wantExecutions(t)
+		if n := runsSince(nil, rawServerStatements(t, c)); n < 3 {
+			t.Fatalf("the server ran %d of the UPDATEs as EXECUTE, want at least 3 (the one in each round's transaction once the template is prepared and verified)", n)
+		}
 		f.wantRows(t, "1:424:5 2:0:1")
 	})
 }
@@ -637,9 +688,10 @@ func TestPreparedAttackEviction(t *testing.T) {
 		balance1, balance2 := 0, 0
 		for round := 1; round <= 6; round++ {
 			for s, shape := range shapes {
+				before := serverStatements(t, c)
 				for i := range 3 {
 					delta := round*10 + i
-					fxExec(t, c, fmt.Sprintf(shape, f.name, delta))
+					fxTransaction(t, c, fmt.Sprintf(shape, f.name, delta))
 					switch s {
 					case 0:
 						balance1 += delta
@@ -647,12 +699,136 @@ func TestPreparedAttackEviction(t *testing.T) {
 						balance2 -= delta
 					}
 				}
-				if n := ownStatements(t, c); n > 2 {
+				now := serverStatements(t, c)
+				if n := len(now); n > 2 {
 					t.Fatalf("round %d, shape %d: %d statements of the proxy's on the server, want at most 2", round, s, n)
+				}
+				// Three shapes take turns in two places, so each is evicted before its next turn: its first use
+				// queues the PREPARE, the second sends it, the third runs as EXECUTE (from round 2: in round 1 a
+				// shape's texts build its template). A string constant (shape 1) is never prepared.
+				switch n := runsSince(before, now); {
+				case s == 1 && n != 0:
+					t.Fatalf("round %d, shape %d: the server ran %d statements as EXECUTE, of a shape with a string constant (%v)", round, s, n, now)
+				case s != 1 && round > 1 && n < 1:
+					t.Fatalf("round %d, shape %d: the server ran %d of its three statements as EXECUTE, want at least 1 (%v)", round, s, n, now)
 				}
 			}
 		}
-		f.wantExecutions(t)
 		f.wantRows(t, fmt.Sprintf("1:%d:5 2:%d:5", balance1, balance2))
+	})
+}
+
+// fxTransaction runs sql in a transaction of its own (BEGIN, sql, COMMIT, each a Query): prepared fences run as
+// EXECUTE only after a BEGIN (prepared.go).
+func fxTransaction(t *testing.T, c *pgx.Conn, sql string) {
+	t.Helper()
+	fxExec(t, c, "BEGIN")
+	fxExec(t, c, sql)
+	fxExec(t, c, "COMMIT")
+}
+
+// rawTransaction sends BEGIN, q and COMMIT on c, each after the answer to the one before, and checks the
+// answers (q updates one row).
+func rawTransaction(t *testing.T, c *rawClient, q *pgproto3.Query) {
+	t.Helper()
+	for _, step := range []struct {
+		q    *pgproto3.Query
+		want string
+	}{{&pgproto3.Query{String: "BEGIN"}, "C BEGIN|Z T"}, {q, "C UPDATE 1|Z T"}, {&pgproto3.Query{String: "COMMIT"}, "C COMMIT|Z I"}} {
+		c.send(t, step.q)
+		if got := strings.Join(transcript(t, c), "|"); got != step.want {
+			t.Fatalf("%s: the client saw %s, want %s", step.q.String, got, step.want)
+		}
+	}
+}
+
+// serverExecutions is how many times the server ran the proxy's prepared statements on c's connection
+// (generic and custom plans of every statement named with the proxy's prefix), read through c itself.
+func serverExecutions(t *testing.T, c *pgx.Conn) int64 {
+	t.Helper()
+	var n int64
+	if err := c.QueryRow(ctxT(t), `SELECT coalesce(sum(generic_plans + custom_plans), 0)::int8 FROM pg_prepared_statements
+		WHERE name LIKE 'fenceproxy\_p%' AND statement LIKE '%fenceproxy_stmt%'`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestPreparedAttackFunctionSwap (issue 27): a function, which the proxy cannot read, deallocates every
+// statement of the proxy's and prepares an unfenced UPDATE under the same name and parameter types. Without the
+// guard, a statement of that shape sent as EXECUTE would run it. The proxy verifies its names before it
+// trusts them again: the stale holder's next statements are refused (55F01), nothing is written, and the proxy
+// prepares its own statement again and runs it.
+func TestPreparedAttackFunctionSwap(t *testing.T) {
+	forTransports(t, func(t *testing.T, goroutines bool) {
+		f := newPreparedFixture(t, goroutines, "")
+		fn := fxName(t, "swap")
+		fxExec(t, f.d, fmt.Sprintf(`CREATE FUNCTION public.%s() RETURNS int LANGUAGE plpgsql AS $$
+DECLARE r record; n int := 0;
+BEGIN
+	FOR r IN SELECT name, parameter_types FROM pg_prepared_statements WHERE name LIKE 'fenceproxy%%' LOOP
+		EXECUTE format('DEALLOCATE %%I', r.name);
+		EXECUTE format('PREPARE %%I(%%s) AS UPDATE public.%s SET balance = balance + $1 WHERE id = $2',
+			r.name, array_to_string(r.parameter_types, ','));
+		n := n + 1;
+	END LOOP;
+	RETURN n;
+END $$`, fn, f.name))
+		t.Cleanup(func() { f.d.Exec(ctxT(t), "DROP FUNCTION IF EXISTS public."+fn+"()") })
+		c := f.simple(t, "5")
+		balance := 0
+		for i := 1; i <= 6; i++ {
+			if err := f.transaction(t, c, 1, i); err != nil {
+				t.Fatalf("transaction %d: %v", i, err)
+			}
+			balance += i
+		}
+		before := serverExecutions(t, c)
+		if before == 0 {
+			t.Fatal("no statement ran as EXECUTE before the attack (counted by the server)")
+		}
+		// A newer holder writes row 1; the stale holder's statements of the same shape must be refused.
+		if err := f.transaction(t, f.simple(t, "9"), 1, 100); err != nil {
+			t.Fatal(err)
+		}
+		balance += 100
+		swap := func() {
+			t.Helper()
+			var swapped int
+			if err := c.QueryRow(ctxT(t), "SELECT public."+fn+"()").Scan(&swapped); err != nil || swapped == 0 {
+				t.Fatalf("the function replaced %d statements (%v)", swapped, err)
+			}
+		}
+		// In the transaction of the statement itself, after the names were verified at its BEGIN.
+		fxExec(t, c, "BEGIN")
+		swap()
+		var pgErr *pgconn.PgError
+		if _, err := c.Exec(ctxT(t), fmt.Sprintf("UPDATE public.%s SET balance = balance + 1000 WHERE id = 1", f.name)); !errors.As(err, &pgErr) || pgErr.Code != "55F01" {
+			t.Fatalf("stale holder after the swap in its transaction: %v, want 55F01 (an unfenced statement ran?)", err)
+		}
+		fxExec(t, c, "ROLLBACK")
+		// Between transactions (the swapped statements outlive the ROLLBACK).
+		swap()
+		for i := range 3 {
+			if err := f.transaction(t, c, 1, 1000); !errors.As(err, &pgErr) || pgErr.Code != "55F01" {
+				t.Fatalf("stale holder after the swap, statement %d: %v, want 55F01 (an unfenced statement ran?)", i, err)
+			}
+		}
+		f.wantRows(t, fmt.Sprintf("1:%d:9 2:0:1", balance))
+		// The swapped statement is gone and the proxy's own runs again (re-prepared, executed by the server).
+		var foreign int
+		if err := c.QueryRow(ctxT(t), `SELECT count(*) FROM pg_prepared_statements WHERE statement NOT LIKE '%fenceproxy_stmt%'`).Scan(&foreign); err != nil || foreign != 0 {
+			t.Fatalf("%d statements not the proxy's left on the connection (%v)", foreign, err)
+		}
+		after := serverExecutions(t, c)
+		for i := 1; i <= 4; i++ {
+			if err := f.transaction(t, c, 2, i); err != nil {
+				t.Fatalf("transaction %d on row 2: %v", i, err)
+			}
+		}
+		if serverExecutions(t, c) <= after {
+			t.Fatal("the proxy did not prepare and run its statement again after the swap")
+		}
+		f.wantRows(t, fmt.Sprintf("1:%d:9 2:10:5", balance))
 	})
 }

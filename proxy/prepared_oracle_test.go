@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -75,8 +77,12 @@ type oracleOutcome struct {
 	code   string // SQLSTATE of a failure
 	marker string // the fence's fenceproxy|55F0x marker in the failure's message, if any
 	msg    string
-	table  string // the table afterwards (not compared for a failure: it is rolled back)
+	table  string               // the table afterwards (not compared for a failure: it is rolled back)
+	byID   map[string]oracleRow // the same, by id
 }
+
+// oracleRow is a row of the oracle table: as text (textRows) and its token ("NULL" for none).
+type oracleRow struct{ text, token string }
 
 // brief is o without the table.
 func (o oracleOutcome) brief() string {
@@ -96,21 +102,34 @@ func (o oracleOutcome) same(p oracleOutcome) bool {
 
 var fenceMarker = regexp.MustCompile(`fenceproxy\|55F0[0-9]`)
 
+// oracleRoundTrip bounds each round trip of the oracle (a statement and its answer). The oracle makes thousands
+// of them: a deadline for the whole would measure how loaded the machine is (30 s once failed at 30.5 s on a
+// busy 2-core machine, and passed at 14 s on the next run), where one per round trip only catches a hang; the
+// test's own timeout bounds the whole.
+const oracleRoundTrip = 30 * time.Second
+
 // oracleSession runs texts in the simple query protocol on one connection.
 type oracleSession struct {
 	t     *testing.T
-	ctx   context.Context
 	c     *pgconn.PgConn
 	table string
+	base  map[string]oracleRow // the table as seeded: every statement of the oracle is rolled back
 	// otherSchema holds a table named like table, with other column types; migration changes column types of
 	// table.
 	otherSchema, migration string
 }
 
+// roundTrip is the context of one round trip.
+func (s *oracleSession) roundTrip() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(s.t.Context(), oracleRoundTrip)
+}
+
 // exec runs sql, which must succeed.
 func (s *oracleSession) exec(sql string) {
 	s.t.Helper()
-	if _, err := s.c.Exec(s.ctx, sql).ReadAll(); err != nil {
+	ctx, cancel := s.roundTrip()
+	defer cancel()
+	if _, err := s.c.Exec(ctx, sql).ReadAll(); err != nil {
 		s.t.Fatalf("%s: %v", sql, err)
 	}
 }
@@ -118,7 +137,9 @@ func (s *oracleSession) exec(sql string) {
 // run runs one statement and reports what it did; a failure's SQLSTATE is returned as the error too.
 func (s *oracleSession) run(sql string) (oracleOutcome, error) {
 	var o oracleOutcome
-	res, err := s.c.Exec(s.ctx, sql).ReadAll()
+	ctx, cancel := s.roundTrip()
+	defer cancel()
+	res, err := s.c.Exec(ctx, sql).ReadAll()
 	if err != nil {
 		var pe *pgconn.PgError
 		if !errors.As(err, &pe) {
@@ -155,14 +176,25 @@ func textRows(rows [][][]byte) []string {
 	return out
 }
 
-// snapshot is the table's contents as text.
-func (s *oracleSession) snapshot() string {
+// snapshot is the table's contents as text, and by id (the first column; the token is the last).
+func (s *oracleSession) snapshot() (string, map[string]oracleRow) {
 	s.t.Helper()
-	res, err := s.c.Exec(s.ctx, "SELECT * FROM "+s.table+" ORDER BY id").ReadAll()
+	ctx, cancel := s.roundTrip()
+	defer cancel()
+	res, err := s.c.Exec(ctx, "SELECT * FROM "+s.table+" ORDER BY id").ReadAll()
 	if err != nil || len(res) != 1 {
 		s.t.Fatalf("snapshot: %v", err)
 	}
-	return strings.Join(textRows(res[0].Rows), "\n")
+	texts := textRows(res[0].Rows)
+	byID := make(map[string]oracleRow, len(texts))
+	for i, row := range res[0].Rows {
+		r := oracleRow{text: texts[i], token: "NULL"}
+		if tok := row[len(row)-1]; tok != nil {
+			r.token = string(tok)
+		}
+		byID[string(row[0])] = r
+	}
+	return strings.Join(texts, "\n"), byID
 }
 
 // inTransaction runs sql in a transaction that is rolled back, with the table's contents after it.
@@ -176,7 +208,7 @@ func (s *oracleSession) inTransactionAfter(setup, sql string) oracleOutcome {
 	}
 	o, err := s.run(sql)
 	if err == nil {
-		o.table = s.snapshot()
+		o.table, o.byID = s.snapshot()
 	}
 	s.exec("ROLLBACK")
 	return o
@@ -770,7 +802,6 @@ func oracleCorpus(n int) (corpus []string, generated int) {
 // TestPreparedTemplatesMatchSQL is the oracle: see the comment at the top of the file.
 func TestPreparedTemplatesMatchSQL(t *testing.T) {
 	pgtest.Require(t, pg)
-	ctx := ctxT(t)
 	d := direct(t)
 	table, dom, enum := fxName(t, "po"), fxName(t, "posint"), fxName(t, "mood")
 	fxExec(t, d, fmt.Sprintf("CREATE DOMAIN %s AS int4 CHECK (VALUE > 0)", dom))
@@ -809,11 +840,12 @@ func TestPreparedTemplatesMatchSQL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &oracleSession{t: t, ctx: ctx, c: d.PgConn(), table: table, otherSchema: other,
+	s := &oracleSession{t: t, c: d.PgConn(), table: table, otherSchema: other,
 		migration: "ALTER TABLE " + table + " ALTER COLUMN i2 TYPE int8, ALTER COLUMN d TYPE text, ALTER COLUMN num52 TYPE numeric(7,3), " +
 			"ALTER COLUMN ivd TYPE interval, ALTER COLUMN ch3 TYPE text, ALTER COLUMN dom TYPE int8, ALTER COLUMN en TYPE text, " +
 			"ALTER COLUMN vc5 TYPE varchar(10), ALTER COLUMN i8 TYPE numeric"}
 	s.exec("SET fence.token = '" + oracleSessionToken + "'")
+	_, s.base = s.snapshot()
 
 	corpus, generated := oracleCorpus(400)
 	var st oracleStats
@@ -835,8 +867,8 @@ func TestPreparedTemplatesMatchSQL(t *testing.T) {
 		st.prepareFailedSQLRuns)
 	t.Logf("%d prepared and compared (%d failing as SQL, %d of them at a stale row): %d match, %d mismatches; %d "+
 		"mismatches after a search_path change, a migration, a token or a settings change; %d generic-plan "+
-		"executions spared a planning-time error of the SQL", st.compared, st.failing, st.stale,
-		st.compared-st.mismatches, st.mismatches, st.driftMismatches, st.skippedFolding)
+		"executions spared a planning-time error of the SQL (%d of them ran to their end, every write fenced)", st.compared, st.failing, st.stale,
+		st.compared-st.mismatches, st.mismatches, st.driftMismatches, st.skippedFolding, st.skippedFoldingRan)
 	// The texts preparable() accepts are the ones the cache is meant to prepare. Of those, the cache declines the
 	// hand-written ones with a number after -(, an output column number or an ON CONFLICT target (16, see
 	// oracleHandCases), and the server refuses to prepare a few (a type modifier, and what it refuses as SQL
@@ -857,6 +889,7 @@ type oracleStats struct {
 	tried, preparable, notRewritten, notPrepared, notPreparedPreparable, prepareFailed int
 	prepareFailedSQLRuns                                                               int
 	compared, failing, stale, mismatches, skippedFolding, driftMismatches              int
+	skippedFoldingRan                                                                  int
 	prepareCodes                                                                       map[string]int
 }
 
@@ -933,8 +966,9 @@ func (s *oracleSession) check(r *rewrite.Rewriter, marked string, preparable boo
 		t.Errorf("behaves differently prepared (custom plan):\n%s", oracleReport(text, p, want, custom))
 	}
 	s.exec("SET plan_cache_mode = force_generic_plan")
-	if !s.genericAgrees(text, p, want, custom, s.inTransaction(execute), st) {
+	if why := s.genericAgrees(text, p, oracleSessionToken, want, custom, s.inTransaction(execute), st); why != "" {
 		st.mismatches++
+		t.Error(why)
 	}
 
 	// The statement stays prepared on the connection while what its names mean changes: another table of the
@@ -965,8 +999,9 @@ func (s *oracleSession) check(r *rewrite.Rewriter, marked string, preparable boo
 			t.Errorf("behaves differently prepared, with the token %q (custom plan):\n%s", token, oracleReport(text, p, want, custom))
 		}
 		s.exec("SET plan_cache_mode = force_generic_plan")
-		if !s.genericAgrees(text, p, want, custom, s.inTransaction(execute), st) {
+		if why := s.genericAgrees(text, p, token, want, custom, s.inTransaction(execute), st); why != "" {
 			st.driftMismatches++
+			t.Errorf("with the token %q: %s", token, why)
 		}
 	}
 	s.exec("SET fence.token = '" + oracleSessionToken + "'")
@@ -982,25 +1017,72 @@ func (s *oracleSession) check(r *rewrite.Rewriter, marked string, preparable boo
 	}
 }
 
-// genericAgrees reports whether got, what EXECUTE did under a generic plan, is want, what the SQL did, and
-// reports it as a test error if not; custom is what EXECUTE did under a custom plan.
-func (s *oracleSession) genericAgrees(text string, p rewrite.Plan, want, custom, got oracleOutcome, st *oracleStats) bool {
+// genericAgrees says how got, what EXECUTE did under a generic plan with the session's token, differs from want,
+// what the SQL did, "" if it agrees; custom is what EXECUTE did under a custom plan.
+func (s *oracleSession) genericAgrees(text string, p rewrite.Plan, token string, want, custom, got oracleOutcome, st *oracleStats) string {
 	switch {
 	case want.same(got):
-		return true
+		return ""
 	case want.code != "" && want.marker == "" && want.same(custom) && s.planningError(p.SQL) == want.code:
 		// The filled template fails while planning (its EXPLAIN fails; a custom plan, which folds the constants
 		// as the SQL does, fails alike): a generic plan does not fold constants, so that error is not raised and
 		// the statement runs, to its end or to another error, a fence's included (see "generic plan" in
-		// rewrite/prepared.go). The SQL's own error is never a fence's: those are raised per row.
+		// rewrite/prepared.go). The SQL's own error is never a fence's: those are raised per row. What it
+		// writes when it runs to its end must still be fenced.
+		if why := unfencedWrite(s.base, got, token); why != "" {
+			return fmt.Sprintf("behaves differently prepared (generic plan, past a planning-time error of the SQL), and %s:\n%s",
+				why, oracleReport(text, p, want, got))
+		}
 		st.skippedFolding++
+		if got.code == "" {
+			st.skippedFoldingRan++
+		}
 		if testing.Verbose() {
 			s.t.Logf("generic plan skips a planning-time error: %s\n  SQL does:     %v\n  EXECUTE does: %v", text, want.brief(), got.brief())
 		}
-		return true
+		return ""
 	}
-	s.t.Errorf("behaves differently prepared (generic plan):\n%s", oracleReport(text, p, want, got))
-	return false
+	return fmt.Sprintf("behaves differently prepared (generic plan):\n%s", oracleReport(text, p, want, got))
+}
+
+// unfencedWrite says what got, a statement run with the session's token to its end or to an error, wrote
+// unfenced, "" if nothing: an error wrote nothing (the oracle rolls back); a write needs a valid token, puts it
+// on every row it adds or changes, and changes or deletes no row holding a newer one.
+func unfencedWrite(base map[string]oracleRow, got oracleOutcome, token string) string {
+	if got.code != "" {
+		return ""
+	}
+	k, valid := rewrite.ValidToken(token)
+	for _, id := range slices.Sorted(maps.Keys(got.byID)) {
+		r, was := got.byID[id], base[id]
+		switch {
+		case r == was:
+		case !valid:
+			return fmt.Sprintf("it wrote row %s without a valid token", id)
+		case r.token != strconv.FormatInt(k, 10):
+			return fmt.Sprintf("it wrote row %s with token %s, not the session's %d", id, r.token, k)
+		case was.token != "" && was.token != "NULL" && !tokenAtMost(was.token, k): // "": a new row
+			return fmt.Sprintf("it overwrote row %s, which held the newer token %s", id, was.token)
+		}
+	}
+	for _, id := range slices.Sorted(maps.Keys(base)) {
+		if _, ok := got.byID[id]; ok {
+			continue
+		}
+		switch was := base[id]; {
+		case !valid:
+			return fmt.Sprintf("it deleted row %s without a valid token", id)
+		case was.token != "NULL" && !tokenAtMost(was.token, k):
+			return fmt.Sprintf("it deleted row %s, which held the newer token %s", id, was.token)
+		}
+	}
+	return ""
+}
+
+// tokenAtMost reports whether the token text tok is at most k.
+func tokenAtMost(tok string, k int64) bool {
+	v, err := strconv.ParseInt(tok, 10, 64)
+	return err == nil && v <= k
 }
 
 // planningError is the SQLSTATE with which sql fails before it runs (EXPLAIN plans it), "" if it does not.
@@ -1040,7 +1122,6 @@ func oracleReport(text string, p rewrite.Plan, want, got oracleOutcome) string {
 // table, with the session's token checked and written.
 func TestPreparedTemplateShadowedTable(t *testing.T) {
 	pgtest.Require(t, pg)
-	ctx := ctxT(t)
 	d := direct(t)
 	table, early := fxName(t, "ps"), fxName(t, "early")
 	fxExec(t, d, fmt.Sprintf("CREATE TABLE %[1]s (id int4 PRIMARY KEY, v int4, fence_token bigint); INSERT INTO %[1]s VALUES (1, 0, 10); "+
@@ -1072,7 +1153,7 @@ func TestPreparedTemplateShadowedTable(t *testing.T) {
 		{"a table in an earlier schema", early + ", public", "CREATE TABLE " + early + "." + table + " (LIKE public." + table + ")"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			s := &oracleSession{t: t, ctx: ctx, c: direct(t).PgConn(), table: table}
+			s := &oracleSession{t: t, c: direct(t).PgConn(), table: table}
 			s.exec("SET fence.token = '100'; SET search_path = " + c.searchPath)
 			s.exec("CREATE TEMP TABLE fenceproxy_oracle_warm (x int)") // the session's temporary schema exists
 			s.exec("PREPARE " + oracleStmtName + " " + p.Prepared.Body)
@@ -1100,5 +1181,76 @@ func TestPreparedTemplateShadowedTable(t *testing.T) {
 				t.Fatalf("after %s the prepared statement left %v: want the new table untouched (token 10) and the protected one written with the session's token (100)", c.create, got.rows)
 			}
 		})
+	}
+}
+
+// TestUnfencedWrite: the generic-plan exemption of the oracle accepts what EXECUTE did past a planning-time
+// error of the SQL only when it failed or wrote nothing unfenced; crafted outcomes, each way of writing
+// unfenced reported.
+func TestUnfencedWrite(t *testing.T) {
+	base := map[string]oracleRow{"1": {"(1,a)", "10"}, "6": {"(6,f)", "NULL"}, "7": {"(7,g)", "500"}}
+	with := func(id string, r *oracleRow) oracleOutcome {
+		o := oracleOutcome{tag: "UPDATE 1", byID: maps.Clone(base)}
+		if r == nil {
+			delete(o.byID, id)
+		} else {
+			o.byID[id] = *r
+		}
+		return o
+	}
+	for _, tc := range []struct {
+		name  string
+		got   oracleOutcome
+		token string
+		want  string // a fragment of the report, "" for none
+	}{
+		{"an error", oracleOutcome{code: "22012"}, "100", ""},
+		{"nothing written", with("1", &oracleRow{"(1,a)", "10"}), "100", ""},
+		{"a row stamped", with("1", &oracleRow{"(1,b)", "100"}), "100", ""},
+		{"a row added, stamped", with("9", &oracleRow{"(9,i)", "100"}), "100", ""},
+		{"a row without a token deleted", with("6", nil), "100", ""},
+		{"a row written, its token kept", with("1", &oracleRow{"(1,b)", "10"}), "100", "wrote row 1 with token 10, not the session's 100"},
+		{"a row added without the token", with("9", &oracleRow{"(9,i)", "NULL"}), "100", "wrote row 9 with token NULL"},
+		{"a newer row overwritten", with("7", &oracleRow{"(7,h)", "100"}), "100", "overwrote row 7, which held the newer token 500"},
+		{"a newer row deleted", with("7", nil), "100", "deleted row 7, which held the newer token 500"},
+		{"a row written without a valid token", with("1", &oracleRow{"(1,b)", "10"}), "abc", "wrote row 1 without a valid token"},
+		{"a row deleted without a valid token", with("6", nil), "abc", "deleted row 6 without a valid token"},
+	} {
+		if got := unfencedWrite(base, tc.got, tc.token); tc.want == "" && got != "" || !strings.Contains(got, tc.want) {
+			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestGenericAgreesPastPlanningError: the exemption is applied only through unfencedWrite. The SQL here fails at
+// planning (EXPLAIN folds 1/0: 22012), and a generic plan's EXECUTE is said to have run past it: a run that wrote
+// a row with the session's token agrees, one that left a row's old token disagrees, and so does one where the SQL
+// does not fail at planning.
+func TestGenericAgreesPastPlanningError(t *testing.T) {
+	pgtest.Require(t, pg)
+	d := direct(t)
+	table := fxName(t, "pg")
+	fxCreateTable(t, d, "public."+table) // read after a plan that succeeds
+	s := &oracleSession{t: t, c: d.PgConn(), table: table, base: map[string]oracleRow{"1": {"(1,a)", "10"}}}
+	p := rewrite.Plan{SQL: "SELECT 1/0", Args: "(1)", Prepared: &rewrite.Prepared{Body: "AS SELECT 1/$1"}}
+	want := oracleOutcome{code: "22012", msg: "division by zero"}
+	ran := func(r oracleRow) oracleOutcome {
+		return oracleOutcome{tag: "UPDATE 1", byID: map[string]oracleRow{"1": r}}
+	}
+	var st oracleStats
+	for _, tc := range []struct {
+		name, sql string
+		got       oracleOutcome
+		agrees    bool
+	}{
+		{"an error", p.SQL, oracleOutcome{code: "23505"}, true},
+		{"a fenced write", p.SQL, ran(oracleRow{"(1,b)", "100"}), true},
+		{"an unfenced write", p.SQL, ran(oracleRow{"(1,b)", "10"}), false},
+		{"no planning-time error of the SQL", "SELECT 1", ran(oracleRow{"(1,b)", "100"}), false},
+	} {
+		p.SQL = tc.sql
+		if why := s.genericAgrees("text", p, "100", want, want, tc.got, &st); (why == "") != tc.agrees {
+			t.Errorf("%s: genericAgrees says %q, want agreement %v", tc.name, why, tc.agrees)
+		}
 	}
 }

@@ -3,11 +3,14 @@ package proxy_test
 import (
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/fenceproxy/fenceproxy/internal/pgtest"
 	"github.com/fenceproxy/fenceproxy/internal/proxytest"
@@ -56,16 +59,99 @@ func (f *preparedFixture) wantRows(t *testing.T, want string) {
 	}
 }
 
-// wantExecutions fails the test unless some statement ran as EXECUTE of a prepared template.
-func (f *preparedFixture) wantExecutions(t *testing.T) {
-	t.Helper()
-	if f.executions(t) == 0 {
-		t.Fatal("no statement ran as EXECUTE")
-	}
+// serverStatement is a statement the proxy prepared on an upstream connection, as the server lists it
+// (pg_prepared_statements), with runs, the number of times the server ran it: generic_plans + custom_plans,
+// which PostgreSQL counts each time EXECUTE runs the statement (an execution that then fails too). A PREPARE
+// alone counts nothing, nor does a statement sent as SQL. The proxy's own counter
+// (fenceproxy_prepared_fence_executions_total) is no proof: it counts before the text is chosen.
+type serverStatement struct {
+	name, prepared, text string // prepared: prepare_time, which tells a statement prepared again under its name
+	runs                 int64
 }
 
-func (f *preparedFixture) executions(t *testing.T) float64 {
-	return fxCounter(t, f.p.Registry, "fenceproxy_prepared_fence_executions_total", nil)
+// serverStatementsSQL lists the proxy's statements on the session's upstream connection, one text column per
+// statement (so that a raw client reads it as easily as pgx), the statement's text last: it may hold '|'.
+const serverStatementsSQL = "SELECT name || '|' || (generic_plans + custom_plans) || '|' || prepare_time || '|' || statement " +
+	"FROM pg_catalog.pg_prepared_statements WHERE pg_catalog.starts_with(name, 'fenceproxy_p') ORDER BY name"
+
+// serverStatements reads the proxy's statements on c's upstream connection, through the proxy.
+func serverStatements(t *testing.T, c *pgx.Conn) []serverStatement {
+	t.Helper()
+	rows, err := c.Query(ctxT(t), serverStatementsSQL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return parseServerStatements(t, lines)
+}
+
+// rawServerStatements is serverStatements for a raw client (which must be idle).
+func rawServerStatements(t *testing.T, c *rawClient) []serverStatement {
+	t.Helper()
+	c.send(t, &pgproto3.Query{String: serverStatementsSQL})
+	var lines []string
+	for _, m := range transcript(t, c) {
+		if v, ok := strings.CutPrefix(m, "D "); ok {
+			lines = append(lines, v)
+		} else if strings.HasPrefix(m, "E ") {
+			t.Fatalf("%s: %s", serverStatementsSQL, m)
+		}
+	}
+	return parseServerStatements(t, lines)
+}
+
+func parseServerStatements(t *testing.T, lines []string) []serverStatement {
+	t.Helper()
+	out := make([]serverStatement, len(lines))
+	for i, l := range lines {
+		f := strings.SplitN(l, "|", 4)
+		if len(f) != 4 {
+			t.Fatalf("pg_prepared_statements row %q", l)
+		}
+		runs, err := strconv.ParseInt(f[1], 10, 64)
+		if err != nil {
+			t.Fatalf("pg_prepared_statements row %q: %v", l, err)
+		}
+		out[i] = serverStatement{name: f[0], runs: runs, prepared: f[2], text: f[3]}
+	}
+	return out
+}
+
+// runsSince is how many times the server ran statements of now since before (both of one connection): a
+// statement prepared since counts all its runs; one deallocated since counts nothing.
+func runsSince(before, now []serverStatement) int64 {
+	var n int64
+	for _, s := range now {
+		n += s.runs
+		for _, b := range before {
+			if b.name == s.name && b.prepared == s.prepared {
+				n -= b.runs
+			}
+		}
+	}
+	return n
+}
+
+// runsOfNew is how many times the server ran statements of now that were not in before (prepared since, or
+// prepared again under a name they had): re-preparation that served executions.
+func runsOfNew(before, now []serverStatement) int64 {
+	var n int64
+	for _, s := range now {
+		if !slices.ContainsFunc(before, func(b serverStatement) bool { return b.name == s.name && b.prepared == s.prepared }) {
+			n += s.runs
+		}
+	}
+	return n
+}
+
+// executions is how many times the server ran the proxy's statements on c's upstream connection (those it still
+// holds).
+func executions(t *testing.T, c *pgx.Conn) int64 {
+	t.Helper()
+	return runsSince(nil, serverStatements(t, c))
 }
 
 // transaction runs BEGIN; UPDATE ... balance + delta ...; COMMIT, each a Query of its own, as pgbench does.
@@ -99,8 +185,12 @@ func TestPreparedFencesRunAndFence(t *testing.T) {
 			}
 			sum += i
 		}
-		if n := f.executions(t); n < 7 {
-			t.Fatalf("%v of 10 statements ran as EXECUTE, want at least 7 (the first ones are sent as SQL while the shape is prepared)", n)
+		n := executions(t, c)
+		if n < 6 {
+			t.Fatalf("the server ran %v of 10 statements as EXECUTE, want at least 6 (the first ones are sent as SQL while the shape is prepared and verified)", n)
+		}
+		if m := fxCounter(t, f.p.Registry, "fenceproxy_prepared_fence_executions_total", nil); m != float64(n) {
+			t.Fatalf("fenceproxy_prepared_fence_executions_total is %v, the server ran %v EXECUTEs", m, n)
 		}
 		var names string
 		if err := c.QueryRow(ctxT(t), "SELECT string_agg(name, ',') FROM pg_prepared_statements").Scan(&names); err != nil {
@@ -116,25 +206,35 @@ func TestPreparedFencesRunAndFence(t *testing.T) {
 		if err := f.transaction(t, newer, 1, 100); err != nil {
 			t.Fatal(err)
 		}
-		before := f.executions(t)
+		before := executions(t, c)
 		err := f.transaction(t, c, 1, 1000)
 		var pgErr *pgconn.PgError
 		if !errors.As(err, &pgErr) || pgErr.Code != "55F01" {
 			t.Fatalf("stale holder: %v, want 55F01", err)
 		}
-		if f.executions(t) <= before {
+		if executions(t, c) <= before {
 			t.Fatal("the stale statement was not sent as EXECUTE")
 		}
 		f.wantRows(t, fmt.Sprintf("1:%d:9 2:0:1", sum+100))
 		// The newer holder's session runs its statements as EXECUTE too, and without a token the write is
 		// refused by the prepared statement as by the SQL.
-		if err := f.transaction(t, newer, 2, 7); err != nil {
-			t.Fatal(err)
+		// Its first transaction prepares the shape on its own connection; the next ones verify it and run it.
+		for range 3 {
+			if err := f.transaction(t, newer, 2, 7); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if executions(t, newer) == 0 {
+			t.Fatal("the newer holder's session ran no statement as EXECUTE")
 		}
 		fxExec(t, newer, "RESET fence.token")
+		before = executions(t, newer)
 		err = f.transaction(t, newer, 2, 7)
 		if !errors.As(err, &pgErr) || pgErr.Code != "55F02" {
 			t.Fatalf("no token: %v, want 55F02", err)
+		}
+		if executions(t, newer) <= before {
+			t.Fatal("the statement without a token was not sent as EXECUTE")
 		}
 	})
 }
@@ -148,34 +248,36 @@ func TestPreparedFencesDroppedByClient(t *testing.T) {
 		fxExec(t, f.d, "CREATE FUNCTION public."+fn+"() RETURNS void LANGUAGE plpgsql AS $$ BEGIN EXECUTE 'DEALLOCATE ALL'; END $$")
 		t.Cleanup(func() { f.d.Exec(ctxT(t), "DROP FUNCTION IF EXISTS public."+fn+"()") })
 		c := f.simple(t, "5")
-		warm := func(what string) {
+		// warm runs five transactions and fails unless the server ran a statement as EXECUTE that was not among
+		// before (the statements before the drop): the proxy prepared again.
+		warm := func(what string, before []serverStatement) {
 			t.Helper()
-			before := f.executions(t)
-			for i := range 4 {
+			for i := range 5 {
 				if err := f.transaction(t, c, 2, i+1); err != nil {
 					t.Fatalf("%s, transaction %d: %v", what, i, err)
 				}
 			}
-			if f.executions(t) == before {
-				t.Fatalf("%s: no statement ran as EXECUTE", what)
+			if runsOfNew(before, serverStatements(t, c)) == 0 {
+				t.Fatalf("%s: no statement prepared again ran as EXECUTE (before: %v, now: %v)", what, before, serverStatements(t, c))
 			}
 		}
-		warm("at first")
+		warm("at first", nil)
 		for _, drop := range []string{"DISCARD ALL", "DEALLOCATE ALL", "deallocate all"} {
+			before := serverStatements(t, c)
 			fxExec(t, c, drop)
 			if drop == "DISCARD ALL" {
 				fxExec(t, c, "SET fence.token = 5")
 			}
-			warm("after " + drop)
+			warm("after "+drop, before)
 		}
-		// Behind the proxy's back: the next statement fails (26000), and the proxy prepares again.
+		// Behind the proxy's back: the verification before the next BEGIN finds the statements gone; the
+		// proxy sends SQL and prepares again, and the client sees no error.
+		before := serverStatements(t, c)
 		fxExec(t, c, "SELECT public."+fn+"()")
-		err := f.transaction(t, c, 2, 5)
-		var pgErr *pgconn.PgError
-		if !errors.As(err, &pgErr) || pgErr.Code != "26000" {
-			t.Fatalf("after a function's DEALLOCATE ALL: %v, want 26000", err)
+		if err := f.transaction(t, c, 2, 5); err != nil {
+			t.Fatalf("after a function's DEALLOCATE ALL: %v", err)
 		}
-		warm("after a function's DEALLOCATE ALL")
+		warm("after a function's DEALLOCATE ALL", before)
 	})
 }
 
@@ -196,8 +298,8 @@ func TestPreparedFencesRefused(t *testing.T) {
 		if n := fxCounter(t, f.p.Registry, "fenceproxy_prepared_fences_total", map[string]string{"outcome": "failed"}); n != 1 {
 			t.Fatalf("%v failed PREPAREs, want 1", n)
 		}
-		if n := f.executions(t); n != 0 {
-			t.Fatalf("%v executions", n)
+		if n := executions(t, c); n != 0 {
+			t.Fatalf("the server ran %v EXECUTEs", n)
 		}
 		other := f.simple(t, "5")
 		for i := 1; i <= 4; i++ {
@@ -205,7 +307,7 @@ func TestPreparedFencesRefused(t *testing.T) {
 				t.Fatalf("transaction %d: %v", i, err)
 			}
 		}
-		if n := f.executions(t); n == 0 {
+		if n := executions(t, other); n == 0 {
 			t.Fatal("the next session did not prepare the shape")
 		}
 	})
@@ -224,13 +326,13 @@ func TestPreparedFencesUnpreparable(t *testing.T) {
 				t.Fatalf("%s: %v", q, err)
 			}
 		}
+		if n := len(serverStatements(t, c)); n != 0 {
+			t.Fatalf("%d statements of the proxy's on the server, of an unpreparable shape", n)
+		}
 	}
 	f.wantRows(t, "1:4:6 2:5:6")
 	if n := fxCounter(t, f.p.Registry, "fenceproxy_prepared_fences_total", map[string]string{"outcome": "failed"}); n != 1 {
 		t.Fatalf("%v failed PREPAREs, want 1 (a template no connection can prepare is not offered again)", n)
-	}
-	if n := f.executions(t); n != 0 {
-		t.Fatalf("%v executions of an unpreparable shape", n)
 	}
 }
 
@@ -258,6 +360,9 @@ func TestPreparedFencesOff(t *testing.T) {
 			}
 			if n := fxCounter(t, p.Registry, "fenceproxy_prepared_fences_total", nil); n != 0 {
 				t.Fatalf("%v PREPAREs sent", n)
+			}
+			if st := serverStatements(t, cl); len(st) != 0 {
+				t.Fatalf("statements of the proxy's on the server: %v", st)
 			}
 		})
 	}

@@ -19,7 +19,6 @@ package proxy
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/subtle"
 	"crypto/tls"
 	"encoding/binary"
@@ -69,11 +68,11 @@ type Server struct {
 	metrics   *Metrics
 	clientTLS *tls.Config
 	upTLS     *tls.Config
-	loops     []*evLoop     // empty: no event loop
-	spinners  atomic.Int32  // event loops polling in spinPoll now
-	pool      *upstreamPool // nil: upstream connections are not reused
-	pools     *txPools      // pool.mode transaction (pool.go); nil in session mode
-	authKey   [32]byte      // the server's own key for the secrets of unknown users (auth.go)
+	loops     []*evLoop      // empty: no event loop
+	spinners  atomic.Int32   // event loops polling in spinPoll now
+	pool      *upstreamPool  // nil: upstream connections are not reused
+	auth      *authenticator // nil: authentication is relayed to PostgreSQL (auth.type passthrough)
+	pools     *txPools       // pool.mode transaction (pool.go); nil in session mode
 
 	active   atomic.Int64 // sessions past accept, including those being refused
 	draining atomic.Bool
@@ -108,7 +107,6 @@ func New(o Options) (*Server, error) {
 	s.SetPlanner(o.Planner)
 	if o.Config.Pool.Transaction() {
 		s.pools = newTxPools(s)
-		rand.Read(s.authKey[:])
 	}
 	if !o.DisableEventLoop && o.Config.Relay.Mode != config.RelayModeGoroutines {
 		n := o.Config.Relay.EventLoops
@@ -124,6 +122,9 @@ func New(o Options) (*Server, error) {
 		return nil, err
 	}
 	if s.upTLS, err = upstreamTLSConfig(o.Config.Upstream); err != nil {
+		return nil, err
+	}
+	if s.auth, err = newAuthenticator(o.Config, s.upTLS, o.Logger); err != nil {
 		return nil, err
 	}
 	return s, nil
@@ -189,6 +190,7 @@ func (s *Server) ActiveSessions() int64 { return s.active.Load() }
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.draining.Store(true)
 	s.pool.close()
+	defer s.auth.close()
 	if s.pools != nil {
 		s.pools.close()
 	}

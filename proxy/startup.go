@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"bufio"
-	"context"
 	"crypto/tls"
 	"encoding/binary"
 	"errors"
@@ -15,8 +14,9 @@ import (
 
 // Startup: everything between accept and relaying. The client negotiates TLS (SSLRequest, GSSENCRequest, direct
 // TLS) or sends a CancelRequest; its StartupMessage is checked (limits, drain, a token among its parameters);
-// the session then resumes a kept upstream connection (reuse.go) or dials a new one and sends the
-// StartupMessage on, after which authentication is relayed by the transport like any other message, until the
+// the client is authenticated by the proxy when auth.type says so (auth.go); the session then resumes a kept
+// upstream connection (reuse.go) or dials a new one and sends the StartupMessage on, after which authentication
+// is relayed by the transport like any other message (passthrough) or answered by the proxy (auth.go), until the
 // first ReadyForQuery (core.go: readyOut).
 
 // handle runs one accepted connection to the end.
@@ -69,8 +69,14 @@ func (s *Server) handle(raw net.Conn, over bool) {
 		return
 	}
 
+	// With auth by the proxy, the client proves itself here, before any upstream work; with passthrough
+	// (login nil) PostgreSQL authenticates it through the relay.
+	login, err := s.authenticateClient(ss)
+	if err != nil {
+		return
+	}
 	if s.pools != nil {
-		s.startPooled(ss)
+		s.startPooled(ss) // pooled.go: the client is authenticated (pool.mode transaction needs auth by the proxy)
 		return
 	}
 	if s.pool != nil {
@@ -90,26 +96,11 @@ func (s *Server) handle(raw net.Conn, over bool) {
 		return
 	}
 
-	ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(s.cfg.Limits.StartupTimeout))
-	up, err := s.dialUpstream(ctx)
-	cancel()
-	if err != nil {
-		s.metrics.upstreamError()
-		ss.log.Warn("upstream connection failed", "err", err)
-		ss.fatal(sqlstateConnectionFailure, "fenceproxy could not connect to the upstream server", err.Error())
-		return
-	}
-	ss.attachUpstream(up)
-	ss.born = time.Now()
-	up.SetDeadline(time.Now().Add(s.cfg.Limits.StartupTimeout))
-	// The StartupMessage goes upstream exactly as the client sent it: every parameter, options included, and
-	// the protocol version, so that NegotiateProtocolVersion comes from PostgreSQL itself.
-	ss.out = binary.BigEndian.AppendUint32(ss.out[:0], uint32(len(startup)+4))
-	ss.out = append(ss.out, startup...)
-	if _, err := ss.sw.Write(ss.out); err != nil || ss.sw.Flush() != nil {
-		s.metrics.upstreamError()
-		ss.fatal(sqlstateConnectionFailure, "fenceproxy lost the upstream server during startup", "")
-		up.Close()
+	if login != nil {
+		if !ss.loginUpstream(login, startup) {
+			return
+		}
+	} else if !ss.openUpstream(startup) {
 		return
 	}
 	s.serveSession(ss, false)

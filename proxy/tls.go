@@ -19,12 +19,25 @@ func serverTLSConfig(c config.ServerTLS) (*tls.Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load tls.cert_file/tls.key_file: %w", err)
 	}
-	return &tls.Config{
+	tc := &tls.Config{
 		Certificates: []tls.Certificate{cert},
 		MinVersion:   tls.VersionTLS12,
 		// "postgresql" is the ALPN protocol PostgreSQL 17 clients send with sslnegotiation=direct.
 		NextProtos: []string{"postgresql"},
-	}, nil
+	}
+	if c.ClientCAFile != "" {
+		// A certificate is asked for, and verified when given; auth.type cert refuses a client without one.
+		pem, err := os.ReadFile(c.ClientCAFile)
+		if err != nil {
+			return nil, fmt.Errorf("read tls.client_ca_file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("tls.client_ca_file %s: no PEM certificates", c.ClientCAFile)
+		}
+		tc.ClientCAs, tc.ClientAuth = pool, tls.VerifyClientCertIfGiven
+	}
+	return tc, nil
 }
 
 // upstreamTLSConfig builds the client TLS configuration for the upstream leg; nil when mode is disable.

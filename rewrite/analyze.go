@@ -52,6 +52,9 @@ type analysis struct {
 	tokenDynamic bool
 	tables       []string
 	scope        tokenScope // scope.go
+
+	checked []checked // statements sent as checking DO blocks (bycheck.go)
+	bodies  []string  // their blocks' bodies, in order
 }
 
 // write is a protected write to fence once the whole tree has been walked.

@@ -19,10 +19,12 @@ import (
 // ALTER TABLE subcommands that cannot change the token column or the table's
 // identity. Every other DDL kind, including kinds added by future PostgreSQL
 // versions, is refused when it names a protected table. A few statements
-// reach a protected table without naming it and are refused whenever tables
-// are configured: DROP ... CASCADE, TRUNCATE ... CASCADE (unless a catalog
-// snapshot says exactly what a cascade reaches: Config.CatalogKnown), DROP
-// OWNED and REASSIGN OWNED.
+// reach a protected table without naming it: DROP ... CASCADE, TRUNCATE ...
+// CASCADE, DROP OWNED, REASSIGN OWNED, ALTER SCHEMA ... RENAME, and ALTER
+// TABLE of another table that changes a column named like a token column or
+// cascades (an inheritance parent's ALTER recurses into its children). They
+// are sent as DO blocks that run them and refuse their result when it drops
+// or changes what protects a protected table (bycheck.go).
 //
 // Such migrations are run directly against PostgreSQL (docs/ddl.md).
 
@@ -50,15 +52,15 @@ func (a *analysis) checkDDL(n *pg.Node) {
 		// The allowlist of statements that cannot change a row's token or a table's identity.
 		return
 	case *pg.Node_TruncateStmt:
-		if x.TruncateStmt.Behavior == pg.DropBehavior_DROP_CASCADE && !a.r.catalogKnown && a.r.named(n) == nil {
-			a.refuseAll("TRUNCATE ... CASCADE may empty %s through a foreign key; truncate the tables by name, without CASCADE")
+		if x.TruncateStmt.Behavior == pg.DropBehavior_DROP_CASCADE && a.r.named(n) == nil {
+			a.checkByResult(n, "TRUNCATE ... CASCADE")
 		}
 		return // TRUNCATE naming a protected table is refused by the write analysis, more precisely
 	case *pg.Node_DropOwnedStmt:
-		a.refuseAll("DROP OWNED may drop %s or its triggers" + ddlAdvice)
+		a.checkByResult(n, "DROP OWNED")
 		return
 	case *pg.Node_ReassignOwnedStmt:
-		a.refuseAll("REASSIGN OWNED may hand %s to a role that changes it outside the fence" + ddlAdvice)
+		a.checkByResult(n, "REASSIGN OWNED")
 		return
 	case *pg.Node_CreateSchemaStmt:
 		for _, elt := range x.CreateSchemaStmt.SchemaElts {
@@ -66,13 +68,27 @@ func (a *analysis) checkDDL(n *pg.Node) {
 		}
 		return
 	case *pg.Node_DropStmt:
-		if x.DropStmt.Behavior == pg.DropBehavior_DROP_CASCADE {
-			a.refuseAll("DROP ... CASCADE may drop %s, its token column or its triggers" + ddlAdvice)
-			return
+		// DROP INDEX CONCURRENTLY cannot run in a block, and takes no CASCADE.
+		if x.DropStmt.Behavior == pg.DropBehavior_DROP_CASCADE && !x.DropStmt.Concurrent {
+			a.checkByResult(n, "DROP "+objectTypeName(x.DropStmt.RemoveType)+" ... CASCADE") // and refused below if it names one
 		}
 	case *pg.Node_RenameStmt:
+		switch s := x.RenameStmt; {
+		case s.RenameType == pg.ObjectType_OBJECT_SCHEMA:
+			a.checkByResult(n, "ALTER SCHEMA ... RENAME")
+			return
+		case s.RenameType == pg.ObjectType_OBJECT_COLUMN && a.r.named(n) == nil && a.r.isTokenColumnName(s.Subname, s.Newname):
+			// A column rename recurses into inheritance children and partitions.
+			a.checkByResult(n, "ALTER TABLE ... RENAME COLUMN")
+			return
+		}
 		if why := a.renameInto(x.RenameStmt); why != "" {
 			a.refuse(CodeUnfenceable, "", "unfenceable write: "+why+ddlAdvice)
+			return
+		}
+	case *pg.Node_AlterTableStmt:
+		if a.r.named(n) == nil && a.r.reachesChildren(x.AlterTableStmt) {
+			a.checkByResult(n, "ALTER TABLE")
 			return
 		}
 	}
@@ -91,15 +107,6 @@ func (a *analysis) checkDDL(n *pg.Node) {
 	if why := a.r.ddlRisk(n, e); why != "" {
 		a.refuse(CodeUnfenceable, e.label, "unfenceable write: "+why+ddlAdvice)
 	}
-}
-
-// refuseAll refuses a statement that may reach any protected table; format has one %s for their labels.
-func (a *analysis) refuseAll(format string) {
-	labels := make([]string, len(a.r.tables))
-	for i, e := range a.r.tables {
-		labels[i] = e.label
-	}
-	a.refuse(CodeUnfenceable, labels[0], "unfenceable write: "+fmt.Sprintf(format, "a protected table ("+strings.Join(labels, ", ")+")"))
 }
 
 // named returns the first protected table a statement names anywhere: a
@@ -301,8 +308,8 @@ func cascadingForeignKey(elts, constraints []*pg.Node) string {
 	return ""
 }
 
-// renameInto returns why a RENAME gives some object a protected table's
-// name or renames a schema that may hold one, or "".
+// renameInto returns why a RENAME gives some relation a protected table's
+// name, or "". (A schema rename is checked by its result.)
 func (a *analysis) renameInto(s *pg.RenameStmt) string {
 	switch s.RenameType {
 	case pg.ObjectType_OBJECT_TABLE, pg.ObjectType_OBJECT_VIEW, pg.ObjectType_OBJECT_MATVIEW,
@@ -310,14 +317,46 @@ func (a *analysis) renameInto(s *pg.RenameStmt) string {
 		if c := a.r.byName[s.Newname]; len(c) > 0 {
 			return fmt.Sprintf("renaming a relation to %s would change what the fence protects", c[0].label)
 		}
-	case pg.ObjectType_OBJECT_SCHEMA:
-		for _, e := range a.r.tables {
-			if e.Schema == "" || e.Schema == s.Subname || e.Schema == s.Newname {
-				return fmt.Sprintf("renaming schema %s may move %s", s.Subname, e.label)
+	}
+	return ""
+}
+
+// reachesChildren reports whether an ALTER TABLE of a relation that is not
+// protected by name may still change a protected table: PostgreSQL applies
+// most subcommands to the inheritance children and partitions too, so one
+// that changes a column named like a token column (drop, retype, default,
+// rename) reaches a protected child's token column, ENABLE/DISABLE TRIGGER
+// of a partitioned table reaches its partitions' triggers (the guard's), and
+// one with CASCADE reaches what depends on the column or constraint it drops.
+func (r *Rewriter) reachesChildren(s *pg.AlterTableStmt) bool {
+	for _, n := range s.Cmds {
+		c := n.GetAlterTableCmd()
+		if c == nil || c.Behavior == pg.DropBehavior_DROP_CASCADE {
+			return true
+		}
+		switch c.Subtype {
+		case pg.AlterTableType_AT_EnableTrig, pg.AlterTableType_AT_EnableAlwaysTrig, pg.AlterTableType_AT_EnableReplicaTrig,
+			pg.AlterTableType_AT_DisableTrig, pg.AlterTableType_AT_EnableTrigAll, pg.AlterTableType_AT_DisableTrigAll,
+			pg.AlterTableType_AT_EnableTrigUser, pg.AlterTableType_AT_DisableTrigUser:
+			return true
+		}
+		if r.isTokenColumnName(c.Name) {
+			return true
+		}
+	}
+	return false
+}
+
+// isTokenColumnName reports whether one of names is a protected table's token column's name.
+func (r *Rewriter) isTokenColumnName(names ...string) bool {
+	for _, e := range r.tables {
+		for _, n := range names {
+			if n == e.TokenColumn {
+				return true
 			}
 		}
 	}
-	return ""
+	return false
 }
 
 // stmtKind names a statement's node type for messages (CreatePolicyStmt).

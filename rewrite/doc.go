@@ -212,7 +212,7 @@
 // The whole tree is walked: CTEs (also under SELECT and nested), several
 // statements in one text, PREPARE bodies, EXPLAIN [ANALYZE], COPY (query) TO,
 // CREATE TABLE AS. Refused with 55F04: TRUNCATE, COPY ... FROM and MERGE on a
-// protected table, TRUNCATE ... CASCADE (see ddl.go), WHERE CURRENT OF, INSERT
+// protected table, TRUNCATE ... CASCADE reaching one (bycheck.go), WHERE CURRENT OF, INSERT
 // without a column list (the position of C is unknown), the writes naming C
 // listed above, a client CTE named fenceproxy_stmt, an unqualified name that
 // could be two configured tables with different token columns, a DO block

@@ -84,17 +84,16 @@ import (
 // client's is affected, and the shape is sent as SQL from then on
 // (MarkFailed).
 //
-// Shadowed: a known difference, not prevented (TestPreparedTemplateShadowedTable
-// in proxy fails for it). PostgreSQL analyses a prepared statement again when
-// a table it uses changes or the search_path does, not when a new table
-// would be found first by the same name: after CREATE TEMP TABLE accounts (or
-// CREATE TABLE early.accounts, with early before public in the search_path),
-// the text sent as SQL writes the new table and EXECUTE still writes
-// public.accounts. It would take a guard in the prepared statement comparing
-// the name's resolution when it runs (pg_catalog.to_regclass) with its
-// resolution at PREPARE, failing with a marker the proxy answers by
-// deallocating the statement, or a proxy that deallocates its statements on
-// such DDL (which it sees only from its own clients).
+// Shadowed: PostgreSQL analyses a prepared statement again when a table it
+// uses changes or the search_path does, not when a new table would be found
+// first by the same name: after CREATE TEMP TABLE accounts (or CREATE TABLE
+// early.accounts, with early before public in the search_path), the text sent
+// as SQL writes the new table and EXECUTE would still write public.accounts.
+// The proxy forgets its prepared statements when a client's text holds
+// CREATE or ALTER (MayDropPrepared; proxy/prepared.go) and prepares again, so
+// its own clients' DDL is followed; a table created by another session or
+// inside a function is not seen (README Limits: prepared_fences: 0 for
+// clients whose tables are shadowed that way).
 //
 // Another remains, by design of PostgreSQL's plan cache: a generic
 // plan (which PostgreSQL may choose from a prepared statement's sixth

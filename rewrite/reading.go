@@ -296,15 +296,6 @@ func validParam(digits []byte) bool {
 	return n >= 1
 }
 
-func firstErr(errs ...error) error {
-	for _, e := range errs {
-		if e != nil {
-			return e
-		}
-	}
-	return nil
-}
-
 // scanResult is what one pass of the lexer learns about a text.
 type scanResult struct {
 	touch     bool  // the prefilter says: parse it

@@ -62,10 +62,6 @@ type Config struct {
 	// Refused lists relations, derived from the catalog, some writes to which
 	// are refused (see Refused).
 	Refused []Refused
-	// CatalogKnown says Tables and Refused come from a catalog snapshot, so
-	// what a TRUNCATE ... CASCADE reaches is known exactly (Refused); without
-	// it every TRUNCATE ... CASCADE is refused while tables are protected.
-	CatalogKnown bool
 	// LockSetting is the setting naming the lock a token belongs to (lock fences, lockfence.go); "" leaves
 	// lock fences out of the rewrite (the guard still enforces them).
 	LockSetting string
@@ -79,7 +75,9 @@ const (
 	Pass Action = iota
 	// Rewrite: forward Plan.SQL instead.
 	Rewrite
-	// Refuse: do not forward; answer with an ErrorResponse (Code, Message).
+	// Refuse: do not forward the client's text; forward instead the refusal SQL built from Code, Message and
+	// Hint (RefusalSQL), so that the server itself raises the error and aborts the transaction as for any
+	// error, and the proxy's ErrorResponse is the server's, translated.
 	Refuse
 )
 
@@ -156,9 +154,9 @@ type Rewriter struct {
 	tables  []*tableEntry
 	byName  map[string][]*tableEntry // relname -> entries (config order)
 	refused map[string][]*Refused    // relname -> catalog-derived refusals
-	// catalogKnown: cascades are refused exactly, from refused (Config.CatalogKnown).
-	catalogKnown bool
-	filter       prefilter
+	filter  prefilter
+	// fingerprint is the query of what protects the tables, for statements checked by their result (bycheck.go).
+	fingerprint string
 }
 
 // tableEntry is a configured table with its precomputed, immutable SQL
@@ -188,7 +186,7 @@ func New(cfg Config) (*Rewriter, error) {
 	if err := validSettingName(setting); err != nil {
 		return nil, err
 	}
-	r := &Rewriter{setting: setting, verify: cfg.Verify, byName: make(map[string][]*tableEntry), catalogKnown: cfg.CatalogKnown}
+	r := &Rewriter{setting: setting, verify: cfg.Verify, byName: make(map[string][]*tableEntry)}
 	seen := make(map[[2]string]bool)
 	for i, t := range cfg.Tables {
 		if t.Name == "" || t.TokenColumn == "" {
@@ -216,6 +214,7 @@ func New(cfg Config) (*Rewriter, error) {
 		return nil, err
 	}
 	r.filter = newPrefilter(prefilterTables(cfg.Tables, cfg.Refused), setting)
+	r.fingerprint = fingerprintSQL(r.tables)
 	return r, nil
 }
 
@@ -326,16 +325,18 @@ func (r *Rewriter) plan(sql string, scsOff bool) Plan {
 	if a.refusal != nil {
 		return *a.refusal
 	}
-	if len(a.writes) == 0 {
+	if len(a.writes) == 0 && len(a.checked) == 0 {
 		return a.result(Pass, sql)
 	}
-	if a.reservedName {
-		return refusal(CodeUnfenceable, a.writes[0].table.label, fmt.Sprintf(
-			"unfenceable write: the name %s is reserved for the fence; rename the WITH query", stmtTokenName))
-	}
-	if a.paramZero {
-		return refusal(CodeUnfenceable, a.writes[0].table.label,
-			"unfenceable write: parameter $0 does not exist; parameters are numbered from $1")
+	if len(a.writes) > 0 {
+		if a.reservedName {
+			return refusal(CodeUnfenceable, a.writes[0].table.label, fmt.Sprintf(
+				"unfenceable write: the name %s is reserved for the fence; rename the WITH query", stmtTokenName))
+		}
+		if a.paramZero {
+			return refusal(CodeUnfenceable, a.writes[0].table.label,
+				"unfenceable write: parameter $0 does not exist; parameters are numbered from $1")
+		}
 	}
 	for _, w := range a.writes {
 		w.fence(a)
@@ -343,13 +344,25 @@ func (r *Rewriter) plan(sql string, scsOff bool) Plan {
 			return *a.refusal
 		}
 	}
+	if err := a.wrapChecked(tree); err != nil {
+		return a.internal(err)
+	}
 	out, err := deparse(tree)
 	var u undeparsable
 	if errors.As(err, &u) {
-		return refusal(CodeUnfenceable, a.writes[0].table.label, fmt.Sprintf("unfenceable write to %s: %s", a.writes[0].table.label, u))
+		label := "a protected table"
+		if len(a.writes) > 0 {
+			label = a.writes[0].table.label
+		}
+		return refusal(CodeUnfenceable, label, fmt.Sprintf("unfenceable write to %s: %s", label, u))
 	}
 	if err != nil {
 		return a.internal(fmt.Errorf("deparse: %w", err))
+	}
+	if len(a.checked) > 0 {
+		if err := a.verifyChecked(out); err != nil {
+			return a.internal(err)
+		}
 	}
 	if r.verify {
 		if err := r.verifyText(out); err != nil {

@@ -44,6 +44,10 @@ BEGIN
 		ELSIF g.row_trigger IS NULL AND NOT EXISTS (SELECT FROM pg_catalog.pg_trigger t WHERE t.tgrelid OPERATOR(pg_catalog.=) g.relid
 				AND t.tgname OPERATOR(pg_catalog.=) '~fenceproxy_guard' AND t.tgenabled OPERATOR(pg_catalog.=) 'A') THEN
 			problem := 'detach, disable or drop the guard trigger of';
+		ELSIF (SELECT pg_catalog.count(*) FROM pg_catalog.pg_trigger t WHERE t.tgrelid OPERATOR(pg_catalog.=) g.relid
+				AND t.tgname OPERATOR(pg_catalog.=) ANY (ARRAY['!fenceproxy_statement_start', '~fenceproxy_statement_end'])
+				AND t.tgenabled OPERATOR(pg_catalog.=) 'A') OPERATOR(pg_catalog.<>) 2 THEN
+			problem := 'disable or drop a statement guard trigger of';
 		END IF;
 		IF problem IS NOT NULL THEN
 			RAISE EXCEPTION USING ERRCODE = '55F04',

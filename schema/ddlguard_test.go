@@ -40,6 +40,8 @@ CREATE SCHEMA elsewhere;`)
 		`ALTER TABLE accounts ENABLE TRIGGER "~fenceproxy_guard"`, // back to origin-only: replica role would skip it
 		`ALTER TABLE accounts ENABLE REPLICA TRIGGER "~fenceproxy_guard_truncate"`,
 		`DROP TRIGGER "~fenceproxy_guard" ON accounts`,
+		`DROP TRIGGER "~fenceproxy_statement_end" ON accounts`,
+		`ALTER TABLE accounts DISABLE TRIGGER "!fenceproxy_statement_start"`,
 		`ALTER TABLE ledger DISABLE TRIGGER "~fenceproxy_guard"`,
 		`ALTER TABLE ledger DETACH PARTITION ledger_1`,
 		"DROP FUNCTION fenceproxy.guard_truncate() CASCADE",

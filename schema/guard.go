@@ -20,12 +20,30 @@ const Name = "fenceproxy"
 const (
 	RowTrigger      = "~fenceproxy_guard"
 	TruncateTrigger = "~fenceproxy_guard_truncate"
+	// StatementStartTrigger and StatementEndTrigger (statement level, BEFORE and AFTER INSERT OR UPDATE OR
+	// DELETE) keep the statement's token (statementBody). The start trigger's name sorts before every name
+	// that starts with a letter, a digit or an underscore, so that it fires before any other BEFORE STATEMENT
+	// trigger can change the setting.
+	StatementStartTrigger = "!fenceproxy_statement_start"
+	StatementEndTrigger   = "~fenceproxy_statement_end"
 )
 
-// Settings are the names of the session settings the guard reads.
+// The transaction-local settings in which the statement triggers keep the statement's token and lock
+// (statementBody). Private to the guard: nothing else sets them.
+const (
+	statementDepthSetting = "fenceproxy.statement_depth"
+	statementTokenSetting = "fenceproxy.statement_token"
+	statementLockSetting  = "fenceproxy.statement_lock"
+)
+
+// Settings are the names of the session settings the guard reads, and whether it compares tokens with the
+// token ceiling.
 type Settings struct {
 	Token string // token.setting, e.g. fence.token
 	Lock  string // token.lock_setting, e.g. fence.lock
+	// Ceiling: tokens are verified (token.verify), and the guard refuses a token above the ceiling the proxy
+	// keeps in fenceproxy.token_ceiling. Off, the guard reads no ceiling (a read per row costs about 4 us).
+	Ceiling bool
 }
 
 // guardSpec is what one generated guard function enforces: one configured table (and its partitions and
@@ -51,8 +69,26 @@ const validTokenSQL = `pg_catalog.ltrim(s, '0123456789') OPERATOR(pg_catalog.=) 
 			OR (pg_catalog.length(s) OPERATOR(pg_catalog.=) 19
 				AND s COLLATE pg_catalog."C" OPERATOR(pg_catalog.<=) '9223372036854775807'))`
 
-// tokenBlock is the PL/pgSQL that reads the session's token into k (s holds the setting's text), raising
-// 55F02 or 55F03 as the proxy does. table is the SQL expression of the table's label.
+// statementSettingsBlock is the PL/pgSQL that reads the statement's token text into s and its lock name into
+// l (statementBody): the values the settings held when the outermost write to a protected relation that is
+// running started, or, when no statement trigger has fired (a write through a parent the guard is not on,
+// logical replication), the session's settings now.
+func statementSettingsBlock(st Settings) string {
+	return fmt.Sprintf(`IF pg_catalog.current_setting(%s, true) COLLATE pg_catalog."C" OPERATOR(pg_catalog.>) '0' THEN
+		s := pg_catalog.current_setting(%s, true);
+		l := pg_catalog.current_setting(%s, true);
+	ELSE
+		s := pg_catalog.current_setting(%s, true);
+		l := pg_catalog.current_setting(%s, true);
+	END IF;`, quoteLiteral(statementDepthSetting), quoteLiteral(statementTokenSetting), quoteLiteral(statementLockSetting),
+		quoteLiteral(st.Token), quoteLiteral(st.Lock))
+}
+
+// tokenBlock is the PL/pgSQL that turns the token text s into k, raising 55F02 or 55F03 as the proxy does, and,
+// with st.Ceiling, 55F03 when k is above a ceiling in fenceproxy.token_ceiling (the highest token the proxy's
+// verifier has accepted as issued: docs/verification.md). The ceiling is read for every row, from the table only
+// the proxy's role may write, so no setting a session can change stands between the token stamped and the check.
+// table is the SQL expression of the table's label.
 func tokenBlock(st Settings, table string) (string, error) {
 	missing, err := errorSQL(rewrite.Marker{Code: rewrite.CodeMissing, Table: sentinel(partTable), Setting: st.Token},
 		map[string]string{partTable: table})
@@ -64,14 +100,83 @@ func tokenBlock(st Settings, table string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return fmt.Sprintf(`s := pg_catalog.current_setting(%s, true);
-	IF s IS NULL OR s OPERATOR(pg_catalog.=) '' THEN
+	msg, _, hint := rewrite.Marker{Code: rewrite.CodeInvalid, Table: sentinel(partTable), Setting: st.Token, Token: sentinel(partToken)}.Describe()
+	parts := map[string]string{partTable: table, partToken: goQuoted("s"), partRowToken: "c"}
+	msgSQL, err := textSQL(msg, parts)
+	if err != nil {
+		return "", err
+	}
+	detailSQL, err := textSQL(ceilingDetail, parts)
+	if err != nil {
+		return "", err
+	}
+	hintSQL, err := textSQL(hint, parts)
+	if err != nil {
+		return "", err
+	}
+	block := fmt.Sprintf(`IF s IS NULL OR s OPERATOR(pg_catalog.=) '' THEN
 		%s
 	END IF;
 	IF NOT (%s) THEN
 		%s
 	END IF;
-	k := s::pg_catalog.int8;`, quoteLiteral(st.Token), missing, validTokenSQL, invalid), nil
+	k := s::pg_catalog.int8;`, missing, validTokenSQL, invalid)
+	if !st.Ceiling {
+		return block, nil
+	}
+	return block + fmt.Sprintf(`
+	SELECT pg_catalog.min(tc.ceiling) INTO c FROM %s.token_ceiling AS tc;
+	IF k OPERATOR(pg_catalog.>) c THEN
+		RAISE EXCEPTION USING ERRCODE = %s, MESSAGE = %s, DETAIL = %s, HINT = %s, TABLE = %s;
+	END IF;`, Name, quoteLiteral(rewrite.CodeInvalid), msgSQL, detailSQL, hintSQL, table), nil
+}
+
+// ceilingDetail is the DETAIL of the guard's 55F03 for a token above the ceiling; the ceiling is the row-token
+// part.
+var ceilingDetail = "fenceproxy verifies tokens: no lock service has issued a token above " + sentinel(partRowToken) +
+	" (fenceproxy.token_ceiling), so this one was not issued to anyone."
+
+// statementBody is the body of fenceproxy.guard_statement(), the statement-level trigger function behind
+// StatementStartTrigger and StatementEndTrigger on every guarded relation: one token per statement.
+//
+// The row guard must check and stamp the token that was in force when the statement started, whatever the
+// statement does to the setting while it runs (a set_config in a VALUES row, a SET list, a WHERE, a function
+// it calls). PostgreSQL fires BEFORE STATEMENT triggers when a write (a ModifyTable: INSERT, UPDATE, DELETE,
+// MERGE, a CTE's write, COPY FROM) starts, before it evaluates anything of its own, and AFTER STATEMENT
+// triggers when the query it belongs to ends (errors end the (sub)transaction instead). So:
+//   - start: when no write is running (depth 0), the token and lock settings are copied into the private
+//     settings; the depth goes up by one. A write inside a running one (a function in a VALUES row, a trigger,
+//     a cascade, a second CTE) keeps the copy: the outermost write's token is the statement's token, for all
+//     it does. A write that starts when none runs (the next statement, or a function's next statement after
+//     a set_config between them) copies the settings again.
+//   - end: the depth goes down by one; at 0 the copy stops counting.
+//   - every setting is set transaction-locally, so an error that aborts a statement (or the savepoint an
+//     exception block opened) takes back its changes with it, and a transaction starts at depth 0.
+//
+// The row guard and lock_accept read the copy while the depth is above 0 (statementSettingsBlock). A session
+// could set the private settings itself; that gets it nothing a SET of the token before the statement would
+// not: every row is still checked against the token it is stamped with, and the ceiling is read from a
+// table for every row.
+func statementBody(st Settings) string {
+	return fmt.Sprintf(`
+-- fenceproxy guard: one token per statement; generated by fenceproxy install, do not edit.
+DECLARE
+	d pg_catalog.int4 := COALESCE(NULLIF(pg_catalog.current_setting(%[1]s, true), ''), '0')::pg_catalog.int4;
+BEGIN
+	IF TG_WHEN OPERATOR(pg_catalog.=) 'BEFORE' THEN
+		IF d OPERATOR(pg_catalog.<=) 0 THEN
+			PERFORM pg_catalog.set_config(%[2]s, COALESCE(pg_catalog.current_setting(%[4]s, true), ''), true);
+			PERFORM pg_catalog.set_config(%[3]s, COALESCE(pg_catalog.current_setting(%[5]s, true), ''), true);
+			d := 0;
+		END IF;
+		PERFORM pg_catalog.set_config(%[1]s, (d OPERATOR(pg_catalog.+) 1)::pg_catalog.text, true);
+	ELSIF d OPERATOR(pg_catalog.>) 0 THEN
+		PERFORM pg_catalog.set_config(%[1]s, (d OPERATOR(pg_catalog.-) 1)::pg_catalog.text, true);
+	END IF;
+	RETURN NULL;
+END
+`, quoteLiteral(statementDepthSetting), quoteLiteral(statementTokenSetting), quoteLiteral(statementLockSetting),
+		quoteLiteral(st.Token), quoteLiteral(st.Lock))
 }
 
 // guardFunctionBody is the PL/pgSQL body of the row-level guard for g. No dynamic SQL: the token column is
@@ -101,10 +206,11 @@ func guardFunctionBody(g guardSpec, st Settings) (string, error) {
 DECLARE
 	s pg_catalog.text;
 	k pg_catalog.int8;
+	c pg_catalog.int8;
 	l pg_catalog.text;
 BEGIN
 	%s
-	l := pg_catalog.current_setting(%s, true);
+	%s
 	IF l IS NOT NULL AND l OPERATOR(pg_catalog.<>) '' THEN
 		IF pg_catalog.current_setting('fenceproxy.lock_accepted', true) IS DISTINCT FROM pg_catalog.concat(k, '|', l) THEN
 			PERFORM %s.lock_accept(%s);
@@ -123,8 +229,8 @@ BEGIN
 	END IF;
 	RETURN OLD;
 END
-`, strings.ReplaceAll(g.Label, "\n", " "), strings.ReplaceAll(g.TokenColumn, "\n", " "), tok,
-		quoteLiteral(st.Lock), Name, label, noLock, col, col, stale, col), nil
+`, strings.ReplaceAll(g.Label, "\n", " "), strings.ReplaceAll(g.TokenColumn, "\n", " "), statementSettingsBlock(st), tok,
+		Name, label, noLock, col, col, stale, col), nil
 }
 
 // truncateFunctionBody refuses TRUNCATE (55F04) with the proxy's message; the table's label is the trigger's
@@ -142,7 +248,8 @@ const lockClass = 0x66656e63
 
 // lockAcceptBody is the body of fenceproxy.lock_accept(tbl text): it checks and raises the mark of the lock
 // named in the session's lock setting with the session's token, or raises 55F01 when the lock has accepted a
-// newer token. It reads both settings itself, so calling it directly is no more than a write with the
+// newer token. It reads the statement's token and lock itself (statementSettingsBlock) and checks the token
+// as the row guard does (ceiling included), so calling it directly is no more than a write with the
 // session's own token is (it runs as its owner: writers cannot change lock_marks otherwise).
 //
 // Who waits for whom is decided by a transaction-level advisory lock per lock (keyed by lock_marks.id), which
@@ -185,12 +292,14 @@ func lockAcceptBody(st Settings) (string, error) {
 DECLARE
 	s pg_catalog.text;
 	k pg_catalog.int8;
-	l pg_catalog.text := pg_catalog.current_setting(%s, true);
+	c pg_catalog.int8;
+	l pg_catalog.text;
 	m pg_catalog.int8;
 	lid pg_catalog.int4;
 	rc pg_catalog.bool := pg_catalog.current_setting('transaction_isolation') OPERATOR(pg_catalog.=) 'read committed';
 	tries pg_catalog.int4 := 0;
 BEGIN
+	%s
 	IF l IS NULL OR l OPERATOR(pg_catalog.=) '' THEN
 		RETURN;
 	END IF;
@@ -236,5 +345,5 @@ BEGIN
 	-- rolled-back savepoint, as the advisory lock taken under it does.
 	PERFORM pg_catalog.set_config('fenceproxy.lock_accepted', pg_catalog.concat(k, '|', l), true);
 END
-`, quoteLiteral(st.Lock), tok)), nil
+`, statementSettingsBlock(st), tok)), nil
 }

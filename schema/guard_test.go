@@ -227,8 +227,8 @@ func TestGuardInstallIdempotentAndUpgrades(t *testing.T) {
 
 	// Removing a table from the configuration removes its guard.
 	install(t, su, guardConfig(table("s1.acc", "ft")))
-	if n := queryInt(t, su, "SELECT count(*) FROM pg_trigger WHERE tgname LIKE '~fenceproxy%'"); n != 2 {
-		t.Fatalf("guard triggers after shrinking the configuration: %d, want 2", n)
+	if n := queryInt(t, su, "SELECT count(*) FROM pg_trigger WHERE tgname LIKE '~fenceproxy%' OR tgname LIKE '!fenceproxy%'"); n != 4 {
+		t.Fatalf("guard triggers after shrinking the configuration: %d, want 4 (row, truncate, statement start and end)", n)
 	}
 	// An outdated guard is reported: a trigger disabled by hand, a function edited by hand.
 	exec(t, su, `ALTER TABLE s1.acc DISABLE TRIGGER "~fenceproxy_guard"`)
@@ -247,10 +247,14 @@ func TestGuardInstallIdempotentAndUpgrades(t *testing.T) {
 	if err := schema.Install(ctx, su, cfg); err == nil || !strings.Contains(err.Error(), "newer than this binary") {
 		t.Fatalf("install over a newer schema: %v", err)
 	}
-	// A missing table is an error, not a silently unguarded table.
+	// A database that holds none of the configured tables is refused (the wrong database, most likely), and
+	// its guard is left as it was.
 	exec(t, su, fmt.Sprintf("DELETE FROM fenceproxy.version WHERE step = %d", len(steps)+1))
-	if err := schema.Install(ctx, su, guardConfig(table("nosuch", "ft"))); err == nil || !strings.Contains(err.Error(), "nosuch: no such table") {
+	if err := schema.Install(ctx, su, guardConfig(table("nosuch", "ft"))); err == nil || !strings.Contains(err.Error(), "holds none of the protected tables (nosuch): no such table") {
 		t.Fatalf("install for a missing table: %v", err)
+	}
+	if n := queryInt(t, su, "SELECT count(*) FROM pg_trigger WHERE tgname = '~fenceproxy_guard' AND tgrelid = 's1.acc'::regclass"); n != 1 {
+		t.Fatalf("a refused install changed the guard: %d row triggers on s1.acc", n)
 	}
 
 	if err := schema.Uninstall(ctx, su); err != nil {

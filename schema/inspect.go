@@ -51,7 +51,9 @@ func Inspect(ctx context.Context, conn *pgx.Conn, cfg Config) (Status, error) {
 	if st.DDLGuard, err = ddlGuardInstalled(ctx, conn); err != nil {
 		return st, err
 	}
-	rels, err := resolve(ctx, conn, cfg)
+	// A configured table absent from this database is check's own finding (table-missing, with its CREATE
+	// TABLE); the guard is inspected on the tables that are here.
+	rels, _, err := resolve(ctx, conn, cfg)
 	if err != nil {
 		st.Findings = append(st.Findings, Finding{Object: "protected tables", Problem: err.Error(), Fix: "fenceproxy check"})
 		return st, nil
@@ -75,7 +77,8 @@ WHERE n.nspname = 'fenceproxy' AND p.proname = $1`, d.name).Scan(&body)
 		}
 	}
 	for _, r := range rels {
-		for _, tr := range []struct{ name, fn string }{{RowTrigger, r.spec.functionName()}, {TruncateTrigger, "guard_truncate"}} {
+		for _, tr := range []struct{ name, fn string }{{RowTrigger, r.spec.functionName()}, {TruncateTrigger, "guard_truncate"},
+			{StatementStartTrigger, "guard_statement"}, {StatementEndTrigger, "guard_statement"}} {
 			var fn, enabled string
 			err := conn.QueryRow(ctx, `SELECT p.proname, t.tgenabled::text FROM pg_catalog.pg_trigger t
 JOIN pg_catalog.pg_proc p ON p.oid = t.tgfoid JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace

@@ -13,6 +13,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -31,7 +32,8 @@ type Config struct {
 
 // FromConfig takes the protected tables and settings from a loaded configuration.
 func FromConfig(c *config.Config) Config {
-	return Config{Tables: c.Tables, Settings: Settings{Token: c.Token.Setting, Lock: c.Token.LockSetting}}
+	verified := len(c.Token.Verify.Etcd.Endpoints) > 0 || len(c.Token.Verify.ZooKeeper.Servers) > 0
+	return Config{Tables: c.Tables, Settings: Settings{Token: c.Token.Setting, Lock: c.Token.LockSetting, Ceiling: verified}}
 }
 
 // relation is one table the guard is put on.
@@ -49,9 +51,11 @@ type relation struct {
 func (r relation) qualified() string { return quoteQualified(r.schema, r.name) }
 
 // resolve finds every relation each configured table protects: the table in its schema (every schema for a
-// bare name), its partitions and inheritance children, recursively. A missing table or token column is an
-// error: the guard must cover what the configuration promises.
-func resolve(ctx context.Context, conn *pgx.Conn, cfg Config) ([]relation, error) {
+// bare name), its partitions and inheritance children, recursively. A configured table with no relation in this
+// database is returned in missing (one proxy often serves several databases, each holding some of the tables);
+// a table that is there with a missing or mistyped token column is an error: the guard must cover every
+// protected table present.
+func resolve(ctx context.Context, conn *pgx.Conn, cfg Config) (rels []relation, missing []string, err error) {
 	byOID := map[uint32]relation{}
 	var order []uint32
 	var problems []string
@@ -74,7 +78,7 @@ JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
 LEFT JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attname = $3 AND a.attnum > 0 AND NOT a.attisdropped
 ORDER BY 2, 3`, t.Schema, t.Relation, t.TokenColumn)
 		if err != nil {
-			return nil, fmt.Errorf("find %s: %w", t.Name, err)
+			return nil, nil, fmt.Errorf("find %s: %w", t.Name, err)
 		}
 		found, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (relation, error) {
 			var r relation
@@ -82,10 +86,10 @@ ORDER BY 2, 3`, t.Schema, t.Relation, t.TokenColumn)
 			return r, err
 		})
 		if err != nil {
-			return nil, fmt.Errorf("find %s: %w", t.Name, err)
+			return nil, nil, fmt.Errorf("find %s: %w", t.Name, err)
 		}
 		if len(found) == 0 {
-			problems = append(problems, fmt.Sprintf("%s: no such table", t.Name))
+			missing = append(missing, t.Name)
 			continue
 		}
 		for _, r := range found {
@@ -110,9 +114,9 @@ ORDER BY 2, 3`, t.Schema, t.Relation, t.TokenColumn)
 		}
 	}
 	if len(problems) > 0 {
-		return nil, fmt.Errorf("protected tables: %s (fenceproxy check shows the fixes)", strings.Join(problems, "; "))
+		return nil, nil, fmt.Errorf("protected tables: %s (fenceproxy check shows the fixes)", strings.Join(problems, "; "))
 	}
-	rels := make([]relation, 0, len(order))
+	rels = make([]relation, 0, len(order))
 	for _, oid := range order {
 		r := byOID[oid]
 		// A partition gets its parent's row trigger as a clone (PostgreSQL clones row triggers of a partitioned
@@ -126,7 +130,7 @@ ORDER BY 2, 3`, t.Schema, t.Relation, t.TokenColumn)
 	}
 	// Parents before partitions, so that a partition's clone exists when its TRUNCATE trigger is made.
 	sort.SliceStable(rels, func(i, j int) bool { return depth(rels[i], byOID) < depth(rels[j], byOID) })
-	return rels, nil
+	return rels, missing, nil
 }
 
 func depth(r relation, byOID map[uint32]relation) int {
@@ -190,6 +194,12 @@ func definitions(cfg Config, rels []relation) ([]definition, error) {
 		return nil, err
 	}
 	defs = append(defs, definition{"guard_truncate", create, truncateFunctionBody})
+	stmtBody := statementBody(cfg.Settings)
+	create, err = functionSQL("guard_statement()", "trigger", stmtBody, "")
+	if err != nil {
+		return nil, err
+	}
+	defs = append(defs, definition{"guard_statement", create, stmtBody})
 	for _, g := range specs(rels) {
 		body, err := guardFunctionBody(g, cfg.Settings)
 		if err != nil {
@@ -267,9 +277,18 @@ func ddlGuardInstalled(ctx context.Context, conn *pgx.Conn) (bool, error) {
 	return n > 0, nil
 }
 
-// Plan is the SQL of an installation, to run in one transaction (Install) or print (install --print).
+// Plan is the SQL of an installation, to run in one transaction (Install) or print (install --print), and
+// what it does to which tables, for the operator.
 type Plan struct {
 	Statements []string
+	// Database is the database the plan is for (current_database()).
+	Database string
+	// Guarded are the relations that get (or keep) the guard, as "schema.name (protected as LABEL)".
+	Guarded []string
+	// Missing are configured tables with no relation in this database: not guarded here.
+	Missing []string
+	// Unguarded are relations whose guard triggers the plan drops: no longer protected by the configuration.
+	Unguarded []string
 }
 
 // SQL is the plan as one script in a transaction.
@@ -294,9 +313,22 @@ func BuildPlan(ctx context.Context, conn *pgx.Conn, cfg Config) (Plan, error) {
 	if err != nil {
 		return p, err
 	}
-	rels, err := resolve(ctx, conn, cfg)
+	if err := conn.QueryRow(ctx, "SELECT pg_catalog.current_database()").Scan(&p.Database); err != nil {
+		return p, fmt.Errorf("current_database: %w", err)
+	}
+	rels, missing, err := resolve(ctx, conn, cfg)
 	if err != nil {
-		return p, err
+		return p, fmt.Errorf("database %s: %w", p.Database, err)
+	}
+	if len(rels) == 0 && len(missing) > 0 {
+		// Most likely the wrong database (PGDATABASE, --dsn): installing would guard nothing and could un-guard
+		// what another configuration guarded here.
+		return p, fmt.Errorf("database %s holds none of the protected tables (%s): no such table; is it the database you meant?",
+			p.Database, strings.Join(missing, ", "))
+	}
+	p.Missing = missing
+	for _, r := range rels {
+		p.Guarded = append(p.Guarded, fmt.Sprintf("%s (protected as %s)", quoteQualified(r.schema, r.name), r.spec.Label))
 	}
 	defs, err := definitions(cfg, rels)
 	if err != nil {
@@ -324,14 +356,22 @@ func BuildPlan(ctx context.Context, conn *pgx.Conn, cfg Config) (Plan, error) {
 		add(fmt.Sprintf("CREATE OR REPLACE TRIGGER %s BEFORE TRUNCATE ON %s FOR EACH STATEMENT EXECUTE FUNCTION %s.guard_truncate(%s);",
 			quoteIdent(TruncateTrigger), r.qualified(), Name, quoteLiteral(r.spec.Label)))
 		add(fmt.Sprintf("ALTER TABLE %s ENABLE ALWAYS TRIGGER %s;", r.qualified(), quoteIdent(TruncateTrigger)))
+		// Statement triggers are not cloned onto partitions: every relation gets its own pair (a write to a
+		// partition fires the partition's, a write through the parent the parent's).
+		for _, st := range []struct{ name, when string }{{StatementStartTrigger, "BEFORE"}, {StatementEndTrigger, "AFTER"}} {
+			add(fmt.Sprintf("CREATE OR REPLACE TRIGGER %s %s INSERT OR UPDATE OR DELETE ON %s FOR EACH STATEMENT EXECUTE FUNCTION %s.guard_statement();",
+				quoteIdent(st.name), st.when, r.qualified(), Name))
+			add(fmt.Sprintf("ALTER TABLE %s ENABLE ALWAYS TRIGGER %s;", r.qualified(), quoteIdent(st.name)))
+		}
 	}
 
 	// Guard triggers on tables no longer protected, and functions no longer used, go.
-	stale, err := staleTriggers(ctx, conn, onRel)
+	stale, unguarded, err := staleTriggers(ctx, conn, onRel)
 	if err != nil {
 		return p, err
 	}
 	add(stale...)
+	p.Unguarded = unguarded
 	if applied != nil {
 		rows, err := conn.Query(ctx, `SELECT p.proname FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
 WHERE n.nspname = 'fenceproxy' AND p.proname LIKE 'guard\_%' ORDER BY 1`)
@@ -371,53 +411,62 @@ WHERE c.oid = %s::pg_catalog.regclass;`,
 	return p, nil
 }
 
-// staleTriggers drops guard triggers on relations that are no longer protected.
-func staleTriggers(ctx context.Context, conn *pgx.Conn, keep map[uint32]bool) ([]string, error) {
+// staleTriggers drops guard triggers on relations that are no longer protected, and names those relations.
+func staleTriggers(ctx context.Context, conn *pgx.Conn, keep map[uint32]bool) (drops, relations []string, err error) {
 	rows, err := conn.Query(ctx, `SELECT t.tgrelid, n.nspname, c.relname, t.tgname FROM pg_catalog.pg_trigger t
 JOIN pg_catalog.pg_class c ON c.oid = t.tgrelid JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
-WHERE t.tgname IN ($1, $2) AND t.tgparentid = 0 ORDER BY 2, 3, 4`, RowTrigger, TruncateTrigger)
+WHERE t.tgname IN ($1, $2, $3, $4) AND t.tgparentid = 0 ORDER BY 2, 3, 4`, RowTrigger, TruncateTrigger, StatementStartTrigger, StatementEndTrigger)
 	if err != nil {
-		return nil, fmt.Errorf("list guard triggers: %w", err)
+		return nil, nil, fmt.Errorf("list guard triggers: %w", err)
 	}
-	var out []string
+	defer rows.Close()
 	for rows.Next() {
 		var oid uint32
 		var schema, rel, trig string
 		if err := rows.Scan(&oid, &schema, &rel, &trig); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if !keep[oid] {
-			out = append(out, fmt.Sprintf("DROP TRIGGER %s ON %s;", quoteIdent(trig), quoteQualified(schema, rel)))
+			drops = append(drops, fmt.Sprintf("DROP TRIGGER %s ON %s;", quoteIdent(trig), quoteQualified(schema, rel)))
+			if q := quoteQualified(schema, rel); !slices.Contains(relations, q) {
+				relations = append(relations, q)
+			}
 		}
 	}
-	return out, rows.Err()
+	return drops, relations, rows.Err()
 }
 
 // Install brings the database to this binary's schema and guard for cfg, in one transaction; re-running it
 // changes nothing. Concurrent installs serialize on the version table's lock.
 func Install(ctx context.Context, conn *pgx.Conn, cfg Config) error {
+	_, err := InstallPlan(ctx, conn, cfg)
+	return err
+}
+
+// InstallPlan is Install, returning the plan it applied (which tables it guarded, skipped and un-guarded).
+func InstallPlan(ctx context.Context, conn *pgx.Conn, cfg Config) (Plan, error) {
 	tx, err := conn.Begin(ctx)
 	if err != nil {
-		return fmt.Errorf("begin: %w", err)
+		return Plan{}, fmt.Errorf("begin: %w", err)
 	}
 	defer tx.Rollback(context.Background())
 	// Serialize with a concurrent install before reading what is applied.
 	if _, err := tx.Exec(ctx, "SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('fenceproxy install'))"); err != nil {
-		return fmt.Errorf("install lock: %w", err)
+		return Plan{}, fmt.Errorf("install lock: %w", err)
 	}
 	p, err := BuildPlan(ctx, conn, cfg)
 	if err != nil {
-		return err
+		return p, err
 	}
 	for _, s := range p.Statements {
 		if _, err := tx.Exec(ctx, s); err != nil {
-			return fmt.Errorf("install: %w\nin: %s", err, firstLine(s))
+			return p, fmt.Errorf("install: %w\nin: %s", err, firstLine(s))
 		}
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("install: commit: %w", err)
+		return p, fmt.Errorf("install: commit: %w", err)
 	}
-	return nil
+	return p, nil
 }
 
 // UninstallSQL removes the DDL guard, then the schema with everything in it; the guard triggers depend on the

@@ -23,6 +23,7 @@ func Steps() []Step {
 		// The PostgreSQL lock store's leases and token sequence (tokens.PGStoreSchemaSQL, idempotent: a store
 		// that created them before install ran keeps them).
 		{Name: "lock store", SQL: strings.Join(tokens.PGStoreSchemaSQL, ";\n") + ";"},
+		{Name: "token ceiling", SQL: stepTokenCeiling},
 	}
 }
 
@@ -62,3 +63,14 @@ const stepGuarded = `CREATE TABLE fenceproxy.guarded (
 );
 REVOKE ALL ON fenceproxy.guarded FROM PUBLIC;
 GRANT SELECT ON fenceproxy.guarded TO PUBLIC;`
+
+// stepTokenCeiling: the highest token the proxy's verifier has accepted as issued, per lock service
+// (docs/verification.md). The guard refuses (55F03) a token above any ceiling here, whatever set it; with no
+// row (verification off) it checks none. Only the table's owner, and the roles it grants INSERT and UPDATE
+// (the proxy's own: RaiseCeiling), may change it.
+const stepTokenCeiling = `CREATE TABLE IF NOT EXISTS fenceproxy.token_ceiling (
+	store text PRIMARY KEY,
+	ceiling bigint NOT NULL CHECK (ceiling > 0)
+);
+REVOKE ALL ON fenceproxy.token_ceiling FROM PUBLIC;
+GRANT SELECT ON fenceproxy.token_ceiling TO PUBLIC;`

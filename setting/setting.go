@@ -19,10 +19,10 @@ const maxPart = 63
 // Validate accepts a custom setting name: two or more parts joined by dots, each a lower-case ASCII identifier
 // (a letter or '_' first, then letters, digits, '_' or '$'), at most 63 bytes.
 //
-// Why this narrow: PostgreSQL compares setting names without regard to case and the parser folds unquoted
-// names to lower case, so requiring the lower-case spelling makes every comparison the proxy does exact; the
-// name is written into generated SQL literals and into error markers (fields split at '|'), so only characters
-// that need no quoting anywhere are allowed.
+// Why this narrow: PostgreSQL compares setting names without regard to case, so the proxy compares the names it
+// reads from clients (startup options, SET, set_config arguments) with EqualFold against this lower-case
+// spelling, as the server would; the name is written into generated SQL literals and into error markers (fields
+// split at '|'), so only characters that need no quoting anywhere are allowed.
 func Validate(name string) error {
 	if name == "" {
 		return fmt.Errorf("the setting name is empty (it needs a prefix and a dot, like %s)", DefaultToken)

@@ -69,6 +69,7 @@ type Observer struct {
 	counts  map[string]LockCounters
 	held    map[string]int // holders per label
 	up      bool
+	lastErr string           // the last reading's failure, "" after a success: each distinct failure is logged once
 	marks   map[string]int64 // lock fences' marks per label (the highest of the names under "other")
 	marksOK bool             // the last reading of the marks succeeded
 }
@@ -159,11 +160,18 @@ func (ob *Observer) Poll(ctx context.Context) {
 	ob.mu.Lock()
 	defer ob.mu.Unlock()
 	if err != nil {
-		if ob.up {
-			ob.log.Warn("lock observer: cannot read the lock store", "store", ob.kind, "err", err)
+		// Said once per distinct failure, the first one included (fenceproxy_lock_observer_up 0 from the start
+		// needs its reason in the log as much as a store that went away), not at every interval.
+		if msg := err.Error(); msg != ob.lastErr {
+			ob.log.Warn("lock observer: cannot read the lock store; fenceproxy_lock_observer_up is 0 until it can", "store", ob.kind, "err", err)
+			ob.lastErr = msg
 		}
 		ob.up = false
 		return
+	}
+	if ob.lastErr != "" {
+		ob.log.Info("lock observer: reading the lock store again", "store", ob.kind)
+		ob.lastErr = ""
 	}
 	ob.up = true
 	seen := map[string]bool{}

@@ -3,6 +3,10 @@ package tokens_test
 import (
 	"context"
 	"errors"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -310,4 +314,57 @@ func TestListObserverMetricsMove(t *testing.T) {
 			eventually("fenceproxy_lock_releases_total", func(v float64) bool { return v >= 1 })
 		})
 	}
+}
+
+// An observer of a database without the lock tables says why its up series is 0, at the first reading (not
+// only when a store that worked goes away), once, and says so again when it can read.
+func TestPGObserverSaysWhyItIsDown(t *testing.T) {
+	pgtest.Require(t, pg)
+	if err := pg.Exec("CREATE DATABASE observe_no_tables"); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	dsn := pg.DSN(pgtest.SuperUser, "", "observe_no_tables")
+	ro, err := tokens.NewPGStore(ctx, dsn, tokens.PGStoreOptions{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs strings.Builder
+	ob := tokens.NewPGObserver(ro, tokens.ObserverOptions{Logger: slog.New(slog.NewTextHandler(&syncWriter{w: &logs}, nil))})
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(ob)
+	ob.Poll(ctx)
+	ob.Poll(ctx)
+	if got := strings.Count(logs.String(), "no lock tables in this database yet"); got != 1 {
+		t.Fatalf("want one log line saying the lock tables are missing, got %d:\n%s", got, logs.String())
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "fenceproxy_lock_observer_up" && mf.GetMetric()[0].GetGauge().GetValue() != 0 {
+			t.Fatalf("observer up with no lock tables")
+		}
+	}
+	// The first fenceproxy lock --pg creates them; the observer reads again and says so.
+	if _, err := tokens.NewPGStore(ctx, dsn, tokens.PGStoreOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ob.Poll(ctx)
+	if !strings.Contains(logs.String(), "reading the lock store again") {
+		t.Fatalf("no line saying the observer reads again:\n%s", logs.String())
+	}
+}
+
+// syncWriter serializes writes to w.
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
 }

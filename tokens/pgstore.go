@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // The PostgreSQL lock store keeps leases in a table of the `fenceproxy` schema and takes every token from one
@@ -470,7 +471,7 @@ func (s *PGStore) list(ctx context.Context, all bool) ([]LockInfo, error) {
 	defer conn.Close(context.Background())
 	rows, err := conn.Query(ctx, pgListSQL)
 	if err != nil {
-		return nil, fmt.Errorf("postgres lock store: list: %w", err)
+		return nil, listError(err)
 	}
 	var out []LockInfo
 	for rows.Next() {
@@ -497,9 +498,18 @@ func (s *PGStore) list(ctx context.Context, all bool) ([]LockInfo, error) {
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("postgres lock store: list: %w", err)
+		return nil, listError(err)
 	}
 	return out, nil
+}
+
+// listError says why listing failed; a database without the lock tables (42P01) is the usual first stumble of
+// a read-only observer, which does not create them.
+func listError(err error) error {
+	if pe := (*pgconn.PgError)(nil); errors.As(err, &pe) && pe.Code == "42P01" {
+		return fmt.Errorf("postgres lock store: list: no lock tables in this database yet (fenceproxy install, or the first fenceproxy lock --pg, creates them): %w", err)
+	}
+	return fmt.Errorf("postgres lock store: list: %w", err)
 }
 
 // pgHeld is a lease held in the PostgreSQL store, kept alive by a leaseKeeper.

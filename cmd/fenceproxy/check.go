@@ -26,27 +26,48 @@ import (
 const etcdCheckTimeout = 5 * time.Second
 
 // runCheck connects to the upstream PostgreSQL directly (credentials from the usual PG* environment variables
-// or --dsn) and reports, per protected table, whether the table and its token column exist with type bigint,
-// with the DDL that would fix what is missing. With etcd endpoints (--etcd, else token.verify.etcd.endpoints)
-// it also checks that no row holds a token above etcd's current revision plus token.offset, which is what an
-// etcd restored from a snapshot with smaller revisions looks like.
-const checkHelp = `usage: fenceproxy check --config FILE [--dsn DSN] [--etcd ENDPOINTS] [--json] [--proxy-address IP]
+// or --dsn, once per database) and reports, per protected table, whether the table and its token column exist
+// with type bigint, with the DDL that would fix what is missing. With etcd endpoints (--etcd, else
+// token.verify.etcd.endpoints) it also checks that no row holds a token above etcd's current revision plus
+// token.offset, which is what an etcd restored from a snapshot with smaller revisions looks like.
+const checkHelp = `usage: fenceproxy check --config FILE [--dsn DSN]... [--etcd ENDPOINTS] [--json] [--proxy-address IP]
 
 Connects to the upstream PostgreSQL directly (not through a proxy) and reports, for each protected table,
 whether it and its token column exist with type bigint, and prints the DDL that fixes what is missing
-(CREATE TABLE for a missing table, ALTER TABLE for a missing or mistyped column). With etcd endpoints
-(--etcd, else token.verify.etcd.endpoints) it also warns when rows hold tokens above etcd's current revision
-plus token.offset (an etcd restored from a snapshot).
+(CREATE TABLE for a missing table, ALTER TABLE for a missing or mistyped column), then audits the guard and
+every in-server write path (docs/check.md). With etcd endpoints (--etcd, else token.verify.etcd.endpoints) it
+also warns when rows hold tokens above etcd's current revision plus token.offset (an etcd restored from a
+snapshot).
+
+--dsn may be given once per database a proxy serves: each is checked and reported on its own, and a table
+missing from one database but present in another is a warning there, not an error.
 
 Credentials come from the usual libpq variables (PGUSER, PGPASSWORD, PGDATABASE, PGSSLMODE, ...) or --dsn;
 host and port default to upstream.address. Exit status: 0 when everything is usable, 1 on problems (or when
 the check cannot run), 2 on a usage error.
 `
 
+// KindTableMissing is check's finding for a configured table that does not exist in a database checked.
+const KindTableMissing = "table-missing"
+
+// dsnList is a repeatable --dsn.
+type dsnList []string
+
+func (l *dsnList) String() string     { return strings.Join(*l, " ") }
+func (l *dsnList) Set(s string) error { *l = append(*l, s); return nil }
+
+// checkedDatabase is one database check connected to, and the configured tables it holds.
+type checkedDatabase struct {
+	name    string
+	conn    *pgx.Conn
+	present map[string][]tableCheck // configured name -> the tables it names here
+}
+
 func runCheck(args []string, stdout, stderr io.Writer) int {
 	fs := newCommandFlags("check", checkHelp, stderr)
 	configPath := fs.String("config", "", "path of the YAML configuration `FILE` (required)")
-	dsn := fs.String("dsn", "", "connection string for the check (default: PG* environment variables, host and port from upstream.address)")
+	var dsns dsnList
+	fs.Var(&dsns, "dsn", "connection string for the check, once per database to check (default: PG* environment variables, host and port from upstream.address)")
 	etcdFlag := fs.String("etcd", "", "comma-separated etcd `endpoints` for the token revision check (default: token.verify.etcd.endpoints; \"\" skips the check)")
 	jsonOut := fs.Bool("json", false, "print the report as one JSON object (tables and findings) instead of text")
 	proxyAddr := fs.String("proxy-address", "", "the `IP` PostgreSQL sees the proxy's connections come from, for the pg_hba.conf audit (default: this check's own client address)")
@@ -69,78 +90,63 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 	}
+	if len(dsns) == 0 {
+		dsns = dsnList{""}
+	}
 	report := &checkReport{Tables: []tableResult{}}
 	origStdout := stdout
-	textOut := stdout
 	if *jsonOut {
-		textOut = io.Discard
+		stdout = io.Discard
 	}
-	stdout = textOut
 	endpoints := cfg.Token.Verify.Etcd.Endpoints
 	fs.Visit(func(f *flag.Flag) {
 		if f.Name == "etcd" {
 			endpoints = splitEndpoints(*etcdFlag)
 		}
 	})
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second*time.Duration(len(dsns)))
 	defer cancel()
-	conn, err := connectDirect(ctx, cfg, *dsn)
-	if err != nil {
-		fmt.Fprintf(stderr, "fenceproxy check: %v\n", err)
-		return 1
-	}
-	defer conn.Close(context.Background())
 
-	problems := 0
-	var usable []tokenColumn // existing tables with a bigint token column, for the revision check
-	for _, t := range cfg.Tables {
-		rows, err := findTables(ctx, conn, t)
-		if err != nil {
-			fmt.Fprintf(stderr, "fenceproxy check: %s: %v\n", t.Name, err)
-			return 1
-		}
-		if len(rows) == 0 {
-			problems++
-			fmt.Fprintf(stdout, "FAIL  %s: no such table\n%s", t.Name, missingTableDDL(t))
-			report.Tables = append(report.Tables, tableResult{Table: t.Name, OK: false, Message: "no such table"})
-			continue
-		}
-		for _, r := range rows {
-			label := r.schema + "." + r.table
-			switch {
-			case r.colType == "":
-				problems++
-				fix := fmt.Sprintf("ALTER TABLE %s ADD COLUMN %s bigint;", pgx.Identifier{r.schema, r.table}.Sanitize(), pgx.Identifier{t.TokenColumn}.Sanitize())
-				fmt.Fprintf(stdout, "FAIL  %s.%s: no column %s\n      fix: %s\n", r.schema, r.table, t.TokenColumn, fix)
-				report.Tables = append(report.Tables, tableResult{Table: label, Message: "no column " + t.TokenColumn, Fix: fix})
-			case r.colType != "bigint":
-				problems++
-				fix := fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s TYPE bigint;", pgx.Identifier{r.schema, r.table}.Sanitize(), pgx.Identifier{t.TokenColumn}.Sanitize())
-				fmt.Fprintf(stdout, "FAIL  %s.%s: column %s is %s, not bigint\n      fix: %s\n", r.schema, r.table, t.TokenColumn, r.colType, fix)
-				report.Tables = append(report.Tables, tableResult{Table: label, Message: fmt.Sprintf("column %s is %s, not bigint", t.TokenColumn, r.colType), Fix: fix})
-			default:
-				fmt.Fprintf(stdout, "ok    %s.%s: token column %s bigint\n", r.schema, r.table, t.TokenColumn)
-				report.Tables = append(report.Tables, tableResult{Table: label, OK: true, Message: "token column " + t.TokenColumn + " bigint"})
-				usable = append(usable, tokenColumn{schema: r.schema, table: r.table, column: t.TokenColumn})
-			}
-		}
-	}
-	if len(endpoints) > 0 {
-		n, err := checkRevision(ctx, conn, endpoints, cfg.Token.Offset, usable, stdout)
+	// First which database holds which configured table, so that each database's report can tell a table
+	// that lives in another database from one that is missing everywhere.
+	var dbs []checkedDatabase
+	for _, dsn := range dsns {
+		conn, err := connectDirect(ctx, cfg, dsn)
 		if err != nil {
 			fmt.Fprintf(stderr, "fenceproxy check: %v\n", err)
 			return 1
 		}
+		defer conn.Close(context.Background())
+		db := checkedDatabase{conn: conn, present: map[string][]tableCheck{}}
+		if err := conn.QueryRow(ctx, "SELECT pg_catalog.current_database()").Scan(&db.name); err != nil {
+			fmt.Fprintf(stderr, "fenceproxy check: current_database: %v\n", err)
+			return 1
+		}
+		for _, t := range cfg.Tables {
+			rows, err := findTables(ctx, conn, t)
+			if err != nil {
+				fmt.Fprintf(stderr, "fenceproxy check: database %s: %s: %v\n", db.name, t.Name, err)
+				return 1
+			}
+			db.present[t.Name] = rows
+		}
+		dbs = append(dbs, db)
+	}
+
+	problems := 0
+	for _, db := range dbs {
+		if len(dbs) > 1 {
+			fmt.Fprintf(stdout, "== database %s\n", db.name)
+			report.Databases = append(report.Databases, db.name)
+		}
+		n, err := checkDatabase(ctx, cfg, db, dbs, endpoints, proxyIP, report, stdout)
+		if err != nil {
+			fmt.Fprintf(stderr, "fenceproxy check: database %s: %v\n", db.name, err)
+			return 1
+		}
 		problems += n
-		report.RevisionProblems = n
 	}
-	findings, err := auditFindings(ctx, conn, cfg, proxyIP, stdout)
-	if err != nil {
-		fmt.Fprintf(stderr, "fenceproxy check: %v\n", err)
-		return 1
-	}
-	report.Findings = findings
-	for _, f := range findings {
+	for _, f := range report.Findings {
 		switch f.Severity {
 		case catalog.SeverityError:
 			report.Errors++
@@ -148,7 +154,6 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 			report.Warnings++
 		}
 	}
-	problems += report.Errors
 	report.Problems = problems
 	if *jsonOut {
 		enc := json.NewEncoder(origStdout)
@@ -163,6 +168,91 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// checkDatabase checks one database (the token columns, etcd's revision, the audit), adds what it finds to
+// report and prints it; it returns the number of problems (failed checks and error findings).
+func checkDatabase(ctx context.Context, cfg *config.Config, db checkedDatabase, all []checkedDatabase, endpoints []string,
+	proxyIP netip.Addr, report *checkReport, stdout io.Writer) (int, error) {
+	problems := 0
+	var findings []catalog.Finding
+	var usable []tokenColumn // existing tables with a bigint token column, for the revision check
+	for _, t := range cfg.Tables {
+		rows := db.present[t.Name]
+		if len(rows) == 0 {
+			f := missingTable(t, db.name, all)
+			findings = append(findings, f)
+			report.Tables = append(report.Tables, tableResult{Database: db.name, Table: t.Name, OK: false, Message: f.Message, Fix: f.Fix})
+			continue
+		}
+		for _, r := range rows {
+			label := r.schema + "." + r.table
+			switch {
+			case r.colType == "":
+				problems++
+				fix := fmt.Sprintf("ALTER TABLE %s ADD COLUMN %s bigint;", pgx.Identifier{r.schema, r.table}.Sanitize(), pgx.Identifier{t.TokenColumn}.Sanitize())
+				fmt.Fprintf(stdout, "FAIL  %s.%s: no column %s\n      fix: %s\n", r.schema, r.table, t.TokenColumn, fix)
+				report.Tables = append(report.Tables, tableResult{Database: db.name, Table: label, Message: "no column " + t.TokenColumn, Fix: fix})
+			case r.colType != "bigint":
+				problems++
+				fix := fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s TYPE bigint;", pgx.Identifier{r.schema, r.table}.Sanitize(), pgx.Identifier{t.TokenColumn}.Sanitize())
+				fmt.Fprintf(stdout, "FAIL  %s.%s: column %s is %s, not bigint\n      fix: %s\n", r.schema, r.table, t.TokenColumn, r.colType, fix)
+				report.Tables = append(report.Tables, tableResult{Database: db.name, Table: label, Message: fmt.Sprintf("column %s is %s, not bigint", t.TokenColumn, r.colType), Fix: fix})
+			default:
+				fmt.Fprintf(stdout, "ok    %s.%s: token column %s bigint\n", r.schema, r.table, t.TokenColumn)
+				report.Tables = append(report.Tables, tableResult{Database: db.name, Table: label, OK: true, Message: "token column " + t.TokenColumn + " bigint"})
+				usable = append(usable, tokenColumn{schema: r.schema, table: r.table, column: t.TokenColumn})
+			}
+		}
+	}
+	if len(endpoints) > 0 {
+		n, err := checkRevision(ctx, db.conn, endpoints, cfg.Token.Offset, usable, stdout)
+		if err != nil {
+			return 0, err
+		}
+		problems += n
+		report.RevisionProblems += n
+	}
+	ok, audited, err := auditFindings(ctx, db.conn, cfg, proxyIP)
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range ok {
+		fmt.Fprintln(stdout, line)
+	}
+	findings = append(findings, audited...)
+	sortFindings(findings)
+	printFindings(stdout, findings)
+	for i := range findings {
+		if len(all) > 1 {
+			findings[i].Database = db.name
+		}
+		if findings[i].Severity == catalog.SeverityError {
+			problems++
+		}
+	}
+	report.Findings = append(report.Findings, findings...)
+	return problems, nil
+}
+
+// missingTable is the finding for a configured table that database does not hold: an error with the CREATE
+// TABLE that makes it, or a warning when another database checked in the same run holds it (one proxy, several
+// databases, each with some of the tables).
+func missingTable(t config.Table, database string, all []checkedDatabase) catalog.Finding {
+	f := catalog.Finding{Severity: catalog.SeverityError, Kind: KindTableMissing, Object: t.Name, Tables: []string{t.Name},
+		Message: fmt.Sprintf("no such table in database %s", database), Fix: missingTableDDL(t)}
+	var elsewhere []string
+	for _, other := range all {
+		if other.name != database && len(other.present[t.Name]) > 0 {
+			elsewhere = append(elsewhere, other.name)
+		}
+	}
+	if len(elsewhere) > 0 {
+		f.Severity = catalog.SeverityWarning
+		f.Message += fmt.Sprintf(" (it is in database %s); writes to it through the proxy in this database are still fenced", strings.Join(elsewhere, ", "))
+		f.Fix = "nothing, if it belongs only in " + strings.Join(elsewhere, ", ") + "; else " + f.Fix
+	}
+	return f
 }
 
 // connectDirect connects straight to the upstream PostgreSQL, as check, install and uninstall do: with dsn, or
@@ -192,7 +282,7 @@ func connectDirect(ctx context.Context, cfg *config.Config, dsn string) (*pgx.Co
 
 type tableCheck struct{ schema, table, colType string }
 
-// missingTableDDL is the fix check prints for a protected table that does not exist: a CREATE TABLE with the
+// missingTableDDL is the fix check gives for a protected table that does not exist: a CREATE TABLE with the
 // token column (the other columns are the user's to choose; id is a placeholder). A bare name is created in the
 // current schema, where the application will find it.
 func missingTableDDL(t config.Table) string {
@@ -200,7 +290,7 @@ func missingTableDDL(t config.Table) string {
 	if t.Schema != "" {
 		name = pgx.Identifier{t.Schema, t.Relation}
 	}
-	return fmt.Sprintf("      fix: CREATE TABLE %s (id bigint PRIMARY KEY, %s bigint);  -- your own columns, and the token column\n",
+	return fmt.Sprintf("CREATE TABLE %s (id bigint PRIMARY KEY, %s bigint);  -- your own columns, and the token column",
 		name.Sanitize(), pgx.Identifier{t.TokenColumn}.Sanitize())
 }
 

@@ -24,7 +24,12 @@ one transaction; re-running changes nothing): lock marks, the PostgreSQL lock st
 generated BEFORE INSERT/UPDATE/DELETE row trigger and a BEFORE TRUNCATE trigger on every protected table, its
 partitions and inheritance children, which enforce the same rules and SQLSTATEs as the proxy for writes the
 proxy never sees. --ddl-guard (superuser) adds event triggers that refuse DDL dropping, renaming or rewriting a
-protected table or its token column. --print prints the SQL instead of running it. Credentials as for check.
+protected table or its token column. --print prints the SQL instead of running it (and, on stderr, what it
+would do to which table). Credentials as for check.
+
+In each database it guards the configured tables that database holds, and says, naming the database, which
+tables it guarded, which configured tables it skipped (not in this database) and which it un-guarded (no
+longer in the configuration); a database holding none of the configured tables is refused.
 Exit status: 0, 1 on problems, 2 on a usage error.
 `
 
@@ -57,9 +62,12 @@ func runInstall(args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 		fmt.Fprint(stdout, p.SQL())
+		// What the SQL does to which table goes to stderr, so that stdout stays a script to pipe into psql.
+		printInstallPlan(stderr, p)
 		return 0
 	}
-	if err := schema.Install(ctx, conn, scfg); err != nil {
+	plan, err := schema.InstallPlan(ctx, conn, scfg)
+	if err != nil {
 		fmt.Fprintf(stderr, "fenceproxy install: %v\n", err)
 		return 1
 	}
@@ -68,6 +76,7 @@ func runInstall(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "fenceproxy install: inspect: %v\n", err)
 		return 1
 	}
+	printInstallPlan(stdout, plan)
 	for _, f := range st.Findings {
 		fmt.Fprintf(stdout, "FAIL  %s: %s\n", f.Object, f.Problem)
 	}
@@ -78,8 +87,26 @@ func runInstall(args []string, stdout, stderr io.Writer) int {
 	if st.DDLGuard {
 		ddl = ", DDL guard on"
 	}
-	fmt.Fprintf(stdout, "ok    fenceproxy schema at step %d, guard on %d protected table(s)%s\n", st.Applied, len(cfg.Tables), ddl)
+	fmt.Fprintf(stdout, "ok    database %s: fenceproxy schema at step %d, guard on %d of %d protected table(s)%s\n",
+		plan.Database, st.Applied, len(cfg.Tables)-len(plan.Missing), len(cfg.Tables), ddl)
 	return 0
+}
+
+// printInstallPlan says what install did to which table, in which database: every relation guarded, every
+// configured table it skipped because this database does not hold it, and every relation whose guard it
+// removed because the configuration no longer protects it. Nothing is left or dropped without a line.
+func printInstallPlan(w io.Writer, p schema.Plan) {
+	for _, g := range p.Guarded {
+		fmt.Fprintf(w, "ok    database %s: guarded %s\n", p.Database, g)
+	}
+	for _, m := range p.Missing {
+		fmt.Fprintf(w, "WARN  database %s: %s: no such table here, not guarded in this database "+
+			"(install again after creating it; fenceproxy check reports it)\n", p.Database, m)
+	}
+	for _, u := range p.Unguarded {
+		fmt.Fprintf(w, "WARN  database %s: un-guarded %s: the configuration no longer protects it "+
+			"(writes inside the server are not fenced there any more)\n", p.Database, u)
+	}
 }
 
 // runUninstall removes the fenceproxy schema, the guard and the DDL guard.

@@ -29,10 +29,13 @@ func TestInstallCLI(t *testing.T) {
 		code := run(args, &out, &errOut)
 		return code, out.String() + errOut.String()
 	}
-	code, out := cli("install", "--config", cfgFile, "--dsn", dsn, "--print")
-	if code != 0 || !strings.HasPrefix(out, "BEGIN;") || !strings.Contains(out, `CREATE OR REPLACE TRIGGER "~fenceproxy_guard" BEFORE INSERT OR UPDATE OR DELETE ON "public"."accounts"`) ||
-		!strings.Contains(out, "CREATE TABLE fenceproxy.lock_marks") {
-		t.Fatalf("install --print: %d\n%s", code, out)
+	// --print: the SQL on stdout, what it does to which table on stderr.
+	var printed, summary bytes.Buffer
+	code := run([]string{"install", "--config", cfgFile, "--dsn", dsn, "--print"}, &printed, &summary)
+	out := printed.String()
+	if code != 0 || !strings.HasPrefix(out, "BEGIN;") || !strings.HasSuffix(out, "COMMIT;\n") || !strings.Contains(out, `CREATE OR REPLACE TRIGGER "~fenceproxy_guard" BEFORE INSERT OR UPDATE OR DELETE ON "public"."accounts"`) ||
+		!strings.Contains(out, "CREATE TABLE fenceproxy.lock_marks") || !strings.Contains(summary.String(), `guarded "public"."accounts" (protected as accounts)`) {
+		t.Fatalf("install --print: %d\n%s\n--- stderr ---\n%s", code, out, summary.String())
 	}
 	if err := pg.Exec("SELECT 1 FROM fenceproxy.version"); err == nil {
 		t.Fatal("install --print changed the database")
@@ -50,7 +53,7 @@ func TestInstallCLI(t *testing.T) {
 		t.Fatalf("write without a token after the printed install: %v", err)
 	}
 	for i := 0; i < 2; i++ {
-		if code, out := cli("install", "--config", cfgFile, "--dsn", dsn); code != 0 || !strings.Contains(out, "ok    fenceproxy schema at step") {
+		if code, out := cli("install", "--config", cfgFile, "--dsn", dsn); code != 0 || !strings.Contains(out, ": fenceproxy schema at step") {
 			t.Fatalf("install #%d: %d\n%s", i+1, code, out)
 		}
 	}
@@ -69,7 +72,7 @@ func TestInstallCLI(t *testing.T) {
 	if err := pg.Exec("INSERT INTO accounts VALUES (1, 5); DROP TABLE accounts"); err != nil {
 		t.Fatalf("after uninstall: %v", err)
 	}
-	if code, out := cli("install", "--config", cfgFile, "--dsn", dsn); code != 1 || !strings.Contains(out, "accounts: no such table") {
+	if code, out := cli("install", "--config", cfgFile, "--dsn", dsn); code != 1 || !strings.Contains(out, "database "+pgtest.TestDB+" holds none of the protected tables (accounts): no such table") {
 		t.Fatalf("install for a missing table: %d\n%s", code, out)
 	}
 }

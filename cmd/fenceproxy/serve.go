@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -22,6 +23,7 @@ import (
 	"github.com/fenceproxy/fenceproxy/catalog"
 	"github.com/fenceproxy/fenceproxy/config"
 	"github.com/fenceproxy/fenceproxy/proxy"
+	"github.com/fenceproxy/fenceproxy/schema"
 	"github.com/fenceproxy/fenceproxy/tokens"
 )
 
@@ -32,7 +34,7 @@ every write to the tables the configuration protects (the README's "Configuratio
 
 Signals: SIGTERM or SIGINT drains (stops accepting, closes idle sessions, lets busy ones finish within
 limits.shutdown_timeout, exits 0); SIGHUP re-reads FILE and applies its table list to every session (a file
-that does not validate changes nothing; listen and upstream changes need a restart).
+that does not validate changes nothing; listen and upstream changes need a restart) and reads auth.file again.
 
 Logs go to stderr (log.level, log.format; log.connections for one line per connection). With metrics.listen
 set, /metrics and /healthz are served there. Exit status: 0 after a drain, 1 on a configuration or listen
@@ -85,6 +87,15 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		opts.Verifier = v
 	}
 
+	keeper, err := startCeilingKeeper(cfg, &opts, log)
+	if err != nil {
+		fmt.Fprintf(stderr, "fenceproxy: %v\n", err)
+		return 1
+	}
+	if keeper != nil {
+		defer keeper.Close()
+	}
+
 	var metricsSrv *http.Server
 	var catalogMetrics *catalog.Metrics
 	if cfg.Metrics.Listen != "" {
@@ -102,13 +113,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 			}
 			defer stopObservers()
 		}
-		mux := http.NewServeMux()
-		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-		mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
-		// Profiles on the operators' port, for "where does the time go" questions in production.
-		mux.HandleFunc("/debug/pprof/", pprof.Index)
-		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		mux := metricsMux(reg, cfg.Metrics.Pprof)
 		mln, err := net.Listen("tcp", cfg.Metrics.Listen)
 		if err != nil {
 			fmt.Fprintf(stderr, "fenceproxy: metrics.listen: %v\n", err)
@@ -167,6 +172,12 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		case sig := <-sigs:
 			if sig == syscall.SIGHUP {
 				reload(*configPath, cfg, planners, watcher, log)
+				if keeper != nil {
+					syncCeiling(keeper, cfg, log)
+				}
+				if err := srv.ReloadAuth(); err != nil {
+					log.Error("auth.file not reloaded; keeping the users read before", "err", err)
+				}
 				continue
 			}
 			log.Info("shutting down: draining sessions", "signal", sig.String(), "timeout", cfg.Limits.ShutdownTimeout)
@@ -204,6 +215,42 @@ func reload(path string, cur *config.Config, planners *proxy.PlannerSet, watcher
 	}
 	if watcher != nil {
 		watcher.Refresh(context.Background())
+	}
+}
+
+// startCeilingKeeper makes the verifier keep fenceproxy.token_ceiling (docs/verification.md) over the catalog's
+// connection, when tokens are verified and the configuration has a catalog section; it writes the ceiling
+// once now (a failure is logged: the next verified token writes it).
+func startCeilingKeeper(cfg *config.Config, opts *proxy.Options, log *slog.Logger) (*schema.CeilingKeeper, error) {
+	if opts.Verifier == nil {
+		return nil, nil
+	}
+	if cfg.Catalog == nil {
+		log.Warn("token verification without a catalog section: the token ceiling is not kept, so the in-database guard cannot refuse a forged token set by a user function (docs/verification.md)")
+		return nil, nil
+	}
+	cc, err := catalog.ConnConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	store := "etcd"
+	if len(cfg.Token.Verify.ZooKeeper.Servers) > 0 {
+		store = "zookeeper"
+	}
+	keeper := schema.NewCeilingKeeper(opts.Verifier, store, func(ctx context.Context) (*pgx.Conn, error) {
+		return pgx.ConnectConfig(ctx, cc.Copy())
+	})
+	opts.Verifier = keeper
+	syncCeiling(keeper, cfg, log)
+	return keeper, nil
+}
+
+// syncCeiling writes the token ceiling now (at start and on SIGHUP, so that a reinstalled schema gets it back).
+func syncCeiling(keeper *schema.CeilingKeeper, cfg *config.Config, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.Upstream.ConnectTimeout+2*cfg.Token.Verify.Etcd.Timeout+time.Second)
+	defer cancel()
+	if err := keeper.Sync(ctx); err != nil {
+		log.Warn("token ceiling not written; the next verified token writes it", "err", err)
 	}
 }
 
@@ -259,4 +306,19 @@ func newLogger(cfg *config.Config, w io.Writer) *slog.Logger {
 		return slog.New(slog.NewJSONHandler(w, ho))
 	}
 	return slog.New(slog.NewTextHandler(w, ho))
+}
+
+// metricsMux serves /metrics and /healthz, and the profiles only when metrics.pprof asks for them: a metrics
+// port is opened to whatever scrapes it, and a CPU profile or an execution trace is not for everyone who can
+// reach it.
+func metricsMux(reg *prometheus.Registry, pprofOn bool) *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
+	if pprofOn {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
+	return mux
 }

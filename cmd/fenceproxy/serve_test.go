@@ -138,6 +138,12 @@ func TestServeReloadAndDrain(t *testing.T) {
 	if got := httpGet(t, "http://"+metricsAddr+"/healthz"); got != "ok\n" {
 		t.Errorf("/healthz = %q", got)
 	}
+	// Profiles are not served unless metrics.pprof asks for them.
+	if resp, err := http.Get("http://" + metricsAddr + "/debug/pprof/"); err != nil || resp.StatusCode != http.StatusNotFound {
+		t.Errorf("/debug/pprof/ on a default config: %v %v, want 404", resp, err)
+	} else {
+		resp.Body.Close()
+	}
 	if _, err := c.Exec(ctx, "RESET fence.token"); err != nil {
 		t.Fatal(err)
 	}
@@ -218,7 +224,7 @@ func TestServeRejectsBadConfig(t *testing.T) {
 	if code := run([]string{"serve", "--config", path}, &stdout, &stderr); code == 0 {
 		t.Fatal("serve with a bad config exited 0")
 	}
-	if want := path + `:5: unknown key "tables[0].tokn_column"`; !strings.Contains(stderr.String(), want) {
+	if want := path + `:5: tables[0].tokn_column: unknown key; did you mean "token_column"? (so tables[0].token_column is missing: required)`; !strings.Contains(stderr.String(), want) {
 		t.Fatalf("stderr %q does not contain %q", stderr.String(), want)
 	}
 	if code := run([]string{"serve"}, &stdout, &stderr); code != 2 {
@@ -268,7 +274,7 @@ func TestCheck(t *testing.T) {
 	for _, want := range []string{
 		`ALTER TABLE "public"."wrongtype" ALTER COLUMN "fence_token" TYPE bigint;`,
 		`ALTER TABLE "public"."nocol" ADD COLUMN "fence_token" bigint;`,
-		"FAIL  missing: no such table",
+		"error   missing [table-missing]: no such table in database " + pgtest.TestDB,
 		`fix: CREATE TABLE "missing" (id bigint PRIMARY KEY, "fence_token" bigint);`,
 		"3 problem(s)",
 	} {

@@ -69,8 +69,8 @@ func fuzzReset(t *testing.T, ctx context.Context, d *pgx.Conn, table string) {
 
 // fuzzCheckInvariant judges what the input committed to the table, read directly: each written row was written
 // by a statement that started with a valid token k, an inserted or updated row holds k, no row that held a
-// token above k was updated or deleted, and nothing was truncated.
-func fuzzCheckInvariant(t *testing.T, ctx context.Context, d *pgx.Conn, table string, input []byte) {
+// token above k was updated or deleted, and nothing was truncated. It returns how many row writes committed.
+func fuzzCheckInvariant(t *testing.T, ctx context.Context, d *pgx.Conn, table string, input []byte) int {
 	t.Helper()
 	rows, err := d.Query(ctx, fmt.Sprintf("SELECT op, id, old_token, new_token, stmt_token FROM %s_writes ORDER BY seq", table))
 	if err != nil {
@@ -130,4 +130,5 @@ func fuzzCheckInvariant(t *testing.T, ctx context.Context, d *pgx.Conn, table st
 	if len(violations) > 0 {
 		t.Fatalf("fencing invariant broken by input %q:\n%s", input, strings.Join(violations, "\n"))
 	}
+	return len(writes)
 }

@@ -192,18 +192,14 @@ func (h *History) Check(t testing.TB, cl *pgtest.Cluster, table string) map[Outc
 	if err := rows.Err(); err != nil {
 		t.Fatalf("history check: %v", err)
 	}
-	type state struct {
-		token int64
-		val   string
-	}
-	final := map[int]state{}
+	final := map[int]rowState{}
 	frows, err := db.Query(ctx, fmt.Sprintf("SELECT id, coalesce(fence_token, 0), val FROM %s", table))
 	if err != nil {
 		t.Fatalf("history check: %v", err)
 	}
 	for frows.Next() {
 		var id int
-		var s state
+		var s rowState
 		if err := frows.Scan(&id, &s.token, &s.val); err != nil {
 			t.Fatalf("history check: %v", err)
 		}
@@ -214,6 +210,36 @@ func (h *History) Check(t testing.TB, cl *pgtest.Cluster, table string) map[Outc
 	}
 
 	attempts := h.Attempts()
+	problems := historyProblems(attempts, applied, final)
+	counts := map[Outcome]int{}
+	for _, a := range attempts {
+		counts[a.Outcome]++
+	}
+	if len(problems) > 0 {
+		sort.SliceStable(attempts, func(i, j int) bool { return attempts[i].Start.Before(attempts[j].Start) })
+		var b strings.Builder
+		for _, a := range attempts {
+			fmt.Fprintf(&b, "  %s %v\n", a.Start.Format("15:04:05.000000"), a)
+		}
+		b.WriteString("applied:\n")
+		for _, w := range applied {
+			fmt.Fprintf(&b, "  seq %d %s row %d %d->%d %s\n", w.Seq, w.At.Format("15:04:05.000000"), w.Row, w.OldToken, w.NewToken, w.Val)
+		}
+		t.Errorf("history check of %s failed:\n%s\nattempts:\n%s", table, strings.Join(problems, "\n"), b.String())
+	}
+	t.Logf("history of %s: %d attempts (%v), %d applied", table, len(attempts), counts, len(applied))
+	return counts
+}
+
+// rowState is a row of the table as a run left it (a NULL token reads as 0).
+type rowState struct {
+	token int64
+	val   string
+}
+
+// historyProblems is Check's judgement (see Check) of attempts, the row versions the database applied and
+// the rows as the run left them: one line per violation.
+func historyProblems(attempts []Attempt, applied []appliedWrite, final map[int]rowState) []string {
 	byVal := map[string]Attempt{}
 	for _, a := range attempts {
 		byVal[a.Val] = a
@@ -296,22 +322,5 @@ func (h *History) Check(t testing.TB, cl *pgtest.Cluster, table string) map[Outc
 			fail("row %d ends as %q/%d; the last write of the highest applied token %d is %q/%d", id, s.val, s.token, max, w.Val, w.NewToken)
 		}
 	}
-	counts := map[Outcome]int{}
-	for _, a := range attempts {
-		counts[a.Outcome]++
-	}
-	if len(problems) > 0 {
-		sort.SliceStable(attempts, func(i, j int) bool { return attempts[i].Start.Before(attempts[j].Start) })
-		var b strings.Builder
-		for _, a := range attempts {
-			fmt.Fprintf(&b, "  %s %v\n", a.Start.Format("15:04:05.000000"), a)
-		}
-		b.WriteString("applied:\n")
-		for _, w := range applied {
-			fmt.Fprintf(&b, "  seq %d %s row %d %d->%d %s\n", w.Seq, w.At.Format("15:04:05.000000"), w.Row, w.OldToken, w.NewToken, w.Val)
-		}
-		t.Errorf("history check of %s failed:\n%s\nattempts:\n%s", table, strings.Join(problems, "\n"), b.String())
-	}
-	t.Logf("history of %s: %d attempts (%v), %d applied", table, len(attempts), counts, len(applied))
-	return counts
+	return problems
 }

@@ -131,6 +131,25 @@ func (h *History) CheckLocks(t testing.TB, cl *pgtest.Cluster, table string) {
 	}
 
 	attempts := h.Attempts()
+	problems := lockProblems(attempts, committed)
+	if len(problems) > 0 {
+		sort.SliceStable(attempts, func(i, j int) bool { return attempts[i].Start.Before(attempts[j].Start) })
+		var b strings.Builder
+		for _, a := range attempts {
+			fmt.Fprintf(&b, "  %s-%s lock=%s %v\n", a.Start.Format("15:04:05.000000"), a.End.Format("15:04:05.000000"), a.Lock, a)
+		}
+		b.WriteString("commit log:\n")
+		for _, c := range committed {
+			fmt.Fprintf(&b, "  seq %d %s lock=%s token=%d %s\n", c.Seq, c.At.Format("15:04:05.000000"), c.Lock, c.Token, c.Val)
+		}
+		t.Errorf("lock check of %s failed:\n%s\nattempts:\n%s", table, strings.Join(problems, "\n"), b.String())
+	}
+	t.Logf("lock history of %s: %d attempts, %d committed writes", table, len(attempts), len(committed))
+}
+
+// lockProblems is CheckLocks's judgement (see CheckLocks) of attempts and the commit log: one line per
+// violation.
+func lockProblems(attempts []Attempt, committed []committedWrite) []string {
 	byVal := map[string]Attempt{}
 	for _, a := range attempts {
 		byVal[a.Val] = a
@@ -200,17 +219,5 @@ func (h *History) CheckLocks(t testing.TB, cl *pgtest.Cluster, table string) {
 			}
 		}
 	}
-	if len(problems) > 0 {
-		sort.SliceStable(attempts, func(i, j int) bool { return attempts[i].Start.Before(attempts[j].Start) })
-		var b strings.Builder
-		for _, a := range attempts {
-			fmt.Fprintf(&b, "  %s-%s lock=%s %v\n", a.Start.Format("15:04:05.000000"), a.End.Format("15:04:05.000000"), a.Lock, a)
-		}
-		b.WriteString("commit log:\n")
-		for _, c := range committed {
-			fmt.Fprintf(&b, "  seq %d %s lock=%s token=%d %s\n", c.Seq, c.At.Format("15:04:05.000000"), c.Lock, c.Token, c.Val)
-		}
-		t.Errorf("lock check of %s failed:\n%s\nattempts:\n%s", table, strings.Join(problems, "\n"), b.String())
-	}
-	t.Logf("lock history of %s: %d attempts, %d committed writes", table, len(attempts), len(committed))
+	return problems
 }

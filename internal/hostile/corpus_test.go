@@ -27,6 +27,7 @@ type hcase struct {
 	protocols  []string // simple, extended
 	expect     string   // refused, fenced, untouched, ok
 	expectCode string   // for refused
+	expectText string   // for refused: a fragment of the refusal's message, naming its reason (may be "")
 	hole       string   // expect-hole branch, or ""
 	sql        string
 }
@@ -97,6 +98,12 @@ func parseFile(path string) ([]*hcase, error) {
 			continue
 		}
 		if inSQL && !strings.HasPrefix(line, "expect:") && !strings.HasPrefix(line, "expect-hole:") {
+			if strings.HasPrefix(strings.TrimSpace(line), "#") {
+				// It would be sent as SQL: the server or the proxy refuses the text, and the case tests
+				// nothing of what it says.
+				return nil, fmt.Errorf("%s:%d: a '#' line inside the sql: block of case %q would be sent as SQL; "+
+					"put comments before sql:", filepath.Base(path), n, cur.name)
+			}
 			sql = append(sql, line)
 			continue
 		}
@@ -159,6 +166,9 @@ func parseFile(path string) ([]*hcase, error) {
 			if len(f) > 1 {
 				cur.expectCode = f[1]
 			}
+			if len(f) > 2 {
+				cur.expectText = strings.Join(f[2:], " ")
+			}
 		case "expect-hole":
 			cur.hole = val
 		case "sql":
@@ -192,6 +202,9 @@ func (c *hcase) validate() error {
 			return fmt.Errorf("refused needs a SQLSTATE")
 		}
 	case "fenced", "untouched", "ok":
+		if c.expectCode != "" {
+			return fmt.Errorf("expect %s takes no SQLSTATE", c.expect)
+		}
 	default:
 		return fmt.Errorf("expect %q: want refused CODE, fenced, untouched or ok", c.expect)
 	}

@@ -28,14 +28,19 @@
 //	escapes: on                   \xNN in the SQL is the byte NN (for texts in other encodings)
 //	protocol: simple              simple (one Query message, the default), extended (Parse/Bind/Describe/
 //	                              Execute/Sync; one statement) or both (the case runs once per protocol)
-//	expect: refused 55F04         the outcome: refused CODE (some statement fails with SQLSTATE CODE),
-//	                              fenced (no error, and some protected row changed, each with the token),
-//	                              untouched (no protected row changed; errors allowed), ok (no error)
+//	expect: refused 55F04         the outcome: refused CODE [TEXT] (some statement fails with SQLSTATE CODE,
+//	                              and a message holding TEXT when given), fenced (no error, and some
+//	                              protected row changed, each with the token), untouched (no protected row
+//	                              changed; errors allowed), ok (no error). A text refused because it cannot
+//	                              be read (42601, or 55F04 saying "cannot parse" or "cannot read") tests
+//	                              nothing else: the case fails unless its line names that reason
+//	                              (expect: refused 55F04 cannot parse), so a typo cannot count as held
 //	expect-hole: ceiling          a hole today's main still has, to be closed by that branch: the harness
 //	                              logs the violation instead of failing, and fails when the case holds (so a
 //	                              mark cannot go stale: remove it, keeping the expect line)
 //	sql:
-//	<the SQL: every line up to the next line starting with "expect:", "expect-hole:" or "=== ">
+//	<the SQL: every line up to the next line starting with "expect:", "expect-hole:" or "=== "; a line
+//	starting with '#' there is an error (it would be sent as SQL): comments go before sql:>
 //	expect: ...                   (the expect lines may also come before sql:)
 //
 // # The invariant

@@ -130,7 +130,8 @@ type harness struct {
 // variant is a running proxy of one config line, and, for catalog=on, its catalog reader.
 type variant struct {
 	*proxytest.Proxy
-	catalog *catalog.Source // nil without catalog=on
+	catalog *catalog.Source         // nil without catalog=on
+	ceiling *fpschema.CeilingKeeper // verify=on: the verifier keeps the token ceiling, as fenceproxy serve's does
 }
 
 // catalogYAML is the catalog section of the catalog=on variant: the reader connects to the corpus database as
@@ -146,6 +147,7 @@ func (h *harness) proxy(t *testing.T, config []string) *variant {
 	yaml := proxyTables
 	var token []string
 	var verifier proxytest.Options
+	var ceiling *fpschema.CeilingKeeper
 	withCatalog := false
 	for _, kv := range config {
 		switch kv {
@@ -167,7 +169,13 @@ func (h *harness) proxy(t *testing.T, config []string) *variant {
 				t.Fatal(err)
 			}
 			h.t.Cleanup(func() { v.Close() })
-			verifier.Verifier = v
+			// As fenceproxy serve does with a catalog section: the verifier keeps fenceproxy.token_ceiling over
+			// the proxy's own connection (here the superuser's), for the guard (guard=on) to read.
+			ceiling = fpschema.NewCeilingKeeper(v, "etcd", func(ctx context.Context) (*pgx.Conn, error) {
+				return pgx.Connect(ctx, pg.DSN(pgtest.SuperUser, "", corpusDB))
+			})
+			h.t.Cleanup(ceiling.Close)
+			verifier.Verifier = ceiling
 			token = append(token, fmt.Sprintf("  offset: %d", verifyShift),
 				"  verify:", "    etcd:", "      endpoints: ["+strings.Join(h.etcd.Endpoints(), ", ")+"]")
 		}
@@ -176,7 +184,7 @@ func (h *harness) proxy(t *testing.T, config []string) *variant {
 		yaml += "token:\n" + strings.Join(token, "\n") + "\n"
 	}
 	verifier.YAML = yaml
-	p := &variant{Proxy: proxytest.Start(h.t, pg.Addr(), verifier)}
+	p := &variant{Proxy: proxytest.Start(h.t, pg.Addr(), verifier), ceiling: ceiling}
 	if withCatalog {
 		cc, err := catalog.ConnConfig(p.Config)
 		if err != nil {
@@ -316,6 +324,13 @@ func (h *harness) run(t *testing.T, c *hcase, proto string) (problems []string, 
 	// hostile functions, triggers or rules; the catalog is read after it, as a refresh would see it.
 	if slices.Contains(c.config, "guard=on") {
 		h.installGuard(t, p)
+		if p.ceiling != nil {
+			// The schema is new: the proxy writes the ceiling again, as fenceproxy serve does at start and on
+			// SIGHUP.
+			if err := p.ceiling.Sync(ctx); err != nil {
+				t.Fatalf("token ceiling: %v", err)
+			}
+		}
 	}
 	for _, q := range c.direct {
 		mustExec(t, direct, q)
@@ -621,6 +636,7 @@ func check(before, after map[string]prow, k int64) (int, []string) {
 func expectation(c *hcase, errs []error, before, after map[string]prow, changed int) []string {
 	var codes []string
 	var first error
+	var problems []string
 	for _, err := range errs {
 		if err == nil {
 			continue
@@ -629,32 +645,49 @@ func expectation(c *hcase, errs []error, before, after map[string]prow, changed 
 			first = err
 		}
 		var pe *pgconn.PgError
-		if errors.As(err, &pe) {
-			codes = append(codes, pe.Code)
-		} else {
+		if !errors.As(err, &pe) {
 			codes = append(codes, "non-server error: "+err.Error())
+			continue
+		}
+		codes = append(codes, pe.Code)
+		if unreadable(pe) && !c.names(pe) {
+			problems = append(problems, fmt.Sprintf("refused because the text cannot be read (%s %s), which tests nothing else: "+
+				"fix the SQL, or name the reason (expect: refused %s <a fragment of the message>)", pe.Code, pe.Message, pe.Code))
 		}
 	}
 	switch c.expect {
 	case "refused":
-		if !slices.Contains(codes, c.expectCode) {
-			return []string{fmt.Sprintf("want SQLSTATE %s, got %v (%v)", c.expectCode, codes, first)}
+		if !slices.ContainsFunc(errs, func(err error) bool {
+			var pe *pgconn.PgError
+			return errors.As(err, &pe) && pe.Code == c.expectCode && strings.Contains(pe.Message, c.expectText)
+		}) {
+			problems = append(problems, fmt.Sprintf("want SQLSTATE %s %q, got %v (%v)", c.expectCode, c.expectText, codes, first))
 		}
 	case "fenced":
 		if first != nil {
-			return []string{fmt.Sprintf("want the write fenced and applied, got %v", first)}
-		}
-		if changed == 0 {
-			return []string{"want the write applied, but no protected row changed"}
+			problems = append(problems, fmt.Sprintf("want the write fenced and applied, got %v", first))
+		} else if changed == 0 {
+			problems = append(problems, "want the write applied, but no protected row changed")
 		}
 	case "untouched":
 		if changed > 0 {
-			return []string{fmt.Sprintf("want no protected row changed, %d did (error: %v)", changed, first)}
+			problems = append(problems, fmt.Sprintf("want no protected row changed, %d did (error: %v)", changed, first))
 		}
 	case "ok":
 		if first != nil {
-			return []string{fmt.Sprintf("want no error, got %v", first)}
+			problems = append(problems, fmt.Sprintf("want no error, got %v", first))
 		}
 	}
-	return nil
+	return problems
+}
+
+// unreadable reports whether e refuses a text because it could not be read at all: a syntax error, or the
+// proxy's refusal of a text it cannot parse or read (rewrite: "cannot parse ...", "cannot read ...").
+func unreadable(e *pgconn.PgError) bool {
+	return e.Code == "42601" || e.Code == "55F04" && (strings.Contains(e.Message, "cannot parse") || strings.Contains(e.Message, "cannot read"))
+}
+
+// names reports whether c's expect line names e's reason: refused with e's code and a fragment of its message.
+func (c *hcase) names(e *pgconn.PgError) bool {
+	return c.expect == "refused" && c.expectCode == e.Code && c.expectText != "" && strings.Contains(e.Message, c.expectText)
 }

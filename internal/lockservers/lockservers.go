@@ -1,6 +1,6 @@
 // Package lockservers runs real Redis and ZooKeeper servers for tests: each a child process on a free loopback
 // port with its own temporary directory, which a test can stop, start again on the same port, pause (SIGSTOP)
-// and resume. The servers come from the Debian packages redis-server and zookeeper, which scripts/setup
+// and resume. The servers come from the Debian packages redis-server and zookeeper, which scripts/setup --all
 // installs; a missing server fails the test (it never skips).
 package lockservers
 
@@ -45,7 +45,7 @@ func Redis(t testing.TB) *Server {
 	t.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
-		t.Fatalf("redis-server not found (scripts/setup installs the Debian package redis-server): %v", err)
+		t.Fatalf("redis-server not found (scripts/setup --all installs the Debian package redis-server): %v", err)
 	}
 	return start(t, "redis", func(port int, dir string) []string {
 		return []string{bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", dir, "--save", "",
@@ -61,10 +61,10 @@ func ZooKeeper(t testing.TB) *Server {
 	t.Helper()
 	java, err := exec.LookPath("java")
 	if err != nil {
-		t.Fatalf("java not found (scripts/setup installs the Debian package zookeeper, which needs it): %v", err)
+		t.Fatalf("java not found (scripts/setup --all installs the Debian package zookeeper, which needs it): %v", err)
 	}
 	if _, err := os.Stat(ZooKeeperJar); err != nil {
-		t.Fatalf("ZooKeeper not found (scripts/setup installs the Debian package zookeeper): %v", err)
+		t.Fatalf("ZooKeeper not found (scripts/setup --all installs the Debian package zookeeper): %v", err)
 	}
 	return start(t, "zookeeper", func(port int, dir string) []string {
 		return []string{java, "-Xmx128m", "-XX:+UseSerialGC", "-Dzookeeper.admin.enableServer=false",

@@ -175,8 +175,33 @@ func TestComposeAgreesWithQuickstart(t *testing.T) {
 			t.Errorf("the README's Docker paragraph lacks %q (docker-compose.yml and the README disagree)", want)
 		}
 	}
-	if fpSvc.Environment["PGPASSWORD"] != password {
-		t.Errorf("the fenceproxy service's PGPASSWORD (for check) is not PostgreSQL's password")
+	if fpSvc.Environment["PGPASSWORD"] != password || fpSvc.Environment["PGHOST"] != "postgres" {
+		t.Errorf("the fenceproxy service's PGHOST and PGPASSWORD (for the Docker steps) are not the postgres service's")
+	}
+
+	// A Docker user gets every Quickstart step (create the table, check, the story, the lock) through
+	// docker compose exec, in the proxy's container, which therefore has psql.
+	docker := readme[strings.Index(readme, "**With Docker**"):]
+	docker = docker[:strings.Index(docker, "\n## ")]
+	for _, want := range []string{
+		`fp() { docker compose exec -T fenceproxy "$@"; }`,
+		"fp psql -c 'CREATE TABLE accounts",
+		"fp fenceproxy check --config " + inImage,
+		"fp psql -h 127.0.0.1 -p " + listenPort,
+		"fp fenceproxy lock --pg \"host=postgres\" settlement -- psql -h 127.0.0.1 -p " + listenPort,
+	} {
+		if !strings.Contains(docker, want) {
+			t.Errorf("the README's Docker steps lack %q", want)
+		}
+	}
+	if df := readRepoFile(t, "Dockerfile"); !strings.Contains(df, "postgresql-client") {
+		t.Error("the image has no psql (postgresql-client), which the README's Docker steps run in it")
+	}
+	// The compose file's header says what the README says: the same exports, etcd's included.
+	exports := regexp.MustCompile(`PGHOST=127\.0\.0\.1 PGPORT=\S+ PGUSER=\S+ PGPASSWORD=\S+ PROXY_PORT=\S+ FENCEPROXY_ETCD_ENDPOINTS=\S+`).FindString(readme)
+	header, _, _ := strings.Cut(readRepoFile(t, "docker-compose.yml"), "services:")
+	if exports == "" || !strings.Contains(header, strings.TrimSuffix(exports, "`")) {
+		t.Errorf("docker-compose.yml's header does not list the README's exports %q:\n%s", exports, header)
 	}
 }
 

@@ -15,15 +15,15 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/fenceproxy/fenceproxy/internal/etcdtest"
 	"github.com/fenceproxy/fenceproxy/internal/freeport"
 	"github.com/fenceproxy/fenceproxy/internal/pgtest"
 )
 
 // The Quickstart's ```sh quickstart blocks, run as written, in order, in one bash (as a user pastes them into one
-// terminal), against a throwaway PostgreSQL and etcd. Only what the README itself leaves to the environment is
-// set: PGHOST and PGPORT (the server), PROXY_PORT (a free port) and FENCEPROXY_ETCD_ENDPOINTS. Every outcome the
-// blocks' comments promise (the SQLSTATE of an error, a command tag, a line of output) must appear, in order.
+// terminal), against a throwaway PostgreSQL and nothing else (the lock service is PostgreSQL's own lock store).
+// Only what the README itself leaves to the environment is set: PGHOST and PGPORT (the server) and PROXY_PORT (a
+// free port); no lock-store variable is inherited. Every outcome the blocks' comments promise (the SQLSTATE of an
+// error, a command tag, a line of output) must appear, in order.
 func TestReadmeQuickstart(t *testing.T) {
 	root := repoRoot(t)
 	blocks := codeBlocks(t, readRepoFile(t, "README.md"), "sh quickstart")
@@ -38,7 +38,6 @@ func TestReadmeQuickstart(t *testing.T) {
 	}
 
 	pg := pgtest.MustStart(t, pgtest.Options{})
-	etcd := etcdtest.Start(t)
 
 	// The blocks build ./fenceproxy and write fenceproxy.yaml in the current directory: run them in a directory
 	// that looks like the checkout (the module and its packages, linked) so that nothing in it is overwritten.
@@ -65,7 +64,7 @@ func TestReadmeQuickstart(t *testing.T) {
 	}
 	var env []string
 	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "PG") && !strings.HasPrefix(kv, "PROXY_PORT=") && !strings.HasPrefix(kv, "FENCEPROXY_ETCD_ENDPOINTS=") && !strings.HasPrefix(kv, "ETCDCTL_") {
+		if !strings.HasPrefix(kv, "PG") && !strings.HasPrefix(kv, "PROXY_PORT=") && !strings.HasPrefix(kv, "FENCEPROXY_") && !strings.HasPrefix(kv, "ETCDCTL_") {
 			env = append(env, kv)
 		}
 	}
@@ -73,7 +72,6 @@ func TestReadmeQuickstart(t *testing.T) {
 		"PGHOST="+pg.Host(),
 		"PGPORT="+strconv.Itoa(pg.Port()),
 		"PROXY_PORT="+strconv.Itoa(proxyPort),
-		"FENCEPROXY_ETCD_ENDPOINTS="+etcd.ClientAddr(),
 		"PATH="+pg.BinDir()+string(os.PathListSeparator)+os.Getenv("PATH"), // psql, pg_isready
 	)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute) // the first go build can be slow
@@ -109,19 +107,31 @@ func TestReadmeQuickstart(t *testing.T) {
 		i++
 	}
 
-	// What the story left in the table: B's write, then the lock holder's, never A's late one.
+	// What the story left in the table: B's write, never A's late one; and the second lock holder's write, with
+	// a token above the first holder's.
 	c, err := pgx.Connect(ctx, pg.DSN(pgtest.SuperUser, "", "postgres"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close(ctx)
-	var balance string
-	var token int64
-	if err := c.QueryRow(ctx, "SELECT balance::text, fence_token FROM accounts WHERE id = 1").Scan(&balance, &token); err != nil {
-		t.Fatal(err)
+	for _, want := range []struct {
+		id       int
+		balance  string
+		minToken int64
+	}{{1, "50", 2}, {2, "20", 2}} {
+		var balance string
+		var token int64
+		if err := c.QueryRow(ctx, "SELECT balance::text, fence_token FROM accounts WHERE id = $1", want.id).Scan(&balance, &token); err != nil {
+			t.Fatal(err)
+		}
+		if balance != want.balance || token < want.minToken {
+			t.Errorf("accounts row %d: balance %s, fence_token %d; want %s with a token of %d or more", want.id, balance, token, want.balance, want.minToken)
+		}
 	}
-	if balance != "60" || token < 2 {
-		t.Errorf("accounts row 1: balance %s, fence_token %d; want 60 written by the lock holder with a token of 2 or more", balance, token)
+	// The tokens came from PostgreSQL's lock store, in the database the Quickstart uses.
+	var leases int
+	if err := c.QueryRow(ctx, "SELECT count(*) FROM fenceproxy.lock_leases WHERE name = 'settlement'").Scan(&leases); err != nil || leases != 1 {
+		t.Errorf("the lock store has %d leases named settlement (%v), want 1", leases, err)
 	}
 	// The proxy's log, which the README points at, has the connection lines.
 	logs, err := os.ReadFile(filepath.Join(dir, "fenceproxy.log"))

@@ -4,6 +4,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -75,5 +76,39 @@ func TestMakeDemoSaysItIsBuilding(t *testing.T) {
 	i := strings.Index(readme, "go run ./examples/demo")
 	if i < 0 || !regexp.MustCompile(`first run builds for minutes`).MatchString(readme[i:min(len(readme), i+600)]) {
 		t.Error("the README does not say, next to go run ./examples/demo, that the first run builds for minutes")
+	}
+}
+
+// scripts/setup installs what the demo and the core tests need and nothing more; the other lock servers and the
+// ORM matrix come with --all, which scripts/test (so CI, on a clean machine) asks for because it runs those
+// tests. As root it needs no sudo and says so.
+func TestSetupInstallsOnlyWhatIsAskedFor(t *testing.T) {
+	list := func(args ...string) []string {
+		t.Helper()
+		out, err := exec.Command("bash", append([]string{filepath.Join(repoRoot(t), "scripts/setup"), "--list"}, args...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("scripts/setup --list %v: %v\n%s", args, err, out)
+		}
+		return strings.Fields(string(out))
+	}
+	core, all := list(), list("--all")
+	for _, pkg := range []string{"postgresql", "postgresql-client", "pgbouncer", "etcd-client"} {
+		if !slices.Contains(core, pkg) {
+			t.Errorf("scripts/setup does not install %s, which the demo or the core tests need: %v", pkg, core)
+		}
+	}
+	for _, pkg := range []string{"redis-server", "zookeeper", "ruby-activerecord", "python3-django", "default-jre-headless", "nodejs"} {
+		if slices.Contains(core, pkg) {
+			t.Errorf("scripts/setup installs %s without --all (the demo and the core tests do not need it)", pkg)
+		}
+		if !slices.Contains(all, pkg) {
+			t.Errorf("scripts/setup --all does not install %s, which scripts/test's tests need: %v", pkg, all)
+		}
+	}
+	if s := readRepoFile(t, "scripts/test"); !strings.Contains(s, "scripts/setup --all") {
+		t.Error("scripts/test does not install what its lock-store and ORM tests need (scripts/setup --all)")
+	}
+	if s := readRepoFile(t, "scripts/setup"); !strings.Contains(s, "running as root: installing with apt-get directly (no sudo needed)") {
+		t.Error("scripts/setup does not say that, as root, it needs no sudo")
 	}
 }

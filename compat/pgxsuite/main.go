@@ -1,0 +1,284 @@
+// Command pgxsuite runs pgx's own test suite (a real client's suite that no one here wrote) twice against a
+// throwaway PostgreSQL: directly, and through `fenceproxy serve` with a configuration that names a protected
+// table and nothing else (no catalog section, no other key). It reports the pass counts of both runs and every
+// test that passes directly but not through the proxy, and exits 1 when there is one.
+//
+//	go run ./compat/pgxsuite [-run REGEXP] [-keep] [-src DIR]
+//
+// The pgx source is the module fenceproxy depends on (`go list -m github.com/jackc/pgx/v5`, in the module
+// cache); its tests read PGX_TEST_DATABASE. The database gets what pgx's CI setup gives it
+// (testsetup/postgresql_setup.sql: hstore, ltree, the uint64 domain, its roles) and a protected table
+// public.accounts that pgx never touches. Tests that need other PGX_TEST_* variables skip in both runs.
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"log"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/fenceproxy/fenceproxy/internal/freeport"
+	"github.com/fenceproxy/fenceproxy/internal/pgtest"
+)
+
+// database is the database pgx's tests use (its CI's name).
+const database = "pgx_test"
+
+// setupSQL is pgx's testsetup/postgresql_setup.sql without its psql-only part (a role named after the OS
+// user), and the protected table. Each statement runs on its own; one that fails fails the run.
+var setupSQL = []string{
+	"CREATE EXTENSION hstore",
+	"CREATE EXTENSION ltree",
+	"CREATE DOMAIN uint64 AS numeric(20,0)",
+	"CREATE USER pgx_ssl WITH SUPERUSER PASSWORD 'secret'",
+	"CREATE USER pgx_sslcert WITH SUPERUSER PASSWORD 'secret'",
+	"SET password_encryption = md5",
+	"CREATE USER pgx_md5 WITH SUPERUSER PASSWORD 'secret'",
+	"SET password_encryption = 'scram-sha-256'",
+	"CREATE USER pgx_pw WITH SUPERUSER PASSWORD 'secret'",
+	"CREATE USER pgx_scram WITH SUPERUSER PASSWORD 'secret'",
+	"CREATE USER pgx_oauth WITH SUPERUSER",
+	`CREATE USER " tricky, ' } "" \ test user " SUPERUSER PASSWORD 'secret'`,
+	"CREATE TABLE public.accounts (id int PRIMARY KEY, balance int NOT NULL DEFAULT 0, fence_token bigint)",
+}
+
+// proxyConfig names the protected table and nothing else.
+const proxyConfig = `listen: %s
+upstream:
+  address: %s
+tables:
+  - name: accounts
+    token_column: fence_token
+`
+
+func main() {
+	run := flag.String("run", "", "only the tests matching this regexp (go test -run)")
+	keep := flag.Bool("keep", false, "keep the go test -json outputs in the working directory")
+	src := flag.String("src", ".", "the fenceproxy checkout whose ./cmd/fenceproxy is built and run")
+	flag.Parse()
+	log.SetFlags(0)
+	if err := suite(*run, *keep, *src); err != nil {
+		log.Fatal(err)
+	}
+}
+
+func suite(run string, keep bool, src string) error {
+	ctx := context.Background()
+	pgxDir, err := moduleDir("github.com/jackc/pgx/v5")
+	if err != nil {
+		return err
+	}
+	cluster, err := pgtest.Start(pgtest.Options{})
+	if err != nil {
+		return err
+	}
+	defer cluster.Stop()
+	if err := setup(ctx, cluster); err != nil {
+		return err
+	}
+	tmp, err := os.MkdirTemp("", "pgxsuite")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	proxyAddr, stop, err := startProxy(ctx, src, tmp, cluster.Addr())
+	if err != nil {
+		return err
+	}
+	defer stop()
+
+	direct, err := goTest(pgxDir, cluster.DSN(pgtest.SuperUser, "", database), run, keep, "direct")
+	if err != nil {
+		return err
+	}
+	host, port, _ := net.SplitHostPort(proxyAddr)
+	proxied, err := goTest(pgxDir, fmt.Sprintf("host=%s port=%s user=%s dbname=%s sslmode=disable", host, port, pgtest.SuperUser, database),
+		run, keep, "proxy")
+	if err != nil {
+		return err
+	}
+	fmt.Printf("pgx %s\n", filepath.Base(pgxDir))
+	for _, r := range []struct {
+		name string
+		res  map[string]string
+	}{{"direct", direct}, {"through fenceproxy", proxied}} {
+		fmt.Printf("%-20s pass %d  fail %d  skip %d\n", r.name, count(r.res, "pass"), count(r.res, "fail"), count(r.res, "skip"))
+	}
+	var lost []string
+	for name, a := range direct {
+		if a == "pass" && proxied[name] != "pass" {
+			lost = append(lost, fmt.Sprintf("%s (%s through the proxy)", name, orNone(proxied[name])))
+		}
+	}
+	slices.Sort(lost)
+	if len(lost) > 0 {
+		return fmt.Errorf("%d tests pass directly but not through fenceproxy:\n  %s", len(lost), strings.Join(lost, "\n  "))
+	}
+	fmt.Println("every test that passes directly passes through fenceproxy")
+	return nil
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "not run"
+	}
+	return s
+}
+
+func count(res map[string]string, action string) int {
+	n := 0
+	for _, a := range res {
+		if a == action {
+			n++
+		}
+	}
+	return n
+}
+
+// moduleDir is the directory of the module path that fenceproxy's build uses.
+func moduleDir(path string) (string, error) {
+	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", path).Output()
+	if err != nil {
+		return "", fmt.Errorf("go list -m %s: %w", path, err)
+	}
+	dir := strings.TrimSpace(string(out))
+	if dir == "" {
+		return "", fmt.Errorf("go list -m %s: no directory (run go mod download)", path)
+	}
+	return dir, nil
+}
+
+func setup(ctx context.Context, c *pgtest.Cluster) error {
+	if err := c.ExecIn("postgres", "CREATE DATABASE "+database); err != nil {
+		return fmt.Errorf("create database: %w", err)
+	}
+	conn, err := pgx.Connect(ctx, c.DSN(pgtest.SuperUser, "", database))
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	for _, sql := range setupSQL {
+		if _, err := conn.Exec(ctx, sql); err != nil {
+			return fmt.Errorf("setup: %s: %w", sql, err)
+		}
+	}
+	return nil
+}
+
+// startProxy builds fenceproxy from the checkout src and runs `fenceproxy serve` in front of upstream until stop.
+func startProxy(ctx context.Context, src, dir, upstream string) (addr string, stop func(), err error) {
+	bin := filepath.Join(dir, "fenceproxy")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/fenceproxy")
+	build.Dir = src
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		return "", nil, fmt.Errorf("build fenceproxy (run from the repository root): %w", err)
+	}
+	port, err := freeport.Pick()
+	if err != nil {
+		return "", nil, err
+	}
+	addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	cfg := filepath.Join(dir, "fenceproxy.yaml")
+	if err := os.WriteFile(cfg, fmt.Appendf(nil, proxyConfig, addr, upstream), 0o600); err != nil {
+		return "", nil, err
+	}
+	logf, err := os.Create(filepath.Join(dir, "fenceproxy.log"))
+	if err != nil {
+		return "", nil, err
+	}
+	cmd := exec.Command(bin, "serve", "--config", cfg)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		return "", nil, err
+	}
+	stop = func() {
+		cmd.Process.Signal(os.Interrupt)
+		done := make(chan struct{})
+		go func() { cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			cmd.Process.Kill()
+			<-done
+		}
+		logf.Close()
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		conn, err := pgx.Connect(ctx, fmt.Sprintf("postgres://%s@%s/%s?sslmode=disable", pgtest.SuperUser, addr, database))
+		if err == nil {
+			conn.Close(ctx)
+			return addr, stop, nil
+		}
+		if time.Now().After(deadline) {
+			stop()
+			b, _ := os.ReadFile(logf.Name())
+			return "", nil, fmt.Errorf("fenceproxy did not accept connections within 30s: %w\n%s", err, b)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// tempNames are the random parts of temporary paths in subtest names (TestParseConfigSSLCertMode/servicefile=
+// '/tmp/TestParseConfigSSLCertMode699868462/001/...'), which differ between the two runs.
+var tempNames = regexp.MustCompile(`([A-Za-z_])[0-9]{6,}`)
+
+// goTest runs pgx's tests with PGX_TEST_DATABASE=dsn and returns each test's outcome (pass, fail, skip) by
+// package and name.
+func goTest(dir, dsn, run string, keep bool, label string) (map[string]string, error) {
+	args := []string{"test", "-json", "-count=1", "-p=1", "-timeout=30m"}
+	if run != "" {
+		args = append(args, "-run", run)
+	}
+	args = append(args, "./...")
+	cmd := exec.Command("go", args...)
+	cmd.Dir = dir
+	env := []string{"PGX_TEST_DATABASE=" + dsn}
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "PGX_TEST_") && !strings.HasPrefix(kv, "PG") && !strings.HasPrefix(kv, "GOFLAGS=") {
+			env = append(env, kv)
+		}
+	}
+	cmd.Env = env
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if keep {
+		os.WriteFile("pgxsuite-"+label+".json", out, 0o644)
+	}
+	if _, exit := err.(*exec.ExitError); err != nil && !exit {
+		return nil, fmt.Errorf("go test (%s): %w", label, err)
+	}
+	res := map[string]string{}
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	sc.Buffer(make([]byte, 1<<20), 1<<26)
+	for sc.Scan() {
+		var ev struct{ Action, Package, Test string }
+		if json.Unmarshal(sc.Bytes(), &ev) != nil || ev.Test == "" {
+			continue
+		}
+		switch ev.Action {
+		case "pass", "fail", "skip":
+			res[ev.Package+" "+tempNames.ReplaceAllString(ev.Test, "$1#")] = ev.Action
+		}
+	}
+	if len(res) == 0 {
+		return nil, fmt.Errorf("go test (%s) reported no test: %v\n%s", label, err, stderr.String())
+	}
+	return res, nil
+}
