@@ -760,3 +760,71 @@ func TestPooledServerIdleTimeout(t *testing.T) {
 		t.Fatal("still on the closed server connection")
 	}
 }
+
+// PostgreSQL is the judge: the same scripts run on a connection of their own, straight to the server, and
+// through a pool of one server connection that another client (with a token of its own) uses between every two
+// statements outside a transaction; after each statement both must hold the same token and lock. A token never set reads as "" in
+// both (a direct connection has no such setting until it is set; a pooled one has it reset).
+func TestPooledTokenOracle(t *testing.T) {
+	f := newPooledFenced(t, 1, "")
+	scripts := []struct {
+		options string
+		stmts   []string
+	}{
+		{"", []string{"SET fence.token = 5", "BEGIN", "SET fence.token = 6", "ROLLBACK"}},
+		{"", []string{"SET fence.token = 5", "BEGIN", "SET LOCAL fence.token = 7", "COMMIT"}},
+		{"", []string{"SET fence.token = 5", "BEGIN", "SAVEPOINT a", "SET fence.token = 6", "ROLLBACK TO SAVEPOINT a", "SET LOCAL fence.token = 8", "RELEASE a", "COMMIT"}},
+		{"", []string{"BEGIN", "SAVEPOINT a", "SET fence.token = 6", "RELEASE a", "SAVEPOINT b", "SET fence.lock = 'L'", "COMMIT"}},
+		{"", []string{"SELECT set_config('fence.token', '9', false)", "SELECT set_config('fence.lock', 'x''y', true)", "RESET fence.token"}},
+		{"", []string{"SET fence.token = 5", "SET fence.lock = 'a b'", "DISCARD ALL"}},
+		{"", []string{"BEGIN", "SET fence.token = 5", "SELECT 1/0", "ROLLBACK"}},
+		{"", []string{"SET fence.token = 5", "RESET ALL"}},
+		{"", []string{"SET fence.token = 5", "BEGIN", "RESET fence.token", "COMMIT"}},
+		{"", []string{"SET fence.token = 5; SET LOCAL fence.token = 6", "SET fence.token TO DEFAULT"}},
+		{"", []string{"BEGIN; SET fence.token = 5; COMMIT; SET fence.token = 6", "SET SESSION fence.token = 7"}},
+		{"-c fence.token=3 -c fence.lock=k", []string{"SET fence.token = 5", "RESET fence.token", "SET fence.lock = 'm'", "DISCARD ALL"}},
+		{"-c fence.token=3", []string{"BEGIN", "SET fence.token = 5", "ROLLBACK", "SELECT set_config('fence.token', NULL, false)"}},
+	}
+	ctx := ctxT(t)
+	state := func(c *pgx.Conn) string {
+		var tok, lock string
+		if err := c.QueryRow(ctx, "SELECT coalesce(current_setting('fence.token', true), ''), coalesce(current_setting('fence.lock', true), '')",
+			pgx.QueryExecModeSimpleProtocol).Scan(&tok, &lock); err != nil {
+			var pe *pgconn.PgError
+			if errors.As(err, &pe) && pe.Code == "25P02" {
+				return "aborted"
+			}
+			t.Fatal(err)
+		}
+		return tok + "|" + lock
+	}
+	noise := pooledConn(t, f, "&default_query_exec_mode=simple_protocol&options=-c%20fence.token%3D99%20-c%20fence.lock%3Dnoise")
+	for i, sc := range scripts {
+		for _, mode := range []string{"simple_protocol", "exec"} {
+			q := "&default_query_exec_mode=" + mode
+			if sc.options != "" {
+				q += "&options=" + strings.NewReplacer(" ", "%20", "=", "%3D").Replace(sc.options)
+			}
+			d := connect(t, pg.SuperDSN()+q)
+			p := pooledConn(t, f, q)
+			for _, stmt := range sc.stmts {
+				_, errD := d.Exec(ctx, stmt)
+				_, errP := p.Exec(ctx, stmt)
+				if (errD == nil) != (errP == nil) {
+					t.Fatalf("script %d (%s) %q: direct error %v, pooled error %v", i, mode, stmt, errD, errP)
+				}
+				if p.PgConn().TxStatus() == 'I' {
+					fxExec(t, noise, "SELECT 1") // the pool's one server connection serves the other client
+				}
+				if sd, sp := state(d), state(p); sd != sp {
+					t.Fatalf("script %d (%s) after %q: direct %q, pooled %q", i, mode, stmt, sd, sp)
+				}
+			}
+			if got := state(noise); got != "99|noise" {
+				t.Fatalf("script %d (%s): the other client's token and lock became %q", i, mode, got)
+			}
+			d.Close(ctx)
+			p.Close(ctx)
+		}
+	}
+}
