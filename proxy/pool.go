@@ -2,7 +2,9 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -12,8 +14,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Transaction pooling (pool.mode: transaction): the server connections. A txPool holds the server connections
@@ -208,9 +208,9 @@ func (ps *txPools) close() {
 	}
 }
 
-// acquire lends a server connection: an idle one, or a new one while the pool has room; else it waits for one
-// up to wait.
-func (p *txPool) acquire(wait time.Duration) (*serverConn, error) {
+// acquire lends a server connection: an idle one, or a new one (logged in with login, the client's) while the
+// pool has room; else it waits for one up to wait.
+func (p *txPool) acquire(wait time.Duration, login *clientLogin) (*serverConn, error) {
 	select {
 	case p.slots <- struct{}{}:
 	default:
@@ -245,12 +245,12 @@ func (p *txPool) acquire(wait time.Duration) (*serverConn, error) {
 		}
 		return sc, nil
 	}
-	sc, err := p.dial()
+	sc, err := p.dial(login)
 	if err == nil && p.superseded(sc) {
 		// Dialled to a host picked just before a change of primary was published (dropHost missed it): the
 		// next pick is the new one.
 		p.forget(sc)
-		sc, err = p.dial()
+		sc, err = p.dial(login)
 	}
 	if err != nil {
 		<-p.slots
@@ -323,12 +323,13 @@ func (ps *txPools) dropHost(old, now string, epoch uint64) {
 	}
 }
 
-// dial opens a server connection to the host the router picks (Server.pickUpstream: upstream.address, or among
-// upstream.hosts for upstream.target, waiting within the startup timeout during a failover) through the proxy's
-// one dial function (Server.dialHost, which negotiates upstream TLS), logs in
-// (pgconn, as the pool's user with auth.upstream_password(s) or none: trust, password, md5 or SCRAM) and sets
-// the placeholders.
-func (p *txPool) dial() (*serverConn, error) {
+// dial opens a server connection for a client of the pool whose login is login: to the host the router picks
+// (Server.pickUpstream: upstream.address, or among upstream.hosts for upstream.target, waiting within the
+// startup timeout during a failover), through the proxy's one dial function (Server.dialHost, which negotiates
+// upstream TLS). It logs in as the pool's user the way every client is logged in upstream (auth.go:
+// clientLogin.answerUpstream: the client's SCRAM ClientKey, its md5 secret, or auth.upstream_password(s)) and
+// sets the placeholders.
+func (p *txPool) dial(login *clientLogin) (*serverConn, error) {
 	s := p.srv
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Limits.StartupTimeout)
 	defer cancel()
@@ -336,89 +337,140 @@ func (p *txPool) dial() (*serverConn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pool %s: %w", p.name, err)
 	}
-	host, port, err := net.SplitHostPort(up.addr)
-	if err != nil {
-		return nil, err
-	}
-	cfg, err := pgconn.ParseConfig(fmt.Sprintf("host='%s' port=%s sslmode=disable", host, port))
+	conn, err := s.dialHost(ctx, up.addr)
 	if err != nil {
 		return nil, fmt.Errorf("pool %s: %w", p.name, err)
 	}
-	cfg.Fallbacks = nil
-	cfg.TLSConfig = nil // dialHost negotiates TLS itself (upstream.tls)
-	cfg.DialFunc = func(ctx context.Context, _, _ string) (net.Conn, error) { return s.dialHost(ctx, up.addr) }
-	cfg.LookupFunc = func(context.Context, string) ([]string, error) { return []string{host}, nil }
-	cfg.User = p.params["user"]
-	cfg.Database = p.params["database"]
-	cfg.Password = s.cfg.Auth.UpstreamPasswordFor(cfg.User) // "": trust
-
-	cfg.RuntimeParams = map[string]string{}
-	for k, v := range p.params {
-		if k != "user" && k != "database" {
-			cfg.RuntimeParams[k] = v
-		}
+	if dl, ok := ctx.Deadline(); ok {
+		conn.SetDeadline(dl)
 	}
-	pc, err := pgconn.ConnectConfig(ctx, cfg)
+	sc := &serverConn{pool: p, conn: conn, host: up, born: time.Now(), stmts: map[string]bool{}}
+	sc.w = bufio.NewWriterSize(conn, writeBufferSize)
+	sc.intr.conn = conn
+	sc.r = msgReader{r: bufio.NewReaderSize(conn, readBufferSize), intr: &sc.intr}
+	statuses, defaults, err := sc.logIn(login, s.cfg.Token.Setting, s.cfg.Token.LockSetting)
 	if err != nil {
-		return nil, fmt.Errorf("pool %s: connect: %w", p.name, err)
+		conn.Close()
+		return nil, fmt.Errorf("pool %s on %s: %w", p.name, up.addr, err)
 	}
-	tok, lock := s.cfg.Token.Setting, s.cfg.Token.LockSetting
-	// The defaults first, then the placeholders: a target list is evaluated in order.
-	setup := fmt.Sprintf("SELECT pg_catalog.current_setting(%[1]s, true), pg_catalog.current_setting(%[2]s, true), pg_catalog.set_config(%[1]s, %[3]s, false), pg_catalog.set_config(%[2]s, %[3]s, false)",
-		quoteLiteral(tok), quoteLiteral(lock), quoteLiteral(poolPlaceholder))
-	res, err := pc.Exec(ctx, setup).ReadAll()
-	if err == nil && (len(res) != 1 || len(res[0].Rows) != 1 || len(res[0].Rows[0]) != 4) {
-		err = errors.New("unexpected answer")
-	}
-	if err != nil {
-		pc.Close(ctx)
-		return nil, fmt.Errorf("pool %s: set up a server connection: %w", p.name, err)
-	}
-	defaults := res[0].Rows[0]
-	if err := pc.SyncConn(ctx); err != nil {
-		pc.Close(ctx)
-		return nil, fmt.Errorf("pool %s: %w", p.name, err)
-	}
-	hc, err := pc.Hijack()
-	if err != nil {
-		return nil, fmt.Errorf("pool %s: %w", p.name, err)
-	}
-	hc.Conn.SetDeadline(time.Time{})
-	sc := &serverConn{pool: p, conn: hc.Conn, host: up, born: time.Now(), stmts: map[string]bool{}}
-	sc.key = append(sc.key, byte(hc.PID>>24), byte(hc.PID>>16), byte(hc.PID>>8), byte(hc.PID))
-	sc.key = append(sc.key, hc.SecretKey...)
-	sc.w = bufio.NewWriterSize(hc.Conn, writeBufferSize)
-	sc.intr.conn = hc.Conn
-	sc.r = msgReader{r: bufio.NewReaderSize(hc.Conn, readBufferSize), intr: &sc.intr}
+	conn.SetDeadline(time.Time{})
 	s.metrics.poolDialed()
 	p.opened.Add(1)
 	p.mu.Lock()
 	p.live[sc] = struct{}{}
 	if p.reports == nil {
 		p.resetToken, p.resetLock = nullable(defaults[0]), nullable(defaults[1])
-		names := make([]string, 0, len(hc.ParameterStatuses))
-		for k := range hc.ParameterStatuses {
-			names = append(names, k)
-		}
-		sort.Strings(names)
-		for _, k := range names {
-			p.reports = append(p.reports, paramStatus{k, hc.ParameterStatuses[k]})
-		}
+		p.reports = statuses
 	}
 	p.mu.Unlock()
 	return sc, nil
 }
 
+// logIn sends the pool's StartupMessage (protocol 3.0, the pool's parameters) on a new server connection, answers
+// the server's authentication with login, reads the startup's answers up to ReadyForQuery (its BackendKeyData is
+// sc.key) and sets the placeholders. It returns the ParameterStatus values (sorted by name) and the server's
+// default token and lock values (nil: none), read before the placeholders replace them.
+func (sc *serverConn) logIn(login *clientLogin, tok, lock string) ([]paramStatus, [][]byte, error) {
+	p := sc.pool
+	names := make([]string, 0, len(p.params))
+	for k := range p.params {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	body := binary.BigEndian.AppendUint32(nil, 3<<16)
+	for _, k := range names {
+		body = append(append(append(append(body, k...), 0), p.params[k]...), 0)
+	}
+	body = append(body, 0)
+	sc.w.Write(binary.BigEndian.AppendUint32(nil, uint32(len(body)+4)))
+	sc.w.Write(body)
+	if err := sc.w.Flush(); err != nil {
+		return nil, nil, fmt.Errorf("send the startup: %w", err)
+	}
+	if err := login.answerUpstream(&sc.r, sc.w, func(byte, []byte) {}); err != nil {
+		return nil, nil, fmt.Errorf("log in: %w", err)
+	}
+	var statuses []paramStatus
+	if _, err := sc.readUntilReady(func(typ byte, body []byte) error {
+		switch typ {
+		case msgParameterStatus:
+			k, rest, ok := cutNul(body)
+			v, _, ok2 := cutNul(rest)
+			if !ok || !ok2 {
+				return fmt.Errorf("%w: malformed ParameterStatus", errProtocol)
+			}
+			statuses = append(statuses, paramStatus{string(k), string(v)})
+		case msgBackendKeyData:
+			sc.key = bytes.Clone(body)
+		}
+		return nil
+	}); err != nil {
+		return nil, nil, err
+	}
+	sort.Slice(statuses, func(i, j int) bool { return statuses[i].name < statuses[j].name })
+	// The defaults first, then the placeholders: a target list is evaluated in order.
+	writeMsg(sc.w, msgQuery, nil, fmt.Sprintf("SELECT pg_catalog.current_setting(%[1]s, true), pg_catalog.current_setting(%[2]s, true), pg_catalog.set_config(%[1]s, %[3]s, false), pg_catalog.set_config(%[2]s, %[3]s, false)",
+		quoteLiteral(tok), quoteLiteral(lock), quoteLiteral(poolPlaceholder)))
+	if err := sc.w.Flush(); err != nil {
+		return nil, nil, fmt.Errorf("set up a server connection: %w", err)
+	}
+	var row [][]byte
+	rows, err := sc.readUntilReady(func(typ byte, body []byte) (err error) {
+		if typ == msgDataRow {
+			row, err = dataRowValues(body)
+		}
+		return err
+	})
+	if err == nil && (rows != 1 || len(row) != 4) {
+		err = errors.New("unexpected answer")
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("set up a server connection: %w", err)
+	}
+	return statuses, row, nil
+}
+
+// readUntilReady reads a server connection's messages up to ReadyForQuery, giving each to seen, and returns how
+// many DataRows came; an ErrorResponse is the error (after the ReadyForQuery that follows it, if any).
+func (sc *serverConn) readUntilReady(seen func(typ byte, body []byte) error) (int, error) {
+	rows := 0
+	var failed error
+	for {
+		typ, _, err := sc.r.next()
+		if err != nil {
+			return rows, err
+		}
+		body, err := sc.r.body()
+		if err != nil {
+			return rows, err
+		}
+		switch typ {
+		case msgReadyForQuery:
+			return rows, failed
+		case msgErrorResponse:
+			failed = fmt.Errorf("server: %s (SQLSTATE %s)", errorField(body, fieldMessage), errorField(body, fieldCode))
+			if errorField(body, fieldSeverity) != "ERROR" {
+				return rows, failed // FATAL: no ReadyForQuery follows
+			}
+		case msgDataRow:
+			rows++
+		}
+		if err := seen(typ, body); err != nil {
+			return rows, err
+		}
+	}
+}
+
 // serverReports returns the ParameterStatus values the pool's clients are shown at startup, opening a server
 // connection if none was opened yet.
-func (p *txPool) serverReports(wait time.Duration) ([]paramStatus, error) {
+func (p *txPool) serverReports(wait time.Duration, login *clientLogin) ([]paramStatus, error) {
 	p.mu.Lock()
 	r := p.reports
 	p.mu.Unlock()
 	if r != nil {
 		return r, nil
 	}
-	sc, err := p.acquire(wait)
+	sc, err := p.acquire(wait, login)
 	if err != nil {
 		return nil, err
 	}

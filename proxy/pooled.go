@@ -47,7 +47,8 @@ import (
 
 // pooledState is a client session's transaction-pooling state.
 type pooledState struct {
-	pool *txPool
+	pool  *txPool
+	login *clientLogin // how a server connection opened for the client logs in (auth.go: answerUpstream)
 
 	mu      sync.Mutex
 	settled sync.Cond     // broadcast when the lend's server side has answered a ReadyForQuery and decided
@@ -123,7 +124,7 @@ func probeSQL(tok, lock string) string {
 
 // startPooled answers the startup of a client the proxy authenticated (auth.go: authenticateClient; its user
 // and database choose the pool) in transaction mode and serves the session.
-func (s *Server) startPooled(ss *session) {
+func (s *Server) startPooled(ss *session, login *clientLogin) {
 	if ss.params["database"] == adminDatabase {
 		s.serveAdmin(ss) // admin.go
 		return
@@ -135,12 +136,12 @@ func (s *Server) startPooled(ss *session) {
 	}
 	p.clients.Add(1)
 	defer p.clients.Add(-1)
-	reports, err := p.serverReports(s.cfg.Pool.MaxClientWait)
+	reports, err := p.serverReports(s.cfg.Pool.MaxClientWait, login)
 	if err != nil {
 		ss.poolFailed(p, err)
 		return
 	}
-	pl := &pooledState{pool: p}
+	pl := &pooledState{pool: p, login: login}
 	pl.settled.L = &pl.mu
 	tok, lock := s.cfg.Token.Setting, s.cfg.Token.LockSetting
 	pl.token, pl.lock = startupValue(ss.params, tok), startupValue(ss.params, lock)
@@ -399,7 +400,7 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 // lend takes a server connection from the pool for the client (pl.mu held) and starts its server side.
 func (ss *session) lend() error {
 	pl := ss.pooled
-	sc, err := pl.pool.acquire(ss.srv.cfg.Pool.MaxClientWait)
+	sc, err := pl.pool.acquire(ss.srv.cfg.Pool.MaxClientWait, pl.login)
 	if err != nil {
 		code, msg, detail := poolError(pl.pool, err)
 		pl.lost, pl.fare = err, errorResponse("FATAL", code, msg, detail, "")

@@ -567,8 +567,9 @@ func TestPooledDrain(t *testing.T) {
 }
 
 // auth.type scram-sha-256: clients prove their password against the SCRAM secret of an auth file (here the one
-// PostgreSQL stores for the role); a wrong password and an unknown user get the same 28P01. The pool logs in
-// upstream with the configured password (auth.upstream_password), by SCRAM too.
+// PostgreSQL stores for the role); a wrong password and an unknown user get the same 28P01. The pool's server
+// connections log in upstream by SCRAM too: with the configured password (auth.upstream_password), or without
+// one with the client's ClientKey, recovered from its proof (auth.go: answerUpstream, as session mode does).
 func TestPooledSCRAMAuthFile(t *testing.T) {
 	pgtest.Require(t, pg)
 	d := direct(t)
@@ -581,16 +582,23 @@ func TestPooledSCRAMAuthFile(t *testing.T) {
 	if err := os.WriteFile(userlist, []byte(fmt.Sprintf("%q %q\n", pgtest.ScramUser, secret)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	p := startProxy(t, proxytest.Options{YAML: fmt.Sprintf("pool:\n  mode: transaction\n  size: 1\nauth:\n  type: scram-sha-256\n  file: %s\n  upstream_password: %s\n", userlist, pgtest.ScramPassword)})
-	ctx := ctxT(t)
-	c := connect(t, p.DSN(pgtest.ScramUser, pgtest.ScramPassword, pgtest.TestDB))
-	var who string
-	if err := c.QueryRow(ctx, "SELECT current_user").Scan(&who); err != nil || who != pgtest.ScramUser {
-		t.Fatalf("current_user %q, %v", who, err)
-	}
-	for _, tc := range []struct{ user, password string }{{pgtest.ScramUser, "wrong"}, {"nobody", "wrong"}} {
-		_, err := pgx.Connect(ctx, p.DSN(tc.user, tc.password, pgtest.TestDB))
-		wantPgErr(t, err, "28P01", fmt.Sprintf("password authentication failed for user %q", tc.user))
+	for _, upstream := range []struct{ name, yaml string }{
+		{"upstream_password", "  upstream_password: " + pgtest.ScramPassword + "\n"},
+		{"client key", ""},
+	} {
+		t.Run(upstream.name, func(t *testing.T) {
+			p := startProxy(t, proxytest.Options{YAML: fmt.Sprintf("pool:\n  mode: transaction\n  size: 1\nauth:\n  type: scram-sha-256\n  file: %s\n", userlist) + upstream.yaml})
+			ctx := ctxT(t)
+			c := connect(t, p.DSN(pgtest.ScramUser, pgtest.ScramPassword, pgtest.TestDB))
+			var who string
+			if err := c.QueryRow(ctx, "SELECT current_user").Scan(&who); err != nil || who != pgtest.ScramUser {
+				t.Fatalf("current_user %q, %v", who, err)
+			}
+			for _, tc := range []struct{ user, password string }{{pgtest.ScramUser, "wrong"}, {"nobody", "wrong"}} {
+				_, err := pgx.Connect(ctx, p.DSN(tc.user, tc.password, pgtest.TestDB))
+				wantPgErr(t, err, "28P01", fmt.Sprintf("password authentication failed for user %q", tc.user))
+			}
+		})
 	}
 }
 

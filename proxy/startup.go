@@ -77,7 +77,7 @@ func (s *Server) handle(raw net.Conn, over bool) {
 		return
 	}
 	if s.pools != nil {
-		s.startPooled(ss) // pooled.go: the client is authenticated (pool.mode transaction needs auth by the proxy)
+		s.startPooled(ss, login) // pooled.go: the client is authenticated (pool.mode transaction needs auth by the proxy)
 		return
 	}
 	// The host: upstream.address, or the one the router picks among upstream.hosts (waiting, within the
