@@ -36,6 +36,7 @@ type Config struct {
 	Auth    Auth     `yaml:"auth"`
 	Locks   Locks    `yaml:"locks"`
 	Fence   Fence    `yaml:"fence"`
+	Pool    Pool     `yaml:"pool"`
 
 	// File is the path the configuration was read from ("" when parsed from memory).
 	File string `yaml:"-"`
@@ -333,6 +334,46 @@ type Catalog struct {
 	Refresh time.Duration `yaml:"refresh"`
 }
 
+// Pool says how client sessions share upstream connections (docs/pooling.md).
+type Pool struct {
+	// Mode is PoolModeSession (default: each client session has an upstream connection of its own, as it always
+	// had) or PoolModeTransaction: a client holds a server connection only for a transaction, and the clients of
+	// one (database, user) share at most Size of them.
+	Mode string `yaml:"mode"`
+	// Size is the most server connections of one (database, user) pool; DefaultPoolSize when 0.
+	Size int `yaml:"size"`
+	// MaxClientWait is how long a client waits for a server connection of a full pool before it is refused with
+	// an error naming the pool; DefaultPoolMaxClientWait when 0.
+	MaxClientWait time.Duration `yaml:"max_client_wait"`
+	// OnSessionState is what happens to a client that leaves session state a server connection cannot carry to
+	// another client (a temporary table, LISTEN, a session advisory lock, a WITH HOLD cursor, SQL PREPARE, a
+	// session-level SET): PoolPin (default) keeps that server connection for the client until it disconnects,
+	// PoolRefuse ends the client's session with 0A000 naming what it left.
+	OnSessionState string `yaml:"on_session_state"`
+	// ServerLifetime closes a server connection this old when it is given back; DefaultPoolServerLifetime when 0.
+	ServerLifetime time.Duration `yaml:"server_lifetime"`
+	// ServerIdleTimeout closes a server connection idle in the pool this long; DefaultPoolServerIdleTimeout when 0.
+	ServerIdleTimeout time.Duration `yaml:"server_idle_timeout"`
+	// AdminUsers may connect to the virtual database "fenceproxy", the admin console (SHOW POOLS, SHOW STATS).
+	AdminUsers []string `yaml:"admin_users"`
+}
+
+// Transaction reports whether clients share server connections per transaction.
+func (p Pool) Transaction() bool { return p.Mode == PoolModeTransaction }
+
+// Values of Pool.Mode and Pool.OnSessionState, and the pool's defaults.
+const (
+	PoolModeSession          = "session"
+	PoolModeTransaction      = "transaction"
+	PoolPin                  = "pin"
+	PoolRefuse               = "refuse"
+	DefaultPoolSize          = 20
+	DefaultPoolMaxClientWait = 30 * time.Second
+
+	DefaultPoolServerLifetime    = time.Hour
+	DefaultPoolServerIdleTimeout = 10 * time.Minute
+)
+
 // Values of Log.Connections; DefaultLogConnections is the default.
 const (
 	LogConnectionsDebug   = "debug"
@@ -507,6 +548,24 @@ func (c *Config) applyDefaults() {
 	}
 	if c.Limits.RewriteCacheSize == 0 {
 		c.Limits.RewriteCacheSize = DefaultRewriteCacheSize
+	}
+	if c.Pool.Mode == "" {
+		c.Pool.Mode = PoolModeSession
+	}
+	if c.Pool.Size == 0 {
+		c.Pool.Size = DefaultPoolSize
+	}
+	if c.Pool.MaxClientWait == 0 {
+		c.Pool.MaxClientWait = DefaultPoolMaxClientWait
+	}
+	if c.Pool.OnSessionState == "" {
+		c.Pool.OnSessionState = PoolPin
+	}
+	if c.Pool.ServerLifetime == 0 {
+		c.Pool.ServerLifetime = DefaultPoolServerLifetime
+	}
+	if c.Pool.ServerIdleTimeout == 0 {
+		c.Pool.ServerIdleTimeout = DefaultPoolServerIdleTimeout
 	}
 	if c.Relay.Mode == "" {
 		c.Relay.Mode = RelayModeLoop
@@ -702,6 +761,34 @@ func (c *Config) validate(add func(key, format string, args ...any)) {
 	}
 	if c.Limits.RewriteCacheSize < 0 {
 		add("limits.rewrite_cache_size", "must be positive")
+	}
+	switch c.Pool.Mode {
+	case PoolModeSession, PoolModeTransaction:
+	default:
+		add("pool.mode", "must be %s or %s, not %q", PoolModeSession, PoolModeTransaction, c.Pool.Mode)
+	}
+	if c.Pool.Size < 0 {
+		add("pool.size", "must be positive")
+	}
+	if c.Pool.MaxClientWait < 0 {
+		add("pool.max_client_wait", "must be positive")
+	}
+	if c.Pool.ServerLifetime < 0 {
+		add("pool.server_lifetime", "must be positive")
+	}
+	if c.Pool.ServerIdleTimeout < 0 {
+		add("pool.server_idle_timeout", "must be positive")
+	}
+	switch c.Pool.OnSessionState {
+	case PoolPin, PoolRefuse:
+	default:
+		add("pool.on_session_state", "must be %s or %s, not %q", PoolPin, PoolRefuse, c.Pool.OnSessionState)
+	}
+	if c.Pool.Transaction() && !c.Auth.ByProxy() {
+		add("pool.mode", "transaction needs auth.type trust, scram-sha-256, md5 or cert: the proxy authenticates the clients of its pools (passthrough relays a client's login to a server connection of its own)")
+	}
+	if c.Pool.Transaction() && c.Upstream.PreparedFences != nil && *c.Upstream.PreparedFences > 0 {
+		add("upstream.prepared_fences", "must be 0 with pool.mode transaction (prepared fences are kept per session)")
 	}
 	switch c.Relay.Mode {
 	case RelayModeLoop, RelayModeGoroutines:

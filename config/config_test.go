@@ -115,6 +115,24 @@ func TestHostsSettings(t *testing.T) {
 	}
 }
 
+func TestPoolSettings(t *testing.T) {
+	cfg, err := Parse("c.yaml", []byte("upstream:\n  address: a:1\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := cfg.Pool; p.Transaction() || p.Size != DefaultPoolSize || p.MaxClientWait != DefaultPoolMaxClientWait || p.OnSessionState != PoolPin ||
+		p.ServerLifetime != DefaultPoolServerLifetime || p.ServerIdleTimeout != DefaultPoolServerIdleTimeout {
+		t.Errorf("pool defaults: %+v, auth %+v", p, cfg.Auth)
+	}
+	cfg, err = Parse("c.yaml", []byte("upstream:\n  address: a:1\npool:\n  mode: transaction\n  size: 3\n  max_client_wait: 2s\n  on_session_state: refuse\nauth:\n  type: trust\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := cfg.Pool; !p.Transaction() || p.Size != 3 || p.MaxClientWait != 2*time.Second || p.OnSessionState != PoolRefuse {
+		t.Errorf("pool settings: %+v", p)
+	}
+}
+
 func TestErrorsNameFileLineAndKey(t *testing.T) {
 	cases := []struct{ name, yaml, want string }{
 		{"unknown top-level key", "upstream:\n  address: a:1\ntabels: []\n", `c.yaml:3: tabels: unknown key; did you mean "tables"?`},
@@ -147,6 +165,10 @@ func TestErrorsNameFileLineAndKey(t *testing.T) {
 		{"host twice", "upstream:\n  hosts: [a:1, a:1]\n", `c.yaml:2: upstream.hosts[1]: a:1 is listed twice`},
 		{"bad target", "upstream:\n  hosts: [a:1]\n  target: primary\n", `c.yaml:3: upstream.target: must be read-write, any, prefer-standby or read-only, not "primary"`},
 		{"bad synchronous_commit", "upstream:\n  address: a:1\nfence:\n  synchronous_commit: always\n", `c.yaml:4: fence.synchronous_commit: must be remote_apply, on, remote_write, local or off, not "always"`},
+		{"bad pool mode", "upstream:\n  address: a:1\npool:\n  mode: statement\n", `c.yaml:4: pool.mode: must be session or transaction, not "statement"`},
+		{"bad on_session_state", "upstream:\n  address: a:1\npool:\n  on_session_state: ignore\n", `c.yaml:4: pool.on_session_state: must be pin or refuse`},
+		{"prepared fences with transaction pooling", "upstream:\n  address: a:1\n  prepared_fences: 8\npool:\n  mode: transaction\nauth:\n  type: trust\n", `upstream.prepared_fences: must be 0 with pool.mode transaction`},
+		{"transaction pooling with passthrough auth", "upstream:\n  address: a:1\npool:\n  mode: transaction\n", `c.yaml:4: pool.mode: transaction needs auth.type`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

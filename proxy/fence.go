@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -37,13 +38,21 @@ func (ss *session) queryOut(w msgSink, p Planner, body []byte, set rewrite.Setti
 	switch plan.Action {
 	case rewrite.Rewrite:
 		ss.srv.metrics.rewritten()
-		writeMsg(w, msgQuery, nil, ss.prep.statementFor(plan, ss.srv.metrics))
+		writeQueryMsg(w, ss.takeQueryPrefix(), nil, ss.prep.statementFor(plan, ss.srv.metrics))
 	case rewrite.Refuse:
-		writeMsg(w, msgQuery, nil, ss.refusal(plan))
+		writeQueryMsg(w, ss.takeQueryPrefix(), nil, ss.refusal(plan))
 	default:
-		writeMsg(w, msgQuery, body, "")
+		writeQueryMsg(w, ss.takeQueryPrefix(), body, "")
 	}
 	return nil
+}
+
+// takeQueryPrefix returns, and forgets, the text that goes before the client's next Query (pooled.go:
+// injectTokens); "" outside transaction pooling.
+func (ss *session) takeQueryPrefix() string {
+	p := ss.queryPrefix
+	ss.queryPrefix = ""
+	return p
 }
 
 // parseOut writes the Parse whose body is given to w, its SQL rewritten or refused as p says when the server
@@ -228,6 +237,71 @@ func errorField(body []byte, field byte) string {
 // splits it (white space separates, a backslash escapes the next character). The last occurrence wins, as in
 // PostgreSQL.
 func optionSetting(options, name string) (string, bool) {
+	args := splitOptions(options)
+	var value string
+	found := false
+	for i := 0; i < len(args); i++ {
+		if k, v, _, ok := optionAt(args, i); ok && sameSetting(k, name) {
+			value, found = v, true
+		}
+	}
+	return value, found
+}
+
+// withoutOptionSettings is a startup options string without the -c (or --) settings named in names, the rest
+// kept in order and escaped as PostgreSQL reads it.
+func withoutOptionSettings(options string, names ...string) string {
+	args := splitOptions(options)
+	var kept []string
+	for i := 0; i < len(args); i++ {
+		k, _, n, ok := optionAt(args, i)
+		if ok && slices.ContainsFunc(names, func(name string) bool { return sameSetting(k, name) }) {
+			i += n - 1
+			continue
+		}
+		kept = append(kept, args[i])
+	}
+	var b strings.Builder
+	for i, a := range kept {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		for _, r := range a {
+			if r == '\\' || r == ' ' || r == '\t' || r == '\n' || r == '\r' || r == '\f' || r == '\v' {
+				b.WriteByte('\\')
+			}
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+// sameSetting compares setting names as PostgreSQL does for options (case and - against _ do not matter).
+func sameSetting(a, b string) bool {
+	return strings.EqualFold(strings.ReplaceAll(a, "-", "_"), strings.ReplaceAll(b, "-", "_"))
+}
+
+// optionAt reads the setting that args[i] starts (-c name=value, -cname=value, --name=value), and how many
+// arguments it takes.
+func optionAt(args []string, i int) (name, value string, n int, ok bool) {
+	var kv string
+	switch a := args[i]; {
+	case a == "-c" && i+1 < len(args):
+		kv, n = args[i+1], 2
+	case strings.HasPrefix(a, "-c"):
+		kv, n = a[2:], 1
+	case strings.HasPrefix(a, "--"):
+		kv, n = a[2:], 1
+	default:
+		return "", "", 0, false
+	}
+	name, value, ok = strings.Cut(kv, "=")
+	return name, value, n, ok
+}
+
+// splitOptions splits a startup options string the way PostgreSQL does (white space separates, a backslash
+// escapes the next character).
+func splitOptions(options string) []string {
 	var args []string
 	var cur strings.Builder
 	inArg, escaped := false, false
@@ -252,25 +326,5 @@ func optionSetting(options, name string) (string, bool) {
 	if inArg {
 		args = append(args, cur.String())
 	}
-	var value string
-	found := false
-	for i := 0; i < len(args); i++ {
-		var kv string
-		switch a := args[i]; {
-		case a == "-c" && i+1 < len(args):
-			i++
-			kv = args[i]
-		case strings.HasPrefix(a, "-c"):
-			kv = a[2:]
-		case strings.HasPrefix(a, "--"):
-			kv = a[2:]
-		default:
-			continue
-		}
-		k, v, ok := strings.Cut(kv, "=")
-		if ok && strings.EqualFold(strings.ReplaceAll(k, "-", "_"), strings.ReplaceAll(name, "-", "_")) {
-			value, found = v, true
-		}
-	}
-	return value, found
+	return args
 }

@@ -33,6 +33,12 @@ const haInterval = 200 * time.Millisecond
 
 func startHAPair(t *testing.T, grants proxy.GrantSource, setup string) *haPair {
 	t.Helper()
+	return startHAPairWith(t, grants, setup, "")
+}
+
+// startHAPairWith is startHAPair with more configuration (yaml, appended).
+func startHAPairWith(t *testing.T, grants proxy.GrantSource, setup, yaml string) *haPair {
+	t.Helper()
 	pgtest.Require(t, pg)
 	primary := pgtest.MustStart(t, pgtest.Options{})
 	if err := primary.Exec(`CREATE TABLE accounts (id int PRIMARY KEY, v int NOT NULL, fence_token bigint);
@@ -43,7 +49,7 @@ func startHAPair(t *testing.T, grants proxy.GrantSource, setup string) *haPair {
 	p := proxytest.Start(t, "", proxytest.Options{
 		Hosts:    []string{primary.Addr(), standby.Addr()},
 		Upstream: fmt.Sprintf("  health_interval: %s\n  health_timeout: 1s\n  connect_timeout: 2s\n", haInterval),
-		YAML:     "tables:\n  - name: accounts\n    token_column: fence_token\n",
+		YAML:     "tables:\n  - name: accounts\n    token_column: fence_token\n" + yaml,
 		Grants:   grants,
 	})
 	return &haPair{primary: primary, standby: standby, proxy: p}

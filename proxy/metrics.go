@@ -28,6 +28,10 @@ type Metrics struct {
 	preparedExecs   prometheus.Counter
 	prepares        *prometheus.CounterVec
 	authFailures    *prometheus.CounterVec
+	poolPins        *prometheus.CounterVec
+	poolLends       prometheus.Counter
+	poolDials       prometheus.Counter
+	poolWaitTimeout prometheus.Counter
 	ha              haMetrics
 }
 
@@ -81,6 +85,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m.preparedExecs = prometheus.NewCounter(prometheus.CounterOpts{Name: "fenceproxy_prepared_fence_executions_total", Help: "Fenced statements sent as EXECUTE of a template prepared on the upstream connection (upstream.prepared_fences)."})
 	m.prepares = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fenceproxy_prepared_fences_total", Help: "Fenced statement templates the proxy asked an upstream connection to prepare, by outcome (prepared, failed; retried: failed for the moment, a lock not waited for or a cancel)."}, []string{"outcome"})
 	reg.MustRegister(m.preparedExecs, m.prepares)
+	m.poolPins = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fenceproxy_pool_pins_total", Help: "Clients pinned to their server connection (pool.mode transaction) by session state the pool cannot move, by reason."}, []string{"reason"})
+	m.poolLends = prometheus.NewCounter(prometheus.CounterOpts{Name: "fenceproxy_pool_lends_total", Help: "Server connections lent to a client for a transaction (pool.mode transaction)."})
+	m.poolDials = prometheus.NewCounter(prometheus.CounterOpts{Name: "fenceproxy_pool_server_connections_opened_total", Help: "Server connections opened by the transaction pools."})
+	m.poolWaitTimeout = prometheus.NewCounter(prometheus.CounterOpts{Name: "fenceproxy_pool_wait_timeouts_total", Help: "Clients refused because no server connection became free within pool.max_client_wait."})
+	reg.MustRegister(m.poolPins, m.poolLends, m.poolDials, m.poolWaitTimeout)
 	reg.MustRegister(msgs, bytes, m.cacheHits, m.cacheMisses, m.rewriteLatency)
 	m.ha = haMetrics{
 		hostRole:       prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "fenceproxy_upstream_host_role", Help: "1 for each upstream host's role as its last health check found it (primary, read-only, standby, down), 0 for the others."}, []string{"host", "role"}),
@@ -248,4 +257,28 @@ func (m *Metrics) barrierRun(outcome string, raised int) {
 	}
 	m.ha.barrierRuns.WithLabelValues(outcome).Inc()
 	m.ha.marksRaised.Add(float64(raised))
+}
+
+func (m *Metrics) poolPinned(reason string) {
+	if m != nil {
+		m.poolPins.WithLabelValues(reason).Inc()
+	}
+}
+
+func (m *Metrics) poolLent() {
+	if m != nil {
+		m.poolLends.Inc()
+	}
+}
+
+func (m *Metrics) poolDialed() {
+	if m != nil {
+		m.poolDials.Inc()
+	}
+}
+
+func (m *Metrics) poolTimedOut() {
+	if m != nil {
+		m.poolWaitTimeout.Inc()
+	}
 }

@@ -35,6 +35,8 @@ const (
 	msgNotificationResponse     byte = 'A'
 	msgCommandComplete          byte = 'C'
 	msgDataRow                  byte = 'D'
+	msgParseComplete            byte = '1'
+	msgCloseComplete            byte = '3'
 	msgNegotiateProtocolVersion byte = 'v'
 )
 
@@ -58,6 +60,7 @@ const (
 	fieldCode     = 'C'
 	fieldMessage  = 'M'
 	fieldTable    = 't'
+	fieldPosition = 'P'
 )
 
 // SQLSTATEs the proxy sends or looks for. The fencing codes are rewrite's (the contract's 55F0x); the others

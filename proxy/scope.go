@@ -41,10 +41,12 @@ func (s *Server) scopeHint() string {
 // with verification on or scope transaction, a session-level token with scope transaction.
 func (s *Server) checkScope(plan rewrite.Plan) (rewrite.Plan, bool) {
 	setting := s.cfg.Token.Setting
-	if plan.TokenPersistent && (s.verifier != nil || s.transactionScope()) {
+	if plan.TokenPersistent && (s.verifier != nil || s.transactionScope() || s.pooledTransactions()) {
 		why := "fenceproxy verifies tokens and never sees the sessions that would start with this default"
 		hint := fmt.Sprintf("Give each writer its token with SET %s (or SET LOCAL) through the proxy.", setting)
-		if s.verifier == nil {
+		if s.verifier == nil && !s.transactionScope() {
+			why = "pool.mode is transaction, and pooled server connections keep the defaults they started with"
+		} else if s.verifier == nil {
 			why = "token.scope is transaction, and a default applies to whole sessions"
 			hint = s.scopeHint()
 		}
@@ -59,7 +61,9 @@ func (s *Server) checkScope(plan rewrite.Plan) (rewrite.Plan, bool) {
 }
 
 // fastpathGuarded reports whether FunctionCall messages must be inspected for set_config of the token.
-func (s *Server) fastpathGuarded() bool { return s.verifier != nil || s.transactionScope() }
+func (s *Server) fastpathGuarded() bool {
+	return s.verifier != nil || s.transactionScope() || s.pooledTransactions()
+}
 
 // functionCallOut writes the FunctionCall whose body is given to w, or, when it calls set_config of the token
 // setting, a statement that fails with the refusal: the client gets an ErrorResponse and a ReadyForQuery, as for

@@ -76,6 +76,7 @@ type Server struct {
 	pool      *upstreamPool  // nil: upstream connections are not reused
 	auth      *authenticator // nil: authentication is relayed to PostgreSQL (auth.type passthrough)
 	router    *router        // nil: one upstream.address, no router
+	pools     *txPools       // pool.mode transaction (pool.go); nil in session mode
 
 	active   atomic.Int64 // sessions past accept, including those being refused
 	draining atomic.Bool
@@ -108,6 +109,9 @@ func New(o Options) (*Server, error) {
 	r := o.Config.Upstream.Reuse
 	s.pool = newUpstreamPool(r.Idle(), r.IdleTimeout, r.MaxLifetime, o.Metrics)
 	s.SetPlanner(o.Planner)
+	if o.Config.Pool.Transaction() {
+		s.pools = newTxPools(s)
+	}
 	if !o.DisableEventLoop && o.Config.Relay.Mode != config.RelayModeGoroutines {
 		n := o.Config.Relay.EventLoops
 		if n == 0 {
@@ -142,9 +146,15 @@ func New(o Options) (*Server, error) {
 // dialled for: those on the old primary, and those on the new one (opened while it was a standby).
 func (s *Server) primaryChanged(old, now string, epoch uint64) {
 	s.pool.dropHost(old)
+	if s.pools != nil {
+		s.pools.dropHost(old, now, epoch) // transaction pooling: the server connections, idle or lent, on those hosts
+	}
 	s.mu.Lock()
 	var ending []*session
 	for ss := range s.sessions {
+		if ss.pooled != nil {
+			continue // not bound to a host: its lent server connection, if dropped, ends it
+		}
 		if h := ss.host; h.epoch < epoch && (h.addr == old || h.addr == now) {
 			ending = append(ending, ss)
 		}
@@ -219,6 +229,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	s.pool.close()
 	defer s.auth.close()
+	if s.pools != nil {
+		s.pools.close()
+	}
 	s.mu.Lock()
 	for _, ln := range s.lns {
 		ln.Close()
@@ -269,17 +282,17 @@ func (s *Server) registerPID(ss *session, pid uint32) {
 	s.mu.Unlock()
 }
 
-// cancelKeyFor returns the upstream BackendKeyData of the session whose client was given clientKey (PID and
-// secret), or nil, and the host that backend runs on.
-func (s *Server) cancelKeyFor(clientKey []byte) ([]byte, string) {
+// sessionForKey returns the session whose client was given clientKey (PID and secret), its upstream
+// BackendKeyData (nil when none) and the host that backend runs on; or a nil session.
+func (s *Server) sessionForKey(clientKey []byte) (*session, []byte, string) {
 	if len(clientKey) < 8 {
-		return nil, ""
+		return nil, nil, ""
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	ss := s.pids[binary.BigEndian.Uint32(clientKey)]
 	if ss == nil || subtle.ConstantTimeCompare(ss.clientKey, clientKey) != 1 {
-		return nil, ""
+		return nil, nil, ""
 	}
-	return ss.cancelKey, ss.host.addr
+	return ss, ss.cancelKey, ss.host.addr
 }

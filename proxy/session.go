@@ -39,6 +39,11 @@ type session struct {
 	state protoState // the core's (core.go)
 	prep  prepState  // templates prepared on the upstream connection (prepared.go)
 
+	// Transaction pooling (pooled.go): the client's pooling state, nil in session mode; and the text that goes
+	// before the client's next Query (the transaction's token statement).
+	pooled      *pooledState
+	queryPrefix string
+
 	pid       uint32 // upstream backend PID, set under srv.mu
 	cancelKey []byte // upstream BackendKeyData (PID and secret), for cancelling on client loss
 	clientKey []byte // the BackendKeyData the client got: the PID and the proxy's own secret
@@ -96,6 +101,10 @@ func (s *Server) serveSession(ss *session, reused bool) {
 
 // wakeForDrain makes the session look at itself now, in case it is already idle and a drain may close it.
 func (ss *session) wakeForDrain() {
+	if ss.pooled != nil {
+		ss.clientIntr.raise(intrDrain) // decided by relayPooled between transactions
+		return
+	}
 	if !ss.state.ready.Load() || ss.upstream == nil {
 		return // it will look at its first ReadyForQuery
 	}

@@ -76,6 +76,10 @@ func (s *Server) handle(raw net.Conn, over bool) {
 	if err != nil {
 		return
 	}
+	if s.pools != nil {
+		s.startPooled(ss, login) // pooled.go: the client is authenticated (pool.mode transaction needs auth by the proxy)
+		return
+	}
 	// The host: upstream.address, or the one the router picks among upstream.hosts (waiting, within the
 	// startup deadline, for a primary during a failover).
 	ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(s.cfg.Limits.StartupTimeout))

@@ -89,12 +89,15 @@ func (s *Server) forwardCancel(body []byte) {
 		s.metrics.protocolError()
 		return
 	}
-	key, host := s.cancelKeyFor(body[4:])
-	if key == nil {
+	ss, key, host := s.sessionForKey(body[4:])
+	switch {
+	case ss != nil && ss.pooled != nil:
+		ss.cancelPooled() // to the server connection lent to it now, if any
+	case key == nil:
 		s.log.Debug("dropped CancelRequest that matches no session")
-		return
+	default:
+		s.cancelUpstream(key, host)
 	}
-	s.cancelUpstream(key, host)
 }
 
 // cancelUpstream cancels the running query of the backend with BackendKeyData key on host.

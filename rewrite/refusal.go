@@ -33,22 +33,28 @@ const MarkerPrefix = markerPrefix
 // RefusalSQL is the statement that makes the server fail with the refusal code, table, message and hint (hint
 // may be ""). It is built as a parse tree and deparsed, so the message is quoted correctly whatever it contains.
 func RefusalSQL(code, table, message, hint string) string {
-	if hint != "" {
-		message += hintSep + hint
-	}
 	// Parsing a fixed template gives a tree with the version the deparser expects; only the literal changes.
 	tree, err := pg.Parse("SELECT ''::pg_catalog.int8")
 	if err != nil {
 		return refusalFallback
 	}
 	cast := tree.Stmts[0].Stmt.GetSelectStmt().TargetList[0].GetResTarget().Val.GetTypeCast()
-	cast.Arg = pg.MakeAConstStrNode(refusePrefix+code+"|"+table+"|"+message, -1)
+	cast.Arg = pg.MakeAConstStrNode(RefusalMarker(code, table, message, hint), -1)
 	sql, err := pg.Deparse(tree)
 	if err != nil {
 		// Deparse of this fixed shape cannot fail short of a library bug; refuse with a plain statement then.
 		return refusalFallback
 	}
 	return sql
+}
+
+// RefusalMarker is the text that, as the input of a failed cast to bigint, makes the proxy give the client the
+// refusal code, table, message and hint (hint may be "").
+func RefusalMarker(code, table, message, hint string) string {
+	if hint != "" {
+		message += hintSep + hint
+	}
+	return refusePrefix + code + "|" + table + "|" + message
 }
 
 // Translation is the error the client gets for a server error that carries a marker.

@@ -1,0 +1,918 @@
+package proxy
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"github.com/fenceproxy/fenceproxy/config"
+	"github.com/fenceproxy/fenceproxy/rewrite"
+)
+
+// Transaction pooling, the client's side (pool.mode: transaction). The client session keeps the client's logical
+// state; a server connection (pool.go) is lent to it for one transaction at a time: from the message that starts
+// a transaction while the client holds none (a Query, a FunctionCall, the first extended-protocol message after a
+// Sync) to the ReadyForQuery 'I' that answers the last message the client sent. It runs on the goroutine
+// transport: the session goroutine reads the client (relayPooled), and each lend has a goroutine that reads
+// the server connection and writes the client (serveLend). The protocol rules are the session core's
+// (onClientMsg, onServerMsg), as in session mode.
+//
+// The client's token and lock (token.setting, token.lock_setting) are the client's, kept as PostgreSQL keeps
+// them because PostgreSQL computes them:
+//
+//   - Each transaction starts with the client's session values set transaction-locally (set_config(name, v,
+//     true); NULL, the server's default, for a value never set or RESET), in the same write as the client's
+//     first message: the token statement (tokenStmtSQL, prepared afresh whenever the connection changes
+//     clients: prepareTokenStmt) as EXECUTE before the text of a Query, or as a Bind and Execute before an
+//     extended-protocol batch. Its answers are not relayed (hide). SET, SET LOCAL, RESET, set_config
+//     with any arguments, SAVEPOINT and ROLLBACK TO, a rollback: the server applies them to the values inside
+//     the transaction exactly as on a connection of the client's own.
+//   - A session-level change survives the transaction as the server connection's session value. When the
+//     transaction may have made one (its text calls set_config, its commands were SET, RESET, DISCARD, ...), the
+//     proxy reads the values back at its end, with the other session state the pool cannot move (probeSQL), and
+//     puts the placeholder back before the connection can go to anyone else. The placeholder tells "unchanged"
+//     from "reset to the default" from "set".
+//   - Startup options (-c name=v, PGOPTIONS) give the client's first values and what RESET returns to.
+//
+// Session state that cannot move (a temporary table, LISTEN, a session advisory lock, a WITH HOLD cursor, SQL
+// PREPARE, a session-level SET of another setting) pins the client to its server connection until it
+// disconnects (pool.on_session_state: pin), or ends its session with 0A000 (refuse).
+
+// pooledState is a client session's transaction-pooling state.
+type pooledState struct {
+	pool  *txPool
+	login *clientLogin // how a server connection opened for the client logs in (auth.go: answerUpstream)
+
+	mu      sync.Mutex
+	settled sync.Cond     // broadcast when the lend's server side has answered a ReadyForQuery and decided
+	sc      *serverConn   // lent to the client now; nil between transactions. Whoever clears it disposes of it.
+	done    chan struct{} // closed when the current lend's server side stops
+	open    int           // Query, Sync and FunctionCall messages forwarded on sc and not yet settled
+	pin     string        // why the client keeps sc, "" if it does not
+	lost    error         // the lend ended badly: the session ends with farewell
+	fare    []byte        // the FATAL that ends the session after lost
+
+	token, lock           *string // the client's session values; nil: the server's default
+	resetToken, resetLock *string // what RESET returns to: the startup values, or nil
+
+	probe atomic.Bool  // the transaction may leave session state: look at the connection at its end
+	hide  atomic.Int64 // token statements whose answers are still to be hidden (each up to its CommandComplete)
+
+	stmts pooledStmts // the client's named statements (pooledstmts.go)
+
+	// prefixChars is how many characters the token statement put before the text of the Query being answered
+	// (an error's position is shifted back by it); 0 when none or when they cannot be counted.
+	prefixChars atomic.Int64
+}
+
+// pooledTransactions reports whether clients share server connections per transaction.
+func (s *Server) pooledTransactions() bool { return s.pools != nil }
+
+// tokenStmtSQL is the token statement with the token and lock values given as $1 and $2.
+func tokenStmtSQL(tok, lock string) string {
+	return tokenSQLWith(tok, lock, "$1::pg_catalog.text", "$2::pg_catalog.text")
+}
+
+// tokenSQLWith sets the token and lock settings to the SQL expressions tokVal and lockVal, transaction-locally,
+// after checking that the connection's session values are the placeholder: anything else means a change the
+// proxy did not follow (a function that called set_config), and the statement fails with 55F03 before the
+// client's statement runs.
+func tokenSQLWith(tok, lock, tokVal, lockVal string) string {
+	one := func(name, val string) string {
+		marker := quoteLiteral(rewrite.RefusalMarker(sqlstateInvalid, "", fmt.Sprintf(
+			"invalid fencing token: %s was changed on this pooled server connection in a way fenceproxy cannot follow (a function that calls set_config?); the transaction is refused", name),
+			"Set the token with SET, SET LOCAL or set_config in the statement itself."))
+		cur := "pg_catalog.current_setting(" + quoteLiteral(name) + ", true)"
+		return "pg_catalog.set_config(" + quoteLiteral(name) + ", CASE WHEN " + cur + " = " + quoteLiteral(poolPlaceholder) +
+			" THEN " + val + " ELSE pg_catalog.concat(" + marker + ", " + cur + ")::pg_catalog.int8::pg_catalog.text END, true)"
+	}
+	return "SELECT " + one(tok, tokVal) + ", " + one(lock, lockVal)
+}
+
+// sqlValue is v as an SQL constant, NULL for nil.
+func sqlValue(v *string) string {
+	if v == nil {
+		return "NULL"
+	}
+	return quoteLiteral(*v)
+}
+
+// probeSQL reads, after a transaction, the token and lock values it left and the session state the pool cannot
+// move, then puts the placeholder back.
+func probeSQL(tok, lock string) string {
+	return "SELECT pg_catalog.current_setting(" + quoteLiteral(tok) + ", true), pg_catalog.current_setting(" + quoteLiteral(lock) + ", true), " +
+		"pg_catalog.concat_ws(', ', " +
+		"(SELECT 'session-level SET of ' || pg_catalog.string_agg(name, ' ') FROM pg_catalog.pg_settings WHERE source = 'session'), " +
+		"CASE WHEN EXISTS (SELECT FROM pg_catalog.pg_listening_channels()) THEN 'LISTEN' END, " +
+		"CASE WHEN EXISTS (SELECT FROM pg_catalog.pg_cursors WHERE is_holdable) THEN 'a WITH HOLD cursor' END, " +
+		"CASE WHEN EXISTS (SELECT FROM pg_catalog.pg_prepared_statements WHERE from_sql) THEN 'SQL PREPARE' END, " +
+		"CASE WHEN EXISTS (SELECT FROM pg_catalog.pg_prepared_statements WHERE NOT from_sql AND pg_catalog.left(name, 11) <> 'fenceproxy_') THEN 'a named protocol-level prepared statement' END, " +
+		"CASE WHEN EXISTS (SELECT FROM pg_catalog.pg_locks WHERE locktype = 'advisory' AND pid = pg_catalog.pg_backend_pid()) THEN 'a session advisory lock' END, " +
+		"CASE WHEN EXISTS (SELECT FROM pg_catalog.pg_class WHERE relnamespace = pg_catalog.pg_my_temp_schema()) THEN 'a temporary table' END), " +
+		"EXISTS (SELECT FROM pg_catalog.pg_prepared_statements WHERE name = " + quoteLiteral(tokenStmtName) + "), " +
+		"(SELECT pg_catalog.string_agg(name, ' ') FROM pg_catalog.pg_prepared_statements WHERE pg_catalog.left(name, 12) = " + quoteLiteral(serverStmtPrefix) + "); " +
+		"SELECT pg_catalog.set_config(" + quoteLiteral(tok) + ", " + quoteLiteral(poolPlaceholder) + ", false), pg_catalog.set_config(" +
+		quoteLiteral(lock) + ", " + quoteLiteral(poolPlaceholder) + ", false)"
+}
+
+// startPooled answers the startup of a client the proxy authenticated (auth.go: authenticateClient; its user
+// and database choose the pool) in transaction mode and serves the session.
+func (s *Server) startPooled(ss *session, login *clientLogin) {
+	if ss.params["database"] == adminDatabase {
+		s.serveAdmin(ss) // admin.go
+		return
+	}
+	p, err := s.pools.poolFor(ss.params)
+	if err != nil {
+		ss.fatal(sqlstateCannotConnectNow, err.Error(), "")
+		return
+	}
+	p.clients.Add(1)
+	defer p.clients.Add(-1)
+	reports, err := p.serverReports(s.cfg.Pool.MaxClientWait, login)
+	if err != nil {
+		ss.poolFailed(p, err)
+		return
+	}
+	pl := &pooledState{pool: p, login: login}
+	pl.settled.L = &pl.mu
+	tok, lock := s.cfg.Token.Setting, s.cfg.Token.LockSetting
+	pl.token, pl.lock = startupValue(ss.params, tok), startupValue(ss.params, lock)
+	pl.resetToken, pl.resetLock = pl.token, pl.lock
+	ss.pooled = pl
+	ss.prep.max = 0
+
+	out := ss.cw
+	writeMsg(out, msgAuthentication, []byte{0, 0, 0, authOK}, "")
+	app, hasApp := ss.params["application_name"]
+	for _, r := range reports {
+		v := r.value
+		if r.name == "application_name" && hasApp {
+			v, hasApp = app, false
+		}
+		body := append(append(append([]byte(r.name), 0), v...), 0)
+		ss.noteParam(body)
+		writeMsg(out, msgParameterStatus, body, "")
+	}
+	if hasApp {
+		body := append(append([]byte("application_name\x00"), app...), 0)
+		ss.noteParam(body)
+		writeMsg(out, msgParameterStatus, body, "")
+	}
+	s.registerPooledKey(ss)
+	writeMsg(out, msgBackendKeyData, ss.clientKey, "")
+	writeMsg(out, msgReadyForQuery, []byte{txIdle}, "")
+	if err := out.Flush(); err != nil {
+		s.unregister(ss)
+		return
+	}
+	ss.client.SetDeadline(time.Time{})
+	ss.state.txStatus.Store(uint32(txIdle))
+	ss.state.ready.Store(true)
+
+	s.register(ss)
+	defer s.unregister(ss)
+	s.metrics.sessionStarted()
+	defer s.metrics.sessionEnded()
+	ss.logConnected(false)
+	ss.endPooled(ss.relayPooled())
+	ss.logDisconnected()
+}
+
+// registerPooledKey gives the client a BackendKeyData of the proxy's own: a PID no other session has and a
+// random secret. A CancelRequest with it reaches the server connection lent to the client (cancelPooled).
+func (s *Server) registerPooledKey(ss *session) {
+	key := make([]byte, 8)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for {
+		rand.Read(key)
+		key[0] &= 0x7f // a positive PID, as PostgreSQL's
+		pid := binary.BigEndian.Uint32(key)
+		if pid != 0 && s.pids[pid] == nil {
+			ss.pid = pid
+			s.pids[pid] = ss
+			ss.clientKey = key
+			return
+		}
+	}
+}
+
+// startupValue is the value a setting gets from a client's startup packet (a parameter of its own, or -c in
+// options, which wins as in PostgreSQL), or nil.
+func startupValue(params map[string]string, setting string) *string {
+	var v *string
+	for k, val := range params {
+		if strings.EqualFold(k, setting) {
+			val := val
+			v = &val
+		}
+	}
+	if o, ok := optionSetting(params["options"], setting); ok {
+		v = &o
+	}
+	return v
+}
+
+// poolFailed answers a client whose pool could not lend it a server connection.
+func (ss *session) poolFailed(p *txPool, err error) {
+	ss.fatal(poolError(p, err))
+}
+
+// poolError is the FATAL for a failed lend: 53300 when the pool stayed full, 08006 when no server connection
+// could be opened.
+func poolError(p *txPool, err error) (code, msg, detail string) {
+	if errors.Is(err, errPoolTimeout) {
+		p.srv.metrics.poolTimedOut()
+		return sqlstateTooManyConnections, fmt.Sprintf("no server connection of pool %s became free within pool.max_client_wait (%v)", p.name, p.srv.cfg.Pool.MaxClientWait), fmt.Sprintf("The pool holds at most %d server connections (pool.size).", p.srv.cfg.Pool.Size)
+	}
+	p.srv.metrics.upstreamError()
+	return sqlstateConnectionFailure, fmt.Sprintf("fenceproxy could not open a server connection for pool %s", p.name), err.Error()
+}
+
+// unitStart reports whether a client message of type typ starts something the server answers with
+// ReadyForQuery on its own: where a transaction may begin.
+func (ss *session) unitStart(typ byte) bool {
+	switch typ {
+	case msgQuery, msgFunctionCall:
+		return true
+	case msgParse, msgBind, msgDescribe, msgExecute, msgClose, msgFlush, msgSync:
+		return !ss.state.unsynced.Load()
+	}
+	return false
+}
+
+// relayPooled relays the client's messages until the session ends.
+func (ss *session) relayPooled() ending {
+	cr := &ss.cr
+	pl := ss.pooled
+	for {
+		switch ss.clientIntr.reason() {
+		case intrNone:
+		case intrDrain:
+			pl.mu.Lock()
+			idle := pl.sc == nil || pl.open == 0 && !ss.state.unsynced.Load() && byte(ss.state.txStatus.Load()) == txIdle
+			pl.mu.Unlock()
+			if idle && cr.r.Buffered() == 0 && !inputWaiting(ss.client) {
+				return ending{why: endDrained}
+			}
+			ss.clientIntr.lift() // looked at again when the lend ends
+		default: // intrPeerEnded: the lend ended badly (pl.lost)
+			return ending{why: endUpstreamGone, atBoundary: true}
+		}
+		typ, _, err := cr.next()
+		if err != nil {
+			if ss.clientIntr.caught(err) != intrNone {
+				continue
+			}
+			return ss.clientEnding(err)
+		}
+		if typ == msgTerminate {
+			return ending{why: endTerminate, atBoundary: true}
+		}
+		var body []byte
+		switch {
+		case typ == msgQuery, typ == msgParse, typ == msgBind, typ == msgDescribe, typ == msgClose,
+			ss.clientNeedsBody(typ, ss.srv.currentPlanner()):
+			if body, err = cr.body(); err != nil {
+				return ss.clientEnding(err)
+			}
+		}
+		if err := ss.forwardPooled(typ, body); err != nil {
+			if errors.Is(err, errLendLost) {
+				return ending{why: endUpstreamGone, atBoundary: true}
+			}
+			return ss.clientEnding(err)
+		}
+		cr.release()
+	}
+}
+
+// errLendLost: the lent server connection failed, or the pool could not lend one; pl.fare says why.
+var errLendLost = errors.New("server connection lost")
+
+// forwardPooled forwards one client message (body nil: streamed from the reader), lending the client a server
+// connection first when the message may start a transaction.
+func (ss *session) forwardPooled(typ byte, body []byte) error {
+	pl := ss.pooled
+	st := &ss.state
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	if ss.unitStart(typ) {
+		if pl.sc != nil && pl.open > 0 {
+			// What the client sent before is answered first (the next transaction's token statement depends on
+			// how it ends): send it on, though the client's next messages are already here.
+			ss.countRelayed(dirClientToServer, &ss.cr)
+			pl.sc.w.Flush()
+		}
+		for pl.sc != nil && pl.open > 0 && pl.lost == nil {
+			pl.settled.Wait()
+		}
+		if pl.lost != nil {
+			return errLendLost
+		}
+		if pl.sc == nil {
+			if err := ss.lend(); err != nil {
+				return err
+			}
+		}
+		if byte(st.txStatus.Load()) == txIdle {
+			ss.injectTokens(typ, body)
+		}
+	} else if pl.sc == nil {
+		if pl.lost != nil {
+			return errLendLost
+		}
+		if body == nil { // CopyData and the like outside COPY: the server ignores them
+			_, err := ss.cr.body()
+			return err
+		}
+		return nil
+	}
+	sc := pl.sc
+	if body != nil && (typ == msgQuery || typ == msgParse) {
+		if text, ok := planText(typ, body); ok && mayLeaveSessionState(text) {
+			pl.probe.Store(true)
+		}
+	}
+	switch typ {
+	case msgQuery, msgSync, msgFunctionCall:
+		pl.open++
+		pl.stmts.unitSent()
+	}
+	if typ == msgFunctionCall {
+		pl.probe.Store(true) // a fastpath call may take an advisory lock
+	}
+	p := ss.srv.currentPlanner()
+	var err error
+	switch {
+	case body != nil && p == nil && (typ == msgQuery || typ == msgParse):
+		// No fencing: the core would not read it; the prefix, if any, still goes first.
+		if typ == msgQuery {
+			st.pending.Add(1)
+			writeQueryMsg(sc.w, ss.queryPrefix, body, "")
+			ss.queryPrefix = ""
+		} else if len(body) > 0 && body[0] != 0 {
+			err = ss.parseNamed(body, nil)
+		} else {
+			st.unsynced.Store(true)
+			writeMsg(sc.w, msgParse, body, "")
+			pl.stmts.sent(msgParseComplete, false)
+		}
+	case typ == msgParse && body != nil && len(body) > 0 && body[0] != 0:
+		err = ss.parseNamed(body, p) // pooledstmts.go
+	case body != nil && (typ == msgBind || typ == msgDescribe || typ == msgClose) && ss.renamedOut(typ, body):
+	case body != nil && typ == msgParse:
+		err = ss.onClientMsg(typ, body, p, sc.w)
+		pl.stmts.sent(msgParseComplete, false)
+	case body != nil && typ == msgClose:
+		err = ss.onClientMsg(typ, body, p, sc.w)
+		pl.stmts.sent(msgCloseComplete, false)
+	case body != nil && (typ == msgBind || typ == msgDescribe):
+		st.unsynced.Store(true) // the unnamed statement, a portal: as they are
+		writeMsg(sc.w, typ, body, "")
+	case body != nil:
+		err = ss.onClientMsg(typ, body, p, sc.w)
+	default:
+		if err = ss.onClientMsg(typ, nil, p, sc.w); err == nil {
+			err = ss.cr.forward(sc.w)
+		}
+	}
+	if err != nil {
+		return err
+	}
+	if !ss.cr.nextBuffered() {
+		ss.countRelayed(dirClientToServer, &ss.cr)
+		if err := sc.w.Flush(); err != nil {
+			return nil // the lend's server side sees the connection fail and ends the session
+		}
+	}
+	return nil
+}
+
+// lend takes a server connection from the pool for the client (pl.mu held) and starts its server side.
+func (ss *session) lend() error {
+	pl := ss.pooled
+	sc, err := pl.pool.acquire(ss.srv.cfg.Pool.MaxClientWait, pl.login)
+	if err != nil {
+		code, msg, detail := poolError(pl.pool, err)
+		pl.lost, pl.fare = err, errorResponse("FATAL", code, msg, detail, "")
+		return errLendLost
+	}
+	ss.srv.metrics.poolLent()
+	pl.sc, pl.open, pl.done = sc, 0, make(chan struct{})
+	ss.srv.mu.Lock()
+	ss.cancelKey = sc.key
+	ss.host = sc.host // the fenced writes of the transaction go to this host (checkPlan: router.writeRefusal)
+	ss.srv.mu.Unlock()
+	go ss.serveLend(sc, pl.done)
+	return nil
+}
+
+// injectTokens writes what gives the transaction the client's token and lock, before the message of type typ
+// that starts it (pl.mu held): a prefix of a Query's text, or a Bind and Execute of the token statement before
+// an extended-protocol message. A text that must run outside a transaction block gets nothing
+// (rewrite.OwnTransaction); nor does a FunctionCall.
+func (ss *session) injectTokens(typ byte, body []byte) {
+	pl := ss.pooled
+	sc := pl.sc
+	set := ss.readingSettings()
+	switch typ {
+	case msgFunctionCall:
+		return
+	case msgQuery:
+		if text, ok := planText(msgQuery, body); !ok || rewrite.OwnTransaction(text, set) {
+			return
+		}
+		ss.prepareTokenStmt()
+		ss.queryPrefix = "EXECUTE " + tokenStmtName + "(" + sqlValue(pl.token) + ", " + sqlValue(pl.lock) + "); "
+		pl.hide.Add(1)
+		switch {
+		case set.ClientEncoding == "UTF8":
+			pl.prefixChars.Store(int64(utf8.RuneCountInString(ss.queryPrefix)))
+		case isASCII(ss.queryPrefix):
+			pl.prefixChars.Store(int64(len(ss.queryPrefix)))
+		}
+		return
+	case msgParse:
+		if text, ok := planText(msgParse, body); ok && rewrite.OwnTransaction(text, set) {
+			return
+		}
+	}
+	ss.prepareTokenStmt()
+	// Bind: unnamed portal, the token statement, no parameter formats (text), two parameters, no result formats.
+	b := append([]byte{0}, tokenStmtName...)
+	b = append(b, 0, 0, 0, 0, 2)
+	for _, v := range []*string{pl.token, pl.lock} {
+		if v == nil {
+			b = binary.BigEndian.AppendUint32(b, 0xffffffff)
+			continue
+		}
+		b = binary.BigEndian.AppendUint32(b, uint32(len(*v)))
+		b = append(b, *v...)
+	}
+	b = append(b, 0, 0)
+	writeMsg(sc.w, msgBind, b, "")
+	writeMsg(sc.w, msgExecute, []byte{0, 0, 0, 0, 0}, "")
+	pl.hide.Add(1)
+}
+
+// prepareTokenStmt prepares the token statement again, unless the client whose transaction starts is the one
+// it was last prepared for on this server connection (pl.mu held). A client may have replaced it (DEALLOCATE,
+// then PREPARE of its name, in a function the proxy does not see) with a statement that sets another token: that
+// must never reach another client, so a new client of the connection gets it prepared afresh in the same write,
+// where nothing can come between. Its answers (CloseComplete, ParseComplete) are hidden with the rest of the
+// token statement's, since they come before its CommandComplete.
+func (ss *session) prepareTokenStmt() {
+	pl := ss.pooled
+	sc := pl.sc
+	if sc.tokenFor == pl {
+		return
+	}
+	cfg := ss.srv.cfg.Token
+	writeMsg(sc.w, msgClose, []byte("S"+tokenStmtName+"\x00"), "")
+	b := append(append([]byte(tokenStmtName), 0), tokenStmtSQL(cfg.Setting, cfg.LockSetting)...)
+	writeMsg(sc.w, msgParse, append(b, 0, 0, 0), "")
+	sc.tokenFor = pl
+}
+
+// shiftPosition moves the position field of an ErrorResponse back by n characters: the client's text started n
+// characters into the Query the server read. A position inside the token statement is left as it is.
+func shiftPosition(body []byte, n int) []byte {
+	var out []byte
+	for rest := body; len(rest) > 0 && rest[0] != 0; {
+		f := rest[0]
+		v, after, ok := cutNul(rest[1:])
+		if !ok {
+			return body
+		}
+		if f == fieldPosition {
+			if p, err := strconv.Atoi(string(v)); err == nil && p > n {
+				out = append(append(append(out, body[:len(body)-len(rest)]...), f), strconv.Itoa(p-n)...)
+				return append(append(out, 0), after...)
+			}
+			return body
+		}
+		rest = after
+	}
+	return body
+}
+
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= 0x80 {
+			return false
+		}
+	}
+	return true
+}
+
+// writeQueryMsg writes a Query whose text is prefix followed by raw (a Query body, zero byte included) or, when
+// raw is nil, by s.
+func writeQueryMsg(w msgSink, prefix string, raw []byte, s string) {
+	if prefix == "" {
+		writeMsg(w, msgQuery, raw, s)
+		return
+	}
+	if raw == nil {
+		writeMsg(w, msgQuery, nil, prefix+s)
+		return
+	}
+	n := 4 + len(prefix) + len(raw)
+	w.WriteByte(msgQuery)
+	w.Write([]byte{byte(n >> 24), byte(n >> 16), byte(n >> 8), byte(n)})
+	w.WriteString(prefix)
+	w.Write(raw)
+}
+
+// mayLeaveSessionState reports whether a client's text may leave session state that command tags do not show:
+// set_config (the token, or any setting at session level), advisory locks, temporary tables made by SELECT
+// INTO or CREATE TABLE AS. Matching is by case-insensitive substring, so a word in a comment or a string
+// costs only a look at the connection; a function that does it on the client's behalf is not seen (the token
+// statement of the next transaction catches a token or lock changed that way).
+func mayLeaveSessionState(text []byte) bool {
+	return containsFold(text, "set_config") || containsFold(text, "advisory") || containsFold(text, "temp")
+}
+
+// containsFold reports whether text holds word (lower-case ASCII) in any letter case.
+func containsFold(text []byte, word string) bool {
+	first, upper := word[0], word[0]-'a'+'A'
+	for i := 0; i+len(word) <= len(text); i++ {
+		if c := text[i]; c != first && c != upper {
+			continue
+		}
+		j := 1
+		for ; j < len(word); j++ {
+			c := text[i+j]
+			if c >= 'A' && c <= 'Z' {
+				c += 'a' - 'A'
+			}
+			if c != word[j] {
+				break
+			}
+		}
+		if j == len(word) {
+			return true
+		}
+	}
+	return false
+}
+
+// tagMayLeaveSessionState reports whether a command tag says the statement may have left session state.
+func tagMayLeaveSessionState(tag []byte) bool {
+	for _, p := range []string{"SET", "RESET", "DISCARD", "LISTEN", "PREPARE", "DECLARE", "CREATE", "LOAD", "DEALLOCATE"} {
+		if len(tag) >= len(p) && string(tag[:len(p)]) == p {
+			return true
+		}
+	}
+	return false
+}
+
+// serveLend relays the lent server connection's messages to the client until the lend ends: given back at the
+// end of a transaction, lost, or stopped by the session's end.
+func (ss *session) serveLend(sc *serverConn, done chan struct{}) {
+	defer close(done)
+	pl := ss.pooled
+	r := &sc.r
+	for {
+		typ, _, err := r.next()
+		if err != nil {
+			ss.lendFailed(sc, err)
+			return
+		}
+		hiding := pl.hide.Load() > 0
+		var body []byte
+		if hiding || typ == msgCommandComplete || typ == msgParseComplete || typ == msgCloseComplete || ss.serverNeedsBody(typ) {
+			if body, err = r.body(); err != nil {
+				ss.lendFailed(sc, err)
+				return
+			}
+		}
+		if hiding {
+			switch typ {
+			case msgCommandComplete:
+				pl.hide.Add(-1)
+				continue
+			case msgErrorResponse:
+				pl.hide.Add(-1) // relayed: the client's statement did not run
+			case msgNoticeResponse, msgParameterStatus, msgNotificationResponse:
+			default:
+				continue // ParseComplete, BindComplete, RowDescription, DataRow of the token statement
+			}
+		} else {
+			switch typ {
+			case msgCommandComplete:
+				if tagMayLeaveSessionState(body) {
+					pl.probe.Store(true)
+				}
+			case msgParseComplete, msgCloseComplete:
+				if pl.stmts.answered(typ) {
+					continue // the proxy's own (pooledstmts.go)
+				}
+			case msgReadyForQuery:
+				pl.stmts.ready()
+				pl.prefixChars.Store(0)
+			}
+		}
+		if typ == msgErrorResponse {
+			pl.stmts.failed() // the server skips the rest of the batch
+			if n := pl.prefixChars.Load(); n > 0 {
+				body = shiftPosition(body, int(n))
+			}
+		}
+		var ev serverEvent
+		if body != nil {
+			ev, err = ss.onServerMsg(typ, body, ss.cw)
+			r.release()
+		} else if ev, err = ss.onServerMsg(typ, nil, ss.cw); err == nil {
+			err = r.forward(ss.cw)
+		}
+		if err != nil {
+			ss.lendFailed(sc, err)
+			return
+		}
+		if typ == msgReadyForQuery || !r.nextBuffered() {
+			ss.countRelayed(dirServerToClient, r)
+			if err := ss.cw.Flush(); err != nil {
+				ss.lendFailed(sc, err)
+				return
+			}
+		}
+		if ev&evDrainNow != 0 {
+			ss.clientIntr.raise(intrDrain)
+		}
+		if typ == msgReadyForQuery && ss.settle(sc) {
+			return
+		}
+	}
+}
+
+// lendFailed ends a lend whose server connection (or the client, written to) failed.
+func (ss *session) lendFailed(sc *serverConn, err error) {
+	pl := ss.pooled
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	defer pl.settled.Broadcast()
+	if pl.sc != sc {
+		return // the session's end took it
+	}
+	pl.sc = nil
+	sc.pool.discard(sc)
+	if pl.lost == nil {
+		pl.lost = err
+		if !ss.clientOut.failed.Load() && !ss.state.serverFatal {
+			ss.srv.metrics.upstreamError()
+			pl.fare = errorResponse("FATAL", sqlstateConnectionFailure, "fenceproxy lost the server connection", err.Error(), "")
+			if moved := sc.movedTo.Load(); moved != nil {
+				pl.fare = movedFarewell(sc.host.addr, *moved, pl.open > 0 && byte(ss.state.txStatus.Load()) != txFailed)
+			}
+		}
+	}
+	ss.clientIntr.raise(intrPeerEnded)
+}
+
+// movedFarewell is the FATAL of a pooled client whose lent server connection was closed because a change of
+// primary left its host (from) behind: as in session mode (upstreamLostFarewell), 08007 when a statement's
+// answer was lost (it may have committed; the proxy never replays it), else 57P01 naming the new primary.
+func movedFarewell(from, now string, answerLost bool) []byte {
+	if answerLost {
+		return errorResponse("FATAL", sqlstateTransactionResolutionUnknown,
+			"fenceproxy lost the connection to the upstream server while a statement was running: whether its transaction committed is unknown",
+			fmt.Sprintf("the primary moved from %s to %s", from, now), "Check whether the transaction's changes are there before doing it again.")
+	}
+	if now == "" {
+		now = "not known yet"
+	}
+	return errorResponse("FATAL", sqlstateAdminShutdown, fmt.Sprintf("terminating connection because the primary moved from %s to %s", from, now), "",
+		"Connect again: fenceproxy sends new sessions to the new primary.")
+}
+
+// settle is the lend's decision at a ReadyForQuery: when everything the client sent is answered and no
+// transaction is open, look at the connection if the transaction may have left session state, then give it
+// back, unless the client is pinned to it. It reports whether the lend ended.
+func (ss *session) settle(sc *serverConn) bool {
+	pl := ss.pooled
+	st := &ss.state
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	defer pl.settled.Broadcast()
+	if pl.sc != sc {
+		return true
+	}
+	if pl.open > 0 {
+		pl.open--
+	}
+	if pl.open > 0 || st.unsynced.Load() || byte(st.txStatus.Load()) != txIdle {
+		return false
+	}
+	if pl.probe.Swap(false) {
+		if err := ss.probeSession(sc); err != nil {
+			pl.sc = nil
+			sc.pool.discard(sc)
+			pl.lost = err
+			if pl.fare == nil {
+				pl.fare = errorResponse("FATAL", sqlstateConnectionFailure, "fenceproxy could not read the server connection's session state", err.Error(), "")
+			}
+			ss.clientIntr.raise(intrPeerEnded)
+			return true
+		}
+		if pl.lost != nil { // refused session state
+			pl.sc = nil
+			sc.pool.discard(sc)
+			ss.clientIntr.raise(intrPeerEnded)
+			return true
+		}
+	}
+	if pl.pin != "" {
+		return false
+	}
+	pl.sc = nil
+	ss.srv.mu.Lock()
+	ss.cancelKey = nil
+	ss.srv.mu.Unlock()
+	sc.pool.release(sc)
+	if ss.srv.draining.Load() {
+		ss.clientIntr.raise(intrDrain)
+	}
+	return true
+}
+
+// probeSession runs probeSQL on sc (pl.mu held) and applies what it found: the client's new token and lock
+// values, a pin (or, with pool.on_session_state refuse, the session's end), whether the token statement is still
+// prepared.
+func (ss *session) probeSession(sc *serverConn) error {
+	pl := ss.pooled
+	cfg := ss.srv.cfg
+	writeMsg(sc.w, msgQuery, nil, probeSQL(cfg.Token.Setting, cfg.Token.LockSetting))
+	if err := sc.w.Flush(); err != nil {
+		return fmt.Errorf("probe: %w", err)
+	}
+	var row [][]byte
+	var failure string
+	for rows := 0; ; {
+		typ, _, err := sc.r.next()
+		if err != nil {
+			return fmt.Errorf("probe: %w", err)
+		}
+		body, err := sc.r.body()
+		if err != nil {
+			return fmt.Errorf("probe: %w", err)
+		}
+		switch typ {
+		case msgDataRow:
+			if rows == 0 {
+				if row, err = dataRowValues(body); err != nil {
+					return fmt.Errorf("probe: %w", err)
+				}
+			}
+			rows++
+		case msgErrorResponse:
+			failure = errorField(body, fieldMessage)
+		case msgParameterStatus:
+			ss.noteParam(body)
+		case msgReadyForQuery:
+			if failure != "" {
+				return fmt.Errorf("probe failed: %s", failure)
+			}
+			if len(row) != 5 {
+				return fmt.Errorf("probe: %d values", len(row))
+			}
+			pl.token = followed(row[0], pl.token, pl.resetToken, sc.pool.resetToken)
+			pl.lock = followed(row[1], pl.lock, pl.resetLock, sc.pool.resetLock)
+			if string(row[3]) != "t" {
+				sc.tokenFor = nil // dropped (DISCARD ALL, DEALLOCATE): prepared again at the next transaction
+			}
+			clear(sc.stmts) // a DISCARD or DEALLOCATE may have dropped some
+			for _, name := range strings.Fields(string(row[4])) {
+				sc.stmts[name] = true
+			}
+			if reasons := string(row[2]); reasons != "" && pl.pin == "" {
+				ss.srv.metrics.poolPinned(pinReason(reasons))
+				sc.pool.pins.Add(1)
+				if cfg.Pool.OnSessionState == config.PoolRefuse {
+					pl.lost = errors.New("session state refused")
+					pl.fare = errorResponse("FATAL", sqlstateFeatureNotSupported, fmt.Sprintf("pool.on_session_state is refuse, and the transaction left %s, which a pooled server connection cannot keep for the client", reasons), "", "Use pool.mode session for this client, or pool.on_session_state: pin.")
+				} else {
+					pl.pin = reasons
+					ss.log.Info("client pinned to its server connection", "reason", reasons)
+				}
+			}
+			return nil
+		}
+	}
+}
+
+// followed is the client's new session value of a setting whose server session value after the transaction is
+// got (nil: NULL): the placeholder means unchanged, the pool's default means reset, anything else was set.
+func followed(got []byte, cur, reset, poolDefault *string) *string {
+	switch {
+	case got != nil && string(got) == poolPlaceholder:
+		return cur
+	case got == nil && poolDefault == nil, got != nil && poolDefault != nil && string(got) == *poolDefault:
+		return reset
+	}
+	v := string(got)
+	return &v
+}
+
+// pinReason is the metric label of a pin: its first reason's kind.
+func pinReason(reasons string) string {
+	for _, r := range []string{"SET", "LISTEN", "WITH HOLD", "SQL PREPARE", "protocol-level", "advisory", "temporary"} {
+		if strings.Contains(reasons, r) {
+			return strings.ToLower(strings.ReplaceAll(r, " ", "_"))
+		}
+	}
+	return "other"
+}
+
+// dataRowValues decodes a DataRow body (nil for NULL).
+func dataRowValues(body []byte) ([][]byte, error) {
+	if len(body) < 2 {
+		return nil, errors.New("short DataRow")
+	}
+	n := int(binary.BigEndian.Uint16(body))
+	body = body[2:]
+	out := make([][]byte, 0, n)
+	for i := 0; i < n; i++ {
+		if len(body) < 4 {
+			return nil, errors.New("short DataRow")
+		}
+		l := int32(binary.BigEndian.Uint32(body))
+		body = body[4:]
+		if l < 0 {
+			out = append(out, nil)
+			continue
+		}
+		if int(l) > len(body) {
+			return nil, errors.New("short DataRow")
+		}
+		out = append(out, append([]byte(nil), body[:l]...))
+		body = body[l:]
+	}
+	return out, nil
+}
+
+// endPooled ends a pooled session: a server connection the client still holds (mid-transaction, pinned, or
+// with an answer on its way) is closed, which rolls back whatever the client left open, after a cancel of what
+// it may still run; nobody else ever gets it.
+func (ss *session) endPooled(e ending) {
+	pl := ss.pooled
+	pl.mu.Lock()
+	if e.why == endTerminate {
+		// A client that says goodbye right after its last answer may be quicker than the lend's decision to give
+		// the connection back: let it decide.
+		for pl.sc != nil && pl.open > 0 && pl.lost == nil {
+			pl.settled.Wait()
+		}
+	}
+	sc, done, open := pl.sc, pl.done, pl.open
+	pl.sc = nil
+	pl.settled.Broadcast()
+	fare := pl.fare
+	pl.mu.Unlock()
+	forced := ss.forced()
+	ss.outcome = ss.outcomeOf(e, forced)
+	if sc != nil {
+		if open > 0 || ss.state.unsynced.Load() {
+			ss.srv.cancelUpstream(sc.key, sc.host.addr)
+		}
+		sc.conn.Close()
+		<-done
+		sc.pool.discard(sc)
+	}
+	switch e.why {
+	case endProtocol:
+		ss.srv.metrics.protocolError()
+		ss.log.Info("client protocol violation; closing", "err", e.err)
+		fare = errorResponse("FATAL", sqlstateProtocolViolation, "invalid message from client", e.err.Error(), "")
+	case endDrained:
+		fare = errorResponse("FATAL", sqlstateAdminShutdown, "terminating connection because fenceproxy is shutting down", "", "")
+	case endTerminate, endClientGone:
+		fare = nil
+	}
+	if !forced && fare != nil {
+		ss.client.SetWriteDeadline(time.Now().Add(farewellTimeout))
+		ss.cw.Write(fare)
+		ss.cw.Flush()
+		(&goroutineIO{ss: ss}).lingerClient(time.Now().Add(lingerTimeout))
+	}
+	ss.client.Close()
+}
+
+// cancelPooled delivers a client's CancelRequest to the server connection lent to it, holding the lend so that
+// the connection cannot go to another client before the cancel arrived; nothing when the client is idle.
+func (ss *session) cancelPooled() {
+	pl := ss.pooled
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	if pl.sc != nil && (pl.open > 0 || ss.state.unsynced.Load()) {
+		ss.srv.cancelUpstream(pl.sc.key, pl.sc.host.addr)
+	}
+}

@@ -1,0 +1,89 @@
+package proxy_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/fenceproxy/fenceproxy/internal/pgtest"
+)
+
+// TestPooledSwitchover: transaction pooling over upstream.hosts, through a switchover where the old primary stays
+// up, read-only, and the standby is promoted. A pooled client between transactions is bound to no host: its next
+// transaction runs on the new primary, not on the server connection left idle on the old one, and its fenced
+// write lands there. A client inside a transaction on the old primary has that server connection closed: 57P01
+// naming the new primary, as a session-mode session on the old primary gets; one whose statement was running
+// there gets 08007 (its outcome is unknown; nothing is replayed).
+func TestPooledSwitchover(t *testing.T) {
+	h := startHAPairWith(t, nil, "", "pool:\n  mode: transaction\n  size: 3\nauth:\n  type: trust\n")
+	ctx := haCtx(t)
+	dsn := h.proxy.DSN(pgtest.SuperUser, "", pgtest.TestDB) + "&default_query_exec_mode=simple_protocol"
+	inTx := connect(t, dsn)
+	if _, err := inTx.Exec(ctx, "BEGIN"); err != nil {
+		t.Fatal(err)
+	}
+	if port, err := serverPort(ctx, inTx); err != nil || port != h.primary.Port() {
+		t.Fatalf("a pooled transaction reached port %d (%v), want the primary's %d", port, err, h.primary.Port())
+	}
+	between := connect(t, dsn) // its server connection goes back to the pool, idle on the primary
+	if port, err := serverPort(ctx, between); err != nil || port != h.primary.Port() {
+		t.Fatalf("a pooled client reached port %d (%v), want the primary's %d", port, err, h.primary.Port())
+	}
+	running := connect(t, dsn)
+	runErr := make(chan error, 1)
+	go func() {
+		_, err := running.Exec(ctx, "SELECT pg_sleep(20)")
+		runErr <- err
+	}()
+	if err := h.standby.WaitReplayed(ctx, h.primary); err != nil {
+		t.Fatal(err)
+	}
+	admin := connect(t, h.primary.SuperDSN())
+	eventually(t, 10*time.Second, "the statement to run on the primary", func() bool {
+		var n int
+		err := admin.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%SELECT pg_sleep(20)' AND state = 'active'").Scan(&n)
+		return err == nil && n == 1
+	})
+	if _, err := admin.Exec(ctx, "ALTER SYSTEM SET default_transaction_read_only = on"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Exec(ctx, "SELECT pg_reload_conf()"); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.standby.Promote(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "a pooled client connecting now to reach the new primary", func() bool {
+		c, err := pgx.Connect(ctx, dsn)
+		if err != nil {
+			return false
+		}
+		defer c.Close(ctx)
+		port, err := serverPort(ctx, c)
+		return err == nil && port == h.standby.Port()
+	})
+	if port, err := serverPort(ctx, between); err != nil || port != h.standby.Port() {
+		t.Errorf("the client between transactions reached port %d (%v) after the switchover, want the new primary's %d", port, err, h.standby.Port())
+	}
+	if _, err := between.Exec(ctx, "SET fence.token = 7; UPDATE accounts SET v = 7 WHERE id = 1"); err != nil {
+		t.Errorf("fenced write after the switchover: %v", err)
+	}
+	newPrimary := connect(t, h.standby.SuperDSN())
+	var tok int64
+	if err := newPrimary.QueryRow(ctx, "SELECT fence_token FROM accounts WHERE id = 1 AND v = 7").Scan(&tok); err != nil || tok != 7 {
+		t.Errorf("the fenced write on the new primary: token %d (%v), want 7", tok, err)
+	}
+	var err error
+	eventually(t, 10*time.Second, "the transaction left on the old primary to end", func() bool {
+		_, err = inTx.Exec(ctx, "SELECT 1")
+		return err != nil
+	})
+	if sqlstate(err) != "57P01" || !strings.Contains(err.Error(), h.standby.Addr()) {
+		t.Errorf("transaction on the old primary: %v, want 57P01 naming %s", err, h.standby.Addr())
+	}
+	if err := <-runErr; sqlstate(err) != "08007" {
+		t.Errorf("statement running on the old primary: %v, want 08007", err)
+	}
+}

@@ -1,0 +1,227 @@
+package proxy
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"sync"
+)
+
+// Protocol-level named statements under transaction pooling (pgx's statement cache, JDBC, psycopg 3 and
+// node-postgres use them). A client's statement lives on whatever server connection its transaction gets, so the
+// client's names are the client's (pooledStmts.byName) and the server's names are the proxy's:
+//
+//   - A Parse of name N is fenced as always (the core), then sent as the statement fenceproxy_s<hash of the
+//     fenced text and parameter types>: clients that prepare the same text share the server statement, and a
+//     server statement of a name always holds the same fenced text. The client's ParseComplete comes from it.
+//   - A Bind or a Describe of N uses the server name, first preparing it, hidden, on the server connection when
+//     that connection has not (serverConn.stmts).
+//   - A Close of N forgets N; on the server it closes a name no statement has (the client still gets its
+//     CloseComplete), since other clients may use the statement.
+//   - The answers of the proxy's own Parse and Close are not relayed: the server answers Parse and Close in the
+//     order it received them, so a queue per kind says which answer is the proxy's; an error makes the server skip
+//     the rest of the batch, and the queued entries of that batch are dropped.
+//
+// The unnamed statement is the client's as before: it lives as long as its transaction.
+
+// serverStmtPrefix starts the name of every server statement that carries a client's named statement.
+const serverStmtPrefix = "fenceproxy_s"
+
+// closedStmtName is a statement name nobody prepares: a client's Close of its statement closes it on the server.
+const closedStmtName = "fenceproxy_none"
+
+// clientStmt is a client's named statement: its server name and the fenced Parse body under that name.
+type clientStmt struct {
+	server string
+	parse  []byte
+}
+
+// answerHide says, for one Parse or Close sent to the server, whether its answer is the proxy's own, and the
+// unit (the Sync, Query or FunctionCall that ends its batch) it belongs to.
+type answerHide struct {
+	hide bool
+	unit uint64
+}
+
+// pooledStmts is a client session's named statements and the queues of answers to hide.
+type pooledStmts struct {
+	byName map[string]clientStmt // under pooledState.mu (client side only)
+
+	mu        sync.Mutex // the queues and unit counters: both sides, never held during I/O
+	parses    []answerHide
+	closes    []answerHide
+	unitsSent uint64 // Sync, Query and FunctionCall messages forwarded
+	unitsDone uint64 // ReadyForQuery messages relayed
+}
+
+// sent records a Parse or Close (kind '1' or '3' for its answer) sent to the server.
+func (q *pooledStmts) sent(answer byte, hide bool) {
+	q.mu.Lock()
+	e := answerHide{hide: hide, unit: q.unitsSent}
+	if answer == msgParseComplete {
+		q.parses = append(q.parses, e)
+	} else {
+		q.closes = append(q.closes, e)
+	}
+	q.mu.Unlock()
+}
+
+// unitSent counts a message that the server answers with ReadyForQuery.
+func (q *pooledStmts) unitSent() {
+	q.mu.Lock()
+	q.unitsSent++
+	q.mu.Unlock()
+}
+
+// answered pops the entry of a ParseComplete or CloseComplete and reports whether it is the proxy's.
+func (q *pooledStmts) answered(answer byte) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	queue := &q.closes
+	if answer == msgParseComplete {
+		queue = &q.parses
+	}
+	if len(*queue) == 0 {
+		return false
+	}
+	hide := (*queue)[0].hide
+	*queue = (*queue)[1:]
+	return hide
+}
+
+// failed drops the entries of the batch an ErrorResponse ended: the server skips its remaining messages.
+func (q *pooledStmts) failed() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.parses = dropUnit(q.parses, q.unitsDone)
+	q.closes = dropUnit(q.closes, q.unitsDone)
+}
+
+// ready counts a ReadyForQuery: the unit it answers is over.
+func (q *pooledStmts) ready() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.parses = dropUnit(q.parses, q.unitsDone)
+	q.closes = dropUnit(q.closes, q.unitsDone)
+	q.unitsDone++
+}
+
+func dropUnit(queue []answerHide, unit uint64) []answerHide {
+	for len(queue) > 0 && queue[0].unit <= unit {
+		queue = queue[1:]
+	}
+	return queue
+}
+
+// serverStmtName is the server name of a fenced Parse body's statement (its text and parameter types).
+func serverStmtName(textAndTypes []byte) string {
+	h := sha256.Sum256(textAndTypes)
+	return serverStmtPrefix + hex.EncodeToString(h[:10])
+}
+
+// parseNamed forwards a client's Parse of a named statement (pl.mu held): fenced by the core into a scratch
+// buffer, renamed, and sent (re-prepared when the server connection already has that statement).
+func (ss *session) parseNamed(body []byte, p Planner) error {
+	pl := ss.pooled
+	sc := pl.sc
+	name, _, _ := cutNul(body)
+	var fenced bytes.Buffer
+	if p != nil {
+		if err := ss.onClientMsg(msgParse, body, p, &fenced); err != nil {
+			return err
+		}
+	} else {
+		ss.state.unsynced.Store(true)
+		writeMsg(&fenced, msgParse, body, "")
+	}
+	msg := fenced.Bytes()
+	if len(msg) < headerLen || msg[0] != msgParse {
+		return fmt.Errorf("fenced Parse: unexpected message")
+	}
+	_, rest, ok := cutNul(msg[headerLen:])
+	if !ok {
+		return fmt.Errorf("fenced Parse: no statement name")
+	}
+	server := serverStmtName(rest)
+	parse := append(append([]byte(server), 0), rest...)
+	if pl.stmts.byName == nil {
+		pl.stmts.byName = map[string]clientStmt{}
+	}
+	pl.stmts.byName[string(name)] = clientStmt{server: server, parse: parse}
+	if sc.stmts[server] {
+		// Already prepared here: prepare it again, so that the client's ParseComplete comes in its place.
+		writeMsg(sc.w, msgClose, append(append([]byte{'S'}, server...), 0), "")
+		pl.stmts.sent(msgCloseComplete, true)
+	}
+	writeMsg(sc.w, msgParse, parse, "")
+	pl.stmts.sent(msgParseComplete, false)
+	sc.stmts[server] = true
+	return nil
+}
+
+// serverStmt returns the server name of a client's statement name, preparing it (hidden) on the lent server
+// connection when it is not there (pl.mu held); "" for a name the client never prepared (the server then says
+// so, as it would).
+func (ss *session) serverStmt(name []byte) string {
+	pl := ss.pooled
+	cs, ok := pl.stmts.byName[string(name)]
+	if !ok {
+		return ""
+	}
+	sc := pl.sc
+	if !sc.stmts[cs.server] {
+		writeMsg(sc.w, msgParse, cs.parse, "")
+		pl.stmts.sent(msgParseComplete, true)
+		sc.stmts[cs.server] = true
+	}
+	return cs.server
+}
+
+// renamedOut writes a client's Bind, Describe or Close (pl.mu held) with its statement name mapped; false when
+// the message names no statement of the client's (it goes as it is).
+func (ss *session) renamedOut(typ byte, body []byte) bool {
+	pl := ss.pooled
+	w := pl.sc.w
+	switch typ {
+	case msgBind:
+		portal, rest, ok := cutNul(body)
+		if !ok {
+			return false
+		}
+		name, tail, ok := cutNul(rest)
+		if !ok || len(name) == 0 {
+			return false
+		}
+		server := ss.serverStmt(name)
+		if server == "" {
+			return false
+		}
+		ss.state.unsynced.Store(true)
+		b := append(append(append(append([]byte(nil), portal...), 0), server...), 0)
+		writeMsg(w, msgBind, append(b, tail...), "")
+		return true
+	case msgDescribe, msgClose:
+		if len(body) < 2 || body[0] != 'S' {
+			return false
+		}
+		name, _, ok := cutNul(body[1:])
+		if !ok || len(name) == 0 {
+			return false
+		}
+		ss.state.unsynced.Store(true)
+		if typ == msgClose {
+			delete(pl.stmts.byName, string(name))
+			writeMsg(w, msgClose, append([]byte("S"+closedStmtName), 0), "")
+			pl.stmts.sent(msgCloseComplete, false)
+			return true
+		}
+		server := ss.serverStmt(name)
+		if server == "" {
+			return false
+		}
+		writeMsg(w, msgDescribe, append(append([]byte{'S'}, server...), 0), "")
+		return true
+	}
+	return false
+}
