@@ -103,6 +103,21 @@ type Cluster struct {
 	removed  bool     // Stop has run
 }
 
+// armDataDir readies a data directory that holds a cluster (made by initdb, copied from the template, or by
+// pg_basebackup) for its first start: it writes pg_hba.conf and starts the reaper that stops the server if the
+// test process dies. On failure it removes the directory.
+func (c *Cluster) armDataDir() error {
+	if err := c.writeHBA(); err != nil {
+		c.removeDir()
+		return err
+	}
+	if err := c.startReaper(); err != nil {
+		c.removeDir()
+		return err
+	}
+	return nil
+}
+
 // Start creates and starts a new cluster. The caller must call Stop.
 //
 // The first start on a machine runs initdb and creates the roles and
@@ -127,12 +142,7 @@ func Start(opts Options) (*Cluster, error) {
 			return nil, err
 		}
 	}
-	if err := c.writeHBA(); err != nil {
-		c.removeDir()
-		return nil, err
-	}
-	if err := c.startReaper(); err != nil {
-		c.removeDir()
+	if err := c.armDataDir(); err != nil {
 		return nil, err
 	}
 	err = c.startFreshPort()

@@ -27,12 +27,7 @@ func StartStandby(primary *Cluster, opts Options) (*Cluster, error) {
 	}
 	// The copy holds the primary's fenceproxy_pgtest.conf (its port and socket directory) and pg_hba.conf:
 	// both are written again for the standby (startFreshPort writes the configuration).
-	if err := c.writeHBA(); err != nil {
-		c.removeDir()
-		return nil, err
-	}
-	if err := c.startReaper(); err != nil {
-		c.removeDir()
+	if err := c.armDataDir(); err != nil {
 		return nil, err
 	}
 	if err := c.startFreshPort(); err != nil {
