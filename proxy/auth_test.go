@@ -305,7 +305,8 @@ func TestAuthUpstreamRefreshes(t *testing.T) {
 	}
 }
 
-// writeCertsFor writes a CA, a server certificate for 127.0.0.1, and a client certificate for each common name.
+// writeCertsFor writes a CA, a server certificate for 127.0.0.1 and localhost, and a client certificate for each
+// common name.
 func writeCertsFor(t *testing.T, dir string, clients ...string) (caFile, certFile, keyFile string, clientFiles map[string][2]string) {
 	t.Helper()
 	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -334,6 +335,7 @@ func writeCertsFor(t *testing.T, dir string, clients ...string) (caFile, certFil
 			ExtKeyUsage: []x509.ExtKeyUsage{usage}, KeyUsage: x509.KeyUsageDigitalSignature,
 		}
 		if usage == x509.ExtKeyUsageServerAuth {
+			tmpl.DNSNames = []string{"localhost"}
 			tmpl.IPAddresses = []net.IP{net.ParseIP("127.0.0.1")}
 		}
 		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
