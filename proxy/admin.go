@@ -453,6 +453,9 @@ func (ps *txPools) pause(db string, deadline time.Time) error {
 	if db == "" {
 		ps.pausedAll = true
 	} else {
+		if ps.pausedDBs == nil {
+			ps.pausedDBs = map[string]bool{}
+		}
 		ps.pausedDBs[db] = true
 	}
 	if ps.resumed == nil {

@@ -47,6 +47,11 @@ var errPoolPaused = fmt.Errorf("%w: the pool is paused (PAUSE)", errPoolTimeout)
 
 // serverConn is one upstream connection of a pool.
 type serverConn struct {
+	// For the admin console (SHOW SERVERS, SHOW CLIENTS): the login of the client it is lent to (nil: idle) and
+	// when it was lent, in Unix nanoseconds.
+	lentTo atomic.Pointer[clientLogin]
+	lentAt atomic.Int64
+
 	pool *txPool
 	conn net.Conn
 	r    msgReader
@@ -61,36 +66,31 @@ type serverConn struct {
 	idleSince time.Time       // when it went back to the pool (under txPool.mu)
 	tokenFor  *pooledState    // the client for whose transactions tokenStmtName was last prepared; nil: none
 	stmts     map[string]bool // the clients' statements prepared on it, by server name (pooledstmts.go)
-
-	// For the admin console (SHOW SERVERS, SHOW CLIENTS): the login of the client it is lent to (nil: idle) and
-	// when it was lent, in Unix nanoseconds.
-	lentTo atomic.Pointer[clientLogin]
-	lentAt atomic.Int64
 }
 
 // txPools are the pools of a Server, by key.
 type txPools struct {
+	clients atomic.Int64 // client sessions of every pool (pool.max_clients)
+
+	// PAUSE and RESUME (admin.go), under mu: every pool paused, or those of some databases (nil until one is).
+	// resumed is closed by the next RESUME (nil when nothing is paused); anyPaused lets a lend skip mu when
+	// nothing is.
+	pausedAll bool
+	pausedDBs map[string]bool
+	resumed   chan struct{}
+	anyPaused atomic.Bool
+
 	srv    *Server
 	mu     sync.Mutex
 	byKey  map[string]*txPool
 	closed bool
 	stop   chan struct{} // closed by close: the reaper stops
-
-	clients atomic.Int64 // client sessions of every pool (pool.max_clients)
-
-	// PAUSE and RESUME (admin.go), under mu: every pool paused, or those of some databases. resumed is closed
-	// by the next RESUME (nil when nothing is paused); anyPaused lets a lend skip mu when nothing is.
-	pausedAll bool
-	pausedDBs map[string]bool
-	resumed   chan struct{}
-	anyPaused atomic.Bool
 }
 
 // newTxPools makes a Server's pools and starts their reaper, which closes server connections idle longer than
 // pool.server_idle_timeout or older than pool.server_lifetime.
 func newTxPools(s *Server) *txPools {
-	ps := &txPools{srv: s, byKey: map[string]*txPool{}, stop: make(chan struct{}), pausedDBs: map[string]bool{}}
-	s.metrics.watchPools(ps)
+	ps := &txPools{srv: s, byKey: map[string]*txPool{}, stop: make(chan struct{})}
 	every := min(s.cfg.Pool.ServerIdleTimeout, s.cfg.Pool.ServerLifetime) / 4
 	go func() {
 		t := time.NewTicker(max(every, 10*time.Millisecond))

@@ -117,6 +117,7 @@ func New(o Options) (*Server, error) {
 	s.SetPlanner(o.Planner)
 	if o.Config.Pool.Transaction() {
 		s.pools = newTxPools(s)
+		o.Metrics.watchPools(s.pools) // the per-pool series
 	}
 	if !o.DisableEventLoop && o.Config.Relay.Mode != config.RelayModeGoroutines {
 		n := o.Config.Relay.EventLoops
