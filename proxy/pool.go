@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -724,10 +725,21 @@ func nullable(b []byte) *string {
 	return &s
 }
 
-// quoteLiteral quotes s as an SQL string constant that reads the same whatever standard_conforming_strings is.
-func quoteLiteral(s string) string {
-	if !strings.ContainsAny(s, `'\`) {
-		return "'" + s + "'"
+// quoteLiteral is s, a string of the proxy's own (UTF-8), as an SQL expression of type text (textExpr).
+func quoteLiteral(s string) string { return textExpr(s, "'UTF8'") }
+
+// textExpr is s, bytes in the encoding the SQL expression encoding names, as an SQL expression of type text that
+// reads the same whatever the session's client_encoding, standard_conforming_strings and backslash_quote: the
+// text it makes is ASCII without a backslash. A string that is such ASCII already is a constant with its quotes
+// doubled; any other is built from its bytes (convert_from of decode of hex). Quoting byte by byte could not do
+// it: in a client-only encoding (SJIS, BIG5, GBK...) a backslash or quote byte may end a character, so a value
+// a client chose (its fence.lock) could end the constant early and run the rest as SQL the proxy never read
+// (TestPooledTokenValueCannotBreakOutOfItsConstant).
+func textExpr(s, encoding string) string {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c >= 0x80 || c == '\\' || c == 0 {
+			return "pg_catalog.convert_from(pg_catalog.decode('" + hex.EncodeToString([]byte(s)) + "', 'hex'), " + encoding + ")"
+		}
 	}
-	return "E'" + strings.NewReplacer(`\`, `\\`, `'`, `''`).Replace(s) + "'"
+	return "'" + strings.ReplaceAll(s, "'", "''") + "'"
 }

@@ -96,12 +96,13 @@ func tokenSQLWith(tok, lock, tokVal, lockVal string) string {
 	return "SELECT " + one(tok, tokVal) + ", " + one(lock, lockVal)
 }
 
-// sqlValue is v as an SQL constant, NULL for nil.
+// sqlValue is v, a value of the client's (read back from the server in the client's encoding, or given at
+// startup), as an SQL expression (textExpr), NULL for nil.
 func sqlValue(v *string) string {
 	if v == nil {
 		return "NULL"
 	}
-	return quoteLiteral(*v)
+	return textExpr(*v, "pg_catalog.current_setting('client_encoding')")
 }
 
 // probeSQL reads, after a transaction, the token and lock values it left and the session state the pool cannot
