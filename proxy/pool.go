@@ -736,10 +736,8 @@ func quoteLiteral(s string) string { return textExpr(s, "'UTF8'") }
 // a client chose (its fence.lock) could end the constant early and run the rest as SQL the proxy never read
 // (TestPooledTokenValueCannotBreakOutOfItsConstant).
 func textExpr(s, encoding string) string {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c >= 0x80 || c == '\\' || c == 0 {
-			return "pg_catalog.convert_from(pg_catalog.decode('" + hex.EncodeToString([]byte(s)) + "', 'hex'), " + encoding + ")"
-		}
+	if !plainASCII(s) {
+		return "pg_catalog.convert_from(pg_catalog.decode('" + hex.EncodeToString([]byte(s)) + "', 'hex'), " + encoding + ")"
 	}
 	return "'" + strings.ReplaceAll(s, "'", "''") + "'"
 }
