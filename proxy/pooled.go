@@ -331,7 +331,7 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 				return err
 			}
 		}
-		if byte(st.txStatus.Load()) == txIdle {
+		if sendTokenStmt && byte(st.txStatus.Load()) == txIdle {
 			ss.injectTokens(typ, body)
 		}
 	} else if pl.sc == nil {
