@@ -86,12 +86,13 @@ type txPools struct {
 	byKey  map[string]*txPool
 	closed bool
 	stop   chan struct{} // closed by close: the reaper stops
+	tokens tokenTexts    // the token statement's wire texts, built once (the settings' names do not change)
 }
 
 // newTxPools makes a Server's pools and starts their reaper, which closes server connections idle longer than
 // pool.server_idle_timeout or older than pool.server_lifetime.
 func newTxPools(s *Server) *txPools {
-	ps := &txPools{srv: s, byKey: map[string]*txPool{}, stop: make(chan struct{})}
+	ps := &txPools{srv: s, byKey: map[string]*txPool{}, stop: make(chan struct{}), tokens: newTokenTexts(s.cfg.Token.Setting, s.cfg.Token.LockSetting)}
 	every := min(s.cfg.Pool.ServerIdleTimeout, s.cfg.Pool.ServerLifetime) / 4
 	go func() {
 		t := time.NewTicker(max(every, 10*time.Millisecond))
