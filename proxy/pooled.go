@@ -445,10 +445,10 @@ func (ss *session) lend() error {
 	}
 	ss.srv.metrics.poolLent()
 	pl.sc, pl.open, pl.done = sc, 0, make(chan struct{})
-	ss.srv.mu.Lock()
-	ss.cancelKey = sc.key
-	ss.host = sc.host // the fenced writes of the transaction go to this host (checkPlan: router.writeRefusal)
-	ss.srv.mu.Unlock()
+	// The fenced writes of the transaction go to this host (checkPlan: router.writeRefusal). Read by this
+	// goroutine and the lend's server side only (sessionForKey does not look at a pooled session's), so no
+	// lock of the Server's is taken per transaction.
+	ss.host = sc.host
 	go ss.serveLend(sc, pl.done)
 	return nil
 }
@@ -769,9 +769,6 @@ func (ss *session) settle(sc *serverConn) bool {
 		return false
 	}
 	pl.sc = nil
-	ss.srv.mu.Lock()
-	ss.cancelKey = nil
-	ss.srv.mu.Unlock()
 	sc.pool.release(sc)
 	if ss.srv.draining.Load() {
 		ss.clientIntr.raise(intrDrain)
