@@ -152,6 +152,7 @@ type txPool struct {
 	mu      sync.Mutex
 	idle    []*serverConn
 	live    map[*serverConn]struct{} // every open server connection, idle or lent (dropHost closes a host's)
+	timers  sync.Pool                // stopped *time.Timer for clients waiting in takeSlot: none made per wait
 	reports []paramStatus            // ParameterStatus values of its first server connection, shown to its clients
 
 	database, user string // its database (the user's name when the client gave none) and user
@@ -333,8 +334,16 @@ func (p *txPool) takeSlot(wait time.Duration, login *clientLogin) error {
 		p.mu.Unlock()
 		p.observeWait(time.Since(start))
 	}()
-	t := time.NewTimer(wait)
-	defer t.Stop()
+	t, _ := p.timers.Get().(*time.Timer)
+	if t == nil {
+		t = time.NewTimer(wait)
+	} else {
+		t.Reset(wait) // stopped, its channel empty (Go 1.23 timers)
+	}
+	defer func() {
+		t.Stop()
+		p.timers.Put(t)
+	}()
 	for {
 		if resumed := p.srv.pools.pausedUntil(p); resumed != nil {
 			select {

@@ -53,13 +53,13 @@ type pooledState struct {
 	login *clientLogin // how a server connection opened for the client logs in (auth.go: answerUpstream)
 
 	mu      sync.Mutex
-	settled sync.Cond     // broadcast when the lend's server side has answered a ReadyForQuery and decided
-	sc      *serverConn   // lent to the client now; nil between transactions. Whoever clears it disposes of it.
-	done    chan struct{} // closed when the current lend's server side stops
-	open    int           // Query, Sync and FunctionCall messages forwarded on sc and not yet settled
-	pin     string        // why the client keeps sc, "" if it does not
-	lost    error         // the lend ended badly: the session ends with farewell
-	fare    []byte        // the FATAL that ends the session after lost
+	settled sync.Cond      // broadcast when the lend's server side has answered a ReadyForQuery and decided
+	sc      *serverConn    // lent to the client now; nil between transactions. Whoever clears it disposes of it.
+	serving sync.WaitGroup // the lends' server sides (serveLend) still running
+	open    int            // Query, Sync and FunctionCall messages forwarded on sc and not yet settled
+	pin     string         // why the client keeps sc, "" if it does not
+	lost    error          // the lend ended badly: the session ends with farewell
+	fare    []byte         // the FATAL that ends the session after lost
 
 	token, lock           *string // the client's session values; nil: the server's default
 	resetToken, resetLock *string // what RESET returns to: the startup values, or nil
@@ -444,12 +444,13 @@ func (ss *session) lend() error {
 		return errLendLost
 	}
 	ss.srv.metrics.poolLent()
-	pl.sc, pl.open, pl.done = sc, 0, make(chan struct{})
+	pl.sc, pl.open = sc, 0
 	// The fenced writes of the transaction go to this host (checkPlan: router.writeRefusal). Read by this
 	// goroutine and the lend's server side only (sessionForKey does not look at a pooled session's), so no
 	// lock of the Server's is taken per transaction.
 	ss.host = sc.host
-	go ss.serveLend(sc, pl.done)
+	pl.serving.Add(1)
+	go ss.serveLend(sc)
 	return nil
 }
 
@@ -612,9 +613,9 @@ func tagMayLeaveSessionState(tag []byte) bool {
 
 // serveLend relays the lent server connection's messages to the client until the lend ends: given back at the
 // end of a transaction, lost, or stopped by the session's end.
-func (ss *session) serveLend(sc *serverConn, done chan struct{}) {
-	defer close(done)
+func (ss *session) serveLend(sc *serverConn) {
 	pl := ss.pooled
+	defer pl.serving.Done()
 	r := &sc.r
 	for {
 		typ, _, err := r.next()
@@ -904,7 +905,7 @@ func (ss *session) endPooled(e ending) {
 			pl.settled.Wait()
 		}
 	}
-	sc, done, open := pl.sc, pl.done, pl.open
+	sc, open := pl.sc, pl.open
 	pl.sc = nil
 	pl.settled.Broadcast()
 	fare := pl.fare
@@ -916,7 +917,7 @@ func (ss *session) endPooled(e ending) {
 			ss.srv.cancelUpstream(sc.key, sc.host.addr)
 		}
 		sc.conn.Close()
-		<-done
+		pl.serving.Wait()
 		sc.pool.discard(sc)
 	}
 	switch e.why {
