@@ -729,8 +729,14 @@ END $$`)
 	t.Cleanup(func() { f.d.Exec(t.Context(), "DROP FUNCTION IF EXISTS pooled_hijack()") })
 	for _, mode := range []string{"simple_protocol", "exec"} {
 		a := pooledConn(t, f, "&default_query_exec_mode="+mode)
-		fxExec(t, a, "SELECT 1")
-		fxExec(t, a, "SELECT pooled_hijack()")
+		// QueryRow, not Exec: pgx sends an Exec without arguments over the simple protocol in every mode.
+		var n int
+		if err := a.QueryRow(ctxT(t), "SELECT 1").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.QueryRow(ctxT(t), "SELECT pooled_hijack()").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
 		b := pooledConn(t, f, "&default_query_exec_mode="+mode+"&options=-c%20fence.token%3D5")
 		var tok int64
 		if err := b.QueryRow(ctxT(t), "UPDATE "+f.label+" SET balance = balance + 1 WHERE id = 1 RETURNING fence_token").Scan(&tok); err != nil || tok != 5 {
