@@ -86,12 +86,13 @@ type txPools struct {
 	byKey  map[string]*txPool
 	closed bool
 	stop   chan struct{} // closed by close: the reaper stops
+	tokens tokenTexts    // the token statement's wire texts, built once (the settings' names do not change)
 }
 
 // newTxPools makes a Server's pools and starts their reaper, which closes server connections idle longer than
 // pool.server_idle_timeout or older than pool.server_lifetime.
 func newTxPools(s *Server) *txPools {
-	ps := &txPools{srv: s, byKey: map[string]*txPool{}, stop: make(chan struct{})}
+	ps := &txPools{srv: s, byKey: map[string]*txPool{}, stop: make(chan struct{}), tokens: newTokenTexts(s.cfg.Token.Setting, s.cfg.Token.LockSetting)}
 	every := min(s.cfg.Pool.ServerIdleTimeout, s.cfg.Pool.ServerLifetime) / 4
 	go func() {
 		t := time.NewTicker(max(every, 10*time.Millisecond))
@@ -151,6 +152,7 @@ type txPool struct {
 	mu      sync.Mutex
 	idle    []*serverConn
 	live    map[*serverConn]struct{} // every open server connection, idle or lent (dropHost closes a host's)
+	timers  sync.Pool                // stopped *time.Timer for clients waiting in takeSlot: none made per wait
 	reports []paramStatus            // ParameterStatus values of its first server connection, shown to its clients
 
 	database, user string // its database (the user's name when the client gave none) and user
@@ -332,8 +334,16 @@ func (p *txPool) takeSlot(wait time.Duration, login *clientLogin) error {
 		p.mu.Unlock()
 		p.observeWait(time.Since(start))
 	}()
-	t := time.NewTimer(wait)
-	defer t.Stop()
+	t, _ := p.timers.Get().(*time.Timer)
+	if t == nil {
+		t = time.NewTimer(wait)
+	} else {
+		t.Reset(wait) // stopped, its channel empty (Go 1.23 timers)
+	}
+	defer func() {
+		t.Stop()
+		p.timers.Put(t)
+	}()
 	for {
 		if resumed := p.srv.pools.pausedUntil(p); resumed != nil {
 			select {

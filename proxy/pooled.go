@@ -29,9 +29,11 @@ import (
 //
 //   - Each transaction starts with the client's session values set transaction-locally (set_config(name, v,
 //     true); NULL, the server's default, for a value never set or RESET), in the same write as the client's
-//     first message: the token statement (tokenStmtSQL, prepared afresh whenever the connection changes
-//     clients: prepareTokenStmt) as EXECUTE before the text of a Query, or as a Bind and Execute before an
-//     extended-protocol batch. Its answers are not relayed (hide). SET, SET LOCAL, RESET, set_config
+//     first message: the token statement with the values as constants before the text of a Query
+//     (tokenTexts.inline: nothing prepared, so nothing another client could replace, and one parse on the
+//     server, less than re-preparing it for each new client), or as a Bind and Execute of it prepared (tokenStmtSQL,
+//     prepared afresh whenever the connection changes clients: prepareTokenStmt) before an extended-protocol
+//     batch. Its answers are not relayed (hide). SET, SET LOCAL, RESET, set_config
 //     with any arguments, SAVEPOINT and ROLLBACK TO, a rollback: the server applies them to the values inside
 //     the transaction exactly as on a connection of the client's own.
 //   - A session-level change survives the transaction as the server connection's session value. When the
@@ -51,13 +53,13 @@ type pooledState struct {
 	login *clientLogin // how a server connection opened for the client logs in (auth.go: answerUpstream)
 
 	mu      sync.Mutex
-	settled sync.Cond     // broadcast when the lend's server side has answered a ReadyForQuery and decided
-	sc      *serverConn   // lent to the client now; nil between transactions. Whoever clears it disposes of it.
-	done    chan struct{} // closed when the current lend's server side stops
-	open    int           // Query, Sync and FunctionCall messages forwarded on sc and not yet settled
-	pin     string        // why the client keeps sc, "" if it does not
-	lost    error         // the lend ended badly: the session ends with farewell
-	fare    []byte        // the FATAL that ends the session after lost
+	settled sync.Cond      // broadcast when the lend's server side has answered a ReadyForQuery and decided
+	sc      *serverConn    // lent to the client now; nil between transactions. Whoever clears it disposes of it.
+	serving sync.WaitGroup // the lends' server sides (serveLend) still running
+	open    int            // Query, Sync and FunctionCall messages forwarded on sc and not yet settled
+	pin     string         // why the client keeps sc, "" if it does not
+	lost    error          // the lend ended badly: the session ends with farewell
+	fare    []byte         // the FATAL that ends the session after lost
 
 	token, lock           *string // the client's session values; nil: the server's default
 	resetToken, resetLock *string // what RESET returns to: the startup values, or nil
@@ -82,18 +84,45 @@ func tokenStmtSQL(tok, lock string) string {
 
 // tokenSQLWith sets the token and lock settings to the SQL expressions tokVal and lockVal, transaction-locally,
 // after checking that the connection's session values are the placeholder: anything else means a change the
-// proxy did not follow (a function that called set_config), and the statement fails with 55F03 before the
-// client's statement runs.
+// proxy did not follow (a function that called set_config), and the statement fails with 55F03 naming the setting
+// before the client's statement runs. The refusal's text is in it once (the name computed), so that the statement
+// stays short: as a Query's prefix it shows in pg_stat_activity and the server's logs before the client's text.
 func tokenSQLWith(tok, lock, tokVal, lockVal string) string {
-	one := func(name, val string) string {
-		marker := quoteLiteral(rewrite.RefusalMarker(sqlstateInvalid, "", fmt.Sprintf(
-			"invalid fencing token: %s was changed on this pooled server connection in a way fenceproxy cannot follow (a function that calls set_config?); the transaction is refused", name),
-			"Set the token with SET, SET LOCAL or set_config in the statement itself."))
-		cur := "pg_catalog.current_setting(" + quoteLiteral(name) + ", true)"
-		return "pg_catalog.set_config(" + quoteLiteral(name) + ", CASE WHEN " + cur + " = " + quoteLiteral(poolPlaceholder) +
-			" THEN " + val + " ELSE pg_catalog.concat(" + marker + ", " + cur + ")::pg_catalog.int8::pg_catalog.text END, true)"
+	cur := func(name string) string { return "pg_catalog.current_setting(" + quoteLiteral(name) + ", true)" }
+	unchanged := func(name string) string { return cur(name) + " = " + quoteLiteral(poolPlaceholder) }
+	head, tail, _ := strings.Cut(rewrite.RefusalMarker(sqlstateInvalid, "",
+		"invalid fencing token: \x00 was changed on this pooled server connection behind fenceproxy's back; the transaction is refused",
+		"Set it with SET, SET LOCAL or set_config in the statement, not in a function."), "\x00")
+	// The cast of the marker fails whenever it runs; the setting's value in it keeps the planner from folding it.
+	refusal := "pg_catalog.concat(" + quoteLiteral(head) + ", CASE WHEN " + unchanged(tok) + " THEN " + quoteLiteral(lock) + " ELSE " +
+		quoteLiteral(tok) + " END, " + quoteLiteral(tail) + ", " + cur(tok) + ")::pg_catalog.int8::pg_catalog.text"
+	return "SELECT pg_catalog.set_config(" + quoteLiteral(tok) + ", CASE WHEN " + unchanged(tok) + " AND " + unchanged(lock) + " THEN " + tokVal +
+		" ELSE " + refusal + " END, true), pg_catalog.set_config(" + quoteLiteral(lock) + ", " + lockVal + ", true)"
+}
+
+// tokenTexts are the token statement's texts, built once per Server: the pieces of the inline form around the two
+// values, and the Close and Parse bodies of the prepared one.
+type tokenTexts struct {
+	inlineHead, inlineMid, inlineTail string // inlineHead + token + inlineMid + lock + inlineTail, as SQL constants
+	closeBody, parseBody              []byte
+}
+
+func newTokenTexts(tok, lock string) tokenTexts {
+	// The two values' places are found by markers no setting name can hold (names are lower-case a.b).
+	sql := tokenSQLWith(tok, lock, "\x00TOK\x00", "\x00LOCK\x00") + "; "
+	head, rest, _ := strings.Cut(sql, "\x00TOK\x00")
+	mid, tail, _ := strings.Cut(rest, "\x00LOCK\x00")
+	parse := append(append([]byte(tokenStmtName), 0), tokenStmtSQL(tok, lock)...)
+	return tokenTexts{
+		inlineHead: head, inlineMid: mid, inlineTail: tail,
+		closeBody: []byte("S" + tokenStmtName + "\x00"),
+		parseBody: append(parse, 0, 0, 0),
 	}
-	return "SELECT " + one(tok, tokVal) + ", " + one(lock, lockVal)
+}
+
+// inline is the token statement with the client's values as constants, followed by "; ": the prefix of a Query.
+func (t *tokenTexts) inline(tok, lock *string) string {
+	return t.inlineHead + sqlValue(tok) + t.inlineMid + sqlValue(lock) + t.inlineTail
 }
 
 // sqlValue is v, a value of the client's (read back from the server in the client's encoding, or given at
@@ -331,7 +360,7 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 				return err
 			}
 		}
-		if byte(st.txStatus.Load()) == txIdle {
+		if sendTokenStmt && byte(st.txStatus.Load()) == txIdle {
 			ss.injectTokens(typ, body)
 		}
 	} else if pl.sc == nil {
@@ -415,12 +444,13 @@ func (ss *session) lend() error {
 		return errLendLost
 	}
 	ss.srv.metrics.poolLent()
-	pl.sc, pl.open, pl.done = sc, 0, make(chan struct{})
-	ss.srv.mu.Lock()
-	ss.cancelKey = sc.key
-	ss.host = sc.host // the fenced writes of the transaction go to this host (checkPlan: router.writeRefusal)
-	ss.srv.mu.Unlock()
-	go ss.serveLend(sc, pl.done)
+	pl.sc, pl.open = sc, 0
+	// The fenced writes of the transaction go to this host (checkPlan: router.writeRefusal). Read by this
+	// goroutine and the lend's server side only (sessionForKey does not look at a pooled session's), so no
+	// lock of the Server's is taken per transaction.
+	ss.host = sc.host
+	pl.serving.Add(1)
+	go ss.serveLend(sc)
 	return nil
 }
 
@@ -439,8 +469,7 @@ func (ss *session) injectTokens(typ byte, body []byte) {
 		if text, ok := planText(msgQuery, body); !ok || rewrite.OwnTransaction(text, set) {
 			return
 		}
-		ss.prepareTokenStmt()
-		ss.queryPrefix = "EXECUTE " + tokenStmtName + "(" + sqlValue(pl.token) + ", " + sqlValue(pl.lock) + "); "
+		ss.queryPrefix = ss.srv.pools.tokens.inline(pl.token, pl.lock)
 		pl.hide.Add(1)
 		switch {
 		case set.ClientEncoding == "UTF8":
@@ -484,10 +513,9 @@ func (ss *session) prepareTokenStmt() {
 	if sc.tokenFor == pl {
 		return
 	}
-	cfg := ss.srv.cfg.Token
-	writeMsg(sc.w, msgClose, []byte("S"+tokenStmtName+"\x00"), "")
-	b := append(append([]byte(tokenStmtName), 0), tokenStmtSQL(cfg.Setting, cfg.LockSetting)...)
-	writeMsg(sc.w, msgParse, append(b, 0, 0, 0), "")
+	t := &ss.srv.pools.tokens
+	writeMsg(sc.w, msgClose, t.closeBody, "")
+	writeMsg(sc.w, msgParse, t.parseBody, "")
 	sc.tokenFor = pl
 }
 
@@ -585,9 +613,9 @@ func tagMayLeaveSessionState(tag []byte) bool {
 
 // serveLend relays the lent server connection's messages to the client until the lend ends: given back at the
 // end of a transaction, lost, or stopped by the session's end.
-func (ss *session) serveLend(sc *serverConn, done chan struct{}) {
-	defer close(done)
+func (ss *session) serveLend(sc *serverConn) {
 	pl := ss.pooled
+	defer pl.serving.Done()
 	r := &sc.r
 	for {
 		typ, _, err := r.next()
@@ -742,9 +770,6 @@ func (ss *session) settle(sc *serverConn) bool {
 		return false
 	}
 	pl.sc = nil
-	ss.srv.mu.Lock()
-	ss.cancelKey = nil
-	ss.srv.mu.Unlock()
 	sc.pool.release(sc)
 	if ss.srv.draining.Load() {
 		ss.clientIntr.raise(intrDrain)
@@ -880,7 +905,7 @@ func (ss *session) endPooled(e ending) {
 			pl.settled.Wait()
 		}
 	}
-	sc, done, open := pl.sc, pl.done, pl.open
+	sc, open := pl.sc, pl.open
 	pl.sc = nil
 	pl.settled.Broadcast()
 	fare := pl.fare
@@ -892,7 +917,7 @@ func (ss *session) endPooled(e ending) {
 			ss.srv.cancelUpstream(sc.key, sc.host.addr)
 		}
 		sc.conn.Close()
-		<-done
+		pl.serving.Wait()
 		sc.pool.discard(sc)
 	}
 	switch e.why {

@@ -712,21 +712,31 @@ func TestPooledAdminConsole(t *testing.T) {
 
 // A client that replaces the proxy's token statement (in a function, where the proxy sees no DEALLOCATE or
 // PREPARE) with one that sets a token of its choosing does not give that token to the next client of the
-// server connection: a new client's transaction prepares the statement afresh.
+// server connection: a new client's transaction prepares the statement afresh (extended protocol), or a Query
+// carries it with its values inline and uses no prepared statement at all (simple protocol).
 func TestPooledTokenStatementHijack(t *testing.T) {
 	f := newPooledFenced(t, 1, "")
 	fxExec(t, f.d, "INSERT INTO "+f.label+" (id, fence_token) VALUES (1, 1)")
 	fxExec(t, f.d, `CREATE FUNCTION pooled_hijack() RETURNS int LANGUAGE plpgsql AS $$
 BEGIN
-	EXECUTE 'DEALLOCATE fenceproxy_t';
+	BEGIN
+		EXECUTE 'DEALLOCATE fenceproxy_t';
+	EXCEPTION WHEN invalid_sql_statement_name THEN -- not prepared: a Query's token statement is inline
+	END;
 	EXECUTE 'PREPARE fenceproxy_t(text, text) AS SELECT pg_catalog.set_config(''fence.token'', ''999'', true), $2';
 	RETURN 1;
 END $$`)
 	t.Cleanup(func() { f.d.Exec(t.Context(), "DROP FUNCTION IF EXISTS pooled_hijack()") })
 	for _, mode := range []string{"simple_protocol", "exec"} {
 		a := pooledConn(t, f, "&default_query_exec_mode="+mode)
-		fxExec(t, a, "SELECT 1")
-		fxExec(t, a, "SELECT pooled_hijack()")
+		// QueryRow, not Exec: pgx sends an Exec without arguments over the simple protocol in every mode.
+		var n int
+		if err := a.QueryRow(ctxT(t), "SELECT 1").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.QueryRow(ctxT(t), "SELECT pooled_hijack()").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
 		b := pooledConn(t, f, "&default_query_exec_mode="+mode+"&options=-c%20fence.token%3D5")
 		var tok int64
 		if err := b.QueryRow(ctxT(t), "UPDATE "+f.label+" SET balance = balance + 1 WHERE id = 1 RETURNING fence_token").Scan(&tok); err != nil || tok != 5 {

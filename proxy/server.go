@@ -301,5 +301,10 @@ func (s *Server) sessionForKey(clientKey []byte) (*session, []byte, string) {
 	if ss == nil || subtle.ConstantTimeCompare(ss.clientKey, clientKey) != 1 {
 		return nil, nil, ""
 	}
+	if ss.pooled != nil {
+		// Its server connection is the one lent to it now (cancelPooled); its lends change cancelKey and host
+		// without s.mu, which they would otherwise take twice per transaction.
+		return ss, nil, ""
+	}
 	return ss, ss.cancelKey, ss.host.addr
 }
