@@ -54,6 +54,10 @@ type serverConn struct {
 	idleSince time.Time       // when it went back to the pool (under txPool.mu)
 	tokenFor  *pooledState    // the client for whose transactions tokenStmtName was last prepared; nil: none
 	stmts     map[string]bool // the clients' statements prepared on it, by server name (pooledstmts.go)
+	// settings are its session-level settings that the pool replays, as last read back or put there; nil: the
+	// pool's defaults. settingsFor is the client for which settingsStmtName was last prepared on it (pooledsettings.go).
+	settings    map[string]string
+	settingsFor *pooledState
 }
 
 // txPools are the pools of a Server, by key.

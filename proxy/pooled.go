@@ -62,6 +62,10 @@ type pooledState struct {
 	token, lock           *string // the client's session values; nil: the server's default
 	resetToken, resetLock *string // what RESET returns to: the startup values, or nil
 
+	settings      map[string]string // the client's other session-level settings (pooledsettings.go)
+	replaying     atomic.Int64      // settings units sent whose ReadyForQuery is still to come
+	replayFailure string            // the server's error for the settings unit being answered (serveLend's)
+
 	probe atomic.Bool  // the transaction may leave session state: look at the connection at its end
 	hide  atomic.Int64 // token statements whose answers are still to be hidden (each up to its CommandComplete)
 
@@ -104,12 +108,12 @@ func sqlValue(v *string) string {
 	return quoteLiteral(*v)
 }
 
-// probeSQL reads, after a transaction, the token and lock values it left and the session state the pool cannot
-// move, then puts the placeholder back.
-func probeSQL(tok, lock string) string {
+// probeSQL reads, after a transaction, the token and lock values it left, the session state the pool cannot
+// move (user is the role the connection logged in as) and, in a second statement, the settings it replays
+// (pooledsettings.go); then it puts the placeholder back.
+func probeSQL(tok, lock, user string) string {
 	return "SELECT pg_catalog.current_setting(" + quoteLiteral(tok) + ", true), pg_catalog.current_setting(" + quoteLiteral(lock) + ", true), " +
-		"pg_catalog.concat_ws(', ', " +
-		"(SELECT 'session-level SET of ' || pg_catalog.string_agg(name, ' ') FROM pg_catalog.pg_settings WHERE source = 'session'), " +
+		"pg_catalog.concat_ws(', ', " + unmovableSettingsSQL(user) + ", " +
 		"CASE WHEN EXISTS (SELECT FROM pg_catalog.pg_listening_channels()) THEN 'LISTEN' END, " +
 		"CASE WHEN EXISTS (SELECT FROM pg_catalog.pg_cursors WHERE is_holdable) THEN 'a WITH HOLD cursor' END, " +
 		"CASE WHEN EXISTS (SELECT FROM pg_catalog.pg_prepared_statements WHERE from_sql) THEN 'SQL PREPARE' END, " +
@@ -118,6 +122,7 @@ func probeSQL(tok, lock string) string {
 		"CASE WHEN EXISTS (SELECT FROM pg_catalog.pg_class WHERE relnamespace = pg_catalog.pg_my_temp_schema()) THEN 'a temporary table' END), " +
 		"EXISTS (SELECT FROM pg_catalog.pg_prepared_statements WHERE name = " + quoteLiteral(tokenStmtName) + "), " +
 		"(SELECT pg_catalog.string_agg(name, ' ') FROM pg_catalog.pg_prepared_statements WHERE pg_catalog.left(name, 12) = " + quoteLiteral(serverStmtPrefix) + "); " +
+		replayableSettingsSQL() + "; " +
 		"SELECT pg_catalog.set_config(" + quoteLiteral(tok) + ", " + quoteLiteral(poolPlaceholder) + ", false), pg_catalog.set_config(" +
 		quoteLiteral(lock) + ", " + quoteLiteral(poolPlaceholder) + ", false)"
 }
@@ -146,6 +151,7 @@ func (s *Server) startPooled(ss *session, login *clientLogin) {
 	tok, lock := s.cfg.Token.Setting, s.cfg.Token.LockSetting
 	pl.token, pl.lock = startupValue(ss.params, tok), startupValue(ss.params, lock)
 	pl.resetToken, pl.resetLock = pl.token, pl.lock
+	pl.settings = startupSettings(ss.params)
 	ss.pooled = pl
 	ss.prep.max = 0
 
@@ -324,6 +330,7 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 			}
 		}
 		if byte(st.txStatus.Load()) == txIdle {
+			ss.replaySettings() // pooledsettings.go
 			ss.injectTokens(typ, body)
 		}
 	} else if pl.sc == nil {
@@ -587,6 +594,13 @@ func (ss *session) serveLend(sc *serverConn, done chan struct{}) {
 			ss.lendFailed(sc, err)
 			return
 		}
+		if pl.replaying.Load() > 0 {
+			if err := ss.replayAnswer(sc, typ); err != nil { // pooledsettings.go
+				ss.lendFailed(sc, err)
+				return
+			}
+			continue
+		}
 		hiding := pl.hide.Load() > 0
 		var body []byte
 		if hiding || typ == msgCommandComplete || typ == msgParseComplete || typ == msgCloseComplete || ss.serverNeedsBody(typ) {
@@ -620,6 +634,11 @@ func (ss *session) serveLend(sc *serverConn, done chan struct{}) {
 				pl.stmts.ready()
 				pl.prefixChars.Store(0)
 			}
+		}
+		if typ == msgParameterStatus {
+			ss.pooledParamStatus(sc, body) // pooledsettings.go: only what changes the client's view
+			r.release()
+			continue
 		}
 		if typ == msgErrorResponse {
 			pl.stmts.failed() // the server skips the rest of the batch
@@ -670,6 +689,10 @@ func (ss *session) lendFailed(sc *serverConn, err error) {
 		if !ss.clientOut.failed.Load() && !ss.state.serverFatal {
 			ss.srv.metrics.upstreamError()
 			pl.fare = errorResponse("FATAL", sqlstateConnectionFailure, "fenceproxy lost the server connection", err.Error(), "")
+			var replay *replayError
+			if errors.As(err, &replay) {
+				pl.fare = settingsFailure(err)
+			}
 			if moved := sc.movedTo.Load(); moved != nil {
 				pl.fare = movedFarewell(sc.host.addr, *moved, pl.open > 0 && byte(ss.state.txStatus.Load()) != txFailed)
 			}
@@ -750,13 +773,14 @@ func (ss *session) settle(sc *serverConn) bool {
 func (ss *session) probeSession(sc *serverConn) error {
 	pl := ss.pooled
 	cfg := ss.srv.cfg
-	writeMsg(sc.w, msgQuery, nil, probeSQL(cfg.Token.Setting, cfg.Token.LockSetting))
+	writeMsg(sc.w, msgQuery, nil, probeSQL(cfg.Token.Setting, cfg.Token.LockSetting, sc.pool.params["user"]))
 	if err := sc.w.Flush(); err != nil {
 		return fmt.Errorf("probe: %w", err)
 	}
 	var row [][]byte
 	var failure string
-	for rows := 0; ; {
+	settings := map[string]string{}
+	for rows, stmt := 0, 0; ; {
 		typ, _, err := sc.r.next()
 		if err != nil {
 			return fmt.Errorf("probe: %w", err)
@@ -767,16 +791,25 @@ func (ss *session) probeSession(sc *serverConn) error {
 		}
 		switch typ {
 		case msgDataRow:
-			if rows == 0 {
+			switch {
+			case stmt == 0 && rows == 0:
 				if row, err = dataRowValues(body); err != nil {
 					return fmt.Errorf("probe: %w", err)
 				}
+			case stmt == 1:
+				nv, err := dataRowValues(body)
+				if err != nil || len(nv) != 2 || nv[0] == nil || nv[1] == nil {
+					return fmt.Errorf("probe: a setting's row: %v", err)
+				}
+				settings[string(nv[0])] = string(nv[1])
 			}
 			rows++
+		case msgCommandComplete:
+			stmt++
 		case msgErrorResponse:
 			failure = errorField(body, fieldMessage)
 		case msgParameterStatus:
-			ss.noteParam(body)
+			ss.pooledParamStatus(sc, body)
 		case msgReadyForQuery:
 			if failure != "" {
 				return fmt.Errorf("probe failed: %s", failure)
@@ -786,6 +819,7 @@ func (ss *session) probeSession(sc *serverConn) error {
 			}
 			pl.token = followed(row[0], pl.token, pl.resetToken, sc.pool.resetToken)
 			pl.lock = followed(row[1], pl.lock, pl.resetLock, sc.pool.resetLock)
+			ss.settingsRead(sc, settings) // pooledsettings.go
 			if string(row[3]) != "t" {
 				sc.tokenFor = nil // dropped (DISCARD ALL, DEALLOCATE): prepared again at the next transaction
 			}
@@ -824,7 +858,7 @@ func followed(got []byte, cur, reset, poolDefault *string) *string {
 
 // pinReason is the metric label of a pin: its first reason's kind.
 func pinReason(reasons string) string {
-	for _, r := range []string{"SET", "LISTEN", "WITH HOLD", "SQL PREPARE", "protocol-level", "advisory", "temporary"} {
+	for _, r := range []string{"ROLE", "SET", "LISTEN", "WITH HOLD", "SQL PREPARE", "protocol-level", "advisory", "temporary"} {
 		if strings.Contains(reasons, r) {
 			return strings.ToLower(strings.ReplaceAll(r, " ", "_"))
 		}

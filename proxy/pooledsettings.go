@@ -1,0 +1,236 @@
+package proxy
+
+import (
+	"encoding/binary"
+	"maps"
+	"sort"
+	"strings"
+)
+
+// Transaction pooling: the client's other session-level settings (search_path, application_name, DateStyle,
+// TimeZone, statement_timeout, ...), kept per client and replayed where its transactions run. The server is the
+// judge, as for the token (pooled.go):
+//
+//   - A pooled server connection holds, at session level, the settings of the last client that used it
+//     (serverConn.settings, as read back from the server). Nothing resets it when it goes back to the pool.
+//   - When a client's transaction starts on a connection whose settings differ from the client's
+//     (pooledState.settings), the difference goes first, in the same write: a Bind, Execute and Sync of
+//     settingsStmtName, set_config(name, value, false) for each setting that differs (NULL, which resets it,
+//     for one the client does not have). It is a unit of its own, committed before the client's first message
+//     is even read by the server: a rollback of the client's transaction cannot undo it, and the settings the
+//     server reads the client's text under (standard_conforming_strings) are the client's before it reads it.
+//     Its answers are not relayed (replayAnswer); a failure ends the client's session.
+//   - When a transaction may have changed session state (the probe's triggers, pooled.go), the probe reads the
+//     connection's session-level settings back (replayableSettingsSQL): they are the client's settings now, as
+//     PostgreSQL computed them (SET, RESET, RESET ALL, DISCARD ALL, set_config, a SET rolled back or in a failed
+//     transaction), and the connection's.
+//
+// What cannot move this way pins the client (pool.on_session_state): a setting only a superuser may set, the ones
+// in pinnedSettings, SET ROLE and SET SESSION AUTHORIZATION. Settings pg_settings does not show (custom
+// settings such as myapp.tenant, apart from the token and lock) are neither replayed nor seen (docs/pooling.md).
+
+// settingsStmtName is the statement that puts a client's settings on a server connection.
+const settingsStmtName = "fenceproxy_c"
+
+// settingsStmtSQL sets each setting named in $1 to the value at the same place in $2, at session level.
+const settingsStmtSQL = "SELECT pg_catalog.set_config(s.n, s.v, false) FROM ROWS FROM (pg_catalog.unnest($1::pg_catalog.text[]), pg_catalog.unnest($2::pg_catalog.text[])) AS s(n, v)"
+
+// pinnedSettings are the user-settable settings a pooled client cannot take from one server connection to
+// another with set_config: client_encoding (the proxy reads what the server sends under it, and the values it
+// replays are bytes in it), and the transaction characteristics, whose session-level SET means "this
+// transaction". role and session_authorization are not in pg_settings; the probe compares them itself.
+var pinnedSettings = []string{"client_encoding", "transaction_isolation", "transaction_read_only", "transaction_deferrable"}
+
+// replayable is the SQL condition on a pg_settings row for a session-level setting the pool replays.
+func replayable() string {
+	quoted := make([]string, len(pinnedSettings))
+	for i, n := range pinnedSettings {
+		quoted[i] = quoteLiteral(n)
+	}
+	return "context = 'user' AND pg_catalog.lower(name) NOT IN (" + strings.Join(quoted, ", ") + ")"
+}
+
+// unmovableSettingsSQL is an SQL expression naming the session-level settings of a server connection that
+// pin its client (NULL: none); user is the role the connection logged in as.
+func unmovableSettingsSQL(user string) string {
+	return "(SELECT 'session-level SET of ' || pg_catalog.string_agg(name, ' ') FROM pg_catalog.pg_settings WHERE source = 'session' AND NOT (" + replayable() + ")), " +
+		"CASE WHEN pg_catalog.current_setting('role') <> 'none' OR pg_catalog.current_setting('session_authorization') <> " + quoteLiteral(user) +
+		" THEN 'SET ROLE or SET SESSION AUTHORIZATION' END"
+}
+
+// replayableSettingsSQL reads a server connection's session-level settings that the pool replays: one row
+// (name, setting) each.
+func replayableSettingsSQL() string {
+	return "SELECT name, setting FROM pg_catalog.pg_settings WHERE source = 'session' AND " + replayable()
+}
+
+// startupSettings are a client's first settings: its own application_name, which is not part of its pool's
+// key (the pool's server connections start without it).
+func startupSettings(params map[string]string) map[string]string {
+	s := map[string]string{}
+	if app, ok := params["application_name"]; ok {
+		s["application_name"] = app
+	}
+	return s
+}
+
+// settingsRead records the session-level settings a probe read back (pl.mu held): they are the server
+// connection's and the client's. A client's application_name the transaction reset returns to its startup
+// value, which the pool's connections do not have as their default.
+func (ss *session) settingsRead(sc *serverConn, read map[string]string) {
+	pl := ss.pooled
+	sc.settings = read
+	pl.settings = maps.Clone(read)
+	if app, ok := ss.params["application_name"]; ok {
+		if _, set := read["application_name"]; !set {
+			pl.settings["application_name"] = app
+		}
+	}
+	sc.settingsFor = nil // a DISCARD ALL or DEALLOCATE may have dropped the statement
+}
+
+// settingsDiff is what turns settings have into want: names, and values (nil: reset), by name.
+func settingsDiff(have, want map[string]string) (names []string, values []*string) {
+	for n, v := range want {
+		if h, ok := have[n]; !ok || h != v {
+			names = append(names, n)
+		}
+	}
+	for n := range have {
+		if _, ok := want[n]; !ok {
+			names = append(names, n)
+		}
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		if v, ok := want[n]; ok {
+			values = append(values, &v)
+		} else {
+			values = append(values, nil)
+		}
+	}
+	return names, values
+}
+
+// replaySettings puts the client's settings on the server connection lent to it, where they differ, before
+// the first message of its transaction (pl.mu held): a unit of its own, whose answers serveLend does not relay
+// (replayAnswer).
+func (ss *session) replaySettings() {
+	pl := ss.pooled
+	sc := pl.sc
+	names, values := settingsDiff(sc.settings, pl.settings)
+	if len(names) == 0 {
+		return
+	}
+	if sc.settingsFor != pl {
+		// Prepared afresh for each client, as the token statement is (prepareTokenStmt): whatever a client
+		// left under this name never runs for another.
+		writeMsg(sc.w, msgClose, []byte("S"+settingsStmtName+"\x00"), "")
+		b := append(append([]byte(settingsStmtName), 0), settingsStmtSQL...)
+		writeMsg(sc.w, msgParse, append(b, 0, 0, 0), "")
+		sc.settingsFor = pl
+	}
+	// Bind: unnamed portal, no parameter formats (text), two parameters, no result formats.
+	b := append([]byte{0}, settingsStmtName...)
+	b = append(b, 0, 0, 0, 0, 2)
+	for _, arr := range []string{textArray(names, nil), textArray(nil, values)} {
+		b = binary.BigEndian.AppendUint32(b, uint32(len(arr)))
+		b = append(b, arr...)
+	}
+	b = append(b, 0, 0)
+	writeMsg(sc.w, msgBind, b, "")
+	writeMsg(sc.w, msgExecute, []byte{0, 0, 0, 0, 0}, "")
+	writeMsg(sc.w, msgSync, []byte{}, "")
+	pl.replaying.Add(1)
+	sc.settings = maps.Clone(pl.settings)
+}
+
+// textArray is the text form of a text[] of names, or else of values (nil: NULL).
+func textArray(names []string, values []*string) string {
+	var b strings.Builder
+	b.WriteByte('{')
+	elem := func(i int, v *string) {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		if v == nil {
+			b.WriteString("NULL")
+			return
+		}
+		b.WriteByte('"')
+		b.WriteString(strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(*v))
+		b.WriteByte('"')
+	}
+	for i := range names {
+		elem(i, &names[i])
+	}
+	for i, v := range values {
+		elem(i, v)
+	}
+	b.WriteByte('}')
+	return b.String()
+}
+
+// replayAnswer takes one message of the answer to replaySettings (its type typ, the body unread) off the server
+// connection: nothing of it reaches the client but the ParameterStatus values that change what the client was
+// shown, and a notification. At its ReadyForQuery a failure ends the session (the settings the client's
+// transaction would run under are not its own).
+func (ss *session) replayAnswer(sc *serverConn, typ byte) error {
+	pl := ss.pooled
+	body, err := sc.r.body()
+	if err != nil {
+		return err
+	}
+	defer sc.r.release()
+	switch typ {
+	case msgErrorResponse:
+		pl.replayFailure = errorField(body, fieldMessage)
+	case msgParameterStatus:
+		ss.pooledParamStatus(sc, body)
+	case msgNotificationResponse:
+		writeMsg(ss.cw, typ, body, "")
+	case msgReadyForQuery:
+		pl.replaying.Add(-1)
+		if f := pl.replayFailure; f != "" {
+			pl.replayFailure = ""
+			return &replayError{msg: f}
+		}
+	}
+	return nil
+}
+
+// replayError: a server connection refused a client's settings.
+type replayError struct{ msg string }
+
+func (e *replayError) Error() string {
+	return "fenceproxy could not give the client's session settings to a pooled server connection: " + e.msg
+}
+
+// pooledParamStatus handles a ParameterStatus a lent server connection sent (body read): the connection's
+// reported value is noted, and the client sees it only when it differs from what the client was shown, as a
+// connection of its own reports only changes. It reports whether it went to the client.
+func (ss *session) pooledParamStatus(sc *serverConn, body []byte) bool {
+	k, rest, ok := cutNul(body)
+	v, _, ok2 := cutNul(rest)
+	if !ok || !ok2 {
+		return false
+	}
+	name, value := string(k), string(v)
+	if ss.srv.router != nil {
+		ss.srv.router.observe(sc.host.addr, name, value)
+	}
+	for _, p := range ss.state.serverParams {
+		if p.name == name && p.value == value {
+			return false
+		}
+	}
+	ss.noteParam(body)
+	writeMsg(ss.cw, msgParameterStatus, body, "")
+	return true
+}
+
+// settingsFailure is the FATAL that ends a session whose settings a server connection refused.
+func settingsFailure(err error) []byte {
+	return errorResponse("FATAL", sqlstateConnectionFailure, err.Error(), "",
+		"A setting the session holds may have become invalid (a dropped object it names); connect again.")
+}

@@ -1,0 +1,237 @@
+package proxy_test
+
+import (
+	"errors"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/fenceproxy/fenceproxy/internal/pgtest"
+)
+
+// settingsShown are the settings the oracle compares (SHOW) after every statement.
+var settingsShown = []string{"search_path", "application_name", "TimeZone", "DateStyle", "IntervalStyle", "statement_timeout",
+	"standard_conforming_strings", "extra_float_digits", "work_mem", "bytea_output"}
+
+// reportedShown are the ParameterStatus values the oracle compares: what the client was told.
+var reportedShown = []string{"application_name", "TimeZone", "DateStyle", "IntervalStyle", "standard_conforming_strings",
+	"client_encoding", "integer_datetimes", "is_superuser", "session_authorization"}
+
+// The same scripts run on a direct connection and through a pool of one server connection, which another client
+// with settings of its own uses between every two statements: every setting reads the same (SHOW), the client
+// was told the same (ParameterStatus), and the other client keeps its own. PostgreSQL is the judge of what SET,
+// SET LOCAL, RESET, RESET ALL, DISCARD ALL, set_config (literal and bound), a rollback, a SET in a failed
+// transaction and savepoints leave.
+func TestPooledSettingsOracle(t *testing.T) {
+	f := newPooledFenced(t, 1, "")
+	scripts := [][]string{
+		{"SET search_path = pg_catalog, public", "SET application_name = 'app one'", "SET TimeZone = 'Asia/Tokyo'", "SET DateStyle = 'SQL, DMY'",
+			"SET statement_timeout = '5s'", "SET IntervalStyle = 'iso_8601'", "SET extra_float_digits = 2", "SET work_mem = '8MB'"},
+		{"SET search_path = pg_catalog", "BEGIN", "SET search_path = public, pg_catalog", "SET application_name = 'rolled back'", "ROLLBACK"},
+		{"SET TimeZone = 'UTC'", "BEGIN", "SET LOCAL TimeZone = 'Europe/Paris'", "SET LOCAL application_name = 'local'", "COMMIT"},
+		{"SET search_path = pg_catalog", "BEGIN", "SELECT 1/0", "SET search_path = public", "ROLLBACK"},
+		{"SET DateStyle = 'German'", "BEGIN", "SAVEPOINT a", "SET DateStyle = 'ISO, YMD'", "ROLLBACK TO SAVEPOINT a", "SET bytea_output = 'escape'", "RELEASE a", "COMMIT"},
+		{"SET application_name = 'x'", "SET search_path = pg_catalog", "RESET search_path", "RESET application_name"},
+		{"SET application_name = 'x'", "SET TimeZone = 'Asia/Tokyo'", "RESET ALL"},
+		{"SET application_name = 'x'", "SET work_mem = '9MB'", "SET standard_conforming_strings = off", "DISCARD ALL", "SET work_mem TO DEFAULT"},
+		{"SELECT set_config('search_path', 'pg_catalog, public', false)", "SELECT set_config('TimeZone', 'America/New_York', true)",
+			"SELECT set_config('application_name', 'via set_config', false)"},
+		{"SET standard_conforming_strings = off", "SELECT 'a\\'b'", "SET standard_conforming_strings = on"},
+		{"SET search_path = pg_catalog; SET LOCAL TimeZone = 'Asia/Tokyo'; SELECT 1", "BEGIN; SET application_name = 'a'; COMMIT; SET TimeZone = 'UTC'"},
+		{"SET SCHEMA 'pg_catalog'", "SET TIME ZONE 'Europe/Paris'", "SET SESSION statement_timeout = 1234"},
+	}
+	ctx := ctxT(t)
+	state := func(c *pgx.Conn) string {
+		var b strings.Builder
+		var sql []string
+		for _, name := range settingsShown {
+			sql = append(sql, "'"+name+"=' || current_setting('"+name+"')")
+		}
+		res, err := c.PgConn().Exec(ctx, "SELECT "+strings.Join(sql, " || ' ' || ")).ReadAll()
+		if err != nil {
+			var pe *pgconn.PgError
+			if errors.As(err, &pe) && pe.Code == "25P02" {
+				return "aborted"
+			}
+			t.Fatal(err)
+		}
+		b.WriteString(string(res[0].Rows[0][0]) + " ")
+		for _, name := range reportedShown {
+			b.WriteString("reported " + name + "=" + c.PgConn().ParameterStatus(name) + " ")
+		}
+		return b.String()
+	}
+	noise := pooledConn(t, f, "&default_query_exec_mode=simple_protocol")
+	fxExec(t, noise, "SET search_path = public, pg_catalog")
+	fxExec(t, noise, "SET application_name = 'noise'")
+	fxExec(t, noise, "SET TimeZone = 'Pacific/Auckland'")
+	fxExec(t, noise, "SET standard_conforming_strings = off")
+	noiseState := state(noise)
+	for i, script := range scripts {
+		for _, mode := range []string{"simple_protocol", "exec"} {
+			q := "&default_query_exec_mode=" + mode
+			d := connect(t, pg.SuperDSN()+q)
+			p := pooledConn(t, f, q)
+			if sd, sp := state(d), state(p); sd != sp {
+				t.Fatalf("script %d (%s) at the start:\ndirect %s\npooled %s", i, mode, sd, sp)
+			}
+			for _, stmt := range script {
+				_, errD := d.Exec(ctx, stmt)
+				_, errP := p.Exec(ctx, stmt)
+				if (errD == nil) != (errP == nil) {
+					t.Fatalf("script %d (%s) %q: direct error %v, pooled error %v", i, mode, stmt, errD, errP)
+				}
+				if p.PgConn().TxStatus() == 'I' {
+					fxExec(t, noise, "SELECT 1") // the pool's one server connection serves the other client
+				}
+				if sd, sp := state(d), state(p); sd != sp {
+					t.Fatalf("script %d (%s) after %q:\ndirect %s\npooled %s", i, mode, stmt, sd, sp)
+				}
+			}
+			if got := state(noise); got != noiseState {
+				t.Fatalf("script %d (%s): the other client's settings became\n%s\nwant\n%s", i, mode, got, noiseState)
+			}
+			d.Close(ctx)
+			p.Close(ctx)
+		}
+	}
+	if n := fxCounter(t, f.p.Registry, "fenceproxy_pool_pins_total", nil); n != 0 {
+		t.Fatalf("%v clients pinned: the settings should have moved", n)
+	}
+}
+
+// A client's search_path never reaches another client of its server connection: A's path finds a trap table
+// that shadows public's; B, on the same server connection before and after A, reads public's, in both
+// protocols, and A keeps its own across transactions.
+func TestPooledSearchPathDoesNotLeak(t *testing.T) {
+	f := newPooledFenced(t, 1, "")
+	for _, sql := range []string{
+		"DROP SCHEMA IF EXISTS pooledtrap CASCADE", "CREATE SCHEMA pooledtrap",
+		"DROP TABLE IF EXISTS public.pooledwhich", "CREATE TABLE public.pooledwhich (v text)", "INSERT INTO public.pooledwhich VALUES ('public')",
+		"CREATE TABLE pooledtrap.pooledwhich (v text)", "INSERT INTO pooledtrap.pooledwhich VALUES ('trap')",
+	} {
+		fxExec(t, f.d, sql)
+	}
+	t.Cleanup(func() {
+		f.d.Exec(t.Context(), "DROP SCHEMA IF EXISTS pooledtrap CASCADE")
+		f.d.Exec(t.Context(), "DROP TABLE IF EXISTS public.pooledwhich")
+	})
+	which := func(c *pgx.Conn) string {
+		t.Helper()
+		var v string
+		if err := c.QueryRow(ctxT(t), "SELECT v FROM pooledwhich").Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	for _, mode := range []string{"simple_protocol", "exec"} {
+		q := "&default_query_exec_mode=" + mode
+		a := pooledConn(t, f, q)
+		b := pooledConn(t, f, q)
+		fxExec(t, a, "SET search_path = pooledtrap, public")
+		for i := 0; i < 3; i++ {
+			if got := which(b); got != "public" {
+				t.Fatalf("%s: client B reads the %s table: A's search_path reached it", mode, got)
+			}
+			if got := which(a); got != "trap" {
+				t.Fatalf("%s: client A reads the %s table: its search_path was lost", mode, got)
+			}
+		}
+		if backendPID(t, a) != backendPID(t, b) {
+			t.Fatal("the two clients did not share the server connection")
+		}
+	}
+}
+
+// SET ROLE and SET SESSION AUTHORIZATION (in any spelling: set_config too) are never replayed: they pin the
+// client, so another client never runs as that role, and pool.on_session_state counts them as "role".
+func TestPooledRoleDoesNotLeak(t *testing.T) {
+	for _, tc := range []struct{ name, sql string }{
+		{"set_role", "SET ROLE pooled_role"},
+		{"set_config", "SELECT set_config('role', 'pooled_role', false)"},
+		{"session_authorization", "SET SESSION AUTHORIZATION pooled_role"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newPooledFenced(t, 2, "")
+			f.d.Exec(ctxT(t), "CREATE ROLE pooled_role")
+			q := "&default_query_exec_mode=simple_protocol"
+			a := pooledConn(t, f, q)
+			fxExec(t, a, tc.sql)
+			pid := backendPID(t, a)
+			b := pooledConn(t, f, q)
+			for i := 0; i < 3; i++ {
+				var user, sessionUser string
+				if err := b.QueryRow(ctxT(t), "SELECT current_user::text, session_user::text").Scan(&user, &sessionUser); err != nil {
+					t.Fatal(err)
+				}
+				if user != pgtest.SuperUser || sessionUser != pgtest.SuperUser {
+					t.Fatalf("another client runs as %s (session %s)", user, sessionUser)
+				}
+				if err := a.QueryRow(ctxT(t), "SELECT current_user::text").Scan(&user); err != nil || user != "pooled_role" {
+					t.Fatalf("the client's own role became %q (%v)", user, err)
+				}
+			}
+			if backendPID(t, a) != pid {
+				t.Fatal("the client with a role moved to another server connection")
+			}
+			if n := fxCounter(t, f.p.Registry, "fenceproxy_pool_pins_total", map[string]string{"reason": "role"}); n != 1 {
+				t.Fatalf("pins{reason=role} = %v, want 1", n)
+			}
+		})
+	}
+}
+
+// A client sees the ParameterStatus messages a connection of its own would show, and no others: none for
+// another client's settings or for the server connection being given its own, one for each change it makes.
+func TestPooledSettingsParameterStatus(t *testing.T) {
+	f := newPooledFenced(t, 1, "")
+	a := pooledConn(t, f, "&default_query_exec_mode=simple_protocol")
+	b := dialRaw(t, f.p.Addr, pgtest.SuperUser, pgtest.TestDB, map[string]string{"application_name": "bee"})
+	reports := func(q string) []string {
+		t.Helper()
+		b.fe.Send(&pgproto3.Query{String: q})
+		if err := b.fe.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for {
+			m, err := b.fe.Receive()
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch m := m.(type) {
+			case *pgproto3.ParameterStatus:
+				got = append(got, m.Name+"="+m.Value)
+			case *pgproto3.ErrorResponse:
+				t.Fatalf("%s: %s", q, m.Message)
+			case *pgproto3.ReadyForQuery:
+				sort.Strings(got) // the server reports changes in an order of its own
+				return got
+			}
+		}
+	}
+	for i := 0; i < 2; i++ {
+		fxExec(t, a, "SET application_name = 'ay'")
+		fxExec(t, a, "SET TimeZone = 'Asia/Tokyo'")
+		if got := reports("SELECT 1"); len(got) != 0 {
+			t.Fatalf("round %d: B was shown %v after A's settings", i, got)
+		}
+		var app string
+		if err := a.QueryRow(ctxT(t), "SHOW application_name").Scan(&app); err != nil || app != "ay" {
+			t.Fatalf("A's application_name is %q (%v)", app, err)
+		}
+	}
+	if got := strings.Join(reports("SET TimeZone = 'Asia/Tokyo'; SET application_name = 'ay'"), " "); got != "TimeZone=Asia/Tokyo application_name=ay" {
+		t.Fatalf("B's own SETs showed %q", got)
+	}
+	if got := strings.Join(reports("SET application_name = 'bee'; SELECT 1"), " "); got != "application_name=bee" {
+		t.Fatalf("B's own SET back showed %q", got)
+	}
+	if got := reports("SHOW application_name"); len(got) != 0 {
+		t.Fatalf("B was shown %v", got)
+	}
+}
