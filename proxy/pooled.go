@@ -62,9 +62,11 @@ type pooledState struct {
 	token, lock           *string // the client's session values; nil: the server's default
 	resetToken, resetLock *string // what RESET returns to: the startup values, or nil
 
-	settings      map[string]string // the client's other session-level settings (pooledsettings.go)
-	replaying     atomic.Int64      // settings units sent whose ReadyForQuery is still to come
-	replayFailure string            // the server's error for the settings unit being answered (serveLend's)
+	settings         map[string]string // the client's other session-level settings (pooledsettings.go)
+	customNames      map[string]bool   // custom settings the client's texts may have set (noteCustomSettings)
+	customUnfollowed bool              // a text set a custom setting the proxy cannot name
+	replaying        atomic.Int64      // settings units sent whose ReadyForQuery is still to come
+	replayFailure    string            // the server's error for the settings unit being answered (serveLend's)
 
 	probe atomic.Bool  // the transaction may leave session state: look at the connection at its end
 	hide  atomic.Int64 // token statements whose answers are still to be hidden (each up to its CommandComplete)
@@ -111,7 +113,7 @@ func sqlValue(v *string) string {
 // probeSQL reads, after a transaction, the token and lock values it left, the session state the pool cannot
 // move (user is the role the connection logged in as) and, in a second statement, the settings it replays
 // (pooledsettings.go); then it puts the placeholder back.
-func probeSQL(tok, lock, user string) string {
+func probeSQL(tok, lock, user string, custom []string) string {
 	return "SELECT pg_catalog.current_setting(" + quoteLiteral(tok) + ", true), pg_catalog.current_setting(" + quoteLiteral(lock) + ", true), " +
 		"pg_catalog.concat_ws(', ', " + unmovableSettingsSQL(user) + ", " +
 		"CASE WHEN EXISTS (SELECT FROM pg_catalog.pg_listening_channels()) THEN 'LISTEN' END, " +
@@ -122,7 +124,7 @@ func probeSQL(tok, lock, user string) string {
 		"CASE WHEN EXISTS (SELECT FROM pg_catalog.pg_class WHERE relnamespace = pg_catalog.pg_my_temp_schema()) THEN 'a temporary table' END), " +
 		"EXISTS (SELECT FROM pg_catalog.pg_prepared_statements WHERE name = " + quoteLiteral(tokenStmtName) + "), " +
 		"(SELECT pg_catalog.string_agg(name, ' ') FROM pg_catalog.pg_prepared_statements WHERE pg_catalog.left(name, 12) = " + quoteLiteral(serverStmtPrefix) + "); " +
-		replayableSettingsSQL() + "; " +
+		replayableSettingsSQL(custom) + "; " +
 		"SELECT pg_catalog.set_config(" + quoteLiteral(tok) + ", " + quoteLiteral(poolPlaceholder) + ", false), pg_catalog.set_config(" +
 		quoteLiteral(lock) + ", " + quoteLiteral(poolPlaceholder) + ", false)"
 }
@@ -345,8 +347,11 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 	}
 	sc := pl.sc
 	if body != nil && (typ == msgQuery || typ == msgParse) {
-		if text, ok := planText(typ, body); ok && mayLeaveSessionState(text) {
-			pl.probe.Store(true)
+		if text, ok := planText(typ, body); ok {
+			if mayLeaveSessionState(text) {
+				pl.probe.Store(true)
+			}
+			ss.noteCustomSettings(text) // pooledsettings.go
 		}
 	}
 	switch typ {
@@ -773,7 +778,7 @@ func (ss *session) settle(sc *serverConn) bool {
 func (ss *session) probeSession(sc *serverConn) error {
 	pl := ss.pooled
 	cfg := ss.srv.cfg
-	writeMsg(sc.w, msgQuery, nil, probeSQL(cfg.Token.Setting, cfg.Token.LockSetting, sc.pool.params["user"]))
+	writeMsg(sc.w, msgQuery, nil, probeSQL(cfg.Token.Setting, cfg.Token.LockSetting, sc.pool.params["user"], ss.customToRead(sc)))
 	if err := sc.w.Flush(); err != nil {
 		return fmt.Errorf("probe: %w", err)
 	}
@@ -827,7 +832,7 @@ func (ss *session) probeSession(sc *serverConn) error {
 			for _, name := range strings.Fields(string(row[4])) {
 				sc.stmts[name] = true
 			}
-			if reasons := string(row[2]); reasons != "" && pl.pin == "" {
+			if reasons := ss.settingsPinReason(string(row[2])); reasons != "" && pl.pin == "" {
 				ss.srv.metrics.poolPinned(pinReason(reasons))
 				sc.pool.pins.Add(1)
 				if cfg.Pool.OnSessionState == config.PoolRefuse {

@@ -1,10 +1,14 @@
 package proxy
 
 import (
+	"bytes"
 	"encoding/binary"
 	"maps"
+	"slices"
 	"sort"
 	"strings"
+
+	"github.com/fenceproxy/fenceproxy/rewrite"
 )
 
 // Transaction pooling: the client's other session-level settings (search_path, application_name, DateStyle,
@@ -59,9 +63,75 @@ func unmovableSettingsSQL(user string) string {
 }
 
 // replayableSettingsSQL reads a server connection's session-level settings that the pool replays: one row
-// (name, setting) each.
-func replayableSettingsSQL() string {
-	return "SELECT name, setting FROM pg_catalog.pg_settings WHERE source = 'session' AND " + replayable()
+// (name, setting) each, for those pg_settings shows and for the custom settings named in custom (their
+// session values; ”, a custom setting's default, is left out).
+func replayableSettingsSQL(custom []string) string {
+	sql := "SELECT name, setting FROM pg_catalog.pg_settings WHERE source = 'session' AND " + replayable()
+	if len(custom) == 0 {
+		return sql
+	}
+	quoted := make([]string, len(custom))
+	for i, n := range custom {
+		quoted[i] = quoteLiteral(n)
+	}
+	return sql + " UNION ALL SELECT n, pg_catalog.current_setting(n, true) FROM pg_catalog.unnest(ARRAY[" + strings.Join(quoted, ", ") +
+		"]::pg_catalog.text[]) AS n WHERE pg_catalog.current_setting(n, true) <> ''"
+}
+
+// noteCustomSettings notes the custom settings a client's text may set or reset (pl.mu held), so that the probe
+// asks for them by name: pg_settings does not show them. A dotted name with set in the text is the cheap
+// sign that there may be one.
+func (ss *session) noteCustomSettings(text []byte) {
+	if bytes.IndexByte(text, '.') < 0 || !containsFold(text, "set") {
+		return
+	}
+	pl := ss.pooled
+	names, unfollowed := rewrite.CustomSettings(text, ss.readingSettings())
+	if unfollowed {
+		pl.customUnfollowed = true
+	}
+	tok := ss.srv.cfg.Token
+	for _, n := range names {
+		if strings.EqualFold(n, tok.Setting) || strings.EqualFold(n, tok.LockSetting) {
+			continue // the token and lock have the placeholder (pooled.go)
+		}
+		if pl.customNames == nil {
+			pl.customNames = map[string]bool{}
+		}
+		pl.customNames[n] = true
+	}
+}
+
+// customToRead are the custom settings a probe of sc asks for: those the client named, those it holds and
+// those sc holds.
+func (ss *session) customToRead(sc *serverConn) []string {
+	pl := ss.pooled
+	seen := maps.Clone(pl.customNames)
+	if seen == nil {
+		seen = map[string]bool{}
+	}
+	for _, m := range []map[string]string{pl.settings, sc.settings} {
+		for n := range m {
+			if strings.Contains(n, ".") {
+				seen[strings.ToLower(n)] = true
+			}
+		}
+	}
+	names := slices.Sorted(maps.Keys(seen))
+	return names
+}
+
+// settingsPinReason adds to the reasons a probe found why the client cannot move the one the proxy knows of
+// itself: a custom setting it could not name.
+func (ss *session) settingsPinReason(reasons string) string {
+	if !ss.pooled.customUnfollowed {
+		return reasons
+	}
+	r := "a custom setting whose name is not ASCII"
+	if reasons == "" {
+		return r
+	}
+	return reasons + ", " + r
 }
 
 // startupSettings are a client's first settings: its own application_name, which is not part of its pool's
@@ -75,10 +145,16 @@ func startupSettings(params map[string]string) map[string]string {
 }
 
 // settingsRead records the session-level settings a probe read back (pl.mu held): they are the server
-// connection's and the client's. A client's application_name the transaction reset returns to its startup
+// connection's and the client's. Custom settings' names are lower case, as the proxy asks for them. A client's application_name the transaction reset returns to its startup
 // value, which the pool's connections do not have as their default.
 func (ss *session) settingsRead(sc *serverConn, read map[string]string) {
 	pl := ss.pooled
+	for n, v := range read {
+		if l := strings.ToLower(n); l != n && strings.Contains(n, ".") {
+			delete(read, n) // an extension's setting pg_settings shows, and the proxy asked for by name too
+			read[l] = v
+		}
+	}
 	sc.settings = read
 	pl.settings = maps.Clone(read)
 	if app, ok := ss.params["application_name"]; ok {

@@ -43,6 +43,9 @@ func TestPooledSettingsOracle(t *testing.T) {
 		{"SET standard_conforming_strings = off", "SELECT 'a\\'b'", "SET standard_conforming_strings = on"},
 		{"SET search_path = pg_catalog; SET LOCAL TimeZone = 'Asia/Tokyo'; SELECT 1", "BEGIN; SET application_name = 'a'; COMMIT; SET TimeZone = 'UTC'"},
 		{"SET SCHEMA 'pg_catalog'", "SET TIME ZONE 'Europe/Paris'", "SET SESSION statement_timeout = 1234"},
+		{"SET myapp.tenant = '5'", "SELECT set_config('MyApp.User', 'u', false)", "BEGIN", "SET myapp.tenant = '6'", "ROLLBACK", "RESET myapp.user"},
+		{"SET myapp.tenant = '5'", "BEGIN", "SET LOCAL myapp.tenant = '7'", "SET myapp.user = 'x'", "COMMIT", "RESET ALL"},
+		{"SET SESSION myapp.tenant = '5'", "SET myapp.user TO 'y'", "DISCARD ALL"},
 	}
 	ctx := ctxT(t)
 	state := func(c *pgx.Conn) string {
@@ -50,6 +53,10 @@ func TestPooledSettingsOracle(t *testing.T) {
 		var sql []string
 		for _, name := range settingsShown {
 			sql = append(sql, "'"+name+"=' || current_setting('"+name+"')")
+		}
+		for _, name := range []string{"myapp.tenant", "myapp.user"} {
+			// NULL (never set on the connection) and '' (reset) both mean none (docs/pooling.md)
+			sql = append(sql, "'"+name+"=' || coalesce(current_setting('"+name+"', true), '')")
 		}
 		res, err := c.PgConn().Exec(ctx, "SELECT "+strings.Join(sql, " || ' ' || ")).ReadAll()
 		if err != nil {
@@ -70,6 +77,7 @@ func TestPooledSettingsOracle(t *testing.T) {
 	fxExec(t, noise, "SET application_name = 'noise'")
 	fxExec(t, noise, "SET TimeZone = 'Pacific/Auckland'")
 	fxExec(t, noise, "SET standard_conforming_strings = off")
+	fxExec(t, noise, "SET myapp.tenant = 'noise'")
 	noiseState := state(noise)
 	for i, script := range scripts {
 		for _, mode := range []string{"simple_protocol", "exec"} {
@@ -106,8 +114,9 @@ func TestPooledSettingsOracle(t *testing.T) {
 
 // A client's search_path never reaches another client of its server connection: A's path finds a trap table
 // that shadows public's; B, on the same server connection before and after A, reads public's, in both
-// protocols, and A keeps its own across transactions.
-func TestPooledSearchPathDoesNotLeak(t *testing.T) {
+// protocols, and A keeps its own across transactions. The same for a custom setting (an RLS tenant), which
+// pg_settings does not show.
+func TestPooledSettingsDoNotLeak(t *testing.T) {
 	f := newPooledFenced(t, 1, "")
 	for _, sql := range []string{
 		"DROP SCHEMA IF EXISTS pooledtrap CASCADE", "CREATE SCHEMA pooledtrap",
@@ -128,17 +137,32 @@ func TestPooledSearchPathDoesNotLeak(t *testing.T) {
 		}
 		return v
 	}
+	tenant := func(c *pgx.Conn) string {
+		t.Helper()
+		var v string
+		if err := c.QueryRow(ctxT(t), "SELECT coalesce(current_setting('myapp.tenant', true), '')").Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
 	for _, mode := range []string{"simple_protocol", "exec"} {
 		q := "&default_query_exec_mode=" + mode
 		a := pooledConn(t, f, q)
 		b := pooledConn(t, f, q)
 		fxExec(t, a, "SET search_path = pooledtrap, public")
+		fxExec(t, a, "SET myapp.tenant = 'a'")
 		for i := 0; i < 3; i++ {
 			if got := which(b); got != "public" {
 				t.Fatalf("%s: client B reads the %s table: A's search_path reached it", mode, got)
 			}
+			if got := tenant(b); got != "" {
+				t.Fatalf("%s: client B's myapp.tenant is A's %q", mode, got)
+			}
 			if got := which(a); got != "trap" {
 				t.Fatalf("%s: client A reads the %s table: its search_path was lost", mode, got)
+			}
+			if got := tenant(a); got != "a" {
+				t.Fatalf("%s: client A's myapp.tenant became %q", mode, got)
 			}
 		}
 		if backendPID(t, a) != backendPID(t, b) {
