@@ -65,6 +65,7 @@ type pooledState struct {
 	settings         map[string]string // the client's other session-level settings (pooledsettings.go)
 	customNames      map[string]bool   // custom settings the client's texts may have set (noteCustomSettings)
 	customUnfollowed bool              // a text set a custom setting the proxy cannot name
+	tainted          bool              // the token statement refused the lent connection's state (serveLend's)
 	replaying        atomic.Int64      // settings units sent whose ReadyForQuery is still to come
 	replayFailure    string            // the server's error for the settings unit being answered (serveLend's)
 
@@ -490,7 +491,11 @@ func (ss *session) prepareTokenStmt() {
 	}
 	cfg := ss.srv.cfg.Token
 	writeMsg(sc.w, msgClose, []byte("S"+tokenStmtName+"\x00"), "")
-	b := append(append([]byte(tokenStmtName), 0), tokenStmtSQL(cfg.Setting, cfg.LockSetting)...)
+	sql := tokenStmtSQL(cfg.Setting, cfg.LockSetting)
+	if pl.pin == "" { // a pinned client's connection is its own, role included
+		sql += ", " + roleCheckSQL(sc.pool.params["user"]) // pooledsettings.go
+	}
+	b := append(append([]byte(tokenStmtName), 0), sql...)
 	writeMsg(sc.w, msgParse, append(b, 0, 0, 0), "")
 	sc.tokenFor = pl
 }
@@ -620,7 +625,8 @@ func (ss *session) serveLend(sc *serverConn, done chan struct{}) {
 				pl.hide.Add(-1)
 				continue
 			case msgErrorResponse:
-				pl.hide.Add(-1) // relayed: the client's statement did not run
+				pl.hide.Add(-1)               // relayed: the client's statement did not run
+				ss.noteTokenStmtRefusal(body) // pooledsettings.go
 			case msgNoticeResponse, msgParameterStatus, msgNotificationResponse:
 			default:
 				continue // ParseComplete, BindComplete, RowDescription, DataRow of the token statement
@@ -765,7 +771,12 @@ func (ss *session) settle(sc *serverConn) bool {
 	ss.srv.mu.Lock()
 	ss.cancelKey = nil
 	ss.srv.mu.Unlock()
-	sc.pool.release(sc)
+	if pl.tainted { // pooledsettings.go: noteTokenStmtRefusal
+		pl.tainted = false
+		sc.pool.discard(sc)
+	} else {
+		sc.pool.release(sc)
+	}
 	if ss.srv.draining.Load() {
 		ss.clientIntr.raise(intrDrain)
 	}
@@ -840,6 +851,7 @@ func (ss *session) probeSession(sc *serverConn) error {
 					pl.fare = errorResponse("FATAL", sqlstateFeatureNotSupported, fmt.Sprintf("pool.on_session_state is refuse, and the transaction left %s, which a pooled server connection cannot keep for the client", reasons), "", "Use pool.mode session for this client, or pool.on_session_state: pin.")
 				} else {
 					pl.pin = reasons
+					sc.tokenFor = nil // prepared again for a pinned client (prepareTokenStmt)
 					ss.log.Info("client pinned to its server connection", "reason", reasons)
 				}
 			}

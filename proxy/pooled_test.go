@@ -310,6 +310,10 @@ func TestPooledUnfollowedTokenChangeRefused(t *testing.T) {
 	b := pooledConn(t, f, "&default_query_exec_mode=simple_protocol")
 	_, err := b.Exec(ctxT(t), "SHOW fence.token")
 	wantPgErr(t, err, "55F03", "invalid fencing token: fence.token was changed on this pooled server connection")
+	// That server connection is closed, not given to the next transaction: the client goes on on a new one.
+	if got := showToken(t, b); got != "" {
+		t.Fatalf("the next transaction sees token %q", got)
+	}
 }
 
 // pgbench's TPC-B, fenced (pgbench_accounts is protected; every client has its token from PGOPTIONS), runs

@@ -310,3 +310,25 @@ func settingsFailure(err error) []byte {
 	return errorResponse("FATAL", sqlstateConnectionFailure, err.Error(), "",
 		"A setting the session holds may have become invalid (a dropped object it names); connect again.")
 }
+
+// roleCheckSQL is a column of the token statement (tokenStmtSQL) that fails it, before the client's statement
+// runs, when the server connection is not the role it logged in as (user): a function that called set_config
+// on role or session_authorization, which the probe did not see, must never make another client's transaction
+// run as that role. The connection is then closed (noteTokenStmtRefusal).
+func roleCheckSQL(user string) string {
+	marker := quoteLiteral(rewrite.RefusalMarker(sqlstateFeatureNotSupported, "",
+		"the role of this pooled server connection was changed in a way fenceproxy cannot follow (a function that calls set_config?); the transaction is refused",
+		"Use SET ROLE in the client's own statements, or pool.mode session."))
+	return "CASE WHEN pg_catalog.current_setting('role') = 'none' AND pg_catalog.current_setting('session_authorization') = " + quoteLiteral(user) +
+		" THEN NULL ELSE pg_catalog.concat(" + marker + ", pg_catalog.current_setting('role'))::pg_catalog.int8 END"
+}
+
+// noteTokenStmtRefusal looks at the error that ended a token statement (body): a refusal of the proxy's own (the
+// placeholder or the role changed behind its back) means the server connection holds state the proxy did not
+// follow, so it is closed when the client's transaction ends instead of serving another. Any other error (the
+// client's text did not parse) leaves it as it is.
+func (ss *session) noteTokenStmtRefusal(body []byte) {
+	if _, ok := rewrite.Translate(errorField(body, fieldMessage)); ok {
+		ss.pooled.tainted = true
+	}
+}

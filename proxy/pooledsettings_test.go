@@ -259,3 +259,30 @@ func TestPooledSettingsParameterStatus(t *testing.T) {
 		t.Fatalf("B was shown %v", got)
 	}
 }
+
+// A role taken behind the proxy's back (a function that calls set_config on role, in a statement without a
+// word the proxy looks for, so no probe) never serves another client: the next transaction on that server
+// connection is refused 0A000 before its statement runs, and the connection is closed, so the one after runs
+// as the login role on a new one.
+func TestPooledRoleByFunctionRefused(t *testing.T) {
+	f := newPooledFenced(t, 1, "")
+	f.d.Exec(ctxT(t), "CREATE ROLE pooled_role")
+	fxExec(t, f.d, "GRANT pooled_role TO CURRENT_USER")
+	fxExec(t, f.d, "CREATE OR REPLACE FUNCTION pooled_become() RETURNS text LANGUAGE sql AS $$ SELECT pg_catalog.set_config('role', 'pooled_role', false) $$")
+	t.Cleanup(func() { f.d.Exec(t.Context(), "DROP FUNCTION IF EXISTS pooled_become()") })
+	for _, mode := range []string{"simple_protocol", "exec"} {
+		q := "&default_query_exec_mode=" + mode
+		a := pooledConn(t, f, q)
+		fxExec(t, a, "SELECT pooled_become()")
+		b := pooledConn(t, f, q)
+		var user string
+		err := b.QueryRow(ctxT(t), "SELECT current_user::text").Scan(&user)
+		if err == nil {
+			t.Fatalf("%s: another client ran as %s", mode, user)
+		}
+		wantPgErr(t, err, "0A000", "the role of this pooled server connection was changed")
+		if err := b.QueryRow(ctxT(t), "SELECT current_user::text").Scan(&user); err != nil || user != pgtest.SuperUser {
+			t.Fatalf("%s: the next transaction runs as %q (%v)", mode, user, err)
+		}
+	}
+}
