@@ -97,7 +97,7 @@ func tokenSQLWith(tok, lock, tokVal, lockVal string) string {
 			"invalid fencing token: %s was changed on this pooled server connection in a way fenceproxy cannot follow (a function that calls set_config?); the transaction is refused", name),
 			"Set the token with SET, SET LOCAL or set_config in the statement itself."))
 		cur := "pg_catalog.current_setting(" + quoteLiteral(name) + ", true)"
-		return "pg_catalog.set_config(" + quoteLiteral(name) + ", CASE WHEN " + cur + " = " + quoteLiteral(poolPlaceholder) +
+		return "pg_catalog.set_config(" + quoteLiteral(name) + ", CASE WHEN " + cur + sqlEq + quoteLiteral(poolPlaceholder) +
 			" THEN " + val + " ELSE pg_catalog.concat(" + marker + ", " + cur + ")::pg_catalog.int8::pg_catalog.text END, true)"
 	}
 	return "SELECT " + one(tok, tokVal) + ", " + one(lock, lockVal)
@@ -111,6 +111,9 @@ func sqlValue(v *string) string {
 	return quoteLiteral(*v)
 }
 
+// probeSQL (like every statement of the proxy's own on a pooled connection) names its operators with
+// pg_catalog: it runs under the client's search_path, which may put a schema with operators of its own first.
+//
 // probeSQL reads, after a transaction, the token and lock values it left, the session state the pool cannot
 // move (user is the role the connection logged in as) and, in a second statement, the settings it replays
 // (pooledsettings.go); then it puts the placeholder back.
@@ -120,11 +123,11 @@ func probeSQL(tok, lock, user string, custom []string) string {
 		"CASE WHEN EXISTS (SELECT FROM pg_catalog.pg_listening_channels()) THEN 'LISTEN' END, " +
 		"CASE WHEN EXISTS (SELECT FROM pg_catalog.pg_cursors WHERE is_holdable) THEN 'a WITH HOLD cursor' END, " +
 		"CASE WHEN EXISTS (SELECT FROM pg_catalog.pg_prepared_statements WHERE from_sql) THEN 'SQL PREPARE' END, " +
-		"CASE WHEN EXISTS (SELECT FROM pg_catalog.pg_prepared_statements WHERE NOT from_sql AND pg_catalog.left(name, 11) <> 'fenceproxy_') THEN 'a named protocol-level prepared statement' END, " +
-		"CASE WHEN EXISTS (SELECT FROM pg_catalog.pg_locks WHERE locktype = 'advisory' AND pid = pg_catalog.pg_backend_pid()) THEN 'a session advisory lock' END, " +
-		"CASE WHEN EXISTS (SELECT FROM pg_catalog.pg_class WHERE relnamespace = pg_catalog.pg_my_temp_schema()) THEN 'a temporary table' END), " +
-		"EXISTS (SELECT FROM pg_catalog.pg_prepared_statements WHERE name = " + quoteLiteral(tokenStmtName) + "), " +
-		"(SELECT pg_catalog.string_agg(name, ' ') FROM pg_catalog.pg_prepared_statements WHERE pg_catalog.left(name, 12) = " + quoteLiteral(serverStmtPrefix) + "); " +
+		"CASE WHEN EXISTS (SELECT FROM pg_catalog.pg_prepared_statements WHERE NOT from_sql AND pg_catalog.left(name, 11)" + sqlNe + "'fenceproxy_') THEN 'a named protocol-level prepared statement' END, " +
+		"CASE WHEN EXISTS (SELECT FROM pg_catalog.pg_locks WHERE locktype" + sqlEq + "'advisory' AND pid" + sqlEq + "pg_catalog.pg_backend_pid()) THEN 'a session advisory lock' END, " +
+		"CASE WHEN EXISTS (SELECT FROM pg_catalog.pg_class WHERE relnamespace" + sqlEq + "pg_catalog.pg_my_temp_schema()) THEN 'a temporary table' END), " +
+		"EXISTS (SELECT FROM pg_catalog.pg_prepared_statements WHERE name" + sqlEq + quoteLiteral(tokenStmtName) + "), " +
+		"(SELECT pg_catalog.string_agg(name, ' ') FROM pg_catalog.pg_prepared_statements WHERE pg_catalog.left(name, 12)" + sqlEq + quoteLiteral(serverStmtPrefix) + "); " +
 		replayableSettingsSQL(custom) + "; " +
 		"SELECT pg_catalog.set_config(" + quoteLiteral(tok) + ", " + quoteLiteral(poolPlaceholder) + ", false), pg_catalog.set_config(" +
 		quoteLiteral(lock) + ", " + quoteLiteral(poolPlaceholder) + ", false)"

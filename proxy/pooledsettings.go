@@ -39,6 +39,14 @@ const settingsStmtName = "fenceproxy_c"
 // settingsStmtSQL sets each setting named in $1 to the value at the same place in $2, at session level.
 const settingsStmtSQL = "SELECT pg_catalog.set_config(s.n, s.v, false) FROM ROWS FROM (pg_catalog.unnest($1::pg_catalog.text[]), pg_catalog.unnest($2::pg_catalog.text[])) AS s(n, v)"
 
+// The operators of the proxy's own SQL on pooled connections, named with pg_catalog: that SQL runs under a
+// client's search_path, which may put a schema of its own, with operators of its own, before pg_catalog.
+const (
+	sqlEq     = " OPERATOR(pg_catalog.=) "
+	sqlNe     = " OPERATOR(pg_catalog.<>) "
+	sqlConcat = " OPERATOR(pg_catalog.||) "
+)
+
 // pinnedSettings are the user-settable settings a pooled client cannot take from one server connection to
 // another with set_config: client_encoding (the proxy reads what the server sends under it, and the values it
 // replays are bytes in it), and the transaction characteristics, whose session-level SET means "this
@@ -51,14 +59,14 @@ func replayable() string {
 	for i, n := range pinnedSettings {
 		quoted[i] = quoteLiteral(n)
 	}
-	return "context = 'user' AND pg_catalog.lower(name) NOT IN (" + strings.Join(quoted, ", ") + ")"
+	return "context" + sqlEq + "'user' AND pg_catalog.lower(name)" + sqlNe + "ALL (ARRAY[" + strings.Join(quoted, ", ") + "]::pg_catalog.text[])"
 }
 
 // unmovableSettingsSQL is an SQL expression naming the session-level settings of a server connection that
 // pin its client (NULL: none); user is the role the connection logged in as.
 func unmovableSettingsSQL(user string) string {
-	return "(SELECT 'session-level SET of ' || pg_catalog.string_agg(name, ' ') FROM pg_catalog.pg_settings WHERE source = 'session' AND NOT (" + replayable() + ")), " +
-		"CASE WHEN pg_catalog.current_setting('role') <> 'none' OR pg_catalog.current_setting('session_authorization') <> " + quoteLiteral(user) +
+	return "(SELECT 'session-level SET of '" + sqlConcat + "pg_catalog.string_agg(name, ' ') FROM pg_catalog.pg_settings WHERE source" + sqlEq + "'session' AND NOT (" + replayable() + ")), " +
+		"CASE WHEN pg_catalog.current_setting('role')" + sqlNe + "'none' OR pg_catalog.current_setting('session_authorization')" + sqlNe + quoteLiteral(user) +
 		" THEN 'SET ROLE or SET SESSION AUTHORIZATION' END"
 }
 
@@ -66,7 +74,7 @@ func unmovableSettingsSQL(user string) string {
 // (name, setting) each, for those pg_settings shows and for the custom settings named in custom (their
 // session values; ”, a custom setting's default, is left out).
 func replayableSettingsSQL(custom []string) string {
-	sql := "SELECT name, setting FROM pg_catalog.pg_settings WHERE source = 'session' AND " + replayable()
+	sql := "SELECT name, setting FROM pg_catalog.pg_settings WHERE source" + sqlEq + "'session' AND " + replayable()
 	if len(custom) == 0 {
 		return sql
 	}
@@ -75,7 +83,7 @@ func replayableSettingsSQL(custom []string) string {
 		quoted[i] = quoteLiteral(n)
 	}
 	return sql + " UNION ALL SELECT n, pg_catalog.current_setting(n, true) FROM pg_catalog.unnest(ARRAY[" + strings.Join(quoted, ", ") +
-		"]::pg_catalog.text[]) AS n WHERE pg_catalog.current_setting(n, true) <> ''"
+		"]::pg_catalog.text[]) AS n WHERE pg_catalog.current_setting(n, true)" + sqlNe + "''"
 }
 
 // noteCustomSettings notes the custom settings a client's text may set or reset (pl.mu held), so that the probe
@@ -319,7 +327,7 @@ func roleCheckSQL(user string) string {
 	marker := quoteLiteral(rewrite.RefusalMarker(sqlstateFeatureNotSupported, "",
 		"the role of this pooled server connection was changed in a way fenceproxy cannot follow (a function that calls set_config?); the transaction is refused",
 		"Use SET ROLE in the client's own statements, or pool.mode session."))
-	return "CASE WHEN pg_catalog.current_setting('role') = 'none' AND pg_catalog.current_setting('session_authorization') = " + quoteLiteral(user) +
+	return "CASE WHEN pg_catalog.current_setting('role')" + sqlEq + "'none' AND pg_catalog.current_setting('session_authorization')" + sqlEq + quoteLiteral(user) +
 		" THEN NULL ELSE pg_catalog.concat(" + marker + ", pg_catalog.current_setting('role'))::pg_catalog.int8 END"
 }
 

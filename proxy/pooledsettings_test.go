@@ -286,3 +286,38 @@ func TestPooledRoleByFunctionRefused(t *testing.T) {
 		}
 	}
 }
+
+// The proxy's own SQL on a pooled server connection (the probe, the token and settings statements) means the
+// same under any client's search_path: a client that puts a schema of its own with operators = and <> on text
+// (both always false) before pg_catalog cannot hide its settings from the probe, so its search_path never
+// reaches the next client of the connection.
+func TestPooledProbeIgnoresClientOperators(t *testing.T) {
+	f := newPooledFenced(t, 1, "")
+	for _, sql := range []string{
+		"DROP SCHEMA IF EXISTS pooledevil CASCADE", "CREATE SCHEMA pooledevil",
+		"CREATE FUNCTION pooledevil.never(text, text) RETURNS bool LANGUAGE sql AS 'SELECT false'",
+		"CREATE OPERATOR pooledevil.= (LEFTARG = text, RIGHTARG = text, FUNCTION = pooledevil.never)",
+		"CREATE OPERATOR pooledevil.<> (LEFTARG = text, RIGHTARG = text, FUNCTION = pooledevil.never)",
+		"CREATE OPERATOR pooledevil.|| (LEFTARG = text, RIGHTARG = text, FUNCTION = pooledevil.never)",
+	} {
+		fxExec(t, f.d, sql)
+	}
+	t.Cleanup(func() { f.d.Exec(t.Context(), "DROP SCHEMA IF EXISTS pooledevil CASCADE") })
+	for _, mode := range []string{"simple_protocol", "exec"} {
+		q := "&default_query_exec_mode=" + mode
+		a := pooledConn(t, f, q)
+		fxExec(t, a, "SET search_path = pooledevil, pg_catalog, public")
+		fxExec(t, a, "SET application_name = 'evil'")
+		b := pooledConn(t, f, q)
+		var path, app string
+		if err := b.QueryRow(ctxT(t), "SELECT current_setting('search_path'), current_setting('application_name')").Scan(&path, &app); err != nil {
+			t.Fatal(err)
+		}
+		if path != `"$user", public` || app != "" {
+			t.Fatalf("%s: the next client has search_path %q and application_name %q", mode, path, app)
+		}
+		if err := a.QueryRow(ctxT(t), "SELECT current_setting('search_path')").Scan(&path); err != nil || path != "pooledevil, pg_catalog, public" {
+			t.Fatalf("%s: the client's own search_path became %q (%v)", mode, path, err)
+		}
+	}
+}
