@@ -206,6 +206,8 @@ func (ss *session) replaySettings() {
 	if len(names) == 0 {
 		return
 	}
+	// Counted before anything is written: a full buffer may send it, and the answer must not find it uncounted.
+	pl.replaying.Add(1)
 	if sc.settingsFor != pl {
 		// Prepared afresh for each client, as the token statement is (prepareTokenStmt): whatever a client
 		// left under this name never runs for another.
@@ -225,7 +227,6 @@ func (ss *session) replaySettings() {
 	writeMsg(sc.w, msgBind, b, "")
 	writeMsg(sc.w, msgExecute, []byte{0, 0, 0, 0, 0}, "")
 	writeMsg(sc.w, msgSync, []byte{}, "")
-	pl.replaying.Add(1)
 	sc.settings = maps.Clone(pl.settings)
 }
 
