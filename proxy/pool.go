@@ -127,6 +127,7 @@ type txPool struct {
 	// resetToken and resetLock are the token and lock values a RESET gives on its server connections (role and
 	// database defaults; nil: none), read when the first one is opened.
 	resetToken, resetLock *string
+	tokenStmts            tokenStmtCache // the Parse of tokenStmtName, built once (pooledsettings.go)
 
 	// For the admin console (admin.go).
 	clients atomic.Int64 // client sessions of the pool

@@ -492,14 +492,8 @@ func (ss *session) prepareTokenStmt() {
 	if sc.tokenFor == pl {
 		return
 	}
-	cfg := ss.srv.cfg.Token
 	writeMsg(sc.w, msgClose, []byte("S"+tokenStmtName+"\x00"), "")
-	sql := tokenStmtSQL(cfg.Setting, cfg.LockSetting)
-	if pl.pin == "" { // a pinned client's connection is its own, role included
-		sql += ", " + roleCheckSQL(sc.pool.params["user"]) // pooledsettings.go
-	}
-	b := append(append([]byte(tokenStmtName), 0), sql...)
-	writeMsg(sc.w, msgParse, append(b, 0, 0, 0), "")
+	writeMsg(sc.w, msgParse, sc.pool.tokenParse(pl.pin != ""), "") // pooledsettings.go
 	sc.tokenFor = pl
 }
 

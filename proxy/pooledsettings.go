@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/fenceproxy/fenceproxy/rewrite"
 )
@@ -175,6 +176,9 @@ func (ss *session) settingsRead(sc *serverConn, read map[string]string) {
 
 // settingsDiff is what turns settings have into want: names, and values (nil: reset), by name.
 func settingsDiff(have, want map[string]string) (names []string, values []*string) {
+	if maps.Equal(have, want) {
+		return nil, nil // the common case: the same client again, or clients with the same settings
+	}
 	for n, v := range want {
 		if h, ok := have[n]; !ok || h != v {
 			names = append(names, n)
@@ -340,4 +344,31 @@ func (ss *session) noteTokenStmtRefusal(body []byte) {
 	if _, ok := rewrite.Translate(errorField(body, fieldMessage)); ok {
 		ss.pooled.tainted = true
 	}
+}
+
+// tokenStmtCache holds a pool's Parse bodies of the token statement (tokenStmtName), built once: for clients
+// that are not pinned, with the role check, and for pinned ones, whose connection is their own, role included.
+type tokenStmtCache struct {
+	once [2]sync.Once
+	body [2][]byte
+}
+
+// tokenParse is the body of the Parse that prepares the token statement on the pool's connections for a client
+// that is pinned or not.
+func (p *txPool) tokenParse(pinned bool) []byte {
+	i := 0
+	if pinned {
+		i = 1
+	}
+	c := &p.tokenStmts
+	c.once[i].Do(func() {
+		cfg := p.srv.cfg.Token
+		sql := tokenStmtSQL(cfg.Setting, cfg.LockSetting)
+		if !pinned {
+			sql += ", " + roleCheckSQL(p.params["user"])
+		}
+		b := append(append([]byte(tokenStmtName), 0), sql...)
+		c.body[i] = append(b, 0, 0, 0)
+	})
+	return c.body[i]
 }
