@@ -46,6 +46,7 @@ func TestPooledSettingsOracle(t *testing.T) {
 		{"SET myapp.tenant = '5'", "SELECT set_config('MyApp.User', 'u', false)", "BEGIN", "SET myapp.tenant = '6'", "ROLLBACK", "RESET myapp.user"},
 		{"SET myapp.tenant = '5'", "BEGIN", "SET LOCAL myapp.tenant = '7'", "SET myapp.user = 'x'", "COMMIT", "RESET ALL"},
 		{"SET SESSION myapp.tenant = '5'", "SET myapp.user TO 'y'", "DISCARD ALL"},
+		{`SET application_name = 'a "q" \ b, {c} NULL'`, `SET search_path = "we""ird\x,", public`, "SET myapp.tenant = '{\\\"}'", "SET myapp.user = 'NULL'"},
 	}
 	ctx := ctxT(t)
 	state := func(c *pgx.Conn) string {
