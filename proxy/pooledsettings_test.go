@@ -1,10 +1,15 @@
 package proxy_test
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"math/rand"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -321,4 +326,127 @@ func TestPooledProbeIgnoresClientOperators(t *testing.T) {
 			t.Fatalf("%s: the client's own search_path became %q (%v)", mode, path, err)
 		}
 	}
+}
+
+// No setting leaks under load: 40 clients on a pool of 4 server connections, half in the simple protocol and
+// half in the extended one, each with values tagged with its own number (search_path, application_name, a
+// custom setting), run a random mix of SET, SET LOCAL, RESET, RESET ALL, DISCARD ALL, set_config (literal and
+// bound value), a SET rolled back and multi-statement Queries. Whatever PostgreSQL's rules give a client at any
+// moment, it can only be its own tag or the default: every read of the three settings, and the
+// application_name the client was last told (ParameterStatus), is checked. Most server connections serve
+// several clients.
+func TestPooledSettingsNoLeakUnderLoad(t *testing.T) {
+	const clients, poolSize, txPerClient = 40, 4, 150
+	f := newPooledFenced(t, poolSize, "  max_client_wait: 60s\n")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make(chan error, clients)
+	var pidsMu sync.Mutex
+	clientsOf := map[uint32]map[int]bool{}
+	for c := 1; c <= clients; c++ {
+		wg.Add(1)
+		go func(c int) {
+			defer wg.Done()
+			if err := settingsLoadClient(ctx, f, c, txPerClient, func(pid uint32) {
+				pidsMu.Lock()
+				defer pidsMu.Unlock()
+				if clientsOf[pid] == nil {
+					clientsOf[pid] = map[int]bool{}
+				}
+				clientsOf[pid][c] = true
+			}); err != nil && ctx.Err() == nil {
+				errs <- fmt.Errorf("client %d: %w", c, err)
+				cancel()
+			}
+		}(c)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if t.Failed() {
+		return
+	}
+	shared := 0
+	for _, cs := range clientsOf {
+		if len(cs) > 1 {
+			shared++
+		}
+	}
+	if len(clientsOf) == 0 || shared*2 <= len(clientsOf) {
+		t.Fatalf("want most server connections to serve several clients: %d of %d did", shared, len(clientsOf))
+	}
+	if n := fxCounter(t, f.p.Registry, "fenceproxy_pool_pins_total", nil); n != 0 {
+		t.Fatalf("%v clients pinned", n)
+	}
+}
+
+// settingsLoadClient runs one client of TestPooledSettingsNoLeakUnderLoad; sawPID is told each backend it ran on.
+func settingsLoadClient(ctx context.Context, f *fenced, c, txs int, sawPID func(uint32)) error {
+	rng := rand.New(rand.NewSource(int64(c)))
+	mode := "simple_protocol"
+	if c%2 == 0 {
+		mode = "exec"
+	}
+	conn, err := pgx.Connect(ctx, f.dsn()+"&default_query_exec_mode="+mode)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	tag := fmt.Sprintf("c%d", c)
+	own := func(v string) bool {
+		// Own values are tag or tag_N; defaults are '' (custom, application_name) and "$user", public.
+		return v == "" || v == `"$user", public` || v == tag || strings.HasPrefix(v, tag+"_") || v == `"`+tag+`"` || strings.HasPrefix(v, `"`+tag+"_")
+	}
+	val := func() string { return fmt.Sprintf("%s_%d", tag, rng.Intn(5)) }
+	for i := 0; i < txs; i++ {
+		var stmts []string
+		switch rng.Intn(11) {
+		case 0:
+			stmts = []string{"SET search_path = " + val()}
+		case 1:
+			stmts = []string{"SET application_name = '" + val() + "'"}
+		case 2:
+			stmts = []string{"SET myapp.client = '" + val() + "'"}
+		case 3:
+			stmts = []string{"BEGIN", "SET search_path = " + val(), "SET myapp.client = '" + val() + "'", "ROLLBACK"}
+		case 4:
+			stmts = []string{"BEGIN", "SET LOCAL application_name = '" + val() + "'", "SET LOCAL myapp.client = '" + val() + "'", "COMMIT"}
+		case 5:
+			stmts = []string{"RESET " + []string{"search_path", "application_name", "myapp.client"}[rng.Intn(3)]}
+		case 6:
+			stmts = []string{[]string{"RESET ALL", "DISCARD ALL"}[rng.Intn(2)]}
+		case 7:
+			if _, err := conn.Exec(ctx, "SELECT set_config('myapp.client', $1, false)", val()); err != nil {
+				return err
+			}
+		case 8:
+			stmts = []string{"SELECT set_config('application_name', '" + val() + "', " + []string{"false", "true"}[rng.Intn(2)] + ")"}
+		case 9:
+			if mode == "simple_protocol" {
+				stmts = []string{"SET search_path = " + val() + "; SET LOCAL myapp.client = '" + val() + "'; SELECT 1"}
+			}
+		default:
+		}
+		for _, s := range stmts {
+			if _, err := conn.Exec(ctx, s); err != nil {
+				return fmt.Errorf("%s: %w", s, err)
+			}
+		}
+		var path, app, custom string
+		var pid uint32
+		if err := conn.QueryRow(ctx, "SELECT current_setting('search_path'), current_setting('application_name'), coalesce(current_setting('myapp.client', true), ''), pg_backend_pid()").Scan(&path, &app, &custom, &pid); err != nil {
+			return err
+		}
+		sawPID(pid)
+		for _, v := range []string{path, app, custom, conn.PgConn().ParameterStatus("application_name")} {
+			if !own(v) {
+				return fmt.Errorf("transaction %d reads another client's setting: search_path %q, application_name %q (told %q), myapp.client %q",
+					i, path, app, conn.PgConn().ParameterStatus("application_name"), custom)
+			}
+		}
+	}
+	return nil
 }
