@@ -58,6 +58,8 @@ type serverConn struct {
 	// pool's defaults. settingsFor is the client for which settingsStmtName was last prepared on it (pooledsettings.go).
 	settings    map[string]string
 	settingsFor *pooledState
+	// roleCheckedFor is the client for which the role check (pooledsettings.go: roleCheckSQL) last ran on it.
+	roleCheckedFor *pooledState
 }
 
 // txPools are the pools of a Server, by key.

@@ -67,7 +67,7 @@ type pooledState struct {
 	customUnfollowed bool              // a text set a custom setting the proxy cannot name
 	tainted          bool              // the token statement refused the lent connection's state (serveLend's)
 	replaying        atomic.Int64      // settings units sent whose ReadyForQuery is still to come
-	replayFailure    string            // the server's error for the settings unit being answered (serveLend's)
+	replayFailure    *replayError      // the server's error for the settings unit being answered (serveLend's)
 
 	probe atomic.Bool  // the transaction may leave session state: look at the connection at its end
 	hide  atomic.Int64 // token statements whose answers are still to be hidden (each up to its CommandComplete)
@@ -336,8 +336,10 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 			}
 		}
 		if byte(st.txStatus.Load()) == txIdle {
-			ss.replaySettings() // pooledsettings.go
-			ss.injectTokens(typ, body)
+			ss.replaySettings()                                                              // pooledsettings.go
+			if err := ss.checkRoleFirst(typ, body, ss.injectTokens(typ, body)); err != nil { // pooledsettings.go
+				return err
+			}
 		}
 	} else if pl.sc == nil {
 		if pl.lost != nil {
@@ -435,17 +437,17 @@ func (ss *session) lend() error {
 // injectTokens writes what gives the transaction the client's token and lock, before the message of type typ
 // that starts it (pl.mu held): a prefix of a Query's text, or a Bind and Execute of the token statement before
 // an extended-protocol message. A text that must run outside a transaction block gets nothing
-// (rewrite.OwnTransaction); nor does a FunctionCall.
-func (ss *session) injectTokens(typ byte, body []byte) {
+// (rewrite.OwnTransaction); nor does a FunctionCall. It reports whether the token statement goes in front.
+func (ss *session) injectTokens(typ byte, body []byte) bool {
 	pl := ss.pooled
 	sc := pl.sc
 	set := ss.readingSettings()
 	switch typ {
 	case msgFunctionCall:
-		return
+		return false
 	case msgQuery:
 		if text, ok := planText(msgQuery, body); !ok || rewrite.OwnTransaction(text, set) {
-			return
+			return false
 		}
 		ss.prepareTokenStmt()
 		ss.queryPrefix = "EXECUTE " + tokenStmtName + "(" + sqlValue(pl.token) + ", " + sqlValue(pl.lock) + "); "
@@ -456,10 +458,10 @@ func (ss *session) injectTokens(typ byte, body []byte) {
 		case isASCII(ss.queryPrefix):
 			pl.prefixChars.Store(int64(len(ss.queryPrefix)))
 		}
-		return
+		return true
 	case msgParse:
 		if text, ok := planText(msgParse, body); ok && rewrite.OwnTransaction(text, set) {
-			return
+			return false
 		}
 	}
 	ss.prepareTokenStmt()
@@ -478,6 +480,7 @@ func (ss *session) injectTokens(typ byte, body []byte) {
 	writeMsg(sc.w, msgBind, b, "")
 	writeMsg(sc.w, msgExecute, []byte{0, 0, 0, 0, 0}, "")
 	pl.hide.Add(1)
+	return true
 }
 
 // prepareTokenStmt prepares the token statement again, unless the client whose transaction starts is the one
@@ -699,7 +702,7 @@ func (ss *session) lendFailed(sc *serverConn, err error) {
 			pl.fare = errorResponse("FATAL", sqlstateConnectionFailure, "fenceproxy lost the server connection", err.Error(), "")
 			var replay *replayError
 			if errors.As(err, &replay) {
-				pl.fare = settingsFailure(err)
+				pl.fare = settingsFailure(replay)
 			}
 			if moved := sc.movedTo.Load(); moved != nil {
 				pl.fare = movedFarewell(sc.host.addr, *moved, pl.open > 0 && byte(ss.state.txStatus.Load()) != txFailed)

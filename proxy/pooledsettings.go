@@ -273,26 +273,76 @@ func (ss *session) replayAnswer(sc *serverConn, typ byte) error {
 	defer sc.r.release()
 	switch typ {
 	case msgErrorResponse:
-		pl.replayFailure = errorField(body, fieldMessage)
+		pl.replayFailure = replayFailed(body)
 	case msgParameterStatus:
 		ss.pooledParamStatus(sc, body)
 	case msgNotificationResponse:
 		writeMsg(ss.cw, typ, body, "")
 	case msgReadyForQuery:
 		pl.replaying.Add(-1)
-		if f := pl.replayFailure; f != "" {
-			pl.replayFailure = ""
-			return &replayError{msg: f}
+		if f := pl.replayFailure; f != nil {
+			pl.replayFailure = nil
+			return f
 		}
+		pl.mu.Lock()
+		pl.settled.Broadcast() // checkRoleFirst may wait for it
+		pl.mu.Unlock()
 	}
 	return nil
 }
 
-// replayError: a server connection refused a client's settings.
-type replayError struct{ msg string }
+// replayError: a server connection refused a client's settings, or the role check of checkRoleFirst failed.
+type replayError struct{ code, msg string }
 
-func (e *replayError) Error() string {
-	return "fenceproxy could not give the client's session settings to a pooled server connection: " + e.msg
+func (e *replayError) Error() string { return e.msg }
+
+// replayFailed is the replayError of the server's error (body) in a unit of the proxy's own.
+func replayFailed(body []byte) *replayError {
+	if tr, ok := rewrite.Translate(errorField(body, fieldMessage)); ok {
+		return &replayError{code: tr.Code, msg: tr.Message}
+	}
+	return &replayError{code: sqlstateConnectionFailure,
+		msg: "fenceproxy could not give the client's session settings to a pooled server connection: " + errorField(body, fieldMessage)}
+}
+
+// checkRoleFirst makes sure the role check has run on the lent connection since it last served another client
+// (pl.mu held): in the token statement when it goes in front (tokened), else as a unit of its own after the
+// settings, if any, for a FunctionCall or a text that must run outside a transaction block. Then the client's
+// message goes only once they are answered: a failure ends the session (replayAnswer) before the message
+// reaches the server. A text of no statement runs nothing and waits for nothing. A pinned client's connection
+// is its own, role included.
+func (ss *session) checkRoleFirst(typ byte, body []byte, tokened bool) error {
+	pl := ss.pooled
+	sc := pl.sc
+	if tokened {
+		sc.roleCheckedFor = pl
+		return nil
+	}
+	if typ == msgQuery || typ == msgParse {
+		if text, ok := planText(typ, body); ok {
+			if l, err := rewrite.Lex(text, ss.readingSettings()); err == nil && l.Statements == 0 {
+				return nil
+			}
+		}
+	}
+	if pl.pin == "" && sc.roleCheckedFor != pl {
+		pl.replaying.Add(1)
+		writeMsg(sc.w, msgQuery, nil, "SELECT "+roleCheckSQL(sc.pool.params["user"]))
+		sc.roleCheckedFor = pl
+	}
+	if pl.replaying.Load() == 0 {
+		return nil
+	}
+	if err := sc.w.Flush(); err != nil {
+		return nil // the lend's server side sees the connection fail and ends the session
+	}
+	for pl.replaying.Load() > 0 && pl.lost == nil {
+		pl.settled.Wait()
+	}
+	if pl.lost != nil {
+		return errLendLost
+	}
+	return nil
 }
 
 // pooledParamStatus handles a ParameterStatus a lent server connection sent (body read): the connection's
@@ -318,10 +368,14 @@ func (ss *session) pooledParamStatus(sc *serverConn, body []byte) bool {
 	return true
 }
 
-// settingsFailure is the FATAL that ends a session whose settings a server connection refused.
-func settingsFailure(err error) []byte {
-	return errorResponse("FATAL", sqlstateConnectionFailure, err.Error(), "",
-		"A setting the session holds may have become invalid (a dropped object it names); connect again.")
+// settingsFailure is the FATAL that ends a session whose settings a server connection refused, or whose
+// connection's role check failed (checkRoleFirst).
+func settingsFailure(err *replayError) []byte {
+	hint := "A setting the session holds may have become invalid (a dropped object it names); connect again."
+	if err.code != sqlstateConnectionFailure {
+		hint = ""
+	}
+	return errorResponse("FATAL", err.code, err.msg, "", hint)
 }
 
 // roleCheckSQL is a column of the token statement (tokenStmtSQL) that fails it, before the client's statement

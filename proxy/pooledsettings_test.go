@@ -269,12 +269,13 @@ func TestPooledSettingsParameterStatus(t *testing.T) {
 // A role taken behind the proxy's back (a function that calls set_config on role, in a statement without a
 // word the proxy looks for, so no probe) never serves another client: the next transaction on that server
 // connection is refused 0A000 before its statement runs, and the connection is closed, so the one after runs
-// as the login role on a new one.
+// as the login role on a new one. An ALTER SYSTEM there (no token statement) is checked first: the session
+// ends, and it never ran.
 func TestPooledRoleByFunctionRefused(t *testing.T) {
 	f := newPooledFenced(t, 1, "")
-	f.d.Exec(ctxT(t), "CREATE ROLE pooled_role")
-	fxExec(t, f.d, "GRANT pooled_role TO CURRENT_USER")
-	fxExec(t, f.d, "CREATE OR REPLACE FUNCTION pooled_become() RETURNS text LANGUAGE sql AS $$ SELECT pg_catalog.set_config('role', 'pooled_role', false) $$")
+	// A superuser role: what runs under it by mistake could do anything, and an ALTER SYSTEM shows it ran.
+	f.d.Exec(ctxT(t), "CREATE ROLE pooled_superrole SUPERUSER")
+	fxExec(t, f.d, "CREATE OR REPLACE FUNCTION pooled_become() RETURNS text LANGUAGE sql AS $$ SELECT pg_catalog.set_config('role', 'pooled_superrole', false) $$")
 	t.Cleanup(func() { f.d.Exec(t.Context(), "DROP FUNCTION IF EXISTS pooled_become()") })
 	for _, mode := range []string{"simple_protocol", "exec"} {
 		q := "&default_query_exec_mode=" + mode
@@ -289,6 +290,26 @@ func TestPooledRoleByFunctionRefused(t *testing.T) {
 		wantPgErr(t, err, "0A000", "the role of this pooled server connection was changed")
 		if err := b.QueryRow(ctxT(t), "SELECT current_user::text").Scan(&user); err != nil || user != pgtest.SuperUser {
 			t.Fatalf("%s: the next transaction runs as %q (%v)", mode, user, err)
+		}
+		// A statement that gets no token statement (it must run outside a transaction block) is checked
+		// first, and never reaches the server: the session ends.
+		fxExec(t, a, "SELECT pooled_become()")
+		c := pooledConn(t, f, q)
+		t.Cleanup(func() { f.d.Exec(context.Background(), "ALTER SYSTEM RESET work_mem") })
+		_, err = c.Exec(ctxT(t), "ALTER SYSTEM SET work_mem = '7777kB'")
+		if pe := wantPgErr(t, err, "0A000", "the role of this pooled server connection was changed"); pe.Severity != "FATAL" {
+			t.Fatalf("%s: severity %s", mode, pe.Severity)
+		}
+		var ran int
+		if err := f.d.QueryRow(ctxT(t), "SELECT count(*) FROM pg_file_settings WHERE name = 'work_mem' AND setting = '7777kB'").Scan(&ran); err != nil || ran != 0 {
+			t.Fatalf("%s: the ALTER SYSTEM ran (%d, %v)", mode, ran, err)
+		}
+		d := pooledConn(t, f, q)
+		if err := d.QueryRow(ctxT(t), "SELECT current_user::text").Scan(&user); err != nil || user != pgtest.SuperUser {
+			t.Fatalf("%s: the next client runs as %q (%v)", mode, user, err)
+		}
+		if err := d.Ping(ctxT(t)); err != nil { // a text of no statement: nothing to check, nothing waits
+			t.Fatal(err)
 		}
 	}
 }
