@@ -279,11 +279,13 @@ func (ss *session) replayAnswer(sc *serverConn, typ byte) error {
 	case msgNotificationResponse:
 		writeMsg(ss.cw, typ, body, "")
 	case msgReadyForQuery:
-		pl.replaying.Add(-1)
 		if f := pl.replayFailure; f != nil {
+			// Not counted as answered: checkRoleFirst must not take it for a success before the lend's end
+			// (lendFailed) has been recorded.
 			pl.replayFailure = nil
 			return f
 		}
+		pl.replaying.Add(-1)
 		pl.mu.Lock()
 		pl.settled.Broadcast() // checkRoleFirst may wait for it
 		pl.mu.Unlock()
