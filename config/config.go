@@ -354,7 +354,15 @@ type Pool struct {
 	ServerLifetime time.Duration `yaml:"server_lifetime"`
 	// ServerIdleTimeout closes a server connection idle in the pool this long; DefaultPoolServerIdleTimeout when 0.
 	ServerIdleTimeout time.Duration `yaml:"server_idle_timeout"`
-	// AdminUsers may connect to the virtual database "fenceproxy", the admin console (SHOW POOLS, SHOW STATS).
+	// MinIdle is how many idle server connections each pool keeps open (opened in the background, within Size;
+	// pool.server_idle_timeout does not close these); 0, the default, keeps none.
+	MinIdle int `yaml:"min_idle"`
+	// MaxClients is the most client sessions of all pools together (counted after authentication; the admin
+	// console is not counted); a client beyond it is refused with 53300. 0, the default: no limit but
+	// limits.max_client_connections.
+	MaxClients int `yaml:"max_clients"`
+	// AdminUsers may connect to the virtual database "fenceproxy", the admin console (SHOW POOLS, CLIENTS,
+	// SERVERS, STATS, CONFIG; RELOAD, PAUSE, RESUME).
 	AdminUsers []string `yaml:"admin_users"`
 }
 
@@ -475,6 +483,14 @@ func displayPath(path string) string {
 		return "document"
 	}
 	return path
+}
+
+// Defaults is the configuration every key of which has its default value (the admin console's SHOW CONFIG
+// shows them); it names no upstream, so it is not a configuration to run with.
+func Defaults() *Config {
+	c := &Config{}
+	c.applyDefaults()
+	return c
 }
 
 func (c *Config) applyDefaults() {
@@ -778,6 +794,22 @@ func (c *Config) validate(add func(key, format string, args ...any)) {
 	}
 	if c.Pool.ServerIdleTimeout < 0 {
 		add("pool.server_idle_timeout", "must be positive")
+	}
+	switch {
+	case c.Pool.MinIdle < 0:
+		add("pool.min_idle", "must not be negative")
+	case c.Pool.MinIdle > 0 && !c.Pool.Transaction():
+		add("pool.min_idle", "needs pool.mode transaction (session mode keeps no pools)")
+	case c.Pool.Size > 0 && c.Pool.MinIdle > c.Pool.Size:
+		add("pool.min_idle", "must not exceed pool.size (%d)", c.Pool.Size)
+	}
+	switch {
+	case c.Pool.MaxClients < 0:
+		add("pool.max_clients", "must not be negative")
+	case c.Pool.MaxClients > 0 && !c.Pool.Transaction():
+		add("pool.max_clients", "needs pool.mode transaction (limits.max_client_connections bounds session mode's clients)")
+	case c.Limits.MaxClientConnections > 0 && c.Pool.MaxClients > c.Limits.MaxClientConnections:
+		add("pool.max_clients", "must not exceed limits.max_client_connections (%d), which bounds every client connection", c.Limits.MaxClientConnections)
 	}
 	switch c.Pool.OnSessionState {
 	case PoolPin, PoolRefuse:

@@ -133,6 +133,28 @@ func TestPoolSettings(t *testing.T) {
 	}
 }
 
+// pool.min_idle and pool.max_clients: read, and every problem with them reported together.
+func TestPoolLimits(t *testing.T) {
+	cfg, err := Parse("c.yaml", []byte("upstream:\n  address: a:1\npool:\n  mode: transaction\n  size: 3\n  min_idle: 2\n  max_clients: 500\nauth:\n  type: trust\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := cfg.Pool; p.MinIdle != 2 || p.MaxClients != 500 {
+		t.Errorf("pool limits: %+v", p)
+	}
+	for _, tc := range []struct{ yaml, want string }{
+		{"pool:\n  mode: transaction\n  size: 3\n  min_idle: 4\n  max_clients: 2000\nauth:\n  type: trust\n",
+			"c.yaml:6: pool.min_idle: must not exceed pool.size (3)\nc.yaml:7: pool.max_clients: must not exceed limits.max_client_connections (1000), which bounds every client connection"},
+		{"pool:\n  min_idle: -1\n  max_clients: -1\n", "c.yaml:4: pool.min_idle: must not be negative\nc.yaml:5: pool.max_clients: must not be negative"},
+		{"pool:\n  min_idle: 1\n  max_clients: 10\n", "c.yaml:4: pool.min_idle: needs pool.mode transaction (session mode keeps no pools)\nc.yaml:5: pool.max_clients: needs pool.mode transaction (limits.max_client_connections bounds session mode's clients)"},
+	} {
+		_, err := Parse("c.yaml", []byte("upstream:\n  address: a:1\n"+tc.yaml))
+		if err == nil || err.Error() != tc.want {
+			t.Errorf("%q:\ngot:\n%v\nwant:\n%s", tc.yaml, err, tc.want)
+		}
+	}
+}
+
 func TestErrorsNameFileLineAndKey(t *testing.T) {
 	cases := []struct{ name, yaml, want string }{
 		{"unknown top-level key", "upstream:\n  address: a:1\ntabels: []\n", `c.yaml:3: tabels: unknown key; did you mean "tables"?`},

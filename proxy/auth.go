@@ -556,7 +556,7 @@ func (ss *session) loginUpstream(login *clientLogin, startup []byte) bool {
 		}
 		ss.upstream.Close()
 		var refused *upstreamRefused
-		if errors.As(err, &refused) && errorField(refused.body, fieldCode) == sqlstateInvalidPassword && attempt == 0 && ss.refreshLogin(login) {
+		if errors.As(err, &refused) && errorField(refused.body, fieldCode) == sqlstateInvalidPassword && attempt == 0 && s.refreshLogin(login, ss.log) {
 			ss.log.Info("upstream refused the login; secret refreshed, trying again", "err", err)
 			continue
 		}
@@ -573,17 +573,19 @@ func (ss *session) loginUpstream(login *clientLogin, startup []byte) bool {
 	}
 }
 
-// refreshLogin refreshes the secrets after the upstream refused login's credential, and reports whether trying
-// again is worth it: the client's secret is still current (so its key is), or a configured password is used.
-func (ss *session) refreshLogin(login *clientLogin) bool {
-	a := ss.srv.auth
+// refreshLogin refreshes the secrets after the upstream refused login's credential (auth.file read again, and
+// the user looked up again: auth.query runs again), and reports whether trying again is worth it: the client's
+// secret is still current (so its key is), or a configured password is used. Session mode (loginUpstream) and
+// the pools' server connections (pool.go: txPool.dial) both refresh here.
+func (s *Server) refreshLogin(login *clientLogin, log *slog.Logger) bool {
+	a := s.auth
 	if err := a.reload(); err != nil {
-		ss.log.Warn("auth.file not read again", "err", err)
+		log.Warn("auth.file not read again", "err", err)
 	}
 	if !login.hasKey && login.secret.Kind != auth.KindMD5 {
 		return login.password != ""
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), ss.srv.cfg.Limits.StartupTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Limits.StartupTimeout)
 	defer cancel()
 	fresh, found, err := a.lookup(ctx, login.user)
 	return err == nil && found && fresh.String() == login.secret.String()

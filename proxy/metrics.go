@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -32,7 +33,56 @@ type Metrics struct {
 	poolLends       prometheus.Counter
 	poolDials       prometheus.Counter
 	poolWaitTimeout prometheus.Counter
+	poolWait        *prometheus.HistogramVec
+	pools           *poolCollector
 	ha              haMetrics
+}
+
+// poolCollector reads the transaction pools' clients and server connections at each scrape (nothing on the
+// hot path), added up per (database, user): pools of one database and user that differ in other startup
+// parameters are one series.
+type poolCollector struct {
+	pools   atomic.Pointer[txPools]
+	clients *prometheus.Desc
+	servers *prometheus.Desc
+}
+
+func (c *poolCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.clients
+	ch <- c.servers
+}
+
+func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
+	ps := c.pools.Load()
+	if ps == nil {
+		return
+	}
+	type key struct{ database, user string }
+	sums := map[key]poolCounts{}
+	for _, p := range ps.list() {
+		k := key{p.database, p.user}
+		n, pc := sums[k], p.counts()
+		n.clActive += pc.clActive
+		n.clWaiting += pc.clWaiting
+		n.svActive += pc.svActive
+		n.svIdle += pc.svIdle
+		n.svLogin += pc.svLogin
+		sums[k] = n
+	}
+	for k, n := range sums {
+		for _, v := range []struct {
+			state string
+			n     int64
+		}{{"active", n.clActive}, {"waiting", n.clWaiting}} {
+			ch <- prometheus.MustNewConstMetric(c.clients, prometheus.GaugeValue, float64(v.n), k.database, k.user, v.state)
+		}
+		for _, v := range []struct {
+			state string
+			n     int64
+		}{{"active", n.svActive}, {"idle", n.svIdle}, {"login", n.svLogin}} {
+			ch <- prometheus.MustNewConstMetric(c.servers, prometheus.GaugeValue, float64(v.n), k.database, k.user, v.state)
+		}
+	}
 }
 
 // haMetrics are the router's series (upstream.hosts; router.go).
@@ -89,7 +139,16 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m.poolLends = prometheus.NewCounter(prometheus.CounterOpts{Name: "fenceproxy_pool_lends_total", Help: "Server connections lent to a client for a transaction (pool.mode transaction)."})
 	m.poolDials = prometheus.NewCounter(prometheus.CounterOpts{Name: "fenceproxy_pool_server_connections_opened_total", Help: "Server connections opened by the transaction pools."})
 	m.poolWaitTimeout = prometheus.NewCounter(prometheus.CounterOpts{Name: "fenceproxy_pool_wait_timeouts_total", Help: "Clients refused because no server connection became free within pool.max_client_wait."})
-	reg.MustRegister(m.poolPins, m.poolLends, m.poolDials, m.poolWaitTimeout)
+	m.poolWait = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "fenceproxy_pool_wait_seconds",
+		Help:    "How long clients waited for a server connection of their pool (pool.mode transaction; a full or paused pool), by database and user; a lend that did not wait counts as 0.",
+		Buckets: prometheus.ExponentialBuckets(100e-6, 4, 10),
+	}, []string{"database", "user"})
+	m.pools = &poolCollector{
+		clients: prometheus.NewDesc("fenceproxy_pool_clients", "Client sessions of the transaction pools now, by database, user and state: active (holding a server connection or between transactions), waiting (for a server connection of a full or paused pool).", []string{"database", "user", "state"}, nil),
+		servers: prometheus.NewDesc("fenceproxy_pool_servers", "Server connections of the transaction pools now, by database, user and state: active (lent to a client), idle (in the pool), login (being opened).", []string{"database", "user", "state"}, nil),
+	}
+	reg.MustRegister(m.poolPins, m.poolLends, m.poolDials, m.poolWaitTimeout, m.poolWait, m.pools)
 	reg.MustRegister(msgs, bytes, m.cacheHits, m.cacheMisses, m.rewriteLatency)
 	m.ha = haMetrics{
 		hostRole:       prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "fenceproxy_upstream_host_role", Help: "1 for each upstream host's role as its last health check found it (primary, read-only, standby, down), 0 for the others."}, []string{"host", "role"}),
@@ -275,6 +334,21 @@ func (m *Metrics) poolDialed() {
 	if m != nil {
 		m.poolDials.Inc()
 	}
+}
+
+// watchPools makes the pool series read ps (a Server's pools).
+func (m *Metrics) watchPools(ps *txPools) {
+	if m != nil {
+		m.pools.pools.Store(ps)
+	}
+}
+
+// poolWaitTime is the wait-time histogram of a pool's database and user, nil without metrics.
+func (m *Metrics) poolWaitTime(database, user string) prometheus.Observer {
+	if m == nil {
+		return nil
+	}
+	return m.poolWait.WithLabelValues(database, user)
 }
 
 func (m *Metrics) poolTimedOut() {

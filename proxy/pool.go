@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -14,6 +15,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Transaction pooling (pool.mode: transaction): the server connections. A txPool holds the server connections
@@ -38,8 +41,18 @@ const tokenStmtName = "fenceproxy_t"
 // errPoolTimeout: no server connection of a full pool became free within pool.max_client_wait.
 var errPoolTimeout = errors.New("no server connection became free")
 
+// errPoolPaused: the pool stayed paused (PAUSE, admin.go) for the whole of pool.max_client_wait. It is an
+// errPoolTimeout: a client waiting through a pause is refused as one waiting for a full pool is (as pgbouncer's
+// query_wait_timeout applies to its paused clients).
+var errPoolPaused = fmt.Errorf("%w: the pool is paused (PAUSE)", errPoolTimeout)
+
 // serverConn is one upstream connection of a pool.
 type serverConn struct {
+	// For the admin console (SHOW SERVERS, SHOW CLIENTS): the login of the client it is lent to (nil: idle) and
+	// when it was lent, in Unix nanoseconds.
+	lentTo atomic.Pointer[clientLogin]
+	lentAt atomic.Int64
+
 	pool *txPool
 	conn net.Conn
 	r    msgReader
@@ -64,6 +77,16 @@ type serverConn struct {
 
 // txPools are the pools of a Server, by key.
 type txPools struct {
+	clients atomic.Int64 // client sessions of every pool (pool.max_clients)
+
+	// PAUSE and RESUME (admin.go), under mu: every pool paused, or those of some databases (nil until one is).
+	// resumed is closed by the next RESUME (nil when nothing is paused); anyPaused lets a lend skip mu when
+	// nothing is.
+	pausedAll bool
+	pausedDBs map[string]bool
+	resumed   chan struct{}
+	anyPaused atomic.Bool
+
 	srv    *Server
 	mu     sync.Mutex
 	byKey  map[string]*txPool
@@ -93,17 +116,23 @@ func newTxPools(s *Server) *txPools {
 	return ps
 }
 
-// reap closes the pool's idle server connections that were idle or alive too long.
+// reap closes the pool's idle server connections that were alive too long (pool.server_lifetime), those the
+// server closed (it said FATAL first: a restart, pg_terminate_backend), and those idle too long
+// (pool.server_idle_timeout) beyond the pool.min_idle the pool keeps, as pgbouncer keeps min_pool_size;
+// keepIdle opens new ones for those closed.
 func (p *txPool) reap() {
 	cfg := p.srv.cfg.Pool
 	now := time.Now()
 	var old []*serverConn
 	p.mu.Lock()
+	spare := len(p.idle) - cfg.MinIdle // p.idle[0] is the one idle longest
 	kept := p.idle[:0]
 	for _, sc := range p.idle {
-		if now.Sub(sc.idleSince) > cfg.ServerIdleTimeout || now.Sub(sc.born) > cfg.ServerLifetime {
+		if now.Sub(sc.born) > cfg.ServerLifetime || sc.r.r.Buffered() > 0 || inputWaiting(sc.conn) ||
+			spare > 0 && now.Sub(sc.idleSince) > cfg.ServerIdleTimeout {
 			old = append(old, sc)
 			delete(p.live, sc)
+			spare--
 			continue
 		}
 		kept = append(kept, sc)
@@ -113,6 +142,9 @@ func (p *txPool) reap() {
 	p.mu.Unlock()
 	for _, sc := range old {
 		sc.conn.Close()
+	}
+	if len(old) > 0 {
+		p.nudge()
 	}
 }
 
@@ -126,17 +158,37 @@ type txPool struct {
 	idle    []*serverConn
 	live    map[*serverConn]struct{} // every open server connection, idle or lent (dropHost closes a host's)
 	reports []paramStatus            // ParameterStatus values of its first server connection, shown to its clients
+
+	database, user string // its database (the user's name when the client gave none) and user
+
 	// resetToken and resetLock are the token and lock values a RESET gives on its server connections (role and
 	// database defaults; nil: none), read when the first one is opened.
 	resetToken, resetLock *string
 	tokenStmts            tokenStmtCache // the Parse of tokenStmtName, built once (pooledsettings.go)
 
-	// For the admin console (admin.go).
-	clients atomic.Int64 // client sessions of the pool
-	waiting atomic.Int64 // clients waiting for a server connection now
-	lends   atomic.Int64 // server connections lent, since start
-	opened  atomic.Int64 // server connections opened, since start
-	pins    atomic.Int64 // clients pinned, since start
+	// pool.min_idle (keepIdle): refill is signalled when the pool may have fewer idle server connections than
+	// it keeps (nil when it keeps none); idleLogin is how they log in: the login of the last client whose
+	// server connection logged in, as pgbouncer keeps a client's SCRAM keys for its server logins.
+	refill    chan struct{}
+	idleLogin atomic.Pointer[clientLogin]
+
+	waitTime prometheus.Observer // fenceproxy_pool_wait_seconds of the pool's database and user; nil: no metrics
+
+	// For the admin console (admin.go) and the metrics. members and waiters are under mu.
+	members map[*session]member        // client sessions of the pool
+	waiters map[*clientLogin]time.Time // clients waiting for a server connection now, since when
+	clients atomic.Int64               // client sessions of the pool
+	waiting atomic.Int64               // clients waiting for a server connection now
+	dialing atomic.Int64               // server connections being opened now
+	lends   atomic.Int64               // server connections lent, since start
+	opened  atomic.Int64               // server connections opened, since start
+	pins    atomic.Int64               // clients pinned, since start
+}
+
+// member is a client session of a pool, as the admin console shows it.
+type member struct {
+	login *clientLogin
+	since time.Time
 }
 
 // poolKeyParams are the startup parameters of a client that choose its pool: every one but those the proxy
@@ -181,12 +233,51 @@ func (ps *txPools) poolFor(params map[string]string) (*txPool, error) {
 	if p := ps.byKey[key.String()]; p != nil {
 		return p, nil
 	}
-	p := &txPool{srv: ps.srv, name: kp["database"] + "/" + kp["user"], params: kp, slots: make(chan struct{}, cfg.Pool.Size), live: map[*serverConn]struct{}{}}
-	if p.name == "/" || kp["database"] == "" {
-		p.name = kp["user"] + "/" + kp["user"]
+	p := &txPool{srv: ps.srv, database: kp["database"], user: kp["user"], params: kp, slots: make(chan struct{}, cfg.Pool.Size),
+		live: map[*serverConn]struct{}{}, members: map[*session]member{}, waiters: map[*clientLogin]time.Time{}}
+	if p.database == "" {
+		p.database = p.user // as PostgreSQL defaults it
+	}
+	p.name = p.database + "/" + p.user
+	p.waitTime = ps.srv.metrics.poolWaitTime(p.database, p.user)
+	if cfg.Pool.MinIdle > 0 {
+		p.refill = make(chan struct{}, 1)
+		go p.keepIdle(ps.stop)
 	}
 	ps.byKey[key.String()] = p
 	return p, nil
+}
+
+// join makes a client session that authenticated a client of the pool its startup parameters choose, and
+// returns the pool and what to call when the session ends. A client over pool.max_clients (counted across the
+// proxy, after authentication, so that connections which never log in do not take the places of clients that
+// do; the admin console is not counted) is refused with 53300, as PostgreSQL refuses one over
+// max_connections; it is told, and join reports false.
+func (ps *txPools) join(ss *session, login *clientLogin) (*txPool, func(), bool) {
+	limit := int64(ps.srv.cfg.Pool.MaxClients)
+	if n := ps.clients.Add(1); limit > 0 && n > limit {
+		ps.clients.Add(-1)
+		ps.srv.metrics.sessionRefused("max_clients")
+		ss.fatal(sqlstateTooManyConnections, "sorry, too many clients already", fmt.Sprintf("fenceproxy serves at most %d pooled client sessions (pool.max_clients).", limit))
+		return nil, nil, false
+	}
+	p, err := ps.poolFor(ss.params)
+	if err != nil {
+		ps.clients.Add(-1)
+		ss.fatal(sqlstateCannotConnectNow, err.Error(), "")
+		return nil, nil, false
+	}
+	p.clients.Add(1)
+	p.mu.Lock()
+	p.members[ss] = member{login: login, since: time.Now()}
+	p.mu.Unlock()
+	return p, func() {
+		p.mu.Lock()
+		delete(p.members, ss)
+		p.mu.Unlock()
+		p.clients.Add(-1)
+		ps.clients.Add(-1)
+	}, true
 }
 
 // close closes the idle server connections of every pool; lent ones are closed when given back.
@@ -202,37 +293,90 @@ func (ps *txPools) close() {
 	}
 	ps.mu.Unlock()
 	for _, p := range pools {
-		p.mu.Lock()
-		idle := p.idle
-		p.idle = nil
-		for _, sc := range idle {
-			delete(p.live, sc)
-		}
-		p.mu.Unlock()
-		for _, sc := range idle {
-			sc.conn.Close() // an idle connection holds no slot
-		}
+		p.closeIdle() // an idle connection holds no slot
 	}
 }
 
 // acquire lends a server connection: an idle one, or a new one (logged in with login, the client's) while the
-// pool has room; else it waits for one up to wait.
+// pool has room; else it waits for one up to wait (takeSlot).
 func (p *txPool) acquire(wait time.Duration, login *clientLogin) (*serverConn, error) {
-	select {
-	case p.slots <- struct{}{}:
-	default:
-		p.waiting.Add(1)
-		t := time.NewTimer(wait)
-		select {
-		case p.slots <- struct{}{}:
-			t.Stop()
-			p.waiting.Add(-1)
-		case <-t.C:
-			p.waiting.Add(-1)
-			return nil, errPoolTimeout
-		}
+	if err := p.takeSlot(wait, login); err != nil {
+		return nil, err
 	}
 	p.lends.Add(1)
+	sc, err := p.connFor(login)
+	if err != nil {
+		<-p.slots
+		return nil, err
+	}
+	sc.lentAt.Store(time.Now().UnixNano())
+	sc.lentTo.Store(login)
+	return sc, nil
+}
+
+// takeSlot takes one of the pool's pool.size places for a server connection lent or being opened, waiting up
+// to wait for one while the pool is full or paused (PAUSE: no new lends until RESUME). The wait is observed
+// (the wait-time histogram, SHOW CLIENTS, SHOW POOLS' maxwait).
+func (p *txPool) takeSlot(wait time.Duration, login *clientLogin) error {
+	select {
+	case p.slots <- struct{}{}:
+		if !p.paused() {
+			p.observeWait(0)
+			return nil
+		}
+		<-p.slots
+	default:
+	}
+	start := time.Now()
+	p.mu.Lock()
+	p.waiters[login] = start
+	p.mu.Unlock()
+	p.waiting.Add(1)
+	defer func() {
+		p.waiting.Add(-1)
+		p.mu.Lock()
+		delete(p.waiters, login)
+		p.mu.Unlock()
+		p.observeWait(time.Since(start))
+	}()
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	for {
+		if resumed := p.srv.pools.pausedUntil(p); resumed != nil {
+			select {
+			case <-resumed:
+				continue
+			case <-t.C:
+				return errPoolPaused
+			}
+		}
+		select {
+		case p.slots <- struct{}{}:
+			if !p.paused() {
+				return nil
+			}
+			<-p.slots // paused meanwhile: no lend
+		case <-t.C:
+			return errPoolTimeout
+		}
+	}
+}
+
+// observeWait records how long a lend waited for its slot.
+func (p *txPool) observeWait(d time.Duration) {
+	if p.waitTime != nil {
+		p.waitTime.Observe(d.Seconds())
+	}
+}
+
+// paused reports whether PAUSE holds the pool's new lends. A lend checks it after it took its slot and PAUSE
+// looks at the slots after it set it, so that no lend slips past a PAUSE that found the pool quiet.
+func (p *txPool) paused() bool {
+	return p.srv.pools.anyPaused.Load() && p.srv.pools.pausedUntil(p) != nil
+}
+
+// connFor is the server connection for a lend whose slot is taken: an idle one, or a new one.
+func (p *txPool) connFor(login *clientLogin) (*serverConn, error) {
 	for {
 		p.mu.Lock()
 		n := len(p.idle)
@@ -243,6 +387,7 @@ func (p *txPool) acquire(wait time.Duration, login *clientLogin) (*serverConn, e
 		sc := p.idle[n-1]
 		p.idle = p.idle[:n-1]
 		p.mu.Unlock()
+		p.nudge() // one idle fewer
 		if sc.r.r.Buffered() > 0 || inputWaiting(sc.conn) || p.superseded(sc) {
 			// The server spoke to an idle connection: the FATAL it sends before it closes one (a restart,
 			// pg_terminate_backend). Or a change of primary left its host behind. Another connection serves the
@@ -259,11 +404,7 @@ func (p *txPool) acquire(wait time.Duration, login *clientLogin) (*serverConn, e
 		p.forget(sc)
 		sc, err = p.dial(login)
 	}
-	if err != nil {
-		<-p.slots
-		return nil, err
-	}
-	return sc, nil
+	return sc, err
 }
 
 // release takes back a server connection that is idle and clean: no transaction, the placeholders in place.
@@ -272,6 +413,7 @@ func (p *txPool) release(sc *serverConn) {
 		p.discard(sc)
 		return
 	}
+	sc.lentTo.Store(nil)
 	p.mu.Lock()
 	sc.idleSince = time.Now()
 	p.idle = append(p.idle, sc)
@@ -288,10 +430,75 @@ func (p *txPool) discard(sc *serverConn) {
 
 // forget closes a server connection and takes it off the pool's list of open ones.
 func (p *txPool) forget(sc *serverConn) {
+	sc.lentTo.Store(nil)
 	p.mu.Lock()
 	delete(p.live, sc)
 	p.mu.Unlock()
 	sc.conn.Close()
+	p.nudge()
+}
+
+// nudge tells keepIdle to look at the pool (pool.min_idle).
+func (p *txPool) nudge() {
+	if p.refill == nil {
+		return
+	}
+	select {
+	case p.refill <- struct{}{}:
+	default:
+	}
+}
+
+// keepIdle keeps pool.min_idle idle server connections open in the pool, opening them one at a time in the
+// background, within pool.size (it takes a slot as a lend does), never while the pool is paused, and only once
+// a client's server connection logged in (idleLogin: a pool's connections log in as its clients do). A failed
+// dial is tried again a second later; one refused with 28P01 forgets the login, until a client's next one.
+func (p *txPool) keepIdle(stop <-chan struct{}) {
+	retry := time.NewTimer(time.Hour)
+	retry.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-p.refill:
+		case <-retry.C:
+		}
+		for p.needsIdle() {
+			login := p.idleLogin.Load()
+			if login == nil {
+				break
+			}
+			select {
+			case p.slots <- struct{}{}:
+			default:
+				return // every place is lent or being opened: nothing idle to keep
+			}
+			if p.paused() {
+				<-p.slots
+				break
+			}
+			sc, err := p.dial(login)
+			if err != nil {
+				<-p.slots
+				p.srv.log.Warn("pool.min_idle: could not open a server connection", "pool", p.name, "err", err)
+				var refused *upstreamRefused
+				if errors.As(err, &refused) && errorField(refused.body, fieldCode) == sqlstateInvalidPassword {
+					p.idleLogin.CompareAndSwap(login, nil)
+				}
+				retry.Reset(time.Second)
+				break
+			}
+			p.release(sc)
+		}
+	}
+}
+
+// needsIdle reports whether the pool has fewer idle server connections than pool.min_idle and room for one.
+func (p *txPool) needsIdle() bool {
+	cfg := p.srv.cfg.Pool
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.idle) < cfg.MinIdle && int64(len(p.live))+p.dialing.Load() < int64(cfg.Size) && !p.srv.draining.Load()
 }
 
 // superseded reports whether a change of primary published since sc was dialled concerns its host
@@ -330,13 +537,42 @@ func (ps *txPools) dropHost(old, now string, epoch uint64) {
 	}
 }
 
-// dial opens a server connection for a client of the pool whose login is login: to the host the router picks
+// dial opens a server connection for a client of the pool whose login is login (dialOnce). When the server
+// refuses the login with 28P01 (the role's password changed, and the proxy's auth.file or auth.query secret is
+// stale) the proxy refreshes its secrets once and tries again if that is worth it (Server.refreshLogin, as
+// session mode does: auth.go loginUpstream); the error that stays is the server's.
+func (p *txPool) dial(login *clientLogin) (*serverConn, error) {
+	p.dialing.Add(1)
+	defer p.dialing.Add(-1)
+	for attempt := 0; ; attempt++ {
+		sc, err := p.dialOnce(login)
+		if err == nil {
+			if p.refill != nil {
+				p.idleLogin.Store(login)
+			}
+			return sc, nil
+		}
+		var refused *upstreamRefused
+		if !errors.As(err, &refused) || errorField(refused.body, fieldCode) != sqlstateInvalidPassword {
+			return nil, err
+		}
+		if attempt == 0 && p.srv.refreshLogin(login, p.srv.log) {
+			p.srv.log.Info("upstream refused the login; secret refreshed, trying again", "pool", p.name, "err", err)
+			continue
+		}
+		p.srv.metrics.authFailure("upstream")
+		p.srv.log.Warn("upstream refused the login", "pool", p.name, "err", err)
+		return nil, err
+	}
+}
+
+// dialOnce opens a server connection for a client of the pool whose login is login: to the host the router picks
 // (Server.pickUpstream: upstream.address, or among upstream.hosts for upstream.target, waiting within the
 // startup timeout during a failover), through the proxy's one dial function (Server.dialHost, which negotiates
 // upstream TLS). It logs in as the pool's user the way every client is logged in upstream (auth.go:
 // clientLogin.answerUpstream: the client's SCRAM ClientKey, its md5 secret, or auth.upstream_password(s)) and
 // sets the placeholders.
-func (p *txPool) dial(login *clientLogin) (*serverConn, error) {
+func (p *txPool) dialOnce(login *clientLogin) (*serverConn, error) {
 	s := p.srv
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Limits.StartupTimeout)
 	defer cancel()
@@ -496,10 +732,19 @@ func nullable(b []byte) *string {
 	return &s
 }
 
-// quoteLiteral quotes s as an SQL string constant that reads the same whatever standard_conforming_strings is.
-func quoteLiteral(s string) string {
-	if !strings.ContainsAny(s, `'\`) {
-		return "'" + s + "'"
+// quoteLiteral is s, a string of the proxy's own (UTF-8), as an SQL expression of type text (textExpr).
+func quoteLiteral(s string) string { return textExpr(s, "'UTF8'") }
+
+// textExpr is s, bytes in the encoding the SQL expression encoding names, as an SQL expression of type text that
+// reads the same whatever the session's client_encoding, standard_conforming_strings and backslash_quote: the
+// text it makes is ASCII without a backslash. A string that is such ASCII already is a constant with its quotes
+// doubled; any other is built from its bytes (convert_from of decode of hex). Quoting byte by byte could not do
+// it: in a client-only encoding (SJIS, BIG5, GBK...) a backslash or quote byte may end a character, so a value
+// a client chose (its fence.lock) could end the constant early and run the rest as SQL the proxy never read
+// (TestPooledTokenValueCannotBreakOutOfItsConstant).
+func textExpr(s, encoding string) string {
+	if !plainASCII(s) {
+		return "pg_catalog.convert_from(pg_catalog.decode('" + hex.EncodeToString([]byte(s)) + "', 'hex'), " + encoding + ")"
 	}
-	return "E'" + strings.NewReplacer(`\`, `\\`, `'`, `''`).Replace(s) + "'"
+	return "'" + strings.ReplaceAll(s, "'", "''") + "'"
 }

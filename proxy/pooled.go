@@ -103,12 +103,13 @@ func tokenSQLWith(tok, lock, tokVal, lockVal string) string {
 	return "SELECT " + one(tok, tokVal) + ", " + one(lock, lockVal)
 }
 
-// sqlValue is v as an SQL constant, NULL for nil.
+// sqlValue is v, a value of the client's (read back from the server in the client's encoding, or given at
+// startup), as an SQL expression (textExpr), NULL for nil.
 func sqlValue(v *string) string {
 	if v == nil {
 		return "NULL"
 	}
-	return quoteLiteral(*v)
+	return textExpr(*v, "pg_catalog.current_setting('client_encoding')")
 }
 
 // probeSQL (like every statement of the proxy's own on a pooled connection) names its operators with
@@ -140,13 +141,11 @@ func (s *Server) startPooled(ss *session, login *clientLogin) {
 		s.serveAdmin(ss) // admin.go
 		return
 	}
-	p, err := s.pools.poolFor(ss.params)
-	if err != nil {
-		ss.fatal(sqlstateCannotConnectNow, err.Error(), "")
+	p, leave, ok := s.pools.join(ss, login) // pool.go: pool.max_clients
+	if !ok {
 		return
 	}
-	p.clients.Add(1)
-	defer p.clients.Add(-1)
+	defer leave()
 	reports, err := p.serverReports(s.cfg.Pool.MaxClientWait, login)
 	if err != nil {
 		ss.poolFailed(p, err)
@@ -238,12 +237,21 @@ func (ss *session) poolFailed(p *txPool, err error) {
 	ss.fatal(poolError(p, err))
 }
 
-// poolError is the FATAL for a failed lend: 53300 when the pool stayed full, 08006 when no server connection
-// could be opened.
+// poolError is the FATAL for a failed lend: 53300 when the pool stayed full or paused, the server's own error
+// when it refused the login, 08006 when no server connection could be opened.
 func poolError(p *txPool, err error) (code, msg, detail string) {
+	if errors.Is(err, errPoolPaused) {
+		p.srv.metrics.poolTimedOut()
+		return sqlstateTooManyConnections, fmt.Sprintf("pool %s stayed paused (PAUSE) for pool.max_client_wait (%v)", p.name, p.srv.cfg.Pool.MaxClientWait), "An operator paused the pool from the admin console; RESUME ends the pause."
+	}
 	if errors.Is(err, errPoolTimeout) {
 		p.srv.metrics.poolTimedOut()
 		return sqlstateTooManyConnections, fmt.Sprintf("no server connection of pool %s became free within pool.max_client_wait (%v)", p.name, p.srv.cfg.Pool.MaxClientWait), fmt.Sprintf("The pool holds at most %d server connections (pool.size).", p.srv.cfg.Pool.Size)
+	}
+	var refused *upstreamRefused
+	if errors.As(err, &refused) {
+		// The server refused the login (28P01 after a refresh of the secrets: pool.go dial): its own words.
+		return errorField(refused.body, fieldCode), errorField(refused.body, fieldMessage), ""
 	}
 	p.srv.metrics.upstreamError()
 	return sqlstateConnectionFailure, fmt.Sprintf("fenceproxy could not open a server connection for pool %s", p.name), err.Error()

@@ -57,6 +57,10 @@ type Options struct {
 	// those the proxy saw accepted only).
 	Grants GrantSource
 
+	// Reload is what the admin console's RELOAD does: what SIGHUP does (cmd/fenceproxy: the configuration's
+	// table list, the token ceiling, auth.file). nil: RELOAD reads auth.file again (ReloadAuth).
+	Reload func() error
+
 	// DisableEventLoop keeps every session on the goroutine-per-direction path, as relay.mode: goroutines does.
 	// By default, on Linux, plain TCP sessions move to an epoll event loop after startup (see evloop_linux.go).
 	DisableEventLoop bool
@@ -77,6 +81,7 @@ type Server struct {
 	auth      *authenticator // nil: authentication is relayed to PostgreSQL (auth.type passthrough)
 	router    *router        // nil: one upstream.address, no router
 	pools     *txPools       // pool.mode transaction (pool.go); nil in session mode
+	reload    func() error   // the admin console's RELOAD (Options.Reload)
 
 	active   atomic.Int64 // sessions past accept, including those being refused
 	draining atomic.Bool
@@ -103,6 +108,7 @@ func New(o Options) (*Server, error) {
 		log:      o.Logger,
 		verifier: o.Verifier,
 		metrics:  o.Metrics,
+		reload:   o.Reload,
 		sessions: map[*session]struct{}{},
 		pids:     map[uint32]*session{},
 	}
@@ -111,6 +117,7 @@ func New(o Options) (*Server, error) {
 	s.SetPlanner(o.Planner)
 	if o.Config.Pool.Transaction() {
 		s.pools = newTxPools(s)
+		o.Metrics.watchPools(s.pools) // the per-pool series
 	}
 	if !o.DisableEventLoop && o.Config.Relay.Mode != config.RelayModeGoroutines {
 		n := o.Config.Relay.EventLoops

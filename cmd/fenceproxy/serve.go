@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -12,6 +13,7 @@ import (
 	"os/signal"
 	"reflect"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -146,12 +148,30 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	opts.Planner = planner
-	srv, err := proxy.New(opts)
+	// SIGHUP and the admin console's RELOAD do the one reload; the Server and the planners it needs are made
+	// below, before anything can ask for it (the listener is not open yet).
+	var srv *proxy.Server
+	var planners *proxy.PlannerSet
+	var reloading sync.Mutex // a RELOAD and a SIGHUP at once take turns
+	opts.Reload = func() error {
+		reloading.Lock()
+		defer reloading.Unlock()
+		err := reload(*configPath, cfg, planners, watcher, log)
+		if keeper != nil {
+			syncCeiling(keeper, cfg, log)
+		}
+		if aerr := srv.ReloadAuth(); aerr != nil {
+			log.Error("auth.file not reloaded; keeping the users read before", "err", aerr)
+			err = errors.Join(err, fmt.Errorf("auth.file: %w", aerr))
+		}
+		return err
+	}
+	srv, err = proxy.New(opts)
 	if err != nil {
 		fmt.Fprintf(stderr, "fenceproxy: %v\n", err)
 		return 1
 	}
-	planners := proxy.NewPlannerSet(srv, cfg, snap, opts.Metrics)
+	planners = proxy.NewPlannerSet(srv, cfg, snap, opts.Metrics)
 	if watcher != nil {
 		defer watcher.Source.Close()
 		watcher.Tables, watcher.Publish = planners.Tables, planners.SetSnapshot
@@ -182,13 +202,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 			return 0
 		case sig := <-sigs:
 			if sig == syscall.SIGHUP {
-				reload(*configPath, cfg, planners, watcher, log)
-				if keeper != nil {
-					syncCeiling(keeper, cfg, log)
-				}
-				if err := srv.ReloadAuth(); err != nil {
-					log.Error("auth.file not reloaded; keeping the users read before", "err", err)
-				}
+				opts.Reload() // it logs what it could not apply
 				continue
 			}
 			log.Info("shutting down: draining sessions", "signal", sig.String(), "timeout", cfg.Limits.ShutdownTimeout)
@@ -209,16 +223,15 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 
 // reload re-reads the configuration file and applies the table list, then reads the catalog again for it.
 // Other settings need a restart; a change to them is logged, not applied, and a file that does not validate
-// changes nothing.
-func reload(path string, cur *config.Config, planners *proxy.PlannerSet, watcher *catalog.Watcher, log *slog.Logger) {
+// changes nothing (the error says why, and is logged).
+func reload(path string, cur *config.Config, planners *proxy.PlannerSet, watcher *catalog.Watcher, log *slog.Logger) error {
 	next, err := config.Load(path)
+	if err == nil {
+		err = planners.SetConfig(next)
+	}
 	if err != nil {
 		log.Error("reload failed; keeping the current configuration", "err", err)
-		return
-	}
-	if err := planners.SetConfig(next); err != nil {
-		log.Error("reload failed; keeping the current configuration", "err", err)
-		return
+		return err
 	}
 	log.Info("reloaded the table list", "tables", tableNames(next))
 	if next.Listen != cur.Listen || !reflect.DeepEqual(next.Upstream, cur.Upstream) || !reflect.DeepEqual(next.Catalog, cur.Catalog) {
@@ -227,6 +240,7 @@ func reload(path string, cur *config.Config, planners *proxy.PlannerSet, watcher
 	if watcher != nil {
 		watcher.Refresh(context.Background())
 	}
+	return nil
 }
 
 // startCeilingKeeper makes the verifier keep fenceproxy.token_ceiling (docs/verification.md) over the catalog's
