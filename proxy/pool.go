@@ -67,6 +67,12 @@ type serverConn struct {
 	idleSince time.Time       // when it went back to the pool (under txPool.mu)
 	tokenFor  *pooledState    // the client for whose transactions tokenStmtName was last prepared; nil: none
 	stmts     map[string]bool // the clients' statements prepared on it, by server name (pooledstmts.go)
+	// settings are its session-level settings that the pool replays, as last read back or put there; nil: the
+	// pool's defaults. settingsFor is the client for which settingsStmtName was last prepared on it (pooledsettings.go).
+	settings    map[string]string
+	settingsFor *pooledState
+	// roleCheckedFor is the client for which the role check (pooledsettings.go: roleCheckSQL) last ran on it.
+	roleCheckedFor *pooledState
 }
 
 // txPools are the pools of a Server, by key.
@@ -86,13 +92,12 @@ type txPools struct {
 	byKey  map[string]*txPool
 	closed bool
 	stop   chan struct{} // closed by close: the reaper stops
-	tokens tokenTexts    // the token statement's wire texts, built once (the settings' names do not change)
 }
 
 // newTxPools makes a Server's pools and starts their reaper, which closes server connections idle longer than
 // pool.server_idle_timeout or older than pool.server_lifetime.
 func newTxPools(s *Server) *txPools {
-	ps := &txPools{srv: s, byKey: map[string]*txPool{}, stop: make(chan struct{}), tokens: newTokenTexts(s.cfg.Token.Setting, s.cfg.Token.LockSetting)}
+	ps := &txPools{srv: s, byKey: map[string]*txPool{}, stop: make(chan struct{})}
 	every := min(s.cfg.Pool.ServerIdleTimeout, s.cfg.Pool.ServerLifetime) / 4
 	go func() {
 		t := time.NewTicker(max(every, 10*time.Millisecond))
@@ -160,6 +165,7 @@ type txPool struct {
 	// resetToken and resetLock are the token and lock values a RESET gives on its server connections (role and
 	// database defaults; nil: none), read when the first one is opened.
 	resetToken, resetLock *string
+	tokenStmts            tokenStmtCache // the Parse of tokenStmtName, built once (pooledsettings.go)
 
 	// pool.min_idle (keepIdle): refill is signalled when the pool may have fewer idle server connections than
 	// it keeps (nil when it keeps none); idleLogin is how they log in: the login of the last client whose

@@ -64,6 +64,13 @@ type pooledState struct {
 	token, lock           *string // the client's session values; nil: the server's default
 	resetToken, resetLock *string // what RESET returns to: the startup values, or nil
 
+	settings         map[string]string // the client's other session-level settings (pooledsettings.go)
+	customNames      map[string]bool   // custom settings the client's texts may have set (noteCustomSettings)
+	customUnfollowed bool              // a text set a custom setting the proxy cannot name
+	tainted          bool              // the token statement refused the lent connection's state (serveLend's)
+	replaying        atomic.Int64      // settings units sent whose ReadyForQuery is still to come
+	replayFailure    *replayError      // the server's error for the settings unit being answered (serveLend's)
+
 	probe atomic.Bool  // the transaction may leave session state: look at the connection at its end
 	hide  atomic.Int64 // token statements whose answers are still to be hidden (each up to its CommandComplete)
 
@@ -89,35 +96,32 @@ func tokenStmtSQL(tok, lock string) string {
 // stays short: as a Query's prefix it shows in pg_stat_activity and the server's logs before the client's text.
 func tokenSQLWith(tok, lock, tokVal, lockVal string) string {
 	cur := func(name string) string { return "pg_catalog.current_setting(" + quoteLiteral(name) + ", true)" }
-	unchanged := func(name string) string { return cur(name) + " = " + quoteLiteral(poolPlaceholder) }
-	head, tail, _ := strings.Cut(rewrite.RefusalMarker(sqlstateInvalid, "",
-		"invalid fencing token: \x00 was changed on this pooled server connection behind fenceproxy's back; the transaction is refused",
-		"Set it with SET, SET LOCAL or set_config in the statement, not in a function."), "\x00")
-	// The cast of the marker fails whenever it runs; the setting's value in it keeps the planner from folding it.
-	refusal := "pg_catalog.concat(" + quoteLiteral(head) + ", CASE WHEN " + unchanged(tok) + " THEN " + quoteLiteral(lock) + " ELSE " +
-		quoteLiteral(tok) + " END, " + quoteLiteral(tail) + ", " + cur(tok) + ")::pg_catalog.int8::pg_catalog.text"
+	unchanged := func(name string) string { return cur(name) + sqlEq + quoteLiteral(poolPlaceholder) }
+	// The cast of the marker fails whenever it runs; the setting's value after it keeps the planner from folding it.
+	refusal := "pg_catalog.concat(" + quoteLiteral(rewrite.NamedRefusalMarker(sqlstateInvalid, rewrite.RefusalPooledSetting, "")) +
+		", ':', CASE WHEN " + unchanged(tok) + " THEN " + quoteLiteral(lock) + " ELSE " + quoteLiteral(tok) + " END, '|', " + cur(tok) + ")::pg_catalog.int8::pg_catalog.text"
 	return "SELECT pg_catalog.set_config(" + quoteLiteral(tok) + ", CASE WHEN " + unchanged(tok) + " AND " + unchanged(lock) + " THEN " + tokVal +
 		" ELSE " + refusal + " END, true), pg_catalog.set_config(" + quoteLiteral(lock) + ", " + lockVal + ", true)"
 }
 
-// tokenTexts are the token statement's texts, built once per Server: the pieces of the inline form around the two
-// values, and the Close and Parse bodies of the prepared one.
+// tokenTexts are the token statement's texts for one pool and kind of client (txPool.tokenTexts): the pieces of
+// the inline form around the two values, and the Parse body of the prepared one. extra is what follows the two
+// set_config columns (the role check, or nothing).
 type tokenTexts struct {
-	inlineHead, inlineMid, inlineTail string // inlineHead + token + inlineMid + lock + inlineTail, as SQL constants
-	closeBody, parseBody              []byte
+	inlineHead, inlineMid, inlineTail string // inlineHead + token + inlineMid + lock + inlineTail, as SQL expressions
+	parseBody                         []byte
 }
 
-func newTokenTexts(tok, lock string) tokenTexts {
+// tokenStmtClose is the body of the Close that drops the token statement before it is prepared again.
+var tokenStmtClose = []byte("S" + tokenStmtName + "\x00")
+
+func newTokenTexts(tok, lock, extra string) tokenTexts {
 	// The two values' places are found by markers no setting name can hold (names are lower-case a.b).
-	sql := tokenSQLWith(tok, lock, "\x00TOK\x00", "\x00LOCK\x00") + "; "
+	sql := tokenSQLWith(tok, lock, "\x00TOK\x00", "\x00LOCK\x00") + extra + "; "
 	head, rest, _ := strings.Cut(sql, "\x00TOK\x00")
 	mid, tail, _ := strings.Cut(rest, "\x00LOCK\x00")
-	parse := append(append([]byte(tokenStmtName), 0), tokenStmtSQL(tok, lock)...)
-	return tokenTexts{
-		inlineHead: head, inlineMid: mid, inlineTail: tail,
-		closeBody: []byte("S" + tokenStmtName + "\x00"),
-		parseBody: append(parse, 0, 0, 0),
-	}
+	parse := append(append([]byte(tokenStmtName), 0), tokenStmtSQL(tok, lock)+extra...)
+	return tokenTexts{inlineHead: head, inlineMid: mid, inlineTail: tail, parseBody: append(parse, 0, 0, 0)}
 }
 
 // inline is the token statement with the client's values as constants, followed by "; ": the prefix of a Query.
@@ -134,20 +138,24 @@ func sqlValue(v *string) string {
 	return textExpr(*v, "pg_catalog.current_setting('client_encoding')")
 }
 
-// probeSQL reads, after a transaction, the token and lock values it left and the session state the pool cannot
-// move, then puts the placeholder back.
-func probeSQL(tok, lock string) string {
+// probeSQL (like every statement of the proxy's own on a pooled connection) names its operators with
+// pg_catalog: it runs under the client's search_path, which may put a schema with operators of its own first.
+//
+// probeSQL reads, after a transaction, the token and lock values it left, the session state the pool cannot
+// move (user is the role the connection logged in as) and, in a second statement, the settings it replays
+// (pooledsettings.go); then it puts the placeholder back.
+func probeSQL(tok, lock, user string, custom []string) string {
 	return "SELECT pg_catalog.current_setting(" + quoteLiteral(tok) + ", true), pg_catalog.current_setting(" + quoteLiteral(lock) + ", true), " +
-		"pg_catalog.concat_ws(', ', " +
-		"(SELECT 'session-level SET of ' || pg_catalog.string_agg(name, ' ') FROM pg_catalog.pg_settings WHERE source = 'session'), " +
+		"pg_catalog.concat_ws(', ', " + unmovableSettingsSQL(user) + ", " +
 		"CASE WHEN EXISTS (SELECT FROM pg_catalog.pg_listening_channels()) THEN 'LISTEN' END, " +
 		"CASE WHEN EXISTS (SELECT FROM pg_catalog.pg_cursors WHERE is_holdable) THEN 'a WITH HOLD cursor' END, " +
 		"CASE WHEN EXISTS (SELECT FROM pg_catalog.pg_prepared_statements WHERE from_sql) THEN 'SQL PREPARE' END, " +
-		"CASE WHEN EXISTS (SELECT FROM pg_catalog.pg_prepared_statements WHERE NOT from_sql AND pg_catalog.left(name, 11) <> 'fenceproxy_') THEN 'a named protocol-level prepared statement' END, " +
-		"CASE WHEN EXISTS (SELECT FROM pg_catalog.pg_locks WHERE locktype = 'advisory' AND pid = pg_catalog.pg_backend_pid()) THEN 'a session advisory lock' END, " +
-		"CASE WHEN EXISTS (SELECT FROM pg_catalog.pg_class WHERE relnamespace = pg_catalog.pg_my_temp_schema()) THEN 'a temporary table' END), " +
-		"EXISTS (SELECT FROM pg_catalog.pg_prepared_statements WHERE name = " + quoteLiteral(tokenStmtName) + "), " +
-		"(SELECT pg_catalog.string_agg(name, ' ') FROM pg_catalog.pg_prepared_statements WHERE pg_catalog.left(name, 12) = " + quoteLiteral(serverStmtPrefix) + "); " +
+		"CASE WHEN EXISTS (SELECT FROM pg_catalog.pg_prepared_statements WHERE NOT from_sql AND pg_catalog.left(name, 11)" + sqlNe + "'fenceproxy_') THEN 'a named protocol-level prepared statement' END, " +
+		"CASE WHEN EXISTS (SELECT FROM pg_catalog.pg_locks WHERE locktype" + sqlEq + "'advisory' AND pid" + sqlEq + "pg_catalog.pg_backend_pid()) THEN 'a session advisory lock' END, " +
+		"CASE WHEN EXISTS (SELECT FROM pg_catalog.pg_class WHERE relnamespace" + sqlEq + "pg_catalog.pg_my_temp_schema()) THEN 'a temporary table' END), " +
+		"EXISTS (SELECT FROM pg_catalog.pg_prepared_statements WHERE name" + sqlEq + quoteLiteral(tokenStmtName) + "), " +
+		"(SELECT pg_catalog.string_agg(name, ' ') FROM pg_catalog.pg_prepared_statements WHERE pg_catalog.left(name, 12)" + sqlEq + quoteLiteral(serverStmtPrefix) + "); " +
+		replayableSettingsSQL(custom) + "; " +
 		"SELECT pg_catalog.set_config(" + quoteLiteral(tok) + ", " + quoteLiteral(poolPlaceholder) + ", false), pg_catalog.set_config(" +
 		quoteLiteral(lock) + ", " + quoteLiteral(poolPlaceholder) + ", false)"
 }
@@ -174,6 +182,7 @@ func (s *Server) startPooled(ss *session, login *clientLogin) {
 	tok, lock := s.cfg.Token.Setting, s.cfg.Token.LockSetting
 	pl.token, pl.lock = startupValue(ss.params, tok), startupValue(ss.params, lock)
 	pl.resetToken, pl.resetLock = pl.token, pl.lock
+	pl.settings = startupSettings(ss.params)
 	ss.pooled = pl
 	ss.prep.max = 0
 
@@ -361,7 +370,10 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 			}
 		}
 		if sendTokenStmt && byte(st.txStatus.Load()) == txIdle {
-			ss.injectTokens(typ, body)
+			ss.replaySettings()                                                              // pooledsettings.go
+			if err := ss.checkRoleFirst(typ, body, ss.injectTokens(typ, body)); err != nil { // pooledsettings.go
+				return err
+			}
 		}
 	} else if pl.sc == nil {
 		if pl.lost != nil {
@@ -375,8 +387,11 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 	}
 	sc := pl.sc
 	if body != nil && (typ == msgQuery || typ == msgParse) {
-		if text, ok := planText(typ, body); ok && mayLeaveSessionState(text) {
-			pl.probe.Store(true)
+		if text, ok := planText(typ, body); ok {
+			if mayLeaveSessionState(text) {
+				pl.probe.Store(true)
+			}
+			ss.noteCustomSettings(text) // pooledsettings.go
 		}
 	}
 	switch typ {
@@ -457,19 +472,19 @@ func (ss *session) lend() error {
 // injectTokens writes what gives the transaction the client's token and lock, before the message of type typ
 // that starts it (pl.mu held): a prefix of a Query's text, or a Bind and Execute of the token statement before
 // an extended-protocol message. A text that must run outside a transaction block gets nothing
-// (rewrite.OwnTransaction); nor does a FunctionCall.
-func (ss *session) injectTokens(typ byte, body []byte) {
+// (rewrite.OwnTransaction); nor does a FunctionCall. It reports whether the token statement goes in front.
+func (ss *session) injectTokens(typ byte, body []byte) bool {
 	pl := ss.pooled
 	sc := pl.sc
 	set := ss.readingSettings()
 	switch typ {
 	case msgFunctionCall:
-		return
+		return false
 	case msgQuery:
 		if text, ok := planText(msgQuery, body); !ok || rewrite.OwnTransaction(text, set) {
-			return
+			return false
 		}
-		ss.queryPrefix = ss.srv.pools.tokens.inline(pl.token, pl.lock)
+		ss.queryPrefix = sc.pool.tokenTexts(pl.pin != "").inline(pl.token, pl.lock)
 		pl.hide.Add(1)
 		switch {
 		case set.ClientEncoding == "UTF8":
@@ -477,10 +492,10 @@ func (ss *session) injectTokens(typ byte, body []byte) {
 		case isASCII(ss.queryPrefix):
 			pl.prefixChars.Store(int64(len(ss.queryPrefix)))
 		}
-		return
+		return true
 	case msgParse:
 		if text, ok := planText(msgParse, body); ok && rewrite.OwnTransaction(text, set) {
-			return
+			return false
 		}
 	}
 	ss.prepareTokenStmt()
@@ -499,6 +514,7 @@ func (ss *session) injectTokens(typ byte, body []byte) {
 	writeMsg(sc.w, msgBind, b, "")
 	writeMsg(sc.w, msgExecute, []byte{0, 0, 0, 0, 0}, "")
 	pl.hide.Add(1)
+	return true
 }
 
 // prepareTokenStmt prepares the token statement again, unless the client whose transaction starts is the one
@@ -513,9 +529,8 @@ func (ss *session) prepareTokenStmt() {
 	if sc.tokenFor == pl {
 		return
 	}
-	t := &ss.srv.pools.tokens
-	writeMsg(sc.w, msgClose, t.closeBody, "")
-	writeMsg(sc.w, msgParse, t.parseBody, "")
+	writeMsg(sc.w, msgClose, tokenStmtClose, "")
+	writeMsg(sc.w, msgParse, sc.pool.tokenTexts(pl.pin != "").parseBody, "") // pooledsettings.go
 	sc.tokenFor = pl
 }
 
@@ -623,6 +638,13 @@ func (ss *session) serveLend(sc *serverConn) {
 			ss.lendFailed(sc, err)
 			return
 		}
+		if pl.replaying.Load() > 0 {
+			if err := ss.replayAnswer(sc, typ); err != nil { // pooledsettings.go
+				ss.lendFailed(sc, err)
+				return
+			}
+			continue
+		}
 		hiding := pl.hide.Load() > 0
 		var body []byte
 		if hiding || typ == msgCommandComplete || typ == msgParseComplete || typ == msgCloseComplete || ss.serverNeedsBody(typ) {
@@ -637,7 +659,8 @@ func (ss *session) serveLend(sc *serverConn) {
 				pl.hide.Add(-1)
 				continue
 			case msgErrorResponse:
-				pl.hide.Add(-1) // relayed: the client's statement did not run
+				pl.hide.Add(-1)               // relayed: the client's statement did not run
+				ss.noteTokenStmtRefusal(body) // pooledsettings.go
 			case msgNoticeResponse, msgParameterStatus, msgNotificationResponse:
 			default:
 				continue // ParseComplete, BindComplete, RowDescription, DataRow of the token statement
@@ -656,6 +679,11 @@ func (ss *session) serveLend(sc *serverConn) {
 				pl.stmts.ready()
 				pl.prefixChars.Store(0)
 			}
+		}
+		if typ == msgParameterStatus {
+			ss.pooledParamStatus(sc, body) // pooledsettings.go: only what changes the client's view
+			r.release()
+			continue
 		}
 		if typ == msgErrorResponse {
 			pl.stmts.failed() // the server skips the rest of the batch
@@ -706,6 +734,10 @@ func (ss *session) lendFailed(sc *serverConn, err error) {
 		if !ss.clientOut.failed.Load() && !ss.state.serverFatal {
 			ss.srv.metrics.upstreamError()
 			pl.fare = errorResponse("FATAL", sqlstateConnectionFailure, "fenceproxy lost the server connection", err.Error(), "")
+			var replay *replayError
+			if errors.As(err, &replay) {
+				pl.fare = settingsFailure(replay)
+			}
 			if moved := sc.movedTo.Load(); moved != nil {
 				pl.fare = movedFarewell(sc.host.addr, *moved, pl.open > 0 && byte(ss.state.txStatus.Load()) != txFailed)
 			}
@@ -770,7 +802,12 @@ func (ss *session) settle(sc *serverConn) bool {
 		return false
 	}
 	pl.sc = nil
-	sc.pool.release(sc)
+	if pl.tainted { // pooledsettings.go: noteTokenStmtRefusal
+		pl.tainted = false
+		sc.pool.discard(sc)
+	} else {
+		sc.pool.release(sc)
+	}
 	if ss.srv.draining.Load() {
 		ss.clientIntr.raise(intrDrain)
 	}
@@ -783,13 +820,14 @@ func (ss *session) settle(sc *serverConn) bool {
 func (ss *session) probeSession(sc *serverConn) error {
 	pl := ss.pooled
 	cfg := ss.srv.cfg
-	writeMsg(sc.w, msgQuery, nil, probeSQL(cfg.Token.Setting, cfg.Token.LockSetting))
+	writeMsg(sc.w, msgQuery, nil, probeSQL(cfg.Token.Setting, cfg.Token.LockSetting, sc.pool.params["user"], ss.customToRead(sc)))
 	if err := sc.w.Flush(); err != nil {
 		return fmt.Errorf("probe: %w", err)
 	}
 	var row [][]byte
 	var failure string
-	for rows := 0; ; {
+	settings := map[string]string{}
+	for rows, stmt := 0, 0; ; {
 		typ, _, err := sc.r.next()
 		if err != nil {
 			return fmt.Errorf("probe: %w", err)
@@ -800,16 +838,25 @@ func (ss *session) probeSession(sc *serverConn) error {
 		}
 		switch typ {
 		case msgDataRow:
-			if rows == 0 {
+			switch {
+			case stmt == 0 && rows == 0:
 				if row, err = dataRowValues(body); err != nil {
 					return fmt.Errorf("probe: %w", err)
 				}
+			case stmt == 1:
+				nv, err := dataRowValues(body)
+				if err != nil || len(nv) != 2 || nv[0] == nil || nv[1] == nil {
+					return fmt.Errorf("probe: a setting's row: %v", err)
+				}
+				settings[string(nv[0])] = string(nv[1])
 			}
 			rows++
+		case msgCommandComplete:
+			stmt++
 		case msgErrorResponse:
 			failure = errorField(body, fieldMessage)
 		case msgParameterStatus:
-			ss.noteParam(body)
+			ss.pooledParamStatus(sc, body)
 		case msgReadyForQuery:
 			if failure != "" {
 				return fmt.Errorf("probe failed: %s", failure)
@@ -819,6 +866,7 @@ func (ss *session) probeSession(sc *serverConn) error {
 			}
 			pl.token = followed(row[0], pl.token, pl.resetToken, sc.pool.resetToken)
 			pl.lock = followed(row[1], pl.lock, pl.resetLock, sc.pool.resetLock)
+			ss.settingsRead(sc, settings) // pooledsettings.go
 			if string(row[3]) != "t" {
 				sc.tokenFor = nil // dropped (DISCARD ALL, DEALLOCATE): prepared again at the next transaction
 			}
@@ -826,7 +874,7 @@ func (ss *session) probeSession(sc *serverConn) error {
 			for _, name := range strings.Fields(string(row[4])) {
 				sc.stmts[name] = true
 			}
-			if reasons := string(row[2]); reasons != "" && pl.pin == "" {
+			if reasons := ss.settingsPinReason(string(row[2])); reasons != "" && pl.pin == "" {
 				ss.srv.metrics.poolPinned(pinReason(reasons))
 				sc.pool.pins.Add(1)
 				if cfg.Pool.OnSessionState == config.PoolRefuse {
@@ -834,6 +882,7 @@ func (ss *session) probeSession(sc *serverConn) error {
 					pl.fare = errorResponse("FATAL", sqlstateFeatureNotSupported, fmt.Sprintf("pool.on_session_state is refuse, and the transaction left %s, which a pooled server connection cannot keep for the client", reasons), "", "Use pool.mode session for this client, or pool.on_session_state: pin.")
 				} else {
 					pl.pin = reasons
+					sc.tokenFor = nil // prepared again for a pinned client (prepareTokenStmt)
 					ss.log.Info("client pinned to its server connection", "reason", reasons)
 				}
 			}
@@ -857,7 +906,7 @@ func followed(got []byte, cur, reset, poolDefault *string) *string {
 
 // pinReason is the metric label of a pin: its first reason's kind.
 func pinReason(reasons string) string {
-	for _, r := range []string{"SET", "LISTEN", "WITH HOLD", "SQL PREPARE", "protocol-level", "advisory", "temporary"} {
+	for _, r := range []string{"ROLE", "SET", "LISTEN", "WITH HOLD", "SQL PREPARE", "protocol-level", "advisory", "temporary"} {
 		if strings.Contains(reasons, r) {
 			return strings.ToLower(strings.ReplaceAll(r, " ", "_"))
 		}

@@ -229,7 +229,8 @@ func TestPooledSessionStatePins(t *testing.T) {
 		{"advisory", "SELECT pg_advisory_lock(4242)", "advisory"},
 		{"prepare", "PREPARE pinned_stmt AS SELECT 1", "sql_prepare"},
 		{"hold", "DECLARE pinned_cur CURSOR WITH HOLD FOR SELECT 1", "with_hold"},
-		{"set", "SET search_path = public, pg_catalog", "set"},
+		{"set", "SET lc_messages = 'C'", "set"},         // a superuser-only setting; search_path moves (pooledsettings_test.go)
+		{"custom", `SET myapp."tenánt" = '1'`, "other"}, // a custom setting the proxy cannot name in another encoding
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newPooledFenced(t, 2, "")
@@ -309,6 +310,10 @@ func TestPooledUnfollowedTokenChangeRefused(t *testing.T) {
 	b := pooledConn(t, f, "&default_query_exec_mode=simple_protocol")
 	_, err := b.Exec(ctxT(t), "SHOW fence.token")
 	wantPgErr(t, err, "55F03", "invalid fencing token: fence.token was changed on this pooled server connection")
+	// That server connection is closed, not given to the next transaction: the client goes on on a new one.
+	if got := showToken(t, b); got != "" {
+		t.Fatalf("the next transaction sees token %q", got)
+	}
 }
 
 // pgbench's TPC-B, fenced (pgbench_accounts is protected; every client has its token from PGOPTIONS), runs

@@ -1,5 +1,7 @@
 package rewrite
 
+import "strings"
+
 // OwnTransaction reports whether a Query text must reach the server as it is, without the transaction pooler's
 // token statement put before it (proxy/pooled.go): a text of no statement (the server answers it with
 // EmptyQueryResponse, which a statement in front would turn into a result), or one statement that PostgreSQL
@@ -65,4 +67,81 @@ func OwnTransaction(raw []byte, s Settings) bool {
 		return second == "system" || second == "subscription" || second == "database"
 	}
 	return false
+}
+
+// CustomSettings returns the names (lower case) of the custom settings (a dotted name, such as myapp.tenant)
+// that a text may set or reset at session level: the target of a SET or RESET statement, and the first argument
+// of set_config when it is a string constant. PostgreSQL lists custom settings nowhere (pg_settings leaves
+// them out), so the transaction pooler (proxy/pooledsettings.go) asks the server for these names by name.
+// unfollowed reports a name it cannot give: one that is not ASCII (the proxy would send it back in another
+// encoding than the client's). A name computed or bound as a parameter is not seen. Text the lexer cannot read
+// gives no names.
+func CustomSettings(raw []byte, s Settings) (names []string, unfollowed bool) {
+	text, why := decode(raw, s)
+	if why != "" {
+		return nil, false
+	}
+	l := newLexer(text, s.StandardConformingStrings)
+	var toks []token
+	for t := l.next(); t.kind != tokEOF; t = l.next() {
+		toks = append(toks, t)
+	}
+	if l.err != nil {
+		return nil, false
+	}
+	ident := func(i int) string {
+		if i >= len(toks) || !toks[i].isIdent() {
+			return ""
+		}
+		v, _ := l.identValue(toks[i], nil)
+		return string(v)
+	}
+	self := func(i int, c byte) bool {
+		return i < len(toks) && toks[i].kind == tokSelf && toks[i].end == toks[i].start+1 && text[toks[i].start] == c
+	}
+	add := func(name string) {
+		if !strings.Contains(name, ".") {
+			return
+		}
+		for i := 0; i < len(name); i++ {
+			if name[i] >= 0x80 {
+				unfollowed = true
+				return
+			}
+		}
+		names = append(names, strings.ToLower(name))
+	}
+	start := true
+	for i := 0; i < len(toks); i++ {
+		t := toks[i]
+		if t.kind == tokSemicolon {
+			start = true
+			continue
+		}
+		first := start
+		start = false
+		w := ident(i)
+		switch {
+		case first && (w == "set" || w == "reset") && t.kind == tokIdent:
+			j := i + 1
+			if w == "set" && (ident(j) == "session" || ident(j) == "local") && toks[j].kind == tokIdent && !self(j+1, '.') {
+				j++
+			}
+			var name strings.Builder
+			for ; j < len(toks) && toks[j].isIdent(); j += 2 {
+				name.WriteString(ident(j))
+				if !self(j+1, '.') {
+					break
+				}
+				name.WriteByte('.')
+			}
+			add(name.String())
+		case w == "set_config" && t.kind == tokIdent && self(i+1, '(') && i+2 < len(toks) && toks[i+2].isString():
+			v, err := l.stringValue(toks[i+2], nil)
+			if err == nil {
+				add(string(v))
+			}
+		}
+	}
+	return names, unfollowed
 }

@@ -1,6 +1,9 @@
 package rewrite
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 func TestOwnTransaction(t *testing.T) {
 	on := Settings{StandardConformingStrings: true, ClientEncoding: "UTF8", ServerEncoding: "UTF8"}
@@ -28,5 +31,35 @@ func TestOwnTransaction(t *testing.T) {
 		if got := OwnTransaction([]byte(text), on); got != want {
 			t.Errorf("OwnTransaction(%q) = %v, want %v", text, got, want)
 		}
+	}
+}
+
+func TestCustomSettings(t *testing.T) {
+	on := Settings{StandardConformingStrings: true, ClientEncoding: "UTF8", ServerEncoding: "UTF8"}
+	for text, want := range map[string]string{
+		"SET myapp.tenant = 5":                                      "myapp.tenant",
+		"set SESSION MyApp.Tenant TO 'x'":                           "myapp.tenant",
+		"SET LOCAL a.b = 1":                                         "a.b",
+		`SET "My App"."X" = 1`:                                      "my app.x",
+		"RESET a.b.c":                                               "a.b.c",
+		"SET local.x = 1":                                           "local.x",
+		"SELECT 1; SET a.b = 1; RESET c.d":                          "a.b c.d",
+		"SELECT set_config('app.user', '7', false)":                 "app.user",
+		"SELECT pg_catalog.set_config(E'app.\\x75ser', 'x', false)": "app.user",
+		"SELECT set_config($1, $2, false)":                          "",
+		"SET search_path = a.b":                                     "",
+		"SET SESSION AUTHORIZATION x":                               "",
+		"UPDATE t SET a.b = 1":                                      "",
+		"SELECT 'SET a.b = 1'":                                      "",
+		"/* SET a.b = 1 */ SELECT 1":                                "",
+		"SET fence.token = 5":                                       "fence.token",
+	} {
+		names, unfollowed := CustomSettings([]byte(text), on)
+		if got := strings.Join(names, " "); got != want || unfollowed {
+			t.Errorf("CustomSettings(%q) = %q, %v; want %q", text, got, unfollowed, want)
+		}
+	}
+	if _, unfollowed := CustomSettings([]byte("SET app.über = 1"), on); !unfollowed {
+		t.Error("a name that is not ASCII is followed")
 	}
 }

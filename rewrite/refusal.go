@@ -15,6 +15,7 @@ import (
 // Both kinds of marker travel inside the text of a 22P02 "invalid input syntax for type bigint" error:
 //
 //	fenceproxy|refuse|CODE|TABLE|MESSAGE[\x1eHINT]   a refusal (RefusalSQL)
+//	fenceproxy|refuse|CODE||@NAME[:ARG][|...]           a refusal known by its name (NamedRefusalMarker)
 //	fenceproxy|CODE|A|B|TABLE|.                       a fence error (Marker, fragments.go; the guard's too)
 
 // refusePrefix marks refusals decided by the proxy.
@@ -57,6 +58,40 @@ func RefusalMarker(code, table, message, hint string) string {
 	return refusePrefix + code + "|" + table + "|" + message
 }
 
+// NamedRefusalMarker is RefusalMarker for a refusal known by its name (namedRefusal), with arg (a setting's
+// name) in its message: the marker holds only the code, the name and arg, and Translate gives the message and hint.
+// It is for statements whose text must stay short: the token statement of transaction pooling goes in front of
+// the client's text, and the server shows only the first track_activity_query_size bytes of a Query in
+// pg_stat_activity. Anything after a "|" that follows is ignored (a value appended to keep it from being folded).
+func NamedRefusalMarker(code, name, arg string) string {
+	m := refusePrefix + code + "||@" + name
+	if arg != "" {
+		m += ":" + arg
+	}
+	return m
+}
+
+// Names of refusals (NamedRefusalMarker).
+const (
+	// RefusalPooledSetting: the token or lock (arg) of a pooled server connection is not the placeholder.
+	RefusalPooledSetting = "pooled-setting"
+	// RefusalPooledRole: the role of a pooled server connection is not the one it logged in as.
+	RefusalPooledRole = "pooled-role"
+)
+
+// namedRefusal is the message and hint of the refusal called name.
+func namedRefusal(name, arg string) (message, hint string, ok bool) {
+	switch name {
+	case RefusalPooledSetting:
+		return "invalid fencing token: " + arg + " was changed on this pooled server connection behind fenceproxy's back (a function that calls set_config?); the transaction is refused",
+			"Set it with SET, SET LOCAL or set_config in the statement, not in a function.", true
+	case RefusalPooledRole:
+		return "the role of this pooled server connection was changed in a way fenceproxy cannot follow (a function that calls set_config?); the transaction is refused",
+			"Use SET ROLE in the client's own statements, or pool.mode session.", true
+	}
+	return "", "", false
+}
+
 // Translation is the error the client gets for a server error that carries a marker.
 type Translation struct {
 	Code, Message, Detail, Hint string
@@ -83,6 +118,14 @@ func Translate(serverMessage string) (Translation, bool) {
 			return Translation{}, false
 		}
 		t := Translation{Code: parts[0], Table: parts[1]}
+		if named, ok := strings.CutPrefix(parts[2], "@"); ok {
+			named, _, _ = strings.Cut(named, "|")
+			name, arg, _ := strings.Cut(named, ":")
+			if t.Message, t.Hint, ok = namedRefusal(name, arg); !ok {
+				return Translation{}, false
+			}
+			return t, true
+		}
 		t.Message, t.Hint, _ = strings.Cut(parts[2], hintSep)
 		return t, true
 	}

@@ -1,0 +1,426 @@
+package proxy
+
+import (
+	"bytes"
+	"encoding/binary"
+	"maps"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/fenceproxy/fenceproxy/rewrite"
+)
+
+// Transaction pooling: the client's other session-level settings (search_path, application_name, DateStyle,
+// TimeZone, statement_timeout, ...), kept per client and replayed where its transactions run. The server is the
+// judge, as for the token (pooled.go):
+//
+//   - A pooled server connection holds, at session level, the settings of the last client that used it
+//     (serverConn.settings, as read back from the server). Nothing resets it when it goes back to the pool.
+//   - When a client's transaction starts on a connection whose settings differ from the client's
+//     (pooledState.settings), the difference goes first, in the same write: a Bind, Execute and Sync of
+//     settingsStmtName, set_config(name, value, false) for each setting that differs (NULL, which resets it,
+//     for one the client does not have). It is a unit of its own, committed before the client's first message
+//     is even read by the server: a rollback of the client's transaction cannot undo it, and the settings the
+//     server reads the client's text under (standard_conforming_strings) are the client's before it reads it.
+//     Its answers are not relayed (replayAnswer); a failure ends the client's session.
+//   - When a transaction may have changed session state (the probe's triggers, pooled.go), the probe reads the
+//     connection's session-level settings back (replayableSettingsSQL): they are the client's settings now, as
+//     PostgreSQL computed them (SET, RESET, RESET ALL, DISCARD ALL, set_config, a SET rolled back or in a failed
+//     transaction), and the connection's.
+//
+// What cannot move this way pins the client (pool.on_session_state): a setting only a superuser may set, the ones
+// in pinnedSettings, SET ROLE and SET SESSION AUTHORIZATION. Settings pg_settings does not show (custom
+// settings such as myapp.tenant, apart from the token and lock) are neither replayed nor seen (docs/pooling.md).
+
+// settingsStmtName is the statement that puts a client's settings on a server connection.
+const settingsStmtName = "fenceproxy_c"
+
+// settingsStmtSQL sets each setting named in $1 to the value at the same place in $2, at session level.
+const settingsStmtSQL = "SELECT pg_catalog.set_config(s.n, s.v, false) FROM ROWS FROM (pg_catalog.unnest($1::pg_catalog.text[]), pg_catalog.unnest($2::pg_catalog.text[])) AS s(n, v)"
+
+// The operators of the proxy's own SQL on pooled connections, named with pg_catalog: that SQL runs under a
+// client's search_path, which may put a schema of its own, with operators of its own, before pg_catalog.
+const (
+	sqlEq     = " OPERATOR(pg_catalog.=) "
+	sqlNe     = " OPERATOR(pg_catalog.<>) "
+	sqlConcat = " OPERATOR(pg_catalog.||) "
+)
+
+// pinnedSettings are the user-settable settings a pooled client cannot take from one server connection to
+// another with set_config: client_encoding (the proxy reads what the server sends under it, and the values it
+// replays are bytes in it), and the transaction characteristics, whose session-level SET means "this
+// transaction". role and session_authorization are not in pg_settings; the probe compares them itself.
+var pinnedSettings = []string{"client_encoding", "transaction_isolation", "transaction_read_only", "transaction_deferrable"}
+
+// replayable is the SQL condition on a pg_settings row for a session-level setting the pool replays.
+func replayable() string {
+	quoted := make([]string, len(pinnedSettings))
+	for i, n := range pinnedSettings {
+		quoted[i] = quoteLiteral(n)
+	}
+	return "context" + sqlEq + "'user' AND pg_catalog.lower(name)" + sqlNe + "ALL (ARRAY[" + strings.Join(quoted, ", ") + "]::pg_catalog.text[])"
+}
+
+// unmovableSettingsSQL is an SQL expression naming the session-level settings of a server connection that
+// pin its client (NULL: none); user is the role the connection logged in as.
+func unmovableSettingsSQL(user string) string {
+	return "(SELECT 'session-level SET of '" + sqlConcat + "pg_catalog.string_agg(name, ' ') FROM pg_catalog.pg_settings WHERE source" + sqlEq + "'session' AND NOT (" + replayable() + ")), " +
+		"CASE WHEN pg_catalog.current_setting('role')" + sqlNe + "'none' OR pg_catalog.current_setting('session_authorization')" + sqlNe + quoteLiteral(user) +
+		" THEN 'SET ROLE or SET SESSION AUTHORIZATION' END"
+}
+
+// replayableSettingsSQL reads a server connection's session-level settings that the pool replays: one row
+// (name, setting) each, for those pg_settings shows and for the custom settings named in custom (their
+// session values; ”, a custom setting's default, is left out).
+func replayableSettingsSQL(custom []string) string {
+	sql := "SELECT name, setting FROM pg_catalog.pg_settings WHERE source" + sqlEq + "'session' AND " + replayable()
+	if len(custom) == 0 {
+		return sql
+	}
+	quoted := make([]string, len(custom))
+	for i, n := range custom {
+		quoted[i] = quoteLiteral(n)
+	}
+	return sql + " UNION ALL SELECT n, pg_catalog.current_setting(n, true) FROM pg_catalog.unnest(ARRAY[" + strings.Join(quoted, ", ") +
+		"]::pg_catalog.text[]) AS n WHERE pg_catalog.current_setting(n, true)" + sqlNe + "''"
+}
+
+// noteCustomSettings notes the custom settings a client's text may set or reset (pl.mu held), so that the probe
+// asks for them by name: pg_settings does not show them. A dotted name with set in the text is the cheap
+// sign that there may be one.
+func (ss *session) noteCustomSettings(text []byte) {
+	if bytes.IndexByte(text, '.') < 0 || !containsFold(text, "set") {
+		return
+	}
+	pl := ss.pooled
+	names, unfollowed := rewrite.CustomSettings(text, ss.readingSettings())
+	if unfollowed {
+		pl.customUnfollowed = true
+	}
+	tok := ss.srv.cfg.Token
+	for _, n := range names {
+		if strings.EqualFold(n, tok.Setting) || strings.EqualFold(n, tok.LockSetting) {
+			continue // the token and lock have the placeholder (pooled.go)
+		}
+		if pl.customNames == nil {
+			pl.customNames = map[string]bool{}
+		}
+		pl.customNames[n] = true
+	}
+}
+
+// customToRead are the custom settings a probe of sc asks for: those the client named, those it holds and
+// those sc holds.
+func (ss *session) customToRead(sc *serverConn) []string {
+	pl := ss.pooled
+	seen := maps.Clone(pl.customNames)
+	if seen == nil {
+		seen = map[string]bool{}
+	}
+	for _, m := range []map[string]string{pl.settings, sc.settings} {
+		for n := range m {
+			if strings.Contains(n, ".") {
+				seen[strings.ToLower(n)] = true
+			}
+		}
+	}
+	names := slices.Sorted(maps.Keys(seen))
+	return names
+}
+
+// settingsPinReason adds to the reasons a probe found why the client cannot move the one the proxy knows of
+// itself: a custom setting it could not name.
+func (ss *session) settingsPinReason(reasons string) string {
+	if !ss.pooled.customUnfollowed {
+		return reasons
+	}
+	r := "a custom setting whose name is not ASCII"
+	if reasons == "" {
+		return r
+	}
+	return reasons + ", " + r
+}
+
+// startupSettings are a client's first settings: its own application_name, which is not part of its pool's
+// key (the pool's server connections start without it).
+func startupSettings(params map[string]string) map[string]string {
+	s := map[string]string{}
+	if app, ok := params["application_name"]; ok {
+		s["application_name"] = app
+	}
+	return s
+}
+
+// settingsRead records the session-level settings a probe read back (pl.mu held): they are the server
+// connection's and the client's. Custom settings' names are lower case, as the proxy asks for them. A client's application_name the transaction reset returns to its startup
+// value, which the pool's connections do not have as their default.
+func (ss *session) settingsRead(sc *serverConn, read map[string]string) {
+	pl := ss.pooled
+	for n, v := range read {
+		if l := strings.ToLower(n); l != n && strings.Contains(n, ".") {
+			delete(read, n) // an extension's setting pg_settings shows, and the proxy asked for by name too
+			read[l] = v
+		}
+	}
+	sc.settings = read
+	pl.settings = maps.Clone(read)
+	if app, ok := ss.params["application_name"]; ok {
+		if _, set := read["application_name"]; !set {
+			pl.settings["application_name"] = app
+		}
+	}
+	sc.settingsFor = nil // a DISCARD ALL or DEALLOCATE may have dropped the statement
+}
+
+// settingsDiff is what turns settings have into want: names, and values (nil: reset), by name.
+func settingsDiff(have, want map[string]string) (names []string, values []*string) {
+	if maps.Equal(have, want) {
+		return nil, nil // the common case: the same client again, or clients with the same settings
+	}
+	for n, v := range want {
+		if h, ok := have[n]; !ok || h != v {
+			names = append(names, n)
+		}
+	}
+	for n := range have {
+		if _, ok := want[n]; !ok {
+			names = append(names, n)
+		}
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		if v, ok := want[n]; ok {
+			values = append(values, &v)
+		} else {
+			values = append(values, nil)
+		}
+	}
+	return names, values
+}
+
+// replaySettings puts the client's settings on the server connection lent to it, where they differ, before
+// the first message of its transaction (pl.mu held): a unit of its own, whose answers serveLend does not relay
+// (replayAnswer).
+func (ss *session) replaySettings() {
+	pl := ss.pooled
+	sc := pl.sc
+	names, values := settingsDiff(sc.settings, pl.settings)
+	if len(names) == 0 {
+		return
+	}
+	// Counted before anything is written: a full buffer may send it, and the answer must not find it uncounted.
+	pl.replaying.Add(1)
+	if sc.settingsFor != pl {
+		// Prepared afresh for each client, as the token statement is (prepareTokenStmt): whatever a client
+		// left under this name never runs for another.
+		writeMsg(sc.w, msgClose, []byte("S"+settingsStmtName+"\x00"), "")
+		b := append(append([]byte(settingsStmtName), 0), settingsStmtSQL...)
+		writeMsg(sc.w, msgParse, append(b, 0, 0, 0), "")
+		sc.settingsFor = pl
+	}
+	// Bind: unnamed portal, no parameter formats (text), two parameters, no result formats.
+	b := append([]byte{0}, settingsStmtName...)
+	b = append(b, 0, 0, 0, 0, 2)
+	for _, arr := range []string{textArray(names, nil), textArray(nil, values)} {
+		b = binary.BigEndian.AppendUint32(b, uint32(len(arr)))
+		b = append(b, arr...)
+	}
+	b = append(b, 0, 0)
+	writeMsg(sc.w, msgBind, b, "")
+	writeMsg(sc.w, msgExecute, []byte{0, 0, 0, 0, 0}, "")
+	writeMsg(sc.w, msgSync, []byte{}, "")
+	sc.settings = maps.Clone(pl.settings)
+}
+
+// textArray is the text form of a text[] of names, or else of values (nil: NULL).
+func textArray(names []string, values []*string) string {
+	var b strings.Builder
+	b.WriteByte('{')
+	elem := func(i int, v *string) {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		if v == nil {
+			b.WriteString("NULL")
+			return
+		}
+		b.WriteByte('"')
+		b.WriteString(strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(*v))
+		b.WriteByte('"')
+	}
+	for i := range names {
+		elem(i, &names[i])
+	}
+	for i, v := range values {
+		elem(i, v)
+	}
+	b.WriteByte('}')
+	return b.String()
+}
+
+// replayAnswer takes one message of the answer to replaySettings (its type typ, the body unread) off the server
+// connection: nothing of it reaches the client but the ParameterStatus values that change what the client was
+// shown, and a notification. At its ReadyForQuery a failure ends the session (the settings the client's
+// transaction would run under are not its own).
+func (ss *session) replayAnswer(sc *serverConn, typ byte) error {
+	pl := ss.pooled
+	body, err := sc.r.body()
+	if err != nil {
+		return err
+	}
+	defer sc.r.release()
+	switch typ {
+	case msgErrorResponse:
+		pl.replayFailure = replayFailed(body)
+	case msgParameterStatus:
+		ss.pooledParamStatus(sc, body)
+	case msgNotificationResponse:
+		writeMsg(ss.cw, typ, body, "")
+	case msgReadyForQuery:
+		if f := pl.replayFailure; f != nil {
+			// Not counted as answered: checkRoleFirst must not take it for a success before the lend's end
+			// (lendFailed) has been recorded.
+			pl.replayFailure = nil
+			return f
+		}
+		pl.replaying.Add(-1)
+		pl.mu.Lock()
+		pl.settled.Broadcast() // checkRoleFirst may wait for it
+		pl.mu.Unlock()
+	}
+	return nil
+}
+
+// replayError: a server connection refused a client's settings, or the role check of checkRoleFirst failed.
+type replayError struct{ code, msg string }
+
+func (e *replayError) Error() string { return e.msg }
+
+// replayFailed is the replayError of the server's error (body) in a unit of the proxy's own.
+func replayFailed(body []byte) *replayError {
+	if tr, ok := rewrite.Translate(errorField(body, fieldMessage)); ok {
+		return &replayError{code: tr.Code, msg: tr.Message}
+	}
+	return &replayError{code: sqlstateConnectionFailure,
+		msg: "fenceproxy could not give the client's session settings to a pooled server connection: " + errorField(body, fieldMessage)}
+}
+
+// checkRoleFirst makes sure the role check has run on the lent connection since it last served another client
+// (pl.mu held): in the token statement when it goes in front (tokened), else as a unit of its own after the
+// settings, if any, for a FunctionCall or a text that must run outside a transaction block. Then the client's
+// message goes only once they are answered: a failure ends the session (replayAnswer) before the message
+// reaches the server. A text of no statement runs nothing and waits for nothing. A pinned client's connection
+// is its own, role included.
+func (ss *session) checkRoleFirst(typ byte, body []byte, tokened bool) error {
+	pl := ss.pooled
+	sc := pl.sc
+	if tokened {
+		sc.roleCheckedFor = pl
+		return nil
+	}
+	if typ == msgQuery || typ == msgParse {
+		if text, ok := planText(typ, body); ok {
+			if l, err := rewrite.Lex(text, ss.readingSettings()); err == nil && l.Statements == 0 {
+				return nil
+			}
+		}
+	}
+	if pl.pin == "" && sc.roleCheckedFor != pl {
+		pl.replaying.Add(1)
+		writeMsg(sc.w, msgQuery, nil, "SELECT "+roleCheckSQL(sc.pool.params["user"]))
+		sc.roleCheckedFor = pl
+	}
+	if pl.replaying.Load() == 0 {
+		return nil
+	}
+	if err := sc.w.Flush(); err != nil {
+		return nil // the lend's server side sees the connection fail and ends the session
+	}
+	for pl.replaying.Load() > 0 && pl.lost == nil {
+		pl.settled.Wait()
+	}
+	if pl.lost != nil {
+		return errLendLost
+	}
+	return nil
+}
+
+// pooledParamStatus handles a ParameterStatus a lent server connection sent (body read): the connection's
+// reported value is noted, and the client sees it only when it differs from what the client was shown, as a
+// connection of its own reports only changes. It reports whether it went to the client.
+func (ss *session) pooledParamStatus(sc *serverConn, body []byte) bool {
+	k, rest, ok := cutNul(body)
+	v, _, ok2 := cutNul(rest)
+	if !ok || !ok2 {
+		return false
+	}
+	name, value := string(k), string(v)
+	if ss.srv.router != nil {
+		ss.srv.router.observe(sc.host.addr, name, value)
+	}
+	for _, p := range ss.state.serverParams {
+		if p.name == name && p.value == value {
+			return false
+		}
+	}
+	ss.noteParam(body)
+	writeMsg(ss.cw, msgParameterStatus, body, "")
+	return true
+}
+
+// settingsFailure is the FATAL that ends a session whose settings a server connection refused, or whose
+// connection's role check failed (checkRoleFirst).
+func settingsFailure(err *replayError) []byte {
+	hint := "A setting the session holds may have become invalid (a dropped object it names); connect again."
+	if err.code != sqlstateConnectionFailure {
+		hint = ""
+	}
+	return errorResponse("FATAL", err.code, err.msg, "", hint)
+}
+
+// roleCheckSQL is a column of the token statement (tokenStmtSQL) that fails it, before the client's statement
+// runs, when the server connection is not the role it logged in as (user): a function that called set_config
+// on role or session_authorization, which the probe did not see, must never make another client's transaction
+// run as that role. The connection is then closed (noteTokenStmtRefusal).
+func roleCheckSQL(user string) string {
+	marker := quoteLiteral(rewrite.NamedRefusalMarker(sqlstateFeatureNotSupported, rewrite.RefusalPooledRole, "") + "|")
+	return "CASE WHEN pg_catalog.current_setting('role')" + sqlEq + "'none' AND pg_catalog.current_setting('session_authorization')" + sqlEq + quoteLiteral(user) +
+		" THEN NULL ELSE pg_catalog.concat(" + marker + ", pg_catalog.current_setting('role'))::pg_catalog.int8 END"
+}
+
+// noteTokenStmtRefusal looks at the error that ended a token statement (body): a refusal of the proxy's own (the
+// placeholder or the role changed behind its back) means the server connection holds state the proxy did not
+// follow, so it is closed when the client's transaction ends instead of serving another. Any other error (the
+// client's text did not parse) leaves it as it is.
+func (ss *session) noteTokenStmtRefusal(body []byte) {
+	if _, ok := rewrite.Translate(errorField(body, fieldMessage)); ok {
+		ss.pooled.tainted = true
+	}
+}
+
+// tokenStmtCache holds a pool's texts of the token statement (tokenStmtName), built once: for clients that are
+// not pinned, with the role check, and for pinned ones, whose connection is their own, role included.
+type tokenStmtCache struct {
+	once  [2]sync.Once
+	texts [2]tokenTexts
+}
+
+// tokenTexts are the texts of the token statement on the pool's connections for a client that is pinned or not.
+func (p *txPool) tokenTexts(pinned bool) *tokenTexts {
+	i := 0
+	if pinned {
+		i = 1
+	}
+	c := &p.tokenStmts
+	c.once[i].Do(func() {
+		cfg := p.srv.cfg.Token
+		extra := ""
+		if !pinned {
+			extra = ", " + roleCheckSQL(p.params["user"])
+		}
+		c.texts[i] = newTokenTexts(cfg.Setting, cfg.LockSetting, extra)
+	})
+	return &c.texts[i]
+}
