@@ -1,6 +1,9 @@
 package rewrite
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 func TestRefusalSQLCarriesTheRefusal(t *testing.T) {
 	got := RefusalSQL("55F03", "public.accounts", `invalid fencing token: "it's" \ bad`, "")
@@ -48,5 +51,23 @@ func TestTranslate(t *testing.T) {
 		if got != c.want {
 			t.Errorf("%s: got %+v, want %+v", c.name, got, c.want)
 		}
+	}
+}
+
+// A named refusal travels as its name and argument, with whatever the statement appended after a "|", and comes
+// back with the message and hint the name stands for; an unknown name is not a marker.
+func TestTranslateNamedRefusal(t *testing.T) {
+	msg := `invalid input syntax for type bigint: "` + NamedRefusalMarker("55F03", RefusalPooledSetting, "fence.lock") + `|77"`
+	got, ok := Translate(msg)
+	if !ok || got.Code != "55F03" || got.Message != "invalid fencing token: fence.lock was changed on this pooled server connection behind fenceproxy's back (a function that calls set_config?); the transaction is refused" ||
+		got.Hint == "" {
+		t.Fatalf("Translate(%q) = %+v, %v", msg, got, ok)
+	}
+	got, ok = Translate(`invalid input syntax for type bigint: "` + NamedRefusalMarker("0A000", RefusalPooledRole, "") + `|alice"`)
+	if !ok || got.Code != "0A000" || !strings.HasPrefix(got.Message, "the role of this pooled server connection was changed") {
+		t.Fatalf("role: %+v, %v", got, ok)
+	}
+	if got, ok := Translate(`invalid input syntax for type bigint: "fenceproxy|refuse|55F03||@no-such-refusal"`); ok {
+		t.Fatalf("an unknown name translated: %+v", got)
 	}
 }
