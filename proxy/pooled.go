@@ -67,6 +67,13 @@ type pooledState struct {
 
 	stmts pooledStmts // the client's named statements (pooledstmts.go)
 
+	// unnamed is the client's unnamed statement (its fenced Parse message; nil when it has none), and
+	// unnamedHere whether the lent server connection's unnamed statement is that one: not at the start of a lend
+	// (another client's may be there), nor after the proxy's own Query (probeSession). A Bind or Describe of it
+	// in a later transaction, maybe on another server connection, gets it prepared there first (pooledstmts.go).
+	unnamed     []byte
+	unnamedHere bool
+
 	// prefixChars is how many characters the token statement put before the text of the Query being answered
 	// (an error's position is shifted back by it); 0 when none or when they cannot be counted.
 	prefixChars atomic.Int64
@@ -94,6 +101,18 @@ func tokenSQLWith(tok, lock, tokVal, lockVal string) string {
 			" THEN " + val + " ELSE pg_catalog.concat(" + marker + ", " + cur + ")::pg_catalog.int8::pg_catalog.text END, true)"
 	}
 	return "SELECT " + one(tok, tokVal) + ", " + one(lock, lockVal)
+}
+
+// setLocalSQL is a SET LOCAL of the setting name to v (its default for nil), and a semicolon.
+func setLocalSQL(name string, v *string) string {
+	parts := strings.Split(name, ".")
+	for i, p := range parts {
+		parts[i] = `"` + strings.ReplaceAll(p, `"`, `""`) + `"`
+	}
+	if v == nil {
+		return "SET LOCAL " + strings.Join(parts, ".") + " TO DEFAULT; "
+	}
+	return "SET LOCAL " + strings.Join(parts, ".") + " = " + quoteLiteral(*v) + "; "
 }
 
 // sqlValue is v as an SQL constant, NULL for nil.
@@ -347,6 +366,9 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 		pl.open++
 		pl.stmts.unitSent()
 	}
+	if typ == msgQuery {
+		pl.unnamed, pl.unnamedHere = nil, true // a simple Query drops the unnamed statement, here as directly
+	}
 	if typ == msgFunctionCall {
 		pl.probe.Store(true) // a fastpath call may take an advisory lock
 	}
@@ -362,20 +384,23 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 		} else if len(body) > 0 && body[0] != 0 {
 			err = ss.parseNamed(body, nil)
 		} else {
-			st.unsynced.Store(true)
-			writeMsg(sc.w, msgParse, body, "")
-			pl.stmts.sent(msgParseComplete, false)
+			err = ss.parseUnnamed(body, nil)
 		}
 	case typ == msgParse && body != nil && len(body) > 0 && body[0] != 0:
 		err = ss.parseNamed(body, p) // pooledstmts.go
 	case body != nil && (typ == msgBind || typ == msgDescribe || typ == msgClose) && ss.renamedOut(typ, body):
 	case body != nil && typ == msgParse:
-		err = ss.onClientMsg(typ, body, p, sc.w)
-		pl.stmts.sent(msgParseComplete, false)
+		err = ss.parseUnnamed(body, p) // pooledstmts.go
 	case body != nil && typ == msgClose:
+		if namesUnnamedStmt(typ, body) {
+			pl.unnamed, pl.unnamedHere = nil, true
+		}
 		err = ss.onClientMsg(typ, body, p, sc.w)
 		pl.stmts.sent(msgCloseComplete, false)
 	case body != nil && (typ == msgBind || typ == msgDescribe):
+		if namesUnnamedStmt(typ, body) {
+			ss.placeUnnamed()
+		}
 		st.unsynced.Store(true) // the unnamed statement, a portal: as they are
 		writeMsg(sc.w, typ, body, "")
 	case body != nil:
@@ -408,6 +433,7 @@ func (ss *session) lend() error {
 	}
 	ss.srv.metrics.poolLent()
 	pl.sc, pl.open, pl.done = sc, 0, make(chan struct{})
+	pl.unnamedHere = false
 	ss.srv.mu.Lock()
 	ss.cancelKey = sc.key
 	ss.host = sc.host // the fenced writes of the transaction go to this host (checkPlan: router.writeRefusal)
@@ -428,12 +454,22 @@ func (ss *session) injectTokens(typ byte, body []byte) {
 	case msgFunctionCall:
 		return
 	case msgQuery:
-		if text, ok := planText(msgQuery, body); !ok || rewrite.OwnTransaction(text, set) {
+		text, ok := planText(msgQuery, body)
+		if !ok || rewrite.OwnTransaction(text, set) {
 			return
 		}
-		ss.prepareTokenStmt()
-		ss.queryPrefix = "EXECUTE " + tokenStmtName + "(" + sqlValue(pl.token) + ", " + sqlValue(pl.lock) + "); "
-		pl.hide.Add(1)
+		if rewrite.BeginsWithTransactionModes(text, set) {
+			// BEGIN ISOLATION LEVEL ... fails (25001) after a statement that took a snapshot, as EXECUTE does:
+			// two SET LOCAL take none. They skip the placeholder check, which the connection's next token
+			// statement makes; this transaction has the client's values whatever the session's are.
+			cfg := ss.srv.cfg.Token
+			ss.queryPrefix = setLocalSQL(cfg.Setting, pl.token) + setLocalSQL(cfg.LockSetting, pl.lock)
+			pl.hide.Add(2)
+		} else {
+			ss.prepareTokenStmt()
+			ss.queryPrefix = "EXECUTE " + tokenStmtName + "(" + sqlValue(pl.token) + ", " + sqlValue(pl.lock) + "); "
+			pl.hide.Add(1)
+		}
 		switch {
 		case set.ClientEncoding == "UTF8":
 			pl.prefixChars.Store(int64(utf8.RuneCountInString(ss.queryPrefix)))
@@ -601,7 +637,7 @@ func (ss *session) serveLend(sc *serverConn, done chan struct{}) {
 				pl.hide.Add(-1)
 				continue
 			case msgErrorResponse:
-				pl.hide.Add(-1) // relayed: the client's statement did not run
+				pl.hide.Store(0) // relayed: the client's statement did not run, nor the rest of the token statements
 			case msgNoticeResponse, msgParameterStatus, msgNotificationResponse:
 			default:
 				continue // ParseComplete, BindComplete, RowDescription, DataRow of the token statement
@@ -751,6 +787,7 @@ func (ss *session) probeSession(sc *serverConn) error {
 	pl := ss.pooled
 	cfg := ss.srv.cfg
 	writeMsg(sc.w, msgQuery, nil, probeSQL(cfg.Token.Setting, cfg.Token.LockSetting))
+	pl.unnamedHere = false // the Query dropped it
 	if err := sc.w.Flush(); err != nil {
 		return fmt.Errorf("probe: %w", err)
 	}

@@ -836,3 +836,117 @@ func TestPooledTokenOracle(t *testing.T) {
 		}
 	}
 }
+
+// The unnamed statement is the client's across its transactions, as on a connection of its own: pgx's
+// describe_exec mode sends Parse and Describe, then (after Sync) Bind and Execute, and the two batches may run on
+// different server connections, with another client's unnamed statement in between. A client that never
+// prepared an unnamed statement never runs another client's: it gets 26000, as it would directly.
+func TestPooledUnnamedStatementIsTheClients(t *testing.T) {
+	f := newPooledFenced(t, 1, "")
+	ctx := ctxT(t)
+	a, err := pgconn.Connect(ctx, f.dsn())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close(context.Background())
+	b, err := pgconn.Connect(ctx, f.dsn())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close(context.Background())
+	// sync sends msgs and a Sync on c and returns the kinds of the answers and the values of the DataRows.
+	sync := func(c *pgconn.PgConn, msgs ...pgproto3.FrontendMessage) string {
+		t.Helper()
+		fe := c.Frontend()
+		for _, m := range msgs {
+			fe.Send(m)
+		}
+		fe.Send(&pgproto3.Sync{})
+		if err := fe.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for {
+			m, err := fe.Receive()
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch m := m.(type) {
+			case *pgproto3.ReadyForQuery:
+				return strings.Join(got, " ")
+			case *pgproto3.DataRow:
+				got = append(got, "row:"+string(m.Values[0]))
+			case *pgproto3.ErrorResponse:
+				got = append(got, "error:"+m.Code)
+			default:
+				got = append(got, strings.TrimPrefix(fmt.Sprintf("%T", m), "*pgproto3."))
+			}
+		}
+	}
+	bindExec := []pgproto3.FrontendMessage{&pgproto3.Bind{}, &pgproto3.Execute{}}
+	if got := sync(a, &pgproto3.Parse{Query: "SELECT 'a''s statement'"}, &pgproto3.Describe{ObjectType: 'S'}); got != "ParseComplete ParameterDescription RowDescription" {
+		t.Fatalf("a's Parse and Describe: %s", got)
+	}
+	if got := sync(b, bindExec...); got != "error:26000" {
+		t.Fatalf("b binds the unnamed statement it never prepared: %s, want error:26000", got)
+	}
+	if got := sync(b, &pgproto3.Parse{Query: "SELECT 'b''s statement'"}, &pgproto3.Describe{ObjectType: 'S'}); got != "ParseComplete ParameterDescription RowDescription" {
+		t.Fatalf("b's Parse and Describe: %s", got)
+	}
+	if got := sync(a, bindExec...); got != "BindComplete row:a's statement CommandComplete" {
+		t.Fatalf("a binds its unnamed statement after b prepared its own: %s", got)
+	}
+	if got := sync(a, &pgproto3.Describe{ObjectType: 'S'}); got != "ParameterDescription RowDescription" {
+		t.Fatalf("a describes its unnamed statement: %s", got)
+	}
+	if got := sync(b, bindExec...); got != "BindComplete row:b's statement CommandComplete" {
+		t.Fatalf("b binds its unnamed statement: %s", got)
+	}
+	// A simple Query drops the unnamed statement, as it does directly.
+	if _, err := b.Exec(ctx, "SELECT 1").ReadAll(); err != nil {
+		t.Fatal(err)
+	}
+	if got := sync(b, bindExec...); got != "error:26000" {
+		t.Fatalf("b binds the unnamed statement after a simple Query: %s, want error:26000", got)
+	}
+}
+
+// BEGIN with transaction modes (ISOLATION LEVEL, READ ONLY, DEFERRABLE) must be the transaction's first
+// statement to take a snapshot: the token statement in front of it must not take one.
+func TestPooledBeginWithModes(t *testing.T) {
+	f := newPooledFenced(t, 1, "")
+	fxExec(t, f.d, "INSERT INTO "+f.label+" (id, fence_token) VALUES (1, 1)")
+	for _, mode := range []string{"simple_protocol", "exec"} {
+		c := pooledConn(t, f, "&default_query_exec_mode="+mode+"&options=-c%20fence.token%3D5")
+		ctx := ctxT(t)
+		for _, iso := range []pgx.TxIsoLevel{pgx.Serializable, pgx.RepeatableRead, pgx.ReadCommitted} {
+			tx, err := c.BeginTx(ctx, pgx.TxOptions{IsoLevel: iso, DeferrableMode: pgx.NotDeferrable})
+			if err != nil {
+				t.Fatalf("%s: BEGIN ISOLATION LEVEL %s: %v", mode, iso, err)
+			}
+			var got string
+			if err := tx.QueryRow(ctx, "SELECT current_setting('transaction_isolation') || ' ' || current_setting('fence.token')").Scan(&got); err != nil {
+				t.Fatal(err)
+			}
+			if want := strings.ToLower(string(iso)) + " 5"; got != want {
+				t.Fatalf("%s: inside the transaction %q, want %q", mode, got, want)
+			}
+			if _, err := tx.Exec(ctx, "UPDATE "+f.label+" SET balance = balance + 1 WHERE id = 1"); err != nil {
+				t.Fatal(err)
+			}
+			if err := tx.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		f.wantToken(t, 1, 5)
+		// In one Query with the write, too.
+		fxExec(t, c, "START TRANSACTION READ WRITE, ISOLATION LEVEL SERIALIZABLE; UPDATE "+f.label+" SET balance = balance + 1 WHERE id = 1; COMMIT")
+		tx, err := c.BeginTx(ctx, pgx.TxOptions{AccessMode: pgx.ReadOnly})
+		if err != nil {
+			t.Fatalf("%s: BEGIN READ ONLY: %v", mode, err)
+		}
+		if err := tx.Rollback(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"fmt"
 	"sync"
@@ -23,7 +24,12 @@ import (
 //     order it received them, so a queue per kind says which answer is the proxy's; an error makes the server skip
 //     the rest of the batch, and the queued entries of that batch are dropped.
 //
-// The unnamed statement is the client's as before: it lives as long as its transaction.
+// The unnamed statement is the client's too, as on a connection of its own: pgx's describe_exec mode sends Parse
+// and Describe, then after Sync Bind and Execute, and the two may run on different server connections, or on
+// one where another client's unnamed statement came in between. The proxy keeps the client's last unnamed Parse
+// (pooledState.unnamed) and sends it again, its answer hidden, before a Bind or Describe of the unnamed statement
+// on a server connection that does not hold it; a client that has none gets it closed there first, so the server
+// says 26000 as it would (never another client's statement).
 
 // serverStmtPrefix starts the name of every server statement that carries a client's named statement.
 const serverStmtPrefix = "fenceproxy_s"
@@ -222,6 +228,59 @@ func (ss *session) renamedOut(typ byte, body []byte) bool {
 		}
 		writeMsg(w, msgDescribe, append(append([]byte{'S'}, server...), 0), "")
 		return true
+	}
+	return false
+}
+
+// parseUnnamed forwards a client's Parse of the unnamed statement (pl.mu held), fenced by the core, and keeps
+// it for the client's later transactions.
+func (ss *session) parseUnnamed(body []byte, p Planner) error {
+	pl := ss.pooled
+	var fenced bytes.Buffer
+	if p != nil {
+		if err := ss.onClientMsg(msgParse, body, p, &fenced); err != nil {
+			return err
+		}
+	} else {
+		ss.state.unsynced.Store(true)
+		writeMsg(&fenced, msgParse, body, "")
+	}
+	msg := fenced.Bytes()
+	pl.unnamed = nil
+	if len(msg) > headerLen && msg[0] == msgParse && int(binary.BigEndian.Uint32(msg[1:]))+1 == len(msg) {
+		pl.unnamed = bytes.Clone(msg)
+	}
+	pl.unnamedHere = true
+	pl.sc.w.Write(msg)
+	pl.stmts.sent(msgParseComplete, false)
+	return nil
+}
+
+// placeUnnamed makes the lent server connection's unnamed statement the client's before a Bind or Describe of it
+// (pl.mu held): its Parse again, or, when the client has none, a Close of whatever another client left there.
+func (ss *session) placeUnnamed() {
+	pl := ss.pooled
+	if pl.unnamedHere {
+		return
+	}
+	pl.unnamedHere = true
+	if pl.unnamed != nil {
+		pl.sc.w.Write(pl.unnamed)
+		pl.stmts.sent(msgParseComplete, true)
+		return
+	}
+	writeMsg(pl.sc.w, msgClose, []byte{'S', 0}, "")
+	pl.stmts.sent(msgCloseComplete, true)
+}
+
+// namesUnnamedStmt reports whether a Bind, Describe or Close names the unnamed statement.
+func namesUnnamedStmt(typ byte, body []byte) bool {
+	switch typ {
+	case msgBind:
+		_, rest, ok := cutNul(body)
+		return ok && len(rest) > 0 && rest[0] == 0
+	case msgDescribe, msgClose:
+		return len(body) >= 2 && body[0] == 'S' && body[1] == 0
 	}
 	return false
 }
