@@ -312,7 +312,10 @@ func TestPooledUnfollowedTokenChangeRefused(t *testing.T) {
 }
 
 // pgbench's TPC-B, fenced (pgbench_accounts is protected; every client has its token from PGOPTIONS), runs
-// through transaction pooling with 8 clients on 2 server connections, in the simple and the extended protocol.
+// through transaction pooling with 8 clients on 2 server connections, in the simple and the extended protocol
+// and with named prepared statements (-M prepared: each pgbench connection prepares its statements once and
+// binds them in every transaction, on whichever server connection it gets), without a failed transaction or
+// a pinned client.
 func TestPooledPgbench(t *testing.T) {
 	pgbench, err := exec.LookPath("pgbench")
 	if err != nil {
@@ -342,9 +345,17 @@ func TestPooledPgbench(t *testing.T) {
 	}
 	p := startProxy(t, proxytest.Options{YAML: fxTables("pgbench_accounts") + "pool:\n  mode: transaction\n  size: 2\nauth:\n  type: trust\n"})
 	ph, pp, _ := net.SplitHostPort(p.Addr)
-	for i, mode := range []string{"simple", "extended"} {
+	for i, mode := range []string{"simple", "extended", "prepared"} {
 		tok := fmt.Sprint(10 + i)
-		out := runOn(ph, pp, "-c fence.token="+tok, "-M", mode, "-c", "8", "-j", "2", "-t", "50")
+		threads := "2"
+		if mode == "prepared" {
+			// pgbench prepares a connection's statements with blocking calls (PQprepare) when its first
+			// transaction starts; a thread blocked there for one client cannot finish the transactions its other
+			// clients hold server connections for: with fewer server connections than clients, one thread a
+			// client.
+			threads = "8"
+		}
+		out := runOn(ph, pp, "-c fence.token="+tok, "-M", mode, "-c", "8", "-j", threads, "-t", "50")
 		if !strings.Contains(out, "number of transactions actually processed: 400/400") {
 			t.Fatalf("pgbench -M %s:\n%s", mode, out)
 		}
@@ -359,6 +370,9 @@ func TestPooledPgbench(t *testing.T) {
 	}
 	if n := fxCounter(t, p.Registry, "fenceproxy_pool_server_connections_opened_total", nil); n > 2 {
 		t.Fatalf("the pool of 2 opened %v server connections", n)
+	}
+	if n := fxCounter(t, p.Registry, "fenceproxy_pool_pins_total", nil); n != 0 {
+		t.Fatalf("%v pgbench clients were pinned", n)
 	}
 }
 
@@ -673,10 +687,78 @@ func TestPooledPipeline(t *testing.T) {
 	if fmt.Sprint(got) != want {
 		t.Fatalf("pipeline answers %v, want %s", got, want)
 	}
+	// The session goes on in step: a batch that fails at its first message (a statement never prepared) and
+	// one that prepares a statement and then fails (the proxy's queues of hidden answers drop that batch), then
+	// the statements of the pipeline answer as they should.
+	p = pc.StartPipeline(ctx)
+	p.SendQueryPrepared("never_prepared", nil, nil, nil)
+	p.SendPipelineSync()
+	p.SendPrepare("v", "SELECT 'v'", nil)
+	p.SendQueryParams("SELECT 1/0", nil, nil, nil, nil)
+	p.SendPrepare("w", upd, nil) // skipped by the server; the proxy's hidden Close before it too
+	p.SendPipelineSync()
+	p.SendQueryPrepared("v", nil, nil, nil)
+	p.SendQueryPrepared("w", nil, nil, nil)
+	p.SendDeallocate("v") // its CloseComplete is the client's, not the skipped hidden one's
+	p.SendPipelineSync()
+	if err := p.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	got = nil
+	for syncs := 0; syncs < 3; {
+		r, err := p.GetResults()
+		if err != nil {
+			var pe *pgconn.PgError
+			if !errors.As(err, &pe) {
+				t.Fatalf("after %v: %v", got, err)
+			}
+			got = append(got, pe.Code)
+			continue
+		}
+		switch r := r.(type) {
+		case nil:
+			t.Fatalf("no more results after %v", got)
+		case *pgconn.StatementDescription:
+			got = append(got, "prepared")
+		case *pgconn.PipelineSync:
+			got = append(got, "sync")
+			syncs++
+		case *pgconn.CloseComplete:
+			got = append(got, "closed")
+		case *pgconn.ResultReader:
+			res := r.Read()
+			var pe *pgconn.PgError
+			switch {
+			case errors.As(res.Err, &pe):
+				got = append(got, pe.Code)
+			case res.Err != nil:
+				t.Fatalf("after %v: %v", got, res.Err)
+			case len(res.Rows) == 1:
+				got = append(got, string(res.Rows[0][0]))
+			default:
+				got = append(got, fmt.Sprint(len(res.Rows), " rows"))
+			}
+		}
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	want = "[26000 sync prepared 22012 sync v 6 closed sync]"
+	if fmt.Sprint(got) != want {
+		t.Fatalf("second pipeline answers %v, want %s", got, want)
+	}
 	if got := showToken(t, other); got != "" {
 		t.Fatalf("the other client sees token %q", got)
 	}
 	f.wantToken(t, 1, 6)
+	tok := pc.ExecParams(ctx, "SELECT current_setting('fence.token')", nil, nil, nil, nil).Read()
+	if tok.Err != nil || len(tok.Rows) != 1 || string(tok.Rows[0][0]) != "6" {
+		t.Fatalf("the token after the pipelines: %v, %v", tok.Rows, tok.Err)
+	}
+	res, err := pc.Exec(ctx, "SELECT 1").ReadAll()
+	if err != nil || len(res) != 1 || len(res[0].Rows) != 1 || string(res[0].Rows[0][0]) != "1" {
+		t.Fatalf("a Query after the pipelines: %v, %v", res, err)
+	}
 }
 
 // The admin console: a role of pool.admin_users that connects to the database "fenceproxy" gets SHOW POOLS and
