@@ -64,18 +64,24 @@ BEGIN INSERT INTO %[1]s VALUES (NEW.id, pg_backend_pid(), current_setting('fence
 			}
 		}(c)
 	}
-	// The canary: never a token, refused every time.
+	// The canary: never a token, refused every time, in both protocols.
 	canaryDone := make(chan struct{})
+	var refused atomic.Int64
 	go func() {
 		defer close(canaryDone)
-		cc, err := pgx.Connect(ctx, f.dsn()+"&default_query_exec_mode=exec")
+		cc, err := pgx.Connect(ctx, f.dsn())
 		if err != nil {
 			errs <- err
 			return
 		}
 		defer cc.Close(context.Background())
 		for i := 0; ctx.Err() == nil; i++ {
-			_, err := cc.Exec(ctx, "UPDATE "+f.label+" SET balance = balance + 1 WHERE id = 0")
+			canaryWrite := "UPDATE " + f.label + " SET balance = balance + 1 WHERE id = 0"
+			if i%2 == 0 {
+				_, err = cc.Exec(ctx, canaryWrite)
+			} else {
+				_, err = execExtended(ctx, cc, canaryWrite)
+			}
 			var pe *pgconn.PgError
 			if ctx.Err() != nil {
 				return
@@ -85,6 +91,7 @@ BEGIN INSERT INTO %[1]s VALUES (NEW.id, pg_backend_pid(), current_setting('fence
 				cancel()
 				return
 			}
+			refused.Add(1)
 		}
 	}()
 	lends := func() float64 { return fxCounter(t, f.p.Registry, "fenceproxy_pool_lends_total", nil) }
@@ -119,7 +126,11 @@ BEGIN INSERT INTO %[1]s VALUES (NEW.id, pg_backend_pid(), current_setting('fence
 		t.Fatal(err)
 	}
 	lent := lends()
-	t.Logf("%v transactions lent; %d committed writes over %d server connections, %d of them shared by several clients", lent, rows, pids, shared)
+	t.Logf("%v transactions lent; %d committed writes over %d server connections, %d of them shared by several clients; the canary refused %d times",
+		lent, rows, pids, shared, refused.Load())
+	if refused.Load() < 2 {
+		t.Fatalf("the canary wrote %d times (refused), want it to run in both protocols throughout", refused.Load())
+	}
 	if lent < float64(total) {
 		t.Fatalf("the pool lent %v transactions, want at least %d", lent, total)
 	}
