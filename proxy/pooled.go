@@ -648,6 +648,9 @@ func (ss *session) serveLend(sc *serverConn, done chan struct{}) {
 				if tagMayLeaveSessionState(body) {
 					pl.probe.Store(true)
 				}
+				if tag := string(body); tag == "DISCARD ALL\x00" || tag == "DEALLOCATE ALL\x00" {
+					pl.stmts.unprepare("") // they deallocate the client's statements, as on a connection of its own
+				}
 			case msgParseComplete, msgCloseComplete:
 				if pl.stmts.answered(typ) {
 					continue // the proxy's own (pooledstmts.go)

@@ -1032,3 +1032,55 @@ func TestPooledBeginWithModes(t *testing.T) {
 		}
 	}
 }
+
+// A Parse of a statement name the client has prepared is refused 42P05, as PostgreSQL does, and the statement
+// stays as it was; a name whose Parse failed, or that the client closed, or that DISCARD ALL deallocated, can be
+// prepared again.
+func TestPooledParseOfNameInUse(t *testing.T) {
+	f := newPooledFenced(t, 1, "")
+	ctx := ctxT(t)
+	pc, err := pgconn.Connect(ctx, f.dsn())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close(context.Background())
+	run := func(name string) string {
+		t.Helper()
+		r := pc.ExecPrepared(ctx, name, nil, nil, nil).Read()
+		if r.Err != nil || len(r.Rows) != 1 {
+			t.Fatalf("execute %s: %v, %v", name, r.Rows, r.Err)
+		}
+		return string(r.Rows[0][0])
+	}
+	if _, err := pc.Prepare(ctx, "p", "SELECT 'first'", nil); err != nil {
+		t.Fatal(err)
+	}
+	_, err = pc.Prepare(ctx, "p", "SELECT 'second'", nil)
+	wantPgErr(t, err, "42P05", "prepared statement ") // the server names the statement by its server name
+	if got := run("p"); got != "first" {
+		t.Fatalf("after the refused Parse p runs %q", got)
+	}
+	_, err = pc.Prepare(ctx, "q", "SELECT FROM nowhere_at_all", nil)
+	wantPgErr(t, err, "42P01", `relation "nowhere_at_all" does not exist`)
+	if _, err := pc.Prepare(ctx, "q", "SELECT 'q'", nil); err != nil {
+		t.Fatalf("Parse of a name whose Parse failed: %v", err)
+	}
+	if err := pc.Deallocate(ctx, "p"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pc.Prepare(ctx, "p", "SELECT 'third'", nil); err != nil {
+		t.Fatalf("Parse of a closed name: %v", err)
+	}
+	if got := run("p"); got != "third" {
+		t.Fatalf("p runs %q after it was closed and prepared again", got)
+	}
+	if _, err := pc.Exec(ctx, "DISCARD ALL").ReadAll(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pc.Prepare(ctx, "q", "SELECT 'q again'", nil); err != nil {
+		t.Fatalf("Parse after DISCARD ALL: %v", err)
+	}
+	if got := run("q"); got != "q again" {
+		t.Fatalf("q runs %q after DISCARD ALL and a new Parse", got)
+	}
+}

@@ -44,10 +44,12 @@ type clientStmt struct {
 }
 
 // answerHide says, for one Parse or Close sent to the server, whether its answer is the proxy's own, and the
-// unit (the Sync, Query or FunctionCall that ends its batch) it belongs to.
+// unit (the Sync, Query or FunctionCall that ends its batch) it belongs to; name is the client's statement name
+// of a client's Parse.
 type answerHide struct {
 	hide bool
 	unit uint64
+	name string
 }
 
 // pooledStmts is a client session's named statements and the queues of answers to hide.
@@ -59,12 +61,18 @@ type pooledStmts struct {
 	closes    []answerHide
 	unitsSent uint64 // Sync, Query and FunctionCall messages forwarded
 	unitsDone uint64 // ReadyForQuery messages relayed
+	// prepared are the client's statement names whose Parse the server answered with ParseComplete, not closed
+	// since: those PostgreSQL would refuse to Parse again (42P05). A Parse that failed prepared nothing.
+	prepared map[string]bool
 }
 
 // sent records a Parse or Close (kind '1' or '3' for its answer) sent to the server.
-func (q *pooledStmts) sent(answer byte, hide bool) {
+func (q *pooledStmts) sent(answer byte, hide bool) { q.sentNamed(answer, hide, "") }
+
+// sentNamed records a Parse or Close, with the client's statement name of a client's Parse.
+func (q *pooledStmts) sentNamed(answer byte, hide bool, name string) {
 	q.mu.Lock()
-	e := answerHide{hide: hide, unit: q.unitsSent}
+	e := answerHide{hide: hide, unit: q.unitsSent, name: name}
 	if answer == msgParseComplete {
 		q.parses = append(q.parses, e)
 	} else {
@@ -91,9 +99,33 @@ func (q *pooledStmts) answered(answer byte) bool {
 	if len(*queue) == 0 {
 		return false
 	}
-	hide := (*queue)[0].hide
+	e := (*queue)[0]
 	*queue = (*queue)[1:]
-	return hide
+	if e.name != "" {
+		if q.prepared == nil {
+			q.prepared = map[string]bool{}
+		}
+		q.prepared[e.name] = true
+	}
+	return e.hide
+}
+
+// isPrepared reports whether the client's statement name is prepared, as PostgreSQL would say.
+func (q *pooledStmts) isPrepared(name string) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.prepared[name]
+}
+
+// unprepare forgets prepared names: name, or all of them ("" after DISCARD ALL or DEALLOCATE ALL).
+func (q *pooledStmts) unprepare(name string) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if name == "" {
+		clear(q.prepared)
+		return
+	}
+	delete(q.prepared, name)
 }
 
 // failed drops the entries of the batch an ErrorResponse ended: the server skips its remaining messages.
@@ -149,6 +181,16 @@ func (ss *session) parseNamed(body []byte, p Planner) error {
 	if !ok {
 		return fmt.Errorf("fenced Parse: no statement name")
 	}
+	if pl.stmts.isPrepared(string(name)) {
+		// PostgreSQL refuses to Parse a name in use (42P05) and skips the rest of the batch: the server says so,
+		// to a Parse of the client's statement as it is (its server name and text, so that a server statement
+		// keeps its text whatever happens) where it is prepared (first, hidden, if it is not).
+		if ss.serverStmt(name) != "" {
+			writeMsg(sc.w, msgParse, pl.stmts.byName[string(name)].parse, "")
+			pl.stmts.sent(msgParseComplete, false)
+			return nil
+		}
+	}
 	server := serverStmtName(rest)
 	parse := append(append([]byte(server), 0), rest...)
 	if pl.stmts.byName == nil {
@@ -161,7 +203,7 @@ func (ss *session) parseNamed(body []byte, p Planner) error {
 		pl.stmts.sent(msgCloseComplete, true)
 	}
 	writeMsg(sc.w, msgParse, parse, "")
-	pl.stmts.sent(msgParseComplete, false)
+	pl.stmts.sentNamed(msgParseComplete, false, string(name))
 	sc.stmts[server] = true
 	return nil
 }
@@ -218,6 +260,7 @@ func (ss *session) renamedOut(typ byte, body []byte) bool {
 		ss.state.unsynced.Store(true)
 		if typ == msgClose {
 			delete(pl.stmts.byName, string(name))
+			pl.stmts.unprepare(string(name))
 			writeMsg(w, msgClose, append([]byte("S"+closedStmtName), 0), "")
 			pl.stmts.sent(msgCloseComplete, false)
 			return true
