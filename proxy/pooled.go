@@ -62,8 +62,12 @@ type pooledState struct {
 	token, lock           *string // the client's session values; nil: the server's default
 	resetToken, resetLock *string // what RESET returns to: the startup values, or nil
 
-	probe atomic.Bool  // the transaction may leave session state: look at the connection at its end
-	hide  atomic.Int64 // token statements whose answers are still to be hidden (each up to its CommandComplete)
+	probe atomic.Bool // the transaction may leave session state: look at the connection at its end
+	// stmtParsed: the transaction sent a Parse of a server statement, which serverConn.stmts counts as prepared
+	// before the server answered; an error in it (25P02 in a failed transaction) may have prepared nothing, so
+	// the probe reads the statements there again.
+	stmtParsed atomic.Bool
+	hide       atomic.Int64 // token statements whose answers are still to be hidden (each up to its CommandComplete)
 
 	stmts pooledStmts // the client's named statements (pooledstmts.go)
 
@@ -662,6 +666,9 @@ func (ss *session) serveLend(sc *serverConn, done chan struct{}) {
 		}
 		if typ == msgErrorResponse {
 			pl.stmts.failed() // the server skips the rest of the batch
+			if pl.stmtParsed.Load() {
+				pl.probe.Store(true)
+			}
 			if n := pl.prefixChars.Load(); n > 0 {
 				body = shiftPosition(body, int(n))
 			}
@@ -751,6 +758,7 @@ func (ss *session) settle(sc *serverConn) bool {
 	if pl.open > 0 || st.unsynced.Load() || byte(st.txStatus.Load()) != txIdle {
 		return false
 	}
+	pl.stmtParsed.Store(false)
 	if pl.probe.Swap(false) {
 		if err := ss.probeSession(sc); err != nil {
 			pl.sc = nil

@@ -1084,3 +1084,55 @@ func TestPooledParseOfNameInUse(t *testing.T) {
 		t.Fatalf("q runs %q after DISCARD ALL and a new Parse", got)
 	}
 }
+
+// A client's Parse of a text whose server statement the connection already holds, sent in a failed transaction
+// (the server refuses it, 25P02), leaves that shared statement in place: another client binding it there later
+// gets its answer, not 26000.
+func TestPooledParseInFailedTransactionKeepsSharedStatement(t *testing.T) {
+	f := newPooledFenced(t, 1, "")
+	ctx := ctxT(t)
+	a, err := pgconn.Connect(ctx, f.dsn())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close(context.Background())
+	b, err := pgconn.Connect(ctx, f.dsn())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close(context.Background())
+	const text = "SELECT 'shared'"
+	if _, err := b.Prepare(ctx, "b1", text, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Exec(ctx, "BEGIN; SELECT 1/0").ReadAll(); err == nil {
+		t.Fatal("want division by zero")
+	}
+	_, err = a.Prepare(ctx, "a1", text, nil) // in the failed transaction, on the connection that holds b1's statement
+	wantPgErr(t, err, "25P02", "current transaction is aborted")
+	if _, err := a.Exec(ctx, "ROLLBACK").ReadAll(); err != nil {
+		t.Fatal(err)
+	}
+	r := b.ExecPrepared(ctx, "b1", nil, nil, nil).Read()
+	if r.Err != nil || len(r.Rows) != 1 || string(r.Rows[0][0]) != "shared" {
+		t.Fatalf("b's statement after a's refused Parse of the same text: %v, %v", r.Rows, r.Err)
+	}
+	// A text the connection does not hold yet, whose Parse the server refuses in a failed transaction, is not
+	// taken for prepared there: b's Parse of it prepares it.
+	const fresh = "SELECT 'fresh'"
+	if _, err := a.Exec(ctx, "BEGIN; SELECT 1/0").ReadAll(); err == nil {
+		t.Fatal("want division by zero")
+	}
+	_, err = a.Prepare(ctx, "a2", fresh, nil)
+	wantPgErr(t, err, "25P02", "current transaction is aborted")
+	if _, err := a.Exec(ctx, "ROLLBACK").ReadAll(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Prepare(ctx, "b2", fresh, nil); err != nil {
+		t.Fatal(err)
+	}
+	r = b.ExecPrepared(ctx, "b2", nil, nil, nil).Read()
+	if r.Err != nil || len(r.Rows) != 1 || string(r.Rows[0][0]) != "fresh" {
+		t.Fatalf("b's statement after a's refused Parse of a new text: %v, %v", r.Rows, r.Err)
+	}
+}
