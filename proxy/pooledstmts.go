@@ -198,18 +198,16 @@ func (ss *session) parseNamed(body []byte, p Planner) error {
 	}
 	pl.stmts.byName[string(name)] = clientStmt{server: server, parse: parse}
 	if sc.stmts[server] {
-		// Already prepared here (other clients may use it): the client's answer comes from a Parse of the same
-		// text as the unnamed statement, which PostgreSQL accepts or refuses as it would the client's (25P02 in a
-		// failed transaction). Closing the shared statement to prepare it again would lose it when the Parse
-		// fails. The client's own unnamed statement is placed again when it next uses it.
-		writeMsg(sc.w, msgParse, append([]byte{0}, rest...), "")
-		pl.unnamedHere = false
-	} else {
-		writeMsg(sc.w, msgParse, parse, "")
-		sc.stmts[server] = true
-		pl.stmtParsed.Store(true)
+		// Already prepared here: prepare it again (a client parses again to get a plan for a changed schema), so
+		// that the client's ParseComplete comes in its place. If the Parse fails (25P02 in a failed transaction)
+		// the Close has dropped it: stmtParsed has the probe read the connection's statements again.
+		writeMsg(sc.w, msgClose, append(append([]byte{'S'}, server...), 0), "")
+		pl.stmts.sent(msgCloseComplete, true)
 	}
+	writeMsg(sc.w, msgParse, parse, "")
 	pl.stmts.sentNamed(msgParseComplete, false, string(name))
+	sc.stmts[server] = true
+	pl.stmtParsed.Store(true)
 	return nil
 }
 
