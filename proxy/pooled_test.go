@@ -1136,3 +1136,31 @@ func TestPooledParseInFailedTransactionKeepsSharedStatement(t *testing.T) {
 		t.Fatalf("b's statement after a's refused Parse of a new text: %v, %v", r.Rows, r.Err)
 	}
 }
+
+// A client that parses a text again after a schema change (as drivers do after "cached plan must not change
+// result type") gets a statement planned for the new schema, though the server connection held that text.
+func TestPooledParseAgainAfterSchemaChange(t *testing.T) {
+	f := newPooledFenced(t, 1, "")
+	ctx := ctxT(t)
+	fxExec(t, f.d, "CREATE TABLE pooled_reparse (a int)")
+	t.Cleanup(func() { f.d.Exec(context.Background(), "DROP TABLE IF EXISTS pooled_reparse") })
+	fxExec(t, f.d, "INSERT INTO pooled_reparse VALUES (1)")
+	pc, err := pgconn.Connect(ctx, f.dsn())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close(context.Background())
+	const text = "SELECT * FROM pooled_reparse"
+	if _, err := pc.Prepare(ctx, "r1", text, nil); err != nil {
+		t.Fatal(err)
+	}
+	fxExec(t, f.d, "ALTER TABLE pooled_reparse ADD COLUMN b int DEFAULT 2")
+	sd, err := pc.Prepare(ctx, "r2", text, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := pc.ExecPrepared(ctx, "r2", nil, nil, nil).Read()
+	if len(sd.Fields) != 2 || r.Err != nil || len(r.Rows) != 1 || len(r.Rows[0]) != 2 {
+		t.Fatalf("the text parsed again after ADD COLUMN: %d fields described, rows %v, %v", len(sd.Fields), r.Rows, r.Err)
+	}
+}
