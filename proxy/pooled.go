@@ -825,6 +825,13 @@ func (ss *session) probeSession(sc *serverConn) error {
 			failure = errorField(body, fieldMessage)
 		case msgParameterStatus:
 			ss.noteParam(body)
+		case msgNotificationResponse:
+			// Another session's NOTIFY to a channel the client LISTENs on may arrive while the probe runs: it is
+			// the client's (pgx's TestListenNotify waited for one forever, TestConnOnNotification missed it).
+			writeMsg(ss.cw, typ, body, "")
+			if err := ss.cw.Flush(); err != nil {
+				return fmt.Errorf("probe: relaying a notification: %w", err)
+			}
 		case msgReadyForQuery:
 			if failure != "" {
 				return fmt.Errorf("probe failed: %s", failure)
