@@ -71,10 +71,21 @@ type pooledState struct {
 	replaying        atomic.Int64      // settings units sent whose ReadyForQuery is still to come
 	replayFailure    *replayError      // the server's error for the settings unit being answered (serveLend's)
 
-	probe atomic.Bool  // the transaction may leave session state: look at the connection at its end
-	hide  atomic.Int64 // token statements whose answers are still to be hidden (each up to its CommandComplete)
+	probe atomic.Bool // the transaction may leave session state: look at the connection at its end
+	// stmtParsed: the transaction sent a Parse of a server statement, which serverConn.stmts counts as prepared
+	// before the server answered; an error in it (25P02 in a failed transaction) may have prepared nothing, so
+	// the probe reads the statements there again.
+	stmtParsed atomic.Bool
+	hide       atomic.Int64 // token statements whose answers are still to be hidden (each up to its CommandComplete)
 
 	stmts pooledStmts // the client's named statements (pooledstmts.go)
+
+	// unnamed is the client's unnamed statement (its fenced Parse message; nil when it has none), and
+	// unnamedHere whether the lent server connection's unnamed statement is that one: not at the start of a lend
+	// (another client's may be there), nor after the proxy's own Query (probeSession). A Bind or Describe of it
+	// in a later transaction, maybe on another server connection, gets it prepared there first (pooledstmts.go).
+	unnamed     []byte
+	unnamedHere bool
 
 	// prefixChars is how many characters the token statement put before the text of the Query being answered
 	// (an error's position is shifted back by it); 0 when none or when they cannot be counted.
@@ -127,6 +138,25 @@ func newTokenTexts(tok, lock, extra string) tokenTexts {
 // inline is the token statement with the client's values as constants, followed by "; ": the prefix of a Query.
 func (t *tokenTexts) inline(tok, lock *string) string {
 	return t.inlineHead + sqlValue(tok) + t.inlineMid + sqlValue(lock) + t.inlineTail
+}
+
+// setLocalSQL is a SET LOCAL of the setting name to v (its default for nil), and a semicolon. v is written as
+// setConstant writes it (clientEnc is the session's client encoding); a value no such constant can carry is
+// replaced by the pool's placeholder, which any fenced write refuses (55F03): never a constant the server could
+// read otherwise than the proxy.
+func setLocalSQL(name string, v *string, clientEnc string, serverUTF8 bool) string {
+	parts := strings.Split(name, ".")
+	for i, p := range parts {
+		parts[i] = `"` + strings.ReplaceAll(p, `"`, `""`) + `"`
+	}
+	if v == nil {
+		return "SET LOCAL " + strings.Join(parts, ".") + " TO DEFAULT; "
+	}
+	c, ok := setConstant(*v, clientEnc, serverUTF8)
+	if !ok {
+		c = "'" + poolPlaceholder + "'"
+	}
+	return "SET LOCAL " + strings.Join(parts, ".") + " = " + c + "; "
 }
 
 // sqlValue is v, a value of the client's (read back from the server in the client's encoding, or given at
@@ -399,6 +429,9 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 		pl.open++
 		pl.stmts.unitSent()
 	}
+	if typ == msgQuery {
+		pl.unnamed, pl.unnamedHere = nil, true // a simple Query drops the unnamed statement, here as directly
+	}
 	if typ == msgFunctionCall {
 		pl.probe.Store(true) // a fastpath call may take an advisory lock
 	}
@@ -414,20 +447,23 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 		} else if len(body) > 0 && body[0] != 0 {
 			err = ss.parseNamed(body, nil)
 		} else {
-			st.unsynced.Store(true)
-			writeMsg(sc.w, msgParse, body, "")
-			pl.stmts.sent(msgParseComplete, false)
+			err = ss.parseUnnamed(body, nil)
 		}
 	case typ == msgParse && body != nil && len(body) > 0 && body[0] != 0:
 		err = ss.parseNamed(body, p) // pooledstmts.go
 	case body != nil && (typ == msgBind || typ == msgDescribe || typ == msgClose) && ss.renamedOut(typ, body):
 	case body != nil && typ == msgParse:
-		err = ss.onClientMsg(typ, body, p, sc.w)
-		pl.stmts.sent(msgParseComplete, false)
+		err = ss.parseUnnamed(body, p) // pooledstmts.go
 	case body != nil && typ == msgClose:
+		if namesUnnamedStmt(typ, body) {
+			pl.unnamed, pl.unnamedHere = nil, true
+		}
 		err = ss.onClientMsg(typ, body, p, sc.w)
 		pl.stmts.sent(msgCloseComplete, false)
 	case body != nil && (typ == msgBind || typ == msgDescribe):
+		if namesUnnamedStmt(typ, body) {
+			ss.placeUnnamed()
+		}
 		st.unsynced.Store(true) // the unnamed statement, a portal: as they are
 		writeMsg(sc.w, typ, body, "")
 	case body != nil:
@@ -460,6 +496,7 @@ func (ss *session) lend() error {
 	}
 	ss.srv.metrics.poolLent()
 	pl.sc, pl.open = sc, 0
+	pl.unnamedHere = false
 	// The fenced writes of the transaction go to this host (checkPlan: router.writeRefusal). Read by this
 	// goroutine and the lend's server side only (sessionForKey does not look at a pooled session's), so no
 	// lock of the Server's is taken per transaction.
@@ -481,18 +518,34 @@ func (ss *session) injectTokens(typ byte, body []byte) bool {
 	case msgFunctionCall:
 		return false
 	case msgQuery:
-		if text, ok := planText(msgQuery, body); !ok || rewrite.OwnTransaction(text, set) {
+		text, ok := planText(msgQuery, body)
+		if !ok || rewrite.OwnTransaction(text, set) {
 			return false
 		}
-		ss.queryPrefix = sc.pool.tokenTexts(pl.pin != "").inline(pl.token, pl.lock)
-		pl.hide.Add(1)
+		tokened := true
+		if rewrite.BeginsWithTransactionModes(text, set) {
+			// BEGIN ISOLATION LEVEL ... fails (25001) after a statement that took a snapshot, as the token
+			// statement does: two SET LOCAL take none. They skip the checks of the token statement: the role's
+			// goes first as a unit of its own (checkRoleFirst: this reports no token statement), the
+			// placeholder's is the connection's next token statement's; this transaction has the client's
+			// values whatever the session's are.
+			cfg := ss.srv.cfg.Token
+			utf8Server := set.ServerEncoding == "UTF8"
+			ss.queryPrefix = setLocalSQL(cfg.Setting, pl.token, set.ClientEncoding, utf8Server) +
+				setLocalSQL(cfg.LockSetting, pl.lock, set.ClientEncoding, utf8Server)
+			pl.hide.Add(2)
+			tokened = false
+		} else {
+			ss.queryPrefix = sc.pool.tokenTexts(pl.pin != "").inline(pl.token, pl.lock)
+			pl.hide.Add(1)
+		}
 		switch {
 		case set.ClientEncoding == "UTF8":
 			pl.prefixChars.Store(int64(utf8.RuneCountInString(ss.queryPrefix)))
 		case isASCII(ss.queryPrefix):
 			pl.prefixChars.Store(int64(len(ss.queryPrefix)))
 		}
-		return true
+		return tokened
 	case msgParse:
 		if text, ok := planText(msgParse, body); ok && rewrite.OwnTransaction(text, set) {
 			return false
@@ -659,7 +712,7 @@ func (ss *session) serveLend(sc *serverConn) {
 				pl.hide.Add(-1)
 				continue
 			case msgErrorResponse:
-				pl.hide.Add(-1)               // relayed: the client's statement did not run
+				pl.hide.Store(0)              // relayed: the client's statement did not run, nor the rest of the token statements
 				ss.noteTokenStmtRefusal(body) // pooledsettings.go
 			case msgNoticeResponse, msgParameterStatus, msgNotificationResponse:
 			default:
@@ -670,6 +723,9 @@ func (ss *session) serveLend(sc *serverConn) {
 			case msgCommandComplete:
 				if tagMayLeaveSessionState(body) {
 					pl.probe.Store(true)
+				}
+				if tag := string(body); tag == "DISCARD ALL\x00" || tag == "DEALLOCATE ALL\x00" {
+					pl.stmts.unprepare("") // they deallocate the client's statements, as on a connection of its own
 				}
 			case msgParseComplete, msgCloseComplete:
 				if pl.stmts.answered(typ) {
@@ -687,6 +743,9 @@ func (ss *session) serveLend(sc *serverConn) {
 		}
 		if typ == msgErrorResponse {
 			pl.stmts.failed() // the server skips the rest of the batch
+			if pl.stmtParsed.Load() {
+				pl.probe.Store(true)
+			}
 			if n := pl.prefixChars.Load(); n > 0 {
 				body = shiftPosition(body, int(n))
 			}
@@ -780,6 +839,7 @@ func (ss *session) settle(sc *serverConn) bool {
 	if pl.open > 0 || st.unsynced.Load() || byte(st.txStatus.Load()) != txIdle {
 		return false
 	}
+	pl.stmtParsed.Store(false)
 	if pl.probe.Swap(false) {
 		if err := ss.probeSession(sc); err != nil {
 			pl.sc = nil
@@ -821,6 +881,7 @@ func (ss *session) probeSession(sc *serverConn) error {
 	pl := ss.pooled
 	cfg := ss.srv.cfg
 	writeMsg(sc.w, msgQuery, nil, probeSQL(cfg.Token.Setting, cfg.Token.LockSetting, sc.pool.params["user"], ss.customToRead(sc)))
+	pl.unnamedHere = false // the Query dropped it
 	if err := sc.w.Flush(); err != nil {
 		return fmt.Errorf("probe: %w", err)
 	}
@@ -857,6 +918,13 @@ func (ss *session) probeSession(sc *serverConn) error {
 			failure = errorField(body, fieldMessage)
 		case msgParameterStatus:
 			ss.pooledParamStatus(sc, body)
+		case msgNotificationResponse:
+			// Another session's NOTIFY to a channel the client LISTENs on may arrive while the probe runs: it is
+			// the client's (pgx's TestListenNotify waited for one forever, TestConnOnNotification missed it).
+			writeMsg(ss.cw, typ, body, "")
+			if err := ss.cw.Flush(); err != nil {
+				return fmt.Errorf("probe: relaying a notification: %w", err)
+			}
 		case msgReadyForQuery:
 			if failure != "" {
 				return fmt.Errorf("probe failed: %s", failure)

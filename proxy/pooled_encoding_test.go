@@ -63,4 +63,13 @@ func TestPooledTokenValueCannotBreakOutOfItsConstant(t *testing.T) {
 	if got, want := string(res[0].Rows[0][0]), "\x95\x5c'"+payload; got != want {
 		t.Fatalf("SHOW fence.lock = %q, want %q", got, want)
 	}
+	// A BEGIN with transaction modes gets the values by SET LOCAL, where an expression cannot go: the same value,
+	// and nothing of it runs.
+	res, err = c.Exec(ctx, "BEGIN ISOLATION LEVEL REPEATABLE READ; SHOW fence.lock; COMMIT").ReadAll()
+	if err != nil || len(res) != 3 || res[1].Err != nil || len(res[1].Rows) != 1 {
+		t.Fatalf("BEGIN ISOLATION LEVEL ...; SHOW fence.lock: %v %+v", err, res)
+	}
+	if got, want := string(res[1].Rows[0][0]), "\x95\x5c'"+payload; got != want {
+		t.Fatalf("after BEGIN with modes, SHOW fence.lock = %q, want %q", got, want)
+	}
 }

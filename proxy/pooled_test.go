@@ -317,7 +317,10 @@ func TestPooledUnfollowedTokenChangeRefused(t *testing.T) {
 }
 
 // pgbench's TPC-B, fenced (pgbench_accounts is protected; every client has its token from PGOPTIONS), runs
-// through transaction pooling with 8 clients on 2 server connections, in the simple and the extended protocol.
+// through transaction pooling with 8 clients on 2 server connections, in the simple and the extended protocol
+// and with named prepared statements (-M prepared: each pgbench connection prepares its statements once and
+// binds them in every transaction, on whichever server connection it gets), without a failed transaction or
+// a pinned client.
 func TestPooledPgbench(t *testing.T) {
 	pgbench, err := exec.LookPath("pgbench")
 	if err != nil {
@@ -347,9 +350,17 @@ func TestPooledPgbench(t *testing.T) {
 	}
 	p := startProxy(t, proxytest.Options{YAML: fxTables("pgbench_accounts") + "pool:\n  mode: transaction\n  size: 2\nauth:\n  type: trust\n"})
 	ph, pp, _ := net.SplitHostPort(p.Addr)
-	for i, mode := range []string{"simple", "extended"} {
+	for i, mode := range []string{"simple", "extended", "prepared"} {
 		tok := fmt.Sprint(10 + i)
-		out := runOn(ph, pp, "-c fence.token="+tok, "-M", mode, "-c", "8", "-j", "2", "-t", "50")
+		threads := "2"
+		if mode == "prepared" {
+			// pgbench prepares a connection's statements with blocking calls (PQprepare) when its first
+			// transaction starts; a thread blocked there for one client cannot finish the transactions its other
+			// clients hold server connections for: with fewer server connections than clients, one thread a
+			// client.
+			threads = "8"
+		}
+		out := runOn(ph, pp, "-c fence.token="+tok, "-M", mode, "-c", "8", "-j", threads, "-t", "50")
 		if !strings.Contains(out, "number of transactions actually processed: 400/400") {
 			t.Fatalf("pgbench -M %s:\n%s", mode, out)
 		}
@@ -364,6 +375,9 @@ func TestPooledPgbench(t *testing.T) {
 	}
 	if n := fxCounter(t, p.Registry, "fenceproxy_pool_server_connections_opened_total", nil); n > 2 {
 		t.Fatalf("the pool of 2 opened %v server connections", n)
+	}
+	if n := fxCounter(t, p.Registry, "fenceproxy_pool_pins_total", nil); n != 0 {
+		t.Fatalf("%v pgbench clients were pinned", n)
 	}
 }
 
@@ -678,10 +692,78 @@ func TestPooledPipeline(t *testing.T) {
 	if fmt.Sprint(got) != want {
 		t.Fatalf("pipeline answers %v, want %s", got, want)
 	}
+	// The session goes on in step: a batch that fails at its first message (a statement never prepared) and
+	// one that prepares a statement and then fails (the proxy's queues of hidden answers drop that batch), then
+	// the statements of the pipeline answer as they should.
+	p = pc.StartPipeline(ctx)
+	p.SendQueryPrepared("never_prepared", nil, nil, nil)
+	p.SendPipelineSync()
+	p.SendPrepare("v", "SELECT 'v'", nil)
+	p.SendQueryParams("SELECT 1/0", nil, nil, nil, nil)
+	p.SendPrepare("w", upd, nil) // skipped by the server; the proxy's hidden Close before it too
+	p.SendPipelineSync()
+	p.SendQueryPrepared("v", nil, nil, nil)
+	p.SendQueryPrepared("w", nil, nil, nil)
+	p.SendDeallocate("v") // its CloseComplete is the client's, not the skipped hidden one's
+	p.SendPipelineSync()
+	if err := p.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	got = nil
+	for syncs := 0; syncs < 3; {
+		r, err := p.GetResults()
+		if err != nil {
+			var pe *pgconn.PgError
+			if !errors.As(err, &pe) {
+				t.Fatalf("after %v: %v", got, err)
+			}
+			got = append(got, pe.Code)
+			continue
+		}
+		switch r := r.(type) {
+		case nil:
+			t.Fatalf("no more results after %v", got)
+		case *pgconn.StatementDescription:
+			got = append(got, "prepared")
+		case *pgconn.PipelineSync:
+			got = append(got, "sync")
+			syncs++
+		case *pgconn.CloseComplete:
+			got = append(got, "closed")
+		case *pgconn.ResultReader:
+			res := r.Read()
+			var pe *pgconn.PgError
+			switch {
+			case errors.As(res.Err, &pe):
+				got = append(got, pe.Code)
+			case res.Err != nil:
+				t.Fatalf("after %v: %v", got, res.Err)
+			case len(res.Rows) == 1:
+				got = append(got, string(res.Rows[0][0]))
+			default:
+				got = append(got, fmt.Sprint(len(res.Rows), " rows"))
+			}
+		}
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	want = "[26000 sync prepared 22012 sync v 6 closed sync]"
+	if fmt.Sprint(got) != want {
+		t.Fatalf("second pipeline answers %v, want %s", got, want)
+	}
 	if got := showToken(t, other); got != "" {
 		t.Fatalf("the other client sees token %q", got)
 	}
 	f.wantToken(t, 1, 6)
+	tok := pc.ExecParams(ctx, "SELECT current_setting('fence.token')", nil, nil, nil, nil).Read()
+	if tok.Err != nil || len(tok.Rows) != 1 || string(tok.Rows[0][0]) != "6" {
+		t.Fatalf("the token after the pipelines: %v, %v", tok.Rows, tok.Err)
+	}
+	res, err := pc.Exec(ctx, "SELECT 1").ReadAll()
+	if err != nil || len(res) != 1 || len(res[0].Rows) != 1 || string(res[0].Rows[0][0]) != "1" {
+		t.Fatalf("a Query after the pipelines: %v, %v", res, err)
+	}
 }
 
 // The admin console: a role of pool.admin_users that connects to the database "fenceproxy" gets SHOW POOLS and
@@ -849,5 +931,251 @@ func TestPooledTokenOracle(t *testing.T) {
 			d.Close(ctx)
 			p.Close(ctx)
 		}
+	}
+}
+
+// The unnamed statement is the client's across its transactions, as on a connection of its own: pgx's
+// describe_exec mode sends Parse and Describe, then (after Sync) Bind and Execute, and the two batches may run on
+// different server connections, with another client's unnamed statement in between. A client that never
+// prepared an unnamed statement never runs another client's: it gets 26000, as it would directly.
+func TestPooledUnnamedStatementIsTheClients(t *testing.T) {
+	f := newPooledFenced(t, 1, "")
+	ctx := ctxT(t)
+	a, err := pgconn.Connect(ctx, f.dsn())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close(context.Background())
+	b, err := pgconn.Connect(ctx, f.dsn())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close(context.Background())
+	// sync sends msgs and a Sync on c and returns the kinds of the answers and the values of the DataRows.
+	sync := func(c *pgconn.PgConn, msgs ...pgproto3.FrontendMessage) string {
+		t.Helper()
+		fe := c.Frontend()
+		for _, m := range msgs {
+			fe.Send(m)
+		}
+		fe.Send(&pgproto3.Sync{})
+		if err := fe.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for {
+			m, err := fe.Receive()
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch m := m.(type) {
+			case *pgproto3.ReadyForQuery:
+				return strings.Join(got, " ")
+			case *pgproto3.DataRow:
+				got = append(got, "row:"+string(m.Values[0]))
+			case *pgproto3.ErrorResponse:
+				got = append(got, "error:"+m.Code)
+			default:
+				got = append(got, strings.TrimPrefix(fmt.Sprintf("%T", m), "*pgproto3."))
+			}
+		}
+	}
+	bindExec := []pgproto3.FrontendMessage{&pgproto3.Bind{}, &pgproto3.Execute{}}
+	if got := sync(a, &pgproto3.Parse{Query: "SELECT 'a''s statement'"}, &pgproto3.Describe{ObjectType: 'S'}); got != "ParseComplete ParameterDescription RowDescription" {
+		t.Fatalf("a's Parse and Describe: %s", got)
+	}
+	if got := sync(b, bindExec...); got != "error:26000" {
+		t.Fatalf("b binds the unnamed statement it never prepared: %s, want error:26000", got)
+	}
+	if got := sync(b, &pgproto3.Parse{Query: "SELECT 'b''s statement'"}, &pgproto3.Describe{ObjectType: 'S'}); got != "ParseComplete ParameterDescription RowDescription" {
+		t.Fatalf("b's Parse and Describe: %s", got)
+	}
+	if got := sync(a, bindExec...); got != "BindComplete row:a's statement CommandComplete" {
+		t.Fatalf("a binds its unnamed statement after b prepared its own: %s", got)
+	}
+	if got := sync(a, &pgproto3.Describe{ObjectType: 'S'}); got != "ParameterDescription RowDescription" {
+		t.Fatalf("a describes its unnamed statement: %s", got)
+	}
+	if got := sync(b, bindExec...); got != "BindComplete row:b's statement CommandComplete" {
+		t.Fatalf("b binds its unnamed statement: %s", got)
+	}
+	// A simple Query drops the unnamed statement, as it does directly.
+	if _, err := b.Exec(ctx, "SELECT 1").ReadAll(); err != nil {
+		t.Fatal(err)
+	}
+	if got := sync(b, bindExec...); got != "error:26000" {
+		t.Fatalf("b binds the unnamed statement after a simple Query: %s, want error:26000", got)
+	}
+}
+
+// BEGIN with transaction modes (ISOLATION LEVEL, READ ONLY, DEFERRABLE) must be the transaction's first
+// statement to take a snapshot: the token statement in front of it must not take one.
+func TestPooledBeginWithModes(t *testing.T) {
+	f := newPooledFenced(t, 1, "")
+	fxExec(t, f.d, "INSERT INTO "+f.label+" (id, fence_token) VALUES (1, 1)")
+	for _, mode := range []string{"simple_protocol", "exec"} {
+		c := pooledConn(t, f, "&default_query_exec_mode="+mode+"&options=-c%20fence.token%3D5")
+		ctx := ctxT(t)
+		for _, iso := range []pgx.TxIsoLevel{pgx.Serializable, pgx.RepeatableRead, pgx.ReadCommitted} {
+			tx, err := c.BeginTx(ctx, pgx.TxOptions{IsoLevel: iso, DeferrableMode: pgx.NotDeferrable})
+			if err != nil {
+				t.Fatalf("%s: BEGIN ISOLATION LEVEL %s: %v", mode, iso, err)
+			}
+			var got string
+			if err := tx.QueryRow(ctx, "SELECT current_setting('transaction_isolation') || ' ' || current_setting('fence.token')").Scan(&got); err != nil {
+				t.Fatal(err)
+			}
+			if want := strings.ToLower(string(iso)) + " 5"; got != want {
+				t.Fatalf("%s: inside the transaction %q, want %q", mode, got, want)
+			}
+			if _, err := tx.Exec(ctx, "UPDATE "+f.label+" SET balance = balance + 1 WHERE id = 1"); err != nil {
+				t.Fatal(err)
+			}
+			if err := tx.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		f.wantToken(t, 1, 5)
+		// In one Query with the write, too.
+		fxExec(t, c, "START TRANSACTION READ WRITE, ISOLATION LEVEL SERIALIZABLE; UPDATE "+f.label+" SET balance = balance + 1 WHERE id = 1; COMMIT")
+		tx, err := c.BeginTx(ctx, pgx.TxOptions{AccessMode: pgx.ReadOnly})
+		if err != nil {
+			t.Fatalf("%s: BEGIN READ ONLY: %v", mode, err)
+		}
+		if err := tx.Rollback(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// A Parse of a statement name the client has prepared is refused 42P05, as PostgreSQL does, and the statement
+// stays as it was; a name whose Parse failed, or that the client closed, or that DISCARD ALL deallocated, can be
+// prepared again.
+func TestPooledParseOfNameInUse(t *testing.T) {
+	f := newPooledFenced(t, 1, "")
+	ctx := ctxT(t)
+	pc, err := pgconn.Connect(ctx, f.dsn())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close(context.Background())
+	run := func(name string) string {
+		t.Helper()
+		r := pc.ExecPrepared(ctx, name, nil, nil, nil).Read()
+		if r.Err != nil || len(r.Rows) != 1 {
+			t.Fatalf("execute %s: %v, %v", name, r.Rows, r.Err)
+		}
+		return string(r.Rows[0][0])
+	}
+	if _, err := pc.Prepare(ctx, "p", "SELECT 'first'", nil); err != nil {
+		t.Fatal(err)
+	}
+	_, err = pc.Prepare(ctx, "p", "SELECT 'second'", nil)
+	wantPgErr(t, err, "42P05", "prepared statement ") // the server names the statement by its server name
+	if got := run("p"); got != "first" {
+		t.Fatalf("after the refused Parse p runs %q", got)
+	}
+	_, err = pc.Prepare(ctx, "q", "SELECT FROM nowhere_at_all", nil)
+	wantPgErr(t, err, "42P01", `relation "nowhere_at_all" does not exist`)
+	if _, err := pc.Prepare(ctx, "q", "SELECT 'q'", nil); err != nil {
+		t.Fatalf("Parse of a name whose Parse failed: %v", err)
+	}
+	if err := pc.Deallocate(ctx, "p"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pc.Prepare(ctx, "p", "SELECT 'third'", nil); err != nil {
+		t.Fatalf("Parse of a closed name: %v", err)
+	}
+	if got := run("p"); got != "third" {
+		t.Fatalf("p runs %q after it was closed and prepared again", got)
+	}
+	if _, err := pc.Exec(ctx, "DISCARD ALL").ReadAll(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pc.Prepare(ctx, "q", "SELECT 'q again'", nil); err != nil {
+		t.Fatalf("Parse after DISCARD ALL: %v", err)
+	}
+	if got := run("q"); got != "q again" {
+		t.Fatalf("q runs %q after DISCARD ALL and a new Parse", got)
+	}
+}
+
+// A client's Parse of a text whose server statement the connection already holds, sent in a failed transaction
+// (the server refuses it, 25P02), leaves that shared statement in place: another client binding it there later
+// gets its answer, not 26000.
+func TestPooledParseInFailedTransactionKeepsSharedStatement(t *testing.T) {
+	f := newPooledFenced(t, 1, "")
+	ctx := ctxT(t)
+	a, err := pgconn.Connect(ctx, f.dsn())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close(context.Background())
+	b, err := pgconn.Connect(ctx, f.dsn())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close(context.Background())
+	const text = "SELECT 'shared'"
+	if _, err := b.Prepare(ctx, "b1", text, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Exec(ctx, "BEGIN; SELECT 1/0").ReadAll(); err == nil {
+		t.Fatal("want division by zero")
+	}
+	_, err = a.Prepare(ctx, "a1", text, nil) // in the failed transaction, on the connection that holds b1's statement
+	wantPgErr(t, err, "25P02", "current transaction is aborted")
+	if _, err := a.Exec(ctx, "ROLLBACK").ReadAll(); err != nil {
+		t.Fatal(err)
+	}
+	r := b.ExecPrepared(ctx, "b1", nil, nil, nil).Read()
+	if r.Err != nil || len(r.Rows) != 1 || string(r.Rows[0][0]) != "shared" {
+		t.Fatalf("b's statement after a's refused Parse of the same text: %v, %v", r.Rows, r.Err)
+	}
+	// A text the connection does not hold yet, whose Parse the server refuses in a failed transaction, is not
+	// taken for prepared there: b's Parse of it prepares it.
+	const fresh = "SELECT 'fresh'"
+	if _, err := a.Exec(ctx, "BEGIN; SELECT 1/0").ReadAll(); err == nil {
+		t.Fatal("want division by zero")
+	}
+	_, err = a.Prepare(ctx, "a2", fresh, nil)
+	wantPgErr(t, err, "25P02", "current transaction is aborted")
+	if _, err := a.Exec(ctx, "ROLLBACK").ReadAll(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Prepare(ctx, "b2", fresh, nil); err != nil {
+		t.Fatal(err)
+	}
+	r = b.ExecPrepared(ctx, "b2", nil, nil, nil).Read()
+	if r.Err != nil || len(r.Rows) != 1 || string(r.Rows[0][0]) != "fresh" {
+		t.Fatalf("b's statement after a's refused Parse of a new text: %v, %v", r.Rows, r.Err)
+	}
+}
+
+// A client that parses a text again after a schema change (as drivers do after "cached plan must not change
+// result type") gets a statement planned for the new schema, though the server connection held that text.
+func TestPooledParseAgainAfterSchemaChange(t *testing.T) {
+	f := newPooledFenced(t, 1, "")
+	ctx := ctxT(t)
+	fxExec(t, f.d, "CREATE TABLE pooled_reparse (a int)")
+	t.Cleanup(func() { f.d.Exec(context.Background(), "DROP TABLE IF EXISTS pooled_reparse") })
+	fxExec(t, f.d, "INSERT INTO pooled_reparse VALUES (1)")
+	pc, err := pgconn.Connect(ctx, f.dsn())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close(context.Background())
+	const text = "SELECT * FROM pooled_reparse"
+	if _, err := pc.Prepare(ctx, "r1", text, nil); err != nil {
+		t.Fatal(err)
+	}
+	fxExec(t, f.d, "ALTER TABLE pooled_reparse ADD COLUMN b int DEFAULT 2")
+	sd, err := pc.Prepare(ctx, "r2", text, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := pc.ExecPrepared(ctx, "r2", nil, nil, nil).Read()
+	if len(sd.Fields) != 2 || r.Err != nil || len(r.Rows) != 1 || len(r.Rows[0]) != 2 {
+		t.Fatalf("the text parsed again after ADD COLUMN: %d fields described, rows %v, %v", len(sd.Fields), r.Rows, r.Err)
 	}
 }

@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"fmt"
 	"sync"
@@ -23,7 +24,12 @@ import (
 //     order it received them, so a queue per kind says which answer is the proxy's; an error makes the server skip
 //     the rest of the batch, and the queued entries of that batch are dropped.
 //
-// The unnamed statement is the client's as before: it lives as long as its transaction.
+// The unnamed statement is the client's too, as on a connection of its own: pgx's describe_exec mode sends Parse
+// and Describe, then after Sync Bind and Execute, and the two may run on different server connections, or on
+// one where another client's unnamed statement came in between. The proxy keeps the client's last unnamed Parse
+// (pooledState.unnamed) and sends it again, its answer hidden, before a Bind or Describe of the unnamed statement
+// on a server connection that does not hold it; a client that has none gets it closed there first, so the server
+// says 26000 as it would (never another client's statement).
 
 // serverStmtPrefix starts the name of every server statement that carries a client's named statement.
 const serverStmtPrefix = "fenceproxy_s"
@@ -38,10 +44,12 @@ type clientStmt struct {
 }
 
 // answerHide says, for one Parse or Close sent to the server, whether its answer is the proxy's own, and the
-// unit (the Sync, Query or FunctionCall that ends its batch) it belongs to.
+// unit (the Sync, Query or FunctionCall that ends its batch) it belongs to; name is the client's statement name
+// of a client's Parse.
 type answerHide struct {
 	hide bool
 	unit uint64
+	name string
 }
 
 // pooledStmts is a client session's named statements and the queues of answers to hide.
@@ -53,12 +61,18 @@ type pooledStmts struct {
 	closes    []answerHide
 	unitsSent uint64 // Sync, Query and FunctionCall messages forwarded
 	unitsDone uint64 // ReadyForQuery messages relayed
+	// prepared are the client's statement names whose Parse the server answered with ParseComplete, not closed
+	// since: those PostgreSQL would refuse to Parse again (42P05). A Parse that failed prepared nothing.
+	prepared map[string]bool
 }
 
 // sent records a Parse or Close (kind '1' or '3' for its answer) sent to the server.
-func (q *pooledStmts) sent(answer byte, hide bool) {
+func (q *pooledStmts) sent(answer byte, hide bool) { q.sentNamed(answer, hide, "") }
+
+// sentNamed records a Parse or Close, with the client's statement name of a client's Parse.
+func (q *pooledStmts) sentNamed(answer byte, hide bool, name string) {
 	q.mu.Lock()
-	e := answerHide{hide: hide, unit: q.unitsSent}
+	e := answerHide{hide: hide, unit: q.unitsSent, name: name}
 	if answer == msgParseComplete {
 		q.parses = append(q.parses, e)
 	} else {
@@ -85,9 +99,33 @@ func (q *pooledStmts) answered(answer byte) bool {
 	if len(*queue) == 0 {
 		return false
 	}
-	hide := (*queue)[0].hide
+	e := (*queue)[0]
 	*queue = (*queue)[1:]
-	return hide
+	if e.name != "" {
+		if q.prepared == nil {
+			q.prepared = map[string]bool{}
+		}
+		q.prepared[e.name] = true
+	}
+	return e.hide
+}
+
+// isPrepared reports whether the client's statement name is prepared, as PostgreSQL would say.
+func (q *pooledStmts) isPrepared(name string) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.prepared[name]
+}
+
+// unprepare forgets prepared names: name, or all of them ("" after DISCARD ALL or DEALLOCATE ALL).
+func (q *pooledStmts) unprepare(name string) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if name == "" {
+		clear(q.prepared)
+		return
+	}
+	delete(q.prepared, name)
 }
 
 // failed drops the entries of the batch an ErrorResponse ended: the server skips its remaining messages.
@@ -143,6 +181,16 @@ func (ss *session) parseNamed(body []byte, p Planner) error {
 	if !ok {
 		return fmt.Errorf("fenced Parse: no statement name")
 	}
+	if pl.stmts.isPrepared(string(name)) {
+		// PostgreSQL refuses to Parse a name in use (42P05) and skips the rest of the batch: the server says so,
+		// to a Parse of the client's statement as it is (its server name and text, so that a server statement
+		// keeps its text whatever happens) where it is prepared (first, hidden, if it is not).
+		if ss.serverStmt(name) != "" {
+			writeMsg(sc.w, msgParse, pl.stmts.byName[string(name)].parse, "")
+			pl.stmts.sent(msgParseComplete, false)
+			return nil
+		}
+	}
 	server := serverStmtName(rest)
 	parse := append(append([]byte(server), 0), rest...)
 	if pl.stmts.byName == nil {
@@ -150,13 +198,16 @@ func (ss *session) parseNamed(body []byte, p Planner) error {
 	}
 	pl.stmts.byName[string(name)] = clientStmt{server: server, parse: parse}
 	if sc.stmts[server] {
-		// Already prepared here: prepare it again, so that the client's ParseComplete comes in its place.
+		// Already prepared here: prepare it again (a client parses again to get a plan for a changed schema), so
+		// that the client's ParseComplete comes in its place. If the Parse fails (25P02 in a failed transaction)
+		// the Close has dropped it: stmtParsed has the probe read the connection's statements again.
 		writeMsg(sc.w, msgClose, append(append([]byte{'S'}, server...), 0), "")
 		pl.stmts.sent(msgCloseComplete, true)
 	}
 	writeMsg(sc.w, msgParse, parse, "")
-	pl.stmts.sent(msgParseComplete, false)
+	pl.stmts.sentNamed(msgParseComplete, false, string(name))
 	sc.stmts[server] = true
+	pl.stmtParsed.Store(true)
 	return nil
 }
 
@@ -174,6 +225,7 @@ func (ss *session) serverStmt(name []byte) string {
 		writeMsg(sc.w, msgParse, cs.parse, "")
 		pl.stmts.sent(msgParseComplete, true)
 		sc.stmts[cs.server] = true
+		pl.stmtParsed.Store(true)
 	}
 	return cs.server
 }
@@ -212,6 +264,7 @@ func (ss *session) renamedOut(typ byte, body []byte) bool {
 		ss.state.unsynced.Store(true)
 		if typ == msgClose {
 			delete(pl.stmts.byName, string(name))
+			pl.stmts.unprepare(string(name))
 			writeMsg(w, msgClose, append([]byte("S"+closedStmtName), 0), "")
 			pl.stmts.sent(msgCloseComplete, false)
 			return true
@@ -222,6 +275,59 @@ func (ss *session) renamedOut(typ byte, body []byte) bool {
 		}
 		writeMsg(w, msgDescribe, append(append([]byte{'S'}, server...), 0), "")
 		return true
+	}
+	return false
+}
+
+// parseUnnamed forwards a client's Parse of the unnamed statement (pl.mu held), fenced by the core, and keeps
+// it for the client's later transactions.
+func (ss *session) parseUnnamed(body []byte, p Planner) error {
+	pl := ss.pooled
+	var fenced bytes.Buffer
+	if p != nil {
+		if err := ss.onClientMsg(msgParse, body, p, &fenced); err != nil {
+			return err
+		}
+	} else {
+		ss.state.unsynced.Store(true)
+		writeMsg(&fenced, msgParse, body, "")
+	}
+	msg := fenced.Bytes()
+	pl.unnamed = nil
+	if len(msg) > headerLen && msg[0] == msgParse && int(binary.BigEndian.Uint32(msg[1:]))+1 == len(msg) {
+		pl.unnamed = bytes.Clone(msg)
+	}
+	pl.unnamedHere = true
+	pl.sc.w.Write(msg)
+	pl.stmts.sent(msgParseComplete, false)
+	return nil
+}
+
+// placeUnnamed makes the lent server connection's unnamed statement the client's before a Bind or Describe of it
+// (pl.mu held): its Parse again, or, when the client has none, a Close of whatever another client left there.
+func (ss *session) placeUnnamed() {
+	pl := ss.pooled
+	if pl.unnamedHere {
+		return
+	}
+	pl.unnamedHere = true
+	if pl.unnamed != nil {
+		pl.sc.w.Write(pl.unnamed)
+		pl.stmts.sent(msgParseComplete, true)
+		return
+	}
+	writeMsg(pl.sc.w, msgClose, []byte{'S', 0}, "")
+	pl.stmts.sent(msgCloseComplete, true)
+}
+
+// namesUnnamedStmt reports whether a Bind, Describe or Close names the unnamed statement.
+func namesUnnamedStmt(typ byte, body []byte) bool {
+	switch typ {
+	case msgBind:
+		_, rest, ok := cutNul(body)
+		return ok && len(rest) > 0 && rest[0] == 0
+	case msgDescribe, msgClose:
+		return len(body) >= 2 && body[0] == 'S' && body[1] == 0
 	}
 	return false
 }

@@ -145,3 +145,40 @@ func CustomSettings(raw []byte, s Settings) (names []string, unfollowed bool) {
 	}
 	return names, unfollowed
 }
+
+// BeginsWithTransactionModes reports whether a Query text's first statement is BEGIN or START TRANSACTION with
+// transaction modes (ISOLATION LEVEL, READ ONLY or WRITE, [NOT] DEFERRABLE), which PostgreSQL refuses once a
+// statement of the transaction took a snapshot (25001): the transaction pooler's token statement in front of it
+// must then be one that takes none (proxy/pooled.go). Text the lexer cannot read gives false.
+func BeginsWithTransactionModes(raw []byte, s Settings) bool {
+	text, why := decode(raw, s)
+	if why != "" {
+		return false
+	}
+	l := newLexer(text, s.StandardConformingStrings)
+	var words []string // the first statement's leading unquoted words, lower case
+	tokens := 0
+	t := l.next()
+	for t.kind == tokSemicolon {
+		t = l.next()
+	}
+	for ; t.kind != tokEOF && t.kind != tokSemicolon; t = l.next() {
+		if t.kind == tokIdent && len(words) == tokens {
+			w, _ := l.identValue(t, nil)
+			words = append(words, string(w))
+		}
+		tokens++
+	}
+	if l.err != nil || len(words) == 0 {
+		return false
+	}
+	switch {
+	case words[0] == "begin" && len(words) > 1 && (words[1] == "work" || words[1] == "transaction"):
+		return tokens > 2
+	case words[0] == "begin":
+		return tokens > 1
+	case words[0] == "start" && len(words) > 1 && words[1] == "transaction":
+		return tokens > 2
+	}
+	return false
+}

@@ -63,3 +63,29 @@ func TestCustomSettings(t *testing.T) {
 		t.Error("a name that is not ASCII is followed")
 	}
 }
+
+func TestBeginsWithTransactionModes(t *testing.T) {
+	on := Settings{StandardConformingStrings: true, ClientEncoding: "UTF8", ServerEncoding: "UTF8"}
+	for text, want := range map[string]bool{
+		"begin isolation level serializable":                          true,
+		"BEGIN TRANSACTION ISOLATION LEVEL REPEATABLE READ; SELECT 1": true,
+		"begin work read only":                                        true,
+		"START TRANSACTION READ WRITE, NOT DEFERRABLE":                true,
+		";; begin deferrable":                                         true,
+		"/* x */ begin read only":                                     true,
+		"BEGIN":                                                       false,
+		"begin transaction":                                           false,
+		"BEGIN WORK; SELECT 1":                                        false,
+		"START TRANSACTION":                                           false,
+		"start transaction;":                                          false,
+		"SELECT 1; BEGIN ISOLATION LEVEL SERIALIZABLE":                false,
+		"SET TRANSACTION ISOLATION LEVEL SERIALIZABLE":                false,
+		`"begin" read only`:                                           false,
+		"":                                                            false,
+		"select 'begin read only'":                                    false,
+	} {
+		if got := BeginsWithTransactionModes([]byte(text), on); got != want {
+			t.Errorf("BeginsWithTransactionModes(%q) = %v, want %v", text, got, want)
+		}
+	}
+}
