@@ -158,22 +158,30 @@ func serverStmtName(textAndTypes []byte) string {
 	return serverStmtPrefix + hex.EncodeToString(h[:10])
 }
 
+// fencedParse is the client's Parse (body) as the core fences it (p nil: no fencing, as it is), a whole message.
+func (ss *session) fencedParse(body []byte, p Planner) ([]byte, error) {
+	var fenced bytes.Buffer
+	if p != nil {
+		if err := ss.onClientMsg(msgParse, body, p, &fenced); err != nil {
+			return nil, err
+		}
+	} else {
+		ss.state.unsynced.Store(true)
+		writeMsg(&fenced, msgParse, body, "")
+	}
+	return fenced.Bytes(), nil
+}
+
 // parseNamed forwards a client's Parse of a named statement (pl.mu held): fenced by the core into a scratch
 // buffer, renamed, and sent (re-prepared when the server connection already has that statement).
 func (ss *session) parseNamed(body []byte, p Planner) error {
 	pl := ss.pooled
 	sc := pl.sc
 	name, _, _ := cutNul(body)
-	var fenced bytes.Buffer
-	if p != nil {
-		if err := ss.onClientMsg(msgParse, body, p, &fenced); err != nil {
-			return err
-		}
-	} else {
-		ss.state.unsynced.Store(true)
-		writeMsg(&fenced, msgParse, body, "")
+	msg, err := ss.fencedParse(body, p)
+	if err != nil {
+		return err
 	}
-	msg := fenced.Bytes()
 	if len(msg) < headerLen || msg[0] != msgParse {
 		return fmt.Errorf("fenced Parse: unexpected message")
 	}
@@ -283,16 +291,10 @@ func (ss *session) renamedOut(typ byte, body []byte) bool {
 // it for the client's later transactions.
 func (ss *session) parseUnnamed(body []byte, p Planner) error {
 	pl := ss.pooled
-	var fenced bytes.Buffer
-	if p != nil {
-		if err := ss.onClientMsg(msgParse, body, p, &fenced); err != nil {
-			return err
-		}
-	} else {
-		ss.state.unsynced.Store(true)
-		writeMsg(&fenced, msgParse, body, "")
+	msg, err := ss.fencedParse(body, p)
+	if err != nil {
+		return err
 	}
-	msg := fenced.Bytes()
 	pl.unnamed = nil
 	if len(msg) > headerLen && msg[0] == msgParse && int(binary.BigEndian.Uint32(msg[1:]))+1 == len(msg) {
 		pl.unnamed = bytes.Clone(msg)
