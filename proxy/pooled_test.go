@@ -37,6 +37,17 @@ func pooledConn(t *testing.T, f *fenced, query string) *pgx.Conn {
 	return connect(t, f.dsn()+query)
 }
 
+// pooledPgConn is a pgconn connection through f's proxy with the given extra URL query, closed when the test ends.
+func pooledPgConn(t *testing.T, f *fenced, query string) *pgconn.PgConn {
+	t.Helper()
+	pc, err := pgconn.Connect(ctxT(t), f.dsn()+query)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pc.Close(context.Background()) })
+	return pc
+}
+
 func showToken(t *testing.T, c *pgx.Conn) string {
 	t.Helper()
 	var v string
@@ -487,11 +498,7 @@ func TestPooledNamedStatementMoves(t *testing.T) {
 	f := newPooledFenced(t, 2, "")
 	ctx := ctxT(t)
 	a := pooledConn(t, f, "&default_query_exec_mode=simple_protocol")
-	b, err := pgconn.Connect(ctx, f.dsn())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close(context.Background())
+	b := pooledPgConn(t, f, "")
 	fxExec(t, a, "BEGIN") // a holds one server connection
 	var pidA uint32
 	if err := a.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pidA); err != nil {
@@ -628,11 +635,7 @@ func TestPooledPipeline(t *testing.T) {
 	f := newPooledFenced(t, 1, "")
 	fxExec(t, f.d, "INSERT INTO "+f.label+" (id, fence_token) VALUES (1, 1)")
 	ctx := ctxT(t)
-	pc, err := pgconn.Connect(ctx, f.dsn()+"&options=-c%20fence.token%3D5")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pc.Close(context.Background())
+	pc := pooledPgConn(t, f, "&options=-c%20fence.token%3D5")
 	other := pooledConn(t, f, "&default_query_exec_mode=simple_protocol") // shares the one server connection
 	upd := "UPDATE " + f.label + " SET balance = balance + 1 WHERE id = 1 RETURNING fence_token"
 	p := pc.StartPipeline(ctx)
@@ -941,16 +944,8 @@ func TestPooledTokenOracle(t *testing.T) {
 func TestPooledUnnamedStatementIsTheClients(t *testing.T) {
 	f := newPooledFenced(t, 1, "")
 	ctx := ctxT(t)
-	a, err := pgconn.Connect(ctx, f.dsn())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close(context.Background())
-	b, err := pgconn.Connect(ctx, f.dsn())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close(context.Background())
+	a := pooledPgConn(t, f, "")
+	b := pooledPgConn(t, f, "")
 	// sync sends msgs and a Sync on c and returns the kinds of the answers and the values of the DataRows.
 	sync := func(c *pgconn.PgConn, msgs ...pgproto3.FrontendMessage) string {
 		t.Helper()
@@ -1054,11 +1049,7 @@ func TestPooledBeginWithModes(t *testing.T) {
 func TestPooledParseOfNameInUse(t *testing.T) {
 	f := newPooledFenced(t, 1, "")
 	ctx := ctxT(t)
-	pc, err := pgconn.Connect(ctx, f.dsn())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pc.Close(context.Background())
+	pc := pooledPgConn(t, f, "")
 	run := func(name string) string {
 		t.Helper()
 		r := pc.ExecPrepared(ctx, name, nil, nil, nil).Read()
@@ -1070,7 +1061,7 @@ func TestPooledParseOfNameInUse(t *testing.T) {
 	if _, err := pc.Prepare(ctx, "p", "SELECT 'first'", nil); err != nil {
 		t.Fatal(err)
 	}
-	_, err = pc.Prepare(ctx, "p", "SELECT 'second'", nil)
+	_, err := pc.Prepare(ctx, "p", "SELECT 'second'", nil)
 	wantPgErr(t, err, "42P05", "prepared statement ") // the server names the statement by its server name
 	if got := run("p"); got != "first" {
 		t.Fatalf("after the refused Parse p runs %q", got)
@@ -1106,16 +1097,8 @@ func TestPooledParseOfNameInUse(t *testing.T) {
 func TestPooledParseInFailedTransactionKeepsSharedStatement(t *testing.T) {
 	f := newPooledFenced(t, 1, "")
 	ctx := ctxT(t)
-	a, err := pgconn.Connect(ctx, f.dsn())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close(context.Background())
-	b, err := pgconn.Connect(ctx, f.dsn())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close(context.Background())
+	a := pooledPgConn(t, f, "")
+	b := pooledPgConn(t, f, "")
 	const text = "SELECT 'shared'"
 	if _, err := b.Prepare(ctx, "b1", text, nil); err != nil {
 		t.Fatal(err)
@@ -1123,7 +1106,7 @@ func TestPooledParseInFailedTransactionKeepsSharedStatement(t *testing.T) {
 	if _, err := a.Exec(ctx, "BEGIN; SELECT 1/0").ReadAll(); err == nil {
 		t.Fatal("want division by zero")
 	}
-	_, err = a.Prepare(ctx, "a1", text, nil) // in the failed transaction, on the connection that holds b1's statement
+	_, err := a.Prepare(ctx, "a1", text, nil) // in the failed transaction, on the connection that holds b1's statement
 	wantPgErr(t, err, "25P02", "current transaction is aborted")
 	if _, err := a.Exec(ctx, "ROLLBACK").ReadAll(); err != nil {
 		t.Fatal(err)
@@ -1160,11 +1143,7 @@ func TestPooledParseAgainAfterSchemaChange(t *testing.T) {
 	fxExec(t, f.d, "CREATE TABLE pooled_reparse (a int)")
 	t.Cleanup(func() { f.d.Exec(context.Background(), "DROP TABLE IF EXISTS pooled_reparse") })
 	fxExec(t, f.d, "INSERT INTO pooled_reparse VALUES (1)")
-	pc, err := pgconn.Connect(ctx, f.dsn())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pc.Close(context.Background())
+	pc := pooledPgConn(t, f, "")
 	const text = "SELECT * FROM pooled_reparse"
 	if _, err := pc.Prepare(ctx, "r1", text, nil); err != nil {
 		t.Fatal(err)
