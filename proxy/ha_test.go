@@ -62,6 +62,19 @@ func haCtx(t *testing.T) context.Context {
 	return ctx
 }
 
+// reachesPort reports, each time it is called, whether a new session through dsn lands on the server at port.
+func reachesPort(ctx context.Context, dsn string, port int) func() bool {
+	return func() bool {
+		c, err := pgx.Connect(ctx, dsn)
+		if err != nil {
+			return false
+		}
+		defer c.Close(ctx)
+		got, err := serverPort(ctx, c)
+		return err == nil && got == port
+	}
+}
+
 func (h *haPair) connect(t *testing.T) *pgx.Conn {
 	return connect(t, h.proxy.DSN(pgtest.SuperUser, "", pgtest.TestDB))
 }
@@ -303,15 +316,7 @@ func TestLossyFailoverKeepsTheLockFence(t *testing.T) {
 	if err := h.standby.Promote(); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, "the proxy to route to the new primary", func() bool {
-		c, err := pgx.Connect(ctx, h.proxy.DSN(pgtest.SuperUser, "", pgtest.TestDB))
-		if err != nil {
-			return false
-		}
-		defer c.Close(ctx)
-		port, err := serverPort(ctx, c)
-		return err == nil && port == h.standby.Port()
-	})
+	eventually(t, 30*time.Second, "the proxy to route to the new primary", reachesPort(ctx, h.proxy.DSN(pgtest.SuperUser, "", pgtest.TestDB), h.standby.Port()))
 
 	err = write("L", holderA.Token())
 	if sqlstate(err) != "55F01" || !strings.Contains(err.Error(), "lock L has accepted a newer token") {
@@ -554,15 +559,7 @@ func TestSwitchoverDropsKeptConnections(t *testing.T) {
 	if err := h.standby.Promote(); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, "a session through the proxy to reach the new primary", func() bool {
-		c, err := pgx.Connect(ctx, h.proxy.DSN(pgtest.SuperUser, "", pgtest.TestDB))
-		if err != nil {
-			return false
-		}
-		defer c.Close(ctx)
-		port, err := serverPort(ctx, c)
-		return err == nil && port == h.standby.Port()
-	})
+	eventually(t, 30*time.Second, "a session through the proxy to reach the new primary", reachesPort(ctx, h.proxy.DSN(pgtest.SuperUser, "", pgtest.TestDB), h.standby.Port()))
 	for i := 0; i < 3; i++ {
 		c := h.connect(t)
 		if port, err := serverPort(ctx, c); err != nil || port != h.standby.Port() {

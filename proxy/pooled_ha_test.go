@@ -5,8 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/fenceproxy/fenceproxy/internal/pgtest"
 )
 
@@ -55,15 +53,7 @@ func TestPooledSwitchover(t *testing.T) {
 	if err := h.standby.Promote(); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, "a pooled client connecting now to reach the new primary", func() bool {
-		c, err := pgx.Connect(ctx, dsn)
-		if err != nil {
-			return false
-		}
-		defer c.Close(ctx)
-		port, err := serverPort(ctx, c)
-		return err == nil && port == h.standby.Port()
-	})
+	eventually(t, 30*time.Second, "a pooled client connecting now to reach the new primary", reachesPort(ctx, dsn, h.standby.Port()))
 	if port, err := serverPort(ctx, between); err != nil || port != h.standby.Port() {
 		t.Errorf("the client between transactions reached port %d (%v) after the switchover, want the new primary's %d", port, err, h.standby.Port())
 	}
