@@ -141,10 +141,10 @@ func (t *tokenTexts) inline(tok, lock *string) string {
 }
 
 // setLocalSQL is a SET LOCAL of the setting name to v (its default for nil), and a semicolon. v is written as
-// setConstant writes it (clientEnc is the session's client encoding); a value no such constant can carry is
+// setConstant writes it under the session's settings (set); a value no such constant can carry is
 // replaced by the pool's placeholder, which any fenced write refuses (55F03): never a constant the server could
 // read otherwise than the proxy.
-func setLocalSQL(name string, v *string, clientEnc string, serverUTF8 bool) string {
+func setLocalSQL(name string, v *string, set rewrite.Settings) string {
 	parts := strings.Split(name, ".")
 	for i, p := range parts {
 		parts[i] = `"` + strings.ReplaceAll(p, `"`, `""`) + `"`
@@ -152,7 +152,7 @@ func setLocalSQL(name string, v *string, clientEnc string, serverUTF8 bool) stri
 	if v == nil {
 		return "SET LOCAL " + strings.Join(parts, ".") + " TO DEFAULT; "
 	}
-	c, ok := setConstant(*v, clientEnc, serverUTF8)
+	c, ok := setConstant(*v, set)
 	if !ok {
 		c = "'" + poolPlaceholder + "'"
 	}
@@ -530,9 +530,7 @@ func (ss *session) injectTokens(typ byte, body []byte) bool {
 			// placeholder's is the connection's next token statement's; this transaction has the client's
 			// values whatever the session's are.
 			cfg := ss.srv.cfg.Token
-			utf8Server := set.ServerEncoding == "UTF8"
-			ss.queryPrefix = setLocalSQL(cfg.Setting, pl.token, set.ClientEncoding, utf8Server) +
-				setLocalSQL(cfg.LockSetting, pl.lock, set.ClientEncoding, utf8Server)
+			ss.queryPrefix = setLocalSQL(cfg.Setting, pl.token, set) + setLocalSQL(cfg.LockSetting, pl.lock, set)
 			pl.hide.Add(2)
 			tokened = false
 		} else {

@@ -1,6 +1,10 @@
 package proxy
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/fenceproxy/fenceproxy/rewrite"
+)
 
 func TestSetConstant(t *testing.T) {
 	for _, c := range []struct {
@@ -20,7 +24,11 @@ func TestSetConstant(t *testing.T) {
 		{"\xff", "UTF8", true, "", false},
 		{"tab\there", "UTF8", false, "'tab\there'", true}, // a control character is ASCII: as it is
 	} {
-		got, ok := setConstant(c.v, c.enc, c.serverUTF8)
+		server := "LATIN1"
+		if c.serverUTF8 {
+			server = "UTF8"
+		}
+		got, ok := setConstant(c.v, rewrite.Settings{ClientEncoding: c.enc, ServerEncoding: server, StandardConformingStrings: true})
 		if got != c.want || ok != c.ok {
 			t.Errorf("setConstant(%q, %s, %v) = %q, %v; want %q, %v", c.v, c.enc, c.serverUTF8, got, ok, c.want, c.ok)
 		}
