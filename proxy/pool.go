@@ -24,11 +24,12 @@ import (
 // A serverConn is the backend's side of the split: the connection, its framing, its BackendKeyData and what the
 // proxy prepared on it; the client's logical state (token, lock, pin) stays with the client session.
 //
-// A pooled server connection always holds, at session level, poolPlaceholder as its token and lock settings:
-// never a token. Every transaction a client runs on it starts with the client's own values set
-// transaction-locally (tokenSQL), which checks that the placeholder is still there. So no client's token outlives
-// its transaction on a shared connection, and a fenced write that ever ran without the client's values would meet
-// a value no fence accepts (55F03) rather than another client's token.
+// A pooled server connection holds, at session level, poolPlaceholder as its token and lock settings: never a
+// token the proxy put there. Every transaction a client runs on it starts with the client's own values set
+// transaction-locally (pooled.go: the token statement), so no value in the session, not even one a function
+// left there, reaches another client's transaction; what runs without a token statement (a FunctionCall, a
+// VACUUM) runs only after a check that the placeholder is still there (checkFirst), and a fenced write there
+// meets a value no fence accepts (55F03) rather than another client's token.
 
 // poolPlaceholder is the session-level value of the token and lock settings on every pooled server connection.
 // It is not a valid token (ValidToken), so a write that meets it is refused.
@@ -71,8 +72,9 @@ type serverConn struct {
 	// pool's defaults. settingsFor is the client for which settingsStmtName was last prepared on it (pooledsettings.go).
 	settings    map[string]string
 	settingsFor *pooledState
-	// roleCheckedFor is the client for which the role check (pooledsettings.go: roleCheckSQL) last ran on it.
-	roleCheckedFor *pooledState
+	// checkedFor is the client for which the check of its session state (the role, and the token and lock
+	// placeholders: pooledsettings.go checkFirst) last ran on it, if no other client was lent it since.
+	checkedFor *pooledState
 }
 
 // txPools are the pools of a Server, by key.

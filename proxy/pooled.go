@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -29,13 +30,22 @@ import (
 //
 //   - Each transaction starts with the client's session values set transaction-locally (set_config(name, v,
 //     true); NULL, the server's default, for a value never set or RESET), in the same write as the client's
-//     first message: the token statement with the values as constants before the text of a Query
-//     (tokenTexts.inline: nothing prepared, so nothing another client could replace, and one parse on the
-//     server, less than re-preparing it for each new client), or as a Bind and Execute of it prepared (tokenStmtSQL,
-//     prepared afresh whenever the connection changes clients: prepareTokenStmt) before an extended-protocol
-//     batch. Its answers are not relayed (hide). SET, SET LOCAL, RESET, set_config
-//     with any arguments, SAVEPOINT and ROLLBACK TO, a rollback: the server applies them to the values inside
-//     the transaction exactly as on a connection of the client's own.
+//     first message, so that no value left in the connection's session reaches it: the token statement (hide).
+//     It comes in two forms (tokenPrefix). The plain one (plainSQLWith) only sets the values, and the login
+//     role for a client that is not pinned; it goes before a transaction the proxy knows whole (one Query, or
+//     one extended-protocol batch already read up to its Sync) whose statements cannot leave session state by
+//     their words (plainText: SELECT, INSERT, UPDATE, ...; no SET, set_config, BEGIN, ...). It costs the server
+//     about a tenth of a one-row SELECT; the checked one costs about as much as the SELECT. The checked one
+//     (tokenSQLWith, roleCheckSQL) first checks that the connection's session values are the placeholder and
+//     the role the login role, and fails (55F03, 0A000) before the client's statement runs when a function left
+//     others: it goes before every other transaction, whose end the proxy may read back (below), which is
+//     sound only if the start was as the proxy left it (startChecked). Both carry the values as constants
+//     before the text of a Query (nothing prepared, so nothing another client could replace); before an
+//     extended-protocol batch the plain one goes as the unnamed statement, the checked one as a Bind and
+//     Execute of it prepared (tokenStmtSQL, prepared afresh whenever the connection changes clients:
+//     prepareTokenStmt). SET, SET LOCAL, RESET, set_config with any arguments, SAVEPOINT and ROLLBACK TO, a
+//     rollback: the server applies them to the values inside the transaction exactly as on a connection of
+//     the client's own.
 //   - A session-level change survives the transaction as the server connection's session value. When the
 //     transaction may have made one (its text calls set_config, its commands were SET, RESET, DISCARD, ...), the
 //     proxy reads the values back at its end, with the other session state the pool cannot move (probeSQL), and
@@ -72,6 +82,10 @@ type pooledState struct {
 	replayFailure    *replayError      // the server's error for the settings unit being answered (serveLend's)
 
 	probe atomic.Bool // the transaction may leave session state: look at the connection at its end
+	// startChecked: the lent connection's session state was checked since it last served another client
+	// (checkFirst), so the token and lock the probe reads at the transaction's end are what the client left, not
+	// what a function of another client's left before (under mu).
+	startChecked bool
 	// stmtParsed: the transaction sent a Parse of a server statement, which serverConn.stmts counts as prepared
 	// before the server answered; an error in it (25P02 in a failed transaction) may have prepared nothing, so
 	// the probe reads the statements there again.
@@ -103,41 +117,84 @@ func tokenStmtSQL(tok, lock string) string {
 // tokenSQLWith sets the token and lock settings to the SQL expressions tokVal and lockVal, transaction-locally,
 // after checking that the connection's session values are the placeholder: anything else means a change the
 // proxy did not follow (a function that called set_config), and the statement fails with 55F03 naming the setting
-// before the client's statement runs. The refusal's text is in it once (the name computed), so that the statement
-// stays short: as a Query's prefix it shows in pg_stat_activity and the server's logs before the client's text.
+// before the client's statement runs (prefixChecked).
 func tokenSQLWith(tok, lock, tokVal, lockVal string) string {
+	return "SELECT pg_catalog.set_config(" + quoteLiteral(tok) + ", CASE WHEN " + placeholdersUnchanged(tok, lock) + " THEN " + tokVal +
+		" ELSE " + placeholderRefusal(tok, lock) + "::pg_catalog.text END, true), pg_catalog.set_config(" + quoteLiteral(lock) + ", " + lockVal + ", true)"
+}
+
+// plainSQLWith sets the token and lock settings to the SQL expressions tokVal and lockVal, transaction-locally,
+// without looking at the connection's session values: the token statement of a transaction whose statements
+// cannot change them at session level but through a function (prefixSet). A value a function left there
+// stays in the session, which no transaction sees: each sets its client's own.
+func plainSQLWith(tok, lock, tokVal, lockVal string) string {
+	return "SELECT pg_catalog.set_config(" + quoteLiteral(tok) + ", " + tokVal + ", true), pg_catalog.set_config(" + quoteLiteral(lock) + ", " + lockVal + ", true)"
+}
+
+// placeholdersUnchanged is true when the connection's session values of the token and lock settings are the
+// placeholder.
+func placeholdersUnchanged(tok, lock string) string {
+	unchanged := func(name string) string {
+		return "pg_catalog.current_setting(" + quoteLiteral(name) + ", true)" + sqlEq + quoteLiteral(poolPlaceholder)
+	}
+	return unchanged(tok) + " AND " + unchanged(lock)
+}
+
+// placeholderRefusal fails with 55F03 naming the setting that is not the placeholder (an int8 expression that
+// never yields). The refusal's text is in it once (the name computed), so that the statement stays short: as a
+// Query's prefix it shows in pg_stat_activity and the server's logs before the client's text. The cast of the
+// marker fails whenever it runs; the setting's value after it keeps the planner from folding it.
+func placeholderRefusal(tok, lock string) string {
 	cur := func(name string) string { return "pg_catalog.current_setting(" + quoteLiteral(name) + ", true)" }
-	unchanged := func(name string) string { return cur(name) + sqlEq + quoteLiteral(poolPlaceholder) }
-	// The cast of the marker fails whenever it runs; the setting's value after it keeps the planner from folding it.
-	refusal := "pg_catalog.concat(" + quoteLiteral(rewrite.NamedRefusalMarker(sqlstateInvalid, rewrite.RefusalPooledSetting, "")) +
-		", ':', CASE WHEN " + unchanged(tok) + " THEN " + quoteLiteral(lock) + " ELSE " + quoteLiteral(tok) + " END, '|', " + cur(tok) + ")::pg_catalog.int8::pg_catalog.text"
-	return "SELECT pg_catalog.set_config(" + quoteLiteral(tok) + ", CASE WHEN " + unchanged(tok) + " AND " + unchanged(lock) + " THEN " + tokVal +
-		" ELSE " + refusal + " END, true), pg_catalog.set_config(" + quoteLiteral(lock) + ", " + lockVal + ", true)"
+	return "pg_catalog.concat(" + quoteLiteral(rewrite.NamedRefusalMarker(sqlstateInvalid, rewrite.RefusalPooledSetting, "")) +
+		", ':', CASE WHEN " + cur(tok) + sqlEq + quoteLiteral(poolPlaceholder) + " THEN " + quoteLiteral(lock) + " ELSE " + quoteLiteral(tok) + " END, '|', " + cur(tok) + ")::pg_catalog.int8"
+}
+
+// placeholderCheckSQL is a column that fails with placeholderRefusal unless the token and lock settings are the
+// placeholder (checkFirst).
+func placeholderCheckSQL(tok, lock string) string {
+	return "CASE WHEN " + placeholdersUnchanged(tok, lock) + " THEN NULL ELSE " + placeholderRefusal(tok, lock) + " END"
 }
 
 // tokenTexts are the token statement's texts for one pool and kind of client (txPool.tokenTexts): the pieces of
-// the inline form around the two values, and the Parse body of the prepared one. extra is what follows the two
-// set_config columns (the role check, or nothing).
+// the inline forms around the two values, checked (tokenSQLWith, with the role check for a client that is not
+// pinned) and plain (plainSQLWith, setting the login role for a client that is not pinned), and the Parse body of
+// the prepared checked one.
 type tokenTexts struct {
 	inlineHead, inlineMid, inlineTail string // inlineHead + token + inlineMid + lock + inlineTail, as SQL expressions
+	plainHead, plainMid, plainTail    string // the same for the plain form
 	parseBody                         []byte
 }
 
 // tokenStmtClose is the body of the Close that drops the token statement before it is prepared again.
 var tokenStmtClose = []byte("S" + tokenStmtName + "\x00")
 
-func newTokenTexts(tok, lock, extra string) tokenTexts {
+// newTokenTexts builds the texts; extra follows the checked form's two set_config columns (the role check, or
+// nothing) and plainExtra the plain form's (the role set, or nothing).
+func newTokenTexts(tok, lock, extra, plainExtra string) tokenTexts {
 	// The two values' places are found by markers no setting name can hold (names are lower-case a.b).
-	sql := tokenSQLWith(tok, lock, "\x00TOK\x00", "\x00LOCK\x00") + extra + "; "
-	head, rest, _ := strings.Cut(sql, "\x00TOK\x00")
-	mid, tail, _ := strings.Cut(rest, "\x00LOCK\x00")
+	cut := func(sql string) (head, mid, tail string) {
+		head, rest, _ := strings.Cut(sql, "\x00TOK\x00")
+		mid, tail, _ = strings.Cut(rest, "\x00LOCK\x00")
+		return head, mid, tail
+	}
+	var t tokenTexts
+	t.inlineHead, t.inlineMid, t.inlineTail = cut(tokenSQLWith(tok, lock, "\x00TOK\x00", "\x00LOCK\x00") + extra + "; ")
+	t.plainHead, t.plainMid, t.plainTail = cut(plainSQLWith(tok, lock, "\x00TOK\x00", "\x00LOCK\x00") + plainExtra + "; ")
 	parse := append(append([]byte(tokenStmtName), 0), tokenStmtSQL(tok, lock)+extra...)
-	return tokenTexts{inlineHead: head, inlineMid: mid, inlineTail: tail, parseBody: append(parse, 0, 0, 0)}
+	t.parseBody = append(parse, 0, 0, 0)
+	return t
 }
 
-// inline is the token statement with the client's values as constants, followed by "; ": the prefix of a Query.
+// inline is the checked token statement with the client's values as constants, followed by "; ": the prefix of
+// a Query.
 func (t *tokenTexts) inline(tok, lock *string) string {
 	return t.inlineHead + sqlValue(tok) + t.inlineMid + sqlValue(lock) + t.inlineTail
+}
+
+// plainInline is the plain token statement with the client's values as constants, followed by "; ".
+func (t *tokenTexts) plainInline(tok, lock *string) string {
+	return t.plainHead + sqlValue(tok) + t.plainMid + sqlValue(lock) + t.plainTail
 }
 
 // setLocalSQL is a SET LOCAL of the setting name to v (its default for nil), and a semicolon. v is written as
@@ -400,8 +457,8 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 			}
 		}
 		if sendTokenStmt && byte(st.txStatus.Load()) == txIdle {
-			ss.replaySettings()                                                              // pooledsettings.go
-			if err := ss.checkRoleFirst(typ, body, ss.injectTokens(typ, body)); err != nil { // pooledsettings.go
+			ss.replaySettings()                                                          // pooledsettings.go
+			if err := ss.checkFirst(typ, body, ss.injectTokens(typ, body)); err != nil { // pooledsettings.go
 				return err
 			}
 		}
@@ -506,36 +563,59 @@ func (ss *session) lend() error {
 	return nil
 }
 
+// tokenPrefix is what injectTokens put in front of a transaction.
+type tokenPrefix int
+
+const (
+	// prefixNone: nothing (a FunctionCall, a text that must run outside a transaction block): the message runs
+	// with the connection's session values, which checkFirst checks before it goes.
+	prefixNone tokenPrefix = iota
+	// prefixChecked: the token statement that checks the connection's session values (the placeholder, the role)
+	// before it sets the client's (tokenSQLWith, roleCheckSQL).
+	prefixChecked
+	// prefixSet: the token statement that sets the client's values, and the login role for a client that is not
+	// pinned, without looking at the session's (plainSQLWith): for a transaction whose every statement is known
+	// to the proxy and plain (plainText, plainBatch).
+	prefixSet
+	// prefixSetLocal: SET LOCAL of the client's values (a BEGIN with transaction modes), which takes no snapshot;
+	// checkFirst checks the connection first.
+	prefixSetLocal
+)
+
 // injectTokens writes what gives the transaction the client's token and lock, before the message of type typ
 // that starts it (pl.mu held): a prefix of a Query's text, or a Bind and Execute of the token statement before
 // an extended-protocol message. A text that must run outside a transaction block gets nothing
-// (rewrite.OwnTransaction); nor does a FunctionCall. It reports whether the token statement goes in front.
-func (ss *session) injectTokens(typ byte, body []byte) bool {
+// (rewrite.OwnTransaction); nor does a FunctionCall. It reports what went in front.
+func (ss *session) injectTokens(typ byte, body []byte) tokenPrefix {
 	pl := ss.pooled
 	sc := pl.sc
 	set := ss.readingSettings()
 	switch typ {
 	case msgFunctionCall:
-		return false
+		return prefixNone
 	case msgQuery:
 		text, ok := planText(msgQuery, body)
 		if !ok || rewrite.OwnTransaction(text, set) {
-			return false
+			return prefixNone
 		}
-		tokened := true
-		if rewrite.BeginsWithTransactionModes(text, set) {
+		var prefix tokenPrefix
+		if ss.plainText(text) {
+			// Nothing in the text can leave session state or open a block: the values are set, not checked.
+			ss.queryPrefix = sc.pool.tokenTexts(pl.pin != "").plainInline(pl.token, pl.lock)
+			pl.hide.Add(1)
+			prefix = prefixSet
+		} else if rewrite.BeginsWithTransactionModes(text, set) {
 			// BEGIN ISOLATION LEVEL ... fails (25001) after a statement that took a snapshot, as the token
-			// statement does: two SET LOCAL take none. They skip the checks of the token statement: the role's
-			// goes first as a unit of its own (checkRoleFirst: this reports no token statement), the
-			// placeholder's is the connection's next token statement's; this transaction has the client's
-			// values whatever the session's are.
+			// statement does: two SET LOCAL take none. The checks of the token statement go first as a unit of
+			// their own (checkFirst).
 			cfg := ss.srv.cfg.Token
 			ss.queryPrefix = setLocalSQL(cfg.Setting, pl.token, set) + setLocalSQL(cfg.LockSetting, pl.lock, set)
 			pl.hide.Add(2)
-			tokened = false
+			prefix = prefixSetLocal
 		} else {
 			ss.queryPrefix = sc.pool.tokenTexts(pl.pin != "").inline(pl.token, pl.lock)
 			pl.hide.Add(1)
+			prefix = prefixChecked
 		}
 		switch {
 		case set.ClientEncoding == "UTF8":
@@ -543,11 +623,23 @@ func (ss *session) injectTokens(typ byte, body []byte) bool {
 		case isASCII(ss.queryPrefix):
 			pl.prefixChars.Store(int64(len(ss.queryPrefix)))
 		}
-		return tokened
+		return prefix
 	case msgParse:
 		if text, ok := planText(msgParse, body); ok && rewrite.OwnTransaction(text, set) {
-			return false
+			return prefixNone
 		}
+	}
+	if ss.plainBatch(typ, body) {
+		// Parse, Bind and Execute of the unchecked token statement with the values as constants: the unnamed
+		// statement, prepared here in the same write (nothing another client could have replaced).
+		text := sc.pool.tokenTexts(pl.pin != "").plainInline(pl.token, pl.lock)
+		text = strings.TrimSuffix(text, "; ")
+		writeMsg(sc.w, msgParse, append(append([]byte{0}, text...), 0, 0, 0), "")
+		writeMsg(sc.w, msgBind, []byte{0, 0, 0, 0, 0, 0, 0, 0}, "")
+		writeMsg(sc.w, msgExecute, []byte{0, 0, 0, 0, 0}, "")
+		pl.unnamedHere = false
+		pl.hide.Add(1)
+		return prefixSet
 	}
 	ss.prepareTokenStmt()
 	// Bind: unnamed portal, the token statement, no parameter formats (text), two parameters, no result formats.
@@ -565,7 +657,7 @@ func (ss *session) injectTokens(typ byte, body []byte) bool {
 	writeMsg(sc.w, msgBind, b, "")
 	writeMsg(sc.w, msgExecute, []byte{0, 0, 0, 0, 0}, "")
 	pl.hide.Add(1)
-	return true
+	return prefixChecked
 }
 
 // prepareTokenStmt prepares the token statement again, unless the client whose transaction starts is the one
@@ -583,6 +675,88 @@ func (ss *session) prepareTokenStmt() {
 	writeMsg(sc.w, msgClose, tokenStmtClose, "")
 	writeMsg(sc.w, msgParse, sc.pool.tokenTexts(pl.pin != "").parseBody, "") // pooledsettings.go
 	sc.tokenFor = pl
+}
+
+// plainText reports whether a client's text, the whole of what its transaction runs, may have the plain token
+// statement (prefixSet): every statement plain by its words (rewrite.PlainStatements) and none of the words
+// for which the end of the transaction looks at the connection (mayLeaveSessionState). The proxy never reads
+// such a transaction's session state back, so it needs no check of what the connection held before.
+func (ss *session) plainText(text []byte) bool {
+	return rewrite.PlainStatements(text, ss.readingSettings()) && !mayLeaveSessionState(text)
+}
+
+// plainBatch reports whether the extended-protocol batch that the client's message typ (body read) starts is
+// plain as a whole: up to its Sync, all of it already in the client reader's buffer (so it is known before the
+// token statement goes), it holds only Parse, Bind, Describe, Execute, Close and Flush, and every text it
+// parses or binds is plainText. A batch that goes on past what was read, or names a statement the proxy does
+// not know, is not (the checked token statement goes).
+func (ss *session) plainBatch(typ byte, body []byte) bool {
+	pl := ss.pooled
+	var unnamed []byte // the unnamed statement's text as the batch leaves it; nil: as the client left it
+	var parsed []string
+	plain := func(typ byte, body []byte) bool {
+		switch typ {
+		case msgParse:
+			name, _, _ := cutNul(body)
+			text, ok := planText(msgParse, body)
+			if !ok || !ss.plainText(text) {
+				return false
+			}
+			if len(name) == 0 {
+				unnamed = text
+			} else {
+				parsed = append(parsed, string(name))
+			}
+			return true
+		case msgBind:
+			_, rest, ok := cutNul(body)
+			if !ok {
+				return false
+			}
+			name, _, ok := cutNul(rest)
+			if !ok {
+				return false
+			}
+			var text []byte
+			switch {
+			case len(name) == 0 && unnamed != nil:
+				return true
+			case len(name) == 0:
+				if text, ok = planText(msgParse, pl.unnamed); !ok {
+					return false
+				}
+			case slices.Contains(parsed, string(name)):
+				return true
+			default:
+				cs, known := pl.stmts.byName[string(name)]
+				if text, ok = planText(msgParse, cs.parse); !known || !ok {
+					return false
+				}
+			}
+			return ss.plainText(text)
+		case msgDescribe, msgExecute, msgClose, msgFlush:
+			return true
+		}
+		return false
+	}
+	if !plain(typ, body) {
+		return false
+	}
+	buf, _ := ss.cr.r.Peek(ss.cr.r.Buffered())
+	for len(buf) >= headerLen {
+		t, n := buf[0], int(binary.BigEndian.Uint32(buf[1:headerLen]))
+		if n < 4 || len(buf) < 1+n {
+			return false
+		}
+		if t == msgSync {
+			return true
+		}
+		if !plain(t, buf[headerLen:1+n]) {
+			return false
+		}
+		buf = buf[1+n:]
+	}
+	return false
 }
 
 // shiftPosition moves the position field of an ErrorResponse back by n characters: the client's text started n
@@ -930,8 +1104,16 @@ func (ss *session) probeSession(sc *serverConn) error {
 			if len(row) != 5 {
 				return fmt.Errorf("probe: %d values", len(row))
 			}
-			pl.token = followed(row[0], pl.token, pl.resetToken, sc.pool.resetToken)
-			pl.lock = followed(row[1], pl.lock, pl.resetLock, sc.pool.resetLock)
+			if pl.startChecked {
+				pl.token = followed(row[0], pl.token, pl.resetToken, sc.pool.resetToken)
+				pl.lock = followed(row[1], pl.lock, pl.resetLock, sc.pool.resetLock)
+			} else if string(row[0]) != poolPlaceholder || string(row[1]) != poolPlaceholder {
+				// Not checked at the start, and not the placeholder: a function may have left it, the client's or
+				// one of a client before. The client's plain texts set neither, so its values stay; the connection
+				// does not serve another transaction.
+				pl.tainted = true
+				ss.log.Warn("pooled server connection holds a token or lock no client's text set; closing it", "pool", sc.pool.name)
+			}
 			ss.settingsRead(sc, settings) // pooledsettings.go
 			if string(row[3]) != "t" {
 				sc.tokenFor = nil // dropped (DISCARD ALL, DEALLOCATE): prepared again at the next transaction

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -310,20 +311,127 @@ func TestPooledStaleHolderOnSharedBackend(t *testing.T) {
 	}
 }
 
-// A token changed behind the proxy's back (a function calling set_config at session level) is never given to a
-// transaction: the connection's next transaction is refused 55F03 before its statement runs.
-func TestPooledUnfollowedTokenChangeRefused(t *testing.T) {
+// A token changed behind the proxy's back (a function calling set_config at session level) is never given to
+// another transaction: each sets its client's own values (a plain one, without looking), and one that may read
+// or leave session state checks the connection first: it is refused 55F03 before its statement runs, and the
+// connection is closed.
+func TestPooledUnfollowedTokenChange(t *testing.T) {
 	f := newPooledFenced(t, 1, "")
 	fxExec(t, f.d, "CREATE FUNCTION pooled_sneak() RETURNS int LANGUAGE sql AS $$ SELECT pg_catalog.set_config('fence.token', '77', false)::int $$")
 	t.Cleanup(func() { f.d.Exec(t.Context(), "DROP FUNCTION IF EXISTS pooled_sneak()") })
+	for _, mode := range []string{"simple_protocol", "exec"} {
+		q := "&default_query_exec_mode=" + mode
+		a := pooledConn(t, f, q)
+		var n int
+		if err := a.QueryRow(ctxT(t), "SELECT pooled_sneak()").Scan(&n); err != nil || n != 77 { // plain: no probe
+			t.Fatalf("%s: %d, %v", mode, n, err)
+		}
+		b := pooledConn(t, f, q)
+		if got := showToken(t, b); got != "" { // plain: the client's own (none), set without a look
+			t.Fatalf("%s: a plain transaction of another client sees token %q", mode, got)
+		}
+		_, err := b.Exec(ctxT(t), "SET application_name = 'b'")
+		wantPgErr(t, err, "55F03", "invalid fencing token: fence.token was changed on this pooled server connection")
+		// That server connection is closed, not given to the next transaction: the client goes on on a new one.
+		fxExec(t, b, "SET application_name = 'b'")
+		if got := showToken(t, b); got != "" {
+			t.Fatalf("%s: the next transaction sees token %q", mode, got)
+		}
+		// A text that runs with the session's values (outside a transaction block, no token statement) is
+		// checked first: the session ends before it reaches the server.
+		fxExec(t, a, "SELECT pooled_sneak()")
+		c := pooledConn(t, f, q)
+		_, err = c.Exec(ctxT(t), "VACUUM "+f.label)
+		if pe := wantPgErr(t, err, "55F03", "invalid fencing token: fence.token was changed on this pooled server connection"); pe.Severity != "FATAL" {
+			t.Fatalf("%s: severity %s", mode, pe.Severity)
+		}
+		a.Close(ctxT(t))
+		b.Close(ctxT(t))
+	}
+}
+
+// The token statement before a plain text (statements that by their words cannot leave session state) sets the
+// client's values without the check; any other text gets the check. The server shows which in pg_stat_activity.
+func TestPooledPlainTokenStatement(t *testing.T) {
+	f := newPooledFenced(t, 2, "")
+	c := pooledConn(t, f, "&default_query_exec_mode=simple_protocol&options=-c%20fence.token%3D5")
+	for text, checked := range map[string]bool{
+		"SELECT pg_sleep(0.4)":                                false,
+		"SELECT pg_sleep(0.4); SET application_name = 'x'":    true,
+		"SELECT pg_sleep(0.4), set_config('a.b', 'c', false)": true,
+	} {
+		done := make(chan error, 1)
+		go func() { _, err := c.Exec(context.Background(), text); done <- err }()
+		var query string
+		deadline := time.Now().Add(10 * time.Second)
+		for query == "" && time.Now().Before(deadline) {
+			err := f.d.QueryRow(ctxT(t), "SELECT query FROM pg_stat_activity WHERE state = 'active' AND query LIKE '%'||$1", text).Scan(&query)
+			if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+				t.Fatal(err)
+			}
+		}
+		if err := <-done; err != nil {
+			t.Fatalf("%q: %v", text, err)
+		}
+		if !strings.HasPrefix(query, "SELECT pg_catalog.set_config('fence.token', ") || !strings.Contains(query, "'5'") {
+			t.Fatalf("%q ran as %q: no token statement with the client's token first", text, query)
+		}
+		if got := strings.Contains(query, "CASE WHEN"); got != checked {
+			t.Errorf("%q ran as %q: checked %v, want %v", text, query, got, checked)
+		}
+	}
+}
+
+// A plain transaction (no check at its start) whose end is looked at all the same (a Parse of a named statement
+// in a batch that failed: the probe reads which statements the connection holds) does not take for the client's
+// the token a function of another client's left on the connection: the client keeps its own, and the connection
+// is closed.
+func TestPooledProbeAfterPlainTransactionKeepsToken(t *testing.T) {
+	f := newPooledFenced(t, 1, "")
+	fxExec(t, f.d, "CREATE FUNCTION pooled_sneak2() RETURNS int LANGUAGE sql AS $$ SELECT pg_catalog.set_config('fence.token', '77', false)::int $$")
+	t.Cleanup(func() { f.d.Exec(t.Context(), "DROP FUNCTION IF EXISTS pooled_sneak2()") })
 	a := pooledConn(t, f, "&default_query_exec_mode=simple_protocol")
-	fxExec(t, a, "SELECT pooled_sneak()") // no word the proxy looks for: no probe
-	b := pooledConn(t, f, "&default_query_exec_mode=simple_protocol")
-	_, err := b.Exec(ctxT(t), "SHOW fence.token")
-	wantPgErr(t, err, "55F03", "invalid fencing token: fence.token was changed on this pooled server connection")
-	// That server connection is closed, not given to the next transaction: the client goes on on a new one.
-	if got := showToken(t, b); got != "" {
-		t.Fatalf("the next transaction sees token %q", got)
+	fxExec(t, a, "SELECT pooled_sneak2()")
+	b := pooledPgConn(t, f, "&options=-c%20fence.token%3D5")
+	p := b.StartPipeline(ctxT(t))
+	p.SendPrepare("pooled_div", "SELECT 1 / $1::int", nil)
+	p.SendQueryPrepared("pooled_div", [][]byte{[]byte("0")}, nil, nil)
+	p.SendPipelineSync()
+	if err := p.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	var codes []string
+	for done := false; !done; {
+		r, err := p.GetResults()
+		var pe *pgconn.PgError
+		switch {
+		case errors.As(err, &pe):
+			codes = append(codes, pe.Code)
+		case err != nil:
+			t.Fatal(err)
+		}
+		switch r := r.(type) {
+		case *pgconn.ResultReader:
+			r.Close()
+		case *pgconn.PipelineSync:
+			done = true
+		}
+	}
+	if err := p.Close(); err != nil {
+		var pe *pgconn.PgError
+		if !errors.As(err, &pe) {
+			t.Fatal(err)
+		}
+	}
+	if !slices.Contains(codes, "22012") {
+		t.Fatalf("the batch gave %v, want its 22012", codes)
+	}
+	got, err := b.Exec(ctxT(t), "SHOW fence.token").ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || len(got[0].Rows) != 1 || string(got[0].Rows[0][0]) != "5" {
+		t.Fatalf("after the probe the client's token is %q, want its own 5", got[0].Rows)
 	}
 }
 

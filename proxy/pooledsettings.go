@@ -280,20 +280,20 @@ func (ss *session) replayAnswer(sc *serverConn, typ byte) error {
 		writeMsg(ss.cw, typ, body, "")
 	case msgReadyForQuery:
 		if f := pl.replayFailure; f != nil {
-			// Not counted as answered: checkRoleFirst must not take it for a success before the lend's end
+			// Not counted as answered: checkFirst must not take it for a success before the lend's end
 			// (lendFailed) has been recorded.
 			pl.replayFailure = nil
 			return f
 		}
 		pl.replaying.Add(-1)
 		pl.mu.Lock()
-		pl.settled.Broadcast() // checkRoleFirst may wait for it
+		pl.settled.Broadcast() // checkFirst may wait for it
 		pl.mu.Unlock()
 	}
 	return nil
 }
 
-// replayError: a server connection refused a client's settings, or the role check of checkRoleFirst failed.
+// replayError: a server connection refused a client's settings, or a check of checkFirst failed.
 type replayError struct{ code, msg string }
 
 func (e *replayError) Error() string { return e.msg }
@@ -307,17 +307,31 @@ func replayFailed(body []byte) *replayError {
 		msg: "fenceproxy could not give the client's session settings to a pooled server connection: " + errorField(body, fieldMessage)}
 }
 
-// checkRoleFirst makes sure the role check has run on the lent connection since it last served another client
-// (pl.mu held): in the token statement when it goes in front (tokened), else as a unit of its own after the
-// settings, if any, for a FunctionCall or a text that must run outside a transaction block. Then the client's
-// message goes only once they are answered: a failure ends the session (replayAnswer) before the message
-// reaches the server. A text of no statement runs nothing and waits for nothing. A pinned client's connection
-// is its own, role included.
-func (ss *session) checkRoleFirst(typ byte, body []byte, tokened bool) error {
+// checkFirst makes sure the lent connection's session state was checked since it last served another client
+// (pl.mu held), when what injectTokens put in front (prefix) does not make the client's transaction its own:
+//   - prefixChecked checked it (the token statement);
+//   - prefixSet needs no check: it sets the client's token, lock and (not pinned) role for the transaction,
+//     whatever the session's are;
+//   - prefixSetLocal (SET LOCAL of the values) and prefixNone (a FunctionCall, a text that must run
+//     outside a transaction block, which run with the session's values) get the role check and the check that
+//     the token and lock are the placeholder, as a unit of its own first.
+//
+// After a unit of its own the client's message goes only once it is answered: a failure ends the session
+// (replayAnswer) before the message reaches the server. The settings replay, if any, is waited for the same way.
+// A text of no statement runs nothing and waits for nothing. A pinned client's connection is its own, role
+// included.
+func (ss *session) checkFirst(typ byte, body []byte, prefix tokenPrefix) error {
 	pl := ss.pooled
 	sc := pl.sc
-	if tokened {
-		sc.roleCheckedFor = pl
+	defer func() { pl.startChecked = pl.pin != "" || sc.checkedFor == pl }()
+	switch prefix {
+	case prefixChecked:
+		sc.checkedFor = pl
+		return nil
+	case prefixSet:
+		if sc.checkedFor != pl {
+			sc.checkedFor = nil // it served this client unchecked: another's check says nothing now
+		}
 		return nil
 	}
 	if typ == msgQuery || typ == msgParse {
@@ -327,10 +341,11 @@ func (ss *session) checkRoleFirst(typ byte, body []byte, tokened bool) error {
 			}
 		}
 	}
-	if pl.pin == "" && sc.roleCheckedFor != pl {
+	if pl.pin == "" && sc.checkedFor != pl {
+		cfg := ss.srv.cfg.Token
 		pl.replaying.Add(1)
-		writeMsg(sc.w, msgQuery, nil, "SELECT "+roleCheckSQL(sc.pool.params["user"]))
-		sc.roleCheckedFor = pl
+		writeMsg(sc.w, msgQuery, nil, "SELECT "+roleCheckSQL(sc.pool.params["user"])+", "+placeholderCheckSQL(cfg.Setting, cfg.LockSetting))
+		sc.checkedFor = pl
 	}
 	if pl.replaying.Load() == 0 {
 		return nil
@@ -371,7 +386,7 @@ func (ss *session) pooledParamStatus(sc *serverConn, body []byte) bool {
 }
 
 // settingsFailure is the FATAL that ends a session whose settings a server connection refused, or whose
-// connection's role check failed (checkRoleFirst).
+// connection's check failed (checkFirst).
 func settingsFailure(err *replayError) []byte {
 	hint := "A setting the session holds may have become invalid (a dropped object it names); connect again."
 	if err.code != sqlstateConnectionFailure {
@@ -416,11 +431,13 @@ func (p *txPool) tokenTexts(pinned bool) *tokenTexts {
 	c := &p.tokenStmts
 	c.once[i].Do(func() {
 		cfg := p.srv.cfg.Token
-		extra := ""
+		extra, plainExtra := "", ""
 		if !pinned {
+			// The role a client that is not pinned runs as is the login role (SET ROLE pins): checked, or set.
 			extra = ", " + roleCheckSQL(p.params["user"])
+			plainExtra = ", pg_catalog.set_config('role', 'none', true)"
 		}
-		c.texts[i] = newTokenTexts(cfg.Setting, cfg.LockSetting, extra)
+		c.texts[i] = newTokenTexts(cfg.Setting, cfg.LockSetting, extra, plainExtra)
 	})
 	return &c.texts[i]
 }

@@ -182,3 +182,40 @@ func BeginsWithTransactionModes(raw []byte, s Settings) bool {
 	}
 	return false
 }
+
+// PlainStatements reports whether a text is one or more statements that each begin with SELECT, INSERT,
+// UPDATE, DELETE, MERGE, WITH, VALUES, TABLE or SHOW: statements that by their own words neither open a
+// transaction block nor leave session state (no SET, RESET, BEGIN, PREPARE, DECLARE, LISTEN, CREATE, DO, CALL,
+// ...). What the functions they call do is not seen here. The transaction pooler gives such a text a token
+// statement that checks nothing (proxy/pooled.go: plainTransaction). Text the lexer cannot read, or of no
+// statement, gives false.
+func PlainStatements(raw []byte, s Settings) bool {
+	text, why := decode(raw, s)
+	if why != "" {
+		return false
+	}
+	l := newLexer(text, s.StandardConformingStrings)
+	statements := 0
+	start := true
+	for t := l.next(); t.kind != tokEOF; t = l.next() {
+		if t.kind == tokSemicolon {
+			start = true
+			continue
+		}
+		if !start {
+			continue
+		}
+		start = false
+		statements++
+		if t.kind != tokIdent {
+			return false // a parenthesis, a quoted word: not a plain statement's start
+		}
+		w, _ := l.identValue(t, nil)
+		switch string(w) {
+		case "select", "insert", "update", "delete", "merge", "with", "values", "table", "show":
+		default:
+			return false
+		}
+	}
+	return l.err == nil && statements > 0
+}

@@ -89,3 +89,42 @@ func TestBeginsWithTransactionModes(t *testing.T) {
 		}
 	}
 }
+
+func TestPlainStatements(t *testing.T) {
+	on := Settings{StandardConformingStrings: true, ClientEncoding: "UTF8", ServerEncoding: "UTF8"}
+	off := Settings{StandardConformingStrings: false, ClientEncoding: "UTF8", ServerEncoding: "UTF8"}
+	for text, want := range map[string]bool{
+		"SELECT abalance FROM pgbench_accounts WHERE aid = 5":                true,
+		"select 1; insert into t values (1); update t set a = 2":             true,
+		"WITH x AS (DELETE FROM t RETURNING *) SELECT * FROM x;":             true,
+		"/* SET */ values (1)":                                               true,
+		"TABLE t; SHOW search_path; MERGE INTO t USING s ON true DO NOTHING": true,
+		"SELECT 'x'; SET search_path = evil":                                 false, // a second statement that SETs
+		"SELECT 1; BEGIN":                                                    false,
+		"BEGIN; SELECT 1; COMMIT":                                            false,
+		"set fence.token = 5":                                                false,
+		"RESET ALL":                                                          false,
+		"DISCARD ALL":                                                        false,
+		"PREPARE p AS SELECT 1":                                              false,
+		"EXECUTE p":                                                          false,
+		"DECLARE c CURSOR WITH HOLD FOR SELECT 1":                            false,
+		"LISTEN x":                        false,
+		"CREATE TEMP TABLE t (a int)":     false,
+		"DO $$ BEGIN PERFORM 1; END $$":   false,
+		"CALL p()":                        false,
+		"(SELECT 1)":                      false,
+		`"select" FROM t`:                 false, // a quoted word is no keyword
+		"":                                false,
+		"-- nothing\n":                    false,
+		"SELECT 'unterminated":            false,
+		`SELECT 'it\'; SET role = x; --'`: false, // without standard_conforming_strings: checked below
+	} {
+		if got := PlainStatements([]byte(text), on); got != want {
+			t.Errorf("PlainStatements(%q) = %v, want %v", text, got, want)
+		}
+	}
+	// With standard_conforming_strings off a backslash escapes the quote: the SET is inside the string.
+	if !PlainStatements([]byte(`SELECT 'it\'; SET role = x; --'`), off) {
+		t.Error(`PlainStatements with backslash escapes: the string's "SET" was read as a statement`)
+	}
+}
