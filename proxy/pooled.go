@@ -91,6 +91,12 @@ type pooledState struct {
 	// the probe reads the statements there again.
 	stmtParsed atomic.Bool
 	hide       atomic.Int64 // token statements whose answers are still to be hidden (each up to its CommandComplete)
+	// hideAfter is how many of the client's statements are answered before the hidden answers start: the token
+	// statement after a BEGIN with transaction modes by the extended protocol (tokenAfterBegin).
+	hideAfter atomic.Int64
+	// tokenAfterBegin: the batch starts with a BEGIN with transaction modes, which fails after a statement that
+	// took a snapshot (25001); the token statement goes right after its Execute (under mu).
+	tokenAfterBegin bool
 
 	stmts pooledStmts // the client's named statements (pooledstmts.go)
 
@@ -485,6 +491,7 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 	case msgQuery, msgSync, msgFunctionCall:
 		pl.open++
 		pl.stmts.unitSent()
+		pl.tokenAfterBegin = false // no Execute of the BEGIN came: nothing ran
 	}
 	if typ == msgQuery {
 		pl.unnamed, pl.unnamedHere = nil, true // a simple Query drops the unnamed statement, here as directly
@@ -532,6 +539,13 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 	}
 	if err != nil {
 		return err
+	}
+	if typ == msgExecute && pl.tokenAfterBegin {
+		// The BEGIN with transaction modes is in: the token statement goes next, its answers hidden after the
+		// BEGIN's.
+		pl.tokenAfterBegin = false
+		pl.hideAfter.Add(1)
+		ss.writeTokenStmt()
 	}
 	if !ss.cr.nextBuffered() {
 		ss.countRelayed(dirClientToServer, &ss.cr)
@@ -629,6 +643,10 @@ func (ss *session) injectTokens(typ byte, body []byte) tokenPrefix {
 			return prefixNone
 		}
 	}
+	if text, ok := ss.stmtText(typ, body); ok && rewrite.BeginsWithTransactionModes(text, set) {
+		pl.tokenAfterBegin = true // forwardPooled sends it after the BEGIN's Execute
+		return prefixChecked
+	}
 	if ss.plainBatch(typ, body) {
 		// Parse, Bind and Execute of the unchecked token statement with the values as constants: the unnamed
 		// statement, prepared here in the same write (nothing another client could have replaced).
@@ -641,6 +659,15 @@ func (ss *session) injectTokens(typ byte, body []byte) tokenPrefix {
 		pl.hide.Add(1)
 		return prefixSet
 	}
+	ss.writeTokenStmt()
+	return prefixChecked
+}
+
+// writeTokenStmt writes the checked token statement's Bind and Execute, prepared first if need be
+// (prepareTokenStmt), to the lent connection (pl.mu held), and counts it hidden.
+func (ss *session) writeTokenStmt() {
+	pl := ss.pooled
+	sc := pl.sc
 	ss.prepareTokenStmt()
 	// Bind: unnamed portal, the token statement, no parameter formats (text), two parameters, no result formats.
 	b := append([]byte{0}, tokenStmtName...)
@@ -657,7 +684,6 @@ func (ss *session) injectTokens(typ byte, body []byte) tokenPrefix {
 	writeMsg(sc.w, msgBind, b, "")
 	writeMsg(sc.w, msgExecute, []byte{0, 0, 0, 0, 0}, "")
 	pl.hide.Add(1)
-	return prefixChecked
 }
 
 // prepareTokenStmt prepares the token statement again, unless the client whose transaction starts is the one
@@ -685,13 +711,41 @@ func (ss *session) plainText(text []byte) bool {
 	return rewrite.PlainStatements(text, ss.readingSettings()) && !mayLeaveSessionState(text)
 }
 
+// stmtText is the client's text that a Parse (typ msgParse) prepares, or that a Bind (msgBind) binds: its
+// named statement or its unnamed one as the client last parsed it (the fenced text, as the server has it).
+// ok is false for a statement the proxy does not know.
+func (ss *session) stmtText(typ byte, body []byte) (text []byte, ok bool) {
+	pl := ss.pooled
+	switch typ {
+	case msgParse:
+		return planText(msgParse, body)
+	case msgBind:
+		_, rest, ok := cutNul(body)
+		if !ok {
+			return nil, false
+		}
+		name, _, ok := cutNul(rest)
+		if !ok {
+			return nil, false
+		}
+		if len(name) == 0 {
+			return planText(msgParse, pl.unnamed)
+		}
+		cs, known := pl.stmts.byName[string(name)]
+		if !known {
+			return nil, false
+		}
+		return planText(msgParse, cs.parse)
+	}
+	return nil, false
+}
+
 // plainBatch reports whether the extended-protocol batch that the client's message typ (body read) starts is
 // plain as a whole: up to its Sync, all of it already in the client reader's buffer (so it is known before the
 // token statement goes), it holds only Parse, Bind, Describe, Execute, Close and Flush, and every text it
 // parses or binds is plainText. A batch that goes on past what was read, or names a statement the proxy does
 // not know, is not (the checked token statement goes).
 func (ss *session) plainBatch(typ byte, body []byte) bool {
-	pl := ss.pooled
 	var unnamed []byte // the unnamed statement's text as the batch leaves it; nil: as the client left it
 	var parsed []string
 	plain := func(typ byte, body []byte) bool {
@@ -714,26 +768,14 @@ func (ss *session) plainBatch(typ byte, body []byte) bool {
 				return false
 			}
 			name, _, ok := cutNul(rest)
-			if !ok {
-				return false
-			}
-			var text []byte
 			switch {
-			case len(name) == 0 && unnamed != nil:
-				return true
-			case len(name) == 0:
-				if text, ok = planText(msgParse, pl.unnamed); !ok {
-					return false
-				}
-			case slices.Contains(parsed, string(name)):
-				return true
-			default:
-				cs, known := pl.stmts.byName[string(name)]
-				if text, ok = planText(msgParse, cs.parse); !known || !ok {
-					return false
-				}
+			case !ok:
+				return false
+			case len(name) == 0 && unnamed != nil, len(name) > 0 && slices.Contains(parsed, string(name)):
+				return true // parsed in this batch, and plain
 			}
-			return ss.plainText(text)
+			text, ok := ss.stmtText(msgBind, body)
+			return ok && ss.plainText(text)
 		case msgDescribe, msgExecute, msgClose, msgFlush:
 			return true
 		}
@@ -870,7 +912,7 @@ func (ss *session) serveLend(sc *serverConn) {
 			}
 			continue
 		}
-		hiding := pl.hide.Load() > 0
+		hiding := pl.hide.Load() > 0 && pl.hideAfter.Load() == 0
 		var body []byte
 		if hiding || typ == msgCommandComplete || typ == msgParseComplete || typ == msgCloseComplete || ss.serverNeedsBody(typ) {
 			if body, err = r.body(); err != nil {
@@ -891,6 +933,15 @@ func (ss *session) serveLend(sc *serverConn) {
 				continue // ParseComplete, BindComplete, RowDescription, DataRow of the token statement
 			}
 		} else {
+			if pl.hideAfter.Load() > 0 {
+				switch typ {
+				case msgCommandComplete, msgEmptyQueryResponse, msgPortalSuspended:
+					pl.hideAfter.Add(-1) // the client's BEGIN: the token statement's answers come next
+				case msgErrorResponse:
+					pl.hideAfter.Store(0) // the server skips the rest of the batch, the token statement too
+					pl.hide.Store(0)
+				}
+			}
 			switch typ {
 			case msgCommandComplete:
 				if tagMayLeaveSessionState(body) {

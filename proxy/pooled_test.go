@@ -1149,6 +1149,42 @@ func TestPooledBeginWithModes(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// In one extended-protocol batch (pgx's SendBatch outside the simple protocol): BEGIN, then the
+	// statements, each Parse, Bind, Execute, one Sync. The token statement goes after the BEGIN's Execute.
+	for _, mode := range []string{"exec", "cache_statement", "cache_describe", "describe_exec"} {
+		c := pooledConn(t, f, "&default_query_exec_mode="+mode+"&options=-c%20fence.token%3D6")
+		b := &pgx.Batch{}
+		b.Queue("BEGIN ISOLATION LEVEL REPEATABLE READ, READ WRITE")
+		b.Queue("SELECT current_setting('transaction_isolation') || ' ' || current_setting('fence.token')")
+		b.Queue("UPDATE " + f.label + " SET balance = balance + 1 WHERE id = 1")
+		b.Queue("COMMIT")
+		br := c.SendBatch(ctxT(t), b)
+		if _, err := br.Exec(); err != nil {
+			t.Fatalf("%s: BEGIN in a batch: %v", mode, err)
+		}
+		var got string
+		if err := br.QueryRow().Scan(&got); err != nil || got != "repeatable read 6" {
+			t.Fatalf("%s: inside the batch's transaction %q (%v), want %q", mode, got, err, "repeatable read 6")
+		}
+		for range 2 {
+			if _, err := br.Exec(); err != nil {
+				t.Fatalf("%s: %v", mode, err)
+			}
+		}
+		if err := br.Close(); err != nil {
+			t.Fatal(err)
+		}
+		f.wantToken(t, 1, 6)
+		// A BEGIN that fails takes the batch down with it, the token statement too: the client sees its error.
+		b = &pgx.Batch{}
+		b.Queue("BEGIN ISOLATION LEVEL NONSENSE")
+		b.Queue("SELECT 1")
+		err := c.SendBatch(ctxT(t), b).Close()
+		wantPgErr(t, err, "42601", "syntax error")
+		if got := showToken(t, c); got != "6" {
+			t.Fatalf("%s: after the failed batch the token is %q", mode, got)
+		}
+	}
 }
 
 // A Parse of a statement name the client has prepared is refused 42P05, as PostgreSQL does, and the statement

@@ -37,6 +37,8 @@ const (
 	msgDataRow                  byte = 'D'
 	msgParseComplete            byte = '1'
 	msgCloseComplete            byte = '3'
+	msgEmptyQueryResponse       byte = 'I'
+	msgPortalSuspended          byte = 's'
 	msgNegotiateProtocolVersion byte = 'v'
 )
 
