@@ -91,12 +91,17 @@ type pooledState struct {
 	// the probe reads the statements there again.
 	stmtParsed atomic.Bool
 	hide       atomic.Int64 // token statements whose answers are still to be hidden (each up to its CommandComplete)
-	// hideAfter is how many of the client's statements are answered before the hidden answers start: the token
-	// statement after a BEGIN with transaction modes by the extended protocol (tokenAfterBegin).
-	hideAfter atomic.Int64
+	// relayFirst is how many answers to the client's messages come before the hidden ones: the token statement
+	// goes after some of the client's messages when a batch starts with a BEGIN with transaction modes
+	// (tokenAfterBegin). Notices, ParameterStatus and notifications are not counted; an error ends the batch.
+	relayFirst atomic.Int64
 	// tokenAfterBegin: the batch starts with a BEGIN with transaction modes, which fails after a statement that
-	// took a snapshot (25001); the token statement goes right after its Execute (under mu).
+	// took a snapshot (25001): the token statement goes at the batch's first Execute, after it when it executes
+	// a portal of that BEGIN (beginPortals), else before it (under mu). windowAnswers counts the answers to the
+	// client's messages sent until then (answersTo).
 	tokenAfterBegin bool
+	beginPortals    []string
+	windowAnswers   int64
 
 	stmts pooledStmts // the client's named statements (pooledstmts.go)
 
@@ -479,6 +484,30 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 		return nil
 	}
 	sc := pl.sc
+	tokenAfter := false // the token statement goes right after this message
+	if pl.tokenAfterBegin {
+		if typ == msgExecute && body == nil {
+			var err error
+			if body, err = ss.cr.body(); err != nil { // which portal it runs decides where the token statement goes
+				return err
+			}
+		}
+		switch answers, ok := ss.answersTo(typ, body); {
+		case typ == msgSync:
+			pl.tokenAfterBegin = false // nothing was executed: nothing ran
+		case typ == msgExecute && ss.executesBegin(body):
+			pl.windowAnswers += answers
+			tokenAfter = true
+		case ok && typ != msgExecute:
+			pl.windowAnswers += answers
+		default:
+			// A statement other than the BEGIN would run before the token statement: it goes now (the BEGIN,
+			// if it still comes, then fails 25001, as after any statement).
+			pl.tokenAfterBegin = false
+			pl.relayFirst.Store(pl.windowAnswers)
+			ss.writeTokenStmt(tokenPortal)
+		}
+	}
 	if body != nil && (typ == msgQuery || typ == msgParse) {
 		if text, ok := planText(typ, body); ok {
 			if mayLeaveSessionState(text) {
@@ -530,6 +559,10 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 		}
 		st.unsynced.Store(true) // the unnamed statement, a portal: as they are
 		writeMsg(sc.w, typ, body, "")
+	case body != nil && typ == msgExecute: // read to see its portal (tokenAfterBegin): the core writes none
+		if err = ss.onClientMsg(typ, body, p, sc.w); err == nil {
+			writeMsg(sc.w, typ, body, "")
+		}
 	case body != nil:
 		err = ss.onClientMsg(typ, body, p, sc.w)
 	default:
@@ -540,12 +573,12 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 	if err != nil {
 		return err
 	}
-	if typ == msgExecute && pl.tokenAfterBegin {
+	if tokenAfter {
 		// The BEGIN with transaction modes is in: the token statement goes next, its answers hidden after the
 		// BEGIN's.
 		pl.tokenAfterBegin = false
-		pl.hideAfter.Add(1)
-		ss.writeTokenStmt()
+		pl.relayFirst.Store(pl.windowAnswers)
+		ss.writeTokenStmt(tokenPortal)
 	}
 	if !ss.cr.nextBuffered() {
 		ss.countRelayed(dirClientToServer, &ss.cr)
@@ -644,7 +677,7 @@ func (ss *session) injectTokens(typ byte, body []byte) tokenPrefix {
 		}
 	}
 	if text, ok := ss.stmtText(typ, body); ok && rewrite.BeginsWithTransactionModes(text, set) {
-		pl.tokenAfterBegin = true // forwardPooled sends it after the BEGIN's Execute
+		pl.tokenAfterBegin, pl.beginPortals, pl.windowAnswers = true, pl.beginPortals[:0], 0 // forwardPooled sends it
 		return prefixChecked
 	}
 	if ss.plainBatch(typ, body) {
@@ -659,18 +692,22 @@ func (ss *session) injectTokens(typ byte, body []byte) tokenPrefix {
 		pl.hide.Add(1)
 		return prefixSet
 	}
-	ss.writeTokenStmt()
+	ss.writeTokenStmt("")
 	return prefixChecked
 }
 
-// writeTokenStmt writes the checked token statement's Bind and Execute, prepared first if need be
+// tokenPortal is the portal of the token statement when it goes after some of a batch's messages: the
+// unnamed portal may be the client's by then. It lasts until the transaction ends.
+const tokenPortal = "fenceproxy_p"
+
+// writeTokenStmt writes the checked token statement's Bind (to portal) and Execute, prepared first if need be
 // (prepareTokenStmt), to the lent connection (pl.mu held), and counts it hidden.
-func (ss *session) writeTokenStmt() {
+func (ss *session) writeTokenStmt(portal string) {
 	pl := ss.pooled
 	sc := pl.sc
 	ss.prepareTokenStmt()
-	// Bind: unnamed portal, the token statement, no parameter formats (text), two parameters, no result formats.
-	b := append([]byte{0}, tokenStmtName...)
+	// Bind: the portal, the token statement, no parameter formats (text), two parameters, no result formats.
+	b := append(append([]byte(portal), 0), tokenStmtName...)
 	b = append(b, 0, 0, 0, 0, 2)
 	for _, v := range []*string{pl.token, pl.lock} {
 		if v == nil {
@@ -682,7 +719,7 @@ func (ss *session) writeTokenStmt() {
 	}
 	b = append(b, 0, 0)
 	writeMsg(sc.w, msgBind, b, "")
-	writeMsg(sc.w, msgExecute, []byte{0, 0, 0, 0, 0}, "")
+	writeMsg(sc.w, msgExecute, append(append([]byte(portal), 0), 0, 0, 0, 0), "")
 	pl.hide.Add(1)
 }
 
@@ -711,6 +748,44 @@ func (ss *session) plainText(text []byte) bool {
 	return rewrite.PlainStatements(text, ss.readingSettings()) && !mayLeaveSessionState(text)
 }
 
+// answersTo is how many answers the server gives a client message of the extended protocol that succeeds
+// (errors end the batch): ParseComplete, BindComplete, CloseComplete, ParameterDescription and RowDescription
+// or NoData, one CommandComplete for an Execute of a BEGIN. A Bind of a BEGIN with transaction modes is noted
+// (beginPortals). ok is false for a message it cannot count.
+func (ss *session) answersTo(typ byte, body []byte) (n int64, ok bool) {
+	pl := ss.pooled
+	switch typ {
+	case msgParse, msgClose:
+		return 1, true
+	case msgBind:
+		portal, _, _ := cutNul(body)
+		if text, ok := ss.stmtText(msgBind, body); ok && rewrite.BeginsWithTransactionModes(text, ss.readingSettings()) {
+			pl.beginPortals = append(pl.beginPortals, string(portal))
+		}
+		return 1, true
+	case msgDescribe:
+		if len(body) > 0 && body[0] == 'S' {
+			return 2, true
+		}
+		return 1, true
+	case msgFlush:
+		return 0, true
+	case msgExecute:
+		return 1, true
+	}
+	return 0, false
+}
+
+// executesBegin reports whether an Execute (body nil: not read) runs a portal the batch bound to a BEGIN with
+// transaction modes.
+func (ss *session) executesBegin(body []byte) bool {
+	if body == nil {
+		return false
+	}
+	portal, _, ok := cutNul(body)
+	return ok && slices.Contains(ss.pooled.beginPortals, string(portal))
+}
+
 // stmtText is the client's text that a Parse (typ msgParse) prepares, or that a Bind (msgBind) binds: its
 // named statement or its unnamed one as the client last parsed it (the fenced text, as the server has it).
 // ok is false for a statement the proxy does not know.
@@ -729,7 +804,10 @@ func (ss *session) stmtText(typ byte, body []byte) (text []byte, ok bool) {
 			return nil, false
 		}
 		if len(name) == 0 {
-			return planText(msgParse, pl.unnamed)
+			if len(pl.unnamed) <= headerLen {
+				return nil, false
+			}
+			return planText(msgParse, pl.unnamed[headerLen:]) // a whole message: header, then body
 		}
 		cs, known := pl.stmts.byName[string(name)]
 		if !known {
@@ -912,7 +990,7 @@ func (ss *session) serveLend(sc *serverConn) {
 			}
 			continue
 		}
-		hiding := pl.hide.Load() > 0 && pl.hideAfter.Load() == 0
+		hiding := pl.hide.Load() > 0 && pl.relayFirst.Load() == 0
 		var body []byte
 		if hiding || typ == msgCommandComplete || typ == msgParseComplete || typ == msgCloseComplete || ss.serverNeedsBody(typ) {
 			if body, err = r.body(); err != nil {
@@ -933,15 +1011,6 @@ func (ss *session) serveLend(sc *serverConn) {
 				continue // ParseComplete, BindComplete, RowDescription, DataRow of the token statement
 			}
 		} else {
-			if pl.hideAfter.Load() > 0 {
-				switch typ {
-				case msgCommandComplete, msgEmptyQueryResponse, msgPortalSuspended:
-					pl.hideAfter.Add(-1) // the client's BEGIN: the token statement's answers come next
-				case msgErrorResponse:
-					pl.hideAfter.Store(0) // the server skips the rest of the batch, the token statement too
-					pl.hide.Store(0)
-				}
-			}
 			switch typ {
 			case msgCommandComplete:
 				if tagMayLeaveSessionState(body) {
@@ -957,6 +1026,16 @@ func (ss *session) serveLend(sc *serverConn) {
 			case msgReadyForQuery:
 				pl.stmts.ready()
 				pl.prefixChars.Store(0)
+			}
+			if pl.relayFirst.Load() > 0 {
+				switch typ {
+				case msgNoticeResponse, msgParameterStatus, msgNotificationResponse:
+				case msgErrorResponse:
+					pl.relayFirst.Store(0) // the server skips the rest of the batch, the token statement too
+					pl.hide.Store(0)
+				default:
+					pl.relayFirst.Add(-1) // one of the client's: the token statement's answers come after them
+				}
 			}
 		}
 		if typ == msgParameterStatus {

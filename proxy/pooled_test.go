@@ -1187,6 +1187,70 @@ func TestPooledBeginWithModes(t *testing.T) {
 	}
 }
 
+// A batch that starts with a BEGIN with transaction modes but runs another statement before that BEGIN's
+// Execute gets the token statement before that statement: a fenced write there has the client's token, never
+// one a function left in the connection's session (the BEGIN then fails 25001, as it does after any statement).
+func TestPooledBeginWithModesCannotBeOvertaken(t *testing.T) {
+	f := newPooledFenced(t, 1, "")
+	fxExec(t, f.d, "INSERT INTO "+f.label+" (id, fence_token) VALUES (1, 1)")
+	fxExec(t, f.d, "CREATE FUNCTION pooled_sneak3() RETURNS int LANGUAGE sql AS $$ SELECT pg_catalog.set_config('fence.token', '77', false)::int $$")
+	t.Cleanup(func() { f.d.Exec(t.Context(), "DROP FUNCTION IF EXISTS pooled_sneak3()") })
+	wrote, codes := beginOvertaken(t, f)
+	if !slices.Equal(wrote, []string{"5"}) {
+		t.Fatalf("the write before the BEGIN's Execute wrote with token %v (errors %v), want the client's [5]", wrote, codes)
+	}
+	if !slices.Contains(codes, "25001") {
+		t.Fatalf("errors %v, want the BEGIN's 25001", codes)
+	}
+	// With a token a function left in the connection's session: the token statement refuses (55F03) before the
+	// write runs, or the write has the client's token; never the one left there.
+	a := pooledConn(t, f, "&default_query_exec_mode=simple_protocol")
+	fxExec(t, a, "SELECT pooled_sneak3()") // plain: 77 stays in the connection's session
+	wrote, codes = beginOvertaken(t, f)
+	if slices.Contains(wrote, "77") || len(wrote) == 0 && !slices.Contains(codes, "55F03") {
+		t.Fatalf("the write before the BEGIN's Execute wrote with token %v (errors %v)", wrote, codes)
+	}
+}
+
+// beginOvertaken runs, in one batch of a client whose token is 5, a Parse of a BEGIN with transaction modes, then
+// a fenced write, then the BEGIN's Bind and Execute, and returns the tokens the write wrote and the errors.
+func beginOvertaken(t *testing.T, f *fenced) (wrote, codes []string) {
+	t.Helper()
+	b := pooledPgConn(t, f, "&options=-c%20fence.token%3D5")
+	p := b.StartPipeline(ctxT(t))
+	p.SendPrepare("pooled_begin", "BEGIN ISOLATION LEVEL SERIALIZABLE", nil)
+	p.SendQueryParams("UPDATE "+f.label+" SET balance = balance + 1 WHERE id = 1 RETURNING fence_token", nil, nil, nil, nil)
+	p.SendQueryPrepared("pooled_begin", nil, nil, nil)
+	p.SendPipelineSync()
+	if err := p.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for done := false; !done; {
+		r, err := p.GetResults()
+		var pe *pgconn.PgError
+		switch {
+		case errors.As(err, &pe):
+			codes = append(codes, pe.Code)
+		case err != nil:
+			t.Fatal(err)
+		}
+		switch r := r.(type) {
+		case *pgconn.ResultReader:
+			res := r.Read()
+			for _, row := range res.Rows {
+				wrote = append(wrote, string(row[0]))
+			}
+			if res.Err != nil && errors.As(res.Err, &pe) {
+				codes = append(codes, pe.Code)
+			}
+		case *pgconn.PipelineSync:
+			done = true
+		}
+	}
+	p.Close()
+	return wrote, codes
+}
+
 // A Parse of a statement name the client has prepared is refused 42P05, as PostgreSQL does, and the statement
 // stays as it was; a name whose Parse failed, or that the client closed, or that DISCARD ALL deallocated, can be
 // prepared again.
