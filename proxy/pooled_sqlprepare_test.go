@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
 
@@ -233,5 +235,56 @@ func TestPooledSQLPrepareExtendedPins(t *testing.T) {
 	}
 	if n := fxCounter(t, f.p.Registry, "fenceproxy_pool_pins_total", map[string]string{"reason": "sql_prepare"}); n != 1 {
 		t.Fatalf("pins{reason=sql_prepare} = %v, want 1", n)
+	}
+}
+
+// psql, one statement per Query, on a server connection where another client prepared the same names for other
+// statements, prints what it prints on a connection of its own (SQLSTATEs for errors).
+func TestPooledSQLPreparePsql(t *testing.T) {
+	psql, err := exec.LookPath("psql")
+	if err != nil {
+		t.Fatal("psql not found: run scripts/setup (postgresql-client)")
+	}
+	f := newPooledFenced(t, 1, "")
+	ctx := ctxT(t)
+	script := `\set VERBOSITY sqlstate
+PREPARE q AS SELECT 'psql-q' || $1::text;
+EXECUTE q('1');
+EXECUTE r;
+PREPARE r (int) AS SELECT $1 + 1;
+EXECUTE r(1);
+PREPARE r AS SELECT 1;
+DEALLOCATE r;
+EXECUTE r(1);
+EXPLAIN (COSTS OFF) EXECUTE q('3');
+DEALLOCATE ALL;
+EXECUTE q('2');
+PREPARE q AS SELECT 'again';
+EXECUTE q;
+`
+	run := func(dsn string) string {
+		other, err := pgconn.Connect(ctx, dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer other.Close(context.Background())
+		if got := simpleOutcome(ctx, other, "PREPARE q AS SELECT 'other'; PREPARE r AS SELECT 'other-r'"); got != "PREPARE; PREPARE; " {
+			t.Fatalf("other client: %s", got)
+		}
+		cmd := exec.Command(psql, "-X", "-At", "-f", "-", dsn)
+		cmd.Stdin = strings.NewReader(script)
+		cmd.Env = append(os.Environ(), "PGCONNECT_TIMEOUT=10")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("psql: %v\n%s", err, out)
+		}
+		return string(out) + simpleOutcome(ctx, other, "EXECUTE q; EXECUTE r")
+	}
+	want := run(pg.SuperDSN())
+	if got := run(f.dsn()); got != want {
+		t.Fatalf("through the pool:\n%s\ndirect:\n%s", got, want)
+	}
+	if !strings.Contains(want, "psql-q1") || !strings.Contains(want, "26000") {
+		t.Fatalf("the script did not run as meant:\n%s", want)
 	}
 }
