@@ -4,10 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -286,5 +290,114 @@ EXECUTE q;
 	}
 	if !strings.Contains(want, "psql-q1") || !strings.Contains(want, "26000") {
 		t.Fatalf("the script did not run as meant:\n%s", want)
+	}
+}
+
+// 60 clients on a pool of 4, each with its own token, use SQL-level statements under the same names s0..s4 for
+// texts of their own (s4 is the fenced write), in Queries of random kinds (alone, several in one Query, inside
+// BEGIN..COMMIT), and now and then DEALLOCATE one (or all) and PREPARE it again: every answer is the client's own
+// statement's, every write carries the client's token, no error, no client pinned, and statements ran on server
+// connections that never saw their client's PREPARE.
+func TestPooledSQLPrepareManyClients(t *testing.T) {
+	const clients, rounds, poolSize = 60, 15, 4
+	f := newPooledFenced(t, poolSize, "  max_client_wait: 120s\n")
+	fxExec(t, f.d, fmt.Sprintf("INSERT INTO %s (id) SELECT g FROM generate_series(1, %d) g", f.label, clients))
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	prepare := func(c, k int) string {
+		if k == 4 {
+			return fmt.Sprintf("PREPARE s4 AS UPDATE %s SET balance = balance + 1 WHERE id = %d RETURNING fence_token, pg_backend_pid()", f.label, c)
+		}
+		return fmt.Sprintf("PREPARE s%d AS SELECT %d, pg_backend_pid()", k, c*10+k)
+	}
+	want := func(c, k int) string {
+		if k == 4 {
+			return strconv.Itoa(1000 + c)
+		}
+		return strconv.Itoa(c*10 + k)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, clients)
+	var mu sync.Mutex
+	movers := 0
+	for c := 1; c <= clients; c++ {
+		wg.Add(1)
+		go func(c int) {
+			defer wg.Done()
+			pc, err := pgconn.Connect(ctx, f.dsn()+fmt.Sprintf("&options=-c%%20fence.token%%3D%d", 1000+c))
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer pc.Close(context.Background())
+			rng := rand.New(rand.NewSource(int64(c)))
+			var all []string
+			for k := 0; k < 5; k++ {
+				all = append(all, prepare(c, k))
+			}
+			if _, err := pc.Exec(ctx, strings.Join(all, "; ")).ReadAll(); err != nil {
+				errs <- fmt.Errorf("client %d: PREPARE: %w", c, err)
+				return
+			}
+			backends := map[string]bool{}
+			check := func(sql string, ks []int) error {
+				results, err := pc.Exec(ctx, sql).ReadAll()
+				if err != nil {
+					return fmt.Errorf("%s: %w", sql, err)
+				}
+				i := 0
+				for _, r := range results {
+					if len(r.Rows) == 0 {
+						continue
+					}
+					if i >= len(ks) || string(r.Rows[0][0]) != want(c, ks[i]) {
+						return fmt.Errorf("%s: answer %d is %q, not the client's own", sql, i, r.Rows[0][0])
+					}
+					backends[string(r.Rows[0][1])] = true
+					i++
+				}
+				if i != len(ks) {
+					return fmt.Errorf("%s: %d answers, want %d", sql, i, len(ks))
+				}
+				return nil
+			}
+			for round := 0; round < rounds; round++ {
+				ks := rng.Perm(5)[:1+rng.Intn(3)]
+				var ex []string
+				for _, k := range ks {
+					ex = append(ex, fmt.Sprintf("EXECUTE s%d", k))
+				}
+				sql := strings.Join(ex, "; ")
+				switch rng.Intn(4) {
+				case 0:
+					sql = "BEGIN; " + sql + "; COMMIT"
+				case 1:
+					k := rng.Intn(5)
+					sql = fmt.Sprintf("DEALLOCATE s%d; %s; %s", k, prepare(c, k), sql)
+				case 2:
+					sql = "DEALLOCATE ALL; " + strings.Join(all, "; ") + "; " + sql
+				}
+				if err := check(sql, ks); err != nil {
+					errs <- fmt.Errorf("client %d round %d: %w", c, round, err)
+					return
+				}
+			}
+			if len(backends) > 1 {
+				mu.Lock()
+				movers++
+				mu.Unlock()
+			}
+		}(c)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if n := fxCounter(t, f.p.Registry, "fenceproxy_pool_pins_total", nil); n != 0 {
+		t.Fatalf("%v clients were pinned", n)
+	}
+	if movers < clients/2 {
+		t.Fatalf("only %d of %d clients ran their statements on more than one server connection", movers, clients)
 	}
 }
