@@ -401,3 +401,30 @@ func TestPooledSQLPrepareManyClients(t *testing.T) {
 		t.Fatalf("only %d of %d clients ran their statements on more than one server connection", movers, clients)
 	}
 }
+
+// The proxy's own server statements are never the client's: a Bind of the token statement's name (which would
+// set any token, unverified) or an EXECUTE of it gets 26000, as for any name the client never prepared, and the
+// token statement stays (it is not what gets closed).
+func TestPooledProxyStatementNamesAreNotTheClients(t *testing.T) {
+	f := newPooledFenced(t, 1, "")
+	ctx := ctxT(t)
+	fxExec(t, f.d, "INSERT INTO "+f.label+" (id, fence_token) VALUES (1, 1)")
+	pc := pooledPgConn(t, f, "")
+	if _, err := pc.ExecParams(ctx, "SELECT 1", nil, nil, nil, nil).Close(); err != nil { // the token statement is prepared
+		t.Fatal(err)
+	}
+	rr := pc.ExecPrepared(ctx, "fenceproxy_t", [][]byte{[]byte("999"), nil}, nil, nil).Read()
+	var pe *pgconn.PgError
+	if !errors.As(rr.Err, &pe) || pe.Code != "26000" {
+		t.Fatalf("a Bind of the token statement: %v %q", rr.Err, rr.Rows)
+	}
+	if got := simpleOutcome(ctx, pc, "EXECUTE fenceproxy_t('999', NULL)"); got != "ERROR 26000" {
+		t.Fatalf("EXECUTE of the token statement: %s", got)
+	}
+	if _, err := pc.ExecParams(ctx, "SELECT 2", nil, nil, nil, nil).Close(); err != nil { // the token statement is intact
+		t.Fatalf("the next extended-protocol batch: %v", err)
+	}
+	if got := simpleOutcome(ctx, pc, "UPDATE "+f.label+" SET balance = 1 WHERE id = 1"); got != "ERROR 55F02" {
+		t.Fatalf("a write without a token: %s", got)
+	}
+}
