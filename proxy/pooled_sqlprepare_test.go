@@ -189,6 +189,13 @@ END $$`)
 	if !errors.As(rr.Err, &pe) || pe.Code != "26000" {
 		t.Fatalf("a Bind of a name another client's function left: %v %q", rr.Err, rr.Rows)
 	}
+	if got := simpleOutcome(ctx, hostile, "SELECT pooled_sqlprep_plant()"); got != `SELECT 1 "1"; ` {
+		t.Fatalf("hostile again: %s", got)
+	}
+	rr = victim.ExecParams(ctx, "EXECUTE planted", nil, nil, nil, nil).Read() // a Parse of EXECUTE
+	if !errors.As(rr.Err, &pe) || pe.Code != "26000" {
+		t.Fatalf("EXECUTE by the extended protocol of a name another client's function left: %v %q", rr.Err, rr.Rows)
+	}
 	if got := simpleOutcome(ctx, owner, "EXECUTE mine"); got != `SELECT 1 "mine"; ` {
 		t.Fatalf("the owner ran a replaced statement: %s", got)
 	}
@@ -402,9 +409,9 @@ func TestPooledSQLPrepareManyClients(t *testing.T) {
 	}
 }
 
-// The proxy's own server statements are never the client's: a Bind of the token statement's name (which would
-// set any token, unverified) or an EXECUTE of it gets 26000, as for any name the client never prepared, and the
-// token statement stays (it is not what gets closed).
+// The proxy's own server statements are never the client's: a Bind of the token statement's name (with any
+// token as its argument) or an EXECUTE of it, by either protocol, gets 26000, as for any name the client never
+// prepared, and the token statement stays (it is not what gets closed).
 func TestPooledProxyStatementNamesAreNotTheClients(t *testing.T) {
 	f := newPooledFenced(t, 1, "")
 	ctx := ctxT(t)
@@ -420,6 +427,10 @@ func TestPooledProxyStatementNamesAreNotTheClients(t *testing.T) {
 	}
 	if got := simpleOutcome(ctx, pc, "EXECUTE fenceproxy_t('999', NULL)"); got != "ERROR 26000" {
 		t.Fatalf("EXECUTE of the token statement: %s", got)
+	}
+	_, err := pc.ExecParams(ctx, "EXECUTE fenceproxy_t('999', NULL)", nil, nil, nil, nil).Close()
+	if !errors.As(err, &pe) || pe.Code != "26000" {
+		t.Fatalf("EXECUTE of the token statement by the extended protocol: %v", err)
 	}
 	if _, err := pc.ExecParams(ctx, "SELECT 2", nil, nil, nil, nil).Close(); err != nil { // the token statement is intact
 		t.Fatalf("the next extended-protocol batch: %v", err)

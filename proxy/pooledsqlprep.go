@@ -33,6 +33,11 @@ import (
 //     server's own statements are never the client's).
 //   - DEALLOCATE ALL and DISCARD ALL forget all of the client's names.
 //
+// In a Parse (the extended protocol) the names are not mapped (a statement of the client's cannot be prepared in
+// front of it there): a PREPARE leaves a statement of the client's own name, which pins the client, and EXECUTE
+// or DEALLOCATE of a name mapped above gets 26000. The names it uses are closed first as above, and those of the
+// proxy's own replaced (parseSQLPrepared): the proxy's statements are never the client's.
+//
 // The mapping needs the text read exactly as the server reads it: ASCII, or UTF-8 with UTF-8 on both sides, and
 // no backslash unless standard_conforming_strings is on. Any other text goes as it is (a PREPARE in it pins the
 // client: the probe finds a statement of the client's own name).
@@ -171,6 +176,66 @@ func (ss *session) querySQLPrepared(body []byte, p Planner) error {
 	return nil
 }
 
+// sqlReadable reports whether a text reads the same to pg_query as to the server under the session's settings.
+func (ss *session) sqlReadable(text []byte) bool {
+	set := ss.readingSettings()
+	switch {
+	case !isASCII(string(text)) && (set.ClientEncoding != "UTF8" || set.ServerEncoding != "UTF8" || !utf8.Valid(text)),
+		!set.StandardConformingStrings && bytes.IndexByte(text, '\\') >= 0:
+		return false
+	}
+	return true
+}
+
+// parseSQLPrepared is a fenced Parse message (whole) whose text may use SQL-level statement names (pl.mu held):
+// each name it uses is closed first on the lent server connection unless the client is pinned (foreignStmt), one
+// of the proxy's own replaced by a name nothing holds, the text then deparsed.
+func (ss *session) parseSQLPrepared(msg []byte) []byte {
+	if len(msg) < headerLen || msg[0] != msgParse {
+		return msg
+	}
+	name, rest, ok := cutNul(msg[headerLen:])
+	if !ok {
+		return msg
+	}
+	query, tail, ok := cutNul(rest)
+	if !ok || !mentionsSQLPrepared(query) || !ss.sqlReadable(query) {
+		return msg
+	}
+	refs, err := rewrite.PreparedRefs(string(query))
+	if err != nil || len(refs) == 0 {
+		return msg
+	}
+	names := make([]string, len(refs))
+	renamed, closed := false, map[string]bool{}
+	for i, r := range refs {
+		if r.Kind == rewrite.DeallocateAll {
+			continue
+		}
+		if closed[r.Name] {
+			names[i] = closedStmtName
+			if !strings.HasPrefix(r.Name, proxyNamePrefix) {
+				names[i] = r.Name
+			}
+			continue
+		}
+		closed[r.Name] = true
+		names[i] = ss.foreignStmt([]byte(r.Name)) // pooledstmts.go
+		renamed = renamed || names[i] != r.Name
+	}
+	if !renamed {
+		return msg
+	}
+	out, _, err := rewrite.RenamePrepared(string(query), names)
+	if err != nil {
+		// Its name cannot be replaced: the statement is refused by the server, as one naming nothing.
+		out = "EXECUTE " + closedStmtName
+	}
+	var b bytes.Buffer
+	writeMsg(&b, msgParse, append(append(append(append(append([]byte(nil), name...), 0), out...), 0), tail...), "")
+	return b.Bytes()
+}
+
 // sqlMapping is a Query text with the client's statement names mapped: the Closes that go before it, the
 // hidden PREPAREs that go in front of it.
 type sqlMapping struct {
@@ -184,10 +249,7 @@ type sqlMapping struct {
 func (ss *session) mapSQLPrepared(text []byte) (sqlMapping, bool) {
 	pl := ss.pooled
 	sc := pl.sc
-	set := ss.readingSettings()
-	switch {
-	case !isASCII(string(text)) && (set.ClientEncoding != "UTF8" || set.ServerEncoding != "UTF8" || !utf8.Valid(text)),
-		!set.StandardConformingStrings && bytes.IndexByte(text, '\\') >= 0:
+	if !ss.sqlReadable(text) {
 		return sqlMapping{}, false
 	}
 	refs, err := rewrite.PreparedRefs(string(text))

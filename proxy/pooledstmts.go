@@ -170,7 +170,7 @@ func (ss *session) fencedParse(body []byte, p Planner) ([]byte, error) {
 		ss.state.unsynced.Store(true)
 		writeMsg(&fenced, msgParse, body, "")
 	}
-	return fenced.Bytes(), nil
+	return ss.parseSQLPrepared(fenced.Bytes()), nil // pooledsqlprep.go
 }
 
 // parseNamed forwards a client's Parse of a named statement (pl.mu held): fenced by the core into a scratch
