@@ -68,6 +68,10 @@ type serverConn struct {
 	idleSince time.Time       // when it went back to the pool (under txPool.mu)
 	tokenFor  *pooledState    // the client for whose transactions tokenStmtName was last prepared; nil: none
 	stmts     map[string]bool // the clients' statements prepared on it, by server name (pooledstmts.go)
+	// sqlStmts are the SQL-level prepared statements it holds for sqlFor, by server name: what sqlFor's Queries
+	// prepared or dropped there since it was last lent to another client (pooledsqlprep.go).
+	sqlStmts map[string]bool
+	sqlFor   *pooledState
 	// settings are its session-level settings that the pool replays, as last read back or put there; nil: the
 	// pool's defaults. settingsFor is the client for which settingsStmtName was last prepared on it (pooledsettings.go).
 	settings    map[string]string

@@ -103,7 +103,8 @@ type pooledState struct {
 	beginPortals    []string
 	windowAnswers   int64
 
-	stmts pooledStmts // the client's named statements (pooledstmts.go)
+	stmts    pooledStmts    // the client's named statements (pooledstmts.go)
+	sqlStmts pooledSQLStmts // the client's SQL-level prepared statements (pooledsqlprep.go)
 
 	// unnamed is the client's unnamed statement (its fenced Parse message; nil when it has none), and
 	// unnamedHere whether the lent server connection's unnamed statement is that one: not at the start of a lend
@@ -247,7 +248,7 @@ func probeSQL(tok, lock, user string, custom []string) string {
 		"pg_catalog.concat_ws(', ', " + unmovableSettingsSQL(user) + ", " +
 		"CASE WHEN EXISTS (SELECT FROM pg_catalog.pg_listening_channels()) THEN 'LISTEN' END, " +
 		"CASE WHEN EXISTS (SELECT FROM pg_catalog.pg_cursors WHERE is_holdable) THEN 'a WITH HOLD cursor' END, " +
-		"CASE WHEN EXISTS (SELECT FROM pg_catalog.pg_prepared_statements WHERE from_sql) THEN 'SQL PREPARE' END, " +
+		"CASE WHEN EXISTS (SELECT FROM pg_catalog.pg_prepared_statements WHERE from_sql AND pg_catalog.left(name, 12)" + sqlNe + quoteLiteral(sqlStmtPrefix) + ") THEN 'SQL PREPARE' END, " +
 		"CASE WHEN EXISTS (SELECT FROM pg_catalog.pg_prepared_statements WHERE NOT from_sql AND pg_catalog.left(name, 11)" + sqlNe + "'fenceproxy_') THEN 'a named protocol-level prepared statement' END, " +
 		"CASE WHEN EXISTS (SELECT FROM pg_catalog.pg_locks WHERE locktype" + sqlEq + "'advisory' AND pid" + sqlEq + "pg_catalog.pg_backend_pid()) THEN 'a session advisory lock' END, " +
 		"CASE WHEN EXISTS (SELECT FROM pg_catalog.pg_class WHERE relnamespace" + sqlEq + "pg_catalog.pg_my_temp_schema()) THEN 'a temporary table' END), " +
@@ -531,6 +532,8 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 	p := ss.srv.currentPlanner()
 	var err error
 	switch {
+	case typ == msgQuery && body != nil && mentionsSQLPrepared(body):
+		err = ss.querySQLPrepared(body, p) // pooledsqlprep.go
 	case body != nil && p == nil && (typ == msgQuery || typ == msgParse):
 		// No fencing: the core would not read it; the prefix, if any, still goes first.
 		if typ == msgQuery {
@@ -601,6 +604,7 @@ func (ss *session) lend() error {
 	ss.srv.metrics.poolLent()
 	pl.sc, pl.open = sc, 0
 	pl.unnamedHere = false
+	ss.lentSQLStmts(sc) // pooledsqlprep.go
 	// The fenced writes of the transaction go to this host (checkPlan: router.writeRefusal). Read by this
 	// goroutine and the lend's server side only (sessionForKey does not look at a pooled session's), so no
 	// lock of the Server's is taken per transaction.
@@ -1019,12 +1023,14 @@ func (ss *session) serveLend(sc *serverConn) {
 				if tag := string(body); tag == "DISCARD ALL\x00" || tag == "DEALLOCATE ALL\x00" {
 					pl.stmts.unprepare("") // they deallocate the client's statements, as on a connection of its own
 				}
+				pl.sqlStmts.completed(body) // pooledsqlprep.go
 			case msgParseComplete, msgCloseComplete:
 				if pl.stmts.answered(typ) {
 					continue // the proxy's own (pooledstmts.go)
 				}
 			case msgReadyForQuery:
 				pl.stmts.ready()
+				pl.sqlStmts.ready()
 				pl.prefixChars.Store(0)
 			}
 			if pl.relayFirst.Load() > 0 {
@@ -1045,6 +1051,7 @@ func (ss *session) serveLend(sc *serverConn) {
 		}
 		if typ == msgErrorResponse {
 			pl.stmts.failed() // the server skips the rest of the batch
+			pl.sqlStmts.failed()
 			if pl.stmtParsed.Load() {
 				pl.probe.Store(true)
 			}

@@ -239,7 +239,6 @@ func TestPooledSessionStatePins(t *testing.T) {
 		{"temp", "CREATE TEMP TABLE pinned (x int)", "temporary"},
 		{"listen", "LISTEN somewhere", "listen"},
 		{"advisory", "SELECT pg_advisory_lock(4242)", "advisory"},
-		{"prepare", "PREPARE pinned_stmt AS SELECT 1", "sql_prepare"},
 		{"hold", "DECLARE pinned_cur CURSOR WITH HOLD FOR SELECT 1", "with_hold"},
 		{"set", "SET lc_messages = 'C'", "set"},         // a superuser-only setting; search_path moves (pooledsettings_test.go)
 		{"custom", `SET myapp."tenánt" = '1'`, "other"}, // a custom setting the proxy cannot name in another encoding

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
+	"strings"
 	"sync"
 )
 
@@ -169,7 +170,7 @@ func (ss *session) fencedParse(body []byte, p Planner) ([]byte, error) {
 		ss.state.unsynced.Store(true)
 		writeMsg(&fenced, msgParse, body, "")
 	}
-	return fenced.Bytes(), nil
+	return ss.parseSQLPrepared(fenced.Bytes()), nil // pooledsqlprep.go
 }
 
 // parseNamed forwards a client's Parse of a named statement (pl.mu held): fenced by the core into a scratch
@@ -255,7 +256,7 @@ func (ss *session) renamedOut(typ byte, body []byte) bool {
 		}
 		server := ss.serverStmt(name)
 		if server == "" {
-			return false
+			server = ss.foreignStmt(name)
 		}
 		ss.state.unsynced.Store(true)
 		b := append(append(append(append([]byte(nil), portal...), 0), server...), 0)
@@ -279,7 +280,7 @@ func (ss *session) renamedOut(typ byte, body []byte) bool {
 		}
 		server := ss.serverStmt(name)
 		if server == "" {
-			return false
+			server = ss.foreignStmt(name)
 		}
 		writeMsg(w, msgDescribe, append(append([]byte{'S'}, server...), 0), "")
 		return true
@@ -332,4 +333,23 @@ func namesUnnamedStmt(typ byte, body []byte) bool {
 		return len(body) >= 2 && body[0] == 'S' && body[1] == 0
 	}
 	return false
+}
+
+// foreignStmt is the server name for a statement name the client has not prepared (pl.mu held), closed first,
+// hidden, on the lent server connection: whatever another client left there under that name (PREPARE in a
+// function the proxy does not see) is gone, and the server says 26000 naming it, as on a connection of one's
+// own. A pinned client's connection is its own (statements it prepared in ways the proxy does not map are
+// there): nothing is closed. A name of the proxy's own (fenceproxy_...) is never the client's: it becomes one
+// that nothing holds.
+func (ss *session) foreignStmt(name []byte) string {
+	pl := ss.pooled
+	server := string(name)
+	if strings.HasPrefix(server, proxyNamePrefix) {
+		server = closedStmtName
+	} else if pl.pin != "" {
+		return server
+	}
+	writeMsg(pl.sc.w, msgClose, append(append([]byte{'S'}, server...), 0), "")
+	pl.stmts.sent(msgCloseComplete, true)
+	return server
 }

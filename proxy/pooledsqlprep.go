@@ -1,0 +1,358 @@
+package proxy
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"strings"
+	"sync"
+	"unicode/utf8"
+
+	"github.com/fenceproxy/fenceproxy/rewrite"
+)
+
+// SQL-level prepared statements (PREPARE, EXECUTE, DEALLOCATE) under transaction pooling. As with protocol-level
+// named statements (pooledstmts.go) the client's names are the client's and the server's names are the proxy's:
+//
+//   - A Query whose text uses such a name is fenced by the core as always; then the names are replaced in its
+//     parse tree (rewrite.RenamePrepared) and the text deparsed. A client's PREPARE n of statement S is sent as
+//     PREPARE fenceproxy_q<hash of n and the fenced S>: the server analyses it and answers (PREPARE, or its error)
+//     as it would the client's; the client's n maps to it once the server answered it with CommandComplete (a
+//     PREPARE that failed prepared nothing; one that succeeded stays whatever the transaction does, as in
+//     PostgreSQL).
+//   - EXECUTE n and DEALLOCATE n (also under EXPLAIN and CREATE TABLE AS) use the server name. When the server
+//     connection may not hold that statement (another client used it since, or it was never prepared there), it
+//     is first closed (a protocol Close: no error when absent) and prepared again, from the fenced text kept for
+//     n, before the client's text in the same Query, its answer hidden (pooledState.hide). DEALLOCATE n drops the
+//     server statement on that connection only.
+//   - A name the client has not prepared is left as it is, after a Close of it on the server connection: whatever
+//     another client left there under that name (PREPARE in a function the proxy does not see) is gone, and the
+//     server says 26000 naming it, as on a connection of one's own. A pinned client's connection is its own:
+//     nothing is closed there. A name starting with fenceproxy_ is replaced by one that nothing holds (the
+//     server's own statements are never the client's).
+//   - DEALLOCATE ALL and DISCARD ALL forget all of the client's names.
+//
+// In a Parse (the extended protocol) the names are not mapped (a statement of the client's cannot be prepared in
+// front of it there): a PREPARE leaves a statement of the client's own name, which pins the client, and EXECUTE
+// or DEALLOCATE of a name mapped above gets 26000. The names it uses are closed first as above, and those of the
+// proxy's own replaced (parseSQLPrepared): the proxy's statements are never the client's.
+//
+// The mapping needs the text read exactly as the server reads it: ASCII, or UTF-8 with UTF-8 on both sides, and
+// no backslash unless standard_conforming_strings is on. Any other text goes as it is (a PREPARE in it pins the
+// client: the probe finds a statement of the client's own name).
+
+// sqlStmtPrefix starts the name of every server statement that carries a client's SQL-level prepared statement.
+const sqlStmtPrefix = "fenceproxy_q"
+
+// proxyNamePrefix starts the names of all of the proxy's own server statements.
+const proxyNamePrefix = "fenceproxy_"
+
+// sqlStmt is a client's SQL-level prepared statement: its server name and the PREPARE that makes it there.
+type sqlStmt struct {
+	server, prepare string
+}
+
+// sqlPending is a change to the client's names that the server's CommandComplete of statement stmt (its index in
+// the Query) makes true: name defined as def, or forgotten (def.server "").
+type sqlPending struct {
+	stmt int
+	name string
+	def  sqlStmt
+}
+
+// pooledSQLStmts is a client session's SQL-level prepared statements.
+type pooledSQLStmts struct {
+	mu      sync.Mutex // both sides: the session goroutine maps, the lend's server side applies answers
+	byName  map[string]sqlStmt
+	pending []sqlPending // of the Query being answered
+	done    int          // its statements the server answered with CommandComplete
+	// doubt: an error or a DEALLOCATE ALL / DISCARD ALL since the last Query was mapped; the server connection's
+	// statements are not known (serverConn.sqlStmts is forgotten).
+	doubt bool
+}
+
+// completed applies a CommandComplete (body: the tag) of the client's.
+func (q *pooledSQLStmts) completed(tag []byte) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if t := string(tag); t == "DISCARD ALL\x00" || t == "DEALLOCATE ALL\x00" {
+		clear(q.byName)
+		q.doubt = true
+	}
+	for len(q.pending) > 0 && q.pending[0].stmt == q.done {
+		p := q.pending[0]
+		q.pending = q.pending[1:]
+		if p.def.server == "" {
+			delete(q.byName, p.name)
+			continue
+		}
+		if q.byName == nil {
+			q.byName = map[string]sqlStmt{}
+		}
+		q.byName[p.name] = p.def
+	}
+	q.done++
+}
+
+// failed drops the changes of the statements an ErrorResponse kept from running.
+func (q *pooledSQLStmts) failed() {
+	q.mu.Lock()
+	q.pending, q.doubt = nil, true
+	q.mu.Unlock()
+}
+
+// ready ends the answer to a Query (or a batch).
+func (q *pooledSQLStmts) ready() {
+	q.mu.Lock()
+	q.pending, q.done = nil, 0
+	q.mu.Unlock()
+}
+
+// lentSQLStmts is called when sc is lent to the client (pl.mu held): statements prepared there while another
+// client held it may have been replaced behind the proxy's back (a function's DEALLOCATE and PREPARE), so they
+// are prepared again before this client uses them.
+func (ss *session) lentSQLStmts(sc *serverConn) {
+	if sc.sqlFor != ss.pooled {
+		clear(sc.sqlStmts)
+		sc.sqlFor = ss.pooled
+	}
+}
+
+// mentionsSQLPrepared reports whether a Query text may use an SQL-level prepared statement's name.
+func mentionsSQLPrepared(text []byte) bool {
+	return containsFold(text, "prepare") || containsFold(text, "execute") || containsFold(text, "deallocate")
+}
+
+// sqlStmtName is the server name of the client's statement name prepared as body (rewrite.PreparedRef.Body).
+func sqlStmtName(name, body string) string {
+	h := sha256.Sum256([]byte(name + "\x00" + body))
+	return sqlStmtPrefix + hex.EncodeToString(h[:10])
+}
+
+// querySQLPrepared forwards a client's Query that may use SQL-level prepared statements (pl.mu held): fenced by
+// the core into a scratch buffer, its names mapped, with the Closes and hidden PREPAREs it needs in front.
+func (ss *session) querySQLPrepared(body []byte, p Planner) error {
+	pl := ss.pooled
+	sc := pl.sc
+	prefix := ss.takeQueryPrefix()
+	var fenced bytes.Buffer
+	if p != nil {
+		if err := ss.onClientMsg(msgQuery, body, p, &fenced); err != nil {
+			return err
+		}
+	} else {
+		ss.state.pending.Add(1)
+		writeQueryMsg(&fenced, "", body, "")
+	}
+	msg := fenced.Bytes()
+	if len(msg) < headerLen+1 || msg[0] != msgQuery {
+		return fmt.Errorf("fenced Query: unexpected message")
+	}
+	text := msg[headerLen : len(msg)-1]
+	m, ok := ss.mapSQLPrepared(text)
+	if !ok {
+		writeQueryMsg(sc.w, prefix, msg[headerLen:], "")
+		return nil
+	}
+	// The CloseCompletes come first: while statements in front are hidden (the token statement, the PREPAREs) they
+	// are hidden with them, as prepareTokenStmt's; else the queue of answers to hide says they are the proxy's.
+	queued := pl.hide.Load() == 0 && len(m.front) == 0
+	for _, name := range m.closes {
+		writeMsg(sc.w, msgClose, append(append([]byte{'S'}, name...), 0), "")
+		if queued {
+			pl.stmts.sent(msgCloseComplete, true)
+		}
+	}
+	front := ""
+	if len(m.front) > 0 {
+		front = strings.Join(m.front, "; ") + "; "
+		pl.hide.Add(int64(len(m.front)))
+		if n := pl.prefixChars.Load(); n > 0 || prefix == "" {
+			pl.prefixChars.Store(n + int64(len(front))) // front is ASCII (mapSQLPrepared)
+		}
+	}
+	writeQueryMsg(sc.w, prefix+front, nil, m.text)
+	return nil
+}
+
+// sqlReadable reports whether a text reads the same to pg_query as to the server under the session's settings.
+func (ss *session) sqlReadable(text []byte) bool {
+	set := ss.readingSettings()
+	switch {
+	case !isASCII(string(text)) && (set.ClientEncoding != "UTF8" || set.ServerEncoding != "UTF8" || !utf8.Valid(text)),
+		!set.StandardConformingStrings && bytes.IndexByte(text, '\\') >= 0:
+		return false
+	}
+	return true
+}
+
+// parseSQLPrepared is a fenced Parse message (whole) whose text may use SQL-level statement names (pl.mu held):
+// each name it uses is closed first on the lent server connection unless the client is pinned (foreignStmt), one
+// of the proxy's own replaced by a name nothing holds, the text then deparsed.
+func (ss *session) parseSQLPrepared(msg []byte) []byte {
+	if len(msg) < headerLen || msg[0] != msgParse {
+		return msg
+	}
+	name, rest, ok := cutNul(msg[headerLen:])
+	if !ok {
+		return msg
+	}
+	query, tail, ok := cutNul(rest)
+	if !ok || !mentionsSQLPrepared(query) || !ss.sqlReadable(query) {
+		return msg
+	}
+	refs, err := rewrite.PreparedRefs(string(query))
+	if err != nil || len(refs) == 0 {
+		return msg
+	}
+	names := make([]string, len(refs))
+	renamed, closed := false, map[string]bool{}
+	for i, r := range refs {
+		if r.Kind == rewrite.DeallocateAll {
+			continue
+		}
+		if closed[r.Name] {
+			names[i] = closedStmtName
+			if !strings.HasPrefix(r.Name, proxyNamePrefix) {
+				names[i] = r.Name
+			}
+			continue
+		}
+		closed[r.Name] = true
+		names[i] = ss.foreignStmt([]byte(r.Name)) // pooledstmts.go
+		renamed = renamed || names[i] != r.Name
+	}
+	if !renamed {
+		return msg
+	}
+	out, _, err := rewrite.RenamePrepared(string(query), names)
+	if err != nil {
+		// Its name cannot be replaced: the statement is refused by the server, as one naming nothing.
+		out = "EXECUTE " + closedStmtName
+	}
+	var b bytes.Buffer
+	writeMsg(&b, msgParse, append(append(append(append(append([]byte(nil), name...), 0), out...), 0), tail...), "")
+	return b.Bytes()
+}
+
+// sqlMapping is a Query text with the client's statement names mapped: the Closes that go before it, the
+// hidden PREPAREs that go in front of it.
+type sqlMapping struct {
+	text   string
+	closes []string
+	front  []string
+}
+
+// mapSQLPrepared maps the statement names of a fenced Query text (pl.mu held) and records what the server's
+// answers will make of the client's names; false when the text uses none or cannot be read exactly.
+func (ss *session) mapSQLPrepared(text []byte) (sqlMapping, bool) {
+	pl := ss.pooled
+	sc := pl.sc
+	if !ss.sqlReadable(text) {
+		return sqlMapping{}, false
+	}
+	refs, err := rewrite.PreparedRefs(string(text))
+	if err != nil || len(refs) == 0 {
+		return sqlMapping{}, false
+	}
+	q := &pl.sqlStmts
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.doubt {
+		clear(sc.sqlStmts)
+		q.doubt = false
+	}
+	if sc.sqlStmts == nil {
+		sc.sqlStmts = map[string]bool{}
+	}
+	// The client's names and the connection's statements as each statement of the text finds them.
+	names := map[string]*sqlStmt{} // changed by the text so far (nil: forgotten)
+	allGone := false               // DEALLOCATE ALL: q.byName no longer counts
+	lookup := func(n string) (sqlStmt, bool) {
+		if d, ok := names[n]; ok {
+			if d == nil {
+				return sqlStmt{}, false
+			}
+			return *d, true
+		}
+		if allGone {
+			return sqlStmt{}, false
+		}
+		d, ok := q.byName[n]
+		return d, ok
+	}
+	var m sqlMapping
+	closed := map[string]bool{}
+	closeFirst := func(name string) {
+		if !closed[name] {
+			closed[name] = true
+			m.closes = append(m.closes, name)
+		}
+	}
+	present := func(h string) bool { return sc.sqlStmts[h] }
+	ensure := func(d sqlStmt) { // a statement of the client's, prepared in front when the connection may not hold it
+		if !present(d.server) {
+			closeFirst(d.server)
+			m.front = append(m.front, d.prepare)
+			sc.sqlStmts[d.server] = true
+		}
+	}
+	renamed := make([]string, len(refs))
+	var pend []sqlPending
+	newDefs := map[int]int{} // ref index -> index in pend of a PREPARE that defines a name
+	for i, r := range refs {
+		switch r.Kind {
+		case rewrite.DeallocateAll:
+			allGone = true
+			clear(names)
+			clear(sc.sqlStmts)
+		case rewrite.ExecuteName, rewrite.DeallocateName:
+			d, ok := lookup(r.Name)
+			switch {
+			case ok:
+				ensure(d)
+				renamed[i] = d.server
+				if r.Kind == rewrite.DeallocateName {
+					names[r.Name] = nil
+					pend = append(pend, sqlPending{stmt: r.Stmt, name: r.Name})
+					sc.sqlStmts[d.server] = false
+				}
+			case strings.HasPrefix(r.Name, proxyNamePrefix):
+				renamed[i] = closedStmtName
+				closeFirst(closedStmtName)
+			default:
+				renamed[i] = r.Name
+				if pl.pin == "" {
+					closeFirst(r.Name)
+				}
+			}
+		case rewrite.PrepareName:
+			if d, ok := lookup(r.Name); ok {
+				// PostgreSQL refuses a name in use (42P05): the server says so, to the statement that holds it.
+				ensure(d)
+				renamed[i] = d.server
+				continue
+			}
+			h := sqlStmtName(r.Name, r.Body)
+			closeFirst(h) // whatever the connection holds under it, the client's PREPARE must succeed as its own would
+			renamed[i] = h
+			sc.sqlStmts[h] = true
+			def := &sqlStmt{server: h}
+			names[r.Name] = def
+			newDefs[i] = len(pend)
+			pend = append(pend, sqlPending{stmt: r.Stmt, name: r.Name})
+		}
+	}
+	out, prepares, err := rewrite.RenamePrepared(string(text), renamed)
+	if err != nil {
+		clear(sc.sqlStmts) // what was marked above is not sent
+		return sqlMapping{}, false
+	}
+	for i, k := range newDefs {
+		pend[k].def = sqlStmt{server: renamed[i], prepare: prepares[i]}
+	}
+	m.text = out
+	q.pending, q.done = pend, 0
+	return m, true
+}
