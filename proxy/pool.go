@@ -597,9 +597,10 @@ func (p *txPool) dialOnce(login *clientLogin) (*serverConn, error) {
 		conn.SetDeadline(dl)
 	}
 	sc := &serverConn{pool: p, conn: conn, host: up, born: time.Now(), stmts: map[string]bool{}}
-	sc.w = bufio.NewWriterSize(conn, writeBufferSize)
+	rw := rawIO(conn, nil) // rawsocket_linux.go
+	sc.w = bufio.NewWriterSize(rw, writeBufferSize)
 	sc.intr.conn = conn
-	sc.r = msgReader{r: bufio.NewReaderSize(conn, readBufferSize), intr: &sc.intr}
+	sc.r = msgReader{r: bufio.NewReaderSize(rw, readBufferSize), intr: &sc.intr}
 	statuses, defaults, err := sc.logIn(login, s.cfg.Token.Setting, s.cfg.Token.LockSetting)
 	if err != nil {
 		conn.Close()

@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"bufio"
+	"bytes"
 	"crypto/rand"
 	"encoding/binary"
 	"errors"
@@ -216,6 +218,12 @@ func (s *Server) startPooled(ss *session, login *clientLogin) {
 	ss.pooled = pl
 	ss.prep.max = 0
 
+	// The client's socket is read and written with raw system calls from here on (rawsocket_linux.go); the
+	// bytes it sent that are buffered already are read first.
+	pending, _ := ss.cr.r.Peek(ss.cr.r.Buffered())
+	clientIO := rawIO(ss.client, bytes.Clone(pending))
+	ss.cr.r = bufio.NewReaderSize(clientIO, readBufferSize)
+	ss.clientOut.out = clientIO
 	out := ss.cw
 	writeMsg(out, msgAuthentication, []byte{0, 0, 0, authOK}, "")
 	app, hasApp := ss.params["application_name"]
