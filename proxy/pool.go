@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"slices"
 	"sort"
@@ -73,6 +74,22 @@ type serverConn struct {
 	settingsFor *pooledState
 	// roleCheckedFor is the client for which the role check (pooledsettings.go: roleCheckSQL) last ran on it.
 	roleCheckedFor *pooledState
+	// beforeSend is called (the client's pooledState.mu held) before bytes written to w reach the server: the
+	// client it is lent to makes sure something reads the answers (pooled.go: needReader). nil: nobody's.
+	beforeSend func()
+}
+
+// serverOut is what a server connection's writer writes through: beforeSend first.
+type serverOut struct {
+	sc *serverConn
+	w  io.Writer
+}
+
+func (o serverOut) Write(p []byte) (int, error) {
+	if f := o.sc.beforeSend; f != nil {
+		f()
+	}
+	return o.w.Write(p)
 }
 
 // txPools are the pools of a Server, by key.
@@ -598,7 +615,7 @@ func (p *txPool) dialOnce(login *clientLogin) (*serverConn, error) {
 	}
 	sc := &serverConn{pool: p, conn: conn, host: up, born: time.Now(), stmts: map[string]bool{}}
 	rw := rawIO(conn, nil) // rawsocket_linux.go
-	sc.w = bufio.NewWriterSize(rw, writeBufferSize)
+	sc.w = bufio.NewWriterSize(serverOut{sc: sc, w: rw}, writeBufferSize)
 	sc.intr.conn = conn
 	sc.r = msgReader{r: bufio.NewReaderSize(rw, readBufferSize), intr: &sc.intr}
 	statuses, defaults, err := sc.logIn(login, s.cfg.Token.Setting, s.cfg.Token.LockSetting)

@@ -38,6 +38,8 @@ const (
 	msgParseComplete            byte = '1'
 	msgCloseComplete            byte = '3'
 	msgNegotiateProtocolVersion byte = 'v'
+	msgCopyInResponse           byte = 'G'
+	msgCopyBothResponse         byte = 'W'
 )
 
 // ReadyForQuery transaction status bytes.
