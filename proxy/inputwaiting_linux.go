@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"net"
 	"syscall"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -22,8 +23,11 @@ func inputWaiting(c net.Conn) bool {
 	if err != nil {
 		return false
 	}
-	n := 0
-	if err := raw.Control(func(fd uintptr) { n, _ = unix.IoctlGetInt(int(fd), unix.SIOCINQ) }); err != nil {
+	// A raw call, as rawSocket's: SIOCINQ never blocks, and a lend asks it of every idle server connection it takes.
+	var n int32
+	if err := raw.Control(func(fd uintptr) {
+		unix.RawSyscall(unix.SYS_IOCTL, fd, unix.SIOCINQ, uintptr(unsafe.Pointer(&n)))
+	}); err != nil {
 		return false
 	}
 	return n > 0

@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"slices"
 	"sort"
@@ -79,6 +80,22 @@ type serverConn struct {
 	// checkedFor is the client for which the check of its session state (the role, and the token and lock
 	// placeholders: pooledsettings.go checkFirst) last ran on it, if no other client was lent it since.
 	checkedFor *pooledState
+	// beforeSend is called (the client's pooledState.mu held) before bytes written to w reach the server: the
+	// client it is lent to makes sure something reads the answers (pooled.go: needReader). nil: nobody's.
+	beforeSend func()
+}
+
+// serverOut is what a server connection's writer writes through: beforeSend first.
+type serverOut struct {
+	sc *serverConn
+	w  io.Writer
+}
+
+func (o serverOut) Write(p []byte) (int, error) {
+	if f := o.sc.beforeSend; f != nil {
+		f()
+	}
+	return o.w.Write(p)
 }
 
 // txPools are the pools of a Server, by key.
@@ -603,9 +620,10 @@ func (p *txPool) dialOnce(login *clientLogin) (*serverConn, error) {
 		conn.SetDeadline(dl)
 	}
 	sc := &serverConn{pool: p, conn: conn, host: up, born: time.Now(), stmts: map[string]bool{}}
-	sc.w = bufio.NewWriterSize(conn, writeBufferSize)
+	rw := rawIO(conn, nil) // rawsocket_linux.go
+	sc.w = bufio.NewWriterSize(serverOut{sc: sc, w: rw}, writeBufferSize)
 	sc.intr.conn = conn
-	sc.r = msgReader{r: bufio.NewReaderSize(conn, readBufferSize), intr: &sc.intr}
+	sc.r = msgReader{r: bufio.NewReaderSize(rw, readBufferSize), intr: &sc.intr}
 	statuses, defaults, err := sc.logIn(login, s.cfg.Token.Setting, s.cfg.Token.LockSetting)
 	if err != nil {
 		conn.Close()

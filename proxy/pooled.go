@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"bufio"
+	"bytes"
 	"crypto/rand"
 	"encoding/binary"
 	"errors"
@@ -21,9 +23,11 @@ import (
 // state; a server connection (pool.go) is lent to it for one transaction at a time: from the message that starts
 // a transaction while the client holds none (a Query, a FunctionCall, the first extended-protocol message after a
 // Sync) to the ReadyForQuery 'I' that answers the last message the client sent. It runs on the goroutine
-// transport: the session goroutine reads the client (relayPooled), and each lend has a goroutine that reads
-// the server connection and writes the client (serveLend). The protocol rules are the session core's
-// (onClientMsg, onServerMsg), as in session mode.
+// transport: the session goroutine reads the client (relayPooled) and, when all the client sent is one unit
+// answered by the next ReadyForQuery, reads the answer and writes it to the client itself (answerInline);
+// otherwise a goroutine of the lend does (serveLend), started before any bytes reach the server (needReader),
+// so that the server's answers are always read. Both run one loop (relayServer). The protocol rules are the
+// session core's (onClientMsg, onServerMsg), as in session mode.
 //
 // The client's token and lock (token.setting, token.lock_setting) are the client's, kept as PostgreSQL keeps
 // them because PostgreSQL computes them:
@@ -66,10 +70,14 @@ type pooledState struct {
 	settled sync.Cond      // broadcast when the lend's server side has answered a ReadyForQuery and decided
 	sc      *serverConn    // lent to the client now; nil between transactions. Whoever clears it disposes of it.
 	serving sync.WaitGroup // the lends' server sides (serveLend) still running
-	open    int            // Query, Sync and FunctionCall messages forwarded on sc and not yet settled
-	pin     string         // why the client keeps sc, "" if it does not
-	lost    error          // the lend ended badly: the session ends with farewell
-	fare    []byte         // the FATAL that ends the session after lost
+	reading bool           // a serveLend reads sc (needReader)
+	inline  bool           // the session goroutine reads the answer to what it sent (answerInline)
+	// beforeSend is needReader, made once: the lent connection's serverConn.beforeSend.
+	beforeSend func()
+	open       int    // Query, Sync and FunctionCall messages forwarded on sc and not yet settled
+	pin        string // why the client keeps sc, "" if it does not
+	lost       error  // the lend ended badly: the session ends with farewell
+	fare       []byte // the FATAL that ends the session after lost
 
 	token, lock           *string // the client's session values; nil: the server's default
 	resetToken, resetLock *string // what RESET returns to: the startup values, or nil
@@ -278,6 +286,7 @@ func (s *Server) startPooled(ss *session, login *clientLogin) {
 	}
 	pl := &pooledState{pool: p, login: login}
 	pl.settled.L = &pl.mu
+	pl.beforeSend = ss.needReader
 	tok, lock := s.cfg.Token.Setting, s.cfg.Token.LockSetting
 	pl.token, pl.lock = startupValue(ss.params, tok), startupValue(ss.params, lock)
 	pl.resetToken, pl.resetLock = pl.token, pl.lock
@@ -285,6 +294,12 @@ func (s *Server) startPooled(ss *session, login *clientLogin) {
 	ss.pooled = pl
 	ss.prep.max = 0
 
+	// The client's socket is read and written with raw system calls from here on (rawsocket_linux.go); the
+	// bytes it sent that are buffered already are read first.
+	pending, _ := ss.cr.r.Peek(ss.cr.r.Buffered())
+	clientIO := rawIO(ss.client, bytes.Clone(pending))
+	ss.cr.r = bufio.NewReaderSize(clientIO, readBufferSize)
+	ss.clientOut.out = clientIO
 	out := ss.cw
 	writeMsg(out, msgAuthentication, []byte{0, 0, 0, authOK}, "")
 	app, hasApp := ss.params["application_name"]
@@ -437,6 +452,9 @@ func (ss *session) relayPooled() ending {
 			return ss.clientEnding(err)
 		}
 		cr.release()
+		if pl.inline { // set by forwardPooled, in this goroutine
+			ss.answerInline()
+		}
 	}
 }
 
@@ -456,6 +474,7 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 			// how it ends): send it on, though the client's next messages are already here.
 			ss.countRelayed(dirClientToServer, &ss.cr)
 			pl.sc.w.Flush()
+			ss.needReader() // the answers come first: something must read them
 		}
 		for pl.sc != nil && pl.open > 0 && pl.lost == nil {
 			pl.settled.Wait()
@@ -584,9 +603,12 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 		ss.writeTokenStmt(tokenPortal)
 	}
 	if !ss.cr.nextBuffered() {
+		// All the client sent is one unit, answered up to the next ReadyForQuery, and nothing reads the
+		// connection yet: relayPooled reads the answer (answerInline), so the flush starts no serveLend.
+		pl.inline = !pl.reading && pl.open == 1 && !st.unsynced.Load() && pl.pin == "" && pl.replaying.Load() == 0
 		ss.countRelayed(dirClientToServer, &ss.cr)
 		if err := sc.w.Flush(); err != nil {
-			return nil // the lend's server side sees the connection fail and ends the session
+			return nil // the lend's server side (or answerInline) sees the connection fail and ends the session
 		}
 	}
 	return nil
@@ -609,8 +631,8 @@ func (ss *session) lend() error {
 	// goroutine and the lend's server side only (sessionForKey does not look at a pooled session's), so no
 	// lock of the Server's is taken per transaction.
 	ss.host = sc.host
-	pl.serving.Add(1)
-	go ss.serveLend(sc)
+	sc.beforeSend = pl.beforeSend
+	pl.reading = false
 	return nil
 }
 
@@ -632,6 +654,44 @@ const (
 	// checkFirst checks the connection first.
 	prefixSetLocal
 )
+
+// needReader starts the lend's server side (serveLend) unless it runs already or the session goroutine is to
+// read the answer itself (answerInline) (pl.mu held). The lent connection calls it before any bytes reach the
+// server (serverConn.beforeSend): a server whose answers nobody reads stops reading, and the client's messages
+// would wait for ever behind them.
+func (ss *session) needReader() {
+	pl := ss.pooled
+	if pl.reading || pl.inline || pl.sc == nil || pl.lost != nil {
+		return
+	}
+	pl.reading = true
+	pl.serving.Add(1)
+	go ss.serveLend(pl.sc)
+}
+
+// inlineWait is how long the session goroutine waits for the first bytes of an answer it reads itself
+// (answerInline) before a serveLend takes over and the session goroutine reads the client again: while it
+// waits, a client that goes away is not noticed, and its statement not cancelled.
+const inlineWait = 10 * time.Millisecond
+
+// answerInline reads the answer to the unit forwardPooled just sent (pl.inline), in the session goroutine, up
+// to its ReadyForQuery, and gives the connection back there as serveLend would: no goroutine per lend and one
+// wake-up fewer per transaction. When the answer's first bytes take longer than inlineWait, when the server asks
+// for COPY data, or when the lend goes on after the ReadyForQuery (a transaction block, a pin), a serveLend
+// takes over the connection and the session goroutine goes back to reading the client, as without it.
+func (ss *session) answerInline() {
+	pl := ss.pooled
+	pl.mu.Lock()
+	sc := pl.sc
+	pl.mu.Unlock()
+	ended := sc == nil || ss.relayServer(sc, true)
+	pl.mu.Lock()
+	pl.inline = false
+	if !ended {
+		ss.needReader()
+	}
+	pl.mu.Unlock()
+}
 
 // injectTokens writes what gives the transaction the client's token and lock, before the message of type typ
 // that starts it (pl.mu held): a prefix of a Query's text, or a Bind and Execute of the token statement before
@@ -978,19 +1038,35 @@ func tagMayLeaveSessionState(tag []byte) bool {
 // serveLend relays the lent server connection's messages to the client until the lend ends: given back at the
 // end of a transaction, lost, or stopped by the session's end.
 func (ss *session) serveLend(sc *serverConn) {
+	defer ss.pooled.serving.Done()
+	ss.relayServer(sc, false)
+}
+
+// relayServer relays the lent server connection's messages to the client until the lend ends, and reports
+// true; inline (answerInline), it also stops, reporting false, where a serveLend is to take over: before the
+// answer's first bytes came within inlineWait, after a CopyInResponse or CopyBothResponse (the server waits for
+// the client), after a ReadyForQuery that does not end the lend.
+func (ss *session) relayServer(sc *serverConn, inline bool) bool {
 	pl := ss.pooled
-	defer pl.serving.Done()
 	r := &sc.r
+	if inline && r.r.Buffered() == 0 {
+		sc.conn.SetReadDeadline(time.Now().Add(inlineWait))
+		_, err := r.r.Peek(1)
+		sc.conn.SetReadDeadline(time.Time{})
+		if err != nil && isTimeout(err) {
+			return false
+		}
+	}
 	for {
 		typ, _, err := r.next()
 		if err != nil {
 			ss.lendFailed(sc, err)
-			return
+			return true
 		}
 		if pl.replaying.Load() > 0 {
 			if err := ss.replayAnswer(sc, typ); err != nil { // pooledsettings.go
 				ss.lendFailed(sc, err)
-				return
+				return true
 			}
 			continue
 		}
@@ -999,7 +1075,7 @@ func (ss *session) serveLend(sc *serverConn) {
 		if hiding || typ == msgCommandComplete || typ == msgParseComplete || typ == msgCloseComplete || ss.serverNeedsBody(typ) {
 			if body, err = r.body(); err != nil {
 				ss.lendFailed(sc, err)
-				return
+				return true
 			}
 		}
 		if hiding {
@@ -1068,20 +1144,24 @@ func (ss *session) serveLend(sc *serverConn) {
 		}
 		if err != nil {
 			ss.lendFailed(sc, err)
-			return
+			return true
 		}
-		if typ == msgReadyForQuery || !r.nextBuffered() {
+		waitsForClient := typ == msgCopyInResponse || typ == msgCopyBothResponse
+		if typ == msgReadyForQuery || waitsForClient || !r.nextBuffered() {
 			ss.countRelayed(dirServerToClient, r)
 			if err := ss.cw.Flush(); err != nil {
 				ss.lendFailed(sc, err)
-				return
+				return true
 			}
 		}
 		if ev&evDrainNow != 0 {
 			ss.clientIntr.raise(intrDrain)
 		}
 		if typ == msgReadyForQuery && ss.settle(sc) {
-			return
+			return true
+		}
+		if inline && (typ == msgReadyForQuery || waitsForClient) {
+			return false
 		}
 	}
 }

@@ -40,6 +40,8 @@ const (
 	msgEmptyQueryResponse       byte = 'I'
 	msgPortalSuspended          byte = 's'
 	msgNegotiateProtocolVersion byte = 'v'
+	msgCopyInResponse           byte = 'G'
+	msgCopyBothResponse         byte = 'W'
 )
 
 // ReadyForQuery transaction status bytes.

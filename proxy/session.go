@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"io"
 	"log/slog"
 	"net"
 	"sync"
@@ -145,11 +146,16 @@ func (ss *session) forced() bool {
 // client that went away from an upstream that did.
 type failWriter struct {
 	net.Conn
+	out    io.Writer // what writes to the connection (rawIO) instead of Conn's Write; nil: Conn's
 	failed atomic.Bool
 }
 
 func (w *failWriter) Write(p []byte) (int, error) {
-	n, err := w.Conn.Write(p)
+	out := io.Writer(w.Conn)
+	if w.out != nil {
+		out = w.out
+	}
+	n, err := out.Write(p)
 	if err != nil {
 		w.failed.Store(true)
 	}

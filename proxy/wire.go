@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -264,4 +265,15 @@ func cutNul(b []byte) (before, after []byte, ok bool) {
 		}
 	}
 	return nil, nil, false
+}
+
+// withPending is c read after the bytes of pending (read from it before), and written as c.
+func withPending(c net.Conn, pending []byte) io.ReadWriter {
+	if len(pending) == 0 {
+		return c
+	}
+	return struct {
+		io.Reader
+		io.Writer
+	}{io.MultiReader(bytes.NewReader(pending), c), c}
 }

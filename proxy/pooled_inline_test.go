@@ -1,0 +1,89 @@
+package proxy_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgproto3"
+)
+
+// The session goroutine reads the answer to a client's unit itself (pooled.go: answerInline). It must not stay
+// there when the answer is slow: a pooled client that goes away while its statement runs has the statement
+// stopped (its server connection closed) within seconds, not when the statement ends.
+func TestPooledClientVanishingStopsItsStatement(t *testing.T) {
+	f := newPooledFenced(t, 1, "")
+	marker := fxName(t, "slow")
+	running := func() int {
+		var n int
+		if err := f.d.QueryRow(ctxT(t), "SELECT count(*) FROM pg_stat_activity WHERE pid <> pg_backend_pid() AND state = 'active' AND query LIKE '%' || $1 || '%'", marker).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	conn, fe, _ := rawStartup(t, f.p.Addr, pgproto3.ProtocolVersionNumber, nil)
+	fe.Send(&pgproto3.Query{String: "SELECT pg_sleep(60) /* " + marker + " */"})
+	if err := fe.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "the statement to run", func() bool { return running() == 1 })
+	conn.Close()
+	eventually(t, 10*time.Second, "the statement to stop after its client went away", func() bool { return running() == 0 })
+	// The pool's one server connection serves the next client.
+	pc := pooledPgConn(t, f, "")
+	if _, err := pc.Exec(ctxT(t), "SELECT 1").ReadAll(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// COPY FROM STDIN in transaction mode: the server waits for the client's data after its CopyInResponse, so the
+// session goroutine that read the answer so far must go back to reading the client. The client sends its data
+// only once it has the CopyInResponse, so that the data is not already there when the Query is forwarded.
+func TestPooledCopyIn(t *testing.T) {
+	f := newPooledFenced(t, 1, "")
+	table := "public." + fxName(t, "copy")
+	if _, err := f.d.Exec(ctxT(t), "CREATE TABLE "+table+" (v int)"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second) // a COPY left waiting holds the table
+		defer cancel()
+		f.d.Exec(ctx, "DROP TABLE IF EXISTS "+table)
+	})
+	_, fe, _ := rawStartup(t, f.p.Addr, pgproto3.ProtocolVersionNumber, nil) // reads and writes time out after 10s
+	for round := 0; round < 3; round++ {
+		fe.Send(&pgproto3.Query{String: "COPY " + table + " FROM STDIN"})
+		if err := fe.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for done := false; !done; {
+			m, err := fe.Receive()
+			if err != nil {
+				t.Fatalf("round %d: after %v: %v", round, got, err)
+			}
+			got = append(got, fmt.Sprintf("%T", m))
+			switch m := m.(type) {
+			case *pgproto3.CopyInResponse:
+				fe.Send(&pgproto3.CopyData{Data: []byte("1\n2\n3\n")})
+				fe.Send(&pgproto3.CopyDone{})
+				if err := fe.Flush(); err != nil {
+					t.Fatal(err)
+				}
+			case *pgproto3.CommandComplete:
+				if string(m.CommandTag) != "COPY 3" {
+					t.Fatalf("round %d: %s, want COPY 3", round, m.CommandTag)
+				}
+			case *pgproto3.ErrorResponse:
+				t.Fatalf("round %d: %s %s", round, m.Code, m.Message)
+			case *pgproto3.ReadyForQuery:
+				done = true
+			}
+		}
+	}
+	var n int
+	if err := f.d.QueryRow(ctxT(t), "SELECT count(*) FROM "+table).Scan(&n); err != nil || n != 9 {
+		t.Fatalf("rows copied: %d (%v), want 9", n, err)
+	}
+}
