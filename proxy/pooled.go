@@ -1413,6 +1413,13 @@ func (ss *session) endPooled(e ending) {
 	pl := ss.pooled
 	pl.mu.Lock()
 	if e.why == endTerminate {
+		if pl.sc != nil && pl.open > 0 {
+			// What the client sent right before its Terminate (in the same read) is still in the writer: it goes,
+			// and is answered, as on a connection of its own.
+			ss.countRelayed(dirClientToServer, &ss.cr)
+			pl.sc.w.Flush()
+			ss.needReader()
+		}
 		// A client that says goodbye right after its last answer may be quicker than the lend's decision to give
 		// the connection back: let it decide.
 		for pl.sc != nil && pl.open > 0 && pl.lost == nil {

@@ -52,6 +52,7 @@ func TestTerminateAfterPipelineRunsEverything(t *testing.T) {
 		{"goroutines", goroutinesYAML, ""},
 		{"event loop without reuse", "", "  reuse:\n    max_idle: 0\n"},
 		{"goroutines without reuse", goroutinesYAML, "  reuse:\n    max_idle: 0\n"},
+		{"transaction pooling", "pool:\n  mode: transaction\n  size: 2\nauth:\n  type: trust\n", ""},
 	} {
 		t.Run(tr.name, func(t *testing.T) {
 			p := startProxy(t, proxytest.Options{YAML: tr.yaml, Upstream: tr.upstream})
