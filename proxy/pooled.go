@@ -176,8 +176,9 @@ func sqlValue(v *string) string {
 // puts the placeholder back.
 //
 // It runs under the client's session-level statement_timeout and lock_timeout, which the transaction may just
-// have set (pgx's tests set 1 ms, less than the probe takes on a busy machine): a probe they cancel would end
-// the client's session (08006). So its first two statements, cheap ones, turn both off for the probe
+// have set (pgx's TestSendBatchHandlesTimeoutBetweenParseAndDescribe sets 100 ms, which the probe's reads of
+// pg_settings and pg_locks can outlast on a busy machine): a probe they cancel would end the client's session
+// (08006). So its first two statements, cheap ones, turn both off for the probe
 // (probeLimitsSQL) before anything else runs; the settings read then sees the proxy's local values, and takes
 // the client's from the first statement instead (probeOnce). A probe cancelled anyway is run again.
 func probeSQL(tok, lock, user string, custom []string) string {

@@ -8,7 +8,8 @@ import (
 // The probe (the proxy's look at a server connection after a transaction that may have left session state) is
 // the proxy's own statement: the client's statement_timeout and lock_timeout, which its transaction just set,
 // must not cancel it (a cancelled probe ends the client's session with 08006: pgx's
-// TestSendBatchStatementTimeout, 1 ms, failed so now and then on a busy machine). Here the probe is made slow
+// TestSendBatchHandlesTimeoutBetweenParseAndDescribe/describe_exec, 100 ms, got 08006 instead of 57014 now and
+// then on a busy machine). Here the probe is made slow
 // for sure: another session holds a lock on pg_cursors, which the probe reads, far past the client's limits. The
 // client's session goes on, and keeps its own limits, not the probe's: they move with it to the server
 // connection after another client with none used it. A cancel that reaches the probe makes it run again.
