@@ -111,3 +111,18 @@ func TestORMMatrix(t *testing.T) {
 		})
 	}
 }
+
+// pgx's own test suite through fenceproxy as a transaction pooler (pool.mode: transaction): every test passes but
+// those compat/pgxsuite/transaction-exceptions.txt lists (each with why), and every listed one fails. It runs the
+// suite through the proxy only (-direct=false; `go run ./compat/pgxsuite` without flags also runs it directly and
+// in session mode), and only pgx's packages whose tests use the database.
+func TestPgxSuiteTransactionMode(t *testing.T) {
+	start := time.Now()
+	cmd := exec.Command("go", "run", "./pgxsuite", "-mode", "transaction", "-direct=false", "-src", "..")
+	cmd.Dir = dir()
+	out, err := cmd.CombinedOutput()
+	t.Logf("go run ./compat/pgxsuite -mode transaction -direct=false (%v):\n%s", time.Since(start).Round(time.Second), out)
+	if err != nil {
+		t.Fatalf("pgx's suite through the transaction pooler: %v", err)
+	}
+}

@@ -249,10 +249,18 @@ func sqlValue(v *string) string {
 // pg_catalog: it runs under the client's search_path, which may put a schema with operators of its own first.
 //
 // probeSQL reads, after a transaction, the token and lock values it left, the session state the pool cannot
-// move (user is the role the connection logged in as) and, in a second statement, the settings it replays
-// (pooledsettings.go); then it puts the placeholder back.
+// move (user is the role the connection logged in as) and the settings it replays (pooledsettings.go); then it
+// puts the placeholder back.
+//
+// It runs under the client's session-level statement_timeout and lock_timeout, which the transaction may just
+// have set (pgx's TestSendBatchHandlesTimeoutBetweenParseAndDescribe sets 100 ms, which the probe's reads of
+// pg_settings and pg_locks can outlast on a busy machine): a probe they cancel would end the client's session
+// (08006). So its first two statements, cheap ones, turn both off for the probe
+// (probeLimitsSQL) before anything else runs; the settings read then sees the proxy's local values, and takes
+// the client's from the first statement instead (probeOnce). A probe cancelled anyway is run again.
 func probeSQL(tok, lock, user string, custom []string) string {
-	return "SELECT pg_catalog.current_setting(" + quoteLiteral(tok) + ", true), pg_catalog.current_setting(" + quoteLiteral(lock) + ", true), " +
+	return probeLimitsSQL + replayableSettingsSQL(custom) + "; " +
+		"SELECT pg_catalog.current_setting(" + quoteLiteral(tok) + ", true), pg_catalog.current_setting(" + quoteLiteral(lock) + ", true), " +
 		"pg_catalog.concat_ws(', ', " + unmovableSettingsSQL(user) + ", " +
 		"CASE WHEN EXISTS (SELECT FROM pg_catalog.pg_listening_channels()) THEN 'LISTEN' END, " +
 		"CASE WHEN EXISTS (SELECT FROM pg_catalog.pg_cursors WHERE is_holdable) THEN 'a WITH HOLD cursor' END, " +
@@ -262,7 +270,6 @@ func probeSQL(tok, lock, user string, custom []string) string {
 		"CASE WHEN EXISTS (SELECT FROM pg_catalog.pg_class WHERE relnamespace" + sqlEq + "pg_catalog.pg_my_temp_schema()) THEN 'a temporary table' END), " +
 		"EXISTS (SELECT FROM pg_catalog.pg_prepared_statements WHERE name" + sqlEq + quoteLiteral(tokenStmtName) + "), " +
 		"(SELECT pg_catalog.string_agg(name, ' ') FROM pg_catalog.pg_prepared_statements WHERE pg_catalog.left(name, 12)" + sqlEq + quoteLiteral(serverStmtPrefix) + "); " +
-		replayableSettingsSQL(custom) + "; " +
 		"SELECT pg_catalog.set_config(" + quoteLiteral(tok) + ", " + quoteLiteral(poolPlaceholder) + ", false), pg_catalog.set_config(" +
 		quoteLiteral(lock) + ", " + quoteLiteral(poolPlaceholder) + ", false)"
 }
@@ -1263,10 +1270,41 @@ func (ss *session) settle(sc *serverConn) bool {
 	return true
 }
 
+// probeLimits are the client's limits the probe turns off for itself (probeSQL).
+var probeLimits = [...]string{"statement_timeout", "lock_timeout"}
+
+// probeLimitsSQL: a row of each probeLimits' session value and its reset value (set_config local with NULL
+// resets it and answers the value it got, in the same units as the session value), in that order: the
+// subquery is read first; then the limits off for the rest of the probe.
+var probeLimitsSQL = "SELECT s.a, s.b, pg_catalog.set_config(" + quoteLiteral(probeLimits[0]) + ", NULL, true), pg_catalog.set_config(" + quoteLiteral(probeLimits[1]) + ", NULL, true) " +
+	"FROM (SELECT pg_catalog.current_setting(" + quoteLiteral(probeLimits[0]) + ") AS a, pg_catalog.current_setting(" + quoteLiteral(probeLimits[1]) + ") AS b OFFSET 0) AS s; " +
+	"SELECT pg_catalog.set_config(" + quoteLiteral(probeLimits[0]) + ", '0', true), pg_catalog.set_config(" + quoteLiteral(probeLimits[1]) + ", '0', true); "
+
+// probeAttempts is how many times a probe that was cancelled runs before the client's session ends.
+const probeAttempts = 3
+
 // probeSession runs probeSQL on sc (pl.mu held) and applies what it found: the client's new token and lock
 // values, a pin (or, with pool.on_session_state refuse, the session's end), whether the token statement is still
-// prepared.
+// prepared. A probe cancelled (57014: the client's statement_timeout while it read the settings, or the client's
+// CancelRequest that arrived after its statement ended) changed nothing, its implicit transaction rolled back:
+// it runs again.
 func (ss *session) probeSession(sc *serverConn) error {
+	for attempt := 1; ; attempt++ {
+		err := ss.probeOnce(sc)
+		var cancelled *probeCancelled
+		if !errors.As(err, &cancelled) || attempt == probeAttempts {
+			return err
+		}
+	}
+}
+
+// probeCancelled: a probe failed with query_canceled.
+type probeCancelled struct{ msg string }
+
+func (e *probeCancelled) Error() string { return "probe cancelled: " + e.msg }
+
+// probeOnce runs probeSQL once (probeSession).
+func (ss *session) probeOnce(sc *serverConn) error {
 	pl := ss.pooled
 	cfg := ss.srv.cfg
 	writeMsg(sc.w, msgQuery, nil, probeSQL(cfg.Token.Setting, cfg.Token.LockSetting, sc.pool.params["user"], ss.customToRead(sc)))
@@ -1274,9 +1312,12 @@ func (ss *session) probeSession(sc *serverConn) error {
 	if err := sc.w.Flush(); err != nil {
 		return fmt.Errorf("probe: %w", err)
 	}
-	var row [][]byte
-	var failure string
+	var row, limits [][]byte
+	var failure, failureCode string
 	settings := map[string]string{}
+	// probeSQL's statements: the limits (one row), the limits off, the settings (a row each), the state (one
+	// row), the placeholder.
+	const limitsStmt, settingsStmt, stateStmt = 0, 2, 3
 	for rows, stmt := 0, 0; ; {
 		typ, _, err := sc.r.next()
 		if err != nil {
@@ -1289,11 +1330,15 @@ func (ss *session) probeSession(sc *serverConn) error {
 		switch typ {
 		case msgDataRow:
 			switch {
-			case stmt == 0 && rows == 0:
+			case stmt == limitsStmt && rows == 0:
+				if limits, err = dataRowValues(body); err != nil {
+					return fmt.Errorf("probe: %w", err)
+				}
+			case stmt == stateStmt && rows == 0:
 				if row, err = dataRowValues(body); err != nil {
 					return fmt.Errorf("probe: %w", err)
 				}
-			case stmt == 1:
+			case stmt == settingsStmt:
 				nv, err := dataRowValues(body)
 				if err != nil || len(nv) != 2 || nv[0] == nil || nv[1] == nil {
 					return fmt.Errorf("probe: a setting's row: %v", err)
@@ -1303,8 +1348,9 @@ func (ss *session) probeSession(sc *serverConn) error {
 			rows++
 		case msgCommandComplete:
 			stmt++
+			rows = 0
 		case msgErrorResponse:
-			failure = errorField(body, fieldMessage)
+			failure, failureCode = errorField(body, fieldMessage), errorField(body, fieldCode)
 		case msgParameterStatus:
 			ss.pooledParamStatus(sc, body)
 		case msgNotificationResponse:
@@ -1315,11 +1361,23 @@ func (ss *session) probeSession(sc *serverConn) error {
 				return fmt.Errorf("probe: relaying a notification: %w", err)
 			}
 		case msgReadyForQuery:
+			if failureCode == sqlstateQueryCanceled {
+				return &probeCancelled{failure}
+			}
 			if failure != "" {
 				return fmt.Errorf("probe failed: %s", failure)
 			}
-			if len(row) != 5 {
-				return fmt.Errorf("probe: %d values", len(row))
+			if len(row) != 5 || len(limits) != 2*len(probeLimits) {
+				return fmt.Errorf("probe: %d and %d values", len(row), len(limits))
+			}
+			// The settings read saw the probe's own limits: the client's are those of the first statement,
+			// kept when they differ from what a reset gives (as the read keeps only session-level values).
+			for i, name := range probeLimits {
+				if v, reset := limits[i], limits[len(probeLimits)+i]; v != nil && string(v) != string(reset) {
+					settings[name] = string(v)
+				} else {
+					delete(settings, name)
+				}
 			}
 			if pl.startChecked {
 				pl.token = followed(row[0], pl.token, pl.resetToken, sc.pool.resetToken)

@@ -85,6 +85,7 @@ const (
 	sqlstateCannotConnectNow             = "57P03" // the proxy is shutting down and takes no new session
 	sqlstateAdminShutdown                = "57P01" // a drain closed an idle session
 	sqlstateUndefinedPrepared            = "26000" // EXECUTE of a prepared statement that does not exist (prepared.go)
+	sqlstateQueryCanceled                = "57014" // a cancel: the client's, or statement_timeout
 	sqlstateFencingClassPrefix           = "55F0"  // every fencing SQLSTATE starts with it
 )
 
@@ -112,7 +113,7 @@ func transientFault(code string) bool {
 	switch code {
 	case "55P03", // lock_not_available
 		"40P01", // deadlock_detected
-		"57014": // query_canceled
+		sqlstateQueryCanceled:
 		return true
 	}
 	return false

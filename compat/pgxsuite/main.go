@@ -93,7 +93,8 @@ func main() {
 	flag.StringVar(&o.mode, "mode", "session", "the proxy's pool.mode: session or transaction")
 	flag.BoolVar(&o.direct, "direct", true, "also run the suite directly, and count as lost only the tests that pass there")
 	flag.StringVar(&o.run, "run", "", "only the tests matching this regexp (go test -run)")
-	flag.BoolVar(&o.keep, "keep", false, "keep the go test -json outputs in the working directory")
+	flag.IntVar(&o.count, "count", 1, "run each test this many times (go test -count; a test fails if one run fails): to chase a flake")
+	flag.BoolVar(&o.keep, "keep", false, "keep the go test -json outputs and the proxy's log in the working directory")
 	flag.StringVar(&o.src, "src", ".", "the fenceproxy checkout whose ./cmd/fenceproxy is built and run")
 	flag.Parse()
 	log.SetFlags(0)
@@ -108,11 +109,12 @@ func main() {
 type options struct {
 	mode, run, src string
 	direct, keep   bool
+	count          int
 }
 
 func suite(o options) error {
 	run, keep, src := o.run, o.keep, o.src
-	var exceptions map[string]string
+	var exceptions exceptionList
 	if o.mode == "transaction" {
 		var err error
 		if exceptions, err = readExceptions(filepath.Join(src, exceptionsFile)); err != nil {
@@ -120,10 +122,19 @@ func suite(o options) error {
 		}
 	}
 	ctx := context.Background()
-	pgxDir, err := moduleDir("github.com/jackc/pgx/v5")
+	pgxDir, err := moduleDir(modulePath)
 	if err != nil {
 		return err
 	}
+	pkgs, err := databasePackages(pgxDir)
+	if err != nil {
+		return err
+	}
+	skip, err := skipPattern(pgxDir, pkgs, exceptions.skip)
+	if err != nil {
+		return err
+	}
+	tests := testRun{pkgs: pkgs, skip: skip, run: run, count: o.count, keep: keep}
 	cluster, err := pgtest.Start(pgtest.Options{})
 	if err != nil {
 		return err
@@ -141,7 +152,11 @@ func suite(o options) error {
 	if o.mode == "transaction" {
 		cfg += poolConfig
 	}
-	proxyAddr, stop, err := startProxy(ctx, src, tmp, cluster.Addr(), cfg)
+	logPath := filepath.Join(tmp, "fenceproxy.log")
+	if keep {
+		logPath = "pgxsuite-fenceproxy.log"
+	}
+	proxyAddr, stop, err := startProxy(ctx, src, tmp, logPath, cluster.Addr(), cfg)
 	if err != nil {
 		return err
 	}
@@ -149,13 +164,13 @@ func suite(o options) error {
 
 	var direct map[string]string
 	if o.direct {
-		if direct, err = goTest(pgxDir, cluster.DSN(pgtest.SuperUser, "", database), run, keep, "direct"); err != nil {
+		if direct, err = goTest(pgxDir, cluster.DSN(pgtest.SuperUser, "", database), tests, "direct"); err != nil {
 			return err
 		}
 	}
 	host, port, _ := net.SplitHostPort(proxyAddr)
 	proxied, err := goTest(pgxDir, fmt.Sprintf("host=%s port=%s user=%s dbname=%s sslmode=disable", host, port, pgtest.SuperUser, database),
-		run, keep, "proxy")
+		tests, "proxy")
 	if err != nil {
 		return err
 	}
@@ -171,12 +186,12 @@ func suite(o options) error {
 	lost := lostTests(direct, proxied)
 	var unlisted, passing []string
 	for _, name := range slices.Sorted(maps.Keys(lost)) {
-		if _, ok := exceptions[name]; !ok {
+		if _, ok := exceptions.fail[name]; !ok {
 			unlisted = append(unlisted, fmt.Sprintf("%s (%s through the proxy)", name, lost[name]))
 		}
 	}
 	// A listed test that no longer fails is a list that stopped being true (unless -run left it out).
-	for _, name := range slices.Sorted(maps.Keys(exceptions)) {
+	for _, name := range slices.Sorted(maps.Keys(exceptions.fail)) {
 		if _, isLost := lost[name]; isLost {
 			continue
 		}
@@ -194,8 +209,8 @@ func suite(o options) error {
 	if len(problems) > 0 {
 		return errors.New(strings.Join(problems, "\n"))
 	}
-	if len(exceptions) > 0 {
-		fmt.Printf("%d tests fail through fenceproxy as %s says\n", len(lost), exceptionsFile)
+	if len(exceptions.fail) > 0 {
+		fmt.Printf("%d tests fail through fenceproxy as %s says (and %d it names were not run)\n", len(lost), exceptionsFile, len(exceptions.skip))
 	}
 	fmt.Println("every other test that passes directly passes through fenceproxy")
 	return nil
@@ -223,14 +238,19 @@ func lostTests(direct, proxied map[string]string) map[string]string {
 	return lost
 }
 
-// readExceptions reads the list of tests that fail through a transaction pooler: one "package test # why" a
-// line, the why required; blank lines and lines starting with # are comments.
-func readExceptions(path string) (map[string]string, error) {
+// exceptionList is transaction-exceptions.txt: the tests that fail through a transaction pooler (fail) and those
+// not run there (skip), each "package test" with why.
+type exceptionList struct{ fail, skip map[string]string }
+
+// readExceptions reads the list: one "package test # why" a line for a test that fails, "skip package test #
+// why" for a test not run (a top-level test that, through the pool, only ends when its own deadline does), the
+// why required; blank lines and lines starting with # are comments.
+func readExceptions(path string) (exceptionList, error) {
+	l := exceptionList{fail: map[string]string{}, skip: map[string]string{}}
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("exceptions: %w", err)
+		return l, fmt.Errorf("exceptions: %w", err)
 	}
-	list := map[string]string{}
 	for i, line := range strings.Split(string(b), "\n") {
 		line = strings.TrimSpace(line)
 		if line == "" || strings.HasPrefix(line, "#") {
@@ -238,12 +258,98 @@ func readExceptions(path string) (map[string]string, error) {
 		}
 		test, why, _ := strings.Cut(line, "#")
 		f := strings.Fields(test)
+		list := l.fail
+		if len(f) == 3 && f[0] == "skip" && !strings.Contains(f[2], "/") {
+			list, f = l.skip, f[1:]
+		}
 		if len(f) != 2 || strings.TrimSpace(why) == "" {
-			return nil, fmt.Errorf("%s:%d: want \"package test # why\", got %q", path, i+1, line)
+			return l, fmt.Errorf("%s:%d: want \"package test # why\" or \"skip package test # why\" (a top-level test), got %q", path, i+1, line)
 		}
 		list[f[0]+" "+f[1]] = strings.TrimSpace(why)
 	}
-	return list, nil
+	return l, nil
+}
+
+// skipPattern is go test's -skip for the skip list, checked against pgx's source in dir: each test must be
+// defined in its package, and in no other package that runs (-skip matches in every package).
+func skipPattern(dir string, pkgs []string, skip map[string]string) (string, error) {
+	if len(skip) == 0 {
+		return "", nil
+	}
+	var names []string
+	for key := range skip {
+		pkg, name, _ := strings.Cut(key, " ")
+		for _, p := range pkgs {
+			defined, err := definesTest(filepath.Join(dir, strings.TrimPrefix(p, modulePath)), name)
+			if err != nil {
+				return "", err
+			}
+			if defined != (p == pkg) {
+				return "", fmt.Errorf("%s: skip %s %s: the test is defined in %s: it must be in its package only", exceptionsFile, pkg, name, p)
+			}
+			if defined {
+				names = append(names, regexp.QuoteMeta(name))
+			}
+		}
+	}
+	if len(names) != len(skip) {
+		return "", fmt.Errorf("%s: a skipped test is not defined in pgx (or its package does not run): %v", exceptionsFile, slices.Sorted(maps.Keys(skip)))
+	}
+	slices.Sort(names)
+	return "^(" + strings.Join(names, "|") + ")$", nil
+}
+
+// definesTest reports whether a test file in dir defines the test function name.
+func definesTest(dir, name string) (bool, error) {
+	files, err := filepath.Glob(filepath.Join(dir, "*_test.go"))
+	if err != nil {
+		return false, err
+	}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return false, err
+		}
+		if bytes.Contains(b, []byte("\nfunc "+name+"(t *testing.T)")) {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// modulePath is pgx's module path.
+const modulePath = "github.com/jackc/pgx/v5"
+
+// databasePackages are pgx's packages whose tests use the database (PGX_TEST_DATABASE, or pgxtest's runners that
+// read it): the others test pgx's own code, which no server or proxy can change. dir is pgx's module directory.
+func databasePackages(dir string) ([]string, error) {
+	list := exec.Command("go", "list", "-f", "{{.ImportPath}} {{.Dir}} {{join .TestGoFiles \" \"}} {{join .XTestGoFiles \" \"}}", "./...")
+	list.Dir = dir
+	out, err := list.Output()
+	if err != nil {
+		return nil, fmt.Errorf("go list %s/...: %w", modulePath, err)
+	}
+	var pkgs []string
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 3 {
+			continue // no tests
+		}
+		for _, name := range f[2:] {
+			b, err := os.ReadFile(filepath.Join(f[1], name))
+			if err != nil {
+				return nil, err
+			}
+			if bytes.Contains(b, []byte("PGX_TEST_DATABASE")) || bytes.Contains(b, []byte("pgxtest.")) {
+				pkgs = append(pkgs, f[0])
+				break
+			}
+		}
+	}
+	if len(pkgs) == 0 {
+		return nil, fmt.Errorf("no package of %s in %s has tests that use the database", modulePath, dir)
+	}
+	return pkgs, nil
 }
 
 func orNone(s string) string {
@@ -293,8 +399,9 @@ func setup(ctx context.Context, c *pgtest.Cluster) error {
 	return nil
 }
 
-// startProxy builds fenceproxy from the checkout src and runs `fenceproxy serve` in front of upstream until stop.
-func startProxy(ctx context.Context, src, dir, upstream, config string) (addr string, stop func(), err error) {
+// startProxy builds fenceproxy from the checkout src into dir and runs `fenceproxy serve` in front of upstream
+// until stop, its output going to logPath.
+func startProxy(ctx context.Context, src, dir, logPath, upstream, config string) (addr string, stop func(), err error) {
 	bin := filepath.Join(dir, "fenceproxy")
 	build := exec.Command("go", "build", "-o", bin, "./cmd/fenceproxy")
 	build.Dir = src
@@ -311,7 +418,7 @@ func startProxy(ctx context.Context, src, dir, upstream, config string) (addr st
 	if err := os.WriteFile(cfg, fmt.Appendf(nil, config, addr, upstream), 0o600); err != nil {
 		return "", nil, err
 	}
-	logf, err := os.Create(filepath.Join(dir, "fenceproxy.log"))
+	logf, err := os.Create(logPath)
 	if err != nil {
 		return "", nil, err
 	}
@@ -352,14 +459,26 @@ func startProxy(ctx context.Context, src, dir, upstream, config string) (addr st
 // '/tmp/TestParseConfigSSLCertMode699868462/001/...'), which differ between the two runs.
 var tempNames = regexp.MustCompile(`([A-Za-z_])[0-9]{6,}`)
 
+// testRun is what goTest runs: pgx's packages pkgs, with go test's -skip, -run and -count, keeping the JSON
+// output with keep.
+type testRun struct {
+	pkgs      []string
+	skip, run string
+	count     int
+	keep      bool
+}
+
 // goTest runs pgx's tests with PGX_TEST_DATABASE=dsn and returns each test's outcome (pass, fail, skip) by
 // package and name.
-func goTest(dir, dsn, run string, keep bool, label string) (map[string]string, error) {
-	args := []string{"test", "-json", "-count=1", "-p=1", "-timeout=10m"} // a hung test fails (unfinished) in minutes, not at the suite's end
-	if run != "" {
-		args = append(args, "-run", run)
+func goTest(dir, dsn string, tr testRun, label string) (map[string]string, error) {
+	args := []string{"test", "-json", "-count=" + strconv.Itoa(tr.count), "-p=1", "-timeout=10m"} // a hung test fails (unfinished) in minutes, not at the suite's end
+	if tr.run != "" {
+		args = append(args, "-run", tr.run)
 	}
-	args = append(args, "./...")
+	if tr.skip != "" {
+		args = append(args, "-skip", tr.skip)
+	}
+	args = append(args, tr.pkgs...)
 	cmd := exec.Command("go", args...)
 	cmd.Dir = dir
 	env := []string{"PGX_TEST_DATABASE=" + dsn}
@@ -372,7 +491,7 @@ func goTest(dir, dsn, run string, keep bool, label string) (map[string]string, e
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
-	if keep {
+	if tr.keep {
 		os.WriteFile("pgxsuite-"+label+".json", out, 0o644)
 	}
 	if _, exit := err.(*exec.ExitError); err != nil && !exit {
@@ -393,7 +512,9 @@ func goTest(dir, dsn, run string, keep bool, label string) (map[string]string, e
 				res[name] = "unfinished" // until its outcome: a test binary that hung or crashed never says
 			}
 		case "pass", "fail", "skip":
-			res[name] = ev.Action
+			if res[name] != "fail" { // with -count, one failed run fails the test
+				res[name] = ev.Action
+			}
 		}
 	}
 	if len(res) == 0 {
