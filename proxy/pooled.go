@@ -750,15 +750,18 @@ func (ss *session) plainText(text []byte) bool {
 
 // answersTo is how many answers the server gives a client message of the extended protocol that succeeds
 // (errors end the batch): ParseComplete, BindComplete, CloseComplete, ParameterDescription and RowDescription
-// or NoData, one CommandComplete for an Execute of a BEGIN. A Bind of a BEGIN with transaction modes is noted
-// (beginPortals). ok is false for a message it cannot count.
+// or NoData, one CommandComplete for an Execute of a BEGIN. beginPortals follows the portals bound to a BEGIN
+// with transaction modes. ok is false for a message it cannot count.
 func (ss *session) answersTo(typ byte, body []byte) (n int64, ok bool) {
 	pl := ss.pooled
 	switch typ {
 	case msgParse, msgClose:
 		return 1, true
 	case msgBind:
+		// A Bind (re)defines its portal: it is a BEGIN's only while the last Bind of it bound one (the unnamed
+		// portal is bound again without a Close; a named one after its Close).
 		portal, _, _ := cutNul(body)
+		pl.beginPortals = slices.DeleteFunc(pl.beginPortals, func(p string) bool { return p == string(portal) })
 		if text, ok := ss.stmtText(msgBind, body); ok && rewrite.BeginsWithTransactionModes(text, ss.readingSettings()) {
 			pl.beginPortals = append(pl.beginPortals, string(portal))
 		}
