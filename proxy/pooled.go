@@ -86,6 +86,10 @@ type pooledState struct {
 	// (checkFirst), so the token and lock the probe reads at the transaction's end are what the client left, not
 	// what a function of another client's left before (under mu).
 	startChecked bool
+	// checkSent: the transaction's start is the checked token statement, not answered yet; checkRan: it ran
+	// (its CommandComplete came, serveLend), so it passed. A check counts only then (settle): a Query that fails
+	// to parse, or an error before a BEGIN batch's token statement, skips it.
+	checkSent, checkRan atomic.Bool
 	// stmtParsed: the transaction sent a Parse of a server statement, which serverConn.stmts counts as prepared
 	// before the server answered; an error in it (25P02 in a failed transaction) may have prepared nothing, so
 	// the probe reads the statements there again.
@@ -1005,6 +1009,9 @@ func (ss *session) serveLend(sc *serverConn) {
 			switch typ {
 			case msgCommandComplete:
 				pl.hide.Add(-1)
+				if pl.checkSent.Swap(false) {
+					pl.checkRan.Store(true)
+				}
 				continue
 			case msgErrorResponse:
 				pl.hide.Store(0)              // relayed: the client's statement did not run, nor the rest of the token statements
@@ -1137,6 +1144,9 @@ func (ss *session) settle(sc *serverConn) bool {
 	defer pl.settled.Broadcast()
 	if pl.sc != sc {
 		return true
+	}
+	if pl.checkRan.Swap(false) {
+		sc.checkedFor, pl.startChecked = pl, true // checkFirst
 	}
 	if pl.open > 0 {
 		pl.open--

@@ -1,14 +1,16 @@
 package proxy_test
 
 import (
+	"errors"
+	"io"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 )
 
-// dirtyPooledConnection leaves token 77 in the session of f's (single) pooled server connection, as a function of
-// one client's can (a plain transaction: no check, no probe), and returns the function's name.
+// dirtyPooledConnection leaves token 77 in the session of f's (single) pooled server connection, as a function
+// (named fn) of one client's can: a plain transaction, no check, no probe.
 func dirtyPooledConnection(t *testing.T, f *fenced, fn string) {
 	t.Helper()
 	fxExec(t, f.d, "CREATE OR REPLACE FUNCTION "+fn+"() RETURNS int LANGUAGE sql AS $$ SELECT pg_catalog.set_config('fence.token', '77', false)::int $$")
@@ -86,5 +88,99 @@ func TestPooledBeginPortalReboundGetsTokenFirst(t *testing.T) {
 			t.Fatalf("%s: row 1 has the token a function of another client left: %d", name, got)
 		}
 		b.Close(ctxT(t))
+	}
+}
+
+// A transaction whose checked token statement never ran (a syntax error in the Query it prefixes; an error, or
+// no Execute, before a BEGIN batch's token statement) was not checked: the probe at its end does not take the
+// token a function of another client's left in the connection's session for the client's.
+func TestPooledCheckThatDidNotRunIsNoCheck(t *testing.T) {
+	for name, start := range map[string][]pgproto3.FrontendMessage{
+		// The whole Query fails to parse: the token statement in front of it never runs. set_config: the end is
+		// probed.
+		"query syntax error": {&pgproto3.Query{String: "SELECT set_config('application_name', 'x', false); SELEC"}},
+		// A BEGIN with transaction modes, then an error before its Execute: no token statement runs. The Parse of
+		// a named statement that failed: the end is probed.
+		"begin batch error": {
+			&pgproto3.Parse{Query: "BEGIN ISOLATION LEVEL SERIALIZABLE"},
+			&pgproto3.Parse{Name: "pooled_broken", Query: "SELEC"},
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := newPooledFenced(t, 1, "")
+			dirtyPooledConnection(t, f, "pooled_sneak_check")
+			b := pooledPgConn(t, f, "&options=-c%20fence.token%3D5")
+			msgs := start
+			if _, ok := start[0].(*pgproto3.Query); ok {
+				fe := b.Frontend()
+				fe.Send(start[0])
+				if err := fe.Flush(); err != nil {
+					t.Fatal(err)
+				}
+				for {
+					m, err := fe.Receive()
+					if err != nil {
+						t.Fatal(err)
+					}
+					if _, ok := m.(*pgproto3.ReadyForQuery); ok {
+						break
+					}
+				}
+			} else {
+				_, codes := rawBatch(t, b, msgs...)
+				if len(codes) == 0 {
+					t.Fatal("the broken batch did not fail")
+				}
+			}
+			got, err := b.Exec(ctxT(t), "SHOW fence.token").ReadAll()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if v := string(got[0].Rows[0][0]); v != "5" {
+				t.Fatalf("after the unchecked transaction the client's token is %q, want its own 5", v)
+			}
+		})
+	}
+}
+
+// A BEGIN batch with no Execute runs no token statement: the connection was not checked for the client, so its
+// next FunctionCall there (which runs with the session's values) is checked first and refused, rather than
+// writing with the token a function of another client's left.
+func TestPooledFunctionCallAfterUncheckedStartIsChecked(t *testing.T) {
+	f := newPooledFenced(t, 1, "")
+	fxExec(t, f.d, "INSERT INTO "+f.label+" (id, fence_token) VALUES (1, 1)")
+	fxExec(t, f.d, "CREATE FUNCTION pooled_fc_write() RETURNS bigint LANGUAGE sql AS $$ UPDATE "+f.label+" SET balance = balance + 1 WHERE id = 1 RETURNING fence_token $$")
+	t.Cleanup(func() { f.d.Exec(t.Context(), "DROP FUNCTION IF EXISTS pooled_fc_write()") })
+	var oid uint32
+	if err := f.d.QueryRow(ctxT(t), "SELECT 'pooled_fc_write'::regproc::oid").Scan(&oid); err != nil {
+		t.Fatal(err)
+	}
+	dirtyPooledConnection(t, f, "pooled_sneak_fc")
+	b := pooledPgConn(t, f, "&options=-c%20fence.token%3D5")
+	if _, codes := rawBatch(t, b, &pgproto3.Parse{Query: "BEGIN ISOLATION LEVEL SERIALIZABLE"}); len(codes) > 0 {
+		t.Fatalf("the BEGIN's Parse failed: %v", codes)
+	}
+	fe := b.Frontend()
+	fe.Send(&pgproto3.FunctionCall{Function: oid, ResultFormatCode: 0})
+	if err := fe.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		m, err := fe.Receive()
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			break // the session ended: the check refused
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r, ok := m.(*pgproto3.FunctionCallResponse); ok {
+			t.Fatalf("the FunctionCall ran unchecked on a connection holding another client's token (it returned %s)", r.Result)
+		}
+		if _, ok := m.(*pgproto3.ReadyForQuery); ok {
+			break
+		}
+	}
+	if got := f.token(t, 1); got == 77 {
+		t.Fatalf("row 1 has the token a function of another client left: %d", got)
 	}
 }
