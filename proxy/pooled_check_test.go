@@ -184,3 +184,30 @@ func TestPooledFunctionCallAfterUncheckedStartIsChecked(t *testing.T) {
 		t.Fatalf("row 1 has the token a function of another client left: %d", got)
 	}
 }
+
+// A function that a superuser's client calls may change the session's authorization (set_config of
+// session_authorization at session level); the plain token statement of the next client's transaction makes it
+// the login role again, as the checked one refuses it: no client's transaction runs as a role another's left.
+func TestPooledPlainTransactionRunsAsLoginRole(t *testing.T) {
+	f := newPooledFenced(t, 1, "")
+	fxExec(t, f.d, "DROP ROLE IF EXISTS pooled_other")
+	fxExec(t, f.d, "CREATE ROLE pooled_other")
+	fxExec(t, f.d, "CREATE FUNCTION pooled_become_sa() RETURNS text LANGUAGE sql AS $$ SELECT pg_catalog.set_config('session_authorization', 'pooled_other', false) $$")
+	t.Cleanup(func() {
+		f.d.Exec(t.Context(), "DROP FUNCTION IF EXISTS pooled_become_sa()")
+		f.d.Exec(t.Context(), "DROP ROLE IF EXISTS pooled_other")
+	})
+	a := pooledConn(t, f, "&default_query_exec_mode=simple_protocol")
+	fxExec(t, a, "SELECT pooled_become_sa()") // plain: no check, no probe
+	for _, mode := range []string{"simple_protocol", "exec"} {
+		b := pooledConn(t, f, "&default_query_exec_mode="+mode)
+		var who string
+		if err := b.QueryRow(ctxT(t), "SELECT session_user || ' ' || current_user").Scan(&who); err != nil {
+			t.Fatalf("%s: %v", mode, err)
+		}
+		if who != "postgres postgres" {
+			t.Fatalf("%s: a plain transaction of another client runs as %q", mode, who)
+		}
+		b.Close(ctxT(t))
+	}
+}

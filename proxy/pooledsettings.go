@@ -438,9 +438,10 @@ func (p *txPool) tokenTexts(pinned bool) *tokenTexts {
 		cfg := p.srv.cfg.Token
 		extra, plainExtra := "", ""
 		if !pinned {
-			// The role a client that is not pinned runs as is the login role (SET ROLE pins): checked, or set.
+			// The role a client that is not pinned runs as is the login role (SET ROLE pins): checked, or set,
+			// the session's authorization (which a superuser's function may change) as the role (roleCheckSQL).
 			extra = ", " + roleCheckSQL(p.params["user"])
-			plainExtra = ", pg_catalog.set_config('role', 'none', true)"
+			plainExtra = ", pg_catalog.set_config('session_authorization', " + quoteLiteral(p.params["user"]) + ", true), pg_catalog.set_config('role', 'none', true)"
 		}
 		c.texts[i] = newTokenTexts(cfg.Setting, cfg.LockSetting, extra, plainExtra)
 	})
