@@ -211,3 +211,30 @@ func TestPooledPlainTransactionRunsAsLoginRole(t *testing.T) {
 		b.Close(ctxT(t))
 	}
 }
+
+// The words by which the proxy looks at a transaction's end (set_config, advisory, temp) cannot hide behind
+// Unicode escapes: a text that spells them so is probed as one that spells them out, and the client is pinned
+// with its advisory lock or temporary table.
+func TestPooledSessionStateSpelledWithEscapesPins(t *testing.T) {
+	for _, tc := range []struct{ name, sql, reason string }{
+		{"advisory", `SELECT U&"pg_\0061dvisory_lock"(4243)`, "advisory"},
+		{"temp", `SELECT 1 AS x INTO U&"pg_t\0065mp".pinned_escaped`, "temporary"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newPooledFenced(t, 2, "")
+			q := "&default_query_exec_mode=simple_protocol"
+			a := pooledConn(t, f, q)
+			fxExec(t, a, tc.sql)
+			pid := backendPID(t, a)
+			b := pooledConn(t, f, q)
+			for range 3 {
+				if got := backendPID(t, b); got == pid {
+					t.Fatalf("another client got the server connection with the %s", tc.name)
+				}
+			}
+			if n := fxCounter(t, f.p.Registry, "fenceproxy_pool_pins_total", map[string]string{"reason": tc.reason}); n != 1 {
+				t.Fatalf("pins{reason=%s} = %v, want 1", tc.reason, n)
+			}
+		})
+	}
+}
