@@ -941,10 +941,12 @@ func writeQueryMsg(w msgSink, prefix string, raw []byte, s string) {
 // costs only a look at the connection; a function that does it on the client's behalf is not seen (the token
 // statement of the next transaction catches a token or lock changed that way).
 //
-// A Unicode escape (U&"...", U&'...') can spell an identifier without its letters showing: a text that holds one
-// counts as holding every word.
+// pg_settings counts as set_config: an UPDATE of it calls set_config at session level (its rule). A Unicode
+// escape (U&"...", U&'...') can spell an identifier without its letters showing: a text that holds one counts as
+// holding every word.
 func mayLeaveSessionState(text []byte) bool {
-	return containsFold(text, "set_config") || containsFold(text, "advisory") || containsFold(text, "temp") || containsFold(text, "u&")
+	return containsFold(text, "set_config") || containsFold(text, "pg_settings") || containsFold(text, "advisory") ||
+		containsFold(text, "temp") || containsFold(text, "u&")
 }
 
 // containsFold reports whether text holds word (lower-case ASCII) in any letter case.

@@ -238,3 +238,23 @@ func TestPooledSessionStateSpelledWithEscapesPins(t *testing.T) {
 		})
 	}
 }
+
+// UPDATE pg_settings sets a setting at session level (its rule calls set_config): the transaction's end is
+// looked at as after set_config, so the next client on the connection does not run with that search_path.
+func TestPooledUpdateOfPgSettingsIsFollowed(t *testing.T) {
+	f := newPooledFenced(t, 1, "")
+	for _, mode := range []string{"simple_protocol", "exec"} {
+		a := pooledConn(t, f, "&default_query_exec_mode="+mode)
+		fxExec(t, a, "UPDATE pg_settings SET setting = 'pooled_elsewhere' WHERE name = 'search_path'")
+		b := pooledConn(t, f, "&default_query_exec_mode="+mode)
+		var got string
+		if err := b.QueryRow(ctxT(t), "SELECT current_setting('search_path')").Scan(&got); err != nil {
+			t.Fatal(err)
+		}
+		if got == "pooled_elsewhere" {
+			t.Fatalf("%s: another client's transaction runs with the search_path a client set by UPDATE pg_settings", mode)
+		}
+		a.Close(ctxT(t))
+		b.Close(ctxT(t))
+	}
+}
