@@ -3,6 +3,7 @@ package proxy_test
 import (
 	"errors"
 	"io"
+	"slices"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -257,4 +258,74 @@ func TestPooledUpdateOfPgSettingsIsFollowed(t *testing.T) {
 		a.Close(ctxT(t))
 		b.Close(ctxT(t))
 	}
+}
+
+// A BEGIN batch whose window (before the BEGIN's Execute, where the token statement goes) holds Parses, a Describe
+// of a statement and of a portal, a Flush and a Close: the client gets exactly its own answers, in order, none of
+// the token statement's, and the write after it has the client's token.
+func TestPooledBeginBatchWindowAnswers(t *testing.T) {
+	f := newPooledFenced(t, 1, "")
+	fxExec(t, f.d, "INSERT INTO "+f.label+" (id, fence_token) VALUES (1, 1)")
+	b := pooledPgConn(t, f, "&options=-c%20fence.token%3D5")
+	fe := b.Frontend()
+	for _, m := range []pgproto3.FrontendMessage{
+		// The window: what takes no snapshot (a Parse of a write would: 25001, as on a connection of its own).
+		&pgproto3.Parse{Name: "pb", Query: "BEGIN ISOLATION LEVEL SERIALIZABLE"},
+		&pgproto3.Parse{Name: "pc", Query: "COMMIT"},
+		&pgproto3.Describe{ObjectType: 'S', Name: "pb"},
+		&pgproto3.Flush{},
+		&pgproto3.Close{ObjectType: 'S', Name: "pooled_never_prepared"},
+		&pgproto3.Bind{PreparedStatement: "pb"},
+		&pgproto3.Describe{ObjectType: 'P'},
+		&pgproto3.Execute{},
+		// The token statement goes here.
+		&pgproto3.Parse{Name: "pu", Query: "UPDATE " + f.label + " SET balance = balance + 1 WHERE id = 1 RETURNING fence_token"},
+		&pgproto3.Bind{PreparedStatement: "pu"},
+		&pgproto3.Execute{},
+		&pgproto3.Bind{PreparedStatement: "pc"},
+		&pgproto3.Execute{},
+		&pgproto3.Sync{},
+	} {
+		fe.Send(m)
+	}
+	if err := fe.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for {
+		m, err := fe.Receive()
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch m := m.(type) {
+		case *pgproto3.ParseComplete:
+			got = append(got, "1")
+		case *pgproto3.BindComplete:
+			got = append(got, "2")
+		case *pgproto3.CloseComplete:
+			got = append(got, "3")
+		case *pgproto3.ParameterDescription:
+			got = append(got, "t")
+		case *pgproto3.RowDescription:
+			got = append(got, "T")
+		case *pgproto3.NoData:
+			got = append(got, "n")
+		case *pgproto3.DataRow:
+			got = append(got, "D"+string(m.Values[0]))
+		case *pgproto3.CommandComplete:
+			got = append(got, string(m.CommandTag))
+		case *pgproto3.ErrorResponse:
+			got = append(got, "E"+m.Code)
+		case *pgproto3.ReadyForQuery:
+			got = append(got, "Z")
+		}
+		if _, ok := m.(*pgproto3.ReadyForQuery); ok {
+			break
+		}
+	}
+	want := []string{"1", "1", "t", "n", "3", "2", "n", "BEGIN", "1", "2", "D5", "UPDATE 1", "2", "COMMIT", "Z"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("the client got %v, want %v", got, want)
+	}
+	f.wantToken(t, 1, 5)
 }
