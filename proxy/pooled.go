@@ -94,6 +94,10 @@ type pooledState struct {
 	// (checkFirst), so the token and lock the probe reads at the transaction's end are what the client left, not
 	// what a function of another client's left before (under mu).
 	startChecked bool
+	// checkSent: the transaction's start is the checked token statement, not answered yet; checkRan: it ran
+	// (its CommandComplete came, serveLend), so it passed. A check counts only then (settle): a Query that fails
+	// to parse, or an error before a BEGIN batch's token statement, skips it.
+	checkSent, checkRan atomic.Bool
 	// stmtParsed: the transaction sent a Parse of a server statement, which serverConn.stmts counts as prepared
 	// before the server answered; an error in it (25P02 in a failed transaction) may have prepared nothing, so
 	// the probe reads the statements there again.
@@ -821,15 +825,18 @@ func (ss *session) plainText(text []byte) bool {
 
 // answersTo is how many answers the server gives a client message of the extended protocol that succeeds
 // (errors end the batch): ParseComplete, BindComplete, CloseComplete, ParameterDescription and RowDescription
-// or NoData, one CommandComplete for an Execute of a BEGIN. A Bind of a BEGIN with transaction modes is noted
-// (beginPortals). ok is false for a message it cannot count.
+// or NoData, one CommandComplete for an Execute of a BEGIN. beginPortals follows the portals bound to a BEGIN
+// with transaction modes. ok is false for a message it cannot count.
 func (ss *session) answersTo(typ byte, body []byte) (n int64, ok bool) {
 	pl := ss.pooled
 	switch typ {
 	case msgParse, msgClose:
 		return 1, true
 	case msgBind:
+		// A Bind (re)defines its portal: it is a BEGIN's only while the last Bind of it bound one (the unnamed
+		// portal is bound again without a Close; a named one after its Close).
 		portal, _, _ := cutNul(body)
+		pl.beginPortals = slices.DeleteFunc(pl.beginPortals, func(p string) bool { return p == string(portal) })
 		if text, ok := ss.stmtText(msgBind, body); ok && rewrite.BeginsWithTransactionModes(text, ss.readingSettings()) {
 			pl.beginPortals = append(pl.beginPortals, string(portal))
 		}
@@ -1004,8 +1011,13 @@ func writeQueryMsg(w msgSink, prefix string, raw []byte, s string) {
 // INTO or CREATE TABLE AS. Matching is by case-insensitive substring, so a word in a comment or a string
 // costs only a look at the connection; a function that does it on the client's behalf is not seen (the token
 // statement of the next transaction catches a token or lock changed that way).
+//
+// pg_settings counts as set_config: an UPDATE of it calls set_config at session level (its rule). A Unicode
+// escape (U&"...", U&'...') can spell an identifier without its letters showing: a text that holds one counts as
+// holding every word.
 func mayLeaveSessionState(text []byte) bool {
-	return containsFold(text, "set_config") || containsFold(text, "advisory") || containsFold(text, "temp")
+	return containsFold(text, "set_config") || containsFold(text, "pg_settings") || containsFold(text, "advisory") ||
+		containsFold(text, "temp") || containsFold(text, "u&")
 }
 
 // containsFold reports whether text holds word (lower-case ASCII) in any letter case.
@@ -1089,6 +1101,9 @@ func (ss *session) relayServer(sc *serverConn, inline bool) bool {
 			switch typ {
 			case msgCommandComplete:
 				pl.hide.Add(-1)
+				if pl.checkSent.Swap(false) {
+					pl.checkRan.Store(true)
+				}
 				continue
 			case msgErrorResponse:
 				pl.hide.Store(0)              // relayed: the client's statement did not run, nor the rest of the token statements
@@ -1228,6 +1243,9 @@ func (ss *session) settle(sc *serverConn) bool {
 	defer pl.settled.Broadcast()
 	if pl.sc != sc {
 		return true
+	}
+	if pl.checkRan.Swap(false) {
+		sc.checkedFor, pl.startChecked = pl, true // checkFirst
 	}
 	if pl.open > 0 {
 		pl.open--

@@ -309,7 +309,7 @@ func replayFailed(body []byte) *replayError {
 
 // checkFirst makes sure the lent connection's session state was checked since it last served another client
 // (pl.mu held), when what injectTokens put in front (prefix) does not make the client's transaction its own:
-//   - prefixChecked checked it (the token statement);
+//   - prefixChecked checks it (the token statement), which counts once it ran (settle: checkRan);
 //   - prefixSet needs no check: it sets the client's token, lock and (not pinned) role for the transaction,
 //     whatever the session's are;
 //   - prefixSetLocal (SET LOCAL of the values) and prefixNone (a FunctionCall, a text that must run
@@ -324,9 +324,14 @@ func (ss *session) checkFirst(typ byte, body []byte, prefix tokenPrefix) error {
 	pl := ss.pooled
 	sc := pl.sc
 	defer func() { pl.startChecked = pl.pin != "" || sc.checkedFor == pl }()
+	pl.checkRan.Store(false)
+	pl.checkSent.Store(prefix == prefixChecked)
 	switch prefix {
 	case prefixChecked:
-		sc.checkedFor = pl
+		// It counts once the server ran it (settle): it may not run at all.
+		if sc.checkedFor != pl {
+			sc.checkedFor = nil
+		}
 		return nil
 	case prefixSet:
 		if sc.checkedFor != pl {
@@ -433,9 +438,10 @@ func (p *txPool) tokenTexts(pinned bool) *tokenTexts {
 		cfg := p.srv.cfg.Token
 		extra, plainExtra := "", ""
 		if !pinned {
-			// The role a client that is not pinned runs as is the login role (SET ROLE pins): checked, or set.
+			// The role a client that is not pinned runs as is the login role (SET ROLE pins): checked, or set,
+			// the session's authorization (which a superuser's function may change) as the role (roleCheckSQL).
 			extra = ", " + roleCheckSQL(p.params["user"])
-			plainExtra = ", pg_catalog.set_config('role', 'none', true)"
+			plainExtra = ", pg_catalog.set_config('session_authorization', " + quoteLiteral(p.params["user"]) + ", true), pg_catalog.set_config('role', 'none', true)"
 		}
 		c.texts[i] = newTokenTexts(cfg.Setting, cfg.LockSetting, extra, plainExtra)
 	})

@@ -1,0 +1,331 @@
+package proxy_test
+
+import (
+	"errors"
+	"io"
+	"slices"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+)
+
+// dirtyPooledConnection leaves token 77 in the session of f's (single) pooled server connection, as a function
+// (named fn) of one client's can: a plain transaction, no check, no probe.
+func dirtyPooledConnection(t *testing.T, f *fenced, fn string) {
+	t.Helper()
+	fxExec(t, f.d, "CREATE OR REPLACE FUNCTION "+fn+"() RETURNS int LANGUAGE sql AS $$ SELECT pg_catalog.set_config('fence.token', '77', false)::int $$")
+	t.Cleanup(func() { f.d.Exec(t.Context(), "DROP FUNCTION IF EXISTS "+fn+"()") })
+	a := pooledConn(t, f, "&default_query_exec_mode=simple_protocol")
+	fxExec(t, a, "SELECT "+fn+"()")
+	a.Close(ctxT(t))
+}
+
+// rawBatch sends msgs and a Sync on pc and returns, up to the ReadyForQuery, the first column of every DataRow and
+// the SQLSTATE of every error.
+func rawBatch(t *testing.T, pc *pgconn.PgConn, msgs ...pgproto3.FrontendMessage) (rows, codes []string) {
+	t.Helper()
+	fe := pc.Frontend()
+	for _, m := range msgs {
+		fe.Send(m)
+	}
+	fe.Send(&pgproto3.Sync{})
+	if err := fe.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		m, err := fe.Receive()
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch m := m.(type) {
+		case *pgproto3.DataRow:
+			rows = append(rows, string(m.Values[0]))
+		case *pgproto3.ErrorResponse:
+			codes = append(codes, m.Code)
+		case *pgproto3.ReadyForQuery:
+			return rows, codes
+		}
+	}
+}
+
+// A batch that binds a portal to a BEGIN with transaction modes, then binds it again to a fenced write (the
+// unnamed portal, or a named one after its Close) and executes it: that Execute runs the write, not the BEGIN,
+// so the token statement goes before it. A write that ran first would have the token a function left in the
+// connection's session (77), another client's.
+func TestPooledBeginPortalReboundGetsTokenFirst(t *testing.T) {
+	f := newPooledFenced(t, 1, "")
+	fxExec(t, f.d, "INSERT INTO "+f.label+" (id, fence_token) VALUES (1, 1)")
+	write := "UPDATE " + f.label + " SET balance = balance + 1 WHERE id = 1 RETURNING fence_token"
+	for name, batch := range map[string][]pgproto3.FrontendMessage{
+		"unnamed portal bound again": {
+			&pgproto3.Parse{Query: "BEGIN ISOLATION LEVEL SERIALIZABLE"},
+			&pgproto3.Bind{},
+			&pgproto3.Parse{Query: write},
+			&pgproto3.Bind{},
+			&pgproto3.Execute{},
+		},
+		"named portal closed and bound again": {
+			&pgproto3.Parse{Query: "BEGIN ISOLATION LEVEL SERIALIZABLE"},
+			&pgproto3.Bind{DestinationPortal: "p"},
+			&pgproto3.Close{ObjectType: 'P', Name: "p"},
+			&pgproto3.Parse{Query: write},
+			&pgproto3.Bind{DestinationPortal: "p"},
+			&pgproto3.Execute{Portal: "p"},
+		},
+	} {
+		dirtyPooledConnection(t, f, "pooled_sneak_rebind")
+		b := pooledPgConn(t, f, "&options=-c%20fence.token%3D5")
+		rows, codes := rawBatch(t, b, batch...)
+		for _, r := range rows {
+			if r != "5" {
+				t.Fatalf("%s: the write wrote with token %s (errors %v), not the client's 5", name, r, codes)
+			}
+		}
+		if len(rows) == 0 && len(codes) == 0 {
+			t.Fatalf("%s: the write neither ran nor failed", name)
+		}
+		if got := f.token(t, 1); got == 77 {
+			t.Fatalf("%s: row 1 has the token a function of another client left: %d", name, got)
+		}
+		b.Close(ctxT(t))
+	}
+}
+
+// A transaction whose checked token statement never ran (a syntax error in the Query it prefixes; an error, or
+// no Execute, before a BEGIN batch's token statement) was not checked: the probe at its end does not take the
+// token a function of another client's left in the connection's session for the client's.
+func TestPooledCheckThatDidNotRunIsNoCheck(t *testing.T) {
+	for name, start := range map[string][]pgproto3.FrontendMessage{
+		// The whole Query fails to parse: the token statement in front of it never runs. set_config: the end is
+		// probed.
+		"query syntax error": {&pgproto3.Query{String: "SELECT set_config('application_name', 'x', false); SELEC"}},
+		// A BEGIN with transaction modes, then an error before its Execute: no token statement runs. The Parse of
+		// a named statement that failed: the end is probed.
+		"begin batch error": {
+			&pgproto3.Parse{Query: "BEGIN ISOLATION LEVEL SERIALIZABLE"},
+			&pgproto3.Parse{Name: "pooled_broken", Query: "SELEC"},
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := newPooledFenced(t, 1, "")
+			dirtyPooledConnection(t, f, "pooled_sneak_check")
+			b := pooledPgConn(t, f, "&options=-c%20fence.token%3D5")
+			msgs := start
+			if _, ok := start[0].(*pgproto3.Query); ok {
+				fe := b.Frontend()
+				fe.Send(start[0])
+				if err := fe.Flush(); err != nil {
+					t.Fatal(err)
+				}
+				for {
+					m, err := fe.Receive()
+					if err != nil {
+						t.Fatal(err)
+					}
+					if _, ok := m.(*pgproto3.ReadyForQuery); ok {
+						break
+					}
+				}
+			} else {
+				_, codes := rawBatch(t, b, msgs...)
+				if len(codes) == 0 {
+					t.Fatal("the broken batch did not fail")
+				}
+			}
+			got, err := b.Exec(ctxT(t), "SHOW fence.token").ReadAll()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if v := string(got[0].Rows[0][0]); v != "5" {
+				t.Fatalf("after the unchecked transaction the client's token is %q, want its own 5", v)
+			}
+		})
+	}
+}
+
+// A BEGIN batch with no Execute runs no token statement: the connection was not checked for the client, so its
+// next FunctionCall there (which runs with the session's values) is checked first and refused, rather than
+// writing with the token a function of another client's left.
+func TestPooledFunctionCallAfterUncheckedStartIsChecked(t *testing.T) {
+	f := newPooledFenced(t, 1, "")
+	fxExec(t, f.d, "INSERT INTO "+f.label+" (id, fence_token) VALUES (1, 1)")
+	fxExec(t, f.d, "CREATE FUNCTION pooled_fc_write() RETURNS bigint LANGUAGE sql AS $$ UPDATE "+f.label+" SET balance = balance + 1 WHERE id = 1 RETURNING fence_token $$")
+	t.Cleanup(func() { f.d.Exec(t.Context(), "DROP FUNCTION IF EXISTS pooled_fc_write()") })
+	var oid uint32
+	if err := f.d.QueryRow(ctxT(t), "SELECT 'pooled_fc_write'::regproc::oid").Scan(&oid); err != nil {
+		t.Fatal(err)
+	}
+	dirtyPooledConnection(t, f, "pooled_sneak_fc")
+	b := pooledPgConn(t, f, "&options=-c%20fence.token%3D5")
+	if _, codes := rawBatch(t, b, &pgproto3.Parse{Query: "BEGIN ISOLATION LEVEL SERIALIZABLE"}); len(codes) > 0 {
+		t.Fatalf("the BEGIN's Parse failed: %v", codes)
+	}
+	fe := b.Frontend()
+	fe.Send(&pgproto3.FunctionCall{Function: oid, ResultFormatCode: 0})
+	if err := fe.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		m, err := fe.Receive()
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			break // the session ended: the check refused
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r, ok := m.(*pgproto3.FunctionCallResponse); ok {
+			t.Fatalf("the FunctionCall ran unchecked on a connection holding another client's token (it returned %s)", r.Result)
+		}
+		if _, ok := m.(*pgproto3.ReadyForQuery); ok {
+			break
+		}
+	}
+	if got := f.token(t, 1); got == 77 {
+		t.Fatalf("row 1 has the token a function of another client left: %d", got)
+	}
+}
+
+// A function that a superuser's client calls may change the session's authorization (set_config of
+// session_authorization at session level); the plain token statement of the next client's transaction makes it
+// the login role again, as the checked one refuses it: no client's transaction runs as a role another's left.
+func TestPooledPlainTransactionRunsAsLoginRole(t *testing.T) {
+	f := newPooledFenced(t, 1, "")
+	fxExec(t, f.d, "DROP ROLE IF EXISTS pooled_other")
+	fxExec(t, f.d, "CREATE ROLE pooled_other")
+	fxExec(t, f.d, "CREATE FUNCTION pooled_become_sa() RETURNS text LANGUAGE sql AS $$ SELECT pg_catalog.set_config('session_authorization', 'pooled_other', false) $$")
+	t.Cleanup(func() {
+		f.d.Exec(t.Context(), "DROP FUNCTION IF EXISTS pooled_become_sa()")
+		f.d.Exec(t.Context(), "DROP ROLE IF EXISTS pooled_other")
+	})
+	a := pooledConn(t, f, "&default_query_exec_mode=simple_protocol")
+	fxExec(t, a, "SELECT pooled_become_sa()") // plain: no check, no probe
+	for _, mode := range []string{"simple_protocol", "exec"} {
+		b := pooledConn(t, f, "&default_query_exec_mode="+mode)
+		var who string
+		if err := b.QueryRow(ctxT(t), "SELECT session_user || ' ' || current_user").Scan(&who); err != nil {
+			t.Fatalf("%s: %v", mode, err)
+		}
+		if who != "postgres postgres" {
+			t.Fatalf("%s: a plain transaction of another client runs as %q", mode, who)
+		}
+		b.Close(ctxT(t))
+	}
+}
+
+// The words by which the proxy looks at a transaction's end (set_config, advisory, temp) cannot hide behind
+// Unicode escapes: a text that spells them so is probed as one that spells them out, and the client is pinned
+// with its advisory lock or temporary table.
+func TestPooledSessionStateSpelledWithEscapesPins(t *testing.T) {
+	for _, tc := range []struct{ name, sql, reason string }{
+		{"advisory", `SELECT U&"pg_\0061dvisory_lock"(4243)`, "advisory"},
+		{"temp", `SELECT 1 AS x INTO U&"pg_t\0065mp".pinned_escaped`, "temporary"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newPooledFenced(t, 2, "")
+			q := "&default_query_exec_mode=simple_protocol"
+			a := pooledConn(t, f, q)
+			fxExec(t, a, tc.sql)
+			pid := backendPID(t, a)
+			b := pooledConn(t, f, q)
+			for range 3 {
+				if got := backendPID(t, b); got == pid {
+					t.Fatalf("another client got the server connection with the %s", tc.name)
+				}
+			}
+			if n := fxCounter(t, f.p.Registry, "fenceproxy_pool_pins_total", map[string]string{"reason": tc.reason}); n != 1 {
+				t.Fatalf("pins{reason=%s} = %v, want 1", tc.reason, n)
+			}
+		})
+	}
+}
+
+// UPDATE pg_settings sets a setting at session level (its rule calls set_config): the transaction's end is
+// looked at as after set_config, so the next client on the connection does not run with that search_path.
+func TestPooledUpdateOfPgSettingsIsFollowed(t *testing.T) {
+	f := newPooledFenced(t, 1, "")
+	for _, mode := range []string{"simple_protocol", "exec"} {
+		a := pooledConn(t, f, "&default_query_exec_mode="+mode)
+		fxExec(t, a, "UPDATE pg_settings SET setting = 'pooled_elsewhere' WHERE name = 'search_path'")
+		b := pooledConn(t, f, "&default_query_exec_mode="+mode)
+		var got string
+		if err := b.QueryRow(ctxT(t), "SELECT current_setting('search_path')").Scan(&got); err != nil {
+			t.Fatal(err)
+		}
+		if got == "pooled_elsewhere" {
+			t.Fatalf("%s: another client's transaction runs with the search_path a client set by UPDATE pg_settings", mode)
+		}
+		a.Close(ctxT(t))
+		b.Close(ctxT(t))
+	}
+}
+
+// A BEGIN batch whose window (before the BEGIN's Execute, where the token statement goes) holds Parses, a Describe
+// of a statement and of a portal, a Flush and a Close: the client gets exactly its own answers, in order, none of
+// the token statement's, and the write after it has the client's token.
+func TestPooledBeginBatchWindowAnswers(t *testing.T) {
+	f := newPooledFenced(t, 1, "")
+	fxExec(t, f.d, "INSERT INTO "+f.label+" (id, fence_token) VALUES (1, 1)")
+	b := pooledPgConn(t, f, "&options=-c%20fence.token%3D5")
+	fe := b.Frontend()
+	for _, m := range []pgproto3.FrontendMessage{
+		// The window: what takes no snapshot (a Parse of a write would: 25001, as on a connection of its own).
+		&pgproto3.Parse{Name: "pb", Query: "BEGIN ISOLATION LEVEL SERIALIZABLE"},
+		&pgproto3.Parse{Name: "pc", Query: "COMMIT"},
+		&pgproto3.Describe{ObjectType: 'S', Name: "pb"},
+		&pgproto3.Flush{},
+		&pgproto3.Close{ObjectType: 'S', Name: "pooled_never_prepared"},
+		&pgproto3.Bind{PreparedStatement: "pb"},
+		&pgproto3.Describe{ObjectType: 'P'},
+		&pgproto3.Execute{},
+		// The token statement goes here.
+		&pgproto3.Parse{Name: "pu", Query: "UPDATE " + f.label + " SET balance = balance + 1 WHERE id = 1 RETURNING fence_token"},
+		&pgproto3.Bind{PreparedStatement: "pu"},
+		&pgproto3.Execute{},
+		&pgproto3.Bind{PreparedStatement: "pc"},
+		&pgproto3.Execute{},
+		&pgproto3.Sync{},
+	} {
+		fe.Send(m)
+	}
+	if err := fe.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for {
+		m, err := fe.Receive()
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch m := m.(type) {
+		case *pgproto3.ParseComplete:
+			got = append(got, "1")
+		case *pgproto3.BindComplete:
+			got = append(got, "2")
+		case *pgproto3.CloseComplete:
+			got = append(got, "3")
+		case *pgproto3.ParameterDescription:
+			got = append(got, "t")
+		case *pgproto3.RowDescription:
+			got = append(got, "T")
+		case *pgproto3.NoData:
+			got = append(got, "n")
+		case *pgproto3.DataRow:
+			got = append(got, "D"+string(m.Values[0]))
+		case *pgproto3.CommandComplete:
+			got = append(got, string(m.CommandTag))
+		case *pgproto3.ErrorResponse:
+			got = append(got, "E"+m.Code)
+		case *pgproto3.ReadyForQuery:
+			got = append(got, "Z")
+		}
+		if _, ok := m.(*pgproto3.ReadyForQuery); ok {
+			break
+		}
+	}
+	want := []string{"1", "1", "t", "n", "3", "2", "n", "BEGIN", "1", "2", "D5", "UPDATE 1", "2", "COMMIT", "Z"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("the client got %v, want %v", got, want)
+	}
+	f.wantToken(t, 1, 5)
+}
