@@ -72,6 +72,8 @@ type pooledState struct {
 	serving sync.WaitGroup // the lends' server sides (serveLend) still running
 	reading bool           // a serveLend reads sc (needReader)
 	inline  bool           // the session goroutine reads the answer to what it sent (answerInline)
+	// inlineAtReady: answerInline stopped at the ReadyForQuery that ended the answer (not a timeout or COPY).
+	inlineAtReady bool
 	// beforeSend is needReader, made once: the lent connection's serverConn.beforeSend.
 	beforeSend func()
 	open       int    // Query, Sync and FunctionCall messages forwarded on sc and not yet settled
@@ -493,6 +495,9 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 		if pl.lost != nil {
 			return errLendLost
 		}
+		if err := ss.heldUnread(); err != nil {
+			return err
+		}
 		if pl.sc == nil {
 			if err := ss.lend(); err != nil {
 				return err
@@ -698,10 +703,36 @@ func (ss *session) answerInline() {
 	ended := sc == nil || ss.relayServer(sc, true)
 	pl.mu.Lock()
 	pl.inline = false
-	if !ended {
+	// In a transaction block the server says nothing until the client's next message (notifications wait for
+	// the block's end): that message's answer is read inline again, and no serveLend is needed meanwhile
+	// (forwardPooled: heldUnread looks at what happened to the connection in between).
+	if !ended && !(pl.inlineAtReady && byte(ss.state.txStatus.Load()) != txIdle) {
 		ss.needReader()
 	}
+	pl.inlineAtReady = false
 	pl.mu.Unlock()
+}
+
+// heldUnread looks, before a client's message goes, at a server connection the client holds in a transaction
+// block that nothing read since its last answer (answerInline) (pl.mu held): one a change of primary closed ends
+// the session as serveLend would have (57P01 naming the new primary: nothing of the message was sent); one the
+// server said something on (a FATAL before it closed it, a notice) gets its reader, which relays that first.
+func (ss *session) heldUnread() error {
+	pl := ss.pooled
+	sc := pl.sc
+	if sc == nil || pl.reading || pl.inline {
+		return nil
+	}
+	if moved := sc.movedTo.Load(); moved != nil {
+		pl.sc = nil
+		sc.pool.discard(sc)
+		pl.lost, pl.fare = errors.New("server connection moved"), movedFarewell(sc.host.addr, *moved, false)
+		return errLendLost
+	}
+	if sc.r.r.Buffered() > 0 || inputWaiting(sc.conn) {
+		ss.needReader()
+	}
+	return nil
 }
 
 // injectTokens writes what gives the transaction the client's token and lock, before the message of type typ
@@ -1183,6 +1214,9 @@ func (ss *session) relayServer(sc *serverConn, inline bool) bool {
 			return true
 		}
 		if inline && (typ == msgReadyForQuery || waitsForClient) {
+			pl.mu.Lock()
+			pl.inlineAtReady = typ == msgReadyForQuery
+			pl.mu.Unlock()
 			return false
 		}
 	}
