@@ -438,12 +438,29 @@ func (p *txPool) tokenTexts(pinned bool) *tokenTexts {
 		cfg := p.srv.cfg.Token
 		extra, plainExtra := "", ""
 		if !pinned {
-			// The role a client that is not pinned runs as is the login role (SET ROLE pins): checked, or set,
-			// the session's authorization (which a superuser's function may change) as the role (roleCheckSQL).
+			// The role a client that is not pinned runs as is the login role (SET ROLE pins): checked, or set.
+			// Only a superuser login can change the session's authorization (the server refuses any other a
+			// user but itself): for one, the plain form sets it back too, which costs the server a little more.
 			extra = ", " + roleCheckSQL(p.params["user"])
-			plainExtra = ", pg_catalog.set_config('session_authorization', " + quoteLiteral(p.params["user"]) + ", true), pg_catalog.set_config('role', 'none', true)"
+			if p.superuserLogin() {
+				plainExtra = ", pg_catalog.set_config('session_authorization', " + quoteLiteral(p.params["user"]) + ", true)"
+			}
+			plainExtra += ", pg_catalog.set_config('role', 'none', true)"
 		}
 		c.texts[i] = newTokenTexts(cfg.Setting, cfg.LockSetting, extra, plainExtra)
 	})
 	return &c.texts[i]
+}
+
+// superuserLogin reports whether the pool's server connections log in as a superuser (is_superuser, as the
+// first one's login reported it).
+func (p *txPool) superuserLogin() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, ps := range p.reports {
+		if ps.name == "is_superuser" {
+			return ps.value != "off"
+		}
+	}
+	return true // not reported: assume the worst
 }
