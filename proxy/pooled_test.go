@@ -399,29 +399,7 @@ func TestPooledProbeAfterPlainTransactionKeepsToken(t *testing.T) {
 	if err := p.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	var codes []string
-	for done := false; !done; {
-		r, err := p.GetResults()
-		var pe *pgconn.PgError
-		switch {
-		case errors.As(err, &pe):
-			codes = append(codes, pe.Code)
-		case err != nil:
-			t.Fatal(err)
-		}
-		switch r := r.(type) {
-		case *pgconn.ResultReader:
-			r.Close()
-		case *pgconn.PipelineSync:
-			done = true
-		}
-	}
-	if err := p.Close(); err != nil {
-		var pe *pgconn.PgError
-		if !errors.As(err, &pe) {
-			t.Fatal(err)
-		}
-	}
+	_, codes := pipelineResults(t, p)
 	if !slices.Contains(codes, "22012") {
 		t.Fatalf("the batch gave %v, want its 22012", codes)
 	}
@@ -1224,6 +1202,13 @@ func beginOvertaken(t *testing.T, f *fenced) (wrote, codes []string) {
 	if err := p.Flush(); err != nil {
 		t.Fatal(err)
 	}
+	return pipelineResults(t, p)
+}
+
+// pipelineResults reads a pipeline's results up to its first PipelineSync and closes it: the first column of
+// every row, and the SQLSTATE of every error.
+func pipelineResults(t *testing.T, p *pgconn.Pipeline) (firsts, codes []string) {
+	t.Helper()
 	for done := false; !done; {
 		r, err := p.GetResults()
 		var pe *pgconn.PgError
@@ -1237,7 +1222,7 @@ func beginOvertaken(t *testing.T, f *fenced) (wrote, codes []string) {
 		case *pgconn.ResultReader:
 			res := r.Read()
 			for _, row := range res.Rows {
-				wrote = append(wrote, string(row[0]))
+				firsts = append(firsts, string(row[0]))
 			}
 			if res.Err != nil && errors.As(res.Err, &pe) {
 				codes = append(codes, pe.Code)
@@ -1247,7 +1232,7 @@ func beginOvertaken(t *testing.T, f *fenced) (wrote, codes []string) {
 		}
 	}
 	p.Close()
-	return wrote, codes
+	return firsts, codes
 }
 
 // A Parse of a statement name the client has prepared is refused 42P05, as PostgreSQL does, and the statement
