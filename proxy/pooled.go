@@ -556,7 +556,6 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 	case msgQuery, msgSync, msgFunctionCall:
 		pl.open++
 		pl.stmts.unitSent()
-		pl.tokenAfterBegin = false // no Execute of the BEGIN came: nothing ran
 	}
 	if typ == msgQuery {
 		pl.unnamed, pl.unnamedHere = nil, true // a simple Query drops the unnamed statement, here as directly

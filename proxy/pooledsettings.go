@@ -326,16 +326,11 @@ func (ss *session) checkFirst(typ byte, body []byte, prefix tokenPrefix) error {
 	defer func() { pl.startChecked = pl.pin != "" || sc.checkedFor == pl }()
 	pl.checkRan.Store(false)
 	pl.checkSent.Store(prefix == prefixChecked)
-	switch prefix {
-	case prefixChecked:
-		// It counts once the server ran it (settle): it may not run at all.
+	if prefix == prefixChecked || prefix == prefixSet {
+		// The connection serves this client without a check that has run: another's check says nothing now
+		// (a checked token statement counts once the server ran it, in settle; it may not run at all).
 		if sc.checkedFor != pl {
 			sc.checkedFor = nil
-		}
-		return nil
-	case prefixSet:
-		if sc.checkedFor != pl {
-			sc.checkedFor = nil // it served this client unchecked: another's check says nothing now
 		}
 		return nil
 	}
