@@ -85,6 +85,10 @@ type serverConn struct {
 	beforeSend func()
 }
 
+// spokeUnread reports whether the server sent something on the connection that nobody has read (a FATAL before
+// it closed it, a notice): bytes in its reader's buffer or waiting in the socket.
+func (sc *serverConn) spokeUnread() bool { return sc.r.r.Buffered() > 0 || inputWaiting(sc.conn) }
+
 // serverOut is what a server connection's writer writes through: beforeSend first.
 type serverOut struct {
 	sc *serverConn
@@ -151,7 +155,7 @@ func (p *txPool) reap() {
 	spare := len(p.idle) - cfg.MinIdle // p.idle[0] is the one idle longest
 	kept := p.idle[:0]
 	for _, sc := range p.idle {
-		if now.Sub(sc.born) > cfg.ServerLifetime || sc.r.r.Buffered() > 0 || inputWaiting(sc.conn) ||
+		if now.Sub(sc.born) > cfg.ServerLifetime || sc.spokeUnread() ||
 			spare > 0 && now.Sub(sc.idleSince) > cfg.ServerIdleTimeout {
 			old = append(old, sc)
 			delete(p.live, sc)
@@ -420,7 +424,7 @@ func (p *txPool) connFor(login *clientLogin) (*serverConn, error) {
 		p.idle = p.idle[:n-1]
 		p.mu.Unlock()
 		p.nudge() // one idle fewer
-		if sc.r.r.Buffered() > 0 || inputWaiting(sc.conn) || p.superseded(sc) {
+		if sc.spokeUnread() || p.superseded(sc) {
 			// The server spoke to an idle connection: the FATAL it sends before it closes one (a restart,
 			// pg_terminate_backend). Or a change of primary left its host behind. Another connection serves the
 			// client instead of this one failing it.

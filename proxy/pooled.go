@@ -728,7 +728,7 @@ func (ss *session) heldUnread() error {
 		pl.lost, pl.fare = errors.New("server connection moved"), movedFarewell(sc.host.addr, *moved, false)
 		return errLendLost
 	}
-	if sc.r.r.Buffered() > 0 || inputWaiting(sc.conn) {
+	if sc.spokeUnread() {
 		ss.needReader()
 	}
 	return nil

@@ -111,24 +111,12 @@ func TestPooledCheckThatDidNotRunIsNoCheck(t *testing.T) {
 			f := newPooledFenced(t, 1, "")
 			dirtyPooledConnection(t, f, "pooled_sneak_check")
 			b := pooledPgConn(t, f, "&options=-c%20fence.token%3D5")
-			msgs := start
-			if _, ok := start[0].(*pgproto3.Query); ok {
-				fe := b.Frontend()
-				fe.Send(start[0])
-				if err := fe.Flush(); err != nil {
-					t.Fatal(err)
-				}
-				for {
-					m, err := fe.Receive()
-					if err != nil {
-						t.Fatal(err)
-					}
-					if _, ok := m.(*pgproto3.ReadyForQuery); ok {
-						break
-					}
+			if q, ok := start[0].(*pgproto3.Query); ok {
+				if _, err := b.Exec(ctxT(t), q.String).ReadAll(); err == nil {
+					t.Fatal("the broken Query did not fail")
 				}
 			} else {
-				_, codes := rawBatch(t, b, msgs...)
+				_, codes := rawBatch(t, b, start...)
 				if len(codes) == 0 {
 					t.Fatal("the broken batch did not fail")
 				}
