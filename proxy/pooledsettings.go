@@ -310,8 +310,9 @@ func replayFailed(body []byte) *replayError {
 // checkFirst makes sure the lent connection's session state was checked since it last served another client
 // (pl.mu held), when what injectTokens put in front (prefix) does not make the client's transaction its own:
 //   - prefixChecked checks it (the token statement), which counts once it ran (settle: checkRan);
-//   - prefixSet needs no check: it sets the client's token, lock and (not pinned) role for the transaction,
-//     whatever the session's are;
+//   - prefixSet needs no check: it sets the client's token and lock for the transaction, whatever the
+//     session's are, and the role where a change of it would not be reported (serverConn.roleSeen; one that
+//     is reported keeps the connection from serving anyone else: release);
 //   - prefixSetLocal (SET LOCAL of the values) and prefixNone (a FunctionCall, a text that must run
 //     outside a transaction block, which run with the session's values) get the role check and the check that
 //     the token and lock are the placeholder, as a unit of its own first.
@@ -375,6 +376,12 @@ func (ss *session) pooledParamStatus(sc *serverConn, body []byte) bool {
 	if ss.srv.router != nil {
 		ss.srv.router.observe(sc.host.addr, name, value)
 	}
+	switch name {
+	case "is_superuser":
+		sc.superMoved.Store(value != sc.pool.loginReport(name))
+	case "session_authorization":
+		sc.authMoved.Store(value != sc.pool.params["user"])
+	}
 	for _, p := range ss.state.serverParams {
 		if p.name == name && p.value == value {
 			return false
@@ -433,29 +440,25 @@ func (p *txPool) tokenTexts(pinned bool) *tokenTexts {
 		cfg := p.srv.cfg.Token
 		extra, plainExtra := "", ""
 		if !pinned {
-			// The role a client that is not pinned runs as is the login role (SET ROLE pins): checked, or set.
-			// Only a superuser login can change the session's authorization (the server refuses any other a
-			// user but itself): for one, the plain form sets it back too, which costs the server a little more.
+			// The role a client that is not pinned runs as is the login role (SET ROLE pins): checked, or set
+			// (the plain form, on a connection whose role changes the server would not all report: roleSeen).
 			extra = ", " + roleCheckSQL(p.params["user"])
-			if p.superuserLogin() {
-				plainExtra = ", pg_catalog.set_config('session_authorization', " + quoteLiteral(p.params["user"]) + ", true)"
-			}
-			plainExtra += ", pg_catalog.set_config('role', 'none', true)"
+			plainExtra = ", pg_catalog.set_config('role', 'none', true)"
 		}
 		c.texts[i] = newTokenTexts(cfg.Setting, cfg.LockSetting, extra, plainExtra)
 	})
 	return &c.texts[i]
 }
 
-// superuserLogin reports whether the pool's server connections log in as a superuser (is_superuser, as the
-// first one's login reported it).
-func (p *txPool) superuserLogin() bool {
+// loginReport is the value of the ParameterStatus name the pool's server connections report at login (""
+// when not reported).
+func (p *txPool) loginReport(name string) string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, ps := range p.reports {
-		if ps.name == "is_superuser" {
-			return ps.value != "off"
+		if ps.name == name {
+			return ps.value
 		}
 	}
-	return true // not reported: assume the worst
+	return ""
 }

@@ -266,34 +266,60 @@ func TestPooledSettingsParameterStatus(t *testing.T) {
 	}
 }
 
-// A role taken behind the proxy's back (a function that calls set_config on role, in a statement without a
-// word the proxy looks for, so no probe) never serves another client: a plain transaction sets the login role
-// for itself; one that may leave session state is refused 0A000 before its statement runs, and the connection
-// is closed, so the one after runs as the login role on a new one. An ALTER SYSTEM there (no token statement) is
-// checked first: the session ends, and it never ran.
+// A role a function sets at session level never runs another client's transaction. Three logins:
+//   - a superuser: a change to a role that is not one turns is_superuser off, and a SET SESSION AUTHORIZATION
+//     shows in session_authorization; the server reports both, and the connection is closed when the
+//     transaction that did it ends (the next client gets another backend);
+//   - the same login changed to another superuser role, which the server does not report: a checked
+//     transaction, and a statement that gets no token statement, are refused (0A000) before they run;
+//   - a login that is a member of a role that is not a superuser (an unreported change): its plain transactions
+//     set the role back themselves.
 func TestPooledRoleByFunction(t *testing.T) {
 	f := newPooledFenced(t, 1, "")
-	// A superuser role: what runs under it by mistake could do anything, and an ALTER SYSTEM shows it ran.
-	f.d.Exec(ctxT(t), "CREATE ROLE pooled_superrole SUPERUSER")
-	fxExec(t, f.d, "CREATE OR REPLACE FUNCTION pooled_become() RETURNS text LANGUAGE sql AS $$ SELECT pg_catalog.set_config('role', 'pooled_superrole', false) $$")
-	t.Cleanup(func() { f.d.Exec(t.Context(), "DROP FUNCTION IF EXISTS pooled_become()") })
+	for _, sql := range []string{
+		"DROP ROLE IF EXISTS pooled_superrole", "CREATE ROLE pooled_superrole SUPERUSER",
+		"DROP ROLE IF EXISTS pooled_member", "DROP ROLE IF EXISTS pooled_plainrole",
+		"CREATE ROLE pooled_plainrole", "CREATE ROLE pooled_member LOGIN IN ROLE pooled_plainrole",
+		"CREATE OR REPLACE FUNCTION pooled_become(r text) RETURNS text LANGUAGE sql AS $$ SELECT pg_catalog.set_config('role', r, false) $$",
+		"CREATE OR REPLACE FUNCTION pooled_become_session(r text) RETURNS text LANGUAGE sql AS $$ SELECT pg_catalog.set_config('session_authorization', r, false) $$",
+		"GRANT SELECT ON pg_catalog.pg_stat_activity TO pooled_member",
+	} {
+		fxExec(t, f.d, sql)
+	}
+	t.Cleanup(func() {
+		f.d.Exec(t.Context(), "DROP FUNCTION IF EXISTS pooled_become(text)")
+		f.d.Exec(t.Context(), "DROP FUNCTION IF EXISTS pooled_become_session(text)")
+	})
+	backend := func(c *pgx.Conn) (user string, pid int) {
+		t.Helper()
+		if err := c.QueryRow(ctxT(t), "SELECT current_user::text, pg_backend_pid()").Scan(&user, &pid); err != nil {
+			t.Fatal(err)
+		}
+		return user, pid
+	}
 	for _, mode := range []string{"simple_protocol", "exec"} {
 		q := "&default_query_exec_mode=" + mode
-		a := pooledConn(t, f, q)
-		fxExec(t, a, "SELECT pooled_become()")
-		b := pooledConn(t, f, q)
-		var user string
-		if err := b.QueryRow(ctxT(t), "SELECT current_user::text").Scan(&user); err != nil || user != pgtest.SuperUser {
-			t.Fatalf("%s: a plain transaction of another client runs as %q (%v)", mode, user, err)
+		for _, become := range []string{"pooled_become('pooled_plainrole')", "pooled_become_session('pooled_plainrole')"} {
+			a := pooledConn(t, f, q)
+			_, before := backend(a)
+			fxExec(t, a, "SELECT "+become)
+			b := pooledConn(t, f, q)
+			if user, pid := backend(b); user != pgtest.SuperUser || pid == before {
+				t.Fatalf("%s, %s: the next client runs as %q on backend %d (the changed one was %d)", mode, become, user, pid, before)
+			}
 		}
+
+		a := pooledConn(t, f, q)
+		fxExec(t, a, "SELECT pooled_become('pooled_superrole')")
+		b := pooledConn(t, f, q)
 		_, err := b.Exec(ctxT(t), "SET application_name = 'b'")
 		wantPgErr(t, err, "0A000", "the role of this pooled server connection was changed")
-		if err := b.QueryRow(ctxT(t), "SELECT current_user::text").Scan(&user); err != nil || user != pgtest.SuperUser {
-			t.Fatalf("%s: the next transaction runs as %q (%v)", mode, user, err)
+		if user, _ := backend(b); user != pgtest.SuperUser {
+			t.Fatalf("%s: the next transaction runs as %q", mode, user)
 		}
 		// A statement that gets no token statement (it must run outside a transaction block) is checked
 		// first, and never reaches the server: the session ends.
-		fxExec(t, a, "SELECT pooled_become()")
+		fxExec(t, a, "SELECT pooled_become('pooled_superrole')")
 		c := pooledConn(t, f, q)
 		t.Cleanup(func() { f.d.Exec(context.Background(), "ALTER SYSTEM RESET work_mem") })
 		_, err = c.Exec(ctxT(t), "ALTER SYSTEM SET work_mem = '7777kB'")
@@ -305,11 +331,20 @@ func TestPooledRoleByFunction(t *testing.T) {
 			t.Fatalf("%s: the ALTER SYSTEM ran (%d, %v)", mode, ran, err)
 		}
 		d := pooledConn(t, f, q)
-		if err := d.QueryRow(ctxT(t), "SELECT current_user::text").Scan(&user); err != nil || user != pgtest.SuperUser {
-			t.Fatalf("%s: the next client runs as %q (%v)", mode, user, err)
+		if user, _ := backend(d); user != pgtest.SuperUser {
+			t.Fatalf("%s: the next client runs as %q", mode, user)
 		}
 		if err := d.Ping(ctxT(t)); err != nil { // a text of no statement: nothing to check, nothing waits
 			t.Fatal(err)
+		}
+
+		member := f.p.DSN("pooled_member", "", pgtest.TestDB) + q
+		a = connect(t, member)
+		_, before := backend(a)
+		fxExec(t, a, "SELECT pooled_become('pooled_plainrole')")
+		b = connect(t, member)
+		if user, pid := backend(b); user != "pooled_member" || pid != before {
+			t.Fatalf("%s: the next client of a member login runs as %q on backend %d (the changed one was %d, kept)", mode, user, pid, before)
 		}
 	}
 }
