@@ -344,6 +344,27 @@ func TestPooledUnfollowedTokenChange(t *testing.T) {
 		if pe := wantPgErr(t, err, "55F03", "invalid fencing token: fence.token was changed on this pooled server connection"); pe.Severity != "FATAL" {
 			t.Fatalf("%s: severity %s", mode, pe.Severity)
 		}
+		// A lone BEGIN (TPC-B's) reads the connection's state and the proxy checks it when the row comes,
+		// before the block's answer: the session ends (FATAL 55F03), and the connection with its block is
+		// closed; the next client's block has its own token.
+		fxExec(t, a, "SELECT pooled_sneak()")
+		d := pooledConn(t, f, q+"&options=-c%20fence.token%3D5")
+		_, err = d.Exec(ctxT(t), "BEGIN")
+		if pe := wantPgErr(t, err, "55F03", "invalid fencing token: fence.token was changed on this pooled server connection"); pe.Severity != "FATAL" {
+			t.Fatalf("%s: BEGIN: severity %s", mode, pe.Severity)
+		}
+		e := pooledConn(t, f, q+"&options=-c%20fence.token%3D6")
+		tx, err := e.Begin(ctxT(t))
+		if err != nil {
+			t.Fatalf("%s: the next client's BEGIN: %v", mode, err)
+		}
+		var tok string
+		if err := tx.QueryRow(ctxT(t), "SELECT current_setting('fence.token')").Scan(&tok); err != nil || tok != "6" {
+			t.Fatalf("%s: the next client's block has token %q (%v)", mode, tok, err)
+		}
+		if err := tx.Commit(ctxT(t)); err != nil {
+			t.Fatal(err)
+		}
 		a.Close(ctxT(t))
 		b.Close(ctxT(t))
 	}

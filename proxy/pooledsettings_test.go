@@ -337,6 +337,13 @@ func TestPooledRoleByFunction(t *testing.T) {
 		if err := d.Ping(ctxT(t)); err != nil { // a text of no statement: nothing to check, nothing waits
 			t.Fatal(err)
 		}
+		// A lone BEGIN reads the role, and the proxy refuses the block before anything runs in it.
+		fxExec(t, a, "SELECT pooled_become('pooled_superrole')")
+		e := pooledConn(t, f, q)
+		_, err = e.Exec(ctxT(t), "BEGIN")
+		if pe := wantPgErr(t, err, "0A000", "the role of this pooled server connection was changed"); pe.Severity != "FATAL" {
+			t.Fatalf("%s: BEGIN: severity %s", mode, pe.Severity)
+		}
 
 		member := f.p.DSN("pooled_member", "", pgtest.TestDB) + q
 		a = connect(t, member)

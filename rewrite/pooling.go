@@ -151,9 +151,25 @@ func CustomSettings(raw []byte, s Settings) (names []string, unfollowed bool) {
 // statement of the transaction took a snapshot (25001): the transaction pooler's token statement in front of it
 // must then be one that takes none (proxy/pooled.go). Text the lexer cannot read gives false.
 func BeginsWithTransactionModes(raw []byte, s Settings) bool {
+	begin, modes, _ := transactionStart(raw, s)
+	return begin && modes
+}
+
+// LoneBegin reports whether a Query text is one statement, BEGIN or START TRANSACTION without transaction
+// modes (and semicolons): it opens a block and runs nothing, so the transaction pooler can read what the
+// connection held before it and refuse the transaction before the client's next message goes
+// (proxy/pooled.go: a verified start). Text the lexer cannot read gives false.
+func LoneBegin(raw []byte, s Settings) bool {
+	begin, modes, alone := transactionStart(raw, s)
+	return begin && !modes && alone
+}
+
+// transactionStart reads a text's first statement: whether it is BEGIN or START TRANSACTION, whether with
+// transaction modes, and whether it is the text's only statement.
+func transactionStart(raw []byte, s Settings) (begin, modes, alone bool) {
 	text, why := decode(raw, s)
 	if why != "" {
-		return false
+		return false, false, false
 	}
 	l := newLexer(text, s.StandardConformingStrings)
 	var words []string // the first statement's leading unquoted words, lower case
@@ -169,18 +185,22 @@ func BeginsWithTransactionModes(raw []byte, s Settings) bool {
 		}
 		tokens++
 	}
+	for t.kind == tokSemicolon {
+		t = l.next()
+	}
+	alone = t.kind == tokEOF
 	if l.err != nil || len(words) == 0 {
-		return false
+		return false, false, false
 	}
 	switch {
 	case words[0] == "begin" && len(words) > 1 && (words[1] == "work" || words[1] == "transaction"):
-		return tokens > 2
+		return true, tokens > 2, alone
 	case words[0] == "begin":
-		return tokens > 1
+		return true, tokens > 1, alone
 	case words[0] == "start" && len(words) > 1 && words[1] == "transaction":
-		return tokens > 2
+		return true, tokens > 2, alone
 	}
-	return false
+	return false, false, alone
 }
 
 // PlainStatements reports whether a text is one or more statements that each begin with SELECT, INSERT,

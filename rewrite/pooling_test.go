@@ -90,6 +90,33 @@ func TestBeginsWithTransactionModes(t *testing.T) {
 	}
 }
 
+// A lone BEGIN is one statement opening a block without modes, whatever its spelling; anything after it, a
+// mode, a quoted "begin" or a text the lexer cannot read is not.
+func TestLoneBegin(t *testing.T) {
+	on := Settings{StandardConformingStrings: true, ClientEncoding: "UTF8", ServerEncoding: "UTF8"}
+	for text, want := range map[string]bool{
+		"BEGIN":                              true,
+		"begin;":                             true,
+		";; Begin Work ;;":                   true,
+		"/* x */ BEGIN TRANSACTION -- y":     true,
+		"start transaction":                  true,
+		"BEGIN; SELECT 1":                    false,
+		"BEGIN; COMMIT":                      false,
+		"BEGIN ISOLATION LEVEL SERIALIZABLE": false,
+		"begin read only":                    false,
+		"START TRANSACTION READ WRITE":       false,
+		`"begin"`:                            false,
+		"BEGIN; SELECT 'unterminated":        false,
+		"COMMIT":                             false,
+		"":                                   false,
+		"SELECT 1; BEGIN":                    false,
+	} {
+		if got := LoneBegin([]byte(text), on); got != want {
+			t.Errorf("LoneBegin(%q) = %v, want %v", text, got, want)
+		}
+	}
+}
+
 func TestPlainStatements(t *testing.T) {
 	on := Settings{StandardConformingStrings: true, ClientEncoding: "UTF8", ServerEncoding: "UTF8"}
 	off := Settings{StandardConformingStrings: false, ClientEncoding: "UTF8", ServerEncoding: "UTF8"}
