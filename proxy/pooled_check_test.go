@@ -317,3 +317,52 @@ func TestPooledBeginBatchWindowAnswers(t *testing.T) {
 	}
 	f.wantToken(t, 1, 5)
 }
+
+// A client that pipelines a lone BEGIN (a verified start: the proxy checks what the connection held when the
+// row comes back) with the block's statements and COMMIT behind it, on a connection a function left as another
+// role: nothing after the BEGIN runs, since a client's next Query waits for the answer to the one before. The
+// session ends (FATAL 0A000), and no row was written under that role.
+func TestPooledPipelinedVerifiedBeginRunsNothing(t *testing.T) {
+	f := newPooledFenced(t, 1, "")
+	for _, sql := range []string{
+		"DROP ROLE IF EXISTS pooled_superrole2", "CREATE ROLE pooled_superrole2 SUPERUSER",
+		"DROP TABLE IF EXISTS pooled_ran_as", "CREATE TABLE pooled_ran_as (who text)",
+		"CREATE OR REPLACE FUNCTION pooled_become2() RETURNS text LANGUAGE sql AS $$ SELECT pg_catalog.set_config('role', 'pooled_superrole2', false) $$",
+	} {
+		fxExec(t, f.d, sql)
+	}
+	t.Cleanup(func() {
+		f.d.Exec(t.Context(), "DROP FUNCTION IF EXISTS pooled_become2()")
+		f.d.Exec(t.Context(), "DROP TABLE IF EXISTS pooled_ran_as")
+	})
+	a := pooledConn(t, f, "&default_query_exec_mode=simple_protocol")
+	fxExec(t, a, "SELECT pooled_become2()")
+	pc := pooledPgConn(t, f, "")
+	fe := pc.Frontend()
+	fe.Send(&pgproto3.Query{String: "BEGIN"})
+	fe.Send(&pgproto3.Query{String: "INSERT INTO pooled_ran_as SELECT current_user"})
+	fe.Send(&pgproto3.Query{String: "COMMIT"})
+	if err := fe.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	var fatal *pgproto3.ErrorResponse
+	for fatal == nil {
+		m, err := fe.Receive()
+		if err != nil {
+			t.Fatalf("the session ended without its FATAL: %v", err)
+		}
+		switch m := m.(type) {
+		case *pgproto3.ErrorResponse:
+			fatal = m
+		case *pgproto3.CommandComplete:
+			t.Fatalf("the pipeline ran %q", m.CommandTag)
+		}
+	}
+	if fatal.Severity != "FATAL" || fatal.Code != "0A000" {
+		t.Fatalf("got %s %s %q, want FATAL 0A000", fatal.Severity, fatal.Code, fatal.Message)
+	}
+	var n int
+	if err := f.d.QueryRow(ctxT(t), "SELECT count(*) FROM pooled_ran_as").Scan(&n); err != nil || n != 0 {
+		t.Fatalf("%d rows written (%v)", n, err)
+	}
+}
