@@ -319,9 +319,10 @@ func TestPooledBeginBatchWindowAnswers(t *testing.T) {
 }
 
 // A client that pipelines a lone BEGIN (a verified start: the proxy checks what the connection held when the
-// row comes back) with the block's statements and COMMIT behind it, on a connection a function left as another
-// role: nothing after the BEGIN runs, since a client's next Query waits for the answer to the one before. The
-// session ends (FATAL 0A000), and no row was written under that role.
+// row comes back), by a Query or by an extended-protocol batch, with the block's statements and COMMIT behind
+// it, on a connection a function left as another role: nothing after the BEGIN runs, since a client's next
+// Query or batch waits for the answer to the one before. The session ends (FATAL 0A000), and no row was
+// written under that role.
 func TestPooledPipelinedVerifiedBeginRunsNothing(t *testing.T) {
 	f := newPooledFenced(t, 1, "")
 	for _, sql := range []string{
@@ -335,34 +336,44 @@ func TestPooledPipelinedVerifiedBeginRunsNothing(t *testing.T) {
 		f.d.Exec(t.Context(), "DROP FUNCTION IF EXISTS pooled_become2()")
 		f.d.Exec(t.Context(), "DROP TABLE IF EXISTS pooled_ran_as")
 	})
-	a := pooledConn(t, f, "&default_query_exec_mode=simple_protocol")
-	fxExec(t, a, "SELECT pooled_become2()")
-	pc := pooledPgConn(t, f, "")
-	fe := pc.Frontend()
-	fe.Send(&pgproto3.Query{String: "BEGIN"})
-	fe.Send(&pgproto3.Query{String: "INSERT INTO pooled_ran_as SELECT current_user"})
-	fe.Send(&pgproto3.Query{String: "COMMIT"})
-	if err := fe.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	var fatal *pgproto3.ErrorResponse
-	for fatal == nil {
-		m, err := fe.Receive()
-		if err != nil {
-			t.Fatalf("the session ended without its FATAL: %v", err)
+	insert := "INSERT INTO pooled_ran_as SELECT current_user"
+	for name, msgs := range map[string][]pgproto3.FrontendMessage{
+		"simple": {&pgproto3.Query{String: "BEGIN"}, &pgproto3.Query{String: insert}, &pgproto3.Query{String: "COMMIT"}},
+		"extended": {
+			&pgproto3.Parse{Query: "BEGIN"}, &pgproto3.Bind{}, &pgproto3.Describe{ObjectType: 'P'}, &pgproto3.Execute{}, &pgproto3.Sync{},
+			&pgproto3.Parse{Query: insert}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{},
+			&pgproto3.Parse{Query: "COMMIT"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{},
+		},
+	} {
+		a := pooledConn(t, f, "&default_query_exec_mode=simple_protocol")
+		fxExec(t, a, "SELECT pooled_become2()")
+		pc := pooledPgConn(t, f, "")
+		fe := pc.Frontend()
+		for _, m := range msgs {
+			fe.Send(m)
 		}
-		switch m := m.(type) {
-		case *pgproto3.ErrorResponse:
-			fatal = m
-		case *pgproto3.CommandComplete:
-			t.Fatalf("the pipeline ran %q", m.CommandTag)
+		if err := fe.Flush(); err != nil {
+			t.Fatal(err)
 		}
-	}
-	if fatal.Severity != "FATAL" || fatal.Code != "0A000" {
-		t.Fatalf("got %s %s %q, want FATAL 0A000", fatal.Severity, fatal.Code, fatal.Message)
-	}
-	var n int
-	if err := f.d.QueryRow(ctxT(t), "SELECT count(*) FROM pooled_ran_as").Scan(&n); err != nil || n != 0 {
-		t.Fatalf("%d rows written (%v)", n, err)
+		var fatal *pgproto3.ErrorResponse
+		for fatal == nil {
+			m, err := fe.Receive()
+			if err != nil {
+				t.Fatalf("%s: the session ended without its FATAL: %v", name, err)
+			}
+			switch m := m.(type) {
+			case *pgproto3.ErrorResponse:
+				fatal = m
+			case *pgproto3.CommandComplete:
+				t.Fatalf("%s: the pipeline ran %q", name, m.CommandTag)
+			}
+		}
+		if fatal.Severity != "FATAL" || fatal.Code != "0A000" {
+			t.Fatalf("%s: got %s %s %q, want FATAL 0A000", name, fatal.Severity, fatal.Code, fatal.Message)
+		}
+		var n int
+		if err := f.d.QueryRow(ctxT(t), "SELECT count(*) FROM pooled_ran_as").Scan(&n); err != nil || n != 0 {
+			t.Fatalf("%s: %d rows written (%v)", name, n, err)
+		}
 	}
 }
