@@ -14,6 +14,7 @@ const sqlstateSuccessfulCompletion = "00000"
 // token it has accepted) read from the locks.postgres database, empty where none is read. A lock released
 // and not waited for is not listed. Without a lock store it answers no rows and a NOTICE saying so; a store
 // that cannot be read within the listing's timeout makes it an ERROR (a partial list would read as "free").
+// The admin console exists in pool.mode transaction only, so s.pools is set.
 func (s *Server) showLocks(out msgSink) (*adminTable, error) {
 	t := &adminTable{cols: []string{"lock", "store", "holder", "token", "lease_left", "held_for", "waiters", "mark"}}
 	if s.locks == nil || len(s.locks.Stores) == 0 {
@@ -21,7 +22,16 @@ func (s *Server) showLocks(out msgSink) (*adminTable, error) {
 			"SHOW LOCKS lists the locks of the stores in the configuration's locks: section (postgres, etcd, zookeeper or redis)."))
 		return t, nil
 	}
-	listed, err := s.locks.List(context.Background())
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { // a shutdown does not wait for a store's answer (the listing's timeout bounds it otherwise)
+		select {
+		case <-s.pools.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	listed, err := s.locks.List(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("read the locks: %w", err)
 	}
