@@ -362,7 +362,7 @@ type Pool struct {
 	// limits.max_client_connections.
 	MaxClients int `yaml:"max_clients"`
 	// AdminUsers may connect to the virtual database "fenceproxy", the admin console (SHOW POOLS, CLIENTS,
-	// SERVERS, STATS, CONFIG; RELOAD, PAUSE, RESUME).
+	// SERVERS, STATS, LOCKS, CONFIG; RELOAD, PAUSE, RESUME).
 	AdminUsers []string `yaml:"admin_users"`
 }
 
@@ -851,7 +851,7 @@ func (c *Config) validate(add func(key, format string, args ...any)) {
 	default:
 		add("log.connections", "must be %s, %s or %s, not %q", LogConnectionsDebug, LogConnectionsInfo, LogConnectionsOff, c.Log.Connections)
 	}
-	c.Locks.validate(add, c.Metrics.Listen != "")
+	c.Locks.validate(add, c.Metrics.Listen != "" || (c.Pool.Transaction() && len(c.Pool.AdminUsers) > 0))
 	c.Auth.validate(c.TLS, add)
 }
 
@@ -889,8 +889,9 @@ func validIdent(s string) bool {
 }
 
 // Locks makes the metrics endpoint observe lock services: per lock, the holder's token, hold time, waiters,
-// acquisitions, releases, expirations and more (see tokens.Observer). Both stores may be observed at once;
-// neither is observed by default. It needs metrics.listen.
+// acquisitions, releases, expirations and more (see tokens.Observer); the admin console's SHOW LOCKS lists the
+// same stores. Several stores may be observed at once; none is observed by default. It needs metrics.listen
+// or the admin console.
 type Locks struct {
 	Etcd      LocksEtcd      `yaml:"etcd"`
 	Postgres  LocksPostgres  `yaml:"postgres"`
@@ -952,9 +953,11 @@ func (l *Locks) applyDefaults() {
 	}
 }
 
-func (l *Locks) validate(add func(key, format string, args ...any), metricsOn bool) {
-	if l.Enabled() && !metricsOn {
-		add("locks", "observing locks needs metrics.listen (the series are exported there)")
+// validate checks the section; read says whether anything reads the stores: the metrics endpoint or the
+// admin console (SHOW LOCKS).
+func (l *Locks) validate(add func(key, format string, args ...any), read bool) {
+	if l.Enabled() && !read {
+		add("locks", "observing locks needs metrics.listen (the series are exported there) or the admin console (pool.mode transaction with pool.admin_users: SHOW LOCKS)")
 	}
 	if l.MaxLocks < 0 {
 		add("locks.max_locks", "must be positive")

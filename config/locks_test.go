@@ -17,8 +17,14 @@ func TestLocksSection(t *testing.T) {
 	if cfg, err := Parse("f.yaml", []byte(base)); err != nil || cfg.Locks.Enabled() {
 		t.Fatalf("no locks section: %v %+v", err, cfg.Locks)
 	}
+	// Without metrics, the admin console's SHOW LOCKS reads the stores.
+	if _, err := Parse("f.yaml", []byte(base+"pool:\n  mode: transaction\n  admin_users: [admin]\nauth:\n  type: trust\nlocks:\n  postgres:\n    dsn: x\n")); err != nil {
+		t.Fatalf("locks for SHOW LOCKS only: %v", err)
+	}
 	for _, tc := range []struct{ yaml, want string }{
 		{"locks:\n  postgres:\n    dsn: x\n", "locks: observing locks needs metrics.listen"},
+		// admin_users without pool.mode transaction: no admin console.
+		{"pool:\n  admin_users: [admin]\nlocks:\n  postgres:\n    dsn: x\n", "locks: observing locks needs metrics.listen"},
 		{"metrics:\n  listen: 127.0.0.1:1\nlocks:\n  interval: -1s\n", "locks.interval"},
 		{"metrics:\n  listen: 127.0.0.1:1\nlocks:\n  postgres:\n    dns: x\n", "dns"},
 	} {

@@ -19,8 +19,8 @@ import (
 
 // The admin console (pool.mode transaction): a client of pool.admin_users that connects to the virtual database
 // "fenceproxy" talks to the proxy itself, as pgbouncer's users expect, over the simple query protocol: SHOW
-// POOLS, CLIENTS, SERVERS, STATS and CONFIG, RELOAD, PAUSE [db] and RESUME [db] (docs/pooling.md). Everyone
-// else is refused.
+// POOLS, CLIENTS, SERVERS, STATS, LOCKS and CONFIG, RELOAD, PAUSE [db] and RESUME [db] (docs/pooling.md).
+// Everyone else is refused.
 
 // adminDatabase is the admin console's database name.
 const adminDatabase = "fenceproxy"
@@ -111,6 +111,8 @@ func (s *Server) adminCommand(out msgSink, text string) {
 		t = s.showServers()
 	case "SHOW STATS":
 		t = s.showStats()
+	case "SHOW LOCKS":
+		t, err = s.showLocks(out) // admin_locks.go
 	case "SHOW CONFIG":
 		t = showConfig(s.cfg)
 	case "RELOAD":
@@ -121,7 +123,7 @@ func (s *Server) adminCommand(out msgSink, text string) {
 		err = s.pools.resume(arg)
 	default:
 		writeRaw(out, errorResponse("ERROR", sqlstateFeatureNotSupported, fmt.Sprintf("fenceproxy admin console: unknown command %q", strings.TrimSpace(text)), "",
-			"The commands are SHOW POOLS, SHOW CLIENTS, SHOW SERVERS, SHOW STATS, SHOW CONFIG, RELOAD, PAUSE [db] and RESUME [db]."))
+			"The commands are SHOW POOLS, SHOW CLIENTS, SHOW SERVERS, SHOW STATS, SHOW LOCKS, SHOW CONFIG, RELOAD, PAUSE [db] and RESUME [db]."))
 		return
 	}
 	if err != nil {

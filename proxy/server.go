@@ -33,6 +33,7 @@ import (
 
 	"github.com/fenceproxy/fenceproxy/config"
 	"github.com/fenceproxy/fenceproxy/rewrite"
+	"github.com/fenceproxy/fenceproxy/tokens"
 )
 
 // Planner decides what to do with a statement's SQL text, read as the server reads it under the session's
@@ -56,6 +57,9 @@ type Options struct {
 	// Grants is the lock service the failover barrier reads (upstream.hosts; nil: the barrier raises marks to
 	// those the proxy saw accepted only).
 	Grants GrantSource
+	// Locks is what the admin console's SHOW LOCKS lists: the stores of the configuration's locks: section
+	// (cmd/fenceproxy opens them once, for the lock metrics too). nil: no lock store is configured.
+	Locks *tokens.Listing
 
 	// Reload is what the admin console's RELOAD does: what SIGHUP does (cmd/fenceproxy: the configuration's
 	// table list, the token ceiling, auth.file). nil: RELOAD reads auth.file again (ReloadAuth).
@@ -83,6 +87,9 @@ type Server struct {
 	pools     *txPools       // pool.mode transaction (pool.go); nil in session mode
 	reload    func() error   // the admin console's RELOAD (Options.Reload)
 
+	// locks is what the admin console's SHOW LOCKS lists (Options.Locks); nil: no lock store.
+	locks *tokens.Listing
+
 	active   atomic.Int64 // sessions past accept, including those being refused
 	draining atomic.Bool
 
@@ -109,6 +116,7 @@ func New(o Options) (*Server, error) {
 		verifier: o.Verifier,
 		metrics:  o.Metrics,
 		reload:   o.Reload,
+		locks:    o.Locks,
 		sessions: map[*session]struct{}{},
 		pids:     map[uint32]*session{},
 	}

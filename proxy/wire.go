@@ -209,6 +209,17 @@ func errorResponse(severity, code, message, detail, hint string) []byte {
 	return b
 }
 
+// noticeResponse encodes a server-style NoticeResponse of severity NOTICE.
+func noticeResponse(code, message, hint string) []byte {
+	n := pgproto3.NoticeResponse{Severity: "NOTICE", SeverityUnlocalized: "NOTICE", Code: code, Message: message, Hint: hint}
+	b, err := n.Encode(nil)
+	if err != nil {
+		// Encode fails only for bodies over 1 GiB; our messages are short constants.
+		panic(fmt.Sprintf("encode NoticeResponse: %v", err))
+	}
+	return b
+}
+
 // readStartupPacket reads an untyped startup-phase packet (length, then body). The body is returned without the
 // length word.
 func readStartupPacket(r *bufio.Reader) ([]byte, error) {

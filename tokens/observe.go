@@ -153,7 +153,7 @@ func (ob *Observer) Run(ctx context.Context) {
 
 // Poll reads the store once and updates the series.
 func (ob *Observer) Poll(ctx context.Context) {
-	ctx, cancel := context.WithTimeout(ctx, max(ob.opts.Interval, 5*time.Second))
+	ctx, cancel := context.WithTimeout(ctx, max(ob.opts.Interval, DefaultListTimeout))
 	defer cancel()
 	locks, err := ob.list(ctx)
 	now := time.Now()

@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"strconv"
 	"text/tabwriter"
-	"time"
+
+	"github.com/fenceproxy/fenceproxy/tokens"
 )
 
 // runLocks implements `fenceproxy locks [--pg DSN | --etcd ENDPOINTS] [--json]`: the locks that are held or
@@ -42,9 +42,7 @@ func runLocks(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return 1
 	}
 	defer store.Close()
-	lctx, cancel := context.WithTimeout(ctx, *sf.dialTimeout)
-	defer cancel()
-	locks, err := store.List(lctx)
+	listed, err := tokens.Listing{Stores: []tokens.Store{store}, Timeout: *sf.dialTimeout}.List(ctx)
 	if err != nil {
 		fmt.Fprintf(stderr, "fenceproxy locks: %s: %v\n", sf.where(), err)
 		return 1
@@ -57,20 +55,18 @@ func runLocks(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 			Token            *int64   `json:"token"`              // null: unknown
 			LeaseLeftSeconds *float64 `json:"lease_left_seconds"` // null: unknown
 			HeldForSeconds   *float64 `json:"held_for_seconds"`   // null: unknown
-			Waiters          int      `json:"waiters"`
+			Waiters          int      `json:"waiters"`            // -1: unknown
 		}
-		out := make([]lockJSON, 0, len(locks))
-		for _, l := range locks {
-			j := lockJSON{Name: l.Name, Store: store.Kind(), Holder: l.Holder, Waiters: l.Waiters}
-			if l.Token > 0 {
-				j.Token = &l.Token
-			}
-			if l.LeaseLeft >= 0 {
-				s := l.LeaseLeft.Seconds()
+		out := make([]lockJSON, 0, len(listed))
+		for _, l := range listed {
+			k := l.Known()
+			j := lockJSON{Name: l.Name, Store: l.Store, Holder: l.Holder, Token: k.Token, Waiters: l.Waiters}
+			if k.LeaseLeft != nil {
+				s := k.LeaseLeft.Seconds()
 				j.LeaseLeftSeconds = &s
 			}
-			if l.HeldFor > 0 {
-				s := l.HeldFor.Seconds()
+			if k.HeldFor != nil {
+				s := k.HeldFor.Seconds()
 				j.HeldForSeconds = &s
 			}
 			out = append(out, j)
@@ -84,26 +80,9 @@ func runLocks(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "LOCK\tHOLDER\tTOKEN\tLEASE LEFT\tHELD FOR\tWAITERS")
-	for _, l := range locks {
-		holder, token, left, heldFor := l.Holder, "?", "?", "?"
-		if holder == "" {
-			holder, token, left, heldFor = "-", "-", "-", "-"
-		} else {
-			if l.Token > 0 {
-				token = strconv.FormatInt(l.Token, 10)
-			}
-			if l.LeaseLeft >= 0 {
-				left = l.LeaseLeft.Round(100 * time.Millisecond).String()
-			}
-			if l.HeldFor > 0 {
-				heldFor = l.HeldFor.Round(100 * time.Millisecond).String()
-			}
-		}
-		waiters := strconv.Itoa(l.Waiters)
-		if l.Waiters < 0 {
-			waiters = "?"
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", l.Name, holder, token, left, heldFor, waiters)
+	for _, l := range listed {
+		c := l.Cells()
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", l.Name, c.Holder, c.Token, c.LeaseLeft, c.HeldFor, c.Waiters)
 	}
 	tw.Flush()
 	return 0

@@ -109,6 +109,16 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		defer keeper.Close()
 	}
 
+	var stores *lockStores // the locks: section's stores: lock metrics and the admin console's SHOW LOCKS
+	if cfg.Locks.Enabled() {
+		if stores, err = openLockStores(cfg); err != nil {
+			fmt.Fprintf(stderr, "fenceproxy: %v\n", err)
+			return 1
+		}
+		defer stores.Close()
+		opts.Locks = stores.listing()
+	}
+
 	var metricsSrv *http.Server
 	var catalogMetrics *catalog.Metrics
 	if cfg.Metrics.Listen != "" {
@@ -118,8 +128,8 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		if cfg.Catalog != nil {
 			catalogMetrics = catalog.NewMetrics(reg)
 		}
-		if cfg.Locks.Enabled() {
-			stopObservers, err := startLockObservers(cfg, reg, log)
+		if stores != nil {
+			stopObservers, err := startLockObservers(cfg, stores, reg, log)
 			if err != nil {
 				fmt.Fprintf(stderr, "fenceproxy: %v\n", err)
 				return 1

@@ -21,6 +21,7 @@ import (
 
 	"github.com/fenceproxy/fenceproxy/config"
 	"github.com/fenceproxy/fenceproxy/proxy"
+	"github.com/fenceproxy/fenceproxy/tokens"
 )
 
 // Proxy is an in-process fenceproxy server listening on a free loopback port.
@@ -45,6 +46,8 @@ type Options struct {
 	Verifier proxy.TokenVerifier
 	// Grants, when set, is the lock service the failover barrier reads (upstream.hosts).
 	Grants proxy.GrantSource
+	// Locks, when set, is what the admin console's SHOW LOCKS lists.
+	Locks *tokens.Listing
 	// NoPlanner relays without fencing.
 	NoPlanner bool
 	// DisableEventLoop keeps every session on the goroutine-per-direction path.
@@ -76,6 +79,7 @@ func Start(t testing.TB, upstream string, o Options) *Proxy {
 		Metrics:  proxy.NewMetrics(p.Registry),
 		Verifier: o.Verifier,
 		Grants:   o.Grants,
+		Locks:    o.Locks,
 
 		DisableEventLoop: o.DisableEventLoop,
 	}
