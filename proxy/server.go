@@ -205,10 +205,9 @@ func (s *Server) Serve(ln net.Listener) error {
 			return fmt.Errorf("accept: %w", err)
 		}
 		tempDelay = 0
-		if tc, ok := c.(*net.TCPConn); ok {
-			tc.SetNoDelay(true)
-			tc.SetKeepAlive(true)
-		}
+		// No SetNoDelay or SetKeepAlive here: a TCP listener's connections come with TCP_NODELAY set and keepalive
+		// as the listener was configured (net.Listen's default: on, probes after 15 s), and setting them again
+		// cost two system calls per connection (connect-per-transaction clients, docs/benchmark.md).
 		n := s.active.Add(1)
 		s.wg.Add(1)
 		over := s.cfg.Limits.MaxClientConnections > 0 && n > int64(s.cfg.Limits.MaxClientConnections)
