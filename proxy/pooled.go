@@ -346,6 +346,10 @@ func (s *Server) startPooled(ss *session, login *clientLogin) {
 	ss.logConnected(false)
 	ss.endPooled(ss.relayPooled())
 	ss.logDisconnected()
+	// Nothing uses the client's buffers any more: endPooled closed the client, and no lend's server side
+	// (serveLend, which writes to the client) is left once serving is done.
+	ss.pooled.serving.Wait()
+	s.bufs.put(ss.cr.r, ss.cw)
 }
 
 // registerPooledKey gives the client a BackendKeyData of the proxy's own: a PID no other session has and a

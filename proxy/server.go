@@ -82,6 +82,7 @@ type Server struct {
 	router    *router        // nil: one upstream.address, no router
 	pools     *txPools       // pool.mode transaction (pool.go); nil in session mode
 	reload    func() error   // the admin console's RELOAD (Options.Reload)
+	bufs      connBuffers    // client connections' buffers, kept between sessions
 
 	active   atomic.Int64 // sessions past accept, including those being refused
 	draining atomic.Bool

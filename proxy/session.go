@@ -79,7 +79,7 @@ func (ss *session) logger() *slog.Logger {
 // attachClient sets the client side up for relaying, reading through r (which may hold bytes already read).
 func (ss *session) attachClient(r *bufio.Reader) {
 	ss.clientOut = failWriter{Conn: ss.client}
-	ss.cw = bufio.NewWriterSize(&ss.clientOut, writeBufferSize)
+	ss.cw = ss.srv.bufs.writer(&ss.clientOut)
 	ss.clientIntr.conn = ss.client
 	ss.cr = msgReader{r: r, intr: &ss.clientIntr, max: ss.srv.cfg.Limits.MaxMessageSize}
 }

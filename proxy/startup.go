@@ -122,7 +122,7 @@ func (s *Server) handle(raw net.Conn, over bool) {
 // CancelRequest. It returns the StartupMessage body (protocol version first) and the reader to go on with, or a
 // nil body when the connection was a CancelRequest.
 func (ss *session) negotiate(raw net.Conn) ([]byte, *bufio.Reader, error) {
-	r := bufio.NewReaderSize(raw, readBufferSize)
+	r := ss.srv.bufs.reader(raw)
 	tlsCfg := ss.srv.clientTLS
 	for attempt := 0; attempt < 4; attempt++ {
 		if !ss.clientTLS && tlsCfg != nil && attempt == 0 {
