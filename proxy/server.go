@@ -188,6 +188,7 @@ func (s *Server) Serve(ln net.Listener) error {
 	}
 	s.lns = append(s.lns, ln)
 	s.mu.Unlock()
+	deferAccept(ln)
 	var tempDelay time.Duration
 	for {
 		c, err := ln.Accept()

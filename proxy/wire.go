@@ -19,6 +19,9 @@ import (
 const (
 	readBufferSize  = 8192
 	writeBufferSize = 8192
+	// deferAcceptSeconds bounds how long the kernel holds a connection that sent nothing before Accept gets it
+	// (deferAccept): about one SYN-ACK retransmission.
+	deferAcceptSeconds = 1
 	// maxStartupPacket matches PostgreSQL's own MAX_STARTUP_PACKET_LENGTH.
 	maxStartupPacket = 10000
 	// keepBodyBuffer is the largest body buffer a session keeps between messages; a bigger one (a huge query)
