@@ -44,8 +44,8 @@ func (ss *session) logConnected(reused bool) {
 	if !on {
 		return
 	}
-	ss.log.Log(context.Background(), level, "connection started",
-		"application_name", ss.params["application_name"], "reused_upstream", reused)
+	ss.logConnLine(level, "connection started",
+		slog.String("application_name", ss.params["application_name"]), slog.Bool("reused_upstream", reused))
 }
 
 // logDisconnected writes the "connection ended" line; relay has returned, so both directions are done.
@@ -61,11 +61,25 @@ func (ss *session) logDisconnected() {
 	// What the readers counted after their last report is part of the session too (a final Terminate).
 	in := ss.relayed[dirClientToServer] + ss.cr.bytes
 	out := ss.relayed[dirServerToClient] + ss.sr.bytes
-	ss.log.Log(context.Background(), level, "connection ended",
-		"application_name", *ss.appName.Load(),
-		"duration", time.Since(ss.started).Round(time.Microsecond).String(),
-		"bytes_in", in, "bytes_out", out,
-		"outcome", outcome, "upstream_kept", ss.kept, "backend_pid", ss.pid)
+	ss.logConnLine(level, "connection ended",
+		slog.String("application_name", *ss.appName.Load()),
+		slog.String("duration", time.Since(ss.started).Round(time.Microsecond).String()),
+		slog.Uint64("bytes_in", in), slog.Uint64("bytes_out", out),
+		slog.String("outcome", outcome), slog.Bool("upstream_kept", ss.kept), slog.Uint64("backend_pid", uint64(ss.pid)))
+}
+
+// logConnLine writes one of the per-connection lines: typed attributes (no boxing of each value, as key-value
+// pairs would), and a record without its call site (runtime.Callers per line, for a source the handlers
+// fenceproxy configures never print). A connection per transaction writes two lines per transaction.
+func (ss *session) logConnLine(level slog.Level, msg string, attrs ...slog.Attr) {
+	ctx := context.Background()
+	h := ss.log.Handler()
+	if !h.Enabled(ctx, level) {
+		return
+	}
+	r := slog.NewRecord(time.Now(), level, msg, 0)
+	r.AddAttrs(attrs...)
+	h.Handle(ctx, r)
 }
 
 // countRelayed adds what a reader read since its last report to the session's totals and the metrics.

@@ -280,16 +280,20 @@ func (ss *session) noteParam(body []byte) bool {
 	if !ok {
 		return false
 	}
-	if string(k) == "application_name" {
-		app := string(v)
-		ss.appName.Store(&app)
+	ss.noteParamValue(string(k), string(v))
+	return true
+}
+
+// noteParamValue is noteParam of a ParameterStatus already read into its name and value.
+func (ss *session) noteParamValue(name, value string) {
+	if name == "application_name" {
+		ss.appName.Store(&value)
 	}
 	if ss.srv.router != nil {
-		ss.srv.router.observe(ss.host.addr, string(k), string(v))
+		ss.srv.router.observe(ss.host.addr, name, value)
 	}
-	ss.state.serverParams = setParam(ss.state.serverParams, string(k), string(v))
-	ss.state.reading.note(string(k), string(v))
-	return true
+	ss.state.serverParams = setParam(ss.state.serverParams, name, value)
+	ss.state.reading.note(name, value)
 }
 
 // authOut forwards authentication requests. When the client reached the proxy over TLS, the proxy removes

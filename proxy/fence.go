@@ -98,16 +98,30 @@ func writeMsg(w msgSink, typ byte, raw []byte, s string) {
 	if raw == nil {
 		n = 4 + len(s) + 1
 	}
-	w.WriteByte(typ)
-	w.WriteByte(byte(n >> 24))
-	w.WriteByte(byte(n >> 16))
-	w.WriteByte(byte(n >> 8))
-	w.WriteByte(byte(n))
+	writeHeader(w, typ, n)
 	if raw != nil {
 		w.Write(raw)
 		return
 	}
 	w.WriteString(s)
+	w.WriteByte(0)
+}
+
+// writeHeader writes a message's type and its length n (the length word included, the type not).
+func writeHeader(w msgSink, typ byte, n int) {
+	w.WriteByte(typ)
+	w.WriteByte(byte(n >> 24))
+	w.WriteByte(byte(n >> 16))
+	w.WriteByte(byte(n >> 8))
+	w.WriteByte(byte(n))
+}
+
+// writeParamStatus writes a ParameterStatus message of name and value, as writeMsg would with its body.
+func writeParamStatus(w msgSink, name, value string) {
+	writeHeader(w, msgParameterStatus, 4+len(name)+1+len(value)+1)
+	w.WriteString(name)
+	w.WriteByte(0)
+	w.WriteString(value)
 	w.WriteByte(0)
 }
 

@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bufio"
 	"bytes"
 	"crypto/rand"
 	"encoding/binary"
@@ -367,24 +366,23 @@ func (s *Server) startPooled(ss *session, login *clientLogin) {
 	// bytes it sent that are buffered already are read first.
 	pending, _ := ss.cr.r.Peek(ss.cr.r.Buffered())
 	clientIO := rawIO(ss.client, bytes.Clone(pending))
-	ss.cr.r = bufio.NewReaderSize(clientIO, readBufferSize)
+	ss.cr.r.Reset(clientIO) // the same buffer: what it held is in clientIO's pending bytes
 	ss.clientOut.out = clientIO
 	out := ss.cw
 	writeMsg(out, msgAuthentication, []byte{0, 0, 0, authOK}, "")
 	app, hasApp := ss.params["application_name"]
+	ss.state.serverParams = make([]paramStatus, 0, len(reports)+1)
 	for _, r := range reports {
 		v := r.value
 		if r.name == "application_name" && hasApp {
 			v, hasApp = app, false
 		}
-		body := append(append(append([]byte(r.name), 0), v...), 0)
-		ss.noteParam(body)
-		writeMsg(out, msgParameterStatus, body, "")
+		ss.noteParamValue(r.name, v)
+		writeParamStatus(out, r.name, v)
 	}
 	if hasApp {
-		body := append(append([]byte("application_name\x00"), app...), 0)
-		ss.noteParam(body)
-		writeMsg(out, msgParameterStatus, body, "")
+		ss.noteParamValue("application_name", app)
+		writeParamStatus(out, "application_name", app)
 	}
 	s.registerPooledKey(ss)
 	writeMsg(out, msgBackendKeyData, ss.clientKey, "")
@@ -404,6 +402,10 @@ func (s *Server) startPooled(ss *session, login *clientLogin) {
 	ss.logConnected(false)
 	ss.endPooled(ss.relayPooled())
 	ss.logDisconnected()
+	// Nothing uses the client's buffers any more: endPooled closed the client, and no lend's server side
+	// (serveLend, which writes to the client) is left once serving is done.
+	ss.pooled.serving.Wait()
+	s.bufs.put(ss.cr.r, ss.cw)
 }
 
 // registerPooledKey gives the client a BackendKeyData of the proxy's own: a PID no other session has and a

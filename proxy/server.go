@@ -86,6 +86,7 @@ type Server struct {
 	router    *router        // nil: one upstream.address, no router
 	pools     *txPools       // pool.mode transaction (pool.go); nil in session mode
 	reload    func() error   // the admin console's RELOAD (Options.Reload)
+	bufs      connBuffers    // client connections' buffers, kept between sessions
 
 	// locks is what the admin console's SHOW LOCKS lists (Options.Locks); nil: no lock store.
 	locks *tokens.Listing
@@ -195,6 +196,7 @@ func (s *Server) Serve(ln net.Listener) error {
 	}
 	s.lns = append(s.lns, ln)
 	s.mu.Unlock()
+	deferAccept(ln)
 	var tempDelay time.Duration
 	for {
 		c, err := ln.Accept()
@@ -213,10 +215,9 @@ func (s *Server) Serve(ln net.Listener) error {
 			return fmt.Errorf("accept: %w", err)
 		}
 		tempDelay = 0
-		if tc, ok := c.(*net.TCPConn); ok {
-			tc.SetNoDelay(true)
-			tc.SetKeepAlive(true)
-		}
+		// No SetNoDelay or SetKeepAlive here: a TCP listener's connections come with TCP_NODELAY set and keepalive
+		// as the listener was configured (net.Listen's default: on, probes after 15 s), and setting them again
+		// cost two system calls per connection (connect-per-transaction clients, docs/benchmark.md).
 		n := s.active.Add(1)
 		s.wg.Add(1)
 		over := s.cfg.Limits.MaxClientConnections > 0 && n > int64(s.cfg.Limits.MaxClientConnections)

@@ -14,7 +14,8 @@ import (
 // (core.go); how its bytes move is a transport's: two goroutines (relay.go), or an event loop (evloop_linux.go)
 // after startup. It ends in one place (end.go).
 type session struct {
-	srv    *Server
+	srv *Server
+	// log names the client, its user and its database; nil until the StartupMessage was read (logger).
 	log    *slog.Logger
 	remote string
 
@@ -66,10 +67,19 @@ type session struct {
 	kept    bool      // its upstream connection was kept for reuse
 }
 
+// logger is the session's logger: ss.log once the StartupMessage was read, and before that the server's with the
+// client's address, built only when a line is written (most connections write none before they start).
+func (ss *session) logger() *slog.Logger {
+	if ss.log == nil {
+		return ss.srv.log.With("client", ss.remote)
+	}
+	return ss.log
+}
+
 // attachClient sets the client side up for relaying, reading through r (which may hold bytes already read).
 func (ss *session) attachClient(r *bufio.Reader) {
 	ss.clientOut = failWriter{Conn: ss.client}
-	ss.cw = bufio.NewWriterSize(&ss.clientOut, writeBufferSize)
+	ss.cw = ss.srv.bufs.writer(&ss.clientOut)
 	ss.clientIntr.conn = ss.client
 	ss.cr = msgReader{r: r, intr: &ss.clientIntr, max: ss.srv.cfg.Limits.MaxMessageSize}
 }

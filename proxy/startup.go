@@ -24,11 +24,10 @@ import (
 func (s *Server) handle(raw net.Conn, over bool) {
 	ss := &session{srv: s, client: raw, remote: raw.RemoteAddr().String()}
 	ss.prep.max = s.cfg.Upstream.Prepared(s.cfg.Token.Scope)
-	ss.log = s.log.With("client", ss.remote)
 	defer func() {
 		if r := recover(); r != nil {
 			// A bug must not take the other sessions down with it.
-			ss.log.Error("session panic", "panic", r)
+			ss.logger().Error("session panic", "panic", r)
 			ss.forceClose()
 		}
 	}()
@@ -61,7 +60,8 @@ func (s *Server) handle(raw net.Conn, over bool) {
 	}
 	app := ss.params["application_name"]
 	ss.appName.Store(&app)
-	ss.log = ss.log.With("user", ss.params["user"], "database", ss.params["database"])
+	// One With for the session's lines, built once who it is is known (each With formats its attributes).
+	ss.log = s.log.With("client", ss.remote, "user", ss.params["user"], "database", ss.params["database"])
 	if code, msg, hint, ok := ss.checkStartupToken(); !ok {
 		s.metrics.refusal(code, "")
 		msg = s.withTokenContext(msg)
@@ -122,7 +122,7 @@ func (s *Server) handle(raw net.Conn, over bool) {
 // CancelRequest. It returns the StartupMessage body (protocol version first) and the reader to go on with, or a
 // nil body when the connection was a CancelRequest.
 func (ss *session) negotiate(raw net.Conn) ([]byte, *bufio.Reader, error) {
-	r := bufio.NewReaderSize(raw, readBufferSize)
+	r := ss.srv.bufs.reader(raw)
 	tlsCfg := ss.srv.clientTLS
 	for attempt := 0; attempt < 4; attempt++ {
 		if !ss.clientTLS && tlsCfg != nil && attempt == 0 {
@@ -204,21 +204,22 @@ func (e *startupError) Error() string { return e.msg }
 
 // startupFailed answers a client that failed before its session began.
 func (ss *session) startupFailed(err error) {
+	log := ss.logger()
 	var se *startupError
 	switch {
 	case errors.As(err, &se):
 		ss.fatal(se.code, se.msg, "")
 	case errors.Is(err, errProtocol):
 		ss.srv.metrics.protocolError()
-		ss.log.Info("startup protocol violation", "err", err)
+		log.Info("startup protocol violation", "err", err)
 		ss.fatal(sqlstateProtocolViolation, "invalid startup packet", err.Error())
 	case isTimeout(err):
-		ss.log.Info("startup timed out")
+		log.Info("startup timed out")
 		ss.fatal(sqlstateConnectionFailure, "startup timed out", "")
 	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
 		// A client that connects and goes away (a port check, a libpq retry after 'N') is not worth a line.
 	default:
-		ss.log.Info("startup failed", "err", err)
+		log.Info("startup failed", "err", err)
 	}
 }
 

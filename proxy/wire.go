@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"sync"
 
 	"github.com/jackc/pgx/v5/pgproto3"
 )
@@ -18,12 +19,51 @@ import (
 const (
 	readBufferSize  = 8192
 	writeBufferSize = 8192
+	// deferAcceptSeconds bounds how long the kernel holds a connection that sent nothing before Accept gets it
+	// (deferAccept): about one SYN-ACK retransmission.
+	deferAcceptSeconds = 1
 	// maxStartupPacket matches PostgreSQL's own MAX_STARTUP_PACKET_LENGTH.
 	maxStartupPacket = 10000
 	// keepBodyBuffer is the largest body buffer a session keeps between messages; a bigger one (a huge query)
 	// is dropped after use so that one large statement does not pin memory for the session's lifetime.
 	keepBodyBuffer = 64 << 10
 )
+
+// connBuffers keeps client connections' read and write buffers from one session for the next: a client that
+// connects per transaction would otherwise cost an allocation of both (and their collection) every time. Only a
+// session that knows nothing uses its buffers any more gives them back (startPooled); the others leave theirs to
+// the collector.
+type connBuffers struct{ readers, writers sync.Pool }
+
+// reader is a read buffer of readBufferSize over r.
+func (b *connBuffers) reader(r io.Reader) *bufio.Reader {
+	if br, ok := b.readers.Get().(*bufio.Reader); ok {
+		br.Reset(r)
+		return br
+	}
+	return bufio.NewReaderSize(r, readBufferSize)
+}
+
+// writer is a write buffer of writeBufferSize over w.
+func (b *connBuffers) writer(w io.Writer) *bufio.Writer {
+	if bw, ok := b.writers.Get().(*bufio.Writer); ok {
+		bw.Reset(w)
+		return bw
+	}
+	return bufio.NewWriterSize(w, writeBufferSize)
+}
+
+// put keeps r and w (from reader and writer) for another session, holding no connection of this one's.
+func (b *connBuffers) put(r *bufio.Reader, w *bufio.Writer) {
+	if r != nil && r.Size() == readBufferSize {
+		r.Reset(nil)
+		b.readers.Put(r)
+	}
+	if w != nil && w.Size() == writeBufferSize {
+		w.Reset(nil)
+		b.writers.Put(w)
+	}
+}
 
 // errProtocol marks a client that broke the protocol; the session answers with 08P01 and closes.
 var errProtocol = errors.New("protocol violation")

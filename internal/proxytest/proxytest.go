@@ -52,6 +52,9 @@ type Options struct {
 	NoPlanner bool
 	// DisableEventLoop keeps every session on the goroutine-per-direction path.
 	DisableEventLoop bool
+	// Logger, when set, is the proxy's logger instead of one at debug level into Logs (which then stays empty):
+	// benchmarks log as a production proxy does, at info, without keeping every line in memory.
+	Logger *slog.Logger
 }
 
 // Start runs a proxy in front of upstream (host:port) until the test ends.
@@ -75,13 +78,16 @@ func Start(t testing.TB, upstream string, o Options) *Proxy {
 	p := &Proxy{Addr: ln.Addr().String(), Config: cfg, Registry: prometheus.NewRegistry(), Logs: logs, done: make(chan error, 1)}
 	opts := proxy.Options{
 		Config:   cfg,
-		Logger:   slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Logger:   o.Logger,
 		Metrics:  proxy.NewMetrics(p.Registry),
 		Verifier: o.Verifier,
 		Grants:   o.Grants,
 		Locks:    o.Locks,
 
 		DisableEventLoop: o.DisableEventLoop,
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
 	if !o.NoPlanner {
 		planner, err := proxy.NewPlanner(cfg, opts.Metrics)
