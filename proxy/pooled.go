@@ -126,6 +126,13 @@ type pooledState struct {
 	unnamed     []byte
 	unnamedHere bool
 
+	// plainPrefix is plainQueryPrefix's last text, for the values and settings of key (n 0: none yet).
+	plainPrefix struct {
+		key  plainPrefixKey
+		text string
+		n    int64
+	}
+
 	// verifyStart is what the hidden row of a verified start (verifiedBegin) is to be checked for, until it came:
 	// verifyNone, verifyPlaceholders (a pinned client: the connection and its role are its own), verifyRole.
 	verifyStart atomic.Int32
@@ -255,17 +262,42 @@ func (t *tokenTexts) readInline(tok, lock *string) string {
 // statements it holds, whose answers are hidden.
 func (ss *session) plainQueryPrefix(sc *serverConn, set rewrite.Settings) (string, int64) {
 	pl := ss.pooled
-	bare := pl.pin != "" || sc.roleSeen
+	key := plainPrefixKey{bare: pl.pin != "" || sc.roleSeen, set: set}
+	key.tok, key.tokSet = derefValue(pl.token)
+	key.lock, key.lockSet = derefValue(pl.lock)
+	if c := &pl.plainPrefix; c.n > 0 && c.key == key {
+		return c.text, c.n // the client's values change seldom: built once for them
+	}
 	cfg := ss.srv.cfg.Token
+	text, n := "", int64(1)
 	tok, ok := setLocalStmt(cfg.Setting, pl.token, set)
 	lock, ok2 := setLocalStmt(cfg.LockSetting, pl.lock, set)
-	if !ok || !ok2 {
-		return sc.pool.tokenTexts(pl.pin != "").plainInline(pl.token, pl.lock, bare), 1
+	switch {
+	case !ok || !ok2:
+		text = sc.pool.tokenTexts(pl.pin != "").plainInline(pl.token, pl.lock, key.bare)
+	case key.bare:
+		text, n = tok+lock, 2
+	default:
+		text, n = tok+lock+"SET LOCAL ROLE NONE; ", 3
 	}
-	if bare {
-		return tok + lock, 2
+	pl.plainPrefix.key, pl.plainPrefix.text, pl.plainPrefix.n = key, text, n
+	return text, n
+}
+
+// plainPrefixKey is what plainQueryPrefix's text depends on.
+type plainPrefixKey struct {
+	tok, lock       string
+	tokSet, lockSet bool
+	bare            bool
+	set             rewrite.Settings
+}
+
+// derefValue is *v and whether v is set.
+func derefValue(v *string) (string, bool) {
+	if v == nil {
+		return "", false
 	}
-	return tok + lock + "SET LOCAL ROLE NONE; ", 3
+	return *v, true
 }
 
 // setLocalSQL is a SET LOCAL of the setting name to v (its default for nil), and a semicolon (setLocalStmt); a
