@@ -6,8 +6,11 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/fenceproxy/fenceproxy/internal/pgtest"
 )
 
 // dirtyPooledConnection leaves token 77 in the session of f's (single) pooled server connection, as a function
@@ -375,5 +378,42 @@ func TestPooledPipelinedVerifiedBeginRunsNothing(t *testing.T) {
 		if err := f.d.QueryRow(ctxT(t), "SELECT count(*) FROM pooled_ran_as").Scan(&n); err != nil || n != 0 {
 			t.Fatalf("%s: %d rows written (%v)", name, n, err)
 		}
+	}
+}
+
+// The role a login can take changes with the catalog, not with the connection: a login that was a member of no
+// role when its pooled server connection opened may be granted one later (GRANT by an administrator, or by the
+// login itself with CREATEROLE). A function that then makes that role the session's (a change the server does
+// not report: is_superuser stays off) must not run the next client's plain transaction on that connection.
+func TestPooledRoleGrantedAfterLoginIsSetBack(t *testing.T) {
+	f := newPooledFenced(t, 1, "")
+	for _, sql := range []string{
+		"DROP ROLE IF EXISTS pooled_lone", "DROP ROLE IF EXISTS pooled_granted_later",
+		"CREATE ROLE pooled_lone LOGIN", "CREATE ROLE pooled_granted_later",
+		"CREATE OR REPLACE FUNCTION pooled_become_later() RETURNS text LANGUAGE sql AS $$ SELECT pg_catalog.set_config('role', 'pooled_granted_later', false) $$",
+	} {
+		fxExec(t, f.d, sql)
+	}
+	t.Cleanup(func() { f.d.Exec(t.Context(), "DROP FUNCTION IF EXISTS pooled_become_later()") })
+	who := func(c *pgx.Conn) (user string, pid int) {
+		t.Helper()
+		if err := c.QueryRow(ctxT(t), "SELECT current_user::text, pg_backend_pid()").Scan(&user, &pid); err != nil {
+			t.Fatal(err)
+		}
+		return user, pid
+	}
+	for _, mode := range []string{"simple_protocol", "exec"} {
+		dsn := f.p.DSN("pooled_lone", "", pgtest.TestDB) + "&default_query_exec_mode=" + mode
+		a := connect(t, dsn)
+		_, before := who(a) // the pool's connection for pooled_lone is open: a member of no role
+		fxExec(t, f.d, "GRANT pooled_granted_later TO pooled_lone")
+		fxExec(t, a, "SELECT pooled_become_later()") // plain: no check, no probe
+		b := connect(t, dsn)
+		if user, pid := who(b); user != "pooled_lone" {
+			t.Fatalf("%s: the next client's plain transaction runs as %q on backend %d (the changed one was %d)", mode, user, pid, before)
+		}
+		a.Close(ctxT(t))
+		b.Close(ctxT(t))
+		fxExec(t, f.d, "REVOKE pooled_granted_later FROM pooled_lone")
 	}
 }
