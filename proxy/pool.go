@@ -83,12 +83,16 @@ type serverConn struct {
 	// beforeSend is called (the client's pooledState.mu held) before bytes written to w reach the server: the
 	// client it is lent to makes sure something reads the answers (pooled.go: needReader). nil: nobody's.
 	beforeSend func()
-	// roleSeen: its login can become no role the server would not report (logIn, roleSeen: a superuser). A
-	// change of its role behind the proxy's back is then seen (superMoved, authMoved), and a plain token
-	// statement needs not set the role back (pooled.go: plainQueryPrefix).
-	roleSeen bool
-	// superMoved and authMoved: the server last reported is_superuser, or session_authorization, other than at
-	// login (pooledsettings.go: pooledParamStatus). Such a connection serves nobody else (release).
+	// loginSuperuser is is_superuser as its login reported it. roleSeen: its login can become no role the server
+	// would not report (logIn, roleSeen: a superuser). A change of its role behind the proxy's back is then seen
+	// (superMoved, authMoved), and a plain token statement needs not set the role back (pooled.go:
+	// plainQueryPrefix).
+	loginSuperuser string
+	roleSeen       bool
+	// superMoved and authMoved: the server last reported is_superuser other than its login did
+	// (loginSuperuser: the pool's other connections may have logged in before the role was made a superuser, or
+	// after it was made none), or session_authorization other than the login role (pooledsettings.go:
+	// pooledParamStatus). Such a connection serves nobody else (release).
 	superMoved, authMoved atomic.Bool
 }
 
@@ -720,23 +724,23 @@ func (sc *serverConn) logIn(login *clientLogin, tok, lock string) ([]paramStatus
 	if err != nil {
 		return nil, nil, fmt.Errorf("set up a server connection: %w", err)
 	}
-	sc.roleSeen = roleSeen(statuses)
+	for _, ps := range statuses {
+		if ps.name == "is_superuser" {
+			sc.loginSuperuser = ps.value
+		}
+	}
+	sc.roleSeen = roleSeen(sc.loginSuperuser)
 	return statuses, row[:2], nil
 }
 
-// roleSeen reports whether every role change of a session whose login reported statuses shows in what the
-// server reports (ParameterStatus of is_superuser and session_authorization, sent when they change): only for a
-// superuser login, since only a superuser can change session_authorization, and a role that is not a superuser
-// turns is_superuser off (one that is has the same privileges). A login that is not a superuser may be granted a
-// role at any time (an administrator's GRANT, or its own with CREATEROLE), after which its change to that role
-// shows nowhere: what the catalog said when the connection opened is no proof.
-func roleSeen(statuses []paramStatus) bool {
-	for _, ps := range statuses {
-		if ps.name == "is_superuser" {
-			return ps.value == "on"
-		}
-	}
-	return false
+// roleSeen reports whether every role change of a session whose login reported is_superuser (loginSuperuser)
+// shows in what the server reports (ParameterStatus of is_superuser and session_authorization, sent when they
+// change): only for a superuser login, since only a superuser can change session_authorization, and a role that
+// is not a superuser turns is_superuser off (one that is has the same privileges). A login that is not a
+// superuser may be granted a role at any time (an administrator's GRANT, or its own with CREATEROLE), after
+// which its change to that role shows nowhere: what the catalog said when the connection opened is no proof.
+func roleSeen(loginSuperuser string) bool {
+	return loginSuperuser == "on"
 }
 
 // readUntilReady reads a server connection's messages up to ReadyForQuery, giving each to seen, and returns how

@@ -417,3 +417,41 @@ func TestPooledRoleGrantedAfterLoginIsSetBack(t *testing.T) {
 		fxExec(t, f.d, "REVOKE pooled_granted_later FROM pooled_lone")
 	}
 }
+
+// A ParameterStatus of is_superuser says a function changed the role only when compared with what that
+// connection's login reported, not the pool's first connection's: a login made a superuser after the pool
+// opened (ALTER ROLE ... SUPERUSER) opens connections whose role changes the server reports, so their plain
+// transactions do not set the role back; a function there that makes a role that is not a superuser the
+// session's (is_superuser turns off, as it was on the pool's first connection) must still keep that
+// connection from the next client.
+func TestPooledRoleReportComparedWithItsOwnLogin(t *testing.T) {
+	f := newPooledFenced(t, 2, "")
+	for _, sql := range []string{
+		"DROP ROLE IF EXISTS pooled_promoted", "DROP ROLE IF EXISTS pooled_lesser",
+		"CREATE ROLE pooled_promoted LOGIN", "CREATE ROLE pooled_lesser",
+		"CREATE OR REPLACE FUNCTION pooled_become_lesser() RETURNS text LANGUAGE sql AS $$ SELECT pg_catalog.set_config('role', 'pooled_lesser', false) $$",
+	} {
+		fxExec(t, f.d, sql)
+	}
+	t.Cleanup(func() {
+		f.d.Exec(t.Context(), "DROP FUNCTION IF EXISTS pooled_become_lesser()")
+		f.d.Exec(t.Context(), "ALTER ROLE pooled_promoted NOSUPERUSER")
+	})
+	dsn := f.p.DSN("pooled_promoted", "", pgtest.TestDB) + "&default_query_exec_mode=simple_protocol"
+	// The pool's first connection logs in while pooled_promoted is no superuser; a transaction holds it.
+	a := connect(t, dsn)
+	tx, err := a.Begin(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctxT(t))
+	fxExec(t, f.d, "ALTER ROLE pooled_promoted SUPERUSER")
+	// The second logs in as a superuser.
+	b := connect(t, dsn)
+	fxExec(t, b, "SELECT pooled_become_lesser()") // plain: no check, no probe
+	c := connect(t, dsn)
+	var user string
+	if err := c.QueryRow(ctxT(t), "SELECT current_user::text").Scan(&user); err != nil || user != "pooled_promoted" {
+		t.Fatalf("the next client's plain transaction runs as %q (%v)", user, err)
+	}
+}

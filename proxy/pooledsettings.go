@@ -378,7 +378,7 @@ func (ss *session) pooledParamStatus(sc *serverConn, body []byte) bool {
 	}
 	switch name {
 	case "is_superuser":
-		sc.superMoved.Store(value != sc.pool.loginReport(name))
+		sc.superMoved.Store(value != sc.loginSuperuser)
 	case "session_authorization":
 		sc.authMoved.Store(value != sc.pool.params["user"])
 	}
@@ -448,17 +448,4 @@ func (p *txPool) tokenTexts(pinned bool) *tokenTexts {
 		c.texts[i] = newTokenTexts(cfg.Setting, cfg.LockSetting, extra, plainExtra)
 	})
 	return &c.texts[i]
-}
-
-// loginReport is the value of the ParameterStatus name the pool's server connections report at login (""
-// when not reported).
-func (p *txPool) loginReport(name string) string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, ps := range p.reports {
-		if ps.name == name {
-			return ps.value
-		}
-	}
-	return ""
 }
