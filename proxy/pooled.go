@@ -559,7 +559,10 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 				return err
 			}
 		}
-		if sendTokenStmt && byte(st.txStatus.Load()) == txIdle {
+		// A Query in the middle of an extended-protocol batch (no Sync since its messages) runs in the
+		// transaction they started, whose start had its token statement or check already: nothing goes in
+		// front (its answers would be hidden in place of the batch's).
+		if sendTokenStmt && byte(st.txStatus.Load()) == txIdle && !st.unsynced.Load() {
 			ss.replaySettings()                                                          // pooledsettings.go
 			if err := ss.checkFirst(typ, body, ss.injectTokens(typ, body)); err != nil { // pooledsettings.go
 				return err

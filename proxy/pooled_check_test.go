@@ -2,6 +2,7 @@ package proxy_test
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"slices"
 	"testing"
@@ -453,5 +454,65 @@ func TestPooledRoleReportComparedWithItsOwnLogin(t *testing.T) {
 	var user string
 	if err := c.QueryRow(ctxT(t), "SELECT current_user::text").Scan(&user); err != nil || user != "pooled_promoted" {
 		t.Fatalf("the next client's plain transaction runs as %q (%v)", user, err)
+	}
+}
+
+// answerLines sends msgs on pc and returns every answer up to the ReadyForQuery number readies, one line each
+// (type, and a CommandComplete's tag, an ErrorResponse's SQLSTATE, a ReadyForQuery's status).
+func answerLines(t *testing.T, pc *pgconn.PgConn, readies int, msgs ...pgproto3.FrontendMessage) []string {
+	t.Helper()
+	fe := pc.Frontend()
+	for _, m := range msgs {
+		fe.Send(m)
+	}
+	if err := fe.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for readies > 0 {
+		m, err := fe.Receive()
+		if err != nil {
+			t.Fatalf("after %q: %v", got, err)
+		}
+		line := fmt.Sprintf("%T", m)
+		switch m := m.(type) {
+		case *pgproto3.CommandComplete:
+			line += " " + string(m.CommandTag)
+		case *pgproto3.ErrorResponse:
+			line += " " + m.Severity + " " + m.Code + " " + m.Message
+		case *pgproto3.DataRow:
+			line += " " + string(m.Values[0])
+		case *pgproto3.ReadyForQuery:
+			line += " " + string(m.TxStatus)
+			readies--
+		case *pgproto3.ParameterStatus, *pgproto3.NoticeResponse:
+			continue
+		}
+		got = append(got, line)
+	}
+	return got
+}
+
+// A simple Query that a client sends in the middle of an extended-protocol batch (after Execute, before Sync)
+// runs in the transaction the batch's messages started, which has the client's token already: it is answered
+// as on a connection of the client's own, whatever its text (plain, a lone BEGIN), and the batch's answers are
+// the client's, none hidden in place of the token statement's.
+func TestPooledQueryInsideUnsyncedBatch(t *testing.T) {
+	f := newPooledFenced(t, 1, "")
+	dc, err := pgconn.Connect(ctxT(t), pg.SuperDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dc.Close(t.Context()) })
+	for _, q := range []string{"SELECT 2", "BEGIN", "SELECT 2; SELECT 3"} {
+		msgs := []pgproto3.FrontendMessage{
+			&pgproto3.Parse{Query: "SELECT 1"}, &pgproto3.Bind{}, &pgproto3.Execute{},
+			&pgproto3.Query{String: q}, &pgproto3.Sync{}, &pgproto3.Query{String: "ROLLBACK"},
+		}
+		want := answerLines(t, dc, 3, msgs...)
+		pc := pooledPgConn(t, f, "&options=-c%20fence.token%3D5")
+		if got := answerLines(t, pc, 3, msgs...); !slices.Equal(got, want) {
+			t.Fatalf("%q inside a batch: through the pool\n%q\ndirectly\n%q", q, got, want)
+		}
 	}
 }
