@@ -516,3 +516,41 @@ func TestPooledQueryInsideUnsyncedBatch(t *testing.T) {
 		}
 	}
 }
+
+// A transaction whose start was not checked (a plain one: its token statement sets the values and the role
+// for itself) may still be looked at when it ends (an error after a Parse of a named statement). What the probe
+// then finds at session level may be what a function of another client left: a role there must not pin the
+// client to that connection, where its later transactions (a pinned client's connection is its own: no role
+// set back) would run as that role; nor may anything else found there (the function's advisory lock).
+func TestPooledUncheckedProbeDoesNotPinToAnothersRole(t *testing.T) {
+	f := newPooledFenced(t, 1, "")
+	for _, sql := range []string{
+		"DROP ROLE IF EXISTS pooled_member3", "DROP ROLE IF EXISTS pooled_plainrole3",
+		"CREATE ROLE pooled_plainrole3", "CREATE ROLE pooled_member3 LOGIN IN ROLE pooled_plainrole3",
+		"CREATE OR REPLACE FUNCTION pooled_become3() RETURNS text LANGUAGE sql AS $$ SELECT pg_catalog.pg_advisory_lock(4711); SELECT pg_catalog.set_config('role', 'pooled_plainrole3', false) $$",
+	} {
+		fxExec(t, f.d, sql)
+	}
+	t.Cleanup(func() { f.d.Exec(t.Context(), "DROP FUNCTION IF EXISTS pooled_become3()") })
+	dsn := f.p.DSN("pooled_member3", "", pgtest.TestDB)
+	b := connect(t, dsn+"&default_query_exec_mode=simple_protocol")
+	fxExec(t, b, "SELECT pooled_become3()") // plain: no check, no probe; the role and the lock stay in the session
+	b.Close(ctxT(t))
+
+	pc, err := pgconn.Connect(ctxT(t), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pc.Close(t.Context()) })
+	// A plain batch with a named statement whose execution fails: the probe looks at the connection.
+	_, codes := rawBatch(t, pc, &pgproto3.Parse{Name: "s1", Query: "SELECT 1/0"}, &pgproto3.Bind{PreparedStatement: "s1"}, &pgproto3.Execute{})
+	if !slices.Equal(codes, []string{"22012"}) {
+		t.Fatalf("the batch gave %q, want 22012", codes)
+	}
+	for range 2 {
+		rows, codes := rawBatch(t, pc, &pgproto3.Parse{Query: "SELECT current_user::text"}, &pgproto3.Bind{}, &pgproto3.Execute{})
+		if len(codes) > 0 || !slices.Equal(rows, []string{"pooled_member3"}) {
+			t.Fatalf("the client's next transaction runs as %q (%q)", rows, codes)
+		}
+	}
+}
