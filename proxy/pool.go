@@ -83,13 +83,16 @@ type serverConn struct {
 	// beforeSend is called (the client's pooledState.mu held) before bytes written to w reach the server: the
 	// client it is lent to makes sure something reads the answers (pooled.go: needReader). nil: nobody's.
 	beforeSend func()
-	// roleSeen: its login can become no role the server would not report (logIn: a superuser, whose change to a
-	// role that is not one turns is_superuser off, or a login member of no role but superuser ones). A change of
-	// its role behind the proxy's back is then seen (superMoved, authMoved), and a plain token statement needs
-	// not set the role back (pooled.go: plainQueryPrefix).
-	roleSeen bool
-	// superMoved and authMoved: the server last reported is_superuser, or session_authorization, other than at
-	// login (pooledsettings.go: pooledParamStatus). Such a connection serves nobody else (release).
+	// loginSuperuser is is_superuser as its login reported it. roleSeen: its login can become no role the server
+	// would not report (logIn, roleSeen: a superuser). A change of its role behind the proxy's back is then seen
+	// (superMoved, authMoved), and a plain token statement needs not set the role back (pooled.go:
+	// plainQueryPrefix).
+	loginSuperuser string
+	roleSeen       bool
+	// superMoved and authMoved: the server last reported is_superuser other than its login did
+	// (loginSuperuser: the pool's other connections may have logged in before the role was made a superuser, or
+	// after it was made none), or session_authorization other than the login role (pooledsettings.go:
+	// pooledParamStatus). Such a connection serves nobody else (release).
 	superMoved, authMoved atomic.Bool
 }
 
@@ -702,10 +705,9 @@ func (sc *serverConn) logIn(login *clientLogin, tok, lock string) ([]paramStatus
 		return nil, nil, err
 	}
 	sort.Slice(statuses, func(i, j int) bool { return statuses[i].name < statuses[j].name })
-	// The defaults first, then the placeholders: a target list is evaluated in order. Then whether the login
-	// can become no role the server would not report (roleSeen).
-	writeMsg(sc.w, msgQuery, nil, fmt.Sprintf("SELECT pg_catalog.current_setting(%[1]s, true), pg_catalog.current_setting(%[2]s, true), pg_catalog.set_config(%[1]s, %[3]s, false), pg_catalog.set_config(%[2]s, %[3]s, false), %[4]s",
-		quoteLiteral(tok), quoteLiteral(lock), quoteLiteral(poolPlaceholder), roleSeenSQL))
+	// The defaults first, then the placeholders: a target list is evaluated in order.
+	writeMsg(sc.w, msgQuery, nil, fmt.Sprintf("SELECT pg_catalog.current_setting(%[1]s, true), pg_catalog.current_setting(%[2]s, true), pg_catalog.set_config(%[1]s, %[3]s, false), pg_catalog.set_config(%[2]s, %[3]s, false)",
+		quoteLiteral(tok), quoteLiteral(lock), quoteLiteral(poolPlaceholder)))
 	if err := sc.w.Flush(); err != nil {
 		return nil, nil, fmt.Errorf("set up a server connection: %w", err)
 	}
@@ -716,23 +718,30 @@ func (sc *serverConn) logIn(login *clientLogin, tok, lock string) ([]paramStatus
 		}
 		return err
 	})
-	if err == nil && (rows != 1 || len(row) != 5) {
+	if err == nil && (rows != 1 || len(row) != 4) {
 		err = errors.New("unexpected answer")
 	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("set up a server connection: %w", err)
 	}
-	sc.roleSeen = string(row[4]) == "t"
+	for _, ps := range statuses {
+		if ps.name == "is_superuser" {
+			sc.loginSuperuser = ps.value
+		}
+	}
+	sc.roleSeen = roleSeen(sc.loginSuperuser)
 	return statuses, row[:2], nil
 }
 
-// roleSeenSQL is true when every role change of the session's login shows in what the server reports
-// (ParameterStatus of is_superuser and session_authorization, which it sends when they change): a superuser
-// (only a superuser can change session_authorization; a role that is not a superuser turns is_superuser off,
-// and one that is has the same privileges), or a login member of no role but superuser ones (SET ROLE needs
-// membership, direct or not). Memberships granted later count for connections opened later.
-const roleSeenSQL = "pg_catalog.current_setting('is_superuser')" + sqlEq + "'on' OR NOT EXISTS (SELECT FROM pg_catalog.pg_roles r " +
-	"WHERE NOT r.rolsuper AND r.rolname" + sqlNe + "SESSION_USER AND pg_catalog.pg_has_role(SESSION_USER, r.oid, 'MEMBER'))"
+// roleSeen reports whether every role change of a session whose login reported is_superuser (loginSuperuser)
+// shows in what the server reports (ParameterStatus of is_superuser and session_authorization, sent when they
+// change): only for a superuser login, since only a superuser can change session_authorization, and a role that
+// is not a superuser turns is_superuser off (one that is has the same privileges). A login that is not a
+// superuser may be granted a role at any time (an administrator's GRANT, or its own with CREATEROLE), after
+// which its change to that role shows nowhere: what the catalog said when the connection opened is no proof.
+func roleSeen(loginSuperuser string) bool {
+	return loginSuperuser == "on"
+}
 
 // readUntilReady reads a server connection's messages up to ReadyForQuery, giving each to seen, and returns how
 // many DataRows came; an ErrorResponse is the error (after the ReadyForQuery that follows it, if any).

@@ -354,7 +354,7 @@ func sqlValue(v *string) string {
 func probeSQL(tok, lock, user string, custom []string) string {
 	return probeLimitsSQL + replayableSettingsSQL(custom) + "; " +
 		"SELECT pg_catalog.current_setting(" + quoteLiteral(tok) + ", true), pg_catalog.current_setting(" + quoteLiteral(lock) + ", true), " +
-		"pg_catalog.concat_ws(', ', " + unmovableSettingsSQL(user) + ", " +
+		"pg_catalog.concat_ws(', ', " + unmovableSettingsSQL() + ", " +
 		"CASE WHEN EXISTS (SELECT FROM pg_catalog.pg_listening_channels()) THEN 'LISTEN' END, " +
 		"CASE WHEN EXISTS (SELECT FROM pg_catalog.pg_cursors WHERE is_holdable) THEN 'a WITH HOLD cursor' END, " +
 		"CASE WHEN EXISTS (SELECT FROM pg_catalog.pg_prepared_statements WHERE from_sql AND pg_catalog.left(name, 12)" + sqlNe + quoteLiteral(sqlStmtPrefix) + ") THEN 'SQL PREPARE' END, " +
@@ -362,7 +362,8 @@ func probeSQL(tok, lock, user string, custom []string) string {
 		"CASE WHEN EXISTS (SELECT FROM pg_catalog.pg_locks WHERE locktype" + sqlEq + "'advisory' AND pid" + sqlEq + "pg_catalog.pg_backend_pid()) THEN 'a session advisory lock' END, " +
 		"CASE WHEN EXISTS (SELECT FROM pg_catalog.pg_class WHERE relnamespace" + sqlEq + "pg_catalog.pg_my_temp_schema()) THEN 'a temporary table' END), " +
 		"EXISTS (SELECT FROM pg_catalog.pg_prepared_statements WHERE name" + sqlEq + quoteLiteral(tokenStmtName) + "), " +
-		"(SELECT pg_catalog.string_agg(name, ' ') FROM pg_catalog.pg_prepared_statements WHERE pg_catalog.left(name, 12)" + sqlEq + quoteLiteral(serverStmtPrefix) + "); " +
+		"(SELECT pg_catalog.string_agg(name, ' ') FROM pg_catalog.pg_prepared_statements WHERE pg_catalog.left(name, 12)" + sqlEq + quoteLiteral(serverStmtPrefix) + "), " +
+		loginRoleSQL(user) + "; " +
 		"SELECT pg_catalog.set_config(" + quoteLiteral(tok) + ", " + quoteLiteral(poolPlaceholder) + ", false), pg_catalog.set_config(" +
 		quoteLiteral(lock) + ", " + quoteLiteral(poolPlaceholder) + ", false)"
 }
@@ -593,7 +594,10 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 				return err
 			}
 		}
-		if sendTokenStmt && byte(st.txStatus.Load()) == txIdle {
+		// A Query in the middle of an extended-protocol batch (no Sync since its messages) runs in the
+		// transaction they started, whose start had its token statement or check already: nothing goes in
+		// front (its answers would be hidden in place of the batch's).
+		if sendTokenStmt && byte(st.txStatus.Load()) == txIdle && !st.unsynced.Load() {
 			ss.replaySettings()                                                          // pooledsettings.go
 			if err := ss.checkFirst(typ, body, ss.injectTokens(typ, body)); err != nil { // pooledsettings.go
 				return err
@@ -1605,7 +1609,7 @@ func (ss *session) probeOnce(sc *serverConn) error {
 			if failure != "" {
 				return fmt.Errorf("probe failed: %s", failure)
 			}
-			if len(row) != 5 || len(limits) != 2*len(probeLimits) {
+			if len(row) != 6 || len(limits) != 2*len(probeLimits) {
 				return fmt.Errorf("probe: %d and %d values", len(row), len(limits))
 			}
 			// The settings read saw the probe's own limits: the client's are those of the first statement,
@@ -1635,7 +1639,21 @@ func (ss *session) probeOnce(sc *serverConn) error {
 			for _, name := range strings.Fields(string(row[4])) {
 				sc.stmts[name] = true
 			}
-			if reasons := ss.settingsPinReason(string(row[2])); reasons != "" && pl.pin == "" {
+			reasons := string(row[2])
+			if string(row[5]) != "t" {
+				if pl.startChecked {
+					reasons = strings.TrimPrefix(reasons+", "+roleReason, ", ")
+				} else {
+					// Not checked at the start: the role may be one a function of another client's left, which
+					// the client's plain token statement set back for its own transaction only. Pinned there,
+					// its later transactions would run as that role; the connection serves nobody else.
+					pl.tainted = true
+					ss.log.Warn("pooled server connection holds a role no client's text set; closing it", "pool", sc.pool.name)
+				}
+			}
+			// A tainted connection is closed when the transaction ends: what it holds is not surely the client's,
+			// and pinned there the client's transactions would take it for their own.
+			if reasons := ss.settingsPinReason(reasons); reasons != "" && pl.pin == "" && !pl.tainted {
 				ss.srv.metrics.poolPinned(pinReason(reasons))
 				sc.pool.pins.Add(1)
 				if cfg.Pool.OnSessionState == config.PoolRefuse {

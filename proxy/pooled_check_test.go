@@ -2,12 +2,16 @@ package proxy_test
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"slices"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/fenceproxy/fenceproxy/internal/pgtest"
 )
 
 // dirtyPooledConnection leaves token 77 in the session of f's (single) pooled server connection, as a function
@@ -374,6 +378,179 @@ func TestPooledPipelinedVerifiedBeginRunsNothing(t *testing.T) {
 		var n int
 		if err := f.d.QueryRow(ctxT(t), "SELECT count(*) FROM pooled_ran_as").Scan(&n); err != nil || n != 0 {
 			t.Fatalf("%s: %d rows written (%v)", name, n, err)
+		}
+	}
+}
+
+// The role a login can take changes with the catalog, not with the connection: a login that was a member of no
+// role when its pooled server connection opened may be granted one later (GRANT by an administrator, or by the
+// login itself with CREATEROLE). A function that then makes that role the session's (a change the server does
+// not report: is_superuser stays off) must not run the next client's plain transaction on that connection.
+func TestPooledRoleGrantedAfterLoginIsSetBack(t *testing.T) {
+	f := newPooledFenced(t, 1, "")
+	for _, sql := range []string{
+		"DROP ROLE IF EXISTS pooled_lone", "DROP ROLE IF EXISTS pooled_granted_later",
+		"CREATE ROLE pooled_lone LOGIN", "CREATE ROLE pooled_granted_later",
+		"CREATE OR REPLACE FUNCTION pooled_become_later() RETURNS text LANGUAGE sql AS $$ SELECT pg_catalog.set_config('role', 'pooled_granted_later', false) $$",
+	} {
+		fxExec(t, f.d, sql)
+	}
+	t.Cleanup(func() { f.d.Exec(t.Context(), "DROP FUNCTION IF EXISTS pooled_become_later()") })
+	who := func(c *pgx.Conn) (user string, pid int) {
+		t.Helper()
+		if err := c.QueryRow(ctxT(t), "SELECT current_user::text, pg_backend_pid()").Scan(&user, &pid); err != nil {
+			t.Fatal(err)
+		}
+		return user, pid
+	}
+	for _, mode := range []string{"simple_protocol", "exec"} {
+		dsn := f.p.DSN("pooled_lone", "", pgtest.TestDB) + "&default_query_exec_mode=" + mode
+		a := connect(t, dsn)
+		_, before := who(a) // the pool's connection for pooled_lone is open: a member of no role
+		fxExec(t, f.d, "GRANT pooled_granted_later TO pooled_lone")
+		fxExec(t, a, "SELECT pooled_become_later()") // plain: no check, no probe
+		b := connect(t, dsn)
+		if user, pid := who(b); user != "pooled_lone" {
+			t.Fatalf("%s: the next client's plain transaction runs as %q on backend %d (the changed one was %d)", mode, user, pid, before)
+		}
+		a.Close(ctxT(t))
+		b.Close(ctxT(t))
+		fxExec(t, f.d, "REVOKE pooled_granted_later FROM pooled_lone")
+	}
+}
+
+// A ParameterStatus of is_superuser says a function changed the role only when compared with what that
+// connection's login reported, not the pool's first connection's: a login made a superuser after the pool
+// opened (ALTER ROLE ... SUPERUSER) opens connections whose role changes the server reports, so their plain
+// transactions do not set the role back; a function there that makes a role that is not a superuser the
+// session's (is_superuser turns off, as it was on the pool's first connection) must still keep that
+// connection from the next client.
+func TestPooledRoleReportComparedWithItsOwnLogin(t *testing.T) {
+	f := newPooledFenced(t, 2, "")
+	for _, sql := range []string{
+		"DROP ROLE IF EXISTS pooled_promoted", "DROP ROLE IF EXISTS pooled_lesser",
+		"CREATE ROLE pooled_promoted LOGIN", "CREATE ROLE pooled_lesser",
+		"CREATE OR REPLACE FUNCTION pooled_become_lesser() RETURNS text LANGUAGE sql AS $$ SELECT pg_catalog.set_config('role', 'pooled_lesser', false) $$",
+	} {
+		fxExec(t, f.d, sql)
+	}
+	t.Cleanup(func() {
+		f.d.Exec(t.Context(), "DROP FUNCTION IF EXISTS pooled_become_lesser()")
+		f.d.Exec(t.Context(), "ALTER ROLE pooled_promoted NOSUPERUSER")
+	})
+	dsn := f.p.DSN("pooled_promoted", "", pgtest.TestDB) + "&default_query_exec_mode=simple_protocol"
+	// The pool's first connection logs in while pooled_promoted is no superuser; a transaction holds it.
+	a := connect(t, dsn)
+	tx, err := a.Begin(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctxT(t))
+	fxExec(t, f.d, "ALTER ROLE pooled_promoted SUPERUSER")
+	// The second logs in as a superuser.
+	b := connect(t, dsn)
+	fxExec(t, b, "SELECT pooled_become_lesser()") // plain: no check, no probe
+	c := connect(t, dsn)
+	var user string
+	if err := c.QueryRow(ctxT(t), "SELECT current_user::text").Scan(&user); err != nil || user != "pooled_promoted" {
+		t.Fatalf("the next client's plain transaction runs as %q (%v)", user, err)
+	}
+}
+
+// answerLines sends msgs on pc and returns every answer up to the ReadyForQuery number readies, one line each
+// (type, and a CommandComplete's tag, an ErrorResponse's SQLSTATE, a ReadyForQuery's status).
+func answerLines(t *testing.T, pc *pgconn.PgConn, readies int, msgs ...pgproto3.FrontendMessage) []string {
+	t.Helper()
+	fe := pc.Frontend()
+	for _, m := range msgs {
+		fe.Send(m)
+	}
+	if err := fe.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for readies > 0 {
+		m, err := fe.Receive()
+		if err != nil {
+			t.Fatalf("after %q: %v", got, err)
+		}
+		line := fmt.Sprintf("%T", m)
+		switch m := m.(type) {
+		case *pgproto3.CommandComplete:
+			line += " " + string(m.CommandTag)
+		case *pgproto3.ErrorResponse:
+			line += " " + m.Severity + " " + m.Code + " " + m.Message
+		case *pgproto3.DataRow:
+			line += " " + string(m.Values[0])
+		case *pgproto3.ReadyForQuery:
+			line += " " + string(m.TxStatus)
+			readies--
+		case *pgproto3.ParameterStatus, *pgproto3.NoticeResponse:
+			continue
+		}
+		got = append(got, line)
+	}
+	return got
+}
+
+// A simple Query that a client sends in the middle of an extended-protocol batch (after Execute, before Sync)
+// runs in the transaction the batch's messages started, which has the client's token already: it is answered
+// as on a connection of the client's own, whatever its text (plain, a lone BEGIN), and the batch's answers are
+// the client's, none hidden in place of the token statement's.
+func TestPooledQueryInsideUnsyncedBatch(t *testing.T) {
+	f := newPooledFenced(t, 1, "")
+	dc, err := pgconn.Connect(ctxT(t), pg.SuperDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dc.Close(t.Context()) })
+	for _, q := range []string{"SELECT 2", "BEGIN", "SELECT 2; SELECT 3"} {
+		msgs := []pgproto3.FrontendMessage{
+			&pgproto3.Parse{Query: "SELECT 1"}, &pgproto3.Bind{}, &pgproto3.Execute{},
+			&pgproto3.Query{String: q}, &pgproto3.Sync{}, &pgproto3.Query{String: "ROLLBACK"},
+		}
+		want := answerLines(t, dc, 3, msgs...)
+		pc := pooledPgConn(t, f, "&options=-c%20fence.token%3D5")
+		if got := answerLines(t, pc, 3, msgs...); !slices.Equal(got, want) {
+			t.Fatalf("%q inside a batch: through the pool\n%q\ndirectly\n%q", q, got, want)
+		}
+	}
+}
+
+// A transaction whose start was not checked (a plain one: its token statement sets the values and the role
+// for itself) may still be looked at when it ends (an error after a Parse of a named statement). What the probe
+// then finds at session level may be what a function of another client left: a role there must not pin the
+// client to that connection, where its later transactions (a pinned client's connection is its own: no role
+// set back) would run as that role; nor may anything else found there (the function's advisory lock).
+func TestPooledUncheckedProbeDoesNotPinToAnothersRole(t *testing.T) {
+	f := newPooledFenced(t, 1, "")
+	for _, sql := range []string{
+		"DROP ROLE IF EXISTS pooled_member3", "DROP ROLE IF EXISTS pooled_plainrole3",
+		"CREATE ROLE pooled_plainrole3", "CREATE ROLE pooled_member3 LOGIN IN ROLE pooled_plainrole3",
+		"CREATE OR REPLACE FUNCTION pooled_become3() RETURNS text LANGUAGE sql AS $$ SELECT pg_catalog.pg_advisory_lock(4711); SELECT pg_catalog.set_config('role', 'pooled_plainrole3', false) $$",
+	} {
+		fxExec(t, f.d, sql)
+	}
+	t.Cleanup(func() { f.d.Exec(t.Context(), "DROP FUNCTION IF EXISTS pooled_become3()") })
+	dsn := f.p.DSN("pooled_member3", "", pgtest.TestDB)
+	b := connect(t, dsn+"&default_query_exec_mode=simple_protocol")
+	fxExec(t, b, "SELECT pooled_become3()") // plain: no check, no probe; the role and the lock stay in the session
+	b.Close(ctxT(t))
+
+	pc, err := pgconn.Connect(ctxT(t), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pc.Close(t.Context()) })
+	// A plain batch with a named statement whose execution fails: the probe looks at the connection.
+	_, codes := rawBatch(t, pc, &pgproto3.Parse{Name: "s1", Query: "SELECT 1/0"}, &pgproto3.Bind{PreparedStatement: "s1"}, &pgproto3.Execute{})
+	if !slices.Equal(codes, []string{"22012"}) {
+		t.Fatalf("the batch gave %q, want 22012", codes)
+	}
+	for range 2 {
+		rows, codes := rawBatch(t, pc, &pgproto3.Parse{Query: "SELECT current_user::text"}, &pgproto3.Bind{}, &pgproto3.Execute{})
+		if len(codes) > 0 || !slices.Equal(rows, []string{"pooled_member3"}) {
+			t.Fatalf("the client's next transaction runs as %q (%q)", rows, codes)
 		}
 	}
 }

@@ -64,11 +64,19 @@ func replayable() string {
 }
 
 // unmovableSettingsSQL is an SQL expression naming the session-level settings of a server connection that
-// pin its client (NULL: none); user is the role the connection logged in as.
-func unmovableSettingsSQL(user string) string {
-	return "(SELECT 'session-level SET of '" + sqlConcat + "pg_catalog.string_agg(name, ' ') FROM pg_catalog.pg_settings WHERE source" + sqlEq + "'session' AND NOT (" + replayable() + ")), " +
-		"CASE WHEN pg_catalog.current_setting('role')" + sqlNe + "'none' OR pg_catalog.current_setting('session_authorization')" + sqlNe + quoteLiteral(user) +
-		" THEN 'SET ROLE or SET SESSION AUTHORIZATION' END"
+// pin its client (NULL: none). The role is not among them: the probe reads it on its own (loginRoleSQL), since
+// it pins only a client whose transaction started as the login role (probeOnce).
+func unmovableSettingsSQL() string {
+	return "(SELECT 'session-level SET of '" + sqlConcat + "pg_catalog.string_agg(name, ' ') FROM pg_catalog.pg_settings WHERE source" + sqlEq + "'session' AND NOT (" + replayable() + "))"
+}
+
+// roleReason is the pin reason of a role the client's transaction left at session level.
+const roleReason = "SET ROLE or SET SESSION AUTHORIZATION"
+
+// loginRoleSQL is true when the session runs as the role it logged in as (user): no SET ROLE, no SET SESSION
+// AUTHORIZATION in force.
+func loginRoleSQL(user string) string {
+	return "pg_catalog.current_setting('role')" + sqlEq + "'none' AND pg_catalog.current_setting('session_authorization')" + sqlEq + quoteLiteral(user)
 }
 
 // replayableSettingsSQL reads a server connection's session-level settings that the pool replays: one row
@@ -378,7 +386,7 @@ func (ss *session) pooledParamStatus(sc *serverConn, body []byte) bool {
 	}
 	switch name {
 	case "is_superuser":
-		sc.superMoved.Store(value != sc.pool.loginReport(name))
+		sc.superMoved.Store(value != sc.loginSuperuser)
 	case "session_authorization":
 		sc.authMoved.Store(value != sc.pool.params["user"])
 	}
@@ -408,8 +416,7 @@ func settingsFailure(err *replayError) []byte {
 // run as that role. The connection is then closed (noteTokenStmtRefusal).
 func roleCheckSQL(user string) string {
 	marker := quoteLiteral(rewrite.NamedRefusalMarker(sqlstateFeatureNotSupported, rewrite.RefusalPooledRole, "") + "|")
-	return "CASE WHEN pg_catalog.current_setting('role')" + sqlEq + "'none' AND pg_catalog.current_setting('session_authorization')" + sqlEq + quoteLiteral(user) +
-		" THEN NULL ELSE pg_catalog.concat(" + marker + ", pg_catalog.current_setting('role'))::pg_catalog.int8 END"
+	return "CASE WHEN " + loginRoleSQL(user) + " THEN NULL ELSE pg_catalog.concat(" + marker + ", pg_catalog.current_setting('role'))::pg_catalog.int8 END"
 }
 
 // noteTokenStmtRefusal looks at the error that ended a token statement (body): a refusal of the proxy's own (the
@@ -448,17 +455,4 @@ func (p *txPool) tokenTexts(pinned bool) *tokenTexts {
 		c.texts[i] = newTokenTexts(cfg.Setting, cfg.LockSetting, extra, plainExtra)
 	})
 	return &c.texts[i]
-}
-
-// loginReport is the value of the ParameterStatus name the pool's server connections report at login (""
-// when not reported).
-func (p *txPool) loginReport(name string) string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, ps := range p.reports {
-		if ps.name == name {
-			return ps.value
-		}
-	}
-	return ""
 }
