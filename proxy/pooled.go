@@ -562,6 +562,30 @@ func (ss *session) relayPooled() ending {
 	}
 }
 
+// refuseInsideBatch ends the session of a client that sent a Query or FunctionCall (typ) inside an
+// extended-protocol batch, before its Sync (pl.mu held). PostgreSQL answers it with a ReadyForQuery of its own,
+// unless a message of the batch before it failed: then it skips it, unanswered, up to the Sync. Which of the two
+// the proxy cannot tell when it must decide whether the lend ends at the next ReadyForQuery; counting on the one
+// that did not come held the client's server connection for ever, and a handful of such clients the whole pool.
+// No driver sends this (libpq's pipeline mode, pgx, JDBC send a Sync first); the session ends with FATAL 0A000,
+// and its server connection, the batch's transaction in it, is closed.
+func (ss *session) refuseInsideBatch(typ byte) error {
+	pl := ss.pooled
+	if sc := pl.sc; sc != nil {
+		pl.sc = nil
+		sc.pool.discard(sc)
+	}
+	what := "a Query"
+	if typ == msgFunctionCall {
+		what = "a FunctionCall"
+	}
+	pl.lost = errors.New("message inside an extended-protocol batch")
+	pl.fare = errorResponse("FATAL", sqlstateFeatureNotSupported,
+		"fenceproxy: "+what+" inside an extended-protocol batch (before its Sync) is not supported in transaction pooling", "",
+		"Send Sync before a simple Query, or use pool.mode: session.")
+	return errLendLost
+}
+
 // errLendLost: the lent server connection failed, or the pool could not lend one; pl.fare says why.
 var errLendLost = errors.New("server connection lost")
 
@@ -572,6 +596,9 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 	st := &ss.state
 	pl.mu.Lock()
 	defer pl.mu.Unlock()
+	if (typ == msgQuery || typ == msgFunctionCall) && st.unsynced.Load() {
+		return ss.refuseInsideBatch(typ)
+	}
 	if ss.unitStart(typ) {
 		if pl.sc != nil && pl.open > 0 {
 			// What the client sent before is answered first (the next transaction's token statement depends on
