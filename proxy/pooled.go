@@ -284,11 +284,27 @@ func (ss *session) plainQueryPrefix(sc *serverConn, set rewrite.Settings) (strin
 	return text, n
 }
 
-// plainPrefixKey is what plainQueryPrefix's text depends on.
+// plainBatchStmt is the plain token statement before an extended-protocol batch: the SELECT form (SET LOCAL
+// outside a block would warn), built once per client's values like plainQueryPrefix's.
+func (ss *session) plainBatchStmt(sc *serverConn, set rewrite.Settings) string {
+	pl := ss.pooled
+	key := plainPrefixKey{bare: pl.pin != "" || sc.roleSeen, set: set, batch: true}
+	key.tok, key.tokSet = derefValue(pl.token)
+	key.lock, key.lockSet = derefValue(pl.lock)
+	if c := &pl.plainPrefix; c.n > 0 && c.key == key {
+		return c.text
+	}
+	text := strings.TrimSuffix(sc.pool.tokenTexts(pl.pin != "").plainInline(pl.token, pl.lock, key.bare), "; ")
+	pl.plainPrefix.key, pl.plainPrefix.text, pl.plainPrefix.n = key, text, 1
+	return text
+}
+
+// plainPrefixKey is what plainQueryPrefix's and plainBatchStmt's texts depend on.
 type plainPrefixKey struct {
 	tok, lock       string
 	tokSet, lockSet bool
 	bare            bool
+	batch           bool // plainBatchStmt's
 	set             rewrite.Settings
 }
 
@@ -912,6 +928,11 @@ func (ss *session) injectTokens(typ byte, body []byte) tokenPrefix {
 		pl.tokenAfterBegin, pl.beginPortals, pl.windowAnswers = true, pl.beginPortals[:0], 0 // forwardPooled sends it
 		return prefixChecked
 	}
+	if ss.batchOf(typ, body, ss.plainText) {
+		// The unchecked token statement with the values as constants, as the unnamed statement.
+		ss.writeUnnamedStmt(ss.plainBatchStmt(sc, set))
+		return prefixSet
+	}
 	if ss.batchOf(typ, body, func(text []byte) bool { return rewrite.LoneBegin(text, set) }) {
 		// A batch that only opens a block: a verified start (verifiedBegin), the read and the values set in one
 		// SELECT, as the unnamed statement.
@@ -922,12 +943,6 @@ func (ss *session) injectTokens(typ byte, body []byte) tokenPrefix {
 			pl.verifyStart.Store(verifyRole)
 		}
 		return prefixChecked
-	}
-	if ss.batchOf(typ, body, ss.plainText) {
-		// The unchecked token statement with the values as constants, as the unnamed statement.
-		text := sc.pool.tokenTexts(pl.pin != "").plainInline(pl.token, pl.lock, pl.pin != "" || sc.roleSeen)
-		ss.writeUnnamedStmt(strings.TrimSuffix(text, "; "))
-		return prefixSet
 	}
 	ss.writeTokenStmt("")
 	return prefixChecked
