@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -50,6 +51,34 @@ func rawBatch(t *testing.T, pc *pgconn.PgConn, msgs ...pgproto3.FrontendMessage)
 			codes = append(codes, m.Code)
 		case *pgproto3.ReadyForQuery:
 			return rows, codes
+		}
+	}
+}
+
+// untilFatal sends msgs on pc and reads its answers up to the FATAL that ends the session, which it returns with
+// the tags of the commands that completed before it; the session ending without one fails the test.
+func untilFatal(t *testing.T, pc *pgconn.PgConn, msgs ...pgproto3.FrontendMessage) (fatal *pgproto3.ErrorResponse, ran []string) {
+	t.Helper()
+	pc.Conn().SetDeadline(time.Now().Add(30 * time.Second)) // a session that goes on answering never sends one
+	fe := pc.Frontend()
+	for _, m := range msgs {
+		fe.Send(m)
+	}
+	if err := fe.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		m, err := fe.Receive()
+		if err != nil {
+			t.Fatalf("no FATAL (%v); the commands that ran: %q", err, ran)
+		}
+		switch m := m.(type) {
+		case *pgproto3.ErrorResponse:
+			if m.Severity == "FATAL" {
+				return m, ran
+			}
+		case *pgproto3.CommandComplete:
+			ran = append(ran, string(m.CommandTag))
 		}
 	}
 }
@@ -352,28 +381,11 @@ func TestPooledPipelinedVerifiedBeginRunsNothing(t *testing.T) {
 	} {
 		a := pooledConn(t, f, "&default_query_exec_mode=simple_protocol")
 		fxExec(t, a, "SELECT pooled_become2()")
-		pc := pooledPgConn(t, f, "")
-		fe := pc.Frontend()
-		for _, m := range msgs {
-			fe.Send(m)
+		fatal, ran := untilFatal(t, pooledPgConn(t, f, ""), msgs...)
+		if len(ran) > 0 {
+			t.Fatalf("%s: the pipeline ran %q", name, ran)
 		}
-		if err := fe.Flush(); err != nil {
-			t.Fatal(err)
-		}
-		var fatal *pgproto3.ErrorResponse
-		for fatal == nil {
-			m, err := fe.Receive()
-			if err != nil {
-				t.Fatalf("%s: the session ended without its FATAL: %v", name, err)
-			}
-			switch m := m.(type) {
-			case *pgproto3.ErrorResponse:
-				fatal = m
-			case *pgproto3.CommandComplete:
-				t.Fatalf("%s: the pipeline ran %q", name, m.CommandTag)
-			}
-		}
-		if fatal.Severity != "FATAL" || fatal.Code != "0A000" {
+		if fatal.Code != "0A000" {
 			t.Fatalf("%s: got %s %s %q, want FATAL 0A000", name, fatal.Severity, fatal.Code, fatal.Message)
 		}
 		var n int
@@ -507,26 +519,8 @@ func TestPooledQueryInsideUnsyncedBatch(t *testing.T) {
 	t.Cleanup(func() { f.d.Exec(t.Context(), "DROP TABLE IF EXISTS pooled_midbatch") })
 	for _, first := range []string{"INSERT INTO pooled_midbatch VALUES (1)", "SELECT 1/0"} {
 		for _, mid := range []pgproto3.FrontendMessage{&pgproto3.Query{String: "SELECT 2"}, &pgproto3.FunctionCall{Function: 1}} {
-			pc := pooledPgConn(t, f, "&options=-c%20fence.token%3D5")
-			fe := pc.Frontend()
-			for _, m := range []pgproto3.FrontendMessage{
-				&pgproto3.Parse{Query: first}, &pgproto3.Bind{}, &pgproto3.Execute{}, mid, &pgproto3.Sync{}, &pgproto3.Query{String: "SELECT 3"},
-			} {
-				fe.Send(m)
-			}
-			if err := fe.Flush(); err != nil {
-				t.Fatal(err)
-			}
-			var fatal *pgproto3.ErrorResponse
-			for fatal == nil {
-				m, err := fe.Receive()
-				if err != nil {
-					t.Fatalf("%q then %T: the session ended without its FATAL: %v", first, mid, err)
-				}
-				if e, ok := m.(*pgproto3.ErrorResponse); ok && e.Severity == "FATAL" {
-					fatal = e
-				}
-			}
+			fatal, _ := untilFatal(t, pooledPgConn(t, f, "&options=-c%20fence.token%3D5"),
+				&pgproto3.Parse{Query: first}, &pgproto3.Bind{}, &pgproto3.Execute{}, mid, &pgproto3.Sync{}, &pgproto3.Query{String: "SELECT 3"})
 			if fatal.Code != "0A000" || !strings.Contains(fatal.Message, "inside an extended-protocol batch") {
 				t.Fatalf("%q then %T: got %s %q", first, mid, fatal.Code, fatal.Message)
 			}
