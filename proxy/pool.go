@@ -86,7 +86,7 @@ type serverConn struct {
 	// loginSuperuser is is_superuser as its login reported it. roleSeen: its login can become no role the server
 	// would not report (logIn, roleSeen: a superuser). A change of its role behind the proxy's back is then seen
 	// (superMoved, authMoved), and a plain token statement needs not set the role back (pooled.go:
-	// plainQueryPrefix).
+	// plainPrefix).
 	loginSuperuser string
 	roleSeen       bool
 	// superMoved and authMoved: the server last reported is_superuser other than its login did

@@ -34,21 +34,22 @@ import (
 //   - Each transaction starts with the client's session values set transaction-locally (set_config(name, v,
 //     true); NULL, the server's default, for a value never set or RESET), in the same write as the client's
 //     first message, so that no value left in the connection's session reaches it: the token statement (hide).
-//     It comes in two forms (tokenPrefix). The plain one (plainSQLWith) only sets the values, and the login
-//     role for a client that is not pinned; it goes before a transaction the proxy knows whole (one Query, or
-//     one extended-protocol batch already read up to its Sync) whose statements cannot leave session state by
-//     their words (plainText: SELECT, INSERT, UPDATE, ...; no SET, set_config, BEGIN, ...). It costs the server
-//     about a tenth of a one-row SELECT; the checked one costs about as much as the SELECT. The checked one
-//     (tokenSQLWith, roleCheckSQL) first checks that the connection's session values are the placeholder and
+//     It comes in three forms (tokenPrefix). The plain one (plainPrefix) only sets the values, and the login
+//     role where a change of it would go unseen (serverConn.roleSeen); it goes before a transaction the proxy
+//     knows whole (one Query, or one extended-protocol batch already read up to its Sync) whose statements
+//     cannot leave session state by their words (plainText: SELECT, INSERT, UPDATE, ...; no SET, set_config,
+//     BEGIN, ...). The verified one (verifiedBegin) goes before a lone BEGIN: it reads the connection's state,
+//     which the proxy checks (checkRow) before anything of the block runs. The checked one (tokenSQLWith,
+//     roleCheckSQL) first checks, on the server, that the connection's session values are the placeholder and
 //     the role the login role, and fails (55F03, 0A000) before the client's statement runs when a function left
-//     others: it goes before every other transaction, whose end the proxy may read back (below), which is
-//     sound only if the start was as the proxy left it (startChecked). Both carry the values as constants
-//     before the text of a Query (nothing prepared, so nothing another client could replace); before an
-//     extended-protocol batch the plain one goes as the unnamed statement, the checked one as a Bind and
-//     Execute of it prepared (tokenStmtSQL, prepared afresh whenever the connection changes clients:
-//     prepareTokenStmt). SET, SET LOCAL, RESET, set_config with any arguments, SAVEPOINT and ROLLBACK TO, a
-//     rollback: the server applies them to the values inside the transaction exactly as on a connection of
-//     the client's own.
+//     others: it goes before every other transaction. The end of a verified or checked transaction may be read
+//     back (below), which is sound only if its start was as the proxy left it (startChecked). Before the text
+//     of a Query they carry the values as constants (nothing prepared, so nothing another client could
+//     replace); before an extended-protocol batch the plain and verified ones go as the unnamed statement, the
+//     checked one as a Bind and Execute of it prepared (tokenStmtSQL, prepared afresh whenever the connection
+//     changes clients: prepareTokenStmt). SET, SET LOCAL, RESET, set_config with any arguments, SAVEPOINT and
+//     ROLLBACK TO, a rollback: the server applies them to the values inside the transaction exactly as on a
+//     connection of the client's own.
 //   - A session-level change survives the transaction as the server connection's session value. When the
 //     transaction may have made one (its text calls set_config, its commands were SET, RESET, DISCARD, ...), the
 //     proxy reads the values back at its end, with the other session state the pool cannot move (probeSQL), and
@@ -126,7 +127,7 @@ type pooledState struct {
 	unnamed     []byte
 	unnamedHere bool
 
-	// plainPrefix is plainQueryPrefix's last text, for the values and settings of key (n 0: none yet).
+	// plainPrefix is the last text plainPrefix built, for the values and settings of key (n 0: none yet).
 	plainPrefix struct {
 		key  plainPrefixKey
 		text string
@@ -200,7 +201,7 @@ type tokenTexts struct {
 	inlineHead, inlineMid, inlineTail string // inlineHead + token + inlineMid + lock + inlineTail, as SQL expressions
 	plainHead, plainMid, plainTail    string // the same for the plain form
 	bareHead, bareMid, bareTail       string // the plain form without the role set (roleSeen)
-	startRead                         string // what a verified start reads: the token, lock, role and session_authorization
+	startRead                         string // what a verified start reads: the token, the lock, loginRoleSQL and the role
 	readHead, readMid, readTail       string // that read and the bare plain form in one SELECT (a batch's verified start)
 	parseBody                         []byte
 }
@@ -208,9 +209,9 @@ type tokenTexts struct {
 // tokenStmtClose is the body of the Close that drops the token statement before it is prepared again.
 var tokenStmtClose = []byte("S" + tokenStmtName + "\x00")
 
-// newTokenTexts builds the texts; extra follows the checked form's two set_config columns (the role check, or
-// nothing) and plainExtra the plain form's (the role set, or nothing).
-func newTokenTexts(tok, lock, extra, plainExtra string) tokenTexts {
+// newTokenTexts builds the texts for a pool whose connections log in as user; extra follows the checked form's
+// two set_config columns (the role check, or nothing) and plainExtra the plain form's (the role set, or nothing).
+func newTokenTexts(tok, lock, user, extra, plainExtra string) tokenTexts {
 	// The two values' places are found by markers no setting name can hold (names are lower-case a.b).
 	cut := func(sql string) (head, mid, tail string) {
 		head, rest, _ := strings.Cut(sql, "\x00TOK\x00")
@@ -222,7 +223,7 @@ func newTokenTexts(tok, lock, extra, plainExtra string) tokenTexts {
 	t.plainHead, t.plainMid, t.plainTail = cut(plainSQLWith(tok, lock, "\x00TOK\x00", "\x00LOCK\x00") + plainExtra + "; ")
 	t.bareHead, t.bareMid, t.bareTail = cut(plainSQLWith(tok, lock, "\x00TOK\x00", "\x00LOCK\x00") + "; ")
 	read := "SELECT pg_catalog.current_setting(" + quoteLiteral(tok) + ", true), pg_catalog.current_setting(" + quoteLiteral(lock) +
-		", true), pg_catalog.current_setting('role'), pg_catalog.current_setting('session_authorization')"
+		", true), " + loginRoleSQL(user) + ", pg_catalog.current_setting('role')"
 	t.startRead = read + "; "
 	// The reads first: a target list is evaluated in order.
 	t.readHead, t.readMid, t.readTail = cut(read + ", " + strings.TrimPrefix(plainSQLWith(tok, lock, "\x00TOK\x00", "\x00LOCK\x00"), "SELECT "))
@@ -252,59 +253,57 @@ func (t *tokenTexts) readInline(tok, lock *string) string {
 	return t.readHead + sqlValue(tok) + t.readMid + sqlValue(lock) + t.readTail
 }
 
-// plainQueryPrefix is the plain token statement before a Query's text, as statements the server runs for the
-// least (measured on PostgreSQL 15, in front of a one-row SELECT: about 0.9 of the SELECT's rate alone, where
-// the SELECT form gives 0.7-0.8): a SET LOCAL of each value, which needs no plan, and the role set back only
-// on a connection whose role changes the server would not all report (serverConn.roleSeen: setting the role
-// costs PostgreSQL 15 about 0.1 of a one-row SELECT's rate, in either spelling). SET LOCAL is in force: the Query is several
-// statements, so its implicit transaction is a block. A value no constant carries under the client's settings
-// (setLocalStmt) gets the SELECT form, whose values are expressions. It returns the text and how many
-// statements it holds, whose answers are hidden.
-func (ss *session) plainQueryPrefix(sc *serverConn, set rewrite.Settings) (string, int64) {
+// plainPrefix is the plain token statement (prefixSet) and how many statements it holds, whose answers are
+// hidden; the client's values change seldom, so it is built once for them (pooledState.plainPrefix).
+//   - Before a Query's text (batch false), as statements the server runs for the least (measured on
+//     PostgreSQL 15, in front of a one-row SELECT: about 0.9 of the SELECT's rate alone, where the SELECT form
+//     gives 0.7-0.8): a SET LOCAL of each value (setLocalValues), which needs no plan, and the role set back only
+//     on a connection whose role changes the server would not all report (serverConn.roleSeen: setting the role
+//     costs PostgreSQL 15 about 0.1 of a one-row SELECT's rate, in either spelling). SET LOCAL is in force: the
+//     Query is several statements, so its implicit transaction is a block. A value no constant carries under the
+//     client's settings gets the SELECT form, whose values are expressions.
+//   - Before an extended-protocol batch (batch true), the SELECT form, without its "; " (SET LOCAL outside a
+//     block would warn).
+func (ss *session) plainPrefix(sc *serverConn, set rewrite.Settings, batch bool) (string, int64) {
 	pl := ss.pooled
-	key := plainPrefixKey{bare: pl.pin != "" || sc.roleSeen, set: set}
+	key := plainPrefixKey{bare: pl.pin != "" || sc.roleSeen, set: set, batch: batch}
 	key.tok, key.tokSet = derefValue(pl.token)
 	key.lock, key.lockSet = derefValue(pl.lock)
 	if c := &pl.plainPrefix; c.n > 0 && c.key == key {
-		return c.text, c.n // the client's values change seldom: built once for them
+		return c.text, c.n
 	}
-	cfg := ss.srv.cfg.Token
 	text, n := "", int64(1)
-	tok, ok := setLocalStmt(cfg.Setting, pl.token, set)
-	lock, ok2 := setLocalStmt(cfg.LockSetting, pl.lock, set)
+	values, ok := ss.setLocalValues(set)
 	switch {
-	case !ok || !ok2:
+	case batch:
+		text = strings.TrimSuffix(sc.pool.tokenTexts(pl.pin != "").plainInline(pl.token, pl.lock, key.bare), "; ")
+	case !ok:
 		text = sc.pool.tokenTexts(pl.pin != "").plainInline(pl.token, pl.lock, key.bare)
 	case key.bare:
-		text, n = tok+lock, 2
+		text, n = values, 2
 	default:
-		text, n = tok+lock+"SET LOCAL ROLE NONE; ", 3
+		text, n = values+"SET LOCAL ROLE NONE; ", 3
 	}
 	pl.plainPrefix.key, pl.plainPrefix.text, pl.plainPrefix.n = key, text, n
 	return text, n
 }
 
-// plainBatchStmt is the plain token statement before an extended-protocol batch: the SELECT form (SET LOCAL
-// outside a block would warn), built once per client's values like plainQueryPrefix's.
-func (ss *session) plainBatchStmt(sc *serverConn, set rewrite.Settings) string {
+// setLocalValues is a SET LOCAL of the client's token, then of its lock (setLocalStmt); ok is false when a value
+// is one no constant carries under set.
+func (ss *session) setLocalValues(set rewrite.Settings) (sql string, ok bool) {
 	pl := ss.pooled
-	key := plainPrefixKey{bare: pl.pin != "" || sc.roleSeen, set: set, batch: true}
-	key.tok, key.tokSet = derefValue(pl.token)
-	key.lock, key.lockSet = derefValue(pl.lock)
-	if c := &pl.plainPrefix; c.n > 0 && c.key == key {
-		return c.text
-	}
-	text := strings.TrimSuffix(sc.pool.tokenTexts(pl.pin != "").plainInline(pl.token, pl.lock, key.bare), "; ")
-	pl.plainPrefix.key, pl.plainPrefix.text, pl.plainPrefix.n = key, text, 1
-	return text
+	cfg := ss.srv.cfg.Token
+	tok, ok := setLocalStmt(cfg.Setting, pl.token, set)
+	lock, ok2 := setLocalStmt(cfg.LockSetting, pl.lock, set)
+	return tok + lock, ok && ok2
 }
 
-// plainPrefixKey is what plainQueryPrefix's and plainBatchStmt's texts depend on.
+// plainPrefixKey is what plainPrefix's text depends on.
 type plainPrefixKey struct {
 	tok, lock       string
 	tokSet, lockSet bool
 	bare            bool
-	batch           bool // plainBatchStmt's
+	batch           bool // before an extended-protocol batch
 	set             rewrite.Settings
 }
 
@@ -637,10 +636,7 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 				return err
 			}
 		}
-		// A Query in the middle of an extended-protocol batch (no Sync since its messages) runs in the
-		// transaction they started, whose start had its token statement or check already: nothing goes in
-		// front (its answers would be hidden in place of the batch's).
-		if sendTokenStmt && byte(st.txStatus.Load()) == txIdle && !st.unsynced.Load() {
+		if sendTokenStmt && byte(st.txStatus.Load()) == txIdle {
 			ss.replaySettings()                                                          // pooledsettings.go
 			if err := ss.checkFirst(typ, body, ss.injectTokens(typ, body)); err != nil { // pooledsettings.go
 				return err
@@ -799,7 +795,7 @@ const (
 	// before it sets the client's (tokenSQLWith, roleCheckSQL).
 	prefixChecked
 	// prefixSet: the token statement that sets the client's values (and, where needed, the login role for a
-	// client that is not pinned: serverConn.roleSeen) without looking at the session's (plainQueryPrefix,
+	// client that is not pinned: serverConn.roleSeen) without looking at the session's (plainPrefix,
 	// plainSQLWith): for a transaction whose every statement is known to the proxy and plain (plainText,
 	// batchOf).
 	prefixSet
@@ -892,7 +888,7 @@ func (ss *session) injectTokens(typ byte, body []byte) tokenPrefix {
 		if ss.plainText(text) {
 			// Nothing in the text can leave session state or open a block: the values are set, not checked.
 			var n int64
-			ss.queryPrefix, n = ss.plainQueryPrefix(sc, set)
+			ss.queryPrefix, n = ss.plainPrefix(sc, set, false)
 			pl.hide.Add(n)
 			prefix = prefixSet
 		} else if q, n, ok := ss.verifiedBegin(sc, text, set); ok {
@@ -930,18 +926,15 @@ func (ss *session) injectTokens(typ byte, body []byte) tokenPrefix {
 	}
 	if ss.batchOf(typ, body, ss.plainText) {
 		// The unchecked token statement with the values as constants, as the unnamed statement.
-		ss.writeUnnamedStmt(ss.plainBatchStmt(sc, set))
+		text, _ := ss.plainPrefix(sc, set, true)
+		ss.writeUnnamedStmt(text)
 		return prefixSet
 	}
 	if ss.batchOf(typ, body, func(text []byte) bool { return rewrite.LoneBegin(text, set) }) {
 		// A batch that only opens a block: a verified start (verifiedBegin), the read and the values set in one
 		// SELECT, as the unnamed statement.
 		ss.writeUnnamedStmt(sc.pool.tokenTexts(pl.pin != "").readInline(pl.token, pl.lock))
-		if pl.pin != "" {
-			pl.verifyStart.Store(verifyPlaceholders)
-		} else {
-			pl.verifyStart.Store(verifyRole)
-		}
+		ss.expectVerifiedRow()
 		return prefixChecked
 	}
 	ss.writeTokenStmt("")
@@ -1027,25 +1020,29 @@ func (ss *session) verifiedBegin(sc *serverConn, text []byte, set rewrite.Settin
 	if !rewrite.LoneBegin(text, set) {
 		return "", 0, false
 	}
-	cfg := ss.srv.cfg.Token
-	tok, ok := setLocalStmt(cfg.Setting, pl.token, set)
-	lock, ok2 := setLocalStmt(cfg.LockSetting, pl.lock, set)
-	if !ok || !ok2 {
+	values, ok := ss.setLocalValues(set)
+	if !ok {
 		return "", 0, false
 	}
-	pinned := pl.pin != ""
-	if pinned {
+	ss.expectVerifiedRow()
+	return sc.pool.tokenTexts(pl.pin != "").startRead + values, 3, true
+}
+
+// expectVerifiedRow notes what the hidden row of the verified start being sent is checked for: the
+// placeholders, and the login role unless the client is pinned (its connection, role included, is its own).
+func (ss *session) expectVerifiedRow() {
+	pl := ss.pooled
+	if pl.pin != "" {
 		pl.verifyStart.Store(verifyPlaceholders)
 	} else {
 		pl.verifyStart.Store(verifyRole)
 	}
-	return sc.pool.tokenTexts(pinned).startRead + tok + lock, 3, true
 }
 
 // checkRow checks the row a verified start read (verifiedBegin) for what was asked (verifyPlaceholders,
 // verifyRole), with the refusal the checked token statement gives: the placeholders (55F03, naming the
 // setting), then the role (0A000).
-func (ss *session) checkRow(sc *serverConn, body []byte, what int32) error {
+func (ss *session) checkRow(body []byte, what int32) error {
 	row, err := dataRowValues(body)
 	if err != nil || len(row) < 4 {
 		return fmt.Errorf("%w: the read of a pooled server connection's state gave an unexpected row", errProtocol)
@@ -1056,8 +1053,8 @@ func (ss *session) checkRow(sc *serverConn, body []byte, what int32) error {
 			return refusedState(rewrite.NamedRefusalMarker(sqlstateInvalid, rewrite.RefusalPooledSetting, name))
 		}
 	}
-	if what == verifyRole && (string(row[2]) != "none" || string(row[3]) != sc.pool.params["user"]) {
-		return refusedState(rewrite.NamedRefusalMarker(sqlstateFeatureNotSupported, rewrite.RefusalPooledRole, "") + "|" + string(row[2]))
+	if what == verifyRole && string(row[2]) != "t" { // loginRoleSQL
+		return refusedState(rewrite.NamedRefusalMarker(sqlstateFeatureNotSupported, rewrite.RefusalPooledRole, "") + "|" + string(row[3]))
 	}
 	return nil
 }
@@ -1366,7 +1363,7 @@ func (ss *session) relayServer(sc *serverConn, inline bool) bool {
 			case msgNoticeResponse, msgParameterStatus, msgNotificationResponse:
 			case msgDataRow:
 				if what := pl.verifyStart.Swap(verifyNone); what != verifyNone {
-					if err := ss.checkRow(sc, body, what); err != nil {
+					if err := ss.checkRow(body, what); err != nil {
 						ss.lendFailed(sc, err)
 						return true
 					}

@@ -2,7 +2,6 @@ package proxy_test
 
 import (
 	"errors"
-	"fmt"
 	"io"
 	"slices"
 	"strings"
@@ -468,42 +467,6 @@ func TestPooledRoleReportComparedWithItsOwnLogin(t *testing.T) {
 	if err := c.QueryRow(ctxT(t), "SELECT current_user::text").Scan(&user); err != nil || user != "pooled_promoted" {
 		t.Fatalf("the next client's plain transaction runs as %q (%v)", user, err)
 	}
-}
-
-// answerLines sends msgs on pc and returns every answer up to the ReadyForQuery number readies, one line each
-// (type, and a CommandComplete's tag, an ErrorResponse's SQLSTATE, a ReadyForQuery's status).
-func answerLines(t *testing.T, pc *pgconn.PgConn, readies int, msgs ...pgproto3.FrontendMessage) []string {
-	t.Helper()
-	fe := pc.Frontend()
-	for _, m := range msgs {
-		fe.Send(m)
-	}
-	if err := fe.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	var got []string
-	for readies > 0 {
-		m, err := fe.Receive()
-		if err != nil {
-			t.Fatalf("after %q: %v", got, err)
-		}
-		line := fmt.Sprintf("%T", m)
-		switch m := m.(type) {
-		case *pgproto3.CommandComplete:
-			line += " " + string(m.CommandTag)
-		case *pgproto3.ErrorResponse:
-			line += " " + m.Severity + " " + m.Code + " " + m.Message
-		case *pgproto3.DataRow:
-			line += " " + string(m.Values[0])
-		case *pgproto3.ReadyForQuery:
-			line += " " + string(m.TxStatus)
-			readies--
-		case *pgproto3.ParameterStatus, *pgproto3.NoticeResponse:
-			continue
-		}
-		got = append(got, line)
-	}
-	return got
 }
 
 // A Query (or FunctionCall) inside an extended-protocol batch, before its Sync: PostgreSQL answers it with a

@@ -452,7 +452,7 @@ func (p *txPool) tokenTexts(pinned bool) *tokenTexts {
 			extra = ", " + roleCheckSQL(p.params["user"])
 			plainExtra = ", pg_catalog.set_config('role', 'none', true)"
 		}
-		c.texts[i] = newTokenTexts(cfg.Setting, cfg.LockSetting, extra, plainExtra)
+		c.texts[i] = newTokenTexts(cfg.Setting, cfg.LockSetting, p.params["user"], extra, plainExtra)
 	})
 	return &c.texts[i]
 }

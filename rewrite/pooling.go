@@ -207,7 +207,7 @@ func transactionStart(raw []byte, s Settings) (begin, modes, alone bool) {
 // UPDATE, DELETE, MERGE, WITH, VALUES, TABLE or SHOW: statements that by their own words neither open a
 // transaction block nor leave session state (no SET, RESET, BEGIN, PREPARE, DECLARE, LISTEN, CREATE, DO, CALL,
 // ...). What the functions they call do is not seen here. The transaction pooler gives such a text a token
-// statement that checks nothing (proxy/pooled.go: plainTransaction). Text the lexer cannot read, or of no
+// statement that checks nothing (proxy/pooled.go: plainText). Text the lexer cannot read, or of no
 // statement, gives false.
 func PlainStatements(raw []byte, s Settings) bool {
 	text, why := decode(raw, s)
