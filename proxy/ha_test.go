@@ -313,6 +313,12 @@ func TestLossyFailoverKeepsTheLockFence(t *testing.T) {
 	if err := h.primary.StopImmediate(); err != nil {
 		t.Fatal(err)
 	}
+	// The proxy sees the primary lost before the standby is promoted: a health check that found both changed at
+	// once would publish the new primary without the loss in between (two primary changes, not three).
+	eventually(t, 30*time.Second, "the proxy to see the primary lost", func() bool {
+		got, _ := metricValue(t, h.proxy.Registry, "fenceproxy_upstream_primary_changes_total")
+		return got == 2
+	})
 	if err := h.standby.Promote(); err != nil {
 		t.Fatal(err)
 	}
