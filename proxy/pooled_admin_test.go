@@ -146,8 +146,13 @@ func TestPooledAdminShowClientsAndServers(t *testing.T) {
 	if waits != waitsBefore+1 || waited <= 0 {
 		t.Fatalf("fenceproxy_pool_wait_seconds: count %d (before b's lend %d), sum %v: want b's wait counted", waits, waitsBefore, waited)
 	}
-	servers = adminRows(t, adm, "SHOW SERVERS")
-	if len(servers) != 1 || servers[0]["state"] != "idle" || servers[0]["link"] != "" {
+	// The client has b's ReadyForQuery before the proxy gives the connection back (it writes the answer, then
+	// settles the lend): the server turns idle right after.
+	eventually(t, 10*time.Second, "the server idle in SHOW SERVERS after both transactions", func() bool {
+		servers = adminRows(t, adm, "SHOW SERVERS")
+		return len(servers) == 1 && servers[0]["state"] == "idle"
+	})
+	if servers[0]["link"] != "" {
 		t.Fatalf("SHOW SERVERS after both transactions: %v", servers)
 	}
 	if v, _, _ := gathered(t, f.p.Registry, "fenceproxy_pool_servers", map[string]string{"state": "idle"}); v != 1 {
