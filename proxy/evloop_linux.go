@@ -454,7 +454,7 @@ func runnableThreads(b []byte) (int, bool) {
 // the loop's directly woke an idle Go thread for nearly every message while the loop was busy reading them
 // itself: the thread found nothing to do and slept again. With 64 select-only clients that was 0.8 wake-ups
 // and context switches per transaction, about half of all the proxy's (pgbouncer's single thread has 0.35).
-// The gate costs two epoll_ctl per sleep, and under load the loop seldom sleeps.
+// The gate costs two or three system calls per sleep, and under load the loop seldom sleeps.
 type epollFile struct {
 	epfd  int
 	gate  int             // epoll descriptor holding epfd (EPOLLONESHOT); -1: plain epoll_wait
@@ -471,7 +471,7 @@ func newEpollFile(epfd int) *epollFile {
 	if err != nil {
 		return e
 	}
-	// Added disarmed (no event but the one-shot bit): gateArm arms it before each sleep.
+	// Added disarmed (no event but the one-shot bit): armGate arms it before each sleep.
 	ev := unix.EpollEvent{Events: unix.EPOLLONESHOT, Fd: int32(epfd)}
 	if err := unix.EpollCtl(gate, unix.EPOLL_CTL_ADD, epfd, &ev); err != nil {
 		unix.Close(gate)
@@ -491,18 +491,36 @@ func newEpollFile(epfd int) *epollFile {
 	return e
 }
 
-// setGate arms (EPOLLIN, one-shot) or disarms epfd's entry in the gate. Arming an entry whose descriptor has
-// events already reports it at once, so a message that came between the last poll and the arming still wakes
-// the loop.
-func (e *epollFile) setGate(arm bool) error {
-	ev := unix.EpollEvent{Events: unix.EPOLLONESHOT, Fd: int32(e.epfd)}
-	if arm {
-		ev.Events |= unix.EPOLLIN
-	}
+// armGate arms epfd's entry in the gate (EPOLLIN, one-shot) before the loop sleeps. Arming an entry whose
+// descriptor has events already reports it at once, so a message that came between the loop's last poll and
+// the arming still wakes it; disarmGate makes sure the kernel does not take the entry for reported already.
+func (e *epollFile) armGate() error {
+	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLONESHOT, Fd: int32(e.epfd)}
 	if err := unix.EpollCtl(e.gate, unix.EPOLL_CTL_MOD, e.epfd, &ev); err != nil {
-		return fmt.Errorf("epoll_ctl on the loop's gate: %w", err)
+		return fmt.Errorf("epoll_ctl arming the loop's gate: %w", err)
 	}
-	e.armed = arm
+	e.armed = true
+	return nil
+}
+
+// disarmGate disarms the gate once the loop runs again. It takes the entry off the gate's ready list by reading
+// the gate (which a one-shot entry that fired also disarms), and disarms it by epoll_ctl when it had not fired.
+// An entry left on the ready list would swallow the next arming's report: the kernel reports an entry becoming
+// ready only when it is not on the list yet, and with nothing reported the loop slept for ever with a message
+// waiting (a hang within minutes under 64 clients).
+func (e *epollFile) disarmGate() error {
+	var ev [1]unix.EpollEvent
+	n, err := pollNow(e.gate, ev[:])
+	if err != nil {
+		return fmt.Errorf("reading the loop's gate: %w", err)
+	}
+	if n == 0 {
+		ev[0] = unix.EpollEvent{Events: unix.EPOLLONESHOT, Fd: int32(e.epfd)}
+		if err := unix.EpollCtl(e.gate, unix.EPOLL_CTL_MOD, e.epfd, &ev[0]); err != nil {
+			return fmt.Errorf("epoll_ctl disarming the loop's gate: %w", err)
+		}
+	}
+	e.armed = false
 	return nil
 }
 
@@ -519,14 +537,14 @@ func (e *epollFile) wait(events []unix.EpollEvent) (n int, parked bool, err erro
 		// Called first without waiting, and again each time the netpoller says the gate is readable.
 		polls++
 		if e.armed {
-			if perr = e.setGate(false); perr != nil {
+			if perr = e.disarmGate(); perr != nil {
 				return true
 			}
 		}
 		if n, perr = pollNow(e.epfd, events); n > 0 || perr != nil {
 			return true
 		}
-		perr = e.setGate(true) // nothing yet: sleep until epfd has something
+		perr = e.armGate() // nothing yet: sleep until epfd has something
 		return perr != nil
 	})
 	if err != nil {

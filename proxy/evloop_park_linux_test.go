@@ -146,3 +146,68 @@ func TestEpollGateQuietWhileLoopRuns(t *testing.T) {
 		t.Fatal("the gate is readable while the loop runs: the netpoller would wake a thread for nothing")
 	}
 }
+
+// TestEpollGateReportsArmingWhenAlreadyReady: the race the gate must survive. A message reaches the loop after
+// its last poll found nothing and before it armed the gate, after an earlier sleep and wake-up: the arming
+// itself must reach the netpoller (an edge on the gate), or the loop sleeps for ever with the message waiting.
+// The netpoller's view is an outer edge-triggered epoll watching the gate, as the runtime's does.
+func TestEpollGateReportsArmingWhenAlreadyReady(t *testing.T) {
+	epfd, wakefd, err := newEpoll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(wakefd)
+	ep := newEpollFile(epfd)
+	defer ep.close()
+	if ep.conn == nil {
+		t.Fatal("the gate did not go to the netpoller")
+	}
+	outer, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(outer)
+	oev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLET, Fd: int32(ep.gate)}
+	if err := unix.EpollCtl(outer, unix.EPOLL_CTL_ADD, ep.gate, &oev); err != nil {
+		t.Fatal(err)
+	}
+	events := make([]unix.EpollEvent, 8)
+	outerEvents := make([]unix.EpollEvent, 1)
+	var drain [8]byte
+
+	for round := 1; round <= 3; round++ {
+		// A sleep and a wake-up, as in the loop, step by step: the gate armed, a message, the netpoller told
+		// (it reads the outer epoll while the gate is armed and ready), the loop running again.
+		if err := ep.armGate(); err != nil {
+			t.Fatal(err)
+		}
+		signalFD(wakefd)
+		if n, err := pollNow(outer, outerEvents); err != nil || n != 1 {
+			t.Fatalf("round %d: a message while the gate is armed reached no one (%d events, %v)", round, n, err)
+		}
+		if err := ep.disarmGate(); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := pollNow(epfd, events); err != nil || n != 1 {
+			t.Fatalf("round %d: the loop's poll found %d events, %v; want 1", round, n, err)
+		}
+		sysRead(wakefd, drain[:])
+
+		// The race: the next message comes while the gate is disarmed, then the loop arms it.
+		signalFD(wakefd)
+		if err := ep.armGate(); err != nil {
+			t.Fatal(err)
+		}
+		n, err := pollNow(outer, outerEvents)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n != 1 {
+			t.Fatalf("round %d: arming the gate over a waiting message reached no one: the loop would sleep for ever", round)
+		}
+		if err := ep.disarmGate(); err != nil {
+			t.Fatal(err)
+		}
+		sysRead(wakefd, drain[:])
+	}
+}
