@@ -848,8 +848,13 @@ func (ss *session) answerInline() {
 
 // heldUnread looks, before a client's message goes, at a server connection the client holds in a transaction
 // block that nothing read since its last answer (answerInline) (pl.mu held): one a change of primary closed ends
-// the session as serveLend would have (57P01 naming the new primary: nothing of the message was sent); one the
-// server said something on (a FATAL before it closed it, a notice) gets its reader, which relays that first.
+// the session as serveLend would have (57P01 naming the new primary: nothing of the message was sent).
+//
+// It does not look at the socket. In a block the server says nothing of its own accord but a FATAL before it
+// closes the connection (pg_terminate_backend, idle_in_transaction_session_timeout), and whatever reads the
+// answer to this message, inline or a serveLend started as the bytes go (beforeSend), reads that FATAL first,
+// relays it and ends the lend at the close (TestPooledTerminatedWhileIdleInTransaction). A FIONREAD here cost
+// one system call per statement of every transaction block, 3% of the proxy's CPU in TPC-B.
 func (ss *session) heldUnread() error {
 	pl := ss.pooled
 	sc := pl.sc
@@ -861,9 +866,6 @@ func (ss *session) heldUnread() error {
 		sc.pool.discard(sc)
 		pl.lost, pl.fare = errors.New("server connection moved"), movedFarewell(sc.host.addr, *moved, false)
 		return errLendLost
-	}
-	if sc.spokeUnread() {
-		ss.needReader()
 	}
 	return nil
 }

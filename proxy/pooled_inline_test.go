@@ -89,29 +89,49 @@ func TestPooledCopyIn(t *testing.T) {
 }
 
 // A client idle in a transaction block holds its server connection with nothing reading it (the answer to each
-// message is read inline): when the server ends that connection meanwhile (pg_terminate_backend), the client's
-// next message gets the server's own FATAL (57P01), as when a reader relayed it at once, and never runs.
+// message is read inline): when the server ends that connection meanwhile (pg_terminate_backend, or
+// idle_in_transaction_session_timeout), the client's next message gets the server's own FATAL, as when a reader
+// relayed it at once, and never runs; in both protocols. Nothing looks at the socket before the message goes
+// (heldUnread): what reads the message's answer reads the FATAL first.
 func TestPooledTerminatedWhileIdleInTransaction(t *testing.T) {
 	f := newPooledFenced(t, 2, "")
-	c := pooledConn(t, f, "&default_query_exec_mode=simple_protocol")
 	ctx := ctxT(t)
-	tx, err := c.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
+	for _, mode := range []string{"simple_protocol", "exec", "cache_statement"} {
+		for _, end := range []string{"terminate", "idle timeout"} {
+			t.Run(mode+"/"+end, func(t *testing.T) {
+				c := pooledConn(t, f, "&default_query_exec_mode="+mode)
+				tx, err := c.Begin(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var pid int
+				if err := tx.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+					t.Fatal(err)
+				}
+				code, msg := "57P01", "terminating connection due to administrator command"
+				if end == "terminate" {
+					var ok bool
+					if err := f.d.QueryRow(ctx, "SELECT pg_terminate_backend($1)", pid).Scan(&ok); err != nil || !ok {
+						t.Fatalf("pg_terminate_backend(%d): %v %v", pid, ok, err)
+					}
+				} else {
+					code, msg = "25P03", "terminating connection due to idle-in-transaction timeout"
+					if _, err := tx.Exec(ctx, "SET LOCAL idle_in_transaction_session_timeout = '50ms'"); err != nil {
+						t.Fatal(err)
+					}
+				}
+				eventually(t, 10*time.Second, "the backend to end", func() bool {
+					var n int
+					err := f.d.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE pid = $1", pid).Scan(&n)
+					return err == nil && n == 0
+				})
+				_, err = tx.Exec(ctx, "INSERT INTO "+f.label+" (id, fence_token) VALUES (9, 1)")
+				wantPgErr(t, err, code, msg)
+				var n int
+				if err := f.d.QueryRow(ctx, "SELECT count(*) FROM "+f.label+" WHERE id = 9").Scan(&n); err != nil || n != 0 {
+					t.Fatalf("rows with id 9: %d (%v); the INSERT must not have run", n, err)
+				}
+			})
+		}
 	}
-	var pid int
-	if err := tx.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
-		t.Fatal(err)
-	}
-	var ok bool
-	if err := f.d.QueryRow(ctx, "SELECT pg_terminate_backend($1)", pid).Scan(&ok); err != nil || !ok {
-		t.Fatalf("pg_terminate_backend(%d): %v %v", pid, ok, err)
-	}
-	eventually(t, 10*time.Second, "the backend to end", func() bool {
-		var n int
-		err := f.d.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE pid = $1", pid).Scan(&n)
-		return err == nil && n == 0
-	})
-	_, err = tx.Exec(ctx, "INSERT INTO "+f.label+" (id, fence_token) VALUES (9, 1)")
-	wantPgErr(t, err, "57P01", "terminating connection due to administrator command")
 }
