@@ -16,16 +16,7 @@ import (
 // for a while (loopYieldAfter), so epollFile.wait must say truly whether it parked: not when an event was
 // already waiting, yes when it had to wait for one.
 func TestEpollFileWaitReportsPark(t *testing.T) {
-	epfd, wakefd, err := newEpoll()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Close(wakefd)
-	ep := newEpollFile(epfd)
-	defer ep.close()
-	if ep.conn == nil {
-		t.Fatal("the epoll descriptor did not go to the netpoller")
-	}
+	ep, wakefd := newTestEpollFile(t)
 	events := make([]unix.EpollEvent, 8)
 	var drain [8]byte
 
@@ -48,19 +39,7 @@ func TestEpollFileWaitReportsPark(t *testing.T) {
 		n, parked, err := ep.wait(events)
 		done <- result{n, parked, err}
 	}()
-	// Signal only once the waiter sits in the netpoller (a goroutine in "IO wait" inside epollFile.wait).
-	deadline := time.Now().Add(10 * time.Second)
-	buf := make([]byte, 1<<20)
-	for {
-		stacks := string(buf[:runtime.Stack(buf, true)])
-		if parkedInWait(stacks) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the waiter never parked in the netpoller:\n%s", stacks)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	untilParkedInWait(t) // signal only once the waiter sits in the netpoller
 	signalFD(wakefd)
 	r := <-done
 	if r.err != nil || r.n != 1 || !r.parked {
@@ -68,30 +47,48 @@ func TestEpollFileWaitReportsPark(t *testing.T) {
 	}
 }
 
-// parkedInWait reports whether a goroutine dump shows one parked in the netpoller inside epollFile.wait.
-func parkedInWait(stacks string) bool {
-	for _, g := range strings.Split(stacks, "\n\n") {
-		if strings.Contains(g, "[IO wait") && strings.Contains(g, "(*epollFile).wait") {
-			return true
-		}
+// newTestEpollFile is a loop's epoll descriptor with its doorbell (an eventfd) and its epollFile, closed when
+// the test ends.
+func newTestEpollFile(t *testing.T) (ep *epollFile, wakefd int) {
+	t.Helper()
+	epfd, wakefd, err := newEpoll()
+	if err != nil {
+		t.Fatal(err)
 	}
-	return false
+	t.Cleanup(func() { unix.Close(wakefd) })
+	ep = newEpollFile(epfd)
+	t.Cleanup(ep.close)
+	if ep.conn == nil {
+		t.Fatal("the gate did not go to the netpoller")
+	}
+	return ep, wakefd
+}
+
+// untilParkedInWait waits until a goroutine dump shows one parked in the netpoller ("IO wait") inside
+// epollFile.wait.
+func untilParkedInWait(t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	buf := make([]byte, 1<<20)
+	for {
+		stacks := string(buf[:runtime.Stack(buf, true)])
+		for _, g := range strings.Split(stacks, "\n\n") {
+			if strings.Contains(g, "[IO wait") && strings.Contains(g, "(*epollFile).wait") {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the waiter never parked in the netpoller:\n%s", stacks)
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 // TestEpollGateQuietWhileLoopRuns: while the loop is not waiting, messages reaching its sockets must not make
 // the descriptor the netpoller watches readable: each such edge woke an idle Go thread for nothing. Only a
 // waiting loop arms the gate, and it is disarmed again once the loop runs.
 func TestEpollGateQuietWhileLoopRuns(t *testing.T) {
-	epfd, wakefd, err := newEpoll()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Close(wakefd)
-	ep := newEpollFile(epfd)
-	defer ep.close()
-	if ep.conn == nil {
-		t.Fatal("the gate did not go to the netpoller")
-	}
+	ep, wakefd := newTestEpollFile(t)
 	events := make([]unix.EpollEvent, 8)
 	gateEvents := make([]unix.EpollEvent, 1)
 	var drain [8]byte
@@ -125,14 +122,7 @@ func TestEpollGateQuietWhileLoopRuns(t *testing.T) {
 		}
 		done <- err
 	}()
-	deadline := time.Now().Add(10 * time.Second)
-	buf := make([]byte, 1<<20)
-	for !parkedInWait(string(buf[:runtime.Stack(buf, true)])) {
-		if time.Now().After(deadline) {
-			t.Fatal("the waiter never parked in the netpoller")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	untilParkedInWait(t)
 	signalFD(wakefd)
 	if err := <-done; err != nil {
 		t.Fatal(err)
@@ -152,16 +142,7 @@ func TestEpollGateQuietWhileLoopRuns(t *testing.T) {
 // itself must reach the netpoller (an edge on the gate), or the loop sleeps for ever with the message waiting.
 // The netpoller's view is an outer edge-triggered epoll watching the gate, as the runtime's does.
 func TestEpollGateReportsArmingWhenAlreadyReady(t *testing.T) {
-	epfd, wakefd, err := newEpoll()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Close(wakefd)
-	ep := newEpollFile(epfd)
-	defer ep.close()
-	if ep.conn == nil {
-		t.Fatal("the gate did not go to the netpoller")
-	}
+	ep, wakefd := newTestEpollFile(t)
 	outer, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
 	if err != nil {
 		t.Fatal(err)
@@ -188,7 +169,7 @@ func TestEpollGateReportsArmingWhenAlreadyReady(t *testing.T) {
 		if err := ep.disarmGate(); err != nil {
 			t.Fatal(err)
 		}
-		if n, err := pollNow(epfd, events); err != nil || n != 1 {
+		if n, err := pollNow(ep.epfd, events); err != nil || n != 1 {
 			t.Fatalf("round %d: the loop's poll found %d events, %v; want 1", round, n, err)
 		}
 		sysRead(wakefd, drain[:])
