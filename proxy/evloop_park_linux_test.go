@@ -192,3 +192,44 @@ func TestEpollGateReportsArmingWhenAlreadyReady(t *testing.T) {
 		sysRead(wakefd, drain[:])
 	}
 }
+
+// TestEpollGateNoLostWakeup plays the loop and its sockets against each other through the real netpoller: the
+// loop waits, takes the message and says so; the other side waits a varying few microseconds, so that its next
+// message lands anywhere in the loop's way back to sleep (its last poll, the arming, the park), and sends it.
+// A wake-up lost there leaves the loop asleep with a message waiting, which the watchdog reports.
+func TestEpollGateNoLostWakeup(t *testing.T) {
+	ep, wakefd := newTestEpollFile(t)
+	events := make([]unix.EpollEvent, 8)
+	const rounds = 20000
+	taken := make(chan struct{})
+	failed := make(chan error, 1)
+	go func() {
+		var drain [8]byte
+		for range rounds {
+			if _, _, err := ep.wait(events); err != nil {
+				failed <- err
+				return
+			}
+			if _, err := sysRead(wakefd, drain[:]); err != nil {
+				failed <- err
+				return
+			}
+			taken <- struct{}{}
+		}
+	}()
+	spin := 0
+	for i := range rounds {
+		for j := 0; j < i%64*8; j++ { // a varying delay, without sleeping
+			spin += j
+		}
+		signalFD(wakefd)
+		select {
+		case <-taken:
+		case err := <-failed:
+			t.Fatal(err)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("round %d: the loop did not wake for a waiting message (armed %v): a lost wake-up", i, ep.armed)
+		}
+	}
+	_ = spin
+}
