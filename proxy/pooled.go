@@ -850,11 +850,12 @@ func (ss *session) answerInline() {
 // block that nothing read since its last answer (answerInline) (pl.mu held): one a change of primary closed ends
 // the session as serveLend would have (57P01 naming the new primary: nothing of the message was sent).
 //
-// It does not look at the socket. In a block the server says nothing of its own accord but a FATAL before it
-// closes the connection (pg_terminate_backend, idle_in_transaction_session_timeout), and whatever reads the
-// answer to this message, inline or a serveLend started as the bytes go (beforeSend), reads that FATAL first,
-// relays it and ends the lend at the close (TestPooledTerminatedWhileIdleInTransaction). A FIONREAD here cost
-// one system call per statement of every transaction block, 3% of the proxy's CPU in TPC-B.
+// It does not look at the socket. In a block the server says nothing of its own accord but what it sends as it
+// closes the connection (a FATAL: pg_terminate_backend, idle_in_transaction_session_timeout, a crash of another
+// backend); its ParameterStatus and notifications wait for a command's answer. Whatever reads the answer to
+// this message, inline or a serveLend started as the bytes go (beforeSend), reads that FATAL first, relays it
+// and ends the lend at the close (TestPooledTerminatedWhileIdleInTransaction). A FIONREAD here cost one system
+// call per statement of every transaction block, 3% of the proxy's CPU in TPC-B.
 func (ss *session) heldUnread() error {
 	pl := ss.pooled
 	sc := pl.sc
