@@ -628,7 +628,7 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 		if pl.lost != nil {
 			return errLendLost
 		}
-		if err := ss.heldUnread(); err != nil {
+		if err := ss.heldMoved(); err != nil {
 			return err
 		}
 		if pl.sc == nil {
@@ -838,7 +838,7 @@ func (ss *session) answerInline() {
 	pl.inline = false
 	// In a transaction block the server says nothing until the client's next message (notifications wait for
 	// the block's end): that message's answer is read inline again, and no serveLend is needed meanwhile
-	// (forwardPooled: heldUnread looks at what happened to the connection in between).
+	// (forwardPooled: heldMoved looks at whether a change of primary closed it in between).
 	if !ended && !(pl.inlineAtReady && byte(ss.state.txStatus.Load()) != txIdle) {
 		ss.needReader()
 	}
@@ -846,7 +846,7 @@ func (ss *session) answerInline() {
 	pl.mu.Unlock()
 }
 
-// heldUnread looks, before a client's message goes, at a server connection the client holds in a transaction
+// heldMoved looks, before a client's message goes, at a server connection the client holds in a transaction
 // block that nothing read since its last answer (answerInline) (pl.mu held): one a change of primary closed ends
 // the session as serveLend would have (57P01 naming the new primary: nothing of the message was sent).
 //
@@ -856,7 +856,7 @@ func (ss *session) answerInline() {
 // this message, inline or a serveLend started as the bytes go (beforeSend), reads that FATAL first, relays it
 // and ends the lend at the close (TestPooledTerminatedWhileIdleInTransaction). A FIONREAD here cost one system
 // call per statement of every transaction block, 3% of the proxy's CPU in TPC-B.
-func (ss *session) heldUnread() error {
+func (ss *session) heldMoved() error {
 	pl := ss.pooled
 	sc := pl.sc
 	if sc == nil || pl.reading || pl.inline {

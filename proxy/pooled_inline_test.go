@@ -92,7 +92,7 @@ func TestPooledCopyIn(t *testing.T) {
 // message is read inline): when the server ends that connection meanwhile (pg_terminate_backend, or
 // idle_in_transaction_session_timeout), the client's next message gets the server's own FATAL, as when a reader
 // relayed it at once, and never runs; in both protocols. Nothing looks at the socket before the message goes
-// (heldUnread): what reads the message's answer reads the FATAL first.
+// (heldMoved): what reads the message's answer reads the FATAL first.
 func TestPooledTerminatedWhileIdleInTransaction(t *testing.T) {
 	f := newPooledFenced(t, 2, "")
 	ctx := ctxT(t)
