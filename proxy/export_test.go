@@ -28,3 +28,6 @@ func DrainsAsked(s *Server) int {
 	}
 	return n
 }
+
+// InlineWatching reports whether the watch of inline reads runs (pooled.go: watchInline).
+func InlineWatching(s *Server) bool { return s.pools != nil && s.pools.inlineWatching.Load() }

@@ -60,8 +60,16 @@ type serverConn struct {
 	r    msgReader
 	w    *bufio.Writer
 	intr interrupt
-	key  []byte       // BackendKeyData: PID and secret, for cancels
-	host upstreamHost // the server it was dialled to (the router's pick) and the router's epoch then
+	// holder holds the bytes of w's next flush for the next read (writeHolder); nil where the socket cannot.
+	holder writeHolder
+	// The limit of an inline read (pooled.go: peekInline, txPools.watchInline), under inlineMu: inlineSince is
+	// when the session goroutine began to wait for an answer's first bytes (txPools.sinceEpoch; 0: it does not
+	// wait), inlineTripped whether the watch set the read deadline that stops the wait.
+	inlineMu      sync.Mutex
+	inlineSince   time.Duration
+	inlineTripped bool
+	key           []byte       // BackendKeyData: PID and secret, for cancels
+	host          upstreamHost // the server it was dialled to (the router's pick) and the router's epoch then
 	// movedTo is the new primary when the connection was closed because a change of primary superseded its
 	// host (txPools.dropHost): the client then learns why.
 	movedTo   atomic.Pointer[string]
@@ -96,6 +104,9 @@ type serverConn struct {
 	superMoved, authMoved atomic.Bool
 }
 
+// writeHolder is a socket whose writes can wait for its next read (rawsocket_linux.go: rawSocket.holdWrites).
+type writeHolder interface{ holdWrites(on bool) }
+
 // spokeUnread reports whether the server sent something on the connection that nobody has read (a FATAL before
 // it closed it, a notice): bytes in its reader's buffer or waiting in the socket.
 func (sc *serverConn) spokeUnread() bool { return sc.r.r.Buffered() > 0 || inputWaiting(sc.conn) }
@@ -125,6 +136,10 @@ type txPools struct {
 	resumed   chan struct{}
 	anyPaused atomic.Bool
 
+	// inlineWatching: a watchInline goroutine runs. epoch: what inline waits are timed from.
+	inlineWatching atomic.Bool
+	epoch          time.Time
+
 	srv    *Server
 	mu     sync.Mutex
 	byKey  map[string]*txPool
@@ -135,7 +150,7 @@ type txPools struct {
 // newTxPools makes a Server's pools and starts their reaper, which closes server connections idle longer than
 // pool.server_idle_timeout or older than pool.server_lifetime.
 func newTxPools(s *Server) *txPools {
-	ps := &txPools{srv: s, byKey: map[string]*txPool{}, stop: make(chan struct{})}
+	ps := &txPools{srv: s, byKey: map[string]*txPool{}, stop: make(chan struct{}), epoch: time.Now()}
 	every := min(s.cfg.Pool.ServerIdleTimeout, s.cfg.Pool.ServerLifetime) / 4
 	go func() {
 		t := time.NewTicker(max(every, 10*time.Millisecond))
@@ -643,6 +658,7 @@ func (p *txPool) dialOnce(login *clientLogin) (*serverConn, error) {
 	sc := &serverConn{pool: p, conn: conn, host: up, born: time.Now(), stmts: map[string]bool{}}
 	rw := rawIO(conn, nil) // rawsocket_linux.go
 	sc.w = bufio.NewWriterSize(serverOut{sc: sc, w: rw}, writeBufferSize)
+	sc.holder, _ = rw.(writeHolder)
 	sc.intr.conn = conn
 	sc.r = msgReader{r: bufio.NewReaderSize(rw, readBufferSize), intr: &sc.intr}
 	statuses, defaults, err := sc.logIn(login, s.cfg.Token.Setting, s.cfg.Token.LockSetting)

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/fenceproxy/fenceproxy/proxy"
 )
 
 // The session goroutine reads the answer to a client's unit itself (pooled.go: answerInline). It must not stay
@@ -35,6 +37,12 @@ func TestPooledClientVanishingStopsItsStatement(t *testing.T) {
 	if _, err := pc.Exec(ctxT(t), "SELECT 1").ReadAll(); err != nil {
 		t.Fatal(err)
 	}
+	// The watch that stopped the wait does not outlive the waits by much: it ends after a second of nobody
+	// waiting.
+	if !proxy.InlineWatching(f.p.Server) {
+		t.Fatal("no watch of inline reads runs right after one")
+	}
+	eventually(t, 10*time.Second, "the watch of inline reads to end", func() bool { return !proxy.InlineWatching(f.p.Server) })
 }
 
 // COPY FROM STDIN in transaction mode: the server waits for the client's data after its CopyInResponse, so the

@@ -29,6 +29,14 @@ type rawSocket struct {
 	wp              []byte
 	wn              int
 	werr            error
+
+	// Held writes (holdWrites): while holding, Write keeps its bytes in held; the next Read writes them from
+	// inside the netpoller's read, after it reset the socket's readiness, and then waits for the answer without
+	// reading first (heldFn). heldOut: held's bytes are not all written yet.
+	holding bool
+	held    []byte
+	heldOut bool
+	heldFn  func(fd uintptr) bool
 }
 
 // rawIO is c read and written with raw system calls (rawSocket), after the bytes of pending; c itself (after
@@ -72,7 +80,52 @@ func rawIO(c net.Conn, pending []byte) io.ReadWriter {
 		}
 		return true
 	}
+	s.heldFn = func(fd uintptr) bool {
+		if !s.heldOut {
+			return s.readFn(fd)
+		}
+		if !s.writeFn(fd) || s.werr != nil {
+			return true // the socket is full, or the write failed: writeHeldThenRead goes on from here
+		}
+		s.heldOut = false
+		return false // written: wait for the answer's edge (RawRead parks) without an empty read first
+	}
 	return s
+}
+
+// holdWrites makes Write, from now until holdWrites(false), keep its bytes for the next Read to write.
+//
+// Why: a goroutine that writes a statement and then reads the answer reads first and parks on EAGAIN, for an
+// answer that cannot be there yet: one empty read per statement, a seventh of the proxy's system calls in a
+// TPC-B transaction. Go's netpoller forgets a readiness edge that came before a read began (RawRead resets it
+// first), so parking without that read would be safe only for bytes sent after the reset: the held bytes are
+// written from inside the read, after the reset, and the answer they ask for comes after them. Bytes the server
+// sent unasked before the reset (a notice, a FATAL before it closes) are read with the answer, or, when the
+// connection closed, with the error its reset or close brings. Only for a reader that waits with a deadline
+// (answerInline): nothing else depends on it.
+func (s *rawSocket) holdWrites(on bool) { s.holding = on }
+
+// writeHeldThenRead writes the held bytes and reads into s.rp, as Read does with readFn. The held bytes are
+// written whatever the read does (a deadline that passed, an interrupt): a statement the caller counts as
+// sent is sent.
+func (s *rawSocket) writeHeldThenRead() (readErr, writeErr error) {
+	s.wp, s.wn, s.werr, s.heldOut = s.held, 0, nil, true
+	readErr = s.rc.Read(s.heldFn)
+	if s.heldOut {
+		// Not all written inside the read: the rest as Write writes, then the read as usual.
+		s.heldOut = false
+		if s.werr == nil {
+			writeErr = s.rc.Write(s.writeFn)
+		}
+		if writeErr == nil && s.werr != nil {
+			writeErr = &net.OpError{Op: "write", Net: "tcp", Err: os.NewSyscallError("sendto", s.werr)}
+		}
+		if readErr == nil && writeErr == nil {
+			readErr = s.rc.Read(s.readFn)
+		}
+	}
+	s.wp, s.held = nil, s.held[:0]
+	return readErr, writeErr
 }
 
 func (s *rawSocket) Read(p []byte) (int, error) {
@@ -85,7 +138,16 @@ func (s *rawSocket) Read(p []byte) (int, error) {
 		return 0, nil
 	}
 	s.rp, s.rn, s.rerr = p, 0, nil
-	err := s.rc.Read(s.readFn)
+	var err error
+	if len(s.held) > 0 {
+		var werr error
+		if err, werr = s.writeHeldThenRead(); werr != nil {
+			s.rp = nil
+			return 0, werr
+		}
+	} else {
+		err = s.rc.Read(s.readFn)
+	}
 	n, rerr := s.rn, s.rerr
 	s.rp = nil
 	switch {
@@ -100,6 +162,10 @@ func (s *rawSocket) Read(p []byte) (int, error) {
 }
 
 func (s *rawSocket) Write(p []byte) (int, error) {
+	if s.holding {
+		s.held = append(s.held, p...)
+		return len(p), nil
+	}
 	s.wp, s.wn, s.werr = p, 0, nil
 	err := s.rc.Write(s.writeFn)
 	n, werr := s.wn, s.werr
