@@ -15,7 +15,11 @@ func OwnTransaction(raw []byte, s Settings) bool {
 		return false
 	}
 	l := newLexer(text, s.StandardConformingStrings)
-	var words []string // the first statement's unquoted words, lower case
+	// The first statement's first two unquoted words, lower case, in buffers of their own: this runs on every
+	// Query a pooled client sends, and only these words and CONCURRENTLY matter.
+	var buf [2][16]byte
+	var words [2][]byte
+	nwords := 0
 	concurrently := false
 	statements := 0
 	inStmt := false
@@ -34,12 +38,13 @@ func OwnTransaction(raw []byte, s Settings) bool {
 		if t.kind != tokIdent {
 			continue
 		}
-		w, _ := l.identValue(t, nil)
-		if string(w) == "concurrently" {
+		// An unquoted word is its bytes in lower case (identValue).
+		if raw := text[t.start:t.end]; equalFoldASCII(raw, "concurrently") {
 			concurrently = true
 		}
-		if len(words) < 2 {
-			words = append(words, string(w))
+		if nwords < 2 {
+			words[nwords], _ = l.identValue(t, buf[nwords][:0])
+			nwords++
 		}
 	}
 	if l.err != nil {
@@ -51,13 +56,7 @@ func OwnTransaction(raw []byte, s Settings) bool {
 	if concurrently {
 		return true
 	}
-	first, second := "", ""
-	if len(words) > 0 {
-		first = words[0]
-	}
-	if len(words) > 1 {
-		second = words[1]
-	}
+	first, second := string(words[0]), string(words[1])
 	switch first {
 	case "vacuum", "discard", "cluster", "reindex", "checkpoint", "commit", "rollback", "end", "abort":
 		return true

@@ -27,6 +27,10 @@ func TestOwnTransaction(t *testing.T) {
 		`SELECT 'vacuum'`:                      false,
 		`"vacuum"`:                             false, // a quoted identifier is no keyword
 		"/* VACUUM */ SELECT 1":                false,
+		"create index CoNcUrReNtLy i on t (a)": true,
+		`SELECT "concurrently" FROM t`:         false, // quoted: no keyword
+		"DROP averyveryverylongtablespacename": false, // a second word longer than its buffer
+		"averyveryverylongfirstword database":  false,
 	} {
 		if got := OwnTransaction([]byte(text), on); got != want {
 			t.Errorf("OwnTransaction(%q) = %v, want %v", text, got, want)
