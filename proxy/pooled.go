@@ -282,7 +282,11 @@ func (ss *session) plainPrefix(sc *serverConn, set rewrite.Settings, batch bool)
 		return c.text, c.n
 	}
 	text, n := "", int64(1)
-	values, ok := ss.setLocalValues(set)
+	var values string
+	ok := false
+	if !batch { // a batch gets the SELECT form: SET LOCAL outside a block would warn
+		values, ok = ss.setLocalValues(set)
+	}
 	switch {
 	case batch:
 		text = strings.TrimSuffix(sc.pool.tokenTexts(pl.pin != "").plainInline(pl.token, pl.lock, key.bare), "; ")
