@@ -902,20 +902,18 @@ func (ps *txPools) watchInline() {
 }
 
 // inlineWatch stops, with a read deadline, each inline wait older than inlineWait, every inlineWait/2; it ends
-// after inlineWatchLinger looks that found nobody waiting, or when the pools close (after which a slow answer
-// is read inline to its end). A wait noted while it ends is seen by its last look, or starts a new watch: the
-// wait is noted before watchInline reads inlineWatching, and the watch clears it before its last look.
+// after inlineWatchLinger looks that found nobody waiting. A wait noted while it ends is seen by its last look,
+// or starts a new watch: the wait is noted before watchInline reads inlineWatching, and the watch clears it
+// before its last look. It goes on while the proxy drains (Shutdown): a statement sent in a transaction
+// block that the drain waits for is then read by a serveLend, and the session goroutine reads the client, so
+// that the end of the drain's time (forceClose) ends the session and cancels the statement
+// (TestPooledShutdownCutsAStatementSentWhileDraining).
 func (ps *txPools) inlineWatch() {
 	t := time.NewTicker(inlineWait / 2)
 	defer t.Stop()
 	var conns []*serverConn
 	quiet := 0
-	for {
-		select {
-		case <-t.C:
-		case <-ps.stop:
-			return
-		}
+	for range t.C {
 		var waiting bool
 		if conns, waiting = ps.tripSlowInline(conns[:0]); waiting {
 			quiet = 0

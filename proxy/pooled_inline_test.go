@@ -3,6 +3,7 @@ package proxy_test
 import (
 	"context"
 	"fmt"
+	"net"
 	"testing"
 	"time"
 
@@ -142,4 +143,64 @@ func TestPooledTerminatedWhileIdleInTransaction(t *testing.T) {
 			})
 		}
 	}
+}
+
+// A pooled client in a transaction block when the proxy starts to shut down may go on with its transaction
+// (the drain waits for it). A slow statement it sends then is read by a serveLend after inlineWait, as before
+// the drain, so that when the drain's time is up the session ends, its statement is cancelled and Shutdown
+// returns: it does not wait for the statement.
+func TestPooledShutdownCutsAStatementSentWhileDraining(t *testing.T) {
+	f := newPooledFenced(t, 1, "")
+	marker := fxName(t, "drain")
+	running := func() int {
+		var n int
+		if err := f.d.QueryRow(ctxT(t), "SELECT count(*) FROM pg_stat_activity WHERE pid <> pg_backend_pid() AND state = 'active' AND query LIKE '%' || $1 || '%'", marker).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	_, fe, _ := rawStartup(t, f.p.Addr, pgproto3.ProtocolVersionNumber, nil)
+	fe.Send(&pgproto3.Query{String: "BEGIN"})
+	if err := fe.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		m, err := fe.Receive()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := m.(*pgproto3.ReadyForQuery); ok {
+			break
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	shutdown := make(chan time.Time, 1)
+	go func() {
+		f.p.Server.Shutdown(ctx)
+		shutdown <- time.Now()
+	}()
+	// The listener closes after the pools: once it refuses connections, the drain is under way.
+	eventually(t, 10*time.Second, "the proxy to stop accepting", func() bool {
+		c, err := net.DialTimeout("tcp", f.p.Addr, time.Second)
+		if err == nil {
+			c.Close()
+		}
+		return err != nil
+	})
+	fe.Send(&pgproto3.Query{String: "SELECT pg_sleep(60) /* " + marker + " */"})
+	if err := fe.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	eventually(t, 10*time.Second, "the statement to run", func() bool { return running() == 1 })
+	select {
+	case at := <-shutdown:
+		if d := at.Sub(start); d > 15*time.Second {
+			t.Fatalf("Shutdown returned %v after the statement started, with 2 s to drain", d)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Shutdown still waits 30 s after the statement started, with 2 s to drain: it waits for the statement")
+	}
+	eventually(t, 10*time.Second, "the statement to be cancelled", func() bool { return running() == 0 })
 }

@@ -216,6 +216,7 @@ func PlainStatements(raw []byte, s Settings) bool {
 	l := newLexer(text, s.StandardConformingStrings)
 	statements := 0
 	start := true
+	var buf [16]byte // a statement's first word, without an allocation: this runs on every pooled Query
 	for t := l.next(); t.kind != tokEOF; t = l.next() {
 		if t.kind == tokSemicolon {
 			start = true
@@ -229,7 +230,7 @@ func PlainStatements(raw []byte, s Settings) bool {
 		if t.kind != tokIdent {
 			return false // a parenthesis, a quoted word: not a plain statement's start
 		}
-		w, _ := l.identValue(t, nil)
+		w, _ := l.identValue(t, buf[:0])
 		switch string(w) {
 		case "select", "insert", "update", "delete", "merge", "with", "values", "table", "show":
 		default:

@@ -159,3 +159,19 @@ func TestPlainStatements(t *testing.T) {
 		t.Error(`PlainStatements with backslash escapes: the string's "SET" was read as a statement`)
 	}
 }
+
+// The pooler classifies every Query a client sends (proxy/pooled.go: injectTokens): for plain texts that costs
+// no allocation.
+func TestPoolingClassifiersDoNotAllocate(t *testing.T) {
+	on := Settings{StandardConformingStrings: true, ClientEncoding: "UTF8", ServerEncoding: "UTF8"}
+	texts := [][]byte{
+		[]byte("SELECT abalance FROM pgbench_accounts WHERE aid = 83211;"),
+		[]byte("UPDATE pgbench_tellers SET tbalance = tbalance + 12 WHERE tid = 7; INSERT INTO h VALUES (1)"),
+		[]byte("create index concurrently i on t (a)"),
+	}
+	for _, text := range texts {
+		if n := testing.AllocsPerRun(100, func() { OwnTransaction(text, on); PlainStatements(text, on) }); n != 0 {
+			t.Errorf("%q: %v allocations per call", text, n)
+		}
+	}
+}
