@@ -68,8 +68,10 @@ type pooledState struct {
 	login *clientLogin // how a server connection opened for the client logs in (auth.go: answerUpstream)
 
 	mu      sync.Mutex
-	settled sync.Cond      // broadcast when the lend's server side has answered a ReadyForQuery and decided
-	sc      *serverConn    // lent to the client now; nil between transactions. Whoever clears it disposes of it.
+	settled sync.Cond   // broadcast when the lend's server side has answered a ReadyForQuery and decided
+	sc      *serverConn // lent to the client now; nil between transactions. Whoever clears it disposes of it.
+	// lent is sc, for forceClose, which must not wait for mu (setLent keeps them equal).
+	lent    atomic.Pointer[serverConn]
 	serving sync.WaitGroup // the lends' server sides (serveLend) still running
 	reading bool           // a serveLend reads sc (needReader)
 	inline  bool           // the session goroutine reads the answer to what it sent (answerInline)
@@ -150,6 +152,27 @@ type pooledState struct {
 	// prefixChars is how many characters the token statement put before the text of the Query being answered
 	// (an error's position is shifted back by it); 0 when none or when they cannot be counted.
 	prefixChars atomic.Int64
+}
+
+// setLent sets the connection lent to the client (mu held).
+func (pl *pooledState) setLent(sc *serverConn) {
+	pl.sc = sc
+	pl.lent.Store(sc)
+}
+
+// forceLent is forceClose's part for a pooled session (Shutdown, when the drain's time is up): the statement
+// running on the lent connection is cancelled and the connection closed, so that a goroutine reading its answer
+// (inline, with no limit once the answer's first bytes came) stops now. Only while the proxy drains: a
+// connection given back then is closed, never lent again, so the one read here is no other client's even if the
+// lend just ended.
+func (pl *pooledState) forceLent(s *Server) {
+	if !s.draining.Load() {
+		return
+	}
+	if sc := pl.lent.Load(); sc != nil {
+		go s.cancelUpstream(sc.key, sc.host.addr)
+		sc.conn.Close()
+	}
 }
 
 // pooledTransactions reports whether clients share server connections per transaction.
@@ -600,7 +623,7 @@ func (ss *session) relayPooled() ending {
 func (ss *session) refuseInsideBatch(typ byte) error {
 	pl := ss.pooled
 	if sc := pl.sc; sc != nil {
-		pl.sc = nil
+		pl.setLent(nil)
 		sc.pool.discard(sc)
 	}
 	what := "a Query"
@@ -795,7 +818,8 @@ func (ss *session) lend() error {
 		return errLendLost
 	}
 	ss.srv.metrics.poolLent()
-	pl.sc, pl.open = sc, 0
+	pl.setLent(sc)
+	pl.open = 0
 	pl.unnamedHere = false
 	ss.lentSQLStmts(sc) // pooledsqlprep.go
 	// The fenced writes of the transaction go to this host (checkPlan: router.writeRefusal). Read by this
@@ -980,7 +1004,7 @@ func (ss *session) heldMoved() error {
 		return nil
 	}
 	if moved := sc.movedTo.Load(); moved != nil {
-		pl.sc = nil
+		pl.setLent(nil)
 		sc.pool.discard(sc)
 		pl.lost, pl.fare = errors.New("server connection moved"), movedFarewell(sc.host.addr, *moved, false)
 		return errLendLost
@@ -1626,7 +1650,7 @@ func (ss *session) lendFailed(sc *serverConn, err error) {
 	if pl.sc != sc {
 		return // the session's end took it
 	}
-	pl.sc = nil
+	pl.setLent(nil)
 	sc.pool.discard(sc)
 	if pl.lost == nil {
 		pl.lost = err
@@ -1685,7 +1709,7 @@ func (ss *session) settle(sc *serverConn) bool {
 	pl.stmtParsed.Store(false)
 	if pl.probe.Swap(false) {
 		if err := ss.probeSession(sc); err != nil {
-			pl.sc = nil
+			pl.setLent(nil)
 			sc.pool.discard(sc)
 			pl.lost = err
 			if pl.fare == nil {
@@ -1695,7 +1719,7 @@ func (ss *session) settle(sc *serverConn) bool {
 			return true
 		}
 		if pl.lost != nil { // refused session state
-			pl.sc = nil
+			pl.setLent(nil)
 			sc.pool.discard(sc)
 			ss.clientIntr.raise(intrPeerEnded)
 			return true
@@ -1704,7 +1728,7 @@ func (ss *session) settle(sc *serverConn) bool {
 	if pl.pin != "" {
 		return false
 	}
-	pl.sc = nil
+	pl.setLent(nil)
 	if pl.tainted { // pooledsettings.go: noteTokenStmtRefusal
 		pl.tainted = false
 		sc.pool.discard(sc)
@@ -1946,7 +1970,7 @@ func (ss *session) endPooled(e ending) {
 		}
 	}
 	sc, open := pl.sc, pl.open
-	pl.sc = nil
+	pl.setLent(nil)
 	pl.settled.Broadcast()
 	fare := pl.fare
 	pl.mu.Unlock()

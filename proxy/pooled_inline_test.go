@@ -204,3 +204,47 @@ func TestPooledShutdownCutsAStatementSentWhileDraining(t *testing.T) {
 	}
 	eventually(t, 10*time.Second, "the statement to be cancelled", func() bool { return running() == 0 })
 }
+
+// An answer whose first bytes came (a NOTICE, sent at once) and whose rest is slow is read inline with no limit.
+// When the drain's time is up (forceClose), the statement is cancelled and its server connection closed, so
+// that the session ends and Shutdown returns: it does not wait for the statement.
+func TestPooledShutdownCutsAStalledAnswer(t *testing.T) {
+	f := newPooledFenced(t, 1, "")
+	marker := fxName(t, "stall")
+	running := func() int {
+		var n int
+		if err := f.d.QueryRow(ctxT(t), "SELECT count(*) FROM pg_stat_activity WHERE pid <> pg_backend_pid() AND state = 'active' AND query LIKE '%' || $1 || '%'", marker).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	_, fe, _ := rawStartup(t, f.p.Addr, pgproto3.ProtocolVersionNumber, nil)
+	// The marker first: pg_stat_activity keeps the first 1 KB of the text, the token statement's included.
+	fe.Send(&pgproto3.Query{String: "DO $$BEGIN RAISE NOTICE 'first bytes'; PERFORM pg_sleep(60 /* " + marker + " */); END$$"})
+	if err := fe.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		m, err := fe.Receive()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := m.(*pgproto3.NoticeResponse); ok {
+			break
+		}
+	}
+	eventually(t, 10*time.Second, "the statement to run", func() bool { return running() == 1 })
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // no time to drain: the proxy closes every session at once
+	shutdown := make(chan struct{})
+	go func() {
+		f.p.Server.Shutdown(ctx)
+		close(shutdown)
+	}()
+	select {
+	case <-shutdown:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Shutdown still waits 30 s after it closed every session: it waits for the stalled answer")
+	}
+	eventually(t, 10*time.Second, "the statement to be cancelled", func() bool { return running() == 0 })
+}

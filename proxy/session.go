@@ -142,6 +142,9 @@ func (ss *session) forceClose() {
 		if ss.upstream != nil {
 			ss.upstream.Close()
 		}
+		if ss.pooled != nil {
+			ss.pooled.forceLent(ss.srv)
+		}
 	})
 }
 
