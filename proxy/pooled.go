@@ -935,11 +935,12 @@ func (ps *txPools) watchInline() {
 func (ps *txPools) inlineWatch() {
 	t := time.NewTicker(inlineWait / 2)
 	defer t.Stop()
+	var pools []*txPool
 	var conns []*serverConn
 	quiet := 0
 	for range t.C {
 		var waiting bool
-		if conns, waiting = ps.tripSlowInline(conns[:0]); waiting {
+		if pools, conns, waiting = ps.tripSlowInline(pools[:0], conns[:0]); waiting {
 			quiet = 0
 			continue
 		}
@@ -947,7 +948,7 @@ func (ps *txPools) inlineWatch() {
 			continue
 		}
 		ps.inlineWatching.Store(false)
-		if conns, waiting = ps.tripSlowInline(conns[:0]); !waiting || !ps.inlineWatching.CompareAndSwap(false, true) {
+		if pools, conns, waiting = ps.tripSlowInline(pools[:0], conns[:0]); !waiting || !ps.inlineWatching.CompareAndSwap(false, true) {
 			return
 		}
 		quiet = 0
@@ -955,10 +956,10 @@ func (ps *txPools) inlineWatch() {
 }
 
 // tripSlowInline sets a past read deadline on each connection whose inline wait began inlineWait ago or more,
-// and reports whether any connection waits inline. conns is scratch space, returned for the next look.
-func (ps *txPools) tripSlowInline(conns []*serverConn) ([]*serverConn, bool) {
+// and reports whether any connection waits inline. pools and conns are scratch space, returned for the next
+// look.
+func (ps *txPools) tripSlowInline(pools []*txPool, conns []*serverConn) ([]*txPool, []*serverConn, bool) {
 	ps.mu.Lock()
-	pools := make([]*txPool, 0, len(ps.byKey))
 	for _, p := range ps.byKey {
 		pools = append(pools, p)
 	}
@@ -984,7 +985,8 @@ func (ps *txPools) tripSlowInline(conns []*serverConn) ([]*serverConn, bool) {
 		sc.inlineMu.Unlock()
 		conns[i] = nil
 	}
-	return conns, waiting
+	clear(pools)
+	return pools, conns, waiting
 }
 
 // heldMoved looks, before a client's message goes, at a server connection the client holds in a transaction

@@ -18,13 +18,7 @@ import (
 func TestPooledClientVanishingStopsItsStatement(t *testing.T) {
 	f := newPooledFenced(t, 1, "")
 	marker := fxName(t, "slow")
-	running := func() int {
-		var n int
-		if err := f.d.QueryRow(ctxT(t), "SELECT count(*) FROM pg_stat_activity WHERE pid <> pg_backend_pid() AND state = 'active' AND query LIKE '%' || $1 || '%'", marker).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
+	running := activeStatements(t, f, marker)
 	conn, fe, _ := rawStartup(t, f.p.Addr, pgproto3.ProtocolVersionNumber, nil)
 	fe.Send(&pgproto3.Query{String: "SELECT pg_sleep(60) /* " + marker + " */"})
 	if err := fe.Flush(); err != nil {
@@ -152,27 +146,9 @@ func TestPooledTerminatedWhileIdleInTransaction(t *testing.T) {
 func TestPooledShutdownCutsAStatementSentWhileDraining(t *testing.T) {
 	f := newPooledFenced(t, 1, "")
 	marker := fxName(t, "drain")
-	running := func() int {
-		var n int
-		if err := f.d.QueryRow(ctxT(t), "SELECT count(*) FROM pg_stat_activity WHERE pid <> pg_backend_pid() AND state = 'active' AND query LIKE '%' || $1 || '%'", marker).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
+	running := activeStatements(t, f, marker)
 	_, fe, _ := rawStartup(t, f.p.Addr, pgproto3.ProtocolVersionNumber, nil)
-	fe.Send(&pgproto3.Query{String: "BEGIN"})
-	if err := fe.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	for {
-		m, err := fe.Receive()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, ok := m.(*pgproto3.ReadyForQuery); ok {
-			break
-		}
-	}
+	sendUntil[*pgproto3.ReadyForQuery](t, fe, &pgproto3.Query{String: "BEGIN"})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	shutdown := make(chan time.Time, 1)
@@ -211,28 +187,10 @@ func TestPooledShutdownCutsAStatementSentWhileDraining(t *testing.T) {
 func TestPooledShutdownCutsAStalledAnswer(t *testing.T) {
 	f := newPooledFenced(t, 1, "")
 	marker := fxName(t, "stall")
-	running := func() int {
-		var n int
-		if err := f.d.QueryRow(ctxT(t), "SELECT count(*) FROM pg_stat_activity WHERE pid <> pg_backend_pid() AND state = 'active' AND query LIKE '%' || $1 || '%'", marker).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
+	running := activeStatements(t, f, marker)
 	_, fe, _ := rawStartup(t, f.p.Addr, pgproto3.ProtocolVersionNumber, nil)
 	// The marker first: pg_stat_activity keeps the first 1 KB of the text, the token statement's included.
-	fe.Send(&pgproto3.Query{String: "DO $$BEGIN RAISE NOTICE 'first bytes'; PERFORM pg_sleep(60 /* " + marker + " */); END$$"})
-	if err := fe.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	for {
-		m, err := fe.Receive()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, ok := m.(*pgproto3.NoticeResponse); ok {
-			break
-		}
-	}
+	sendUntil[*pgproto3.NoticeResponse](t, fe, &pgproto3.Query{String: "DO $$BEGIN RAISE NOTICE 'first bytes'; PERFORM pg_sleep(60 /* " + marker + " */); END$$"})
 	eventually(t, 10*time.Second, "the statement to run", func() bool { return running() == 1 })
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel() // no time to drain: the proxy closes every session at once
@@ -247,4 +205,34 @@ func TestPooledShutdownCutsAStalledAnswer(t *testing.T) {
 		t.Fatal("Shutdown still waits 30 s after it closed every session: it waits for the stalled answer")
 	}
 	eventually(t, 10*time.Second, "the statement to be cancelled", func() bool { return running() == 0 })
+}
+
+// activeStatements counts, on the server, the statements running now whose text holds marker (in its first
+// kilobyte, which pg_stat_activity keeps).
+func activeStatements(t *testing.T, f *fenced, marker string) func() int {
+	return func() int {
+		var n int
+		if err := f.d.QueryRow(ctxT(t), "SELECT count(*) FROM pg_stat_activity WHERE pid <> pg_backend_pid() AND state = 'active' AND query LIKE '%' || $1 || '%'", marker).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+}
+
+// sendUntil sends msg and reads the answers up to the first of type T.
+func sendUntil[T pgproto3.BackendMessage](t *testing.T, fe *pgproto3.Frontend, msg pgproto3.FrontendMessage) {
+	t.Helper()
+	fe.Send(msg)
+	if err := fe.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		m, err := fe.Receive()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := m.(T); ok {
+			return
+		}
+	}
 }
