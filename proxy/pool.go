@@ -404,12 +404,16 @@ func (p *txPool) takeSlot(wait time.Duration, login *clientLogin) error {
 		p.timers.Put(t)
 	}()
 	for {
-		if resumed := p.srv.pools.pausedUntil(p); resumed != nil {
-			select {
-			case <-resumed:
-				continue
-			case <-t.C:
-				return errPoolPaused
+		// anyPaused first: pausedUntil takes the lock of every pool's PAUSE state, once per wait. A PAUSE that
+		// comes after this look is caught by paused() once the slot is taken.
+		if p.srv.pools.anyPaused.Load() {
+			if resumed := p.srv.pools.pausedUntil(p); resumed != nil {
+				select {
+				case <-resumed:
+					continue
+				case <-t.C:
+					return errPoolPaused
+				}
 			}
 		}
 		select {
