@@ -1465,17 +1465,6 @@ func (f *foldWords) in(text []byte) bool {
 	return false
 }
 
-// containsFold reports whether text holds word (lower-case ASCII) in any letter case.
-func containsFold(text []byte, word string) bool {
-	first, upper := word[0], word[0]-'a'+'A'
-	for i := 0; i+len(word) <= len(text); i++ {
-		if c := text[i]; (c == first || c == upper) && equalFoldLower(text[i+1:i+len(word)], word[1:]) {
-			return true
-		}
-	}
-	return false
-}
-
 // equalFoldLower reports whether b is word (lower-case ASCII, as long as b) in any letter case.
 func equalFoldLower(b []byte, word string) bool {
 	for j := 0; j < len(word); j++ {
