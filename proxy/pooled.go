@@ -298,9 +298,7 @@ func (t *tokenTexts) readInline(tok, lock *string) string {
 //     block would warn).
 func (ss *session) plainPrefix(sc *serverConn, set rewrite.Settings, batch bool) (string, int64) {
 	pl := ss.pooled
-	key := plainPrefixKey{bare: pl.pin != "" || sc.roleSeen, set: set, batch: batch}
-	key.tok, key.tokSet = derefValue(pl.token)
-	key.lock, key.lockSet = derefValue(pl.lock)
+	key := pl.prefixKey(pl.pin != "" || sc.roleSeen, set, batch)
 	if c := &pl.plainPrefix; c.n > 0 && c.key == key {
 		return c.text, c.n
 	}
@@ -341,6 +339,15 @@ type plainPrefixKey struct {
 	bare            bool
 	batch           bool // before an extended-protocol batch
 	set             rewrite.Settings
+}
+
+// prefixKey is the key of a cached token text (plainPrefix, verifiedBegin): the client's values now, and bare,
+// set and batch as given.
+func (pl *pooledState) prefixKey(bare bool, set rewrite.Settings, batch bool) plainPrefixKey {
+	key := plainPrefixKey{bare: bare, set: set, batch: batch}
+	key.tok, key.tokSet = derefValue(pl.token)
+	key.lock, key.lockSet = derefValue(pl.lock)
+	return key
 }
 
 // derefValue is *v and whether v is set.
@@ -1166,9 +1173,7 @@ func (ss *session) verifiedBegin(sc *serverConn, text []byte, set rewrite.Settin
 	if !rewrite.LoneBegin(text, set) {
 		return "", 0, false
 	}
-	key := plainPrefixKey{bare: pl.pin != "", set: set}
-	key.tok, key.tokSet = derefValue(pl.token)
-	key.lock, key.lockSet = derefValue(pl.lock)
+	key := pl.prefixKey(pl.pin != "", set, false)
 	if c := &pl.beginPrefix; !c.built || c.key != key {
 		values, ok := ss.setLocalValues(set)
 		c.key, c.built, c.ok, c.text = key, true, ok, ""
