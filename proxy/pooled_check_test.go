@@ -30,28 +30,21 @@ func dirtyPooledConnection(t *testing.T, f *fenced, fn string) {
 // the SQLSTATE of every error.
 func rawBatch(t *testing.T, pc *pgconn.PgConn, msgs ...pgproto3.FrontendMessage) (rows, codes []string) {
 	t.Helper()
-	fe := pc.Frontend()
-	for _, m := range msgs {
-		fe.Send(m)
-	}
-	fe.Send(&pgproto3.Sync{})
-	if err := fe.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	for {
-		m, err := fe.Receive()
-		if err != nil {
-			t.Fatal(err)
-		}
+	err := exchange(pc.Frontend(), append(slices.Clip(msgs), &pgproto3.Sync{}), func(m pgproto3.BackendMessage) bool {
 		switch m := m.(type) {
 		case *pgproto3.DataRow:
 			rows = append(rows, string(m.Values[0]))
 		case *pgproto3.ErrorResponse:
 			codes = append(codes, m.Code)
 		case *pgproto3.ReadyForQuery:
-			return rows, codes
+			return true
 		}
+		return false
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
+	return rows, codes
 }
 
 // untilFatal sends msgs on pc and reads its answers up to the FATAL that ends the session, which it returns with
@@ -59,25 +52,40 @@ func rawBatch(t *testing.T, pc *pgconn.PgConn, msgs ...pgproto3.FrontendMessage)
 func untilFatal(t *testing.T, pc *pgconn.PgConn, msgs ...pgproto3.FrontendMessage) (fatal *pgproto3.ErrorResponse, ran []string) {
 	t.Helper()
 	pc.Conn().SetDeadline(time.Now().Add(30 * time.Second)) // a session that goes on answering never sends one
-	fe := pc.Frontend()
+	err := exchange(pc.Frontend(), msgs, func(m pgproto3.BackendMessage) bool {
+		switch m := m.(type) {
+		case *pgproto3.ErrorResponse:
+			if m.Severity == "FATAL" {
+				fatal = m
+				return true
+			}
+		case *pgproto3.CommandComplete:
+			ran = append(ran, string(m.CommandTag))
+		}
+		return false
+	})
+	if err != nil {
+		t.Fatalf("no FATAL (%v); the commands that ran: %q", err, ran)
+	}
+	return fatal, ran
+}
+
+// exchange sends msgs on fe and gives each answer to each until it reports true. It returns the error of the
+// send or the read that failed, or nil.
+func exchange(fe *pgproto3.Frontend, msgs []pgproto3.FrontendMessage, each func(pgproto3.BackendMessage) bool) error {
 	for _, m := range msgs {
 		fe.Send(m)
 	}
 	if err := fe.Flush(); err != nil {
-		t.Fatal(err)
+		return err
 	}
 	for {
 		m, err := fe.Receive()
 		if err != nil {
-			t.Fatalf("no FATAL (%v); the commands that ran: %q", err, ran)
+			return err
 		}
-		switch m := m.(type) {
-		case *pgproto3.ErrorResponse:
-			if m.Severity == "FATAL" {
-				return m, ran
-			}
-		case *pgproto3.CommandComplete:
-			ran = append(ran, string(m.CommandTag))
+		if each(m) {
+			return nil
 		}
 	}
 }

@@ -221,17 +221,10 @@ func activeStatements(t *testing.T, f *fenced, marker string) func() int {
 // sendUntil sends msg and reads the answers up to the first of type T.
 func sendUntil[T pgproto3.BackendMessage](t *testing.T, fe *pgproto3.Frontend, msg pgproto3.FrontendMessage) {
 	t.Helper()
-	fe.Send(msg)
-	if err := fe.Flush(); err != nil {
+	if err := exchange(fe, []pgproto3.FrontendMessage{msg}, func(m pgproto3.BackendMessage) bool {
+		_, ok := m.(T)
+		return ok
+	}); err != nil {
 		t.Fatal(err)
-	}
-	for {
-		m, err := fe.Receive()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, ok := m.(T); ok {
-			return
-		}
 	}
 }
