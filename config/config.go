@@ -69,7 +69,8 @@ type Upstream struct {
 	// PreparedFences is how many fenced statement shapes the proxy keeps prepared on each upstream connection
 	// (PREPARE once, then EXECUTE with each statement's constants: the server skips parsing and planning the
 	// fence). 0 turns it off. The default is DefaultPreparedFences, or 0 with token.scope transaction: behind a
-	// transaction pooler a later statement may reach a server connection that never saw the PREPARE.
+	// transaction pooler a later statement may reach a server connection that never saw the PREPARE. With
+	// pool.mode transaction the proxy is that pooler: each server connection of a pool keeps its own.
 	PreparedFences *int `yaml:"prepared_fences"`
 }
 
@@ -818,9 +819,6 @@ func (c *Config) validate(add func(key, format string, args ...any)) {
 	}
 	if c.Pool.Transaction() && !c.Auth.ByProxy() {
 		add("pool.mode", "transaction needs auth.type trust, scram-sha-256, md5 or cert: the proxy authenticates the clients of its pools (passthrough relays a client's login to a server connection of its own)")
-	}
-	if c.Pool.Transaction() && c.Upstream.PreparedFences != nil && *c.Upstream.PreparedFences > 0 {
-		add("upstream.prepared_fences", "must be 0 with pool.mode transaction (prepared fences are kept per session)")
 	}
 	switch c.Relay.Mode {
 	case RelayModeLoop, RelayModeGoroutines:

@@ -189,7 +189,6 @@ func TestErrorsNameFileLineAndKey(t *testing.T) {
 		{"bad synchronous_commit", "upstream:\n  address: a:1\nfence:\n  synchronous_commit: always\n", `c.yaml:4: fence.synchronous_commit: must be remote_apply, on, remote_write, local or off, not "always"`},
 		{"bad pool mode", "upstream:\n  address: a:1\npool:\n  mode: statement\n", `c.yaml:4: pool.mode: must be session or transaction, not "statement"`},
 		{"bad on_session_state", "upstream:\n  address: a:1\npool:\n  on_session_state: ignore\n", `c.yaml:4: pool.on_session_state: must be pin or refuse`},
-		{"prepared fences with transaction pooling", "upstream:\n  address: a:1\n  prepared_fences: 8\npool:\n  mode: transaction\nauth:\n  type: trust\n", `upstream.prepared_fences: must be 0 with pool.mode transaction`},
 		{"transaction pooling with passthrough auth", "upstream:\n  address: a:1\npool:\n  mode: transaction\n", `c.yaml:4: pool.mode: transaction needs auth.type`},
 	}
 	for _, tc := range cases {

@@ -88,6 +88,11 @@ type serverConn struct {
 	// checkedFor is the client for which the check of its session state (the role, and the token and lock
 	// placeholders: pooledsettings.go checkFirst) last ran on it, if no other client was lent it since.
 	checkedFor *pooledState
+	// prep is the fenced statement templates prepared on it (prepared.go), whichever client's transaction
+	// prepared them: a client's session uses them while the connection is lent to it (session.prep, set by lend).
+	// Its trust counts every client's messages on the connection, so a name that another client's function
+	// replaced is verified before any client EXECUTEs it.
+	prep *prepState
 	// beforeSend is called (the client's pooledState.mu held) before bytes written to w reach the server: the
 	// client it is lent to makes sure something reads the answers (pooled.go: needReader). nil: nobody's.
 	beforeSend func()
@@ -660,6 +665,7 @@ func (p *txPool) dialOnce(login *clientLogin) (*serverConn, error) {
 		conn.SetDeadline(dl)
 	}
 	sc := &serverConn{pool: p, conn: conn, host: up, born: time.Now(), stmts: map[string]bool{}}
+	sc.prep = &prepState{max: s.cfg.Upstream.Prepared(s.cfg.Token.Scope)}
 	rw := rawIO(conn, nil) // rawsocket_linux.go
 	sc.w = bufio.NewWriterSize(serverOut{sc: sc, w: rw}, writeBufferSize)
 	sc.holder, _ = rw.(writeHolder)

@@ -120,6 +120,11 @@ type pooledState struct {
 	beginPortals    []string
 	windowAnswers   int64
 
+	// noPrep is prepared fences off: session.prep before the first lend, and while the core fences a text that
+	// may use the client's SQL-level prepared statements (querySQLPrepared: every EXECUTE name in it is the
+	// client's, mapped; the proxy's own commands cannot go into its scratch buffer).
+	noPrep prepState
+
 	stmts    pooledStmts    // the client's named statements (pooledstmts.go)
 	sqlStmts pooledSQLStmts // the client's SQL-level prepared statements (pooledsqlprep.go)
 
@@ -137,12 +142,12 @@ type pooledState struct {
 		n    int64
 	}
 
-	// beginPrefix is the last text verifiedBegin built, for the values and settings of key (bare: pinned), and
-	// whether the values had constants (ok).
+	// beginPrefix is the last text verifiedBegin built, for the values and settings of key (bare: pinned), its
+	// SET LOCAL statements (values), and whether the values had constants (ok).
 	beginPrefix struct {
-		key       plainPrefixKey
-		text      string
-		built, ok bool
+		key          plainPrefixKey
+		text, values string
+		built, ok    bool
 	}
 
 	// verifyStart is what the hidden row of a verified start (verifiedBegin) is to be checked for, until it came:
@@ -234,6 +239,7 @@ type tokenTexts struct {
 	plainHead, plainMid, plainTail    string // the same for the plain form
 	bareHead, bareMid, bareTail       string // the plain form without the role set (roleSeen)
 	startRead                         string // what a verified start reads: the token, the lock, loginRoleSQL and the role
+	read                              string // startRead as a SELECT to add columns to (no "; ")
 	readHead, readMid, readTail       string // that read and the bare plain form in one SELECT (a batch's verified start)
 	parseBody                         []byte
 }
@@ -257,6 +263,7 @@ func newTokenTexts(tok, lock, user, extra, plainExtra string) tokenTexts {
 	read := "SELECT pg_catalog.current_setting(" + quoteLiteral(tok) + ", true), pg_catalog.current_setting(" + quoteLiteral(lock) +
 		", true), " + loginRoleSQL(user) + ", pg_catalog.current_setting('role')"
 	t.startRead = read + "; "
+	t.read = read
 	// The reads first: a target list is evaluated in order.
 	t.readHead, t.readMid, t.readTail = cut(read + ", " + strings.TrimPrefix(plainSQLWith(tok, lock, "\x00TOK\x00", "\x00LOCK\x00"), "SELECT "))
 	parse := append(append([]byte(tokenStmtName), 0), tokenStmtSQL(tok, lock)+extra...)
@@ -415,7 +422,8 @@ func probeSQL(tok, lock, user string, custom []string) string {
 		"pg_catalog.concat_ws(', ', " + unmovableSettingsSQL() + ", " +
 		"CASE WHEN EXISTS (SELECT FROM pg_catalog.pg_listening_channels()) THEN 'LISTEN' END, " +
 		"CASE WHEN EXISTS (SELECT FROM pg_catalog.pg_cursors WHERE is_holdable) THEN 'a WITH HOLD cursor' END, " +
-		"CASE WHEN EXISTS (SELECT FROM pg_catalog.pg_prepared_statements WHERE from_sql AND pg_catalog.left(name, 12)" + sqlNe + quoteLiteral(sqlStmtPrefix) + ") THEN 'SQL PREPARE' END, " +
+		"CASE WHEN EXISTS (SELECT FROM pg_catalog.pg_prepared_statements WHERE from_sql AND pg_catalog.left(name, 12)" + sqlNe + quoteLiteral(sqlStmtPrefix) +
+		" AND pg_catalog.left(name, 12)" + sqlNe + quoteLiteral(preparedPrefix) + ") THEN 'SQL PREPARE' END, " +
 		"CASE WHEN EXISTS (SELECT FROM pg_catalog.pg_prepared_statements WHERE NOT from_sql AND pg_catalog.left(name, 11)" + sqlNe + "'fenceproxy_') THEN 'a named protocol-level prepared statement' END, " +
 		"CASE WHEN EXISTS (SELECT FROM pg_catalog.pg_locks WHERE locktype" + sqlEq + "'advisory' AND pid" + sqlEq + "pg_catalog.pg_backend_pid()) THEN 'a session advisory lock' END, " +
 		"CASE WHEN EXISTS (SELECT FROM pg_catalog.pg_class WHERE relnamespace" + sqlEq + "pg_catalog.pg_my_temp_schema()) THEN 'a temporary table' END), " +
@@ -451,7 +459,7 @@ func (s *Server) startPooled(ss *session, login *clientLogin) {
 	pl.resetToken, pl.resetLock = pl.token, pl.lock
 	pl.settings = startupSettings(ss.params)
 	ss.pooled = pl
-	ss.prep.max = 0
+	ss.prep = &pl.noPrep // off until the first lend gives it the server connection's
 
 	// The client's socket is read and written with raw system calls from here on (rawsocket_linux.go); the
 	// bytes it sent that are buffered already are read first.
@@ -783,6 +791,17 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 			err = ss.cr.forward(sc.w)
 		}
 	}
+	// Whichever path above sent it (the core's looks at some, the pool's own at none), after it went (a Query's
+	// own fenced statement may still be sent as EXECUTE): a text that may drop prepared statements makes the
+	// connection's prepared fences forgotten, swept at the next idle point; and every message but a bare BEGIN
+	// may run code of the client's on the connection, so they are not EXECUTEd again until a verification sent
+	// after it comes back clean (prepared.go).
+	if body != nil && (typ == msgQuery || typ == msgParse) {
+		if text, ok := planText(typ, body); ok {
+			ss.prep.clientText(text)
+		}
+	}
+	ss.prep.clientRan(typ, body)
 	if err != nil {
 		return err
 	}
@@ -833,6 +852,9 @@ func (ss *session) lend() error {
 	// goroutine and the lend's server side only (sessionForKey does not look at a pooled session's), so no
 	// lock of the Server's is taken per transaction.
 	ss.host = sc.host
+	// The connection's prepared fences serve the client's transaction. Written under pl.mu before any byte goes
+	// out, read by this goroutine and the lend's server side (which starts after, and ends before the next lend).
+	ss.prep = sc.prep
 	sc.beforeSend = pl.beforeSend
 	pl.reading = false
 	return nil
@@ -1176,7 +1198,7 @@ func (ss *session) verifiedBegin(sc *serverConn, text []byte, set rewrite.Settin
 	key := pl.prefixKey(pl.pin != "", set, false)
 	if c := &pl.beginPrefix; !c.built || c.key != key {
 		values, ok := ss.setLocalValues(set)
-		c.key, c.built, c.ok, c.text = key, true, ok, ""
+		c.key, c.built, c.ok, c.text, c.values = key, true, ok, "", values
 		if ok {
 			c.text = sc.pool.tokenTexts(key.bare).startRead + values
 		}
@@ -1185,6 +1207,10 @@ func (ss *session) verifiedBegin(sc *serverConn, text []byte, set rewrite.Settin
 		return "", 0, false
 	}
 	ss.expectVerifiedRow()
+	if column, ok := ss.prep.foldVerification(); ok {
+		// The prepared fences' verification, due before this BEGIN, as a fifth column (checkRow).
+		return sc.pool.tokenTexts(key.bare).read + ", " + column + "; " + pl.beginPrefix.values, 3, true
+	}
 	return pl.beginPrefix.text, 3, true
 }
 
@@ -1215,6 +1241,11 @@ func (ss *session) checkRow(body []byte, what int32) error {
 	}
 	if what == verifyRole && string(row[2]) != "t" { // loginRoleSQL
 		return refusedState(rewrite.NamedRefusalMarker(sqlstateFeatureNotSupported, rewrite.RefusalPooledRole, "") + "|" + string(row[3]))
+	}
+	if len(row) >= 5 { // the prepared fences' verification (foldVerification)
+		if missing := ss.prep.foldedAnswer(row[4]); missing != nil {
+			ss.preparedReplaced(missing)
+		}
 	}
 	return nil
 }
@@ -1526,6 +1557,16 @@ func (ss *session) relayServer(sc *serverConn, inline bool) bool {
 			}
 			continue
 		}
+		if ss.state.internal.Load() > 0 && typ != msgParameterStatus && typ != msgNotificationResponse {
+			// The answers to the prepared fences' own commands (prepared.go: sendQueued), which went after the
+			// settings unit and before the client's Query: none reaches the client, and their ReadyForQuery
+			// settles nothing.
+			if err := ss.preparedAnswer(sc, typ); err != nil {
+				ss.lendFailed(sc, err)
+				return true
+			}
+			continue
+		}
 		hiding := pl.hide.Load() > 0 && pl.relayFirst.Load() == 0
 		var body []byte
 		if hiding || typ == msgCommandComplete || typ == msgParseComplete || typ == msgCloseComplete || ss.serverNeedsBody(typ) {
@@ -1635,6 +1676,23 @@ func (ss *session) relayServer(sc *serverConn, inline bool) bool {
 			return false
 		}
 	}
+}
+
+// preparedAnswer takes one message that answers a command of the prepared fences' own (state.internal > 0) off
+// sc and applies it (onPreparedAnswer). A FATAL ends the lend as a lost connection does, for this client only.
+func (ss *session) preparedAnswer(sc *serverConn, typ byte) error {
+	body, err := sc.r.body()
+	if err != nil {
+		return err
+	}
+	defer sc.r.release()
+	if typ == msgErrorResponse {
+		if sev := errorField(body, fieldSeverity); sev == "FATAL" || sev == "PANIC" {
+			return fmt.Errorf("the server ended the connection during the proxy's own statement: %s", errorField(body, fieldMessage))
+		}
+	}
+	_, err = ss.onPreparedAnswer(typ, body, nil)
+	return err
 }
 
 // lendFailed ends a lend whose server connection (or the client, written to) failed.

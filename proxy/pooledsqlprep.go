@@ -139,7 +139,14 @@ func (ss *session) querySQLPrepared(body []byte, p Planner) error {
 	prefix := ss.takeQueryPrefix()
 	var fenced bytes.Buffer
 	if p != nil {
-		if err := ss.onClientMsg(msgQuery, body, p, &fenced); err != nil {
+		lent := ss.prep
+		if ss.state.idle() {
+			lent.sendQueued(sc.w, &ss.state, body) // an idle point all the same (prepared.go)
+		}
+		ss.prep = &pl.noPrep // the statement goes as SQL, whose EXECUTE names are all the client's
+		err := ss.onClientMsg(msgQuery, body, p, &fenced)
+		ss.prep = lent
+		if err != nil {
 			return err
 		}
 	} else {

@@ -181,10 +181,15 @@ type prepState struct {
 	epoch, verifySent uint64
 	verified          atomic.Uint64
 	verifyFailed      bool
-	// verifyText and verifyEntries: the verification of every entry (verifySQL), built when first needed after
+	// verifyText and verifyEntries: the verification of every entry (verifySQL), and verifyColumn the same as
+	// one column (verifyColumnSQL), built when first needed after
 	// the entries last changed (add, which also evicts; forget), not for every transaction; client side only.
 	verifyText    string
+	verifyColumn  string
 	verifyEntries []*prepEntry
+	// folded is the verification that went as a column of a pooled verified start (foldVerification), until
+	// its row came (under mu; foldedAnswer).
+	folded        *prepCommand
 	verifications uint64 // verifications sent; client side only
 
 	mu       sync.Mutex
@@ -295,8 +300,22 @@ func verifySQL(entries []*prepEntry) string {
 	if len(entries) == 0 {
 		return ""
 	}
+	return "SELECT p.name FROM pg_catalog.pg_prepared_statement() AS p WHERE " + verifyCond(entries)
+}
+
+// verifyColumnSQL is verifySQL as an expression: the names it lists, in one text separated by spaces (NULL when
+// none), to be a column of the pooled verified start (foldVerification).
+func verifyColumnSQL(entries []*prepEntry) string {
+	if len(entries) == 0 {
+		return ""
+	}
+	return "(SELECT pg_catalog.string_agg(p.name, ' ') FROM pg_catalog.pg_prepared_statement() AS p WHERE " + verifyCond(entries) + ")"
+}
+
+// verifyCond is the condition on p, a row of pg_prepared_statement(), that verifySQL lists.
+func verifyCond(entries []*prepEntry) string {
 	var b strings.Builder
-	b.WriteString("SELECT p.name FROM pg_catalog.pg_prepared_statement() AS p WHERE p.name OPERATOR(pg_catalog.||) ' ' " +
+	b.WriteString("p.name OPERATOR(pg_catalog.||) ' ' " +
 		"OPERATOR(pg_catalog.||) pg_catalog.md5(p.statement) OPERATOR(pg_catalog.=) ANY ('{")
 	for i, e := range entries {
 		if i > 0 {
@@ -319,8 +338,53 @@ func (ps *prepState) verification() (string, []*prepEntry) {
 			ps.verifyEntries = append(ps.verifyEntries, e)
 		}
 		ps.verifyText = verifySQL(ps.verifyEntries)
+		ps.verifyColumn = verifyColumnSQL(ps.verifyEntries)
 	}
 	return ps.verifyText, ps.verifyEntries
+}
+
+// foldVerification is, when the next bare BEGIN would have a verification sent before it (sendQueued), that
+// verification as a column (verifyColumnSQL) for the verified start that a pooled client's lone BEGIN gets
+// (pooled.go: verifiedBegin), noted as sent: one statement the server runs for both, and no Query of its own.
+// Its row comes, as a separate verification's answer would, before the BEGIN's answer and before anything of
+// the client's runs; foldedAnswer reads it. ok is false when no verification is due.
+func (ps *prepState) foldVerification() (column string, ok bool) {
+	if ps.max == 0 || !ps.onServer || ps.verifySent == ps.epoch {
+		return "", false
+	}
+	if ps.verification(); ps.verifyColumn == "" {
+		return "", false
+	}
+	ps.verifications++
+	ps.mu.Lock()
+	ps.folded = &prepCommand{verify: true, epoch: ps.epoch, n: ps.verifications, entries: ps.verifyEntries}
+	ps.mu.Unlock()
+	ps.verifySent = ps.epoch
+	return ps.verifyColumn, true
+}
+
+// foldedAnswer applies the answer of a folded verification (foldVerification): names is the column's text, the
+// names the server holds with the proxy's texts. It returns the first entry the proxy may EXECUTE that the
+// answer does not list (then the proxy forgets them all, as after a separate verification), or nil, and then
+// the names are verified for the epoch of the verification. A verification whose row never came (the
+// statement failed) verifies nothing.
+func (ps *prepState) foldedAnswer(names []byte) *prepEntry {
+	ps.mu.Lock()
+	c := ps.folded
+	ps.folded = nil
+	ps.mu.Unlock()
+	if c == nil {
+		return nil
+	}
+	for name := range strings.FieldsSeq(string(names)) {
+		c.noteSeen(name)
+	}
+	if missing := c.unverified(); missing != nil {
+		ps.lost.Store(true)
+		return missing
+	}
+	ps.verified.Store(c.epoch)
+	return nil
 }
 
 // add notes a template to prepare, making room for it when the connection holds max already.
@@ -471,7 +535,7 @@ func (ps *prepState) current(done bool) prepCommand {
 // reaches the client but a FATAL error, which ends the session.
 func (ss *session) onPreparedAnswer(typ byte, body []byte, out msgSink) (serverEvent, error) {
 	st := &ss.state
-	ps := &ss.prep
+	ps := ss.prep
 	switch typ {
 	case msgDataRow:
 		if c := ps.current(false); c.verify {
@@ -512,8 +576,7 @@ func (ss *session) onPreparedAnswer(typ byte, body []byte, out msgSink) (serverE
 			// statement it did not prepare): never EXECUTE it (forget them all, and prepare again).
 			if missing := c.unverified(); missing != nil && !ps.verifyFailed {
 				ps.lost.Store(true)
-				ss.srv.metrics.preparedOutcome("replaced")
-				ss.log.Warn("a prepared fence was dropped or replaced on the server (by a function's DEALLOCATE or PREPARE?); the proxy prepares its statements again and sends SQL until then", "name", missing.name)
+				ss.preparedReplaced(missing)
 			} else if !ps.verifyFailed && body[0] == txIdle {
 				ps.verified.Store(c.epoch)
 			}
@@ -526,6 +589,12 @@ func (ss *session) onPreparedAnswer(typ byte, body []byte, out msgSink) (serverE
 		}
 	}
 	return 0, nil
+}
+
+// preparedReplaced counts and logs a verification that found a name of the proxy's not holding its text.
+func (ss *session) preparedReplaced(missing *prepEntry) {
+	ss.srv.metrics.preparedOutcome("replaced")
+	ss.log.Warn("a prepared fence was dropped or replaced on the server (by a function's DEALLOCATE or PREPARE?); the proxy prepares its statements again and sends SQL until then", "name", missing.name)
 }
 
 // noteMissingPrepared notes the SQLSTATE of an error that names a statement of the proxy's: the server no

@@ -13,7 +13,6 @@ import (
 
 	"github.com/fenceproxy/fenceproxy/config"
 	"github.com/fenceproxy/fenceproxy/internal/pgtest"
-	"github.com/fenceproxy/fenceproxy/internal/proxytest"
 	"github.com/fenceproxy/fenceproxy/proxy"
 )
 
@@ -26,8 +25,8 @@ import (
 // transaction block) must not leave them on the server: a session that loops on it would otherwise grow the
 // backend's memory without bound, one orphaned statement per shape per round.
 func TestPreparedAttackForgetDoesNotLeak(t *testing.T) {
-	forTransports(t, func(t *testing.T, goroutines bool) {
-		f := newPreparedFixture(t, goroutines, "")
+	forTransports(t, func(t *testing.T, tr preparedTransport) {
+		f := newPreparedFixture(t, tr, "")
 		c := f.simple(t, "5")
 		markDiscarded := fmt.Sprintf("UPDATE public.%s SET note = 'discarded' WHERE id = 2", f.name)
 		fxExec(t, c, "PREPARE keep AS SELECT 42") // the client's own statement outlives every sweep
@@ -103,8 +102,8 @@ func TestPreparedAttackForgetDoesNotLeak(t *testing.T) {
 // makes the proxy run the client's statement in place of its fenced template: its UPDATE still writes, and a stale
 // token is still refused.
 func TestPreparedAttackPlantedNames(t *testing.T) {
-	forTransports(t, func(t *testing.T, goroutines bool) {
-		f := newPreparedFixture(t, goroutines, "")
+	forTransports(t, func(t *testing.T, tr preparedTransport) {
+		f := newPreparedFixture(t, tr, "")
 		c := f.simple(t, "5")
 		// Names the proxy would take next, taken first: the proxy's PREPAREs fail, and the statements run as SQL.
 		for i := 1; i <= 3; i++ {
@@ -137,6 +136,11 @@ func TestPreparedAttackPlantedNames(t *testing.T) {
 				}
 			}},
 		} {
+			if tr == pooledTransport && plant.name != "DEALLOCATE and PREPARE in a DO block" {
+				// The pool gives the client's SQL-level and protocol-level statement names server names of its
+				// own (pooledsqlprep.go, pooledstmts.go): only code the server runs reaches the proxy's names.
+				continue
+			}
 			before := serverStatements(t, c)
 			for i := 1; i <= 4; i++ {
 				if err := f.transaction(t, c, 1, i); err != nil {
@@ -249,8 +253,8 @@ func (c *rawClient) send(t *testing.T, msgs ...pgproto3.FrontendMessage) {
 // batches between them, errors in the middle, a notification of its own) while the proxy's PREPAREs go out sees
 // exactly the answers to its own messages, in order, and nothing of the proxy's.
 func TestPreparedAttackPipelines(t *testing.T) {
-	forTransports(t, func(t *testing.T, goroutines bool) {
-		f := newPreparedFixture(t, goroutines, "")
+	forTransports(t, func(t *testing.T, tr preparedTransport) {
+		f := newPreparedFixture(t, tr, "")
 		c := dialRaw(t, f.p.Addr, pgtest.SuperUser, pgtest.TestDB, nil)
 		upd := func(delta, id int) *pgproto3.Query {
 			return &pgproto3.Query{String: fmt.Sprintf("UPDATE public.%s SET balance = balance + %d WHERE id = %d", f.name, delta, id)}
@@ -321,8 +325,18 @@ func TestPreparedAttackPipelines(t *testing.T) {
 // upstream connection (reset with DISCARD ALL) to the next session, which prepares its own templates under the
 // same names and whose writes are fenced by them, not by anything the first session left.
 func TestPreparedAttackReuse(t *testing.T) {
-	forTransports(t, func(t *testing.T, goroutines bool) {
-		f := newPreparedFixture(t, goroutines, "")
+	forTransports(t, func(t *testing.T, tr preparedTransport) {
+		f := newPreparedFixture(t, tr, "")
+		pidOf := func(t *testing.T, c *pgx.Conn) uint32 {
+			if tr != pooledTransport {
+				return pidOf(t, c) // and BackendKeyData says the same
+			}
+			var pid uint32 // BackendKeyData is the proxy's own; the pool of one has one backend
+			if err := c.QueryRow(ctxT(t), "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+				t.Fatal(err)
+			}
+			return pid
+		}
 		a := f.simple(t, "5")
 		pidA := pidOf(t, a)
 		for i := 1; i <= 4; i++ {
@@ -334,7 +348,9 @@ func TestPreparedAttackReuse(t *testing.T) {
 			fxExec(t, a, fmt.Sprintf("PREPARE fenceproxy_p%d(int4, int4) AS SELECT $1, $2", i))
 		}
 		closeConn(t, a)
-		waitIdle(t, f.p, 1)
+		if tr != pooledTransport {
+			waitIdle(t, f.p, 1) // kept for reuse; a pool's connection simply goes back to the pool
+		}
 		b := f.simple(t, "5")
 		if pidB := pidOf(t, b); pidB != pidA {
 			t.Fatalf("the second session got backend %d, the first had %d: the connection was not reused", pidB, pidA)
@@ -348,8 +364,10 @@ func TestPreparedAttackReuse(t *testing.T) {
 			t.Fatal("the second session ran no statement as EXECUTE")
 		}
 		f.wantRows(t, "1:410:5 2:0:1")
+		// (A pool keeps the first client's own statements, under names of its own, for clients that prepare the
+		// same: only those under the proxy's names count there.)
 		var planted int
-		if err := b.QueryRow(ctxT(t), "SELECT count(*) FROM pg_prepared_statements WHERE statement NOT LIKE '%UPDATE%'").Scan(&planted); err != nil || planted != 0 {
+		if err := b.QueryRow(ctxT(t), "SELECT count(*) FROM pg_prepared_statements WHERE statement NOT LIKE '%UPDATE%' AND ($1 OR name LIKE 'fenceproxy\\_p%')", tr != pooledTransport).Scan(&planted); err != nil || planted != 0 {
 			t.Fatalf("%d statements of the first session on the reused connection (%v)", planted, err)
 		}
 	})
@@ -359,8 +377,8 @@ func TestPreparedAttackReuse(t *testing.T) {
 // reload changes the table's fence (here its token column): the session's next statement is fenced as the new
 // configuration says.
 func TestPreparedAttackConfigReload(t *testing.T) {
-	forTransports(t, func(t *testing.T, goroutines bool) {
-		f := newPreparedFixture(t, goroutines, "")
+	forTransports(t, func(t *testing.T, tr preparedTransport) {
+		f := newPreparedFixture(t, tr, "")
 		fxExec(t, f.d, fmt.Sprintf("ALTER TABLE public.%s ADD COLUMN other_token bigint", f.name))
 		c := f.simple(t, "5")
 		for i := 1; i <= 4; i++ {
@@ -409,7 +427,7 @@ func TestPreparedAttackConfigReload(t *testing.T) {
 // unqualified, so protected in every schema), writes the table the current search_path names, as the SQL would:
 // PostgreSQL analyses a prepared statement again when search_path changed.
 func TestPreparedAttackSearchPath(t *testing.T) {
-	forTransports(t, func(t *testing.T, goroutines bool) {
+	forTransports(t, func(t *testing.T, tr preparedTransport) {
 		d := direct(t)
 		name := preparedName(t)
 		s1, s2 := name+"_s1", name+"_s2"
@@ -418,7 +436,7 @@ func TestPreparedAttackSearchPath(t *testing.T) {
 			fxCreateTable(t, d, s+"."+name)
 			fxExec(t, d, fmt.Sprintf("INSERT INTO %s.%s (id, balance, fence_token) VALUES (1, 0, 1)", s, name))
 		}
-		p := startProxy(t, proxytest.Options{YAML: fxTables(name), DisableEventLoop: goroutines})
+		p := startProxy(t, tr.options(fxTables(name), ""))
 		c := connect(t, p.DSN(pgtest.SuperUser, "", pgtest.TestDB)+"&default_query_exec_mode=simple_protocol")
 		fxExec(t, c, "SET fence.token = 5")
 		run := func(schema string, delta int) {
@@ -448,12 +466,12 @@ func TestPreparedAttackSearchPath(t *testing.T) {
 // protected table's unqualified name. The SQL writes the temporary table; so must the statement after the CREATE
 // (the proxy forgets its statements on CREATE and prepares again), not the table the template was prepared for.
 func TestPreparedAttackShadowingTable(t *testing.T) {
-	forTransports(t, func(t *testing.T, goroutines bool) {
+	forTransports(t, func(t *testing.T, tr preparedTransport) {
 		d := direct(t)
 		name := preparedName(t)
 		fxCreateTable(t, d, "public."+name)
 		fxExec(t, d, fmt.Sprintf("INSERT INTO public.%s (id, balance, fence_token) VALUES (1, 0, 1)", name))
-		p := startProxy(t, proxytest.Options{YAML: fxTables(name), DisableEventLoop: goroutines})
+		p := startProxy(t, tr.options(fxTables(name), ""))
 		c := connect(t, p.DSN(pgtest.SuperUser, "", pgtest.TestDB)+"&default_query_exec_mode=simple_protocol")
 		fxExec(t, c, "SET fence.token = 5")
 		// The session's temporary schema exists before the template is prepared.
@@ -488,8 +506,8 @@ func TestPreparedAttackShadowingTable(t *testing.T) {
 // rewrite/prepared.go), so each statement goes as SQL and means what the client's text means (re-encoded for the
 // client's encoding, backslashes read as the setting says).
 func TestPreparedAttackReadingChanges(t *testing.T) {
-	forTransports(t, func(t *testing.T, goroutines bool) {
-		f := newPreparedFixture(t, goroutines, "")
+	forTransports(t, func(t *testing.T, tr preparedTransport) {
+		f := newPreparedFixture(t, tr, "")
 		c := dialRaw(t, f.p.Addr, pgtest.SuperUser, pgtest.TestDB, nil)
 		ok := func(what string, rs []result) {
 			t.Helper()
@@ -537,8 +555,8 @@ func TestPreparedAttackReadingChanges(t *testing.T) {
 // migration's ALTER TABLE or a LOCK TABLE does, the client's next statement, which may touch nothing of that table,
 // must not wait behind it. The PREPARE gives up at once and is tried again at a later idle point.
 func TestPreparedAttackLockedTable(t *testing.T) {
-	forTransports(t, func(t *testing.T, goroutines bool) {
-		f := newPreparedFixture(t, goroutines, "")
+	forTransports(t, func(t *testing.T, tr preparedTransport) {
+		f := newPreparedFixture(t, tr, "")
 		c := f.simple(t, "5")
 		for i := 1; i <= 3; i++ { // the PREPARE is queued
 			if err := f.transaction(t, c, 1, i); err != nil {
@@ -578,8 +596,8 @@ func TestPreparedAttackLockedTable(t *testing.T) {
 // TestPreparedAttackCopy: COPY in both directions right behind the proxy's PREPARE (the first Query after the
 // template is queued): the client gets the COPY's own answers, and its data reaches the table.
 func TestPreparedAttackCopy(t *testing.T) {
-	forTransports(t, func(t *testing.T, goroutines bool) {
-		f := newPreparedFixture(t, goroutines, "")
+	forTransports(t, func(t *testing.T, tr preparedTransport) {
+		f := newPreparedFixture(t, tr, "")
 		other := f.name + "_copy"
 		fxExec(t, f.d, "CREATE TABLE public."+other+" (x int)")
 		t.Cleanup(func() { f.d.Exec(ctxT(t), "DROP TABLE IF EXISTS public."+other) })
@@ -649,8 +667,8 @@ func TestPreparedAttackCopy(t *testing.T) {
 // PREPARE, and every EXECUTE would write that value. Each statement must read its literals when it runs, as the
 // SQL does.
 func TestPreparedAttackTypedLiteralsNotFrozen(t *testing.T) {
-	forTransports(t, func(t *testing.T, goroutines bool) {
-		f := newPreparedFixture(t, goroutines, "")
+	forTransports(t, func(t *testing.T, tr preparedTransport) {
+		f := newPreparedFixture(t, tr, "")
 		c := f.simple(t, "5")
 		fxExec(t, c, "SET TimeZone = 'UTC'")
 		set := func(id int) {
@@ -676,8 +694,8 @@ func TestPreparedAttackTypedLiteralsNotFrozen(t *testing.T) {
 // most that many statements on the connection (deallocating the least recently used at idle points), and every
 // statement, prepared or not, does what its SQL says.
 func TestPreparedAttackEviction(t *testing.T) {
-	forTransports(t, func(t *testing.T, goroutines bool) {
-		f := newPreparedFixture(t, goroutines, "  prepared_fences: 2\n")
+	forTransports(t, func(t *testing.T, tr preparedTransport) {
+		f := newPreparedFixture(t, tr, "  prepared_fences: 2\n")
 		c := f.simple(t, "5")
 		shapes := []string{
 			"UPDATE public.%s SET balance = balance + %d WHERE id = 1",
@@ -760,8 +778,8 @@ func serverExecutions(t *testing.T, c *pgx.Conn) int64 {
 // trusts them again: the stale holder's next statements are refused (55F01), nothing is written, and the proxy
 // prepares its own statement again and runs it.
 func TestPreparedAttackFunctionSwap(t *testing.T) {
-	forTransports(t, func(t *testing.T, goroutines bool) {
-		f := newPreparedFixture(t, goroutines, "")
+	forTransports(t, func(t *testing.T, tr preparedTransport) {
+		f := newPreparedFixture(t, tr, "")
 		fn := fxName(t, "swap")
 		fxExec(t, f.d, fmt.Sprintf(`CREATE FUNCTION public.%s() RETURNS int LANGUAGE plpgsql AS $$
 DECLARE r record; n int := 0;
@@ -837,8 +855,8 @@ END $$`, fn, f.name))
 // place. The verification then lists the other name, and only that one: the replaced name must not be taken
 // for verified because the answer was not empty (each name counts only when the server lists it).
 func TestPreparedAttackFunctionSwapsOne(t *testing.T) {
-	forTransports(t, func(t *testing.T, goroutines bool) {
-		f := newPreparedFixture(t, goroutines, "")
+	forTransports(t, func(t *testing.T, tr preparedTransport) {
+		f := newPreparedFixture(t, tr, "")
 		fn := fxName(t, "swap1")
 		fxExec(t, f.d, fmt.Sprintf(`CREATE FUNCTION public.%s(n text) RETURNS int LANGUAGE plpgsql AS $$
 DECLARE types text;

@@ -26,20 +26,43 @@ type preparedFixture struct {
 	name string
 }
 
-func newPreparedFixture(t *testing.T, goroutines bool, upstream string) *preparedFixture {
+func newPreparedFixture(t *testing.T, tr preparedTransport, upstream string) *preparedFixture {
 	t.Helper()
 	d := direct(t)
 	name := preparedName(t)
 	fxCreateTable(t, d, "public."+name)
 	fxExec(t, d, fmt.Sprintf("INSERT INTO public.%s (id, balance, fence_token) VALUES (1, 0, 1), (2, 0, 1)", name))
-	p := startProxy(t, proxytest.Options{YAML: fxTables("public." + name), DisableEventLoop: goroutines, Upstream: upstream})
+	p := startProxy(t, tr.options(fxTables("public."+name), upstream))
 	return &preparedFixture{p: p, d: d, name: name}
+}
+
+// preparedTransport is what a prepared-fences test runs on: session mode on the event loop or on the goroutine
+// transport (the templates are the session's, on its own upstream connection), or transaction pooling with a
+// pool of one server connection (its templates serve every client the connection is lent to, and any of them
+// may run code on it).
+type preparedTransport int
+
+const (
+	loopTransport preparedTransport = iota
+	goroutineTransport
+	pooledTransport
+)
+
+// options are the proxy's options for the transport, with yaml (the tables) and upstream (the upstream
+// section's extra lines).
+func (tr preparedTransport) options(yaml, upstream string) proxytest.Options {
+	if tr == pooledTransport {
+		yaml += "pool:\n  mode: transaction\n  size: 1\nauth:\n  type: trust\n"
+	}
+	return proxytest.Options{YAML: yaml, DisableEventLoop: tr != loopTransport, Upstream: upstream}
 }
 
 // preparedName is the test's table name. It must not hold the token setting's first part, "fence": the shape
 // cache does not normalise texts that mention it (their analysis may read constants), so they are never prepared.
+// Nor the words of SQL-level prepared statements: in transaction pooling a text that holds one runs with its
+// EXECUTE names mapped as the client's (pooledsqlprep.go), without prepared fences.
 func preparedName(t *testing.T) string {
-	return strings.ReplaceAll(fxName(t, "pf"), "fence", "fnc")
+	return strings.NewReplacer("fence", "fnc", "prepare", "prp", "execute", "xct", "deallocate", "dlc").Replace(fxName(t, "pf"))
 }
 
 // simple connects through the proxy with the simple protocol (constants inlined, as pgbench -M simple and
@@ -166,17 +189,18 @@ func (f *preparedFixture) transaction(t *testing.T, c *pgx.Conn, id, delta int) 
 	return nil
 }
 
-func forTransports(t *testing.T, run func(t *testing.T, goroutines bool)) {
-	t.Run("loop", func(t *testing.T) { run(t, false) })
-	t.Run("goroutines", func(t *testing.T) { run(t, true) })
+func forTransports(t *testing.T, run func(t *testing.T, tr preparedTransport)) {
+	t.Run("loop", func(t *testing.T) { run(t, loopTransport) })
+	t.Run("goroutines", func(t *testing.T) { run(t, goroutineTransport) })
+	t.Run("pooled", func(t *testing.T) { run(t, pooledTransport) })
 }
 
 // TestPreparedFencesRunAndFence: after the first transactions, the proxy prepares the shape when the session is
 // idle and sends later statements as EXECUTE; they write the same rows, and a stale holder still gets 55F01 from
 // the prepared statement.
 func TestPreparedFencesRunAndFence(t *testing.T) {
-	forTransports(t, func(t *testing.T, goroutines bool) {
-		f := newPreparedFixture(t, goroutines, "")
+	forTransports(t, func(t *testing.T, tr preparedTransport) {
+		f := newPreparedFixture(t, tr, "")
 		c := f.simple(t, "5")
 		sum := 0
 		for i := 1; i <= 10; i++ {
@@ -242,8 +266,8 @@ func TestPreparedFencesRunAndFence(t *testing.T) {
 // TestPreparedFencesDroppedByClient: DISCARD ALL and DEALLOCATE ALL from the client, and DEALLOCATE ALL run by a
 // function where the proxy cannot see it, drop the proxy's statements; the proxy prepares again.
 func TestPreparedFencesDroppedByClient(t *testing.T) {
-	forTransports(t, func(t *testing.T, goroutines bool) {
-		f := newPreparedFixture(t, goroutines, "")
+	forTransports(t, func(t *testing.T, tr preparedTransport) {
+		f := newPreparedFixture(t, tr, "")
 		fn := fxName(t, "dealloc")
 		fxExec(t, f.d, "CREATE FUNCTION public."+fn+"() RETURNS void LANGUAGE plpgsql AS $$ BEGIN EXECUTE 'DEALLOCATE ALL'; END $$")
 		t.Cleanup(func() { f.d.Exec(ctxT(t), "DROP FUNCTION IF EXISTS public."+fn+"()") })
@@ -283,12 +307,17 @@ func TestPreparedFencesDroppedByClient(t *testing.T) {
 
 // TestPreparedFencesRefused: a PREPARE the server refuses (here: the client already uses the name) costs the
 // client nothing: its statements are sent as SQL, and it sees no error. A name clash is the connection's own: the
-// next session prepares the same shape.
+// next session prepares the same shape. (In a pool the client's own PREPARE gets a name of the pool's, so the
+// clash is planted by code the server runs; every client of that connection then sends the shape as SQL.)
 func TestPreparedFencesRefused(t *testing.T) {
-	forTransports(t, func(t *testing.T, goroutines bool) {
-		f := newPreparedFixture(t, goroutines, "")
+	forTransports(t, func(t *testing.T, tr preparedTransport) {
+		f := newPreparedFixture(t, tr, "")
 		c := f.simple(t, "5")
-		fxExec(t, c, "PREPARE fenceproxy_p1 AS SELECT 1")
+		if tr == pooledTransport {
+			fxExec(t, c, "DO $$BEGIN EXECUTE 'PREPARE fenceproxy_p1 AS SELECT 1'; END$$")
+		} else {
+			fxExec(t, c, "PREPARE fenceproxy_p1 AS SELECT 1")
+		}
 		for i := 1; i <= 6; i++ {
 			if err := f.transaction(t, c, 1, i); err != nil {
 				t.Fatalf("transaction %d: %v", i, err)
@@ -307,8 +336,8 @@ func TestPreparedFencesRefused(t *testing.T) {
 				t.Fatalf("transaction %d: %v", i, err)
 			}
 		}
-		if n := executions(t, other); n == 0 {
-			t.Fatal("the next session did not prepare the shape")
+		if n := executions(t, other); (n == 0) != (tr == pooledTransport) {
+			t.Fatalf("the next session ran the shape %d times as EXECUTE (in a pool it shares the connection with the clash)", n)
 		}
 	})
 }
@@ -317,7 +346,7 @@ func TestPreparedFencesRefused(t *testing.T) {
 // constant, numeric(10,2), becomes a parameter, which the grammar refuses there: 42601) fails its PREPARE once;
 // its statements are sent as SQL, on every connection, and the client sees no error.
 func TestPreparedFencesUnpreparable(t *testing.T) {
-	f := newPreparedFixture(t, false, "")
+	f := newPreparedFixture(t, loopTransport, "")
 	for _, token := range []string{"5", "6"} {
 		c := f.simple(t, token)
 		for i := range 6 {
@@ -373,8 +402,8 @@ func TestPreparedFencesOff(t *testing.T) {
 // BEGIN and sends the fenced statement in it as EXECUTE (counted by the server); one opened with code after
 // BEGIN in the same text does not.
 func TestPreparedFencesAfterBeginWithModes(t *testing.T) {
-	forTransports(t, func(t *testing.T, goroutines bool) {
-		f := newPreparedFixture(t, goroutines, "")
+	forTransports(t, func(t *testing.T, tr preparedTransport) {
+		f := newPreparedFixture(t, tr, "")
 		c := f.simple(t, "5")
 		run := func(begin string, delta int) {
 			t.Helper()

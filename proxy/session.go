@@ -39,7 +39,10 @@ type session struct {
 	movedTo atomic.Pointer[string]
 
 	state protoState // the core's (core.go)
-	prep  prepState  // templates prepared on the upstream connection (prepared.go)
+	// prep is the templates prepared on the upstream connection (prepared.go): the session's own in session
+	// mode; in transaction mode the lent server connection's (serverConn.prep), set by lend, or, before the
+	// first lend, one that is off.
+	prep *prepState
 
 	// Transaction pooling (pooled.go): the client's pooling state, nil in session mode; and the text that goes
 	// before the client's next Query (the transaction's token statement).

@@ -21,10 +21,6 @@ func main() {
 		fmt.Fprintln(os.Stderr, "relayconfig:", err)
 		os.Exit(1)
 	}
-	prepared := cfg.Upstream.Prepared(cfg.Token.Scope)
-	if cfg.Pool.Transaction() {
-		prepared = 0 // transaction pooling keeps no prepared fences (proxy/pooled.go)
-	}
 	fmt.Printf("mode=%s spin=%v event_loops=%d prepared_fences=%d pool=%s\n", cfg.Relay.Mode, cfg.Relay.SpinFor(), cfg.Relay.EventLoops,
-		prepared, cfg.Pool.Mode)
+		cfg.Upstream.Prepared(cfg.Token.Scope), cfg.Pool.Mode)
 }

@@ -1,0 +1,108 @@
+package proxy_test
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Prepared fences in transaction pooling (proxy/prepared.go, docs/fence-sql.md): the templates belong to the
+// server connection, and every client lent it uses them. The attacks here are the pool's own: another client of
+// the same pool, whose code runs on the very connection the victim's next transaction gets.
+
+// TestPooledSharedTemplatesSwappedByAnotherClient: client A warms the shared connection's template and runs it as
+// EXECUTE; client B, another client of the pool with no token, calls a function that replaces the proxy's
+// statement with an unfenced UPDATE under the same name. A's next statement of that shape must not run B's
+// statement: A holds a stale token, so it is refused (55F01) and nothing is written. The proxy then prepares its
+// own statement again, and A's next transactions run it. B's transaction makes the connection look at its state
+// afterwards (a session-level SET): the proxy's statements there do not pin B (the pool of one serves A again).
+// (The test's name, which names its table, holds neither "fence" nor "prepare": texts that do are not templated,
+// or run without prepared fences in a pool.)
+func TestPooledSharedTemplatesSwappedByAnotherClient(t *testing.T) {
+	f := newPooledFenced(t, 1, "  max_client_wait: 3s\n")
+	fn := fxName(t, "swap")
+	fxExec(t, f.d, fmt.Sprintf(`CREATE FUNCTION public.%s() RETURNS int LANGUAGE plpgsql AS $$
+DECLARE r record; n int := 0;
+BEGIN
+	FOR r IN SELECT name, parameter_types FROM pg_prepared_statements WHERE name LIKE 'fenceproxy\_p%%' LOOP
+		EXECUTE format('DEALLOCATE %%I', r.name);
+		EXECUTE format('PREPARE %%I(%%s) AS UPDATE %s SET balance = balance + $1 WHERE id = $2',
+			r.name, array_to_string(r.parameter_types, ','));
+		n := n + 1;
+	END LOOP;
+	RETURN n;
+END $$`, fn, f.label))
+	t.Cleanup(func() { f.d.Exec(ctxT(t), "DROP FUNCTION IF EXISTS public."+fn+"()") })
+	fxExec(t, f.d, "INSERT INTO "+f.label+" (id, balance, fence_token) VALUES (1, 0, 1), (2, 0, 1)")
+
+	simple := "&default_query_exec_mode=simple_protocol"
+	a := pooledConn(t, f, simple+"&options=-c%20fence.token%3D5")
+	b := pooledConn(t, f, simple)
+	transaction := func(id, delta int) error {
+		ctx := ctxT(t)
+		for _, q := range []string{"BEGIN", fmt.Sprintf("UPDATE %s SET balance = balance + %d WHERE id = %d", f.label, delta, id), "COMMIT"} {
+			if _, err := a.Exec(ctx, q); err != nil {
+				a.Exec(ctx, "ROLLBACK")
+				return err
+			}
+		}
+		return nil
+	}
+	balance := 0
+	for i := 1; i <= 6; i++ {
+		if err := transaction(1, i); err != nil {
+			t.Fatalf("transaction %d: %v", i, err)
+		}
+		balance += i
+	}
+	before := serverExecutions(t, a)
+	if before == 0 {
+		t.Fatal("no statement ran as EXECUTE on the pool's connection before the attack (counted by the server)")
+	}
+	// A newer holder writes row 1: A's token is stale from here on.
+	newer := pooledConn(t, f, simple+"&options=-c%20fence.token%3D9")
+	fxExec(t, newer, fmt.Sprintf("UPDATE %s SET balance = balance + 100 WHERE id = 1", f.label))
+	balance += 100
+
+	// B swaps the statements on the shared connection, and leaves session state the probe reads.
+	var swapped int
+	if err := b.QueryRow(ctxT(t), "SELECT public."+fn+"()").Scan(&swapped); err != nil || swapped == 0 {
+		t.Fatalf("the function replaced %d statements (%v)", swapped, err)
+	}
+	fxExec(t, b, "SET application_name = 'swapper'")
+
+	var pgErr *pgconn.PgError
+	for i := range 3 {
+		if err := transaction(1, 1000); !errors.As(err, &pgErr) || pgErr.Code != "55F01" {
+			t.Fatalf("stale holder after another client's swap, statement %d: %v, want 55F01 (an unfenced statement ran?)", i, err)
+		}
+	}
+	if got, want := fxSnapshot(t, f.d, f.label), fmt.Sprintf("1:%d:9 2:0:1", balance); got != want {
+		t.Fatalf("rows %s, want %s", got, want)
+	}
+	if n := fxCounter(t, f.p.Registry, "fenceproxy_prepared_fences_total", map[string]string{"outcome": "replaced"}); n == 0 {
+		t.Fatal("the verification did not count the replaced statement")
+	}
+	// The proxy's own statement is back, and runs: A writes row 2 (its token is not stale there).
+	after := serverExecutions(t, a)
+	for i := 1; i <= 4; i++ {
+		if err := transaction(2, i); err != nil {
+			t.Fatalf("transaction %d on row 2: %v", i, err)
+		}
+	}
+	if serverExecutions(t, a) <= after {
+		t.Fatal("the proxy did not prepare and run its statement again after the swap")
+	}
+	var foreign int
+	if err := a.QueryRow(ctxT(t), `SELECT count(*) FROM pg_prepared_statements WHERE name LIKE 'fenceproxy\_p%' AND statement NOT LIKE '%fenceproxy_stmt%'`).Scan(&foreign); err != nil || foreign != 0 {
+		t.Fatalf("%d statements not the proxy's left under its names (%v)", foreign, err)
+	}
+	if got, want := fxSnapshot(t, f.d, f.label), fmt.Sprintf("1:%d:9 2:10:5", balance); got != want {
+		t.Fatalf("rows %s, want %s", got, want)
+	}
+	if n := fxCounter(t, f.p.Registry, "fenceproxy_pool_pins_total", nil); n != 0 {
+		t.Fatalf("%v pins: the proxy's prepared statements pinned a client", n)
+	}
+}
