@@ -104,7 +104,7 @@ func (ss *session) onClientMsg(typ byte, body []byte, p Planner, out msgSink) er
 		// Counted before anything is written: the proxy's own commands may reach the server (a full buffer
 		// flushes) and be answered before this returns, and the session must not look idle then (a drain).
 		st.pending.Add(1)
-		if idle {
+		if idle && !ss.sqlOnly {
 			ss.prep.sendQueued(out, st, body) // prepared.go: the proxy's own commands go out only when idle
 		}
 		err := ss.queryOut(out, p, body, set)
@@ -203,7 +203,7 @@ func (ss *session) onServerMsg(typ byte, body []byte, out msgSink) (serverEvent,
 		return 0, nil
 	}
 	if ss.state.internal.Load() > 0 && typ != msgNotificationResponse && typ != msgParameterStatus {
-		return ss.onPreparedAnswer(typ, body, out)
+		return ss.onPreparedAnswer(ss.prep, typ, body, out)
 	}
 	switch typ {
 	case msgErrorResponse:

@@ -38,7 +38,11 @@ func (ss *session) queryOut(w msgSink, p Planner, body []byte, set rewrite.Setti
 	switch plan.Action {
 	case rewrite.Rewrite:
 		ss.srv.metrics.rewritten()
-		writeQueryMsg(w, ss.takeQueryPrefix(), nil, ss.prep.statementFor(plan, ss.srv.metrics))
+		sql := plan.SQL
+		if !ss.sqlOnly {
+			sql = ss.prep.statementFor(plan, ss.srv.metrics)
+		}
+		writeQueryMsg(w, ss.takeQueryPrefix(), nil, sql)
 	case rewrite.Refuse:
 		writeQueryMsg(w, ss.takeQueryPrefix(), nil, ss.refusal(plan))
 	default:

@@ -120,9 +120,7 @@ type pooledState struct {
 	beginPortals    []string
 	windowAnswers   int64
 
-	// noPrep is prepared fences off: session.prep before the first lend, and while the core fences a text that
-	// may use the client's SQL-level prepared statements (querySQLPrepared: every EXECUTE name in it is the
-	// client's, mapped; the proxy's own commands cannot go into its scratch buffer).
+	// noPrep is prepared fences off: session.prep before the first lend.
 	noPrep prepState
 
 	stmts    pooledStmts    // the client's named statements (pooledstmts.go)
@@ -153,6 +151,8 @@ type pooledState struct {
 	// verifyStart is what the hidden row of a verified start (verifiedBegin) is to be checked for, until it came:
 	// verifyNone, verifyPlaceholders (a pinned client: the connection and its role are its own), verifyRole.
 	verifyStart atomic.Int32
+	// verifyFolded: that row also carries the prepared fences' verification (foldVerification), its fifth column.
+	verifyFolded atomic.Bool
 
 	// prefixChars is how many characters the token statement put before the text of the Query being answered
 	// (an error's position is shifted back by it); 0 when none or when they cannot be counted.
@@ -416,14 +416,18 @@ func sqlValue(v *string) string {
 // (08006). So its first two statements, cheap ones, turn both off for the probe
 // (probeLimitsSQL) before anything else runs; the settings read then sees the proxy's local values, and takes
 // the client's from the first statement instead (probeOnce). A probe cancelled anyway is run again.
-func probeSQL(tok, lock, user string, custom []string) string {
+//
+// own is the condition on a row p of pg_prepared_statements that it is one of the prepared fences' statements as
+// the proxy prepared it on this connection (prepState.ownCond): those are not the client's SQL PREPARE, while a
+// statement a function put under one of the proxy's names is.
+func probeSQL(tok, lock, user string, custom []string, own string) string {
 	return probeLimitsSQL + replayableSettingsSQL(custom) + "; " +
 		"SELECT pg_catalog.current_setting(" + quoteLiteral(tok) + ", true), pg_catalog.current_setting(" + quoteLiteral(lock) + ", true), " +
 		"pg_catalog.concat_ws(', ', " + unmovableSettingsSQL() + ", " +
 		"CASE WHEN EXISTS (SELECT FROM pg_catalog.pg_listening_channels()) THEN 'LISTEN' END, " +
 		"CASE WHEN EXISTS (SELECT FROM pg_catalog.pg_cursors WHERE is_holdable) THEN 'a WITH HOLD cursor' END, " +
-		"CASE WHEN EXISTS (SELECT FROM pg_catalog.pg_prepared_statements WHERE from_sql AND pg_catalog.left(name, 12)" + sqlNe + quoteLiteral(sqlStmtPrefix) +
-		" AND pg_catalog.left(name, 12)" + sqlNe + quoteLiteral(preparedPrefix) + ") THEN 'SQL PREPARE' END, " +
+		"CASE WHEN EXISTS (SELECT FROM pg_catalog.pg_prepared_statements AS p WHERE p.from_sql AND pg_catalog.left(p.name, 12)" + sqlNe + quoteLiteral(sqlStmtPrefix) +
+		" AND NOT (" + own + ")) THEN 'SQL PREPARE' END, " +
 		"CASE WHEN EXISTS (SELECT FROM pg_catalog.pg_prepared_statements WHERE NOT from_sql AND pg_catalog.left(name, 11)" + sqlNe + "'fenceproxy_') THEN 'a named protocol-level prepared statement' END, " +
 		"CASE WHEN EXISTS (SELECT FROM pg_catalog.pg_locks WHERE locktype" + sqlEq + "'advisory' AND pid" + sqlEq + "pg_catalog.pg_backend_pid()) THEN 'a session advisory lock' END, " +
 		"CASE WHEN EXISTS (SELECT FROM pg_catalog.pg_class WHERE relnamespace" + sqlEq + "pg_catalog.pg_my_temp_schema()) THEN 'a temporary table' END), " +
@@ -1207,8 +1211,9 @@ func (ss *session) verifiedBegin(sc *serverConn, text []byte, set rewrite.Settin
 		return "", 0, false
 	}
 	ss.expectVerifiedRow()
-	if column, ok := ss.prep.foldVerification(); ok {
+	if column, ok := sc.prep.foldVerification(); ok {
 		// The prepared fences' verification, due before this BEGIN, as a fifth column (checkRow).
+		pl.verifyFolded.Store(true)
 		return sc.pool.tokenTexts(key.bare).read + ", " + column + "; " + pl.beginPrefix.values, 3, true
 	}
 	return pl.beginPrefix.text, 3, true
@@ -1225,10 +1230,10 @@ func (ss *session) expectVerifiedRow() {
 	}
 }
 
-// checkRow checks the row a verified start read (verifiedBegin) for what was asked (verifyPlaceholders,
+// checkRow checks the row a verified start read on sc (verifiedBegin) for what was asked (verifyPlaceholders,
 // verifyRole), with the refusal the checked token statement gives: the placeholders (55F03, naming the
-// setting), then the role (0A000).
-func (ss *session) checkRow(body []byte, what int32) error {
+// setting), then the role (0A000); and applies the prepared fences' verification it carries, if any.
+func (ss *session) checkRow(sc *serverConn, body []byte, what int32) error {
 	row, err := dataRowValues(body)
 	if err != nil || len(row) < 4 {
 		return fmt.Errorf("%w: the read of a pooled server connection's state gave an unexpected row", errProtocol)
@@ -1242,8 +1247,11 @@ func (ss *session) checkRow(body []byte, what int32) error {
 	if what == verifyRole && string(row[2]) != "t" { // loginRoleSQL
 		return refusedState(rewrite.NamedRefusalMarker(sqlstateFeatureNotSupported, rewrite.RefusalPooledRole, "") + "|" + string(row[3]))
 	}
-	if len(row) >= 5 { // the prepared fences' verification (foldVerification)
-		if missing := ss.prep.foldedAnswer(row[4]); missing != nil {
+	if ss.pooled.verifyFolded.Swap(false) { // the prepared fences' verification (foldVerification)
+		if len(row) != 5 {
+			return fmt.Errorf("%w: the read of a pooled server connection's state gave %d columns, want 5", errProtocol, len(row))
+		}
+		if missing := sc.prep.foldedAnswer(row[4]); missing != nil {
 			ss.preparedReplaced(missing)
 		}
 	}
@@ -1586,11 +1594,14 @@ func (ss *session) relayServer(sc *serverConn, inline bool) bool {
 			case msgErrorResponse:
 				pl.hide.Store(0) // relayed: the client's statement did not run, nor the rest of the token statements
 				pl.verifyStart.Store(verifyNone)
+				if pl.verifyFolded.Swap(false) {
+					sc.prep.dropFolded() // its row never came: nothing verified
+				}
 				ss.noteTokenStmtRefusal(body) // pooledsettings.go
 			case msgNoticeResponse, msgParameterStatus, msgNotificationResponse:
 			case msgDataRow:
 				if what := pl.verifyStart.Swap(verifyNone); what != verifyNone {
-					if err := ss.checkRow(body, what); err != nil {
+					if err := ss.checkRow(sc, body, what); err != nil {
 						ss.lendFailed(sc, err)
 						return true
 					}
@@ -1679,7 +1690,8 @@ func (ss *session) relayServer(sc *serverConn, inline bool) bool {
 }
 
 // preparedAnswer takes one message that answers a command of the prepared fences' own (state.internal > 0) off
-// sc and applies it (onPreparedAnswer). A FATAL ends the lend as a lost connection does, for this client only.
+// sc and applies it to sc's templates (onPreparedAnswer). A FATAL goes to the client, as the server's reason,
+// and ends the lend as a lost connection does, for this client only.
 func (ss *session) preparedAnswer(sc *serverConn, typ byte) error {
 	body, err := sc.r.body()
 	if err != nil {
@@ -1688,10 +1700,14 @@ func (ss *session) preparedAnswer(sc *serverConn, typ byte) error {
 	defer sc.r.release()
 	if typ == msgErrorResponse {
 		if sev := errorField(body, fieldSeverity); sev == "FATAL" || sev == "PANIC" {
+			if err := ss.errorOut(ss.cw, body); err != nil { // sets serverFatal: no farewell of the proxy's after it
+				return err
+			}
+			ss.cw.Flush()
 			return fmt.Errorf("the server ended the connection during the proxy's own statement: %s", errorField(body, fieldMessage))
 		}
 	}
-	_, err = ss.onPreparedAnswer(typ, body, nil)
+	_, err = ss.onPreparedAnswer(sc.prep, typ, body, nil)
 	return err
 }
 
@@ -1832,7 +1848,7 @@ func (e *probeCancelled) Error() string { return "probe cancelled: " + e.msg }
 func (ss *session) probeOnce(sc *serverConn) error {
 	pl := ss.pooled
 	cfg := ss.srv.cfg
-	writeMsg(sc.w, msgQuery, nil, probeSQL(cfg.Token.Setting, cfg.Token.LockSetting, sc.pool.params["user"], ss.customToRead(sc)))
+	writeMsg(sc.w, msgQuery, nil, probeSQL(cfg.Token.Setting, cfg.Token.LockSetting, sc.pool.params["user"], ss.customToRead(sc), sc.prep.ownCond()))
 	pl.unnamedHere = false // the Query dropped it
 	if err := sc.w.Flush(); err != nil {
 		return fmt.Errorf("probe: %w", err)

@@ -139,13 +139,18 @@ func (ss *session) querySQLPrepared(body []byte, p Planner) error {
 	prefix := ss.takeQueryPrefix()
 	var fenced bytes.Buffer
 	if p != nil {
-		lent := ss.prep
+		// An idle point all the same (prepared.go): the proxy's own commands go straight to the connection,
+		// before the text's words may make it forget them (as the core sends them before it looks at the text).
+		// Their answers may all come back before the Query is counted: the pool's side of them
+		// (preparedAnswer) acts on no idle moment.
 		if ss.state.idle() {
-			lent.sendQueued(sc.w, &ss.state, body) // an idle point all the same (prepared.go)
+			ss.prep.sendQueued(sc.w, &ss.state, body)
 		}
-		ss.prep = &pl.noPrep // the statement goes as SQL, whose EXECUTE names are all the client's
+		// The core fences the text into the scratch buffer as SQL: every EXECUTE name in it must be the
+		// client's (mapped below).
+		ss.sqlOnly = true
 		err := ss.onClientMsg(msgQuery, body, p, &fenced)
-		ss.prep = lent
+		ss.sqlOnly = false
 		if err != nil {
 			return err
 		}

@@ -231,12 +231,19 @@ func (ss *session) serverStmt(name []byte) string {
 	}
 	sc := pl.sc
 	if !sc.stmts[cs.server] {
+		ss.prep.clientText(parsedText(cs.parse)) // the text's words, on this connection too (prepared.go)
 		writeMsg(sc.w, msgParse, cs.parse, "")
 		pl.stmts.sent(msgParseComplete, true)
 		sc.stmts[cs.server] = true
 		pl.stmtParsed.Store(true)
 	}
 	return cs.server
+}
+
+// parsedText is the text a Parse message's body prepares (nil when malformed: the server refuses it anyway).
+func parsedText(body []byte) []byte {
+	text, _ := planText(msgParse, body)
+	return text
 }
 
 // renamedOut writes a client's Bind, Describe or Close (pl.mu held) with its statement name mapped; false when
@@ -315,6 +322,7 @@ func (ss *session) placeUnnamed() {
 	}
 	pl.unnamedHere = true
 	if pl.unnamed != nil {
+		ss.prep.clientText(parsedText(pl.unnamed[headerLen:])) // the text's words, on this connection too
 		pl.sc.w.Write(pl.unnamed)
 		pl.stmts.sent(msgParseComplete, true)
 		return

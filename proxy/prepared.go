@@ -343,12 +343,25 @@ func (ps *prepState) verification() (string, []*prepEntry) {
 	return ps.verifyText, ps.verifyEntries
 }
 
+// ownCond is the condition on a row p of pg_prepared_statement() (or the view over it) that it is one of the
+// connection's templates with the text the proxy prepared under its name (verifyCond); "false" when there are
+// none. Client side (in transaction pooling: under the lent client's pooledState.mu).
+func (ps *prepState) ownCond() string {
+	if _, entries := ps.verification(); len(entries) > 0 {
+		return verifyCond(entries)
+	}
+	return "false"
+}
+
 // foldVerification is, when the next bare BEGIN would have a verification sent before it (sendQueued), that
 // verification as a column (verifyColumnSQL) for the verified start that a pooled client's lone BEGIN gets
 // (pooled.go: verifiedBegin), noted as sent: one statement the server runs for both, and no Query of its own.
 // Its row comes, as a separate verification's answer would, before the BEGIN's answer and before anything of
 // the client's runs; foldedAnswer reads it. ok is false when no verification is due.
 func (ps *prepState) foldVerification() (column string, ok bool) {
+	if ps.lost.Swap(false) {
+		ps.forget() // a verification found a name replaced: nothing of the proxy's is trusted until prepared again
+	}
 	if ps.max == 0 || !ps.onServer || ps.verifySent == ps.epoch {
 		return "", false
 	}
@@ -361,6 +374,13 @@ func (ps *prepState) foldVerification() (column string, ok bool) {
 	ps.mu.Unlock()
 	ps.verifySent = ps.epoch
 	return ps.verifyColumn, true
+}
+
+// dropFolded forgets a folded verification whose row never came (its statement failed before it).
+func (ps *prepState) dropFolded() {
+	ps.mu.Lock()
+	ps.folded = nil
+	ps.mu.Unlock()
 }
 
 // foldedAnswer applies the answer of a folded verification (foldVerification): names is the column's text, the
@@ -533,9 +553,8 @@ func (ps *prepState) current(done bool) prepCommand {
 // onPreparedAnswer handles a server message that answers a command of the proxy's own (state.internal > 0;
 // onServerMsg passes notifications and parameter changes, which are not answers, on as usual): nothing of it
 // reaches the client but a FATAL error, which ends the session.
-func (ss *session) onPreparedAnswer(typ byte, body []byte, out msgSink) (serverEvent, error) {
+func (ss *session) onPreparedAnswer(ps *prepState, typ byte, body []byte, out msgSink) (serverEvent, error) {
 	st := &ss.state
-	ps := ss.prep
 	switch typ {
 	case msgDataRow:
 		if c := ps.current(false); c.verify {

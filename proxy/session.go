@@ -43,6 +43,9 @@ type session struct {
 	// mode; in transaction mode the lent server connection's (serverConn.prep), set by lend, or, before the
 	// first lend, one that is off.
 	prep *prepState
+	// sqlOnly: the Query being fenced goes as SQL, with no command of the prepared fences' in front (pooled
+	// querySQLPrepared); the session goroutine's own.
+	sqlOnly bool
 
 	// Transaction pooling (pooled.go): the client's pooling state, nil in session mode; and the text that goes
 	// before the client's next Query (the transaction's token statement).
