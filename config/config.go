@@ -70,7 +70,8 @@ type Upstream struct {
 	// (PREPARE once, then EXECUTE with each statement's constants: the server skips parsing and planning the
 	// fence). 0 turns it off. The default is DefaultPreparedFences, or 0 with token.scope transaction: behind a
 	// transaction pooler a later statement may reach a server connection that never saw the PREPARE. With
-	// pool.mode transaction the proxy is that pooler: each server connection of a pool keeps its own.
+	// pool.mode transaction the proxy is that pooler and each server connection of a pool keeps its own; the
+	// default is 0 there too, since they measured no faster (docs/benchmark.md, seventh pass).
 	PreparedFences *int `yaml:"prepared_fences"`
 }
 
@@ -86,12 +87,13 @@ func (u Upstream) HostList() []string {
 // and the failover barrier, rather than relaying to the one upstream.address.
 func (u Upstream) Routed() bool { return len(u.Hosts) > 0 }
 
-// Prepared is PreparedFences, or its default for the token scope when it is not set.
-func (u Upstream) Prepared(scope string) int {
+// Prepared is PreparedFences, or its default when it is not set: DefaultPreparedFences, or 0 with token.scope
+// transaction or with the proxy's own transaction pooling (transactionPool).
+func (u Upstream) Prepared(scope string, transactionPool bool) int {
 	switch {
 	case u.PreparedFences != nil:
 		return *u.PreparedFences
-	case scope == TokenScopeTransaction:
+	case scope == TokenScopeTransaction, transactionPool:
 		return 0
 	}
 	return DefaultPreparedFences
@@ -671,7 +673,7 @@ func (c *Config) validate(add func(key, format string, args ...any)) {
 	if c.Upstream.Reuse.Idle() < 0 {
 		add("upstream.reuse.max_idle", "must be 0 (off) or more")
 	}
-	if n := c.Upstream.Prepared(c.Token.Scope); n < 0 || n > 10000 {
+	if n := c.Upstream.Prepared(c.Token.Scope, c.Pool.Transaction()); n < 0 || n > 10000 {
 		add("upstream.prepared_fences", "must be 0 (off) to 10000")
 	}
 	if c.Upstream.Reuse.IdleTimeout < 0 {

@@ -425,3 +425,25 @@ func TestBarrierSources(t *testing.T) {
 		t.Errorf("empty zookeeper server: %v", err)
 	}
 }
+
+// TestPreparedFencesDefault: prepared fences are on by default in session mode, off with token.scope transaction
+// and with the proxy's own transaction pooling (where they measured no faster), and an explicit value wins.
+func TestPreparedFencesDefault(t *testing.T) {
+	eight := 8
+	for _, tc := range []struct {
+		name     string
+		u        Upstream
+		scope    string
+		pooled   bool
+		prepared int
+	}{
+		{"session mode", Upstream{}, TokenScopeSession, false, DefaultPreparedFences},
+		{"token.scope transaction", Upstream{}, TokenScopeTransaction, false, 0},
+		{"pool.mode transaction", Upstream{}, TokenScopeSession, true, 0},
+		{"pool.mode transaction, set", Upstream{PreparedFences: &eight}, TokenScopeSession, true, 8},
+	} {
+		if got := tc.u.Prepared(tc.scope, tc.pooled); got != tc.prepared {
+			t.Errorf("%s: %d prepared fences, want %d", tc.name, got, tc.prepared)
+		}
+	}
+}

@@ -665,7 +665,7 @@ func (p *txPool) dialOnce(login *clientLogin) (*serverConn, error) {
 		conn.SetDeadline(dl)
 	}
 	sc := &serverConn{pool: p, conn: conn, host: up, born: time.Now(), stmts: map[string]bool{}}
-	sc.prep = &prepState{max: s.cfg.Upstream.Prepared(s.cfg.Token.Scope)}
+	sc.prep = &prepState{max: s.cfg.Upstream.Prepared(s.cfg.Token.Scope, s.cfg.Pool.Transaction())}
 	rw := rawIO(conn, nil) // rawsocket_linux.go
 	sc.w = bufio.NewWriterSize(serverOut{sc: sc, w: rw}, writeBufferSize)
 	sc.holder, _ = rw.(writeHolder)

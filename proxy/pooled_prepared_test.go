@@ -25,7 +25,7 @@ import (
 // not templated, with the second they run without prepared fences in a pool, and with the third the pool looks
 // at the connection after every transaction.)
 func TestPooledSharedStatementsSwappedByAnotherClient(t *testing.T) {
-	f := newPooledFenced(t, 1, "  max_client_wait: 3s\n")
+	f := newPooledFencedUpstream(t, 1, "  max_client_wait: 3s\n", "  prepared_fences: 64\n")
 	fn := fxName(t, "swap")
 	fxExec(t, f.d, fmt.Sprintf(`CREATE FUNCTION public.%s() RETURNS int LANGUAGE plpgsql AS $$
 DECLARE r record; n int := 0;

@@ -21,14 +21,21 @@ import (
 	"github.com/fenceproxy/fenceproxy/internal/proxytest"
 )
 
-// newPooledFenced is a proxy in pool.mode transaction (pool.size size) protecting one fresh table.
+// newPooledFenced is a proxy in pool.mode transaction (pool.size size, extra lines under pool:) protecting one
+// fresh table.
 func newPooledFenced(t *testing.T, size int, extra string) *fenced {
+	t.Helper()
+	return newPooledFencedUpstream(t, size, extra, "")
+}
+
+// newPooledFencedUpstream is newPooledFenced with upstream's extra lines (proxytest.Options.Upstream).
+func newPooledFencedUpstream(t *testing.T, size int, extra, upstream string) *fenced {
 	t.Helper()
 	d := direct(t)
 	name := fxName(t, "tp")
 	fxCreateTable(t, d, "public."+name)
 	yaml := fxTables("public."+name) + fmt.Sprintf("pool:\n  mode: transaction\n  size: %d\n", size) + extra + "auth:\n  type: trust\n"
-	p := startProxy(t, proxytest.Options{YAML: yaml})
+	p := startProxy(t, proxytest.Options{YAML: yaml, Upstream: upstream})
 	return &fenced{p: p, d: d, name: name, label: "public." + name}
 }
 

@@ -53,6 +53,9 @@ const (
 func (tr preparedTransport) options(yaml, upstream string) proxytest.Options {
 	if tr == pooledTransport {
 		yaml += "pool:\n  mode: transaction\n  size: 1\nauth:\n  type: trust\n"
+		if !strings.Contains(upstream, "prepared_fences") {
+			upstream += "  prepared_fences: 64\n" // off by default in transaction mode
+		}
 	}
 	return proxytest.Options{YAML: yaml, DisableEventLoop: tr != loopTransport, Upstream: upstream}
 }

@@ -22,5 +22,5 @@ func main() {
 		os.Exit(1)
 	}
 	fmt.Printf("mode=%s spin=%v event_loops=%d prepared_fences=%d pool=%s\n", cfg.Relay.Mode, cfg.Relay.SpinFor(), cfg.Relay.EventLoops,
-		cfg.Upstream.Prepared(cfg.Token.Scope), cfg.Pool.Mode)
+		cfg.Upstream.Prepared(cfg.Token.Scope, cfg.Pool.Transaction()), cfg.Pool.Mode)
 }
