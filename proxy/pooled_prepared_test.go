@@ -26,18 +26,7 @@ import (
 // at the connection after every transaction.)
 func TestPooledSharedStatementsSwappedByAnotherClient(t *testing.T) {
 	f := newPooledFencedUpstream(t, 1, "  max_client_wait: 3s\n", "  prepared_fences: 64\n")
-	fn := fxName(t, "swap")
-	fxExec(t, f.d, fmt.Sprintf(`CREATE FUNCTION public.%s() RETURNS int LANGUAGE plpgsql AS $$
-DECLARE r record; n int := 0;
-BEGIN
-	FOR r IN SELECT name, parameter_types FROM pg_prepared_statements WHERE name LIKE 'fenceproxy\_p%%' LOOP
-		EXECUTE format('DEALLOCATE %%I', r.name);
-		EXECUTE format('PREPARE %%I(%%s) AS UPDATE %s SET balance = balance + $1 WHERE id = $2',
-			r.name, array_to_string(r.parameter_types, ','));
-		n := n + 1;
-	END LOOP;
-	RETURN n;
-END $$`, fn, f.label))
+	fn := createSwapFunction(t, f.d, f.label)
 	side := f.label + "_side"
 	fxExec(t, f.d, fmt.Sprintf(`CREATE FUNCTION public.%[1]s_trg() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN PERFORM public.%[1]s(); RETURN NULL; END$$;
 CREATE TABLE %[2]s (x int);
@@ -45,23 +34,14 @@ CREATE TRIGGER swap AFTER INSERT ON %[2]s FOR EACH STATEMENT EXECUTE FUNCTION pu
 	t.Cleanup(func() {
 		f.d.Exec(ctxT(t), "DROP TABLE IF EXISTS "+side)
 		f.d.Exec(ctxT(t), "DROP FUNCTION IF EXISTS public."+fn+"_trg()")
-		f.d.Exec(ctxT(t), "DROP FUNCTION IF EXISTS public."+fn+"()")
 	})
 	fxExec(t, f.d, "INSERT INTO "+f.label+" (id, balance, fence_token) VALUES (1, 0, 1), (2, 0, 1)")
 
 	simple := "&default_query_exec_mode=simple_protocol"
 	a := pooledConn(t, f, simple+"&options=-c%20fence.token%3D5")
 	b := pooledConn(t, f, simple)
-	transaction := func(id, delta int) error {
-		ctx := ctxT(t)
-		for _, q := range []string{"BEGIN", fmt.Sprintf("UPDATE %s SET balance = balance + %d WHERE id = %d", f.label, delta, id), "COMMIT"} {
-			if _, err := a.Exec(ctx, q); err != nil {
-				a.Exec(ctx, "ROLLBACK")
-				return err
-			}
-		}
-		return nil
-	}
+	pf := &preparedFixture{p: f.p, d: f.d, name: f.name}
+	transaction := func(id, delta int) error { return pf.transaction(t, a, id, delta) }
 	balance := 0
 	for i := 1; i <= 6; i++ {
 		if err := transaction(1, i); err != nil {

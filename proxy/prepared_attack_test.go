@@ -1,6 +1,7 @@
 package proxy_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -772,6 +773,27 @@ func serverExecutions(t *testing.T, c *pgx.Conn) int64 {
 	return n
 }
 
+// createSwapFunction creates a function (dropped when the test ends) that deallocates every statement named with
+// the proxy's prefix on the connection that calls it and prepares, under the same name and parameter types, an
+// unfenced UPDATE of table's balance; it returns how many it replaced. It returns the function's name.
+func createSwapFunction(t *testing.T, d *pgx.Conn, table string) string {
+	t.Helper()
+	fn := fxName(t, "swap")
+	fxExec(t, d, fmt.Sprintf(`CREATE FUNCTION public.%s() RETURNS int LANGUAGE plpgsql AS $$
+DECLARE r record; n int := 0;
+BEGIN
+	FOR r IN SELECT name, parameter_types FROM pg_prepared_statements WHERE name LIKE 'fenceproxy\_p%%' LOOP
+		EXECUTE format('DEALLOCATE %%I', r.name);
+		EXECUTE format('PREPARE %%I(%%s) AS UPDATE %s SET balance = balance + $1 WHERE id = $2',
+			r.name, array_to_string(r.parameter_types, ','));
+		n := n + 1;
+	END LOOP;
+	RETURN n;
+END $$`, fn, table))
+	t.Cleanup(func() { d.Exec(context.Background(), "DROP FUNCTION IF EXISTS public."+fn+"()") })
+	return fn
+}
+
 // TestPreparedAttackFunctionSwap (issue 27): a function, which the proxy cannot read, deallocates every
 // statement of the proxy's and prepares an unfenced UPDATE under the same name and parameter types. Without the
 // guard, a statement of that shape sent as EXECUTE would run it. The proxy verifies its names before it
@@ -780,19 +802,7 @@ func serverExecutions(t *testing.T, c *pgx.Conn) int64 {
 func TestPreparedAttackFunctionSwap(t *testing.T) {
 	forTransports(t, func(t *testing.T, tr preparedTransport) {
 		f := newPreparedFixture(t, tr, "")
-		fn := fxName(t, "swap")
-		fxExec(t, f.d, fmt.Sprintf(`CREATE FUNCTION public.%s() RETURNS int LANGUAGE plpgsql AS $$
-DECLARE r record; n int := 0;
-BEGIN
-	FOR r IN SELECT name, parameter_types FROM pg_prepared_statements WHERE name LIKE 'fenceproxy%%' LOOP
-		EXECUTE format('DEALLOCATE %%I', r.name);
-		EXECUTE format('PREPARE %%I(%%s) AS UPDATE public.%s SET balance = balance + $1 WHERE id = $2',
-			r.name, array_to_string(r.parameter_types, ','));
-		n := n + 1;
-	END LOOP;
-	RETURN n;
-END $$`, fn, f.name))
-		t.Cleanup(func() { f.d.Exec(ctxT(t), "DROP FUNCTION IF EXISTS public."+fn+"()") })
+		fn := createSwapFunction(t, f.d, "public."+f.name)
 		c := f.simple(t, "5")
 		balance := 0
 		for i := 1; i <= 6; i++ {
