@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"math/bits"
 	"slices"
 	"strconv"
 	"strings"
@@ -238,8 +237,7 @@ type tokenTexts struct {
 	inlineHead, inlineMid, inlineTail string // inlineHead + token + inlineMid + lock + inlineTail, as SQL expressions
 	plainHead, plainMid, plainTail    string // the same for the plain form
 	bareHead, bareMid, bareTail       string // the plain form without the role set (roleSeen)
-	startRead                         string // what a verified start reads: the token, the lock, loginRoleSQL and the role
-	read                              string // startRead as a SELECT to add columns to (no "; ")
+	startRead                         string // what a verified start reads (the token, the lock, loginRoleSQL, the role): a SELECT, no "; "
 	readHead, readMid, readTail       string // that read and the bare plain form in one SELECT (a batch's verified start)
 	parseBody                         []byte
 }
@@ -262,8 +260,7 @@ func newTokenTexts(tok, lock, user, extra, plainExtra string) tokenTexts {
 	t.bareHead, t.bareMid, t.bareTail = cut(plainSQLWith(tok, lock, "\x00TOK\x00", "\x00LOCK\x00") + "; ")
 	read := "SELECT pg_catalog.current_setting(" + quoteLiteral(tok) + ", true), pg_catalog.current_setting(" + quoteLiteral(lock) +
 		", true), " + loginRoleSQL(user) + ", pg_catalog.current_setting('role')"
-	t.startRead = read + "; "
-	t.read = read
+	t.startRead = read
 	// The reads first: a target list is evaluated in order.
 	t.readHead, t.readMid, t.readTail = cut(read + ", " + strings.TrimPrefix(plainSQLWith(tok, lock, "\x00TOK\x00", "\x00LOCK\x00"), "SELECT "))
 	parse := append(append([]byte(tokenStmtName), 0), tokenStmtSQL(tok, lock)+extra...)
@@ -732,13 +729,15 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 			ss.writeTokenStmt(tokenPortal)
 		}
 	}
+	var text []byte // a Query's or Parse's text; nil for other messages, or one that is malformed
 	if body != nil && (typ == msgQuery || typ == msgParse) {
-		if text, ok := planText(typ, body); ok {
-			if mayLeaveSessionState(text) {
-				pl.probe.Store(true)
-			}
-			ss.noteCustomSettings(text) // pooledsettings.go
+		text, _ = planText(typ, body)
+	}
+	if text != nil {
+		if mayLeaveSessionState(text) {
+			pl.probe.Store(true)
 		}
+		ss.noteCustomSettings(text) // pooledsettings.go
 	}
 	switch typ {
 	case msgQuery, msgSync, msgFunctionCall:
@@ -795,15 +794,13 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 			err = ss.cr.forward(sc.w)
 		}
 	}
-	// Whichever path above sent it (the core's looks at some, the pool's own at none), after it went (a Query's
-	// own fenced statement may still be sent as EXECUTE): a text that may drop prepared statements makes the
-	// connection's prepared fences forgotten, swept at the next idle point; and every message but a bare BEGIN
-	// may run code of the client's on the connection, so they are not EXECUTEd again until a verification sent
-	// after it comes back clean (prepared.go).
-	if body != nil && (typ == msgQuery || typ == msgParse) {
-		if text, ok := planText(typ, body); ok {
-			ss.prep.clientText(text)
-		}
+	// Whichever path above sent it, after it went (a Query's own fenced statement may still be sent as EXECUTE):
+	// a text that may drop prepared statements makes the connection's prepared fences forgotten, swept at the
+	// next idle point (with a planner every path above went through the core, which looked: queryOut, parseOut);
+	// and every message but a bare BEGIN may run code of the client's on the connection (the core counts only
+	// some), so they are not EXECUTEd again until a verification sent after it comes back clean (prepared.go).
+	if text != nil && p == nil {
+		ss.prep.clientText(text)
 	}
 	ss.prep.clientRan(typ, body)
 	if err != nil {
@@ -1204,7 +1201,7 @@ func (ss *session) verifiedBegin(sc *serverConn, text []byte, set rewrite.Settin
 		values, ok := ss.setLocalValues(set)
 		c.key, c.built, c.ok, c.text, c.values = key, true, ok, "", values
 		if ok {
-			c.text = sc.pool.tokenTexts(key.bare).startRead + values
+			c.text = sc.pool.tokenTexts(key.bare).startRead + "; " + values
 		}
 	}
 	if !pl.beginPrefix.ok {
@@ -1214,7 +1211,7 @@ func (ss *session) verifiedBegin(sc *serverConn, text []byte, set rewrite.Settin
 	if column, ok := sc.prep.foldVerification(); ok {
 		// The prepared fences' verification, due before this BEGIN, as a fifth column (checkRow).
 		pl.verifyFolded.Store(true)
-		return sc.pool.tokenTexts(key.bare).read + ", " + column + "; " + pl.beginPrefix.values, 3, true
+		return sc.pool.tokenTexts(key.bare).startRead + ", " + column + "; " + pl.beginPrefix.values, 3, true
 	}
 	return pl.beginPrefix.text, 3, true
 }
@@ -1465,63 +1462,10 @@ func writeQueryMsg(w msgSink, prefix string, raw []byte, s string) {
 // pg_settings counts as set_config: an UPDATE of it calls set_config at session level (its rule). A Unicode
 // escape (U&"...", U&'...') can spell an identifier without its letters showing: a text that holds one counts as
 // holding every word.
-func mayLeaveSessionState(text []byte) bool { return sessionStateWords.in(text) }
+func mayLeaveSessionState(text []byte) bool { return sessionStateWords.In(text) }
 
 // sessionStateWords are mayLeaveSessionState's words.
-var sessionStateWords = newFoldWords("set_config", "pg_settings", "advisory", "temp", "u&")
-
-// foldWords finds any of a few lower-case ASCII words in a text, in any letter case, in one pass over it: these
-// run on every statement a pooled client sends, where a pass per word cost 4% of the proxy's user time in TPC-B.
-// A foldWords is not changed after newFoldWords.
-type foldWords struct {
-	byFirst [256]uint8 // bit i: words[i] starts with this byte, in either case
-	words   []string
-}
-
-// newFoldWords is a foldWords of at most eight words, each non-empty lower-case ASCII.
-func newFoldWords(words ...string) *foldWords {
-	if len(words) > 8 {
-		panic("newFoldWords: more than eight words")
-	}
-	f := &foldWords{words: words}
-	for i, w := range words {
-		c := w[0]
-		f.byFirst[c] |= 1 << i
-		if c >= 'a' && c <= 'z' {
-			f.byFirst[c-'a'+'A'] |= 1 << i
-		}
-	}
-	return f
-}
-
-// in reports whether text holds one of the words in any letter case.
-func (f *foldWords) in(text []byte) bool {
-	for i, c := range text {
-		starts := f.byFirst[c]
-		for starts != 0 {
-			k := bits.TrailingZeros8(starts)
-			starts &^= 1 << k
-			if w := f.words[k]; len(text)-i >= len(w) && equalFoldLower(text[i+1:i+len(w)], w[1:]) {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-// equalFoldLower reports whether b is word (lower-case ASCII, as long as b) in any letter case.
-func equalFoldLower(b []byte, word string) bool {
-	for j := 0; j < len(word); j++ {
-		c := b[j]
-		if c >= 'A' && c <= 'Z' {
-			c += 'a' - 'A'
-		}
-		if c != word[j] {
-			return false
-		}
-	}
-	return true
-}
+var sessionStateWords = rewrite.NewFoldWords("set_config", "pg_settings", "advisory", "temp", "u&")
 
 // tagMayLeaveSessionState reports whether a command tag says the statement may have left session state.
 func tagMayLeaveSessionState(tag []byte) bool {
@@ -1698,17 +1642,14 @@ func (ss *session) preparedAnswer(sc *serverConn, typ byte) error {
 		return err
 	}
 	defer sc.r.release()
-	if typ == msgErrorResponse {
-		if sev := errorField(body, fieldSeverity); sev == "FATAL" || sev == "PANIC" {
-			if err := ss.errorOut(ss.cw, body); err != nil { // sets serverFatal: no farewell of the proxy's after it
-				return err
-			}
-			ss.cw.Flush()
-			return fmt.Errorf("the server ended the connection during the proxy's own statement: %s", errorField(body, fieldMessage))
-		}
+	if _, err := ss.onPreparedAnswer(sc.prep, typ, body, ss.cw); err != nil {
+		return err
 	}
-	_, err = ss.onPreparedAnswer(sc.prep, typ, body, nil)
-	return err
+	if ss.state.serverFatal { // onPreparedAnswer relayed the server's FATAL: no farewell of the proxy's after it
+		ss.cw.Flush()
+		return fmt.Errorf("the server ended the connection during the proxy's own statement: %s", errorField(body, fieldMessage))
+	}
+	return nil
 }
 
 // lendFailed ends a lend whose server connection (or the client, written to) failed.

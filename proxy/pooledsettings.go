@@ -96,13 +96,13 @@ func replayableSettingsSQL(custom []string) string {
 }
 
 // setWord is noteCustomSettings' sign of a setting.
-var setWord = newFoldWords("set")
+var setWord = rewrite.NewFoldWords("set")
 
 // noteCustomSettings notes the custom settings a client's text may set or reset (pl.mu held), so that the probe
 // asks for them by name: pg_settings does not show them. A dotted name with set in the text is the cheap
 // sign that there may be one.
 func (ss *session) noteCustomSettings(text []byte) {
-	if bytes.IndexByte(text, '.') < 0 || !setWord.in(text) {
+	if bytes.IndexByte(text, '.') < 0 || !setWord.In(text) {
 		return
 	}
 	pl := ss.pooled

@@ -120,10 +120,10 @@ func (ss *session) lentSQLStmts(sc *serverConn) {
 }
 
 // mentionsSQLPrepared reports whether a Query text may use an SQL-level prepared statement's name.
-func mentionsSQLPrepared(text []byte) bool { return sqlPreparedWords.in(text) }
+func mentionsSQLPrepared(text []byte) bool { return sqlPreparedWords.In(text) }
 
 // sqlPreparedWords are mentionsSQLPrepared's words.
-var sqlPreparedWords = newFoldWords("prepare", "execute", "deallocate")
+var sqlPreparedWords = rewrite.NewFoldWords("prepare", "execute", "deallocate")
 
 // sqlStmtName is the server name of the client's statement name prepared as body (rewrite.PreparedRef.Body).
 func sqlStmtName(name, body string) string {

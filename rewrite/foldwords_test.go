@@ -1,37 +1,13 @@
-package proxy
+package rewrite
 
 import (
 	"math/rand/v2"
 	"testing"
 )
 
-// containsFold is the plain search foldWords replaced (a pass per word), kept as the reference: it reports
-// whether text holds word (lower-case ASCII) in any letter case.
-func containsFold(text []byte, word string) bool {
-	first, upper := word[0], word[0]-'a'+'A'
-	for i := 0; i+len(word) <= len(text); i++ {
-		if c := text[i]; c != first && c != upper {
-			continue
-		}
-		j := 1
-		for ; j < len(word); j++ {
-			c := text[i+j]
-			if c >= 'A' && c <= 'Z' {
-				c += 'a' - 'A'
-			}
-			if c != word[j] {
-				break
-			}
-		}
-		if j == len(word) {
-			return true
-		}
-	}
-	return false
-}
-
 // TestFoldWordsAgreesWithContainsFold: one pass over the text finds a word exactly when a search for each word
-// does, over random texts made of the words' letters in both cases (so near misses abound) and of the words.
+// (containsFoldBytes, the plain search FoldWords replaced) does, over random texts made of the words' letters in
+// both cases (so near misses abound) and of the words.
 func TestFoldWordsAgreesWithContainsFold(t *testing.T) {
 	sets := [][]string{
 		{"set_config", "pg_settings", "advisory", "temp", "u&"},
@@ -41,7 +17,7 @@ func TestFoldWordsAgreesWithContainsFold(t *testing.T) {
 	}
 	r := rand.New(rand.NewPCG(1, 2))
 	for _, words := range sets {
-		f := newFoldWords(words...)
+		f := NewFoldWords(words...)
 		var alphabet []byte
 		for _, w := range words {
 			for i := 0; i < len(w); i++ {
@@ -66,10 +42,10 @@ func TestFoldWordsAgreesWithContainsFold(t *testing.T) {
 			}
 			want := false
 			for _, w := range words {
-				want = want || containsFold(text, w)
+				want = want || containsFoldBytes(text, w)
 			}
-			if got := f.in(text); got != want {
-				t.Fatalf("%q in %q: foldWords says %v, containsFold %v", words, text, got, want)
+			if got := f.In(text); got != want {
+				t.Fatalf("%q in %q: FoldWords says %v, containsFoldBytes %v", words, text, got, want)
 			}
 			if want {
 				found++
@@ -84,15 +60,17 @@ func TestFoldWordsAgreesWithContainsFold(t *testing.T) {
 // A word split by a letter that only differs by case folding outside ASCII letters ('@' is 'A'-1, '[' is 'Z'+1)
 // is not a match.
 func TestFoldWordsOnlyFoldsLetters(t *testing.T) {
-	f := newFoldWords("u&", "temp")
+	f := NewFoldWords("u&", "temp")
 	for text, want := range map[string]bool{"U&'x'": true, "u&": true, "TeMp": true, "tem": false, "te@p": false, "TEM[": false, "u": false, "": false} {
-		if got := f.in([]byte(text)); got != want {
+		if got := f.In([]byte(text)); got != want {
 			t.Errorf("in(%q) = %v, want %v", text, got, want)
 		}
 	}
 }
 
 func BenchmarkSessionStateWords(b *testing.B) {
+	sessionState := NewFoldWords("set_config", "pg_settings", "advisory", "temp", "u&") // proxy/pooled.go's
+	sqlPrepared := NewFoldWords("prepare", "execute", "deallocate")                     // proxy/pooledsqlprep.go's
 	texts := [][]byte{
 		[]byte("UPDATE pgbench_accounts SET abalance = abalance + -4321 WHERE aid = 832117;"),
 		[]byte("SELECT abalance FROM pgbench_accounts WHERE aid = 832117;"),
@@ -100,8 +78,8 @@ func BenchmarkSessionStateWords(b *testing.B) {
 	}
 	for b.Loop() {
 		for _, t := range texts {
-			mayLeaveSessionState(t)
-			mentionsSQLPrepared(t)
+			sessionState.In(t)
+			sqlPrepared.In(t)
 		}
 	}
 }
