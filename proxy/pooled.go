@@ -119,9 +119,6 @@ type pooledState struct {
 	beginPortals    []string
 	windowAnswers   int64
 
-	// noPrep is prepared fences off: session.prep before the first lend.
-	noPrep prepState
-
 	stmts    pooledStmts    // the client's named statements (pooledstmts.go)
 	sqlStmts pooledSQLStmts // the client's SQL-level prepared statements (pooledsqlprep.go)
 
@@ -460,7 +457,7 @@ func (s *Server) startPooled(ss *session, login *clientLogin) {
 	pl.resetToken, pl.resetLock = pl.token, pl.lock
 	pl.settings = startupSettings(ss.params)
 	ss.pooled = pl
-	ss.prep = &pl.noPrep // off until the first lend gives it the server connection's
+	ss.ownPrep.max = 0 // session.prep, off until the first lend gives it the server connection's
 
 	// The client's socket is read and written with raw system calls from here on (rawsocket_linux.go); the
 	// bytes it sent that are buffered already are read first.

@@ -39,10 +39,11 @@ type session struct {
 	movedTo atomic.Pointer[string]
 
 	state protoState // the core's (core.go)
-	// prep is the templates prepared on the upstream connection (prepared.go): the session's own in session
-	// mode; in transaction mode the lent server connection's (serverConn.prep), set by lend, or, before the
-	// first lend, one that is off.
-	prep *prepState
+	// prep is the templates prepared on the upstream connection (prepared.go): the session's own (ownPrep) in
+	// session mode; in transaction mode the lent server connection's (serverConn.prep), set by lend, or, before
+	// the first lend, ownPrep turned off.
+	prep    *prepState
+	ownPrep prepState
 	// sqlOnly: the Query being fenced goes as SQL, with no command of the prepared fences' in front (pooled
 	// querySQLPrepared); the session goroutine's own.
 	sqlOnly bool

@@ -23,7 +23,8 @@ import (
 // handle runs one accepted connection to the end.
 func (s *Server) handle(raw net.Conn, over bool) {
 	ss := &session{srv: s, client: raw, remote: raw.RemoteAddr().String()}
-	ss.prep = &prepState{max: s.cfg.Upstream.Prepared(s.cfg.Token.Scope, s.cfg.Pool.Transaction())}
+	ss.ownPrep.max = s.cfg.Upstream.Prepared(s.cfg.Token.Scope, s.cfg.Pool.Transaction())
+	ss.prep = &ss.ownPrep // one allocation with the session
 	defer func() {
 		if r := recover(); r != nil {
 			// A bug must not take the other sessions down with it.
