@@ -34,12 +34,20 @@ func (ss *session) queryOut(w msgSink, p Planner, body []byte, set rewrite.Setti
 		return fmt.Errorf("%w: Query message that is not one zero-terminated string", errProtocol)
 	}
 	ss.prep.clientText(text)
+	ss.inlined = false
+	set.InlineToken = ss.inlineToken != ""
 	plan := ss.checkPlan(p.Plan(text, set))
 	switch plan.Action {
 	case rewrite.Rewrite:
 		ss.srv.metrics.rewritten()
-		sql := plan.SQL
-		if !ss.sqlOnly {
+		var sql string
+		ss.inlined = plan.TokenSegs != nil
+		switch {
+		case plan.TokenSegs != nil:
+			sql = plan.WithToken(ss.inlineToken)
+		case ss.sqlOnly:
+			sql = plan.SQL
+		default:
 			sql = ss.prep.statementFor(plan, ss.srv.metrics)
 		}
 		writeQueryMsg(w, ss.takeQueryPrefix(), nil, sql)
@@ -71,12 +79,15 @@ func (ss *session) parseOut(w msgSink, p Planner, body []byte, set rewrite.Setti
 		return fmt.Errorf("%w: Parse message with an unterminated query", errProtocol)
 	}
 	ss.prep.clientText(query)
+	ss.inlined = false
+	set.InlineToken = ss.inlineToken != ""
 	plan := ss.checkPlan(p.Plan(query, set))
 	var sql string
 	switch plan.Action {
 	case rewrite.Rewrite:
 		ss.srv.metrics.rewritten()
-		sql = plan.SQL
+		sql = plan.WithToken(ss.inlineToken)
+		ss.inlined = plan.TokenSegs != nil
 	case rewrite.Refuse:
 		sql = ss.refusal(plan)
 	default:

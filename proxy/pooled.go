@@ -85,6 +85,13 @@ type pooledState struct {
 
 	token, lock           *string // the client's session values; nil: the server's default
 	resetToken, resetLock *string // what RESET returns to: the startup values, or nil
+	// tokenInForce is the token the lent connection's transaction holds, as the proxy gave it at its start,
+	// while no message since may have changed it (followTokenInForce); "" when not known.
+	tokenInForce string
+	// unnamedToken is the token the client's unnamed statement carries (inline form), "" if none; unnamedSrc
+	// is then the client's Parse body, fenced again when it is bound where another token is in force.
+	unnamedToken string
+	unnamedSrc   []byte
 
 	settings         map[string]string // the client's other session-level settings (pooledsettings.go)
 	customNames      map[string]bool   // custom settings the client's texts may have set (noteCustomSettings)
@@ -686,8 +693,16 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 			}
 		}
 		if sendTokenStmt && byte(st.txStatus.Load()) == txIdle {
-			ss.replaySettings()                                                          // pooledsettings.go
-			if err := ss.checkFirst(typ, body, ss.injectTokens(typ, body)); err != nil { // pooledsettings.go
+			ss.replaySettings() // pooledsettings.go
+			prefix := ss.injectTokens(typ, body)
+			// The transaction's token is now the client's: a Query's rewrite may carry it (inlineToken).
+			pl.tokenInForce = ""
+			if prefix != prefixNone && pl.token != nil {
+				if _, ok := rewrite.ValidToken(*pl.token); ok {
+					pl.tokenInForce = *pl.token
+				}
+			}
+			if err := ss.checkFirst(typ, body, prefix); err != nil { // pooledsettings.go
 				return err
 			}
 		}
@@ -736,6 +751,13 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 		}
 		ss.noteCustomSettings(text) // pooledsettings.go
 	}
+	if typ == msgBind && body != nil {
+		// A statement parsed in an earlier transaction runs again here: what its text may leave is read back at
+		// this transaction's end too (a bound set_config of the token at session level, executed twice).
+		if stmt, ok := ss.stmtText(msgBind, body); ok && mayLeaveSessionState(stmt) {
+			pl.probe.Store(true)
+		}
+	}
 	switch typ {
 	case msgQuery, msgSync, msgFunctionCall:
 		pl.open++
@@ -748,6 +770,9 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 		pl.probe.Store(true) // a fastpath call may take an advisory lock
 	}
 	p := ss.srv.currentPlanner()
+	ss.inlined = false
+	ss.followTokenInForce(typ, body, text)
+	defer func() { ss.inlineToken = "" }()
 	var err error
 	switch {
 	case typ == msgQuery && body != nil && mentionsSQLPrepared(body):
@@ -776,7 +801,7 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 		pl.stmts.sent(msgCloseComplete, false)
 	case body != nil && (typ == msgBind || typ == msgDescribe):
 		if namesUnnamedStmt(typ, body) {
-			ss.placeUnnamed()
+			ss.placeUnnamed(p)
 		}
 		st.unsynced.Store(true) // the unnamed statement, a portal: as they are
 		writeMsg(sc.w, typ, body, "")
@@ -1262,6 +1287,44 @@ func refusedState(marker string) *replayError {
 // statement (prefixSet): every statement plain by its words (rewrite.PlainStatements) and none of the words
 // for which the end of the transaction looks at the connection (mayLeaveSessionState). The proxy never reads
 // such a transaction's session state back, so it needs no check of what the connection held before.
+// followTokenInForce keeps pl.tokenInForce for a client message about to be forwarded (pl.mu held), and says
+// whether its fenced writes carry it (ss.inlineToken, rewrite/inline.go). The token in force stays known through
+// what cannot change it by its own words: plain Queries (plainText), a lone BEGIN, the extended protocol's Parse,
+// Describe, Execute, Close, Sync and Flush, and a Bind of a plain statement or a lone BEGIN. Anything else (a SET, set_config,
+// SAVEPOINT or ROLLBACK TO, a Bind of another statement, a FunctionCall) makes it unknown until the next
+// transaction's start. A function that changes it behind the proxy is caught by the inline fence itself (55F03).
+// A plain Query, and a Parse of the unnamed statement with a plain text (run right away, and fenced again if it
+// is bound where another token is in force: placeUnnamed), carry it; a named statement, which may run under any
+// later token, never does. Prepared fences, when turned on, are sent instead.
+func (ss *session) followTokenInForce(typ byte, body, text []byte) {
+	pl := ss.pooled
+	if pl.tokenInForce == "" {
+		return
+	}
+	carry := false
+	switch typ {
+	case msgQuery:
+		switch {
+		case text != nil && ss.plainText(text):
+			carry = true
+		case text == nil || !rewrite.LoneBegin(text, ss.readingSettings()):
+			pl.tokenInForce = ""
+		}
+	case msgParse:
+		carry = text != nil && len(body) > 0 && body[0] == 0 && ss.plainText(text)
+	case msgBind:
+		if stmt, ok := ss.stmtText(msgBind, body); !ok || !ss.plainText(stmt) && !rewrite.LoneBegin(stmt, ss.readingSettings()) {
+			pl.tokenInForce = ""
+		}
+	case msgDescribe, msgExecute, msgClose, msgSync, msgFlush:
+	default:
+		pl.tokenInForce = ""
+	}
+	if carry && ss.prep.max == 0 {
+		ss.inlineToken = pl.tokenInForce
+	}
+}
+
 func (ss *session) plainText(text []byte) bool {
 	return rewrite.PlainStatements(text, ss.readingSettings()) && !mayLeaveSessionState(text)
 }

@@ -307,6 +307,10 @@ func (ss *session) parseUnnamed(body []byte, p Planner) error {
 	if len(msg) > headerLen && msg[0] == msgParse && int(binary.BigEndian.Uint32(msg[1:]))+1 == len(msg) {
 		pl.unnamed = bytes.Clone(msg)
 	}
+	pl.unnamedToken, pl.unnamedSrc = "", nil
+	if ss.inlined && ss.inlineToken != "" {
+		pl.unnamedToken, pl.unnamedSrc = ss.inlineToken, bytes.Clone(body)
+	}
 	pl.unnamedHere = true
 	pl.sc.w.Write(msg)
 	pl.stmts.sent(msgParseComplete, false)
@@ -315,8 +319,13 @@ func (ss *session) parseUnnamed(body []byte, p Planner) error {
 
 // placeUnnamed makes the lent server connection's unnamed statement the client's before a Bind or Describe of it
 // (pl.mu held): its Parse again, or, when the client has none, a Close of whatever another client left there.
-func (ss *session) placeUnnamed() {
+// A statement that carries a token (inline form) other than the one in force now is fenced again first, as
+// followTokenInForce would have it for its Parse now.
+func (ss *session) placeUnnamed(p Planner) {
 	pl := ss.pooled
+	if pl.unnamedToken != "" && pl.unnamedToken != pl.tokenInForce && p != nil {
+		ss.refenceUnnamed(p)
+	}
 	if pl.unnamedHere {
 		return
 	}
@@ -329,6 +338,32 @@ func (ss *session) placeUnnamed() {
 	}
 	writeMsg(pl.sc.w, msgClose, []byte{'S', 0}, "")
 	pl.stmts.sent(msgCloseComplete, true)
+}
+
+// refenceUnnamed fences the client's unnamed statement again where the token it carries is no longer the one in
+// force (pl.mu held): with the token in force, or in the usual form; placeUnnamed then sends it. Only the text's
+// fence changes: its parameters, columns and meaning are the client's, as before.
+func (ss *session) refenceUnnamed(p Planner) {
+	pl := ss.pooled
+	src := pl.unnamedSrc
+	text, _ := planText(msgParse, src)
+	prev := ss.inlineToken
+	ss.inlineToken = ""
+	if pl.tokenInForce != "" && ss.prep.max == 0 && text != nil && ss.plainText(text) {
+		ss.inlineToken = pl.tokenInForce
+	}
+	var fenced bytes.Buffer
+	err := ss.parseOut(&fenced, p, src, ss.readingSettings())
+	msg := ss.parseSQLPrepared(fenced.Bytes())
+	pl.unnamed, pl.unnamedToken, pl.unnamedSrc = nil, "", nil
+	if err == nil && len(msg) > headerLen && msg[0] == msgParse && int(binary.BigEndian.Uint32(msg[1:]))+1 == len(msg) {
+		pl.unnamed = bytes.Clone(msg)
+		if ss.inlined && ss.inlineToken != "" {
+			pl.unnamedToken, pl.unnamedSrc = ss.inlineToken, src
+		}
+	}
+	ss.inlineToken = prev
+	pl.unnamedHere = false
 }
 
 // namesUnnamedStmt reports whether a Bind, Describe or Close names the unnamed statement.

@@ -44,6 +44,8 @@ type analysis struct {
 	refusal *Plan
 	writes  []write
 
+	inline       bool // fence with the inline variants (inline.go) where a table has one
+	inlined      bool // a write was fenced with one
 	reservedName bool // the text defines a CTE named stmtTokenName
 	paramZero    bool // the text has a parameter $0
 
@@ -326,6 +328,10 @@ func assignsColumn(targets []*pg.Node, col string) bool {
 
 func (w write) fence(a *analysis) {
 	e := w.table
+	if a.inline && e.inline != nil {
+		e = e.inline
+		a.inlined = true
+	}
 	switch s := w.stmt.(type) {
 	case *pg.UpdateStmt:
 		if s.WhereClause.GetCurrentOfExpr() != nil {
@@ -364,6 +370,9 @@ func (w write) fence(a *analysis) {
 // withStmtToken puts the statement-token CTE first in a write's own WITH
 // (created if absent), the innermost scope of every reference to it.
 func (e *tableEntry) withStmtToken(w *pg.WithClause) *pg.WithClause {
+	if e.cte == nil { // the inline variant: no CTE
+		return w
+	}
 	if w == nil {
 		w = &pg.WithClause{}
 	}

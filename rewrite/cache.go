@@ -204,8 +204,8 @@ func (c *Cache) planShape(rd reading, set Settings, start time.Time, miss bool) 
 	case !t.pending:
 		return c.r.planReading(rd), false, true, false // a shape planned in full: its texts are cached as texts
 	}
-	full := c.r.plan(string(text), rd.scsOff)
-	c.put(cacheKey{string(sh.key), set}, Plan{}, c.r.buildTemplate(text, sh, rd.scsOff, full))
+	full := c.r.plan(string(text), rd.scsOff, rd.inline)
+	c.put(cacheKey{string(sh.key), set}, Plan{}, c.r.buildTemplate(text, sh, rd.scsOff, rd.inline, full))
 	return c.r.forClient(full, rd), false, true, true
 }
 

@@ -47,7 +47,7 @@ func TestRefusedRelations(t *testing.T) {
 			t.Errorf("%s: the prefilter skips it", c.sql)
 			continue
 		}
-		p := r.plan(c.sql, false)
+		p := r.plan(c.sql, false, false)
 		if (p.Action == Refuse) != c.refuse {
 			t.Errorf("%s: action %v (%s), want refused=%v", c.sql, p.Action, p.Message, c.refuse)
 			continue
@@ -57,10 +57,10 @@ func TestRefusedRelations(t *testing.T) {
 		}
 	}
 	// A write to the protected table itself is still fenced, and a refusal elsewhere in the text wins.
-	if p := r.plan("UPDATE accounts SET balance = 1", false); p.Action != Rewrite {
+	if p := r.plan("UPDATE accounts SET balance = 1", false, false); p.Action != Rewrite {
 		t.Errorf("protected write: %v %s", p.Action, p.Message)
 	}
-	if p := r.plan("UPDATE accounts SET balance = 1; DELETE FROM customers", false); p.Action != Refuse {
+	if p := r.plan("UPDATE accounts SET balance = 1; DELETE FROM customers", false, false); p.Action != Refuse {
 		t.Errorf("protected write and a cascading delete: %v", p.Action)
 	}
 	if _, err := New(Config{Refused: []Refused{{Name: "x"}}}); err == nil {

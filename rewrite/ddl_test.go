@@ -84,7 +84,7 @@ func TestDDLRefused(t *testing.T) {
 			t.Errorf("prefilter skips %q", sql)
 			continue
 		}
-		p := r.plan(sql, false)
+		p := r.plan(sql, false, false)
 		if p.Action != Refuse || p.Code != CodeUnfenceable {
 			t.Errorf("%q: want refusal 55F04, got %v %s %s", sql, p.Action, p.Code, p.Message)
 			continue

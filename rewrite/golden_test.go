@@ -219,7 +219,7 @@ func checkPlan(t testing.TB, r *Rewriter, input string, p Plan) {
 		if err != nil {
 			t.Fatalf("rewritten SQL does not parse: %v\n%s", err, p.SQL)
 		}
-		if err := verifyFenced(r, tree); err != nil {
+		if err := verifyFenced(r, tree, false); err != nil {
 			t.Errorf("rewritten SQL is not fenced: %v\n%s", err, p.SQL)
 		}
 		if len(protectedWrites(r, tree)) == 0 {

@@ -38,7 +38,7 @@ const tmplLockMissing = `SELECT ('fenceproxy|55F03|@lock@|' OPERATOR(pg_catalog.
 	pg_catalog.encode(pg_catalog.convert_to(COALESCE(pg_catalog.current_setting('@lock@', true), ''), 'UTF8'), 'hex')
 	OPERATOR(pg_catalog.||) '|@table@|.')::pg_catalog.int8`
 
-// addLockCheck puts the lock check of a require_lock table into e.token's valid arm. Other tables, and
+// addLockCheck puts the lock check of a require_lock table into the token's valid arms (wrapValidArms). Other tables, and
 // lockSetting "", leave e as it is.
 func (e *tableEntry) addLockCheck(lockSetting string, requireLock bool) error {
 	if lockSetting == "" || !requireLock {
@@ -52,17 +52,11 @@ func (e *tableEntry) addLockCheck(lockSetting string, requireLock bool) error {
 	if err != nil {
 		return err
 	}
-	// e.token is CASE WHEN <valid> THEN s::int8 ELSE <marker> END. It is shared, not copied, by the
-	// statement-token CTE (see substitute), so changing it here changes every use.
-	cs := e.token.GetCaseExpr()
-	if cs == nil || len(cs.Args) != 1 || cs.Args[0].GetCaseWhen() == nil {
-		return fmt.Errorf("lock check: unexpected token fragment")
-	}
-	arm := cs.Args[0].GetCaseWhen()
 	noLock, err := parseFragment(tmplLockMissing, consts)
 	if err != nil {
 		return err
 	}
-	arm.Result = substitute(check, map[string]*pg.Node{"fenceproxy_v": arm.Result, "fenceproxy_nolock": noLock})
-	return nil
+	return e.wrapValidArms(func(valid *pg.Node) *pg.Node {
+		return substitute(check, map[string]*pg.Node{"fenceproxy_v": valid, "fenceproxy_nolock": noLock})
+	})
 }

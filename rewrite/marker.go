@@ -104,6 +104,13 @@ func (m Marker) Describe() (message, detail, hint string) {
 			"",
 			fmt.Sprintf("Take the lock, then SET %s = <token> (or run the writer under \"fenceproxy lock\").", m.Setting)
 	case CodeInvalid:
+		if _, ok := ValidToken(m.Token); ok {
+			// Only the inline fence (inline.go) raises 55F03 for a valid token: the setting is not the token
+			// the proxy gave the transaction.
+			return fmt.Sprintf("fencing token changed behind the proxy for a write to %s: %s is %q, not the token fenceproxy gave this transaction", m.Table, m.Setting, m.Token),
+				fmt.Sprintf("In transaction pooling a change to %s that fenceproxy cannot follow (a function calling set_config?) is refused.", m.Setting),
+				fmt.Sprintf("Set %s with SET, SET LOCAL or set_config in the statement text.", m.Setting)
+		}
 		return fmt.Sprintf("invalid fencing token for a write to %s: %q", m.Table, m.Token),
 			fmt.Sprintf("%s must be a decimal integer in 1..9223372036854775807.", m.Setting),
 			fmt.Sprintf("Set %s to the token of the lock you hold.", m.Setting)

@@ -160,7 +160,7 @@ func TestPreparedTypes(t *testing.T) {
 			if !ok || types+")" != c.types || p.Args != c.args {
 				t.Fatalf("body %s\nargs %s\nwant types %s args %s", p.Prepared.Body, p.Args, c.types, c.args)
 			}
-			if err := testRewriter(t).verifyText(stmt); err != nil {
+			if err := testRewriter(t).verifyText(stmt, false); err != nil {
 				t.Fatalf("prepared statement not fenced: %v\n%s", err, stmt)
 			}
 		})

@@ -29,6 +29,10 @@ type Settings struct {
 	// have changed the settings (a SET, a function, a rollback), so they are
 	// known only for texts that read the same under every setting.
 	Unsettled bool
+	// InlineToken: the caller knows the token in force wherever the text's statements run and puts it into
+	// the rewrite itself (Plan.WithToken): fence in the inline form (inline.go). A text with a PREPARE, or with
+	// a parameter numbered like the token's place, is planned in the usual form.
+	InlineToken bool
 }
 
 // DefaultSettings are PostgreSQL's defaults for a UTF-8 database.
@@ -150,6 +154,7 @@ type reading struct {
 	// scsOff: standard_conforming_strings is off and the text holds a
 	// backslash, so strings nested in it (DO bodies) may read differently.
 	scsOff bool
+	inline bool // Settings.InlineToken
 }
 
 // sql is the text for pg_query, which reads standard_conforming_strings =
@@ -230,6 +235,7 @@ func (r *Rewriter) readText(raw []byte, s Settings) reading {
 		return reading{why: why}
 	}
 	rd := reading{text: text, nonASCII: !isASCII(raw), client: s.ClientEncoding}
+	rd.inline = s.InlineToken
 	if s.known() {
 		rd.outEnc, rd.outOK = s.clientEncoding()
 	}

@@ -147,6 +147,10 @@ type Plan struct {
 	// text can only be sent as SQL.
 	Prepared *Prepared
 	Args     string
+	// TokenSegs is set for a Rewrite planned with Settings.InlineToken that carries the token as a constant
+	// (inline.go): the text to send, in the client's encoding, cut where the token goes. Send WithToken(T),
+	// T the token in force, never SQL (which holds a parameter there). Prepared is nil then.
+	TokenSegs []string
 }
 
 // Rewriter analyses and fences SQL. It is immutable after New and safe for
@@ -178,6 +182,8 @@ type tableEntry struct {
 	ignored  *pg.Node // template: CASE WHEN false THEN (v)::int8 ELSE t END
 	once     *pg.Node // ref IS NOT NULL, the one-time filter
 	notNull  *pg.Node // template: fenceproxy_t IS NOT NULL
+	// inline is the variant with the token as a constant (inline.go); nil for the variant itself.
+	inline *tableEntry
 }
 
 // New validates cfg and prepares the SQL fragments.
@@ -204,6 +210,9 @@ func New(cfg Config) (*Rewriter, error) {
 		}
 		seen[key] = true
 		e, err := newTableEntry(t, setting)
+		if err == nil {
+			e.inline, err = newInlineEntry(e, setting)
+		}
 		if err == nil {
 			err = e.addLockCheck(cfg.LockSetting, t.RequireLock)
 		}
@@ -292,7 +301,7 @@ func (r *Rewriter) early(raw []byte, rd reading) (Plan, bool) {
 // planReading plans a readable text the prefilter let through; a rewrite is
 // re-encoded to the client's encoding.
 func (r *Rewriter) planReading(rd reading) Plan {
-	return r.forClient(r.plan(rd.sql(), rd.scsOff), rd)
+	return r.forClient(r.plan(rd.sql(), rd.scsOff, rd.inline), rd)
 }
 
 // forClient turns a plan of the UTF-8 text rd.sql() into the plan for the
@@ -309,6 +318,16 @@ func (r *Rewriter) forClient(p Plan, rd reading) Plan {
 			return a.internal(err)
 		}
 		p.SQL = out
+		if p.TokenSegs != nil {
+			// Each cut is at an ASCII parameter, between characters: the segments encode as the whole does.
+			segs := make([]string, len(p.TokenSegs))
+			for i, s := range p.TokenSegs {
+				if segs[i], err = encodeFor(s, rd.outEnc); err != nil {
+					return a.internal(err)
+				}
+			}
+			p.TokenSegs = segs
+		}
 	}
 	if p.Action == Pass {
 		p.SQL = ""
@@ -317,13 +336,18 @@ func (r *Rewriter) forClient(p Plan, rd reading) Plan {
 }
 
 // plan is the analysis of a UTF-8 text that pg_query reads as the server
-// does.
-func (r *Rewriter) plan(sql string, scsOff bool) Plan {
+// does. inline asks for the inline form (inline.go), which a text with a
+// PREPARE does not get: its body runs later, under whatever token is then in
+// force.
+func (r *Rewriter) plan(sql string, scsOff, inline bool) Plan {
 	tree, err := pg.Parse(sql)
 	if err != nil {
 		return r.unparsable(sql, err)
 	}
-	a := &analysis{r: r, scsOff: scsOff}
+	if inline {
+		inline = inlineable(tree)
+	}
+	a := &analysis{r: r, scsOff: scsOff, inline: inline}
 	for _, raw := range tree.Stmts {
 		a.statement(raw.Stmt)
 		a.refuseCatalog(raw.Stmt)
@@ -371,21 +395,29 @@ func (r *Rewriter) plan(sql string, scsOff bool) Plan {
 		}
 	}
 	if r.verify {
-		if err := r.verifyText(out); err != nil {
+		if err := r.verifyText(out, a.inlined); err != nil {
 			return a.internal(err)
 		}
 	}
-	return a.result(Rewrite, out)
+	p := a.result(Rewrite, out)
+	if a.inlined {
+		segs, ok := tokenSegments(out)
+		if !ok || len(segs) < 2 {
+			return a.internal(fmt.Errorf("the inline rewrite's token places cannot be found"))
+		}
+		p.TokenSegs = segs
+	}
+	return p
 }
 
 // verifyText parses sql and checks that every protected write in it is
-// fenced.
-func (r *Rewriter) verifyText(sql string) error {
+// fenced; inline: in the inline form where a table has one.
+func (r *Rewriter) verifyText(sql string, inline bool) error {
 	tree, err := pg.Parse(sql)
 	if err != nil {
 		return fmt.Errorf("re-parse of the rewritten SQL: %w", err)
 	}
-	return verifyFenced(r, tree)
+	return verifyFenced(r, tree, inline)
 }
 
 // unparsable decides about text the parser rejects: refused when it mentions

@@ -31,9 +31,11 @@ type shapeTemplate struct {
 	ok      bool
 	plan    Plan // Action (Pass or Rewrite), Tables; SQL is empty
 	// segs and consts are the rewritten text: segs[0], the constant
-	// consts[0], segs[1], ... (len(segs) == len(consts)+1).
+	// consts[0], segs[1], ... (len(segs) == len(consts)+1). A const of -1 is
+	// the token of an inline rewrite (inline.go), cut there in the plan.
 	segs   []string
 	consts []int
+	inline bool // some const is -1
 	// ascii: every seg is ASCII, so a text in ASCII fills it in ASCII.
 	ascii bool
 	// prep is the template as a statement to prepare on the server
@@ -349,7 +351,7 @@ func normalisedText(text []byte, spans [][2]int) string {
 // template is kept (ok) only when its plan has the same outcome and, for a
 // rewrite, the template filled with text's own constants parses to the same
 // tree as full's SQL. A shape that fails is planned in full every time.
-func (r *Rewriter) buildTemplate(text []byte, sh shaped, scsOff bool, full Plan) *shapeTemplate {
+func (r *Rewriter) buildTemplate(text []byte, sh shaped, scsOff, inline bool, full Plan) *shapeTemplate {
 	bad := &shapeTemplate{}
 	if full.Action != Pass && full.Action != Rewrite || full.TokenSet || full.TokenDynamic || len(full.Tokens) > 0 || full.TokenSession {
 		return bad
@@ -358,7 +360,10 @@ func (r *Rewriter) buildTemplate(text []byte, sh shaped, scsOff bool, full Plan)
 	if _, err := pg.Parse(norm); err != nil {
 		return bad // a constant the grammar needs as a literal
 	}
-	p := r.plan(norm, scsOff)
+	p := r.plan(norm, scsOff, inline)
+	if (p.TokenSegs == nil) != (full.TokenSegs == nil) {
+		return bad
+	}
 	if p.Action != full.Action || !slices.Equal(p.Tables, full.Tables) || p.TokenSet || p.TokenDynamic || len(p.Tokens) > 0 || p.TokenSession {
 		return bad
 	}
@@ -375,7 +380,9 @@ func (r *Rewriter) buildTemplate(text []byte, sh shaped, scsOff bool, full Plan)
 			continue
 		}
 		n, err := strconv.Atoi(string(out[tok.start+1 : tok.end]))
-		if err != nil || n < 1 || n > len(sh.spans) {
+		if n == inlineSlot && p.TokenSegs != nil {
+			n, t.inline = 0, true // const -1: the token
+		} else if err != nil || n < 1 || n > len(sh.spans) {
 			return bad
 		}
 		t.segs = append(t.segs, string(out[last:tok.start]))
@@ -387,11 +394,12 @@ func (r *Rewriter) buildTemplate(text []byte, sh shaped, scsOff bool, full Plan)
 	}
 	t.segs = append(t.segs, string(out[last:]))
 	t.ascii = isASCII(out)
-	same, err := sameParse(t.fill(text, sh.spans), full.SQL)
+	filled, _ := t.fill(text, sh.spans)
+	same, err := sameParse(filled, full.SQL)
 	if err != nil || !same {
 		return bad
 	}
-	if !sh.unprepared {
+	if !sh.unprepared && !t.inline {
 		t.prep = preparedOf(p.SQL, sh.classes())
 	}
 	return t
@@ -401,15 +409,27 @@ func (r *Rewriter) buildTemplate(text []byte, sh shaped, scsOff bool, full Plan)
 // of the placeholders, spaced; a constant with its minus sign in
 // parentheses, so that no operator before it absorbs the sign and no
 // operator after it binds tighter than the sign.
-func (t *shapeTemplate) fill(text []byte, spans [][2]int) string {
+func (t *shapeTemplate) fill(text []byte, spans [][2]int) (sql string, tokenSegs []string) {
 	n := len(t.segs[0])
 	for i, c := range t.consts {
-		n += len(t.segs[i+1]) + spans[c][1] - spans[c][0] + 4
+		n += len(t.segs[i+1]) + 4
+		if c >= 0 {
+			n += spans[c][1] - spans[c][0]
+		} else {
+			n += len(inlineSlotText)
+		}
 	}
 	var out strings.Builder
 	out.Grow(n)
 	out.WriteString(t.segs[0])
+	var cuts []int // where each token goes in out, and where it ends
 	for i, c := range t.consts {
+		if c < 0 {
+			cuts = append(cuts, out.Len(), out.Len()+len(inlineSlotText))
+			out.WriteString(inlineSlotText)
+			out.WriteString(t.segs[i+1])
+			continue
+		}
 		v := text[spans[c][0]:spans[c][1]]
 		if v[0] == '-' {
 			out.WriteString(" (")
@@ -422,7 +442,16 @@ func (t *shapeTemplate) fill(text []byte, spans [][2]int) string {
 		}
 		out.WriteString(t.segs[i+1])
 	}
-	return out.String()
+	sql = out.String()
+	if cuts != nil {
+		last := 0
+		for i := 0; i < len(cuts); i += 2 {
+			tokenSegs = append(tokenSegs, sql[last:cuts[i]])
+			last = cuts[i+1]
+		}
+		tokenSegs = append(tokenSegs, sql[last:])
+	}
+	return sql, tokenSegs
 }
 
 // planShaped is the plan of a text served by a template (t.ok).
@@ -431,9 +460,9 @@ func (r *Rewriter) planShaped(t *shapeTemplate, text []byte, spans [][2]int, rd 
 	if p.Action == Pass {
 		return p
 	}
-	p.SQL = t.fill(text, spans)
+	p.SQL, p.TokenSegs = t.fill(text, spans)
 	if r.verify {
-		if err := r.verifyText(p.SQL); err != nil {
+		if err := r.verifyText(p.SQL, t.inline); err != nil {
 			a := &analysis{r: r, tables: p.Tables}
 			return a.internal(err)
 		}

@@ -31,7 +31,7 @@ func samePlan(t testing.TB, r *Rewriter, sql string, got, want Plan) {
 	if err != nil || !same {
 		t.Fatalf("%s\ncache: %s\nfull:  %s\n(%v)", sql, got.SQL, want.SQL, err)
 	}
-	if err := r.verifyText(got.SQL); err != nil {
+	if err := r.verifyText(got.SQL, false); err != nil {
 		t.Fatalf("%s: cached rewrite not fenced: %v\n%s", sql, err, got.SQL)
 	}
 }

@@ -40,11 +40,7 @@ func (e *tableEntry) addSyncCommit(level string) error {
 	if err != nil {
 		return err
 	}
-	cs := e.token.GetCaseExpr()
-	if cs == nil || len(cs.Args) != 1 || cs.Args[0].GetCaseWhen() == nil {
-		return fmt.Errorf("synchronous_commit: unexpected token fragment")
-	}
-	arm := cs.Args[0].GetCaseWhen()
-	arm.Result = substitute(set, map[string]*pg.Node{"fenceproxy_v": arm.Result})
-	return nil
+	return e.wrapValidArms(func(valid *pg.Node) *pg.Node {
+		return substitute(set, map[string]*pg.Node{"fenceproxy_v": valid})
+	})
 }

@@ -33,11 +33,12 @@ import (
 // Fragments are compared structurally (locations ignored) with the ones the
 // Rewriter builds, so any change in what deparse emits is caught. It walks the
 // tree exactly as the rewriter does (not entering rule and function bodies).
-// It clears the locations in tree.
-func verifyFenced(r *Rewriter, tree *pg.ParseResult) error {
+// It clears the locations in tree. With inline, a table's writes must carry
+// its inline variant's fragments (inline.go) instead, with no CTE.
+func verifyFenced(r *Rewriter, tree *pg.ParseResult, inline bool) error {
 	clearLocations(tree)
 	var errs []error
-	v := verifier{r: r}
+	v := verifier{r: r, inline: inline}
 	for i, raw := range tree.Stmts {
 		walkStatement(raw.Stmt, func(m protoreflect.Message) {
 			if err := v.check(m); err != nil {
@@ -48,12 +49,18 @@ func verifyFenced(r *Rewriter, tree *pg.ParseResult) error {
 	return errors.Join(errs...)
 }
 
-type verifier struct{ r *Rewriter }
+type verifier struct {
+	r      *Rewriter
+	inline bool
+}
 
 func (v verifier) lookup(rv *pg.RangeVar) (*tableEntry, error) {
 	e, p := v.r.lookup(rv)
 	if p != nil {
 		return nil, errors.New(p.Message)
+	}
+	if e != nil && v.inline && e.inline != nil {
+		return e.inline, nil
 	}
 	return e, nil
 }
@@ -129,6 +136,9 @@ func (v verifier) check(m protoreflect.Message) error {
 
 // hasStmtToken checks that a write's own WITH defines the statement's token.
 func hasStmtToken(e *tableEntry, w *pg.WithClause) error {
+	if e.cte == nil {
+		return nil // the inline variant: the token is checked in the one-time filter
+	}
 	if w == nil || !containsTree(w.Ctes, e.cte) {
 		return fmt.Errorf("its WITH lacks the statement's token %s", stmtTokenName)
 	}

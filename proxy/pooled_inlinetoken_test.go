@@ -1,0 +1,210 @@
+package proxy_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+)
+
+// inlineFixture is a pool of one over a protected table whose row 1 has token 1, with a trigger that records the
+// text the server ran for every row an UPDATE writes, and a function (tok) that sets the token transaction-locally
+// behind the proxy's back. wrote says which text wrote since its last call.
+func inlineFixture(t *testing.T) (f *fenced, tok string, wrote func(step, want string, none bool)) {
+	t.Helper()
+	f = newPooledFenced(t, 1, "")
+	fxExec(t, f.d, "INSERT INTO "+f.label+" (id, fence_token) VALUES (1, 1)")
+	seen := "public." + f.name + "_seen"
+	tok = "public." + f.name + "_tok"
+	fxExec(t, f.d, "CREATE TABLE "+seen+" (q text)")
+	fxExec(t, f.d, "CREATE FUNCTION "+seen+"_log() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN INSERT INTO "+seen+" VALUES (pg_catalog.current_query()); RETURN NEW; END$$")
+	fxExec(t, f.d, "CREATE TRIGGER seen BEFORE UPDATE ON "+f.label+" FOR EACH ROW EXECUTE FUNCTION "+seen+"_log()")
+	fxExec(t, f.d, "CREATE FUNCTION "+tok+"(v text) RETURNS text LANGUAGE sql AS $$ SELECT pg_catalog.set_config('fence.token', v, true) $$")
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		f.d.Exec(ctx, "DROP TRIGGER IF EXISTS seen ON "+f.label)
+		f.d.Exec(ctx, "DROP TABLE IF EXISTS "+seen)
+		f.d.Exec(ctx, "DROP FUNCTION IF EXISTS "+seen+"_log(), "+tok+"(text)")
+	})
+	// wrote says which text wrote the row since the last call: the inline form with want in it, the usual form
+	// (want ""), or none (nothing written: nothing is recorded).
+	wrote = func(step, want string, none bool) {
+		t.Helper()
+		rows, err := f.d.Query(ctxT(t), "DELETE FROM "+seen+" RETURNING q")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var texts []string
+		for rows.Next() {
+			var q string
+			if err := rows.Scan(&q); err != nil {
+				t.Fatal(err)
+			}
+			texts = append(texts, q)
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case none && len(texts) != 0:
+			t.Fatalf("%s: a row was written by %q", step, texts)
+		case none:
+		case len(texts) != 1:
+			t.Fatalf("%s: %d writes recorded, want 1: %q", step, len(texts), texts)
+		case want != "" && (strings.Contains(texts[0], "fenceproxy_stmt") || !strings.Contains(texts[0], want)):
+			t.Fatalf("%s: not the inline form with %s: %s", step, want, texts[0])
+		case want == "" && !strings.Contains(texts[0], "fenceproxy_stmt"):
+			t.Fatalf("%s: not the usual form: %s", step, texts[0])
+		}
+	}
+	return f, tok, wrote
+}
+
+// In transaction mode a fenced write carries the token the proxy gave its transaction as a constant, checked once
+// against the setting (rewrite/inline.go): a simple Query's, and an extended-protocol Parse of the unnamed
+// statement's. The attack first: a function that changes the token behind the proxy's back (set_config with
+// is_local true) inside the transaction, in an earlier statement and in the same text: refused with 55F03,
+// nothing written. Then what the proxy must follow: SET LOCAL in an earlier statement of the block, a savepoint
+// rolled back to, set_config in the text itself or bound; and a stale holder. A trigger records the text the
+// server ran for every row the statement writes, so the test sees which form wrote.
+func TestPooledInlineToken(t *testing.T) {
+	for _, mode := range []string{"simple_protocol", "exec"} {
+		t.Run(mode, func(t *testing.T) {
+			f, tok, wrote := inlineFixture(t)
+			ctx := ctxT(t)
+			upd := "UPDATE " + f.label + " SET balance = balance + 1 WHERE id = 1"
+			q := "&default_query_exec_mode=" + mode
+			a := pooledConn(t, f, q+"&options=-c%20fence.token%3D5")
+
+			fxExec(t, a, upd) // a transaction of its own
+			wrote("autocommit", "'5'::bigint", false)
+			f.wantToken(t, 1, 5)
+			fxExec(t, a, "BEGIN") // TPC-B's shape: a verified start, then the statements
+			fxExec(t, a, upd)
+			fxExec(t, a, "COMMIT")
+			wrote("block", "'5'::bigint", false)
+
+			// Behind the proxy's back, in an earlier statement of the block and in the same text.
+			fxExec(t, a, "BEGIN")
+			fxExec(t, a, "SELECT "+tok+"('9')")
+			_, err := a.Exec(ctx, upd)
+			wantPgErr(t, err, "55F03", "fencing token changed behind the proxy for a write to "+f.label)
+			fxExec(t, a, "ROLLBACK")
+			if mode == "simple_protocol" {
+				_, err = a.Exec(ctx, "SELECT "+tok+"('9'); "+upd)
+				wantPgErr(t, err, "55F03", "fencing token changed behind the proxy for a write to "+f.label)
+			}
+			wrote("token changed by a function", "", true)
+			f.wantToken(t, 1, 5)
+
+			// What the client says in its own statements is followed.
+			fxExec(t, a, "BEGIN")
+			fxExec(t, a, "SET LOCAL fence.token = 9")
+			fxExec(t, a, upd)
+			fxExec(t, a, "COMMIT")
+			wrote("SET LOCAL in the block", "", false)
+			f.wantToken(t, 1, 9)
+			b := pooledConn(t, f, q+"&options=-c%20fence.token%3D10")
+			fxExec(t, b, "BEGIN")
+			fxExec(t, b, "SAVEPOINT s")
+			fxExec(t, b, "SET LOCAL fence.token = 11")
+			fxExec(t, b, "ROLLBACK TO SAVEPOINT s")
+			fxExec(t, b, upd)
+			fxExec(t, b, "COMMIT")
+			wrote("savepoint", "", false)
+			f.wantToken(t, 1, 10)
+			if mode == "simple_protocol" {
+				fxExec(t, b, "SELECT pg_catalog.set_config('fence.token', '12', false); "+upd)
+				wrote("set_config in the text", "", false)
+			} else {
+				fxExec(t, b, "BEGIN")
+				fxExec(t, b, "SELECT pg_catalog.set_config('fence.token', $1, true)", "12")
+				fxExec(t, b, upd)
+				fxExec(t, b, "COMMIT")
+				wrote("bound set_config", "", false)
+				fxExec(t, b, "SELECT pg_catalog.set_config('fence.token', $1, false)", "12")
+			}
+			f.wantToken(t, 1, 12)
+			fxExec(t, b, upd) // b's session token is 12 now, given to its next transaction
+			wrote("after set_config", "'12'::bigint", false)
+
+			// A stale holder on the same server connection.
+			_, err = a.Exec(ctx, upd)
+			wantStale(t, err, f.label, 12, 5)
+			wrote("stale", "", true)
+			c := pooledConn(t, f, q+"&options=-c%20fence.token%3D13")
+			fxExec(t, c, upd)
+			wrote("newer holder", "'13'::bigint", false)
+			f.wantToken(t, 1, 13)
+			if backendPID(t, a) != backendPID(t, c) {
+				t.Fatal("the clients did not share the server connection")
+			}
+		})
+	}
+}
+
+// The client's unnamed statement, parsed carrying the token then in force, is bound later where another token
+// is in force: after a bound set_config in the same block, and in a later transaction after the session's token
+// changed. The proxy fences it again before the Bind, so it runs with the token in force, as directly.
+func TestPooledInlineUnnamedStatementRebound(t *testing.T) {
+	f, _, wrote := inlineFixture(t)
+	ctx := ctxT(t)
+	pc := pooledPgConn(t, f, "&options=-c%20fence.token%3D5")
+	exec := func(sql string) {
+		t.Helper()
+		if _, err := pc.Exec(ctx, sql).ReadAll(); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	run := func(name string, args ...string) {
+		t.Helper()
+		params := make([][]byte, len(args))
+		for i, a := range args {
+			params[i] = []byte(a)
+		}
+		if r := pc.ExecPrepared(ctx, name, params, nil, nil).Read(); r.Err != nil {
+			t.Fatalf("execute %q: %v", name, r.Err)
+		}
+	}
+	exec("BEGIN")
+	if _, err := pc.Prepare(ctx, "", "UPDATE "+f.label+" SET balance = balance + 1 WHERE id = 1", nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pc.Prepare(ctx, "setcfg", "SELECT pg_catalog.set_config('fence.token', $1, true)", nil); err != nil {
+		t.Fatal(err)
+	}
+	run("setcfg", "9")
+	run("")
+	exec("COMMIT")
+	wrote("rebound after a bound set_config", "", false)
+	f.wantToken(t, 1, 9)
+	// A simple Query drops the unnamed statement (as directly): it is parsed again, carrying the session's token
+	// 5, and the session's token is set to 20 by a named statement before it is bound, in a transaction of its own.
+	if _, err := pc.Prepare(ctx, "", "UPDATE "+f.label+" SET balance = balance + 1 WHERE id = 1", nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pc.Prepare(ctx, "settok", "SELECT pg_catalog.set_config('fence.token', $1, false)", nil); err != nil {
+		t.Fatal(err)
+	}
+	run("settok", "20")
+	run("")
+	wrote("rebound in a later transaction", "'20'::bigint", false)
+	f.wantToken(t, 1, 20)
+}
+
+// A named statement that sets the token at session level (bound set_config), executed again in a later
+// transaction by its Bind alone (pgx's statement cache does so), is followed like its first run: the proxy reads
+// the token back at that transaction's end, and the client's next transactions have it.
+func TestPooledNamedSetConfigFollowed(t *testing.T) {
+	f, _, _ := inlineFixture(t)
+	c := pooledConn(t, f, "&default_query_exec_mode=cache_statement&options=-c%20fence.token%3D5")
+	for _, tok := range []string{"7", "8"} {
+		fxExec(t, c, "SELECT pg_catalog.set_config('fence.token', $1, false)", tok)
+		if got := showToken(t, c); got != tok {
+			t.Fatalf("after set_config to %s: SHOW fence.token = %q", tok, got)
+		}
+		fxExec(t, c, "UPDATE "+f.label+" SET balance = balance + 1 WHERE id = 1")
+	}
+	f.wantToken(t, 1, 8)
+}
