@@ -64,6 +64,23 @@
 // (ltrim, length and comparisons) it replaced; it compiles the expression
 // once per session (bench/fence-sql-phases, docs/fence-sql.md).
 //
+// # Inline tokens
+//
+// A caller that knows the token in force wherever a text's statements run
+// (a transaction pool, which has just set it) asks for Settings.InlineToken:
+// the token is then a constant of the rewrite instead of the CTE's read of
+// the setting, and the one-time filter checks the setting against it:
+//
+//	CASE WHEN current_setting(setting, true) COLLATE "C" = 'T' THEN 'T'::bigint
+//	     ELSE <55F03 marker with the setting's value>::bigint END IS NOT NULL
+//
+// The statement runs with T only when the setting is exactly T as it starts,
+// where the CTE form would read T, so both forms accept the same writes; any
+// other value fails it before a row is touched. It costs the server about
+// half as much (no CTE, no InitPlans, no regular expression). A plan holds
+// the text cut where T goes (Plan.TokenSegs) and is cached whatever the
+// token; Plan.WithToken fills it in. See inline.go.
+//
 // # The fence cannot be redefined
 //
 // Every operator, function, type, cast and collation the rewrite adds is
