@@ -70,6 +70,17 @@ func (ss *session) takeQueryPrefix() string {
 // parseOut writes the Parse whose body is given to w, its SQL rewritten or refused as p says when the server
 // reads it under set.
 func (ss *session) parseOut(w msgSink, p Planner, body []byte, set rewrite.Settings) error {
+	err := ss.fenceParse(w, p, body, set)
+	if err == nil && ss.rewroteParse {
+		ss.srv.metrics.rewritten()
+	}
+	return err
+}
+
+// fenceParse is parseOut without the metrics: the proxy's own Parse of a client's text again (refenceUnnamed)
+// is not another statement of the client's.
+func (ss *session) fenceParse(w msgSink, p Planner, body []byte, set rewrite.Settings) error {
+	ss.rewroteParse = false
 	name, rest, ok := cutNul(body)
 	if !ok {
 		return fmt.Errorf("%w: Parse message with an unterminated statement name", errProtocol)
@@ -85,7 +96,7 @@ func (ss *session) parseOut(w msgSink, p Planner, body []byte, set rewrite.Setti
 	var sql string
 	switch plan.Action {
 	case rewrite.Rewrite:
-		ss.srv.metrics.rewritten()
+		ss.rewroteParse = true
 		sql = plan.WithToken(ss.inlineToken)
 		ss.inlined = plan.TokenSegs != nil
 	case rewrite.Refuse:

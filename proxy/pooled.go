@@ -764,7 +764,7 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 		pl.stmts.unitSent()
 	}
 	if typ == msgQuery {
-		pl.unnamed, pl.unnamedHere = nil, true // a simple Query drops the unnamed statement, here as directly
+		pl.dropUnnamed() // a simple Query drops the unnamed statement, here as directly
 	}
 	if typ == msgFunctionCall {
 		pl.probe.Store(true) // a fastpath call may take an advisory lock
@@ -795,13 +795,13 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 		err = ss.parseUnnamed(body, p) // pooledstmts.go
 	case body != nil && typ == msgClose:
 		if namesUnnamedStmt(typ, body) {
-			pl.unnamed, pl.unnamedHere = nil, true
+			pl.dropUnnamed()
 		}
 		err = ss.onClientMsg(typ, body, p, sc.w)
 		pl.stmts.sent(msgCloseComplete, false)
 	case body != nil && (typ == msgBind || typ == msgDescribe):
 		if namesUnnamedStmt(typ, body) {
-			ss.placeUnnamed(p)
+			ss.placeUnnamed(p, typ == msgBind && body[0] != 0) // a named portal may run under a later token
 		}
 		st.unsynced.Store(true) // the unnamed statement, a portal: as they are
 		writeMsg(sc.w, typ, body, "")
@@ -1283,10 +1283,12 @@ func refusedState(marker string) *replayError {
 	return &replayError{code: tr.Code, msg: tr.Message}
 }
 
-// plainText reports whether a client's text, the whole of what its transaction runs, may have the plain token
-// statement (prefixSet): every statement plain by its words (rewrite.PlainStatements) and none of the words
-// for which the end of the transaction looks at the connection (mayLeaveSessionState). The proxy never reads
-// such a transaction's session state back, so it needs no check of what the connection held before.
+// dropUnnamed forgets the client's unnamed statement, as the server does at a simple Query or a Close of it.
+func (pl *pooledState) dropUnnamed() {
+	pl.unnamed, pl.unnamedHere = nil, true
+	pl.unnamedToken, pl.unnamedSrc = "", nil
+}
+
 // followTokenInForce keeps pl.tokenInForce for a client message about to be forwarded (pl.mu held), and says
 // whether its fenced writes carry it (ss.inlineToken, rewrite/inline.go). The token in force stays known through
 // what cannot change it by its own words: plain Queries (plainText), a lone BEGIN, the extended protocol's Parse,
@@ -1325,6 +1327,10 @@ func (ss *session) followTokenInForce(typ byte, body, text []byte) {
 	}
 }
 
+// plainText reports whether a client's text, the whole of what its transaction runs, may have the plain token
+// statement (prefixSet): every statement plain by its words (rewrite.PlainStatements) and none of the words
+// for which the end of the transaction looks at the connection (mayLeaveSessionState). The proxy never reads
+// such a transaction's session state back, so it needs no check of what the connection held before.
 func (ss *session) plainText(text []byte) bool {
 	return rewrite.PlainStatements(text, ss.readingSettings()) && !mayLeaveSessionState(text)
 }

@@ -2,9 +2,12 @@ package proxy_test
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgproto3"
 )
 
 // inlineFixture is a pool of one over a protected table whose row 1 has token 1, with a trigger that records the
@@ -207,4 +210,73 @@ func TestPooledNamedSetConfigFollowed(t *testing.T) {
 		fxExec(t, c, "UPDATE "+f.label+" SET balance = balance + 1 WHERE id = 1")
 	}
 	f.wantToken(t, 1, 8)
+}
+
+// With fence.synchronous_commit the inline check runs set_config (volatile), yet it is still checked once, before
+// any row: a token changed behind the proxy fails the statement also when no row matches, as without it; and a
+// write that matches runs with the level set.
+func TestPooledInlineSyncCommit(t *testing.T) {
+	f := newPooledFenced(t, 1, "fence:\n  synchronous_commit: local\n")
+	fxExec(t, f.d, "INSERT INTO "+f.label+" (id, fence_token) VALUES (1, 1)")
+	tok := "public." + f.name + "_tok"
+	fxExec(t, f.d, "CREATE FUNCTION "+tok+"(v text) RETURNS text LANGUAGE sql AS $$ SELECT pg_catalog.set_config('fence.token', v, true) $$")
+	t.Cleanup(func() { f.d.Exec(context.Background(), "DROP FUNCTION IF EXISTS "+tok+"(text)") })
+	a := pooledConn(t, f, "&default_query_exec_mode=simple_protocol&options=-c%20fence.token%3D5")
+	_, err := a.Exec(ctxT(t), "SELECT "+tok+"('6'); UPDATE "+f.label+" SET balance = 1 WHERE id = 12345")
+	wantPgErr(t, err, "55F03", "fencing token changed behind the proxy for a write to "+f.label)
+	var level string
+	if err := a.QueryRow(ctxT(t), "UPDATE "+f.label+" SET balance = 2 WHERE id = 1 RETURNING pg_catalog.current_setting('synchronous_commit')").Scan(&level); err != nil || level != "local" {
+		t.Fatalf("synchronous_commit %q, %v", level, err)
+	}
+	f.wantToken(t, 1, 5)
+}
+
+// The unnamed statement that carries a token is the client's only while the client has it: after a simple Query
+// or a Close of it, a Bind gets 26000 as directly, whatever token is then in force (it is never parsed again from
+// what the proxy kept). Bound to a named portal, which may be executed after the token changed, it is fenced in the
+// usual form first: that portal, executed after a SET LOCAL, runs with the new token, as directly.
+func TestPooledInlineUnnamedStatementDroppedAndNamedPortal(t *testing.T) {
+	f, _, wrote := inlineFixture(t)
+	ctx := ctxT(t)
+	pc := pooledPgConn(t, f, "&options=-c%20fence.token%3D5")
+	upd := "UPDATE " + f.label + " SET balance = balance + 1 WHERE id = 1 RETURNING fence_token"
+	exec := func(sql string) {
+		t.Helper()
+		if _, err := pc.Exec(ctx, sql).ReadAll(); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	for _, drop := range []struct {
+		name string
+		do   func()
+	}{
+		{"a simple Query", func() { exec("SELECT 1") }},
+		{"a Close", func() { rawBatch(t, pc, &pgproto3.Close{ObjectType: 'S'}) }},
+	} {
+		if _, codes := rawBatch(t, pc, &pgproto3.Parse{Query: upd}); len(codes) != 0 {
+			t.Fatalf("Parse: %v", codes)
+		}
+		drop.do()
+		exec("SET fence.token = 20")
+		rows, codes := rawBatch(t, pc, &pgproto3.Bind{}, &pgproto3.Execute{})
+		if len(rows) != 0 || !slices.Equal(codes, []string{"26000"}) {
+			t.Fatalf("Bind after %s dropped the statement: rows %q, errors %q, want 26000", drop.name, rows, codes)
+		}
+		wrote("dropped by "+drop.name, "", true)
+		exec("SET fence.token = 5")
+	}
+	f.wantToken(t, 1, 1)
+
+	exec("BEGIN")
+	if _, codes := rawBatch(t, pc, &pgproto3.Parse{Query: upd}, &pgproto3.Bind{DestinationPortal: "p1"}); len(codes) != 0 {
+		t.Fatalf("Parse and Bind: %v", codes)
+	}
+	exec("SET LOCAL fence.token = 9")
+	rows, codes := rawBatch(t, pc, &pgproto3.Execute{Portal: "p1"})
+	if len(codes) != 0 || !slices.Equal(rows, []string{"9"}) {
+		t.Fatalf("the named portal: rows %q, errors %q, want token 9", rows, codes)
+	}
+	exec("COMMIT")
+	wrote("named portal", "", false)
+	f.wantToken(t, 1, 9)
 }

@@ -319,12 +319,14 @@ func (ss *session) parseUnnamed(body []byte, p Planner) error {
 
 // placeUnnamed makes the lent server connection's unnamed statement the client's before a Bind or Describe of it
 // (pl.mu held): its Parse again, or, when the client has none, a Close of whatever another client left there.
-// A statement that carries a token (inline form) other than the one in force now is fenced again first, as
-// followTokenInForce would have it for its Parse now.
-func (ss *session) placeUnnamed(p Planner) {
+// A statement that carries a token (inline form) is fenced again first when another token is in force now, or
+// when it is bound to a named portal (namedPortal), which may be executed after the token changed: only the
+// unnamed portal, which any other Bind of it or any Query replaces, runs a statement carrying a token.
+// Without a planner nothing is fenced, so nothing carries a token.
+func (ss *session) placeUnnamed(p Planner, namedPortal bool) {
 	pl := ss.pooled
-	if pl.unnamedToken != "" && pl.unnamedToken != pl.tokenInForce && p != nil {
-		ss.refenceUnnamed(p)
+	if pl.unnamed != nil && pl.unnamedToken != "" && p != nil && (namedPortal || pl.unnamedToken != pl.tokenInForce) {
+		ss.refenceUnnamed(p, !namedPortal)
 	}
 	if pl.unnamedHere {
 		return
@@ -340,23 +342,28 @@ func (ss *session) placeUnnamed(p Planner) {
 	pl.stmts.sent(msgCloseComplete, true)
 }
 
-// refenceUnnamed fences the client's unnamed statement again where the token it carries is no longer the one in
-// force (pl.mu held): with the token in force, or in the usual form; placeUnnamed then sends it. Only the text's
-// fence changes: its parameters, columns and meaning are the client's, as before.
-func (ss *session) refenceUnnamed(p Planner) {
+// refenceUnnamed fences the client's unnamed statement again where the token it carries may not be the one in
+// force when it runs (pl.mu held): carrying the token in force (when inline allows it and followTokenInForce
+// would have it for its Parse now), else in the usual form; placeUnnamed then sends it. Only the text's fence
+// changes: its parameters, columns and meaning are the client's, as before. A Parse the core cannot fence again
+// (it could the first time) leaves the client without an unnamed statement: its Bind gets 26000.
+func (ss *session) refenceUnnamed(p Planner, inline bool) {
 	pl := ss.pooled
 	src := pl.unnamedSrc
 	text, _ := planText(msgParse, src)
 	prev := ss.inlineToken
 	ss.inlineToken = ""
-	if pl.tokenInForce != "" && ss.prep.max == 0 && text != nil && ss.plainText(text) {
+	if inline && pl.tokenInForce != "" && ss.prep.max == 0 && text != nil && ss.plainText(text) {
 		ss.inlineToken = pl.tokenInForce
 	}
 	var fenced bytes.Buffer
-	err := ss.parseOut(&fenced, p, src, ss.readingSettings())
+	err := ss.fenceParse(&fenced, p, src, ss.readingSettings())
 	msg := ss.parseSQLPrepared(fenced.Bytes())
 	pl.unnamed, pl.unnamedToken, pl.unnamedSrc = nil, "", nil
-	if err == nil && len(msg) > headerLen && msg[0] == msgParse && int(binary.BigEndian.Uint32(msg[1:]))+1 == len(msg) {
+	switch {
+	case err != nil:
+		ss.srv.log.Warn("fencing the unnamed statement again failed", "err", err)
+	case len(msg) > headerLen && msg[0] == msgParse && int(binary.BigEndian.Uint32(msg[1:]))+1 == len(msg):
 		pl.unnamed = bytes.Clone(msg)
 		if ss.inlined && ss.inlineToken != "" {
 			pl.unnamedToken, pl.unnamedSrc = ss.inlineToken, src

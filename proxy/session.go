@@ -47,12 +47,13 @@ type session struct {
 	// sqlOnly: the Query being fenced goes as SQL, with no command of the prepared fences' in front (pooled
 	// querySQLPrepared); the session goroutine's own.
 	sqlOnly bool
-	// inlineToken: the Query being fenced runs where the token in force is this (a ValidToken), which its
-	// rewrite carries as a constant (pooled forwardPooled, rewrite/inline.go); "" for the usual form. The
-	// session goroutine's own.
+	// inlineToken: the Query or Parse being fenced runs where the token in force is this (a ValidToken), which
+	// its rewrite carries as a constant (pooled followTokenInForce, rewrite/inline.go); "" for the usual form.
+	// The session goroutine's own.
 	inlineToken string
-	// inlined: the last Query or Parse fenced was sent in the inline form (its text carries inlineToken).
-	inlined bool
+	// inlined: the last Query or Parse fenced was sent in the inline form (its text carries inlineToken);
+	// rewroteParse: the last Parse fenced was rewritten.
+	inlined, rewroteParse bool
 
 	// Transaction pooling (pooled.go): the client's pooling state, nil in session mode; and the text that goes
 	// before the client's next Query (the transaction's token statement).

@@ -17,15 +17,18 @@ import (
 // docs/fence-sql.md), the server's CPU for a primary-key UPDATE sent as a simple Query is about half: no CTE, no
 // InitPlans, no regular expression to parse, plan and run.
 //
-// The form is exact, not trusting: the token is checked, once, against the setting's value where the CTE would
-// read it. With checked(T) =
+// The form is exact, not trusting: the token is checked against the setting's value where the CTE form reads it
+// first, before any row (and again in every row whose building may run code, as the CTE form reads it there).
+// With checked(T) =
 //
 //	CASE WHEN pg_catalog.current_setting(setting, true) COLLATE pg_catalog."C" OPERATOR(pg_catalog.=) 'T'
 //	     THEN 'T'::bigint ELSE <55F03 marker with the setting's value>::bigint END
 //
-// the statement's token t is checked(T) where the CTE form reads it first (the one-time filter, checked(T) IS
-// NOT NULL; the first VALUES row; an INSERT ... SELECT's output) and the constant 'T'::bigint everywhere else
-// (the row check, the value written). So a statement runs with T only when the setting is exactly T as it
+// the statement's token t is checked(T) where the CTE form reads the CTE (the one-time filter, checked(T) IS
+// NOT NULL; the first VALUES row and every row of a VALUES that may run code; an INSERT ... SELECT's output) and
+// the constant 'T'::bigint everywhere else (the row check, the value written, the later rows of an inert VALUES).
+// With fence.synchronous_commit the check holds set_config, which is volatile, so the one-time filter is a
+// scalar subquery of it (synccommit.go): PostgreSQL makes only a condition without volatile functions one. So a statement runs with T only when the setting is exactly T as it
 // starts, which is when the CTE form would have read T: the two forms accept the same writes and write the same
 // tokens. When the setting is anything else (a function changed it behind the proxy, a COMMIT inside the text
 // ended the transaction that had T) the statement fails with 55F03 before it touches a row: a change the proxy
@@ -47,6 +50,9 @@ const (
 
 	// The token as a constant.
 	tmplInlinePlain = `SELECT $999999::pg_catalog.int8`
+
+	// The one-time filter when the check runs a volatile function (synccommit.go): a scalar subquery.
+	tmplInlineOnceSubquery = `SELECT (SELECT fenceproxy_t) IS NOT NULL`
 
 	// An UPDATE's value for the token column (tmplSetCheck without the CTE): T when the row's token is not
 	// newer, else the 55F01 marker.

@@ -175,3 +175,19 @@ func TestInlineTemplateHits(t *testing.T) {
 		t.Fatalf("%d hits, %d misses", obs.hits.Load(), obs.misses.Load())
 	}
 }
+
+// With fence.synchronous_commit the inline check holds set_config, which is volatile: it goes into a scalar
+// subquery, so that PostgreSQL still runs it once, before any row (an InitPlan gating the scan), also when no row
+// matches.
+func TestInlineSyncCommitCheckedOnce(t *testing.T) {
+	r, err := New(Config{Tables: []Table{{Name: "accounts", TokenColumn: "fence_token"}}, SynchronousCommit: "local", Verify: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sql := range []string{"UPDATE accounts SET balance = 1 WHERE id = 1", "DELETE FROM accounts WHERE id = 1"} {
+		text := r.PlanWith([]byte(sql), inlineSettings()).WithToken("5")
+		if !strings.Contains(text, "AND (SELECT CASE WHEN pg_catalog.current_setting('fence.token', true)") {
+			t.Fatalf("%s: the check is not a scalar subquery: %s", sql, text)
+		}
+	}
+}

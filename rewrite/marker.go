@@ -108,7 +108,7 @@ func (m Marker) Describe() (message, detail, hint string) {
 			// Only the inline fence (inline.go) raises 55F03 for a valid token: the setting is not the token
 			// the proxy gave the transaction.
 			return fmt.Sprintf("fencing token changed behind the proxy for a write to %s: %s is %q, not the token fenceproxy gave this transaction", m.Table, m.Setting, m.Token),
-				fmt.Sprintf("In transaction pooling a change to %s that fenceproxy cannot follow (a function calling set_config?) is refused.", m.Setting),
+				fmt.Sprintf("In transaction pooling a change to %s that fenceproxy cannot follow (a function calling set_config?), or one between the Bind of the unnamed portal and its Execute, is refused.", m.Setting),
 				fmt.Sprintf("Set %s with SET, SET LOCAL or set_config in the statement text.", m.Setting)
 		}
 		return fmt.Sprintf("invalid fencing token for a write to %s: %q", m.Table, m.Token),

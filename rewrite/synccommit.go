@@ -40,7 +40,20 @@ func (e *tableEntry) addSyncCommit(level string) error {
 	if err != nil {
 		return err
 	}
-	return e.wrapValidArms(func(valid *pg.Node) *pg.Node {
+	if err := e.wrapValidArms(func(valid *pg.Node) *pg.Node {
 		return substitute(set, map[string]*pg.Node{"fenceproxy_v": valid})
-	})
+	}); err != nil {
+		return err
+	}
+	if e.inline != nil {
+		// set_config is volatile, and PostgreSQL makes only a condition without volatile functions a one-time
+		// filter: the inline check, now holding it, goes into a scalar subquery (an InitPlan, run once), so that
+		// it is still checked once, before any row, also when no row matches.
+		once, err := parseFragment(tmplInlineOnceSubquery, strings.NewReplacer())
+		if err != nil {
+			return err
+		}
+		e.inline.once = substitute(once, map[string]*pg.Node{phTok: e.inline.token})
+	}
+	return nil
 }
