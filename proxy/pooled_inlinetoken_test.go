@@ -170,13 +170,16 @@ func TestPooledInlineUnnamedStatementRebound(t *testing.T) {
 			t.Fatalf("execute %q: %v", name, r.Err)
 		}
 	}
+	prepare := func(name, sql string) {
+		t.Helper()
+		if _, err := pc.Prepare(ctx, name, sql, nil); err != nil {
+			t.Fatalf("prepare %q: %v", name, err)
+		}
+	}
+	upd := "UPDATE " + f.label + " SET balance = balance + 1 WHERE id = 1"
 	exec("BEGIN")
-	if _, err := pc.Prepare(ctx, "", "UPDATE "+f.label+" SET balance = balance + 1 WHERE id = 1", nil); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := pc.Prepare(ctx, "setcfg", "SELECT pg_catalog.set_config('fence.token', $1, true)", nil); err != nil {
-		t.Fatal(err)
-	}
+	prepare("", upd)
+	prepare("setcfg", "SELECT pg_catalog.set_config('fence.token', $1, true)")
 	run("setcfg", "9")
 	run("")
 	exec("COMMIT")
@@ -184,12 +187,8 @@ func TestPooledInlineUnnamedStatementRebound(t *testing.T) {
 	f.wantToken(t, 1, 9)
 	// A simple Query drops the unnamed statement (as directly): it is parsed again, carrying the session's token
 	// 5, and the session's token is set to 20 by a named statement before it is bound, in a transaction of its own.
-	if _, err := pc.Prepare(ctx, "", "UPDATE "+f.label+" SET balance = balance + 1 WHERE id = 1", nil); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := pc.Prepare(ctx, "settok", "SELECT pg_catalog.set_config('fence.token', $1, false)", nil); err != nil {
-		t.Fatal(err)
-	}
+	prepare("", upd)
+	prepare("settok", "SELECT pg_catalog.set_config('fence.token', $1, false)")
 	run("settok", "20")
 	run("")
 	wrote("rebound in a later transaction", "'20'::bigint", false)

@@ -124,16 +124,8 @@ const (
 
 func newTableEntry(t Table, setting string) (*tableEntry, error) {
 	e := &tableEntry{Table: t, label: t.Label()}
-	consts := strings.NewReplacer("@setting@", setting, "@table@", e.label, "@pattern@", tokenPattern())
-	var err error
-	parse := func(sql string) *pg.Node {
-		if err != nil {
-			return nil
-		}
-		var n *pg.Node
-		n, err = parseFragment(sql, consts)
-		return n
-	}
+	fs := &fragmentSet{consts: strings.NewReplacer("@setting@", setting, "@table@", e.label, "@pattern@", tokenPattern())}
+	parse := fs.parse
 	e.token = parse(tmplToken)
 	e.ref = parse(tmplRef)
 	e.light = parse(tmplLight)
@@ -142,8 +134,8 @@ func newTableEntry(t Table, setting string) (*tableEntry, error) {
 	e.guard = parse(tmplGuard)
 	e.ignored = parse(tmplIgnored)
 	once := parse(tmplOnce)
-	if err != nil {
-		return nil, err
+	if fs.err != nil {
+		return nil, fs.err
 	}
 	e.notNull = once
 	e.once = substitute(once, map[string]*pg.Node{phTok: e.ref})
@@ -152,10 +144,25 @@ func newTableEntry(t Table, setting string) (*tableEntry, error) {
 		return nil, fmt.Errorf("fragment %q: %w", tmplStmtToken, err)
 	}
 	cte := tree.Stmts[0].Stmt.GetSelectStmt().GetWithClause().GetCtes()[0]
-	replaceConsts(cte, consts)
+	replaceConsts(cte, fs.consts)
 	clearLocations(cte)
 	e.cte = substitute(cte, map[string]*pg.Node{phToken: e.token})
 	return e, nil
+}
+
+// fragmentSet parses fragments with one set of constants, keeping the first error (err) and giving nil after it.
+type fragmentSet struct {
+	consts *strings.Replacer
+	err    error
+}
+
+func (fs *fragmentSet) parse(sql string) *pg.Node {
+	if fs.err != nil {
+		return nil
+	}
+	var n *pg.Node
+	n, fs.err = parseFragment(sql, fs.consts)
+	return n
 }
 
 // parseFragment parses "SELECT <expr>" and returns expr with constants

@@ -90,21 +90,12 @@ const inlineSlotText = "$999999"
 // newInlineEntry is e's inline variant: the same table, with the fragments that read the token replaced by the
 // inline ones. cte is nil: an inline write has no statement-token CTE.
 func newInlineEntry(e *tableEntry, setting string) (*tableEntry, error) {
-	consts := strings.NewReplacer("@setting@", setting, "@table@", e.label)
-	var err error
-	parse := func(sql string) *pg.Node {
-		if err != nil {
-			return nil
-		}
-		var n *pg.Node
-		n, err = parseFragment(sql, consts)
-		return n
-	}
-	checked := parse(tmplInlineChecked)
-	plain := parse(tmplInlinePlain)
-	setCheck := parse(tmplInlineSetCheck)
-	if err != nil {
-		return nil, err
+	fs := &fragmentSet{consts: strings.NewReplacer("@setting@", setting, "@table@", e.label)}
+	checked := fs.parse(tmplInlineChecked)
+	plain := fs.parse(tmplInlinePlain)
+	setCheck := fs.parse(tmplInlineSetCheck)
+	if fs.err != nil {
+		return nil, fs.err
 	}
 	in := *e
 	in.inline = nil
