@@ -88,8 +88,9 @@ type pooledState struct {
 	// tokenInForce is the token the lent connection's transaction holds, as the proxy gave it at its start,
 	// while no message since may have changed it (followTokenInForce); "" when not known.
 	tokenInForce string
-	// unnamedToken is the token the client's unnamed statement carries (inline form), "" if none; unnamedSrc
-	// is then the client's Parse body, fenced again when it is bound where another token is in force.
+	// unnamedToken is the token the client's unnamed statement carries (inline form), "" if none; unnamedSrc is
+	// the client's Parse body of it (its own text), fenced again when it carries a token and is bound where
+	// another token is in force.
 	unnamedToken string
 	unnamedSrc   []byte
 
@@ -754,7 +755,7 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 	if typ == msgBind && body != nil {
 		// A statement parsed in an earlier transaction runs again here: what its text may leave is read back at
 		// this transaction's end too (a bound set_config of the token at session level, executed twice).
-		if stmt, ok := ss.stmtText(msgBind, body); ok && mayLeaveSessionState(stmt) {
+		if stmt, ok := ss.boundClientText(body); ok && mayLeaveSessionState(stmt) {
 			pl.probe.Store(true)
 		}
 	}
@@ -1283,6 +1284,25 @@ func refusedState(marker string) *replayError {
 	return &replayError{code: tr.Code, msg: tr.Message}
 }
 
+// boundClientText is the client's own text of the statement a Bind binds (pl.mu held), where the proxy keeps it:
+// the fenced text may also hold the proxy's own set_config (fence.synchronous_commit), which leaves no session
+// state. Else, as stmtText, the fenced text.
+func (ss *session) boundClientText(body []byte) ([]byte, bool) {
+	pl := ss.pooled
+	if namesUnnamedStmt(msgBind, body) {
+		if pl.unnamedSrc != nil {
+			return planText(msgParse, pl.unnamedSrc)
+		}
+	} else if _, rest, ok := cutNul(body); ok {
+		if name, _, ok := cutNul(rest); ok {
+			if cs, known := pl.stmts.byName[string(name)]; known && cs.text != nil {
+				return cs.text, true
+			}
+		}
+	}
+	return ss.stmtText(msgBind, body)
+}
+
 // dropUnnamed forgets the client's unnamed statement, as the server does at a simple Query or a Close of it.
 func (pl *pooledState) dropUnnamed() {
 	pl.unnamed, pl.unnamedHere = nil, true
@@ -1315,7 +1335,7 @@ func (ss *session) followTokenInForce(typ byte, body, text []byte) {
 	case msgParse:
 		carry = text != nil && len(body) > 0 && body[0] == 0 && ss.plainText(text)
 	case msgBind:
-		if stmt, ok := ss.stmtText(msgBind, body); !ok || !ss.plainText(stmt) && !rewrite.LoneBegin(stmt, ss.readingSettings()) {
+		if stmt, ok := ss.boundClientText(body); !ok || !ss.plainText(stmt) && !rewrite.LoneBegin(stmt, ss.readingSettings()) {
 			pl.tokenInForce = ""
 		}
 	case msgDescribe, msgExecute, msgClose, msgSync, msgFlush:

@@ -228,6 +228,17 @@ func TestPooledInlineSyncCommit(t *testing.T) {
 		t.Fatalf("synchronous_commit %q, %v", level, err)
 	}
 	f.wantToken(t, 1, 5)
+	// By the extended protocol the unnamed statement keeps its inline form through its Bind: the proxy's own
+	// set_config in its fenced text does not make the token unknown.
+	e := pooledConn(t, f, "&default_query_exec_mode=exec&options=-c%20fence.token%3D6")
+	var text string
+	if err := e.QueryRow(ctxT(t), "UPDATE "+f.label+" SET balance = 3 WHERE id = 1 RETURNING pg_catalog.current_query()").Scan(&text); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(text, "fenceproxy_stmt") || !strings.Contains(text, "'6'::bigint") {
+		t.Fatalf("not the inline form: %s", text)
+	}
+	f.wantToken(t, 1, 6)
 }
 
 // The unnamed statement that carries a token is the client's only while the client has it: after a simple Query

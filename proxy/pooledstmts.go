@@ -38,10 +38,12 @@ const serverStmtPrefix = "fenceproxy_s"
 // closedStmtName is a statement name nobody prepares: a client's Close of its statement closes it on the server.
 const closedStmtName = "fenceproxy_none"
 
-// clientStmt is a client's named statement: its server name and the fenced Parse body under that name.
+// clientStmt is a client's named statement: its server name, the fenced Parse body under that name, and the
+// client's own text (what its words may do: the fenced one also holds the proxy's own SQL).
 type clientStmt struct {
 	server string
 	parse  []byte
+	text   []byte
 }
 
 // answerHide says, for one Parse or Close sent to the server, whether its answer is the proxy's own, and the
@@ -205,7 +207,8 @@ func (ss *session) parseNamed(body []byte, p Planner) error {
 	if pl.stmts.byName == nil {
 		pl.stmts.byName = map[string]clientStmt{}
 	}
-	pl.stmts.byName[string(name)] = clientStmt{server: server, parse: parse}
+	text, _ := planText(msgParse, body)
+	pl.stmts.byName[string(name)] = clientStmt{server: server, parse: parse, text: bytes.Clone(text)}
 	if sc.stmts[server] {
 		// Already prepared here: prepare it again (a client parses again to get a plan for a changed schema), so
 		// that the client's ParseComplete comes in its place. If the Parse fails (25P02 in a failed transaction)
@@ -307,9 +310,9 @@ func (ss *session) parseUnnamed(body []byte, p Planner) error {
 	if len(msg) > headerLen && msg[0] == msgParse && int(binary.BigEndian.Uint32(msg[1:]))+1 == len(msg) {
 		pl.unnamed = bytes.Clone(msg)
 	}
-	pl.unnamedToken, pl.unnamedSrc = "", nil
+	pl.unnamedToken, pl.unnamedSrc = "", bytes.Clone(body)
 	if ss.inlined && ss.inlineToken != "" {
-		pl.unnamedToken, pl.unnamedSrc = ss.inlineToken, bytes.Clone(body)
+		pl.unnamedToken = ss.inlineToken
 	}
 	pl.unnamedHere = true
 	pl.sc.w.Write(msg)
@@ -364,9 +367,9 @@ func (ss *session) refenceUnnamed(p Planner, inline bool) {
 	case err != nil:
 		ss.srv.log.Warn("fencing the unnamed statement again failed", "err", err)
 	case len(msg) > headerLen && msg[0] == msgParse && int(binary.BigEndian.Uint32(msg[1:]))+1 == len(msg):
-		pl.unnamed = bytes.Clone(msg)
+		pl.unnamed, pl.unnamedSrc = bytes.Clone(msg), src
 		if ss.inlined && ss.inlineToken != "" {
-			pl.unnamedToken, pl.unnamedSrc = ss.inlineToken, src
+			pl.unnamedToken = ss.inlineToken
 		}
 	}
 	ss.inlineToken = prev

@@ -28,9 +28,10 @@ import (
 // NOT NULL; the first VALUES row and every row of a VALUES that may run code; an INSERT ... SELECT's output) and
 // the constant 'T'::bigint everywhere else (the row check, the value written, the later rows of an inert VALUES).
 // With fence.synchronous_commit the check holds set_config, which is volatile, so the one-time filter is a
-// scalar subquery of it (synccommit.go): PostgreSQL makes only a condition without volatile functions one. So a statement runs with T only when the setting is exactly T as it
-// starts, which is when the CTE form would have read T: the two forms accept the same writes and write the same
-// tokens. When the setting is anything else (a function changed it behind the proxy, a COMMIT inside the text
+// scalar subquery of it (synccommit.go): PostgreSQL makes only a condition without volatile functions one.
+//
+// So a statement runs with T only when the setting is exactly T as it starts, which is when the CTE form would
+// have read T: the two forms accept the same writes and write the same tokens. When the setting is anything else (a function changed it behind the proxy, a COMMIT inside the text
 // ended the transaction that had T) the statement fails with 55F03 before it touches a row: a change the proxy
 // cannot follow is refused, as the contract says for transaction mode, and nothing is ever written with a token
 // the setting does not hold. Lock and synchronous_commit checks go into checked(T)'s valid arm, as they go into

@@ -191,3 +191,33 @@ func TestInlineSyncCommitCheckedOnce(t *testing.T) {
 		}
 	}
 }
+
+// Every INSERT form is fenced and verified in the inline form with lock fences and synchronous_commit, whose
+// wrappers make the check's valid arm a CASE of its own.
+func TestInlineInsertWithWrappedCheck(t *testing.T) {
+	for _, cfg := range []Config{
+		{SynchronousCommit: "local"},
+		{LockSetting: "fence.lock"},
+		{SynchronousCommit: "remote_apply", LockSetting: "fence.lock"},
+	} {
+		cfg.Tables = []Table{{Name: "accounts", TokenColumn: "fence_token", RequireLock: cfg.LockSetting != ""}}
+		cfg.Verify = true
+		r, err := New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, sql := range []string{
+			"INSERT INTO accounts (id, balance) VALUES (1, 2)",
+			"INSERT INTO accounts (id, balance) VALUES (1, 2), (3, 4)",
+			"INSERT INTO accounts (id, balance) VALUES (1, now()::text::int), (3, 4)",
+			"INSERT INTO accounts DEFAULT VALUES",
+			"INSERT INTO accounts (id, balance) VALUES (1, 2) ON CONFLICT (id) DO UPDATE SET balance = 3",
+			"INSERT INTO accounts (id, balance, fence_token) VALUES (1, 2, 99)",
+			"INSERT INTO accounts (id, balance) SELECT 1, 2",
+		} {
+			if p := r.PlanWith([]byte(sql), inlineSettings()); p.Action != Rewrite || p.TokenSegs == nil {
+				t.Fatalf("%+v %s: %v %s", cfg, sql, p.Action, p.Message)
+			}
+		}
+	}
+}
