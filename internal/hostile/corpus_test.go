@@ -28,8 +28,28 @@ type hcase struct {
 	expect     string   // refused, fenced, untouched, ok
 	expectCode string   // for refused
 	expectText string   // for refused: a fragment of the refusal's message, naming its reason (may be "")
-	hole       string   // expect-hole branch, or ""
-	sql        string
+	// pooled is the outcome through a transaction pool where it differs by the contract (expect-pool), with
+	// expect, expectCode and expectText set; nil: the same as expect.
+	pooled *hcase
+	hole   string // expect-hole branch, or ""
+	sql    string
+}
+
+// runs is the case as the corpus runs it: as written, and, unless its config already has pool=transaction, also
+// through a transaction pool of one server connection (name/pool), with its expect-pool outcome if it has one.
+func (c *hcase) runs() []*hcase {
+	if slices.Contains(c.config, "pool=transaction") {
+		return []*hcase{c}
+	}
+	p := *c
+	p.name = c.name + "/pool"
+	p.config = append(slices.Clone(c.config), "pool=transaction")
+	slices.Sort(p.config)
+	p.pooled = nil
+	if c.pooled != nil {
+		p.expect, p.expectCode, p.expectText = c.pooled.expect, c.pooled.expectCode, c.pooled.expectText
+	}
+	return []*hcase{c, &p}
 }
 
 // where is the case's position, for messages.
@@ -127,7 +147,7 @@ func parseFile(path string) ([]*hcase, error) {
 			for _, kv := range strings.Split(val, ",") {
 				kv = strings.TrimSpace(kv)
 				switch kv {
-				case "scope=transaction", "verify=on", "writes=refuse", "catalog=on", "guard=on":
+				case "scope=transaction", "verify=on", "writes=refuse", "catalog=on", "guard=on", "pool=transaction":
 					cur.config = append(cur.config, kv)
 				default:
 					return nil, fmt.Errorf("%s:%d: unknown config %q", filepath.Base(path), n, kv)
@@ -157,17 +177,22 @@ func parseFile(path string) ([]*hcase, error) {
 			default:
 				return nil, fmt.Errorf("%s:%d: protocol %q", filepath.Base(path), n, val)
 			}
-		case "expect":
+		case "expect", "expect-pool":
 			f := strings.Fields(val)
 			if len(f) == 0 {
-				return nil, fmt.Errorf("%s:%d: empty expect", filepath.Base(path), n)
+				return nil, fmt.Errorf("%s:%d: empty %s", filepath.Base(path), n, key)
 			}
-			cur.expect = f[0]
+			into := cur
+			if key == "expect-pool" {
+				cur.pooled = &hcase{}
+				into = cur.pooled
+			}
+			into.expect = f[0]
 			if len(f) > 1 {
-				cur.expectCode = f[1]
+				into.expectCode = f[1]
 			}
 			if len(f) > 2 {
-				cur.expectText = strings.Join(f[2:], " ")
+				into.expectText = strings.Join(f[2:], " ")
 			}
 		case "expect-hole":
 			cur.hole = val
@@ -196,17 +221,25 @@ func (c *hcase) validate() error {
 	if c.sql == "" {
 		return fmt.Errorf("no sql")
 	}
-	switch c.expect {
-	case "refused":
-		if len(c.expectCode) != 5 {
-			return fmt.Errorf("refused needs a SQLSTATE")
+	for _, e := range []*hcase{c, c.pooled} {
+		if e == nil {
+			continue
 		}
-	case "fenced", "untouched", "ok":
-		if c.expectCode != "" {
-			return fmt.Errorf("expect %s takes no SQLSTATE", c.expect)
+		switch e.expect {
+		case "refused":
+			if len(e.expectCode) != 5 {
+				return fmt.Errorf("refused needs a SQLSTATE")
+			}
+		case "fenced", "untouched", "ok":
+			if e.expectCode != "" {
+				return fmt.Errorf("expect %s takes no SQLSTATE", e.expect)
+			}
+		default:
+			return fmt.Errorf("expect %q: want refused CODE, fenced, untouched or ok", e.expect)
 		}
-	default:
-		return fmt.Errorf("expect %q: want refused CODE, fenced, untouched or ok", c.expect)
+	}
+	if c.pooled != nil && slices.Contains(c.config, "pool=transaction") {
+		return fmt.Errorf("expect-pool in a case that runs only through the pool: use expect")
 	}
 	switch c.tokenVia {
 	case "set", "options", "sql":

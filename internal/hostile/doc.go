@@ -15,7 +15,8 @@
 //	                              SQL and gives the proxy the planner fenceproxy serve builds from it),
 //	                              guard=on (the database gets the fenceproxy schema and guard for the
 //	                              protected tables from schema.Install, as fenceproxy install does, before
-//	                              the case's direct SQL; direct SQL must then not write protected rows)
+//	                              the case's direct SQL; direct SQL must then not write protected rows),
+//	                              pool=transaction (pool.mode: transaction with one server connection)
 //	direct: SQL                   run directly as superuser in the case's database first (repeatable)
 //	setup: SQL                    run through the proxy before the token is set; must succeed (repeatable)
 //	token: fresh                  the session's token: fresh (1000, newer than every row), stale (20, older
@@ -35,6 +36,9 @@
 //	                              be read (42601, or 55F04 saying "cannot parse" or "cannot read") tests
 //	                              nothing else: the case fails unless its line names that reason
 //	                              (expect: refused 55F04 cannot parse), so a typo cannot count as held
+//	expect-pool: refused 55F03    the outcome through a transaction pool, where it differs by the contract:
+//	                              every case also runs through a pool of one server connection (name/pool),
+//	                              unless its config has pool=transaction (then it runs only so)
 //	expect-hole: ceiling          a hole today's main still has, to be closed by that branch: the harness
 //	                              logs the violation instead of failing, and fails when the case holds (so a
 //	                              mark cannot go stale: remove it, keeping the expect line)

@@ -158,6 +158,10 @@ func (h *harness) proxy(t *testing.T, config []string) *variant {
 			// Not a proxy setting: run installs the guard into the case's database (installGuard).
 		case "scope=transaction":
 			token = append(token, "  scope: transaction")
+		case "pool=transaction":
+			// A transaction pool of one server connection, which every client of the case shares: the probes run
+			// on it too, after the case's session has ended.
+			yaml += "pool:\n  mode: transaction\n  size: 1\nauth:\n  type: trust\n"
 		case "writes=refuse":
 			yaml = strings.ReplaceAll(yaml, "    token_column: fence_token\n", "    token_column: fence_token\n    token_column_writes: refuse\n")
 		case "verify=on":
@@ -251,7 +255,11 @@ func TestHostileCorpus(t *testing.T) {
 	h := &harness{t: t, maint: maint, direct: direct, proxies: map[string]*variant{}}
 	var held, holes, closed, failed int
 	classes := map[string]int{}
+	var runs []*hcase
 	for _, c := range cases {
+		runs = append(runs, c.runs()...)
+	}
+	for _, c := range runs {
 		for _, proto := range c.protocols {
 			name := c.name
 			if len(c.protocols) > 1 {
@@ -375,6 +383,11 @@ func (h *harness) run(t *testing.T, c *hcase, proto string) (problems []string, 
 			errs = append(errs, execExtended(ctx, session, sql))
 		} else {
 			errs = append(errs, execSimple(ctx, session, sql))
+		}
+		if slices.Contains(c.config, "pool=transaction") {
+			// The pool's one server connection is the session's while it is in a transaction (a failed one
+			// included): the session ends, its transaction rolled back, so that the probes get it and run.
+			session.Close(context.Background())
 		}
 	}
 
