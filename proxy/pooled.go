@@ -746,18 +746,19 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 	if body != nil && (typ == msgQuery || typ == msgParse) {
 		text, _ = planText(typ, body)
 	}
-	if text != nil {
-		if mayLeaveSessionState(text) {
-			pl.probe.Store(true)
-		}
-		ss.noteCustomSettings(text) // pooledsettings.go
-	}
+	// words is the client's text whose words say what the message may run: a Query's or Parse's own, or, for a
+	// Bind, the statement's it binds (parsed maybe in an earlier transaction, and run again here: what it may
+	// leave is read back at this transaction's end too, as a bound set_config of the token at session level).
+	words := text
 	if typ == msgBind && body != nil {
-		// A statement parsed in an earlier transaction runs again here: what its text may leave is read back at
-		// this transaction's end too (a bound set_config of the token at session level, executed twice).
-		if stmt, ok := ss.boundClientText(body); ok && mayLeaveSessionState(stmt) {
-			pl.probe.Store(true)
-		}
+		words, _ = ss.boundClientText(body)
+	}
+	leaves := words != nil && mayLeaveSessionState(words)
+	if leaves {
+		pl.probe.Store(true)
+	}
+	if text != nil {
+		ss.noteCustomSettings(text) // pooledsettings.go
 	}
 	switch typ {
 	case msgQuery, msgSync, msgFunctionCall:
@@ -772,7 +773,7 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 	}
 	p := ss.srv.currentPlanner()
 	ss.inlined = false
-	ss.followTokenInForce(typ, body, text)
+	ss.followTokenInForce(typ, body, words, leaves)
 	defer func() { ss.inlineToken = "" }()
 	var err error
 	switch {
@@ -1312,30 +1313,33 @@ func (pl *pooledState) dropUnnamed() {
 // followTokenInForce keeps pl.tokenInForce for a client message about to be forwarded (pl.mu held), and says
 // whether its fenced writes carry it (ss.inlineToken, rewrite/inline.go). The token in force stays known through
 // what cannot change it by its own words: plain Queries (plainText), a lone BEGIN, the extended protocol's Parse,
-// Describe, Execute, Close, Sync and Flush, and a Bind of a plain statement or a lone BEGIN. Anything else (a SET, set_config,
-// SAVEPOINT or ROLLBACK TO, a Bind of another statement, a FunctionCall) makes it unknown until the next
-// transaction's start. A function that changes it behind the proxy is caught by the inline fence itself (55F03).
-// A plain Query, and a Parse of the unnamed statement with a plain text (run right away, and fenced again if it
-// is bound where another token is in force: placeUnnamed), carry it; a named statement, which may run under any
-// later token, never does. Prepared fences, when turned on, are sent instead.
-func (ss *session) followTokenInForce(typ byte, body, text []byte) {
+// Describe, Execute, Close, Sync and Flush, and a Bind of a plain statement or a lone BEGIN. Anything else (a SET,
+// set_config, SAVEPOINT or ROLLBACK TO, a Bind of another statement, a FunctionCall) makes it unknown until the
+// next transaction's start. A function that changes it behind the proxy is caught by the inline fence itself
+// (55F03). A plain Query, and a Parse of the unnamed statement with a plain text (run right away, and fenced again
+// if it is bound where another token is in force: placeUnnamed), carry it; a named statement, which may run
+// under any later token, never does. Prepared fences, when turned on, are sent instead. words and leaves are
+// forwardPooled's: the text whose words decide (nil if none is known) and whether it may leave session state.
+func (ss *session) followTokenInForce(typ byte, body, words []byte, leaves bool) {
 	pl := ss.pooled
 	if pl.tokenInForce == "" {
 		return
 	}
+	set := ss.readingSettings()
+	plain := words != nil && !leaves && rewrite.PlainStatements(words, set) // plainText, its scan done
 	carry := false
 	switch typ {
 	case msgQuery:
 		switch {
-		case text != nil && ss.plainText(text):
+		case plain:
 			carry = true
-		case text == nil || !rewrite.LoneBegin(text, ss.readingSettings()):
+		case words == nil || !rewrite.LoneBegin(words, set):
 			pl.tokenInForce = ""
 		}
 	case msgParse:
-		carry = text != nil && len(body) > 0 && body[0] == 0 && ss.plainText(text)
+		carry = plain && len(body) > 0 && body[0] == 0
 	case msgBind:
-		if stmt, ok := ss.boundClientText(body); !ok || !ss.plainText(stmt) && !rewrite.LoneBegin(stmt, ss.readingSettings()) {
+		if !plain && (words == nil || !rewrite.LoneBegin(words, set)) {
 			pl.tokenInForce = ""
 		}
 	case msgDescribe, msgExecute, msgClose, msgSync, msgFlush:

@@ -307,7 +307,7 @@ func (ss *session) parseUnnamed(body []byte, p Planner) error {
 		return err
 	}
 	pl.unnamed = nil
-	if len(msg) > headerLen && msg[0] == msgParse && int(binary.BigEndian.Uint32(msg[1:]))+1 == len(msg) {
+	if wholeParse(msg) {
 		pl.unnamed = bytes.Clone(msg)
 	}
 	pl.unnamedToken, pl.unnamedSrc = "", bytes.Clone(body)
@@ -366,7 +366,7 @@ func (ss *session) refenceUnnamed(p Planner, inline bool) {
 	switch {
 	case err != nil:
 		ss.srv.log.Warn("fencing the unnamed statement again failed", "err", err)
-	case len(msg) > headerLen && msg[0] == msgParse && int(binary.BigEndian.Uint32(msg[1:]))+1 == len(msg):
+	case wholeParse(msg):
 		pl.unnamed, pl.unnamedSrc = bytes.Clone(msg), src
 		if ss.inlined && ss.inlineToken != "" {
 			pl.unnamedToken = ss.inlineToken
@@ -374,6 +374,11 @@ func (ss *session) refenceUnnamed(p Planner, inline bool) {
 	}
 	ss.inlineToken = prev
 	pl.unnamedHere = false
+}
+
+// wholeParse reports whether msg is one whole Parse message, header included, as fencedParse gives it.
+func wholeParse(msg []byte) bool {
+	return len(msg) > headerLen && msg[0] == msgParse && int(binary.BigEndian.Uint32(msg[1:]))+1 == len(msg)
 }
 
 // namesUnnamedStmt reports whether a Bind, Describe or Close names the unnamed statement.

@@ -31,11 +31,11 @@ import (
 // scalar subquery of it (synccommit.go): PostgreSQL makes only a condition without volatile functions one.
 //
 // So a statement runs with T only when the setting is exactly T as it starts, which is when the CTE form would
-// have read T: the two forms accept the same writes and write the same tokens. When the setting is anything else (a function changed it behind the proxy, a COMMIT inside the text
-// ended the transaction that had T) the statement fails with 55F03 before it touches a row: a change the proxy
-// cannot follow is refused, as the contract says for transaction mode, and nothing is ever written with a token
-// the setting does not hold. Lock and synchronous_commit checks go into checked(T)'s valid arm, as they go into
-// the CTE's.
+// have read T: the two forms accept the same writes and write the same tokens. When the setting is anything else
+// (a function changed it behind the proxy, a COMMIT inside the text ended the transaction that had T) the
+// statement fails with 55F03 before it touches a row: a change the proxy cannot follow is refused, as the
+// contract says for transaction mode, and nothing is ever written with a token the setting does not hold. Lock
+// and synchronous_commit checks go into checked(T)'s valid arm, as they go into the CTE's.
 //
 // T is a constant of the rewritten text, not of the plan: a plan is cached for every token. The rewrite puts
 // the parameter $inlineSlot where T goes (a text with a parameter of that number or above is not inlined, so

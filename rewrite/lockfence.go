@@ -38,8 +38,8 @@ const tmplLockMissing = `SELECT ('fenceproxy|55F03|@lock@|' OPERATOR(pg_catalog.
 	pg_catalog.encode(pg_catalog.convert_to(COALESCE(pg_catalog.current_setting('@lock@', true), ''), 'UTF8'), 'hex')
 	OPERATOR(pg_catalog.||) '|@table@|.')::pg_catalog.int8`
 
-// addLockCheck puts the lock check of a require_lock table into the token's valid arms (wrapValidArms). Other tables, and
-// lockSetting "", leave e as it is.
+// addLockCheck puts the lock check of a require_lock table into the token's valid arms (wrapValidArms). Other
+// tables, and lockSetting "", leave e as it is.
 func (e *tableEntry) addLockCheck(lockSetting string, requireLock bool) error {
 	if lockSetting == "" || !requireLock {
 		return nil
@@ -56,7 +56,10 @@ func (e *tableEntry) addLockCheck(lockSetting string, requireLock bool) error {
 	if err != nil {
 		return err
 	}
-	return e.wrapValidArms(func(valid *pg.Node) *pg.Node {
+	if err := e.wrapValidArms(func(valid *pg.Node) *pg.Node {
 		return substitute(check, map[string]*pg.Node{"fenceproxy_v": valid, "fenceproxy_nolock": noLock})
-	})
+	}); err != nil {
+		return fmt.Errorf("lock check: %w", err)
+	}
+	return nil
 }

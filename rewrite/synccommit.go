@@ -43,7 +43,7 @@ func (e *tableEntry) addSyncCommit(level string) error {
 	if err := e.wrapValidArms(func(valid *pg.Node) *pg.Node {
 		return substitute(set, map[string]*pg.Node{"fenceproxy_v": valid})
 	}); err != nil {
-		return err
+		return fmt.Errorf("synchronous_commit: %w", err)
 	}
 	if e.inline != nil {
 		// set_config is volatile, and PostgreSQL makes only a condition without volatile functions a one-time
