@@ -144,8 +144,17 @@ func (s *EtcdStore) List(ctx context.Context) ([]LockInfo, error) {
 		li := LockInfo{Name: name, Holder: fmt.Sprintf("%x", int64(h.lease)), Waiters: len(es) - 1, LeaseLeft: -1}
 		li.Token, _ = strconv.ParseInt(h.value, 10, 64)
 		if h.lease != clientv3.NoLease {
-			if ttl, err := s.client.TimeToLive(ctx, h.lease); err == nil && ttl.TTL >= 0 {
-				li.LeaseLeft = time.Duration(ttl.TTL) * time.Second
+			// etcd truncates the remaining time to whole seconds, and a lease that ran out but is not yet
+			// revoked (the leader revokes asynchronously, late on a busy machine) reads TTL <= 0 with its
+			// GrantedTTL still set: that is 0 left, an expiry in progress. TTL -1 with no GrantedTTL is a lease
+			// gone between the Get and this call (a release): unknown.
+			if ttl, err := s.client.TimeToLive(ctx, h.lease); err == nil {
+				switch {
+				case ttl.TTL >= 0:
+					li.LeaseLeft = time.Duration(ttl.TTL) * time.Second
+				case ttl.GrantedTTL > 0:
+					li.LeaseLeft = 0
+				}
 			}
 		}
 		out = append(out, li)
