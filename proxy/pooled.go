@@ -76,6 +76,9 @@ type pooledState struct {
 	inline  bool           // the session goroutine reads the answer to what it sent (answerInline)
 	// inlineAtReady: answerInline stopped at the ReadyForQuery that ended the answer (not a timeout or COPY).
 	inlineAtReady bool
+	// classes remembers what the last texts the client sent are by their words (textclass.go); its client side
+	// alone uses it.
+	classes classMemo
 	// beforeSend is needReader, made once: the lent connection's serverConn.beforeSend.
 	beforeSend func()
 	open       int    // Query, Sync and FunctionCall messages forwarded on sc and not yet settled
@@ -753,7 +756,11 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 	if typ == msgBind && body != nil {
 		words, _ = ss.boundClientText(body)
 	}
-	leaves := words != nil && mayLeaveSessionState(words)
+	var wordsClass textClass // words' class; the zero class when words is nil
+	if words != nil {
+		wordsClass = ss.classOf(words)
+	}
+	leaves := wordsClass.leaves
 	if leaves {
 		pl.probe.Store(true)
 	}
@@ -773,7 +780,7 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 	}
 	p := ss.srv.currentPlanner()
 	ss.inlined = false
-	ss.followTokenInForce(typ, body, words, leaves)
+	ss.followTokenInForce(typ, body, wordsClass)
 	defer func() { ss.inlineToken = "" }()
 	var err error
 	switch {
@@ -1081,21 +1088,25 @@ func (ss *session) injectTokens(typ byte, body []byte) tokenPrefix {
 		return prefixNone
 	case msgQuery:
 		text, ok := planText(msgQuery, body)
-		if !ok || rewrite.OwnTransaction(text, set) {
+		if !ok {
+			return prefixNone
+		}
+		class := ss.classOf(text)
+		if class.Own {
 			return prefixNone
 		}
 		var prefix tokenPrefix
-		if ss.plainText(text) {
+		if class.plain() {
 			// Nothing in the text can leave session state or open a block: the values are set, not checked.
 			var n int64
 			ss.queryPrefix, n = ss.plainPrefix(sc, set, false)
 			pl.hide.Add(n)
 			prefix = prefixSet
-		} else if q, n, ok := ss.verifiedBegin(sc, text, set); ok {
+		} else if q, n, ok := ss.verifiedBegin(sc, class, set); ok {
 			ss.queryPrefix = q
 			pl.hide.Add(n)
 			prefix = prefixChecked
-		} else if rewrite.BeginsWithTransactionModes(text, set) {
+		} else if class.Begin && class.Modes {
 			// BEGIN ISOLATION LEVEL ... fails (25001) after a statement that took a snapshot, as the token
 			// statement does: two SET LOCAL take none. The checks of the token statement go first as a unit of
 			// their own (checkFirst).
@@ -1116,11 +1127,11 @@ func (ss *session) injectTokens(typ byte, body []byte) tokenPrefix {
 		}
 		return prefix
 	case msgParse:
-		if text, ok := planText(msgParse, body); ok && rewrite.OwnTransaction(text, set) {
+		if text, ok := planText(msgParse, body); ok && ss.classOf(text).Own {
 			return prefixNone
 		}
 	}
-	if text, ok := ss.stmtText(typ, body); ok && rewrite.BeginsWithTransactionModes(text, set) {
+	if text, ok := ss.stmtText(typ, body); ok && ss.beginsWithModes(text) {
 		pl.tokenAfterBegin, pl.beginPortals, pl.windowAnswers = true, pl.beginPortals[:0], 0 // forwardPooled sends it
 		return prefixChecked
 	}
@@ -1130,7 +1141,7 @@ func (ss *session) injectTokens(typ byte, body []byte) tokenPrefix {
 		ss.writeUnnamedStmt(text)
 		return prefixSet
 	}
-	if ss.batchOf(typ, body, func(text []byte) bool { return rewrite.LoneBegin(text, set) }) {
+	if ss.batchOf(typ, body, func(text []byte) bool { return ss.classOf(text).LoneBegin() }) {
 		// A batch that only opens a block: a verified start (verifiedBegin), the read and the values set in one
 		// SELECT, as the unnamed statement.
 		ss.writeUnnamedStmt(sc.pool.tokenTexts(pl.pin != "").readInline(pl.token, pl.lock))
@@ -1215,9 +1226,9 @@ const (
 // failed check does (checkRow: FATAL 55F03 or 0A000, and the connection closed, which rolls the block back).
 // It returns the prefix and how many statements it holds; ok is false for any other text, or a value no
 // constant carries (setLocalStmt).
-func (ss *session) verifiedBegin(sc *serverConn, text []byte, set rewrite.Settings) (prefix string, n int64, ok bool) {
+func (ss *session) verifiedBegin(sc *serverConn, class textClass, set rewrite.Settings) (prefix string, n int64, ok bool) {
 	pl := ss.pooled
-	if !rewrite.LoneBegin(text, set) {
+	if !class.LoneBegin() {
 		return "", 0, false
 	}
 	key := pl.prefixKey(pl.pin != "", set, false)
@@ -1318,28 +1329,27 @@ func (pl *pooledState) dropUnnamed() {
 // next transaction's start. A function that changes it behind the proxy is caught by the inline fence itself
 // (55F03). A plain Query, and a Parse of the unnamed statement with a plain text (run right away, and fenced again
 // if it is bound where another token is in force: placeUnnamed), carry it; a named statement, which may run
-// under any later token, never does. Prepared fences, when turned on, are sent instead. words and leaves are
-// forwardPooled's: the text whose words decide (nil if none is known) and whether it may leave session state.
-func (ss *session) followTokenInForce(typ byte, body, words []byte, leaves bool) {
+// under any later token, never does. Prepared fences, when turned on, are sent instead. words is forwardPooled's:
+// the class of the text whose words decide (the zero class when none is known).
+func (ss *session) followTokenInForce(typ byte, body []byte, words textClass) {
 	pl := ss.pooled
 	if pl.tokenInForce == "" {
 		return
 	}
-	set := ss.readingSettings()
-	plain := words != nil && !leaves && rewrite.PlainStatements(words, set) // plainText, its scan done
+	plain, lone := words.plain(), words.LoneBegin() // plainText; both false for the zero class
 	carry := false
 	switch typ {
 	case msgQuery:
 		switch {
 		case plain:
 			carry = true
-		case words == nil || !rewrite.LoneBegin(words, set):
+		case !lone:
 			pl.tokenInForce = ""
 		}
 	case msgParse:
 		carry = plain && len(body) > 0 && body[0] == 0
 	case msgBind:
-		if !plain && (words == nil || !rewrite.LoneBegin(words, set)) {
+		if !plain && !lone {
 			pl.tokenInForce = ""
 		}
 	case msgDescribe, msgExecute, msgClose, msgSync, msgFlush:
@@ -1355,8 +1365,13 @@ func (ss *session) followTokenInForce(typ byte, body, words []byte, leaves bool)
 // statement (prefixSet): every statement plain by its words (rewrite.PlainStatements) and none of the words
 // for which the end of the transaction looks at the connection (mayLeaveSessionState). The proxy never reads
 // such a transaction's session state back, so it needs no check of what the connection held before.
-func (ss *session) plainText(text []byte) bool {
-	return rewrite.PlainStatements(text, ss.readingSettings()) && !mayLeaveSessionState(text)
+func (ss *session) plainText(text []byte) bool { return ss.classOf(text).plain() }
+
+// beginsWithModes reports whether a client's text starts with BEGIN or START TRANSACTION with transaction modes
+// (rewrite.BeginsWithTransactionModes).
+func (ss *session) beginsWithModes(text []byte) bool {
+	c := ss.classOf(text)
+	return c.Begin && c.Modes
 }
 
 // answersTo is how many answers the server gives a client message of the extended protocol that succeeds
@@ -1373,7 +1388,7 @@ func (ss *session) answersTo(typ byte, body []byte) (n int64, ok bool) {
 		// portal is bound again without a Close; a named one after its Close).
 		portal, _, _ := cutNul(body)
 		pl.beginPortals = slices.DeleteFunc(pl.beginPortals, func(p string) bool { return p == string(portal) })
-		if text, ok := ss.stmtText(msgBind, body); ok && rewrite.BeginsWithTransactionModes(text, ss.readingSettings()) {
+		if text, ok := ss.stmtText(msgBind, body); ok && ss.beginsWithModes(text) {
 			pl.beginPortals = append(pl.beginPortals, string(portal))
 		}
 		return 1, true

@@ -9,32 +9,98 @@ import "strings"
 // statement in front would put into one. Such statements write no table through the proxy; run without the
 // token statement they see the pooled connection's placeholder, which no fence accepts (fail closed).
 // Text the lexer cannot read gets the token statement (false).
-func OwnTransaction(raw []byte, s Settings) bool {
+func OwnTransaction(raw []byte, s Settings) bool { return ClassifyPooling(raw, s).Own }
+
+// PoolingClass is what the transaction pooler reads from a text's words (proxy/pooled.go), all in one pass of
+// the lexer (ClassifyPooling): the pooler asks several of these questions of every Query and Parse a client
+// sends, and of the statement every Bind binds, and a pass each cost it a tenth of its user time.
+type PoolingClass struct {
+	Own   bool // OwnTransaction: no statement, or one that must run outside a transaction block
+	Begin bool // the first statement is BEGIN or START TRANSACTION (transactionStart)
+	Modes bool // ... with transaction modes (BeginsWithTransactionModes)
+	Alone bool // ... and it is the text's only statement (LoneBegin: Begin && !Modes && Alone)
+	Plain bool // PlainStatements
+}
+
+// ClassifyPooling reads a text once for OwnTransaction, BeginsWithTransactionModes, LoneBegin and
+// PlainStatements, each as its documentation says. The first statement's answers are taken where the first
+// statement ends, with the lexer's state there: a text the lexer cannot read further on still has a first
+// statement that opens a block, as the server would not run it either way. Text it cannot decode gives the
+// zero class.
+func ClassifyPooling(raw []byte, s Settings) PoolingClass {
+	var c PoolingClass
 	text, why := decode(raw, s)
 	if why != "" {
-		return false
+		return c
 	}
 	l := newLexer(text, s.StandardConformingStrings)
-	// The first statement's first two unquoted words, lower case, in buffers of their own: this runs on every
-	// Query a pooled client sends, and only these words and CONCURRENTLY matter.
-	var buf [2][16]byte
-	var words [2][]byte
-	nwords := 0
+	// The first statement's first two unquoted words anywhere in it (for Own) and its leading unquoted words,
+	// while every token so far is one (for Begin), lower case, in buffers of their own: no allocation.
+	var buf, leadBuf [2][16]byte
+	var words, lead [2][]byte
+	nwords, nlead, tokens := 0, 0, 0
 	concurrently := false
 	statements := 0
 	inStmt := false
+	plain := true
+	// firstDone is set where the first statement's answers are taken: at the second statement's first token,
+	// or at the end.
+	firstDone := false
+	endFirst := func(alone bool) {
+		firstDone = true
+		if l.err != nil || nlead == 0 {
+			return
+		}
+		w0, w1 := string(lead[0]), ""
+		if nlead > 1 {
+			w1 = string(lead[1])
+		}
+		switch {
+		case w0 == "begin" && (w1 == "work" || w1 == "transaction"), w0 == "start" && w1 == "transaction":
+			c.Begin, c.Modes = true, tokens > 2
+		case w0 == "begin":
+			c.Begin, c.Modes = true, tokens > 1
+		}
+		c.Alone = alone
+	}
 	for t := l.next(); t.kind != tokEOF; t = l.next() {
 		if t.kind == tokSemicolon {
 			inStmt = false
 			continue
 		}
-		if !inStmt {
+		first := !inStmt
+		if first {
 			statements++
 			inStmt = true
+			if statements == 2 {
+				endFirst(false)
+			}
+		}
+		if first && plain {
+			if t.kind != tokIdent {
+				plain = false // a parenthesis, a quoted word: not a plain statement's start
+			} else {
+				var b [16]byte
+				switch w, _ := l.identValue(t, b[:0]); string(w) {
+				case "select", "insert", "update", "delete", "merge", "with", "values", "table", "show":
+				default:
+					plain = false
+				}
+			}
 		}
 		if statements > 1 {
-			return false // several statements are one implicit transaction block already
+			if !plain {
+				break // nothing more to learn: Own is false with several statements, Plain false already
+			}
+			continue
 		}
+		if t.kind == tokIdent && nlead == tokens && nlead < 2 {
+			lead[nlead], _ = l.identValue(t, leadBuf[nlead][:0])
+			nlead++
+		} else if t.kind == tokIdent && nlead == tokens {
+			nlead++ // a third leading word: only counted, as the first two decide
+		}
+		tokens++
 		if t.kind != tokIdent {
 			continue
 		}
@@ -47,25 +113,25 @@ func OwnTransaction(raw []byte, s Settings) bool {
 			nwords++
 		}
 	}
-	if l.err != nil {
-		return false
+	if !firstDone {
+		endFirst(true)
 	}
-	if statements == 0 {
-		return true
+	c.Plain = plain && l.err == nil && statements > 0
+	switch {
+	case statements > 1, l.err != nil:
+	case statements == 0, concurrently:
+		c.Own = true
+	default:
+		switch first, second := string(words[0]), string(words[1]); first {
+		case "vacuum", "discard", "cluster", "reindex", "checkpoint", "commit", "rollback", "end", "abort":
+			c.Own = true
+		case "create", "drop":
+			c.Own = second == "database" || second == "tablespace" || second == "subscription"
+		case "alter":
+			c.Own = second == "system" || second == "subscription" || second == "database"
+		}
 	}
-	if concurrently {
-		return true
-	}
-	first, second := string(words[0]), string(words[1])
-	switch first {
-	case "vacuum", "discard", "cluster", "reindex", "checkpoint", "commit", "rollback", "end", "abort":
-		return true
-	case "create", "drop":
-		return second == "database" || second == "tablespace" || second == "subscription"
-	case "alter":
-		return second == "system" || second == "subscription" || second == "database"
-	}
-	return false
+	return c
 }
 
 // CustomSettings returns the names (lower case) of the custom settings (a dotted name, such as myapp.tenant)
@@ -150,57 +216,18 @@ func CustomSettings(raw []byte, s Settings) (names []string, unfollowed bool) {
 // statement of the transaction took a snapshot (25001): the transaction pooler's token statement in front of it
 // must then be one that takes none (proxy/pooled.go). Text the lexer cannot read gives false.
 func BeginsWithTransactionModes(raw []byte, s Settings) bool {
-	begin, modes, _ := transactionStart(raw, s)
-	return begin && modes
+	c := ClassifyPooling(raw, s)
+	return c.Begin && c.Modes
 }
 
 // LoneBegin reports whether a Query text is one statement, BEGIN or START TRANSACTION without transaction
 // modes (and semicolons): it opens a block and runs nothing, so the transaction pooler can read what the
 // connection held before it and refuse the transaction before the client's next message goes
 // (proxy/pooled.go: a verified start). Text the lexer cannot read gives false.
-func LoneBegin(raw []byte, s Settings) bool {
-	begin, modes, alone := transactionStart(raw, s)
-	return begin && !modes && alone
-}
+func LoneBegin(raw []byte, s Settings) bool { return ClassifyPooling(raw, s).LoneBegin() }
 
-// transactionStart reads a text's first statement: whether it is BEGIN or START TRANSACTION, whether with
-// transaction modes, and whether it is the text's only statement.
-func transactionStart(raw []byte, s Settings) (begin, modes, alone bool) {
-	text, why := decode(raw, s)
-	if why != "" {
-		return false, false, false
-	}
-	l := newLexer(text, s.StandardConformingStrings)
-	var words []string // the first statement's leading unquoted words, lower case
-	tokens := 0
-	t := l.next()
-	for t.kind == tokSemicolon {
-		t = l.next()
-	}
-	for ; t.kind != tokEOF && t.kind != tokSemicolon; t = l.next() {
-		if t.kind == tokIdent && len(words) == tokens {
-			w, _ := l.identValue(t, nil)
-			words = append(words, string(w))
-		}
-		tokens++
-	}
-	for t.kind == tokSemicolon {
-		t = l.next()
-	}
-	alone = t.kind == tokEOF
-	if l.err != nil || len(words) == 0 {
-		return false, false, false
-	}
-	switch {
-	case words[0] == "begin" && len(words) > 1 && (words[1] == "work" || words[1] == "transaction"):
-		return true, tokens > 2, alone
-	case words[0] == "begin":
-		return true, tokens > 1, alone
-	case words[0] == "start" && len(words) > 1 && words[1] == "transaction":
-		return true, tokens > 2, alone
-	}
-	return false, false, alone
-}
+// LoneBegin is LoneBegin's answer from the class.
+func (c PoolingClass) LoneBegin() bool { return c.Begin && !c.Modes && c.Alone }
 
 // PlainStatements reports whether a text is one or more statements that each begin with SELECT, INSERT,
 // UPDATE, DELETE, MERGE, WITH, VALUES, TABLE or SHOW: statements that by their own words neither open a
@@ -208,34 +235,4 @@ func transactionStart(raw []byte, s Settings) (begin, modes, alone bool) {
 // ...). What the functions they call do is not seen here. The transaction pooler gives such a text a token
 // statement that checks nothing (proxy/pooled.go: plainText). Text the lexer cannot read, or of no
 // statement, gives false.
-func PlainStatements(raw []byte, s Settings) bool {
-	text, why := decode(raw, s)
-	if why != "" {
-		return false
-	}
-	l := newLexer(text, s.StandardConformingStrings)
-	statements := 0
-	start := true
-	var buf [16]byte // a statement's first word, without an allocation: this runs on every pooled Query
-	for t := l.next(); t.kind != tokEOF; t = l.next() {
-		if t.kind == tokSemicolon {
-			start = true
-			continue
-		}
-		if !start {
-			continue
-		}
-		start = false
-		statements++
-		if t.kind != tokIdent {
-			return false // a parenthesis, a quoted word: not a plain statement's start
-		}
-		w, _ := l.identValue(t, buf[:0])
-		switch string(w) {
-		case "select", "insert", "update", "delete", "merge", "with", "values", "table", "show":
-		default:
-			return false
-		}
-	}
-	return l.err == nil && statements > 0
-}
+func PlainStatements(raw []byte, s Settings) bool { return ClassifyPooling(raw, s).Plain }

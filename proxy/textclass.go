@@ -1,0 +1,62 @@
+package proxy
+
+import (
+	"bytes"
+
+	"github.com/fenceproxy/fenceproxy/rewrite"
+)
+
+// textClass is what the transaction pooler reads from a client's text by its words: the class the rewrite
+// gives it (rewrite.ClassifyPooling: whether it runs outside a block, opens one, is plain) and whether it may
+// leave session state (mayLeaveSessionState).
+type textClass struct {
+	rewrite.PoolingClass
+	leaves bool
+}
+
+// plain reports whether the text may have the plain token statement (plainText).
+func (c textClass) plain() bool { return c.Plain && !c.leaves }
+
+// classMemo keeps the classes of the last few texts a pooled session asked about, with the reading settings
+// each was read under. One client message asks several questions of the same text (injectTokens,
+// followTokenInForce, answersTo, batchOf), and a client of the extended protocol sends the same texts
+// transaction after transaction: a hit compares bytes instead of lexing the text again. A session's client
+// side alone uses it (forwardPooled), so it needs no lock.
+type classMemo struct {
+	entries [4]classEntry
+	next    int // the entry the next miss replaces
+}
+
+// classEntry is one remembered text: a copy in a buffer of its own, reused by the entry's next text.
+type classEntry struct {
+	text  []byte
+	set   rewrite.Settings
+	class textClass
+	used  bool
+}
+
+// classMemoMaxText is the longest text the memo copies: longer ones are classified every time (a bulk
+// INSERT's text is seldom sent twice, and its copy would stay in the entry's buffer).
+const classMemoMaxText = 4096
+
+// classOf is the class of text read under set.
+func (m *classMemo) classOf(text []byte, set rewrite.Settings) textClass {
+	for i := range m.entries {
+		if e := &m.entries[i]; e.used && e.set == set && bytes.Equal(e.text, text) {
+			return e.class
+		}
+	}
+	c := textClass{rewrite.ClassifyPooling(text, set), mayLeaveSessionState(text)}
+	if len(text) <= classMemoMaxText {
+		e := &m.entries[m.next]
+		m.next = (m.next + 1) % len(m.entries)
+		e.text = append(e.text[:0], text...)
+		e.set, e.class, e.used = set, c, true
+	}
+	return c
+}
+
+// classOf is the class of a client's text under the session's reading settings now.
+func (ss *session) classOf(text []byte) textClass {
+	return ss.pooled.classes.classOf(text, ss.readingSettings())
+}

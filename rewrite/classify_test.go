@@ -1,0 +1,191 @@
+package rewrite
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// FuzzClassifyPooling: ClassifyPooling's one pass gives what the separate passes it replaced gave (the
+// references below are those passes as they were), under both readings of backslashes. The seeds are the
+// golden inputs, the hostile corpus's statements and the pooling tests' texts; go test runs them.
+func FuzzClassifyPooling(f *testing.F) {
+	files, err := filepath.Glob(filepath.Join(goldenDir, "*.sql"))
+	if err != nil {
+		f.Fatal(err)
+	}
+	for _, path := range files {
+		f.Add(readGolden(f, path).input)
+	}
+	corpus, err := filepath.Glob(filepath.Join("..", "testdata", "hostile", "*.txt"))
+	if err != nil || len(corpus) == 0 {
+		f.Fatalf("hostile corpus: %v (%d files)", err, len(corpus))
+	}
+	for _, path := range corpus {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			f.Fatal(err)
+		}
+		// A case's statement is the lines after "sql:" up to its expectation; a rough cut is seed enough.
+		for _, part := range strings.Split(string(b), "sql:")[1:] {
+			sql, _, _ := strings.Cut(part, "\nexpect")
+			f.Add(strings.TrimSpace(sql))
+		}
+	}
+	for _, s := range []string{
+		"", ";", " ; ;", "BEGIN", "begin;", "BEGIN; SELECT 1", "BEGIN ISOLATION LEVEL SERIALIZABLE", "BEGIN WORK",
+		"begin transaction read only", "START TRANSACTION", "start transaction; ", "START TRANSACTION ISOLATION LEVEL READ COMMITTED",
+		"BEGIN; SELECT 'unterminated", "BEGIN ISOLATION LEVEL SERIALIZABLE; SELECT 'unterminated", "BEGIN 'x", `BEGIN; "`,
+		"VACUUM", "vacuum analyze t; select 1", "create index concurrently i on t (a)", "CREATE DATABASE d", "drop tablespace x",
+		"ALTER SYSTEM SET x = 1", "DISCARD ALL", "COMMIT", "end", "(SELECT 1)", "SELECT 1; UPDATE t SET a = 1", "SET x = 1; SELECT 1",
+		"with a as (select 1) select * from a", "SHOW fence.token", "TABLE t", "VALUES (1)", `SELECT 'it\'; SET role = x; --'`,
+		"select $$ ; begin $$", "/* BEGIN */ SELECT 1", "-- c\nBEGIN", `"begin"`, "BEGIN/*x*/;", "U&\"begin\"", "begin work work",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, sql string) {
+		for _, scs := range []bool{true, false} {
+			set := Settings{StandardConformingStrings: scs, ClientEncoding: "UTF8", ServerEncoding: "UTF8"}
+			raw := []byte(sql)
+			c := ClassifyPooling(raw, set)
+			begin, modes, alone := refTransactionStart(raw, set)
+			want := PoolingClass{Own: refOwnTransaction(raw, set), Begin: begin, Modes: modes, Alone: alone, Plain: refPlainStatements(raw, set)}
+			// Alone is only meaningful with Begin (LoneBegin): the reference reports it for any first statement.
+			if !want.Begin {
+				want.Alone, c.Alone = false, false
+			}
+			if c != want {
+				t.Errorf("scs=%v ClassifyPooling(%q) = %+v, the separate passes give %+v", scs, sql, c, want)
+			}
+		}
+	})
+}
+
+func refOwnTransaction(raw []byte, s Settings) bool {
+	text, why := decode(raw, s)
+	if why != "" {
+		return false
+	}
+	l := newLexer(text, s.StandardConformingStrings)
+	// The first statement's first two unquoted words, lower case, in buffers of their own: this runs on every
+	// Query a pooled client sends, and only these words and CONCURRENTLY matter.
+	var buf [2][16]byte
+	var words [2][]byte
+	nwords := 0
+	concurrently := false
+	statements := 0
+	inStmt := false
+	for t := l.next(); t.kind != tokEOF; t = l.next() {
+		if t.kind == tokSemicolon {
+			inStmt = false
+			continue
+		}
+		if !inStmt {
+			statements++
+			inStmt = true
+		}
+		if statements > 1 {
+			return false // several statements are one implicit transaction block already
+		}
+		if t.kind != tokIdent {
+			continue
+		}
+		// An unquoted word is its bytes in lower case (identValue).
+		if raw := text[t.start:t.end]; equalFoldASCII(raw, "concurrently") {
+			concurrently = true
+		}
+		if nwords < 2 {
+			words[nwords], _ = l.identValue(t, buf[nwords][:0])
+			nwords++
+		}
+	}
+	if l.err != nil {
+		return false
+	}
+	if statements == 0 {
+		return true
+	}
+	if concurrently {
+		return true
+	}
+	first, second := string(words[0]), string(words[1])
+	switch first {
+	case "vacuum", "discard", "cluster", "reindex", "checkpoint", "commit", "rollback", "end", "abort":
+		return true
+	case "create", "drop":
+		return second == "database" || second == "tablespace" || second == "subscription"
+	case "alter":
+		return second == "system" || second == "subscription" || second == "database"
+	}
+	return false
+}
+
+func refTransactionStart(raw []byte, s Settings) (begin, modes, alone bool) {
+	text, why := decode(raw, s)
+	if why != "" {
+		return false, false, false
+	}
+	l := newLexer(text, s.StandardConformingStrings)
+	var words []string // the first statement's leading unquoted words, lower case
+	tokens := 0
+	t := l.next()
+	for t.kind == tokSemicolon {
+		t = l.next()
+	}
+	for ; t.kind != tokEOF && t.kind != tokSemicolon; t = l.next() {
+		if t.kind == tokIdent && len(words) == tokens {
+			w, _ := l.identValue(t, nil)
+			words = append(words, string(w))
+		}
+		tokens++
+	}
+	for t.kind == tokSemicolon {
+		t = l.next()
+	}
+	alone = t.kind == tokEOF
+	if l.err != nil || len(words) == 0 {
+		return false, false, false
+	}
+	switch {
+	case words[0] == "begin" && len(words) > 1 && (words[1] == "work" || words[1] == "transaction"):
+		return true, tokens > 2, alone
+	case words[0] == "begin":
+		return true, tokens > 1, alone
+	case words[0] == "start" && len(words) > 1 && words[1] == "transaction":
+		return true, tokens > 2, alone
+	}
+	return false, false, alone
+}
+
+func refPlainStatements(raw []byte, s Settings) bool {
+	text, why := decode(raw, s)
+	if why != "" {
+		return false
+	}
+	l := newLexer(text, s.StandardConformingStrings)
+	statements := 0
+	start := true
+	var buf [16]byte // a statement's first word, without an allocation: this runs on every pooled Query
+	for t := l.next(); t.kind != tokEOF; t = l.next() {
+		if t.kind == tokSemicolon {
+			start = true
+			continue
+		}
+		if !start {
+			continue
+		}
+		start = false
+		statements++
+		if t.kind != tokIdent {
+			return false // a parenthesis, a quoted word: not a plain statement's start
+		}
+		w, _ := l.identValue(t, buf[:0])
+		switch string(w) {
+		case "select", "insert", "update", "delete", "merge", "with", "values", "table", "show":
+		default:
+			return false
+		}
+	}
+	return l.err == nil && statements > 0
+}
