@@ -17,13 +17,15 @@ type textClass struct {
 // plain reports whether the text may have the plain token statement (plainText).
 func (c textClass) plain() bool { return c.Plain && !c.leaves }
 
-// classMemo keeps the classes of the last few texts a pooled session asked about, with the reading settings
+// classMemo keeps the classes of the last sixteen texts a pooled session asked about, with the reading settings
 // each was read under. One client message asks several questions of the same text (injectTokens,
 // followTokenInForce, answersTo, batchOf), and a client of the extended protocol sends the same texts
 // transaction after transaction: a hit compares bytes instead of lexing the text again. A session's client
-// side alone uses it (forwardPooled), so it needs no lock.
+// side alone uses it (forwardPooled), so it needs no lock. Sixteen, because a TPC-B transaction of the
+// extended protocol asks about seven texts (its statements' and the BEGIN's and END's): four entries, replaced
+// in turn, missed every time.
 type classMemo struct {
-	entries [4]classEntry
+	entries [16]classEntry
 	next    int // the entry the next miss replaces
 }
 
