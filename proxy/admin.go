@@ -53,7 +53,7 @@ func (s *Server) serveAdmin(ss *session) {
 		return
 	}
 	ss.client.SetDeadline(time.Time{})
-	ss.log.Info("admin console session started")
+	ss.logger().Info("admin console session started")
 	for {
 		typ, _, err := ss.cr.next()
 		if err != nil {
@@ -72,7 +72,7 @@ func (s *Server) serveAdmin(ss *session) {
 				ss.fatal(sqlstateProtocolViolation, "invalid message from client", "Query message that is not one zero-terminated string")
 				return
 			}
-			ss.log.Info("admin console command", "command", string(text))
+			ss.logger().Info("admin console command", "command", string(text))
 			s.adminCommand(out, string(text))
 			writeMsg(out, msgReadyForQuery, []byte{txIdle}, "")
 			if out.Flush() != nil {

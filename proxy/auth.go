@@ -295,7 +295,7 @@ func (s *Server) authenticateClient(ss *session) (*clientLogin, error) {
 	cancel()
 	if err != nil {
 		s.metrics.authFailure("lookup")
-		ss.log.Error("could not look the user's secret up", "err", err)
+		ss.logger().Error("could not look the user's secret up", "err", err)
 		ss.fatal(sqlstateConnectionFailure, "fenceproxy could not look the user up", "")
 		return nil, err
 	}
@@ -309,14 +309,14 @@ func (s *Server) authenticateClient(ss *session) (*clientLogin, error) {
 	if err != nil {
 		if errors.Is(err, auth.ErrMalformed) || errors.Is(err, errProtocol) {
 			s.metrics.authFailure("malformed")
-			ss.log.Info("authentication protocol violation", "err", err)
+			ss.logger().Info("authentication protocol violation", "err", err)
 			ss.fatal(sqlstateProtocolViolation, "malformed authentication message", "")
 			return nil, err
 		}
 		if errors.Is(err, auth.ErrFailed) {
 			s.metrics.authFailure("password")
 			// One message for an unknown user and a wrong password, as PostgreSQL's.
-			ss.log.Info("password authentication failed")
+			ss.logger().Info("password authentication failed")
 			ss.fatal(sqlstateInvalidPassword, fmt.Sprintf("password authentication failed for user %q", user), "")
 			return nil, errLoginFailed
 		}
@@ -338,7 +338,7 @@ func (ss *session) checkClientCert(user string) error {
 	}
 	if cn := tc.ConnectionState().PeerCertificates[0].Subject.CommonName; cn != user {
 		ss.srv.metrics.authFailure("certificate")
-		ss.log.Info("certificate common name does not match the user", "cn", cn)
+		ss.logger().Info("certificate common name does not match the user", "cn", cn)
 		ss.fatal(sqlstateInvalidAuthorization, fmt.Sprintf("certificate authentication failed for user %q", user), "")
 		return errLoginFailed
 	}
@@ -556,18 +556,18 @@ func (ss *session) loginUpstream(login *clientLogin, startup []byte) bool {
 		}
 		ss.upstream.Close()
 		var refused *upstreamRefused
-		if errors.As(err, &refused) && errorField(refused.body, fieldCode) == sqlstateInvalidPassword && attempt == 0 && s.refreshLogin(login, ss.log) {
-			ss.log.Info("upstream refused the login; secret refreshed, trying again", "err", err)
+		if errors.As(err, &refused) && errorField(refused.body, fieldCode) == sqlstateInvalidPassword && attempt == 0 && s.refreshLogin(login, ss.logger()) {
+			ss.logger().Info("upstream refused the login; secret refreshed, trying again", "err", err)
 			continue
 		}
 		s.metrics.authFailure("upstream")
 		if refused != nil {
-			ss.log.Warn("upstream refused the login", "err", err)
+			ss.logger().Warn("upstream refused the login", "err", err)
 			ss.cw.Write(appendMessage(nil, msgErrorResponse, refused.body))
 			ss.cw.Flush()
 			return false
 		}
-		ss.log.Warn("could not log in upstream", "err", err)
+		ss.logger().Warn("could not log in upstream", "err", err)
 		ss.fatal(sqlstateConnectionFailure, "fenceproxy could not log in to the upstream server", err.Error())
 		return false
 	}
@@ -601,7 +601,7 @@ func (ss *session) openUpstream(startup []byte) bool {
 	cancel()
 	if err != nil {
 		s.metrics.upstreamError()
-		ss.log.Warn("upstream connection failed", "err", err)
+		ss.logger().Warn("upstream connection failed", "err", err)
 		ss.fatal(sqlstateConnectionFailure, "fenceproxy could not connect to the upstream server", err.Error())
 		return false
 	}

@@ -70,14 +70,16 @@ func (ss *session) logDisconnected() {
 
 // logConnLine writes one of the per-connection lines: typed attributes (no boxing of each value, as key-value
 // pairs would), and a record without its call site (runtime.Callers per line, for a source the handlers
-// fenceproxy configures never print). A connection per transaction writes two lines per transaction.
+// fenceproxy configures never print), and who the session is added to the record rather than through the
+// session's logger (who). A connection per transaction writes two lines per transaction.
 func (ss *session) logConnLine(level slog.Level, msg string, attrs ...slog.Attr) {
 	ctx := context.Background()
-	h := ss.log.Handler()
+	h := ss.srv.log.Handler()
 	if !h.Enabled(ctx, level) {
 		return
 	}
 	r := slog.NewRecord(time.Now(), level, msg, 0)
+	r.Add(ss.who()...) // as logger's With would put them, first, without formatting them twice
 	r.AddAttrs(attrs...)
 	h.Handle(ctx, r)
 }

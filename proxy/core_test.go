@@ -18,7 +18,7 @@ func newCoreSession(t *testing.T) *session {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &session{srv: s, log: s.log, prep: &prepState{}}
+	return &session{srv: s, prep: &prepState{}}
 }
 
 // TestCoreState: the core's typed state follows the messages both ways, as both transports feed them: a

@@ -86,7 +86,7 @@ func (ss *session) end(e ending, tio sessionIO) {
 	switch e.why {
 	case endProtocol:
 		ss.srv.metrics.protocolError()
-		ss.log.Info("client protocol violation; closing", "err", e.err)
+		ss.logger().Info("client protocol violation; closing", "err", e.err)
 		if !st.serverFatal {
 			farewell = errorResponse("FATAL", sqlstateProtocolViolation, "invalid message from client", e.err.Error(), "")
 		}
@@ -98,7 +98,7 @@ func (ss *session) end(e ending, tio sessionIO) {
 	case endDrained:
 		farewell = errorResponse("FATAL", sqlstateAdminShutdown, "terminating connection because fenceproxy is shutting down", "", "")
 	case endRelayFailed:
-		ss.log.Warn("relay failed; closing the session", "err", e.err)
+		ss.logger().Warn("relay failed; closing the session", "err", e.err)
 		ss.cancelIfRunning()
 		if !st.serverFatal {
 			farewell = errorResponse("FATAL", sqlstateConnectionFailure, "fenceproxy could not relay the session", e.err.Error(), "")
@@ -112,7 +112,7 @@ func (ss *session) end(e ending, tio sessionIO) {
 			up, err := tio.takeUpstream()
 			tio.close()
 			if err != nil {
-				ss.log.Debug("upstream connection not kept", "err", err)
+				ss.logger().Debug("upstream connection not kept", "err", err)
 				return
 			}
 			ss.keep(up)
@@ -149,7 +149,7 @@ func (ss *session) end(e ending, tio sessionIO) {
 func (ss *session) upstreamLostFarewell(err error) []byte {
 	st := &ss.state
 	moved := ss.movedTo.Load()
-	ss.log.Warn("upstream connection lost", "host", ss.host.addr, "err", err, "primary_moved", moved != nil)
+	ss.logger().Warn("upstream connection lost", "host", ss.host.addr, "err", err, "primary_moved", moved != nil)
 	if st.pending.Load() > 0 && byte(st.txStatus.Load()) != txFailed {
 		return errorResponse("FATAL", sqlstateTransactionResolutionUnknown,
 			"fenceproxy lost the connection to the upstream server while a statement was running: whether its transaction committed is unknown",

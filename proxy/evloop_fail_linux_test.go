@@ -64,7 +64,7 @@ func TestLoopEpollFailureEndsTheSession(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	ss := &session{srv: s, log: s.log, client: server, prep: &prepState{}}
+	ss := &session{srv: s, client: server, prep: &prepState{}}
 	ss.state.ready.Store(true)
 	es := &evSession{ss: ss, loop: s.pickLoop(), cfd: cfd, ufd: ufd, uBoundary: true, done: make(chan struct{})}
 	es.loop.add(es)

@@ -79,13 +79,13 @@ func (ss *session) loopEligible() bool {
 func (ss *session) runInLoop() (ending, sessionIO, bool) {
 	cfd, err := dupConnFD(ss.client)
 	if err != nil {
-		ss.log.Debug("event loop handover failed", "err", err)
+		ss.logger().Debug("event loop handover failed", "err", err)
 		return ending{}, nil, false
 	}
 	ufd, err := dupConnFD(ss.upstream)
 	if err != nil {
 		unix.Close(cfd)
-		ss.log.Debug("event loop handover failed", "err", err)
+		ss.logger().Debug("event loop handover failed", "err", err)
 		return ending{}, nil, false
 	}
 	es := &evSession{ss: ss, loop: ss.srv.pickLoop(), cfd: cfd, ufd: ufd, uBoundary: true, done: make(chan struct{})}
@@ -314,7 +314,7 @@ func (es *evSession) release(epfd int, byFD map[int32]*evSession) {
 		// The socket must leave this epoll set now: a kept upstream lives on in a dup of the same file
 		// description, and its events would reach whichever session gets the descriptor number next.
 		if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_DEL, fd, nil); err != nil && es.end != endRelayFailed {
-			es.ss.log.Warn("epoll_ctl del failed; not keeping the upstream connection", "err", err)
+			es.ss.logger().Warn("epoll_ctl del failed; not keeping the upstream connection", "err", err)
 			es.forced.Store(true)
 		}
 	}
@@ -343,7 +343,7 @@ func (es *evSession) guard(f func()) {
 }
 
 func (es *evSession) panicked(r any) {
-	es.ss.log.Error("session panic", "panic", r)
+	es.ss.logger().Error("session panic", "panic", r)
 	es.forced.Store(true)
 	es.finish(endClientGone, fmt.Errorf("panic: %v", r))
 }

@@ -249,7 +249,7 @@ func (ss *session) translateError(body []byte) ([]byte, bool) {
 	}
 	table, presented, rowToken := t.Table, t.Token, t.RowToken
 	ss.srv.metrics.refusal(out.Code, table)
-	ss.log.Warn("fencing refusal", "code", out.Code, "table", table, "token", presented, "row_token", rowToken, "application_name", *ss.appName.Load(), "message", out.Message)
+	ss.logger().Warn("fencing refusal", "code", out.Code, "table", table, "token", presented, "row_token", rowToken, "application_name", *ss.appName.Load(), "message", out.Message)
 	b, err := out.Encode(nil)
 	if err != nil {
 		return nil, false

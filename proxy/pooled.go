@@ -1974,7 +1974,7 @@ func (ss *session) probeOnce(sc *serverConn) error {
 				// one of a client before. The client's plain texts set neither, so its values stay; the connection
 				// does not serve another transaction.
 				pl.tainted = true
-				ss.log.Warn("pooled server connection holds a token or lock no client's text set; closing it", "pool", sc.pool.name)
+				ss.logger().Warn("pooled server connection holds a token or lock no client's text set; closing it", "pool", sc.pool.name)
 			}
 			ss.settingsRead(sc, settings) // pooledsettings.go
 			if string(row[3]) != "t" {
@@ -1993,7 +1993,7 @@ func (ss *session) probeOnce(sc *serverConn) error {
 					// the client's plain token statement set back for its own transaction only. Pinned there,
 					// its later transactions would run as that role; the connection serves nobody else.
 					pl.tainted = true
-					ss.log.Warn("pooled server connection holds a role no client's text set; closing it", "pool", sc.pool.name)
+					ss.logger().Warn("pooled server connection holds a role no client's text set; closing it", "pool", sc.pool.name)
 				}
 			}
 			// A tainted connection is closed when the transaction ends: what it holds is not surely the client's,
@@ -2007,7 +2007,7 @@ func (ss *session) probeOnce(sc *serverConn) error {
 				} else {
 					pl.pin = reasons
 					sc.tokenFor = nil // prepared again for a pinned client (prepareTokenStmt)
-					ss.log.Info("client pinned to its server connection", "reason", reasons)
+					ss.logger().Info("client pinned to its server connection", "reason", reasons)
 				}
 			}
 			return nil
@@ -2103,7 +2103,7 @@ func (ss *session) endPooled(e ending) {
 	switch e.why {
 	case endProtocol:
 		ss.srv.metrics.protocolError()
-		ss.log.Info("client protocol violation; closing", "err", e.err)
+		ss.logger().Info("client protocol violation; closing", "err", e.err)
 		fare = errorResponse("FATAL", sqlstateProtocolViolation, "invalid message from client", e.err.Error(), "")
 	case endDrained:
 		fare = errorResponse("FATAL", sqlstateAdminShutdown, "terminating connection because fenceproxy is shutting down", "", "")

@@ -576,7 +576,7 @@ func (ss *session) onPreparedAnswer(ps *prepState, typ byte, body []byte, out ms
 			if transientFault(code) {
 				c.entry.state.Store(prepRetry)
 				ss.srv.metrics.preparedOutcome("retried")
-				ss.log.Debug("a fenced statement shape could not be prepared for now; it is tried again", "code", code, "message", errorField(body, fieldMessage))
+				ss.logger().Debug("a fenced statement shape could not be prepared for now; it is tried again", "code", code, "message", errorField(body, fieldMessage))
 				break
 			}
 			c.entry.state.Store(prepFailed)
@@ -584,7 +584,7 @@ func (ss *session) onPreparedAnswer(ps *prepState, typ byte, body []byte, out ms
 				c.entry.tmpl.MarkFailed() // no connection tries again
 			}
 			ss.srv.metrics.preparedOutcome("failed")
-			ss.log.Info("a fenced statement shape could not be prepared; it is sent as SQL", "code", code, "message", errorField(body, fieldMessage))
+			ss.logger().Info("a fenced statement shape could not be prepared; it is sent as SQL", "code", code, "message", errorField(body, fieldMessage))
 		}
 	case msgReadyForQuery:
 		if len(body) != 1 {
@@ -613,7 +613,7 @@ func (ss *session) onPreparedAnswer(ps *prepState, typ byte, body []byte, out ms
 // preparedReplaced counts and logs a verification that found a name of the proxy's not holding its text.
 func (ss *session) preparedReplaced(missing *prepEntry) {
 	ss.srv.metrics.preparedOutcome("replaced")
-	ss.log.Warn("a prepared fence was dropped or replaced on the server (by a function's DEALLOCATE or PREPARE?); the proxy prepares its statements again and sends SQL until then", "name", missing.name)
+	ss.logger().Warn("a prepared fence was dropped or replaced on the server (by a function's DEALLOCATE or PREPARE?); the proxy prepares its statements again and sends SQL until then", "name", missing.name)
 }
 
 // noteMissingPrepared notes the SQLSTATE of an error that names a statement of the proxy's: the server no

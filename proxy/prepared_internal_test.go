@@ -45,7 +45,7 @@ func TestPreparedCommandsSentWithTheQueryCounted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ss := &session{srv: srv, log: srv.log, prep: &prepState{max: 64}}
+	ss := &session{srv: srv, prep: &prepState{max: 64}}
 	ss.state.ready.Store(true)
 	ss.state.txStatus.Store(uint32(txIdle))
 	ss.prep.queued = []prepCommand{{sql: "PREPARE fenceproxy_p1 AS SELECT 1", entry: &prepEntry{tmpl: &rewrite.Prepared{Body: "AS SELECT 1"}, name: "fenceproxy_p1"}}}

@@ -240,7 +240,7 @@ func (ss *session) keep(conn net.Conn) {
 	app := ss.appName.Load()
 	defer ss.appName.Store(app)
 	if err := ss.upstreamQueries(conn, "DISCARD ALL", "SET application_name = '"+keptAppName+"'"); err != nil {
-		ss.log.Debug("upstream connection not kept", "err", err)
+		ss.logger().Debug("upstream connection not kept", "err", err)
 		conn.Close()
 		return
 	}
@@ -301,7 +301,7 @@ func (ss *session) resume(kc *keptConn) (bool, error) {
 		ss.state.reading.note(p.name, p.value)
 	}
 	if err := ss.upstreamQueries(kc.conn, "RESET application_name"); err != nil {
-		ss.log.Debug("kept upstream connection unusable", "err", err)
+		ss.logger().Debug("kept upstream connection unusable", "err", err)
 		kc.conn.Close()
 		ss.state.serverParams = nil
 		return false, nil

@@ -15,8 +15,12 @@ import (
 // after startup. It ends in one place (end.go).
 type session struct {
 	srv *Server
-	// log names the client, its user and its database; nil until the StartupMessage was read (logger).
-	log    *slog.Logger
+	// log names the client, its user and its database; nil until a line needs it after the StartupMessage was
+	// read (named: logger builds it). The per-connection lines (connlog.go) do without it: a With formats its
+	// attributes, a tenth of what a connection per transaction costs the proxy in user time with the lines.
+	// Its sides may write their first line at once: hence the atomic.
+	log    atomic.Pointer[slog.Logger]
+	named  bool
 	remote string
 
 	// The connections and the goroutine transport's framing over them. cr and cw are the client's, sr and sw
@@ -81,13 +85,27 @@ type session struct {
 	kept    bool      // its upstream connection was kept for reuse
 }
 
-// logger is the session's logger: ss.log once the StartupMessage was read, and before that the server's with the
-// client's address, built only when a line is written (most connections write none before they start).
+// logger is the session's logger: once the StartupMessage was read, ss.log, built at its first line; before
+// that the server's with the client's address. Built only when a line is written: most connections write none
+// but the per-connection lines.
 func (ss *session) logger() *slog.Logger {
-	if ss.log == nil {
-		return ss.srv.log.With("client", ss.remote)
+	if l := ss.log.Load(); l != nil {
+		return l
 	}
-	return ss.log
+	l := ss.srv.log.With(ss.who()...)
+	if ss.named && !ss.log.CompareAndSwap(nil, l) {
+		return ss.log.Load()
+	}
+	return l
+}
+
+// who are the attributes that name the session in its log lines: the client's address, its user and its
+// database (named: the StartupMessage was read).
+func (ss *session) who() []any {
+	if !ss.named {
+		return []any{slog.String("client", ss.remote)}
+	}
+	return []any{slog.String("client", ss.remote), slog.String("user", ss.params["user"]), slog.String("database", ss.params["database"])}
 }
 
 // attachClient sets the client side up for relaying, reading through r (which may hold bytes already read).

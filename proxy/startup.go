@@ -61,12 +61,11 @@ func (s *Server) handle(raw net.Conn, over bool) {
 	}
 	app := ss.params["application_name"]
 	ss.appName.Store(&app)
-	// One With for the session's lines, built once who it is is known (each With formats its attributes).
-	ss.log = s.log.With("client", ss.remote, "user", ss.params["user"], "database", ss.params["database"])
+	ss.named = true // the session's lines name its user and database from here on (logger)
 	if code, msg, hint, ok := ss.checkStartupToken(); !ok {
 		s.metrics.refusal(code, "")
 		msg = s.withTokenContext(msg)
-		ss.log.Warn("refused startup token", "code", code, "reason", msg, "application_name", app)
+		ss.logger().Warn("refused startup token", "code", code, "reason", msg, "application_name", app)
 		ss.fatalHint(code, msg, "", hint)
 		return
 	}
@@ -88,7 +87,7 @@ func (s *Server) handle(raw net.Conn, over bool) {
 	cancel()
 	if err != nil {
 		s.metrics.upstreamError()
-		ss.log.Warn("no upstream host", "err", err)
+		ss.logger().Warn("no upstream host", "err", err)
 		ss.fatal(sqlstateConnectionFailure, "fenceproxy could not connect to the upstream server", err.Error())
 		return
 	}
