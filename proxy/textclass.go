@@ -25,16 +25,18 @@ func (c textClass) plain() bool { return c.Plain && !c.leaves }
 // extended protocol asks about seven texts (its statements' and the BEGIN's and END's): four entries, replaced
 // in turn, missed every time.
 type classMemo struct {
-	entries [16]classEntry
-	next    int // the entry the next miss replaces
+	entries []classEntry // up to classMemoSize, grown as texts come (a client that connects per transaction sends one or two)
+	next    int          // the entry the next miss replaces, once all are there
 }
+
+// classMemoSize is how many texts the memo keeps.
+const classMemoSize = 16
 
 // classEntry is one remembered text: a copy in a buffer of its own, reused by the entry's next text.
 type classEntry struct {
 	text  []byte
 	set   rewrite.Settings
 	class textClass
-	used  bool
 }
 
 // classMemoMaxText is the longest text the memo copies: longer ones are classified every time (a bulk
@@ -44,16 +46,20 @@ const classMemoMaxText = 4096
 // classOf is the class of text read under set.
 func (m *classMemo) classOf(text []byte, set rewrite.Settings) textClass {
 	for i := range m.entries {
-		if e := &m.entries[i]; e.used && e.set == set && bytes.Equal(e.text, text) {
+		if e := &m.entries[i]; e.set == set && bytes.Equal(e.text, text) {
 			return e.class
 		}
 	}
 	c := textClass{rewrite.ClassifyPooling(text, set), mayLeaveSessionState(text)}
 	if len(text) <= classMemoMaxText {
+		if len(m.entries) < classMemoSize {
+			m.entries = append(m.entries, classEntry{})
+			m.next = len(m.entries) - 1
+		}
 		e := &m.entries[m.next]
-		m.next = (m.next + 1) % len(m.entries)
+		m.next = (m.next + 1) % classMemoSize
 		e.text = append(e.text[:0], text...)
-		e.set, e.class, e.used = set, c, true
+		e.set, e.class = set, c
 	}
 	return c
 }

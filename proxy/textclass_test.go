@@ -37,7 +37,7 @@ func TestClassMemo(t *testing.T) {
 
 	// More texts than entries: each answer stays its own text's.
 	for round := range 2 {
-		for i := range 2 * len(m.entries) {
+		for i := range 2 * classMemoSize {
 			q := []byte(fmt.Sprintf("SELECT %d", i))
 			if i%2 == 1 {
 				q = []byte(fmt.Sprintf("SET x.y%d = 1", i))
