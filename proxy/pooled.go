@@ -139,6 +139,10 @@ type pooledState struct {
 	// in a later transaction, maybe on another server connection, gets it prepared there first (pooledstmts.go).
 	unnamed     []byte
 	unnamedHere bool
+	// unnamedVer counts the changes of the client's unnamed statement (pooledStmts: unnamedFix); lendSeq the
+	// lends.
+	unnamedVer uint64
+	lendSeq    uint64
 
 	// plainPrefix is the last text plainPrefix built, for the values and settings of key (n 0: none yet).
 	plainPrefix struct {
@@ -671,6 +675,7 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 	st := &ss.state
 	pl.mu.Lock()
 	defer pl.mu.Unlock()
+	ss.fixUnnamed()
 	if (typ == msgQuery || typ == msgFunctionCall) && st.unsynced.Load() {
 		return ss.refuseInsideBatch(typ)
 	}
@@ -688,6 +693,7 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 		if pl.lost != nil {
 			return errLendLost
 		}
+		ss.fixUnnamed() // the unit waited for may have failed
 		if err := ss.heldMoved(); err != nil {
 			return err
 		}
@@ -803,11 +809,19 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 	case body != nil && typ == msgParse:
 		err = ss.parseUnnamed(body, p) // pooledstmts.go
 	case body != nil && typ == msgClose:
+		var undo *unnamedUndo
 		if namesUnnamedStmt(typ, body) {
+			u := pl.unnamedChange(false)
+			undo = &u
 			pl.dropUnnamed()
 		}
 		err = ss.onClientMsg(typ, body, p, sc.w)
-		pl.stmts.sent(msgCloseComplete, false)
+		if undo != nil {
+			undo.ver = pl.unnamedVer
+			pl.stmts.sentUnnamed(msgCloseComplete, *undo)
+		} else {
+			pl.stmts.sent(msgCloseComplete, false)
+		}
 	case body != nil && (typ == msgBind || typ == msgDescribe):
 		if namesUnnamedStmt(typ, body) {
 			ss.placeUnnamed(p, typ == msgBind && body[0] != 0) // a named portal may run under a later token
@@ -836,6 +850,14 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 	ss.prep.clientRan(typ, body)
 	if err != nil {
 		return err
+	}
+	switch typ {
+	case msgParse, msgBind, msgDescribe, msgExecute, msgClose, msgFlush:
+		n := -1 // a Describe streamed unread
+		if body != nil || typ != msgDescribe {
+			n = answersOf(typ, body)
+		}
+		pl.stmts.sentAnswer(n) // pooledstmts.go: where an error of the batch falls
 	}
 	if tokenAfter {
 		// The BEGIN with transaction modes is in: the token statement goes next, its answers hidden after the
@@ -877,6 +899,7 @@ func (ss *session) lend() error {
 	}
 	ss.srv.metrics.poolLent()
 	pl.setLent(sc)
+	pl.lendSeq++
 	pl.open = 0
 	pl.unnamedHere = false
 	ss.lentSQLStmts(sc) // pooledsqlprep.go
@@ -1319,6 +1342,31 @@ func (ss *session) boundClientText(body []byte) ([]byte, bool) {
 func (pl *pooledState) dropUnnamed() {
 	pl.unnamed, pl.unnamedHere = nil, true
 	pl.unnamedToken, pl.unnamedSrc = "", nil
+	pl.unnamedVer++
+}
+
+// unnamedChange is the undo entry of a client's Parse (parse) or Close of its unnamed statement about to change
+// it (pl.mu held); its ver is filled in once it changed.
+func (pl *pooledState) unnamedChange(parse bool) unnamedUndo {
+	return unnamedUndo{
+		before: unnamedState{unnamed: pl.unnamed, src: pl.unnamedSrc, token: pl.unnamedToken, here: pl.unnamedHere},
+		parse:  parse,
+		lend:   pl.lendSeq,
+	}
+}
+
+// fixUnnamed makes the client's unnamed statement what the server left after a batch that failed
+// (pooledStmts.failed), unless the client changed it since (pl.mu held). The lent connection holds it (here)
+// only while the lend it was judged in goes on.
+func (ss *session) fixUnnamed() {
+	pl := ss.pooled
+	f := pl.stmts.takeUnnamedFix()
+	if f == nil || f.ver != pl.unnamedVer {
+		return
+	}
+	pl.unnamed, pl.unnamedSrc, pl.unnamedToken = f.state.unnamed, f.state.src, f.state.token
+	pl.unnamedHere = f.state.here && f.lend == pl.lendSeq
+	pl.unnamedVer++
 }
 
 // followTokenInForce keeps pl.tokenInForce for a client message about to be forwarded (pl.mu held), and says
@@ -1669,10 +1717,14 @@ func (ss *session) relayServer(sc *serverConn, inline bool) bool {
 					pl.stmts.unprepare("") // they deallocate the client's statements, as on a connection of its own
 				}
 				pl.sqlStmts.completed(body) // pooledsqlprep.go
+				pl.stmts.relayedAnswer()
 			case msgParseComplete, msgCloseComplete:
 				if pl.stmts.answered(typ) {
 					continue // the proxy's own (pooledstmts.go)
 				}
+				pl.stmts.relayedAnswer()
+			case msgBindComplete, msgParameterDescription, msgRowDescription, msgNoData, msgEmptyQueryResponse, msgPortalSuspended:
+				pl.stmts.relayedAnswer()
 			case msgReadyForQuery:
 				pl.stmts.ready()
 				pl.sqlStmts.ready()
@@ -1695,7 +1747,7 @@ func (ss *session) relayServer(sc *serverConn, inline bool) bool {
 			continue
 		}
 		if typ == msgErrorResponse {
-			pl.stmts.failed() // the server skips the rest of the batch
+			pl.stmts.failed(hiding) // the server skips the rest of the batch
 			pl.sqlStmts.failed()
 			if pl.stmtParsed.Load() {
 				pl.probe.Store(true)

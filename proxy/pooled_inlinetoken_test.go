@@ -2,11 +2,13 @@ package proxy_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 )
 
@@ -289,4 +291,86 @@ func TestPooledInlineUnnamedStatementDroppedAndNamedPortal(t *testing.T) {
 	exec("COMMIT")
 	wrote("named portal", "", false)
 	f.wantToken(t, 1, 9)
+}
+
+// TestPooledUnnamedStatementAfterAnError: after an error the server skips the rest of the batch, a Parse or
+// Close of the unnamed statement too, and a Parse that fails has dropped the statement before it. The client's
+// unnamed statement is then what the server left, PostgreSQL judging: each script runs on a direct connection
+// and through the pool, where another client's unnamed statement comes between on the one server connection,
+// and the last Bind of each must give the same rows and errors both ways (never the skipped Parse's statement,
+// nor a refusal as if the skipped Close had run, nor the statement a failed Parse dropped).
+func TestPooledUnnamedStatementAfterAnError(t *testing.T) {
+	f := newPooledFenced(t, 1, "")
+	a := pooledPgConn(t, f, "")
+	b := pooledPgConn(t, f, "")
+	d := f.d.PgConn()
+	type batch []pgproto3.FrontendMessage
+	run := &pgproto3.Execute{}
+	for _, sc := range []struct {
+		name    string
+		batches []batch
+	}{
+		{"a Parse after an error", []batch{{&pgproto3.Parse{Query: "SELECT 1"}}, {&pgproto3.Bind{PreparedStatement: "nosuch"}, &pgproto3.Parse{Query: "SELECT 2"}}}},
+		{"a Close after an error", []batch{{&pgproto3.Parse{Query: "SELECT 1"}}, {&pgproto3.Bind{PreparedStatement: "nosuch"}, &pgproto3.Close{ObjectType: 'S'}}}},
+		{"a Parse and a Close after an error", []batch{{&pgproto3.Parse{Query: "SELECT 1"}}, {&pgproto3.Describe{ObjectType: 'S', Name: "nosuch"}, &pgproto3.Parse{Query: "SELECT 2"}, &pgproto3.Close{ObjectType: 'S'}}}},
+		{"a Parse that fails", []batch{{&pgproto3.Parse{Query: "SELECT 1"}}, {&pgproto3.Parse{Query: "SELEC 2"}}}},
+		{"a Parse that fails after one that ran", []batch{{&pgproto3.Parse{Query: "SELECT 1"}}, {&pgproto3.Parse{Query: "SELECT 5"}, &pgproto3.Bind{}, run, &pgproto3.Parse{Query: "SELECT 1/"}}}},
+		{"a Parse that fails, then one skipped", []batch{{&pgproto3.Parse{Query: "SELECT 1"}}, {&pgproto3.Parse{Query: "SELEC 2"}, &pgproto3.Parse{Query: "SELECT 3"}}}},
+		{"a Close, then an error, then a Parse", []batch{{&pgproto3.Parse{Query: "SELECT 1"}}, {&pgproto3.Close{ObjectType: 'S'}, &pgproto3.Bind{PreparedStatement: "nosuch"}, &pgproto3.Parse{Query: "SELECT 2"}}}},
+		{"an Execute that fails, then a Parse", []batch{{&pgproto3.Parse{Query: "SELECT 1"}}, {&pgproto3.Parse{Query: "SELECT 1/0"}, &pgproto3.Bind{}, &pgproto3.Describe{ObjectType: 'P'}, run, &pgproto3.Parse{Query: "SELECT 7"}}}},
+		{"a skipped Parse, then one in the next batch of the pipeline", []batch{{&pgproto3.Parse{Query: "SELECT 1"}}, {&pgproto3.Bind{PreparedStatement: "nosuch"}, &pgproto3.Parse{Query: "SELECT 2"}, &pgproto3.Sync{}, &pgproto3.Parse{Query: "SELECT 4"}}}},
+		{"a skipped Parse, then the next batch of the pipeline binds", []batch{{&pgproto3.Parse{Query: "SELECT 1"}}, {&pgproto3.Bind{PreparedStatement: "nosuch"}, &pgproto3.Parse{Query: "SELECT 2"}, &pgproto3.Sync{}, &pgproto3.Bind{}, run}}},
+	} {
+		t.Run(sc.name, func(t *testing.T) {
+			outcome := func(pc *pgconn.PgConn, between func()) string {
+				var got []string
+				for _, msgs := range sc.batches {
+					rows, codes := pipeline(t, pc, msgs...)
+					got = append(got, fmt.Sprint(rows, codes))
+				}
+				between()
+				rows, codes := rawBatch(t, pc, &pgproto3.Bind{}, run)
+				return fmt.Sprint(got, " then ", rows, codes)
+			}
+			want := outcome(d, func() {})
+			got := outcome(a, func() {
+				if rows, codes := rawBatch(t, b, &pgproto3.Parse{Query: "SELECT 33"}, &pgproto3.Bind{}, run); len(codes) != 0 || !slices.Equal(rows, []string{"33"}) {
+					t.Fatalf("the other client: rows %q, errors %q", rows, codes)
+				}
+			})
+			if got != want {
+				t.Errorf("through the pool %s, directly %s", got, want)
+			}
+			t.Logf("%s", want)
+		})
+	}
+}
+
+// pipeline sends msgs and a Sync on pc and reads the answers up to the ReadyForQuery of each Sync, gathering
+// the first column of every row and the SQLSTATE of every error.
+func pipeline(t *testing.T, pc *pgconn.PgConn, msgs ...pgproto3.FrontendMessage) (rows, codes []string) {
+	t.Helper()
+	msgs = append(slices.Clip(msgs), &pgproto3.Sync{})
+	syncs := 0
+	for _, m := range msgs {
+		if _, ok := m.(*pgproto3.Sync); ok {
+			syncs++
+		}
+	}
+	err := exchange(pc.Frontend(), msgs, func(m pgproto3.BackendMessage) bool {
+		switch m := m.(type) {
+		case *pgproto3.DataRow:
+			rows = append(rows, string(m.Values[0]))
+		case *pgproto3.ErrorResponse:
+			codes = append(codes, m.Code)
+		case *pgproto3.ReadyForQuery:
+			syncs--
+			return syncs == 0
+		}
+		return false
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rows, codes
 }

@@ -53,6 +53,37 @@ type answerHide struct {
 	hide bool
 	unit uint64
 	name string
+	undo *unnamedUndo // a client's Parse or Close of its unnamed statement; nil otherwise
+}
+
+// unnamedState is what the proxy keeps of a client's unnamed statement (pooledState.unnamed and the fields
+// beside it).
+type unnamedState struct {
+	unnamed, src []byte
+	token        string
+	here         bool
+}
+
+// unnamedUndo is what a client's Parse or Close of its unnamed statement changed, for when the server does not
+// run it as sent. After an error the server skips the rest of the batch: a skipped Parse or Close leaves the
+// statement as it was before (before). A Parse that fails has already dropped the one before it: the client
+// then has none. Which of the two happened, the answers tell: at is how many answers the server gives the
+// unit's earlier client messages when they succeed (answersOf), and an error that comes after exactly that many
+// is the Parse's own.
+type unnamedUndo struct {
+	before unnamedState
+	parse  bool   // a Parse (else a Close, which never fails)
+	at     int    // the answers before it in its unit; -1: not known (nothing is undone)
+	ver    uint64 // pooledState.unnamedVer after it
+	lend   uint64 // pooledState.lendSeq when it went
+}
+
+// unnamedFix is what the client's unnamed statement is after a batch that failed (failed), for the client side
+// to take (takeUnnamedFix) unless the client changed its unnamed statement since (ver).
+type unnamedFix struct {
+	state unnamedState // with here meaning: on the connection of the lend lend, if it is still lent
+	ver   uint64
+	lend  uint64
 }
 
 // pooledStmts is a client session's named statements and the queues of answers to hide.
@@ -64,6 +95,11 @@ type pooledStmts struct {
 	closes    []answerHide
 	unitsSent uint64 // Sync, Query and FunctionCall messages forwarded
 	unitsDone uint64 // ReadyForQuery messages relayed
+	// The answers of the current unit: expected for the client's messages sent so far (client side, with its
+	// undo entries), relayed to the client so far (server side). They locate an error (unnamedUndo).
+	sentAnswers    int
+	relayedAnswers int
+	fix            *unnamedFix // the last failed batch's verdict on the unnamed statement, not yet taken
 	// prepared are the client's statement names whose Parse the server answered with ParseComplete, not closed
 	// since: those PostgreSQL would refuse to Parse again (42P05). A Parse that failed prepared nothing.
 	prepared map[string]bool
@@ -84,11 +120,83 @@ func (q *pooledStmts) sentNamed(answer byte, hide bool, name string) {
 	q.mu.Unlock()
 }
 
+// sentUnnamed records a client's Parse or Close of its unnamed statement sent to the server (answer '1' or '3'),
+// with what it changed; its place in the unit is the answers counted so far (sentAnswer).
+func (q *pooledStmts) sentUnnamed(answer byte, undo unnamedUndo) {
+	q.mu.Lock()
+	undo.at = q.sentAnswers
+	e := answerHide{unit: q.unitsSent, undo: &undo}
+	if answer == msgParseComplete {
+		q.parses = append(q.parses, e)
+	} else {
+		q.closes = append(q.closes, e)
+	}
+	q.mu.Unlock()
+}
+
+// sentAnswer counts the answers a client message of the extended protocol sent now gets when it succeeds
+// (answersOf; n < 0: not known, and no undo entry of the unit is used).
+func (q *pooledStmts) sentAnswer(n int) {
+	q.mu.Lock()
+	if n < 0 || q.sentAnswers < 0 {
+		q.sentAnswers = -1 << 30
+	} else {
+		q.sentAnswers += n
+	}
+	q.mu.Unlock()
+}
+
+// relayedAnswer counts an answer relayed to the client that completes one of its messages (completesMessage).
+func (q *pooledStmts) relayedAnswer() {
+	q.mu.Lock()
+	q.relayedAnswers++
+	q.mu.Unlock()
+}
+
 // unitSent counts a message that the server answers with ReadyForQuery.
 func (q *pooledStmts) unitSent() {
 	q.mu.Lock()
 	q.unitsSent++
+	q.sentAnswers = 0
 	q.mu.Unlock()
+}
+
+// takeUnnamedFix returns the verdict of the last failed batch on the client's unnamed statement, once.
+func (q *pooledStmts) takeUnnamedFix() *unnamedFix {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	f := q.fix
+	q.fix = nil
+	return f
+}
+
+// answersOf is how many answers that complete a message (completesMessage) a client message of the extended
+// protocol gets when it succeeds; -1 for one that is not counted.
+func answersOf(typ byte, body []byte) int {
+	switch typ {
+	case msgParse, msgBind, msgClose, msgExecute:
+		return 1
+	case msgDescribe:
+		if len(body) > 0 && body[0] == 'S' {
+			return 2 // ParameterDescription, then RowDescription or NoData
+		}
+		return 1
+	case msgFlush:
+		return 0
+	}
+	return -1
+}
+
+// completesMessage reports whether a server message is the answer that completes a client message of the
+// extended protocol (or its first of two: a statement's ParameterDescription). Rows, notices, ParameterStatus
+// and COPY's messages are not.
+func completesMessage(typ byte) bool {
+	switch typ {
+	case msgParseComplete, msgBindComplete, msgCloseComplete, msgParameterDescription, msgRowDescription, msgNoData,
+		msgCommandComplete, msgEmptyQueryResponse, msgPortalSuspended:
+		return true
+	}
+	return false
 }
 
 // answered pops the entry of a ParseComplete or CloseComplete and reports whether it is the proxy's.
@@ -131,10 +239,35 @@ func (q *pooledStmts) unprepare(name string) {
 	delete(q.prepared, name)
 }
 
-// failed drops the entries of the batch an ErrorResponse ended: the server skips its remaining messages.
-func (q *pooledStmts) failed() {
+// failed drops the entries of the batch an ErrorResponse ended: the server skips its remaining messages. It
+// judges what that leaves of the client's unnamed statement (unnamedUndo). hidden: the error is the answer to
+// one of the proxy's own messages, which went before every message of the client's still unanswered.
+func (q *pooledStmts) failed(hidden bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	var first, last *unnamedUndo // the unit's unanswered Parse or Close of the unnamed statement, in the order sent
+	for _, queue := range [][]answerHide{q.parses, q.closes} {
+		for _, e := range queue {
+			if e.unit > q.unitsDone {
+				break
+			}
+			if u := e.undo; u != nil {
+				if first == nil || u.at < first.at {
+					first = u
+				}
+				if last == nil || u.at > last.at {
+					last = u
+				}
+			}
+		}
+	}
+	if first != nil && first.at >= 0 && (hidden || first.at >= q.relayedAnswers) {
+		f := &unnamedFix{state: first.before, ver: last.ver, lend: first.lend}
+		if first.parse && !hidden && first.at == q.relayedAnswers {
+			f.state = unnamedState{here: true} // the Parse failed, its statement dropped: the client has none
+		}
+		q.fix = f
+	}
 	q.parses = dropUnit(q.parses, q.unitsDone)
 	q.closes = dropUnit(q.closes, q.unitsDone)
 }
@@ -146,6 +279,7 @@ func (q *pooledStmts) ready() {
 	q.parses = dropUnit(q.parses, q.unitsDone)
 	q.closes = dropUnit(q.closes, q.unitsDone)
 	q.unitsDone++
+	q.relayedAnswers = 0
 }
 
 func dropUnit(queue []answerHide, unit uint64) []answerHide {
@@ -306,6 +440,7 @@ func (ss *session) parseUnnamed(body []byte, p Planner) error {
 	if err != nil {
 		return err
 	}
+	undo := pl.unnamedChange(true)
 	pl.unnamed = nil
 	if wholeParse(msg) {
 		pl.unnamed = bytes.Clone(msg)
@@ -315,8 +450,10 @@ func (ss *session) parseUnnamed(body []byte, p Planner) error {
 		pl.unnamedToken = ss.inlineToken
 	}
 	pl.unnamedHere = true
+	pl.unnamedVer++
+	undo.ver = pl.unnamedVer
 	pl.sc.w.Write(msg)
-	pl.stmts.sent(msgParseComplete, false)
+	pl.stmts.sentUnnamed(msgParseComplete, undo)
 	return nil
 }
 
