@@ -30,21 +30,7 @@ func dirtyPooledConnection(t *testing.T, f *fenced, fn string) {
 // the SQLSTATE of every error.
 func rawBatch(t *testing.T, pc *pgconn.PgConn, msgs ...pgproto3.FrontendMessage) (rows, codes []string) {
 	t.Helper()
-	err := exchange(pc.Frontend(), append(slices.Clip(msgs), &pgproto3.Sync{}), func(m pgproto3.BackendMessage) bool {
-		switch m := m.(type) {
-		case *pgproto3.DataRow:
-			rows = append(rows, string(m.Values[0]))
-		case *pgproto3.ErrorResponse:
-			codes = append(codes, m.Code)
-		case *pgproto3.ReadyForQuery:
-			return true
-		}
-		return false
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return rows, codes
+	return pipeline(t, pc, msgs...)
 }
 
 // untilFatal sends msgs on pc and reads its answers up to the FATAL that ends the session, which it returns with
