@@ -139,10 +139,11 @@ type pooledState struct {
 	// in a later transaction, maybe on another server connection, gets it prepared there first (pooledstmts.go).
 	unnamed     []byte
 	unnamedHere bool
-	// unnamedVer counts the changes of the client's unnamed statement (pooledStmts: unnamedFix); lendSeq the
-	// lends.
-	unnamedVer uint64
-	lendSeq    uint64
+	// unnamedVer counts the changes of the client's unnamed statement (pooledStmts: unnamedFix); unnamedEpoch
+	// the times the server's was not the client's doing: a lend, the proxy's own Parse, Close or Query
+	// (unnamedReplaced). A verdict judged in one epoch says nothing of the server's statement in another.
+	unnamedVer   uint64
+	unnamedEpoch uint64
 
 	// plainPrefix is the last text plainPrefix built, for the values and settings of key (n 0: none yet).
 	plainPrefix struct {
@@ -899,9 +900,8 @@ func (ss *session) lend() error {
 	}
 	ss.srv.metrics.poolLent()
 	pl.setLent(sc)
-	pl.lendSeq++
+	pl.unnamedReplaced()
 	pl.open = 0
-	pl.unnamedHere = false
 	ss.lentSQLStmts(sc) // pooledsqlprep.go
 	// The fenced writes of the transaction go to this host (checkPlan: router.writeRefusal). Read by this
 	// goroutine and the lend's server side only (sessionForKey does not look at a pooled session's), so no
@@ -1184,7 +1184,7 @@ func (ss *session) writeUnnamedStmt(text string) {
 	writeMsg(w, msgParse, append(append([]byte{0}, text...), 0, 0, 0), "")
 	writeMsg(w, msgBind, []byte{0, 0, 0, 0, 0, 0, 0, 0}, "")
 	writeMsg(w, msgExecute, []byte{0, 0, 0, 0, 0}, "")
-	pl.unnamedHere = false
+	pl.unnamedReplaced()
 	pl.hide.Add(1)
 }
 
@@ -1338,6 +1338,13 @@ func (ss *session) boundClientText(body []byte) ([]byte, bool) {
 	return ss.stmtText(msgBind, body)
 }
 
+// unnamedReplaced records that the server connection's unnamed statement is no longer the client's, by no
+// message of the client's: another's statement at a lend, or the proxy's own (pl.mu held).
+func (pl *pooledState) unnamedReplaced() {
+	pl.unnamedHere = false
+	pl.unnamedEpoch++
+}
+
 // dropUnnamed forgets the client's unnamed statement, as the server does at a simple Query or a Close of it.
 func (pl *pooledState) dropUnnamed() {
 	pl.unnamed, pl.unnamedHere = nil, true
@@ -1351,7 +1358,7 @@ func (pl *pooledState) unnamedChange(parse bool) unnamedUndo {
 	return unnamedUndo{
 		before: unnamedState{unnamed: pl.unnamed, src: pl.unnamedSrc, token: pl.unnamedToken, here: pl.unnamedHere},
 		parse:  parse,
-		lend:   pl.lendSeq,
+		epoch:  pl.unnamedEpoch,
 	}
 }
 
@@ -1365,7 +1372,7 @@ func (ss *session) fixUnnamed() {
 		return
 	}
 	pl.unnamed, pl.unnamedSrc, pl.unnamedToken = f.state.unnamed, f.state.src, f.state.token
-	pl.unnamedHere = f.state.here && f.lend == pl.lendSeq
+	pl.unnamedHere = f.state.here && f.epoch == pl.unnamedEpoch
 	pl.unnamedVer++
 }
 
@@ -1947,7 +1954,7 @@ func (ss *session) probeOnce(sc *serverConn) error {
 	pl := ss.pooled
 	cfg := ss.srv.cfg
 	writeMsg(sc.w, msgQuery, nil, probeSQL(cfg.Token.Setting, cfg.Token.LockSetting, sc.pool.params["user"], ss.customToRead(sc), sc.prep.ownCond()))
-	pl.unnamedHere = false // the Query dropped it
+	pl.unnamedReplaced() // the Query dropped it
 	if err := sc.w.Flush(); err != nil {
 		return fmt.Errorf("probe: %w", err)
 	}

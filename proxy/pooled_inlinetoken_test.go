@@ -320,6 +320,13 @@ func TestPooledUnnamedStatementAfterAnError(t *testing.T) {
 		{"an Execute that fails, then a Parse", []batch{{&pgproto3.Parse{Query: "SELECT 1"}}, {&pgproto3.Parse{Query: "SELECT 1/0"}, &pgproto3.Bind{}, &pgproto3.Describe{ObjectType: 'P'}, run, &pgproto3.Parse{Query: "SELECT 7"}}}},
 		{"a skipped Parse, then one in the next batch of the pipeline", []batch{{&pgproto3.Parse{Query: "SELECT 1"}}, {&pgproto3.Bind{PreparedStatement: "nosuch"}, &pgproto3.Parse{Query: "SELECT 2"}, &pgproto3.Sync{}, &pgproto3.Parse{Query: "SELECT 4"}}}},
 		{"a skipped Parse, then the next batch of the pipeline binds", []batch{{&pgproto3.Parse{Query: "SELECT 1"}}, {&pgproto3.Bind{PreparedStatement: "nosuch"}, &pgproto3.Parse{Query: "SELECT 2"}, &pgproto3.Sync{}, &pgproto3.Bind{}, run}}},
+		// The client has read the error when it sends the rest of the batch (with a Flush, or without: the
+		// server sends an error at once).
+		{"an error read, then a Parse", []batch{{&pgproto3.Parse{Query: "SELECT 1"}}, {&pgproto3.Bind{PreparedStatement: "nosuch"}, &pgproto3.Flush{}, &awaitError{}, &pgproto3.Parse{Query: "SELECT 2"}}}},
+		{"a failed Parse read, then a Parse", []batch{{&pgproto3.Parse{Query: "SELECT 1"}}, {&pgproto3.Parse{Query: "SELEC 2"}, &pgproto3.Flush{}, &awaitError{}, &pgproto3.Parse{Query: "SELECT 3"}}}},
+		{"an error read without a Flush, then a Parse", []batch{{&pgproto3.Parse{Query: "SELECT 1"}}, {&pgproto3.Bind{PreparedStatement: "nosuch"}, &awaitError{}, &pgproto3.Parse{Query: "SELECT 2"}}}},
+		{"an error read without a Flush, then a Close", []batch{{&pgproto3.Parse{Query: "SELECT 1"}}, {&pgproto3.Bind{PreparedStatement: "nosuch"}, &awaitError{}, &pgproto3.Close{ObjectType: 'S'}}}},
+		{"a Parse skipped after an error read, then one in the next batch binds", []batch{{&pgproto3.Parse{Query: "SELECT 1"}}, {&pgproto3.Bind{PreparedStatement: "nosuch"}, &awaitError{}, &pgproto3.Parse{Query: "SELECT 2"}, &pgproto3.Sync{}, &pgproto3.Bind{}, run}}},
 	} {
 		t.Run(sc.name, func(t *testing.T) {
 			outcome := func(pc *pgconn.PgConn, between func()) string {
@@ -346,6 +353,48 @@ func TestPooledUnnamedStatementAfterAnError(t *testing.T) {
 	}
 }
 
+// TestPooledUnnamedStatementAfterAnErrorPinned: a pinned client's connection is its own, and the proxy's probe
+// of what a batch left (a Query, which drops the unnamed statement) may run after a batch that failed. The
+// verdict on the unnamed statement judged before the probe must not say it is still on the server: the last
+// Bind gets what it gets directly.
+func TestPooledUnnamedStatementAfterAnErrorPinned(t *testing.T) {
+	f := newPooledFenced(t, 1, "")
+	type batch []pgproto3.FrontendMessage
+	run := &pgproto3.Execute{}
+	for _, sc := range []struct {
+		name    string
+		batches []batch
+	}{
+		{"a named Parse in the failed batch", []batch{{&pgproto3.Parse{Query: "(SELECT 1)"}}, {&pgproto3.Parse{Name: "s1", Query: "SELECT 9"}, &pgproto3.Bind{PreparedStatement: "nosuch"}, &pgproto3.Parse{Query: "SELECT 2"}}}},
+		{"the skipped text may leave session state", []batch{{&pgproto3.Parse{Query: "(SELECT 1)"}}, {&pgproto3.Bind{PreparedStatement: "nosuch"}, &pgproto3.Parse{Query: "SELECT 2 AS temp"}}}},
+	} {
+		t.Run(sc.name, func(t *testing.T) {
+			outcome := func(pc *pgconn.PgConn) string {
+				if err := pc.Exec(context.Background(), "CREATE TEMP TABLE pinned_here (a int)").Close(); err != nil {
+					t.Fatal(err)
+				}
+				var got []string
+				for _, msgs := range sc.batches {
+					rows, codes := pipeline(t, pc, msgs...)
+					got = append(got, fmt.Sprint(rows, codes))
+				}
+				rows, codes := rawBatch(t, pc, &pgproto3.Bind{}, run)
+				return fmt.Sprint(got, " then ", rows, codes)
+			}
+			want := outcome(direct(t).PgConn())
+			if got := outcome(pooledPgConn(t, f, "")); got != want {
+				t.Errorf("through the pool %s, directly %s", got, want)
+			}
+			t.Logf("%s", want)
+		})
+	}
+}
+
+// awaitError, among the messages of pipeline, sends the messages before it and reads their answers up to an
+// ErrorResponse before the rest go: the client knows its batch failed when it sends the rest of the batch.
+// PostgreSQL sends an error at once, Flush or not.
+type awaitError struct{ pgproto3.Flush }
+
 // pipeline sends msgs and a Sync on pc and reads the answers up to the ReadyForQuery of each Sync, gathering
 // the first column of every row and the SQLSTATE of every error.
 func pipeline(t *testing.T, pc *pgconn.PgConn, msgs ...pgproto3.FrontendMessage) (rows, codes []string) {
@@ -357,20 +406,30 @@ func pipeline(t *testing.T, pc *pgconn.PgConn, msgs ...pgproto3.FrontendMessage)
 			syncs++
 		}
 	}
-	err := exchange(pc.Frontend(), msgs, func(m pgproto3.BackendMessage) bool {
-		switch m := m.(type) {
-		case *pgproto3.DataRow:
-			rows = append(rows, string(m.Values[0]))
-		case *pgproto3.ErrorResponse:
-			codes = append(codes, m.Code)
-		case *pgproto3.ReadyForQuery:
-			syncs--
-			return syncs == 0
+	for len(msgs) > 0 {
+		part := msgs
+		toError := false
+		if i := slices.IndexFunc(msgs, func(m pgproto3.FrontendMessage) bool { _, ok := m.(*awaitError); return ok }); i >= 0 {
+			part, msgs, toError = msgs[:i], msgs[i+1:], true
+		} else {
+			msgs = nil
 		}
-		return false
-	})
-	if err != nil {
-		t.Fatal(err)
+		err := exchange(pc.Frontend(), part, func(m pgproto3.BackendMessage) bool {
+			switch m := m.(type) {
+			case *pgproto3.DataRow:
+				rows = append(rows, string(m.Values[0]))
+			case *pgproto3.ErrorResponse:
+				codes = append(codes, m.Code)
+				return toError
+			case *pgproto3.ReadyForQuery:
+				syncs--
+				return syncs == 0
+			}
+			return false
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
 	return rows, codes
 }

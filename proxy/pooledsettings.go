@@ -357,6 +357,7 @@ func (ss *session) checkFirst(typ byte, body []byte, prefix tokenPrefix) error {
 		cfg := ss.srv.cfg.Token
 		pl.replaying.Add(1)
 		writeMsg(sc.w, msgQuery, nil, "SELECT "+roleCheckSQL(sc.pool.params["user"])+", "+placeholderCheckSQL(cfg.Setting, cfg.LockSetting))
+		pl.unnamedReplaced() // the Query dropped it
 		sc.checkedFor = pl
 	}
 	if pl.replaying.Load() == 0 {

@@ -75,15 +75,15 @@ type unnamedUndo struct {
 	parse  bool   // a Parse (else a Close, which never fails)
 	at     int    // the answers before it in its unit; -1: not known (nothing is undone)
 	ver    uint64 // pooledState.unnamedVer after it
-	lend   uint64 // pooledState.lendSeq when it went
+	epoch  uint64 // pooledState.unnamedEpoch when it went
 }
 
 // unnamedFix is what the client's unnamed statement is after a batch that failed (failed), for the client side
 // to take (takeUnnamedFix) unless the client changed its unnamed statement since (ver).
 type unnamedFix struct {
-	state unnamedState // with here meaning: on the connection of the lend lend, if it is still lent
+	state unnamedState // with here meaning: on the server connection, while the epoch is still epoch
 	ver   uint64
-	lend  uint64
+	epoch uint64
 }
 
 // pooledStmts is a client session's named statements and the queues of answers to hide.
@@ -100,6 +100,9 @@ type pooledStmts struct {
 	sentAnswers    int
 	relayedAnswers int
 	fix            *unnamedFix // the last failed batch's verdict on the unnamed statement, not yet taken
+	// failedUnit: an ErrorResponse of the current unit (unitsDone) was relayed. The server skips the rest of it,
+	// and a Parse or Close of the unnamed statement the client sends after that is judged when it is sent.
+	failedUnit bool
 	// prepared are the client's statement names whose Parse the server answered with ParseComplete, not closed
 	// since: those PostgreSQL would refuse to Parse again (42P05). A Parse that failed prepared nothing.
 	prepared map[string]bool
@@ -124,6 +127,16 @@ func (q *pooledStmts) sentNamed(answer byte, hide bool, name string) {
 // with what it changed; its place in the unit is the answers counted so far (sentAnswer).
 func (q *pooledStmts) sentUnnamed(answer byte, undo unnamedUndo) {
 	q.mu.Lock()
+	if q.failedUnit && q.unitsSent == q.unitsDone {
+		// Its unit already failed (the client may have read the error before it sent this): the server skips
+		// it, and the statement stays what the verdict not yet taken says, or what it was before this.
+		if q.fix == nil {
+			q.fix = &unnamedFix{state: undo.before, epoch: undo.epoch}
+		}
+		q.fix.ver = undo.ver
+		q.mu.Unlock()
+		return
+	}
 	undo.at = q.sentAnswers
 	e := answerHide{unit: q.unitsSent, undo: &undo}
 	if answer == msgParseComplete {
@@ -245,6 +258,7 @@ func (q *pooledStmts) unprepare(name string) {
 func (q *pooledStmts) failed(hidden bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	q.failedUnit = true
 	var first, last *unnamedUndo // the unit's unanswered Parse or Close of the unnamed statement, in the order sent
 	for _, queue := range [][]answerHide{q.parses, q.closes} {
 		for _, e := range queue {
@@ -262,7 +276,7 @@ func (q *pooledStmts) failed(hidden bool) {
 		}
 	}
 	if first != nil && first.at >= 0 && (hidden || first.at >= q.relayedAnswers) {
-		f := &unnamedFix{state: first.before, ver: last.ver, lend: first.lend}
+		f := &unnamedFix{state: first.before, ver: last.ver, epoch: first.epoch}
 		if first.parse && !hidden && first.at == q.relayedAnswers {
 			f.state = unnamedState{here: true} // the Parse failed, its statement dropped: the client has none
 		}
@@ -280,6 +294,7 @@ func (q *pooledStmts) ready() {
 	q.closes = dropUnit(q.closes, q.unitsDone)
 	q.unitsDone++
 	q.relayedAnswers = 0
+	q.failedUnit = false
 }
 
 func dropUnit(queue []answerHide, unit uint64) []answerHide {
@@ -471,6 +486,7 @@ func (ss *session) placeUnnamed(p Planner, namedPortal bool) {
 	if pl.unnamedHere {
 		return
 	}
+	pl.unnamedReplaced() // by the proxy's Parse or Close: what a verdict judged before says of it is past
 	pl.unnamedHere = true
 	if pl.unnamed != nil {
 		ss.prep.clientText(parsedText(pl.unnamed[headerLen:])) // the text's words, on this connection too

@@ -1,6 +1,7 @@
 package rewrite
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"unicode/utf8"
@@ -86,6 +87,9 @@ type lexer struct {
 	// scs is standard_conforming_strings.
 	scs bool
 	err error
+	// signs is the tail of + and - an operator lost (operator): from anywhere in it the operator is one sign.
+	// Known, it makes a long run of signs one pass, not a pass per sign.
+	signs struct{ start, end int }
 }
 
 func newLexer(src []byte, scs bool) lexer { return lexer{src: src, scs: scs} }
@@ -464,6 +468,10 @@ func (l *lexer) number(start int) token {
 // with the server's rule for a trailing + or -.
 func (l *lexer) operator(start int) token {
 	s := l.src
+	if l.signs.start <= start && start < l.signs.end {
+		l.pos = start + 1
+		return token{kind: tokSelf, start: start, end: l.pos}
+	}
 	i := start
 	for i < len(s) && isOpChar(s[i]) {
 		if i > start && (s[i] == '*' && s[i-1] == '/' || s[i] == '-' && s[i-1] == '-') {
@@ -473,18 +481,13 @@ func (l *lexer) operator(start int) token {
 		i++
 	}
 	n := i - start
-	for n > 1 && (s[start+n-1] == '+' || s[start+n-1] == '-') {
-		ok := false
-		for _, c := range s[start : start+n-1] {
-			switch c {
-			case '~', '!', '@', '#', '^', '&', '|', '`', '?', '%':
-				ok = true
-			}
+	// As the server's scanner: an operator of several characters ending in + or - loses its trailing signs
+	// unless one of ~!@#^&|`?% comes before its last character.
+	if n > 1 && (s[i-1] == '+' || s[i-1] == '-') && !bytes.ContainsAny(s[start:i-1], "~!@#^&|`?%") {
+		for n > 1 && (s[start+n-1] == '+' || s[start+n-1] == '-') {
+			n--
 		}
-		if ok {
-			break
-		}
-		n--
+		l.signs.start, l.signs.end = start+n, i
 	}
 	l.pos = start + n
 	if n == 1 && isSelf(s[start]) {

@@ -325,3 +325,70 @@ func strconvItoa(i int) string {
 	}
 	return string(b)
 }
+
+// TestLexOperatorSigns: an operator's trailing + and - signs, as the server's scanner cuts them, checked at
+// every token against the rule written out the plain way (operatorEnd) over every text of up to seven of
+// + - / * ~ = (comments, the signs' qualifying character, runs cut by -- and /*). Then a run of three
+// million signs: lexed again from each sign, as the server's scanner does, it takes hours (a pass per sign,
+// and the old lexer checked the run again per lost sign); the lexer takes one pass, far inside the time limit.
+func TestLexOperatorSigns(t *testing.T) {
+	check := func(src []byte) {
+		l := newLexer(src, true)
+		for tok := l.next(); tok.kind != tokEOF; tok = l.next() {
+			if (tok.kind == tokOp || tok.kind == tokSelf) && isOpChar(src[tok.start]) {
+				if want := operatorEnd(src, tok.start); tok.end != want {
+					t.Fatalf("%q: operator at %d ends at %d, want %d", src, tok.start, tok.end, want)
+				}
+			}
+		}
+	}
+	texts := 0
+	var walk func(text []byte, alphabet string, max int)
+	walk = func(text []byte, alphabet string, max int) {
+		if len(text) > 1 {
+			texts++
+			check(text)
+		}
+		if len(text) == max {
+			return
+		}
+		for i := range len(alphabet) {
+			walk(append(text, alphabet[i]), alphabet, max)
+		}
+	}
+	walk([]byte("0"), "+-/*~=", 8)            // the signs, comments and a qualifying character, long
+	walk([]byte("0"), "~!@#^&|`?+-*/%<>=", 5) // every operator character, short
+	if texts != 335922+88740 {
+		t.Fatalf("%d texts", texts)
+	}
+
+	src := []byte("0''0E00" + strings.Repeat("+", 3000000) + " 0")
+	l := newLexer(src, true)
+	signs := 0
+	for tok := l.next(); tok.kind != tokEOF; tok = l.next() {
+		if tok.kind == tokSelf && src[tok.start] == '+' {
+			signs++
+		}
+	}
+	if l.err != nil || signs != 3000000 {
+		t.Fatalf("%d signs, err %v", signs, l.err)
+	}
+}
+
+// operatorEnd is where the operator that starts at start ends, by the server's rule written out the plain way:
+// the longest run of operator characters, cut before a /* or -- in it; then, while it is longer than one
+// character and ends in + or -, it loses that sign unless one of ~!@#^&|`?% is among the characters before.
+func operatorEnd(s []byte, start int) int {
+	i := start
+	for i < len(s) && isOpChar(s[i]) {
+		if i > start && (s[i] == '*' && s[i-1] == '/' || s[i] == '-' && s[i-1] == '-') {
+			i--
+			break
+		}
+		i++
+	}
+	for i-start > 1 && (s[i-1] == '+' || s[i-1] == '-') && !strings.ContainsAny(string(s[start:i-1]), "~!@#^&|`?%") {
+		i--
+	}
+	return i
+}
