@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 )
 
 // Protocol-level named statements under transaction pooling (pgx's statement cache, JDBC, psycopg 3 and
@@ -96,10 +97,13 @@ type pooledStmts struct {
 	unitsSent uint64 // Sync, Query and FunctionCall messages forwarded
 	unitsDone uint64 // ReadyForQuery messages relayed
 	// The answers of the current unit: expected for the client's messages sent so far (client side, with its
-	// undo entries), relayed to the client so far (server side). They locate an error (unnamedUndo).
+	// undo entries), relayed to the client so far (server side). They locate an error (unnamedUndo). Each is
+	// one side's alone: no lock (a message's lock taken by both sides costs more than the message's count).
 	sentAnswers    int
 	relayedAnswers int
-	fix            *unnamedFix // the last failed batch's verdict on the unnamed statement, not yet taken
+	// fix is the last failed batch's verdict on the unnamed statement, not yet taken: stored under mu, taken
+	// without it (the client side looks at every message; a verdict is rare).
+	fix atomic.Pointer[unnamedFix]
 	// failedUnit: an ErrorResponse of the current unit (unitsDone) was relayed. The server skips the rest of it,
 	// and a Parse or Close of the unnamed statement the client sends after that is judged when it is sent.
 	failedUnit bool
@@ -130,10 +134,12 @@ func (q *pooledStmts) sentUnnamed(answer byte, undo unnamedUndo) {
 	if q.failedUnit && q.unitsSent == q.unitsDone {
 		// Its unit already failed (the client may have read the error before it sent this): the server skips
 		// it, and the statement stays what the verdict not yet taken says, or what it was before this.
-		if q.fix == nil {
-			q.fix = &unnamedFix{state: undo.before, epoch: undo.epoch}
+		f := unnamedFix{state: undo.before, epoch: undo.epoch}
+		if pending := q.fix.Load(); pending != nil {
+			f = *pending
 		}
-		q.fix.ver = undo.ver
+		f.ver = undo.ver
+		q.fix.Store(&f)
 		q.mu.Unlock()
 		return
 	}
@@ -150,21 +156,15 @@ func (q *pooledStmts) sentUnnamed(answer byte, undo unnamedUndo) {
 // sentAnswer counts the answers a client message of the extended protocol sent now gets when it succeeds
 // (answersOf; n < 0: not known, and no undo entry of the unit is used).
 func (q *pooledStmts) sentAnswer(n int) {
-	q.mu.Lock()
 	if n < 0 || q.sentAnswers < 0 {
 		q.sentAnswers = -1 << 30
 	} else {
 		q.sentAnswers += n
 	}
-	q.mu.Unlock()
 }
 
 // relayedAnswer counts an answer relayed to the client that completes one of its messages (completesMessage).
-func (q *pooledStmts) relayedAnswer() {
-	q.mu.Lock()
-	q.relayedAnswers++
-	q.mu.Unlock()
-}
+func (q *pooledStmts) relayedAnswer() { q.relayedAnswers++ }
 
 // unitSent counts a message that the server answers with ReadyForQuery.
 func (q *pooledStmts) unitSent() {
@@ -176,11 +176,10 @@ func (q *pooledStmts) unitSent() {
 
 // takeUnnamedFix returns the verdict of the last failed batch on the client's unnamed statement, once.
 func (q *pooledStmts) takeUnnamedFix() *unnamedFix {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	f := q.fix
-	q.fix = nil
-	return f
+	if q.fix.Load() == nil {
+		return nil
+	}
+	return q.fix.Swap(nil)
 }
 
 // answersOf is how many answers that complete a message (completesMessage) a client message of the extended
@@ -280,7 +279,7 @@ func (q *pooledStmts) failed(hidden bool) {
 		if first.parse && !hidden && first.at == q.relayedAnswers {
 			f.state = unnamedState{here: true} // the Parse failed, its statement dropped: the client has none
 		}
-		q.fix = f
+		q.fix.Store(f)
 	}
 	q.parses = dropUnit(q.parses, q.unitsDone)
 	q.closes = dropUnit(q.closes, q.unitsDone)

@@ -126,7 +126,12 @@ func (c *Cache) plan(sql []byte, set Settings, miss bool) (Plan, bool) {
 	if p, done := c.r.early(sql, rd); done {
 		// Decided without parsing (the token prefilter rules it out, or it
 		// cannot be read): not cached, so that reads whose literals hold a
-		// keyword do not push plans out of the cache.
+		// keyword do not push plans out of the cache; but a read of no
+		// constants (fixedText: a statement of the extended protocol) comes
+		// back as it is, and is kept rather than lexed again each time.
+		if p.Action == Pass && len(sql) <= maxCachedSQL && fixedText(sql) {
+			c.put(cacheKey{string(sql), set}, p, nil)
+		}
 		return p, true
 	}
 	if len(sql) > maxCachedSQL {
@@ -207,6 +212,25 @@ func (c *Cache) planShape(rd reading, set Settings, start time.Time, miss bool) 
 	full := c.r.plan(string(text), rd.scsOff, rd.inline)
 	c.put(cacheKey{string(sh.key), set}, Plan{}, c.r.buildTemplate(text, sh, rd.scsOff, rd.inline, full))
 	return c.r.forClient(full, rd), false, true, true
+}
+
+// fixedText reports whether a text holds no constant that could vary between
+// its runs: no quote (string literals in every form, dollar quotes), no digit
+// but a parameter's ($1). Conservative: an identifier with a digit says no.
+func fixedText(sql []byte) bool {
+	for i := 0; i < len(sql); i++ {
+		switch c := sql[i]; {
+		case c == '\'' || c == '$' && (i+1 == len(sql) || sql[i+1] < '0' || sql[i+1] > '9'):
+			return false
+		case c == '$':
+			for i+1 < len(sql) && sql[i+1] >= '0' && sql[i+1] <= '9' {
+				i++
+			}
+		case c >= '0' && c <= '9':
+			return false
+		}
+	}
+	return true
 }
 
 // put stores the plan of a text (tmpl nil) or the template of a shape.
