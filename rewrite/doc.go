@@ -239,6 +239,16 @@
 // setting to an invalid literal are refused with 55F03; valid ones are
 // reported in Plan.TokenSet.
 //
+// # Text cache
+//
+// The Cache keeps plans by text (and the Settings it was read under). A text
+// the raw prefilter passes (no write keyword, DO, set_config or the token
+// setting: rawMayTouch) is never looked up. One the lexer then passes without
+// parsing (a write of no protected table) is kept only when it holds no
+// constant that could vary (fixedText: no quote, no digit but a parameter's,
+// as the extended protocol sends them): texts whose literals differ each
+// time would push plans out.
+//
 // # Shape cache
 //
 // Code that inlines its values (UPDATE accounts SET balance = balance + 17
