@@ -676,7 +676,7 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 	st := &ss.state
 	pl.mu.Lock()
 	defer pl.mu.Unlock()
-	ss.fixUnnamed()
+	ss.fixAfterFailedBatch()
 	if (typ == msgQuery || typ == msgFunctionCall) && st.unsynced.Load() {
 		return ss.refuseInsideBatch(typ)
 	}
@@ -694,7 +694,7 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 		if pl.lost != nil {
 			return errLendLost
 		}
-		ss.fixUnnamed() // the unit waited for may have failed
+		ss.fixAfterFailedBatch() // the unit waited for may have failed
 		if err := ss.heldMoved(); err != nil {
 			return err
 		}
@@ -1362,11 +1362,18 @@ func (pl *pooledState) unnamedChange(parse bool) unnamedUndo {
 	}
 }
 
-// fixUnnamed makes the client's unnamed statement what the server left after a batch that failed
-// (pooledStmts.failed), unless the client changed it since (pl.mu held). The lent connection holds it (here)
-// only while the lend it was judged in goes on.
-func (ss *session) fixUnnamed() {
+// fixAfterFailedBatch takes what the server left after a batch that failed (pooledStmts.failed; pl.mu held).
+// The client's unnamed statement becomes the verdict's, unless the client changed it since; the lent
+// connection holds it (here) only while the epoch it was judged in goes on. The server statements whose Parse
+// did not run are no longer counted prepared on the lent connection; on one the lend gave back, the probe at
+// its end has read them again (stmtParsed).
+func (ss *session) fixAfterFailedBatch() {
 	pl := ss.pooled
+	for _, u := range pl.stmts.takeUnplaced() {
+		if u.sc == pl.sc {
+			delete(u.sc.stmts, u.server)
+		}
+	}
 	f := pl.stmts.takeUnnamedFix()
 	if f == nil || f.ver != pl.unnamedVer {
 		return

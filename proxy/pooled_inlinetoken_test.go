@@ -390,6 +390,65 @@ func TestPooledUnnamedStatementAfterAnErrorPinned(t *testing.T) {
 	}
 }
 
+// TestPooledStatementsAfterAnErrorInATransaction: inside a transaction block the lend goes on across Syncs, and
+// a savepoint makes the transaction usable again after an error. The proxy's own Parse that puts a statement
+// on the connection before a Bind of it (the client's unnamed statement, or a named one the connection does not
+// have) is skipped when an error of its batch comes first; the statement is then not there, and a later Bind
+// must get it prepared again: never the statement another client left (the unnamed one: b's SELECT 33), never
+// 26000 for a named one that is the client's. PostgreSQL judges: each script runs directly and through a pool
+// of one, where client b comes between.
+func TestPooledStatementsAfterAnErrorInATransaction(t *testing.T) {
+	run := &pgproto3.Execute{}
+	type msgs = []pgproto3.FrontendMessage
+	for _, sc := range []struct {
+		name  string
+		other msgs // client b's batch, between the first batch and the transaction
+		bind  pgproto3.FrontendMessage
+		after msgs // sent after the error of the failed batch
+	}{
+		{"unnamed, pipelined Bind", msgs{&pgproto3.Parse{Query: "SELECT 33"}, &pgproto3.Bind{}, run}, &pgproto3.Bind{}, msgs{&pgproto3.Bind{}, run}},
+		{"unnamed, error read, then Bind", msgs{&pgproto3.Parse{Query: "SELECT 33"}, &pgproto3.Bind{}, run}, &pgproto3.Bind{}, msgs{&awaitError{}, &pgproto3.Bind{}, run}},
+		{"unnamed, error read, then Describe and Parse", msgs{&pgproto3.Parse{Query: "SELECT 33"}, &pgproto3.Bind{}, run}, &pgproto3.Bind{}, msgs{&awaitError{}, &pgproto3.Describe{ObjectType: 'S'}, &pgproto3.Parse{Query: "SELECT 2"}}},
+		{"named, pipelined Bind", msgs{&pgproto3.Query{String: "DEALLOCATE ALL"}}, &pgproto3.Bind{PreparedStatement: "n1"}, msgs{&pgproto3.Bind{PreparedStatement: "n1"}, run}},
+		{"named, error read, then Bind", msgs{&pgproto3.Query{String: "DEALLOCATE ALL"}}, &pgproto3.Bind{PreparedStatement: "n1"}, msgs{&awaitError{}, &pgproto3.Bind{PreparedStatement: "n1"}, run}},
+		{"named, the same text under another name after the error", msgs{&pgproto3.Parse{Query: "SELECT 33"}, &pgproto3.Bind{}, run}, &pgproto3.Bind{PreparedStatement: "n1"}, msgs{&pgproto3.Parse{Name: "n2", Query: "SELECT 1"}, &pgproto3.Bind{PreparedStatement: "n2"}, run}},
+		{"named, Parse again in a failed transaction", msgs{&pgproto3.Query{String: "DEALLOCATE ALL"}}, &pgproto3.Bind{PreparedStatement: "n1"}, msgs{&awaitError{}, &pgproto3.Close{ObjectType: 'S', Name: "n1"}, &pgproto3.Sync{}, &pgproto3.Parse{Name: "n1", Query: "SELECT 1"}}},
+	} {
+		t.Run(sc.name, func(t *testing.T) {
+			f := newPooledFenced(t, 1, "")
+			a, b, d := pooledPgConn(t, f, ""), pooledPgConn(t, f, ""), direct(t).PgConn()
+			outcome := func(pc *pgconn.PgConn, between func()) string {
+				var got []string
+				add := func(m ...pgproto3.FrontendMessage) {
+					rows, codes := pipeline(t, pc, m...)
+					got = append(got, fmt.Sprint(rows, codes))
+				}
+				add(&pgproto3.Parse{Query: "SELECT 1"}, &pgproto3.Parse{Name: "n1", Query: "SELECT 1"})
+				between()
+				failing := msgs{&pgproto3.Parse{Name: "b", Query: "BEGIN"}, &pgproto3.Bind{PreparedStatement: "b"}, run,
+					&pgproto3.Parse{Name: "sp", Query: "SAVEPOINT sp"}, &pgproto3.Bind{PreparedStatement: "sp"}, run,
+					&pgproto3.Parse{Name: "r", Query: "ROLLBACK TO sp"},
+					&pgproto3.Bind{PreparedStatement: "nosuch"}} // fails: the rest of the batch is skipped
+				add(append(failing, sc.after...)...)
+				add(&pgproto3.Bind{PreparedStatement: "r"}, run) // the transaction is usable again
+				add(sc.bind, run)                                // the client's statement: SELECT 1
+				add(&pgproto3.Query{String: "ROLLBACK"})
+				return fmt.Sprint(got)
+			}
+			want := outcome(d, func() {})
+			got := outcome(a, func() {
+				if _, codes := pipeline(t, b, sc.other...); len(codes) != 0 {
+					t.Fatalf("the other client: errors %q", codes)
+				}
+			})
+			if got != want {
+				t.Errorf("through the pool %s\ndirectly         %s", got, want)
+			}
+			t.Logf("%s", want)
+		})
+	}
+}
+
 // awaitError, among the messages of pipeline, sends the messages before it and reads their answers up to an
 // ErrorResponse before the rest go: the client knows its batch failed when it sends the rest of the batch.
 // PostgreSQL sends an error at once, Flush or not.

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -55,6 +56,17 @@ type answerHide struct {
 	unit uint64
 	name string
 	undo *unnamedUndo // a client's Parse or Close of its unnamed statement; nil otherwise
+	// server is the server statement a Parse prepares on sc (serverConn.stmts counts it prepared from the
+	// moment it is sent); "" for another message.
+	server string
+	sc     *serverConn
+}
+
+// unplacedStmt is a server statement counted prepared on sc whose Parse the server skipped or refused (its
+// batch failed): not prepared after all.
+type unplacedStmt struct {
+	sc     *serverConn
+	server string
 }
 
 // unnamedState is what the proxy keeps of a client's unnamed statement (pooledState.unnamed and the fields
@@ -77,6 +89,9 @@ type unnamedUndo struct {
 	at     int    // the answers before it in its unit; -1: not known (nothing is undone)
 	ver    uint64 // pooledState.unnamedVer after it
 	epoch  uint64 // pooledState.unnamedEpoch when it went
+	// own: the proxy's Parse or Close placing the client's statement (placeUnnamed), its answer hidden. Skipped
+	// or failed, it leaves the client's statement as it was, off the connection (before.here is false).
+	own bool
 }
 
 // unnamedFix is what the client's unnamed statement is after a batch that failed (failed), for the client side
@@ -107,24 +122,60 @@ type pooledStmts struct {
 	// failedUnit: an ErrorResponse of the current unit (unitsDone) was relayed. The server skips the rest of it,
 	// and a Parse or Close of the unnamed statement the client sends after that is judged when it is sent.
 	failedUnit bool
+	// unplaced are the server statements of the failed batches' Parses the server did not run (failed), for the
+	// client side to take (takeUnplaced); anyUnplaced says there are some, for a look without the lock.
+	unplaced    []unplacedStmt
+	anyUnplaced atomic.Bool
 	// prepared are the client's statement names whose Parse the server answered with ParseComplete, not closed
 	// since: those PostgreSQL would refuse to Parse again (42P05). A Parse that failed prepared nothing.
 	prepared map[string]bool
 }
 
 // sent records a Parse or Close (kind '1' or '3' for its answer) sent to the server.
-func (q *pooledStmts) sent(answer byte, hide bool) { q.sentNamed(answer, hide, "") }
-
-// sentNamed records a Parse or Close, with the client's statement name of a client's Parse.
-func (q *pooledStmts) sentNamed(answer byte, hide bool, name string) {
+func (q *pooledStmts) sent(answer byte, hide bool) {
 	q.mu.Lock()
-	e := answerHide{hide: hide, unit: q.unitsSent, name: name}
+	e := answerHide{hide: hide, unit: q.unitsSent}
 	if answer == msgParseComplete {
 		q.parses = append(q.parses, e)
 	} else {
 		q.closes = append(q.closes, e)
 	}
 	q.mu.Unlock()
+}
+
+// sentServerParse records a Parse of the server statement server on sc: the proxy's own (hide), or a client's
+// of its statement name. It reports whether the statement is prepared once the server answers: not when the
+// unit already failed (the server skips it); one the failure comes after is handed to the client side then
+// (failed, takeUnplaced).
+func (q *pooledStmts) sentServerParse(hide bool, name, server string, sc *serverConn) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.failedUnit && q.unitsSent == q.unitsDone {
+		return false
+	}
+	q.parses = append(q.parses, answerHide{hide: hide, unit: q.unitsSent, name: name, server: server, sc: sc})
+	return true
+}
+
+// sentServerClose records the proxy's Close of the server statement server, prepared on sc, before a Parse of
+// it again (its answer hidden). Skipped with that Parse, it leaves the statement prepared (failed).
+func (q *pooledStmts) sentServerClose(server string, sc *serverConn) {
+	q.mu.Lock()
+	q.closes = append(q.closes, answerHide{hide: true, unit: q.unitsSent, server: server, sc: sc})
+	q.mu.Unlock()
+}
+
+// takeUnplaced returns the server statements that the failed batches left unprepared, once (client side).
+func (q *pooledStmts) takeUnplaced() []unplacedStmt {
+	if !q.anyUnplaced.Load() {
+		return nil
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	u := q.unplaced
+	q.unplaced = nil
+	q.anyUnplaced.Store(false)
+	return u
 }
 
 // sentUnnamed records a client's Parse or Close of its unnamed statement sent to the server (answer '1' or '3'),
@@ -144,7 +195,7 @@ func (q *pooledStmts) sentUnnamed(answer byte, undo unnamedUndo) {
 		return
 	}
 	undo.at = q.sentAnswers
-	e := answerHide{unit: q.unitsSent, undo: &undo}
+	e := answerHide{hide: undo.own, unit: q.unitsSent, undo: &undo}
 	if answer == msgParseComplete {
 		q.parses = append(q.parses, e)
 	} else {
@@ -276,10 +327,23 @@ func (q *pooledStmts) failed(hidden bool) {
 	}
 	if first != nil && first.at >= 0 && (hidden || first.at >= q.relayedAnswers) {
 		f := &unnamedFix{state: first.before, ver: last.ver, epoch: first.epoch}
-		if first.parse && !hidden && first.at == q.relayedAnswers {
+		if first.parse && !first.own && !hidden && first.at == q.relayedAnswers {
 			f.state = unnamedState{here: true} // the Parse failed, its statement dropped: the client has none
 		}
 		q.fix.Store(f)
+	}
+	// A Parse of a server statement not answered did not run, or failed: the statement is not prepared, unless
+	// the proxy's Close before it did not run either (the statement was prepared before).
+	for _, e := range q.parses {
+		if e.unit > q.unitsDone {
+			break
+		}
+		if e.server != "" && !slices.ContainsFunc(q.closes, func(c answerHide) bool {
+			return c.unit <= q.unitsDone && c.server == e.server && c.sc == e.sc
+		}) {
+			q.unplaced = append(q.unplaced, unplacedStmt{sc: e.sc, server: e.server})
+			q.anyUnplaced.Store(true)
+		}
 	}
 	q.parses = dropUnit(q.parses, q.unitsDone)
 	q.closes = dropUnit(q.closes, q.unitsDone)
@@ -362,11 +426,12 @@ func (ss *session) parseNamed(body []byte, p Planner) error {
 		// that the client's ParseComplete comes in its place. If the Parse fails (25P02 in a failed transaction)
 		// the Close has dropped it: stmtParsed has the probe read the connection's statements again.
 		writeMsg(sc.w, msgClose, append(append([]byte{'S'}, server...), 0), "")
-		pl.stmts.sent(msgCloseComplete, true)
+		pl.stmts.sentServerClose(server, sc)
 	}
 	writeMsg(sc.w, msgParse, parse, "")
-	pl.stmts.sentNamed(msgParseComplete, false, string(name))
-	sc.stmts[server] = true
+	if pl.stmts.sentServerParse(false, string(name), server, sc) {
+		sc.stmts[server] = true // else skipped with the Close before it: as it was
+	}
 	pl.stmtParsed.Store(true)
 	return nil
 }
@@ -384,8 +449,7 @@ func (ss *session) serverStmt(name []byte) string {
 	if !sc.stmts[cs.server] {
 		ss.prep.clientText(parsedText(cs.parse)) // the text's words, on this connection too (prepared.go)
 		writeMsg(sc.w, msgParse, cs.parse, "")
-		pl.stmts.sent(msgParseComplete, true)
-		sc.stmts[cs.server] = true
+		sc.stmts[cs.server] = pl.stmts.sentServerParse(true, "", cs.server, sc)
 		pl.stmtParsed.Store(true)
 	}
 	return cs.server
@@ -486,15 +550,19 @@ func (ss *session) placeUnnamed(p Planner, namedPortal bool) {
 		return
 	}
 	pl.unnamedReplaced() // by the proxy's Parse or Close: what a verdict judged before says of it is past
+	// The server skips it after an error of its batch (maybe one already relayed): judged as the client's are,
+	// it then leaves the client's statement off the connection (before.here is false).
+	undo := pl.unnamedChange(pl.unnamed != nil)
+	undo.own, undo.ver = true, pl.unnamedVer
 	pl.unnamedHere = true
 	if pl.unnamed != nil {
 		ss.prep.clientText(parsedText(pl.unnamed[headerLen:])) // the text's words, on this connection too
 		pl.sc.w.Write(pl.unnamed)
-		pl.stmts.sent(msgParseComplete, true)
+		pl.stmts.sentUnnamed(msgParseComplete, undo)
 		return
 	}
 	writeMsg(pl.sc.w, msgClose, []byte{'S', 0}, "")
-	pl.stmts.sent(msgCloseComplete, true)
+	pl.stmts.sentUnnamed(msgCloseComplete, undo)
 }
 
 // refenceUnnamed fences the client's unnamed statement again where the token it carries may not be the one in
