@@ -1204,7 +1204,7 @@ func TestPooledBeginWithModes(t *testing.T) {
 func TestPooledBeginWithModesCannotBeOvertaken(t *testing.T) {
 	f := newPooledFenced(t, 1, "")
 	fxExec(t, f.d, "INSERT INTO "+f.label+" (id, fence_token) VALUES (1, 1)")
-	fxExec(t, f.d, "CREATE FUNCTION pooled_sneak3() RETURNS int LANGUAGE sql AS $$ SELECT pg_catalog.set_config('fence.token', '77', false)::int $$")
+	fxExec(t, f.d, "CREATE OR REPLACE FUNCTION pooled_sneak3() RETURNS int LANGUAGE sql AS $$ SELECT pg_catalog.set_config('fence.token', '77', false)::int $$")
 	t.Cleanup(func() { f.d.Exec(t.Context(), "DROP FUNCTION IF EXISTS pooled_sneak3()") })
 	wrote, codes := beginOvertaken(t, f)
 	if !slices.Equal(wrote, []string{"5"}) {
