@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -56,10 +55,12 @@ type answerHide struct {
 	unit uint64
 	name string
 	undo *unnamedUndo // a client's Parse or Close of its unnamed statement; nil otherwise
-	// server is the server statement a Parse prepares on sc (serverConn.stmts counts it prepared from the
-	// moment it is sent); "" for another message.
+	// server is the server statement a Parse prepares, or the proxy's Close drops, on sc (serverConn.stmts
+	// counts the Parse's statement prepared from the moment it is sent); "" for another message. seq orders
+	// them (pooledStmts.serverSeq).
 	server string
 	sc     *serverConn
+	seq    uint64
 }
 
 // unplacedStmt is a server statement counted prepared on sc whose Parse the server skipped or refused (its
@@ -126,6 +127,7 @@ type pooledStmts struct {
 	// client side to take (takeUnplaced); anyUnplaced says there are some, for a look without the lock.
 	unplaced    []unplacedStmt
 	anyUnplaced atomic.Bool
+	serverSeq   uint64 // counts the Parse and Close messages of server statements sent (answerHide.seq)
 	// prepared are the client's statement names whose Parse the server answered with ParseComplete, not closed
 	// since: those PostgreSQL would refuse to Parse again (42P05). A Parse that failed prepared nothing.
 	prepared map[string]bool
@@ -153,7 +155,8 @@ func (q *pooledStmts) sentServerParse(hide bool, name, server string, sc *server
 	if q.failedUnit && q.unitsSent == q.unitsDone {
 		return false
 	}
-	q.parses = append(q.parses, answerHide{hide: hide, unit: q.unitsSent, name: name, server: server, sc: sc})
+	q.serverSeq++
+	q.parses = append(q.parses, answerHide{hide: hide, unit: q.unitsSent, name: name, server: server, sc: sc, seq: q.serverSeq})
 	return true
 }
 
@@ -161,7 +164,8 @@ func (q *pooledStmts) sentServerParse(hide bool, name, server string, sc *server
 // it again (its answer hidden). Skipped with that Parse, it leaves the statement prepared (failed).
 func (q *pooledStmts) sentServerClose(server string, sc *serverConn) {
 	q.mu.Lock()
-	q.closes = append(q.closes, answerHide{hide: true, unit: q.unitsSent, server: server, sc: sc})
+	q.serverSeq++
+	q.closes = append(q.closes, answerHide{hide: true, unit: q.unitsSent, server: server, sc: sc, seq: q.serverSeq})
 	q.mu.Unlock()
 }
 
@@ -332,16 +336,34 @@ func (q *pooledStmts) failed(hidden bool) {
 		}
 		q.fix.Store(f)
 	}
-	// A Parse of a server statement not answered did not run, or failed: the statement is not prepared, unless
-	// the proxy's Close before it did not run either (the statement was prepared before).
-	for _, e := range q.parses {
-		if e.unit > q.unitsDone {
-			break
+	// A server statement is as it was before the first of its messages the server did not answer (it skipped
+	// them all, or that one failed). A Parse first: the statement was not prepared (the Parse went because it
+	// was not, or after the proxy's Close that ran), so it is not. A Close first: it was prepared, and stays.
+	type firstPending struct {
+		seq   uint64
+		parse bool
+	}
+	var firstOf map[unplacedStmt]firstPending
+	for i, queue := range [][]answerHide{q.parses, q.closes} {
+		for _, e := range queue {
+			if e.unit > q.unitsDone {
+				break
+			}
+			if e.server == "" {
+				continue
+			}
+			k := unplacedStmt{sc: e.sc, server: e.server}
+			if f, seen := firstOf[k]; !seen || e.seq < f.seq {
+				if firstOf == nil {
+					firstOf = map[unplacedStmt]firstPending{}
+				}
+				firstOf[k] = firstPending{seq: e.seq, parse: i == 0}
+			}
 		}
-		if e.server != "" && !slices.ContainsFunc(q.closes, func(c answerHide) bool {
-			return c.unit <= q.unitsDone && c.server == e.server && c.sc == e.sc
-		}) {
-			q.unplaced = append(q.unplaced, unplacedStmt{sc: e.sc, server: e.server})
+	}
+	for k, f := range firstOf {
+		if f.parse {
+			q.unplaced = append(q.unplaced, k)
 			q.anyUnplaced.Store(true)
 		}
 	}
