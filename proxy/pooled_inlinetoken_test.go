@@ -395,7 +395,7 @@ func TestPooledUnnamedStatementAfterAnErrorPinned(t *testing.T) {
 // on the connection before a Bind of it (the client's unnamed statement, or a named one the connection does not
 // have) is skipped when an error of its batch comes first; the statement is then not there, and a later Bind
 // must get it prepared again: never the statement another client left (the unnamed one: b's SELECT 33), never
-// 26000 for a named one that is the client's. PostgreSQL judges: each script runs directly and through a pool
+// 26000 for a named one that is the client's, never 42P05 for one still there. PostgreSQL judges: each script runs directly and through a pool
 // of one, where client b comes between.
 func TestPooledStatementsAfterAnErrorInATransaction(t *testing.T) {
 	run := &pgproto3.Execute{}
@@ -413,6 +413,7 @@ func TestPooledStatementsAfterAnErrorInATransaction(t *testing.T) {
 		{"named, error read, then Bind", msgs{&pgproto3.Query{String: "DEALLOCATE ALL"}}, &pgproto3.Bind{PreparedStatement: "n1"}, msgs{&awaitError{}, &pgproto3.Bind{PreparedStatement: "n1"}, run}},
 		{"named, the same text under another name after the error", msgs{&pgproto3.Parse{Query: "SELECT 33"}, &pgproto3.Bind{}, run}, &pgproto3.Bind{PreparedStatement: "n1"}, msgs{&pgproto3.Parse{Name: "n2", Query: "SELECT 1"}, &pgproto3.Bind{PreparedStatement: "n2"}, run}},
 		{"named, the same new text twice after the error", msgs{&pgproto3.Query{String: "DEALLOCATE ALL"}}, &pgproto3.Bind{PreparedStatement: "n1"}, msgs{&pgproto3.Parse{Name: "n3", Query: "SELECT 1"}, &pgproto3.Parse{Name: "n4", Query: "SELECT 1"}}},
+		{"named, placed hidden, then its text under another name after the error", msgs{&pgproto3.Query{String: "DEALLOCATE ALL"}}, &pgproto3.Bind{PreparedStatement: "n1"}, msgs{&pgproto3.Bind{PreparedStatement: "n1"}, run, &pgproto3.Parse{Name: "n2", Query: "SELECT 1"}}},
 		{"named, Parse again in a failed transaction", msgs{&pgproto3.Query{String: "DEALLOCATE ALL"}}, &pgproto3.Bind{PreparedStatement: "n1"}, msgs{&awaitError{}, &pgproto3.Close{ObjectType: 'S', Name: "n1"}, &pgproto3.Sync{}, &pgproto3.Parse{Name: "n1", Query: "SELECT 1"}}},
 	} {
 		t.Run(sc.name, func(t *testing.T) {
