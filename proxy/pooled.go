@@ -1366,12 +1366,25 @@ func (pl *pooledState) unnamedChange(parse bool) unnamedUndo {
 // The client's unnamed statement becomes the verdict's, unless the client changed it since; the lent
 // connection holds it (here) only while the epoch it was judged in goes on. The server statements whose Parse
 // did not run are no longer counted prepared on the lent connection; on one the lend gave back, the probe at
-// its end has read them again (stmtParsed).
+// its end has read them again (stmtParsed). A named statement whose Close did not run is the client's again,
+// unless the client parsed that name since.
 func (ss *session) fixAfterFailedBatch() {
 	pl := ss.pooled
-	for _, u := range pl.stmts.takeUnplaced() {
+	unplaced, reopened := pl.stmts.takeUnplaced()
+	for _, u := range unplaced {
 		if u.sc == pl.sc {
 			delete(u.sc.stmts, u.server)
+		}
+	}
+	for _, c := range reopened {
+		if _, again := pl.stmts.byName[c.name]; !again && c.stmt.server != "" {
+			if pl.stmts.byName == nil {
+				pl.stmts.byName = map[string]clientStmt{}
+			}
+			pl.stmts.byName[c.name] = c.stmt
+			if c.prepared {
+				pl.stmts.reprepare(c.name)
+			}
 		}
 	}
 	f := pl.stmts.takeUnnamedFix()

@@ -414,6 +414,9 @@ func TestPooledStatementsAfterAnErrorInATransaction(t *testing.T) {
 		{"named, the same text under another name after the error", msgs{&pgproto3.Parse{Query: "SELECT 33"}, &pgproto3.Bind{}, run}, &pgproto3.Bind{PreparedStatement: "n1"}, msgs{&pgproto3.Parse{Name: "n2", Query: "SELECT 1"}, &pgproto3.Bind{PreparedStatement: "n2"}, run}},
 		{"named, the same new text twice after the error", msgs{&pgproto3.Query{String: "DEALLOCATE ALL"}}, &pgproto3.Bind{PreparedStatement: "n1"}, msgs{&pgproto3.Parse{Name: "n3", Query: "SELECT 1"}, &pgproto3.Parse{Name: "n4", Query: "SELECT 1"}}},
 		{"named, placed hidden, then its text under another name after the error", msgs{&pgproto3.Query{String: "DEALLOCATE ALL"}}, &pgproto3.Bind{PreparedStatement: "n1"}, msgs{&pgproto3.Bind{PreparedStatement: "n1"}, run, &pgproto3.Parse{Name: "n2", Query: "SELECT 1"}}},
+		{"named, its Close after the error", msgs{&pgproto3.Parse{Query: "SELECT 33"}, &pgproto3.Bind{}, run}, &pgproto3.Bind{PreparedStatement: "n1"}, msgs{&pgproto3.Close{ObjectType: 'S', Name: "n1"}}},
+		{"named, its Close after the error read", msgs{&pgproto3.Parse{Query: "SELECT 33"}, &pgproto3.Bind{}, run}, &pgproto3.Bind{PreparedStatement: "n1"}, msgs{&awaitError{}, &pgproto3.Close{ObjectType: 'S', Name: "n1"}}},
+		{"named, its Close after the error, then its Parse again", msgs{&pgproto3.Parse{Query: "SELECT 33"}, &pgproto3.Bind{}, run}, &pgproto3.Bind{PreparedStatement: "n1"}, msgs{&awaitError{}, &pgproto3.Close{ObjectType: 'S', Name: "n1"}, &pgproto3.Sync{}, &pgproto3.Parse{Name: "n1", Query: "SELECT 1"}}},
 		{"named, Parse again in a failed transaction", msgs{&pgproto3.Query{String: "DEALLOCATE ALL"}}, &pgproto3.Bind{PreparedStatement: "n1"}, msgs{&awaitError{}, &pgproto3.Close{ObjectType: 'S', Name: "n1"}, &pgproto3.Sync{}, &pgproto3.Parse{Name: "n1", Query: "SELECT 1"}}},
 	} {
 		t.Run(sc.name, func(t *testing.T) {

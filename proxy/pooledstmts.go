@@ -61,6 +61,15 @@ type answerHide struct {
 	server string
 	sc     *serverConn
 	seq    uint64
+	closed *closedStmt // a client's Close of its named statement; nil otherwise
+}
+
+// closedStmt is a client's named statement as it was before the client's Close of it: what a Close the server
+// skips (its batch failed) leaves.
+type closedStmt struct {
+	name     string
+	stmt     clientStmt
+	prepared bool
 }
 
 // unplacedStmt is a server statement counted prepared on sc whose Parse the server skipped or refused (its
@@ -128,6 +137,9 @@ type pooledStmts struct {
 	unplaced    []unplacedStmt
 	anyUnplaced atomic.Bool
 	serverSeq   uint64 // counts the Parse and Close messages of server statements sent (answerHide.seq)
+	// reopened are the client's named statements whose Close the server skipped (failed), for the client side
+	// to take back (takeUnplaced).
+	reopened []closedStmt
 	// prepared are the client's statement names whose Parse the server answered with ParseComplete, not closed
 	// since: those PostgreSQL would refuse to Parse again (42P05). A Parse that failed prepared nothing.
 	prepared map[string]bool
@@ -169,17 +181,41 @@ func (q *pooledStmts) sentServerClose(server string, sc *serverConn) {
 	q.mu.Unlock()
 }
 
-// takeUnplaced returns the server statements that the failed batches left unprepared, once (client side).
-func (q *pooledStmts) takeUnplaced() []unplacedStmt {
+// sentClientClose records a client's Close of its named statement c.name (its answer the client's). It reports
+// whether the statement is gone once the server answers: not when the unit already failed (the server skips
+// it); one the failure comes after is handed back to the client side then (failed, takeUnplaced).
+func (q *pooledStmts) sentClientClose(c closedStmt) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.failedUnit && q.unitsSent == q.unitsDone {
+		return false
+	}
+	q.closes = append(q.closes, answerHide{unit: q.unitsSent, closed: &c})
+	return true
+}
+
+// takeUnplaced returns, once (client side), the server statements that the failed batches left unprepared
+// and the client's named statements whose Close they skipped.
+func (q *pooledStmts) takeUnplaced() ([]unplacedStmt, []closedStmt) {
 	if !q.anyUnplaced.Load() {
-		return nil
+		return nil, nil
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	u := q.unplaced
-	q.unplaced = nil
+	u, r := q.unplaced, q.reopened
+	q.unplaced, q.reopened = nil, nil
 	q.anyUnplaced.Store(false)
-	return u
+	return u, r
+}
+
+// reprepare counts the client's statement name prepared again: its Close did not run (takeUnplaced).
+func (q *pooledStmts) reprepare(name string) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.prepared == nil {
+		q.prepared = map[string]bool{}
+	}
+	q.prepared[name] = true
 }
 
 // sentUnnamed records a client's Parse or Close of its unnamed statement sent to the server (answer '1' or '3'),
@@ -367,6 +403,15 @@ func (q *pooledStmts) failed(hidden bool) {
 			q.anyUnplaced.Store(true)
 		}
 	}
+	for _, e := range q.closes {
+		if e.unit > q.unitsDone {
+			break
+		}
+		if e.closed != nil {
+			q.reopened = append(q.reopened, *e.closed)
+			q.anyUnplaced.Store(true)
+		}
+	}
 	q.parses = dropUnit(q.parses, q.unitsDone)
 	q.closes = dropUnit(q.closes, q.unitsDone)
 }
@@ -516,10 +561,15 @@ func (ss *session) renamedOut(typ byte, body []byte) bool {
 		}
 		ss.state.unsynced.Store(true)
 		if typ == msgClose {
-			delete(pl.stmts.byName, string(name))
-			pl.stmts.unprepare(string(name))
+			// The server statement stays on the connection (another name of the client's, or another client,
+			// may use its text); the client's name goes, once the server runs the Close (a Close of a name
+			// nothing has, which answers as the client's would).
 			writeMsg(w, msgClose, append([]byte("S"+closedStmtName), 0), "")
-			pl.stmts.sent(msgCloseComplete, false)
+			c := closedStmt{name: string(name), stmt: pl.stmts.byName[string(name)], prepared: pl.stmts.isPrepared(string(name))}
+			if pl.stmts.sentClientClose(c) {
+				delete(pl.stmts.byName, string(name))
+				pl.stmts.unprepare(string(name))
+			}
 			return true
 		}
 		server := ss.serverStmt(name)
