@@ -1370,17 +1370,14 @@ func (pl *pooledState) unnamedChange(parse bool) unnamedUndo {
 // unless the client parsed that name since.
 func (ss *session) fixAfterFailedBatch() {
 	pl := ss.pooled
-	unplaced, reopened := pl.stmts.takeUnplaced()
+	unplaced, reopened := pl.stmts.takeSkipped()
 	for _, u := range unplaced {
 		if u.sc == pl.sc {
 			delete(u.sc.stmts, u.server)
 		}
 	}
 	for _, c := range reopened {
-		if _, again := pl.stmts.byName[c.name]; !again && c.stmt.server != "" {
-			if pl.stmts.byName == nil {
-				pl.stmts.byName = map[string]clientStmt{}
-			}
+		if _, again := pl.stmts.byName[c.name]; !again && c.stmt.server != "" { // a name it had: byName is made
 			pl.stmts.byName[c.name] = c.stmt
 			if c.prepared {
 				pl.stmts.reprepare(c.name)

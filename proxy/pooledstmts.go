@@ -133,12 +133,13 @@ type pooledStmts struct {
 	// and a Parse or Close of the unnamed statement the client sends after that is judged when it is sent.
 	failedUnit bool
 	// unplaced are the server statements of the failed batches' Parses the server did not run (failed), for the
-	// client side to take (takeUnplaced); anyUnplaced says there are some, for a look without the lock.
-	unplaced    []unplacedStmt
-	anyUnplaced atomic.Bool
-	serverSeq   uint64 // counts the Parse and Close messages of server statements sent (answerHide.seq)
+	// client side to take (takeSkipped); anySkipped says there are some of them or of reopened, for a look
+	// without the lock.
+	unplaced   []unplacedStmt
+	anySkipped atomic.Bool
+	serverSeq  uint64 // counts the Parse and Close messages of server statements sent (answerHide.seq)
 	// reopened are the client's named statements whose Close the server skipped (failed), for the client side
-	// to take back (takeUnplaced).
+	// to take back (takeSkipped).
 	reopened []closedStmt
 	// prepared are the client's statement names whose Parse the server answered with ParseComplete, not closed
 	// since: those PostgreSQL would refuse to Parse again (42P05). A Parse that failed prepared nothing.
@@ -157,14 +158,18 @@ func (q *pooledStmts) sent(answer byte, hide bool) {
 	q.mu.Unlock()
 }
 
+// skipping reports whether the server skips a message sent now (q.mu held): an error of the unit it joins was
+// relayed already (failedUnit), so the server skips the rest of that unit.
+func (q *pooledStmts) skipping() bool { return q.failedUnit && q.unitsSent == q.unitsDone }
+
 // sentServerParse records a Parse of the server statement server on sc: the proxy's own (hide), or a client's
 // of its statement name. It reports whether the statement is prepared once the server answers: not when the
 // unit already failed (the server skips it); one the failure comes after is handed to the client side then
-// (failed, takeUnplaced).
+// (failed, takeSkipped).
 func (q *pooledStmts) sentServerParse(hide bool, name, server string, sc *serverConn) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.failedUnit && q.unitsSent == q.unitsDone {
+	if q.skipping() {
 		return false
 	}
 	q.serverSeq++
@@ -183,32 +188,32 @@ func (q *pooledStmts) sentServerClose(server string, sc *serverConn) {
 
 // sentClientClose records a client's Close of its named statement c.name (its answer the client's). It reports
 // whether the statement is gone once the server answers: not when the unit already failed (the server skips
-// it); one the failure comes after is handed back to the client side then (failed, takeUnplaced).
+// it); one the failure comes after is handed back to the client side then (failed, takeSkipped).
 func (q *pooledStmts) sentClientClose(c closedStmt) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.failedUnit && q.unitsSent == q.unitsDone {
+	if q.skipping() {
 		return false
 	}
 	q.closes = append(q.closes, answerHide{unit: q.unitsSent, closed: &c})
 	return true
 }
 
-// takeUnplaced returns, once (client side), the server statements that the failed batches left unprepared
+// takeSkipped returns, once (client side), the server statements that the failed batches left unprepared
 // and the client's named statements whose Close they skipped.
-func (q *pooledStmts) takeUnplaced() ([]unplacedStmt, []closedStmt) {
-	if !q.anyUnplaced.Load() {
+func (q *pooledStmts) takeSkipped() ([]unplacedStmt, []closedStmt) {
+	if !q.anySkipped.Load() {
 		return nil, nil
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	u, r := q.unplaced, q.reopened
 	q.unplaced, q.reopened = nil, nil
-	q.anyUnplaced.Store(false)
+	q.anySkipped.Store(false)
 	return u, r
 }
 
-// reprepare counts the client's statement name prepared again: its Close did not run (takeUnplaced).
+// reprepare counts the client's statement name prepared again: its Close did not run (takeSkipped).
 func (q *pooledStmts) reprepare(name string) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -222,7 +227,7 @@ func (q *pooledStmts) reprepare(name string) {
 // with what it changed; its place in the unit is the answers counted so far (sentAnswer).
 func (q *pooledStmts) sentUnnamed(answer byte, undo unnamedUndo) {
 	q.mu.Lock()
-	if q.failedUnit && q.unitsSent == q.unitsDone {
+	if q.skipping() {
 		// Its unit already failed (the client may have read the error before it sent this): the server skips
 		// it, and the statement stays what the verdict not yet taken says, or what it was before this.
 		f := unnamedFix{state: undo.before, epoch: undo.epoch}
@@ -349,8 +354,18 @@ func (q *pooledStmts) failed(hidden bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.failedUnit = true
+	// One pass over the unit's Parse and Close messages the server did not answer: it skipped them all, or the
+	// first failed. A server statement is as it was before the first of its messages there (firstOf): a Parse
+	// first, the statement was not prepared (the Parse went because it was not, or after the proxy's Close that
+	// ran), so it is not; a Close first, it was prepared, and stays. A client's Close of its named statement
+	// leaves the name the client's (reopened).
 	var first, last *unnamedUndo // the unit's unanswered Parse or Close of the unnamed statement, in the order sent
-	for _, queue := range [][]answerHide{q.parses, q.closes} {
+	type firstPending struct {
+		seq   uint64
+		parse bool
+	}
+	var firstOf map[unplacedStmt]firstPending
+	for i, queue := range [][]answerHide{q.parses, q.closes} {
 		for _, e := range queue {
 			if e.unit > q.unitsDone {
 				break
@@ -363,6 +378,19 @@ func (q *pooledStmts) failed(hidden bool) {
 					last = u
 				}
 			}
+			if e.server != "" {
+				k := unplacedStmt{sc: e.sc, server: e.server}
+				if f, seen := firstOf[k]; !seen || e.seq < f.seq {
+					if firstOf == nil {
+						firstOf = map[unplacedStmt]firstPending{}
+					}
+					firstOf[k] = firstPending{seq: e.seq, parse: i == 0}
+				}
+			}
+			if e.closed != nil {
+				q.reopened = append(q.reopened, *e.closed)
+				q.anySkipped.Store(true)
+			}
 		}
 	}
 	if first != nil && first.at >= 0 && (hidden || first.at >= q.relayedAnswers) {
@@ -372,44 +400,10 @@ func (q *pooledStmts) failed(hidden bool) {
 		}
 		q.fix.Store(f)
 	}
-	// A server statement is as it was before the first of its messages the server did not answer (it skipped
-	// them all, or that one failed). A Parse first: the statement was not prepared (the Parse went because it
-	// was not, or after the proxy's Close that ran), so it is not. A Close first: it was prepared, and stays.
-	type firstPending struct {
-		seq   uint64
-		parse bool
-	}
-	var firstOf map[unplacedStmt]firstPending
-	for i, queue := range [][]answerHide{q.parses, q.closes} {
-		for _, e := range queue {
-			if e.unit > q.unitsDone {
-				break
-			}
-			if e.server == "" {
-				continue
-			}
-			k := unplacedStmt{sc: e.sc, server: e.server}
-			if f, seen := firstOf[k]; !seen || e.seq < f.seq {
-				if firstOf == nil {
-					firstOf = map[unplacedStmt]firstPending{}
-				}
-				firstOf[k] = firstPending{seq: e.seq, parse: i == 0}
-			}
-		}
-	}
 	for k, f := range firstOf {
 		if f.parse {
 			q.unplaced = append(q.unplaced, k)
-			q.anyUnplaced.Store(true)
-		}
-	}
-	for _, e := range q.closes {
-		if e.unit > q.unitsDone {
-			break
-		}
-		if e.closed != nil {
-			q.reopened = append(q.reopened, *e.closed)
-			q.anyUnplaced.Store(true)
+			q.anySkipped.Store(true)
 		}
 	}
 	q.parses = dropUnit(q.parses, q.unitsDone)

@@ -126,9 +126,10 @@ func (c *Cache) plan(sql []byte, set Settings, miss bool) (Plan, bool) {
 	if p, done := c.r.early(sql, rd); done {
 		// Decided without parsing (the token prefilter rules it out, or it
 		// cannot be read): not cached, so that reads whose literals hold a
-		// keyword do not push plans out of the cache; but a read of no
-		// constants (fixedText: a statement of the extended protocol) comes
-		// back as it is, and is kept rather than lexed again each time.
+		// keyword do not push plans out of the cache; but a passed text of
+		// no constants (fixedText: a write of an unprotected table as the
+		// extended protocol sends it) comes back as it is, and is kept
+		// rather than lexed again each time.
 		if p.Action == Pass && len(sql) <= maxCachedSQL && fixedText(sql) {
 			c.put(cacheKey{string(sql), set}, p, nil)
 		}
@@ -220,14 +221,17 @@ func (c *Cache) planShape(rd reading, set Settings, start time.Time, miss bool) 
 func fixedText(sql []byte) bool {
 	for i := 0; i < len(sql); i++ {
 		switch c := sql[i]; {
-		case c == '\'' || c == '$' && (i+1 == len(sql) || sql[i+1] < '0' || sql[i+1] > '9'):
+		case c == '\'' || isDigit(c):
 			return false
 		case c == '$':
-			for i+1 < len(sql) && sql[i+1] >= '0' && sql[i+1] <= '9' {
-				i++
+			j := i + 1
+			for j < len(sql) && isDigit(sql[j]) {
+				j++
 			}
-		case c >= '0' && c <= '9':
-			return false
+			if j == i+1 {
+				return false // a dollar quote
+			}
+			i = j - 1
 		}
 	}
 	return true
