@@ -62,7 +62,6 @@ func TestHeldWriteGoesOutWithTheRead(t *testing.T) {
 	conn.SetDeadline(time.Now().Add(10 * time.Second))
 	for round := 0; round < 200; round++ {
 		msg := []byte{'Q', byte(round), 1, 2, 3}
-		done := echoAfter(peer, len(msg))
 		s.holdWrites(true)
 		if n, err := s.Write(msg); n != len(msg) || err != nil {
 			t.Fatalf("held write: %d, %v", n, err)
@@ -77,6 +76,9 @@ func TestHeldWriteGoesOutWithTheRead(t *testing.T) {
 			}
 			peer.SetReadDeadline(time.Time{})
 		}
+		// The echo starts after that look: a read deadline on peer reaches every read waiting on it, and the
+		// echo's own read, woken by it, would never answer (the read below then waited out its deadline).
+		done := echoAfter(peer, len(msg))
 		got := make([]byte, len(msg))
 		if _, err := io.ReadFull(s, got); err != nil {
 			t.Fatalf("round %d: read after a held write: %v", round, err)
