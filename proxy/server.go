@@ -211,7 +211,7 @@ func (s *Server) Serve(ln net.Listener) error {
 	}
 	s.lns = append(s.lns, ln)
 	s.mu.Unlock()
-	deferAccept(ln)
+	tuneListener(ln)
 	var tempDelay time.Duration
 	for {
 		c, err := ln.Accept()
@@ -231,8 +231,8 @@ func (s *Server) Serve(ln net.Listener) error {
 		}
 		tempDelay = 0
 		// No SetNoDelay or SetKeepAlive here: a TCP listener's connections come with TCP_NODELAY set and keepalive
-		// as the listener was configured (net.Listen's default: on, probes after 15 s), and setting them again
-		// cost two system calls per connection (connect-per-transaction clients, docs/benchmark.md).
+		// from the listening socket (Listen), and setting them again cost system calls per connection
+		// (connect-per-transaction clients, docs/benchmark.md).
 		n := s.active.Add(1)
 		s.wg.Add(1)
 		a := acceptedConn{c: c, over: s.cfg.Limits.MaxClientConnections > 0 && n > int64(s.cfg.Limits.MaxClientConnections)}

@@ -22,6 +22,10 @@ const (
 	// deferAcceptSeconds bounds how long the kernel holds a connection that sent nothing before Accept gets it
 	// (deferAccept): about one SYN-ACK retransmission.
 	deferAcceptSeconds = 1
+	// clientKeepAliveSeconds and clientKeepAliveProbes are the TCP keepalive of client connections (Listen):
+	// Go's own default, probes after 15 s idle, every 15 s, 9 of them.
+	clientKeepAliveSeconds = 15
+	clientKeepAliveProbes  = 9
 	// maxStartupPacket matches PostgreSQL's own MAX_STARTUP_PACKET_LENGTH.
 	maxStartupPacket = 10000
 	// keepBodyBuffer is the largest body buffer a session keeps between messages; a bigger one (a huge query)

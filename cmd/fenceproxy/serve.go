@@ -189,7 +189,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		defer stop()
 		go watcher.Run(ctx)
 	}
-	ln, err := net.Listen("tcp", cfg.Listen)
+	ln, err := proxy.Listen(cfg.Listen)
 	if err != nil {
 		fmt.Fprintf(stderr, "fenceproxy: listen: %v\n", err)
 		return 1

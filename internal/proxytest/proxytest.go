@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/url"
 	"os"
 	"os/exec"
@@ -60,7 +59,7 @@ type Options struct {
 // Start runs a proxy in front of upstream (host:port) until the test ends.
 func Start(t testing.TB, upstream string, o Options) *Proxy {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := proxy.Listen("127.0.0.1:0") // as fenceproxy serve listens
 	if err != nil {
 		t.Fatal(err)
 	}
