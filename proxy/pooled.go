@@ -1181,12 +1181,27 @@ func (ss *session) injectTokens(typ byte, body []byte) tokenPrefix {
 func (ss *session) writeUnnamedStmt(text string) {
 	pl := ss.pooled
 	w := pl.sc.w
-	writeMsg(w, msgParse, append(append([]byte{0}, text...), 0, 0, 0), "")
-	writeMsg(w, msgBind, []byte{0, 0, 0, 0, 0, 0, 0, 0}, "")
-	writeMsg(w, msgExecute, []byte{0, 0, 0, 0, 0}, "")
+	// Parse: the unnamed statement, the text, no parameter types; written in pieces, not built (once per
+	// transaction).
+	writeHeader(w, msgParse, 4+1+len(text)+1+2)
+	w.WriteByte(0)
+	w.WriteString(text)
+	w.Write(noParamTypes[:])
+	writeMsg(w, msgBind, bindUnnamedBody[:], "")
+	writeMsg(w, msgExecute, executeUnnamedBody[:], "")
 	pl.unnamedReplaced()
 	pl.hide.Add(1)
 }
+
+// noParamTypes ends a Parse body that names no parameter types: the text's terminator, then a count of zero.
+var noParamTypes = [3]byte{0, 0, 0}
+
+// bindUnnamedBody binds the unnamed statement to the unnamed portal with no parameters and text results, and
+// executeUnnamedBody runs the unnamed portal to its end: arrays, so that no call builds them again.
+var (
+	bindUnnamedBody    = [8]byte{}
+	executeUnnamedBody = [5]byte{}
+)
 
 // tokenPortal is the portal of the token statement when it goes after some of a batch's messages: the
 // unnamed portal may be the client's by then. It lasts until the transaction ends.
@@ -1623,9 +1638,7 @@ func writeQueryMsg(w msgSink, prefix string, raw []byte, s string) {
 		writeMsg(w, msgQuery, nil, prefix+s)
 		return
 	}
-	n := 4 + len(prefix) + len(raw)
-	w.WriteByte(msgQuery)
-	w.Write([]byte{byte(n >> 24), byte(n >> 16), byte(n >> 8), byte(n)})
+	writeHeader(w, msgQuery, 4+len(prefix)+len(raw))
 	w.WriteString(prefix)
 	w.Write(raw)
 }

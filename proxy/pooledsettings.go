@@ -240,7 +240,7 @@ func (ss *session) replaySettings() {
 	}
 	b = append(b, 0, 0)
 	writeMsg(sc.w, msgBind, b, "")
-	writeMsg(sc.w, msgExecute, []byte{0, 0, 0, 0, 0}, "")
+	writeMsg(sc.w, msgExecute, executeUnnamedBody[:], "")
 	writeMsg(sc.w, msgSync, []byte{}, "")
 	sc.settings = maps.Clone(pl.settings)
 }
