@@ -53,10 +53,21 @@ func (s *Server) serveAdmin(ss *session) {
 		return
 	}
 	ss.client.SetDeadline(time.Time{})
+	// Registered as every session is: a drain ends the console between commands (wakeForDrain), and
+	// Shutdown's deadline closes it (forceClose). Unregistered, an idle console held Shutdown for ever.
+	ss.admin = true
+	s.register(ss)
 	ss.logger().Info("admin console session started")
 	for {
+		if ss.clientIntr.reason() == intrDrain {
+			ss.fatal(sqlstateAdminShutdown, "terminating connection because fenceproxy is shutting down", "")
+			return
+		}
 		typ, _, err := ss.cr.next()
 		if err != nil {
+			if ss.clientIntr.caught(err) == intrDrain {
+				continue
+			}
 			return
 		}
 		body, err := ss.cr.body()

@@ -356,10 +356,23 @@ func (ps *txPools) close() {
 	}
 }
 
+// lendWait is what a client's wait for a server connection (takeSlot) watches besides the pool: wake, signalled
+// when something may have ended the wait (a CancelRequest, a drain, the session's forced close), and stopped,
+// which says whether and why it ended (nil: wait on). stopped is also asked every waitCheck, since a client
+// that disconnects signals nothing. Its error is the wait's.
+type lendWait struct {
+	wake    <-chan struct{}
+	stopped func() error
+}
+
+// waitCheck is how often a long wait for a server connection asks lendWait.stopped: a client that left while it
+// waited is noticed within it (a wait shorter than it never asks).
+const waitCheck = 100 * time.Millisecond
+
 // acquire lends a server connection: an idle one, or a new one (logged in with login, the client's) while the
-// pool has room; else it waits for one up to wait (takeSlot).
-func (p *txPool) acquire(wait time.Duration, login *clientLogin) (*serverConn, error) {
-	if err := p.takeSlot(wait, login); err != nil {
+// pool has room; else it waits for one up to wait (takeSlot), watching lw (nil: nothing).
+func (p *txPool) acquire(wait time.Duration, login *clientLogin, lw *lendWait) (*serverConn, error) {
+	if err := p.takeSlot(wait, login, lw); err != nil {
 		return nil, err
 	}
 	p.lends.Add(1)
@@ -374,9 +387,10 @@ func (p *txPool) acquire(wait time.Duration, login *clientLogin) (*serverConn, e
 }
 
 // takeSlot takes one of the pool's pool.size places for a server connection lent or being opened, waiting up
-// to wait for one while the pool is full or paused (PAUSE: no new lends until RESUME). The wait is observed
-// (the wait-time histogram, SHOW CLIENTS, SHOW POOLS' maxwait).
-func (p *txPool) takeSlot(wait time.Duration, login *clientLogin) error {
+// to wait for one while the pool is full or paused (PAUSE: no new lends until RESUME), unless lw ends the wait
+// first (its error is returned; nil lw: nothing does). The wait is observed (the wait-time histogram, SHOW
+// CLIENTS, SHOW POOLS' maxwait).
+func (p *txPool) takeSlot(wait time.Duration, login *clientLogin, lw *lendWait) error {
 	select {
 	case p.slots <- struct{}{}:
 		if !p.paused() {
@@ -398,29 +412,65 @@ func (p *txPool) takeSlot(wait time.Duration, login *clientLogin) error {
 		p.mu.Unlock()
 		p.observeWait(time.Since(start))
 	}()
+	// The timer fires at the wait's end, or every waitCheck before it when there is a client to look at.
+	var wake <-chan struct{} // nil: never ready
+	next := func() time.Duration {
+		left := wait - time.Since(start)
+		if lw != nil {
+			left = min(left, waitCheck)
+		}
+		return max(left, 0)
+	}
+	if lw != nil {
+		wake = lw.wake
+	}
 	t, _ := p.timers.Get().(*time.Timer)
 	if t == nil {
-		t = time.NewTimer(wait)
+		t = time.NewTimer(next())
 	} else {
-		t.Reset(wait) // stopped, its channel empty (Go 1.23 timers)
+		t.Reset(next()) // stopped, its channel empty (Go 1.23 timers)
 	}
 	defer func() {
 		t.Stop()
 		p.timers.Put(t)
 	}()
+	// woken looks at why the timer fired or lw woke the wait: the wait's error, or nil to wait on (the timer
+	// set again after it fired).
+	woken := func(fired bool, timeout error) error {
+		if lw != nil {
+			if err := lw.stopped(); err != nil {
+				return err
+			}
+		}
+		if !fired {
+			return nil
+		}
+		if time.Since(start) >= wait {
+			return timeout
+		}
+		t.Reset(next())
+		return nil
+	}
 	for {
 		// anyPaused first: pausedUntil takes the lock of every pool's PAUSE state, once per wait. A PAUSE that
 		// comes after this look is caught by paused() once the slot is taken.
 		if p.srv.pools.anyPaused.Load() {
 			if resumed := p.srv.pools.pausedUntil(p); resumed != nil {
+				var err error
 				select {
 				case <-resumed:
-					continue
 				case <-t.C:
-					return errPoolPaused
+					err = woken(true, errPoolPaused)
+				case <-wake:
+					err = woken(false, errPoolPaused)
 				}
+				if err != nil {
+					return err
+				}
+				continue
 			}
 		}
+		var err error
 		select {
 		case p.slots <- struct{}{}:
 			if !p.paused() {
@@ -428,7 +478,12 @@ func (p *txPool) takeSlot(wait time.Duration, login *clientLogin) error {
 			}
 			<-p.slots // paused meanwhile: no lend
 		case <-t.C:
-			return errPoolTimeout
+			err = woken(true, errPoolTimeout)
+		case <-wake:
+			err = woken(false, errPoolTimeout)
+		}
+		if err != nil {
+			return err
 		}
 	}
 }
@@ -503,6 +558,7 @@ func (p *txPool) release(sc *serverConn) {
 func (p *txPool) discard(sc *serverConn) {
 	p.forget(sc)
 	<-p.slots
+	p.nudge() // pool.min_idle: the place is free now (forget's nudge came while it was still taken)
 }
 
 // forget closes a server connection and takes it off the pool's list of open ones.
@@ -545,10 +601,18 @@ func (p *txPool) keepIdle(stop <-chan struct{}) {
 			if login == nil {
 				break
 			}
+			took := false
 			select {
 			case p.slots <- struct{}{}:
+				took = true
 			default:
-				return // every place is lent or being opened: nothing idle to keep
+			}
+			if !took {
+				// Every place is lent or being opened: nothing idle to keep now. The next nudge (a connection
+				// given back, closed or taken from the idle ones) looks again. The keeper must not end here, or
+				// the pool keeps no idle connection for the rest of its life: a connection discarded while a
+				// client waits hands its place to that client, so needsIdle holds with every place taken.
+				break
 			}
 			if p.paused() {
 				<-p.slots
@@ -809,7 +873,7 @@ func (p *txPool) serverReports(wait time.Duration, login *clientLogin) ([]paramS
 	if r != nil {
 		return r, nil
 	}
-	sc, err := p.acquire(wait, login)
+	sc, err := p.acquire(wait, login, nil)
 	if err != nil {
 		return nil, err
 	}

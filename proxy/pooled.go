@@ -68,6 +68,19 @@ type pooledState struct {
 
 	mu      sync.Mutex
 	settled sync.Cond   // broadcast when the lend's server side has answered a ReadyForQuery and decided
+	// The client's wait for a server connection (lend), which holds mu: under waitMu, waiting says it waits,
+	// and waitCancelled that a CancelRequest came meanwhile (cancelPooled); waitWake (buffered) wakes it
+	// (wakeWait). skipToSync: a cancelled wait answered the first message of an extended-protocol batch with
+	// 57014; the rest up to its Sync is dropped, as the server skips a failed batch (under mu).
+	waitMu        sync.Mutex
+	waiting       bool
+	waitCancelled bool
+	waitWake      chan struct{}
+	skipToSync    bool
+	// cancelDeferred: a CancelRequest came while a unit of the proxy's own ran before the client's statement
+	// (a settings replay, checkFirst's check); it goes once that unit is answered and the client's statement is
+	// sent (sendDeferredCancel), so that it cancels the client's statement, not the proxy's unit (under mu).
+	cancelDeferred bool
 	sc      *serverConn // lent to the client now; nil between transactions. Whoever clears it disposes of it.
 	// lent is sc, for forceClose, which must not wait for mu (setLent keeps them equal).
 	lent    atomic.Pointer[serverConn]
@@ -186,6 +199,7 @@ func (pl *pooledState) forceLent(s *Server) {
 	if !s.draining.Load() {
 		return
 	}
+	pl.wakeWait() // a client waiting for a server connection stops waiting (waitStopped: forced)
 	if sc := pl.lent.Load(); sc != nil {
 		go s.cancelUpstream(sc.key, sc.host.addr)
 		sc.conn.Close()
@@ -465,7 +479,7 @@ func (s *Server) startPooled(ss *session, login *clientLogin) {
 		ss.poolFailed(p, err)
 		return
 	}
-	pl := &pooledState{pool: p, login: login}
+	pl := &pooledState{pool: p, login: login, waitWake: make(chan struct{}, 1)}
 	pl.settled.L = &pl.mu
 	pl.beforeSend = ss.needReader
 	tok, lock := s.cfg.Token.Setting, s.cfg.Token.LockSetting
@@ -630,8 +644,11 @@ func (ss *session) relayPooled() ending {
 			}
 		}
 		if err := ss.forwardPooled(typ, body); err != nil {
-			if errors.Is(err, errLendLost) {
+			switch {
+			case errors.Is(err, errLendLost):
 				return ending{why: endUpstreamGone, atBoundary: true}
+			case errors.Is(err, errWaitDrained):
+				return ending{why: endDrained, atBoundary: true}
 			}
 			return ss.clientEnding(err)
 		}
@@ -676,6 +693,9 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 	st := &ss.state
 	pl.mu.Lock()
 	defer pl.mu.Unlock()
+	if pl.skipToSync {
+		return ss.skipCancelledBatch(typ, body)
+	}
 	ss.fixAfterFailedBatch()
 	if (typ == msgQuery || typ == msgFunctionCall) && st.unsynced.Load() {
 		return ss.refuseInsideBatch(typ)
@@ -700,6 +720,9 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 		}
 		if pl.sc == nil {
 			if err := ss.lend(); err != nil {
+				if errors.Is(err, errWaitCancelled) {
+					return ss.answerCancelledWait(typ, body)
+				}
 				return err
 			}
 		}
@@ -885,6 +908,7 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 		if err != nil {
 			return nil // the lend's server side (or answerInline) sees the connection fail and ends the session
 		}
+		ss.sendDeferredCancel() // a cancel that came during checkFirst's wait: the client's statement is out now
 	}
 	return nil
 }
@@ -892,8 +916,31 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 // lend takes a server connection from the pool for the client (pl.mu held) and starts its server side.
 func (ss *session) lend() error {
 	pl := ss.pooled
-	sc, err := pl.pool.acquire(ss.srv.cfg.Pool.MaxClientWait, pl.login)
-	if err != nil {
+	pl.waitMu.Lock()
+	pl.waiting = true
+	pl.waitMu.Unlock()
+	sc, err := pl.pool.acquire(ss.srv.cfg.Pool.MaxClientWait, pl.login, &lendWait{wake: pl.waitWake, stopped: ss.waitStopped})
+	pl.waitMu.Lock()
+	pl.waiting = false
+	if err == nil {
+		// What ended the wait may have come as the connection did: it is given back unused (nothing was sent on
+		// it, so it is as clean as it came).
+		if err = ss.waitStoppedLocked(); err != nil {
+			sc.lentTo.Store(nil)
+			pl.pool.release(sc)
+		}
+	}
+	pl.waitCancelled = false
+	select {
+	case <-pl.waitWake:
+	default:
+	}
+	pl.waitMu.Unlock()
+	switch {
+	case err == nil:
+	case errors.Is(err, errWaitCancelled), errors.Is(err, errWaitDrained), errors.Is(err, errWaitClientGone):
+		return err // nothing was sent: the statement never ran
+	default:
 		code, msg, detail := poolError(pl.pool, err)
 		pl.lost, pl.fare = err, errorResponse("FATAL", code, msg, detail, "")
 		return errLendLost
@@ -913,6 +960,91 @@ func (ss *session) lend() error {
 	sc.beforeSend = pl.beforeSend
 	pl.reading = false
 	return nil
+}
+
+// Why a client's wait for a server connection ended without one (lend: waitStopped). Nothing of the client's
+// was sent: its statement never ran.
+var (
+	// errWaitCancelled: the client's CancelRequest came while it waited; its statement is answered 57014
+	// (answerCancelledWait) and the session goes on.
+	errWaitCancelled = errors.New("cancelled while waiting for a server connection")
+	// errWaitDrained: the proxy began to shut down; the session ends with 57P01, as an idle one does.
+	errWaitDrained = errors.New("the proxy is shutting down")
+	// errWaitClientGone: the client disconnected, or Shutdown's deadline closed the session.
+	errWaitClientGone = errors.New("the client disconnected while waiting for a server connection")
+)
+
+// waitStopped is lendWait.stopped for the client's wait in lend: waitStoppedLocked, or the client's socket
+// closed (it disconnected while it waited: a driver's timeout, a killed process).
+func (ss *session) waitStopped() error {
+	pl := ss.pooled
+	pl.waitMu.Lock()
+	err := ss.waitStoppedLocked()
+	pl.waitMu.Unlock()
+	if err == nil && peerClosed(ss.client) {
+		err = errWaitClientGone
+	}
+	return err
+}
+
+// waitStoppedLocked reports what ends the client's wait for a server connection, of what is signalled
+// (waitMu held): Shutdown's deadline closed the session, a drain began, the client cancelled; nil when none.
+func (ss *session) waitStoppedLocked() error {
+	switch {
+	case ss.forced():
+		return errWaitClientGone
+	case ss.srv.draining.Load():
+		return errWaitDrained
+	case ss.pooled.waitCancelled:
+		return errWaitCancelled
+	}
+	return nil
+}
+
+// wakeWait wakes the client's wait for a server connection, if it waits, to look at waitStopped.
+func (pl *pooledState) wakeWait() {
+	select {
+	case pl.waitWake <- struct{}{}:
+	default:
+	}
+}
+
+// answerCancelledWait answers the message of type typ (body nil: still in the reader) whose wait for a server
+// connection the client cancelled (pl.mu held), as PostgreSQL answers a statement cancelled before it ran:
+// ErrorResponse 57014, then ReadyForQuery for a Query, FunctionCall or Sync; the rest of an extended-protocol
+// batch is skipped up to its Sync (skipCancelledBatch). The session goes on.
+func (ss *session) answerCancelledWait(typ byte, body []byte) error {
+	pl := ss.pooled
+	if body == nil {
+		if _, err := ss.cr.body(); err != nil {
+			return err
+		}
+	}
+	ss.cw.Write(errorResponse("ERROR", sqlstateQueryCanceled, "canceling statement due to user request",
+		fmt.Sprintf("The statement had not started: it was waiting for a server connection of pool %s.", pl.pool.name), ""))
+	switch typ {
+	case msgQuery, msgFunctionCall, msgSync:
+		writeMsg(ss.cw, msgReadyForQuery, []byte{txIdle}, "")
+	default:
+		pl.skipToSync = true
+	}
+	return ss.cw.Flush()
+}
+
+// skipCancelledBatch drops a message of an extended-protocol batch whose wait was cancelled
+// (answerCancelledWait), up to its Sync, which is answered with ReadyForQuery (pl.mu held).
+func (ss *session) skipCancelledBatch(typ byte, body []byte) error {
+	if body == nil {
+		if _, err := ss.cr.body(); err != nil {
+			return err
+		}
+	}
+	if typ != msgSync {
+		return nil
+	}
+	ss.pooled.skipToSync = false
+	writeMsg(ss.cw, msgReadyForQuery, []byte{txIdle}, "")
+	return ss.cw.Flush()
 }
 
 // tokenPrefix is what injectTokens put in front of a transaction.
@@ -1933,6 +2065,7 @@ func (ss *session) settle(sc *serverConn) bool {
 	if pl.pin != "" {
 		return false
 	}
+	pl.cancelDeferred = false // its statement is over
 	pl.setLent(nil)
 	if pl.tainted { // pooledsettings.go: noteTokenStmtRefusal
 		pl.tainted = false
@@ -2148,7 +2281,10 @@ func dataRowValues(body []byte) ([][]byte, error) {
 		if int(l) > len(body) {
 			return nil, errors.New("short DataRow")
 		}
-		out = append(out, append([]byte(nil), body[:l]...))
+		// A copy that is never nil: an empty value ('') is not NULL. append([]byte(nil), empty...) is nil, and a
+		// client's token or setting set to '' read back as a RESET (the startup token came back, and the write
+		// went with it) or as a broken row (08006).
+		out = append(out, append(make([]byte, 0, l), body[:l]...))
 		body = body[l:]
 	}
 	return out, nil
@@ -2210,11 +2346,45 @@ func (ss *session) endPooled(e ending) {
 
 // cancelPooled delivers a client's CancelRequest to the server connection lent to it, holding the lend so that
 // the connection cannot go to another client before the cancel arrived; nothing when the client is idle.
+//
+// A client waiting for a server connection holds mu for its wait (lend): its wait ends, cancelled
+// (errWaitCancelled), and its statement never runs. Without that, the cancel waited for the wait, and then
+// reached a statement already over.
 func (ss *session) cancelPooled() {
 	pl := ss.pooled
-	pl.mu.Lock()
+	for !pl.mu.TryLock() {
+		pl.waitMu.Lock()
+		waiting := pl.waiting
+		if waiting {
+			pl.waitCancelled = true
+		}
+		pl.waitMu.Unlock()
+		if waiting {
+			pl.wakeWait()
+			return
+		}
+		// mu is held for a message being forwarded, or by a lend about to wait: look again shortly.
+		time.Sleep(time.Millisecond)
+	}
 	defer pl.mu.Unlock()
+	if pl.sc != nil && pl.replaying.Load() > 0 {
+		// A unit of the proxy's own runs first: cancelled, it would end the session (replayAnswer: 08006) and the
+		// client's statement would still run. The cancel waits for it.
+		pl.cancelDeferred = true
+		return
+	}
 	if pl.sc != nil && (pl.open > 0 || ss.state.unsynced.Load()) {
 		ss.srv.cancelUpstream(pl.sc.key, pl.sc.host.addr)
 	}
+}
+
+// sendDeferredCancel sends the cancel deferred by cancelPooled once the proxy's own units are answered and the
+// client's statement is on its way (pl.mu held).
+func (ss *session) sendDeferredCancel() {
+	pl := ss.pooled
+	if !pl.cancelDeferred || pl.replaying.Load() > 0 || pl.sc == nil || pl.open == 0 && !ss.state.unsynced.Load() {
+		return
+	}
+	pl.cancelDeferred = false
+	ss.srv.cancelUpstream(pl.sc.key, pl.sc.host.addr)
 }

@@ -299,6 +299,7 @@ func (ss *session) replayAnswer(sc *serverConn, typ byte) error {
 		pl.replaying.Add(-1)
 		pl.mu.Lock()
 		pl.settled.Broadcast() // checkFirst may wait for it
+		ss.sendDeferredCancel()
 		pl.mu.Unlock()
 	}
 	return nil

@@ -63,6 +63,8 @@ type session struct {
 	// before the client's next Query (the transaction's token statement).
 	pooled      *pooledState
 	queryPrefix string
+	// admin: the session is the admin console's (admin.go), which a drain ends at its next message boundary.
+	admin bool
 
 	pid       uint32 // upstream backend PID, set under srv.mu
 	cancelKey []byte // upstream BackendKeyData (PID and secret), for cancelling on client loss
@@ -144,8 +146,11 @@ func (s *Server) serveSession(ss *session, reused bool) {
 
 // wakeForDrain makes the session look at itself now, in case it is already idle and a drain may close it.
 func (ss *session) wakeForDrain() {
-	if ss.pooled != nil {
+	if ss.pooled != nil || ss.admin {
 		ss.clientIntr.raise(intrDrain) // decided by relayPooled between transactions
+		if ss.pooled != nil {
+			ss.pooled.wakeWait() // a client waiting for a server connection is refused (waitStopped: drained)
+		}
 		return
 	}
 	if !ss.state.ready.Load() || ss.upstream == nil {
