@@ -16,7 +16,8 @@ import (
 //     verified (rewrite.Plan.Tokens), not only the last one;
 //   - set_config with a computed name or value: refused with verification on (rewrite.Plan.TokenDynamic);
 //   - ALTER ROLE/DATABASE/SYSTEM ... SET of the token: refused with verification on or scope transaction (a
-//     default for later sessions that the proxy never sees); its form is validated always;
+//     default for later sessions that the proxy never sees); its form is validated always; of the lock:
+//     refused in transaction pooling (a pooled connection's default would reach clients that set no lock);
 //   - startup options and startup parameters: verified (checkStartupToken), refused with scope transaction;
 //   - a FunctionCall ('F') message of set_config for the token setting: refused with verification on or scope
 //     transaction; other fastpath calls pass;
@@ -52,6 +53,12 @@ func (s *Server) checkScope(plan rewrite.Plan) (rewrite.Plan, bool) {
 		}
 		return rewrite.Plan{Action: rewrite.Refuse, Code: sqlstateInvalid, Hint: hint, Message: fmt.Sprintf(
 			"invalid fencing token: ALTER ROLE/DATABASE/SYSTEM ... SET %s is refused: %s", setting, why)}, true
+	}
+	if plan.LockPersistent && s.pooledTransactions() {
+		lock := s.cfg.Token.LockSetting
+		return rewrite.Plan{Action: rewrite.Refuse, Code: sqlstateInvalid,
+			Hint: fmt.Sprintf("Give each writer its lock with SET %s (or SET LOCAL) through the proxy.", lock),
+			Message: fmt.Sprintf("invalid fencing token: ALTER ROLE/DATABASE/SYSTEM ... SET %s is refused: pool.mode is transaction, and pooled server connections would give the default to clients that set no lock", lock)}, true
 	}
 	if plan.TokenSession && s.transactionScope() {
 		return rewrite.Plan{Action: rewrite.Refuse, Code: sqlstateInvalid, Hint: s.scopeHint(), Message: fmt.Sprintf(

@@ -98,6 +98,7 @@ func (a *analysis) result(action Action, sql string) Plan {
 		Tokens:          a.scope.tokens,
 		TokenSession:    a.scope.session,
 		TokenPersistent: a.scope.persistent,
+		LockPersistent:  a.scope.persistentLock,
 	}
 }
 

@@ -135,6 +135,9 @@ type Plan struct {
 	// SET (or FROM CURRENT) of the token setting: a default for later
 	// sessions that the proxy never sees set.
 	TokenPersistent bool
+	// LockPersistent reports the same of the lock setting (Config.LockSetting): the transaction pooler refuses
+	// it, as its server connections would give the default to clients that set no lock.
+	LockPersistent bool
 	// Hint is the HINT of a refusal, if any.
 	Hint string
 	// Tables lists the labels of the protected tables the text writes (fenced
@@ -157,6 +160,9 @@ type Plan struct {
 // concurrent use.
 type Rewriter struct {
 	setting string // token setting name as configured
+	// lockSetting is the lock setting's name as configured (Config.LockSetting), "" when none: a persistent
+	// default of it is reported (Plan.LockPersistent).
+	lockSetting string
 	verify  bool
 	tables  []*tableEntry
 	byName  map[string][]*tableEntry // relname -> entries (config order)
@@ -195,7 +201,7 @@ func New(cfg Config) (*Rewriter, error) {
 	if err := validSettingName(setting); err != nil {
 		return nil, err
 	}
-	r := &Rewriter{setting: setting, verify: cfg.Verify, byName: make(map[string][]*tableEntry)}
+	r := &Rewriter{setting: setting, lockSetting: cfg.LockSetting, verify: cfg.Verify, byName: make(map[string][]*tableEntry)}
 	seen := make(map[[2]string]bool)
 	for i, t := range cfg.Tables {
 		if t.Name == "" || t.TokenColumn == "" {

@@ -23,6 +23,8 @@ type tokenScope struct {
 	tokens     []int64 // every token literal set, in text order
 	session    bool    // a session-level (or persistent) set of the token, or of a setting named by an expression
 	persistent bool    // ALTER ROLE/DATABASE/SYSTEM ... SET of the token
+	// persistentLock: the same of the lock setting (Plan.LockPersistent)
+	persistentLock bool
 }
 
 // setConfig records the scope of set_config(name, value, is_local) where
@@ -40,12 +42,19 @@ func (s *tokenScope) setConfig(f *pg.FuncCall) {
 // setting; its value is validated (and listed in tokens) when the walk reaches
 // the VariableSetStmt inside.
 func (a *analysis) persistentSet(v *pg.VariableSetStmt) {
-	if v == nil || !strings.EqualFold(v.Name, a.r.setting) {
+	if v == nil {
 		return
 	}
 	switch v.Kind {
 	case pg.VariableSetKind_VAR_SET_VALUE, pg.VariableSetKind_VAR_SET_CURRENT:
+	default:
+		return
+	}
+	switch {
+	case strings.EqualFold(v.Name, a.r.setting):
 		a.scope.persistent, a.scope.session = true, true
+	case a.r.lockSetting != "" && strings.EqualFold(v.Name, a.r.lockSetting):
+		a.scope.persistentLock = true
 	}
 }
 

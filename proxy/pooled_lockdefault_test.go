@@ -1,0 +1,50 @@
+package proxy_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/fenceproxy/fenceproxy/internal/pgtest"
+)
+
+// In transaction pooling a persistent default of the lock setting is refused as the token's is: a pooled
+// server connection opened after it would give the default to every client of the pool that set no lock
+// (SET LOCAL ... TO DEFAULT), a lock the client never chose. Before, it was accepted in every spelling. The
+// role's defaults are left as they were.
+func TestPooledLockDefaultRefused(t *testing.T) {
+	f := newPooledFenced(t, 1, "")
+	t.Cleanup(func() {
+		f.d.Exec(context.Background(), "ALTER ROLE "+pgtest.SuperUser+" RESET fence.lock")
+		f.d.Exec(context.Background(), "ALTER DATABASE "+pgtest.TestDB+" RESET fence.lock")
+	})
+	for _, mode := range []string{"simple_protocol", "exec"} {
+		c := pooledConn(t, f, "&default_query_exec_mode="+mode)
+		for _, q := range []string{
+			"ALTER ROLE " + pgtest.SuperUser + " SET fence.lock = 'L'",
+			"ALTER ROLE " + pgtest.SuperUser + " IN DATABASE " + pgtest.TestDB + " SET fence.lock TO 'L'",
+			"ALTER ROLE ALL SET \"fence\".\"lock\" = 'L'",
+			"ALTER DATABASE " + pgtest.TestDB + " SET FENCE.LOCK = 'L'",
+			"ALTER SYSTEM SET fence.lock = 'L'",
+			"SET LOCAL fence.lock = 'L'; ALTER ROLE " + pgtest.SuperUser + " SET fence.lock FROM CURRENT",
+		} {
+			_, err := c.Exec(ctxT(t), q)
+			var pe *pgconn.PgError
+			if !errors.As(err, &pe) || pe.Code != "55F03" || !strings.Contains(pe.Hint, "SET fence.lock") {
+				t.Fatalf("%s (%s): %v, want 55F03", q, mode, err)
+			}
+		}
+		// Resetting a default leaves nothing behind: it goes.
+		fxExec(t, c, "ALTER ROLE "+pgtest.SuperUser+" RESET fence.lock")
+	}
+	var n int
+	if err := f.d.QueryRow(ctxT(t), "SELECT count(*) FROM pg_db_role_setting s, unnest(s.setconfig) c WHERE c LIKE 'fence.lock=%'").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Fatalf("%d lock defaults landed", n)
+	}
+}
