@@ -67,7 +67,7 @@ type pooledState struct {
 	login *clientLogin // how a server connection opened for the client logs in (auth.go: answerUpstream)
 
 	mu      sync.Mutex
-	settled sync.Cond   // broadcast when the lend's server side has answered a ReadyForQuery and decided
+	settled sync.Cond // broadcast when the lend's server side has answered a ReadyForQuery and decided
 	// The client's wait for a server connection (lend), which holds mu: under waitMu, waiting says it waits,
 	// and waitCancelled that a CancelRequest came meanwhile (cancelPooled); waitWake (buffered) wakes it
 	// (wakeWait). skipToSync: a cancelled wait answered the first message of an extended-protocol batch with
@@ -81,7 +81,7 @@ type pooledState struct {
 	// (a settings replay, checkFirst's check); it goes once that unit is answered and the client's statement is
 	// sent (sendDeferredCancel), so that it cancels the client's statement, not the proxy's unit (under mu).
 	cancelDeferred bool
-	sc      *serverConn // lent to the client now; nil between transactions. Whoever clears it disposes of it.
+	sc             *serverConn // lent to the client now; nil between transactions. Whoever clears it disposes of it.
 	// lent is sc, for forceClose, which must not wait for mu (setLent keeps them equal).
 	lent    atomic.Pointer[serverConn]
 	serving sync.WaitGroup // the lends' server sides (serveLend) still running

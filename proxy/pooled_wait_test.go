@@ -38,7 +38,6 @@ func waitingClients(t *testing.T, adm *pgx.Conn, n int) {
 	}
 }
 
-
 // holdPool starts client a's transaction, which holds the pool's one server connection, and makes the table b
 // writes to; it returns a and the table.
 func holdPool(t *testing.T, f *fenced) (*pgx.Conn, string) {
@@ -291,9 +290,9 @@ func TestPooledCancelDuringSettingsReplay(t *testing.T) {
 	t.Logf("%d rounds, %d statements cancelled", rounds, cancelled)
 }
 
-// An empty value is not NULL. A client that clears its token with a bound or computed set_config('') has it
-// empty, as directly: its next write is refused 55F02 (before, the probe read '' as NULL, a RESET, and the
-// write went with the startup token 3). And a session setting set to '' (pg_dump's default_tablespace,
+// An empty value is not NULL. A client that clears its token with a bound or computed set_config(”) has it
+// empty, as directly: its next write is refused 55F02 (before, the probe read ” as NULL, a RESET, and the
+// write went with the startup token 3). And a session setting set to ” (pg_dump's default_tablespace,
 // search_path) leaves the session working (before: FATAL 08006, the probe's row read as broken).
 func TestPooledEmptyValuesAreNotNull(t *testing.T) {
 	f := newPooledFenced(t, 1, "")

@@ -57,7 +57,7 @@ func (s *Server) checkScope(plan rewrite.Plan) (rewrite.Plan, bool) {
 	if plan.LockPersistent && s.pooledTransactions() {
 		lock := s.cfg.Token.LockSetting
 		return rewrite.Plan{Action: rewrite.Refuse, Code: sqlstateInvalid,
-			Hint: fmt.Sprintf("Give each writer its lock with SET %s (or SET LOCAL) through the proxy.", lock),
+			Hint:    fmt.Sprintf("Give each writer its lock with SET %s (or SET LOCAL) through the proxy.", lock),
 			Message: fmt.Sprintf("invalid fencing token: ALTER ROLE/DATABASE/SYSTEM ... SET %s is refused: pool.mode is transaction, and pooled server connections would give the default to clients that set no lock", lock)}, true
 	}
 	if plan.TokenSession && s.transactionScope() {

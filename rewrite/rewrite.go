@@ -163,11 +163,11 @@ type Rewriter struct {
 	// lockSetting is the lock setting's name as configured (Config.LockSetting), "" when none: a persistent
 	// default of it is reported (Plan.LockPersistent).
 	lockSetting string
-	verify  bool
-	tables  []*tableEntry
-	byName  map[string][]*tableEntry // relname -> entries (config order)
-	refused map[string][]*Refused    // relname -> catalog-derived refusals
-	filter  prefilter
+	verify      bool
+	tables      []*tableEntry
+	byName      map[string][]*tableEntry // relname -> entries (config order)
+	refused     map[string][]*Refused    // relname -> catalog-derived refusals
+	filter      prefilter
 	// fingerprint is the query of what protects the tables, for statements checked by their result (bycheck.go).
 	fingerprint string
 }
