@@ -31,3 +31,6 @@ func DrainsAsked(s *Server) int {
 
 // InlineWatching reports whether the watch of inline reads runs (pooled.go: watchInline).
 func InlineWatching(s *Server) bool { return s.pools != nil && s.pools.inlineWatching.Load() }
+
+// OptionSetting is optionSetting: the value a startup options string gives a setting, as the proxy reads it.
+func OptionSetting(options, name string) (string, bool) { return optionSetting(options, name) }

@@ -273,39 +273,47 @@ func errorField(body []byte, field byte) string {
 	return ""
 }
 
-// optionSetting finds `-c name=value` or `--name=value` in a startup options string, split the way PostgreSQL
-// splits it (white space separates, a backslash escapes the next character). The last occurrence wins, as in
-// PostgreSQL.
+// optionSetting finds the value a startup options string gives the setting name (-c name=value, --name=value,
+// in any of the forms PostgreSQL reads: optionSettings). The last occurrence wins, as in PostgreSQL.
 func optionSetting(options, name string) (string, bool) {
-	args := splitOptions(options)
 	var value string
 	found := false
-	for i := 0; i < len(args); i++ {
-		if k, v, _, ok := optionAt(args, i); ok && sameSetting(k, name) {
-			value, found = v, true
+	for _, o := range optionSettings(splitOptions(options)) {
+		if sameSetting(o.name, name) {
+			value, found = o.value, true
 		}
 	}
 	return value, found
 }
 
-// withoutOptionSettings is a startup options string without the -c (or --) settings named in names, the rest
-// kept in order and escaped as PostgreSQL reads it.
+// withoutOptionSettings is a startup options string without the settings named in names, the rest kept in order
+// (a flag grouped before a removed -c keeps its place) and escaped as PostgreSQL reads it.
 func withoutOptionSettings(options string, names ...string) string {
 	args := splitOptions(options)
-	var kept []string
-	for i := 0; i < len(args); i++ {
-		k, _, n, ok := optionAt(args, i)
-		if ok && slices.ContainsFunc(names, func(name string) bool { return sameSetting(k, name) }) {
-			i += n - 1
+	drop := make([]bool, len(args)) // whole arguments dropped
+	for _, o := range optionSettings(args) {
+		if !slices.ContainsFunc(names, func(name string) bool { return sameSetting(o.name, name) }) {
 			continue
 		}
-		kept = append(kept, args[i])
+		if o.at > 1 {
+			args[o.arg] = args[o.arg][:o.at] // the flags before it stay: "-e" of "-ec name=value"
+		} else {
+			drop[o.arg] = true
+		}
+		for i := o.arg + 1; i <= o.last; i++ {
+			drop[i] = true
+		}
 	}
 	var b strings.Builder
-	for i, a := range kept {
-		if i > 0 {
+	first := true
+	for i, a := range args {
+		if drop[i] {
+			continue
+		}
+		if !first {
 			b.WriteByte(' ')
 		}
+		first = false
 		for _, r := range a {
 			if r == '\\' || r == ' ' || r == '\t' || r == '\n' || r == '\r' || r == '\f' || r == '\v' {
 				b.WriteByte('\\')
@@ -321,22 +329,54 @@ func sameSetting(a, b string) bool {
 	return strings.EqualFold(strings.ReplaceAll(a, "-", "_"), strings.ReplaceAll(b, "-", "_"))
 }
 
-// optionAt reads the setting that args[i] starts (-c name=value, -cname=value, --name=value), and how many
-// arguments it takes.
-func optionAt(args []string, i int) (name, value string, n int, ok bool) {
-	var kv string
-	switch a := args[i]; {
-	case a == "-c" && i+1 < len(args):
-		kv, n = args[i+1], 2
-	case strings.HasPrefix(a, "-c"):
-		kv, n = a[2:], 1
-	case strings.HasPrefix(a, "--"):
-		kv, n = a[2:], 1
-	default:
-		return "", "", 0, false
+// optionFlagsWithArg are the backend's command-line flags that take an argument (PostgreSQL 15's
+// process_postgres_switches: "B:bc:C:D:d:EeFf:h:ijk:lN:nOPp:r:S:sTt:v:W:-:"); the others take none.
+const optionFlagsWithArg = "BcCDdfhkNprStvW-"
+
+// optionSettingAt is one setting a startup options string makes (-c or --): its name and value, and where it
+// is: its flag is byte at of argument arg, and its value ends in argument last (arg, or the next one).
+type optionSettingAt struct {
+	name, value   string
+	arg, at, last int
+}
+
+// optionSettings reads split startup options as PostgreSQL's getopt does, and returns the settings they make,
+// in order. Flags may be grouped in one argument ("-ec name=value" is -e, then -c with the next argument;
+// "-e-name=value" is -e, then -- with the rest); a flag's argument is the rest of its argument, or the next one.
+// "--" alone ends the options. One rule for every reader of options (the token's check at startup, the
+// transaction pooler's startup values and pool key): a form read otherwise than the server reads it would let
+// a token through unchecked, or give a pooled client another token than the server would.
+func optionSettings(args []string) []optionSettingAt {
+	var out []optionSettingAt
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			break
+		}
+		if len(a) < 2 || a[0] != '-' {
+			continue // not an option: the server refuses it, or takes it for the database name
+		}
+		for j := 1; j < len(a); j++ {
+			if strings.IndexByte(optionFlagsWithArg, a[j]) < 0 {
+				continue // a flag without an argument; the next byte is another flag
+			}
+			flag, arg, last := a[j], a[j+1:], i
+			if arg == "" {
+				if i+1 >= len(args) {
+					return out // the flag's argument is missing: the server refuses the options
+				}
+				arg, last = args[i+1], i+1
+			}
+			if flag == 'c' || flag == '-' {
+				if name, value, ok := strings.Cut(arg, "="); ok {
+					out = append(out, optionSettingAt{name: name, value: value, arg: i, at: j, last: last})
+				}
+			}
+			i = last
+			break
+		}
 	}
-	name, value, ok = strings.Cut(kv, "=")
-	return name, value, n, ok
+	return out
 }
 
 // splitOptions splits a startup options string the way PostgreSQL does (white space separates, a backslash

@@ -558,14 +558,15 @@ func (s *Server) registerPooledKey(ss *session) {
 // options, which wins as in PostgreSQL), or nil.
 func startupValue(params map[string]string, setting string) *string {
 	var v *string
-	for k, val := range params {
-		if strings.EqualFold(k, setting) {
-			val := val
-			v = &val
-		}
-	}
 	if o, ok := optionSetting(params["options"], setting); ok {
 		v = &o
+	}
+	// A parameter of its own wins: PostgreSQL applies the options first, then the other parameters
+	// (process_startup_options). There is at most one (checkStartupToken refuses two spellings of the name).
+	for k, val := range params {
+		if k != "options" && strings.EqualFold(k, setting) {
+			v = &val
+		}
 	}
 	return v
 }

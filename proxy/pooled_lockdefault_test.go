@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/fenceproxy/fenceproxy/internal/pgtest"
@@ -46,5 +47,34 @@ func TestPooledLockDefaultRefused(t *testing.T) {
 	}
 	if n != 0 {
 		t.Fatalf("%d lock defaults landed", n)
+	}
+}
+
+// The startup token a pooled client gets is the one PostgreSQL would give it: a parameter of its own wins over
+// options (the server applies options first), options are read as the server's getopt reads them, and the same
+// setting in two spellings of its name is refused (the server takes the later one in the packet, an order the
+// proxy does not keep). Before, options won, grouped flags were not read, and the spelling was chosen at random.
+func TestPooledStartupTokenAsPostgresGivesIt(t *testing.T) {
+	f := newPooledFenced(t, 1, "")
+	for _, tc := range []struct{ query, want string }{
+		{"&fence.token=7&options=-c%20fence.token%3D5", "7"},
+		{"&options=-c%20fence.token%3D5%20-ec%20fence.token%3D8", "8"},
+		{"&options=-c%20fence.token%3D5%20-e-fence.token%3D9", "9"},
+	} {
+		for _, dsn := range []string{pg.DSN(pgtest.SuperUser, "", pgtest.TestDB), f.dsn()} {
+			c := connect(t, dsn+tc.query)
+			var got string
+			if err := c.QueryRow(ctxT(t), "SELECT current_setting('fence.token')").Scan(&got); err != nil {
+				t.Fatal(err)
+			}
+			if got != tc.want {
+				t.Errorf("%s%s: fence.token %q, want %q", dsn, tc.query, got, tc.want)
+			}
+		}
+	}
+	_, err := pgx.Connect(ctxT(t), f.dsn()+"&fence.token=7&FENCE.TOKEN=8")
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || pe.Code != "55F03" {
+		t.Fatalf("the token in two spellings at startup: %v, want 55F03", err)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"strings"
 	"time"
 )
@@ -242,6 +243,20 @@ func (ss *session) fatalHint(code, msg, detail, hint string) {
 // options, so that an invalid or forged token is refused before the session starts.
 func (ss *session) checkStartupToken() (code, msg, hint string, ok bool) {
 	setting := ss.srv.cfg.Token.Setting
+	// The same setting twice, in two spellings of its name (fence.token and FENCE.TOKEN): PostgreSQL takes the
+	// one later in the packet, an order the parameters lose here. Refused rather than guessed.
+	for _, name := range []string{setting, ss.srv.cfg.Token.LockSetting} {
+		var spellings []string
+		for k := range ss.params {
+			if name != "" && strings.EqualFold(k, name) {
+				spellings = append(spellings, k)
+			}
+		}
+		if len(spellings) > 1 {
+			slices.Sort(spellings)
+			return sqlstateInvalid, fmt.Sprintf("invalid fencing token: the startup packet gives %s more than once (%s)", name, strings.Join(spellings, ", ")), "", false
+		}
+	}
 	var values []string
 	for k, v := range ss.params {
 		if strings.EqualFold(k, setting) {

@@ -93,10 +93,31 @@ func TestOptionSetting(t *testing.T) {
 		{"-c fence.token=1 -c fence.token=2", "2", true},
 		{"-c statement_timeout=5s", "", false},
 		{"", "", false},
+		// getopt's forms (TestOptionSettingAsPostgresReadsIt checks them against the server)
+		{"-c fence.token=5 -ec fence.token=7", "7", true},
+		{"-c fence.token=5 -e-fence.token=7", "7", true},
+		{"-B 128 -c fence.token=3", "3", true},
+		{"-B -c fence.token=1", "", false}, // -B takes "-c"; the rest is not an option
+		{"-c fence.token=2 -- -c fence.token=1", "2", true},
 	} {
 		got, found := optionSetting(tc.options, "fence.token")
 		if got != tc.want || found != tc.found {
 			t.Errorf("optionSetting(%q) = %q, %v; want %q, %v", tc.options, got, found, tc.want, tc.found)
+		}
+	}
+}
+
+// The pool key drops the token and lock settings from options, whatever their form, and keeps the rest: a flag
+// grouped before a dropped -c stays.
+func TestWithoutOptionSettings(t *testing.T) {
+	for _, tc := range []struct{ options, want string }{
+		{"-c fence.token=5 -c statement_timeout=5s", "-c statement_timeout=5s"},
+		{"-ec fence.token=7 -c statement_timeout=5s", "-e -c statement_timeout=5s"},
+		{"-e-fence.lock=L -cfence.token=1", "-e"},
+		{`-c search_path=a\ b --fence.token=3`, `-c search_path=a\ b`},
+	} {
+		if got := withoutOptionSettings(tc.options, "fence.token", "fence.lock"); got != tc.want {
+			t.Errorf("withoutOptionSettings(%q) = %q, want %q", tc.options, got, tc.want)
 		}
 	}
 }
