@@ -109,6 +109,10 @@ func (s *Server) adminCommand(out msgSink, text string) {
 	arg := "" // the database of PAUSE db and RESUME db
 	if len(words) == 2 && (strings.EqualFold(words[0], "PAUSE") || strings.EqualFold(words[0], "RESUME")) {
 		verb, arg = strings.ToUpper(words[0]), strings.Trim(words[1], `"`)
+		if arg == "" {
+			// PAUSE "" names no database: without this it read as PAUSE, every pool.
+			verb = strings.ToUpper(strings.Join(words, " ")) // unknown: refused below
+		}
 	}
 	var t *adminTable
 	var err error

@@ -792,6 +792,12 @@ func (sc *serverConn) logIn(login *clientLogin, tok, lock string) ([]paramStatus
 		}
 		return nil
 	}); err != nil {
+		var se *serverError
+		if errors.As(err, &se) && errorField(se.body, fieldSeverity) == "FATAL" {
+			// The server refused the session after authentication (a startup parameter it does not know, a
+			// database it cannot open): the client gets its words, as directly (poolError).
+			return nil, nil, &upstreamRefused{body: se.body}
+		}
 		return nil, nil, err
 	}
 	sort.Slice(statuses, func(i, j int) bool { return statuses[i].name < statuses[j].name })
@@ -835,6 +841,13 @@ func roleSeen(loginSuperuser string) bool {
 
 // readUntilReady reads a server connection's messages up to ReadyForQuery, giving each to seen, and returns how
 // many DataRows came; an ErrorResponse is the error (after the ReadyForQuery that follows it, if any).
+// serverError is an ErrorResponse of the server's to a statement of the proxy's own, or to a login.
+type serverError struct{ body []byte }
+
+func (e *serverError) Error() string {
+	return fmt.Sprintf("server: %s (SQLSTATE %s)", errorField(e.body, fieldMessage), errorField(e.body, fieldCode))
+}
+
 func (sc *serverConn) readUntilReady(seen func(typ byte, body []byte) error) (int, error) {
 	rows := 0
 	var failed error
@@ -851,7 +864,7 @@ func (sc *serverConn) readUntilReady(seen func(typ byte, body []byte) error) (in
 		case msgReadyForQuery:
 			return rows, failed
 		case msgErrorResponse:
-			failed = fmt.Errorf("server: %s (SQLSTATE %s)", errorField(body, fieldMessage), errorField(body, fieldCode))
+			failed = &serverError{body: bytes.Clone(body)}
 			if errorField(body, fieldSeverity) != "ERROR" {
 				return rows, failed // FATAL: no ReadyForQuery follows
 			}

@@ -170,6 +170,14 @@ func TestPooledAdminShowClientsAndServers(t *testing.T) {
 	}
 	_, err := adm.Exec(ctx, "SHOW NONSENSE")
 	wantPgErr(t, err, "0A000", "fenceproxy admin console: unknown command")
+	// An empty database name is no database: not PAUSE of every pool.
+	for _, cmd := range []string{`PAUSE ""`, `RESUME ""`} {
+		_, err = adm.Exec(ctx, cmd)
+		wantPgErr(t, err, "0A000", "fenceproxy admin console: unknown command")
+	}
+	if p := adminRows(t, adm, "SHOW POOLS"); len(p) > 0 && p[0]["paused"] != "0" {
+		t.Fatalf(`PAUSE "" paused: %v`, p)
+	}
 }
 
 // PAUSE: new transactions wait (no lend) while the running one finishes; PAUSE returns once the pool's server

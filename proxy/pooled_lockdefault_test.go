@@ -78,3 +78,15 @@ func TestPooledStartupTokenAsPostgresGivesIt(t *testing.T) {
 		t.Fatalf("the token in two spellings at startup: %v, want 55F03", err)
 	}
 }
+
+// A startup parameter the server refuses (it knows no such setting) reaches the pooled client as the server's
+// own error, as directly, not as the proxy's 08006 with the server's words in DETAIL.
+func TestPooledServerRefusalAtLoginIsTheServers(t *testing.T) {
+	f := newPooledFenced(t, 1, "")
+	_, direct := pgx.Connect(ctxT(t), pg.DSN(pgtest.SuperUser, "", pgtest.TestDB)+"&nosuch_setting=1")
+	_, pooled := pgx.Connect(ctxT(t), f.dsn()+"&nosuch_setting=1")
+	var d, p *pgconn.PgError
+	if !errors.As(direct, &d) || !errors.As(pooled, &p) || d.Code != p.Code || d.Message != p.Message {
+		t.Fatalf("a startup parameter the server refuses: directly %v, pooled %v", direct, pooled)
+	}
+}
