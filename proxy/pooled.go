@@ -118,6 +118,10 @@ type pooledState struct {
 	replayFailure    *replayError      // the server's error for the settings unit being answered (serveLend's)
 
 	probe atomic.Bool // the transaction may leave session state: look at the connection at its end
+	// probeSetConfig: a text of the transaction may give the token or lock a value by set_config (or an UPDATE
+	// of pg_settings), which may be '', the value a RESET gives on a pooled connection: the probe then reads ''
+	// as set, not reset (followed). Under mu; cleared by the probe.
+	probeSetConfig bool
 	// startChecked: the lent connection's session state was checked since it last served another client
 	// (checkFirst), so the token and lock the probe reads at the transaction's end are what the client left, not
 	// what a function of another client's left before (under mu).
@@ -794,6 +798,13 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 	leaves := wordsClass.leaves
 	if leaves {
 		pl.probe.Store(true)
+		// The planner's parse says whether its set_config calls only reset (a literal NULL value); without
+		// one, or for a text it did not analyse, they may set ''.
+		if setConfigWords.In(words) {
+			if p := ss.srv.currentPlanner(); p == nil || !p.Plan(words, ss.readingSettings()).SetConfigResetsOnly {
+				pl.probeSetConfig = true
+			}
+		}
 	}
 	if text != nil {
 		ss.noteCustomSettings(text) // pooledsettings.go
@@ -1790,6 +1801,10 @@ func mayLeaveSessionState(text []byte) bool { return sessionStateWords.In(text) 
 // sessionStateWords are mayLeaveSessionState's words.
 var sessionStateWords = rewrite.NewFoldWords("set_config", "pg_settings", "advisory", "temp", "u&")
 
+// setConfigWords are those of sessionStateWords that may give a setting a value the text does not show
+// (probeSetConfig): a Unicode escape may spell set_config.
+var setConfigWords = rewrite.NewFoldWords("set_config", "pg_settings", "u&")
+
 // tagMayLeaveSessionState reports whether a command tag says the statement may have left session state.
 func tagMayLeaveSessionState(tag []byte) bool {
 	for _, p := range []string{"SET", "RESET", "DISCARD", "LISTEN", "PREPARE", "DECLARE", "CREATE", "LOAD", "DEALLOCATE"} {
@@ -2099,6 +2114,7 @@ const probeAttempts = 3
 // CancelRequest that arrived after its statement ended) changed nothing, its implicit transaction rolled back:
 // it runs again.
 func (ss *session) probeSession(sc *serverConn) error {
+	defer func() { ss.pooled.probeSetConfig = false }()
 	for attempt := 1; ; attempt++ {
 		err := ss.probeOnce(sc)
 		var cancelled *probeCancelled
@@ -2190,8 +2206,8 @@ func (ss *session) probeOnce(sc *serverConn) error {
 				}
 			}
 			if pl.startChecked {
-				pl.token = followed(row[0], pl.token, pl.resetToken, sc.pool.resetToken)
-				pl.lock = followed(row[1], pl.lock, pl.resetLock, sc.pool.resetLock)
+				pl.token = followed(row[0], pl.token, pl.resetToken, sc.pool.resetToken, pl.probeSetConfig)
+				pl.lock = followed(row[1], pl.lock, pl.resetLock, sc.pool.resetLock, pl.probeSetConfig)
 			} else if string(row[0]) != poolPlaceholder || string(row[1]) != poolPlaceholder {
 				// Not checked at the start, and not the placeholder: a function may have left it, the client's or
 				// one of a client before. The client's plain texts set neither, so its values stay; the connection
@@ -2240,11 +2256,20 @@ func (ss *session) probeOnce(sc *serverConn) error {
 
 // followed is the client's new session value of a setting whose server session value after the transaction is
 // got (nil: NULL): the placeholder means unchanged, the pool's default means reset, anything else was set.
-func followed(got []byte, cur, reset, poolDefault *string) *string {
+//
+// On a pooled connection with no default (poolDefault nil) a RESET gives '' (a custom setting's own default),
+// which is also what set_config(name, '', ...) gives: setConfig says a text of the transaction may have called
+// set_config, and then '' is taken as set. A token cleared that way is no token, as directly (writes refused
+// 55F02); taken as a RESET it was the client's startup token, and writes went with it. Where both may have
+// happened, '' wins: the proxy cannot tell which came last, and no token refuses where a startup token would
+// write.
+func followed(got []byte, cur, reset, poolDefault *string, setConfig bool) *string {
 	switch {
 	case got != nil && string(got) == poolPlaceholder:
 		return cur
-	case got == nil && poolDefault == nil, got != nil && poolDefault != nil && string(got) == *poolDefault:
+	case got == nil && poolDefault == nil,
+		got != nil && len(got) == 0 && poolDefault == nil && !setConfig,
+		got != nil && poolDefault != nil && string(got) == *poolDefault:
 		return reset
 	}
 	v := string(got)

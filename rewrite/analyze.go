@@ -52,7 +52,10 @@ type analysis struct {
 	tokenSet     bool
 	token        int64
 	tokenDynamic bool
-	tables       []string
+	// setConfigValue: a set_config of the token, the lock or a computed name gives a value other than the
+	// literal NULL (Plan.SetConfigResetsOnly)
+	setConfigValue bool
+	tables         []string
 	scope        tokenScope // scope.go
 
 	checked   []checked      // statements sent as checking DO blocks (bycheck.go)
@@ -99,6 +102,8 @@ func (a *analysis) result(action Action, sql string) Plan {
 		TokenSession:    a.scope.session,
 		TokenPersistent: a.scope.persistent,
 		LockPersistent:  a.scope.persistentLock,
+
+		SetConfigResetsOnly: !a.setConfigValue,
 	}
 }
 
@@ -251,6 +256,10 @@ func (a *analysis) setConfigCall(f *pg.FuncCall) {
 		return
 	}
 	name, ok := constString(f.Args[0])
+	if c := unwrapCast(f.Args[1]).GetAConst(); (c == nil || !c.Isnull) &&
+		(!ok || strings.EqualFold(name, a.r.setting) || a.r.lockSetting != "" && strings.EqualFold(name, a.r.lockSetting)) {
+		a.setConfigValue = true
+	}
 	if !ok {
 		a.tokenDynamic = true // may be the token setting
 		a.scope.setConfig(f)

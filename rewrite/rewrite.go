@@ -138,6 +138,11 @@ type Plan struct {
 	// LockPersistent reports the same of the lock setting (Config.LockSetting): the transaction pooler refuses
 	// it, as its server connections would give the default to clients that set no lock.
 	LockPersistent bool
+	// SetConfigResetsOnly reports that every set_config the text calls of the token or lock setting, or of a
+	// setting named by an expression, gives the literal NULL (a reset), or that it calls none. False for a text
+	// not analysed (one the prefilter passes). The transaction pooler reads a '' it finds afterwards as a
+	// reset only then: set_config may set '', which is also what a RESET gives on its connections.
+	SetConfigResetsOnly bool
 	// Hint is the HINT of a refusal, if any.
 	Hint string
 	// Tables lists the labels of the protected tables the text writes (fenced
