@@ -2257,11 +2257,11 @@ func (ss *session) probeOnce(sc *serverConn) error {
 // followed is the client's new session value of a setting whose server session value after the transaction is
 // got (nil: NULL): the placeholder means unchanged, the pool's default means reset, anything else was set.
 //
-// On a pooled connection with no default (poolDefault nil) a RESET gives '' (a custom setting's own default),
-// which is also what set_config(name, '', ...) gives: setConfig says a text of the transaction may have called
-// set_config, and then '' is taken as set. A token cleared that way is no token, as directly (writes refused
+// On a pooled connection with no default (poolDefault nil) a RESET gives ” (a custom setting's own default),
+// which is also what set_config(name, ”, ...) gives: setConfig says a text of the transaction may have called
+// set_config, and then ” is taken as set. A token cleared that way is no token, as directly (writes refused
 // 55F02); taken as a RESET it was the client's startup token, and writes went with it. Where both may have
-// happened, '' wins: the proxy cannot tell which came last, and no token refuses where a startup token would
+// happened, ” wins: the proxy cannot tell which came last, and no token refuses where a startup token would
 // write.
 func followed(got []byte, cur, reset, poolDefault *string, setConfig bool) *string {
 	switch {

@@ -56,7 +56,7 @@ type analysis struct {
 	// literal NULL (Plan.SetConfigResetsOnly)
 	setConfigValue bool
 	tables         []string
-	scope        tokenScope // scope.go
+	scope          tokenScope // scope.go
 
 	checked   []checked      // statements sent as checking DO blocks (bycheck.go)
 	bodies    []checkedBlock // their blocks as built, in order
