@@ -33,9 +33,10 @@ func inputWaiting(c net.Conn) bool {
 	return n > 0
 }
 
-// peerClosed reports whether the peer of c closed its connection, or it failed: a read would give EOF or an
-// error, and no byte waits (a *tls.Conn is asked about its connection underneath). False when it cannot tell,
-// or bytes wait.
+// peerClosed reports whether the peer of c has closed its connection (a *tls.Conn is asked about its connection
+// underneath): TCP says so (the peer's FIN came: CLOSE_WAIT; or a reset: CLOSE), whatever bytes it sent before
+// wait unread. Bytes often do: a driver's Terminate before it closes (libpq's PQfinish, JDBC), a message it
+// pipelined, TLS's close_notify. False when it cannot tell.
 func peerClosed(c net.Conn) bool {
 	if t, ok := c.(*tls.Conn); ok {
 		c = t.NetConn()
@@ -50,11 +51,16 @@ func peerClosed(c net.Conn) bool {
 	}
 	closed := false
 	if err := raw.Control(func(fd uintptr) {
-		var b [1]byte
-		n, _, err := unix.Recvfrom(int(fd), b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
-		closed = err == nil && n == 0 || err != nil && err != unix.EAGAIN && err != unix.EINTR
+		info, err := unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO)
+		closed = err == nil && (info.State == tcpCloseWait || info.State == tcpClose)
 	}); err != nil {
 		return true // closed on this side (forceClose)
 	}
 	return closed
 }
+
+// TCP states of Linux's tcp_info (include/net/tcp_states.h).
+const (
+	tcpClose     = 7
+	tcpCloseWait = 8
+)

@@ -711,7 +711,8 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 			// how it ends): send it on, though the client's next messages are already here.
 			ss.countRelayed(dirClientToServer, &ss.cr)
 			pl.sc.w.Flush()
-			ss.needReader() // the answers come first: something must read them
+			ss.needReader()         // the answers come first: something must read them
+			ss.sendDeferredCancel() // a cancel that came during checkFirst's wait: that statement is out now
 		}
 		for pl.sc != nil && pl.open > 0 && pl.lost == nil {
 			pl.settled.Wait()
@@ -1023,8 +1024,9 @@ func (pl *pooledState) wakeWait() {
 
 // answerCancelledWait answers the message of type typ (body nil: still in the reader) whose wait for a server
 // connection the client cancelled (pl.mu held), as PostgreSQL answers a statement cancelled before it ran:
-// ErrorResponse 57014, then ReadyForQuery for a Query, FunctionCall or Sync; the rest of an extended-protocol
-// batch is skipped up to its Sync (skipCancelledBatch). The session goes on.
+// ErrorResponse 57014, then ReadyForQuery for a Query or FunctionCall; the rest of an extended-protocol batch
+// is skipped up to its Sync (skipCancelledBatch). A lone Sync gets its ReadyForQuery and a lone Flush nothing,
+// as the server, with nothing running, ignores the cancel. The session goes on.
 func (ss *session) answerCancelledWait(typ byte, body []byte) error {
 	pl := ss.pooled
 	if body == nil {
@@ -1032,13 +1034,19 @@ func (ss *session) answerCancelledWait(typ byte, body []byte) error {
 			return err
 		}
 	}
+	switch typ {
+	case msgFlush:
+		return nil // nothing to answer: the server ignores a cancel with nothing running
+	case msgSync:
+		writeMsg(ss.cw, msgReadyForQuery, []byte{txIdle}, "") // a Sync with nothing before it: only its answer
+		return ss.cw.Flush()
+	}
 	ss.cw.Write(errorResponse("ERROR", sqlstateQueryCanceled, "canceling statement due to user request",
 		fmt.Sprintf("The statement had not started: it was waiting for a server connection of pool %s.", pl.pool.name), ""))
-	switch typ {
-	case msgQuery, msgFunctionCall, msgSync:
+	if typ == msgQuery || typ == msgFunctionCall {
 		writeMsg(ss.cw, msgReadyForQuery, []byte{txIdle}, "")
-	default:
-		pl.skipToSync = true
+	} else {
+		pl.skipToSync = true // Parse, Bind, Describe, Execute, Close: the rest of the batch, as the server skips it
 	}
 	return ss.cw.Flush()
 }
@@ -2378,6 +2386,7 @@ func (ss *session) endPooled(e ending) {
 // reached a statement already over.
 func (ss *session) cancelPooled() {
 	pl := ss.pooled
+	pause := time.Millisecond
 	for !pl.mu.TryLock() {
 		pl.waitMu.Lock()
 		waiting := pl.waiting
@@ -2389,8 +2398,10 @@ func (ss *session) cancelPooled() {
 			pl.wakeWait()
 			return
 		}
-		// mu is held for a message being forwarded, or by a lend about to wait: look again shortly.
-		time.Sleep(time.Millisecond)
+		// mu is held for a message being forwarded (a long one: a COPY's), or by a lend about to wait: look
+		// again, less often the longer it is held, so that cancels piling up cost no CPU.
+		time.Sleep(pause)
+		pause = min(2*pause, cancelPollMax)
 	}
 	defer pl.mu.Unlock()
 	if pl.sc != nil && pl.replaying.Load() > 0 {
@@ -2403,6 +2414,9 @@ func (ss *session) cancelPooled() {
 		ss.srv.cancelUpstream(pl.sc.key, pl.sc.host.addr)
 	}
 }
+
+// cancelPollMax is the longest pause of cancelPooled between two looks at a session that holds its lock.
+const cancelPollMax = 50 * time.Millisecond
 
 // sendDeferredCancel sends the cancel deferred by cancelPooled once the proxy's own units are answered and the
 // client's statement is on its way (pl.mu held).

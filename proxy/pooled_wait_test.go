@@ -2,7 +2,10 @@ package proxy_test
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
+	"fmt"
+	"net"
 	"strconv"
 	"testing"
 	"time"
@@ -62,27 +65,101 @@ func rowsOf(t *testing.T, f *fenced, tbl string) int {
 // A client that disconnects while it waits (its process killed, a driver that closes the socket on a timeout)
 // is dropped: its INSERT never runs, though the connection it waited for frees. Without the proxy's look at
 // the client's socket during the wait (waitStopped: peerClosed) the INSERT committed once a committed.
+//
+// It is seen by TCP's state, not by an empty socket: drivers send Terminate before they close (libpq's
+// PQfinish, JDBC), a client may have pipelined more, and TLS sends close_notify; a look for EOF missed all of
+// those, and the INSERT ran.
 func TestPooledWaiterThatLeftNeverRuns(t *testing.T) {
+	for _, leave := range []struct {
+		name string
+		last []pgproto3.FrontendMessage // sent before the close
+	}{
+		{"closed", nil},
+		{"terminated", []pgproto3.FrontendMessage{&pgproto3.Terminate{}}},
+		{"pipelined", []pgproto3.FrontendMessage{&pgproto3.Query{String: "SELECT 2"}}},
+	} {
+		t.Run(leave.name, func(t *testing.T) {
+			f := newPooledFenced(t, 1, "  max_client_wait: 20s\n  admin_users: [admin]\n")
+			adm := adminConn(t, f)
+			a, tbl := holdPool(t, f)
+			b := pooledPgConn(t, f, "")
+			hj, err := b.Hijack()
+			if err != nil {
+				t.Fatal(err)
+			}
+			hj.Frontend.Send(&pgproto3.Query{String: "INSERT INTO " + tbl + " VALUES (1)"})
+			if err := hj.Frontend.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			waitingClients(t, adm, 1)
+			for _, m := range leave.last {
+				hj.Frontend.Send(m)
+			}
+			if err := hj.Frontend.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			hj.Conn.Close()
+			waitingClients(t, adm, 0)
+			fxExec(t, a, "COMMIT") // the connection frees
+			fxExec(t, a, "SELECT 1")
+			if n := rowsOf(t, f, tbl); n != 0 {
+				t.Fatalf("the INSERT of a client that disconnected while waiting ran afterwards (%d rows)", n)
+			}
+		})
+	}
+}
+
+// A cancel of a lone Flush or Sync that waits (an idle client's: nothing runs) is ignored as the server
+// ignores it: the Flush gets nothing, the Sync its ReadyForQuery, and the session's next Query is answered.
+// Before, the Flush got 57014 and the session skipped to a Sync that never came: the Query got no answer.
+func TestPooledCancelledLoneFlushOrSync(t *testing.T) {
+	for _, lone := range []pgproto3.FrontendMessage{&pgproto3.Flush{}, &pgproto3.Sync{}} {
+		t.Run(fmt.Sprintf("%T", lone)[10:], func(t *testing.T) { cancelledLone(t, lone) })
+	}
+}
+
+// cancelledLone is one case of TestPooledCancelledLoneFlushOrSync.
+func cancelledLone(t *testing.T, lone pgproto3.FrontendMessage) {
 	f := newPooledFenced(t, 1, "  max_client_wait: 20s\n  admin_users: [admin]\n")
 	adm := adminConn(t, f)
-	a, tbl := holdPool(t, f)
+	a, _ := holdPool(t, f)
 	b := pooledPgConn(t, f, "")
 	hj, err := b.Hijack()
 	if err != nil {
 		t.Fatal(err)
 	}
-	hj.Frontend.Send(&pgproto3.Query{String: "INSERT INTO " + tbl + " VALUES (1)"})
+	hj.Frontend.Send(lone)
 	if err := hj.Frontend.Flush(); err != nil {
 		t.Fatal(err)
 	}
 	waitingClients(t, adm, 1)
-	hj.Conn.Close() // no Terminate, no cancel: the socket closes
+	sendCancel(t, f.p.Addr, hj.PID, hj.SecretKey)
 	waitingClients(t, adm, 0)
-	fxExec(t, a, "COMMIT") // the connection frees
-	fxExec(t, a, "SELECT 1")
-	if n := rowsOf(t, f, tbl); n != 0 {
-		t.Fatalf("the INSERT of a client that disconnected while waiting ran afterwards (%d rows)", n)
+	fxExec(t, a, "COMMIT")
+	hj.Frontend.Send(&pgproto3.Query{String: "SELECT 1"})
+	if err := hj.Frontend.Flush(); err != nil {
+		t.Fatal(err)
 	}
+	hj.Conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	var got []string
+	for {
+		m, err := hj.Frontend.Receive()
+		if err != nil {
+			t.Fatalf("%T cancelled while waiting, then SELECT 1: %v after %v", lone, err, got)
+		}
+		got = append(got, fmt.Sprintf("%T", m))
+		if _, ok := m.(*pgproto3.ReadyForQuery); ok && len(got) > 1 {
+			break
+		}
+	}
+	want := "[*pgproto3.RowDescription *pgproto3.DataRow *pgproto3.CommandComplete *pgproto3.ReadyForQuery]"
+	if _, sync := lone.(*pgproto3.Sync); sync {
+		want = "[*pgproto3.ReadyForQuery " + want[1:]
+	}
+	if fmt.Sprint(got) != want {
+		t.Fatalf("%T cancelled while waiting, then SELECT 1: %v, want %s", lone, got, want)
+	}
+	hj.Conn.Close()
 }
 
 // A client's CancelRequest while it waits ends the wait: its statement never runs, it gets 57014 at once, and
@@ -324,4 +401,22 @@ func TestPooledEmptyValuesAreNotNull(t *testing.T) {
 			fxExec(t, p, "SELECT 1")
 		}
 	}
+}
+
+// sendCancel sends a CancelRequest for the session of pid and key to addr.
+func sendCancel(t *testing.T, addr string, pid uint32, key []byte) {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	b := binary.BigEndian.AppendUint32(nil, uint32(12+len(key)))
+	b = binary.BigEndian.AppendUint32(b, 80877102)
+	b = binary.BigEndian.AppendUint32(b, pid)
+	if _, err := c.Write(append(b, key...)); err != nil {
+		t.Fatal(err)
+	}
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	c.Read(make([]byte, 1)) // the proxy closes it when the cancel was handled
 }
