@@ -248,6 +248,14 @@ func (ob *Observer) infer(li LockInfo, now time.Time) {
 			st.counters.Acquisitions++
 		}
 	}
+	if li.Holder != "" && li.Holder == st.holder && li.LeaseLeft < 0 && st.leaseLeft >= 0 {
+		// The same holder, its lease's time now unknown: on etcd, a lease revoked between the listing and its
+		// TimeToLive (an expiry the leader carried out then, late on a busy machine, or a release). What was last
+		// known stands, so that the key's vanishing is judged by it: taking -1 counted every expiry caught in
+		// that window as a release.
+		st.token = li.Token
+		return
+	}
 	st.holder, st.token, st.leaseLeft, st.observedAt = li.Holder, li.Token, li.LeaseLeft, now
 }
 
