@@ -118,9 +118,11 @@ type pooledState struct {
 	replayFailure    *replayError      // the server's error for the settings unit being answered (serveLend's)
 
 	probe atomic.Bool // the transaction may leave session state: look at the connection at its end
-	// probeSetConfig: a text of the transaction may give the token or lock a value by set_config (or an UPDATE
-	// of pg_settings), which may be '', the value a RESET gives on a pooled connection: the probe then reads ''
-	// as set, not reset (followed). Under mu; cleared by the probe.
+	// What the probe reads an empty value as (followed): it is what a RESET gives on a pooled connection, and
+	// what set_config(name, '') gives. probeReset: the transaction visibly reset something (a RESET, DISCARD
+	// or SET command tag: SET ... TO DEFAULT; a set_config of the literal NULL). probeSetConfig: a text of it
+	// may give the token or lock a value by set_config (under mu). Both cleared by the probe.
+	probeReset     atomic.Bool
 	probeSetConfig bool
 	// startChecked: the lent connection's session state was checked since it last served another client
 	// (checkFirst), so the token and lock the probe reads at the transaction's end are what the client left, not
@@ -804,6 +806,8 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 		if setConfigWords.In(words) {
 			if p := ss.srv.currentPlanner(); p == nil || !p.Plan(words, ss.readingSettings()).SetConfigResetsOnly {
 				pl.probeSetConfig = true
+			} else {
+				pl.probeReset.Store(true) // set_config(name, NULL, ...): a reset
 			}
 		}
 	}
@@ -1823,6 +1827,17 @@ func tagMayLeaveSessionState(tag []byte) bool {
 	return false
 }
 
+// tagMayReset reports whether a command tag is of a command that may reset a setting: RESET, DISCARD, and SET
+// (SET ... TO DEFAULT).
+func tagMayReset(tag []byte) bool {
+	for _, p := range []string{"RESET", "DISCARD", "SET\x00"} {
+		if len(tag) >= len(p) && string(tag[:len(p)]) == p {
+			return true
+		}
+	}
+	return false
+}
+
 // serveLend relays the lent server connection's messages to the client until the lend ends: given back at the
 // end of a transaction, lost, or stopped by the session's end.
 func (ss *session) serveLend(sc *serverConn) {
@@ -1905,6 +1920,9 @@ func (ss *session) relayServer(sc *serverConn, inline bool) bool {
 			case msgCommandComplete:
 				if tagMayLeaveSessionState(body) {
 					pl.probe.Store(true)
+					if tagMayReset(body) {
+						pl.probeReset.Store(true)
+					}
 				}
 				if tag := string(body); tag == "DISCARD ALL\x00" || tag == "DEALLOCATE ALL\x00" {
 					pl.stmts.unprepare("") // they deallocate the client's statements, as on a connection of its own
@@ -2122,7 +2140,10 @@ const probeAttempts = 3
 // CancelRequest that arrived after its statement ended) changed nothing, its implicit transaction rolled back:
 // it runs again.
 func (ss *session) probeSession(sc *serverConn) error {
-	defer func() { ss.pooled.probeSetConfig = false }()
+	defer func() {
+		ss.pooled.probeSetConfig = false
+		ss.pooled.probeReset.Store(false)
+	}()
 	for attempt := 1; ; attempt++ {
 		err := ss.probeOnce(sc)
 		var cancelled *probeCancelled
@@ -2214,8 +2235,9 @@ func (ss *session) probeOnce(sc *serverConn) error {
 				}
 			}
 			if pl.startChecked {
-				pl.token = followed(row[0], pl.token, pl.resetToken, sc.pool.resetToken, pl.probeSetConfig)
-				pl.lock = followed(row[1], pl.lock, pl.resetLock, sc.pool.resetLock, pl.probeSetConfig)
+				sawReset := pl.probeReset.Load() && !pl.probeSetConfig
+				pl.token = followed(row[0], pl.token, pl.resetToken, sc.pool.resetToken, sawReset)
+				pl.lock = followed(row[1], pl.lock, pl.resetLock, sc.pool.resetLock, sawReset)
 			} else if string(row[0]) != poolPlaceholder || string(row[1]) != poolPlaceholder {
 				// Not checked at the start, and not the placeholder: a function may have left it, the client's or
 				// one of a client before. The client's plain texts set neither, so its values stay; the connection
@@ -2265,18 +2287,19 @@ func (ss *session) probeOnce(sc *serverConn) error {
 // followed is the client's new session value of a setting whose server session value after the transaction is
 // got (nil: NULL): the placeholder means unchanged, the pool's default means reset, anything else was set.
 //
-// On a pooled connection with no default (poolDefault nil) a RESET gives ” (a custom setting's own default),
-// which is also what set_config(name, ”, ...) gives: setConfig says a text of the transaction may have called
-// set_config, and then ” is taken as set. A token cleared that way is no token, as directly (writes refused
-// 55F02); taken as a RESET it was the client's startup token, and writes went with it. Where both may have
-// happened, ” wins: the proxy cannot tell which came last, and no token refuses where a startup token would
-// write.
-func followed(got []byte, cur, reset, poolDefault *string, setConfig bool) *string {
+// On a pooled connection with no default (poolDefault nil) a RESET gives the empty string (a custom setting's
+// own default), which is also what set_config(name, the empty string) gives. The empty string is taken as a reset only
+// when the transaction visibly reset something and no set_config of it may have set a value (sawReset:
+// probeReset without probeSetConfig); else as set. A token cleared that way is no token, as directly (writes
+// refused 55F02); taken as a reset it was the client's startup token, and writes went with it. Where the proxy
+// cannot tell (a function, a DO block that builds its SQL), the empty string wins: no token refuses where a
+// startup token would write.
+func followed(got []byte, cur, reset, poolDefault *string, sawReset bool) *string {
 	switch {
 	case got != nil && string(got) == poolPlaceholder:
 		return cur
 	case got == nil && poolDefault == nil,
-		got != nil && len(got) == 0 && poolDefault == nil && !setConfig,
+		got != nil && len(got) == 0 && poolDefault == nil && sawReset,
 		got != nil && poolDefault != nil && string(got) == *poolDefault:
 		return reset
 	}

@@ -13,6 +13,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/fenceproxy/fenceproxy/internal/pgtest"
 )
 
 // The client's wait for a server connection of a full pool: what ends it besides a connection. Each test has a
@@ -367,9 +369,10 @@ func TestPooledCancelDuringSettingsReplay(t *testing.T) {
 	t.Logf("%d rounds, %d statements cancelled", rounds, cancelled)
 }
 
-// An empty value is not NULL. A client that clears its token with a bound or computed set_config(”) has it
-// empty, as directly: its next write is refused 55F02 (before, the probe read ” as NULL, a RESET, and the
-// write went with the startup token 3). And a session setting set to ” (pg_dump's default_tablespace,
+// An empty value is not NULL. A client that clears its token with a bound or computed set_config to the empty
+// string has it empty, as directly: its next write is refused 55F02 (before, the probe read it as NULL, a
+// RESET, and the write went with the startup token 3). And a session setting set to the empty string
+// (pg_dump's default_tablespace,
 // search_path) leaves the session working (before: FATAL 08006, the probe's row read as broken).
 func TestPooledEmptyValuesAreNotNull(t *testing.T) {
 	f := newPooledFenced(t, 1, "")
@@ -379,7 +382,14 @@ func TestPooledEmptyValuesAreNotNull(t *testing.T) {
 		for _, clear := range []struct {
 			sql  string
 			args []any
-		}{{"SELECT set_config('fence.token', $1, false)", []any{""}}, {"SELECT set_config('fence.token', '' || '', false)", nil}} {
+		}{
+			{"SELECT set_config('fence.token', $1, false)", []any{""}},
+			{"SELECT set_config('fence.token', '' || '', false)", nil},
+			// The function by its three-part name (a review's finding: the planner did not know it).
+			{"SELECT " + pgtest.TestDB + ".pg_catalog.set_config('fence.token', '' || '', false)", nil},
+			// A DO block: the planner reads its statements too.
+			{"DO $$BEGIN PERFORM set_config('fence.token', '', false); END$$", nil},
+		} {
 			p := pooledConn(t, f, "&default_query_exec_mode="+mode+"&options=-c%20fence.token%3D3")
 			other := pooledConn(t, f, "&options=-c%20fence.token%3D7")
 			var pe *pgconn.PgError
@@ -394,6 +404,15 @@ func TestPooledEmptyValuesAreNotNull(t *testing.T) {
 			if !errors.As(err, &pe) || pe.Code != "55F02" {
 				t.Fatalf("%s %q: the write after clearing the token: %v, want 55F02 (row token now %d)", mode, clear.sql, err, f.token(t, 1))
 			}
+		}
+		// The lock cleared by a DO block is cleared, as directly: not the startup lock k again.
+		p := pooledConn(t, f, "&default_query_exec_mode="+mode+"&options=-c%20fence.token%3D3%20-c%20fence.lock%3Dk")
+		other := pooledConn(t, f, "&options=-c%20fence.token%3D7")
+		fxExec(t, p, "DO $$BEGIN PERFORM set_config('fence.lock', '', false); END$$")
+		fxExec(t, other, "SELECT 1")
+		var lock string
+		if err := p.QueryRow(ctxT(t), "SELECT current_setting('fence.lock')").Scan(&lock); err != nil || lock != "" {
+			t.Fatalf("%s: the lock after a DO block cleared it: %q (%v), want ''", mode, lock, err)
 		}
 		for _, stmt := range []string{"SET default_tablespace = ''", "SET application_name = ''", "SELECT pg_catalog.set_config('search_path', '', false)"} {
 			p := pooledConn(t, f, "&default_query_exec_mode="+mode)

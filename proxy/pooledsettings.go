@@ -81,7 +81,7 @@ func loginRoleSQL(user string) string {
 
 // replayableSettingsSQL reads a server connection's session-level settings that the pool replays: one row
 // (name, setting) each, for those pg_settings shows and for the custom settings named in custom (their
-// session values; ”, a custom setting's default, is left out).
+// session values; the empty string, a custom setting's default, is left out).
 func replayableSettingsSQL(custom []string) string {
 	sql := "SELECT name, setting FROM pg_catalog.pg_settings WHERE source" + sqlEq + "'session' AND " + replayable()
 	if len(custom) == 0 {

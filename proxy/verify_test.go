@@ -270,6 +270,10 @@ func TestVerifyForgedTokenRefused(t *testing.T) {
 		wantRefused(fmt.Sprintf("SET fence.token TO 'forged' (%v)", mode), err)
 		_, err = c.Exec(ctx, "SELECT set_config('fence.token', '"+forged+"', false)", mode)
 		wantRefused(fmt.Sprintf("set_config (%v)", mode), err)
+		// The function by its three-part name, which PostgreSQL takes for the current database: the same call
+		// (a review found it set the forged token unchecked).
+		_, err = c.Exec(ctx, "SELECT "+pgtest.TestDB+".pg_catalog.set_config('fence.token', '"+forged+"', false)", mode)
+		wantRefused(fmt.Sprintf("db.pg_catalog.set_config (%v)", mode), err)
 		var cur string
 		if err := c.QueryRow(ctx, "SELECT current_setting('fence.token')").Scan(&cur); err != nil || cur != strconv.FormatInt(rev, 10) {
 			t.Fatalf("after refused SETs the session's token is %q (%v), want %d", cur, err, rev)

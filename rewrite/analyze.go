@@ -280,13 +280,16 @@ func (a *analysis) setConfigCall(f *pg.FuncCall) {
 	a.tokenValue(value, true)
 }
 
-// isFunc matches name and pg_catalog.name.
+// isFunc matches name, pg_catalog.name and db.pg_catalog.name: PostgreSQL takes a three-part function name
+// whose first part is the current database (any other fails), so that form calls the same function. Missing it
+// let db.pg_catalog.set_config set a token no check saw (a review's finding).
 func isFunc(names []*pg.Node, name string) bool {
 	switch len(names) {
 	case 1:
 		return strings.EqualFold(names[0].GetString_().GetSval(), name)
-	case 2:
-		return names[0].GetString_().GetSval() == "pg_catalog" && strings.EqualFold(names[1].GetString_().GetSval(), name)
+	case 2, 3:
+		n := len(names)
+		return names[n-2].GetString_().GetSval() == "pg_catalog" && strings.EqualFold(names[n-1].GetString_().GetSval(), name)
 	}
 	return false
 }

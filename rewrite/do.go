@@ -206,6 +206,9 @@ func (a *analysis) doQuery(q plQuery) (msg, label string, setsToken bool) {
 	for _, raw := range tree.Stmts {
 		sub.statement(raw.Stmt)
 	}
+	if sub.setConfigValue {
+		a.setConfigValue = true // Plan.SetConfigResetsOnly covers the block's statements too
+	}
 	switch {
 	case sub.tokenSet || sub.tokenDynamic:
 		return "", "", true
