@@ -76,6 +76,7 @@ type pooledState struct {
 	waiting       bool
 	waitCancelled bool
 	waitWake      chan struct{}
+	waitWatch     *lendWait // what lend's wait watches (waitWake, waitStopped): made once, not per lend
 	skipToSync    bool
 	// cancelDeferred: a CancelRequest came while a unit of the proxy's own ran before the client's statement
 	// (a settings replay, checkFirst's check); it goes once that unit is answered and the client's statement is
@@ -486,6 +487,7 @@ func (s *Server) startPooled(ss *session, login *clientLogin) {
 		return
 	}
 	pl := &pooledState{pool: p, login: login, waitWake: make(chan struct{}, 1)}
+	pl.waitWatch = &lendWait{wake: pl.waitWake, stopped: ss.waitStopped}
 	pl.settled.L = &pl.mu
 	pl.beforeSend = ss.needReader
 	tok, lock := s.cfg.Token.Setting, s.cfg.Token.LockSetting
@@ -936,7 +938,7 @@ func (ss *session) lend() error {
 	pl.waitMu.Lock()
 	pl.waiting = true
 	pl.waitMu.Unlock()
-	sc, err := pl.pool.acquire(ss.srv.cfg.Pool.MaxClientWait, pl.login, &lendWait{wake: pl.waitWake, stopped: ss.waitStopped})
+	sc, err := pl.pool.acquire(ss.srv.cfg.Pool.MaxClientWait, pl.login, pl.waitWatch)
 	pl.waitMu.Lock()
 	pl.waiting = false
 	if err == nil {
