@@ -1010,7 +1010,7 @@ func (ss *session) waitStopped() error {
 // (waitMu held): Shutdown's deadline closed the session, a drain began, the client cancelled; nil when none.
 func (ss *session) waitStoppedLocked() error {
 	switch {
-	case ss.forced():
+	case ss.forcedOut.Load():
 		return errWaitClientGone
 	case ss.srv.draining.Load():
 		return errWaitDrained

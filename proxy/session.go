@@ -73,8 +73,9 @@ type session struct {
 	// Event loop (evloop_linux.go). noLoop: the loop could not take this session; it stays on goroutines.
 	noLoop    bool
 	evMu      sync.Mutex
-	closed    bool       // forceClose ran; under evMu
-	ev        *evSession // the session is in the event loop; under evMu
+	closed    bool        // forceClose ran; under evMu
+	forcedOut atomic.Bool // closed, for a look that takes no lock (lend, once per transaction)
+	ev        *evSession  // the session is in the event loop; under evMu
 	closeOnce sync.Once
 
 	out []byte // scratch for messages the proxy builds during startup
@@ -170,6 +171,7 @@ func (ss *session) wakeForDrain() {
 func (ss *session) forceClose() {
 	ss.evMu.Lock()
 	ss.closed = true
+	ss.forcedOut.Store(true)
 	if ss.ev != nil {
 		ss.ev.shutdownSockets()
 	}
