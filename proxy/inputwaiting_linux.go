@@ -1,9 +1,7 @@
 package proxy
 
 import (
-	"crypto/tls"
 	"net"
-	"syscall"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -12,15 +10,8 @@ import (
 // inputWaiting reports whether bytes the client sent wait unread in the socket of c (a *tls.Conn is asked about
 // its connection underneath). False when it cannot tell.
 func inputWaiting(c net.Conn) bool {
-	if t, ok := c.(*tls.Conn); ok {
-		c = t.NetConn()
-	}
-	sc, ok := c.(syscall.Conn)
-	if !ok {
-		return false
-	}
-	raw, err := sc.SyscallConn()
-	if err != nil {
+	raw := socketOf(c)
+	if raw == nil {
 		return false
 	}
 	// A raw call, as rawSocket's: SIOCINQ never blocks, and a lend asks it of every idle server connection it takes.
@@ -38,15 +29,8 @@ func inputWaiting(c net.Conn) bool {
 // wait unread. Bytes often do: a driver's Terminate before it closes (libpq's PQfinish, JDBC), a message it
 // pipelined, TLS's close_notify. False when it cannot tell.
 func peerClosed(c net.Conn) bool {
-	if t, ok := c.(*tls.Conn); ok {
-		c = t.NetConn()
-	}
-	sc, ok := c.(syscall.Conn)
-	if !ok {
-		return false
-	}
-	raw, err := sc.SyscallConn()
-	if err != nil {
+	raw := socketOf(c)
+	if raw == nil {
 		return false
 	}
 	closed := false

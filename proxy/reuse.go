@@ -193,20 +193,29 @@ func (p *upstreamPool) close() {
 	}
 }
 
-// quiet reports whether an idle connection is open and has nothing to read, without blocking.
-func quiet(c net.Conn) bool {
+// socketOf is the socket under c for raw calls (a *tls.Conn's connection underneath); nil when c has none.
+func socketOf(c net.Conn) syscall.RawConn {
 	if tc, ok := c.(*tls.Conn); ok {
 		c = tc.NetConn()
 	}
 	sc, ok := c.(syscall.Conn)
 	if !ok {
-		return false
+		return nil
 	}
 	rc, err := sc.SyscallConn()
 	if err != nil {
+		return nil
+	}
+	return rc
+}
+
+// quiet reports whether an idle connection is open and has nothing to read, without blocking.
+func quiet(c net.Conn) bool {
+	rc := socketOf(c)
+	if rc == nil {
 		return false
 	}
-	ok = false
+	ok := false
 	var b [1]byte
 	rc.Read(func(fd uintptr) bool {
 		_, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
