@@ -839,8 +839,6 @@ func roleSeen(loginSuperuser string) bool {
 	return loginSuperuser == "on"
 }
 
-// readUntilReady reads a server connection's messages up to ReadyForQuery, giving each to seen, and returns how
-// many DataRows came; an ErrorResponse is the error (after the ReadyForQuery that follows it, if any).
 // serverError is an ErrorResponse of the server's to a statement of the proxy's own, or to a login.
 type serverError struct{ body []byte }
 
@@ -848,6 +846,9 @@ func (e *serverError) Error() string {
 	return fmt.Sprintf("server: %s (SQLSTATE %s)", errorField(e.body, fieldMessage), errorField(e.body, fieldCode))
 }
 
+// readUntilReady reads a server connection's messages up to ReadyForQuery, giving each to seen, and returns how
+// many DataRows came; an ErrorResponse is the error, a serverError (after the ReadyForQuery that follows it, if
+// any).
 func (sc *serverConn) readUntilReady(seen func(typ byte, body []byte) error) (int, error) {
 	rows := 0
 	var failed error

@@ -945,7 +945,6 @@ func (ss *session) lend() error {
 		// What ended the wait may have come as the connection did: it is given back unused (nothing was sent on
 		// it, so it is as clean as it came).
 		if err = ss.waitStoppedLocked(); err != nil {
-			sc.lentTo.Store(nil)
 			pl.pool.release(sc)
 		}
 	}
@@ -1035,17 +1034,14 @@ func (pl *pooledState) wakeWait() {
 // as the server, with nothing running, ignores the cancel. The session goes on.
 func (ss *session) answerCancelledWait(typ byte, body []byte) error {
 	pl := ss.pooled
+	if typ == msgFlush || typ == msgSync {
+		// Nothing runs, so the server ignores the cancel: the Flush gets nothing, the Sync only its answer.
+		return ss.skipCancelledBatch(typ, body)
+	}
 	if body == nil {
 		if _, err := ss.cr.body(); err != nil {
 			return err
 		}
-	}
-	switch typ {
-	case msgFlush:
-		return nil // nothing to answer: the server ignores a cancel with nothing running
-	case msgSync:
-		writeMsg(ss.cw, msgReadyForQuery, []byte{txIdle}, "") // a Sync with nothing before it: only its answer
-		return ss.cw.Flush()
 	}
 	ss.cw.Write(errorResponse("ERROR", sqlstateQueryCanceled, "canceling statement due to user request",
 		fmt.Sprintf("The statement had not started: it was waiting for a server connection of pool %s.", pl.pool.name), ""))
@@ -1058,7 +1054,8 @@ func (ss *session) answerCancelledWait(typ byte, body []byte) error {
 }
 
 // skipCancelledBatch drops a message of an extended-protocol batch whose wait was cancelled
-// (answerCancelledWait), up to its Sync, which is answered with ReadyForQuery (pl.mu held).
+// (answerCancelledWait), up to its Sync, which is answered with ReadyForQuery (pl.mu held). A cancelled lone
+// Flush or Sync is answered the same way.
 func (ss *session) skipCancelledBatch(typ byte, body []byte) error {
 	if body == nil {
 		if _, err := ss.cr.body(); err != nil {
@@ -1821,19 +1818,17 @@ var setConfigWords = rewrite.NewFoldWords("set_config", "pg_settings", "u&")
 
 // tagMayLeaveSessionState reports whether a command tag says the statement may have left session state.
 func tagMayLeaveSessionState(tag []byte) bool {
-	for _, p := range []string{"SET", "RESET", "DISCARD", "LISTEN", "PREPARE", "DECLARE", "CREATE", "LOAD", "DEALLOCATE"} {
-		if len(tag) >= len(p) && string(tag[:len(p)]) == p {
-			return true
-		}
-	}
-	return false
+	return tagStartsWith(tag, "SET", "RESET", "DISCARD", "LISTEN", "PREPARE", "DECLARE", "CREATE", "LOAD", "DEALLOCATE")
 }
 
 // tagMayReset reports whether a command tag is of a command that may reset a setting: RESET, DISCARD, and SET
 // (SET ... TO DEFAULT).
-func tagMayReset(tag []byte) bool {
-	for _, p := range []string{"RESET", "DISCARD", "SET\x00"} {
-		if len(tag) >= len(p) && string(tag[:len(p)]) == p {
+func tagMayReset(tag []byte) bool { return tagStartsWith(tag, "RESET", "DISCARD", "SET\x00") }
+
+// tagStartsWith reports whether a command tag starts with one of prefixes.
+func tagStartsWith(tag []byte, prefixes ...string) bool {
+	for _, p := range prefixes {
+		if len(tag) >= len(p) && string(tag[:len(p)]) == p { // no copy of p, as bytes.HasPrefix would make
 			return true
 		}
 	}

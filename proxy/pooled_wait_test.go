@@ -43,15 +43,18 @@ func waitingClients(t *testing.T, adm *pgx.Conn, n int) {
 	}
 }
 
-// holdPool starts client a's transaction, which holds the pool's one server connection, and makes the table b
-// writes to; it returns a and the table.
-func holdPool(t *testing.T, f *fenced) (*pgx.Conn, string) {
+// fullPool makes a pool of one server connection (max_client_wait 20 s, an admin console) whose connection
+// client a's open transaction holds, and the table client b writes to; it returns the pool, the admin console,
+// a and the table.
+func fullPool(t *testing.T) (f *fenced, adm, a *pgx.Conn, tbl string) {
 	t.Helper()
-	tbl := fxName(t, "w")
+	f = newPooledFenced(t, 1, "  max_client_wait: 20s\n  admin_users: [admin]\n")
+	adm = adminConn(t, f)
+	tbl = fxName(t, "w")
 	fxExec(t, f.d, "CREATE TABLE "+tbl+" (x int)")
-	a := pooledConn(t, f, "")
+	a = pooledConn(t, f, "")
 	fxExec(t, a, "BEGIN")
-	return a, tbl
+	return f, adm, a, tbl
 }
 
 // rowsOf counts the rows of tbl, directly.
@@ -81,9 +84,7 @@ func TestPooledWaiterThatLeftNeverRuns(t *testing.T) {
 		{"pipelined", []pgproto3.FrontendMessage{&pgproto3.Query{String: "SELECT 2"}}},
 	} {
 		t.Run(leave.name, func(t *testing.T) {
-			f := newPooledFenced(t, 1, "  max_client_wait: 20s\n  admin_users: [admin]\n")
-			adm := adminConn(t, f)
-			a, tbl := holdPool(t, f)
+			f, adm, a, tbl := fullPool(t)
 			b := pooledPgConn(t, f, "")
 			hj, err := b.Hijack()
 			if err != nil {
@@ -122,9 +123,7 @@ func TestPooledCancelledLoneFlushOrSync(t *testing.T) {
 
 // cancelledLone is one case of TestPooledCancelledLoneFlushOrSync.
 func cancelledLone(t *testing.T, lone pgproto3.FrontendMessage) {
-	f := newPooledFenced(t, 1, "  max_client_wait: 20s\n  admin_users: [admin]\n")
-	adm := adminConn(t, f)
-	a, _ := holdPool(t, f)
+	f, adm, a, _ := fullPool(t)
 	b := pooledPgConn(t, f, "")
 	hj, err := b.Hijack()
 	if err != nil {
@@ -170,9 +169,7 @@ func cancelledLone(t *testing.T, lone pgproto3.FrontendMessage) {
 func TestPooledCancelWhileWaiting(t *testing.T) {
 	for _, mode := range []string{"simple_protocol", "exec"} {
 		t.Run(mode, func(t *testing.T) {
-			f := newPooledFenced(t, 1, "  max_client_wait: 20s\n  admin_users: [admin]\n")
-			adm := adminConn(t, f)
-			a, tbl := holdPool(t, f)
+			f, adm, a, tbl := fullPool(t)
 			b := pooledConn(t, f, "&default_query_exec_mode="+mode)
 			res := make(chan error, 1)
 			go func() {
@@ -240,9 +237,7 @@ func TestPooledWaiterThatLeftDuringPause(t *testing.T) {
 // Shutdown's deadline runs nothing of theirs: before, the place freed by closing a's connection went to b's
 // wait, and b's INSERT ran on a connection opened after the deadline.
 func TestPooledShutdownRefusesWaiters(t *testing.T) {
-	f := newPooledFenced(t, 1, "  max_client_wait: 20s\n  admin_users: [admin]\n")
-	adm := adminConn(t, f)
-	_, tbl := holdPool(t, f)
+	f, adm, _, tbl := fullPool(t)
 	b := pooledPgConn(t, f, "")
 	res := make(chan error, 1)
 	go func() {
