@@ -39,14 +39,15 @@ import (
 //     knows whole (one Query, or one extended-protocol batch already read up to its Sync) whose statements
 //     cannot leave session state by their words (plainText: SELECT, INSERT, UPDATE, ...; no SET, set_config,
 //     BEGIN, ...). The verified one (verifiedBegin) goes before a lone BEGIN: it reads the connection's state,
-//     which the proxy checks (checkRow) before anything of the block runs. The checked one (tokenSQLWith,
-//     roleCheckSQL) first checks, on the server, that the connection's session values are the placeholder and
-//     the role the login role, and fails (55F03, 0A000) before the client's statement runs when a function left
-//     others: it goes before every other transaction. The end of a verified or checked transaction may be read
+//     which the proxy looks at (checkRow) before anything of the block runs. The checked one (resetSQLWith) goes
+//     before every other transaction. Both put back, in their first statement, the placeholder and the login
+//     role where a function left others at session level (staleResetSQL: a put-back start, noteStaleStart), so
+//     that such a function never refuses another client's transaction; a pinned client's, whose connection is
+//     its own, refuses instead (tokenSQLWith: 55F03). The end of a verified or checked transaction may be read
 //     back (below), which is sound only if its start was as the proxy left it (startChecked). Before the text
 //     of a Query they carry the values as constants (nothing prepared, so nothing another client could
 //     replace); before an extended-protocol batch the plain and verified ones go as the unnamed statement, the
-//     checked one as a Bind and Execute of it prepared (tokenStmtSQL, prepared afresh whenever the connection
+//     checked one as a Bind and Execute of it prepared (parseBody, prepared afresh whenever the connection
 //     changes clients: prepareTokenStmt). SET, SET LOCAL, RESET, set_config with any arguments, SAVEPOINT and
 //     ROLLBACK TO, a rollback: the server applies them to the values inside the transaction exactly as on a
 //     connection of the client's own.
@@ -115,6 +116,8 @@ type pooledState struct {
 	customNames      map[string]bool   // custom settings the client's texts may have set (noteCustomSettings)
 	customUnfollowed bool              // a text set a custom setting the proxy cannot name
 	tainted          bool              // the token statement refused the lent connection's state (serveLend's)
+	stale            staleStart        // what the transaction found left on the lent connection (serveLend's: noteStaleStart)
+	resetDue         atomic.Bool       // a verified start found it: resetInBlock puts it back before the next message
 	replaying        atomic.Int64      // settings units sent whose ReadyForQuery is still to come
 	replayFailure    *replayError      // the server's error for the settings unit being answered (serveLend's)
 
@@ -216,19 +219,47 @@ func (pl *pooledState) forceLent(s *Server) {
 // pooledTransactions reports whether clients share server connections per transaction.
 func (s *Server) pooledTransactions() bool { return s.pools != nil }
 
-// tokenStmtSQL is the token statement with the token and lock values given as $1 and $2.
-func tokenStmtSQL(tok, lock string) string {
-	return tokenSQLWith(tok, lock, "$1::pg_catalog.text", "$2::pg_catalog.text")
-}
-
 // tokenSQLWith sets the token and lock settings to the SQL expressions tokVal and lockVal, transaction-locally,
 // after checking that the connection's session values are the placeholder: anything else means a change the
 // proxy did not follow (a function that called set_config), and the statement fails with 55F03 naming the setting
-// before the client's statement runs (prefixChecked).
+// before the client's statement runs. The checked token statement of a pinned client: its connection is its own,
+// so what a function left there is its own doing, refused as the contract says.
 func tokenSQLWith(tok, lock, tokVal, lockVal string) string {
 	return "SELECT pg_catalog.set_config(" + quoteLiteral(tok) + ", CASE WHEN " + placeholdersUnchanged(tok, lock) + " THEN " + tokVal +
 		" ELSE " + placeholderRefusal(tok, lock) + "::pg_catalog.text END, true), pg_catalog.set_config(" + quoteLiteral(lock) + ", " + lockVal + ", true)"
 }
+
+// resetSQLWith is the checked token statement of a client that is not pinned (user is the pool's login role).
+// Its row (checkRow: verifyReset) is the connection's session values of the token and lock as the transaction
+// found them; then a column that is NULL when they are the placeholder and the connection runs as the role it
+// logged in as, and otherwise puts them so at session level (staleResetSQL); then it sets the token and lock to
+// the SQL expressions tokVal and lockVal, transaction-locally. A target list is evaluated in order: the
+// reset comes before the local values, which a session-level set after them would override. The reads are
+// written once, in the FROM list, to keep the statement short: as a Query's prefix it shows in
+// pg_stat_activity before the client's text (track_activity_query_size, 1024 bytes by default).
+func resetSQLWith(tok, lock, user, tokVal, lockVal string) string {
+	ph := quoteLiteral(poolPlaceholder)
+	return "SELECT s.t, s.l, CASE WHEN s.t" + sqlEq + ph + " AND s.l" + sqlEq + ph + " AND s.r THEN NULL ELSE " + staleResetSQL(tok, lock, "NOT s.r") +
+		" END, pg_catalog.set_config(" + quoteLiteral(tok) + ", " + tokVal + ", true), pg_catalog.set_config(" + quoteLiteral(lock) + ", " + lockVal +
+		", true) FROM (SELECT pg_catalog.current_setting(" + quoteLiteral(tok) + ", true) AS t, pg_catalog.current_setting(" + quoteLiteral(lock) +
+		", true) AS l, " + loginRoleSQL(user) + " AS r) AS s"
+}
+
+// staleResetSQL puts the token and lock back to the placeholder at session level, and, when roleMoved (an SQL
+// condition) holds, session_authorization to the login role (set_config with NULL is its RESET, which any role
+// may run) and the role to none. Its value is the two placeholders, followed by the login role and "none" when
+// it put the role back (staleRoleReset). Only code the proxy does not see leaves anything but the placeholders
+// and the login role at session level (a function that calls set_config), in a transaction of a client before,
+// and that is never this client's problem: its transaction goes on with its own values, as the login role (a
+// put-back start: noteStaleStart).
+func staleResetSQL(tok, lock, roleMoved string) string {
+	ph := quoteLiteral(poolPlaceholder)
+	return "pg_catalog.concat(pg_catalog.set_config(" + quoteLiteral(tok) + ", " + ph + ", false), pg_catalog.set_config(" + quoteLiteral(lock) + ", " + ph +
+		", false), CASE WHEN " + roleMoved + " THEN pg_catalog.concat(pg_catalog.set_config('session_authorization', NULL, false), pg_catalog.set_config('role', 'none', false)) END)"
+}
+
+// staleRoleReset reports whether staleResetSQL's value (got) says it put the role back.
+func staleRoleReset(got []byte) bool { return string(got) != poolPlaceholder+poolPlaceholder }
 
 // plainSQLWith sets the token and lock settings to the SQL expressions tokVal and lockVal, transaction-locally,
 // without looking at the connection's session values: the token statement of a transaction whose statements
@@ -257,16 +288,10 @@ func placeholderRefusal(tok, lock string) string {
 		", ':', CASE WHEN " + cur(tok) + sqlEq + quoteLiteral(poolPlaceholder) + " THEN " + quoteLiteral(lock) + " ELSE " + quoteLiteral(tok) + " END, '|', " + cur(tok) + ")::pg_catalog.int8"
 }
 
-// placeholderCheckSQL is a column that fails with placeholderRefusal unless the token and lock settings are the
-// placeholder (checkFirst).
-func placeholderCheckSQL(tok, lock string) string {
-	return "CASE WHEN " + placeholdersUnchanged(tok, lock) + " THEN NULL ELSE " + placeholderRefusal(tok, lock) + " END"
-}
-
 // tokenTexts are the token statement's texts for one pool and kind of client (txPool.tokenTexts): the pieces of
-// the inline forms around the two values, checked (tokenSQLWith, with the role check for a client that is not
-// pinned) and plain (plainSQLWith, setting the login role for a client that is not pinned), and the Parse body of
-// the prepared checked one.
+// the inline forms around the two values, checked (resetSQLWith for a client that is not pinned, tokenSQLWith for
+// a pinned one) and plain (plainSQLWith, setting the login role for a client that is not pinned), and the Parse
+// body of the prepared checked one.
 type tokenTexts struct {
 	inlineHead, inlineMid, inlineTail string // inlineHead + token + inlineMid + lock + inlineTail, as SQL expressions
 	plainHead, plainMid, plainTail    string // the same for the plain form
@@ -276,20 +301,42 @@ type tokenTexts struct {
 	parseBody                         []byte
 }
 
+// Where checkRow finds what it looks at in the row of a verified start (startRead) and of a checked token
+// statement of a client that is not pinned (resetSQLWith): the session's token and lock come first in both.
+const (
+	verifiedLoginRole = 2 // loginRoleSQL
+	verifiedRole      = 3 // the role
+	verifiedWidth     = 4
+	resetStale        = 2 // the reset's column in resetSQLWith's row: NULL when nothing was put back
+	resetWidth        = 3
+)
+
 // tokenStmtClose is the body of the Close that drops the token statement before it is prepared again.
 var tokenStmtClose = []byte("S" + tokenStmtName + "\x00")
 
-// newTokenTexts builds the texts for a pool whose connections log in as user; extra follows the checked form's
-// two set_config columns (the role check, or nothing) and plainExtra the plain form's (the role set, or nothing).
-func newTokenTexts(tok, lock, user, extra, plainExtra string) tokenTexts {
+// newTokenTexts builds the texts for a pool whose connections log in as user, for a pinned client or not.
+func newTokenTexts(tok, lock, user string, pinned bool) tokenTexts {
 	// The two values' places are found by markers no setting name can hold (names are lower-case a.b).
 	cut := func(sql string) (head, mid, tail string) {
 		head, rest, _ := strings.Cut(sql, "\x00TOK\x00")
 		mid, tail, _ = strings.Cut(rest, "\x00LOCK\x00")
 		return head, mid, tail
 	}
+	checked := func(tokVal, lockVal string) string {
+		if pinned {
+			return tokenSQLWith(tok, lock, tokVal, lockVal)
+		}
+		return resetSQLWith(tok, lock, user, tokVal, lockVal)
+	}
+	plainExtra := ""
+	if !pinned {
+		// The role a client that is not pinned runs as is the login role (SET ROLE pins): set for the
+		// transaction by the plain form, on a connection whose role changes the server would not all report
+		// (roleSeen).
+		plainExtra = ", pg_catalog.set_config('role', 'none', true)"
+	}
 	var t tokenTexts
-	t.inlineHead, t.inlineMid, t.inlineTail = cut(tokenSQLWith(tok, lock, "\x00TOK\x00", "\x00LOCK\x00") + extra + "; ")
+	t.inlineHead, t.inlineMid, t.inlineTail = cut(checked("\x00TOK\x00", "\x00LOCK\x00") + "; ")
 	t.plainHead, t.plainMid, t.plainTail = cut(plainSQLWith(tok, lock, "\x00TOK\x00", "\x00LOCK\x00") + plainExtra + "; ")
 	t.bareHead, t.bareMid, t.bareTail = cut(plainSQLWith(tok, lock, "\x00TOK\x00", "\x00LOCK\x00") + "; ")
 	read := "SELECT pg_catalog.current_setting(" + quoteLiteral(tok) + ", true), pg_catalog.current_setting(" + quoteLiteral(lock) +
@@ -297,7 +344,7 @@ func newTokenTexts(tok, lock, user, extra, plainExtra string) tokenTexts {
 	t.startRead = read
 	// The reads first: a target list is evaluated in order.
 	t.readHead, t.readMid, t.readTail = cut(read + ", " + strings.TrimPrefix(plainSQLWith(tok, lock, "\x00TOK\x00", "\x00LOCK\x00"), "SELECT "))
-	parse := append(append([]byte(tokenStmtName), 0), tokenStmtSQL(tok, lock)+extra...)
+	parse := append(append([]byte(tokenStmtName), 0), checked("$1::pg_catalog.text", "$2::pg_catalog.text")...)
 	t.parseBody = append(parse, 0, 0, 0)
 	return t
 }
@@ -728,6 +775,11 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 		if err := ss.heldMoved(); err != nil {
 			return err
 		}
+		if pl.resetDue.Swap(false) && pl.sc != nil && byte(st.txStatus.Load()) != txIdle {
+			if err := ss.resetInBlock(); err != nil {
+				return err
+			}
+		}
 		if pl.sc == nil {
 			if err := ss.lend(); err != nil {
 				if errors.Is(err, errWaitCancelled) {
@@ -1077,8 +1129,9 @@ const (
 	// prefixNone: nothing (a FunctionCall, a text that must run outside a transaction block): the message runs
 	// with the connection's session values, which checkFirst checks before it goes.
 	prefixNone tokenPrefix = iota
-	// prefixChecked: the token statement that checks the connection's session values (the placeholder, the role)
-	// before it sets the client's (tokenSQLWith, roleCheckSQL).
+	// prefixChecked: the token statement that looks at the connection's session values (the placeholder, the
+	// role) before it sets the client's: puts back what a function left (resetSQLWith), or, for a pinned client,
+	// refuses it (tokenSQLWith).
 	prefixChecked
 	// prefixSet: the token statement that sets the client's values (and, where needed, the login role for a
 	// client that is not pinned: serverConn.roleSeen) without looking at the session's (plainPrefix,
@@ -1260,6 +1313,8 @@ func (ss *session) heldMoved() error {
 func (ss *session) injectTokens(typ byte, body []byte) tokenPrefix {
 	pl := ss.pooled
 	sc := pl.sc
+	// A row of the last transaction's start that never came (its connection failed) is not this one's.
+	pl.verifyStart.Store(verifyNone)
 	set := ss.readingSettings()
 	switch typ {
 	case msgFunctionCall:
@@ -1294,6 +1349,7 @@ func (ss *session) injectTokens(typ byte, body []byte) tokenPrefix {
 			prefix = prefixSetLocal
 		} else {
 			ss.queryPrefix = sc.pool.tokenTexts(pl.pin != "").inline(pl.token, pl.lock)
+			ss.expectResetRow()
 			pl.hide.Add(1)
 			prefix = prefixChecked
 		}
@@ -1383,6 +1439,15 @@ func (ss *session) writeTokenStmt(portal string) {
 	writeMsg(sc.w, msgBind, b, "")
 	writeMsg(sc.w, msgExecute, append(append([]byte(portal), 0), 0, 0, 0, 0), "")
 	pl.hide.Add(1)
+	ss.expectResetRow()
+}
+
+// expectResetRow notes that the hidden row of the checked token statement being sent is looked at (checkRow:
+// verifyReset), for a client that is not pinned (resetSQLWith); a pinned client's refuses on the server.
+func (ss *session) expectResetRow() {
+	if ss.pooled.pin == "" {
+		ss.pooled.verifyStart.Store(verifyReset)
+	}
 }
 
 // prepareTokenStmt prepares the token statement again, unless the client whose transaction starts is the one
@@ -1407,18 +1472,19 @@ const (
 	verifyNone int32 = iota
 	verifyPlaceholders
 	verifyRole
+	verifyReset // the row of a checked token statement of a client that is not pinned (resetSQLWith)
 )
 
 // verifiedBegin is the token statement before a Query that is a lone BEGIN (rewrite.LoneBegin), TPC-B's way to
-// start: a read of the connection's token, lock, role and session_authorization, then a SET LOCAL of each value,
-// then the BEGIN. (An extended-protocol batch that only opens a block gets the same as one SELECT:
-// injectTokens, readInline.) The checked token statement checks the same on the server, at about twice the cost (its
-// CASE expressions; measured directly in front of a one-row SELECT, 0.46 of the SELECT's rate alone where this
-// gives 0.73). Checking here is as sound: the row comes before the BEGIN's answer and nothing of the block has
-// run, nor goes, until the client's next message; one that is not as the proxy left it ends the session as a
-// failed check does (checkRow: FATAL 55F03 or 0A000, and the connection closed, which rolls the block back).
-// It returns the prefix and how many statements it holds; ok is false for any other text, or a value no
-// constant carries (setLocalStmt).
+// start: a read of the connection's token, lock, role and session_authorization (with, for a client that is not
+// pinned, the put-back of what a function left: staleResetSQL), then a SET LOCAL of each value, then the BEGIN.
+// (An extended-protocol batch that only opens a block gets the same as one SELECT: injectTokens, readInline.)
+// The checked token statement does the same on the server at about twice the cost (its CASE expressions;
+// measured directly in front of a one-row SELECT, 0.46 of the SELECT's rate alone where this gave 0.73). The
+// proxy looks at the row (checkRow) before the BEGIN's answer: nothing of the block has run, nor goes, until the
+// client's next message; a pinned client's connection that is not as the proxy left it ends the session
+// (FATAL 55F03, and the connection closed, which rolls the block back). It returns the prefix and how many
+// statements it holds; ok is false for any other text, or a value no constant carries (setLocalStmt).
 func (ss *session) verifiedBegin(sc *serverConn, class textClass, set rewrite.Settings) (prefix string, n int64, ok bool) {
 	pl := ss.pooled
 	if !class.LoneBegin() {
@@ -1455,32 +1521,119 @@ func (ss *session) expectVerifiedRow() {
 	}
 }
 
-// checkRow checks the row a verified start read on sc (verifiedBegin) for what was asked (verifyPlaceholders,
-// verifyRole), with the refusal the checked token statement gives: the placeholders (55F03, naming the
-// setting), then the role (0A000); and applies the prepared fences' verification it carries, if any.
+// checkRow looks at the row a verified start read on sc (verifiedBegin), or a checked token statement of a client
+// that is not pinned (resetSQLWith), for what was asked, and applies the prepared fences' verification it
+// carries, if any:
+//   - verifyPlaceholders (a pinned client, whose connection is its own): the token and lock must be the
+//     placeholder, else the refusal the pinned checked token statement gives (55F03, naming the setting);
+//   - verifyRole: a token, lock or role that code the proxy did not see left there is put back before the
+//     client's next message (resetDue: resetInBlock), before anything of the block runs (noteStaleStart);
+//   - verifyReset: the reset's column says whether the statement itself put such values back (noteStaleStart).
 func (ss *session) checkRow(sc *serverConn, body []byte, what int32) error {
+	pl := ss.pooled
 	row, err := dataRowValues(body)
-	if err != nil || len(row) < 4 {
+	width := verifiedWidth
+	if what == verifyReset {
+		width = resetWidth
+	}
+	if err != nil || len(row) < width {
 		return fmt.Errorf("%w: the read of a pooled server connection's state gave an unexpected row", errProtocol)
 	}
 	cfg := ss.srv.cfg.Token
-	for i, name := range []string{cfg.Setting, cfg.LockSetting} {
-		if row[i] == nil || string(row[i]) != poolPlaceholder {
-			return refusedState(rewrite.NamedRefusalMarker(sqlstateInvalid, rewrite.RefusalPooledSetting, name))
+	switch what {
+	case verifyPlaceholders:
+		for i, name := range []string{cfg.Setting, cfg.LockSetting} {
+			if row[i] == nil || string(row[i]) != poolPlaceholder {
+				return refusedState(rewrite.NamedRefusalMarker(sqlstateInvalid, rewrite.RefusalPooledSetting, name))
+			}
+		}
+	case verifyRole:
+		roleMoved := string(row[verifiedLoginRole]) != "t"
+		if roleMoved || string(row[0]) != poolPlaceholder || string(row[1]) != poolPlaceholder {
+			ss.noteStaleStart(sc, row[0], row[1], roleMoved)
+			pl.resetDue.Store(true)
+		}
+	case verifyReset:
+		if row[resetStale] != nil {
+			ss.noteStaleStart(sc, row[0], row[1], staleRoleReset(row[resetStale]))
 		}
 	}
-	if what == verifyRole && string(row[2]) != "t" { // loginRoleSQL
-		return refusedState(rewrite.NamedRefusalMarker(sqlstateFeatureNotSupported, rewrite.RefusalPooledRole, "") + "|" + string(row[3]))
-	}
-	if ss.pooled.verifyFolded.Swap(false) { // the prepared fences' verification (foldVerification)
-		if len(row) != 5 {
-			return fmt.Errorf("%w: the read of a pooled server connection's state gave %d columns, want 5", errProtocol, len(row))
+	if pl.verifyFolded.Swap(false) { // the prepared fences' verification (foldVerification)
+		if len(row) != width+1 {
+			return fmt.Errorf("%w: the read of a pooled server connection's state gave %d columns, want %d", errProtocol, len(row), width+1)
 		}
-		if missing := sc.prep.foldedAnswer(row[4]); missing != nil {
+		if missing := sc.prep.foldedAnswer(row[width]); missing != nil {
 			ss.preparedReplaced(missing)
 		}
 	}
 	return nil
+}
+
+// resetInBlock puts back, before the client's next message in the block a verified start opened, what that
+// start found left on the connection (checkRow: resetDue), and sets the client's values for the block again (the
+// session-level set overrides the start's SET LOCAL), as a unit of its own whose answer is waited for (pl.mu
+// held): nothing of the client's block runs before it.
+func (ss *session) resetInBlock() error {
+	pl := ss.pooled
+	sc := pl.sc
+	cfg := ss.srv.cfg.Token
+	pl.replaying.Add(1)
+	writeMsg(sc.w, msgQuery, nil, "SELECT "+staleResetSQL(cfg.Setting, cfg.LockSetting, "true")+", "+
+		strings.TrimPrefix(plainSQLWith(cfg.Setting, cfg.LockSetting, sqlValue(pl.token), sqlValue(pl.lock)), "SELECT "))
+	pl.unnamedReplaced()                 // the Query dropped it
+	if err := sc.w.Flush(); err != nil { // the flush starts the lend's server side (beforeSend)
+		return nil // which sees the connection fail and ends the session
+	}
+	for pl.replaying.Load() > 0 && pl.lost == nil {
+		pl.settled.Wait()
+	}
+	if pl.lost != nil {
+		return errLendLost
+	}
+	return nil
+}
+
+// noteStaleStart records that the transaction found on sc a token, lock or role that code the proxy did not see
+// left at session level (a function that called set_config, in a transaction of a client before), which its
+// first statement, or the unit before the client's next message (resetInBlock), put back before anything of the
+// client's ran. The
+// session's values found (tok, lock) and whether the role was put back are kept for the transaction's end
+// (settle, probeOnce): a rollback puts them back at session level, where they are no client's. Such code is
+// logged, since its change is lost (the contract: a change the proxy cannot follow is not followed).
+func (ss *session) noteStaleStart(sc *serverConn, tok, lock []byte, roleMoved bool) {
+	pl := ss.pooled
+	pl.stale = staleStart{found: true, tok: bytesValue(tok), lock: bytesValue(lock), role: roleMoved}
+	ss.logger().Warn("pooled server connection held a token, lock or role that code fenceproxy does not see left at session level; put back for this transaction",
+		"pool", sc.pool.name, "token", string(tok), "lock", string(lock), "role", pl.stale.role)
+}
+
+// staleStart is what a transaction found left at session level on its connection (noteStaleStart).
+type staleStart struct {
+	found     bool
+	tok, lock *string // the session's values then; nil: NULL
+	role      bool    // the role was not the login role
+}
+
+// readBack is the client's value of a setting the probe read (got) after a transaction that found the stale
+// value stale on its connection, when the read is that value again: a rollback put it back, or the client's own
+// statement set just that, which the proxy cannot tell apart. Neither is surely the client's, and the one
+// certain thing is that it is not the pool's placeholder: the client gets the placeholder, which every fence
+// refuses (55F03) until it sets its token again (fail closed). ok is false when the read is not the stale value.
+func (st staleStart) readBack(got []byte, stale *string) (v *string, ok bool) {
+	if !st.found || stale != nil && *stale == poolPlaceholder || (got == nil) != (stale == nil) || got != nil && string(got) != *stale {
+		return nil, false
+	}
+	ph := poolPlaceholder
+	return &ph, true
+}
+
+// bytesValue is b as a string, nil for NULL.
+func bytesValue(b []byte) *string {
+	if b == nil {
+		return nil
+	}
+	v := string(b)
+	return &v
 }
 
 // refusedState is the replayError of a refusal marker of the proxy's own (rewrite.Translate).
@@ -1944,6 +2097,7 @@ func (ss *session) relayServer(sc *serverConn, inline bool) bool {
 				case msgErrorResponse:
 					pl.relayFirst.Store(0) // the server skips the rest of the batch, the token statement too
 					pl.hide.Store(0)
+					pl.verifyStart.Store(verifyNone) // its row never comes
 				default:
 					pl.relayFirst.Add(-1) // one of the client's: the token statement's answers come after them
 				}
@@ -2083,7 +2237,8 @@ func (ss *session) settle(sc *serverConn) bool {
 		return false
 	}
 	pl.stmtParsed.Store(false)
-	if pl.probe.Swap(false) {
+	probed := pl.probe.Swap(false)
+	if probed {
 		if err := ss.probeSession(sc); err != nil {
 			pl.setLent(nil)
 			sc.pool.discard(sc)
@@ -2100,6 +2255,15 @@ func (ss *session) settle(sc *serverConn) bool {
 			ss.clientIntr.raise(intrPeerEnded)
 			return true
 		}
+	}
+	if pl.stale.found {
+		// The transaction put back what it found left on the connection (noteStaleStart). A rollback put it
+		// there again: the probe looked (probeOnce); without one, which a transaction that cannot leave session
+		// state by its words does not get, the connection is closed.
+		if !probed {
+			pl.tainted = true
+		}
+		pl.stale = staleStart{}
 	}
 	if pl.pin != "" {
 		return false
@@ -2233,8 +2397,16 @@ func (ss *session) probeOnce(sc *serverConn) error {
 			}
 			if pl.startChecked {
 				sawReset := pl.probeReset.Load() && !pl.probeSetConfig
-				pl.token = followed(row[0], pl.token, pl.resetToken, sc.pool.resetToken, sawReset)
-				pl.lock = followed(row[1], pl.lock, pl.resetLock, sc.pool.resetLock, sawReset)
+				if v, back := pl.stale.readBack(row[0], pl.stale.tok); back {
+					pl.token, pl.tainted = v, true
+				} else {
+					pl.token = followed(row[0], pl.token, pl.resetToken, sc.pool.resetToken, sawReset)
+				}
+				if v, back := pl.stale.readBack(row[1], pl.stale.lock); back {
+					pl.lock, pl.tainted = v, true
+				} else {
+					pl.lock = followed(row[1], pl.lock, pl.resetLock, sc.pool.resetLock, sawReset)
+				}
 			} else if string(row[0]) != poolPlaceholder || string(row[1]) != poolPlaceholder {
 				// Not checked at the start, and not the placeholder: a function may have left it, the client's or
 				// one of a client before. The client's plain texts set neither, so its values stay; the connection
@@ -2252,7 +2424,16 @@ func (ss *session) probeOnce(sc *serverConn) error {
 			}
 			reasons := string(row[2])
 			if string(row[5]) != "t" {
-				if pl.startChecked {
+				if pl.startChecked && pl.stale.role {
+					// The role the transaction found left there and put back is there again: a rollback, or the
+					// client's own SET ROLE, which the proxy cannot tell apart. Going on as the login role could
+					// undo a SET ROLE that dropped privileges, and pinned the client could keep another's role:
+					// the session ends, and the connection is closed.
+					pl.tainted = true
+					pl.lost = errors.New("role left by unseen code")
+					pl.fare = errorResponse("FATAL", sqlstateFeatureNotSupported, "the role of this pooled server connection was changed by code fenceproxy cannot follow (a function that calls set_config?), and the transaction's own role cannot be told from it", "",
+						"Use SET ROLE in the client's own statements, or pool.mode session.")
+				} else if pl.startChecked {
 					reasons = strings.TrimPrefix(reasons+", "+roleReason, ", ")
 				} else {
 					// Not checked at the start: the role may be one a function of another client's left, which

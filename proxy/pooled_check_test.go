@@ -1,8 +1,6 @@
 package proxy_test
 
 import (
-	"errors"
-	"io"
 	"slices"
 	"strings"
 	"testing"
@@ -160,15 +158,15 @@ func TestPooledCheckThatDidNotRunIsNoCheck(t *testing.T) {
 }
 
 // A BEGIN batch with no Execute runs no token statement: the connection was not checked for the client, so its
-// next FunctionCall there (which runs with the session's values) is checked first and refused, rather than
-// writing with the token a function of another client's left.
-func TestPooledFunctionCallAfterUncheckedStartIsChecked(t *testing.T) {
+// next FunctionCall there (which runs with the session's values) gets the placeholder put back first, as a unit
+// of its own (staleResetSQL): the function sees the placeholder, which no fence accepts, never the token a
+// function of another client's left.
+func TestPooledFunctionCallAfterUncheckedStartIsPutBack(t *testing.T) {
 	f := newPooledFenced(t, 1, "")
-	fxExec(t, f.d, "INSERT INTO "+f.label+" (id, fence_token) VALUES (1, 1)")
-	fxExec(t, f.d, "CREATE FUNCTION pooled_fc_write() RETURNS bigint LANGUAGE sql AS $$ UPDATE "+f.label+" SET balance = balance + 1 WHERE id = 1 RETURNING fence_token $$")
-	t.Cleanup(func() { f.d.Exec(t.Context(), "DROP FUNCTION IF EXISTS pooled_fc_write()") })
+	fxExec(t, f.d, "CREATE FUNCTION pooled_fc_token() RETURNS text LANGUAGE sql AS $$ SELECT pg_catalog.current_setting('fence.token') $$")
+	t.Cleanup(func() { f.d.Exec(t.Context(), "DROP FUNCTION IF EXISTS pooled_fc_token()") })
 	var oid uint32
-	if err := f.d.QueryRow(ctxT(t), "SELECT 'pooled_fc_write'::regproc::oid").Scan(&oid); err != nil {
+	if err := f.d.QueryRow(ctxT(t), "SELECT 'pooled_fc_token'::regproc::oid").Scan(&oid); err != nil {
 		t.Fatal(err)
 	}
 	dirtyPooledConnection(t, f, "pooled_sneak_fc")
@@ -176,34 +174,26 @@ func TestPooledFunctionCallAfterUncheckedStartIsChecked(t *testing.T) {
 	if _, codes := rawBatch(t, b, &pgproto3.Parse{Query: "BEGIN ISOLATION LEVEL SERIALIZABLE"}); len(codes) > 0 {
 		t.Fatalf("the BEGIN's Parse failed: %v", codes)
 	}
-	fe := b.Frontend()
-	fe.Send(&pgproto3.FunctionCall{Function: oid, ResultFormatCode: 0})
-	if err := fe.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	for {
-		m, err := fe.Receive()
-		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-			break // the session ended: the check refused
+	var got []string
+	err := exchange(b.Frontend(), []pgproto3.FrontendMessage{&pgproto3.FunctionCall{Function: oid, ResultFormatCode: 0}}, func(m pgproto3.BackendMessage) bool {
+		switch m := m.(type) {
+		case *pgproto3.FunctionCallResponse:
+			got = append(got, string(m.Result))
+		case *pgproto3.ErrorResponse:
+			got = append(got, "E"+m.Code)
+		case *pgproto3.ReadyForQuery:
+			return true
 		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		if r, ok := m.(*pgproto3.FunctionCallResponse); ok {
-			t.Fatalf("the FunctionCall ran unchecked on a connection holding another client's token (it returned %s)", r.Result)
-		}
-		if _, ok := m.(*pgproto3.ReadyForQuery); ok {
-			break
-		}
-	}
-	if got := f.token(t, 1); got == 77 {
-		t.Fatalf("row 1 has the token a function of another client left: %d", got)
+		return false
+	})
+	if err != nil || !slices.Equal(got, []string{"fenceproxy:pooled"}) {
+		t.Fatalf("the FunctionCall saw %q (%v), want the placeholder", got, err)
 	}
 }
 
 // A function that a superuser's client calls may change the session's authorization (set_config of
 // session_authorization at session level); the plain token statement of the next client's transaction makes it
-// the login role again, as the checked one refuses it: no client's transaction runs as a role another's left.
+// the login role again, as the checked one puts it back: no client's transaction runs as a role another's left.
 func TestPooledPlainTransactionRunsAsLoginRole(t *testing.T) {
 	f := newPooledFenced(t, 1, "")
 	fxExec(t, f.d, "DROP ROLE IF EXISTS pooled_other")
@@ -345,12 +335,12 @@ func TestPooledBeginBatchWindowAnswers(t *testing.T) {
 	f.wantToken(t, 1, 5)
 }
 
-// A client that pipelines a lone BEGIN (a verified start: the proxy checks what the connection held when the
+// A client that pipelines a lone BEGIN (a verified start: the proxy looks at what the connection held when the
 // row comes back), by a Query or by an extended-protocol batch, with the block's statements and COMMIT behind
-// it, on a connection a function left as another role: nothing after the BEGIN runs, since a client's next
-// Query or batch waits for the answer to the one before. The session ends (FATAL 0A000), and no row was
-// written under that role.
-func TestPooledPipelinedVerifiedBeginRunsNothing(t *testing.T) {
+// it, on a connection a function left as another role: the role is put back before anything after the BEGIN
+// runs (resetInBlock), since a client's next Query or batch waits for the answer to the one before. The block
+// runs, and writes as the login role.
+func TestPooledPipelinedVerifiedBeginRunsAsLoginRole(t *testing.T) {
 	f := newPooledFenced(t, 1, "")
 	for _, sql := range []string{
 		"DROP ROLE IF EXISTS pooled_superrole2", "CREATE ROLE pooled_superrole2 SUPERUSER",
@@ -374,17 +364,33 @@ func TestPooledPipelinedVerifiedBeginRunsNothing(t *testing.T) {
 	} {
 		a := pooledConn(t, f, "&default_query_exec_mode=simple_protocol")
 		fxExec(t, a, "SELECT pooled_become2()")
-		fatal, ran := untilFatal(t, pooledPgConn(t, f, ""), msgs...)
-		if len(ran) > 0 {
-			t.Fatalf("%s: the pipeline ran %q", name, ran)
+		pc := pooledPgConn(t, f, "")
+		pc.Conn().SetDeadline(time.Now().Add(30 * time.Second))
+		var ran []string
+		readies := 0
+		err := exchange(pc.Frontend(), msgs, func(m pgproto3.BackendMessage) bool {
+			switch m := m.(type) {
+			case *pgproto3.CommandComplete:
+				ran = append(ran, string(m.CommandTag))
+			case *pgproto3.ErrorResponse:
+				t.Fatalf("%s: %s %s %s", name, m.Severity, m.Code, m.Message)
+			case *pgproto3.ReadyForQuery:
+				readies++
+			}
+			return readies == 3
+		})
+		if err != nil || !slices.Equal(ran, []string{"BEGIN", "INSERT 0 1", "COMMIT"}) {
+			t.Fatalf("%s: the pipeline ran %q (%v)", name, ran, err)
 		}
-		if fatal.Code != "0A000" {
-			t.Fatalf("%s: got %s %s %q, want FATAL 0A000", name, fatal.Severity, fatal.Code, fatal.Message)
+		var who []string
+		rows, err := f.d.Query(ctxT(t), "DELETE FROM pooled_ran_as RETURNING who")
+		if err == nil {
+			who, err = pgx.CollectRows(rows, pgx.RowTo[string])
 		}
-		var n int
-		if err := f.d.QueryRow(ctxT(t), "SELECT count(*) FROM pooled_ran_as").Scan(&n); err != nil || n != 0 {
-			t.Fatalf("%s: %d rows written (%v)", name, n, err)
+		if err != nil || !slices.Equal(who, []string{pgtest.SuperUser}) {
+			t.Fatalf("%s: the block wrote as %q (%v), want the login role", name, who, err)
 		}
+		a.Close(ctxT(t))
 	}
 }
 

@@ -318,62 +318,114 @@ func TestPooledStaleHolderOnSharedBackend(t *testing.T) {
 }
 
 // A token changed behind the proxy's back (a function calling set_config at session level) is never given to
-// another transaction: each sets its client's own values (a plain one, without looking), and one that may read
-// or leave session state checks the connection first: it is refused 55F03 before its statement runs, and the
-// connection is closed.
+// another transaction, and never refuses another client's: each transaction sets its client's own values (a
+// plain one, without looking), and one that may read or leave session state puts the placeholder back first
+// (staleResetSQL), in its own first statement or, before a text that gets no token statement, as a unit of its
+// own. A transaction that put it back and then rolled back leaves it there again: the probe reads it back as no
+// value of the client's (the placeholder: writes refused until it sets its token again), and the connection is
+// closed; one that committed leaves the placeholder, or the client's own value.
 func TestPooledUnfollowedTokenChange(t *testing.T) {
 	f := newPooledFenced(t, 1, "")
+	fxExec(t, f.d, "INSERT INTO "+f.label+" (id, fence_token) VALUES (1, 1)")
 	fxExec(t, f.d, "CREATE FUNCTION pooled_sneak() RETURNS int LANGUAGE sql AS $$ SELECT pg_catalog.set_config('fence.token', '77', false)::int $$")
 	t.Cleanup(func() { f.d.Exec(t.Context(), "DROP FUNCTION IF EXISTS pooled_sneak()") })
+	write := func(c *pgx.Conn) (int64, error) {
+		var tok int64
+		err := c.QueryRow(ctxT(t), "UPDATE "+f.label+" SET balance = balance + 1 WHERE id = 1 RETURNING fence_token").Scan(&tok)
+		return tok, err
+	}
 	for _, mode := range []string{"simple_protocol", "exec"} {
 		q := "&default_query_exec_mode=" + mode
 		a := pooledConn(t, f, q)
-		var n int
-		if err := a.QueryRow(ctxT(t), "SELECT pooled_sneak()").Scan(&n); err != nil || n != 77 { // plain: no probe
-			t.Fatalf("%s: %d, %v", mode, n, err)
+		sneak := func() uint32 {
+			t.Helper()
+			var n int
+			if err := a.QueryRow(ctxT(t), "SELECT pooled_sneak()").Scan(&n); err != nil || n != 77 { // plain: no probe
+				t.Fatalf("%s: %d, %v", mode, n, err)
+			}
+			return backendPID(t, a)
 		}
+		pid := sneak()
 		b := pooledConn(t, f, q)
 		if got := showToken(t, b); got != "" { // plain: the client's own (none), set without a look
 			t.Fatalf("%s: a plain transaction of another client sees token %q", mode, got)
 		}
-		_, err := b.Exec(ctxT(t), "SET application_name = 'b'")
-		wantPgErr(t, err, "55F03", "invalid fencing token: fence.token was changed on this pooled server connection")
-		// That server connection is closed, not given to the next transaction: the client goes on on a new one.
-		fxExec(t, b, "SET application_name = 'b'")
+		// A checked transaction (its text may leave session state) puts the placeholder back and goes on; it
+		// committed, so the connection is clean and stays.
+		var tok, app string
+		if err := b.QueryRow(ctxT(t), "SELECT pg_catalog.current_setting('fence.token'), pg_catalog.set_config('application_name', 'b', false)").Scan(&tok, &app); err != nil || tok != "" {
+			t.Fatalf("%s: the checked transaction after the change: token %q, %v", mode, tok, err)
+		}
+		if got := backendPID(t, b); got != pid {
+			t.Fatalf("%s: the connection the checked transaction cleaned was closed (%d, now %d)", mode, pid, got)
+		}
 		if got := showToken(t, b); got != "" {
 			t.Fatalf("%s: the next transaction sees token %q", mode, got)
 		}
-		// A text that runs with the session's values (outside a transaction block, no token statement) is
-		// checked first: the session ends before it reaches the server.
-		fxExec(t, a, "SELECT pooled_sneak()")
+		// A text that runs with the session's values (outside a transaction block, no token statement) gets
+		// the placeholder put back first, as a unit of its own, and runs.
+		sneak()
 		c := pooledConn(t, f, q)
-		_, err = c.Exec(ctxT(t), "VACUUM "+f.label)
-		if pe := wantPgErr(t, err, "55F03", "invalid fencing token: fence.token was changed on this pooled server connection"); pe.Severity != "FATAL" {
-			t.Fatalf("%s: severity %s", mode, pe.Severity)
+		fxExec(t, c, "VACUUM "+f.label)
+		var session string
+		if err := f.d.QueryRow(ctxT(t), "SELECT count(*)::text FROM pg_stat_activity WHERE pid = $1", pid).Scan(&session); err != nil || session != "1" {
+			t.Fatalf("%s: the cleaned connection is gone (%q, %v)", mode, session, err)
 		}
-		// A lone BEGIN (TPC-B's) reads the connection's state and the proxy checks it when the row comes,
-		// before the block's answer: the session ends (FATAL 55F03), and the connection with its block is
-		// closed; the next client's block has its own token.
-		fxExec(t, a, "SELECT pooled_sneak()")
+		// A lone BEGIN (TPC-B's) reads the connection's state and puts it back in the same statement, before
+		// the block's answer; the block has the client's own token and writes with it.
+		sneak()
 		d := pooledConn(t, f, q+"&options=-c%20fence.token%3D5")
-		_, err = d.Exec(ctxT(t), "BEGIN")
-		if pe := wantPgErr(t, err, "55F03", "invalid fencing token: fence.token was changed on this pooled server connection"); pe.Severity != "FATAL" {
-			t.Fatalf("%s: BEGIN: severity %s", mode, pe.Severity)
-		}
-		e := pooledConn(t, f, q+"&options=-c%20fence.token%3D6")
-		tx, err := e.Begin(ctxT(t))
+		tx, err := d.Begin(ctxT(t))
 		if err != nil {
-			t.Fatalf("%s: the next client's BEGIN: %v", mode, err)
+			t.Fatalf("%s: BEGIN after the change: %v", mode, err)
 		}
-		var tok string
-		if err := tx.QueryRow(ctxT(t), "SELECT current_setting('fence.token')").Scan(&tok); err != nil || tok != "6" {
-			t.Fatalf("%s: the next client's block has token %q (%v)", mode, tok, err)
+		if err := tx.QueryRow(ctxT(t), "SELECT current_setting('fence.token')").Scan(&tok); err != nil || tok != "5" {
+			t.Fatalf("%s: the block has token %q (%v)", mode, tok, err)
 		}
 		if err := tx.Commit(ctxT(t)); err != nil {
 			t.Fatal(err)
 		}
-		a.Close(ctxT(t))
-		b.Close(ctxT(t))
+		if got, err := write(d); err != nil || got != 5 {
+			t.Fatalf("%s: the client's write after the block: token %d, %v", mode, got, err)
+		}
+		// The client's own SET in a block that put the change back and committed is the client's.
+		sneak()
+		fxExec(t, d, "BEGIN; SET fence.token = 9; COMMIT")
+		if got := showToken(t, d); got != "9" {
+			t.Fatalf("%s: the client's committed SET after a put-back gave %q", mode, got)
+		}
+		// The same rolled back: the session's value is the stale one again, which is no client's. The client's
+		// writes are refused until it sets its token again, and the connection is closed.
+		pid = sneak()
+		e := pooledConn(t, f, q+"&options=-c%20fence.token%3D6")
+		fxExec(t, e, "BEGIN; SET fence.token = 10; ROLLBACK")
+		_, err = write(e)
+		wantPgErr(t, err, "55F03", "")
+		fxExec(t, e, "SET fence.token = 11")
+		if got, err := write(e); err != nil || got != 11 {
+			t.Fatalf("%s: the client's write after setting its token again: %d, %v", mode, got, err)
+		}
+		if got := backendPID(t, e); got == pid {
+			t.Fatalf("%s: the connection a rollback left the stale token on serves on", mode)
+		}
+		// A block that put it back and rolled back with nothing to read back (no probe): the connection, where
+		// the rollback left the stale token, is closed all the same.
+		pid = sneak()
+		g := pooledConn(t, f, q)
+		tx, err = g.Begin(ctxT(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Rollback(ctxT(t)); err != nil {
+			t.Fatal(err)
+		}
+		if got := backendPID(t, g); got == pid {
+			t.Fatalf("%s: the connection a rollback left the stale token on serves on", mode)
+		}
+		for _, c := range []*pgx.Conn{a, b, c, d, e, g} {
+			c.Close(ctxT(t))
+		}
+		fxExec(t, f.d, "UPDATE "+f.label+" SET fence_token = 1 WHERE id = 1")
 	}
 }
 
@@ -401,8 +453,8 @@ func TestPooledPlainTokenStatement(t *testing.T) {
 			t.Fatalf("%q: %v", text, err)
 		}
 		// Plain: a SET LOCAL of each value (the pool logs in as a superuser, whose role changes the server
-		// reports: no role set). Checked: the statement that checks the placeholders first.
-		prefix := "SELECT pg_catalog.set_config('fence.token', "
+		// reports: no role set). Checked: the statement that reads the placeholders first (resetSQLWith).
+		prefix := "SELECT s.t, s.l, CASE WHEN "
 		if !checked {
 			prefix = `SET LOCAL "fence"."token" = '5'; SET LOCAL "fence"."lock" TO DEFAULT; SELECT`
 		}

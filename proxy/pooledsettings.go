@@ -326,8 +326,9 @@ func replayFailed(body []byte) *replayError {
 //     session's are, and the role where a change of it would not be reported (serverConn.roleSeen; one that
 //     is reported keeps the connection from serving anyone else: release);
 //   - prefixSetLocal (SET LOCAL of the values) and prefixNone (a FunctionCall, a text that must run
-//     outside a transaction block, which run with the session's values) get the role check and the check that
-//     the token and lock are the placeholder, as a unit of its own first.
+//     outside a transaction block, which run with the session's values) get, as a unit of its own first, the
+//     token and lock put back to the placeholder and the role to the login role where code the proxy does not
+//     see left them otherwise (staleResetSQL).
 //
 // After a unit of its own the client's message goes only once it is answered: a failure ends the session
 // (replayAnswer) before the message reaches the server. The settings replay, if any, is waited for the same way.
@@ -357,7 +358,10 @@ func (ss *session) checkFirst(typ byte, body []byte, prefix tokenPrefix) error {
 	if pl.pin == "" && sc.checkedFor != pl {
 		cfg := ss.srv.cfg.Token
 		pl.replaying.Add(1)
-		writeMsg(sc.w, msgQuery, nil, "SELECT "+roleCheckSQL(sc.pool.params["user"])+", "+placeholderCheckSQL(cfg.Setting, cfg.LockSetting))
+		// What code the proxy did not see left at session level is put back, in a transaction of its own that
+		// commits: the client's statement then runs with the placeholders, as the login role. The placeholders
+		// are set whatever they were (a no-op when they were there): one statement, no CASE.
+		writeMsg(sc.w, msgQuery, nil, "SELECT "+staleResetSQL(cfg.Setting, cfg.LockSetting, "NOT ("+loginRoleSQL(sc.pool.params["user"])+")"))
 		pl.unnamedReplaced() // the Query dropped it
 		sc.checkedFor = pl
 	}
@@ -415,17 +419,8 @@ func settingsFailure(err *replayError) []byte {
 	return errorResponse("FATAL", err.code, err.msg, "", hint)
 }
 
-// roleCheckSQL is a column of the token statement (tokenStmtSQL) that fails it, before the client's statement
-// runs, when the server connection is not the role it logged in as (user): a function that called set_config
-// on role or session_authorization, which the probe did not see, must never make another client's transaction
-// run as that role. The connection is then closed (noteTokenStmtRefusal).
-func roleCheckSQL(user string) string {
-	marker := quoteLiteral(rewrite.NamedRefusalMarker(sqlstateFeatureNotSupported, rewrite.RefusalPooledRole, "") + "|")
-	return "CASE WHEN " + loginRoleSQL(user) + " THEN NULL ELSE pg_catalog.concat(" + marker + ", pg_catalog.current_setting('role'))::pg_catalog.int8 END"
-}
-
 // noteTokenStmtRefusal looks at the error that ended a token statement (body): a refusal of the proxy's own (the
-// placeholder or the role changed behind its back) means the server connection holds state the proxy did not
+// placeholder changed behind its back on a pinned client's connection) means the server connection holds state the proxy did not
 // follow, so it is closed when the client's transaction ends instead of serving another. Any other error (the
 // client's text did not parse) leaves it as it is.
 func (ss *session) noteTokenStmtRefusal(body []byte) {
@@ -435,7 +430,8 @@ func (ss *session) noteTokenStmtRefusal(body []byte) {
 }
 
 // tokenStmtCache holds a pool's texts of the token statement (tokenStmtName), built once: for clients that are
-// not pinned, with the role check, and for pinned ones, whose connection is their own, role included.
+// not pinned, which put back what they find left (staleResetSQL), and for pinned ones, whose connection is their
+// own, role included, and which refuse it.
 type tokenStmtCache struct {
 	once  [2]sync.Once
 	texts [2]tokenTexts
@@ -450,14 +446,7 @@ func (p *txPool) tokenTexts(pinned bool) *tokenTexts {
 	c := &p.tokenStmts
 	c.once[i].Do(func() {
 		cfg := p.srv.cfg.Token
-		extra, plainExtra := "", ""
-		if !pinned {
-			// The role a client that is not pinned runs as is the login role (SET ROLE pins): checked, or set
-			// (the plain form, on a connection whose role changes the server would not all report: roleSeen).
-			extra = ", " + roleCheckSQL(p.params["user"])
-			plainExtra = ", pg_catalog.set_config('role', 'none', true)"
-		}
-		c.texts[i] = newTokenTexts(cfg.Setting, cfg.LockSetting, p.params["user"], extra, plainExtra)
+		c.texts[i] = newTokenTexts(cfg.Setting, cfg.LockSetting, p.params["user"], pinned)
 	})
 	return &c.texts[i]
 }

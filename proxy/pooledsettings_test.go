@@ -271,7 +271,8 @@ func TestPooledSettingsParameterStatus(t *testing.T) {
 //     shows in session_authorization; the server reports both, and the connection is closed when the
 //     transaction that did it ends (the next client gets another backend);
 //   - the same login changed to another superuser role, which the server does not report: a checked
-//     transaction, and a statement that gets no token statement, are refused (0A000) before they run;
+//     transaction, a lone BEGIN and a statement that gets no token statement put the login role back before
+//     they run (staleResetSQL); one that did and rolled back after a SET ends its session (0A000);
 //   - a login that is a member of a role that is not a superuser (an unreported change): its plain transactions
 //     set the role back themselves.
 func TestPooledRoleByFunction(t *testing.T) {
@@ -310,26 +311,32 @@ func TestPooledRoleByFunction(t *testing.T) {
 		}
 
 		a := pooledConn(t, f, q)
-		fxExec(t, a, "SELECT pooled_become('pooled_superrole')")
+		become := func() uint32 {
+			t.Helper()
+			fxExec(t, a, "SELECT pooled_become('pooled_superrole')")
+			return backendPID(t, a)
+		}
+		pid := become()
+		// A checked transaction puts the login role back in its first statement and runs as it.
 		b := pooledConn(t, f, q)
-		_, err := b.Exec(ctxT(t), "SET application_name = 'b'")
-		wantPgErr(t, err, "0A000", "the role of this pooled server connection was changed")
-		if user, _ := backend(b); user != pgtest.SuperUser {
-			t.Fatalf("%s: the next transaction runs as %q", mode, user)
+		var user, app string
+		if err := b.QueryRow(ctxT(t), "SELECT current_user::text, pg_catalog.set_config('application_name', 'b', false)").Scan(&user, &app); err != nil || user != pgtest.SuperUser {
+			t.Fatalf("%s: the checked transaction after the change runs as %q (%v)", mode, user, err)
 		}
-		// A statement that gets no token statement (it must run outside a transaction block) is checked
-		// first, and never reaches the server: the session ends.
-		fxExec(t, a, "SELECT pooled_become('pooled_superrole')")
+		if got := backendPID(t, b); got != pid {
+			t.Fatalf("%s: the connection the checked transaction cleaned was closed", mode)
+		}
+		// A statement that gets no token statement has it put back as a unit of its own first: the database
+		// it creates is the login role's.
+		become()
 		c := pooledConn(t, f, q)
-		t.Cleanup(func() { f.d.Exec(context.Background(), "ALTER SYSTEM RESET work_mem") })
-		_, err = c.Exec(ctxT(t), "ALTER SYSTEM SET work_mem = '7777kB'")
-		if pe := wantPgErr(t, err, "0A000", "the role of this pooled server connection was changed"); pe.Severity != "FATAL" {
-			t.Fatalf("%s: severity %s", mode, pe.Severity)
+		t.Cleanup(func() { f.d.Exec(context.Background(), "DROP DATABASE IF EXISTS pooled_role_db") })
+		fxExec(t, c, "CREATE DATABASE pooled_role_db")
+		var owner string
+		if err := f.d.QueryRow(ctxT(t), "SELECT pg_catalog.pg_get_userbyid(datdba)::text FROM pg_catalog.pg_database WHERE datname = 'pooled_role_db'").Scan(&owner); err != nil || owner != pgtest.SuperUser {
+			t.Fatalf("%s: CREATE DATABASE after the change ran as %q (%v)", mode, owner, err)
 		}
-		var ran int
-		if err := f.d.QueryRow(ctxT(t), "SELECT count(*) FROM pg_file_settings WHERE name = 'work_mem' AND setting = '7777kB'").Scan(&ran); err != nil || ran != 0 {
-			t.Fatalf("%s: the ALTER SYSTEM ran (%d, %v)", mode, ran, err)
-		}
+		fxExec(t, f.d, "DROP DATABASE pooled_role_db")
 		d := pooledConn(t, f, q)
 		if user, _ := backend(d); user != pgtest.SuperUser {
 			t.Fatalf("%s: the next client runs as %q", mode, user)
@@ -337,12 +344,33 @@ func TestPooledRoleByFunction(t *testing.T) {
 		if err := d.Ping(ctxT(t)); err != nil { // a text of no statement: nothing to check, nothing waits
 			t.Fatal(err)
 		}
-		// A lone BEGIN reads the role, and the proxy refuses the block before anything runs in it.
-		fxExec(t, a, "SELECT pooled_become('pooled_superrole')")
+		// A lone BEGIN reads the role and puts it back in the same statement: the block runs as the login role.
+		become()
 		e := pooledConn(t, f, q)
-		_, err = e.Exec(ctxT(t), "BEGIN")
+		tx, err := e.Begin(ctxT(t))
+		if err != nil {
+			t.Fatalf("%s: BEGIN after the change: %v", mode, err)
+		}
+		if err := tx.QueryRow(ctxT(t), "SELECT current_user::text").Scan(&user); err != nil || user != pgtest.SuperUser {
+			t.Fatalf("%s: the block runs as %q (%v)", mode, user, err)
+		}
+		if err := tx.Commit(ctxT(t)); err != nil {
+			t.Fatal(err)
+		}
+		// Put back and rolled back after a SET, the role left there is there again, which the proxy cannot
+		// tell from the client's own SET ROLE: the session ends (0A000), and the connection is closed.
+		pid = become()
+		g := pooledConn(t, f, q)
+		_, err = g.Exec(ctxT(t), "BEGIN; SET application_name = 'g'; ROLLBACK")
+		if err == nil {
+			_, err = g.Exec(ctxT(t), "SELECT 1")
+		}
 		if pe := wantPgErr(t, err, "0A000", "the role of this pooled server connection was changed"); pe.Severity != "FATAL" {
-			t.Fatalf("%s: BEGIN: severity %s", mode, pe.Severity)
+			t.Fatalf("%s: severity %s", mode, pe.Severity)
+		}
+		h := pooledConn(t, f, q)
+		if user, got := backend(h); user != pgtest.SuperUser || uint32(got) == pid {
+			t.Fatalf("%s: the next client runs as %q on backend %d (the changed one was %d)", mode, user, got, pid)
 		}
 
 		member := f.p.DSN("pooled_member", "", pgtest.TestDB) + q
