@@ -118,8 +118,11 @@ type pooledState struct {
 	tainted          bool              // the token statement refused the lent connection's state (serveLend's)
 	stale            staleStart        // what the transaction found left on the lent connection (serveLend's: noteStaleStart)
 	resetDue         atomic.Bool       // a verified start found it: resetInBlock puts it back before the next message
-	replaying        atomic.Int64      // settings units sent whose ReadyForQuery is still to come
-	replayFailure    *replayError      // the server's error for the settings unit being answered (serveLend's)
+	// chainPending: a text of the unit being answered may chain a transaction (AND CHAIN); chainDue: the unit
+	// ended in a block after one, chainTokens goes before the next message (under mu).
+	chainPending, chainDue bool
+	replaying              atomic.Int64 // settings units sent whose ReadyForQuery is still to come
+	replayFailure          *replayError // the server's error for the settings unit being answered (serveLend's)
 
 	probe atomic.Bool // the transaction may leave session state: look at the connection at its end
 	// What the probe reads an empty value as (followed): it is what a RESET gives on a pooled connection, and
@@ -775,11 +778,21 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 		if err := ss.heldMoved(); err != nil {
 			return err
 		}
-		if pl.resetDue.Swap(false) && pl.sc != nil && byte(st.txStatus.Load()) != txIdle {
-			if err := ss.resetInBlock(); err != nil {
-				return err
+		if pl.sc != nil && byte(st.txStatus.Load()) != txIdle {
+			if pl.resetDue.Swap(false) {
+				if err := ss.resetInBlock(); err != nil {
+					return err
+				}
+			}
+			if pl.chainDue {
+				pl.chainDue = false
+				if err := ss.chainTokens(); err != nil {
+					return err
+				}
 			}
 		}
+		pl.resetDue.Store(false)
+		pl.chainDue = false
 		if pl.sc == nil {
 			if err := ss.lend(); err != nil {
 				if errors.Is(err, errWaitCancelled) {
@@ -851,6 +864,9 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 	var wordsClass textClass // words' class; the zero class when words is nil
 	if words != nil {
 		wordsClass = ss.classOf(words)
+	}
+	if wordsClass.Chain && byte(st.txStatus.Load()) != txIdle {
+		pl.chainPending = true // settle: the chained transaction, if it started, gets the client's values
 	}
 	leaves := wordsClass.leaves
 	if leaves {
@@ -1571,18 +1587,44 @@ func (ss *session) checkRow(sc *serverConn, body []byte, what int32) error {
 
 // resetInBlock puts back, before the client's next message in the block a verified start opened, what that
 // start found left on the connection (checkRow: resetDue), and sets the client's values for the block again (the
-// session-level set overrides the start's SET LOCAL), as a unit of its own whose answer is waited for (pl.mu
-// held): nothing of the client's block runs before it.
+// session-level set overrides the start's SET LOCAL) (pl.mu held).
 func (ss *session) resetInBlock() error {
 	pl := ss.pooled
-	sc := pl.sc
 	cfg := ss.srv.cfg.Token
-	pl.replaying.Add(1)
-	writeMsg(sc.w, msgQuery, nil, "SELECT "+staleResetSQL(cfg.Setting, cfg.LockSetting, "true")+", "+
+	return ss.hiddenUnit("SELECT " + staleResetSQL(cfg.Setting, cfg.LockSetting, "true") + ", " +
 		strings.TrimPrefix(plainSQLWith(cfg.Setting, cfg.LockSetting, sqlValue(pl.token), sqlValue(pl.lock)), "SELECT "))
-	pl.unnamedReplaced()                 // the Query dropped it
-	if err := sc.w.Flush(); err != nil { // the flush starts the lend's server side (beforeSend)
-		return nil // which sees the connection fail and ends the session
+}
+
+// chainTokens gives the transaction that a COMMIT, END, ROLLBACK or ABORT AND CHAIN started (settle: chainDue)
+// the client's values, before the client's next message (pl.mu held). The chained transaction starts with the
+// connection's session values, as on a connection of the client's own: the placeholder, unless the transaction
+// before set the token or lock at session level, which is then the client's value (the probe reads it at the
+// end) and stays. So each is set, transaction-locally, only where the placeholder is in force: where the guess
+// that a chain happened is wrong (a block that goes on), the client's own values are in force, never the
+// placeholder, and nothing changes.
+func (ss *session) chainTokens() error {
+	pl := ss.pooled
+	cfg := ss.srv.cfg.Token
+	ph := quoteLiteral(poolPlaceholder)
+	inForce := func(name string, v *string) string {
+		return "CASE WHEN pg_catalog.current_setting(" + quoteLiteral(name) + ", true)" + sqlEq + ph + " THEN pg_catalog.set_config(" +
+			quoteLiteral(name) + ", " + sqlValue(v) + ", true) END"
+	}
+	return ss.hiddenUnit("SELECT " + inForce(cfg.Setting, pl.token) + ", " + inForce(cfg.LockSetting, pl.lock))
+}
+
+// hiddenUnit sends sql as a unit of the proxy's own on the lent connection, its answers hidden (replayAnswer),
+// and waits for them (pl.mu held): nothing of the client's next message runs before it, and its failure ends
+// the session (lendFailed) before that message goes.
+func (ss *session) hiddenUnit(sql string) error {
+	pl := ss.pooled
+	sc := pl.sc
+	pl.replaying.Add(1)
+	writeMsg(sc.w, msgQuery, nil, sql)
+	pl.unnamedReplaced() // the Query dropped it
+	// The flush starts the lend's server side (beforeSend), which sees a failed connection and ends the session.
+	if err := sc.w.Flush(); err != nil {
+		return nil
 	}
 	for pl.replaying.Load() > 0 && pl.lost == nil {
 		pl.settled.Wait()
@@ -2232,6 +2274,10 @@ func (ss *session) settle(sc *serverConn) bool {
 	}
 	if pl.open > 0 {
 		pl.open--
+	}
+	if pl.chainPending && pl.open == 0 && !st.unsynced.Load() {
+		pl.chainPending = false
+		pl.chainDue = byte(st.txStatus.Load()) != txIdle
 	}
 	if pl.open > 0 || st.unsynced.Load() || byte(st.txStatus.Load()) != txIdle {
 		return false

@@ -1040,6 +1040,45 @@ func TestPooledServerIdleTimeout(t *testing.T) {
 	}
 }
 
+// COMMIT AND CHAIN (and END, ROLLBACK, ABORT ... AND CHAIN) starts the next transaction at once, with the
+// session's values: the client's, given by a hidden statement before its next message (chainTokens), so that a
+// fenced write there goes with the client's token, by the simple and the extended protocol. Statements after
+// the chain in the same Query run before that, with the placeholder: refused (55F03), never another's token.
+func TestPooledCommitAndChain(t *testing.T) {
+	f := newPooledFenced(t, 1, "")
+	fxExec(t, f.d, "INSERT INTO "+f.label+" (id, fence_token) VALUES (1, 1)")
+	write := func(c *pgx.Conn) (int64, error) {
+		var tok int64
+		err := c.QueryRow(ctxT(t), "UPDATE "+f.label+" SET balance = balance + 1 WHERE id = 1 RETURNING fence_token").Scan(&tok)
+		return tok, err
+	}
+	for _, mode := range []string{"simple_protocol", "exec"} {
+		c := pooledConn(t, f, "&default_query_exec_mode="+mode+"&options=-c%20fence.token%3D5")
+		fxExec(t, c, "BEGIN")
+		fxExec(t, c, "COMMIT AND CHAIN")
+		if got, err := write(c); err != nil || got != 5 {
+			t.Fatalf("%s: a write in the chained transaction: token %d, %v", mode, got, err)
+		}
+		fxExec(t, c, "COMMIT")
+		// The extended protocol's chain, then a write.
+		pc := c.PgConn()
+		fxExec(t, c, "BEGIN")
+		if _, codes := rawBatch(t, pc, &pgproto3.Parse{Query: "END AND CHAIN"}, &pgproto3.Bind{}, &pgproto3.Execute{}); len(codes) > 0 {
+			t.Fatalf("%s: END AND CHAIN: %v", mode, codes)
+		}
+		rows, codes := rawBatch(t, pc, &pgproto3.Parse{Query: "UPDATE " + f.label + " SET balance = balance + 1 WHERE id = 1 RETURNING fence_token"}, &pgproto3.Bind{}, &pgproto3.Execute{})
+		if len(codes) > 0 || !slices.Equal(rows, []string{"5"}) {
+			t.Fatalf("%s: a write after END AND CHAIN: %v %v", mode, rows, codes)
+		}
+		fxExec(t, c, "COMMIT")
+		// In the same Query the write comes first: it meets the placeholder.
+		_, err := c.Exec(ctxT(t), "BEGIN; COMMIT AND CHAIN; UPDATE "+f.label+" SET balance = balance + 1 WHERE id = 1")
+		wantPgErr(t, err, "55F03", "")
+		fxExec(t, c, "ROLLBACK")
+		c.Close(ctxT(t))
+	}
+}
+
 // PostgreSQL is the judge: the same scripts run on a connection of their own, straight to the server, and
 // through a pool of one server connection that another client (with a token of its own) uses between every two
 // statements outside a transaction; after each statement both must hold the same token and lock. A token never set reads as "" in
@@ -1063,6 +1102,11 @@ func TestPooledTokenOracle(t *testing.T) {
 		{"", []string{"BEGIN; SET fence.token = 5; COMMIT; SET fence.token = 6", "SET SESSION fence.token = 7"}},
 		{"-c fence.token=3 -c fence.lock=k", []string{"SET fence.token = 5", "RESET fence.token", "SET fence.lock = 'm'", "DISCARD ALL"}},
 		{"-c fence.token=3", []string{"BEGIN", "SET fence.token = 5", "ROLLBACK", "SELECT set_config('fence.token', NULL, false)"}},
+		// AND CHAIN: the chained transaction starts with the session's values (chainTokens).
+		{"-c fence.token=5", []string{"BEGIN", "COMMIT AND CHAIN", "SET fence.lock = 'a'", "COMMIT"}},
+		{"", []string{"BEGIN", "SET fence.token = 6", "COMMIT AND CHAIN", "SET LOCAL fence.token = 7", "ROLLBACK AND CHAIN", "END"}},
+		{"", []string{"SET fence.token = 8", "BEGIN", "SET LOCAL fence.token = 9", "SAVEPOINT a", "ROLLBACK TO SAVEPOINT a", "ROLLBACK AND CHAIN", "COMMIT AND NO CHAIN"}},
+		{"-c fence.lock=k", []string{"SET fence.token = 8", "BEGIN", "SELECT 1/0", "COMMIT AND CHAIN", "SET LOCAL fence.lock = 'j'", "ABORT AND CHAIN", "END"}},
 	}
 	ctx := ctxT(t)
 	state := func(c *pgx.Conn) string {

@@ -3,6 +3,7 @@ package rewrite
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -41,6 +42,8 @@ func FuzzClassifyPooling(f *testing.F) {
 		"ALTER SYSTEM SET x = 1", "DISCARD ALL", "COMMIT", "end", "(SELECT 1)", "SELECT 1; UPDATE t SET a = 1", "SET x = 1; SELECT 1",
 		"with a as (select 1) select * from a", "SHOW fence.token", "TABLE t", "VALUES (1)", `SELECT 'it\'; SET role = x; --'`,
 		"select $$ ; begin $$", "/* BEGIN */ SELECT 1", "-- c\nBEGIN", `"begin"`, "BEGIN/*x*/;", "U&\"begin\"", "begin work work",
+		"COMMIT AND CHAIN", "commit work and chain;", "END AND NO CHAIN", "ROLLBACK AND CHAIN", "abort transaction and chain",
+		"COMMIT AND CHAIN; SELECT 1", "rollback to savepoint chain", `COMMIT AND "chain"`, "COMMIT /*x*/ AND -- y\n CHAIN",
 	} {
 		f.Add(s)
 	}
@@ -50,7 +53,7 @@ func FuzzClassifyPooling(f *testing.F) {
 			raw := []byte(sql)
 			c := ClassifyPooling(raw, set)
 			begin, modes, alone := refTransactionStart(raw, set)
-			want := PoolingClass{Own: refOwnTransaction(raw, set), Begin: begin, Modes: modes, Alone: alone, Plain: refPlainStatements(raw, set)}
+			want := PoolingClass{Own: refOwnTransaction(raw, set), Begin: begin, Modes: modes, Alone: alone, Plain: refPlainStatements(raw, set), Chain: refChain(raw, set)}
 			// Alone is only meaningful with Begin (LoneBegin): the reference reports it for any first statement.
 			if !want.Begin {
 				want.Alone, c.Alone = false, false
@@ -60,6 +63,42 @@ func FuzzClassifyPooling(f *testing.F) {
 			}
 		}
 	})
+}
+
+// refChain reads Chain from all the text's tokens: one statement, COMMIT, END, ROLLBACK or ABORT first, AND
+// CHAIN last, all unquoted words.
+func refChain(raw []byte, s Settings) bool {
+	text, why := decode(raw, s)
+	if why != "" {
+		return false
+	}
+	l := newLexer(text, s.StandardConformingStrings)
+	var words []string
+	for t := l.next(); t.kind != tokEOF; t = l.next() {
+		if t.kind == tokSemicolon {
+			if len(words) > 0 {
+				words = append(words, ";")
+			}
+			continue
+		}
+		if t.kind != tokIdent {
+			words = append(words, "?")
+			continue
+		}
+		v, _ := l.identValue(t, nil)
+		words = append(words, string(v))
+	}
+	for len(words) > 0 && words[len(words)-1] == ";" {
+		words = words[:len(words)-1]
+	}
+	if l.err != nil || len(words) < 3 || slices.Contains(words, ";") {
+		return false
+	}
+	switch words[0] {
+	case "commit", "end", "rollback", "abort":
+		return words[len(words)-2] == "and" && words[len(words)-1] == "chain"
+	}
+	return false
 }
 
 func refOwnTransaction(raw []byte, s Settings) bool {

@@ -20,6 +20,9 @@ type PoolingClass struct {
 	Modes bool // ... with transaction modes (BeginsWithTransactionModes)
 	Alone bool // ... and it is the text's only statement (LoneBegin: Begin && !Modes && Alone)
 	Plain bool // PlainStatements
+	// Chain: the text is one COMMIT, END, ROLLBACK or ABORT with AND CHAIN, which starts the next transaction
+	// at once, with the session's values: the pooler gives it the client's (proxy/pooled.go: chainTokens).
+	Chain bool
 }
 
 // ClassifyPooling reads a text once for OwnTransaction, BeginsWithTransactionModes, LoneBegin and
@@ -46,6 +49,8 @@ func ClassifyPooling(raw []byte, s Settings) PoolingClass {
 	// firstDone is set where the first statement's answers are taken: at the second statement's first token,
 	// or at the end.
 	firstDone := false
+	// The first statement's last two tokens (Chain).
+	var prevTok, lastTok token
 	endFirst := func(alone bool) {
 		firstDone = true
 		if l.err != nil || nlead == 0 {
@@ -94,6 +99,7 @@ func ClassifyPooling(raw []byte, s Settings) PoolingClass {
 			}
 			continue
 		}
+		prevTok, lastTok = lastTok, t
 		if t.kind == tokIdent && nlead == tokens && nlead < 2 {
 			lead[nlead], _ = l.identValue(t, leadBuf[nlead][:0])
 			nlead++
@@ -123,8 +129,16 @@ func ClassifyPooling(raw []byte, s Settings) PoolingClass {
 		c.Own = true
 	default:
 		switch first, second := string(words[0]), string(words[1]); first {
-		case "vacuum", "discard", "cluster", "reindex", "checkpoint", "commit", "rollback", "end", "abort":
+		case "vacuum", "discard", "cluster", "reindex", "checkpoint":
 			c.Own = true
+		case "commit", "rollback", "end", "abort":
+			c.Own = true
+			// ... AND CHAIN: its last two words (AND NO CHAIN ends with "no chain"; ROLLBACK TO SAVEPOINT
+			// takes no chain).
+			var b0, b1 [8]byte
+			and, _ := l.identValue(prevTok, b0[:0])
+			chain, _ := l.identValue(lastTok, b1[:0])
+			c.Chain = tokens >= 3 && prevTok.kind == tokIdent && lastTok.kind == tokIdent && string(and) == "and" && string(chain) == "chain"
 		case "create", "drop":
 			c.Own = second == "database" || second == "tablespace" || second == "subscription"
 		case "alter":

@@ -175,3 +175,28 @@ func TestPoolingClassifiersDoNotAllocate(t *testing.T) {
 		}
 	}
 }
+
+// A lone COMMIT, END, ROLLBACK or ABORT with AND CHAIN starts the next transaction at once (ClassifyPooling's
+// Chain); AND NO CHAIN, ROLLBACK TO SAVEPOINT, a quoted word or a second statement do not make one the pooler
+// can follow.
+func TestPoolingClassChain(t *testing.T) {
+	on := Settings{StandardConformingStrings: true, ClientEncoding: "UTF8", ServerEncoding: "UTF8"}
+	for text, want := range map[string]bool{
+		"COMMIT AND CHAIN":                           true,
+		"commit work and chain;":                     true,
+		"END TRANSACTION AND CHAIN":                  true,
+		"ROLLBACK AND CHAIN":                         true,
+		"abort and /* c */ chain":                    true,
+		"COMMIT":                                     false,
+		"COMMIT AND NO CHAIN":                        false,
+		"ROLLBACK TO SAVEPOINT chain":                false,
+		"rollback to and chain":                      true, // not PostgreSQL's syntax (the server refuses it): no harm
+		`COMMIT AND "chain"`:                         false,
+		"COMMIT AND CHAIN; INSERT INTO t VALUES (1)": false,
+		"SELECT 'COMMIT AND CHAIN'":                  false,
+	} {
+		if got := ClassifyPooling([]byte(text), on).Chain; got != want {
+			t.Errorf("ClassifyPooling(%q).Chain = %v, want %v", text, got, want)
+		}
+	}
+}
