@@ -1480,3 +1480,22 @@ func TestPooledParseAgainAfterSchemaChange(t *testing.T) {
 		t.Fatalf("the text parsed again after ADD COLUMN: %d fields described, rows %v, %v", len(sd.Fields), r.Rows, r.Err)
 	}
 }
+
+// A known difference, pinned here so that the pass that mends it sees it change (docs/pooling.md, "What that
+// means for clients that do not trust each other"): a search_path a function sets at session level, which the
+// proxy does not see, reaches the next client of the server connection.
+func TestPooledHiddenSearchPathReachesTheNextClient(t *testing.T) {
+	f := newPooledFenced(t, 1, "")
+	fxExec(t, f.d, "CREATE OR REPLACE FUNCTION pooled_sneak_path() RETURNS text LANGUAGE sql AS $$ SELECT pg_catalog.set_config('search_path', 'pg_temp, public', false) $$")
+	t.Cleanup(func() { f.d.Exec(t.Context(), "DROP FUNCTION IF EXISTS pooled_sneak_path()") })
+	a := pooledConn(t, f, "&default_query_exec_mode=simple_protocol")
+	fxExec(t, a, "SELECT pooled_sneak_path()")
+	b := pooledConn(t, f, "&default_query_exec_mode=simple_protocol")
+	var sp string
+	if err := b.QueryRow(ctxT(t), "SELECT current_setting('search_path')").Scan(&sp); err != nil {
+		t.Fatal(err)
+	}
+	if sp != "pg_temp, public" {
+		t.Fatalf("the next client's search_path is %q: mended? Update docs/pooling.md and this test", sp)
+	}
+}
