@@ -39,11 +39,13 @@ import (
 //     knows whole (one Query, or one extended-protocol batch already read up to its Sync) whose statements
 //     cannot leave session state by their words (plainText: SELECT, INSERT, UPDATE, ...; no SET, set_config,
 //     BEGIN, ...). The verified one (verifiedBegin) goes before a lone BEGIN: it reads the connection's state,
-//     which the proxy looks at (checkRow) before anything of the block runs. The checked one (resetSQLWith) goes
-//     before every other transaction. Both put back, in their first statement, the placeholder and the login
-//     role where a function left others at session level (staleResetSQL: a put-back start, noteStaleStart), so
-//     that such a function never refuses another client's transaction; a pinned client's, whose connection is
-//     its own, refuses instead (tokenSQLWith: 55F03). The end of a verified or checked transaction may be read
+//     which the proxy looks at (checkRow) before anything of the block runs. The checked one (tokenSQLWith,
+//     roleCheckSQL) goes before every other transaction, and checks, on the server, that the connection's
+//     session values are the placeholder and the role the login role. Another client's function never makes
+//     either refuse: a connection that comes to a client gets what such a function left put back first, in a
+//     transaction of its own that commits before the client's (putBackFirst; after a verified start that found
+//     it, rebeginClean), so what the check refuses (55F03, 0A000) is the client's own function's doing, as the
+//     contract says. The end of a verified or checked transaction may be read
 //     back (below), which is sound only if its start was as the proxy left it (startChecked). Before the text
 //     of a Query they carry the values as constants (nothing prepared, so nothing another client could
 //     replace); before an extended-protocol batch the plain and verified ones go as the unnamed statement, the
@@ -116,8 +118,7 @@ type pooledState struct {
 	customNames      map[string]bool   // custom settings the client's texts may have set (noteCustomSettings)
 	customUnfollowed bool              // a text set a custom setting the proxy cannot name
 	tainted          bool              // the token statement refused the lent connection's state (serveLend's)
-	stale            staleStart        // what the transaction found left on the lent connection (serveLend's: noteStaleStart)
-	resetDue         atomic.Bool       // a verified start found it: resetInBlock puts it back before the next message
+	resetDue         atomic.Bool       // a verified start found what unseen code left: rebeginClean goes before the next message
 	// chainPending: a text of the unit being answered may chain a transaction (AND CHAIN); chainDue: the unit
 	// ended in a block after one, chainTokens goes before the next message (under mu).
 	chainPending, chainDue bool
@@ -224,45 +225,27 @@ func (s *Server) pooledTransactions() bool { return s.pools != nil }
 
 // tokenSQLWith sets the token and lock settings to the SQL expressions tokVal and lockVal, transaction-locally,
 // after checking that the connection's session values are the placeholder: anything else means a change the
-// proxy did not follow (a function that called set_config), and the statement fails with 55F03 naming the setting
-// before the client's statement runs. The checked token statement of a pinned client: its connection is its own,
-// so what a function left there is its own doing, refused as the contract says.
+// proxy did not follow, and the statement fails with 55F03 naming the setting before the client's statement runs
+// (prefixChecked). A connection that comes to a client that is not pinned has what another client's function
+// left there put back first (putBackFirst), so what this check refuses is the client's own function's doing, as
+// the contract says; a pinned client's connection is its own.
 func tokenSQLWith(tok, lock, tokVal, lockVal string) string {
 	return "SELECT pg_catalog.set_config(" + quoteLiteral(tok) + ", CASE WHEN " + placeholdersUnchanged(tok, lock) + " THEN " + tokVal +
 		" ELSE " + placeholderRefusal(tok, lock) + "::pg_catalog.text END, true), pg_catalog.set_config(" + quoteLiteral(lock) + ", " + lockVal + ", true)"
 }
 
-// resetSQLWith is the checked token statement of a client that is not pinned (user is the pool's login role).
-// Its row (checkRow: verifyReset) is the connection's session values of the token and lock as the transaction
-// found them; then a column that is NULL when they are the placeholder and the connection runs as the role it
-// logged in as, and otherwise puts them so at session level (staleResetSQL); then it sets the token and lock to
-// the SQL expressions tokVal and lockVal, transaction-locally. A target list is evaluated in order: the
-// reset comes before the local values, which a session-level set after them would override. The reads are
-// written once, in the FROM list, to keep the statement short: as a Query's prefix it shows in
-// pg_stat_activity before the client's text (track_activity_query_size, 1024 bytes by default).
-func resetSQLWith(tok, lock, user, tokVal, lockVal string) string {
-	ph := quoteLiteral(poolPlaceholder)
-	return "SELECT s.t, s.l, CASE WHEN s.t" + sqlEq + ph + " AND s.l" + sqlEq + ph + " AND s.r THEN NULL ELSE " + staleResetSQL(tok, lock, "NOT s.r") +
-		" END, pg_catalog.set_config(" + quoteLiteral(tok) + ", " + tokVal + ", true), pg_catalog.set_config(" + quoteLiteral(lock) + ", " + lockVal +
-		", true) FROM (SELECT pg_catalog.current_setting(" + quoteLiteral(tok) + ", true) AS t, pg_catalog.current_setting(" + quoteLiteral(lock) +
-		", true) AS l, " + loginRoleSQL(user) + " AS r) AS s"
-}
-
 // staleResetSQL puts the token and lock back to the placeholder at session level, and, when roleMoved (an SQL
 // condition) holds, session_authorization to the login role (set_config with NULL is its RESET, which any role
-// may run) and the role to none. Its value is the two placeholders, followed by the login role and "none" when
-// it put the role back (staleRoleReset). Only code the proxy does not see leaves anything but the placeholders
-// and the login role at session level (a function that calls set_config), in a transaction of a client before,
-// and that is never this client's problem: its transaction goes on with its own values, as the login role (a
-// put-back start: noteStaleStart).
+// may run) and the role to none. Only code the proxy does not see leaves anything but the placeholders and the
+// login role at session level (a function that calls set_config), and in a transaction of another client that is
+// never this client's problem. It always runs in a transaction of its own that commits before anything of the
+// client's runs (putBackFirst, checkFirst, rebeginClean): put back inside the client's transaction, a rollback
+// there would bring the stale values back for the rest of the client's Query or batch.
 func staleResetSQL(tok, lock, roleMoved string) string {
 	ph := quoteLiteral(poolPlaceholder)
 	return "pg_catalog.concat(pg_catalog.set_config(" + quoteLiteral(tok) + ", " + ph + ", false), pg_catalog.set_config(" + quoteLiteral(lock) + ", " + ph +
 		", false), CASE WHEN " + roleMoved + " THEN pg_catalog.concat(pg_catalog.set_config('session_authorization', NULL, false), pg_catalog.set_config('role', 'none', false)) END)"
 }
-
-// staleRoleReset reports whether staleResetSQL's value (got) says it put the role back.
-func staleRoleReset(got []byte) bool { return string(got) != poolPlaceholder+poolPlaceholder }
 
 // plainSQLWith sets the token and lock settings to the SQL expressions tokVal and lockVal, transaction-locally,
 // without looking at the connection's session values: the token statement of a transaction whose statements
@@ -292,9 +275,9 @@ func placeholderRefusal(tok, lock string) string {
 }
 
 // tokenTexts are the token statement's texts for one pool and kind of client (txPool.tokenTexts): the pieces of
-// the inline forms around the two values, checked (resetSQLWith for a client that is not pinned, tokenSQLWith for
-// a pinned one) and plain (plainSQLWith, setting the login role for a client that is not pinned), and the Parse
-// body of the prepared checked one.
+// the inline forms around the two values, checked (tokenSQLWith, with the role check for a client that is not
+// pinned) and plain (plainSQLWith, setting the login role for a client that is not pinned), and the Parse body of
+// the prepared checked one.
 type tokenTexts struct {
 	inlineHead, inlineMid, inlineTail string // inlineHead + token + inlineMid + lock + inlineTail, as SQL expressions
 	plainHead, plainMid, plainTail    string // the same for the plain form
@@ -304,14 +287,11 @@ type tokenTexts struct {
 	parseBody                         []byte
 }
 
-// Where checkRow finds what it looks at in the row of a verified start (startRead) and of a checked token
-// statement of a client that is not pinned (resetSQLWith): the session's token and lock come first in both.
+// Where checkRow finds what it looks at in the row of a verified start (startRead): the session's token and
+// lock come first.
 const (
 	verifiedLoginRole = 2 // loginRoleSQL
-	verifiedRole      = 3 // the role
 	verifiedWidth     = 4
-	resetStale        = 2 // the reset's column in resetSQLWith's row: NULL when nothing was put back
-	resetWidth        = 3
 )
 
 // tokenStmtClose is the body of the Close that drops the token statement before it is prepared again.
@@ -325,19 +305,15 @@ func newTokenTexts(tok, lock, user string, pinned bool) tokenTexts {
 		mid, tail, _ = strings.Cut(rest, "\x00LOCK\x00")
 		return head, mid, tail
 	}
-	checked := func(tokVal, lockVal string) string {
-		if pinned {
-			return tokenSQLWith(tok, lock, tokVal, lockVal)
-		}
-		return resetSQLWith(tok, lock, user, tokVal, lockVal)
-	}
-	plainExtra := ""
+	extra, plainExtra := "", ""
 	if !pinned {
-		// The role a client that is not pinned runs as is the login role (SET ROLE pins): set for the
+		// The role a client that is not pinned runs as is the login role (SET ROLE pins): checked, or set for the
 		// transaction by the plain form, on a connection whose role changes the server would not all report
 		// (roleSeen).
+		extra = ", " + roleCheckSQL(user)
 		plainExtra = ", pg_catalog.set_config('role', 'none', true)"
 	}
+	checked := func(tokVal, lockVal string) string { return tokenSQLWith(tok, lock, tokVal, lockVal) + extra }
 	var t tokenTexts
 	t.inlineHead, t.inlineMid, t.inlineTail = cut(checked("\x00TOK\x00", "\x00LOCK\x00") + "; ")
 	t.plainHead, t.plainMid, t.plainTail = cut(plainSQLWith(tok, lock, "\x00TOK\x00", "\x00LOCK\x00") + plainExtra + "; ")
@@ -780,7 +756,7 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 		}
 		if pl.sc != nil && byte(st.txStatus.Load()) != txIdle {
 			if pl.resetDue.Swap(false) {
-				if err := ss.resetInBlock(); err != nil {
+				if err := ss.rebeginClean(); err != nil {
 					return err
 				}
 			}
@@ -1145,9 +1121,8 @@ const (
 	// prefixNone: nothing (a FunctionCall, a text that must run outside a transaction block): the message runs
 	// with the connection's session values, which checkFirst checks before it goes.
 	prefixNone tokenPrefix = iota
-	// prefixChecked: the token statement that looks at the connection's session values (the placeholder, the
-	// role) before it sets the client's: puts back what a function left (resetSQLWith), or, for a pinned client,
-	// refuses it (tokenSQLWith).
+	// prefixChecked: the token statement that checks the connection's session values (the placeholder, the role)
+	// before it sets the client's (tokenSQLWith, roleCheckSQL), after putBackFirst.
 	prefixChecked
 	// prefixSet: the token statement that sets the client's values (and, where needed, the login role for a
 	// client that is not pinned: serverConn.roleSeen) without looking at the session's (plainPrefix,
@@ -1364,8 +1339,8 @@ func (ss *session) injectTokens(typ byte, body []byte) tokenPrefix {
 			pl.hide.Add(2)
 			prefix = prefixSetLocal
 		} else {
+			ss.putBackFirst()
 			ss.queryPrefix = sc.pool.tokenTexts(pl.pin != "").inline(pl.token, pl.lock)
-			ss.expectResetRow()
 			pl.hide.Add(1)
 			prefix = prefixChecked
 		}
@@ -1382,6 +1357,7 @@ func (ss *session) injectTokens(typ byte, body []byte) tokenPrefix {
 		}
 	}
 	if text, ok := ss.stmtText(typ, body); ok && ss.beginsWithModes(text) {
+		ss.putBackFirst()
 		pl.tokenAfterBegin, pl.beginPortals, pl.windowAnswers = true, pl.beginPortals[:0], 0 // forwardPooled sends it
 		return prefixChecked
 	}
@@ -1398,6 +1374,7 @@ func (ss *session) injectTokens(typ byte, body []byte) tokenPrefix {
 		ss.expectVerifiedRow()
 		return prefixChecked
 	}
+	ss.putBackFirst()
 	ss.writeTokenStmt("")
 	return prefixChecked
 }
@@ -1455,15 +1432,6 @@ func (ss *session) writeTokenStmt(portal string) {
 	writeMsg(sc.w, msgBind, b, "")
 	writeMsg(sc.w, msgExecute, append(append([]byte(portal), 0), 0, 0, 0, 0), "")
 	pl.hide.Add(1)
-	ss.expectResetRow()
-}
-
-// expectResetRow notes that the hidden row of the checked token statement being sent is looked at (checkRow:
-// verifyReset), for a client that is not pinned (resetSQLWith); a pinned client's refuses on the server.
-func (ss *session) expectResetRow() {
-	if ss.pooled.pin == "" {
-		ss.pooled.verifyStart.Store(verifyReset)
-	}
 }
 
 // prepareTokenStmt prepares the token statement again, unless the client whose transaction starts is the one
@@ -1488,7 +1456,6 @@ const (
 	verifyNone int32 = iota
 	verifyPlaceholders
 	verifyRole
-	verifyReset // the row of a checked token statement of a client that is not pinned (resetSQLWith)
 )
 
 // verifiedBegin is the token statement before a Query that is a lone BEGIN (rewrite.LoneBegin), TPC-B's way to
@@ -1537,22 +1504,17 @@ func (ss *session) expectVerifiedRow() {
 	}
 }
 
-// checkRow looks at the row a verified start read on sc (verifiedBegin), or a checked token statement of a client
-// that is not pinned (resetSQLWith), for what was asked, and applies the prepared fences' verification it
-// carries, if any:
+// checkRow looks at the row a verified start read on sc (verifiedBegin) for what was asked, and applies the
+// prepared fences' verification it carries, if any:
 //   - verifyPlaceholders (a pinned client, whose connection is its own): the token and lock must be the
-//     placeholder, else the refusal the pinned checked token statement gives (55F03, naming the setting);
-//   - verifyRole: a token, lock or role that code the proxy did not see left there is put back before the
-//     client's next message (resetDue: resetInBlock), before anything of the block runs (noteStaleStart);
-//   - verifyReset: the reset's column says whether the statement itself put such values back (noteStaleStart).
+//     placeholder, else the refusal the checked token statement gives (55F03, naming the setting);
+//   - verifyRole: a token, lock or role that code the proxy did not see left there (another client's function,
+//     or the client's own) is put back before the client's next message, in a transaction of its own, and the
+//     client's block begun again (resetDue: rebeginClean). Nothing of the block has run yet.
 func (ss *session) checkRow(sc *serverConn, body []byte, what int32) error {
 	pl := ss.pooled
 	row, err := dataRowValues(body)
-	width := verifiedWidth
-	if what == verifyReset {
-		width = resetWidth
-	}
-	if err != nil || len(row) < width {
+	if err != nil || len(row) < verifiedWidth {
 		return fmt.Errorf("%w: the read of a pooled server connection's state gave an unexpected row", errProtocol)
 	}
 	cfg := ss.srv.cfg.Token
@@ -1564,35 +1526,56 @@ func (ss *session) checkRow(sc *serverConn, body []byte, what int32) error {
 			}
 		}
 	case verifyRole:
-		roleMoved := string(row[verifiedLoginRole]) != "t"
-		if roleMoved || string(row[0]) != poolPlaceholder || string(row[1]) != poolPlaceholder {
-			ss.noteStaleStart(sc, row[0], row[1], roleMoved)
+		if string(row[verifiedLoginRole]) != "t" || string(row[0]) != poolPlaceholder || string(row[1]) != poolPlaceholder {
 			pl.resetDue.Store(true)
-		}
-	case verifyReset:
-		if row[resetStale] != nil {
-			ss.noteStaleStart(sc, row[0], row[1], staleRoleReset(row[resetStale]))
+			ss.logger().Warn("pooled server connection held a token, lock or role that code fenceproxy does not see left at session level; put back before the client's block",
+				"pool", sc.pool.name, "token", string(row[0]), "lock", string(row[1]), "login_role", string(row[verifiedLoginRole]) == "t")
 		}
 	}
 	if pl.verifyFolded.Swap(false) { // the prepared fences' verification (foldVerification)
-		if len(row) != width+1 {
-			return fmt.Errorf("%w: the read of a pooled server connection's state gave %d columns, want %d", errProtocol, len(row), width+1)
+		if len(row) != verifiedWidth+1 {
+			return fmt.Errorf("%w: the read of a pooled server connection's state gave %d columns, want %d", errProtocol, len(row), verifiedWidth+1)
 		}
-		if missing := sc.prep.foldedAnswer(row[width]); missing != nil {
+		if missing := sc.prep.foldedAnswer(row[verifiedWidth]); missing != nil {
 			ss.preparedReplaced(missing)
 		}
 	}
 	return nil
 }
 
-// resetInBlock puts back, before the client's next message in the block a verified start opened, what that
-// start found left on the connection (checkRow: resetDue), and sets the client's values for the block again (the
-// session-level set overrides the start's SET LOCAL) (pl.mu held).
-func (ss *session) resetInBlock() error {
+// rebeginClean ends the block a verified start opened on a connection that held what unseen code left there
+// (checkRow: resetDue), puts that back in a transaction of its own that commits, and begins the block again
+// with the client's values, before the client's next message (pl.mu held). Nothing of the client's block had
+// run (a lone BEGIN, which sets no transaction modes), so the new block is the same to the client; and no
+// rollback of it can bring the stale values back. Two hidden Queries, waited for.
+func (ss *session) rebeginClean() error {
 	pl := ss.pooled
+	sc := pl.sc
 	cfg := ss.srv.cfg.Token
-	return ss.hiddenUnit("SELECT " + staleResetSQL(cfg.Setting, cfg.LockSetting, "true") + ", " +
-		strings.TrimPrefix(plainSQLWith(cfg.Setting, cfg.LockSetting, sqlValue(pl.token), sqlValue(pl.lock)), "SELECT "))
+	pl.replaying.Add(2)
+	writeMsg(sc.w, msgQuery, nil, "ROLLBACK; SELECT "+staleResetSQL(cfg.Setting, cfg.LockSetting, "NOT ("+loginRoleSQL(sc.pool.params["user"])+")"))
+	writeMsg(sc.w, msgQuery, nil, "BEGIN; "+plainSQLWith(cfg.Setting, cfg.LockSetting, sqlValue(pl.token), sqlValue(pl.lock)))
+	return ss.awaitHidden()
+}
+
+// putBackFirst puts back what unseen code left on a connection that comes to a client that is not pinned (the
+// token and lock to the placeholder, the role to the login role), in a transaction of its own written before
+// the client's, whose answer is hidden and not waited for (pl.mu held): a checked start then finds the connection
+// as the proxy left it, and a rollback in the client's Query or batch cannot bring another client's values back.
+// Once per client per connection (serverConn.checkedFor); what the check finds later is the client's own doing,
+// refused (tokenSQLWith, roleCheckSQL). Its failure ends the session (replayAnswer); the client's unit, already
+// written, then meets the check, which refuses it.
+func (ss *session) putBackFirst() {
+	pl := ss.pooled
+	sc := pl.sc
+	if pl.pin != "" || sc.checkedFor == pl {
+		return
+	}
+	cfg := ss.srv.cfg.Token
+	pl.replaying.Add(1)
+	writeMsg(sc.w, msgQuery, nil, "SELECT "+staleResetSQL(cfg.Setting, cfg.LockSetting, "NOT ("+loginRoleSQL(sc.pool.params["user"])+")"))
+	pl.unnamedReplaced() // the Query dropped it
+	sc.checkedFor = pl
 }
 
 // chainTokens gives the transaction that a COMMIT, END, ROLLBACK or ABORT AND CHAIN started (settle: chainDue)
@@ -1618,12 +1601,18 @@ func (ss *session) chainTokens() error {
 // the session (lendFailed) before that message goes.
 func (ss *session) hiddenUnit(sql string) error {
 	pl := ss.pooled
-	sc := pl.sc
 	pl.replaying.Add(1)
-	writeMsg(sc.w, msgQuery, nil, sql)
-	pl.unnamedReplaced() // the Query dropped it
+	writeMsg(pl.sc.w, msgQuery, nil, sql)
+	return ss.awaitHidden()
+}
+
+// awaitHidden sends what the proxy wrote of its own on the lent connection and waits for the answers to all its
+// hidden units (pl.mu held). Its Queries dropped the unnamed statement.
+func (ss *session) awaitHidden() error {
+	pl := ss.pooled
+	pl.unnamedReplaced()
 	// The flush starts the lend's server side (beforeSend), which sees a failed connection and ends the session.
-	if err := sc.w.Flush(); err != nil {
+	if err := pl.sc.w.Flush(); err != nil {
 		return nil
 	}
 	for pl.replaying.Load() > 0 && pl.lost == nil {
@@ -1633,49 +1622,6 @@ func (ss *session) hiddenUnit(sql string) error {
 		return errLendLost
 	}
 	return nil
-}
-
-// noteStaleStart records that the transaction found on sc a token, lock or role that code the proxy did not see
-// left at session level (a function that called set_config, in a transaction of a client before), which its
-// first statement, or the unit before the client's next message (resetInBlock), put back before anything of the
-// client's ran. The
-// session's values found (tok, lock) and whether the role was put back are kept for the transaction's end
-// (settle, probeOnce): a rollback puts them back at session level, where they are no client's. Such code is
-// logged, since its change is lost (the contract: a change the proxy cannot follow is not followed).
-func (ss *session) noteStaleStart(sc *serverConn, tok, lock []byte, roleMoved bool) {
-	pl := ss.pooled
-	pl.stale = staleStart{found: true, tok: bytesValue(tok), lock: bytesValue(lock), role: roleMoved}
-	ss.logger().Warn("pooled server connection held a token, lock or role that code fenceproxy does not see left at session level; put back for this transaction",
-		"pool", sc.pool.name, "token", string(tok), "lock", string(lock), "role", pl.stale.role)
-}
-
-// staleStart is what a transaction found left at session level on its connection (noteStaleStart).
-type staleStart struct {
-	found     bool
-	tok, lock *string // the session's values then; nil: NULL
-	role      bool    // the role was not the login role
-}
-
-// readBack is the client's value of a setting the probe read (got) after a transaction that found the stale
-// value stale on its connection, when the read is that value again: a rollback put it back, or the client's own
-// statement set just that, which the proxy cannot tell apart. Neither is surely the client's, and the one
-// certain thing is that it is not the pool's placeholder: the client gets the placeholder, which every fence
-// refuses (55F03) until it sets its token again (fail closed). ok is false when the read is not the stale value.
-func (st staleStart) readBack(got []byte, stale *string) (v *string, ok bool) {
-	if !st.found || stale != nil && *stale == poolPlaceholder || (got == nil) != (stale == nil) || got != nil && string(got) != *stale {
-		return nil, false
-	}
-	ph := poolPlaceholder
-	return &ph, true
-}
-
-// bytesValue is b as a string, nil for NULL.
-func bytesValue(b []byte) *string {
-	if b == nil {
-		return nil
-	}
-	v := string(b)
-	return &v
 }
 
 // refusedState is the replayError of a refusal marker of the proxy's own (rewrite.Translate).
@@ -2283,8 +2229,7 @@ func (ss *session) settle(sc *serverConn) bool {
 		return false
 	}
 	pl.stmtParsed.Store(false)
-	probed := pl.probe.Swap(false)
-	if probed {
+	if pl.probe.Swap(false) {
 		if err := ss.probeSession(sc); err != nil {
 			pl.setLent(nil)
 			sc.pool.discard(sc)
@@ -2301,15 +2246,6 @@ func (ss *session) settle(sc *serverConn) bool {
 			ss.clientIntr.raise(intrPeerEnded)
 			return true
 		}
-	}
-	if pl.stale.found {
-		// The transaction put back what it found left on the connection (noteStaleStart). A rollback put it
-		// there again: the probe looked (probeOnce); without one, which a transaction that cannot leave session
-		// state by its words does not get, the connection is closed.
-		if !probed {
-			pl.tainted = true
-		}
-		pl.stale = staleStart{}
 	}
 	if pl.pin != "" {
 		return false
@@ -2443,16 +2379,8 @@ func (ss *session) probeOnce(sc *serverConn) error {
 			}
 			if pl.startChecked {
 				sawReset := pl.probeReset.Load() && !pl.probeSetConfig
-				if v, back := pl.stale.readBack(row[0], pl.stale.tok); back {
-					pl.token, pl.tainted = v, true
-				} else {
-					pl.token = followed(row[0], pl.token, pl.resetToken, sc.pool.resetToken, sawReset)
-				}
-				if v, back := pl.stale.readBack(row[1], pl.stale.lock); back {
-					pl.lock, pl.tainted = v, true
-				} else {
-					pl.lock = followed(row[1], pl.lock, pl.resetLock, sc.pool.resetLock, sawReset)
-				}
+				pl.token = followed(row[0], pl.token, pl.resetToken, sc.pool.resetToken, sawReset)
+				pl.lock = followed(row[1], pl.lock, pl.resetLock, sc.pool.resetLock, sawReset)
 			} else if string(row[0]) != poolPlaceholder || string(row[1]) != poolPlaceholder {
 				// Not checked at the start, and not the placeholder: a function may have left it, the client's or
 				// one of a client before. The client's plain texts set neither, so its values stay; the connection
@@ -2470,16 +2398,7 @@ func (ss *session) probeOnce(sc *serverConn) error {
 			}
 			reasons := string(row[2])
 			if string(row[5]) != "t" {
-				if pl.startChecked && pl.stale.role {
-					// The role the transaction found left there and put back is there again: a rollback, or the
-					// client's own SET ROLE, which the proxy cannot tell apart. Going on as the login role could
-					// undo a SET ROLE that dropped privileges, and pinned the client could keep another's role:
-					// the session ends, and the connection is closed.
-					pl.tainted = true
-					pl.lost = errors.New("role left by unseen code")
-					pl.fare = errorResponse("FATAL", sqlstateFeatureNotSupported, "the role of this pooled server connection was changed by code fenceproxy cannot follow (a function that calls set_config?), and the transaction's own role cannot be told from it", "",
-						"Use SET ROLE in the client's own statements, or pool.mode session.")
-				} else if pl.startChecked {
+				if pl.startChecked {
 					reasons = strings.TrimPrefix(reasons+", "+roleReason, ", ")
 				} else {
 					// Not checked at the start: the role may be one a function of another client's left, which

@@ -338,7 +338,7 @@ func TestPooledBeginBatchWindowAnswers(t *testing.T) {
 // A client that pipelines a lone BEGIN (a verified start: the proxy looks at what the connection held when the
 // row comes back), by a Query or by an extended-protocol batch, with the block's statements and COMMIT behind
 // it, on a connection a function left as another role: the role is put back before anything after the BEGIN
-// runs (resetInBlock), since a client's next Query or batch waits for the answer to the one before. The block
+// runs (rebeginClean), since a client's next Query or batch waits for the answer to the one before. The block
 // runs, and writes as the login role.
 func TestPooledPipelinedVerifiedBeginRunsAsLoginRole(t *testing.T) {
 	f := newPooledFenced(t, 1, "")
@@ -531,5 +531,35 @@ func TestPooledUncheckedProbeDoesNotPinToAnothersRole(t *testing.T) {
 		if len(codes) > 0 || !slices.Equal(rows, []string{"pooled_member3"}) {
 			t.Fatalf("the client's next transaction runs as %q (%q)", rows, codes)
 		}
+	}
+}
+
+// What another client's function left on a connection, put back before the client's transaction, costs the
+// client nothing of its own (review of the first put-back, which ran inside the client's transaction): its own
+// error keeps its token, and a lock name that happens to be the one the function left (holders of one resource
+// share it) is the client's when it sets it.
+func TestPooledPutBackKeepsTheClientsValues(t *testing.T) {
+	f := newPooledFenced(t, 1, "")
+	fxExec(t, f.d, "INSERT INTO "+f.label+" (id, fence_token) VALUES (1, 1)")
+	dirtyPooledConnection(t, f, "pooled_sneak_err")
+	b := pooledConn(t, f, "&default_query_exec_mode=simple_protocol&options=-c%20fence.token%3D5")
+	_, err := b.Exec(ctxT(t), "SET application_name = 'b'; SELECT 1/0")
+	wantPgErr(t, err, "22012", "")
+	var tok int64
+	if err := b.QueryRow(ctxT(t), "UPDATE "+f.label+" SET balance = balance + 1 WHERE id = 1 RETURNING fence_token").Scan(&tok); err != nil || tok != 5 {
+		t.Fatalf("after its own failed statement on a connection put back, the client's write: token %d, %v (want 5)", tok, err)
+	}
+	b.Close(ctxT(t))
+
+	fxExec(t, f.d, "CREATE OR REPLACE FUNCTION pooled_sneak_lock() RETURNS text LANGUAGE sql AS $$ SELECT pg_catalog.set_config('fence.lock', 'settle', false) $$")
+	t.Cleanup(func() { f.d.Exec(t.Context(), "DROP FUNCTION IF EXISTS pooled_sneak_lock()") })
+	a := pooledConn(t, f, "&default_query_exec_mode=simple_protocol")
+	fxExec(t, a, "SELECT pooled_sneak_lock()")
+	a.Close(ctxT(t))
+	c := pooledConn(t, f, "&default_query_exec_mode=simple_protocol")
+	fxExec(t, c, "SET fence.lock = 'settle'")
+	var lock string
+	if err := c.QueryRow(ctxT(t), "SHOW fence.lock").Scan(&lock); err != nil || lock != "settle" {
+		t.Fatalf("the client's committed SET fence.lock = 'settle' became %q (%v)", lock, err)
 	}
 }

@@ -319,20 +319,29 @@ func TestPooledStaleHolderOnSharedBackend(t *testing.T) {
 
 // A token changed behind the proxy's back (a function calling set_config at session level) is never given to
 // another transaction, and never refuses another client's: each transaction sets its client's own values (a
-// plain one, without looking), and one that may read or leave session state puts the placeholder back first
-// (staleResetSQL), in its own first statement or, before a text that gets no token statement, as a unit of its
-// own. A transaction that put it back and then rolled back leaves it there again: the probe reads it back as no
-// value of the client's (the placeholder: writes refused until it sets its token again), and the connection is
-// closed; one that committed leaves the placeholder, or the client's own value.
+// plain one, without looking), and a connection that comes to a client for one that may read or leave session
+// state gets the placeholder put back first, in a transaction of its own that commits (putBackFirst; a lone
+// BEGIN that finds it begins again on a clean connection: rebeginClean; a statement without a token statement
+// gets it as a unit of its own: checkFirst). So no rollback in the client's Query, batch or block brings it back.
+// The client's own function's change, found by its next checked start on a connection checked for it, is
+// refused (55F03), as the contract says.
 func TestPooledUnfollowedTokenChange(t *testing.T) {
 	f := newPooledFenced(t, 1, "")
 	fxExec(t, f.d, "INSERT INTO "+f.label+" (id, fence_token) VALUES (1, 1)")
 	fxExec(t, f.d, "CREATE FUNCTION pooled_sneak() RETURNS int LANGUAGE sql AS $$ SELECT pg_catalog.set_config('fence.token', '77', false)::int $$")
 	t.Cleanup(func() { f.d.Exec(t.Context(), "DROP FUNCTION IF EXISTS pooled_sneak()") })
+	upd := "UPDATE " + f.label + " SET balance = balance + 1 WHERE id = 1 RETURNING fence_token"
 	write := func(c *pgx.Conn) (int64, error) {
 		var tok int64
-		err := c.QueryRow(ctxT(t), "UPDATE "+f.label+" SET balance = balance + 1 WHERE id = 1 RETURNING fence_token").Scan(&tok)
+		err := c.QueryRow(ctxT(t), upd).Scan(&tok)
 		return tok, err
+	}
+	not77 := func(what string) {
+		t.Helper()
+		if got := f.token(t, 1); got == 77 {
+			t.Fatalf("%s: a write went with the token another client's function left", what)
+		}
+		fxExec(t, f.d, "UPDATE "+f.label+" SET fence_token = 1 WHERE id = 1")
 	}
 	for _, mode := range []string{"simple_protocol", "exec"} {
 		q := "&default_query_exec_mode=" + mode
@@ -350,34 +359,30 @@ func TestPooledUnfollowedTokenChange(t *testing.T) {
 		if got := showToken(t, b); got != "" { // plain: the client's own (none), set without a look
 			t.Fatalf("%s: a plain transaction of another client sees token %q", mode, got)
 		}
-		// A checked transaction (its text may leave session state) puts the placeholder back and goes on; it
-		// committed, so the connection is clean and stays.
+		// A checked transaction (its text may leave session state): put back first, it goes on; the connection,
+		// clean, stays.
 		var tok, app string
 		if err := b.QueryRow(ctxT(t), "SELECT pg_catalog.current_setting('fence.token'), pg_catalog.set_config('application_name', 'b', false)").Scan(&tok, &app); err != nil || tok != "" {
 			t.Fatalf("%s: the checked transaction after the change: token %q, %v", mode, tok, err)
 		}
 		if got := backendPID(t, b); got != pid {
-			t.Fatalf("%s: the connection the checked transaction cleaned was closed (%d, now %d)", mode, pid, got)
-		}
-		if got := showToken(t, b); got != "" {
-			t.Fatalf("%s: the next transaction sees token %q", mode, got)
+			t.Fatalf("%s: the connection put back was closed (%d, now %d)", mode, pid, got)
 		}
 		// A text that runs with the session's values (outside a transaction block, no token statement) gets
 		// the placeholder put back first, as a unit of its own, and runs.
 		sneak()
 		c := pooledConn(t, f, q)
 		fxExec(t, c, "VACUUM "+f.label)
-		var session string
-		if err := f.d.QueryRow(ctxT(t), "SELECT count(*)::text FROM pg_stat_activity WHERE pid = $1", pid).Scan(&session); err != nil || session != "1" {
-			t.Fatalf("%s: the cleaned connection is gone (%q, %v)", mode, session, err)
-		}
-		// A lone BEGIN (TPC-B's) reads the connection's state and puts it back in the same statement, before
-		// the block's answer; the block has the client's own token and writes with it.
+		// A lone BEGIN (TPC-B's) reads the connection's state; the block begins again on the connection put
+		// back, before anything of it runs; it has the client's own token and writes with it.
 		sneak()
 		d := pooledConn(t, f, q+"&options=-c%20fence.token%3D5")
 		tx, err := d.Begin(ctxT(t))
 		if err != nil {
 			t.Fatalf("%s: BEGIN after the change: %v", mode, err)
+		}
+		if got, err := tx.Exec(ctxT(t), "SELECT 1"); err != nil || got.String() != "SELECT 1" {
+			t.Fatalf("%s: the block's first statement: %v, %v", mode, got, err)
 		}
 		if err := tx.QueryRow(ctxT(t), "SELECT current_setting('fence.token')").Scan(&tok); err != nil || tok != "5" {
 			t.Fatalf("%s: the block has token %q (%v)", mode, tok, err)
@@ -388,28 +393,56 @@ func TestPooledUnfollowedTokenChange(t *testing.T) {
 		if got, err := write(d); err != nil || got != 5 {
 			t.Fatalf("%s: the client's write after the block: token %d, %v", mode, got, err)
 		}
-		// The client's own SET in a block that put the change back and committed is the client's.
+		// The client's own SET in a block on a connection put back is the client's, committed or rolled back.
 		sneak()
 		fxExec(t, d, "BEGIN; SET fence.token = 9; COMMIT")
 		if got := showToken(t, d); got != "9" {
 			t.Fatalf("%s: the client's committed SET after a put-back gave %q", mode, got)
 		}
-		// The same rolled back: the session's value is the stale one again, which is no client's. The client's
-		// writes are refused until it sets its token again, and the connection is closed.
-		pid = sneak()
-		e := pooledConn(t, f, q+"&options=-c%20fence.token%3D6")
-		fxExec(t, e, "BEGIN; SET fence.token = 10; ROLLBACK")
-		_, err = write(e)
-		wantPgErr(t, err, "55F03", "")
-		fxExec(t, e, "SET fence.token = 11")
-		if got, err := write(e); err != nil || got != 11 {
-			t.Fatalf("%s: the client's write after setting its token again: %d, %v", mode, got, err)
+		sneak()
+		fxExec(t, d, "BEGIN; SET fence.token = 10; ROLLBACK")
+		if got, err := write(d); err != nil || got != 9 {
+			t.Fatalf("%s: after a rolled-back SET on a connection put back, the client's write: token %d, %v", mode, got, err)
 		}
-		if got := backendPID(t, e); got == pid {
-			t.Fatalf("%s: the connection a rollback left the stale token on serves on", mode)
+		not77(mode)
+		// A rollback in the client's own Query, batch or block never brings the stale token back: what runs after
+		// it runs with the placeholder (refused), or, after AND CHAIN, with the client's token.
+		for _, text := range []string{
+			"BEGIN; SET application_name = 'b'; ROLLBACK; " + upd,
+			"BEGIN; SET application_name = 'b'; ROLLBACK AND CHAIN; " + upd + "; COMMIT",
+		} {
+			sneak()
+			_, err := d.Exec(ctxT(t), text)
+			wantPgErr(t, err, "55F03", "")
+			if d.PgConn().TxStatus() != 'I' {
+				fxExec(t, d, "ROLLBACK") // the chained block, failed
+			}
+			not77(mode + ": " + text)
 		}
-		// A block that put it back and rolled back with nothing to read back (no probe): the connection, where
-		// the rollback left the stale token, is closed all the same.
+		sneak()
+		tx, err = d.Begin(ctxT(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fxExec(t, d, "SELECT 1")
+		fxExec(t, d, "ROLLBACK AND CHAIN")
+		if got, err := write(d); err != nil || got != 9 {
+			t.Fatalf("%s: a write after ROLLBACK AND CHAIN on a connection put back: token %d, %v", mode, got, err)
+		}
+		fxExec(t, d, "COMMIT")
+		not77(mode + ": verified start, ROLLBACK AND CHAIN")
+		if mode == "exec" {
+			sneak()
+			batch := &pgx.Batch{}
+			batch.Queue("BEGIN")
+			batch.Queue("SELECT pg_catalog.set_config('application_name', 'b', false)")
+			batch.Queue("ROLLBACK")
+			batch.Queue(upd)
+			err := d.SendBatch(ctxT(t), batch).Close()
+			wantPgErr(t, err, "55F03", "")
+			not77("a batch's write after its ROLLBACK")
+		}
+		// A block with nothing to read back that rolls back leaves the connection clean: it stays.
 		pid = sneak()
 		g := pooledConn(t, f, q)
 		tx, err = g.Begin(ctxT(t))
@@ -419,13 +452,21 @@ func TestPooledUnfollowedTokenChange(t *testing.T) {
 		if err := tx.Rollback(ctxT(t)); err != nil {
 			t.Fatal(err)
 		}
-		if got := backendPID(t, g); got == pid {
-			t.Fatalf("%s: the connection a rollback left the stale token on serves on", mode)
+		if got := backendPID(t, g); got != pid {
+			t.Fatalf("%s: the connection put back was closed", mode)
 		}
-		for _, c := range []*pgx.Conn{a, b, c, d, e, g} {
+		// The client's own function, on a connection checked for it: its next checked start is refused, and
+		// the connection closed.
+		fxExec(t, a, "SET application_name = 'a'")
+		pid = sneak()
+		_, err = a.Exec(ctxT(t), "SET application_name = 'a2'")
+		wantPgErr(t, err, "55F03", "invalid fencing token: fence.token was changed on this pooled server connection")
+		if got := backendPID(t, a); got == pid {
+			t.Fatalf("%s: the connection the client's own function changed serves on", mode)
+		}
+		for _, c := range []*pgx.Conn{a, b, c, d, g} {
 			c.Close(ctxT(t))
 		}
-		fxExec(t, f.d, "UPDATE "+f.label+" SET fence_token = 1 WHERE id = 1")
 	}
 }
 
@@ -453,8 +494,8 @@ func TestPooledPlainTokenStatement(t *testing.T) {
 			t.Fatalf("%q: %v", text, err)
 		}
 		// Plain: a SET LOCAL of each value (the pool logs in as a superuser, whose role changes the server
-		// reports: no role set). Checked: the statement that reads the placeholders first (resetSQLWith).
-		prefix := "SELECT s.t, s.l, CASE WHEN "
+		// reports: no role set). Checked: the statement that checks the placeholders first.
+		prefix := "SELECT pg_catalog.set_config('fence.token', "
 		if !checked {
 			prefix = `SET LOCAL "fence"."token" = '5'; SET LOCAL "fence"."lock" TO DEFAULT; SELECT`
 		}

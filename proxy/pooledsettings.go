@@ -419,8 +419,18 @@ func settingsFailure(err *replayError) []byte {
 	return errorResponse("FATAL", err.code, err.msg, "", hint)
 }
 
+// roleCheckSQL is a column of the checked token statement that fails it, before the client's statement runs,
+// when the server connection is not the role it logged in as (user). The connection was put back to that role
+// when it came to the client (putBackFirst), so only the client's own function, which called set_config on role
+// or session_authorization, can have left another: refused, and the connection is then closed
+// (noteTokenStmtRefusal).
+func roleCheckSQL(user string) string {
+	marker := quoteLiteral(rewrite.NamedRefusalMarker(sqlstateFeatureNotSupported, rewrite.RefusalPooledRole, "") + "|")
+	return "CASE WHEN " + loginRoleSQL(user) + " THEN NULL ELSE pg_catalog.concat(" + marker + ", pg_catalog.current_setting('role'))::pg_catalog.int8 END"
+}
+
 // noteTokenStmtRefusal looks at the error that ended a token statement (body): a refusal of the proxy's own (the
-// placeholder changed behind its back on a pinned client's connection) means the server connection holds state the proxy did not
+// placeholder or the role changed behind its back by the client's own function) means the server connection holds state the proxy did not
 // follow, so it is closed when the client's transaction ends instead of serving another. Any other error (the
 // client's text did not parse) leaves it as it is.
 func (ss *session) noteTokenStmtRefusal(body []byte) {
@@ -430,8 +440,7 @@ func (ss *session) noteTokenStmtRefusal(body []byte) {
 }
 
 // tokenStmtCache holds a pool's texts of the token statement (tokenStmtName), built once: for clients that are
-// not pinned, which put back what they find left (staleResetSQL), and for pinned ones, whose connection is their
-// own, role included, and which refuse it.
+// not pinned, with the role check, and for pinned ones, whose connection is their own, role included.
 type tokenStmtCache struct {
 	once  [2]sync.Once
 	texts [2]tokenTexts

@@ -271,8 +271,9 @@ func TestPooledSettingsParameterStatus(t *testing.T) {
 //     shows in session_authorization; the server reports both, and the connection is closed when the
 //     transaction that did it ends (the next client gets another backend);
 //   - the same login changed to another superuser role, which the server does not report: a checked
-//     transaction, a lone BEGIN and a statement that gets no token statement put the login role back before
-//     they run (staleResetSQL); one that did and rolled back after a SET ends its session (0A000);
+//     transaction, a lone BEGIN and a statement that gets no token statement have the login role put back
+//     first, in a transaction of their own (putBackFirst, rebeginClean, checkFirst), so no rollback of the
+//     client's brings it back;
 //   - a login that is a member of a role that is not a superuser (an unreported change): its plain transactions
 //     set the role back themselves.
 func TestPooledRoleByFunction(t *testing.T) {
@@ -357,20 +358,18 @@ func TestPooledRoleByFunction(t *testing.T) {
 		if err := tx.Commit(ctxT(t)); err != nil {
 			t.Fatal(err)
 		}
-		// Put back and rolled back after a SET, the role left there is there again, which the proxy cannot
-		// tell from the client's own SET ROLE: the session ends (0A000), and the connection is closed.
-		pid = become()
+		// Put back first, in a transaction of its own: the client's own rollback, or its own error, does not
+		// bring the role back, and its session goes on as the login role.
+		become()
 		g := pooledConn(t, f, q)
-		_, err = g.Exec(ctxT(t), "BEGIN; SET application_name = 'g'; ROLLBACK")
-		if err == nil {
-			_, err = g.Exec(ctxT(t), "SELECT 1")
+		fxExec(t, g, "BEGIN; SET application_name = 'g'; ROLLBACK")
+		_, err = g.Exec(ctxT(t), "SET application_name = 'g'; SELECT 1/0")
+		wantPgErr(t, err, "22012", "")
+		if user, _ := backend(g); user != pgtest.SuperUser {
+			t.Fatalf("%s: after its rollback the client runs as %q", mode, user)
 		}
-		if pe := wantPgErr(t, err, "0A000", "the role of this pooled server connection was changed"); pe.Severity != "FATAL" {
-			t.Fatalf("%s: severity %s", mode, pe.Severity)
-		}
-		h := pooledConn(t, f, q)
-		if user, got := backend(h); user != pgtest.SuperUser || uint32(got) == pid {
-			t.Fatalf("%s: the next client runs as %q on backend %d (the changed one was %d)", mode, user, got, pid)
+		if err := g.QueryRow(ctxT(t), "SELECT current_user::text, pg_catalog.set_config('application_name', 'g', false)").Scan(&user, &app); err != nil || user != pgtest.SuperUser {
+			t.Fatalf("%s: the client's next checked transaction runs as %q (%v)", mode, user, err)
 		}
 
 		member := f.p.DSN("pooled_member", "", pgtest.TestDB) + q

@@ -73,9 +73,12 @@ func NamedRefusalMarker(code, name, arg string) string {
 
 // Names of refusals (NamedRefusalMarker).
 const (
-	// RefusalPooledSetting: the token or lock (arg) of a pinned client's pooled server connection is not the
-	// placeholder.
+	// RefusalPooledSetting: the token or lock (arg) of a pooled server connection is not the placeholder at
+	// the start of a transaction of the client that left it so.
 	RefusalPooledSetting = "pooled-setting"
+	// RefusalPooledRole: the role of a pooled server connection is not the one it logged in as, at the start of
+	// a transaction of the client that left it so.
+	RefusalPooledRole = "pooled-role"
 )
 
 // namedRefusal is the message and hint of the refusal called name.
@@ -84,6 +87,9 @@ func namedRefusal(name, arg string) (message, hint string, ok bool) {
 	case RefusalPooledSetting:
 		return "invalid fencing token: " + arg + " was changed on this pooled server connection behind fenceproxy's back (a function that calls set_config?); the transaction is refused",
 			"Set it with SET, SET LOCAL or set_config in the statement, not in a function.", true
+	case RefusalPooledRole:
+		return "the role of this pooled server connection was changed in a way fenceproxy cannot follow (a function that calls set_config?); the transaction is refused",
+			"Use SET ROLE in the client's own statements, or pool.mode session.", true
 	}
 	return "", "", false
 }

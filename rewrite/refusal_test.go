@@ -1,6 +1,7 @@
 package rewrite
 
 import (
+	"strings"
 	"testing"
 )
 
@@ -61,6 +62,10 @@ func TestTranslateNamedRefusal(t *testing.T) {
 	if !ok || got.Code != "55F03" || got.Message != "invalid fencing token: fence.lock was changed on this pooled server connection behind fenceproxy's back (a function that calls set_config?); the transaction is refused" ||
 		got.Hint == "" {
 		t.Fatalf("Translate(%q) = %+v, %v", msg, got, ok)
+	}
+	got, ok = Translate(`invalid input syntax for type bigint: "` + NamedRefusalMarker("0A000", RefusalPooledRole, "") + `|alice"`)
+	if !ok || got.Code != "0A000" || !strings.HasPrefix(got.Message, "the role of this pooled server connection was changed") {
+		t.Fatalf("role: %+v, %v", got, ok)
 	}
 	if got, ok := Translate(`invalid input syntax for type bigint: "fenceproxy|refuse|55F03||@no-such-refusal"`); ok {
 		t.Fatalf("an unknown name translated: %+v", got)
