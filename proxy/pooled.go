@@ -119,6 +119,7 @@ type pooledState struct {
 	customUnfollowed bool              // a text set a custom setting the proxy cannot name
 	tainted          bool              // the token statement refused the lent connection's state (serveLend's)
 	resetDue         atomic.Bool       // a verified start found what unseen code left: rebeginClean goes before the next message
+	refailDue        atomic.Bool       // rebeginClean fails the block again: its error is the proxy's own (replayAnswer)
 	// chainPending: a text of the unit being answered may chain a transaction (AND CHAIN); chainDue: the unit
 	// ended in a block after one, chainTokens goes before the next message (under mu).
 	chainPending, chainDue bool
@@ -756,7 +757,7 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 		}
 		if pl.sc != nil && byte(st.txStatus.Load()) != txIdle {
 			if pl.resetDue.Swap(false) {
-				if err := ss.rebeginClean(); err != nil {
+				if err := ss.rebeginClean(byte(st.txStatus.Load()) == txFailed); err != nil {
 					return err
 				}
 			}
@@ -1326,6 +1327,16 @@ func (ss *session) injectTokens(typ byte, body []byte) tokenPrefix {
 			ss.queryPrefix, n = ss.plainPrefix(sc, set, false)
 			pl.hide.Add(n)
 			prefix = prefixSet
+		} else if class.LoneBegin() && sc.prep.max == 0 {
+			// A lone BEGIN (TPC-B's, pgx's, Rails'): what another client's function left is put back first,
+			// and the values go as SET LOCAL, which takes no snapshot, so that a SET TRANSACTION may follow in
+			// the block. The connection is then as the proxy left it, or as this client's own statements left
+			// it (serverConn.checkedFor), and the block's end may be read back.
+			ss.putBackFirst()
+			var n int64
+			ss.queryPrefix, n = ss.plainPrefix(sc, set, false)
+			pl.hide.Add(n)
+			prefix = prefixSet
 		} else if q, n, ok := ss.verifiedBegin(sc, class, set); ok {
 			ss.queryPrefix = q
 			pl.hide.Add(n)
@@ -1547,16 +1558,32 @@ func (ss *session) checkRow(sc *serverConn, body []byte, what int32) error {
 // (checkRow: resetDue), puts that back in a transaction of its own that commits, and begins the block again
 // with the client's values, before the client's next message (pl.mu held). Nothing of the client's block had
 // run (a lone BEGIN, which sets no transaction modes), so the new block is the same to the client; and no
-// rollback of it can bring the stale values back. Two hidden Queries, waited for.
-func (ss *session) rebeginClean() error {
+// rollback of it can bring the stale values back. The values are set with SET LOCAL where constants carry them,
+// which takes no snapshot (a SET TRANSACTION may follow). A block that had failed already (failed: the batch's
+// later message) is failed again, by a statement whose error is the proxy's own (refailMarker), so that the
+// client's next statements fail as they would have. Two hidden Queries, waited for.
+func (ss *session) rebeginClean(failed bool) error {
 	pl := ss.pooled
 	sc := pl.sc
 	cfg := ss.srv.cfg.Token
+	begin := "BEGIN; SELECT " + quoteLiteral(refailMarker) + "::pg_catalog.int8"
+	if !failed {
+		values, ok := ss.setLocalValues(ss.readingSettings())
+		if !ok {
+			values = plainSQLWith(cfg.Setting, cfg.LockSetting, sqlValue(pl.token), sqlValue(pl.lock))
+		}
+		begin = "BEGIN; " + values
+	}
+	pl.refailDue.Store(failed)
 	pl.replaying.Add(2)
 	writeMsg(sc.w, msgQuery, nil, "ROLLBACK; SELECT "+staleResetSQL(cfg.Setting, cfg.LockSetting, "NOT ("+loginRoleSQL(sc.pool.params["user"])+")"))
-	writeMsg(sc.w, msgQuery, nil, "BEGIN; "+plainSQLWith(cfg.Setting, cfg.LockSetting, sqlValue(pl.token), sqlValue(pl.lock)))
+	writeMsg(sc.w, msgQuery, nil, begin)
 	return ss.awaitHidden()
 }
+
+// refailMarker is the text whose cast fails a block rebeginClean begins again for a client whose block had
+// failed; replayAnswer takes that error for the proxy's own.
+const refailMarker = "fenceproxy: the block had failed"
 
 // putBackFirst puts back what unseen code left on a connection that comes to a client that is not pinned (the
 // token and lock to the placeholder, the role to the login role), in a transaction of its own written before
@@ -1564,7 +1591,8 @@ func (ss *session) rebeginClean() error {
 // as the proxy left it, and a rollback in the client's Query or batch cannot bring another client's values back.
 // Once per client per connection (serverConn.checkedFor); what the check finds later is the client's own doing,
 // refused (tokenSQLWith, roleCheckSQL). Its failure ends the session (replayAnswer); the client's unit, already
-// written, then meets the check, which refuses it.
+// written, runs after it as after a failed settings unit: on a connection it did not put back, the check
+// refuses it.
 func (ss *session) putBackFirst() {
 	pl := ss.pooled
 	sc := pl.sc
@@ -1588,6 +1616,13 @@ func (ss *session) putBackFirst() {
 func (ss *session) chainTokens() error {
 	pl := ss.pooled
 	cfg := ss.srv.cfg.Token
+	if !pl.probe.Load() {
+		// No text of the transaction before may have set the token or lock at session level: the placeholder
+		// is in force, and SET LOCAL, which takes no snapshot (a SET TRANSACTION may follow), gives the values.
+		if values, ok := ss.setLocalValues(ss.readingSettings()); ok {
+			return ss.hiddenUnit(values)
+		}
+	}
 	ph := quoteLiteral(poolPlaceholder)
 	inForce := func(name string, v *string) string {
 		return "CASE WHEN pg_catalog.current_setting(" + quoteLiteral(name) + ", true)" + sqlEq + ph + " THEN pg_catalog.set_config(" +
@@ -2227,6 +2262,13 @@ func (ss *session) settle(sc *serverConn) bool {
 	}
 	if pl.open > 0 || st.unsynced.Load() || byte(st.txStatus.Load()) != txIdle {
 		return false
+	}
+	if pl.resetDue.Swap(false) {
+		// A verified start found what unseen code left, and its block never opened or is over already (the
+		// batch failed before its BEGIN, a cancel): nothing put it back (rebeginClean). The connection is not
+		// as the proxy left it: its next check puts it back, and the probe does not take what it holds for the
+		// client's.
+		sc.checkedFor, pl.startChecked = nil, false
 	}
 	pl.stmtParsed.Store(false)
 	if pl.probe.Swap(false) {

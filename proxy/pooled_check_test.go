@@ -563,3 +563,142 @@ func TestPooledPutBackKeepsTheClientsValues(t *testing.T) {
 		t.Fatalf("the client's committed SET fence.lock = 'settle' became %q (%v)", lock, err)
 	}
 }
+
+// pooledFunctionCall sends a FunctionCall of oid (no arguments) on pc and returns its result, or "E" and the
+// SQLSTATE of its error.
+func pooledFunctionCall(t *testing.T, pc *pgconn.PgConn, oid uint32) []string {
+	t.Helper()
+	var got []string
+	err := exchange(pc.Frontend(), []pgproto3.FrontendMessage{&pgproto3.FunctionCall{Function: oid, ResultFormatCode: 0}}, func(m pgproto3.BackendMessage) bool {
+		switch m := m.(type) {
+		case *pgproto3.FunctionCallResponse:
+			got = append(got, string(m.Result))
+		case *pgproto3.ErrorResponse:
+			got = append(got, "E"+m.Code)
+		case *pgproto3.ReadyForQuery:
+			return true
+		}
+		return false
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+// A lone-BEGIN batch (a verified start) that finds what another client's function left, and fails before its
+// BEGIN runs (a Bind the server refuses), leaves the connection not checked for the client: nothing put it back
+// (the block never opened), so its next FunctionCall gets the put-back first, and the probe after its next
+// transaction does not take the stale token for the client's (second review of the put-back).
+func TestPooledFailedVerifiedStartLeavesNoCheck(t *testing.T) {
+	f := newPooledFenced(t, 1, "")
+	fxExec(t, f.d, "INSERT INTO "+f.label+" (id, fence_token) VALUES (1, 1)")
+	fxExec(t, f.d, "CREATE OR REPLACE FUNCTION pooled_fv_token() RETURNS text LANGUAGE sql AS $$ SELECT pg_catalog.current_setting('fence.token') $$")
+	t.Cleanup(func() { f.d.Exec(t.Context(), "DROP FUNCTION IF EXISTS pooled_fv_token()") })
+	var oid uint32
+	if err := f.d.QueryRow(ctxT(t), "SELECT 'pooled_fv_token'::regproc::oid").Scan(&oid); err != nil {
+		t.Fatal(err)
+	}
+	dirtyPooledConnection(t, f, "pooled_fv_sneak1")
+	b := pooledPgConn(t, f, "&options=-c%20fence.token%3D5")
+	if _, codes := rawBatch(t, b, &pgproto3.Parse{Query: "BEGIN"}, &pgproto3.Bind{Parameters: [][]byte{[]byte("1")}}, &pgproto3.Execute{}); !slices.Equal(codes, []string{"08P01"}) {
+		t.Fatalf("the BEGIN batch with a bad Bind: %v", codes)
+	}
+	if got := pooledFunctionCall(t, b, oid); !slices.Equal(got, []string{"fenceproxy:pooled"}) {
+		t.Fatalf("the FunctionCall after the failed verified start saw %q, want the placeholder (77 is another client's)", got)
+	}
+
+	dirtyPooledConnection(t, f, "pooled_fv_sneak2")
+	c := pooledPgConn(t, f, "&options=-c%20fence.token%3D5")
+	if _, codes := rawBatch(t, c, &pgproto3.Parse{Name: "fv_begin", Query: "BEGIN"}, &pgproto3.Bind{PreparedStatement: "fv_begin", Parameters: [][]byte{[]byte("1")}}, &pgproto3.Execute{}); !slices.Equal(codes, []string{"08P01"}) {
+		t.Fatalf("the BEGIN batch with a bad Bind: %v", codes)
+	}
+	rows, codes := rawBatch(t, c, &pgproto3.Parse{Query: "UPDATE " + f.label + " SET balance = balance + 1 WHERE id = 1 RETURNING fence_token"}, &pgproto3.Bind{}, &pgproto3.Execute{})
+	if len(codes) > 0 || !slices.Equal(rows, []string{"5"}) {
+		t.Fatalf("the client's write after the failed verified start: rows %v, errors %v (want token 5; 77 is another client's)", rows, codes)
+	}
+}
+
+// A lone-BEGIN batch that finds what another client's function left and whose block then fails (an Execute of
+// no portal) is begun again on the connection put back, and failed again: the client's next statements fail as
+// they would have (25P02), and a block chained out of it has the client's token, never the stale one.
+func TestPooledRebeginKeepsAFailedBlockFailed(t *testing.T) {
+	f := newPooledFenced(t, 1, "")
+	fxExec(t, f.d, "INSERT INTO "+f.label+" (id, fence_token, balance) VALUES (1, 1, 0)")
+	failedBlock := func(sneak string) *pgconn.PgConn {
+		t.Helper()
+		dirtyPooledConnection(t, f, sneak)
+		b := pooledPgConn(t, f, "&options=-c%20fence.token%3D5")
+		if _, codes := rawBatch(t, b, &pgproto3.Parse{Query: "BEGIN"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Execute{Portal: "no_such_portal"}); !slices.Equal(codes, []string{"34000"}) {
+			t.Fatalf("the BEGIN batch with an Execute of no portal: %v", codes)
+		}
+		return b
+	}
+	b := failedBlock("pooled_rb_sneak1")
+	_, err := b.Exec(ctxT(t), "UPDATE "+f.label+" SET balance = balance + 100 WHERE id = 1").ReadAll()
+	wantPgErr(t, err, "25P02", "")
+	if _, err := b.Exec(ctxT(t), "COMMIT").ReadAll(); err != nil {
+		t.Fatal(err)
+	}
+	var bal int64
+	if err := f.d.QueryRow(ctxT(t), "SELECT balance FROM "+f.label+" WHERE id = 1").Scan(&bal); err != nil || bal != 0 {
+		t.Fatalf("balance %d (%v): a statement of a failed block committed", bal, err)
+	}
+
+	b = failedBlock("pooled_rb_sneak2")
+	if _, err := b.Exec(ctxT(t), "ROLLBACK AND CHAIN").ReadAll(); err != nil {
+		t.Fatal(err)
+	}
+	res, err := b.Exec(ctxT(t), "UPDATE "+f.label+" SET balance = balance + 1 WHERE id = 1 RETURNING fence_token").ReadAll()
+	if err != nil || len(res) != 1 || len(res[0].Rows) != 1 || string(res[0].Rows[0][0]) != "5" {
+		t.Fatalf("a write in the block chained from the failed one: %v, %v (want token 5; 77 is another client's)", res, err)
+	}
+	if _, err := b.Exec(ctxT(t), "COMMIT").ReadAll(); err != nil {
+		t.Fatal(err)
+	}
+
+	b = failedBlock("pooled_rb_sneak3")
+	b.Exec(ctxT(t), "ROLLBACK AND CHAIN; UPDATE "+f.label+" SET balance = balance + 1 WHERE id = 1; COMMIT").ReadAll()
+	if got := f.token(t, 1); got == 77 {
+		t.Fatal("a write chained out of the failed block went with the token another client's function left")
+	}
+}
+
+// The proxy's own statements before and inside a client's block take no snapshot: SET TRANSACTION works after
+// a lone BEGIN (Rails' isolated transactions send BEGIN, then SET TRANSACTION ISOLATION LEVEL), on a clean
+// connection and on one put back, and after COMMIT AND CHAIN.
+func TestPooledHiddenStatementsTakeNoSnapshot(t *testing.T) {
+	f := newPooledFenced(t, 1, "")
+	for _, mode := range []string{"simple_protocol", "exec"} {
+		c := pooledConn(t, f, "&default_query_exec_mode="+mode+"&options=-c%20fence.token%3D5")
+		fxExec(t, c, "BEGIN")
+		if _, err := c.Exec(ctxT(t), "SET TRANSACTION ISOLATION LEVEL SERIALIZABLE"); err != nil {
+			t.Errorf("%s: SET TRANSACTION after BEGIN: %v", mode, err)
+		}
+		var iso string
+		if err := c.QueryRow(ctxT(t), "SELECT current_setting('transaction_isolation')").Scan(&iso); err != nil || iso != "serializable" {
+			t.Errorf("%s: the block's isolation %q (%v)", mode, iso, err)
+		}
+		fxExec(t, c, "ROLLBACK")
+		c.Close(ctxT(t))
+		dirtyPooledConnection(t, f, "pooled_snap_sneak")
+		c = pooledConn(t, f, "&default_query_exec_mode="+mode+"&options=-c%20fence.token%3D5")
+		fxExec(t, c, "BEGIN")
+		if _, err := c.Exec(ctxT(t), "SET TRANSACTION ISOLATION LEVEL SERIALIZABLE"); err != nil {
+			t.Errorf("%s, on a connection put back: SET TRANSACTION after BEGIN: %v", mode, err)
+		}
+		fxExec(t, c, "ROLLBACK")
+		fxExec(t, c, "BEGIN")
+		fxExec(t, c, "SELECT 1")
+		fxExec(t, c, "COMMIT AND CHAIN")
+		if _, err := c.Exec(ctxT(t), "SET TRANSACTION ISOLATION LEVEL SERIALIZABLE"); err != nil {
+			t.Errorf("%s: SET TRANSACTION after COMMIT AND CHAIN: %v", mode, err)
+		}
+		var tok string
+		if err := c.QueryRow(ctxT(t), "SELECT current_setting('fence.token')").Scan(&tok); err != nil || tok != "5" {
+			t.Errorf("%s: the chained block's token %q (%v)", mode, tok, err)
+		}
+		fxExec(t, c, "ROLLBACK")
+		c.Close(ctxT(t))
+	}
+}
