@@ -174,20 +174,8 @@ func TestPooledFunctionCallAfterUncheckedStartIsPutBack(t *testing.T) {
 	if _, codes := rawBatch(t, b, &pgproto3.Parse{Query: "BEGIN ISOLATION LEVEL SERIALIZABLE"}); len(codes) > 0 {
 		t.Fatalf("the BEGIN's Parse failed: %v", codes)
 	}
-	var got []string
-	err := exchange(b.Frontend(), []pgproto3.FrontendMessage{&pgproto3.FunctionCall{Function: oid, ResultFormatCode: 0}}, func(m pgproto3.BackendMessage) bool {
-		switch m := m.(type) {
-		case *pgproto3.FunctionCallResponse:
-			got = append(got, string(m.Result))
-		case *pgproto3.ErrorResponse:
-			got = append(got, "E"+m.Code)
-		case *pgproto3.ReadyForQuery:
-			return true
-		}
-		return false
-	})
-	if err != nil || !slices.Equal(got, []string{"fenceproxy:pooled"}) {
-		t.Fatalf("the FunctionCall saw %q (%v), want the placeholder", got, err)
+	if got := pooledFunctionCall(t, b, oid); !slices.Equal(got, []string{"fenceproxy:pooled"}) {
+		t.Fatalf("the FunctionCall saw %q, want the placeholder", got)
 	}
 }
 
