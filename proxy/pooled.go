@@ -38,8 +38,11 @@ import (
 //     role where a change of it would go unseen (serverConn.roleSeen); it goes before a transaction the proxy
 //     knows whole (one Query, or one extended-protocol batch already read up to its Sync) whose statements
 //     cannot leave session state by their words (plainText: SELECT, INSERT, UPDATE, ...; no SET, set_config,
-//     BEGIN, ...). The verified one (verifiedBegin) goes before a lone BEGIN: it reads the connection's state,
-//     which the proxy looks at (checkRow) before anything of the block runs. The checked one (tokenSQLWith,
+//     BEGIN, ...); and, after the put-back below, before a Query that is a lone BEGIN, as SET LOCAL, which takes
+//     no snapshot (a SET TRANSACTION may follow). The verified one (verifiedBegin) goes before an
+//     extended-protocol batch that only opens a block (and a Query's lone BEGIN where prepared fences are on): it
+//     reads the connection's state, which the proxy looks at (checkRow) before anything of the block runs. The
+//     checked one (tokenSQLWith,
 //     roleCheckSQL) goes before every other transaction, and checks, on the server, that the connection's
 //     session values are the placeholder and the role the login role. Another client's function never makes
 //     either refuse: a connection that comes to a client gets what such a function left put back first, in a
@@ -1469,16 +1472,18 @@ const (
 	verifyRole
 )
 
-// verifiedBegin is the token statement before a Query that is a lone BEGIN (rewrite.LoneBegin), TPC-B's way to
-// start: a read of the connection's token, lock, role and session_authorization (with, for a client that is not
-// pinned, the put-back of what a function left: staleResetSQL), then a SET LOCAL of each value, then the BEGIN.
-// (An extended-protocol batch that only opens a block gets the same as one SELECT: injectTokens, readInline.)
-// The checked token statement does the same on the server at about twice the cost (its CASE expressions;
-// measured directly in front of a one-row SELECT, 0.46 of the SELECT's rate alone where this gave 0.73). The
-// proxy looks at the row (checkRow) before the BEGIN's answer: nothing of the block has run, nor goes, until the
-// client's next message; a pinned client's connection that is not as the proxy left it ends the session
-// (FATAL 55F03, and the connection closed, which rolls the block back). It returns the prefix and how many
-// statements it holds; ok is false for any other text, or a value no constant carries (setLocalStmt).
+// verifiedBegin is the token statement before a Query that is a lone BEGIN (rewrite.LoneBegin) where prepared
+// fences are on, since their verification folds into its read (without them, injectTokens puts back first and
+// sends SET LOCAL, which takes no snapshot): a read of the connection's token, lock, role and
+// session_authorization, then a SET LOCAL of each value, then the BEGIN. (An extended-protocol batch that only
+// opens a block gets the same as one SELECT: injectTokens, readInline.) The checked token statement checks the
+// same on the server at about twice the cost (its CASE expressions; measured directly in front of a one-row
+// SELECT, 0.46 of the SELECT's rate alone where this gave 0.73). The proxy looks at the row (checkRow) before
+// the BEGIN's answer: nothing of the block has run, nor goes, until the client's next message. What a function
+// left there is put back then (rebeginClean); a pinned client's connection, its own, that is not as the proxy
+// left it ends the session (FATAL 55F03, and the connection closed, which rolls the block back). It returns the
+// prefix and how many statements it holds; ok is false for any other text, or a value no constant carries
+// (setLocalStmt).
 func (ss *session) verifiedBegin(sc *serverConn, class textClass, set rewrite.Settings) (prefix string, n int64, ok bool) {
 	pl := ss.pooled
 	if !class.LoneBegin() {
