@@ -960,7 +960,7 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 	if !ss.cr.nextBuffered() {
 		// All the client sent is one unit, answered up to the next ReadyForQuery, and nothing reads the
 		// connection yet: relayPooled reads the answer (answerInline), so the flush starts no serveLend.
-		pl.inline = !pl.reading && pl.open == 1 && !st.unsynced.Load() && pl.pin == "" && pl.replaying.Load() == 0
+		pl.inline = !pl.reading && pl.open == 1 && !st.unsynced.Load() && pl.pin == ""
 		ss.countRelayed(dirClientToServer, &ss.cr)
 		// answerInline reads next, with a deadline: the bytes go from inside its first read (holdWrites), which
 		// then waits for the answer without an empty read first.
