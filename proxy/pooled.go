@@ -42,13 +42,12 @@ import (
 //     no snapshot (a SET TRANSACTION may follow). The verified one (verifiedBegin) goes before an
 //     extended-protocol batch that only opens a block (and a Query's lone BEGIN where prepared fences are on): it
 //     reads the connection's state, which the proxy looks at (checkRow) before anything of the block runs. The
-//     checked one (tokenSQLWith,
-//     roleCheckSQL) goes before every other transaction, and checks, on the server, that the connection's
-//     session values are the placeholder and the role the login role. Another client's function never makes
-//     either refuse: a connection that comes to a client gets what such a function left put back first, in a
-//     transaction of its own that commits before the client's (putBackFirst; after a verified start that found
-//     it, rebeginClean), so what the check refuses (55F03, 0A000) is the client's own function's doing, as the
-//     contract says. The end of a verified or checked transaction may be read
+//     checked one (tokenSQLWith, roleCheckSQL) goes before every other transaction, and checks, on the server,
+//     that the connection's session values are the placeholder and the role the login role. Another client's
+//     function never makes either refuse: a connection that comes to a client gets what such a function left
+//     put back first, in a transaction of its own that commits before the client's (putBackFirst; after a
+//     verified start that found it, rebeginClean), so what the check refuses (55F03, 0A000) is the client's
+//     own function's doing, as the contract says. The end of a verified or checked transaction may be read
 //     back (below), which is sound only if its start was as the proxy left it (startChecked). Before the text
 //     of a Query they carry the values as constants (nothing prepared, so nothing another client could
 //     replace); before an extended-protocol batch the plain and verified ones go as the unnamed statement, the
@@ -238,17 +237,17 @@ func tokenSQLWith(tok, lock, tokVal, lockVal string) string {
 		" ELSE " + placeholderRefusal(tok, lock) + "::pg_catalog.text END, true), pg_catalog.set_config(" + quoteLiteral(lock) + ", " + lockVal + ", true)"
 }
 
-// staleResetSQL puts the token and lock back to the placeholder at session level, and, when roleMoved (an SQL
-// condition) holds, session_authorization to the login role (set_config with NULL is its RESET, which any role
-// may run) and the role to none. Only code the proxy does not see leaves anything but the placeholders and the
+// staleResetSQL is the statement that puts the token and lock back to the placeholder at session level, and,
+// when the connection is not the role it logged in as (user), session_authorization to it (set_config with NULL
+// is its RESET, which any role may run) and the role to none (tokenTexts.putBack). Only code the proxy does not see leaves anything but the placeholders and the
 // login role at session level (a function that calls set_config), and in a transaction of another client that is
 // never this client's problem. It always runs in a transaction of its own that commits before anything of the
 // client's runs (putBackFirst, checkFirst, rebeginClean): put back inside the client's transaction, a rollback
 // there would bring the stale values back for the rest of the client's Query or batch.
-func staleResetSQL(tok, lock, roleMoved string) string {
+func staleResetSQL(tok, lock, user string) string {
 	ph := quoteLiteral(poolPlaceholder)
-	return "pg_catalog.concat(pg_catalog.set_config(" + quoteLiteral(tok) + ", " + ph + ", false), pg_catalog.set_config(" + quoteLiteral(lock) + ", " + ph +
-		", false), CASE WHEN " + roleMoved + " THEN pg_catalog.concat(pg_catalog.set_config('session_authorization', NULL, false), pg_catalog.set_config('role', 'none', false)) END)"
+	return "SELECT pg_catalog.concat(pg_catalog.set_config(" + quoteLiteral(tok) + ", " + ph + ", false), pg_catalog.set_config(" + quoteLiteral(lock) + ", " + ph +
+		", false), CASE WHEN NOT (" + loginRoleSQL(user) + ") THEN pg_catalog.concat(pg_catalog.set_config('session_authorization', NULL, false), pg_catalog.set_config('role', 'none', false)) END)"
 }
 
 // plainSQLWith sets the token and lock settings to the SQL expressions tokVal and lockVal, transaction-locally,
@@ -287,6 +286,7 @@ type tokenTexts struct {
 	plainHead, plainMid, plainTail    string // the same for the plain form
 	bareHead, bareMid, bareTail       string // the plain form without the role set (roleSeen)
 	startRead                         string // what a verified start reads (the token, the lock, loginRoleSQL, the role): a SELECT, no "; "
+	putBack                           string // staleResetSQL, the same for both kinds of client
 	readHead, readMid, readTail       string // that read and the bare plain form in one SELECT (a batch's verified start)
 	parseBody                         []byte
 }
@@ -325,6 +325,7 @@ func newTokenTexts(tok, lock, user string, pinned bool) tokenTexts {
 	read := "SELECT pg_catalog.current_setting(" + quoteLiteral(tok) + ", true), pg_catalog.current_setting(" + quoteLiteral(lock) +
 		", true), " + loginRoleSQL(user) + ", pg_catalog.current_setting('role')"
 	t.startRead = read
+	t.putBack = staleResetSQL(tok, lock, user)
 	// The reads first: a target list is evaluated in order.
 	t.readHead, t.readMid, t.readTail = cut(read + ", " + strings.TrimPrefix(plainSQLWith(tok, lock, "\x00TOK\x00", "\x00LOCK\x00"), "SELECT "))
 	parse := append(append([]byte(tokenStmtName), 0), checked("$1::pg_catalog.text", "$2::pg_catalog.text")...)
@@ -1324,18 +1325,15 @@ func (ss *session) injectTokens(typ byte, body []byte) tokenPrefix {
 			return prefixNone
 		}
 		var prefix tokenPrefix
-		if class.plain() {
-			// Nothing in the text can leave session state or open a block: the values are set, not checked.
-			var n int64
-			ss.queryPrefix, n = ss.plainPrefix(sc, set, false)
-			pl.hide.Add(n)
-			prefix = prefixSet
-		} else if class.LoneBegin() && sc.prep.max == 0 {
-			// A lone BEGIN (TPC-B's, pgx's, Rails'): what another client's function left is put back first,
-			// and the values go as SET LOCAL, which takes no snapshot, so that a SET TRANSACTION may follow in
-			// the block. The connection is then as the proxy left it, or as this client's own statements left
-			// it (serverConn.checkedFor), and the block's end may be read back.
-			ss.putBackFirst()
+		if plain, loneBegin := class.plain(), class.LoneBegin() && sc.prep.max == 0; plain || loneBegin {
+			// Plain: nothing in the text can leave session state or open a block, and the values are set, not
+			// checked. A lone BEGIN (TPC-B's, pgx's, Rails'): what another client's function left is put back
+			// first, and the values go the same way, as SET LOCAL, which takes no snapshot, so that a SET
+			// TRANSACTION may follow in the block. The connection is then as the proxy left it, or as this
+			// client's own statements left it (serverConn.checkedFor), and the block's end may be read back.
+			if loneBegin {
+				ss.putBackFirst()
+			}
 			var n int64
 			ss.queryPrefix, n = ss.plainPrefix(sc, set, false)
 			pl.hide.Add(n)
@@ -1563,25 +1561,21 @@ func (ss *session) checkRow(sc *serverConn, body []byte, what int32) error {
 // (checkRow: resetDue), puts that back in a transaction of its own that commits, and begins the block again
 // with the client's values, before the client's next message (pl.mu held). Nothing of the client's block had
 // run (a lone BEGIN, which sets no transaction modes), so the new block is the same to the client; and no
-// rollback of it can bring the stale values back. The values are set with SET LOCAL where constants carry them,
-// which takes no snapshot (a SET TRANSACTION may follow). A block that had failed already (failed: the batch's
+// rollback of it can bring the stale values back. The values are the plain token statement's (plainPrefix): SET
+// LOCAL where constants carry them, which takes no snapshot (a SET TRANSACTION may follow). A block that had failed already (failed: the batch's
 // later message) is failed again, by a statement whose error is the proxy's own (refailMarker), so that the
 // client's next statements fail as they would have. Two hidden Queries, waited for.
 func (ss *session) rebeginClean(failed bool) error {
 	pl := ss.pooled
 	sc := pl.sc
-	cfg := ss.srv.cfg.Token
 	begin := "BEGIN; SELECT " + quoteLiteral(refailMarker) + "::pg_catalog.int8"
 	if !failed {
-		values, ok := ss.setLocalValues(ss.readingSettings())
-		if !ok {
-			values = plainSQLWith(cfg.Setting, cfg.LockSetting, sqlValue(pl.token), sqlValue(pl.lock))
-		}
+		values, _ := ss.plainPrefix(sc, ss.readingSettings(), false)
 		begin = "BEGIN; " + values
 	}
 	pl.refailDue.Store(failed)
 	pl.replaying.Add(2)
-	writeMsg(sc.w, msgQuery, nil, "ROLLBACK; SELECT "+staleResetSQL(cfg.Setting, cfg.LockSetting, "NOT ("+loginRoleSQL(sc.pool.params["user"])+")"))
+	writeMsg(sc.w, msgQuery, nil, "ROLLBACK; "+sc.pool.tokenTexts(false).putBack)
 	writeMsg(sc.w, msgQuery, nil, begin)
 	return ss.awaitHidden()
 }
@@ -1604,9 +1598,8 @@ func (ss *session) putBackFirst() {
 	if pl.pin != "" || sc.checkedFor == pl {
 		return
 	}
-	cfg := ss.srv.cfg.Token
 	pl.replaying.Add(1)
-	writeMsg(sc.w, msgQuery, nil, "SELECT "+staleResetSQL(cfg.Setting, cfg.LockSetting, "NOT ("+loginRoleSQL(sc.pool.params["user"])+")"))
+	writeMsg(sc.w, msgQuery, nil, sc.pool.tokenTexts(false).putBack)
 	pl.unnamedReplaced() // the Query dropped it
 	sc.checkedFor = pl
 }
@@ -1623,10 +1616,10 @@ func (ss *session) chainTokens() error {
 	cfg := ss.srv.cfg.Token
 	if !pl.probe.Load() {
 		// No text of the transaction before may have set the token or lock at session level: the placeholder
-		// is in force, and SET LOCAL, which takes no snapshot (a SET TRANSACTION may follow), gives the values.
-		if values, ok := ss.setLocalValues(ss.readingSettings()); ok {
-			return ss.hiddenUnit(values)
-		}
+		// is in force, and the plain token statement gives the values (SET LOCAL, which takes no snapshot, where
+		// constants carry them: a SET TRANSACTION may follow).
+		values, _ := ss.plainPrefix(pl.sc, ss.readingSettings(), false)
+		return ss.hiddenUnit(values)
 	}
 	ph := quoteLiteral(poolPlaceholder)
 	inForce := func(name string, v *string) string {

@@ -360,12 +360,11 @@ func (ss *session) checkFirst(typ byte, body []byte, prefix tokenPrefix) error {
 		}
 	}
 	if pl.pin == "" && sc.checkedFor != pl {
-		cfg := ss.srv.cfg.Token
 		pl.replaying.Add(1)
 		// What code the proxy did not see left at session level is put back, in a transaction of its own that
 		// commits: the client's statement then runs with the placeholders, as the login role. The placeholders
 		// are set whatever they were (a no-op when they were there): one statement, no CASE.
-		writeMsg(sc.w, msgQuery, nil, "SELECT "+staleResetSQL(cfg.Setting, cfg.LockSetting, "NOT ("+loginRoleSQL(sc.pool.params["user"])+")"))
+		writeMsg(sc.w, msgQuery, nil, sc.pool.tokenTexts(false).putBack)
 		pl.unnamedReplaced() // the Query dropped it
 		sc.checkedFor = pl
 	}
@@ -434,9 +433,9 @@ func roleCheckSQL(user string) string {
 }
 
 // noteTokenStmtRefusal looks at the error that ended a token statement (body): a refusal of the proxy's own (the
-// placeholder or the role changed behind its back by the client's own function) means the server connection holds state the proxy did not
-// follow, so it is closed when the client's transaction ends instead of serving another. Any other error (the
-// client's text did not parse) leaves it as it is.
+// placeholder or the role changed behind its back by the client's own function) means the server connection
+// holds state the proxy did not follow, so it is closed when the client's transaction ends instead of serving
+// another. Any other error (the client's text did not parse) leaves it as it is.
 func (ss *session) noteTokenStmtRefusal(body []byte) {
 	if _, ok := rewrite.Translate(errorField(body, fieldMessage)); ok {
 		ss.pooled.tainted = true
