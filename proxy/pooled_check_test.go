@@ -657,31 +657,33 @@ func TestPooledRebeginKeepsAFailedBlockFailed(t *testing.T) {
 // connection and on one put back, and after COMMIT AND CHAIN.
 func TestPooledHiddenStatementsTakeNoSnapshot(t *testing.T) {
 	f := newPooledFenced(t, 1, "")
-	for _, mode := range []string{"simple_protocol", "exec"} {
-		c := pooledConn(t, f, "&default_query_exec_mode="+mode+"&options=-c%20fence.token%3D5")
-		fxExec(t, c, "BEGIN")
+	// serializable makes c's block serializable, as the block's first statement, and checks that it is.
+	serializable := func(c *pgx.Conn, what string) {
+		t.Helper()
 		if _, err := c.Exec(ctxT(t), "SET TRANSACTION ISOLATION LEVEL SERIALIZABLE"); err != nil {
-			t.Errorf("%s: SET TRANSACTION after BEGIN: %v", mode, err)
+			t.Errorf("%s: SET TRANSACTION: %v", what, err)
+			return
 		}
 		var iso string
 		if err := c.QueryRow(ctxT(t), "SELECT current_setting('transaction_isolation')").Scan(&iso); err != nil || iso != "serializable" {
-			t.Errorf("%s: the block's isolation %q (%v)", mode, iso, err)
+			t.Errorf("%s: the block's isolation %q (%v)", what, iso, err)
 		}
+	}
+	for _, mode := range []string{"simple_protocol", "exec"} {
+		c := pooledConn(t, f, "&default_query_exec_mode="+mode+"&options=-c%20fence.token%3D5")
+		fxExec(t, c, "BEGIN")
+		serializable(c, mode+": after BEGIN")
 		fxExec(t, c, "ROLLBACK")
 		c.Close(ctxT(t))
 		dirtyPooledConnection(t, f, "pooled_snap_sneak")
 		c = pooledConn(t, f, "&default_query_exec_mode="+mode+"&options=-c%20fence.token%3D5")
 		fxExec(t, c, "BEGIN")
-		if _, err := c.Exec(ctxT(t), "SET TRANSACTION ISOLATION LEVEL SERIALIZABLE"); err != nil {
-			t.Errorf("%s, on a connection put back: SET TRANSACTION after BEGIN: %v", mode, err)
-		}
+		serializable(c, mode+", on a connection put back: after BEGIN")
 		fxExec(t, c, "ROLLBACK")
 		fxExec(t, c, "BEGIN")
 		fxExec(t, c, "SELECT 1")
 		fxExec(t, c, "COMMIT AND CHAIN")
-		if _, err := c.Exec(ctxT(t), "SET TRANSACTION ISOLATION LEVEL SERIALIZABLE"); err != nil {
-			t.Errorf("%s: SET TRANSACTION after COMMIT AND CHAIN: %v", mode, err)
-		}
+		serializable(c, mode+": after COMMIT AND CHAIN")
 		var tok string
 		if err := c.QueryRow(ctxT(t), "SELECT current_setting('fence.token')").Scan(&tok); err != nil || tok != "5" {
 			t.Errorf("%s: the chained block's token %q (%v)", mode, tok, err)
