@@ -34,27 +34,25 @@ import (
 //   - Each transaction starts with the client's session values set transaction-locally (set_config(name, v,
 //     true); NULL, the server's default, for a value never set or RESET), in the same write as the client's
 //     first message, so that no value left in the connection's session reaches it: the token statement (hide).
-//     It comes in three forms (tokenPrefix). The plain one (plainPrefix) only sets the values, and the login
+//     It comes in two forms (tokenPrefix). The plain one (plainPrefix) only sets the values, and the login
 //     role where a change of it would go unseen (serverConn.roleSeen); it goes before a transaction the proxy
 //     knows whole (one Query, or one extended-protocol batch already read up to its Sync) whose statements
 //     cannot leave session state by their words (plainText: SELECT, INSERT, UPDATE, ...; no SET, set_config,
-//     BEGIN, ...); and, after the put-back below, before a Query that is a lone BEGIN, as SET LOCAL, which takes
-//     no snapshot (a SET TRANSACTION may follow). The verified one (verifiedBegin) goes before an
-//     extended-protocol batch that only opens a block (and a Query's lone BEGIN where prepared fences are on): it
-//     reads the connection's state, which the proxy looks at (checkRow) before anything of the block runs. The
-//     checked one (tokenSQLWith, roleCheckSQL) goes before every other transaction, and checks, on the server,
-//     that the connection's session values are the placeholder and the role the login role. Another client's
-//     function never makes either refuse: a connection that comes to a client gets what such a function left
-//     put back first, in a transaction of its own that commits before the client's (putBackFirst; after a
-//     verified start that found it, rebeginClean), so what the check refuses (55F03, 0A000) is the client's
-//     own function's doing, as the contract says. The end of a verified or checked transaction may be read
-//     back (below), which is sound only if its start was as the proxy left it (startChecked). Before the text
+//     BEGIN, ...); and, after the put-back below, at a lone BEGIN, as SET LOCAL, which takes no snapshot (a SET
+//     TRANSACTION may follow): before it in a Query, right after its Execute in an extended-protocol batch that
+//     only opens a block (valuesAfterBegin). The checked one (tokenSQLWith, roleCheckSQL) goes before every
+//     other transaction, and checks, on the server, that the connection's session values are the placeholder
+//     and the role the login role. Another client's function never makes it refuse: a connection that comes
+//     to a client gets what such a function left put back first, in a transaction of its own that commits
+//     before the client's (putBackFirst), so what the check refuses (55F03, 0A000) is the client's own
+//     function's doing, as the contract says. The end of a checked transaction, or of a lone BEGIN's, may be
+//     read back (below), which is sound only if its start was as the proxy left it (startChecked). Before the text
 //     of a Query they carry the values as constants (nothing prepared, so nothing another client could
-//     replace); before an extended-protocol batch the plain and verified ones go as the unnamed statement, the
-//     checked one as a Bind and Execute of it prepared (parseBody, prepared afresh whenever the connection
-//     changes clients: prepareTokenStmt). SET, SET LOCAL, RESET, set_config with any arguments, SAVEPOINT and
-//     ROLLBACK TO, a rollback: the server applies them to the values inside the transaction exactly as on a
-//     connection of the client's own.
+//     replace); in an extended-protocol batch the plain ones go as the unnamed statement, the checked one as a
+//     Bind and Execute of it prepared (parseBody, prepared afresh whenever the connection changes clients:
+//     prepareTokenStmt). SET, SET LOCAL, RESET, set_config with any arguments, SAVEPOINT and ROLLBACK TO, a
+//     rollback: the server applies them to the values inside the transaction exactly as on a connection of
+//     the client's own.
 //   - A session-level change survives the transaction as the server connection's session value. When the
 //     transaction may have made one (its text calls set_config, its commands were SET, RESET, DISCARD, ...), the
 //     proxy reads the values back at its end, with the other session state the pool cannot move (probeSQL), and
@@ -120,8 +118,6 @@ type pooledState struct {
 	customNames      map[string]bool   // custom settings the client's texts may have set (noteCustomSettings)
 	customUnfollowed bool              // a text set a custom setting the proxy cannot name
 	tainted          bool              // the token statement refused the lent connection's state (serveLend's)
-	resetDue         atomic.Bool       // a verified start found what unseen code left: rebeginClean goes before the next message
-	refailDue        atomic.Bool       // rebeginClean fails the block again: its error is the proxy's own (replayAnswer)
 	// chainPending: a text of the unit being answered may chain a transaction (AND CHAIN); chainDue: the unit
 	// ended in a block after one, chainTokens goes before the next message (under mu).
 	chainPending, chainDue bool
@@ -156,9 +152,18 @@ type pooledState struct {
 	// took a snapshot (25001): the token statement goes at the batch's first Execute, after it when it executes
 	// a portal of that BEGIN (beginPortals), else before it (under mu). windowAnswers counts the answers to the
 	// client's messages sent until then (answersTo).
+	// afterBegin, when not nil, is what goes there instead: a SET LOCAL of each value (a batch that only opens
+	// a block: valuesAfterBegin), which takes no snapshot, so that a SET TRANSACTION may follow in the block.
 	tokenAfterBegin bool
+	afterBegin      []string
 	beginPortals    []string
 	windowAnswers   int64
+	// afterBeginStmts is the last list valuesAfterBegin built, for the values and settings of key (built: once).
+	afterBeginStmts struct {
+		key   plainPrefixKey
+		stmts []string
+		built bool
+	}
 
 	stmts    pooledStmts    // the client's named statements (pooledstmts.go)
 	sqlStmts pooledSQLStmts // the client's SQL-level prepared statements (pooledsqlprep.go)
@@ -181,20 +186,6 @@ type pooledState struct {
 		text string
 		n    int64
 	}
-
-	// beginPrefix is the last text verifiedBegin built, for the values and settings of key (bare: pinned), its
-	// SET LOCAL statements (values), and whether the values had constants (ok).
-	beginPrefix struct {
-		key          plainPrefixKey
-		text, values string
-		built, ok    bool
-	}
-
-	// verifyStart is what the hidden row of a verified start (verifiedBegin) is to be checked for, until it came:
-	// verifyNone, verifyPlaceholders (a pinned client: the connection and its role are its own), verifyRole.
-	verifyStart atomic.Int32
-	// verifyFolded: that row also carries the prepared fences' verification (foldVerification), its fifth column.
-	verifyFolded atomic.Bool
 
 	// prefixChars is how many characters the token statement put before the text of the Query being answered
 	// (an error's position is shifted back by it); 0 when none or when they cannot be counted.
@@ -242,7 +233,7 @@ func tokenSQLWith(tok, lock, tokVal, lockVal string) string {
 // is its RESET, which any role may run) and the role to none (tokenTexts.putBack). Only code the proxy does not see leaves anything but the placeholders and the
 // login role at session level (a function that calls set_config), and in a transaction of another client that is
 // never this client's problem. It always runs in a transaction of its own that commits before anything of the
-// client's runs (putBackFirst, checkFirst, rebeginClean): put back inside the client's transaction, a rollback
+// client's runs (putBackFirst, checkFirst): put back inside the client's transaction, a rollback
 // there would bring the stale values back for the rest of the client's Query or batch.
 func staleResetSQL(tok, lock, user string) string {
 	ph := quoteLiteral(poolPlaceholder)
@@ -285,18 +276,9 @@ type tokenTexts struct {
 	inlineHead, inlineMid, inlineTail string // inlineHead + token + inlineMid + lock + inlineTail, as SQL expressions
 	plainHead, plainMid, plainTail    string // the same for the plain form
 	bareHead, bareMid, bareTail       string // the plain form without the role set (roleSeen)
-	startRead                         string // what a verified start reads (the token, the lock, loginRoleSQL, the role): a SELECT, no "; "
 	putBack                           string // staleResetSQL, the same for both kinds of client
-	readHead, readMid, readTail       string // that read and the bare plain form in one SELECT (a batch's verified start)
 	parseBody                         []byte
 }
-
-// Where checkRow finds what it looks at in the row of a verified start (startRead): the session's token and
-// lock come first.
-const (
-	verifiedLoginRole = 2 // loginRoleSQL
-	verifiedWidth     = 4
-)
 
 // tokenStmtClose is the body of the Close that drops the token statement before it is prepared again.
 var tokenStmtClose = []byte("S" + tokenStmtName + "\x00")
@@ -322,12 +304,7 @@ func newTokenTexts(tok, lock, user string, pinned bool) tokenTexts {
 	t.inlineHead, t.inlineMid, t.inlineTail = cut(checked("\x00TOK\x00", "\x00LOCK\x00") + "; ")
 	t.plainHead, t.plainMid, t.plainTail = cut(plainSQLWith(tok, lock, "\x00TOK\x00", "\x00LOCK\x00") + plainExtra + "; ")
 	t.bareHead, t.bareMid, t.bareTail = cut(plainSQLWith(tok, lock, "\x00TOK\x00", "\x00LOCK\x00") + "; ")
-	read := "SELECT pg_catalog.current_setting(" + quoteLiteral(tok) + ", true), pg_catalog.current_setting(" + quoteLiteral(lock) +
-		", true), " + loginRoleSQL(user) + ", pg_catalog.current_setting('role')"
-	t.startRead = read
 	t.putBack = staleResetSQL(tok, lock, user)
-	// The reads first: a target list is evaluated in order.
-	t.readHead, t.readMid, t.readTail = cut(read + ", " + strings.TrimPrefix(plainSQLWith(tok, lock, "\x00TOK\x00", "\x00LOCK\x00"), "SELECT "))
 	parse := append(append([]byte(tokenStmtName), 0), checked("$1::pg_catalog.text", "$2::pg_catalog.text")...)
 	t.parseBody = append(parse, 0, 0, 0)
 	return t
@@ -346,12 +323,6 @@ func (t *tokenTexts) plainInline(tok, lock *string, bare bool) string {
 		return t.bareHead + sqlValue(tok) + t.bareMid + sqlValue(lock) + t.bareTail
 	}
 	return t.plainHead + sqlValue(tok) + t.plainMid + sqlValue(lock) + t.plainTail
-}
-
-// readInline is the read of a verified start and the bare plain token statement in one SELECT, with the
-// client's values as constants.
-func (t *tokenTexts) readInline(tok, lock *string) string {
-	return t.readHead + sqlValue(tok) + t.readMid + sqlValue(lock) + t.readTail
 }
 
 // plainPrefix is the plain token statement (prefixSet) and how many statements it holds, whose answers are
@@ -410,7 +381,7 @@ type plainPrefixKey struct {
 	set             rewrite.Settings
 }
 
-// prefixKey is the key of a cached token text (plainPrefix, verifiedBegin): the client's values now, and bare,
+// prefixKey is the key of a cached token text (plainPrefix, valuesAfterBegin): the client's values now, and bare,
 // set and batch as given.
 func (pl *pooledState) prefixKey(bare bool, set rewrite.Settings, batch bool) plainPrefixKey {
 	key := plainPrefixKey{bare: bare, set: set, batch: batch}
@@ -759,20 +730,12 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 		if err := ss.heldMoved(); err != nil {
 			return err
 		}
-		if pl.sc != nil && byte(st.txStatus.Load()) != txIdle {
-			if pl.resetDue.Swap(false) {
-				if err := ss.rebeginClean(byte(st.txStatus.Load()) == txFailed); err != nil {
-					return err
-				}
-			}
-			if pl.chainDue {
-				pl.chainDue = false
-				if err := ss.chainTokens(); err != nil {
-					return err
-				}
+		if pl.chainDue && pl.sc != nil && byte(st.txStatus.Load()) != txIdle {
+			pl.chainDue = false
+			if err := ss.chainTokens(); err != nil {
+				return err
 			}
 		}
-		pl.resetDue.Store(false)
 		pl.chainDue = false
 		if pl.sc == nil {
 			if err := ss.lend(); err != nil {
@@ -817,7 +780,7 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 		}
 		switch answers, ok := ss.answersTo(typ, body); {
 		case typ == msgSync:
-			pl.tokenAfterBegin = false // nothing was executed: nothing ran
+			pl.tokenAfterBegin, pl.afterBegin = false, nil // nothing was executed: nothing ran
 		case typ == msgExecute && ss.executesBegin(body):
 			pl.windowAnswers += answers
 			tokenAfter = true
@@ -825,8 +788,9 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 			pl.windowAnswers += answers
 		default:
 			// A statement other than the BEGIN would run before the token statement: it goes now (the BEGIN,
-			// if it still comes, then fails 25001, as after any statement).
-			pl.tokenAfterBegin = false
+			// if it still comes, then fails 25001, as after any statement), checked, since SET LOCAL outside a
+			// block would warn.
+			pl.tokenAfterBegin, pl.afterBegin = false, nil
 			pl.relayFirst.Store(pl.windowAnswers)
 			ss.writeTokenStmt(tokenPortal)
 		}
@@ -952,11 +916,18 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 		pl.stmts.sentAnswer(n) // pooledstmts.go: where an error of the batch falls
 	}
 	if tokenAfter {
-		// The BEGIN with transaction modes is in: the token statement goes next, its answers hidden after the
-		// BEGIN's.
+		// The BEGIN is in: the token statement (or the SET LOCAL statements) go next, their answers hidden after
+		// the BEGIN's.
 		pl.tokenAfterBegin = false
 		pl.relayFirst.Store(pl.windowAnswers)
-		ss.writeTokenStmt(tokenPortal)
+		if pl.afterBegin != nil {
+			for i, stmt := range pl.afterBegin {
+				ss.writeStmtToPortal(stmt, valuesPortals[i])
+			}
+			pl.afterBegin = nil
+		} else {
+			ss.writeTokenStmt(tokenPortal)
+		}
 	}
 	if !ss.cr.nextBuffered() {
 		// All the client sent is one unit, answered up to the next ReadyForQuery, and nothing reads the
@@ -1132,7 +1103,7 @@ const (
 	// prefixSet: the token statement that sets the client's values (and, where needed, the login role for a
 	// client that is not pinned: serverConn.roleSeen) without looking at the session's (plainPrefix,
 	// plainSQLWith): for a transaction whose every statement is known to the proxy and plain (plainText,
-	// batchOf).
+	// batchOf), and for a lone BEGIN after putBackFirst (as SET LOCAL: plainPrefix, valuesAfterBegin).
 	prefixSet
 	// prefixSetLocal: SET LOCAL of the client's values (a BEGIN with transaction modes), which takes no snapshot;
 	// checkFirst checks the connection first.
@@ -1309,8 +1280,6 @@ func (ss *session) heldMoved() error {
 func (ss *session) injectTokens(typ byte, body []byte) tokenPrefix {
 	pl := ss.pooled
 	sc := pl.sc
-	// A row of the last transaction's start that never came (its connection failed) is not this one's.
-	pl.verifyStart.Store(verifyNone)
 	set := ss.readingSettings()
 	switch typ {
 	case msgFunctionCall:
@@ -1325,7 +1294,7 @@ func (ss *session) injectTokens(typ byte, body []byte) tokenPrefix {
 			return prefixNone
 		}
 		var prefix tokenPrefix
-		if plain, loneBegin := class.plain(), class.LoneBegin() && sc.prep.max == 0; plain || loneBegin {
+		if plain, loneBegin := class.plain(), class.LoneBegin(); plain || loneBegin {
 			// Plain: nothing in the text can leave session state or open a block, and the values are set, not
 			// checked. A lone BEGIN (TPC-B's, pgx's, Rails'): what another client's function left is put back
 			// first, and the values go the same way, as SET LOCAL, which takes no snapshot, so that a SET
@@ -1338,10 +1307,6 @@ func (ss *session) injectTokens(typ byte, body []byte) tokenPrefix {
 			ss.queryPrefix, n = ss.plainPrefix(sc, set, false)
 			pl.hide.Add(n)
 			prefix = prefixSet
-		} else if q, n, ok := ss.verifiedBegin(sc, class, set); ok {
-			ss.queryPrefix = q
-			pl.hide.Add(n)
-			prefix = prefixChecked
 		} else if class.Begin && class.Modes {
 			// BEGIN ISOLATION LEVEL ... fails (25001) after a statement that took a snapshot, as the token
 			// statement does: two SET LOCAL take none. The checks of the token statement go first as a unit of
@@ -1370,7 +1335,7 @@ func (ss *session) injectTokens(typ byte, body []byte) tokenPrefix {
 	}
 	if text, ok := ss.stmtText(typ, body); ok && ss.beginsWithModes(text) {
 		ss.putBackFirst()
-		pl.tokenAfterBegin, pl.beginPortals, pl.windowAnswers = true, pl.beginPortals[:0], 0 // forwardPooled sends it
+		pl.tokenAfterBegin, pl.afterBegin, pl.beginPortals, pl.windowAnswers = true, nil, pl.beginPortals[:0], 0 // forwardPooled sends it
 		return prefixChecked
 	}
 	if ss.batchOf(typ, body, ss.plainText) {
@@ -1380,11 +1345,15 @@ func (ss *session) injectTokens(typ byte, body []byte) tokenPrefix {
 		return prefixSet
 	}
 	if ss.batchOf(typ, body, func(text []byte) bool { return ss.classOf(text).LoneBegin() }) {
-		// A batch that only opens a block: a verified start (verifiedBegin), the read and the values set in one
-		// SELECT, as the unnamed statement.
-		ss.writeUnnamedStmt(sc.pool.tokenTexts(pl.pin != "").readInline(pl.token, pl.lock))
-		ss.expectVerifiedRow()
-		return prefixChecked
+		// A batch that only opens a block (pgx's BEGIN by ExecParams, JDBC's): what another client's function
+		// left is put back first, as for a Query's lone BEGIN, and the values are set right after the BEGIN's
+		// Execute, as SET LOCAL, which takes no snapshot: a SET TRANSACTION may follow in the block. A value no
+		// constant carries gets the checked token statement below, which does.
+		if stmts := ss.valuesAfterBegin(sc, set); stmts != nil {
+			ss.putBackFirst()
+			pl.tokenAfterBegin, pl.afterBegin, pl.beginPortals, pl.windowAnswers = true, stmts, pl.beginPortals[:0], 0 // forwardPooled sends them
+			return prefixSet
+		}
 	}
 	ss.putBackFirst()
 	ss.writeTokenStmt("")
@@ -1422,6 +1391,57 @@ var (
 // tokenPortal is the portal of the token statement when it goes after some of a batch's messages: the
 // unnamed portal may be the client's by then. It lasts until the transaction ends.
 const tokenPortal = "fenceproxy_p"
+
+// valuesPortals are the portals of the SET LOCAL statements that go after a batch's lone BEGIN
+// (valuesAfterBegin), one each, for the same reason: a portal of the client's unnamed statement may be executed
+// again after them.
+var valuesPortals = [...]string{"fenceproxy_set1", "fenceproxy_set2", "fenceproxy_set3"}
+
+// writeStmtToPortal writes Parse of text as the unnamed statement (in the same write: nothing another client
+// could have replaced), Bind of it to portal and Execute, to the lent connection (pl.mu held), and counts it
+// hidden. The client's own unnamed statement is no longer there (unnamedHere).
+func (ss *session) writeStmtToPortal(text, portal string) {
+	pl := ss.pooled
+	w := pl.sc.w
+	writeHeader(w, msgParse, 4+1+len(text)+1+2)
+	w.WriteByte(0)
+	w.WriteString(text)
+	w.Write(noParamTypes[:])
+	// Bind: the portal, the unnamed statement, no parameter formats, no parameters, no result formats.
+	writeHeader(w, msgBind, 4+len(portal)+1+1+2+2+2)
+	w.WriteString(portal)
+	w.Write(bindUnnamedBody[:]) // the portal's terminator, then the unnamed statement's and three zero counts
+	// Execute: the portal, no row limit.
+	writeHeader(w, msgExecute, 4+len(portal)+1+4)
+	w.WriteString(portal)
+	w.Write(executeUnnamedBody[:])
+	pl.unnamedReplaced()
+	pl.hide.Add(1)
+}
+
+// valuesAfterBegin is a SET LOCAL of the client's token, then of its lock, then, where the plain token
+// statement sets it back (plainPrefix), of the role to none, each a statement of its own without its
+// semicolon: what goes after the BEGIN of a batch that only opens a block (pl.mu held). It is nil when a value
+// is one no constant carries under set. The client's values change seldom: the list is built once for them.
+func (ss *session) valuesAfterBegin(sc *serverConn, set rewrite.Settings) []string {
+	pl := ss.pooled
+	key := pl.prefixKey(pl.pin != "" || sc.roleSeen, set, true)
+	if c := &pl.afterBeginStmts; c.built && c.key == key {
+		return c.stmts
+	}
+	cfg := ss.srv.cfg.Token
+	tok, ok := setLocalStmt(cfg.Setting, pl.token, set)
+	lock, ok2 := setLocalStmt(cfg.LockSetting, pl.lock, set)
+	var stmts []string
+	if ok && ok2 {
+		stmts = []string{strings.TrimSuffix(tok, "; "), strings.TrimSuffix(lock, "; ")}
+		if !key.bare {
+			stmts = append(stmts, "SET LOCAL ROLE NONE")
+		}
+	}
+	pl.afterBeginStmts.key, pl.afterBeginStmts.stmts, pl.afterBeginStmts.built = key, stmts, true
+	return stmts
+}
 
 // writeTokenStmt writes the checked token statement's Bind (to portal) and Execute, prepared first if need be
 // (prepareTokenStmt), to the lent connection (pl.mu held), and counts it hidden.
@@ -1462,127 +1482,6 @@ func (ss *session) prepareTokenStmt() {
 	writeMsg(sc.w, msgParse, sc.pool.tokenTexts(pl.pin != "").parseBody, "") // pooledsettings.go
 	sc.tokenFor = pl
 }
-
-// What the row a verified start reads is checked for (pooledState.verifyStart).
-const (
-	verifyNone int32 = iota
-	verifyPlaceholders
-	verifyRole
-)
-
-// verifiedBegin is the token statement before a Query that is a lone BEGIN (rewrite.LoneBegin) where prepared
-// fences are on, since their verification folds into its read (without them, injectTokens puts back first and
-// sends SET LOCAL, which takes no snapshot): a read of the connection's token, lock, role and
-// session_authorization, then a SET LOCAL of each value, then the BEGIN. (An extended-protocol batch that only
-// opens a block gets the same as one SELECT: injectTokens, readInline.) The checked token statement checks the
-// same on the server at about twice the cost (its CASE expressions; measured directly in front of a one-row
-// SELECT, 0.46 of the SELECT's rate alone where this gave 0.73). The proxy looks at the row (checkRow) before
-// the BEGIN's answer: nothing of the block has run, nor goes, until the client's next message. What a function
-// left there is put back then (rebeginClean); a pinned client's connection, its own, that is not as the proxy
-// left it ends the session (FATAL 55F03, and the connection closed, which rolls the block back). It returns the
-// prefix and how many statements it holds; ok is false for any other text, or a value no constant carries
-// (setLocalStmt).
-func (ss *session) verifiedBegin(sc *serverConn, class textClass, set rewrite.Settings) (prefix string, n int64, ok bool) {
-	pl := ss.pooled
-	if !class.LoneBegin() {
-		return "", 0, false
-	}
-	key := pl.prefixKey(pl.pin != "", set, false)
-	if c := &pl.beginPrefix; !c.built || c.key != key {
-		values, ok := ss.setLocalValues(set)
-		c.key, c.built, c.ok, c.text, c.values = key, true, ok, "", values
-		if ok {
-			c.text = sc.pool.tokenTexts(key.bare).startRead + "; " + values
-		}
-	}
-	if !pl.beginPrefix.ok {
-		return "", 0, false
-	}
-	ss.expectVerifiedRow()
-	if column, ok := sc.prep.foldVerification(); ok {
-		// The prepared fences' verification, due before this BEGIN, as a fifth column (checkRow).
-		pl.verifyFolded.Store(true)
-		return sc.pool.tokenTexts(key.bare).startRead + ", " + column + "; " + pl.beginPrefix.values, 3, true
-	}
-	return pl.beginPrefix.text, 3, true
-}
-
-// expectVerifiedRow notes what the hidden row of the verified start being sent is checked for: the
-// placeholders, and the login role unless the client is pinned (its connection, role included, is its own).
-func (ss *session) expectVerifiedRow() {
-	pl := ss.pooled
-	if pl.pin != "" {
-		pl.verifyStart.Store(verifyPlaceholders)
-	} else {
-		pl.verifyStart.Store(verifyRole)
-	}
-}
-
-// checkRow looks at the row a verified start read on sc (verifiedBegin) for what was asked, and applies the
-// prepared fences' verification it carries, if any:
-//   - verifyPlaceholders (a pinned client, whose connection is its own): the token and lock must be the
-//     placeholder, else the refusal the checked token statement gives (55F03, naming the setting);
-//   - verifyRole: a token, lock or role that code the proxy did not see left there (another client's function,
-//     or the client's own) is put back before the client's next message, in a transaction of its own, and the
-//     client's block begun again (resetDue: rebeginClean). Nothing of the block has run yet.
-func (ss *session) checkRow(sc *serverConn, body []byte, what int32) error {
-	pl := ss.pooled
-	row, err := dataRowValues(body)
-	if err != nil || len(row) < verifiedWidth {
-		return fmt.Errorf("%w: the read of a pooled server connection's state gave an unexpected row", errProtocol)
-	}
-	cfg := ss.srv.cfg.Token
-	switch what {
-	case verifyPlaceholders:
-		for i, name := range []string{cfg.Setting, cfg.LockSetting} {
-			if row[i] == nil || string(row[i]) != poolPlaceholder {
-				return refusedState(rewrite.NamedRefusalMarker(sqlstateInvalid, rewrite.RefusalPooledSetting, name))
-			}
-		}
-	case verifyRole:
-		if string(row[verifiedLoginRole]) != "t" || string(row[0]) != poolPlaceholder || string(row[1]) != poolPlaceholder {
-			pl.resetDue.Store(true)
-			ss.logger().Warn("pooled server connection held a token, lock or role that code fenceproxy does not see left at session level; put back before the client's block",
-				"pool", sc.pool.name, "token", string(row[0]), "lock", string(row[1]), "login_role", string(row[verifiedLoginRole]) == "t")
-		}
-	}
-	if pl.verifyFolded.Swap(false) { // the prepared fences' verification (foldVerification)
-		if len(row) != verifiedWidth+1 {
-			return fmt.Errorf("%w: the read of a pooled server connection's state gave %d columns, want %d", errProtocol, len(row), verifiedWidth+1)
-		}
-		if missing := sc.prep.foldedAnswer(row[verifiedWidth]); missing != nil {
-			ss.preparedReplaced(missing)
-		}
-	}
-	return nil
-}
-
-// rebeginClean ends the block a verified start opened on a connection that held what unseen code left there
-// (checkRow: resetDue), puts that back in a transaction of its own that commits, and begins the block again
-// with the client's values, before the client's next message (pl.mu held). Nothing of the client's block had
-// run (a lone BEGIN, which sets no transaction modes), so the new block is the same to the client; and no
-// rollback of it can bring the stale values back. The values are the plain token statement's (plainPrefix): SET
-// LOCAL where constants carry them, which takes no snapshot (a SET TRANSACTION may follow). A block that had failed already (failed: the batch's
-// later message) is failed again, by a statement whose error is the proxy's own (refailMarker), so that the
-// client's next statements fail as they would have. Two hidden Queries, waited for.
-func (ss *session) rebeginClean(failed bool) error {
-	pl := ss.pooled
-	sc := pl.sc
-	begin := "BEGIN; SELECT " + quoteLiteral(refailMarker) + "::pg_catalog.int8"
-	if !failed {
-		values, _ := ss.plainPrefix(sc, ss.readingSettings(), false)
-		begin = "BEGIN; " + values
-	}
-	pl.refailDue.Store(failed)
-	pl.replaying.Add(2)
-	writeMsg(sc.w, msgQuery, nil, "ROLLBACK; "+sc.pool.tokenTexts(false).putBack)
-	writeMsg(sc.w, msgQuery, nil, begin)
-	return ss.awaitHidden()
-}
-
-// refailMarker is the text whose cast fails a block rebeginClean begins again for a client whose block had
-// failed; replayAnswer takes that error for the proxy's own.
-const refailMarker = "fenceproxy: the block had failed"
 
 // putBackFirst puts back what unseen code left on a connection that comes to a client that is not pinned (the
 // token and lock to the placeholder, the role to the login role), in a transaction of its own written before
@@ -1655,12 +1554,6 @@ func (ss *session) awaitHidden() error {
 		return errLendLost
 	}
 	return nil
-}
-
-// refusedState is the replayError of a refusal marker of the proxy's own (rewrite.Translate).
-func refusedState(marker string) *replayError {
-	tr, _ := rewrite.Translate(marker)
-	return &replayError{code: tr.Code, msg: tr.Message}
 }
 
 // boundClientText is the client's own text of the statement a Bind binds (pl.mu held), where the proxy keeps it:
@@ -1804,7 +1697,7 @@ func (ss *session) answersTo(typ byte, body []byte) (n int64, ok bool) {
 		// portal is bound again without a Close; a named one after its Close).
 		portal, _, _ := cutNul(body)
 		pl.beginPortals = slices.DeleteFunc(pl.beginPortals, func(p string) bool { return p == string(portal) })
-		if text, ok := ss.stmtText(msgBind, body); ok && ss.beginsWithModes(text) {
+		if text, ok := ss.stmtText(msgBind, body); ok && ss.opensBlockFirst(text) {
 			pl.beginPortals = append(pl.beginPortals, string(portal))
 		}
 		return 1, true
@@ -1821,8 +1714,15 @@ func (ss *session) answersTo(typ byte, body []byte) (n int64, ok bool) {
 	return 0, false
 }
 
-// executesBegin reports whether an Execute (body nil: not read) runs a portal the batch bound to a BEGIN with
-// transaction modes.
+// opensBlockFirst reports whether a text is a BEGIN after whose Execute the batch's token statement goes: one
+// with transaction modes, or, in a batch that only opens a block (pooledState.afterBegin), a lone BEGIN.
+func (ss *session) opensBlockFirst(text []byte) bool {
+	c := ss.classOf(text)
+	return c.Begin && (c.Modes || ss.pooled.afterBegin != nil && c.LoneBegin())
+}
+
+// executesBegin reports whether an Execute (body nil: not read) runs a portal the batch bound to a BEGIN after
+// which the token statement goes (opensBlockFirst).
 func (ss *session) executesBegin(body []byte) bool {
 	if body == nil {
 		return false
@@ -1868,7 +1768,7 @@ func (ss *session) stmtText(typ byte, body []byte) (text []byte, ok bool) {
 // before the token statement goes), it holds only Parse, Bind, Describe, Execute, Close and Flush, and every
 // text it parses or binds passes. A batch that goes on past what was read, or names a statement the proxy does
 // not know, is not (the checked token statement goes). Plain batches (plainText) get the plain token statement;
-// one that only opens a block (rewrite.LoneBegin) a verified start.
+// one that only opens a block (rewrite.LoneBegin) the values after its BEGIN (valuesAfterBegin).
 func (ss *session) batchOf(typ byte, body []byte, textOK func([]byte) bool) bool {
 	var unnamed []byte // the unnamed statement's text as the batch leaves it; nil: as the client left it
 	var parsed []string
@@ -2068,21 +1968,9 @@ func (ss *session) relayServer(sc *serverConn, inline bool) bool {
 				}
 				continue
 			case msgErrorResponse:
-				pl.hide.Store(0) // relayed: the client's statement did not run, nor the rest of the token statements
-				pl.verifyStart.Store(verifyNone)
-				if pl.verifyFolded.Swap(false) {
-					sc.prep.dropFolded() // its row never came: nothing verified
-				}
+				pl.hide.Store(0)              // relayed: the client's statement did not run, nor the rest of the token statements
 				ss.noteTokenStmtRefusal(body) // pooledsettings.go
 			case msgNoticeResponse, msgParameterStatus, msgNotificationResponse:
-			case msgDataRow:
-				if what := pl.verifyStart.Swap(verifyNone); what != verifyNone {
-					if err := ss.checkRow(sc, body, what); err != nil {
-						ss.lendFailed(sc, err)
-						return true
-					}
-				}
-				continue
 			default:
 				continue // ParseComplete, BindComplete, RowDescription, DataRow of the token statement
 			}
@@ -2118,7 +2006,6 @@ func (ss *session) relayServer(sc *serverConn, inline bool) bool {
 				case msgErrorResponse:
 					pl.relayFirst.Store(0) // the server skips the rest of the batch, the token statement too
 					pl.hide.Store(0)
-					pl.verifyStart.Store(verifyNone) // its row never comes
 				default:
 					pl.relayFirst.Add(-1) // one of the client's: the token statement's answers come after them
 				}
@@ -2260,13 +2147,6 @@ func (ss *session) settle(sc *serverConn) bool {
 	}
 	if pl.open > 0 || st.unsynced.Load() || byte(st.txStatus.Load()) != txIdle {
 		return false
-	}
-	if pl.resetDue.Swap(false) {
-		// A verified start found what unseen code left, and its block never opened or is over already (the
-		// batch failed before its BEGIN, a cancel): nothing put it back (rebeginClean). The connection is not
-		// as the proxy left it: its next check puts it back, and the probe does not take what it holds for the
-		// client's.
-		sc.checkedFor, pl.startChecked = nil, false
 	}
 	pl.stmtParsed.Store(false)
 	if pl.probe.Swap(false) {

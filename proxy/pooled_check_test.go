@@ -323,12 +323,10 @@ func TestPooledBeginBatchWindowAnswers(t *testing.T) {
 	f.wantToken(t, 1, 5)
 }
 
-// A client that pipelines a lone BEGIN (a verified start: the proxy looks at what the connection held when the
-// row comes back), by a Query or by an extended-protocol batch, with the block's statements and COMMIT behind
-// it, on a connection a function left as another role: the role is put back before anything after the BEGIN
-// runs (rebeginClean), since a client's next Query or batch waits for the answer to the one before. The block
-// runs, and writes as the login role.
-func TestPooledPipelinedVerifiedBeginRunsAsLoginRole(t *testing.T) {
+// A client that pipelines a lone BEGIN, by a Query or by an extended-protocol batch, with the block's statements
+// and COMMIT behind it, on a connection a function left as another role: the role is put back before the BEGIN,
+// in a transaction of its own (putBackFirst). The block runs, and writes as the login role.
+func TestPooledPipelinedBeginRunsAsLoginRole(t *testing.T) {
 	f := newPooledFenced(t, 1, "")
 	for _, sql := range []string{
 		"DROP ROLE IF EXISTS pooled_superrole2", "CREATE ROLE pooled_superrole2 SUPERUSER",
@@ -574,11 +572,11 @@ func pooledFunctionCall(t *testing.T, pc *pgconn.PgConn, oid uint32) []string {
 	return got
 }
 
-// A lone-BEGIN batch (a verified start) that finds what another client's function left, and fails before its
-// BEGIN runs (a Bind the server refuses), leaves the connection not checked for the client: nothing put it back
-// (the block never opened), so its next FunctionCall gets the put-back first, and the probe after its next
-// transaction does not take the stale token for the client's (second review of the put-back).
-func TestPooledFailedVerifiedStartLeavesNoCheck(t *testing.T) {
+// A lone-BEGIN batch on a connection another client's function left token 77 on, that fails before its BEGIN
+// runs (a Bind the server refuses): the put-back before it committed all the same, so the client's next
+// FunctionCall sees the placeholder, and its next write its own token; the probe after its next transaction
+// never takes 77 for the client's (second review of the put-back, written for the verified start it replaced).
+func TestPooledFailedBeginBatchLeavesNoStaleToken(t *testing.T) {
 	f := newPooledFenced(t, 1, "")
 	fxExec(t, f.d, "INSERT INTO "+f.label+" (id, fence_token) VALUES (1, 1)")
 	fxExec(t, f.d, "CREATE OR REPLACE FUNCTION pooled_fv_token() RETURNS text LANGUAGE sql AS $$ SELECT pg_catalog.current_setting('fence.token') $$")
@@ -593,7 +591,7 @@ func TestPooledFailedVerifiedStartLeavesNoCheck(t *testing.T) {
 		t.Fatalf("the BEGIN batch with a bad Bind: %v", codes)
 	}
 	if got := pooledFunctionCall(t, b, oid); !slices.Equal(got, []string{"fenceproxy:pooled"}) {
-		t.Fatalf("the FunctionCall after the failed verified start saw %q, want the placeholder (77 is another client's)", got)
+		t.Fatalf("the FunctionCall after the failed BEGIN batch saw %q, want the placeholder (77 is another client's)", got)
 	}
 
 	dirtyPooledConnection(t, f, "pooled_fv_sneak2")
@@ -603,14 +601,15 @@ func TestPooledFailedVerifiedStartLeavesNoCheck(t *testing.T) {
 	}
 	rows, codes := rawBatch(t, c, &pgproto3.Parse{Query: "UPDATE " + f.label + " SET balance = balance + 1 WHERE id = 1 RETURNING fence_token"}, &pgproto3.Bind{}, &pgproto3.Execute{})
 	if len(codes) > 0 || !slices.Equal(rows, []string{"5"}) {
-		t.Fatalf("the client's write after the failed verified start: rows %v, errors %v (want token 5; 77 is another client's)", rows, codes)
+		t.Fatalf("the client's write after the failed BEGIN batch: rows %v, errors %v (want token 5; 77 is another client's)", rows, codes)
 	}
 }
 
-// A lone-BEGIN batch that finds what another client's function left and whose block then fails (an Execute of
-// no portal) is begun again on the connection put back, and failed again: the client's next statements fail as
-// they would have (25P02), and a block chained out of it has the client's token, never the stale one.
-func TestPooledRebeginKeepsAFailedBlockFailed(t *testing.T) {
+// A lone-BEGIN batch on a connection another client's function left token 77 on, whose block then fails (an
+// Execute of no portal): the client's next statements fail as they would have (25P02), and a block chained out
+// of it has the client's token, never the stale one (written for the verified start's begin-again, which the
+// put-back before the BEGIN replaced).
+func TestPooledFailedBeginBatchStaysFailed(t *testing.T) {
 	f := newPooledFenced(t, 1, "")
 	fxExec(t, f.d, "INSERT INTO "+f.label+" (id, fence_token, balance) VALUES (1, 1, 0)")
 	failedBlock := func(sneak string) *pgconn.PgConn {
@@ -658,7 +657,7 @@ func TestPooledRebeginKeepsAFailedBlockFailed(t *testing.T) {
 func TestPooledHiddenStatementsTakeNoSnapshot(t *testing.T) {
 	f := newPooledFenced(t, 1, "")
 	// serializable makes c's block serializable, as the block's first statement, and checks that it is.
-	serializable := func(c *pgx.Conn, what string) {
+	serializable := func(t *testing.T, c *pgx.Conn, what string) {
 		t.Helper()
 		if _, err := c.Exec(ctxT(t), "SET TRANSACTION ISOLATION LEVEL SERIALIZABLE"); err != nil {
 			t.Errorf("%s: SET TRANSACTION: %v", what, err)
@@ -672,18 +671,18 @@ func TestPooledHiddenStatementsTakeNoSnapshot(t *testing.T) {
 	for _, mode := range []string{"simple_protocol", "exec"} {
 		c := pooledConn(t, f, "&default_query_exec_mode="+mode+"&options=-c%20fence.token%3D5")
 		fxExec(t, c, "BEGIN")
-		serializable(c, mode+": after BEGIN")
+		serializable(t, c, mode+": after BEGIN")
 		fxExec(t, c, "ROLLBACK")
 		c.Close(ctxT(t))
 		dirtyPooledConnection(t, f, "pooled_snap_sneak")
 		c = pooledConn(t, f, "&default_query_exec_mode="+mode+"&options=-c%20fence.token%3D5")
 		fxExec(t, c, "BEGIN")
-		serializable(c, mode+", on a connection put back: after BEGIN")
+		serializable(t, c, mode+", on a connection put back: after BEGIN")
 		fxExec(t, c, "ROLLBACK")
 		fxExec(t, c, "BEGIN")
 		fxExec(t, c, "SELECT 1")
 		fxExec(t, c, "COMMIT AND CHAIN")
-		serializable(c, mode+": after COMMIT AND CHAIN")
+		serializable(t, c, mode+": after COMMIT AND CHAIN")
 		var tok string
 		if err := c.QueryRow(ctxT(t), "SELECT current_setting('fence.token')").Scan(&tok); err != nil || tok != "5" {
 			t.Errorf("%s: the chained block's token %q (%v)", mode, tok, err)
@@ -691,4 +690,64 @@ func TestPooledHiddenStatementsTakeNoSnapshot(t *testing.T) {
 		fxExec(t, c, "ROLLBACK")
 		c.Close(ctxT(t))
 	}
+	// An extended-protocol batch that only opens a block (Parse BEGIN, Bind, Describe, Execute, Sync), as
+	// pgconn's ExecParams sends it: the values go after the BEGIN, as SET LOCAL.
+	extendedBegin := func(c *pgx.Conn, what string) {
+		t.Helper()
+		if _, err := c.PgConn().ExecParams(ctxT(t), "BEGIN", nil, nil, nil, nil).Close(); err != nil {
+			t.Fatalf("%s: BEGIN: %v", what, err)
+		}
+	}
+	tokenIs := func(c *pgx.Conn, what, want string) {
+		t.Helper()
+		var tok string
+		if err := c.QueryRow(ctxT(t), "SELECT current_setting('fence.token')").Scan(&tok); err != nil || tok != want {
+			t.Errorf("%s: the block's token %q (%v), want %q", what, tok, err, want)
+		}
+	}
+	c := pooledConn(t, f, "&options=-c%20fence.token%3D5")
+	extendedBegin(c, "extended")
+	serializable(t, c, "extended: after BEGIN")
+	tokenIs(c, "extended", "5")
+	fxExec(t, c, "ROLLBACK")
+	c.Close(ctxT(t))
+	dirtyPooledConnection(t, f, "pooled_snap_sneak_ext")
+	c = pooledConn(t, f, "&options=-c%20fence.token%3D6")
+	extendedBegin(c, "extended, on a connection put back")
+	serializable(t, c, "extended, on a connection put back: after BEGIN")
+	tokenIs(c, "extended, on a connection put back", "6")
+	fxExec(t, c, "ROLLBACK")
+	c.Close(ctxT(t))
+
+	// With prepared fences on, their verification, due before each transaction that EXECUTEs, goes as a Query
+	// of its own, not in front of the BEGIN: the block takes no snapshot there either.
+	t.Run("prepared fences", func(t *testing.T) {
+		fp := newPooledFencedUpstream(t, 1, "", "  prepared_fences: 64\n")
+		fxExec(t, fp.d, "INSERT INTO "+fp.label+" (id, fence_token, balance) VALUES (1, 1, 0)")
+		c := pooledConn(t, fp, "&default_query_exec_mode=simple_protocol&options=-c%20fence.token%3D5")
+		write := func(isolation bool) {
+			t.Helper()
+			fxExec(t, c, "BEGIN")
+			if isolation {
+				serializable(t, c, "prepared fences")
+			}
+			fxExec(t, c, "UPDATE "+fp.label+" SET balance = balance + 1 WHERE id = 1")
+			fxExec(t, c, "COMMIT")
+		}
+		for range 6 {
+			write(false)
+		}
+		warm := serverExecutions(t, c)
+		if warm == 0 {
+			t.Fatal("no write ran as EXECUTE of a prepared fence: the case below would not test it")
+		}
+		write(true) // the prepared fences' verification is due before this BEGIN
+		for range 2 {
+			write(false)
+		}
+		if serverExecutions(t, c) <= warm {
+			t.Fatal("the prepared fences stopped running after the block with SET TRANSACTION")
+		}
+		fp.wantToken(t, 1, 5)
+	})
 }

@@ -85,7 +85,7 @@ func TestPooledInlineToken(t *testing.T) {
 			fxExec(t, a, upd) // a transaction of its own
 			wrote("autocommit", "'5'::bigint", false)
 			f.wantToken(t, 1, 5)
-			fxExec(t, a, "BEGIN") // TPC-B's shape: a verified start, then the statements
+			fxExec(t, a, "BEGIN") // TPC-B's shape: a lone BEGIN, then the statements
 			fxExec(t, a, upd)
 			fxExec(t, a, "COMMIT")
 			wrote("block", "'5'::bigint", false)

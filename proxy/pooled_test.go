@@ -320,9 +320,8 @@ func TestPooledStaleHolderOnSharedBackend(t *testing.T) {
 // A token changed behind the proxy's back (a function calling set_config at session level) is never given to
 // another transaction, and never refuses another client's: each transaction sets its client's own values (a
 // plain one, without looking), and a connection that comes to a client for one that may read or leave session
-// state gets the placeholder put back first, in a transaction of its own that commits (putBackFirst; a lone
-// BEGIN that finds it begins again on a clean connection: rebeginClean; a statement without a token statement
-// gets it as a unit of its own: checkFirst). So no rollback in the client's Query, batch or block brings it back.
+// state, or for a lone BEGIN, gets the placeholder put back first, in a transaction of its own that commits
+// (putBackFirst; a statement without a token statement gets it as a unit of its own: checkFirst). So no rollback in the client's Query, batch or block brings it back.
 // The client's own function's change, found by its next checked start on a connection checked for it, is
 // refused (55F03), as the contract says.
 func TestPooledUnfollowedTokenChange(t *testing.T) {
@@ -430,7 +429,7 @@ func TestPooledUnfollowedTokenChange(t *testing.T) {
 			t.Fatalf("%s: a write after ROLLBACK AND CHAIN on a connection put back: token %d, %v", mode, got, err)
 		}
 		fxExec(t, d, "COMMIT")
-		not77(mode + ": verified start, ROLLBACK AND CHAIN")
+		not77(mode + ": lone BEGIN, ROLLBACK AND CHAIN")
 		if mode == "exec" {
 			sneak()
 			batch := &pgx.Batch{}

@@ -284,10 +284,6 @@ func (ss *session) replayAnswer(sc *serverConn, typ byte) error {
 	defer sc.r.release()
 	switch typ {
 	case msgErrorResponse:
-		if pl.refailDue.Load() && strings.Contains(errorField(body, fieldMessage), refailMarker) {
-			pl.refailDue.Store(false) // rebeginClean failed the client's block again on purpose
-			break
-		}
 		pl.replayFailure = replayFailed(body)
 	case msgParameterStatus:
 		ss.pooledParamStatus(sc, body)

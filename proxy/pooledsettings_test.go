@@ -272,7 +272,7 @@ func TestPooledSettingsParameterStatus(t *testing.T) {
 //     transaction that did it ends (the next client gets another backend);
 //   - the same login changed to another superuser role, which the server does not report: a checked
 //     transaction, a lone BEGIN and a statement that gets no token statement have the login role put back
-//     first, in a transaction of their own (putBackFirst, rebeginClean, checkFirst), so no rollback of the
+//     first, in a transaction of their own (putBackFirst, checkFirst), so no rollback of the
 //     client's brings it back;
 //   - a login that is a member of a role that is not a superuser (an unreported change): its plain transactions
 //     set the role back themselves.

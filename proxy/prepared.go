@@ -181,15 +181,10 @@ type prepState struct {
 	epoch, verifySent uint64
 	verified          atomic.Uint64
 	verifyFailed      bool
-	// verifyText and verifyEntries: the verification of every entry (verifySQL), and verifyColumn the same as
-	// one column (verifyColumnSQL), built when first needed after
+	// verifyText and verifyEntries: the verification of every entry (verifySQL), built when first needed after
 	// the entries last changed (add, which also evicts; forget), not for every transaction; client side only.
 	verifyText    string
-	verifyColumn  string
 	verifyEntries []*prepEntry
-	// folded is the verification that went as a column of a pooled verified start (foldVerification), until
-	// its row came (under mu; foldedAnswer).
-	folded        *prepCommand
 	verifications uint64 // verifications sent; client side only
 
 	mu       sync.Mutex
@@ -303,15 +298,6 @@ func verifySQL(entries []*prepEntry) string {
 	return "SELECT p.name FROM pg_catalog.pg_prepared_statement() AS p WHERE " + verifyCond(entries)
 }
 
-// verifyColumnSQL is verifySQL as an expression: the names it lists, in one text separated by spaces (NULL when
-// none), to be a column of the pooled verified start (foldVerification).
-func verifyColumnSQL(entries []*prepEntry) string {
-	if len(entries) == 0 {
-		return ""
-	}
-	return "(SELECT pg_catalog.string_agg(p.name, ' ') FROM pg_catalog.pg_prepared_statement() AS p WHERE " + verifyCond(entries) + ")"
-}
-
 // verifyCond is the condition on p, a row of pg_prepared_statement(), that verifySQL lists.
 func verifyCond(entries []*prepEntry) string {
 	var b strings.Builder
@@ -338,7 +324,6 @@ func (ps *prepState) verification() (string, []*prepEntry) {
 			ps.verifyEntries = append(ps.verifyEntries, e)
 		}
 		ps.verifyText = verifySQL(ps.verifyEntries)
-		ps.verifyColumn = verifyColumnSQL(ps.verifyEntries)
 	}
 	return ps.verifyText, ps.verifyEntries
 }
@@ -351,60 +336,6 @@ func (ps *prepState) ownCond() string {
 		return verifyCond(entries)
 	}
 	return "false"
-}
-
-// foldVerification is, when the next bare BEGIN would have a verification sent before it (sendQueued), that
-// verification as a column (verifyColumnSQL) for the verified start that a pooled client's lone BEGIN gets
-// (pooled.go: verifiedBegin), noted as sent: one statement the server runs for both, and no Query of its own.
-// Its row comes, as a separate verification's answer would, before the BEGIN's answer and before anything of
-// the client's runs; foldedAnswer reads it. ok is false when no verification is due.
-func (ps *prepState) foldVerification() (column string, ok bool) {
-	if ps.lost.Swap(false) {
-		ps.forget() // a verification found a name replaced: nothing of the proxy's is trusted until prepared again
-	}
-	if ps.max == 0 || !ps.onServer || ps.verifySent == ps.epoch {
-		return "", false
-	}
-	if ps.verification(); ps.verifyColumn == "" {
-		return "", false
-	}
-	ps.verifications++
-	ps.mu.Lock()
-	ps.folded = &prepCommand{verify: true, epoch: ps.epoch, n: ps.verifications, entries: ps.verifyEntries}
-	ps.mu.Unlock()
-	ps.verifySent = ps.epoch
-	return ps.verifyColumn, true
-}
-
-// dropFolded forgets a folded verification whose row never came (its statement failed before it).
-func (ps *prepState) dropFolded() {
-	ps.mu.Lock()
-	ps.folded = nil
-	ps.mu.Unlock()
-}
-
-// foldedAnswer applies the answer of a folded verification (foldVerification): names is the column's text, the
-// names the server holds with the proxy's texts. It returns the first entry the proxy may EXECUTE that the
-// answer does not list (then the proxy forgets them all, as after a separate verification), or nil, and then
-// the names are verified for the epoch of the verification. A verification whose row never came (the
-// statement failed) verifies nothing.
-func (ps *prepState) foldedAnswer(names []byte) *prepEntry {
-	ps.mu.Lock()
-	c := ps.folded
-	ps.folded = nil
-	ps.mu.Unlock()
-	if c == nil {
-		return nil
-	}
-	for name := range strings.FieldsSeq(string(names)) {
-		c.noteSeen(name)
-	}
-	if missing := c.unverified(); missing != nil {
-		ps.lost.Store(true)
-		return missing
-	}
-	ps.verified.Store(c.epoch)
-	return nil
 }
 
 // add notes a template to prepare, making room for it when the connection holds max already.

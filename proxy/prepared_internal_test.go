@@ -110,52 +110,6 @@ func TestPreparedVerificationFollowsEntries(t *testing.T) {
 	}
 }
 
-// TestPreparedFoldedVerification: a verification folded into a pooled verified start (foldVerification) is due
-// exactly when a separate one would be, names every entry as the separate one does, and its answer verifies the
-// epoch only when it lists every entry the proxy may EXECUTE; one that leaves out a ready entry makes the proxy
-// forget them all, and an answer with no folded verification pending verifies nothing.
-func TestPreparedFoldedVerification(t *testing.T) {
-	ps := &prepState{max: 4}
-	if _, ok := ps.foldVerification(); ok {
-		t.Fatal("a verification with nothing prepared on the server")
-	}
-	ps.add(&rewrite.Prepared{Body: "AS SELECT 1"})
-	ps.add(&rewrite.Prepared{Body: "AS SELECT 2"})
-	ps.onServer = true // their PREPAREs went out
-	for _, e := range ps.byTmpl {
-		e.state.Store(prepReady)
-	}
-	ps.epoch = 7
-	column, ok := ps.foldVerification()
-	if !ok || !strings.HasPrefix(column, "(SELECT pg_catalog.string_agg(p.name, ' ') FROM pg_catalog.pg_prepared_statement() AS p WHERE ") {
-		t.Fatalf("the folded verification: %q, %v", column, ok)
-	}
-	for _, e := range ps.byTmpl {
-		if !strings.Contains(column, `"`+e.name+" "+e.hash+`"`) {
-			t.Fatalf("the folded verification does not name %s with its hash: %s", e.name, column)
-		}
-	}
-	if _, ok := ps.foldVerification(); ok {
-		t.Fatal("a second verification for the same epoch")
-	}
-	if missing := ps.foldedAnswer([]byte("fenceproxy_p1 fenceproxy_p2")); missing != nil || ps.verified.Load() != 7 {
-		t.Fatalf("a clean answer: missing %v, verified epoch %d, want 7", missing, ps.verified.Load())
-	}
-	if missing := ps.foldedAnswer([]byte("fenceproxy_p1 fenceproxy_p2")); missing != nil {
-		t.Fatal("an answer with no verification pending counted")
-	}
-	ps.epoch = 8
-	if _, ok := ps.foldVerification(); !ok {
-		t.Fatal("no verification after the epoch moved")
-	}
-	if missing := ps.foldedAnswer([]byte("fenceproxy_p1")); missing == nil || missing.name != "fenceproxy_p2" || !ps.lost.Load() || ps.verified.Load() != 7 {
-		t.Fatalf("an answer without fenceproxy_p2: missing %v, lost %v, verified epoch %d (want 7)", missing, ps.lost.Load(), ps.verified.Load())
-	}
-	if _, ok := (&prepState{}).foldVerification(); ok {
-		t.Fatal("a verification with prepared fences off")
-	}
-}
-
 // TestPreparedBareBegin: the texts that keep the proxy's trust in its prepared statements (isBareBegin): one
 // BEGIN or START TRANSACTION, with transaction modes or without, and nothing else that could run code.
 func TestPreparedBareBegin(t *testing.T) {
