@@ -922,7 +922,7 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 		pl.relayFirst.Store(pl.windowAnswers)
 		if pl.afterBegin != nil {
 			for i, stmt := range pl.afterBegin {
-				ss.writeStmtToPortal(stmt, valuesPortals[i])
+				ss.writeUnnamedStmt(stmt, valuesPortals[i])
 			}
 			pl.afterBegin = nil
 		} else {
@@ -1341,7 +1341,7 @@ func (ss *session) injectTokens(typ byte, body []byte) tokenPrefix {
 	if ss.batchOf(typ, body, ss.plainText) {
 		// The unchecked token statement with the values as constants, as the unnamed statement.
 		text, _ := ss.plainPrefix(sc, set, true)
-		ss.writeUnnamedStmt(text)
+		ss.writeUnnamedStmt(text, "")
 		return prefixSet
 	}
 	if ss.batchOf(typ, body, func(text []byte) bool { return ss.classOf(text).LoneBegin() }) {
@@ -1360,29 +1360,12 @@ func (ss *session) injectTokens(typ byte, body []byte) tokenPrefix {
 	return prefixChecked
 }
 
-// writeUnnamedStmt writes Parse, Bind and Execute of a token statement (text) as the unnamed statement, prepared
-// in the same write (nothing another client could have replaced), and counts it hidden (pl.mu held). The client's
-// own unnamed statement is no longer there (unnamedHere).
-func (ss *session) writeUnnamedStmt(text string) {
-	pl := ss.pooled
-	w := pl.sc.w
-	// Parse: the unnamed statement, the text, no parameter types; written in pieces, not built (once per
-	// transaction).
-	writeHeader(w, msgParse, 4+1+len(text)+1+2)
-	w.WriteByte(0)
-	w.WriteString(text)
-	w.Write(noParamTypes[:])
-	writeMsg(w, msgBind, bindUnnamedBody[:], "")
-	writeMsg(w, msgExecute, executeUnnamedBody[:], "")
-	pl.unnamedReplaced()
-	pl.hide.Add(1)
-}
-
 // noParamTypes ends a Parse body that names no parameter types: the text's terminator, then a count of zero.
 var noParamTypes = [3]byte{0, 0, 0}
 
 // bindUnnamedBody binds the unnamed statement to the unnamed portal with no parameters and text results, and
-// executeUnnamedBody runs the unnamed portal to its end: arrays, so that no call builds them again.
+// executeUnnamedBody runs the unnamed portal to its end; after a portal's name, they bind to and run that portal
+// (writeUnnamedStmt): arrays, so that no call builds them again.
 var (
 	bindUnnamedBody    = [8]byte{}
 	executeUnnamedBody = [5]byte{}
@@ -1397,22 +1380,25 @@ const tokenPortal = "fenceproxy_p"
 // again after them.
 var valuesPortals = [...]string{"fenceproxy_set1", "fenceproxy_set2", "fenceproxy_set3"}
 
-// writeStmtToPortal writes Parse of text as the unnamed statement (in the same write: nothing another client
-// could have replaced), Bind of it to portal and Execute, to the lent connection (pl.mu held), and counts it
-// hidden. The client's own unnamed statement is no longer there (unnamedHere).
-func (ss *session) writeStmtToPortal(text, portal string) {
+// writeUnnamedStmt writes Parse of a statement of the proxy's own (text) as the unnamed statement, prepared in
+// the same write (nothing another client could have replaced), Bind of it to portal ("" the unnamed one) and
+// Execute, to the lent connection (pl.mu held), and counts it hidden. The client's own unnamed statement is no
+// longer there (unnamedHere).
+func (ss *session) writeUnnamedStmt(text, portal string) {
 	pl := ss.pooled
 	w := pl.sc.w
+	// Written in pieces, not built (once per transaction). Parse: the unnamed statement, the text, no parameter
+	// types.
 	writeHeader(w, msgParse, 4+1+len(text)+1+2)
 	w.WriteByte(0)
 	w.WriteString(text)
 	w.Write(noParamTypes[:])
 	// Bind: the portal, the unnamed statement, no parameter formats, no parameters, no result formats.
-	writeHeader(w, msgBind, 4+len(portal)+1+1+2+2+2)
+	writeHeader(w, msgBind, 4+len(portal)+len(bindUnnamedBody))
 	w.WriteString(portal)
-	w.Write(bindUnnamedBody[:]) // the portal's terminator, then the unnamed statement's and three zero counts
+	w.Write(bindUnnamedBody[:])
 	// Execute: the portal, no row limit.
-	writeHeader(w, msgExecute, 4+len(portal)+1+4)
+	writeHeader(w, msgExecute, 4+len(portal)+len(executeUnnamedBody))
 	w.WriteString(portal)
 	w.Write(executeUnnamedBody[:])
 	pl.unnamedReplaced()
