@@ -38,9 +38,9 @@ import (
 //     role where a change of it would go unseen (serverConn.roleSeen); it goes before a transaction the proxy
 //     knows whole (one Query, or one extended-protocol batch already read up to its Sync) whose statements
 //     cannot leave session state by their words (plainText: SELECT, INSERT, UPDATE, ...; no SET, set_config,
-//     BEGIN, ...); and, after the put-back below, at a lone BEGIN, as SET LOCAL, which takes no snapshot (a SET
-//     TRANSACTION may follow): before it in a Query, right after its Execute in an extended-protocol batch that
-//     only opens a block (valuesAfterBegin). The checked one (tokenSQLWith, roleCheckSQL) goes before every
+//     BEGIN, ...); and, after the put-back below, before a lone BEGIN: in a Query as SET LOCAL, which takes no
+//     snapshot (a SET TRANSACTION may follow), in an extended-protocol batch that only opens a block as the
+//     SELECT form, which does. The checked one (tokenSQLWith, roleCheckSQL) goes before every
 //     other transaction, and checks, on the server, that the connection's session values are the placeholder
 //     and the role the login role. Another client's function never makes it refuse: a connection that comes
 //     to a client gets what such a function left put back first, in a transaction of its own that commits
@@ -152,18 +152,9 @@ type pooledState struct {
 	// took a snapshot (25001): the token statement goes at the batch's first Execute, after it when it executes
 	// a portal of that BEGIN (beginPortals), else before it (under mu). windowAnswers counts the answers to the
 	// client's messages sent until then (answersTo).
-	// afterBegin, when not nil, is what goes there instead: a SET LOCAL of each value (a batch that only opens
-	// a block: valuesAfterBegin), which takes no snapshot, so that a SET TRANSACTION may follow in the block.
 	tokenAfterBegin bool
-	afterBegin      []string
 	beginPortals    []string
 	windowAnswers   int64
-	// afterBeginStmts is the last list valuesAfterBegin built, for the values and settings of key (built: once).
-	afterBeginStmts struct {
-		key   plainPrefixKey
-		stmts []string
-		built bool
-	}
 
 	stmts    pooledStmts    // the client's named statements (pooledstmts.go)
 	sqlStmts pooledSQLStmts // the client's SQL-level prepared statements (pooledsqlprep.go)
@@ -228,17 +219,19 @@ func tokenSQLWith(tok, lock, tokVal, lockVal string) string {
 		" ELSE " + placeholderRefusal(tok, lock) + "::pg_catalog.text END, true), pg_catalog.set_config(" + quoteLiteral(lock) + ", " + lockVal + ", true)"
 }
 
-// staleResetSQL is the statement that puts the token and lock back to the placeholder at session level, and,
-// when the connection is not the role it logged in as (user), session_authorization to it (set_config with NULL
-// is its RESET, which any role may run) and the role to none (tokenTexts.putBack). Only code the proxy does not see leaves anything but the placeholders and the
-// login role at session level (a function that calls set_config), and in a transaction of another client that is
-// never this client's problem. It always runs in a transaction of its own that commits before anything of the
-// client's runs (putBackFirst, checkFirst): put back inside the client's transaction, a rollback
-// there would bring the stale values back for the rest of the client's Query or batch.
-func staleResetSQL(tok, lock, user string) string {
+// staleResetSQL is the statements that put the token and lock back to the placeholder at session level,
+// session_authorization to the login role (its RESET, which any role may run) and the role to none
+// (tokenTexts.putBack). Only code the proxy does not see leaves anything but the placeholders and the login role
+// at session level (a function that calls set_config), and in a transaction of another client that is never
+// this client's problem. They always run as a Query of their own, whose implicit transaction commits before
+// anything of the client's runs (putBackFirst, checkFirst): put back inside the client's transaction, a rollback
+// there would bring the stale values back for the rest of the client's Query or batch. Utility statements, set
+// whatever was there: PostgreSQL 15 runs the four at 1.6-1.8 times the rate of one SELECT of set_config calls
+// that sets the role only where it moved (pgbench, two clients, four rounds: 73-85k against 45-49k a second),
+// and a role or session_authorization set to what it was is not reported again.
+func staleResetSQL(tok, lock string) string {
 	ph := quoteLiteral(poolPlaceholder)
-	return "SELECT pg_catalog.concat(pg_catalog.set_config(" + quoteLiteral(tok) + ", " + ph + ", false), pg_catalog.set_config(" + quoteLiteral(lock) + ", " + ph +
-		", false), CASE WHEN NOT (" + loginRoleSQL(user) + ") THEN pg_catalog.concat(pg_catalog.set_config('session_authorization', NULL, false), pg_catalog.set_config('role', 'none', false)) END)"
+	return "SET " + settingIdent(tok) + " = " + ph + "; SET " + settingIdent(lock) + " = " + ph + "; RESET SESSION AUTHORIZATION; SET ROLE NONE"
 }
 
 // plainSQLWith sets the token and lock settings to the SQL expressions tokVal and lockVal, transaction-locally,
@@ -304,7 +297,7 @@ func newTokenTexts(tok, lock, user string, pinned bool) tokenTexts {
 	t.inlineHead, t.inlineMid, t.inlineTail = cut(checked("\x00TOK\x00", "\x00LOCK\x00") + "; ")
 	t.plainHead, t.plainMid, t.plainTail = cut(plainSQLWith(tok, lock, "\x00TOK\x00", "\x00LOCK\x00") + plainExtra + "; ")
 	t.bareHead, t.bareMid, t.bareTail = cut(plainSQLWith(tok, lock, "\x00TOK\x00", "\x00LOCK\x00") + "; ")
-	t.putBack = staleResetSQL(tok, lock, user)
+	t.putBack = staleResetSQL(tok, lock)
 	parse := append(append([]byte(tokenStmtName), 0), checked("$1::pg_catalog.text", "$2::pg_catalog.text")...)
 	t.parseBody = append(parse, 0, 0, 0)
 	return t
@@ -381,7 +374,7 @@ type plainPrefixKey struct {
 	set             rewrite.Settings
 }
 
-// prefixKey is the key of a cached token text (plainPrefix, valuesAfterBegin): the client's values now, and bare,
+// prefixKey is the key of a cached token text (plainPrefix): the client's values now, and bare,
 // set and batch as given.
 func (pl *pooledState) prefixKey(bare bool, set rewrite.Settings, batch bool) plainPrefixKey {
 	key := plainPrefixKey{bare: bare, set: set, batch: batch}
@@ -413,18 +406,23 @@ func setLocalSQL(name string, v *string, set rewrite.Settings) string {
 // setConstant writes it under the session's settings (set): never a constant the server could read otherwise
 // than the proxy. ok is false for a value no such constant can carry.
 func setLocalStmt(name string, v *string, set rewrite.Settings) (sql string, ok bool) {
-	parts := strings.Split(name, ".")
-	for i, p := range parts {
-		parts[i] = `"` + strings.ReplaceAll(p, `"`, `""`) + `"`
-	}
 	if v == nil {
-		return "SET LOCAL " + strings.Join(parts, ".") + " TO DEFAULT; ", true
+		return "SET LOCAL " + settingIdent(name) + " TO DEFAULT; ", true
 	}
 	c, ok := setConstant(*v, set)
 	if !ok {
 		return "", false
 	}
-	return "SET LOCAL " + strings.Join(parts, ".") + " = " + c + "; ", true
+	return "SET LOCAL " + settingIdent(name) + " = " + c + "; ", true
+}
+
+// settingIdent is a setting's name (a.b) as SET takes it: each part a quoted identifier.
+func settingIdent(name string) string {
+	parts := strings.Split(name, ".")
+	for i, p := range parts {
+		parts[i] = `"` + strings.ReplaceAll(p, `"`, `""`) + `"`
+	}
+	return strings.Join(parts, ".")
 }
 
 // sqlValue is v, a value of the client's (read back from the server in the client's encoding, or given at
@@ -780,7 +778,7 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 		}
 		switch answers, ok := ss.answersTo(typ, body); {
 		case typ == msgSync:
-			pl.tokenAfterBegin, pl.afterBegin = false, nil // nothing was executed: nothing ran
+			pl.tokenAfterBegin = false // nothing was executed: nothing ran
 		case typ == msgExecute && ss.executesBegin(body):
 			pl.windowAnswers += answers
 			tokenAfter = true
@@ -788,9 +786,8 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 			pl.windowAnswers += answers
 		default:
 			// A statement other than the BEGIN would run before the token statement: it goes now (the BEGIN,
-			// if it still comes, then fails 25001, as after any statement), checked, since SET LOCAL outside a
-			// block would warn.
-			pl.tokenAfterBegin, pl.afterBegin = false, nil
+			// if it still comes, then fails 25001, as after any statement).
+			pl.tokenAfterBegin = false
 			pl.relayFirst.Store(pl.windowAnswers)
 			ss.writeTokenStmt(tokenPortal)
 		}
@@ -916,18 +913,11 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 		pl.stmts.sentAnswer(n) // pooledstmts.go: where an error of the batch falls
 	}
 	if tokenAfter {
-		// The BEGIN is in: the token statement (or the SET LOCAL statements) go next, their answers hidden after
-		// the BEGIN's.
+		// The BEGIN with transaction modes is in: the token statement goes next, its answers hidden after the
+		// BEGIN's.
 		pl.tokenAfterBegin = false
 		pl.relayFirst.Store(pl.windowAnswers)
-		if pl.afterBegin != nil {
-			for i, stmt := range pl.afterBegin {
-				ss.writeUnnamedStmt(stmt, valuesPortals[i])
-			}
-			pl.afterBegin = nil
-		} else {
-			ss.writeTokenStmt(tokenPortal)
-		}
+		ss.writeTokenStmt(tokenPortal)
 	}
 	if !ss.cr.nextBuffered() {
 		// All the client sent is one unit, answered up to the next ReadyForQuery, and nothing reads the
@@ -984,6 +974,11 @@ func (ss *session) lend() error {
 		return errLendLost
 	}
 	ss.srv.metrics.poolLent()
+	if sc.checkedFor != pl {
+		// Another client held the connection since its check for this one, or since its own: what that client's
+		// code left is this client's to have put back (putBackFirst), whatever its unit turns out to run.
+		sc.checkedFor = nil
+	}
 	pl.setLent(sc)
 	pl.unnamedReplaced()
 	pl.open = 0
@@ -1103,7 +1098,7 @@ const (
 	// prefixSet: the token statement that sets the client's values (and, where needed, the login role for a
 	// client that is not pinned: serverConn.roleSeen) without looking at the session's (plainPrefix,
 	// plainSQLWith): for a transaction whose every statement is known to the proxy and plain (plainText,
-	// batchOf), and for a lone BEGIN after putBackFirst (as SET LOCAL: plainPrefix, valuesAfterBegin).
+	// batchOf), and for a lone BEGIN after putBackFirst.
 	prefixSet
 	// prefixSetLocal: SET LOCAL of the client's values (a BEGIN with transaction modes), which takes no snapshot;
 	// checkFirst checks the connection first.
@@ -1329,31 +1324,34 @@ func (ss *session) injectTokens(typ byte, body []byte) tokenPrefix {
 		}
 		return prefix
 	case msgParse:
-		if text, ok := planText(msgParse, body); ok && ss.classOf(text).Own {
+		// A Parse of a text that must run outside a block starts a batch without a token statement. One of no
+		// statement does not: the batch goes on, and may bind and run another statement of the client's.
+		if text, ok := planText(msgParse, body); ok && ss.classOf(text).Own && !noStatement(text, set) {
 			return prefixNone
 		}
 	}
 	if text, ok := ss.stmtText(typ, body); ok && ss.beginsWithModes(text) {
 		ss.putBackFirst()
-		pl.tokenAfterBegin, pl.afterBegin, pl.beginPortals, pl.windowAnswers = true, nil, pl.beginPortals[:0], 0 // forwardPooled sends it
+		pl.tokenAfterBegin, pl.beginPortals, pl.windowAnswers = true, pl.beginPortals[:0], 0 // forwardPooled sends it
 		return prefixChecked
 	}
-	if ss.batchOf(typ, body, ss.plainText) {
-		// The unchecked token statement with the values as constants, as the unnamed statement.
+	loneBegin := false
+	if ss.batchOf(typ, body, ss.plainText) || func() bool {
+		loneBegin = ss.batchOf(typ, body, func(text []byte) bool { return ss.classOf(text).LoneBegin() })
+		return loneBegin
+	}() {
+		// The unchecked token statement with the values as constants, as the unnamed statement. A batch that
+		// only opens a block (pgconn's ExecParams("BEGIN"), JDBC's) gets the put-back first, as a Query's lone
+		// BEGIN does. Its token statement is a SELECT, which takes the transaction's snapshot, so a SET
+		// TRANSACTION right after that batch fails 25001 (docs/pooling.md, known differences): SET LOCAL before
+		// the BEGIN would warn (and be logged by the server at every transaction), and after it needs statements
+		// of the proxy's own inside the client's batch.
+		if loneBegin {
+			ss.putBackFirst()
+		}
 		text, _ := ss.plainPrefix(sc, set, true)
 		ss.writeUnnamedStmt(text, "")
 		return prefixSet
-	}
-	if ss.batchOf(typ, body, func(text []byte) bool { return ss.classOf(text).LoneBegin() }) {
-		// A batch that only opens a block (pgx's BEGIN by ExecParams, JDBC's): what another client's function
-		// left is put back first, as for a Query's lone BEGIN, and the values are set right after the BEGIN's
-		// Execute, as SET LOCAL, which takes no snapshot: a SET TRANSACTION may follow in the block. A value no
-		// constant carries gets the checked token statement below, which does.
-		if stmts := ss.valuesAfterBegin(sc, set); stmts != nil {
-			ss.putBackFirst()
-			pl.tokenAfterBegin, pl.afterBegin, pl.beginPortals, pl.windowAnswers = true, stmts, pl.beginPortals[:0], 0 // forwardPooled sends them
-			return prefixSet
-		}
 	}
 	ss.putBackFirst()
 	ss.writeTokenStmt("")
@@ -1375,10 +1373,11 @@ var (
 // unnamed portal may be the client's by then. It lasts until the transaction ends.
 const tokenPortal = "fenceproxy_p"
 
-// valuesPortals are the portals of the SET LOCAL statements that go after a batch's lone BEGIN
-// (valuesAfterBegin), one each, for the same reason: a portal of the client's unnamed statement may be executed
-// again after them.
-var valuesPortals = [...]string{"fenceproxy_set1", "fenceproxy_set2", "fenceproxy_set3"}
+// noStatement reports whether a client's text holds no statement: empty, or only comments and semicolons.
+func noStatement(text []byte, set rewrite.Settings) bool {
+	l, err := rewrite.Lex(text, set)
+	return err == nil && l.Statements == 0
+}
 
 // writeUnnamedStmt writes Parse of a statement of the proxy's own (text) as the unnamed statement, prepared in
 // the same write (nothing another client could have replaced), Bind of it to portal ("" the unnamed one) and
@@ -1403,30 +1402,6 @@ func (ss *session) writeUnnamedStmt(text, portal string) {
 	w.Write(executeUnnamedBody[:])
 	pl.unnamedReplaced()
 	pl.hide.Add(1)
-}
-
-// valuesAfterBegin is a SET LOCAL of the client's token, then of its lock, then, where the plain token
-// statement sets it back (plainPrefix), of the role to none, each a statement of its own without its
-// semicolon: what goes after the BEGIN of a batch that only opens a block (pl.mu held). It is nil when a value
-// is one no constant carries under set. The client's values change seldom: the list is built once for them.
-func (ss *session) valuesAfterBegin(sc *serverConn, set rewrite.Settings) []string {
-	pl := ss.pooled
-	key := pl.prefixKey(pl.pin != "" || sc.roleSeen, set, true)
-	if c := &pl.afterBeginStmts; c.built && c.key == key {
-		return c.stmts
-	}
-	cfg := ss.srv.cfg.Token
-	tok, ok := setLocalStmt(cfg.Setting, pl.token, set)
-	lock, ok2 := setLocalStmt(cfg.LockSetting, pl.lock, set)
-	var stmts []string
-	if ok && ok2 {
-		stmts = []string{strings.TrimSuffix(tok, "; "), strings.TrimSuffix(lock, "; ")}
-		if !key.bare {
-			stmts = append(stmts, "SET LOCAL ROLE NONE")
-		}
-	}
-	pl.afterBeginStmts.key, pl.afterBeginStmts.stmts, pl.afterBeginStmts.built = key, stmts, true
-	return stmts
 }
 
 // writeTokenStmt writes the checked token statement's Bind (to portal) and Execute, prepared first if need be
@@ -1683,7 +1658,7 @@ func (ss *session) answersTo(typ byte, body []byte) (n int64, ok bool) {
 		// portal is bound again without a Close; a named one after its Close).
 		portal, _, _ := cutNul(body)
 		pl.beginPortals = slices.DeleteFunc(pl.beginPortals, func(p string) bool { return p == string(portal) })
-		if text, ok := ss.stmtText(msgBind, body); ok && ss.opensBlockFirst(text) {
+		if text, ok := ss.stmtText(msgBind, body); ok && ss.beginsWithModes(text) {
 			pl.beginPortals = append(pl.beginPortals, string(portal))
 		}
 		return 1, true
@@ -1700,15 +1675,8 @@ func (ss *session) answersTo(typ byte, body []byte) (n int64, ok bool) {
 	return 0, false
 }
 
-// opensBlockFirst reports whether a text is a BEGIN after whose Execute the batch's token statement goes: one
-// with transaction modes, or, in a batch that only opens a block (pooledState.afterBegin), a lone BEGIN.
-func (ss *session) opensBlockFirst(text []byte) bool {
-	c := ss.classOf(text)
-	return c.Begin && (c.Modes || ss.pooled.afterBegin != nil && c.LoneBegin())
-}
-
-// executesBegin reports whether an Execute (body nil: not read) runs a portal the batch bound to a BEGIN after
-// which the token statement goes (opensBlockFirst).
+// executesBegin reports whether an Execute (body nil: not read) runs a portal the batch bound to a BEGIN with
+// transaction modes.
 func (ss *session) executesBegin(body []byte) bool {
 	if body == nil {
 		return false
@@ -1754,7 +1722,7 @@ func (ss *session) stmtText(typ byte, body []byte) (text []byte, ok bool) {
 // before the token statement goes), it holds only Parse, Bind, Describe, Execute, Close and Flush, and every
 // text it parses or binds passes. A batch that goes on past what was read, or names a statement the proxy does
 // not know, is not (the checked token statement goes). Plain batches (plainText) get the plain token statement;
-// one that only opens a block (rewrite.LoneBegin) the values after its BEGIN (valuesAfterBegin).
+// one that only opens a block (rewrite.LoneBegin) the same after the put-back.
 func (ss *session) batchOf(typ byte, body []byte, textOK func([]byte) bool) bool {
 	var unnamed []byte // the unnamed statement's text as the batch leaves it; nil: as the client left it
 	var parsed []string

@@ -348,11 +348,10 @@ func (ss *session) checkFirst(typ byte, body []byte, prefix tokenPrefix) error {
 		}
 		return nil
 	}
-	if typ == msgQuery || typ == msgParse {
-		if text, ok := planText(typ, body); ok {
-			if l, err := rewrite.Lex(text, ss.readingSettings()); err == nil && l.Statements == 0 {
-				return nil
-			}
+	if typ == msgQuery {
+		// A Query of no statement runs nothing. (A Parse of none gets a token statement: injectTokens.)
+		if text, ok := planText(typ, body); ok && noStatement(text, ss.readingSettings()) {
+			return nil
 		}
 	}
 	if pl.pin == "" && sc.checkedFor != pl {

@@ -1,0 +1,167 @@
+package proxy_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+)
+
+// shortAnswers sends msgs and returns every answer in short form ("1" ParseComplete, "2" BindComplete, "3"
+// CloseComplete, "t", "T", "n", "D<cols>", command tags, "E<code>", "Z<status>") up to the ReadyForQuery of
+// each Sync and Query; "HANG" after 5 s without one.
+func shortAnswers(t *testing.T, pc *pgconn.PgConn, msgs ...pgproto3.FrontendMessage) []string {
+	t.Helper()
+	want := 0
+	for _, m := range msgs {
+		switch m.(type) {
+		case *pgproto3.Sync, *pgproto3.Query:
+			want++
+		}
+	}
+	pc.Conn().SetDeadline(time.Now().Add(5 * time.Second))
+	defer pc.Conn().SetDeadline(time.Time{})
+	var got []string
+	err := exchange(pc.Frontend(), msgs, func(m pgproto3.BackendMessage) bool {
+		switch m := m.(type) {
+		case *pgproto3.ParseComplete:
+			got = append(got, "1")
+		case *pgproto3.BindComplete:
+			got = append(got, "2")
+		case *pgproto3.CloseComplete:
+			got = append(got, "3")
+		case *pgproto3.ParameterDescription:
+			got = append(got, "t")
+		case *pgproto3.RowDescription:
+			got = append(got, "T")
+		case *pgproto3.NoData:
+			got = append(got, "n")
+		case *pgproto3.DataRow:
+			var vs []string
+			for _, v := range m.Values {
+				vs = append(vs, string(v))
+			}
+			got = append(got, "D"+strings.Join(vs, ","))
+		case *pgproto3.CommandComplete:
+			got = append(got, string(m.CommandTag))
+		case *pgproto3.ErrorResponse:
+			got = append(got, "E"+m.Code)
+		case *pgproto3.ReadyForQuery:
+			got = append(got, "Z"+string(m.TxStatus))
+			want--
+			return want == 0
+		}
+		return false
+	})
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return append(got, "HANG")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+// An extended-protocol batch that starts with a Parse of no statement ("", ";", a comment) and goes on to run
+// a named statement of another client's, whose function leaves token 77 at session level: the connection was
+// checked for client A before, and A's next lone BEGIN (by a Query, by a batch, with prepared fences on) must
+// still have what B's function left put back. A's probe then never takes 77 for A's token, and A's write goes
+// with 5 (third review of the put-back: a start of no token statement kept the connection marked checked).
+func TestPooledEmptyParseLeavesNoCheckForAnother(t *testing.T) {
+	for _, form := range []string{"extended", "query", "query, prepared fences"} {
+		t.Run(form, func(t *testing.T) {
+			upstream := ""
+			if strings.HasSuffix(form, "prepared fences") {
+				upstream = "  prepared_fences: 64\n"
+			}
+			f := newPooledFencedUpstream(t, 1, "", upstream)
+			fxExec(t, f.d, "INSERT INTO "+f.label+" (id, fence_token, balance) VALUES (1, 1, 0)")
+			fxExec(t, f.d, "CREATE OR REPLACE FUNCTION pooled_snk() RETURNS int LANGUAGE sql AS $$ SELECT length(pg_catalog.set_config('fence.token', '77', false)) $$")
+			t.Cleanup(func() { f.d.Exec(context.Background(), "DROP FUNCTION IF EXISTS pooled_snk()") })
+			b := pooledPgConn(t, f, "")
+			shortAnswers(t, b, &pgproto3.Parse{Name: "sn", Query: "SELECT pooled_snk()"}, &pgproto3.Sync{})
+			a := pooledPgConn(t, f, "&options=-c%20fence.token%3D5")
+			begin := []pgproto3.FrontendMessage{&pgproto3.Parse{Query: "BEGIN"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{}}
+			if strings.HasPrefix(form, "query") {
+				begin = []pgproto3.FrontendMessage{&pgproto3.Query{String: "BEGIN"}}
+			}
+			shortAnswers(t, a, append(slices.Clone(begin), &pgproto3.Query{String: "COMMIT"})...) // checked for A
+			shortAnswers(t, b, &pgproto3.Parse{}, &pgproto3.Bind{PreparedStatement: "sn"}, &pgproto3.Execute{}, &pgproto3.Sync{})
+			shortAnswers(t, a, append(slices.Clone(begin), &pgproto3.Query{String: "SET application_name = 'a2'"}, &pgproto3.Query{String: "COMMIT"})...)
+			got := shortAnswers(t, a, &pgproto3.Query{String: "SHOW fence.token"},
+				&pgproto3.Query{String: "UPDATE " + f.label + " SET balance = balance + 1 WHERE id = 1 RETURNING fence_token"})
+			if slices.Contains(got, "D77") || f.token(t, 1) != 5 {
+				t.Fatalf("client A took the token B's function left (77) for its own: %q; row 1 token %d, want 5", got, f.token(t, 1))
+			}
+		})
+	}
+}
+
+// The same with the role: a login that is not a superuser (its role changes go unreported), another client's
+// function that sets the role at session level by a batch that starts with a Parse of no statement; the role
+// never becomes client A's.
+func TestPooledEmptyParseRoleDoesNotCrossClients(t *testing.T) {
+	for _, form := range []string{"extended", "query"} {
+		t.Run(form, func(t *testing.T) {
+			f := newPooledFenced(t, 1, "")
+			for _, sql := range []string{
+				"DROP ROLE IF EXISTS pooled_member41", "DROP ROLE IF EXISTS pooled_plain41",
+				"CREATE ROLE pooled_plain41", "CREATE ROLE pooled_member41 LOGIN IN ROLE pooled_plain41",
+				"CREATE OR REPLACE FUNCTION pooled_become41() RETURNS text LANGUAGE sql AS $$ SELECT pg_catalog.set_config('role', 'pooled_plain41', false) $$",
+			} {
+				fxExec(t, f.d, sql)
+			}
+			t.Cleanup(func() { f.d.Exec(context.Background(), "DROP FUNCTION IF EXISTS pooled_become41()") })
+			dsn := f.p.DSN("pooled_member41", "", "fenceproxy_test")
+			conn := func(q string) *pgconn.PgConn {
+				pc, err := pgconn.Connect(ctxT(t), dsn+q)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { pc.Close(context.Background()) })
+				return pc
+			}
+			b := conn("")
+			shortAnswers(t, b, &pgproto3.Parse{Name: "sn", Query: "SELECT pooled_become41()"}, &pgproto3.Sync{})
+			a := conn("&options=-c%20fence.token%3D5")
+			begin := []pgproto3.FrontendMessage{&pgproto3.Parse{Query: "BEGIN"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{}}
+			if form == "query" {
+				begin = []pgproto3.FrontendMessage{&pgproto3.Query{String: "BEGIN"}}
+			}
+			shortAnswers(t, a, append(slices.Clone(begin), &pgproto3.Query{String: "COMMIT"})...)
+			shortAnswers(t, b, &pgproto3.Parse{}, &pgproto3.Bind{PreparedStatement: "sn"}, &pgproto3.Execute{}, &pgproto3.Sync{})
+			shortAnswers(t, a, append(slices.Clone(begin), &pgproto3.Query{String: "SET application_name = 'a2'"}, &pgproto3.Query{String: "COMMIT"})...)
+			if got := shortAnswers(t, a, &pgproto3.Query{String: "SELECT current_user"}); !slices.Equal(got, []string{"T", "Dpooled_member41", "SELECT 1", "ZI"}) {
+				t.Fatalf("A's next transaction: %q (the role B's function chose crossed to A)", got)
+			}
+		})
+	}
+}
+
+// A batch that starts with a Parse of no statement and binds a named write of the client's gets the client's
+// token statement, on a connection another client's function left token 77 on: the write goes with the
+// client's token, never 77 (it went without any token statement before: third review of the put-back).
+func TestPooledEmptyParseBatchGetsTheClientsToken(t *testing.T) {
+	for _, empty := range []string{"", ";", "/* nothing */"} {
+		t.Run(fmt.Sprintf("%q", empty), func(t *testing.T) {
+			f := newPooledFenced(t, 1, "")
+			fxExec(t, f.d, "INSERT INTO "+f.label+" (id, fence_token, balance) VALUES (1, 1, 0)")
+			b := pooledPgConn(t, f, "&options=-c%20fence.token%3D5")
+			upd := "UPDATE " + f.label + " SET balance = balance + 1 WHERE id = 1 RETURNING fence_token"
+			shortAnswers(t, b, &pgproto3.Parse{Name: "upd", Query: upd}, &pgproto3.Sync{})
+			dirtyPooledConnection(t, f, "pooled_sneak_empty")
+			got := shortAnswers(t, b, &pgproto3.Parse{Query: empty}, &pgproto3.Bind{PreparedStatement: "upd"}, &pgproto3.Execute{}, &pgproto3.Sync{})
+			if tok := f.token(t, 1); tok != 5 || !slices.Contains(got, "D5") {
+				t.Fatalf("the client's write: row 1 token %d (%q), want 5 (77 is another client's)", tok, got)
+			}
+		})
+	}
+}
