@@ -155,6 +155,14 @@ type pooledState struct {
 	tokenAfterBegin bool
 	beginPortals    []string
 	windowAnswers   int64
+	// windowOpen: from such a batch's start until its token statement goes (closeWindow), the answers the
+	// lend's server side relays are counted (windowRelayed), and an error among them noted (windowFailed), under
+	// windowMu: the client may read some of the window's answers before its Execute (a Flush), so the answers
+	// still to relay before the hidden ones are windowAnswers less those.
+	windowOpen    atomic.Bool
+	windowMu      sync.Mutex
+	windowRelayed int64
+	windowFailed  bool
 
 	stmts    pooledStmts    // the client's named statements (pooledstmts.go)
 	sqlStmts pooledSQLStmts // the client's SQL-level prepared statements (pooledsqlprep.go)
@@ -779,6 +787,7 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 		switch answers, ok := ss.answersTo(typ, body); {
 		case typ == msgSync:
 			pl.tokenAfterBegin = false // nothing was executed: nothing ran
+			pl.windowOpen.Store(false)
 		case typ == msgExecute && ss.executesBegin(body):
 			pl.windowAnswers += answers
 			tokenAfter = true
@@ -787,9 +796,7 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 		default:
 			// A statement other than the BEGIN would run before the token statement: it goes now (the BEGIN,
 			// if it still comes, then fails 25001, as after any statement).
-			pl.tokenAfterBegin = false
-			pl.relayFirst.Store(pl.windowAnswers)
-			ss.writeTokenStmt(tokenPortal)
+			ss.closeWindow()
 		}
 	}
 	var text []byte // a Query's or Parse's text; nil for other messages, or one that is malformed
@@ -915,9 +922,7 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 	if tokenAfter {
 		// The BEGIN with transaction modes is in: the token statement goes next, its answers hidden after the
 		// BEGIN's.
-		pl.tokenAfterBegin = false
-		pl.relayFirst.Store(pl.windowAnswers)
-		ss.writeTokenStmt(tokenPortal)
+		ss.closeWindow()
 	}
 	if !ss.cr.nextBuffered() {
 		// All the client sent is one unit, answered up to the next ReadyForQuery, and nothing reads the
@@ -1276,6 +1281,7 @@ func (ss *session) injectTokens(typ byte, body []byte) tokenPrefix {
 	pl := ss.pooled
 	sc := pl.sc
 	set := ss.readingSettings()
+	pl.windowOpen.Store(false) // a window a lend that failed left open is not this unit's
 	switch typ {
 	case msgFunctionCall:
 		return prefixNone
@@ -1333,6 +1339,10 @@ func (ss *session) injectTokens(typ byte, body []byte) tokenPrefix {
 	if text, ok := ss.stmtText(typ, body); ok && ss.beginsWithModes(text) {
 		ss.putBackFirst()
 		pl.tokenAfterBegin, pl.beginPortals, pl.windowAnswers = true, pl.beginPortals[:0], 0 // forwardPooled sends it
+		pl.windowMu.Lock()
+		pl.windowRelayed, pl.windowFailed = 0, false
+		pl.windowOpen.Store(true)
+		pl.windowMu.Unlock()
 		return prefixChecked
 	}
 	loneBegin := false
@@ -1402,6 +1412,42 @@ func (ss *session) writeUnnamedStmt(text, portal string) {
 	w.Write(executeUnnamedBody[:])
 	pl.unnamedReplaced()
 	pl.hide.Add(1)
+}
+
+// closeWindow sends the token statement of a batch that starts with a BEGIN with transaction modes, after the
+// message just forwarded (pl.mu held), unless an answer of the window was an error: the server skips the rest
+// of the batch, which the token statement would then be part of, so nothing is to be hidden. The answers still
+// to relay before its own are those of the window's messages that the lend's server side has not relayed yet.
+// Both are decided under windowMu, which that side takes to count while the window is open: no answer is
+// counted twice or not at all.
+func (ss *session) closeWindow() {
+	pl := ss.pooled
+	pl.tokenAfterBegin = false
+	pl.windowMu.Lock()
+	defer pl.windowMu.Unlock()
+	if !pl.windowFailed {
+		ss.writeTokenStmt(tokenPortal)
+		pl.relayFirst.Store(pl.windowAnswers - pl.windowRelayed)
+	}
+	pl.windowOpen.Store(false) // last: the server side that sees it closed sees the two values above
+}
+
+// countWindowAnswer counts an answer the lend's server side relays while the window of a BEGIN with transaction
+// modes is open (closeWindow), and reports whether it was open.
+func (pl *pooledState) countWindowAnswer(typ byte) bool {
+	pl.windowMu.Lock()
+	defer pl.windowMu.Unlock()
+	if !pl.windowOpen.Load() {
+		return false // closed meanwhile: relayFirst holds what is left
+	}
+	switch typ {
+	case msgNoticeResponse, msgParameterStatus, msgNotificationResponse:
+	case msgErrorResponse:
+		pl.windowFailed = true // the server skips the rest of the batch
+	default:
+		pl.windowRelayed++
+	}
+	return true
 }
 
 // writeTokenStmt writes the checked token statement's Bind (to portal) and Execute, prepared first if need be
@@ -1954,7 +2000,9 @@ func (ss *session) relayServer(sc *serverConn, inline bool) bool {
 				pl.sqlStmts.ready()
 				pl.prefixChars.Store(0)
 			}
-			if pl.relayFirst.Load() > 0 {
+			if pl.windowOpen.Load() && pl.countWindowAnswer(typ) {
+				// relayed before the token statement went: closeWindow takes it off
+			} else if pl.relayFirst.Load() > 0 {
 				switch typ {
 				case msgNoticeResponse, msgParameterStatus, msgNotificationResponse:
 				case msgErrorResponse:
