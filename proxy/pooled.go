@@ -1345,11 +1345,9 @@ func (ss *session) injectTokens(typ byte, body []byte) tokenPrefix {
 		pl.windowMu.Unlock()
 		return prefixChecked
 	}
-	loneBegin := false
-	if ss.batchOf(typ, body, ss.plainText) || func() bool {
-		loneBegin = ss.batchOf(typ, body, func(text []byte) bool { return ss.classOf(text).LoneBegin() })
-		return loneBegin
-	}() {
+	plainBatch := ss.batchOf(typ, body, ss.plainText)
+	loneBegin := !plainBatch && ss.batchOf(typ, body, func(text []byte) bool { return ss.classOf(text).LoneBegin() })
+	if plainBatch || loneBegin {
 		// The unchecked token statement with the values as constants, as the unnamed statement. A batch that
 		// only opens a block (pgconn's ExecParams("BEGIN"), JDBC's) gets the put-back first, as a Query's lone
 		// BEGIN does. Its token statement is a SELECT, which takes the transaction's snapshot, so a SET
@@ -1360,7 +1358,7 @@ func (ss *session) injectTokens(typ byte, body []byte) tokenPrefix {
 			ss.putBackFirst()
 		}
 		text, _ := ss.plainPrefix(sc, set, true)
-		ss.writeUnnamedStmt(text, "")
+		ss.writeUnnamedStmt(text)
 		return prefixSet
 	}
 	ss.putBackFirst()
@@ -1372,8 +1370,7 @@ func (ss *session) injectTokens(typ byte, body []byte) tokenPrefix {
 var noParamTypes = [3]byte{0, 0, 0}
 
 // bindUnnamedBody binds the unnamed statement to the unnamed portal with no parameters and text results, and
-// executeUnnamedBody runs the unnamed portal to its end; after a portal's name, they bind to and run that portal
-// (writeUnnamedStmt): arrays, so that no call builds them again.
+// executeUnnamedBody runs the unnamed portal to its end: arrays, so that no call builds them again.
 var (
 	bindUnnamedBody    = [8]byte{}
 	executeUnnamedBody = [5]byte{}
@@ -1389,27 +1386,20 @@ func noStatement(text []byte, set rewrite.Settings) bool {
 	return err == nil && l.Statements == 0
 }
 
-// writeUnnamedStmt writes Parse of a statement of the proxy's own (text) as the unnamed statement, prepared in
-// the same write (nothing another client could have replaced), Bind of it to portal ("" the unnamed one) and
-// Execute, to the lent connection (pl.mu held), and counts it hidden. The client's own unnamed statement is no
-// longer there (unnamedHere).
-func (ss *session) writeUnnamedStmt(text, portal string) {
+// writeUnnamedStmt writes Parse, Bind and Execute of a token statement (text) as the unnamed statement, prepared
+// in the same write (nothing another client could have replaced), and counts it hidden (pl.mu held). The client's
+// own unnamed statement is no longer there (unnamedHere).
+func (ss *session) writeUnnamedStmt(text string) {
 	pl := ss.pooled
 	w := pl.sc.w
-	// Written in pieces, not built (once per transaction). Parse: the unnamed statement, the text, no parameter
-	// types.
+	// Parse: the unnamed statement, the text, no parameter types; written in pieces, not built (once per
+	// transaction).
 	writeHeader(w, msgParse, 4+1+len(text)+1+2)
 	w.WriteByte(0)
 	w.WriteString(text)
 	w.Write(noParamTypes[:])
-	// Bind: the portal, the unnamed statement, no parameter formats, no parameters, no result formats.
-	writeHeader(w, msgBind, 4+len(portal)+len(bindUnnamedBody))
-	w.WriteString(portal)
-	w.Write(bindUnnamedBody[:])
-	// Execute: the portal, no row limit.
-	writeHeader(w, msgExecute, 4+len(portal)+len(executeUnnamedBody))
-	w.WriteString(portal)
-	w.Write(executeUnnamedBody[:])
+	writeMsg(w, msgBind, bindUnnamedBody[:], "")
+	writeMsg(w, msgExecute, executeUnnamedBody[:], "")
 	pl.unnamedReplaced()
 	pl.hide.Add(1)
 }
