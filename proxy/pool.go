@@ -77,6 +77,14 @@ type serverConn struct {
 	idleSince time.Time       // when it went back to the pool (under txPool.mu)
 	tokenFor  *pooledState    // the client for whose transactions tokenStmtName was last prepared; nil: none
 	stmts     map[string]bool // the clients' statements prepared on it, by server name (pooledstmts.go)
+	// stmtsFresh are those of stmts that lastClient prepared (or prepared again) since it was lent the
+	// connection, and that the server did not skip: only those are bound as they are. Another client's function
+	// may have replaced any other (DEALLOCATE, then PREPARE of the name), so it is prepared again before its first
+	// use (serverStmt).
+	stmtsFresh map[string]bool
+	// lastClient is the client it was last lent to: a lend to another makes it forget what it knew of the
+	// proxy's own statements and state on it (lend).
+	lastClient *pooledState
 	// sqlStmts are the SQL-level prepared statements it holds for sqlFor, by server name: what sqlFor's Queries
 	// prepared or dropped there since it was last lent to another client (pooledsqlprep.go).
 	sqlStmts map[string]bool
@@ -728,7 +736,7 @@ func (p *txPool) dialOnce(login *clientLogin) (*serverConn, error) {
 	if dl, ok := ctx.Deadline(); ok {
 		conn.SetDeadline(dl)
 	}
-	sc := &serverConn{pool: p, conn: conn, host: up, born: time.Now(), stmts: map[string]bool{}}
+	sc := &serverConn{pool: p, conn: conn, host: up, born: time.Now(), stmts: map[string]bool{}, stmtsFresh: map[string]bool{}}
 	sc.prep = &prepState{max: s.cfg.Upstream.Prepared(s.cfg.Token.Scope, s.cfg.Pool.Transaction())}
 	rw := rawIO(conn, nil) // rawsocket_linux.go
 	sc.w = bufio.NewWriterSize(serverOut{sc: sc, w: rw}, writeBufferSize)

@@ -979,10 +979,15 @@ func (ss *session) lend() error {
 		return errLendLost
 	}
 	ss.srv.metrics.poolLent()
-	if sc.checkedFor != pl {
-		// Another client held the connection since its check for this one, or since its own: what that client's
-		// code left is this client's to have put back (putBackFirst), whatever its unit turns out to run.
-		sc.checkedFor = nil
+	if sc.lastClient != pl {
+		// Another client held the connection since it was last lent to this one, and that client's code may
+		// have left anything, whatever its unit turned out to run: a token, lock or role at session level
+		// (checkedFor: put back first), or the proxy's own statements replaced (DEALLOCATE, then PREPARE of the
+		// name, in a function): the token statement (tokenFor), the settings statement (settingsFor) and the
+		// server statements of the clients' named ones (stmtsFresh) are prepared afresh before their next use.
+		// (The prepared fences have a verification of their own: prepared.go.)
+		sc.checkedFor, sc.tokenFor, sc.settingsFor, sc.lastClient = nil, nil, nil, pl
+		clear(sc.stmtsFresh)
 	}
 	pl.setLent(sc)
 	pl.unnamedReplaced()
@@ -1608,6 +1613,7 @@ func (ss *session) fixAfterFailedBatch() {
 	for _, u := range unplaced {
 		if u.sc == pl.sc {
 			delete(u.sc.stmts, u.server)
+			delete(u.sc.stmtsFresh, u.server)
 		}
 	}
 	for _, c := range reopened {
@@ -1919,6 +1925,16 @@ func (ss *session) relayServer(sc *serverConn, inline bool) bool {
 		}
 	}
 	for {
+		if ss.cw.Buffered() > 0 && !r.nextBuffered() {
+			// The answers relayed last were followed by ones the client does not see (the token statement's
+			// after a BEGIN with modes, a settings unit's): they go out before this waits for more, as after any
+			// relayed answer (a batch that ends in a Flush gets no ReadyForQuery that would send them).
+			ss.countRelayed(dirServerToClient, r)
+			if err := ss.cw.Flush(); err != nil {
+				ss.lendFailed(sc, err)
+				return true
+			}
+		}
 		typ, _, err := r.next()
 		if err != nil {
 			ss.lendFailed(sc, err)
@@ -2304,7 +2320,8 @@ func (ss *session) probeOnce(sc *serverConn) error {
 			if string(row[3]) != "t" {
 				sc.tokenFor = nil // dropped (DISCARD ALL, DEALLOCATE): prepared again at the next transaction
 			}
-			clear(sc.stmts) // a DISCARD or DEALLOCATE may have dropped some
+			clear(sc.stmts)      // a DISCARD or DEALLOCATE may have dropped some
+			clear(sc.stmtsFresh) // and what a name holds now is not known: prepared again before its next use
 			for _, name := range strings.Fields(string(row[4])) {
 				sc.stmts[name] = true
 			}

@@ -165,3 +165,68 @@ func TestPooledEmptyParseBatchGetsTheClientsToken(t *testing.T) {
 		})
 	}
 }
+
+// Client B's function replaces the proxy's prepared token statement (DEALLOCATE fenceproxy_t, then PREPARE of
+// the name with a token of its choosing) in a plain transaction, on the connection client A's checked batch
+// prepared it on. A's next checked batch gets it prepared afresh: A's write goes with A's token, never the one
+// B's statement would set (second review of the thirteenth pass: the mark of whom the statement was prepared
+// for outlived another client's lend).
+func TestPooledTokenStatementReplacedByAnotherClient(t *testing.T) {
+	f := newPooledFenced(t, 1, "")
+	fxExec(t, f.d, "INSERT INTO "+f.label+" (id, fence_token, balance) VALUES (1, 1, 0)")
+	fxExec(t, f.d, `CREATE OR REPLACE FUNCTION pooled_swap_tokenstmt() RETURNS int LANGUAGE plpgsql AS $f$
+BEGIN
+  EXECUTE 'DEALLOCATE fenceproxy_t';
+  EXECUTE 'PREPARE fenceproxy_t(text, text) AS SELECT pg_catalog.set_config(''fence.token'', ''99'', true), pg_catalog.set_config(''fence.lock'', $2, true)';
+  RETURN 1;
+END $f$`)
+	t.Cleanup(func() { f.d.Exec(context.Background(), "DROP FUNCTION IF EXISTS pooled_swap_tokenstmt()") })
+	a := pooledPgConn(t, f, "&options=-c%20fence.token%3D5")
+	upd := "UPDATE " + f.label + " SET balance = balance + 1 WHERE id = 1 RETURNING fence_token"
+	// A set_config in the batch makes it checked: the prepared token statement goes in front.
+	batch := []pgproto3.FrontendMessage{
+		&pgproto3.Parse{Query: "SELECT pg_catalog.set_config('application_name', 'a', true)"}, &pgproto3.Bind{}, &pgproto3.Execute{},
+		&pgproto3.Parse{Query: upd}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{},
+	}
+	shortAnswers(t, a, batch...)
+	b := pooledPgConn(t, f, "&options=-c%20fence.token%3D6")
+	if got := shortAnswers(t, b, &pgproto3.Query{String: "SELECT pooled_swap_tokenstmt()"}); !slices.Contains(got, "D1") {
+		t.Fatalf("B's function: %q", got)
+	}
+	got := shortAnswers(t, a, batch...)
+	if tok := f.token(t, 1); tok != 5 || !slices.Contains(got, "D5") {
+		t.Fatalf("A's write went with token %d (B's statement sets 99); answers %q", tok, got)
+	}
+}
+
+// Client B's function replaces the server statement that carries client A's named statement (DEALLOCATE, then
+// PREPARE of its fenceproxy_s name, read from pg_prepared_statements) in a plain transaction: A's next Bind of
+// its statement on that connection runs A's statement, prepared again, never B's (second review of the
+// thirteenth pass: a server statement prepared before another client held the connection was bound as it was).
+func TestPooledNamedStatementReplacedByAnotherClient(t *testing.T) {
+	f := newPooledFenced(t, 1, "")
+	fxExec(t, f.d, `CREATE OR REPLACE FUNCTION pooled_swap_named() RETURNS int LANGUAGE plpgsql AS $f$
+DECLARE n text;
+BEGIN
+  FOR n IN SELECT name FROM pg_catalog.pg_prepared_statements WHERE name LIKE 'fenceproxy\_s%' LOOP
+    EXECUTE 'DEALLOCATE ' || pg_catalog.quote_ident(n);
+    EXECUTE 'PREPARE ' || pg_catalog.quote_ident(n) || ' AS SELECT 99';
+  END LOOP;
+  RETURN 1;
+END $f$`)
+	t.Cleanup(func() { f.d.Exec(context.Background(), "DROP FUNCTION IF EXISTS pooled_swap_named()") })
+	a := pooledPgConn(t, f, "&options=-c%20fence.token%3D5")
+	if got := shortAnswers(t, a, &pgproto3.Parse{Name: "one", Query: "SELECT 1"}, &pgproto3.Bind{PreparedStatement: "one"}, &pgproto3.Execute{}, &pgproto3.Sync{}); !slices.Contains(got, "D1") {
+		t.Fatalf("A's statement: %q", got)
+	}
+	b := pooledPgConn(t, f, "&options=-c%20fence.token%3D6")
+	shortAnswers(t, b, &pgproto3.Query{String: "SELECT pooled_swap_named()"})
+	for i := range 2 { // the second time on a connection A prepared it on again
+		if got := shortAnswers(t, a, &pgproto3.Bind{PreparedStatement: "one"}, &pgproto3.Execute{}, &pgproto3.Sync{}); !slices.Equal(got, []string{"2", "D1", "SELECT 1", "ZI"}) {
+			t.Fatalf("A's Bind %d of its statement: %q (B's function put SELECT 99 under its server name)", i, got)
+		}
+		if got := shortAnswers(t, a, &pgproto3.Describe{ObjectType: 'S', Name: "one"}, &pgproto3.Sync{}); !slices.Equal(got, []string{"t", "T", "ZI"}) {
+			t.Fatalf("A's Describe %d of its statement: %q", i, got)
+		}
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
@@ -73,5 +74,43 @@ func TestPooledModesBeginAfterFlushedAnswers(t *testing.T) {
 		&pgproto3.Query{String: "SELECT current_setting('fence.token')"}, &pgproto3.Query{String: "ROLLBACK"})
 	if want := []string{"2", "BEGIN", "ZT", "T", "D5", "SELECT 1", "ZT", "ROLLBACK", "ZI"}; !slices.Equal(got, want) {
 		t.Fatalf("the flushed window's block:\ngot  %q\nwant %q", got, want)
+	}
+}
+
+// A batch that starts with a BEGIN with transaction modes and ends, for now, in a Flush (no Sync yet): the
+// client gets the BEGIN's answers at once, as directly, though the hidden token statement's answers come last
+// and no ReadyForQuery follows (they waited for one, and the client for ever: second review of the thirteenth
+// pass). Then the Sync, and the block has the client's token.
+func TestPooledModesBeginEndingInFlush(t *testing.T) {
+	f := newPooledFenced(t, 1, "")
+	untilBegin := func(pc *pgconn.PgConn, msgs ...pgproto3.FrontendMessage) []string {
+		var got []string
+		pc.Conn().SetDeadline(time.Now().Add(5 * time.Second))
+		defer pc.Conn().SetDeadline(time.Time{})
+		err := exchange(pc.Frontend(), msgs, func(m pgproto3.BackendMessage) bool {
+			got = append(got, fmt.Sprintf("%T", m))
+			cc, ok := m.(*pgproto3.CommandComplete)
+			return ok && string(cc.CommandTag) == "BEGIN"
+		})
+		if err != nil {
+			return append(got, "HANG")
+		}
+		return got
+	}
+	d, pc := directPgConn(t), pooledPgConn(t, f, "&options=-c%20fence.token%3D5")
+	for _, shape := range [][]pgproto3.FrontendMessage{
+		{&pgproto3.Parse{Query: "BEGIN ISOLATION LEVEL REPEATABLE READ"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Flush{}},
+		{&pgproto3.Parse{Query: "BEGIN ISOLATION LEVEL REPEATABLE READ"}, &pgproto3.Describe{ObjectType: 'S'}, &pgproto3.Flush{},
+			&pgproto3.Bind{}, &pgproto3.Describe{ObjectType: 'P'}, &pgproto3.Execute{}, &pgproto3.Flush{}},
+	} {
+		want, got := untilBegin(d, shape...), untilBegin(pc, shape...)
+		if !slices.Equal(got, want) {
+			t.Fatalf("\nproxy  %q\ndirect %q", got, want)
+		}
+		shortAnswers(t, d, &pgproto3.Sync{}, &pgproto3.Query{String: "ROLLBACK"})
+		rest := shortAnswers(t, pc, &pgproto3.Sync{}, &pgproto3.Query{String: "SELECT current_setting('fence.token')"}, &pgproto3.Query{String: "ROLLBACK"})
+		if want := []string{"ZT", "T", "D5", "SELECT 1", "ZT", "ROLLBACK", "ZI"}; !slices.Equal(rest, want) {
+			t.Fatalf("after the Flush:\ngot  %q\nwant %q", rest, want)
+		}
 	}
 }

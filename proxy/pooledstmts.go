@@ -492,6 +492,7 @@ func (ss *session) parseNamed(body []byte, p Planner) error {
 	writeMsg(sc.w, msgParse, parse, "")
 	if pl.stmts.sentServerParse(false, string(name), server, sc) {
 		sc.stmts[server] = true // else skipped with the Close before it: as it was
+		sc.stmtsFresh[server] = true
 	}
 	pl.stmtParsed.Store(true)
 	return nil
@@ -507,10 +508,18 @@ func (ss *session) serverStmt(name []byte) string {
 		return ""
 	}
 	sc := pl.sc
-	if !sc.stmts[cs.server] {
+	if !sc.stmtsFresh[cs.server] {
+		// Not prepared here, or prepared before another client held the connection (serverConn.stmtsFresh):
+		// closed first if it is there, whatever it holds now, then prepared from the client's text.
+		if sc.stmts[cs.server] {
+			writeMsg(sc.w, msgClose, append(append([]byte{'S'}, cs.server...), 0), "")
+			pl.stmts.sentServerClose(cs.server, sc)
+		}
 		ss.prep.clientText(parsedText(cs.parse)) // the text's words, on this connection too (prepared.go)
 		writeMsg(sc.w, msgParse, cs.parse, "")
-		sc.stmts[cs.server] = pl.stmts.sentServerParse(true, "", cs.server, sc)
+		if pl.stmts.sentServerParse(true, "", cs.server, sc) {
+			sc.stmts[cs.server], sc.stmtsFresh[cs.server] = true, true
+		} // else skipped with the Close before it: as it was
 		pl.stmtParsed.Store(true)
 	}
 	return cs.server
