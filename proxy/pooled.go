@@ -144,6 +144,10 @@ type pooledState struct {
 	// the probe reads the statements there again.
 	stmtParsed atomic.Bool
 	hide       atomic.Int64 // token statements whose answers are still to be hidden (each up to its CommandComplete)
+	// batchFailed: an error came back on the lent connection, so the server skipped the rest of its batch, maybe
+	// a Close and Parse of the proxy's own that were counted done when sent; settle then forgets which of the
+	// proxy's statements there are known to hold its text (serverConn.stmtsFresh, tokenFor).
+	batchFailed atomic.Bool
 	// relayFirst is how many answers to the client's messages come before the hidden ones: the token statement
 	// goes after some of the client's messages when a batch starts with a BEGIN with transaction modes
 	// (tokenAfterBegin). Notices, ParameterStatus and notifications are not counted; an error ends the batch.
@@ -2025,6 +2029,7 @@ func (ss *session) relayServer(sc *serverConn, inline bool) bool {
 			continue
 		}
 		if typ == msgErrorResponse {
+			pl.batchFailed.Store(true)
 			pl.stmts.failed(hiding) // the server skips the rest of the batch
 			pl.sqlStmts.failed()
 			if pl.stmtParsed.Load() {
@@ -2142,6 +2147,11 @@ func (ss *session) settle(sc *serverConn) bool {
 	defer pl.settled.Broadcast()
 	if pl.sc != sc {
 		return true
+	}
+	if pl.batchFailed.Swap(false) {
+		// Before the next unit decides what to prepare again (it waits for this).
+		clear(sc.stmtsFresh)
+		sc.tokenFor = nil
 	}
 	if pl.checkRan.Swap(false) {
 		sc.checkedFor, pl.startChecked = pl, true // checkFirst

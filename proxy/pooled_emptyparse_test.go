@@ -2,6 +2,8 @@ package proxy_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -228,5 +230,71 @@ END $f$`)
 		if got := shortAnswers(t, a, &pgproto3.Describe{ObjectType: 'S', Name: "one"}, &pgproto3.Sync{}); !slices.Equal(got, []string{"t", "T", "ZI"}) {
 			t.Fatalf("A's Describe %d of its statement: %q", i, got)
 		}
+	}
+}
+
+// The token statement's Close and Parse, sent after the BEGIN of a batch with transaction modes, skipped by the
+// server because a message before them failed (a Bind with a parameter too many; a Parse naming a type that
+// does not exist): the connection does not count it prepared for the client, so another client's statement put
+// under its name never runs in the client's next checked transaction (third review of the thirteenth pass).
+func TestPooledSkippedTokenStatementIsPreparedAgain(t *testing.T) {
+	for _, shape := range []string{"bad bind", "bad parse"} {
+		t.Run(shape, func(t *testing.T) {
+			f := newPooledFenced(t, 1, "")
+			fxExec(t, f.d, "INSERT INTO "+f.label+" (id, fence_token, balance) VALUES (1, 1, 0)")
+			fxExec(t, f.d, `CREATE OR REPLACE FUNCTION pooled_swap_tokenstmt2() RETURNS int LANGUAGE plpgsql AS $f$
+BEGIN
+  EXECUTE 'DEALLOCATE fenceproxy_t';
+  EXECUTE 'PREPARE fenceproxy_t(text, text) AS SELECT pg_catalog.set_config(''fence.token'', ''99'', true), pg_catalog.set_config(''fence.lock'', $2, true)';
+  RETURN 1;
+END $f$`)
+			t.Cleanup(func() { f.d.Exec(context.Background(), "DROP FUNCTION IF EXISTS pooled_swap_tokenstmt2()") })
+			a := pooledPgConn(t, f, "&options=-c%20fence.token%3D5")
+			upd := "UPDATE " + f.label + " SET balance = balance + 1 WHERE id = 1 RETURNING fence_token"
+			batch := []pgproto3.FrontendMessage{
+				&pgproto3.Parse{Query: "SELECT pg_catalog.set_config('application_name', 'a', true)"}, &pgproto3.Bind{}, &pgproto3.Execute{},
+				&pgproto3.Parse{Query: upd}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{},
+			}
+			shortAnswers(t, a, batch...)
+			b := pooledPgConn(t, f, "&options=-c%20fence.token%3D6")
+			shortAnswers(t, b, &pgproto3.Query{String: "SELECT pooled_swap_tokenstmt2()"})
+			fail := []pgproto3.FrontendMessage{&pgproto3.Parse{Query: "BEGIN ISOLATION LEVEL REPEATABLE READ"}, &pgproto3.Bind{Parameters: [][]byte{[]byte("1")}}, &pgproto3.Execute{}, &pgproto3.Sync{}}
+			if shape == "bad parse" {
+				fail = []pgproto3.FrontendMessage{&pgproto3.Parse{Query: "BEGIN ISOLATION LEVEL REPEATABLE READ", ParameterOIDs: []uint32{999999}}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{}}
+			}
+			if got := shortAnswers(t, a, fail...); !slices.Contains(got, "ZI") {
+				t.Fatalf("the failing batch: %q", got)
+			}
+			got := shortAnswers(t, a, batch...)
+			if tok := f.token(t, 1); tok != 5 || !slices.Contains(got, "D5") {
+				t.Fatalf("A's write went with token %d (B's statement sets 99); answers %q", tok, got)
+			}
+		})
+	}
+}
+
+// Another client's function prepares a statement under the server name of a client's statement text on a
+// connection where the proxy never prepared it: the client's Parse and Bind of that text work, and run the
+// client's text (they failed 42P05 every time: third review of the thirteenth pass).
+func TestPooledServerNamePlantedByAnotherClient(t *testing.T) {
+	f := newPooledFenced(t, 1, "")
+	// The server name of "SELECT 1" with no parameter types (serverStmtName: the text, its terminator and a
+	// count of zero types).
+	h := sha256.Sum256([]byte("SELECT 1\x00\x00\x00"))
+	name := "fenceproxy_s" + hex.EncodeToString(h[:10])
+	fxExec(t, f.d, `CREATE OR REPLACE FUNCTION pooled_plant() RETURNS int LANGUAGE plpgsql AS $f$
+BEGIN
+  EXECUTE 'PREPARE `+name+` AS SELECT 99';
+  RETURN 1;
+END $f$`)
+	t.Cleanup(func() { f.d.Exec(context.Background(), "DROP FUNCTION IF EXISTS pooled_plant()") })
+	b := pooledPgConn(t, f, "&options=-c%20fence.token%3D6")
+	shortAnswers(t, b, &pgproto3.Query{String: "SELECT pooled_plant()"})
+	a := pooledPgConn(t, f, "&options=-c%20fence.token%3D5")
+	if got := shortAnswers(t, a, &pgproto3.Parse{Name: "one", Query: "SELECT 1"}, &pgproto3.Bind{PreparedStatement: "one"}, &pgproto3.Execute{}, &pgproto3.Sync{}); !slices.Equal(got, []string{"1", "2", "D1", "SELECT 1", "ZI"}) {
+		t.Fatalf("A's Parse and Bind: %q", got)
+	}
+	if got := shortAnswers(t, a, &pgproto3.Bind{PreparedStatement: "one"}, &pgproto3.Execute{}, &pgproto3.Sync{}); !slices.Equal(got, []string{"2", "D1", "SELECT 1", "ZI"}) {
+		t.Fatalf("A's Bind again: %q", got)
 	}
 }

@@ -482,13 +482,13 @@ func (ss *session) parseNamed(body []byte, p Planner) error {
 	}
 	text, _ := planText(msgParse, body)
 	pl.stmts.byName[string(name)] = clientStmt{server: server, parse: parse, text: bytes.Clone(text)}
-	if sc.stmts[server] {
-		// Already prepared here: prepare it again (a client parses again to get a plan for a changed schema), so
-		// that the client's ParseComplete comes in its place. If the Parse fails (25P02 in a failed transaction)
-		// the Close has dropped it: stmtParsed has the probe read the connection's statements again.
-		writeMsg(sc.w, msgClose, append(append([]byte{'S'}, server...), 0), "")
-		pl.stmts.sentServerClose(server, sc)
-	}
+	// Closed first, prepared here or not: prepared again if it was (a client parses again to get a plan for a
+	// changed schema), so that the client's ParseComplete comes in its place; and whatever another client's
+	// function may have put under the name is gone (a name the proxy never prepared here would fail the Parse,
+	// 42P05, every time). If the Parse fails (25P02 in a failed transaction) the Close has dropped it:
+	// stmtParsed has the probe read the connection's statements again.
+	writeMsg(sc.w, msgClose, append(append([]byte{'S'}, server...), 0), "")
+	pl.stmts.sentServerClose(server, sc)
 	writeMsg(sc.w, msgParse, parse, "")
 	if pl.stmts.sentServerParse(false, string(name), server, sc) {
 		sc.stmts[server] = true // else skipped with the Close before it: as it was
@@ -509,12 +509,11 @@ func (ss *session) serverStmt(name []byte) string {
 	}
 	sc := pl.sc
 	if !sc.stmtsFresh[cs.server] {
-		// Not prepared here, or prepared before another client held the connection (serverConn.stmtsFresh):
-		// closed first if it is there, whatever it holds now, then prepared from the client's text.
-		if sc.stmts[cs.server] {
-			writeMsg(sc.w, msgClose, append(append([]byte{'S'}, cs.server...), 0), "")
-			pl.stmts.sentServerClose(cs.server, sc)
-		}
+		// Not prepared here, or prepared before another client held the connection or a batch failed
+		// (serverConn.stmtsFresh): closed first, whatever the name holds now (another client's function may have
+		// put a statement under it, prepared here or not), then prepared from the client's text.
+		writeMsg(sc.w, msgClose, append(append([]byte{'S'}, cs.server...), 0), "")
+		pl.stmts.sentServerClose(cs.server, sc)
 		ss.prep.clientText(parsedText(cs.parse)) // the text's words, on this connection too (prepared.go)
 		writeMsg(sc.w, msgParse, cs.parse, "")
 		if pl.stmts.sentServerParse(true, "", cs.server, sc) {
