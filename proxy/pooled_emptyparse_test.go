@@ -174,6 +174,19 @@ func TestPooledEmptyParseBatchGetsTheClientsToken(t *testing.T) {
 // B's statement would set (second review of the thirteenth pass: the mark of whom the statement was prepared
 // for outlived another client's lend).
 func TestPooledTokenStatementReplacedByAnotherClient(t *testing.T) {
+	f, a, batch := tokenStatementSwapped(t, func(*pgconn.PgConn) {})
+	got := shortAnswers(t, a, batch...)
+	if tok := f.token(t, 1); tok != 5 || !slices.Contains(got, "D5") {
+		t.Fatalf("A's write went with token %d (B's statement sets 99); answers %q", tok, got)
+	}
+}
+
+// tokenStatementSwapped has client A (token 5) run a checked batch, which prepares the token statement on the
+// pool's one connection, then client B (token 6) call a function that puts a statement setting token 99 under
+// its name, then A run between (after B, before its next checked batch). It returns the fixture, A and that
+// batch.
+func tokenStatementSwapped(t *testing.T, between func(a *pgconn.PgConn)) (*fenced, *pgconn.PgConn, []pgproto3.FrontendMessage) {
+	t.Helper()
 	f := newPooledFenced(t, 1, "")
 	fxExec(t, f.d, "INSERT INTO "+f.label+" (id, fence_token, balance) VALUES (1, 1, 0)")
 	fxExec(t, f.d, `CREATE OR REPLACE FUNCTION pooled_swap_tokenstmt() RETURNS int LANGUAGE plpgsql AS $f$
@@ -195,10 +208,8 @@ END $f$`)
 	if got := shortAnswers(t, b, &pgproto3.Query{String: "SELECT pooled_swap_tokenstmt()"}); !slices.Contains(got, "D1") {
 		t.Fatalf("B's function: %q", got)
 	}
-	got := shortAnswers(t, a, batch...)
-	if tok := f.token(t, 1); tok != 5 || !slices.Contains(got, "D5") {
-		t.Fatalf("A's write went with token %d (B's statement sets 99); answers %q", tok, got)
-	}
+	between(a)
+	return f, a, batch
 }
 
 // Client B's function replaces the server statement that carries client A's named statement (DEALLOCATE, then
@@ -240,31 +251,15 @@ END $f$`)
 func TestPooledSkippedTokenStatementIsPreparedAgain(t *testing.T) {
 	for _, shape := range []string{"bad bind", "bad parse"} {
 		t.Run(shape, func(t *testing.T) {
-			f := newPooledFenced(t, 1, "")
-			fxExec(t, f.d, "INSERT INTO "+f.label+" (id, fence_token, balance) VALUES (1, 1, 0)")
-			fxExec(t, f.d, `CREATE OR REPLACE FUNCTION pooled_swap_tokenstmt2() RETURNS int LANGUAGE plpgsql AS $f$
-BEGIN
-  EXECUTE 'DEALLOCATE fenceproxy_t';
-  EXECUTE 'PREPARE fenceproxy_t(text, text) AS SELECT pg_catalog.set_config(''fence.token'', ''99'', true), pg_catalog.set_config(''fence.lock'', $2, true)';
-  RETURN 1;
-END $f$`)
-			t.Cleanup(func() { f.d.Exec(context.Background(), "DROP FUNCTION IF EXISTS pooled_swap_tokenstmt2()") })
-			a := pooledPgConn(t, f, "&options=-c%20fence.token%3D5")
-			upd := "UPDATE " + f.label + " SET balance = balance + 1 WHERE id = 1 RETURNING fence_token"
-			batch := []pgproto3.FrontendMessage{
-				&pgproto3.Parse{Query: "SELECT pg_catalog.set_config('application_name', 'a', true)"}, &pgproto3.Bind{}, &pgproto3.Execute{},
-				&pgproto3.Parse{Query: upd}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{},
-			}
-			shortAnswers(t, a, batch...)
-			b := pooledPgConn(t, f, "&options=-c%20fence.token%3D6")
-			shortAnswers(t, b, &pgproto3.Query{String: "SELECT pooled_swap_tokenstmt2()"})
 			fail := []pgproto3.FrontendMessage{&pgproto3.Parse{Query: "BEGIN ISOLATION LEVEL REPEATABLE READ"}, &pgproto3.Bind{Parameters: [][]byte{[]byte("1")}}, &pgproto3.Execute{}, &pgproto3.Sync{}}
 			if shape == "bad parse" {
 				fail = []pgproto3.FrontendMessage{&pgproto3.Parse{Query: "BEGIN ISOLATION LEVEL REPEATABLE READ", ParameterOIDs: []uint32{999999}}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{}}
 			}
-			if got := shortAnswers(t, a, fail...); !slices.Contains(got, "ZI") {
-				t.Fatalf("the failing batch: %q", got)
-			}
+			f, a, batch := tokenStatementSwapped(t, func(a *pgconn.PgConn) {
+				if got := shortAnswers(t, a, fail...); !slices.Contains(got, "ZI") {
+					t.Fatalf("the failing batch: %q", got)
+				}
+			})
 			got := shortAnswers(t, a, batch...)
 			if tok := f.token(t, 1); tok != 5 || !slices.Contains(got, "D5") {
 				t.Fatalf("A's write went with token %d (B's statement sets 99); answers %q", tok, got)
