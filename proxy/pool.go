@@ -85,10 +85,9 @@ type serverConn struct {
 	// lastClient is the client it was last lent to: a lend to another makes it forget what it knew of the
 	// proxy's own statements and state on it (lend).
 	lastClient *pooledState
-	// sqlStmts are the SQL-level prepared statements it holds for sqlFor, by server name: what sqlFor's Queries
-	// prepared or dropped there since it was last lent to another client (pooledsqlprep.go).
+	// sqlStmts are the SQL-level prepared statements it holds for lastClient, by server name: what its Queries
+	// prepared or dropped there since it was lent the connection (pooledsqlprep.go).
 	sqlStmts map[string]bool
-	sqlFor   *pooledState
 	// settings are its session-level settings that the pool replays, as last read back or put there; nil: the
 	// pool's defaults. settingsFor is the client for which settingsStmtName was last prepared on it (pooledsettings.go).
 	settings    map[string]string

@@ -150,19 +150,17 @@ type pooledState struct {
 	batchFailed atomic.Bool
 	// relayFirst is how many answers to the client's messages come before the hidden ones: the token statement
 	// goes after some of the client's messages when a batch starts with a BEGIN with transaction modes
-	// (tokenAfterBegin). Notices, ParameterStatus and notifications are not counted; an error ends the batch.
+	// (windowOpen). Notices, ParameterStatus and notifications are not counted; an error ends the batch.
 	relayFirst atomic.Int64
-	// tokenAfterBegin: the batch starts with a BEGIN with transaction modes, which fails after a statement that
-	// took a snapshot (25001): the token statement goes at the batch's first Execute, after it when it executes
-	// a portal of that BEGIN (beginPortals), else before it (under mu). windowAnswers counts the answers to the
-	// client's messages sent until then (answersTo).
-	tokenAfterBegin bool
-	beginPortals    []string
-	windowAnswers   int64
-	// windowOpen: from such a batch's start until its token statement goes (closeWindow), the answers the
+	// windowOpen: the batch starts with a BEGIN with transaction modes, which fails after a statement that took a
+	// snapshot (25001), and its token statement has not gone yet: it goes at the batch's first Execute, after it
+	// when it executes a portal of that BEGIN (beginPortals), else before it (closeWindow). windowAnswers counts
+	// the answers to the client's messages sent until then (answersTo, under mu). Meanwhile the answers the
 	// lend's server side relays are counted (windowRelayed), and an error among them noted (windowFailed), under
 	// windowMu: the client may read some of the window's answers before its Execute (a Flush), so the answers
 	// still to relay before the hidden ones are windowAnswers less those.
+	beginPortals  []string
+	windowAnswers int64
 	windowOpen    atomic.Bool
 	windowMu      sync.Mutex
 	windowRelayed int64
@@ -781,7 +779,7 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 	}
 	sc := pl.sc
 	tokenAfter := false // the token statement goes right after this message
-	if pl.tokenAfterBegin {
+	if pl.windowOpen.Load() {
 		if typ == msgExecute && body == nil {
 			var err error
 			if body, err = ss.cr.body(); err != nil { // which portal it runs decides where the token statement goes
@@ -790,8 +788,7 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 		}
 		switch answers, ok := ss.answersTo(typ, body); {
 		case typ == msgSync:
-			pl.tokenAfterBegin = false // nothing was executed: nothing ran
-			pl.windowOpen.Store(false)
+			pl.windowOpen.Store(false) // nothing was executed: nothing ran
 		case typ == msgExecute && ss.executesBegin(body):
 			pl.windowAnswers += answers
 			tokenAfter = true
@@ -892,7 +889,7 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 		}
 		st.unsynced.Store(true) // the unnamed statement, a portal: as they are
 		writeMsg(sc.w, typ, body, "")
-	case body != nil && typ == msgExecute: // read to see its portal (tokenAfterBegin): the core writes none
+	case body != nil && typ == msgExecute: // read to see its portal (windowOpen): the core writes none
 		if err = ss.onClientMsg(typ, body, p, sc.w); err == nil {
 			writeMsg(sc.w, typ, body, "")
 		}
@@ -987,16 +984,17 @@ func (ss *session) lend() error {
 		// Another client held the connection since it was last lent to this one, and that client's code may
 		// have left anything, whatever its unit turned out to run: a token, lock or role at session level
 		// (checkedFor: put back first), or the proxy's own statements replaced (DEALLOCATE, then PREPARE of the
-		// name, in a function): the token statement (tokenFor), the settings statement (settingsFor) and the
-		// server statements of the clients' named ones (stmtsFresh) are prepared afresh before their next use.
-		// (The prepared fences have a verification of their own: prepared.go.)
+		// name, in a function): the token statement (tokenFor), the settings statement (settingsFor), the
+		// server statements of the clients' named ones (stmtsFresh) and the SQL-level ones (sqlStmts,
+		// pooledsqlprep.go) are prepared afresh before their next use. (The prepared fences have a verification
+		// of their own: prepared.go.)
 		sc.checkedFor, sc.tokenFor, sc.settingsFor, sc.lastClient = nil, nil, nil, pl
 		clear(sc.stmtsFresh)
+		clear(sc.sqlStmts)
 	}
 	pl.setLent(sc)
 	pl.unnamedReplaced()
 	pl.open = 0
-	ss.lentSQLStmts(sc) // pooledsqlprep.go
 	// The fenced writes of the transaction go to this host (checkPlan: router.writeRefusal). Read by this
 	// goroutine and the lend's server side only (sessionForKey does not look at a pooled session's), so no
 	// lock of the Server's is taken per transaction.
@@ -1347,7 +1345,7 @@ func (ss *session) injectTokens(typ byte, body []byte) tokenPrefix {
 	}
 	if text, ok := ss.stmtText(typ, body); ok && ss.beginsWithModes(text) {
 		ss.putBackFirst()
-		pl.tokenAfterBegin, pl.beginPortals, pl.windowAnswers = true, pl.beginPortals[:0], 0 // forwardPooled sends it
+		pl.beginPortals, pl.windowAnswers = pl.beginPortals[:0], 0 // forwardPooled sends it
 		pl.windowMu.Lock()
 		pl.windowRelayed, pl.windowFailed = 0, false
 		pl.windowOpen.Store(true)
@@ -1421,7 +1419,6 @@ func (ss *session) writeUnnamedStmt(text string) {
 // counted twice or not at all.
 func (ss *session) closeWindow() {
 	pl := ss.pooled
-	pl.tokenAfterBegin = false
 	pl.windowMu.Lock()
 	defer pl.windowMu.Unlock()
 	if !pl.windowFailed {

@@ -341,11 +341,8 @@ func (ss *session) checkFirst(typ byte, body []byte, prefix tokenPrefix) error {
 	pl.checkRan.Store(false)
 	pl.checkSent.Store(prefix == prefixChecked)
 	if prefix == prefixChecked || prefix == prefixSet {
-		// The connection serves this client without a check that has run: another's check says nothing now
-		// (a checked token statement counts once the server ran it, in settle; it may not run at all).
-		if sc.checkedFor != pl {
-			sc.checkedFor = nil
-		}
+		// A checked token statement counts once the server ran it (settle); it may not run at all. (Another
+		// client's check was forgotten at the lend.)
 		return nil
 	}
 	if typ == msgQuery {
@@ -354,15 +351,9 @@ func (ss *session) checkFirst(typ byte, body []byte, prefix tokenPrefix) error {
 			return nil
 		}
 	}
-	if pl.pin == "" && sc.checkedFor != pl {
-		pl.replaying.Add(1)
-		// What code the proxy did not see left at session level is put back, in a transaction of its own that
-		// commits: the client's statement then runs with the placeholders, as the login role. The placeholders
-		// are set whatever they were (a no-op when they were there): one statement, no CASE.
-		writeMsg(sc.w, msgQuery, nil, sc.pool.tokenTexts(false).putBack)
-		pl.unnamedReplaced() // the Query dropped it
-		sc.checkedFor = pl
-	}
+	// What code the proxy did not see left at session level is put back, in a transaction of its own that
+	// commits: the client's statement then runs with the placeholders, as the login role.
+	ss.putBackFirst()
 	if pl.replaying.Load() == 0 {
 		return nil
 	}

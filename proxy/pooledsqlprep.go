@@ -109,16 +109,6 @@ func (q *pooledSQLStmts) ready() {
 	q.mu.Unlock()
 }
 
-// lentSQLStmts is called when sc is lent to the client (pl.mu held): statements prepared there while another
-// client held it may have been replaced behind the proxy's back (a function's DEALLOCATE and PREPARE), so they
-// are prepared again before this client uses them.
-func (ss *session) lentSQLStmts(sc *serverConn) {
-	if sc.sqlFor != ss.pooled {
-		clear(sc.sqlStmts)
-		sc.sqlFor = ss.pooled
-	}
-}
-
 // mentionsSQLPrepared reports whether a Query text may use an SQL-level prepared statement's name.
 func mentionsSQLPrepared(text []byte) bool { return sqlPreparedWords.In(text) }
 
