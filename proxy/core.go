@@ -38,6 +38,9 @@ type protoState struct {
 	unsynced atomic.Bool   // extended-protocol messages forwarded since the last Sync
 	txStatus atomic.Uint32 // the last ReadyForQuery's status byte (txIdle, txBlock, txFailed); txUnknown before
 	internal atomic.Int64  // Query messages of the proxy's own (prepared.go) not yet answered by ReadyForQuery
+	// cancelOwed: a client's cancel came while those ran before its statement (cancelAfterOwn); the last of
+	// their answers sends it (onPreparedAnswer). Session mode: a pooled session defers its own (cancelPooled).
+	cancelOwed atomic.Bool
 
 	authAsked    bool          // the server asked for something during startup: never reuse the connection
 	reusable     bool          // the connection may be kept for another session; set before ready is published

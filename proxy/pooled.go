@@ -2082,6 +2082,12 @@ func (ss *session) preparedAnswer(sc *serverConn, typ byte) error {
 	if _, err := ss.onPreparedAnswer(sc.prep, typ, body, ss.cw); err != nil {
 		return err
 	}
+	if typ == msgReadyForQuery && ss.state.internal.Load() == 0 {
+		pl := ss.pooled
+		pl.mu.Lock()
+		ss.sendDeferredCancel() // one that came while the proxy's commands ran: the client's statement runs now
+		pl.mu.Unlock()
+	}
 	if ss.state.serverFatal { // onPreparedAnswer relayed the server's FATAL: no farewell of the proxy's after it
 		ss.cw.Flush()
 		return fmt.Errorf("the server ended the connection during the proxy's own statement: %s", errorField(body, fieldMessage))
@@ -2506,9 +2512,10 @@ func (ss *session) cancelPooled() {
 		pause = min(2*pause, cancelPollMax)
 	}
 	defer pl.mu.Unlock()
-	if pl.sc != nil && pl.replaying.Load() > 0 {
-		// A unit of the proxy's own runs first: cancelled, it would end the session (replayAnswer: 08006) and the
-		// client's statement would still run. The cancel waits for it.
+	if pl.sc != nil && ss.ownAhead() {
+		// A unit of the proxy's own runs first: cancelled, it would end the session (replayAnswer: 08006), or
+		// fail (a sweep of the prepared fences' statements: their next probe would take them for the client's
+		// SQL PREPARE), and the client's statement would still run. The cancel waits for it.
 		pl.cancelDeferred = true
 		return
 	}
@@ -2524,9 +2531,16 @@ const cancelPollMax = 50 * time.Millisecond
 // client's statement is on its way (pl.mu held).
 func (ss *session) sendDeferredCancel() {
 	pl := ss.pooled
-	if !pl.cancelDeferred || pl.replaying.Load() > 0 || pl.sc == nil || pl.open == 0 && !ss.state.unsynced.Load() {
+	if !pl.cancelDeferred || ss.ownAhead() || pl.sc == nil || pl.open == 0 && !ss.state.unsynced.Load() {
 		return
 	}
 	pl.cancelDeferred = false
 	ss.srv.cancelUpstream(pl.sc.key, pl.sc.host.addr)
+}
+
+// ownAhead reports whether units of the proxy's own, sent before the client's statement, are not answered
+// yet: the settings unit and the put-back (replaying), the prepared fences' commands (state.internal). A cancel
+// waits for them (cancelPooled).
+func (ss *session) ownAhead() bool {
+	return ss.pooled.replaying.Load() > 0 || ss.state.internal.Load() > 0
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/md5"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -55,8 +56,12 @@ import (
 //     idle. The server may still hold what the proxy forgot (the text only mentioned the word, deallocated a
 //     statement of the client's, or failed; a function deallocated one statement of several), so the next idle
 //     point first deallocates every statement named with the proxy's prefix that the server holds (sweepSQL):
-//     forgetting never leaves statements behind on the connection. A connection kept for reuse is reset with
-//     DISCARD ALL, and the next session starts with none.
+//     forgetting never leaves statements behind on the connection. Until that sweep (or an evicted entry's
+//     DEALLOCATE) has succeeded, what it drops is still the proxy's own (retiring), to the transaction pool's
+//     probe, which must not take it for the client's SQL PREPARE; one that fails (a statement_timeout the
+//     client left) goes again at the next idle point. A client's cancel waits while these commands run before
+//     its statement (forwardCancel, cancelPooled): cancelled, they would fail, and the client's statement run
+//     on. A connection kept for reuse is reset with DISCARD ALL, and the next session starts with none.
 //   - At most max templates per connection: beyond that, the least recently used one is deallocated at the next
 //     idle point.
 //
@@ -113,11 +118,12 @@ type prepEntry struct {
 }
 
 // prepCommand is a statement the proxy sends on its own at an idle point: a PREPARE (entry set), a
-// DEALLOCATE (entry nil), or a verification of the names of entries (verify set, for trust epoch epoch,
-// numbered n).
+// DEALLOCATE or a sweep (retire: the entries it takes off the server), or a verification of the names of
+// entries (verify set, for trust epoch epoch, numbered n).
 type prepCommand struct {
 	sql      string
 	entry    *prepEntry
+	retire   []*prepEntry
 	verify   bool
 	epoch, n uint64
 	entries  []*prepEntry
@@ -173,6 +179,15 @@ type prepState struct {
 	onServer, sweep bool
 
 	lost atomic.Bool // the server said a statement of ours does not exist: forget them all
+
+	// retiring are the entries the proxy dropped (forget, evict) that the server may still hold until a sweep
+	// or DEALLOCATE of them succeeds (under mu): still the proxy's own to the pool's probe (ownCond), never
+	// EXECUTEd. resweep: such a command failed (a cancel, a statement_timeout the client left), so a sweep
+	// goes again at the next idle point (server side sets it). retireFailed: the command being answered failed
+	// (server side only).
+	retiring     []*prepEntry
+	resweep      atomic.Bool
+	retireFailed bool
 
 	// Trust (see the top of this file). epoch counts the client's messages that may have run code on the server
 	// (client side); verified is the epoch for which a verification came back clean (server side writes);
@@ -329,13 +344,40 @@ func (ps *prepState) verification() (string, []*prepEntry) {
 }
 
 // ownCond is the condition on a row p of pg_prepared_statement() (or the view over it) that it is one of the
-// connection's templates with the text the proxy prepared under its name (verifyCond); "false" when there are
-// none. Client side (in transaction pooling: under the lent client's pooledState.mu).
+// connection's templates with the text the proxy prepared under its name (verifyCond): those it keeps, and
+// those it dropped that the server may still hold (retiring: a probe between a forget and its sweep must not
+// take them for the client's SQL PREPARE); "false" when there are none. Client side (in transaction pooling:
+// under the lent client's pooledState.mu).
 func (ps *prepState) ownCond() string {
-	if _, entries := ps.verification(); len(entries) > 0 {
+	_, entries := ps.verification()
+	ps.mu.Lock()
+	if len(ps.retiring) > 0 {
+		entries = append(slices.Clip(entries), ps.retiring...)
+	}
+	ps.mu.Unlock()
+	if len(entries) > 0 {
 		return verifyCond(entries)
 	}
 	return "false"
+}
+
+// retire notes entries dropped from byTmpl that the server may hold (prepSent or prepReady): they stay the
+// proxy's until a sweep or DEALLOCATE of them succeeds.
+func (ps *prepState) retire(entries ...*prepEntry) {
+	ps.mu.Lock()
+	for _, e := range entries {
+		if st := e.state.Load(); st == prepSent || st == prepReady {
+			ps.retiring = append(ps.retiring, e)
+		}
+	}
+	ps.mu.Unlock()
+}
+
+// retired takes the entries of a sweep or DEALLOCATE that succeeded off retiring (server side).
+func (ps *prepState) retired(gone []*prepEntry) {
+	ps.mu.Lock()
+	ps.retiring = slices.DeleteFunc(ps.retiring, func(e *prepEntry) bool { return slices.Contains(gone, e) })
+	ps.mu.Unlock()
 }
 
 // add notes a template to prepare, making room for it when the connection holds max already.
@@ -377,7 +419,8 @@ func (ps *prepState) evict() bool {
 	case prepWanted:
 		ps.queued = deleteEntry(ps.queued, victim)
 	case prepReady:
-		ps.queued = append(ps.queued, prepCommand{sql: "DEALLOCATE " + victim.name})
+		ps.retire(victim)
+		ps.queued = append(ps.queued, prepCommand{sql: "DEALLOCATE " + victim.name, retire: []*prepEntry{victim}})
 	}
 	return true
 }
@@ -396,6 +439,11 @@ func deleteEntry(cmds []prepCommand, e *prepEntry) []prepCommand {
 // set the state of entries nobody looks up). It may also still hold them: the next idle point sweeps them away
 // before anything else goes out, DEALLOCATEs of evicted entries included.
 func (ps *prepState) forget() {
+	if ps.onServer {
+		for _, e := range ps.byTmpl {
+			ps.retire(e)
+		}
+	}
 	clear(ps.byTmpl)
 	ps.verifyText = ""
 	ps.queued = ps.queued[:0]
@@ -427,13 +475,17 @@ func (ps *prepState) clientClose(body []byte) {
 // A verification goes out only before a bare BEGIN: only there can its answer come back before the client's
 // next statement with nothing run in between (in autocommit every statement may run code before the next).
 func (ps *prepState) sendQueued(w msgSink, st *protoState, query []byte) {
+	if ps.resweep.Swap(false) {
+		ps.sweep = true
+	}
 	verify := ps.onServer && ps.verifySent != ps.epoch && isBareBegin(query)
 	if len(ps.queued) == 0 && !ps.sweep && !verify {
 		return
 	}
 	ps.mu.Lock()
 	if ps.sweep {
-		ps.queued = append([]prepCommand{{sql: sweepSQL}}, ps.queued...)
+		// It takes off the server every entry dropped so far; one dropped after it is sent waits for the next.
+		ps.queued = append([]prepCommand{{sql: sweepSQL, retire: slices.Clone(ps.retiring)}}, ps.queued...)
 		ps.sweep = false
 	}
 	send := func(c prepCommand) {
@@ -502,6 +554,8 @@ func (ss *session) onPreparedAnswer(ps *prepState, typ byte, body []byte, out ms
 		}
 		if c := ps.current(false); c.verify {
 			ps.verifyFailed = true // not verified: statements go as SQL until a later verification
+		} else if c.retire != nil || c.sql == sweepSQL {
+			ps.retireFailed = true // what it was to take off may still be there: swept again
 		} else if c.entry != nil {
 			code := errorField(body, fieldCode)
 			if transientFault(code) {
@@ -521,7 +575,15 @@ func (ss *session) onPreparedAnswer(ps *prepState, typ byte, body []byte, out ms
 		if len(body) != 1 {
 			return 0, fmt.Errorf("upstream sent ReadyForQuery of %d bytes", len(body))
 		}
-		if c := ps.current(true); c.verify {
+		c := ps.current(true)
+		switch {
+		case ps.retireFailed:
+			ps.retireFailed = false
+			ps.resweep.Store(true)
+		case c.retire != nil:
+			ps.retired(c.retire)
+		}
+		if c.verify {
 			// A name of the proxy's that does not hold the text it prepared there (dropped, or replaced by a
 			// statement it did not prepare): never EXECUTE it (forget them all, and prepare again).
 			if missing := c.unverified(); missing != nil && !ps.verifyFailed {
@@ -533,7 +595,9 @@ func (ss *session) onPreparedAnswer(ps *prepState, typ byte, body []byte, out ms
 			ps.verifyFailed = false
 		}
 		st.txStatus.Store(uint32(body[0]))
-		st.internal.Add(-1)
+		if st.internal.Add(-1) == 0 && st.cancelOwed.CompareAndSwap(true, false) {
+			go ss.srv.cancelUpstream(ss.cancelKey, ss.host.addr) // deferred by cancelAfterOwn: the client's statement runs now
+		}
 		if ss.srv.draining.Load() && st.idle() {
 			return evDrainNow, nil
 		}

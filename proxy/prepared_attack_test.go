@@ -437,7 +437,7 @@ func TestPreparedAttackSearchPath(t *testing.T) {
 			fxCreateTable(t, d, s+"."+name)
 			fxExec(t, d, fmt.Sprintf("INSERT INTO %s.%s (id, balance, fence_token) VALUES (1, 0, 1)", s, name))
 		}
-		p := startProxy(t, tr.options(fxTables(name), ""))
+		p := startProxy(t, tr.options(fxTables(name), "", ""))
 		c := connect(t, p.DSN(pgtest.SuperUser, "", pgtest.TestDB)+"&default_query_exec_mode=simple_protocol")
 		fxExec(t, c, "SET fence.token = 5")
 		run := func(schema string, delta int) {
@@ -472,7 +472,7 @@ func TestPreparedAttackShadowingTable(t *testing.T) {
 		name := preparedName(t)
 		fxCreateTable(t, d, "public."+name)
 		fxExec(t, d, fmt.Sprintf("INSERT INTO public.%s (id, balance, fence_token) VALUES (1, 0, 1)", name))
-		p := startProxy(t, tr.options(fxTables(name), ""))
+		p := startProxy(t, tr.options(fxTables(name), "", ""))
 		c := connect(t, p.DSN(pgtest.SuperUser, "", pgtest.TestDB)+"&default_query_exec_mode=simple_protocol")
 		fxExec(t, c, "SET fence.token = 5")
 		// The session's temporary schema exists before the template is prepared.

@@ -28,11 +28,17 @@ type preparedFixture struct {
 
 func newPreparedFixture(t *testing.T, tr preparedTransport, upstream string) *preparedFixture {
 	t.Helper()
+	return newPreparedFixturePool(t, tr, "", upstream)
+}
+
+// newPreparedFixturePool is newPreparedFixture with pool, lines of the pool section for the pooled transport.
+func newPreparedFixturePool(t *testing.T, tr preparedTransport, pool, upstream string) *preparedFixture {
+	t.Helper()
 	d := direct(t)
 	name := preparedName(t)
 	fxCreateTable(t, d, "public."+name)
 	fxExec(t, d, fmt.Sprintf("INSERT INTO public.%s (id, balance, fence_token) VALUES (1, 0, 1), (2, 0, 1)", name))
-	p := startProxy(t, tr.options(fxTables("public."+name), upstream))
+	p := startProxy(t, tr.options(fxTables("public."+name), pool, upstream))
 	return &preparedFixture{p: p, d: d, name: name}
 }
 
@@ -48,11 +54,11 @@ const (
 	pooledTransport
 )
 
-// options are the proxy's options for the transport, with yaml (the tables) and upstream (the upstream
-// section's extra lines).
-func (tr preparedTransport) options(yaml, upstream string) proxytest.Options {
+// options are the proxy's options for the transport, with yaml (the tables), pool (the pool section's extra
+// lines, for the pooled transport) and upstream (the upstream section's extra lines).
+func (tr preparedTransport) options(yaml, pool, upstream string) proxytest.Options {
 	if tr == pooledTransport {
-		yaml += "pool:\n  mode: transaction\n  size: 1\nauth:\n  type: trust\n"
+		yaml += "pool:\n  mode: transaction\n  size: 1\n" + pool + "auth:\n  type: trust\n"
 		if !strings.Contains(upstream, "prepared_fences") {
 			upstream += "  prepared_fences: 64\n" // off by default in transaction mode
 		}

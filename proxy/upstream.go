@@ -95,9 +95,26 @@ func (s *Server) forwardCancel(body []byte) {
 		ss.cancelPooled() // to the server connection lent to it now, if any
 	case key == nil:
 		s.log.Debug("dropped CancelRequest that matches no session")
+	case ss != nil && ss.cancelAfterOwn():
 	default:
 		s.cancelUpstream(key, host)
 	}
+}
+
+// cancelAfterOwn defers a client's cancel while commands of the proxy's own (prepared.go: sendQueued) run
+// before the client's statement, in the same write: cancelled, one of them would fail (a sweep would leave
+// the proxy's statements on the connection) and the client's statement would run on. The last of their
+// answers sends it (onPreparedAnswer). It reports whether it deferred. A pooled session has its own rule
+// (cancelPooled).
+func (ss *session) cancelAfterOwn() bool {
+	st := &ss.state
+	if st.internal.Load() <= 0 {
+		return false
+	}
+	st.cancelOwed.Store(true)
+	// Their last answer may have come before the flag was up: then this cancel goes now, unless that answer
+	// took the flag (and sends it).
+	return st.internal.Load() > 0 || !st.cancelOwed.CompareAndSwap(true, false)
 }
 
 // cancelUpstream cancels the running query of the backend with BackendKeyData key on host.
