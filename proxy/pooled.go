@@ -102,6 +102,14 @@ type pooledState struct {
 	pin        string // why the client keeps sc, "" if it does not
 	lost       error  // the lend ended badly: the session ends with farewell
 	fare       []byte // the FATAL that ends the session after lost
+	// COPY FROM STDIN (under mu). PostgreSQL ignores Sync and Flush while it reads a COPY's data, so they are
+	// not units: copyIn, from the CopyInResponse (relayServer: copyStarted) to the client's CopyDone or
+	// CopyFail, or the ReadyForQuery an error of the COPY brings; syncsSinceRun, the Syncs the client sent
+	// since its last Query or Execute (a Sync pipelined behind a COPY before its CopyInResponse came, as
+	// libpq's PQexecParams sends it), taken back then; runByExecute: that last one was an Execute, after
+	// whose COPY the server goes on with the batch up to a Sync (copyByExecute).
+	copyIn, copyByExecute, runByExecute bool
+	syncsSinceRun                       int
 
 	token, lock           *string // the client's session values; nil: the server's default
 	resetToken, resetLock *string // what RESET returns to: the startup values, or nil
@@ -620,10 +628,10 @@ func (ss *session) unitStart(typ byte) bool {
 	switch typ {
 	case msgQuery, msgFunctionCall:
 		return true
-	case msgParse, msgBind, msgDescribe, msgExecute, msgClose, msgFlush, msgSync:
+	case msgParse, msgBind, msgDescribe, msgExecute, msgClose, msgSync:
 		return !ss.state.unsynced.Load()
 	}
-	return false
+	return false // a Flush starts nothing (forwardPooled)
 }
 
 // relayPooled relays the client's messages until the session ends.
@@ -719,6 +727,20 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 	if (typ == msgQuery || typ == msgFunctionCall) && st.unsynced.Load() {
 		return ss.refuseInsideBatch(typ)
 	}
+	inCopy := copyMsg(typ)
+	if inCopy && pl.copyIn && pl.sc != nil {
+		return ss.forwardCopyIn(typ)
+	}
+	if typ == msgFlush && !st.unsynced.Load() {
+		// Outside a batch a Flush runs nothing and starts nothing: to the lent connection as it is, if any. As
+		// a unit's start it held a connection, its token statement left without a Sync, until the client's
+		// next unit; as a batch's message it made the next Query one inside a batch (refuseInsideBatch).
+		if pl.sc == nil {
+			_, err := ss.cr.body()
+			return err
+		}
+		return ss.forwardAsIs()
+	}
 	if ss.unitStart(typ) {
 		if pl.sc != nil && pl.open > 0 {
 			// What the client sent before is answered first (the next transaction's token statement depends on
@@ -728,11 +750,14 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 			ss.needReader()         // the answers come first: something must read them
 			ss.sendDeferredCancel() // a cancel that came during checkFirst's wait: that statement is out now
 		}
-		for pl.sc != nil && pl.open > 0 && pl.lost == nil {
+		for pl.sc != nil && pl.open > 0 && pl.lost == nil && !(inCopy && pl.copyIn) {
 			pl.settled.Wait()
 		}
 		if pl.lost != nil {
 			return errLendLost
+		}
+		if inCopy && pl.copyIn && pl.sc != nil { // a Sync behind a COPY that started meanwhile: the server ignores it
+			return ss.forwardCopyIn(typ)
 		}
 		ss.fixAfterFailedBatch() // the unit waited for may have failed
 		if err := ss.heldMoved(); err != nil {
@@ -838,6 +863,12 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 	case msgQuery, msgSync, msgFunctionCall:
 		pl.open++
 		pl.stmts.unitSent()
+	}
+	switch typ {
+	case msgQuery, msgExecute:
+		pl.syncsSinceRun, pl.runByExecute = 0, typ == msgExecute
+	case msgSync:
+		pl.syncsSinceRun++
 	}
 	if typ == msgQuery {
 		pl.dropUnnamed() // a simple Query drops the unnamed statement, here as directly
@@ -946,6 +977,63 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 		ss.sendDeferredCancel() // a cancel that came during checkFirst's wait: the client's statement is out now
 	}
 	return nil
+}
+
+// copyMsg reports whether a client message of type typ belongs to a COPY's data as the server reads it: the
+// data, its end, and the Sync and Flush it ignores meanwhile.
+func copyMsg(typ byte) bool {
+	switch typ {
+	case msgCopyData, msgCopyDone, msgCopyFail, msgSync, msgFlush:
+		return true
+	}
+	return false
+}
+
+// forwardCopyIn forwards a client message while the lent connection reads a COPY's data (pl.mu held, copyIn).
+// A Sync or Flush there is ignored by the server: it neither starts nor ends a unit, nor waits for one. A
+// CopyDone or CopyFail ends the copy; after a COPY run by an Execute the server then goes on with the batch, up
+// to the Sync that ends it, which counts as a batch's Sync does.
+func (ss *session) forwardCopyIn(typ byte) error {
+	pl := ss.pooled
+	switch typ {
+	case msgCopyDone, msgCopyFail:
+		pl.copyIn = false
+		if pl.copyByExecute {
+			ss.state.unsynced.Store(true)
+		}
+	}
+	return ss.forwardAsIs()
+}
+
+// forwardAsIs forwards the client's message (its body unread) to the lent connection as it is (pl.mu held),
+// and sends what is written when nothing more of the client's is buffered.
+func (ss *session) forwardAsIs() error {
+	pl := ss.pooled
+	if err := ss.cr.forward(pl.sc.w); err != nil {
+		return err
+	}
+	if !ss.cr.nextBuffered() {
+		ss.countRelayed(dirClientToServer, &ss.cr)
+		pl.sc.w.Flush() // a failure: the lend's server side sees the connection fail and ends the session
+	}
+	return nil
+}
+
+// copyStarted records a CopyInResponse relayed to the client (the lend's server side): the server reads the
+// COPY's data now, and ignores the Syncs the client sent after the Query or Execute that started it.
+func (ss *session) copyStarted() {
+	pl := ss.pooled
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	pl.copyIn, pl.copyByExecute = true, pl.runByExecute
+	for ; pl.syncsSinceRun > 0; pl.syncsSinceRun-- {
+		pl.open--
+		pl.stmts.unitUnsent()
+		if ss.state.pending.Add(-1) < 0 {
+			ss.state.pending.Store(0)
+		}
+	}
+	pl.settled.Broadcast() // a Sync behind the COPY that waits for the unit before it: it goes in the copy
 }
 
 // lend takes a server connection from the pool for the client (pl.mu held) and starts its server side.
@@ -1299,6 +1387,7 @@ func (ss *session) injectTokens(typ byte, body []byte) tokenPrefix {
 		}
 		class := ss.classOf(text)
 		if class.Own {
+			ss.putBackFirst() // a transaction of its own before it: what another client's code left is not its
 			return prefixNone
 		}
 		var prefix tokenPrefix
@@ -1336,10 +1425,12 @@ func (ss *session) injectTokens(typ byte, body []byte) tokenPrefix {
 			pl.prefixChars.Store(int64(len(ss.queryPrefix)))
 		}
 		return prefix
-	case msgParse:
-		// A Parse of a text that must run outside a block starts a batch without a token statement. One of no
-		// statement does not: the batch goes on, and may bind and run another statement of the client's.
-		if text, ok := planText(msgParse, body); ok && ss.classOf(text).Own && !noStatement(text, set) {
+	case msgParse, msgBind:
+		// A Parse of a text that must run outside a block, or a Bind of one parsed before, starts a batch
+		// without a token statement (it would make the batch a block: 25001). One of no statement does not:
+		// the batch goes on, and may bind and run another statement of the client's.
+		if text, ok := ss.stmtText(typ, body); ok && ss.classOf(text).Own && !noStatement(text, set) {
+			ss.putBackFirst()
 			return prefixNone
 		}
 	}
@@ -1366,12 +1457,30 @@ func (ss *session) injectTokens(typ byte, body []byte) tokenPrefix {
 		}
 		text, _ := ss.plainPrefix(sc, set, true)
 		ss.writeUnnamedStmt(text)
+		ss.closeTokenPortal(typ, body)
 		return prefixSet
 	}
 	ss.putBackFirst()
 	ss.writeTokenStmt("")
+	ss.closeTokenPortal(typ, body)
 	return prefixChecked
 }
+
+// closeTokenPortal closes the unnamed portal the token statement ran in, hidden, when the client's batch
+// starts (typ, body) with a Describe of a portal or an Execute: no portal of the client's is left at a unit's
+// start, and that message must find none (34000), as directly, not the proxy's (the token statement's row
+// description, or its SELECT 0). A batch that starts otherwise binds its own portals first.
+func (ss *session) closeTokenPortal(typ byte, body []byte) {
+	if typ != msgExecute && !(typ == msgDescribe && len(body) > 0 && body[0] == 'P') {
+		return
+	}
+	pl := ss.pooled
+	writeMsg(pl.sc.w, msgClose, closeUnnamedPortal[:], "")
+	pl.stmts.sent(msgCloseComplete, true)
+}
+
+// closeUnnamedPortal is the body of a Close of the unnamed portal.
+var closeUnnamedPortal = [2]byte{'P', 0}
 
 // noParamTypes ends a Parse body that names no parameter types: the text's terminator, then a count of zero.
 var noParamTypes = [3]byte{0, 0, 0}
@@ -2048,6 +2157,9 @@ func (ss *session) relayServer(sc *serverConn, inline bool) bool {
 			return true
 		}
 		waitsForClient := typ == msgCopyInResponse || typ == msgCopyBothResponse
+		if typ == msgCopyInResponse {
+			ss.copyStarted()
+		}
 		if typ == msgReadyForQuery || waitsForClient || !r.nextBuffered() {
 			ss.countRelayed(dirServerToClient, r)
 			if err := ss.cw.Flush(); err != nil {
@@ -2151,6 +2263,7 @@ func (ss *session) settle(sc *serverConn) bool {
 	if pl.sc != sc {
 		return true
 	}
+	pl.copyIn = false // at a ReadyForQuery the server reads no COPY's data: a COPY that failed ended it
 	if pl.batchFailed.Swap(false) {
 		// Before the next unit decides what to prepare again (it waits for this).
 		clear(sc.stmtsFresh)

@@ -270,6 +270,13 @@ func (q *pooledStmts) unitSent() {
 	q.mu.Unlock()
 }
 
+// unitUnsent takes back a unitSent: a Sync the server ignored, inside a COPY's data.
+func (q *pooledStmts) unitUnsent() {
+	q.mu.Lock()
+	q.unitsSent--
+	q.mu.Unlock()
+}
+
 // takeUnnamedFix returns the verdict of the last failed batch on the client's unnamed statement, once.
 func (q *pooledStmts) takeUnnamedFix() *unnamedFix {
 	if q.fix.Load() == nil {
