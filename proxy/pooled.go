@@ -1387,7 +1387,6 @@ func (ss *session) injectTokens(typ byte, body []byte) tokenPrefix {
 		}
 		class := ss.classOf(text)
 		if class.Own {
-			ss.putBackFirst() // a transaction of its own before it: what another client's code left is not its
 			return prefixNone
 		}
 		var prefix tokenPrefix
@@ -1430,8 +1429,7 @@ func (ss *session) injectTokens(typ byte, body []byte) tokenPrefix {
 		// without a token statement (it would make the batch a block: 25001). One of no statement does not:
 		// the batch goes on, and may bind and run another statement of the client's.
 		if text, ok := ss.stmtText(typ, body); ok && ss.classOf(text).Own && !noStatement(text, set) {
-			ss.putBackFirst()
-			return prefixNone
+			return prefixNone // checkFirst puts back first
 		}
 	}
 	if text, ok := ss.stmtText(typ, body); ok && ss.beginsWithModes(text) {
