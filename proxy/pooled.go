@@ -102,14 +102,17 @@ type pooledState struct {
 	pin        string // why the client keeps sc, "" if it does not
 	lost       error  // the lend ended badly: the session ends with farewell
 	fare       []byte // the FATAL that ends the session after lost
-	// COPY FROM STDIN (under mu). PostgreSQL ignores Sync and Flush while it reads a COPY's data, so they are
-	// not units: copyIn, from the CopyInResponse (relayServer: copyStarted) to the client's CopyDone or
-	// CopyFail, or the ReadyForQuery an error of the COPY brings; syncsSinceRun, the Syncs the client sent
-	// since its last Query or Execute (a Sync pipelined behind a COPY before its CopyInResponse came, as
-	// libpq's PQexecParams sends it), taken back then; runByExecute: that last one was an Execute, after
-	// whose COPY the server goes on with the batch up to a Sync (copyByExecute).
-	copyIn, copyByExecute, runByExecute bool
-	syncsSinceRun                       int
+	// COPY FROM STDIN (under mu). PostgreSQL ignores Sync and Flush while it reads a COPY's data, so those are
+	// not units. Which ones it ignores is a matter of their place in the client's stream: after the Query or
+	// Execute that started the COPY and before the client's CopyDone or CopyFail, and only if the COPY
+	// started, which the CopyInResponse says (copyStarted). Since the client's last Query or Execute (client
+	// side): syncsBeforeEnd counts its Syncs before a CopyDone or CopyFail, copyEndSent says one went, and
+	// syncsAfterEnd counts its Syncs after it; runByExecute says that last one was an Execute, whose COPY
+	// leaves the server inside the batch, up to a Sync. copyIn: the server reads the COPY's data now, and the
+	// client has not ended it (from the CopyInResponse to the client's CopyDone or CopyFail, or a ReadyForQuery:
+	// a COPY that failed).
+	copyIn, copyEndSent, runByExecute bool
+	syncsBeforeEnd, syncsAfterEnd     int
 
 	token, lock           *string // the client's session values; nil: the server's default
 	resetToken, resetLock *string // what RESET returns to: the startup values, or nil
@@ -750,7 +753,7 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 			ss.needReader()         // the answers come first: something must read them
 			ss.sendDeferredCancel() // a cancel that came during checkFirst's wait: that statement is out now
 		}
-		for pl.sc != nil && pl.open > 0 && pl.lost == nil && !(inCopy && pl.copyIn) {
+		for pl.sc != nil && pl.open > 0 && pl.lost == nil && !(inCopy && pl.copyIn) && ss.unitStart(typ) {
 			pl.settled.Wait()
 		}
 		if pl.lost != nil {
@@ -759,6 +762,9 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 		if inCopy && pl.copyIn && pl.sc != nil { // a Sync behind a COPY that started meanwhile: the server ignores it
 			return ss.forwardCopyIn(typ)
 		}
+	}
+	// Asked again: a COPY run by an Execute that started meanwhile makes the message its batch's (copyStarted).
+	if ss.unitStart(typ) {
 		ss.fixAfterFailedBatch() // the unit waited for may have failed
 		if err := ss.heldMoved(); err != nil {
 			return err
@@ -866,9 +872,15 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 	}
 	switch typ {
 	case msgQuery, msgExecute:
-		pl.syncsSinceRun, pl.runByExecute = 0, typ == msgExecute
+		pl.syncsBeforeEnd, pl.syncsAfterEnd, pl.copyEndSent, pl.runByExecute = 0, 0, false, typ == msgExecute
 	case msgSync:
-		pl.syncsSinceRun++
+		if pl.copyEndSent {
+			pl.syncsAfterEnd++
+		} else {
+			pl.syncsBeforeEnd++
+		}
+	case msgCopyDone, msgCopyFail:
+		pl.copyEndSent = true // sent before its CopyInResponse came (pipelined), or after a COPY that failed
 	}
 	if typ == msgQuery {
 		pl.dropUnnamed() // a simple Query drops the unnamed statement, here as directly
@@ -991,16 +1003,12 @@ func copyMsg(typ byte) bool {
 
 // forwardCopyIn forwards a client message while the lent connection reads a COPY's data (pl.mu held, copyIn).
 // A Sync or Flush there is ignored by the server: it neither starts nor ends a unit, nor waits for one. A
-// CopyDone or CopyFail ends the copy; after a COPY run by an Execute the server then goes on with the batch, up
-// to the Sync that ends it, which counts as a batch's Sync does.
+// CopyDone or CopyFail ends the copy; after a COPY run by an Execute the server then goes on with the batch
+// (copyStarted marked it unsynced), up to the Sync that ends it, which counts as a batch's Sync does.
 func (ss *session) forwardCopyIn(typ byte) error {
 	pl := ss.pooled
-	switch typ {
-	case msgCopyDone, msgCopyFail:
-		pl.copyIn = false
-		if pl.copyByExecute {
-			ss.state.unsynced.Store(true)
-		}
+	if typ == msgCopyDone || typ == msgCopyFail {
+		pl.copyIn, pl.copyEndSent = false, true
 	}
 	return ss.forwardAsIs()
 }
@@ -1025,15 +1033,20 @@ func (ss *session) copyStarted() {
 	pl := ss.pooled
 	pl.mu.Lock()
 	defer pl.mu.Unlock()
-	pl.copyIn, pl.copyByExecute = true, pl.runByExecute
-	for ; pl.syncsSinceRun > 0; pl.syncsSinceRun-- {
+	for ; pl.syncsBeforeEnd > 0; pl.syncsBeforeEnd-- { // ignored by the server: no ReadyForQuery comes for them
 		pl.open--
 		pl.stmts.unitUnsent()
 		if ss.state.pending.Add(-1) < 0 {
 			ss.state.pending.Store(0)
 		}
 	}
-	pl.settled.Broadcast() // a Sync behind the COPY that waits for the unit before it: it goes in the copy
+	pl.copyIn = !pl.copyEndSent
+	if pl.runByExecute && pl.syncsAfterEnd == 0 {
+		// The server is inside the COPY's batch until a Sync the client has still to send: not between units
+		// (a message waiting to start one goes as the batch's; a cancel or a drain sees a statement running).
+		ss.state.unsynced.Store(true)
+	}
+	pl.settled.Broadcast() // a message behind the COPY that waits for the unit before it looks again
 }
 
 // lend takes a server connection from the pool for the client (pl.mu held) and starts its server side.
