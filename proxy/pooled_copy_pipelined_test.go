@@ -16,10 +16,9 @@ import (
 
 // A simple COPY FROM STDIN whose data, end and a Sync are pipelined behind the Query (sent before the
 // CopyInResponse came). Directly: G, COPY 1, Z, and the Sync — which comes after the CopyDone, so the server
-// reads it outside copy mode — gets its own Z. Through the pool the Sync, waiting in forwardPooled's loop for
-// the Query's unit, wakes at copyStarted's Broadcast, sees copyIn (the CopyDone went before the CopyInResponse,
-// so nothing cleared it) and goes by forwardCopyIn, uncounted: the Query's Z ends the lend, and the Sync's Z is
-// left on the server connection for the next client.
+// reads it outside copy mode — gets its own Z. Before the mend, the pool took the Sync for one inside the copy
+// (the CopyDone went before the CopyInResponse, so nothing ended the copy): uncounted, its Z was left on the
+// server connection.
 func TestPooledCopyPipelinedTrailingSync(t *testing.T) {
 	f := newPooledFenced(t, 1, "  max_client_wait: 10s\n")
 	plainTable(t, f, "pcp_copy1")
@@ -31,11 +30,9 @@ func TestPooledCopyPipelinedTrailingSync(t *testing.T) {
 
 // libpq-style COPY by the extended protocol (Parse, Bind, Execute, Sync), its data, CopyDone and second Sync,
 // and the client's next Query, all pipelined. Directly: G, COPY 1, Z (the first Sync is ignored in copy mode,
-// the second answered), then the Query's answer. Through the pool copyStarted takes back the first Sync
-// (open 0), the second goes by forwardCopyIn uncounted, and the Query — woken by the same Broadcast, open 0 —
-// is sent on the lent connection with the COPY's Z still to come: that Z settles (open 1 -> 0) and gives the
-// connection back with the client's Query running on it. The client never gets its answer; the next client gets
-// it.
+// the second answered), then the Query's answer. Before the mend, the second Sync went uncounted and the
+// Query went out as a new unit with the COPY's answers still to come: the client got the token statement's
+// answers and not the COPY's.
 func TestPooledCopyExtendedPipelinedThenQuery(t *testing.T) {
 	f := newPooledFenced(t, 1, "  max_client_wait: 10s\n")
 	plainTable(t, f, "pcp_copy3")
@@ -48,7 +45,8 @@ func TestPooledCopyExtendedPipelinedThenQuery(t *testing.T) {
 		})
 }
 
-// The extended pipelined COPY followed by a second extended batch (not a Query): the same early settle.
+// The extended pipelined COPY followed by a second extended batch (not a Query): before the mend its Sync went
+// uncounted, and the connection stayed lent for good.
 func TestPooledCopyExtendedPipelinedThenBatch(t *testing.T) {
 	f := newPooledFenced(t, 1, "  max_client_wait: 10s\n")
 	plainTable(t, f, "pcp_copy5")
@@ -81,34 +79,27 @@ func copyCancel(t *testing.T, pc *pgconn.PgConn, table string, simple bool) [][]
 	return append(out, wireSteps(t, pc, 700*time.Millisecond, nil, end)...)
 }
 
-// A client cancels its libpq-style extended COPY while it streams the data. Directly the cancel fails the COPY
-// (57014 at the next row). Through the pool copyStarted took the batch's Sync back (open 0) and the Sync had
-// cleared unsynced, so cancelPooled finds the client idle (open 0, not unsynced) and drops the cancel: the COPY
-// goes on and commits.
-func TestPooledCancelDuringExtendedCopy(t *testing.T) {
-	f := newPooledFenced(t, 1, "")
-	plainTable(t, f, "pcp_copy6")
-	d := copyCancel(t, directWire(t), "pcp_copy6", false)
-	p := copyCancel(t, pooledPgConn(t, f, ""), "pcp_copy6", false)
-	if fmt.Sprint(d) != fmt.Sprint(p) {
-		t.Fatalf("cancel during an extended COPY\n direct: %q\n pooled: %q", d, p)
+// A client cancels its COPY while it streams the data: directly the cancel fails the COPY (57014 at the next
+// row). By the extended protocol (libpq-style) the pool had taken the batch's Sync back and found the client
+// idle (open 0, not unsynced): it dropped the cancel, and the COPY committed. The simple Query's COPY is a
+// control (its unit stays open).
+func TestPooledCancelDuringCopy(t *testing.T) {
+	for _, simple := range []bool{false, true} {
+		t.Run(fmt.Sprintf("simple=%v", simple), func(t *testing.T) {
+			f := newPooledFenced(t, 1, "")
+			plainTable(t, f, "pcp_copy6")
+			d := copyCancel(t, directPgConn(t), "pcp_copy6", simple)
+			p := copyCancel(t, pooledPgConn(t, f, ""), "pcp_copy6", simple)
+			if fmt.Sprint(d) != fmt.Sprint(p) {
+				t.Fatalf("cancel during a COPY\n direct: %q\n pooled: %q", d, p)
+			}
+		})
 	}
 }
 
-// The same with a simple Query's COPY (a control, passes: open stays 1 there).
-func TestPooledCancelDuringSimpleCopy(t *testing.T) {
-	f := newPooledFenced(t, 1, "")
-	plainTable(t, f, "pcp_copy7")
-	d := copyCancel(t, directWire(t), "pcp_copy7", true)
-	p := copyCancel(t, pooledPgConn(t, f, ""), "pcp_copy7", true)
-	if fmt.Sprint(d) != fmt.Sprint(p) {
-		t.Fatalf("cancel during a simple COPY\n direct: %q\n pooled: %q", d, p)
-	}
-}
-
-// The trailing Sync with the client's next Query pipelined too: client A never gets the Sync's ReadyForQuery
-// (the stray Z is left on the connection, which the next lend's spokeUnread then closes); client B, waiting in
-// the pool of one, is checked too.
+// The trailing Sync with the client's next Query pipelined too: client A must get the Sync's ReadyForQuery
+// (before the mend it was left on the connection, which the next lend then closed); client B, waiting in the
+// pool of one, is checked too.
 func TestPooledCopyTrailingSyncThenQuery(t *testing.T) {
 	f := newPooledFenced(t, 1, "  max_client_wait: 10s\n")
 	plainTable(t, f, "pcp_copy8")
@@ -116,20 +107,21 @@ func TestPooledCopyTrailingSyncThenQuery(t *testing.T) {
 		&pgproto3.Query{String: "COPY pcp_copy8 FROM STDIN"}, &pgproto3.CopyData{Data: []byte("1\n")}, &pgproto3.CopyDone{}, &pgproto3.Sync{},
 		&pgproto3.Query{String: "SELECT pg_sleep(0.5)::text AS a_sleep, 'from A' AS who"},
 	}
-	d := wireSteps(t, directWire(t), 1000*time.Millisecond, nil, steps)
+	d := wireSteps(t, directPgConn(t), 1000*time.Millisecond, nil, steps)
 	a := pooledPgConn(t, f, "&options=-c%20fence.token%3D5")
 	b := pooledPgConn(t, f, "&options=-c%20fence.token%3D7")
 	pa := wireSteps(t, a, 100*time.Millisecond, d, steps)
 	bq := []pgproto3.FrontendMessage{&pgproto3.Query{String: "SELECT 2 AS b_two, current_setting('fence.token', true) AS b_tok"}}
 	pb := wireSteps(t, b, 1500*time.Millisecond, nil, bq)
-	db := wireSteps(t, directWire(t), 700*time.Millisecond, nil, bq)
+	db := wireSteps(t, directPgConn(t), 700*time.Millisecond, nil, bq)
 	if fmt.Sprint(pb) != fmt.Sprint([][]string{{"T(b_two,b_tok)", "D2,7", "SELECT 1", "ZI"}}) || fmt.Sprint(d) != fmt.Sprint(pa) {
 		t.Fatalf("client A direct: %q\nclient A pooled: %q\nclient B direct (no token there): %q\nclient B pooled: %q", d, pa, db, pb)
 	}
 }
 
 // The libpq-style extended COPY pipelined with a following batch, while client B waits for the pool of one
-// (B sends its SELECT while A's batch runs pg_sleep). A's COPY Z settles the lend with A's batch in flight.
+// (B sends its SELECT while A's batch runs pg_sleep): before the mend A's COPY settled the lend with A's batch
+// in flight.
 func TestPooledCopyExtendedPipelinedWaitingClient(t *testing.T) {
 	f := newPooledFenced(t, 1, "  max_client_wait: 10s\n")
 	plainTable(t, f, "pcp_copy9")
@@ -138,7 +130,7 @@ func TestPooledCopyExtendedPipelinedWaitingClient(t *testing.T) {
 		&pgproto3.CopyData{Data: []byte("1\n")}, &pgproto3.CopyDone{}, &pgproto3.Sync{},
 		&pgproto3.Parse{Query: "SELECT pg_sleep(0.6)::text AS a_sleep, 'from A' AS who"}, &pgproto3.Bind{}, &pgproto3.Describe{ObjectType: 'P'}, &pgproto3.Execute{}, &pgproto3.Sync{},
 	}
-	d := wireSteps(t, directWire(t), 1000*time.Millisecond, nil, steps)
+	d := wireSteps(t, directPgConn(t), 1000*time.Millisecond, nil, steps)
 	a := pooledPgConn(t, f, "&options=-c%20fence.token%3D5")
 	b := pooledPgConn(t, f, "&options=-c%20fence.token%3D7")
 	bq := []pgproto3.FrontendMessage{&pgproto3.Query{String: "SELECT 2 AS b_two, current_setting('fence.token', true) AS b_tok"}}
@@ -202,8 +194,8 @@ func TestPooledDrainDuringSimpleCopy(t *testing.T) {
 	}
 }
 
-// The libpq-style extended COPY: copyStarted took its Sync back (open 0) and the Sync cleared unsynced, so
-// relayPooled's drain check finds the session idle between two CopyData and ends it mid-COPY (57P01).
+// The libpq-style extended COPY: before the mend the pool had taken its Sync back and the Sync had cleared
+// unsynced, so the drain found the session idle between two CopyData and ended it mid-COPY (57P01).
 func TestPooledDrainDuringExtendedCopy(t *testing.T) {
 	if got := copyThroughDrain(t, true); len(got[0]) < 2 || got[0][0] != "COPY 2" || got[0][1] != "ZI" {
 		t.Fatalf("a drain during an extended COPY: %q", got)

@@ -113,21 +113,10 @@ func wireSteps(t *testing.T, pc *pgconn.PgConn, quiet time.Duration, want [][]st
 	return out
 }
 
-// directWire is a pgconn connection straight to PostgreSQL (superuser), closed when the test ends.
-func directWire(t *testing.T) *pgconn.PgConn {
-	t.Helper()
-	pc, err := pgconn.Connect(ctxT(t), pg.SuperDSN())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { pc.Close(context.Background()) })
-	return pc
-}
-
 // sameAsDirect runs the steps on a direct connection and through the pool, and fails when they differ.
 func sameAsDirect(t *testing.T, pooled *pgconn.PgConn, steps ...[]pgproto3.FrontendMessage) {
 	t.Helper()
-	d := wireSteps(t, directWire(t), 700*time.Millisecond, nil, steps...)
+	d := wireSteps(t, directPgConn(t), 700*time.Millisecond, nil, steps...)
 	p := wireSteps(t, pooled, 150*time.Millisecond, d, steps...)
 	if fmt.Sprint(d) != fmt.Sprint(p) {
 		t.Fatalf("answers differ\n direct: %q\n pooled: %q", d, p)
