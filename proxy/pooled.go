@@ -103,16 +103,17 @@ type pooledState struct {
 	lost       error  // the lend ended badly: the session ends with farewell
 	fare       []byte // the FATAL that ends the session after lost
 	// COPY FROM STDIN (under mu). PostgreSQL ignores Sync and Flush while it reads a COPY's data, so those are
-	// not units. Which ones it ignores is a matter of their place in the client's stream: after the Query or
-	// Execute that started the COPY and before the client's CopyDone or CopyFail, and only if the COPY
-	// started, which the CopyInResponse says (copyStarted). Since the client's last Query or Execute (client
-	// side): syncsBeforeEnd counts its Syncs before a CopyDone or CopyFail, copyEndSent says one went, and
-	// syncsAfterEnd counts its Syncs after it; runByExecute says that last one was an Execute, whose COPY
-	// leaves the server inside the batch, up to a Sync. copyIn: the server reads the COPY's data now, and the
-	// client has not ended it (from the CopyInResponse to the client's CopyDone or CopyFail, or a ReadyForQuery:
-	// a COPY that failed).
-	copyIn, copyEndSent, runByExecute bool
-	syncsBeforeEnd, syncsAfterEnd     int
+	// not units. Which ones it ignores is a matter of their place in the client's stream: after the statement
+	// that started the COPY and before the client's CopyDone or CopyFail that ends it, and only if the COPY
+	// started, which the CopyInResponse says (copyStarted). copySyncs counts the client's Syncs in each stretch
+	// of its stream between two such ends (the last stretch open) that no CopyInResponse has taken yet, since
+	// its last Query, or Execute after which no end is pending (client side appends, copyStarted takes the
+	// first: a Query may hold several COPYs, each ending a stretch). runByExecute: that last one was an
+	// Execute, whose COPY leaves the server inside the batch, up to a Sync. copyIn: the server reads a COPY's
+	// data now, and the client has not ended it (from the CopyInResponse to the client's CopyDone or CopyFail,
+	// or a ReadyForQuery: a COPY that failed).
+	copyIn, runByExecute bool
+	copySyncs            []int
 
 	token, lock           *string // the client's session values; nil: the server's default
 	resetToken, resetLock *string // what RESET returns to: the startup values, or nil
@@ -730,9 +731,8 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 	if (typ == msgQuery || typ == msgFunctionCall) && st.unsynced.Load() {
 		return ss.refuseInsideBatch(typ)
 	}
-	inCopy := copyMsg(typ)
-	if inCopy && pl.copyIn && pl.sc != nil {
-		return ss.forwardCopyIn(typ)
+	if pl.copyIn && pl.sc != nil {
+		return ss.forwardCopyIn(typ, body)
 	}
 	if typ == msgFlush && !st.unsynced.Load() {
 		// Outside a batch a Flush runs nothing and starts nothing: to the lent connection as it is, if any. As
@@ -753,14 +753,14 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 			ss.needReader()         // the answers come first: something must read them
 			ss.sendDeferredCancel() // a cancel that came during checkFirst's wait: that statement is out now
 		}
-		for pl.sc != nil && pl.open > 0 && pl.lost == nil && !(inCopy && pl.copyIn) && ss.unitStart(typ) {
+		for pl.sc != nil && pl.open > 0 && pl.lost == nil && !pl.copyIn && ss.unitStart(typ) {
 			pl.settled.Wait()
 		}
 		if pl.lost != nil {
 			return errLendLost
 		}
-		if inCopy && pl.copyIn && pl.sc != nil { // a Sync behind a COPY that started meanwhile: the server ignores it
-			return ss.forwardCopyIn(typ)
+		if pl.copyIn && pl.sc != nil { // behind a COPY that started meanwhile: the server reads it in the copy
+			return ss.forwardCopyIn(typ, body)
 		}
 	}
 	// Asked again: a COPY run by an Execute that started meanwhile makes the message its batch's (copyStarted).
@@ -872,15 +872,18 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 	}
 	switch typ {
 	case msgQuery, msgExecute:
-		pl.syncsBeforeEnd, pl.syncsAfterEnd, pl.copyEndSent, pl.runByExecute = 0, 0, false, typ == msgExecute
-	case msgSync:
-		if pl.copyEndSent {
-			pl.syncsAfterEnd++
-		} else {
-			pl.syncsBeforeEnd++
+		// An Execute after a CopyDone the server has not answered a CopyInResponse for yet (a COPY and another
+		// statement pipelined in one batch) keeps the stretches: that COPY's answer is still to come.
+		if typ == msgQuery || len(pl.copySyncs) <= 1 {
+			pl.copySyncs, pl.runByExecute = append(pl.copySyncs[:0], 0), typ == msgExecute
 		}
+	case msgSync:
+		if len(pl.copySyncs) == 0 {
+			pl.copySyncs = append(pl.copySyncs, 0)
+		}
+		pl.copySyncs[len(pl.copySyncs)-1]++
 	case msgCopyDone, msgCopyFail:
-		pl.copyEndSent = true // sent before its CopyInResponse came (pipelined), or after a COPY that failed
+		pl.copySyncs = append(pl.copySyncs, 0) // sent before its CopyInResponse came (pipelined), or stray
 	}
 	if typ == msgQuery {
 		pl.dropUnnamed() // a simple Query drops the unnamed statement, here as directly
@@ -991,24 +994,22 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 	return nil
 }
 
-// copyMsg reports whether a client message of type typ belongs to a COPY's data as the server reads it: the
-// data, its end, and the Sync and Flush it ignores meanwhile.
-func copyMsg(typ byte) bool {
-	switch typ {
-	case msgCopyData, msgCopyDone, msgCopyFail, msgSync, msgFlush:
-		return true
-	}
-	return false
-}
-
-// forwardCopyIn forwards a client message while the lent connection reads a COPY's data (pl.mu held, copyIn).
-// A Sync or Flush there is ignored by the server: it neither starts nor ends a unit, nor waits for one. A
+// forwardCopyIn forwards a client message (body, if read already) while the lent connection reads a COPY's
+// data (pl.mu held, copyIn). A Sync or Flush there is ignored by the server: it neither starts nor ends a
+// unit, nor waits for one; any other message but the data fails there, as directly (a Query: 08P01). A
 // CopyDone or CopyFail ends the copy; after a COPY run by an Execute the server then goes on with the batch
 // (copyStarted marked it unsynced), up to the Sync that ends it, which counts as a batch's Sync does.
-func (ss *session) forwardCopyIn(typ byte) error {
+func (ss *session) forwardCopyIn(typ byte, body []byte) error {
 	pl := ss.pooled
 	if typ == msgCopyDone || typ == msgCopyFail {
-		pl.copyIn, pl.copyEndSent = false, true
+		pl.copyIn = false
+		pl.copySyncs = append(pl.copySyncs[:0], 0) // the next COPY of the same Query, if any, starts a stretch
+	}
+	if body != nil { // read already (relayPooled): a message PostgreSQL fails inside a COPY, as directly
+		writeMsg(pl.sc.w, typ, body, "")
+		ss.countRelayed(dirClientToServer, &ss.cr)
+		pl.sc.w.Flush()
+		return nil
 	}
 	return ss.forwardAsIs()
 }
@@ -1033,15 +1034,23 @@ func (ss *session) copyStarted() {
 	pl := ss.pooled
 	pl.mu.Lock()
 	defer pl.mu.Unlock()
-	for ; pl.syncsBeforeEnd > 0; pl.syncsBeforeEnd-- { // ignored by the server: no ReadyForQuery comes for them
+	ignored, ended, after := 0, false, 0 // this COPY's stretch; its end sent; Syncs sent after that end
+	if len(pl.copySyncs) > 0 {
+		ignored, ended = pl.copySyncs[0], len(pl.copySyncs) > 1
+		for _, n := range pl.copySyncs[1:] {
+			after += n
+		}
+		pl.copySyncs = pl.copySyncs[1:] // the next COPY of the same Query, if any, takes the next stretch
+	}
+	for ; ignored > 0; ignored-- { // ignored by the server: no ReadyForQuery comes for them
 		pl.open--
 		pl.stmts.unitUnsent()
 		if ss.state.pending.Add(-1) < 0 {
 			ss.state.pending.Store(0)
 		}
 	}
-	pl.copyIn = !pl.copyEndSent
-	if pl.runByExecute && pl.syncsAfterEnd == 0 {
+	pl.copyIn = !ended
+	if pl.runByExecute && after == 0 {
 		// The server is inside the COPY's batch until a Sync the client has still to send: not between units
 		// (a message waiting to start one goes as the batch's; a cancel or a drain sees a statement running).
 		ss.state.unsynced.Store(true)
