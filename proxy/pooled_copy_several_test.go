@@ -21,11 +21,10 @@ func bCheck(t *testing.T, f *fenced) string {
 	return fmt.Sprint(got)
 }
 
-// Two COPY FROM STDIN in one simple Query: two CopyInResponses. The client's CopyDone of the first sets
-// copyEndSent; at the second CopyInResponse copyStarted sets copyIn = !copyEndSent = false, so a Sync sent
-// during the second COPY's data (ignored by PostgreSQL, as in TestPooledCopyInSimpleFlushOrSync) is taken for
-// the start of a unit and waits for the Query's ReadyForQuery, which never comes: the server waits for the
-// CopyDone the proxy does not read.
+// Two COPY FROM STDIN in one simple Query: two CopyInResponses. At c9125bf the first COPY's end counted for
+// the second too, so a Sync sent during the second COPY's data (ignored by PostgreSQL, as in
+// TestPooledCopyInSimpleFlushOrSync) was taken for the start of a unit and waited for the Query's
+// ReadyForQuery, which never came: the server waited for the CopyDone the proxy did not read.
 func TestPooledTwoCopiesOneQuerySync(t *testing.T) {
 	f := newPooledFenced(t, 1, "  max_client_wait: 10s\n")
 	plainTable(t, f, "pcd_copy1")
@@ -55,8 +54,8 @@ func TestPooledTwoCopiesOneQuerySyncPipelined(t *testing.T) {
 }
 
 // A Query pipelined behind a simple COPY (a client error: PostgreSQL reads it in copy mode and fails the COPY,
-// 08P01 "unexpected message type 0x51 during COPY from stdin", one ReadyForQuery). The pool holds the second
-// Query back until the COPY's ReadyForQuery, which never comes: the server waits for data.
+// 08P01 "unexpected message type 0x51 during COPY from stdin", then FATAL). At c9125bf the pool held the
+// second Query back until the COPY's ReadyForQuery, which never came: the server waited for data.
 func TestPooledQueryPipelinedIntoSimpleCopy(t *testing.T) {
 	f := newPooledFenced(t, 1, "  max_client_wait: 10s\n")
 	plainTable(t, f, "pcd_copy5")
@@ -68,9 +67,9 @@ func TestPooledQueryPipelinedIntoSimpleCopy(t *testing.T) {
 
 // An extended COPY ended and followed by another Execute in the same batch, all pipelined before the
 // CopyInResponse came: Parse, Bind, Execute (COPY), CopyData, CopyDone, Parse, Bind, Execute (SELECT), Sync,
-// then a Query. The second Execute resets copyEndSent and syncsBeforeEnd, so the batch's only Sync counts as
-// one "before the end"; the CopyInResponse then takes it back (pl.open 0) though the server answers it, and
-// marks the session unsynced, the copy running.
+// then a Query. At c9125bf the second Execute started the count again, so the batch's only Sync counted as
+// one before the COPY's end; the CopyInResponse took it back (pl.open 0) though the server answers it, and
+// marked the session unsynced, the copy running.
 func TestPooledCopyThenExecuteSameBatch(t *testing.T) {
 	f := newPooledFenced(t, 1, "  max_client_wait: 10s\n")
 	plainTable(t, f, "pcd_copy7")
