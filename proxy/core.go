@@ -49,6 +49,14 @@ type protoState struct {
 	reading      serverReading // client_encoding, server_encoding, standard_conforming_strings (reading.go)
 }
 
+// answered counts n of the client's Query, Sync and FunctionCall messages as answered (or, inside a COPY's data,
+// ignored by the server): pending never goes below zero.
+func (st *protoState) answered(n int64) {
+	if st.pending.Add(-n) < 0 {
+		st.pending.Store(0)
+	}
+}
+
 // inTx reports whether the last ReadyForQuery said the session is inside a transaction block.
 func (st *protoState) inTx() bool {
 	s := byte(st.txStatus.Load())
@@ -241,9 +249,7 @@ func (ss *session) readyOut(out msgSink, body []byte) (serverEvent, error) {
 		// txStatus before pending: a client side that sees nothing pending must see this status too (idle()),
 		// or it could take an open transaction block for an idle session.
 		st.txStatus.Store(uint32(body[0]))
-		if st.pending.Add(-1) < 0 {
-			st.pending.Store(0)
-		}
+		st.answered(1)
 	}
 	writeMsg(out, msgReadyForQuery, body, "")
 	if ss.srv.draining.Load() && st.idle() {

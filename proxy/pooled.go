@@ -734,15 +734,11 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 	if pl.copyIn && pl.sc != nil {
 		return ss.forwardCopyIn(typ, body)
 	}
-	if typ == msgFlush && !st.unsynced.Load() {
-		// Outside a batch a Flush runs nothing and starts nothing: to the lent connection as it is, if any. As
-		// a unit's start it held a connection, its token statement left without a Sync, until the client's
-		// next unit; as a batch's message it made the next Query one inside a batch (refuseInsideBatch).
-		if pl.sc == nil {
-			_, err := ss.cr.body()
-			return err
-		}
-		return ss.forwardAsIs()
+	if typ == msgFlush && !st.unsynced.Load() && pl.sc != nil {
+		// Outside a batch a Flush runs nothing and starts nothing (unitStart): to the lent connection as it is,
+		// not through the core, for which it is a batch's message (the next Query would be one inside a batch:
+		// refuseInsideBatch). With no connection lent it is dropped below, as CopyData outside COPY is.
+		return ss.forwardAsIs(typ, nil)
 	}
 	if ss.unitStart(typ) {
 		if pl.sc != nil && pl.open > 0 {
@@ -1005,20 +1001,17 @@ func (ss *session) forwardCopyIn(typ byte, body []byte) error {
 		pl.copyIn = false
 		pl.copySyncs = append(pl.copySyncs[:0], 0) // the next COPY of the same Query, if any, starts a stretch
 	}
-	if body != nil { // read already (relayPooled): a message PostgreSQL fails inside a COPY, as directly
-		writeMsg(pl.sc.w, typ, body, "")
-		ss.countRelayed(dirClientToServer, &ss.cr)
-		pl.sc.w.Flush()
-		return nil
-	}
-	return ss.forwardAsIs()
+	// The data, a Sync or Flush the server ignores there, or another message, which it fails there as directly.
+	return ss.forwardAsIs(typ, body)
 }
 
-// forwardAsIs forwards the client's message (its body unread) to the lent connection as it is (pl.mu held),
-// and sends what is written when nothing more of the client's is buffered.
-func (ss *session) forwardAsIs() error {
+// forwardAsIs forwards the client's message (typ, with body if relayPooled read it, else streamed) to the lent
+// connection as it is (pl.mu held), and sends what is written when nothing more of the client's is buffered.
+func (ss *session) forwardAsIs(typ byte, body []byte) error {
 	pl := ss.pooled
-	if err := ss.cr.forward(pl.sc.w); err != nil {
+	if body != nil {
+		writeMsg(pl.sc.w, typ, body, "")
+	} else if err := ss.cr.forward(pl.sc.w); err != nil {
 		return err
 	}
 	if !ss.cr.nextBuffered() {
@@ -1042,12 +1035,10 @@ func (ss *session) copyStarted() {
 		}
 		pl.copySyncs = pl.copySyncs[1:] // the next COPY of the same Query, if any, takes the next stretch
 	}
-	for ; ignored > 0; ignored-- { // ignored by the server: no ReadyForQuery comes for them
-		pl.open--
-		pl.stmts.unitUnsent()
-		if ss.state.pending.Add(-1) < 0 {
-			ss.state.pending.Store(0)
-		}
+	if ignored > 0 { // ignored by the server: no ReadyForQuery comes for them
+		pl.open -= ignored
+		pl.stmts.unitsUnsent(ignored)
+		ss.state.answered(int64(ignored))
 	}
 	pl.copyIn = !ended
 	if pl.runByExecute && after == 0 {

@@ -270,10 +270,10 @@ func (q *pooledStmts) unitSent() {
 	q.mu.Unlock()
 }
 
-// unitUnsent takes back a unitSent: a Sync the server ignored, inside a COPY's data.
-func (q *pooledStmts) unitUnsent() {
+// unitsUnsent takes back n unitSent: Syncs the server ignored, inside a COPY's data.
+func (q *pooledStmts) unitsUnsent(n int) {
 	q.mu.Lock()
-	q.unitsSent--
+	q.unitsSent -= uint64(n)
 	q.mu.Unlock()
 }
 
