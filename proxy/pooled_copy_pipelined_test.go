@@ -12,7 +12,7 @@ import (
 // COPY FROM STDIN in transaction pooling when the client pipelines its data, its end and its next messages
 // before the CopyInResponse comes, and cancels and drains during an extended COPY. From a review on 2026-12-03
 // of that day's COPY accounting, which each test (but the simple-Query controls) failed: which Syncs the
-// server ignores is decided by their place in the client's stream (pooledState.syncsBeforeEnd).
+// server ignores is decided by their place in the client's stream (pooledState.copySyncs).
 
 // A simple COPY FROM STDIN whose data, end and a Sync are pipelined behind the Query (sent before the
 // CopyInResponse came). Directly: G, COPY 1, Z, and the Sync — which comes after the CopyDone, so the server
@@ -20,10 +20,7 @@ import (
 // (the CopyDone went before the CopyInResponse, so nothing ended the copy): uncounted, its Z was left on the
 // server connection.
 func TestPooledCopyPipelinedTrailingSync(t *testing.T) {
-	f := newPooledFenced(t, 1, "  max_client_wait: 10s\n")
-	plainTable(t, f, "pcp_copy1")
-	a := pooledPgConn(t, f, "&options=-c%20fence.token%3D5")
-	sameAsDirect(t, a,
+	copySameAsDirect(t, []string{"pcp_copy1"},
 		[]pgproto3.FrontendMessage{&pgproto3.Query{String: "COPY pcp_copy1 FROM STDIN"}, &pgproto3.CopyData{Data: []byte("1\n")}, &pgproto3.CopyDone{}, &pgproto3.Sync{}},
 		[]pgproto3.FrontendMessage{&pgproto3.Query{String: "SELECT 42 AS answer"}})
 }
@@ -34,10 +31,7 @@ func TestPooledCopyPipelinedTrailingSync(t *testing.T) {
 // Query went out as a new unit with the COPY's answers still to come: the client got the token statement's
 // answers and not the COPY's.
 func TestPooledCopyExtendedPipelinedThenQuery(t *testing.T) {
-	f := newPooledFenced(t, 1, "  max_client_wait: 10s\n")
-	plainTable(t, f, "pcp_copy3")
-	a := pooledPgConn(t, f, "&options=-c%20fence.token%3D5")
-	sameAsDirect(t, a,
+	copySameAsDirect(t, []string{"pcp_copy3"},
 		[]pgproto3.FrontendMessage{
 			&pgproto3.Parse{Query: "COPY pcp_copy3 FROM STDIN"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{},
 			&pgproto3.CopyData{Data: []byte("1\n")}, &pgproto3.CopyDone{}, &pgproto3.Sync{},
@@ -48,10 +42,7 @@ func TestPooledCopyExtendedPipelinedThenQuery(t *testing.T) {
 // The extended pipelined COPY followed by a second extended batch (not a Query): before the mend its Sync went
 // uncounted, and the connection stayed lent for good.
 func TestPooledCopyExtendedPipelinedThenBatch(t *testing.T) {
-	f := newPooledFenced(t, 1, "  max_client_wait: 10s\n")
-	plainTable(t, f, "pcp_copy5")
-	a := pooledPgConn(t, f, "&options=-c%20fence.token%3D5")
-	sameAsDirect(t, a,
+	copySameAsDirect(t, []string{"pcp_copy5"},
 		[]pgproto3.FrontendMessage{
 			&pgproto3.Parse{Query: "COPY pcp_copy5 FROM STDIN"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{},
 			&pgproto3.CopyData{Data: []byte("1\n")}, &pgproto3.CopyDone{}, &pgproto3.Sync{},

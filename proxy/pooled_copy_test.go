@@ -123,6 +123,23 @@ func sameAsDirect(t *testing.T, pooled *pgconn.PgConn, steps ...[]pgproto3.Front
 	}
 }
 
+// copySameAsDirect makes the tables, runs steps through a pool of one as a client with token 5 and on a direct
+// connection, and fails when the answers differ; then another client of the pool must get its own answer (the
+// connection is not held, nor left with answers that are not its).
+func copySameAsDirect(t *testing.T, tables []string, steps ...[]pgproto3.FrontendMessage) {
+	t.Helper()
+	f := newPooledFenced(t, 1, "  max_client_wait: 10s\n")
+	for _, tbl := range tables {
+		plainTable(t, f, tbl)
+	}
+	sameAsDirect(t, pooledPgConn(t, f, "&options=-c%20fence.token%3D5"), steps...)
+	b := pooledPgConn(t, f, "&options=-c%20fence.token%3D7")
+	bq := []pgproto3.FrontendMessage{&pgproto3.Query{String: "SELECT 2 AS b_two"}}
+	if got := fmt.Sprint(wireSteps(t, b, 300*time.Millisecond, [][]string{{"", "", "", ""}}, bq)); got != fmt.Sprint([][]string{{"T(b_two)", "D2", "SELECT 1", "ZI"}}) {
+		t.Fatalf("the next client of the pool: %s", got)
+	}
+}
+
 func plainTable(t *testing.T, f *fenced, name string) {
 	t.Helper()
 	fxExec(t, f.d, "DROP TABLE IF EXISTS "+name)
