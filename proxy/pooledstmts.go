@@ -336,6 +336,26 @@ func (q *pooledStmts) answered(answer byte) bool {
 	return e.hide
 }
 
+// holds reports whether PostgreSQL would hold the client's statement name when a message sent now reaches it:
+// prepared (its Parse succeeded, and no Close, DISCARD ALL or DEALLOCATE ALL dropped it since), or its Parse is
+// sent and not yet answered (the server runs it first). A name whose Parse failed or was skipped with a failed
+// batch, or that the client's DISCARD ALL or DEALLOCATE ALL dropped, is not: its Bind or Describe goes as a name
+// nothing holds (foreignStmt), and the server says 26000, where preparing it again from the kept text would run
+// it (or fail the Bind with the Parse's error).
+func (q *pooledStmts) holds(name string) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.prepared[name] {
+		return true
+	}
+	for _, e := range q.parses {
+		if e.name == name {
+			return true
+		}
+	}
+	return false
+}
+
 // isPrepared reports whether the client's statement name is prepared, as PostgreSQL would say.
 func (q *pooledStmts) isPrepared(name string) bool {
 	q.mu.Lock()
@@ -511,7 +531,7 @@ func (ss *session) parseNamed(body []byte, p Planner) error {
 func (ss *session) serverStmt(name []byte) string {
 	pl := ss.pooled
 	cs, ok := pl.stmts.byName[string(name)]
-	if !ok {
+	if !ok || !pl.stmts.holds(string(name)) {
 		return ""
 	}
 	sc := pl.sc
