@@ -141,13 +141,13 @@ func TestSCRAMExchanges(t *testing.T) {
 	// An md5 secret cannot answer SCRAM: the exchange runs and fails.
 	md5sec, _ := ParseSecret(pgMD5Secret)
 	mockKey := []byte("per-process key")
-	if _, err := exchange(t, NewPasswordClient("pencil"), NewLoginExchange(mockKey, "v2", md5sec, true)); !errors.Is(err, ErrFailed) {
+	if _, err := exchange(t, NewPasswordClient("pencil"), NewLoginExchange(mockKey, 0, "v2", md5sec, true)); !errors.Is(err, ErrFailed) {
 		t.Fatalf("SCRAM against an md5 secret: %v", err)
 	}
-	if _, err := exchange(t, NewPasswordClient("pencil"), NewLoginExchange(mockKey, "nobody", Secret{}, false)); !errors.Is(err, ErrFailed) {
+	if _, err := exchange(t, NewPasswordClient("pencil"), NewLoginExchange(mockKey, 0, "nobody", Secret{}, false)); !errors.Is(err, ErrFailed) {
 		t.Fatalf("SCRAM of an unknown user: %v", err)
 	}
-	if _, err := exchange(t, NewPasswordClient("pencil"), NewLoginExchange(mockKey, "v1", sec, true)); err != nil {
+	if _, err := exchange(t, NewPasswordClient("pencil"), NewLoginExchange(mockKey, 0, "v1", sec, true)); err != nil {
 		t.Fatalf("SCRAM of a known user: %v", err)
 	}
 	// A server that does not know the secret is caught by the client's check of its signature.
@@ -164,14 +164,14 @@ func TestSCRAMExchanges(t *testing.T) {
 
 func TestMockSecret(t *testing.T) {
 	k := []byte("per-process key")
-	a1, a2, b := MockSecret(k, "alice"), MockSecret(k, "alice"), MockSecret(k, "bob")
+	a1, a2, b := MockSecret(k, "alice", 0), MockSecret(k, "alice", 0), MockSecret(k, "bob", 0)
 	if a1.String() != a2.String() {
 		t.Fatal("mock secret of a user changes")
 	}
 	if string(a1.Salt) == string(b.Salt) {
 		t.Fatal("two users share a mock salt")
 	}
-	if string(MockSecret([]byte("other process"), "alice").Salt) == string(a1.Salt) {
+	if string(MockSecret([]byte("other process"), "alice", 0).Salt) == string(a1.Salt) {
 		t.Fatal("mock salt does not depend on the process key")
 	}
 	if a1.Iterations != MockIterations || len(a1.Salt) != 16 {

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -23,15 +24,44 @@ var ErrMalformed = errors.New("malformed SCRAM message")
 // ErrFailed is a SCRAM exchange whose proof does not match (28P01), or the exchange of an unknown user.
 var ErrFailed = errors.New("SCRAM proof does not match")
 
-// MockIterations is the iteration count shown to users without a SCRAM secret, PostgreSQL's default.
+// MockIterations is the iteration count shown to users without a SCRAM secret when no real secret says
+// otherwise (MostIterations): PostgreSQL's default.
 const MockIterations = 4096
+
+// MostIterations is the iteration count most of the SCRAM secrets of users have (the higher one of a tie), or
+// MockIterations when they have none: what a mock secret shows, so that a count PostgreSQL was configured to use
+// (scram_iterations) does not tell a real user from an unknown one.
+func MostIterations(users Userlist) int {
+	counts := map[int]int{}
+	for _, sec := range users {
+		if sec.Kind == KindSCRAM {
+			counts[sec.Iterations]++
+		}
+	}
+	most, n := MockIterations, 0
+	for it, c := range counts {
+		if c > n || c == n && it > most {
+			most, n = it, c
+		}
+	}
+	return most
+}
+
+// MockMD5Secret is the md5 secret an unknown user is challenged with where md5 is the method: random-looking, no
+// password matches it, and the exchange is failed regardless (the caller's mock flag).
+func MockMD5Secret(key []byte, user string) Secret {
+	return Secret{Kind: KindMD5, MD5: hex.EncodeToString(hmacSHA256(key, []byte("md5\x00"+user))[:16])}
+}
 
 // MockSecret is the secret an unknown user (or one without a SCRAM secret) is challenged with: deterministic for a
 // user and a per-process key, so that asking twice shows the same salt and nothing tells a missing user from an
 // existing one (PostgreSQL's mock authentication does the same with its mock nonce). Its keys are random-looking
 // and no password matches them; the exchange is failed regardless (ServerExchange's mock flag).
-func MockSecret(key []byte, user string) Secret {
-	sec := Secret{Kind: KindSCRAM, Iterations: MockIterations, Salt: hmacSHA256(key, []byte("salt\x00"+user))[:16]}
+func MockSecret(key []byte, user string, iterations int) Secret {
+	if iterations <= 0 {
+		iterations = MockIterations
+	}
+	sec := Secret{Kind: KindSCRAM, Iterations: iterations, Salt: hmacSHA256(key, []byte("salt\x00"+user))[:16]}
 	copy(sec.StoredKey[:], hmacSHA256(key, []byte("stored\x00"+user)))
 	copy(sec.ServerKey[:], hmacSHA256(key, []byte("server\x00"+user)))
 	return sec
@@ -39,10 +69,11 @@ func MockSecret(key []byte, user string) Secret {
 
 // NewLoginExchange starts the exchange for a client logging in as user: against its secret when it has a SCRAM
 // one (found), and a mock exchange otherwise (an unknown user, or an md5 secret, which cannot answer SCRAM), which
-// looks the same to the client and fails. mockKey is the per-process key of MockSecret.
-func NewLoginExchange(mockKey []byte, user string, sec Secret, found bool) *ServerExchange {
+// looks the same to the client and fails. mockKey is the per-process key of MockSecret, and mockIterations the
+// iteration count it shows (MostIterations of the real secrets, so that a mock one does not stand out).
+func NewLoginExchange(mockKey []byte, mockIterations int, user string, sec Secret, found bool) *ServerExchange {
 	if !found || sec.Kind != KindSCRAM {
-		return NewServerExchange(MockSecret(mockKey, user), true)
+		return NewServerExchange(MockSecret(mockKey, user, mockIterations), true)
 	}
 	return NewServerExchange(sec, false)
 }

@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 
@@ -69,6 +70,9 @@ type authenticator struct {
 	mu       sync.RWMutex
 	file     auth.Userlist // auth.file, as last read
 	fileSeen fileVersion   // auth.file's version when last read
+	// mockIterations is the iteration count a mock SCRAM secret shows: the one most of auth.file's secrets have
+	// (auth.MostIterations).
+	mockIterations int
 
 	queryCfg *pgx.ConnConfig // auth.query's connections; nil without it
 	// queryConns holds authQueryConns slots: an idle connection, or nil for one not opened (or dropped).
@@ -162,8 +166,9 @@ func (a *authenticator) reload() error {
 	if err != nil {
 		return err
 	}
+	most := auth.MostIterations(users)
 	a.mu.Lock()
-	a.file, a.fileSeen = users, seen
+	a.file, a.fileSeen, a.mockIterations = users, seen, most
 	a.mu.Unlock()
 	return nil
 }
@@ -202,6 +207,12 @@ func (a *authenticator) lookup(ctx context.Context, user string) (auth.Secret, b
 	a.mu.RUnlock()
 	if ok || a.queryCfg == nil {
 		return sec, ok, nil
+	}
+	if !utf8.ValidString(user) {
+		// No role has such a name where the query can ask for it (its connection speaks UTF-8, and the server
+		// would refuse the parameter, 22021): an unknown user, not a failed lookup, which would answer 08006 and
+		// log an error at every try.
+		return auth.Secret{}, false, nil
 	}
 	var conn *pgx.Conn
 	select {
@@ -299,11 +310,19 @@ func (s *Server) authenticateClient(ss *session) (*clientLogin, error) {
 		ss.fatal(sqlstateConnectionFailure, "fenceproxy could not look the user up", "")
 		return nil, err
 	}
-	if a.cfg.Type == config.AuthMD5 && found && sec.Kind == auth.KindMD5 {
-		err = ss.md5Exchange(sec)
-	} else {
+	switch {
+	case a.cfg.Type == config.AuthMD5 && found && sec.Kind == auth.KindMD5:
+		err = ss.md5Exchange(sec, false)
+	case a.cfg.Type == config.AuthMD5 && !found:
+		// Where md5 is the method an unknown user is asked for md5 too (as PostgreSQL does with
+		// password_encryption md5): a SCRAM challenge would tell it from the md5 users at once.
+		err = ss.md5Exchange(auth.MockMD5Secret(a.mockKey, user), true)
+	default:
+		a.mu.RLock()
+		iterations := a.mockIterations
+		a.mu.RUnlock()
 		var key [sha256.Size]byte
-		key, err = ss.scramExchange(auth.NewLoginExchange(a.mockKey, user, sec, found))
+		key, err = ss.scramExchange(auth.NewLoginExchange(a.mockKey, iterations, user, sec, found))
 		login.clientKey, login.hasKey = key, err == nil
 	}
 	if err != nil {
@@ -406,8 +425,9 @@ func (ss *session) writeAuthRequest(code uint32, data []byte) {
 	ss.cw.Write(appendMessage(nil, msgAuthentication, binary.BigEndian.AppendUint32(nil, code), data))
 }
 
-// md5Exchange runs md5 password authentication with the client.
-func (ss *session) md5Exchange(sec auth.Secret) error {
+// md5Exchange runs md5 password authentication with the client; mock fails it whatever the client answers,
+// after the same work (an unknown user).
+func (ss *session) md5Exchange(sec auth.Secret, mock bool) error {
 	var salt [4]byte
 	rand.Read(salt[:])
 	ss.writeAuthRequest(authMD5, salt[:])
@@ -419,7 +439,7 @@ func (ss *session) md5Exchange(sec auth.Secret) error {
 	if !ok {
 		return fmt.Errorf("%w: password message", auth.ErrMalformed)
 	}
-	if !auth.VerifyMD5(sec, salt, answer) {
+	if !auth.VerifyMD5(sec, salt, answer) || mock {
 		return auth.ErrFailed
 	}
 	return nil

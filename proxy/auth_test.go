@@ -265,6 +265,15 @@ func TestAuthQuery(t *testing.T) {
 			t.Fatalf("user %q: %q, want 28P01", name, code)
 		}
 	}
+	// A name that is not UTF-8 cannot be a role the query finds (its connection speaks UTF-8, and the server
+	// refuses the parameter, 22021): an unknown user, asked as one, not a failed lookup (08006 before 2026-12-03,
+	// with an error logged at each try).
+	if m, _, _ := firstAuthRequest(t, p.Addr, "bad\xffname"); fmt.Sprintf("%T", m) != "*pgproto3.AuthenticationSASL" {
+		t.Fatalf("a user name that is not UTF-8 is answered %#v, want a SASL challenge as any unknown user", m)
+	}
+	if n := fxCounter(t, p.Registry, "fenceproxy_auth_failures_total", map[string]string{"reason": "lookup"}); n != 0 {
+		t.Fatalf("auth failures (lookup) = %v, want 0", n)
+	}
 	if n := fxCounter(t, p.Registry, "fenceproxy_auth_failures_total", map[string]string{"reason": "password"}); n != 3 {
 		t.Fatalf("auth failures (password) = %v, want 3 (every refusal the proxy's own)", n)
 	}
