@@ -120,8 +120,8 @@ type serverConn struct {
 type writeHolder interface{ holdWrites(on bool) }
 
 // spokeUnread reports whether the server sent something on the connection that nobody has read (a FATAL before
-// it closed it, a notice): bytes in its reader's buffer or waiting in the socket.
-func (sc *serverConn) spokeUnread() bool { return sc.r.r.Buffered() > 0 || inputWaiting(sc.conn) }
+// it closed it, a notice), or ended it: bytes in its reader's buffer, or waiting in the socket, or its end.
+func (sc *serverConn) spokeUnread() bool { return sc.r.r.Buffered() > 0 || spokeOrClosed(sc.conn) }
 
 // serverOut is what a server connection's writer writes through: beforeSend first.
 type serverOut struct {
@@ -681,6 +681,9 @@ func (ps *txPools) dropHost(old, now string, epoch uint64) {
 		for _, sc := range gone {
 			sc.movedTo.Store(&now)
 			sc.conn.Close()
+		}
+		if len(gone) > 0 {
+			p.nudge() // pool.min_idle, on the new primary: not only once a client comes
 		}
 	}
 }

@@ -1,11 +1,15 @@
 package proxy_test
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/fenceproxy/fenceproxy/internal/pgtest"
+	"github.com/fenceproxy/fenceproxy/internal/proxytest"
 )
 
 // TestPooledSwitchover: transaction pooling over upstream.hosts, through a switchover where the old primary stays
@@ -76,4 +80,69 @@ func TestPooledSwitchover(t *testing.T) {
 	if err := <-runErr; sqlstate(err) != "08007" {
 		t.Errorf("statement running on the old primary: %v, want 08007", err)
 	}
+}
+
+// A server that crashed (every process SIGKILLed: no FATAL reaches the proxy's idle server connection, only the
+// end of the stream) and came back: a client between transactions gets a fresh server connection, since nothing
+// of its was on the dead one. From a review on 2026-12-03: the lend looked only for unread bytes, lent the dead
+// connection, and ended the client's session with FATAL 08006 (with pool.size N, up to N clients so).
+func TestPooledDeadIdleConnectionNotLent(t *testing.T) {
+	pgtest.Require(t, pg)
+	cl := pgtest.MustStart(t, pgtest.Options{})
+	p := proxytest.Start(t, cl.Addr(), proxytest.Options{YAML: "pool:\n  mode: transaction\n  size: 1\n  max_client_wait: 5s\nauth:\n  type: trust\n"})
+	ctx := haCtx(t)
+	dsn := p.DSN(pgtest.SuperUser, "", pgtest.TestDB) + "&default_query_exec_mode=simple_protocol"
+	a := connect(t, dsn)
+	if _, err := a.Exec(ctx, "SELECT 1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.StartAgain(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Exec(ctx, "SELECT 1"); err != nil {
+		t.Fatalf("a client between transactions, after the server's crash and restart: %v (%s); want a fresh server connection", err, sqlstate(err))
+	}
+}
+
+// pooledBackends counts the client backends on c other than the proxy's health checks and c's own.
+func pooledBackends(ctx context.Context, c *pgx.Conn) (int, error) {
+	var n int
+	err := c.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend'
+		AND pid <> pg_backend_pid() AND application_name NOT LIKE 'fenceproxy: health%'`).Scan(&n)
+	return n, err
+}
+
+// After a failover the pool opens pool.min_idle server connections on the new primary without waiting for a
+// client. From a review on 2026-12-03: dropping the old primary's connections did not wake the refill, which
+// then waited for the first lend (or the reaper's tick, minutes by default).
+func TestPooledMinIdleAfterFailover(t *testing.T) {
+	h := startHAPairWith(t, nil, "", "pool:\n  mode: transaction\n  size: 3\n  min_idle: 2\nauth:\n  type: trust\n")
+	ctx := haCtx(t)
+	c := connect(t, h.proxy.DSN(pgtest.SuperUser, "", pgtest.TestDB)+"&default_query_exec_mode=simple_protocol")
+	if _, err := serverPort(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	op := connect(t, h.primary.SuperDSN())
+	eventually(t, 10*time.Second, "min_idle on the primary", func() bool {
+		n, err := pooledBackends(ctx, op)
+		return err == nil && n == 2
+	})
+	op.Close(ctx)
+	if err := h.standby.WaitReplayed(ctx, h.primary); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.primary.StopImmediate(); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.standby.Promote(); err != nil {
+		t.Fatal(err)
+	}
+	np := connect(t, h.standby.SuperDSN())
+	eventually(t, 30*time.Second, "min_idle on the new primary, no client coming", func() bool {
+		n, err := pooledBackends(ctx, np)
+		return err == nil && n == 2
+	})
 }
