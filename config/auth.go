@@ -27,7 +27,14 @@ type Auth struct {
 	// used (md5, trust and cert clients, or an upstream secret of another salt); UpstreamPasswords per user wins.
 	UpstreamPassword  string            `yaml:"upstream_password"`
 	UpstreamPasswords map[string]string `yaml:"upstream_passwords"`
+	// MockKeyFile holds the key (at least MinMockKey random bytes) that unknown users' mock secrets derive from,
+	// read at start: kept across restarts and shared by proxies that read the same file, as PostgreSQL keeps its
+	// mock nonce in pg_control. Without it a key is drawn at each start.
+	MockKeyFile string `yaml:"mock_key_file"`
 }
+
+// MinMockKey is the fewest bytes auth.mock_key_file may hold.
+const MinMockKey = 32
 
 // Values of Auth.Type.
 const (
@@ -76,6 +83,9 @@ func (a *Auth) validate(tls ServerTLS, add func(key, format string, args ...any)
 		}
 	default:
 		add("auth.type", "must be passthrough, scram-sha-256, md5, trust or cert, not %q", a.Type)
+	}
+	if a.MockKeyFile != "" && a.Type != AuthSCRAM && a.Type != AuthMD5 {
+		add("auth.mock_key_file", "only scram-sha-256 and md5 challenge unknown users, not %s", a.Type)
 	}
 	if a.Query != "" {
 		if a.User == "" {

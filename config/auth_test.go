@@ -44,6 +44,7 @@ func TestAuthConfig(t *testing.T) {
 		"auth: {file: /x}":                                  "passthrough relays",
 		"auth: {type: md5, query: 'SELECT s.f($1)'}":        "auth.user",
 		"auth: {type: md5, query: 'SELECT f($1)', user: a}": "without its schema",
+		"auth: {type: trust, mock_key_file: /k}":            "auth.mock_key_file",
 	} {
 		if _, err := Parse("x.yaml", []byte(base+body)); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: %v, want %q", body, err, want)

@@ -35,8 +35,9 @@ import (
 // sees AuthenticationOk only after both succeeded. From there on the session is relayed as any other.
 //
 // No user enumeration: an unknown user, or one whose secret cannot answer the method, is given a SCRAM exchange
-// against a mock secret derived from a per-process key (the same salt every time for the same name), which fails
-// with the same 28P01 as a wrong password, after the same work. Verifying a SCRAM proof costs the server a few
+// (md5 where md5 is the method) against a mock secret derived from a key (auth.mock_key_file's, or drawn at
+// start: the same salt every time for the same name), which fails with the same 28P01 as a wrong password,
+// after the same work. Verifying a SCRAM proof costs the server a few
 // HMACs (the client runs PBKDF2), and no lock is held while it runs, so failed logins do not hold others up; the
 // auth query has a bounded pool of its own, and each login waits for it no longer than limits.startup_timeout.
 
@@ -65,7 +66,7 @@ const authQueryConns = 4
 type authenticator struct {
 	cfg     config.Auth
 	log     *slog.Logger
-	mockKey []byte // per-process key of the mock secrets
+	mockKey []byte // key of the mock secrets: auth.mock_key_file's, or drawn at start
 
 	mu       sync.RWMutex
 	file     auth.Userlist // auth.file, as last read
@@ -85,6 +86,16 @@ func newAuthenticator(cfg *config.Config, upTLS *tls.Config, log *slog.Logger) (
 	}
 	a := &authenticator{cfg: cfg.Auth, log: log, mockKey: make([]byte, 32)}
 	rand.Read(a.mockKey)
+	if f := cfg.Auth.MockKeyFile; f != "" {
+		key, err := os.ReadFile(f)
+		if err != nil {
+			return nil, fmt.Errorf("auth.mock_key_file: %w", err)
+		}
+		if len(key) < config.MinMockKey {
+			return nil, fmt.Errorf("auth.mock_key_file %s: %d bytes, want at least %d random ones (head -c 32 /dev/urandom > %s)", f, len(key), config.MinMockKey, f)
+		}
+		a.mockKey = key
+	}
 	if err := a.reload(); err != nil {
 		return nil, err
 	}

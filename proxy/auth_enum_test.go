@@ -3,6 +3,7 @@ package proxy_test
 import (
 	"fmt"
 	"net"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -11,8 +12,10 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/fenceproxy/fenceproxy/auth"
+	"github.com/fenceproxy/fenceproxy/config"
 	"github.com/fenceproxy/fenceproxy/internal/pgtest"
 	"github.com/fenceproxy/fenceproxy/internal/proxytest"
+	"github.com/fenceproxy/fenceproxy/proxy"
 )
 
 // Against user enumeration, found by a review on 2026-12-03: what an unknown user is asked must not tell it from
@@ -83,5 +86,37 @@ func TestAuthMockIterationsFollowTheFile(t *testing.T) {
 	p := proxytest.Start(t, up, proxytest.Options{YAML: "auth:\n  type: scram-sha-256\n  file: " + file + "\n"})
 	if real, mock := scramServerFirst(t, p.Addr, "u0"), scramServerFirst(t, p.Addr, "nobody"); !strings.HasSuffix(real, ",i=10000") || !strings.HasSuffix(mock, ",i=10000") {
 		t.Fatalf("a real user's challenge %q, an unknown user's %q: want both i=10000", real, mock)
+	}
+}
+
+// auth.mock_key_file keeps an unknown user's mock salt across restarts and between proxies that share the file
+// (without it the key is drawn at each start, and a salt that changes tells an unknown user from a real one,
+// whose salt stays); a file shorter than config.MinMockKey stops the proxy at start.
+func TestAuthMockKeyFile(t *testing.T) {
+	up, _ := countingUpstream(t)
+	dir := t.TempDir()
+	file := writeUserlist(t, filepath.Join(dir, "userlist.txt"), pgtest.ScramUser, rolpassword(t, pgtest.ScramUser))
+	key := filepath.Join(dir, "mock.key")
+	if err := os.WriteFile(key, []byte(strings.Repeat("k", config.MinMockKey)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	yaml := "auth:\n  type: scram-sha-256\n  file: " + file + "\n"
+	withKey := yaml + "  mock_key_file: " + key + "\n"
+	first := scramServerFirst(t, proxytest.Start(t, up, proxytest.Options{YAML: withKey}).Addr, "nobody")
+	if again := scramServerFirst(t, proxytest.Start(t, up, proxytest.Options{YAML: withKey}).Addr, "nobody"); again != first {
+		t.Fatalf("two proxies with one mock key: %q and %q", first, again)
+	}
+	if drawn := scramServerFirst(t, proxytest.Start(t, up, proxytest.Options{YAML: yaml}).Addr, "nobody"); drawn == first {
+		t.Fatal("a proxy without auth.mock_key_file shows the key file's salt")
+	}
+	if err := os.WriteFile(key, []byte("short"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Parse("test.yaml", []byte("upstream:\n  address: "+up+"\n"+withKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := proxy.New(proxy.Options{Config: cfg}); err == nil || !strings.Contains(err.Error(), "auth.mock_key_file") {
+		t.Fatalf("a 5-byte mock key: %v, want an error naming auth.mock_key_file", err)
 	}
 }
