@@ -2,12 +2,10 @@ package proxy_test
 
 import (
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgproto3"
 
@@ -20,27 +18,6 @@ import (
 
 // Against user enumeration, found by a review on 2026-12-03: what an unknown user is asked must not tell it from
 // the users the proxy knows.
-
-// firstAuthRequest sends a StartupMessage as user and returns the proxy's first answer.
-func firstAuthRequest(t *testing.T, addr, user string) (pgproto3.BackendMessage, *pgproto3.Frontend, net.Conn) {
-	t.Helper()
-	conn, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	conn.SetDeadline(time.Now().Add(10 * time.Second))
-	fe := pgproto3.NewFrontend(conn, conn)
-	fe.Send(&pgproto3.StartupMessage{ProtocolVersion: pgproto3.ProtocolVersionNumber, Parameters: map[string]string{"user": user, "database": pgtest.TestDB}})
-	if err := fe.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	m, err := fe.Receive()
-	if err != nil {
-		t.Fatalf("first answer to %q: %v", user, err)
-	}
-	return m, fe, conn
-}
 
 // With auth.type md5 an unknown user is asked for md5, as the md5 users are (it was asked for SCRAM, so one
 // StartupMessage told which users exist), and any answer gets 28P01 with nothing sent upstream.

@@ -145,14 +145,14 @@ func countingUpstream(t *testing.T) (addr string, accepted *atomic.Int64) {
 	return ln.Addr().String(), accepted
 }
 
-// scramServerFirst starts a SCRAM login as user and returns the proxy's server-first-message.
-func scramServerFirst(t *testing.T, addr, user string) string {
+// firstAuthRequest sends a StartupMessage as user and returns the proxy's first answer.
+func firstAuthRequest(t *testing.T, addr, user string) (pgproto3.BackendMessage, *pgproto3.Frontend, net.Conn) {
 	t.Helper()
 	conn, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
+	t.Cleanup(func() { conn.Close() })
 	conn.SetDeadline(time.Now().Add(10 * time.Second))
 	fe := pgproto3.NewFrontend(conn, conn)
 	fe.Send(&pgproto3.StartupMessage{ProtocolVersion: pgproto3.ProtocolVersionNumber, Parameters: map[string]string{"user": user, "database": pgtest.TestDB}})
@@ -160,14 +160,25 @@ func scramServerFirst(t *testing.T, addr, user string) string {
 		t.Fatal(err)
 	}
 	m, err := fe.Receive()
-	if sasl, ok := m.(*pgproto3.AuthenticationSASL); err != nil || !ok || len(sasl.AuthMechanisms) != 1 || sasl.AuthMechanisms[0] != "SCRAM-SHA-256" {
-		t.Fatalf("first answer to %s: %#v %v", user, m, err)
+	if err != nil {
+		t.Fatalf("first answer to %q: %v", user, err)
+	}
+	return m, fe, conn
+}
+
+// scramServerFirst starts a SCRAM login as user and returns the proxy's server-first-message.
+func scramServerFirst(t *testing.T, addr, user string) string {
+	t.Helper()
+	m, fe, conn := firstAuthRequest(t, addr, user)
+	defer conn.Close()
+	if sasl, ok := m.(*pgproto3.AuthenticationSASL); !ok || len(sasl.AuthMechanisms) != 1 || sasl.AuthMechanisms[0] != "SCRAM-SHA-256" {
+		t.Fatalf("first answer to %s: %#v", user, m)
 	}
 	fe.Send(&pgproto3.SASLInitialResponse{AuthMechanism: "SCRAM-SHA-256", Data: []byte("n,,n=,r=fixednonce")})
 	if err := fe.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	m, err = fe.Receive()
+	m, err := fe.Receive()
 	cont, ok := m.(*pgproto3.AuthenticationSASLContinue)
 	if err != nil || !ok {
 		t.Fatalf("server-first for %s: %#v %v", user, m, err)
