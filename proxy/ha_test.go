@@ -75,6 +75,21 @@ func reachesPort(ctx context.Context, dsn string, port int) func() bool {
 	}
 }
 
+// failOver waits for the standby to replay all the primary wrote, stops the primary at once, and promotes the
+// standby: a failover that loses nothing.
+func (h *haPair) failOver(ctx context.Context, t *testing.T) {
+	t.Helper()
+	if err := h.standby.WaitReplayed(ctx, h.primary); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.primary.StopImmediate(); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.standby.Promote(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func (h *haPair) connect(t *testing.T) *pgx.Conn {
 	return connect(t, h.proxy.DSN(pgtest.SuperUser, "", pgtest.TestDB))
 }
@@ -215,15 +230,7 @@ func TestFailoverAfterPrimaryStopped(t *testing.T) {
 	if port, err := serverPort(ctx, idle); err != nil || port != h.primary.Port() {
 		t.Fatalf("a read-write session reached port %d (%v), want the primary's %d", port, err, h.primary.Port())
 	}
-	if err := h.standby.WaitReplayed(ctx, h.primary); err != nil {
-		t.Fatal(err)
-	}
-	if err := h.primary.StopImmediate(); err != nil {
-		t.Fatal(err)
-	}
-	if err := h.standby.Promote(); err != nil {
-		t.Fatal(err)
-	}
+	h.failOver(ctx, t)
 	promoted := time.Now()
 	eventually(t, 30*time.Second, "a write through the proxy to reach the new primary", func() bool {
 		c, err := pgx.Connect(ctx, h.proxy.DSN(pgtest.SuperUser, "", pgtest.TestDB))

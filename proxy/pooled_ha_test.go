@@ -131,15 +131,7 @@ func TestPooledMinIdleAfterFailover(t *testing.T) {
 		return err == nil && n == 2
 	})
 	op.Close(ctx)
-	if err := h.standby.WaitReplayed(ctx, h.primary); err != nil {
-		t.Fatal(err)
-	}
-	if err := h.primary.StopImmediate(); err != nil {
-		t.Fatal(err)
-	}
-	if err := h.standby.Promote(); err != nil {
-		t.Fatal(err)
-	}
+	h.failOver(ctx, t)
 	np := connect(t, h.standby.SuperDSN())
 	eventually(t, 30*time.Second, "min_idle on the new primary, no client coming", func() bool {
 		n, err := pooledBackends(ctx, np)
