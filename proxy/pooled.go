@@ -2218,8 +2218,16 @@ func (ss *session) preparedAnswer(sc *serverConn, typ byte) error {
 	return nil
 }
 
-// lendFailed ends a lend whose server connection (or the client, written to) failed.
+// lendFailed ends a lend whose server connection (or the client, written to) failed. Only the lend's server side
+// (relayServer) calls it.
 func (ss *session) lendFailed(sc *serverConn, err error) {
+	// Closed first, without the lock: the writer of the client's messages may hold pl.mu in a write to the server
+	// that waits for the server to read, while the server waits for its answers to be read, which this side no
+	// longer does (a client that pipelined far more than it read, then left: the lock was never freed, and the
+	// connection and its pool slot stayed held). Closing it gives that write its error. sc is still this lend's
+	// or already closed: nothing but this side gives it back open (settle), and the session's end closes it
+	// before it waits for this side.
+	sc.conn.Close()
 	pl := ss.pooled
 	pl.mu.Lock()
 	defer pl.mu.Unlock()
