@@ -1,8 +1,13 @@
 package proxy_test
 
 import (
+	"errors"
+	"fmt"
+	"strings"
 	"testing"
+	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 )
 
@@ -16,6 +21,9 @@ func TestPooledStatementGoneAsDirectly(t *testing.T) {
 	}
 	describe := func(name string) []pgproto3.FrontendMessage {
 		return []pgproto3.FrontendMessage{&pgproto3.Describe{ObjectType: 'S', Name: name}, &pgproto3.Sync{}}
+	}
+	badBind := func(name string) *pgproto3.Bind { // a parameter the statement has not: 08P01
+		return &pgproto3.Bind{PreparedStatement: name, Parameters: [][]byte{[]byte("1")}}
 	}
 	sync := &pgproto3.Sync{}
 	for _, c := range []struct {
@@ -51,10 +59,142 @@ func TestPooledStatementGoneAsDirectly(t *testing.T) {
 			{parse("g7", "SELECT 1 AS one"), sync},
 			{&pgproto3.Query{String: "BEGIN"}}, {&pgproto3.Query{String: "DISCARD ALL"}}, {&pgproto3.Query{String: "ROLLBACK"}}, run("g7"),
 		}},
+		// From a review of the change on 2026-12-03. Two failed before their mends: "parse and close in one
+		// batch" (a Close sent before its Parse was answered left the name counted prepared: every later Parse of
+		// it got the failed Parse's error) and "sql deallocate of a protocol name" (26000, and the name went on
+		// running; psycopg 3 with libpq before 17 deallocates its statements so).
+		{"discard all pipelined before a parse of a prepared name", [][]pgproto3.FrontendMessage{
+			{parse("r1", "SELECT 1 AS one"), sync}, run("r1"),
+			{&pgproto3.Query{String: "DISCARD ALL"}, parse("r1", "SELECT 2 AS two"), sync}, run("r1"), run("r1"),
+		}},
+		{"deallocate all pipelined before a parse of a prepared name", [][]pgproto3.FrontendMessage{
+			{parse("r2", "SELECT 1 AS one"), sync},
+			{&pgproto3.Query{String: "DEALLOCATE ALL"}, parse("r2", "SELECT 2 AS two"), sync}, run("r2"),
+		}},
+		{"extended discard all then parse of a prepared name", [][]pgproto3.FrontendMessage{
+			{parse("r3", "SELECT 1 AS one"), sync},
+			{parse("", "DISCARD ALL"), &pgproto3.Bind{}, &pgproto3.Execute{}, sync, parse("r3", "SELECT 2 AS two"), sync}, run("r3"),
+		}},
+		{"parse and close in one batch, then a failing parse, then parse again", [][]pgproto3.FrontendMessage{
+			{parse("r4", "SELECT 1 AS one"), &pgproto3.Close{ObjectType: 'S', Name: "r4"}, sync},
+			{parse("r4", "SELECT * FROM rev_no_such_table"), sync},
+			run("r4"),
+			{parse("r4", "SELECT 3 AS three"), sync}, run("r4"),
+		}},
+		{"close skipped by a failed bind", [][]pgproto3.FrontendMessage{
+			{parse("r5", "SELECT 1 AS one"), sync},
+			{badBind("r5"), &pgproto3.Close{ObjectType: 'S', Name: "r5"}, sync}, run("r5"),
+		}},
+		{"close skipped, parse in the same batch", [][]pgproto3.FrontendMessage{
+			{parse("r6", "SELECT 1 AS one"), badBind("r6"), &pgproto3.Close{ObjectType: 'S', Name: "r6"}, sync}, run("r6"),
+		}},
+		{"parse skipped, bind of it pipelined in a later batch, server statement left from before", [][]pgproto3.FrontendMessage{
+			{parse("r7", "SELECT 1 AS one"), sync}, {&pgproto3.Close{ObjectType: 'S', Name: "r7"}, sync},
+			{parse("", "SELECT 1/0"), &pgproto3.Bind{}, &pgproto3.Execute{}, parse("r7", "SELECT 1 AS one"), sync, &pgproto3.Bind{PreparedStatement: "r7"}, &pgproto3.Execute{}, sync},
+		}},
+		{"sql deallocate of a protocol name", [][]pgproto3.FrontendMessage{
+			{parse("r8", "SELECT 1 AS one"), sync},
+			{&pgproto3.Query{String: "DEALLOCATE r8"}}, run("r8"),
+		}},
+		{"deallocate all in a block rolled back", [][]pgproto3.FrontendMessage{
+			{parse("r9", "SELECT 1 AS one"), sync},
+			{&pgproto3.Query{String: "BEGIN"}}, {&pgproto3.Query{String: "DEALLOCATE ALL"}}, {&pgproto3.Query{String: "SELECT 1/0"}}, {&pgproto3.Query{String: "ROLLBACK"}}, run("r9"),
+			{parse("r9", "SELECT 2 AS two"), sync}, run("r9"),
+		}},
+		{"parse in a failed block, bind after rollback", [][]pgproto3.FrontendMessage{
+			{&pgproto3.Query{String: "BEGIN"}}, {&pgproto3.Query{String: "SELECT 1/0"}},
+			{parse("r10", "SELECT 1 AS one"), sync}, {&pgproto3.Query{String: "ROLLBACK"}}, run("r10"),
+		}},
+		{"parse in a block that rolls back", [][]pgproto3.FrontendMessage{
+			{&pgproto3.Query{String: "BEGIN"}}, {parse("r11", "SELECT 1 AS one"), sync}, {&pgproto3.Query{String: "ROLLBACK"}}, run("r11"),
+		}},
+		{"parse with flush, bind before the answer", [][]pgproto3.FrontendMessage{
+			{parse("r12", "SELECT 1 AS one"), &pgproto3.Flush{}, &pgproto3.Bind{PreparedStatement: "r12"}, &pgproto3.Execute{}, sync},
+		}},
+		{"deallocate all pipelined before a parse of a prepared name, in a block", [][]pgproto3.FrontendMessage{
+			{parse("r14", "SELECT 1 AS one"), sync}, {&pgproto3.Query{String: "BEGIN"}},
+			{&pgproto3.Query{String: "DEALLOCATE ALL"}, parse("r14", "SELECT 2 AS two"), sync}, run("r14"), {&pgproto3.Query{String: "COMMIT"}}, run("r14"),
+		}},
+		{"extended deallocate all, sync, parse of a prepared name, pipelined", [][]pgproto3.FrontendMessage{
+			{parse("r17", "SELECT 1 AS one"), sync},
+			{parse("", "DEALLOCATE ALL"), &pgproto3.Bind{}, &pgproto3.Execute{}, sync, parse("r17", "SELECT 2 AS two"), sync}, run("r17"),
+		}},
+		{"42P05 then bind", [][]pgproto3.FrontendMessage{
+			{parse("r13", "SELECT 1 AS one"), sync}, {parse("r13", "SELECT 2 AS two"), sync}, run("r13"),
+		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			f := newPooledFenced(t, 1, "")
 			sameAsDirect(t, pooledPgConn(t, f, ""), c.steps...)
 		})
+	}
+}
+
+// A known difference, pinned so that the pass that mends it sees it change (docs/pooling.md): a DEALLOCATE ALL or
+// DISCARD ALL run by the extended protocol, then in the same batch a Parse of a name the client had prepared.
+// The proxy decides when it sends the Parse that the name is in use (the DEALLOCATE is not answered yet), so the
+// server prepares the name's old text again and the client's name then holds nothing: its Bind gets 26000 where
+// directly it runs the new text.
+func TestPooledParseAfterUnansweredDeallocateAll(t *testing.T) {
+	parse := func(name, text string) *pgproto3.Parse { return &pgproto3.Parse{Name: name, Query: text} }
+	run := func(name string) []pgproto3.FrontendMessage {
+		return []pgproto3.FrontendMessage{&pgproto3.Bind{PreparedStatement: name}, &pgproto3.Execute{}, &pgproto3.Sync{}}
+	}
+	sync := &pgproto3.Sync{}
+	for _, c := range []struct {
+		name  string
+		steps [][]pgproto3.FrontendMessage
+	}{
+		{"extended deallocate all then parse of a prepared name, in a block", [][]pgproto3.FrontendMessage{
+			{parse("r15", "SELECT 1 AS one"), sync}, {&pgproto3.Query{String: "BEGIN"}},
+			{parse("", "DEALLOCATE ALL"), &pgproto3.Bind{}, &pgproto3.Execute{}, parse("r15", "SELECT 2 AS two"), sync}, run("r15"), {&pgproto3.Query{String: "COMMIT"}}, run("r15"),
+		}},
+		{"extended deallocate all then parse of a prepared name, same batch, no block", [][]pgproto3.FrontendMessage{
+			{parse("r16", "SELECT 1 AS one"), sync},
+			{parse("", "DEALLOCATE ALL"), &pgproto3.Bind{}, &pgproto3.Execute{}, parse("r16", "SELECT 2 AS two"), sync}, run("r16"),
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := newPooledFenced(t, 1, "")
+			d := wireSteps(t, directPgConn(t), 700*time.Millisecond, nil, c.steps...)
+			p := wireSteps(t, pooledPgConn(t, f, ""), 150*time.Millisecond, d, c.steps...)
+			if fmt.Sprint(d) == fmt.Sprint(p) || strings.Contains(fmt.Sprint(d), "E26000") || !strings.Contains(fmt.Sprint(p), "E26000") {
+				t.Fatalf("mended? Update docs/pooling.md and this test\n direct: %q\n pooled: %q", d, p)
+			}
+		})
+	}
+}
+
+// A SQL DEALLOCATE of a protocol-level name on a server connection another client used since (so the proxy
+// cannot know its statement is there: it prepares one in front) drops the name as directly, and the statement
+// stays the other clients' to use.
+func TestPooledSQLDeallocateOfANamedStatementElsewhere(t *testing.T) {
+	f := newPooledFenced(t, 1, "")
+	ctx := ctxT(t)
+	a, b := pooledPgConn(t, f, ""), pooledPgConn(t, f, "")
+	for _, pc := range []*pgconn.PgConn{a, b} {
+		if _, err := pc.Prepare(ctx, "s", "SELECT 'shared' AS v", nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := b.Exec(ctx, "SELECT 1").ReadAll(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Exec(ctx, "DEALLOCATE s").ReadAll(); err != nil {
+		t.Fatalf("DEALLOCATE of a's named statement: %v", err)
+	}
+	r := a.ExecPrepared(ctx, "s", nil, nil, nil).Read()
+	var pgErr *pgconn.PgError
+	if !errors.As(r.Err, &pgErr) || pgErr.Code != "26000" {
+		t.Fatalf("a's statement after its DEALLOCATE: %v, %v; want 26000", r.Rows, r.Err)
+	}
+	if r := b.ExecPrepared(ctx, "s", nil, nil, nil).Read(); r.Err != nil || len(r.Rows) != 1 || string(r.Rows[0][0]) != "shared" {
+		t.Fatalf("b's statement of the same text after a's DEALLOCATE: %v, %v", r.Rows, r.Err)
+	}
+	if _, err := a.Prepare(ctx, "s", "SELECT 'again' AS v", nil); err != nil {
+		t.Fatalf("a prepares the name again: %v", err)
+	}
+	if r := a.ExecPrepared(ctx, "s", nil, nil, nil).Read(); r.Err != nil || len(r.Rows) != 1 || string(r.Rows[0][0]) != "again" {
+		t.Fatalf("a's new statement: %v, %v", r.Rows, r.Err)
 	}
 }

@@ -32,6 +32,7 @@ import (
 //     nothing is closed there. A name starting with fenceproxy_ is replaced by one that nothing holds (the
 //     server's own statements are never the client's).
 //   - DEALLOCATE ALL and DISCARD ALL forget all of the client's names.
+//   - DEALLOCATE n of a protocol-level statement of the client's drops it as its Close would (deallocateNamed).
 //
 // In a Parse (the extended protocol) the names are not mapped (a statement of the client's cannot be prepared in
 // front of it there): a PREPARE leaves a statement of the client's own name, which pins the client, and EXECUTE
@@ -312,6 +313,16 @@ func (ss *session) mapSQLPrepared(text []byte) (sqlMapping, bool) {
 			clear(sc.sqlStmts)
 		case rewrite.ExecuteName, rewrite.DeallocateName:
 			d, ok := lookup(r.Name)
+			if !ok && r.Kind == rewrite.DeallocateName && !allGone {
+				if server, prepare := ss.deallocateNamed(r.Name); server != "" { // pooledstmts.go
+					renamed[i] = server
+					if prepare != "" {
+						closeFirst(server)
+						m.front = append(m.front, prepare)
+					}
+					continue
+				}
+			}
 			switch {
 			case ok:
 				ensure(d)

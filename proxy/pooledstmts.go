@@ -62,6 +62,10 @@ type answerHide struct {
 	sc     *serverConn
 	seq    uint64
 	closed *closedStmt // a client's Close of its named statement; nil otherwise
+	// thenClosed is, for a client's Parse of a name, the client's Close of that name sent before the Parse was
+	// answered: a ParseComplete then prepares nothing that stays (the Close drops it), unless the server skips
+	// the Close, which then leaves the name prepared (thenClosed.prepared).
+	thenClosed *closedStmt
 }
 
 // closedStmt is a client's named statement as it was before the client's Close of it: what a Close the server
@@ -195,7 +199,13 @@ func (q *pooledStmts) sentClientClose(c closedStmt) bool {
 	if q.skipping() {
 		return false
 	}
-	q.closes = append(q.closes, answerHide{unit: q.unitsSent, closed: &c})
+	cp := &c
+	for i := range q.parses {
+		if q.parses[i].name == c.name {
+			q.parses[i].name, q.parses[i].thenClosed = "", cp
+		}
+	}
+	q.closes = append(q.closes, answerHide{unit: q.unitsSent, closed: cp})
 	return true
 }
 
@@ -332,6 +342,9 @@ func (q *pooledStmts) answered(answer byte) bool {
 			q.prepared = map[string]bool{}
 		}
 		q.prepared[e.name] = true
+	}
+	if e.thenClosed != nil {
+		e.thenClosed.prepared = true // prepared until the Close runs, and after it if the server skips it
 	}
 	return e.hide
 }
@@ -549,6 +562,30 @@ func (ss *session) serverStmt(name []byte) string {
 		pl.stmtParsed.Store(true)
 	}
 	return cs.server
+}
+
+// deallocateNamed maps an SQL DEALLOCATE of the client's protocol-level statement name (psycopg 3 with libpq
+// before 17 evicts its statements so) to the statement's server name on the lent connection (pl.mu held), and
+// forgets the name, as a Close of it does. The connection must then hold a statement of that name: when it may
+// not (serverConn.stmtsFresh), prepare is a PREPARE of it to go in front, its text nothing (the DEALLOCATE drops
+// it at once; if an error skips the DEALLOCATE, the connection's statement of that name is prepared again before
+// its next use, as it no longer counts). "" for a name PostgreSQL would not hold: the server then says 26000.
+// A DEALLOCATE that an error of its Query skips leaves the name forgotten all the same (its Bind gets 26000).
+func (ss *session) deallocateNamed(name string) (server, prepare string) {
+	pl := ss.pooled
+	cs, ok := pl.stmts.byName[name]
+	if !ok || !pl.stmts.holds(name) {
+		return "", ""
+	}
+	sc := pl.sc
+	if !sc.stmtsFresh[cs.server] {
+		prepare = "PREPARE " + cs.server + " AS SELECT"
+	}
+	delete(pl.stmts.byName, name)
+	pl.stmts.unprepare(name)
+	delete(sc.stmts, cs.server)
+	delete(sc.stmtsFresh, cs.server)
+	return cs.server, prepare
 }
 
 // parsedText is the text a Parse message's body prepares (nil when malformed: the server refuses it anyway).
