@@ -32,12 +32,22 @@ const MockIterations = 4096
 // MockIterations when they have none: what a mock secret shows, so that a count PostgreSQL was configured to use
 // (scram_iterations) does not tell a real user from an unknown one.
 func MostIterations(users Userlist) int {
+	return MostCounted(IterationCounts(users))
+}
+
+// IterationCounts counts the SCRAM secrets of users by iteration count.
+func IterationCounts(users Userlist) map[int]int {
 	counts := map[int]int{}
 	for _, sec := range users {
 		if sec.Kind == KindSCRAM {
 			counts[sec.Iterations]++
 		}
 	}
+	return counts
+}
+
+// MostCounted is the iteration count counted most (the higher one of a tie), or MockIterations when none is.
+func MostCounted(counts map[int]int) int {
 	most, n := MockIterations, 0
 	for it, c := range counts {
 		if c > n || c == n && it > most {

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"os"
 	"slices"
@@ -71,9 +72,10 @@ type authenticator struct {
 	mu       sync.RWMutex
 	file     auth.Userlist // auth.file, as last read
 	fileSeen fileVersion   // auth.file's version when last read
-	// mockIterations is the iteration count a mock SCRAM secret shows: the one most of auth.file's secrets have
-	// (auth.MostIterations).
-	mockIterations int
+	// mockIterations is the iteration count a mock SCRAM secret shows: the one counted most among auth.file's
+	// secrets (fileIterations) and those auth.query returned (queryIterations), as auth.MostCounted says.
+	mockIterations                  int
+	fileIterations, queryIterations map[int]int
 
 	queryCfg *pgx.ConnConfig // auth.query's connections; nil without it
 	// queryConns holds authQueryConns slots: an idle connection, or nil for one not opened (or dropped).
@@ -177,11 +179,23 @@ func (a *authenticator) reload() error {
 	if err != nil {
 		return err
 	}
-	most := auth.MostIterations(users)
 	a.mu.Lock()
-	a.file, a.fileSeen, a.mockIterations = users, seen, most
+	a.file, a.fileSeen, a.fileIterations = users, seen, auth.IterationCounts(users)
+	a.countedIterationsLocked()
 	a.mu.Unlock()
 	return nil
+}
+
+// countedIterationsLocked sets mockIterations from the counts of the secrets seen (a.mu held).
+func (a *authenticator) countedIterationsLocked() {
+	counts := maps.Clone(a.fileIterations)
+	if counts == nil {
+		counts = map[int]int{}
+	}
+	for it, n := range a.queryIterations {
+		counts[it] += n
+	}
+	a.mockIterations = auth.MostCounted(counts)
 }
 
 // reloadIfChanged reads auth.file again when it changed since it was last read: an operator's new secret works
@@ -243,6 +257,17 @@ func (a *authenticator) lookup(ctx context.Context, user string) (auth.Secret, b
 	if err != nil {
 		a.log.Error("auth.query returned no usable secret; the user cannot log in", "user", user, "err", err)
 		return auth.Secret{}, false, nil
+	}
+	if sec.Kind == auth.KindSCRAM {
+		// The count the server's secrets have (scram_iterations when they were set), for the mock ones to show:
+		// what the query returned so far, with auth.file's.
+		a.mu.Lock()
+		if a.queryIterations == nil {
+			a.queryIterations = map[int]int{}
+		}
+		a.queryIterations[sec.Iterations]++
+		a.countedIterationsLocked()
+		a.mu.Unlock()
 	}
 	return sec, true, nil
 }

@@ -1,6 +1,7 @@
 package proxy_test
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -95,5 +96,45 @@ func TestAuthMockKeyFile(t *testing.T) {
 	}
 	if _, err := proxy.New(proxy.Options{Config: cfg}); err == nil || !strings.Contains(err.Error(), "auth.mock_key_file") {
 		t.Fatalf("a 5-byte mock key: %v, want an error naming auth.mock_key_file", err)
+	}
+}
+
+// A mock SCRAM secret shows the iteration count of the secrets auth.query returned, where there is no auth.file
+// (from a review on 2026-12-03: it showed 4096 beside real secrets of 10000).
+func TestAuthQueryMockIterationsFollowTheSecrets(t *testing.T) {
+	ctx := ctxT(t)
+	d := direct(t)
+	// A secret made with scram_iterations = 10000 (PostgreSQL 16+), set pre-hashed so that 15 takes it too.
+	sec, err := auth.NewSCRAMSecret("pw", []byte("revq user salt!!"), 10000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	setup := []string{
+		"DROP SCHEMA IF EXISTS revq CASCADE", "DROP ROLE IF EXISTS revq_auth", "DROP ROLE IF EXISTS revq_user",
+		"CREATE ROLE revq_auth LOGIN",
+		"CREATE ROLE revq_user LOGIN PASSWORD '" + sec.String() + "'",
+		"CREATE SCHEMA revq",
+		`CREATE FUNCTION revq.get_auth(p_user text) RETURNS TABLE (usename name, passwd text)
+		 LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog AS $$ SELECT rolname, rolpassword FROM pg_catalog.pg_authid WHERE rolname = p_user $$`,
+		"GRANT USAGE ON SCHEMA revq TO revq_auth",
+		"GRANT EXECUTE ON FUNCTION revq.get_auth(text) TO revq_auth",
+	}
+	for _, sql := range setup {
+		if _, err := d.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	t.Cleanup(func() {
+		c := direct(t)
+		for _, sql := range []string{"DROP SCHEMA IF EXISTS revq CASCADE", "DROP ROLE IF EXISTS revq_auth", "DROP ROLE IF EXISTS revq_user"} {
+			c.Exec(context.Background(), sql)
+		}
+	})
+	p := startProxy(t, proxytest.Options{YAML: fmt.Sprintf("auth:\n  type: scram-sha-256\n  query: SELECT usename, passwd FROM revq.get_auth($1)\n  user: revq_auth\n  database: %s\n", pgtest.TestDB)})
+	// The real user's lookup first: before the query returned any secret, a mock one shows 4096 (docs/auth.md).
+	real, mock := scramServerFirst(t, p.Addr, "revq_user"), scramServerFirst(t, p.Addr, "revq_nobody")
+	ri, mi := real[strings.LastIndex(real, ",i="):], mock[strings.LastIndex(mock, ",i="):]
+	if ri != mi {
+		t.Fatalf("a real user's server-first ends %q, an unknown user's %q: told apart", ri, mi)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 )
@@ -196,5 +197,39 @@ func TestPooledSQLDeallocateOfANamedStatementElsewhere(t *testing.T) {
 	}
 	if r := a.ExecPrepared(ctx, "s", nil, nil, nil).Read(); r.Err != nil || len(r.Rows) != 1 || string(r.Rows[0][0]) != "again" {
 		t.Fatalf("a's new statement: %v, %v", r.Rows, r.Err)
+	}
+}
+
+// pgx's statement cache modes after a DISCARD ALL or DEALLOCATE ALL it runs with Exec: the same outcomes as on a
+// direct connection (a review of 2026-12-03 of pooledStmts.holds).
+func TestPooledPgxModesAfterDiscard(t *testing.T) {
+	f := newPooledFenced(t, 1, "")
+	ctx := ctxT(t)
+	for _, mode := range []string{"cache_statement", "cache_describe", "describe_exec"} {
+		for _, reset := range []string{"DISCARD ALL", "DEALLOCATE ALL"} {
+			outcome := func(dsn string) string {
+				c, err := pgx.Connect(ctx, dsn)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer c.Close(ctx)
+				var s []string
+				for i := 0; i < 3; i++ {
+					var n int
+					err := c.QueryRow(ctx, "SELECT $1::int + 1", i).Scan(&n)
+					s = append(s, fmt.Sprint(n, " ", sqlstate(err)))
+					if i == 0 {
+						_, err := c.Exec(ctx, reset)
+						s = append(s, sqlstate(err))
+					}
+				}
+				return strings.Join(s, "|")
+			}
+			dOut := outcome(pg.SuperDSN() + "&default_query_exec_mode=" + mode)
+			pOut := outcome(f.dsn() + "&default_query_exec_mode=" + mode)
+			if dOut != pOut {
+				t.Errorf("%s after %s: direct %s, pooled %s", mode, reset, dOut, pOut)
+			}
+		}
 	}
 }
