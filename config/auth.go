@@ -148,10 +148,12 @@ func CheckAuthQuery(sql string) error {
 	}
 	walk(root.Stmts[0].Stmt)
 	switch {
+	case funcs == 0:
+		// First: pgbouncer's own auth_query (SELECT ... FROM pg_shadow ...) would otherwise be told to qualify
+		// the relation, and then this.
+		return fmt.Errorf("must call a schema-qualified function that returns the user's secret, as a role allowed nothing else (docs/auth.md has one to create)")
 	case problem != nil:
 		return problem
-	case funcs == 0:
-		return fmt.Errorf("must call a schema-qualified function that returns the user's secret, as a role allowed nothing else")
 	case len(params) != 1 || !params[1]:
 		return fmt.Errorf("must take the user name as $1, its only parameter")
 	}

@@ -16,7 +16,7 @@ func TestCheckAuthQuery(t *testing.T) {
 	}
 	for q, want := range map[string]string{
 		"SELECT usename, passwd FROM get_auth($1)":                               "without its schema",
-		"SELECT usename, passwd FROM pg_shadow WHERE usename = $1":               "without its schema",
+		"SELECT usename, passwd FROM pg_shadow WHERE usename = $1":               "must call a schema-qualified function",
 		"SELECT passwd FROM pg_catalog.pg_shadow WHERE usename = $1":             "must call",
 		"SELECT s.get_auth('alice')":                                             "$1",
 		"SELECT s.get_auth($1, $2)":                                              "$1",

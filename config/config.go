@@ -814,6 +814,9 @@ func (c *Config) validate(add func(key, format string, args ...any)) {
 	case c.Limits.MaxClientConnections > 0 && c.Pool.MaxClients > c.Limits.MaxClientConnections:
 		add("pool.max_clients", "must not exceed limits.max_client_connections (%d), which bounds every client connection", c.Limits.MaxClientConnections)
 	}
+	if len(c.Pool.AdminUsers) > 0 && !c.Pool.Transaction() {
+		add("pool.admin_users", "needs pool.mode transaction: the admin console serves the pools (in session mode a connection to the database fenceproxy goes to PostgreSQL)")
+	}
 	switch c.Pool.OnSessionState {
 	case PoolPin, PoolRefuse:
 	default:

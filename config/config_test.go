@@ -147,6 +147,7 @@ func TestPoolLimits(t *testing.T) {
 			"c.yaml:6: pool.min_idle: must not exceed pool.size (3)\nc.yaml:7: pool.max_clients: must not exceed limits.max_client_connections (1000), which bounds every client connection"},
 		{"pool:\n  min_idle: -1\n  max_clients: -1\n", "c.yaml:4: pool.min_idle: must not be negative\nc.yaml:5: pool.max_clients: must not be negative"},
 		{"pool:\n  min_idle: 1\n  max_clients: 10\n", "c.yaml:4: pool.min_idle: needs pool.mode transaction (session mode keeps no pools)\nc.yaml:5: pool.max_clients: needs pool.mode transaction (limits.max_client_connections bounds session mode's clients)"},
+		{"pool:\n  admin_users: [admin]\n", "c.yaml:4: pool.admin_users: needs pool.mode transaction: the admin console serves the pools (in session mode a connection to the database fenceproxy goes to PostgreSQL)"},
 	} {
 		_, err := Parse("c.yaml", []byte("upstream:\n  address: a:1\n"+tc.yaml))
 		if err == nil || err.Error() != tc.want {

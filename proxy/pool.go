@@ -54,6 +54,10 @@ type serverConn struct {
 	// when it was lent, in Unix nanoseconds.
 	lentTo atomic.Pointer[clientLogin]
 	lentAt atomic.Int64
+	// unreadBy is the session whose lend idles in a transaction block with nothing reading the connection
+	// (answerInline), set as it goes idle: a client that waits for the pool looks at such connections
+	// (wakeUnread). Stale once the lend moved on; whoever uses it checks under the session's lock.
+	unreadBy atomic.Pointer[session]
 
 	pool *txPool
 	conn net.Conn
@@ -455,6 +459,9 @@ func (p *txPool) takeSlot(wait time.Duration, login *clientLogin, lw *lendWait) 
 		if time.Since(start) >= wait {
 			return timeout
 		}
+		if lw != nil {
+			p.wakeUnread()
+		}
 		t.Reset(next())
 		return nil
 	}
@@ -492,6 +499,33 @@ func (p *txPool) takeSlot(wait time.Duration, login *clientLogin, lw *lendWait) 
 		if err != nil {
 			return err
 		}
+	}
+}
+
+// wakeUnread starts a reader on each lent connection of the pool that idles in a transaction block with nothing
+// reading it (serverConn.unreadBy) and that the server has spoken on or ended: the lend then ends as it would
+// have with a reader (the server's FATAL relayed, the slot freed), rather than when its client next speaks. A
+// crash restart of the server (one backend killed) or idle_in_transaction_session_timeout ends such
+// connections while their clients, and the clients waiting for the pool, say nothing. A waiting client calls
+// it every waitCheck. It never waits for a session's lock: one that is busy is looked at next time.
+func (p *txPool) wakeUnread() {
+	var idle []*serverConn
+	p.mu.Lock()
+	for sc := range p.live {
+		if sc.unreadBy.Load() != nil {
+			idle = append(idle, sc)
+		}
+	}
+	p.mu.Unlock()
+	for _, sc := range idle {
+		ss := sc.unreadBy.Load()
+		if ss == nil || !spokeOrClosed(sc.conn) || !ss.pooled.mu.TryLock() {
+			continue
+		}
+		if pl := ss.pooled; pl.sc == sc && sc.unreadBy.CompareAndSwap(ss, nil) {
+			ss.needReader()
+		}
+		ss.pooled.mu.Unlock()
 	}
 }
 
@@ -553,6 +587,7 @@ func (p *txPool) release(sc *serverConn) {
 		return
 	}
 	sc.lentTo.Store(nil)
+	sc.unreadBy.Store(nil)
 	p.mu.Lock()
 	sc.idleSince = time.Now()
 	p.idle = append(p.idle, sc)
@@ -688,14 +723,16 @@ func (ps *txPools) dropHost(old, now string, epoch uint64) {
 	}
 }
 
-// dial opens a server connection for a client of the pool whose login is login (dialOnce). When the server
+// dial opens a server connection for a client of the pool whose login is login (dialOnce). A server that
+// answers 57P03 (starting up, recovering) is tried again within limits.startup_timeout. When the server
 // refuses the login with 28P01 (the role's password changed, and the proxy's auth.file or auth.query secret is
 // stale) the proxy refreshes its secrets once and tries again if that is worth it (Server.refreshLogin, as
 // session mode does: auth.go loginUpstream); the error that stays is the server's.
 func (p *txPool) dial(login *clientLogin) (*serverConn, error) {
 	p.dialing.Add(1)
 	defer p.dialing.Add(-1)
-	for attempt := 0; ; attempt++ {
+	start, pause, refreshed := time.Now(), 50*time.Millisecond, false
+	for {
 		sc, err := p.dialOnce(login)
 		if err == nil {
 			if p.refill != nil {
@@ -704,10 +741,22 @@ func (p *txPool) dial(login *clientLogin) (*serverConn, error) {
 			return sc, nil
 		}
 		var refused *upstreamRefused
-		if !errors.As(err, &refused) || errorField(refused.body, fieldCode) != sqlstateInvalidPassword {
+		if !errors.As(err, &refused) {
 			return nil, err
 		}
-		if attempt == 0 && p.srv.refreshLogin(login, p.srv.log) {
+		if errorField(refused.body, fieldCode) == sqlstateCannotConnectNow && time.Since(start)+pause < p.srv.cfg.Limits.StartupTimeout {
+			// The server is starting up, or recovering after a crash (a backend killed: a second or so), or
+			// shutting down: tried again within the startup timeout, so that a client waiting for the pool is
+			// served once the server is back rather than given the server's 57P03 at once.
+			time.Sleep(pause)
+			pause = min(2*pause, time.Second)
+			continue
+		}
+		if errorField(refused.body, fieldCode) != sqlstateInvalidPassword {
+			return nil, err
+		}
+		if !refreshed && p.srv.refreshLogin(login, p.srv.log) {
+			refreshed = true
 			p.srv.log.Info("upstream refused the login; secret refreshed, trying again", "pool", p.name, "err", err)
 			continue
 		}

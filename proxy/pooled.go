@@ -615,7 +615,7 @@ func poolError(p *txPool, err error) (code, msg, detail string) {
 	}
 	if errors.Is(err, errPoolTimeout) {
 		p.srv.metrics.poolTimedOut()
-		return sqlstateTooManyConnections, fmt.Sprintf("no server connection of pool %s became free within pool.max_client_wait (%v)", p.name, p.srv.cfg.Pool.MaxClientWait), fmt.Sprintf("The pool holds at most %d server connections (pool.size).", p.srv.cfg.Pool.Size)
+		return sqlstateTooManyConnections, fmt.Sprintf("no server connection of pool %s became free within pool.max_client_wait (%v)", p.name, p.srv.cfg.Pool.MaxClientWait), fmt.Sprintf("The pool holds at most %d server connections (pool.size); each is lent to a client until its transaction ends, so a client idle in a transaction keeps its own (SHOW CLIENTS).", p.srv.cfg.Pool.Size)
 	}
 	var refused *upstreamRefused
 	if errors.As(err, &refused) {
@@ -1255,6 +1255,8 @@ func (ss *session) answerInline() {
 	// (forwardPooled: heldMoved looks at whether a change of primary closed it in between).
 	if !ended && !(pl.inlineAtReady && byte(ss.state.txStatus.Load()) != txIdle) {
 		ss.needReader()
+	} else if !ended && sc != nil {
+		sc.unreadBy.Store(ss) // a client waiting for the pool may find it ended meanwhile (txPool.wakeUnread)
 	}
 	pl.inlineAtReady = false
 	pl.mu.Unlock()

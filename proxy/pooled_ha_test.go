@@ -3,6 +3,7 @@ package proxy_test
 import (
 	"context"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -137,4 +138,36 @@ func TestPooledMinIdleAfterFailover(t *testing.T) {
 		n, err := pooledBackends(ctx, np)
 		return err == nil && n == 2
 	})
+}
+
+// A backend killed with SIGKILL makes PostgreSQL restart every backend and recover: a client waiting for the pool
+// then is served once the server is back (the pool tries a login refused 57P03 again, within
+// limits.startup_timeout), not given the server's 57P03 at once. From a review on 2026-12-03.
+func TestPooledWaiterOutlastsCrashRecovery(t *testing.T) {
+	pgtest.Require(t, pg)
+	cl := pgtest.MustStart(t, pgtest.Options{})
+	p := proxytest.Start(t, cl.Addr(), proxytest.Options{YAML: "pool:\n  mode: transaction\n  size: 1\n  max_client_wait: 20s\n  admin_users: [" + pgtest.SuperUser + "]\nauth:\n  type: trust\n"})
+	ctx := haCtx(t)
+	dsn := p.DSN(pgtest.SuperUser, "", pgtest.TestDB) + "&default_query_exec_mode=simple_protocol"
+	a := connect(t, dsn)
+	if _, err := a.Exec(ctx, "BEGIN"); err != nil {
+		t.Fatal(err)
+	}
+	var pid int
+	if err := a.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	b := connect(t, dsn)
+	answered := make(chan error, 1)
+	go func() {
+		var v int
+		answered <- b.QueryRow(context.Background(), "SELECT 42").Scan(&v)
+	}()
+	waitingClients(t, connect(t, p.DSN(pgtest.SuperUser, "", "fenceproxy")+"&default_query_exec_mode=simple_protocol"), 1)
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-answered; err != nil {
+		t.Fatalf("the waiting client, after the server's crash recovery: %v (%s)", err, sqlstate(err))
+	}
 }
