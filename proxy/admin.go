@@ -131,7 +131,12 @@ func (s *Server) adminCommand(out msgSink, text string) {
 	case "SHOW CONFIG":
 		t = showConfig(s.cfg)
 	case "RELOAD":
-		err = s.reloadAll()
+		var notApplied []string
+		if notApplied, err = s.reloadAll(); err == nil && len(notApplied) > 0 {
+			// pgbouncer applies pool sizes and timeouts at RELOAD; the proxy does not: say so, not only in its log.
+			writeRaw(out, noticeResponse(sqlstateSuccessfulCompletion,
+				"fenceproxy admin console: RELOAD applied the table list and auth.file; changes to "+strings.Join(notApplied, ", ")+" need a restart and were not applied", ""))
+		}
 	case "PAUSE":
 		err = s.pools.pause(arg, time.Now().Add(s.cfg.Limits.ShutdownTimeout))
 	case "RESUME":
@@ -181,11 +186,11 @@ const sqlstateObjectNotInPrerequisiteState = "55000"
 
 // reloadAll does what SIGHUP does (Options.Reload: the configuration's table list, the token ceiling, auth.file),
 // or, for a Server given no reload function, reads auth.file again.
-func (s *Server) reloadAll() error {
+func (s *Server) reloadAll() ([]string, error) {
 	if s.reload != nil {
 		return s.reload()
 	}
-	return s.ReloadAuth()
+	return nil, s.ReloadAuth()
 }
 
 // poolCounts are a pool's clients and server connections now.

@@ -62,8 +62,9 @@ type Options struct {
 	Locks *tokens.Listing
 
 	// Reload is what the admin console's RELOAD does: what SIGHUP does (cmd/fenceproxy: the configuration's
-	// table list, the token ceiling, auth.file). nil: RELOAD reads auth.file again (ReloadAuth).
-	Reload func() error
+	// table list, the token ceiling, auth.file). It returns the sections of the file that changed and need a
+	// restart (not applied). nil: RELOAD reads auth.file again (ReloadAuth).
+	Reload func() (notApplied []string, err error)
 
 	// DisableEventLoop keeps every session on the goroutine-per-direction path, as relay.mode: goroutines does.
 	// By default, on Linux, plain TCP sessions move to an epoll event loop after startup (see evloop_linux.go).
@@ -79,14 +80,14 @@ type Server struct {
 	metrics   *Metrics
 	clientTLS *tls.Config
 	upTLS     *tls.Config
-	loops     []*evLoop      // empty: no event loop
-	spinners  atomic.Int32   // event loops polling in spinPoll now
-	pool      *upstreamPool  // nil: upstream connections are not reused
-	auth      *authenticator // nil: authentication is relayed to PostgreSQL (auth.type passthrough)
-	router    *router        // nil: one upstream.address, no router
-	pools     *txPools       // pool.mode transaction (pool.go); nil in session mode
-	reload    func() error   // the admin console's RELOAD (Options.Reload)
-	bufs      connBuffers    // client connections' buffers, kept between sessions
+	loops     []*evLoop                // empty: no event loop
+	spinners  atomic.Int32             // event loops polling in spinPoll now
+	pool      *upstreamPool            // nil: upstream connections are not reused
+	auth      *authenticator           // nil: authentication is relayed to PostgreSQL (auth.type passthrough)
+	router    *router                  // nil: one upstream.address, no router
+	pools     *txPools                 // pool.mode transaction (pool.go); nil in session mode
+	reload    func() ([]string, error) // the admin console's RELOAD (Options.Reload)
+	bufs      connBuffers              // client connections' buffers, kept between sessions
 
 	// locks is what the admin console's SHOW LOCKS lists (Options.Locks); nil: no lock store.
 	locks *tokens.Listing

@@ -163,10 +163,10 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	var srv *proxy.Server
 	var planners *proxy.PlannerSet
 	var reloading sync.Mutex // a RELOAD and a SIGHUP at once take turns
-	opts.Reload = func() error {
+	opts.Reload = func() ([]string, error) {
 		reloading.Lock()
 		defer reloading.Unlock()
-		err := reload(*configPath, cfg, planners, watcher, log)
+		notApplied, err := reload(*configPath, cfg, planners, watcher, log)
 		if keeper != nil {
 			syncCeiling(keeper, cfg, log)
 		}
@@ -174,7 +174,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 			log.Error("auth.file not reloaded; keeping the users read before", "err", aerr)
 			err = errors.Join(err, fmt.Errorf("auth.file: %w", aerr))
 		}
-		return err
+		return notApplied, err
 	}
 	srv, err = proxy.New(opts)
 	if err != nil {
@@ -232,25 +232,48 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 }
 
 // reload re-reads the configuration file and applies the table list, then reads the catalog again for it.
-// Other settings need a restart; a change to them is logged, not applied, and a file that does not validate
-// changes nothing (the error says why, and is logged).
-func reload(path string, cur *config.Config, planners *proxy.PlannerSet, watcher *catalog.Watcher, log *slog.Logger) error {
+// Other settings need a restart; the sections whose change it did not apply are logged and returned, and a file
+// that does not validate changes nothing (the error says why, and is logged).
+func reload(path string, cur *config.Config, planners *proxy.PlannerSet, watcher *catalog.Watcher, log *slog.Logger) ([]string, error) {
 	next, err := config.Load(path)
 	if err == nil {
 		err = planners.SetConfig(next)
 	}
 	if err != nil {
 		log.Error("reload failed; keeping the current configuration", "err", err)
-		return err
+		return nil, err
 	}
 	log.Info("reloaded the table list", "tables", tableNames(next))
-	if next.Listen != cur.Listen || !reflect.DeepEqual(next.Upstream, cur.Upstream) || !reflect.DeepEqual(next.Catalog, cur.Catalog) {
-		log.Warn("listen, upstream and catalog changes need a restart; not applied")
+	notApplied := restartSections(cur, next)
+	if len(notApplied) > 0 {
+		log.Warn("changes that need a restart; not applied", "sections", strings.Join(notApplied, ", "))
 	}
 	if watcher != nil {
 		watcher.Refresh(context.Background())
 	}
-	return nil
+	return notApplied, nil
+}
+
+// restartSections names the sections of the configuration that differ between cur and next and that a reload
+// does not apply: all but the tables (a change of auth.file's contents applies; a change of the auth section
+// does not).
+func restartSections(cur, next *config.Config) []string {
+	var keys []string
+	for _, s := range []struct {
+		key       string
+		was, next any
+	}{
+		{"listen", cur.Listen, next.Listen}, {"upstream", cur.Upstream, next.Upstream}, {"tls", cur.TLS, next.TLS},
+		{"catalog", cur.Catalog, next.Catalog}, {"metrics", cur.Metrics, next.Metrics}, {"limits", cur.Limits, next.Limits},
+		{"relay", cur.Relay, next.Relay}, {"log", cur.Log, next.Log}, {"auth", cur.Auth, next.Auth},
+		{"locks", cur.Locks, next.Locks}, {"fence", cur.Fence, next.Fence}, {"pool", cur.Pool, next.Pool},
+		{"token", cur.Token, next.Token},
+	} {
+		if !reflect.DeepEqual(s.was, s.next) {
+			keys = append(keys, s.key)
+		}
+	}
+	return keys
 }
 
 // startCeilingKeeper makes the verifier keep fenceproxy.token_ceiling (docs/verification.md) over the catalog's

@@ -29,9 +29,10 @@ func TestServeAdminReload(t *testing.T) {
 	bin := proxytest.Binary(t, dir)
 	addr := freeAddr(t)
 	configPath := filepath.Join(dir, "fenceproxy.yaml")
+	size := 2
 	writeConfig := func(tables ...string) {
 		var b strings.Builder
-		fmt.Fprintf(&b, "listen: %s\nupstream:\n  address: %s\npool:\n  mode: transaction\n  size: 2\n  admin_users: [admin]\nauth:\n  type: trust\ntables:\n", addr, cl.Addr())
+		fmt.Fprintf(&b, "listen: %s\nupstream:\n  address: %s\npool:\n  mode: transaction\n  size: %d\n  admin_users: [admin]\nauth:\n  type: trust\ntables:\n", addr, cl.Addr(), size)
 		for _, tb := range tables {
 			fmt.Fprintf(&b, "  - name: %s\n    token_column: fence_token\n", tb)
 		}
@@ -91,5 +92,27 @@ func TestServeAdminReload(t *testing.T) {
 	}
 	if rows.Err() != nil || value != "transaction" {
 		t.Fatalf("SHOW CONFIG pool.mode = %q (%v)", value, rows.Err())
+	}
+
+	// A change RELOAD does not apply (pgbouncer applies pool sizes at RELOAD) is said to the admin, not only
+	// logged.
+	size = 3
+	writeConfig("public.accounts", "ledger")
+	acfg, err := pgx.ParseConfig(proxytest.DSN(addr, "admin", "", "fenceproxy") + "&default_query_exec_mode=simple_protocol")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var notices []string
+	acfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) { notices = append(notices, n.Message) }
+	adm2, err := pgx.ConnectConfig(ctx, acfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer adm2.Close(ctx)
+	if _, err := adm2.Exec(ctx, "RELOAD"); err != nil {
+		t.Fatalf("RELOAD after a pool.size change: %v", err)
+	}
+	if len(notices) != 1 || !strings.Contains(notices[0], "changes to pool need a restart") {
+		t.Fatalf("RELOAD after a pool.size change: notices %q, want one naming pool", notices)
 	}
 }
