@@ -10,6 +10,7 @@ import (
 	"math"
 	"net"
 	"net/netip"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -292,7 +293,12 @@ func connectAt(ctx context.Context, dsn, addr string) (*pgx.Conn, error) {
 	}
 	conn, err := pgx.ConnectConfig(ctx, pcfg)
 	if err != nil {
-		return nil, fmt.Errorf("connect upstream %s: %w", net.JoinHostPort(pcfg.Host, strconv.Itoa(int(pcfg.Port))), err)
+		err = fmt.Errorf("connect upstream %s: %w", net.JoinHostPort(pcfg.Host, strconv.Itoa(int(pcfg.Port))), err)
+		if dsn == "" && os.Getenv("PGUSER") == "" && os.Getenv("PGPASSWORD") == "" {
+			// Run by hand without them, it logged in as the OS user with no password, which says little.
+			err = fmt.Errorf("%w (the credentials come from --dsn or the PG* environment variables: PGUSER, PGPASSWORD, PGDATABASE)", err)
+		}
+		return nil, err
 	}
 	return conn, nil
 }

@@ -42,3 +42,22 @@ func TestCheckWithoutDSNUsesPGVariables(t *testing.T) {
 		t.Fatalf("check output:\n%s", stdout.String())
 	}
 }
+
+// Run by hand with neither --dsn nor PGUSER and PGPASSWORD, check logs in as the OS user with no password; its
+// error then says where the credentials come from (an operator's pass, 2026-12-03).
+func TestCheckWithoutCredentialsSaysWhereTheyComeFrom(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "c.yaml")
+	// A port nothing listens on: the login fails, whatever the machine runs.
+	yaml := "upstream:\n  address: 127.0.0.1:1\ntables:\n  - name: public.accounts\n    token_column: fence_token\n"
+	if err := os.WriteFile(path, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range []string{"PGUSER", "PGPASSWORD", "PGSERVICE", "PGSSLMODE"} {
+		t.Setenv(v, "")
+		os.Unsetenv(v)
+	}
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"check", "--config", path}, &stdout, &stderr); code == 0 || !strings.Contains(stderr.String(), "--dsn or the PG* environment variables") {
+		t.Fatalf("check without credentials: exit %d\n%s", code, stderr.String())
+	}
+}
