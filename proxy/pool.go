@@ -744,7 +744,7 @@ func (p *txPool) dial(login *clientLogin) (*serverConn, error) {
 		if !errors.As(err, &refused) {
 			return nil, err
 		}
-		if errorField(refused.body, fieldCode) == sqlstateCannotConnectNow && time.Since(start)+pause < p.srv.cfg.Limits.StartupTimeout {
+		if errorField(refused.body, fieldCode) == sqlstateCannotConnectNow && time.Since(start)+pause < p.srv.cfg.Limits.StartupTimeout && !p.srv.draining.Load() {
 			// The server is starting up, or recovering after a crash (a backend killed: a second or so), or
 			// shutting down: tried again within the startup timeout, so that a client waiting for the pool is
 			// served once the server is back rather than given the server's 57P03 at once.

@@ -574,7 +574,8 @@ func (ss *session) serverStmt(name []byte) string {
 func (ss *session) deallocateNamed(name string) (server, prepare string) {
 	pl := ss.pooled
 	cs, ok := pl.stmts.byName[name]
-	if !ok || !pl.stmts.holds(name) {
+	if !ok || !pl.stmts.holds(name) || byte(ss.state.txStatus.Load()) == txFailed {
+		// In a failed block the server refuses the whole Query (25P02) and the name stays: nothing to map.
 		return "", ""
 	}
 	sc := pl.sc

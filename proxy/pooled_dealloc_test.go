@@ -1,0 +1,103 @@
+package proxy_test
+
+import (
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgproto3"
+)
+
+// An SQL DEALLOCATE of a protocol-level statement name (psycopg 3 with libpq before 17 evicts its statements
+// so), and Close and Parse interleavings around it, against a direct connection message by message. From a
+// review on 2026-12-03: "dealloc in failed block" forgot the name though the server refused the DEALLOCATE
+// (25P02), so the Bind after the ROLLBACK got 26000 and a new Parse of the name succeeded.
+func TestPooledSQLDeallocateShapes(t *testing.T) {
+	parse := func(name, text string) *pgproto3.Parse { return &pgproto3.Parse{Name: name, Query: text} }
+	q := func(s string) *pgproto3.Query { return &pgproto3.Query{String: s} }
+	run := func(name string) []pgproto3.FrontendMessage {
+		return []pgproto3.FrontendMessage{&pgproto3.Bind{PreparedStatement: name}, &pgproto3.Execute{}, &pgproto3.Sync{}}
+	}
+	badBind := func(name string) *pgproto3.Bind {
+		return &pgproto3.Bind{PreparedStatement: name, Parameters: [][]byte{[]byte("1")}}
+	}
+	closeS := func(name string) *pgproto3.Close { return &pgproto3.Close{ObjectType: 'S', Name: name} }
+	sync := &pgproto3.Sync{}
+	for _, c := range []struct {
+		name  string
+		steps [][]pgproto3.FrontendMessage
+	}{
+		{"dealloc in block then commit", [][]pgproto3.FrontendMessage{
+			{parse("d1", "SELECT 1 AS one"), sync}, {q("BEGIN")}, {q("DEALLOCATE d1")}, run("d1"), {q("COMMIT")}, run("d1"),
+			{parse("d1", "SELECT 2 AS two"), sync}, run("d1"),
+		}},
+		{"dealloc in block then rollback", [][]pgproto3.FrontendMessage{
+			{parse("d2", "SELECT 1 AS one"), sync}, {q("BEGIN")}, {q("DEALLOCATE d2")}, {q("ROLLBACK")}, run("d2"),
+		}},
+		{"dealloc in failed block", [][]pgproto3.FrontendMessage{
+			{parse("d3", "SELECT 1 AS one"), sync}, {q("BEGIN")}, {q("SELECT 1/0")}, {q("DEALLOCATE d3")}, {q("ROLLBACK")}, run("d3"),
+			{parse("d3", "SELECT 2 AS two"), sync}, run("d3"),
+		}},
+		{"dealloc in failed block, then a query", [][]pgproto3.FrontendMessage{
+			{parse("d3b", "SELECT 1 AS one"), sync}, {q("BEGIN")}, {q("SELECT 1/0")}, {q("DEALLOCATE d3b")}, {q("ROLLBACK")}, {q("SELECT 5 AS five")}, {q("SELECT 6 AS six")},
+		}},
+		{"dealloc after error in multi query, fresh cleared first", [][]pgproto3.FrontendMessage{
+			{parse("d4", "SELECT 1 AS one"), sync}, {q("SELECT 1/0")}, {q("SELECT nosuchcol; DEALLOCATE d4")}, {q("SELECT 7 AS seven")},
+			{parse("d4b", "SELECT 1 AS one"), sync}, run("d4b"),
+		}},
+		{"dealloc twice", [][]pgproto3.FrontendMessage{
+			{parse("d5", "SELECT 1 AS one"), sync}, {q("DEALLOCATE d5; DEALLOCATE d5")}, run("d5"), {q("DEALLOCATE d5")},
+		}},
+		{"dealloc of failed parse", [][]pgproto3.FrontendMessage{
+			{parse("d6", "SELECT FROM nowhere_x"), sync}, {q("DEALLOCATE d6")}, run("d6"),
+		}},
+		{"dealloc then bind same write", [][]pgproto3.FrontendMessage{
+			{parse("d7", "SELECT 1 AS one"), sync}, append([]pgproto3.FrontendMessage{q("DEALLOCATE d7")}, run("d7")...),
+		}},
+		{"parse, sync, dealloc pipelined, then failing parse", [][]pgproto3.FrontendMessage{
+			{parse("d8", "SELECT 1 AS one"), sync, q("DEALLOCATE d8")}, {parse("d8", "SELECT FROM nowhere_y"), sync}, run("d8"),
+		}},
+		{"parse, sync, dealloc pipelined, parse in failed block", [][]pgproto3.FrontendMessage{
+			{parse("d9", "SELECT 1 AS one"), sync, q("DEALLOCATE d9")}, {q("BEGIN")}, {q("SELECT 1/0")},
+			{parse("d9", "SELECT 1 AS one"), sync}, {q("ROLLBACK")}, run("d9"),
+		}},
+		{"parse, sync, dealloc pipelined, parse again", [][]pgproto3.FrontendMessage{
+			{parse("d10", "SELECT 1 AS one"), sync, q("DEALLOCATE d10")}, {parse("d10", "SELECT 2 AS two"), sync}, run("d10"), {parse("d10", "SELECT 3 AS three"), sync},
+		}},
+		{"two names same text, dealloc one", [][]pgproto3.FrontendMessage{
+			{parse("d11", "SELECT 1 AS one"), parse("d12", "SELECT 1 AS one"), sync}, {q("DEALLOCATE d11")}, run("d12"), run("d11"),
+		}},
+		{"two names same text, dealloc one after fresh cleared, bind other same write", [][]pgproto3.FrontendMessage{
+			{parse("d13", "SELECT 1 AS one"), parse("d14", "SELECT 1 AS one"), sync}, {q("SELECT 1/0")},
+			append([]pgproto3.FrontendMessage{q("DEALLOCATE d13")}, run("d14")...), run("d13"),
+		}},
+		{"psycopg names", [][]pgproto3.FrontendMessage{
+			{parse("_pg3_0", "SELECT 1 AS one"), sync}, run("_pg3_0"), {q("DEALLOCATE _pg3_0")}, run("_pg3_0"),
+			{parse("_pg3_0", "SELECT 2 AS two"), sync}, run("_pg3_0"),
+		}},
+		{"quoted name", [][]pgproto3.FrontendMessage{
+			{parse("Ab", "SELECT 1 AS one"), sync}, {q("DEALLOCATE \"Ab\"")}, run("Ab"), {q("DEALLOCATE Ab")},
+		}},
+		{"dealloc prepare keyword", [][]pgproto3.FrontendMessage{
+			{parse("d15", "SELECT 1 AS one"), sync}, {q("DEALLOCATE PREPARE d15")}, run("d15"),
+		}},
+		{"close before parse answered, parse fails", [][]pgproto3.FrontendMessage{
+			{parse("c1", "SELECT FROM nowhere_z"), closeS("c1"), sync}, {parse("c1", "SELECT 1 AS one"), sync}, run("c1"),
+		}},
+		{"close in next unit skipped", [][]pgproto3.FrontendMessage{
+			{parse("c2", "SELECT 1 AS one"), sync, badBind("c2"), closeS("c2"), sync}, run("c2"), {parse("c2", "SELECT 2 AS two"), sync},
+		}},
+		{"parse close parse in one batch", [][]pgproto3.FrontendMessage{
+			{parse("c3", "SELECT 1 AS one"), closeS("c3"), parse("c3", "SELECT 2 AS two"), sync}, run("c3"),
+		}},
+		{"parse close parse, second fails", [][]pgproto3.FrontendMessage{
+			{parse("c4", "SELECT 1 AS one"), closeS("c4"), parse("c4", "SELECT FROM nowhere_w"), sync}, run("c4"), {parse("c4", "SELECT 3 AS three"), sync}, run("c4"),
+		}},
+		{"parse close in failed block", [][]pgproto3.FrontendMessage{
+			{q("BEGIN")}, {parse("c5", "SELECT 1 AS one"), sync}, {q("SELECT 1/0")}, {closeS("c5"), sync}, {q("ROLLBACK")}, run("c5"),
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := newPooledFenced(t, 1, "")
+			sameAsDirect(t, pooledPgConn(t, f, ""), c.steps...)
+		})
+	}
+}
