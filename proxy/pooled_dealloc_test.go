@@ -94,6 +94,41 @@ func TestPooledSQLDeallocateShapes(t *testing.T) {
 		{"parse close in failed block", [][]pgproto3.FrontendMessage{
 			{q("BEGIN")}, {parse("c5", "SELECT 1 AS one"), sync}, {q("SELECT 1/0")}, {closeS("c5"), sync}, {q("ROLLBACK")}, run("c5"),
 		}},
+		// From the last review of 2026-12-03: a DEALLOCATE whose Query leaves a failed block first ("rollback;
+		// dealloc in one query" and the next two got 26000 and kept the name), and pipelines where the
+		// session's transaction state is not yet known when the DEALLOCATE is sent.
+		{"begin+fail pipelined with dealloc", [][]pgproto3.FrontendMessage{
+			{parse("r1", "SELECT 1 AS one"), sync}, {q("BEGIN"), q("SELECT 1/0"), q("DEALLOCATE r1")}, {q("ROLLBACK")}, run("r1"),
+			{parse("r1", "SELECT 2 AS two"), sync}, run("r1"),
+		}},
+		{"begin;fail multi then dealloc pipelined", [][]pgproto3.FrontendMessage{
+			{parse("r2", "SELECT 1 AS one"), sync}, {q("BEGIN; SELECT 1/0"), q("DEALLOCATE r2")}, {q("ROLLBACK")}, run("r2"),
+			{parse("r2", "SELECT 2 AS two"), sync}, run("r2"),
+		}},
+		{"in block, fail and dealloc pipelined", [][]pgproto3.FrontendMessage{
+			{parse("r3", "SELECT 1 AS one"), sync}, {q("BEGIN")}, {q("SELECT 1/0"), q("DEALLOCATE r3")}, {q("ROLLBACK")}, run("r3"),
+		}},
+		{"failed block, rollback and dealloc pipelined", [][]pgproto3.FrontendMessage{
+			{parse("r4", "SELECT 1 AS one"), sync}, {q("BEGIN")}, {q("SELECT 1/0")}, {q("ROLLBACK"), q("DEALLOCATE r4")}, run("r4"),
+			{parse("r4", "SELECT 2 AS two"), sync}, run("r4"),
+		}},
+		{"failed block, rollback; dealloc in one query", [][]pgproto3.FrontendMessage{
+			{parse("r5", "SELECT 1 AS one"), sync}, {q("BEGIN")}, {q("SELECT 1/0")}, {q("ROLLBACK; DEALLOCATE r5")}, run("r5"),
+			{parse("r5", "SELECT 2 AS two"), sync}, run("r5"),
+		}},
+		{"failed block, commit; dealloc in one query", [][]pgproto3.FrontendMessage{
+			{parse("r9", "SELECT 1 AS one"), sync}, {q("BEGIN")}, {q("SELECT 1/0")}, {q("COMMIT; DEALLOCATE r9")}, run("r9"),
+		}},
+		{"failed block, rollback to savepoint; dealloc", [][]pgproto3.FrontendMessage{
+			{parse("r6", "SELECT 1 AS one"), sync}, {q("BEGIN")}, {q("SAVEPOINT s")}, {q("SELECT 1/0")}, {q("ROLLBACK TO s; DEALLOCATE r6")}, {q("COMMIT")}, run("r6"),
+			{parse("r6", "SELECT 2 AS two"), sync}, run("r6"),
+		}},
+		{"failed block, rollback to savepoint pipelined with dealloc", [][]pgproto3.FrontendMessage{
+			{parse("r7", "SELECT 1 AS one"), sync}, {q("BEGIN")}, {q("SAVEPOINT s")}, {q("SELECT 1/0")}, {q("ROLLBACK TO s"), q("DEALLOCATE r7")}, {q("COMMIT")}, run("r7"),
+		}},
+		{"failed block via extended, sync, dealloc pipelined", [][]pgproto3.FrontendMessage{
+			{parse("r8", "SELECT 1 AS one"), sync}, {q("BEGIN")}, {q("SELECT 1/0"), q("ROLLBACK"), q("DEALLOCATE r8")}, run("r8"),
+		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			f := newPooledFenced(t, 1, "")

@@ -313,8 +313,13 @@ func (ss *session) mapSQLPrepared(text []byte) (sqlMapping, bool) {
 			clear(sc.sqlStmts)
 		case rewrite.ExecuteName, rewrite.DeallocateName:
 			d, ok := lookup(r.Name)
-			if !ok && r.Kind == rewrite.DeallocateName && !allGone {
-				if server, prepare := ss.deallocateNamed(r.Name); server != "" { // pooledstmts.go
+			// A DEALLOCATE that starts its Query in a failed block is refused (25P02) and the name stays: it is
+			// left as it is. One after a statement of the Query that may end the failed state (ROLLBACK, COMMIT,
+			// ROLLBACK TO) is mapped, with no PREPARE in front (which the failed block would refuse, and the
+			// whole Query with it).
+			failed := byte(ss.state.txStatus.Load()) == txFailed
+			if !ok && r.Kind == rewrite.DeallocateName && !allGone && (r.Stmt > 0 || !failed) {
+				if server, prepare := ss.deallocateNamed(r.Name, failed); server != "" { // pooledstmts.go
 					renamed[i] = server
 					if prepare != "" {
 						closeFirst(server)

@@ -571,15 +571,20 @@ func (ss *session) serverStmt(name []byte) string {
 // it at once; if an error skips the DEALLOCATE, the connection's statement of that name is prepared again before
 // its next use, as it no longer counts). "" for a name PostgreSQL would not hold: the server then says 26000.
 // A DEALLOCATE that an error of its Query skips leaves the name forgotten all the same (its Bind gets 26000).
-func (ss *session) deallocateNamed(name string) (server, prepare string) {
+// noFront (a failed block, which a PREPARE in front would fail): mapped only where the proxy prepared the
+// statement on this connection (serverConn.stmts), with no PREPARE; "" otherwise.
+func (ss *session) deallocateNamed(name string, noFront bool) (server, prepare string) {
 	pl := ss.pooled
 	cs, ok := pl.stmts.byName[name]
-	if !ok || !pl.stmts.holds(name) || byte(ss.state.txStatus.Load()) == txFailed {
-		// In a failed block the server refuses the whole Query (25P02) and the name stays: nothing to map.
+	if !ok || !pl.stmts.holds(name) {
 		return "", ""
 	}
 	sc := pl.sc
-	if !sc.stmtsFresh[cs.server] {
+	switch {
+	case sc.stmtsFresh[cs.server]:
+	case noFront && !sc.stmts[cs.server]:
+		return "", ""
+	case !noFront:
 		prepare = "PREPARE " + cs.server + " AS SELECT"
 	}
 	delete(pl.stmts.byName, name)

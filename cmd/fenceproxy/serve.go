@@ -237,7 +237,13 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 func reload(path string, cur *config.Config, planners *proxy.PlannerSet, watcher *catalog.Watcher, log *slog.Logger) ([]string, error) {
 	next, err := config.Load(path)
 	if err == nil {
-		err = planners.SetConfig(next)
+		// Only the tables: the planner built from the whole new file took its token setting, lock setting,
+		// fence.synchronous_commit and cache size too, which nothing else of the proxy (startup options, the
+		// pool's token statements, verification) follows until a restart: writes under the old setting were
+		// refused, and the two disagreed on which setting carries the token.
+		applied := *cur
+		applied.Tables = next.Tables
+		err = planners.SetConfig(&applied)
 	}
 	if err != nil {
 		log.Error("reload failed; keeping the current configuration", "err", err)
