@@ -37,28 +37,18 @@ func TestServeReloadAppliesOnlyTheTables(t *testing.T) {
 		}
 	}
 	write("")
-	pp := startServe(t, bin, configPath, addr)
+	startServe(t, bin, configPath, addr)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	acfg, err := pgx.ParseConfig(proxytest.DSN(addr, "admin", "", "fenceproxy") + "&default_query_exec_mode=simple_protocol")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var notices []string
-	acfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) { notices = append(notices, n.Message) }
-	adm, err := pgx.ConnectConfig(ctx, acfg)
-	if err != nil {
-		t.Fatalf("%v\n%s", err, pp.stderr.String())
-	}
-	defer adm.Close(ctx)
+	adm, notices := adminKeepingNotices(ctx, t, addr)
 	for i := 0; i < 2; i++ {
 		if _, err := adm.Exec(ctx, "RELOAD"); err != nil {
 			t.Fatalf("RELOAD %d: %v", i, err)
 		}
-		if len(notices) != 0 {
-			t.Errorf("RELOAD %d of an unchanged file: notices %q", i, notices)
+		if len(*notices) != 0 {
+			t.Errorf("RELOAD %d of an unchanged file: notices %q", i, *notices)
 		}
-		notices = nil
+		*notices = nil
 	}
 
 	c, err := pgx.Connect(ctx, proxytest.DSN(addr, pgtest.SuperUser, "", pgtest.TestDB)+"&default_query_exec_mode=simple_protocol")
@@ -87,8 +77,8 @@ func TestServeReloadAppliesOnlyTheTables(t *testing.T) {
 	if _, err := adm.Exec(ctx, "RELOAD"); err != nil {
 		t.Fatal(err)
 	}
-	if len(notices) != 1 || !strings.Contains(notices[0], "changes to token need a restart") {
-		t.Errorf("RELOAD after a token.setting change: notices %q, want one naming token", notices)
+	if len(*notices) != 1 || !strings.Contains((*notices)[0], "changes to token need a restart") {
+		t.Errorf("RELOAD after a token.setting change: notices %q, want one naming token", *notices)
 	}
 	if err := upd(); err != nil {
 		t.Errorf("after a RELOAD that did not apply the token section, the same write: %v", err)

@@ -98,21 +98,29 @@ func TestServeAdminReload(t *testing.T) {
 	// logged.
 	size = 3
 	writeConfig("public.accounts", "ledger")
+	adm2, notices := adminKeepingNotices(ctx, t, addr)
+	if _, err := adm2.Exec(ctx, "RELOAD"); err != nil {
+		t.Fatalf("RELOAD after a pool.size change: %v", err)
+	}
+	if len(*notices) != 1 || !strings.Contains((*notices)[0], "changes to pool need a restart") {
+		t.Fatalf("RELOAD after a pool.size change: notices %q, want one naming pool", *notices)
+	}
+}
+
+// adminKeepingNotices connects to the admin console at addr as admin, keeping the messages of the NOTICEs it
+// gets (a RELOAD names there what it did not apply); the connection closes when the test ends.
+func adminKeepingNotices(ctx context.Context, t *testing.T, addr string) (*pgx.Conn, *[]string) {
+	t.Helper()
 	acfg, err := pgx.ParseConfig(proxytest.DSN(addr, "admin", "", "fenceproxy") + "&default_query_exec_mode=simple_protocol")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var notices []string
-	acfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) { notices = append(notices, n.Message) }
-	adm2, err := pgx.ConnectConfig(ctx, acfg)
+	notices := &[]string{}
+	acfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) { *notices = append(*notices, n.Message) }
+	adm, err := pgx.ConnectConfig(ctx, acfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer adm2.Close(ctx)
-	if _, err := adm2.Exec(ctx, "RELOAD"); err != nil {
-		t.Fatalf("RELOAD after a pool.size change: %v", err)
-	}
-	if len(notices) != 1 || !strings.Contains(notices[0], "changes to pool need a restart") {
-		t.Fatalf("RELOAD after a pool.size change: notices %q, want one naming pool", notices)
-	}
+	t.Cleanup(func() { adm.Close(context.Background()) })
+	return adm, notices
 }
