@@ -25,15 +25,8 @@ var ErrMalformed = errors.New("malformed SCRAM message")
 var ErrFailed = errors.New("SCRAM proof does not match")
 
 // MockIterations is the iteration count shown to users without a SCRAM secret when no real secret says
-// otherwise (MostIterations): PostgreSQL's default.
+// otherwise (MostCounted): PostgreSQL's default.
 const MockIterations = 4096
-
-// MostIterations is the iteration count most of the SCRAM secrets of users have (the higher one of a tie), or
-// MockIterations when they have none: what a mock secret shows, so that a count PostgreSQL was configured to use
-// (scram_iterations) does not tell a real user from an unknown one.
-func MostIterations(users Userlist) int {
-	return MostCounted(IterationCounts(users))
-}
 
 // IterationCounts counts the SCRAM secrets of users by iteration count.
 func IterationCounts(users Userlist) map[int]int {
@@ -46,7 +39,9 @@ func IterationCounts(users Userlist) map[int]int {
 	return counts
 }
 
-// MostCounted is the iteration count counted most (the higher one of a tie), or MockIterations when none is.
+// MostCounted is the iteration count counted most (the higher one of a tie), or MockIterations when none is:
+// what a mock secret shows, so that a count PostgreSQL was configured to use (scram_iterations) does not tell a
+// real user from an unknown one.
 func MostCounted(counts map[int]int) int {
 	most, n := MockIterations, 0
 	for it, c := range counts {
@@ -80,7 +75,7 @@ func MockSecret(key []byte, user string, iterations int) Secret {
 // NewLoginExchange starts the exchange for a client logging in as user: against its secret when it has a SCRAM
 // one (found), and a mock exchange otherwise (an unknown user, or an md5 secret, which cannot answer SCRAM), which
 // looks the same to the client and fails. mockKey is the per-process key of MockSecret, and mockIterations the
-// iteration count it shows (MostIterations of the real secrets, so that a mock one does not stand out).
+// iteration count it shows (MostCounted of the real secrets, so that a mock one does not stand out).
 func NewLoginExchange(mockKey []byte, mockIterations int, user string, sec Secret, found bool) *ServerExchange {
 	if !found || sec.Kind != KindSCRAM {
 		return NewServerExchange(MockSecret(mockKey, user, mockIterations), true)

@@ -72,9 +72,8 @@ type authenticator struct {
 	mu       sync.RWMutex
 	file     auth.Userlist // auth.file, as last read
 	fileSeen fileVersion   // auth.file's version when last read
-	// mockIterations is the iteration count a mock SCRAM secret shows: the one counted most among auth.file's
-	// secrets (fileIterations) and those auth.query returned (queryIterations), as auth.MostCounted says.
-	mockIterations                  int
+	// The iteration counts of auth.file's SCRAM secrets and of those auth.query returned: a mock SCRAM secret
+	// shows the one counted most (mockIterations).
 	fileIterations, queryIterations map[int]int
 
 	queryCfg *pgx.ConnConfig // auth.query's connections; nil without it
@@ -181,13 +180,15 @@ func (a *authenticator) reload() error {
 	}
 	a.mu.Lock()
 	a.file, a.fileSeen, a.fileIterations = users, seen, auth.IterationCounts(users)
-	a.countedIterationsLocked()
 	a.mu.Unlock()
 	return nil
 }
 
-// countedIterationsLocked sets mockIterations from the counts of the secrets seen (a.mu held).
-func (a *authenticator) countedIterationsLocked() {
+// mockIterations is the iteration count a mock SCRAM secret shows: the one counted most among the secrets seen
+// (a few distinct counts: a small map per SCRAM login).
+func (a *authenticator) mockIterations() int {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
 	counts := maps.Clone(a.fileIterations)
 	if counts == nil {
 		counts = map[int]int{}
@@ -195,7 +196,7 @@ func (a *authenticator) countedIterationsLocked() {
 	for it, n := range a.queryIterations {
 		counts[it] += n
 	}
-	a.mockIterations = auth.MostCounted(counts)
+	return auth.MostCounted(counts)
 }
 
 // reloadIfChanged reads auth.file again when it changed since it was last read: an operator's new secret works
@@ -266,7 +267,6 @@ func (a *authenticator) lookup(ctx context.Context, user string) (auth.Secret, b
 			a.queryIterations = map[int]int{}
 		}
 		a.queryIterations[sec.Iterations]++
-		a.countedIterationsLocked()
 		a.mu.Unlock()
 	}
 	return sec, true, nil
@@ -354,11 +354,8 @@ func (s *Server) authenticateClient(ss *session) (*clientLogin, error) {
 		// password_encryption md5): a SCRAM challenge would tell it from the md5 users at once.
 		err = ss.md5Exchange(auth.MockMD5Secret(a.mockKey, user), true)
 	default:
-		a.mu.RLock()
-		iterations := a.mockIterations
-		a.mu.RUnlock()
 		var key [sha256.Size]byte
-		key, err = ss.scramExchange(auth.NewLoginExchange(a.mockKey, iterations, user, sec, found))
+		key, err = ss.scramExchange(auth.NewLoginExchange(a.mockKey, a.mockIterations(), user, sec, found))
 		login.clientKey, login.hasKey = key, err == nil
 	}
 	if err != nil {
