@@ -12,6 +12,9 @@ import (
 type textClass struct {
 	rewrite.PoolingClass
 	leaves bool
+	// dropsAll: the text deallocates every prepared statement of the session (DEALLOCATE ALL, DISCARD ALL;
+	// rewrite.DropsAllPrepared), which a Bind of it then runs at its Execute (pooledStmts.dropAllSent).
+	dropsAll bool
 }
 
 // plain reports whether the text may have the plain token statement (plainText).
@@ -52,7 +55,8 @@ func (m *classMemo) classOf(text []byte, set rewrite.Settings) textClass {
 			return e.class
 		}
 	}
-	c := textClass{rewrite.ClassifyPooling(text, set), mayLeaveSessionState(text)}
+	c := textClass{PoolingClass: rewrite.ClassifyPooling(text, set), leaves: mayLeaveSessionState(text)}
+	c.dropsAll = dropAllWords.In(text) && rewrite.DropsAllPrepared(string(text))
 	if len(text) <= classMemoMaxText {
 		if len(m.entries) < classMemoSize {
 			m.entries = append(m.entries, classEntry{})
@@ -65,6 +69,9 @@ func (m *classMemo) classOf(text []byte, set rewrite.Settings) textClass {
 	}
 	return c
 }
+
+// dropAllWords are the words a text that drops every prepared statement holds.
+var dropAllWords = rewrite.NewFoldWords("deallocate", "discard")
 
 // classOf is the class of a client's text under the session's reading settings now.
 func (ss *session) classOf(text []byte) textClass {
