@@ -232,9 +232,11 @@ func (s *Server) showPools() *adminTable {
 }
 
 func (s *Server) showStats() *adminTable {
-	t := &adminTable{cols: []string{"database", "user", "total_xact_count", "total_server_conns", "total_pins"}}
+	// pgbouncer's names and units (microseconds) for the counters it has too.
+	t := &adminTable{cols: []string{"database", "user", "total_xact_count", "total_xact_time", "total_wait_time", "total_server_conns", "total_pins"}}
 	for _, p := range s.pools.list() {
-		t.rows = append(t.rows, []string{p.database, p.user, itoa(p.lends.Load()), itoa(p.opened.Load()), itoa(p.pins.Load())})
+		t.rows = append(t.rows, []string{p.database, p.user, itoa(p.lends.Load()), itoa(p.lentNanos.Load() / 1000), itoa(p.waitNanos.Load() / 1000),
+			itoa(p.opened.Load()), itoa(p.pins.Load())})
 	}
 	return t
 }

@@ -253,6 +253,9 @@ type txPool struct {
 	lends   atomic.Int64               // server connections lent, since start
 	opened  atomic.Int64               // server connections opened, since start
 	pins    atomic.Int64               // clients pinned, since start
+	// lentNanos and waitNanos are the time server connections spent lent and clients spent waiting for one,
+	// since start (SHOW STATS total_xact_time, total_wait_time).
+	lentNanos, waitNanos atomic.Int64
 }
 
 // member is a client session of a pool, as the admin console shows it.
@@ -534,6 +537,9 @@ func (p *txPool) observeWait(d time.Duration) {
 	if p.waitTime != nil {
 		p.waitTime.Observe(d.Seconds())
 	}
+	if d > 0 {
+		p.waitNanos.Add(int64(d))
+	}
 }
 
 // paused reports whether PAUSE holds the pool's new lends. A lend checks it after it took its slot and PAUSE
@@ -586,7 +592,7 @@ func (p *txPool) release(sc *serverConn) {
 		p.discard(sc)
 		return
 	}
-	sc.lentTo.Store(nil)
+	p.lendEnded(sc)
 	sc.unreadBy.Store(nil)
 	p.mu.Lock()
 	sc.idleSince = time.Now()
@@ -605,12 +611,19 @@ func (p *txPool) discard(sc *serverConn) {
 
 // forget closes a server connection and takes it off the pool's list of open ones.
 func (p *txPool) forget(sc *serverConn) {
-	sc.lentTo.Store(nil)
+	p.lendEnded(sc)
 	p.mu.Lock()
 	delete(p.live, sc)
 	p.mu.Unlock()
 	sc.conn.Close()
 	p.nudge()
+}
+
+// lendEnded marks sc lent to nobody, and counts the time it was lent, if it was (lentNanos).
+func (p *txPool) lendEnded(sc *serverConn) {
+	if sc.lentTo.Swap(nil) != nil {
+		p.lentNanos.Add(time.Now().UnixNano() - sc.lentAt.Load())
+	}
 }
 
 // nudge tells keepIdle to look at the pool (pool.min_idle).

@@ -93,6 +93,7 @@ func TestPooledAdminShowClientsAndServers(t *testing.T) {
 	adm := adminConn(t, f)
 	a := pooledConn(t, f, "&default_query_exec_mode=simple_protocol&application_name=client_a")
 	fxExec(t, a, "BEGIN") // holds the pool's one server connection
+	aHeld := time.Now()
 	aBackend := strconv.FormatUint(uint64(backendPID(t, a)), 10)
 	aPtr := strconv.FormatUint(uint64(a.PgConn().PID()), 10)
 
@@ -137,7 +138,9 @@ func TestPooledAdminShowClientsAndServers(t *testing.T) {
 		}
 	}
 	_, waitsBefore, _ := gathered(t, f.p.Registry, "fenceproxy_pool_wait_seconds", labels)
-
+	bWaits := time.Now()              // b waits from before this
+	time.Sleep(50 * time.Millisecond) // a wait SHOW STATS must count, whatever the machine's speed
+	aCommits := time.Now()
 	fxExec(t, a, "COMMIT")
 	if err := <-bDone; err != nil {
 		t.Fatalf("client b after a's commit: %v", err)
@@ -154,6 +157,19 @@ func TestPooledAdminShowClientsAndServers(t *testing.T) {
 	})
 	if servers[0]["link"] != "" {
 		t.Fatalf("SHOW SERVERS after both transactions: %v", servers)
+	}
+	// SHOW STATS: pgbouncer's microseconds, at least a's transaction and b's wait as the test saw them.
+	stats := adminRows(t, adm, "SHOW STATS")
+	atLeast := func(col string, d time.Duration) {
+		t.Helper()
+		if n, err := strconv.ParseInt(stats[0][col].(string), 10, 64); err != nil || n < d.Microseconds() {
+			t.Errorf("SHOW STATS %s = %v, want at least %d", col, stats[0][col], d.Microseconds())
+		}
+	}
+	atLeast("total_xact_time", aCommits.Sub(aHeld))
+	atLeast("total_wait_time", aCommits.Sub(bWaits))
+	if n, _ := strconv.Atoi(stats[0]["total_xact_count"].(string)); n < 2 {
+		t.Errorf("SHOW STATS total_xact_count = %v, want at least 2 (a's transaction and b's)", stats[0]["total_xact_count"])
 	}
 	if v, _, _ := gathered(t, f.p.Registry, "fenceproxy_pool_servers", map[string]string{"state": "idle"}); v != 1 {
 		t.Fatalf("fenceproxy_pool_servers{state=idle} = %v, want 1", v)

@@ -1002,7 +1002,7 @@ func TestPooledAdminConsole(t *testing.T) {
 		t.Fatalf("SHOW POOLS: %v", pools)
 	}
 	var lends string
-	if err := adm.QueryRow(ctx, "SHOW STATS").Scan(nil, nil, &lends, nil, nil); err != nil || lends == "0" {
+	if err := adm.QueryRow(ctx, "SHOW STATS").Scan(nil, nil, &lends, nil, nil, nil, nil); err != nil || lends == "0" {
 		t.Fatalf("SHOW STATS: total_xact_count %q, %v", lends, err)
 	}
 	_, err = adm.Exec(ctx, "SHOW NONSENSE")
