@@ -138,6 +138,13 @@ func (s *Server) adminCommand(out msgSink, text string) {
 				"fenceproxy admin console: RELOAD applied the table list and auth.file; changes to "+strings.Join(notApplied, ", ")+" need a restart and were not applied", ""))
 		}
 	case "PAUSE":
+		if arg != "" && !s.pools.hasDatabase(arg) {
+			// pgbouncer knows its databases and refuses one it has not; pools here are made at first use, so the
+			// name may be new or misspelt: PAUSE holds it all the same, and says that nothing was running.
+			writeRaw(out, noticeResponse(sqlstateSuccessfulCompletion,
+				fmt.Sprintf("fenceproxy admin console: no client has used database %q yet; its pools will be paused when made", arg),
+				"Check the name with SHOW POOLS."))
+		}
 		err = s.pools.pause(arg, time.Now().Add(s.cfg.Limits.ShutdownTimeout))
 	case "RESUME":
 		err = s.pools.resume(arg)
@@ -453,6 +460,11 @@ func (ps *txPools) list() []*txPool {
 	ps.mu.Unlock()
 	sort.Slice(pools, func(i, j int) bool { return pools[i].name < pools[j].name })
 	return pools
+}
+
+// hasDatabase reports whether a pool of database db exists.
+func (ps *txPools) hasDatabase(db string) bool {
+	return slices.ContainsFunc(ps.list(), func(p *txPool) bool { return p.database == db })
 }
 
 // pausedUntil is the channel the next RESUME closes when PAUSE holds the pool, nil when it does not.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fenceproxy/fenceproxy/internal/pgtest"
@@ -270,8 +271,25 @@ func TestPooledAdminPauseResume(t *testing.T) {
 	_, err := adm.Exec(ctx, "RESUME")
 	wantPgErr(t, err, "55000", "RESUME: nothing is paused")
 
-	// PAUSE of another database: this pool lends on.
-	fxExec(t, adm, "PAUSE otherdb")
+	// PAUSE of another database: this pool lends on. No client used that one: a NOTICE says so (pgbouncer
+	// refuses a database it does not know; pools here are made at first use).
+	acfg := adm.Config().Copy()
+	var notices []string
+	acfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) { notices = append(notices, n.Message) }
+	adm2, err := pgx.ConnectConfig(ctx, acfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer adm2.Close(ctx)
+	fxExec(t, adm2, "PAUSE otherdb")
+	if len(notices) != 1 || !strings.Contains(notices[0], `no client has used database "otherdb" yet`) {
+		t.Fatalf("PAUSE otherdb: notices %q", notices)
+	}
+	fxExec(t, adm2, "PAUSE "+pgtest.TestDB)
+	fxExec(t, adm2, "RESUME "+pgtest.TestDB)
+	if len(notices) != 1 {
+		t.Fatalf("PAUSE of a database in use: notices %q", notices[1:])
+	}
 	fxExec(t, a, "SELECT 1")
 	_, err = adm.Exec(ctx, "RESUME "+pgtest.TestDB)
 	wantPgErr(t, err, "55000", fmt.Sprintf("RESUME %s: database %q is not paused", pgtest.TestDB, pgtest.TestDB))
