@@ -2185,7 +2185,7 @@ func (ss *session) relayServer(sc *serverConn, inline bool) bool {
 		if typ == msgErrorResponse {
 			pl.batchFailed.Store(true)
 			pl.stmts.failed(hiding) // the server skips the rest of the batch
-			pl.sqlStmts.failed()
+			pl.stmts.reopen(pl.sqlStmts.failed())
 			if pl.stmtParsed.Load() {
 				pl.probe.Store(true)
 			}

@@ -43,6 +43,23 @@ func TestPooledSQLDeallocateShapes(t *testing.T) {
 			{parse("d4", "SELECT 1 AS one"), sync}, {q("SELECT 1/0")}, {q("SELECT nosuchcol; DEALLOCATE d4")}, {q("SELECT 7 AS seven")},
 			{parse("d4b", "SELECT 1 AS one"), sync}, run("d4b"),
 		}},
+		// An error before the DEALLOCATE in its Query keeps it from running: the name stays the client's (until
+		// 2026-12-04 the proxy forgot it when it sent the Query, and its Bind got 26000).
+		{"dealloc skipped by an earlier error in its query", [][]pgproto3.FrontendMessage{
+			{parse("d20", "SELECT 1 AS one"), sync}, {q("SELECT 1/0; DEALLOCATE d20")}, run("d20"), {q("DEALLOCATE d20")}, run("d20"),
+		}},
+		{"dealloc skipped in a block, rolled back", [][]pgproto3.FrontendMessage{
+			{parse("d21", "SELECT 1 AS one"), sync}, {q("BEGIN")}, {q("SELECT 1/0; DEALLOCATE d21")}, {q("ROLLBACK")}, run("d21"),
+		}},
+		{"dealloc skipped with its prepare in front", [][]pgproto3.FrontendMessage{
+			{parse("d22", "SELECT 1 AS one"), sync}, {q("SELECT 1/0")}, {q("SELECT 2/0; DEALLOCATE d22")}, run("d22"),
+		}},
+		{"dealloc ran, then an error in its query", [][]pgproto3.FrontendMessage{
+			{parse("d23", "SELECT 1 AS one"), sync}, {q("DEALLOCATE d23; SELECT 1/0")}, run("d23"),
+		}},
+		{"two deallocs, an error between", [][]pgproto3.FrontendMessage{
+			{parse("d24", "SELECT 1 AS one"), parse("d25", "SELECT 2 AS two"), sync}, {q("DEALLOCATE d24; SELECT 1/0; DEALLOCATE d25")}, run("d24"), run("d25"),
+		}},
 		{"dealloc twice", [][]pgproto3.FrontendMessage{
 			{parse("d5", "SELECT 1 AS one"), sync}, {q("DEALLOCATE d5; DEALLOCATE d5")}, run("d5"), {q("DEALLOCATE d5")},
 		}},

@@ -60,6 +60,10 @@ type sqlPending struct {
 	stmt int
 	name string
 	def  sqlStmt
+	// reopen is, for a DEALLOCATE of a protocol-level name of the client's (deallocateNamed, which forgot it
+	// when it was sent), the name's statement: an error that keeps the DEALLOCATE from running leaves it the
+	// client's (failed).
+	reopen *closedStmt
 }
 
 // pooledSQLStmts is a client session's SQL-level prepared statements.
@@ -84,6 +88,9 @@ func (q *pooledSQLStmts) completed(tag []byte) {
 	for len(q.pending) > 0 && q.pending[0].stmt == q.done {
 		p := q.pending[0]
 		q.pending = q.pending[1:]
+		if p.reopen != nil {
+			continue // it ran: the name stays forgotten
+		}
 		if p.def.server == "" {
 			delete(q.byName, p.name)
 			continue
@@ -96,11 +103,19 @@ func (q *pooledSQLStmts) completed(tag []byte) {
 	q.done++
 }
 
-// failed drops the changes of the statements an ErrorResponse kept from running.
-func (q *pooledSQLStmts) failed() {
+// failed drops the changes of the statements an ErrorResponse kept from running, and returns the protocol-level
+// names whose DEALLOCATE was among them (sqlPending.reopen).
+func (q *pooledSQLStmts) failed() []closedStmt {
 	q.mu.Lock()
+	defer q.mu.Unlock()
+	var reopen []closedStmt
+	for _, p := range q.pending {
+		if p.reopen != nil {
+			reopen = append(reopen, *p.reopen)
+		}
+	}
 	q.pending, q.doubt = nil, true
-	q.mu.Unlock()
+	return reopen
 }
 
 // ready ends the answer to a Query (or a batch).
@@ -319,7 +334,8 @@ func (ss *session) mapSQLPrepared(text []byte) (sqlMapping, bool) {
 			// whole Query with it).
 			failed := byte(ss.state.txStatus.Load()) == txFailed
 			if !ok && r.Kind == rewrite.DeallocateName && !allGone && (r.Stmt > 0 || !failed) {
-				if server, prepare := ss.deallocateNamed(r.Name, failed); server != "" { // pooledstmts.go
+				if server, prepare, was := ss.deallocateNamed(r.Name, failed); server != "" { // pooledstmts.go
+					pend = append(pend, sqlPending{stmt: r.Stmt, reopen: &closedStmt{name: r.Name, stmt: was, prepared: true}})
 					renamed[i] = server
 					if prepare != "" {
 						closeFirst(server)

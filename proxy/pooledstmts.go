@@ -641,20 +641,21 @@ func (ss *session) serverStmt(name []byte) string {
 // not (serverConn.stmtsFresh), prepare is a PREPARE of it to go in front, its text nothing (the DEALLOCATE drops
 // it at once; if an error skips the DEALLOCATE, the connection's statement of that name is prepared again before
 // its next use, as it no longer counts). "" for a name PostgreSQL would not hold: the server then says 26000.
-// A DEALLOCATE that an error of its Query skips leaves the name forgotten all the same (its Bind gets 26000).
-// noFront (a failed block, which a PREPARE in front would fail): mapped only where the proxy prepared the
-// statement on this connection (serverConn.stmts), with no PREPARE; "" otherwise.
-func (ss *session) deallocateNamed(name string, noFront bool) (server, prepare string) {
+// was is the name's statement: a DEALLOCATE that an error of its Query keeps from running gives it back
+// (pooledSQLStmts.failed, reopen). noFront (a failed block, which a PREPARE in front would fail): mapped only
+// where the proxy prepared the statement on this connection (serverConn.stmts), with no PREPARE; ""
+// otherwise.
+func (ss *session) deallocateNamed(name string, noFront bool) (server, prepare string, was clientStmt) {
 	pl := ss.pooled
 	cs, ok := pl.stmts.byName[name]
 	if !ok || !pl.stmts.holds(name) {
-		return "", ""
+		return "", "", clientStmt{}
 	}
 	sc := pl.sc
 	switch {
 	case sc.stmtsFresh[cs.server]:
 	case noFront && !sc.stmts[cs.server]:
-		return "", ""
+		return "", "", clientStmt{}
 	case !noFront:
 		prepare = "PREPARE " + cs.server + " AS SELECT"
 	}
@@ -662,7 +663,19 @@ func (ss *session) deallocateNamed(name string, noFront bool) (server, prepare s
 	pl.stmts.unprepare(name)
 	delete(sc.stmts, cs.server)
 	delete(sc.stmtsFresh, cs.server)
-	return cs.server, prepare
+	return cs.server, prepare, cs
+}
+
+// reopen gives back the client's named statements whose DEALLOCATE an error kept from running, for the client
+// side to take (takeSkipped).
+func (q *pooledStmts) reopen(names []closedStmt) {
+	if len(names) == 0 {
+		return
+	}
+	q.mu.Lock()
+	q.reopened = append(q.reopened, names...)
+	q.anySkipped.Store(true)
+	q.mu.Unlock()
 }
 
 // parsedText is the text a Parse message's body prepares (nil when malformed: the server refuses it anyway).
