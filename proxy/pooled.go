@@ -139,10 +139,12 @@ type pooledState struct {
 	probe atomic.Bool // the transaction may leave session state: look at the connection at its end
 	// What the probe reads an empty value as (followed): it is what a RESET gives on a pooled connection, and
 	// what set_config(name, '') gives. probeReset: the transaction visibly reset something (a RESET, DISCARD
-	// or SET command tag: SET ... TO DEFAULT; a set_config of the literal NULL). probeSetConfig: a text of it
-	// may give the token or lock a value by set_config (under mu). Both cleared by the probe.
-	probeReset     atomic.Bool
-	probeSetConfig bool
+	// or SET command tag: SET ... TO DEFAULT; a set_config of the literal NULL); probeResetCmd: a RESET or
+	// DISCARD command tag. probeSetConfigToken: a text of it may give the token a session value by set_config;
+	// probeLockSet, probeLockReset: a text of it may set, or reset, the lock at session level (rewrite.Plan's
+	// LockSet, LockReset) (under mu). All cleared by the probe.
+	probeReset, probeResetCmd                         atomic.Bool
+	probeSetConfigToken, probeLockSet, probeLockReset bool
 	// startChecked: the lent connection's session state was checked since it last served another client
 	// (checkFirst), so the token and lock the probe reads at the transaction's end are what the client left, not
 	// what a function of another client's left before (under mu).
@@ -519,6 +521,7 @@ func (s *Server) startPooled(ss *session, login *clientLogin) {
 	pl.token, pl.lock = startupValue(ss.params, tok), startupValue(ss.params, lock)
 	pl.resetToken, pl.resetLock = pl.token, pl.lock
 	pl.settings = startupSettings(ss.params)
+	pl.classes.lockWords = s.lockWords
 	ss.pooled = pl
 	ss.ownPrep.max = 0 // session.prep, off until the first lend gives it the server connection's
 
@@ -865,15 +868,24 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 	leaves := wordsClass.leaves
 	if leaves {
 		pl.probe.Store(true)
-		// The planner's parse says whether its set_config calls only reset (a literal NULL value); without
-		// one, or for a text it did not analyse, they may set ''.
-		if setConfigWords.In(words) {
-			if p := ss.srv.currentPlanner(); p == nil || !p.Plan(words, ss.readingSettings()).SetConfigResetsOnly {
-				pl.probeSetConfig = true
-			} else {
+	}
+	if leaves || wordsClass.namesLock {
+		// The planner's parse says whether its set_config calls may set the token at session level (not only
+		// reset it, with a literal NULL value), and whether it may set or reset the lock; without a planner, or
+		// for a text it did not analyse, they may set the token (maybe to ''), and nothing is known of the lock.
+		var plan rewrite.Plan
+		if p := ss.srv.currentPlanner(); p != nil {
+			plan = p.Plan(words, ss.readingSettings())
+		}
+		if leaves && setConfigWords.In(words) {
+			if plan.SetConfigKeepsToken {
 				pl.probeReset.Store(true) // set_config(name, NULL, ...): a reset
+			} else {
+				pl.probeSetConfigToken = true
 			}
 		}
+		pl.probeLockSet = pl.probeLockSet || plan.LockSet
+		pl.probeLockReset = pl.probeLockReset || plan.LockReset
 	}
 	if text != nil {
 		ss.noteCustomSettings(text) // pooledsettings.go
@@ -1435,10 +1447,11 @@ func (ss *session) injectTokens(typ byte, body []byte) tokenPrefix {
 			ss.queryPrefix, n = ss.plainPrefix(sc, set, false)
 			pl.hide.Add(n)
 			prefix = prefixSet
-		} else if class.Begin && class.Modes {
+		} else if class.Begin && class.Modes || class.ModesLater {
 			// BEGIN ISOLATION LEVEL ... fails (25001) after a statement that took a snapshot, as the token
-			// statement does: two SET LOCAL take none. The checks of the token statement go first as a unit of
-			// their own (checkFirst).
+			// statement does, and so does SET TRANSACTION or a BEGIN with modes later in the Query (after a SET,
+			// which takes none, it runs directly): two SET LOCAL take none. The checks of the token statement go
+			// first as a unit of their own (checkFirst).
 			cfg := ss.srv.cfg.Token
 			ss.queryPrefix = setLocalSQL(cfg.Setting, pl.token, set) + setLocalSQL(cfg.LockSetting, pl.lock, set)
 			pl.hide.Add(2)
@@ -2145,6 +2158,9 @@ func (ss *session) relayServer(sc *serverConn, inline bool) bool {
 					pl.probe.Store(true)
 					if tagMayReset(body) {
 						pl.probeReset.Store(true)
+						if !tagStartsWith(body, "SET") {
+							pl.probeResetCmd.Store(true) // RESET, DISCARD
+						}
 					}
 				}
 				if tag := string(body); tag == "DISCARD ALL\x00" || tag == "DEALLOCATE ALL\x00" {
@@ -2394,8 +2410,9 @@ const probeAttempts = 3
 // it runs again.
 func (ss *session) probeSession(sc *serverConn) error {
 	defer func() {
-		ss.pooled.probeSetConfig = false
+		ss.pooled.probeSetConfigToken, ss.pooled.probeLockSet, ss.pooled.probeLockReset = false, false, false
 		ss.pooled.probeReset.Store(false)
+		ss.pooled.probeResetCmd.Store(false)
 	}()
 	for attempt := 1; ; attempt++ {
 		err := ss.probeOnce(sc)
@@ -2488,9 +2505,13 @@ func (ss *session) probeOnce(sc *serverConn) error {
 				}
 			}
 			if pl.startChecked {
-				sawReset := pl.probeReset.Load() && !pl.probeSetConfig
-				pl.token = followed(row[0], pl.token, pl.resetToken, sc.pool.resetToken, sawReset)
-				pl.lock = followed(row[1], pl.lock, pl.resetLock, sc.pool.resetLock, sawReset)
+				// An empty token is a reset only when the transaction visibly reset something and cannot have
+				// set the token to '' (no token refuses where a reset token might write). An empty lock is a
+				// reset unless the transaction surely set it so, and reset nothing: a lock kept refuses where no
+				// lock accepts (row fencing alone).
+				lockSetOnly := pl.probeLockSet && !pl.probeLockReset && !pl.probeResetCmd.Load()
+				pl.token = followed(row[0], pl.token, pl.resetToken, sc.pool.resetToken, pl.probeReset.Load() && !pl.probeSetConfigToken)
+				pl.lock = followed(row[1], pl.lock, pl.resetLock, sc.pool.resetLock, !lockSetOnly)
 			} else if string(row[0]) != poolPlaceholder || string(row[1]) != poolPlaceholder {
 				// Not checked at the start, and not the placeholder: a function may have left it, the client's or
 				// one of a client before. The client's plain texts set neither, so its values stay; the connection
@@ -2542,18 +2563,19 @@ func (ss *session) probeOnce(sc *serverConn) error {
 // got (nil: NULL): the placeholder means unchanged, the pool's default means reset, anything else was set.
 //
 // On a pooled connection with no default (poolDefault nil) a RESET gives the empty string (a custom setting's
-// own default), which is also what set_config(name, the empty string) gives. The empty string is taken as a reset only
-// when the transaction visibly reset something and no set_config of it may have set a value (sawReset:
-// probeReset without probeSetConfig); else as set. A token cleared that way is no token, as directly (writes
-// refused 55F02); taken as a reset it was the client's startup token, and writes went with it. Where the proxy
-// cannot tell (a function, a DO block that builds its SQL), the empty string wins: no token refuses where a
-// startup token would write.
-func followed(got []byte, cur, reset, poolDefault *string, sawReset bool) *string {
+// own default), which is also what set_config(name, the empty string) gives: emptyIsReset says which to take it
+// as, the way that refuses where the two differ (the caller's). For the token that is the empty string unless the
+// transaction visibly reset something and no set_config of the token may have set a value: a token cleared so
+// is no token, as directly (writes refused 55F02), where a startup token taken back would write. For the lock it
+// is the reset unless a set_config of the lock may have set it and nothing was visibly reset: a lock taken back
+// refuses what its fence refuses, where no lock leaves row fencing alone (a review of 2026-12-04 found the
+// lock lost for good after SET fence.lock TO DEFAULT and a set_config of the token in one transaction).
+func followed(got []byte, cur, reset, poolDefault *string, emptyIsReset bool) *string {
 	switch {
 	case got != nil && string(got) == poolPlaceholder:
 		return cur
 	case got == nil && poolDefault == nil,
-		got != nil && len(got) == 0 && poolDefault == nil && sawReset,
+		got != nil && len(got) == 0 && poolDefault == nil && emptyIsReset,
 		got != nil && poolDefault != nil && string(got) == *poolDefault:
 		return reset
 	}

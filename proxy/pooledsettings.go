@@ -31,7 +31,8 @@ import (
 //     transaction), and the connection's.
 //
 // What cannot move this way pins the client (pool.on_session_state): a setting only a superuser may set, the ones
-// in pinnedSettings, SET ROLE and SET SESSION AUTHORIZATION. Settings pg_settings does not show (custom
+// in pinnedSettings, SET ROLE and SET SESSION AUTHORIZATION; the transaction characteristics need not move
+// (transactionSettings). Settings pg_settings does not show (custom
 // settings such as myapp.tenant, apart from the token and lock) are neither replayed nor seen (docs/pooling.md).
 
 // settingsStmtName is the statement that puts a client's settings on a server connection.
@@ -50,24 +51,38 @@ const (
 
 // pinnedSettings are the user-settable settings a pooled client cannot take from one server connection to
 // another with set_config: client_encoding (the proxy reads what the server sends under it, and the values it
-// replays are bytes in it), and the transaction characteristics, whose session-level SET means "this
-// transaction". role and session_authorization are not in pg_settings; the probe compares them itself.
-var pinnedSettings = []string{"client_encoding", "transaction_isolation", "transaction_read_only", "transaction_deferrable"}
+// replays are bytes in it). role and session_authorization are not in pg_settings; the probe compares them
+// itself.
+var pinnedSettings = []string{"client_encoding"}
+
+// transactionSettings are the transaction characteristics, which every transaction takes from the
+// default_transaction_* settings (those move with the client) at its start: their SET, SET TRANSACTION or BEGIN
+// ISOLATION LEVEL means "this transaction" and reaches no later one, though pg_settings then shows them set at
+// session level. They are neither replayed nor a reason to pin. (Until 2026-12-04 they pinned: a client that ran
+// SET TRANSACTION ISOLATION LEVEL after BEGIN, as Rails does for an isolated transaction, kept its server
+// connection for good.)
+var transactionSettings = []string{"transaction_isolation", "transaction_read_only", "transaction_deferrable"}
+
+// sqlTextArray is names as an SQL text[] literal.
+func sqlTextArray(names []string) string {
+	quoted := make([]string, len(names))
+	for i, n := range names {
+		quoted[i] = quoteLiteral(n)
+	}
+	return "ARRAY[" + strings.Join(quoted, ", ") + "]::pg_catalog.text[]"
+}
 
 // replayable is the SQL condition on a pg_settings row for a session-level setting the pool replays.
 func replayable() string {
-	quoted := make([]string, len(pinnedSettings))
-	for i, n := range pinnedSettings {
-		quoted[i] = quoteLiteral(n)
-	}
-	return "context" + sqlEq + "'user' AND pg_catalog.lower(name)" + sqlNe + "ALL (ARRAY[" + strings.Join(quoted, ", ") + "]::pg_catalog.text[])"
+	return "context" + sqlEq + "'user' AND pg_catalog.lower(name)" + sqlNe + "ALL (" + sqlTextArray(append(pinnedSettings[:len(pinnedSettings):len(pinnedSettings)], transactionSettings...)) + ")"
 }
 
 // unmovableSettingsSQL is an SQL expression naming the session-level settings of a server connection that
 // pin its client (NULL: none). The role is not among them: the probe reads it on its own (loginRoleSQL), since
 // it pins only a client whose transaction started as the login role (probeOnce).
 func unmovableSettingsSQL() string {
-	return "(SELECT 'session-level SET of '" + sqlConcat + "pg_catalog.string_agg(name, ' ') FROM pg_catalog.pg_settings WHERE source" + sqlEq + "'session' AND NOT (" + replayable() + "))"
+	return "(SELECT 'session-level SET of '" + sqlConcat + "pg_catalog.string_agg(name, ' ') FROM pg_catalog.pg_settings WHERE source" + sqlEq + "'session' AND NOT (" +
+		replayable() + ") AND pg_catalog.lower(name)" + sqlNe + "ALL (" + sqlTextArray(transactionSettings) + "))"
 }
 
 // roleReason is the pin reason of a role the client's transaction left at session level.

@@ -94,8 +94,16 @@ func TestPooledSettingsOracle(t *testing.T) {
 				t.Fatalf("script %d (%s) at the start:\ndirect %s\npooled %s", i, mode, sd, sp)
 			}
 			for _, stmt := range script {
-				_, errD := d.Exec(ctx, stmt)
-				_, errP := p.Exec(ctx, stmt)
+				// pgx sends a statement without arguments as a simple Query in every mode: in exec mode a text
+				// of one statement goes by the extended protocol (Parse, Bind, Execute, Sync) instead.
+				exec := func(c *pgx.Conn) error {
+					if mode == "exec" && !strings.Contains(stmt, ";") {
+						return c.PgConn().ExecParams(ctx, stmt, nil, nil, nil, nil).Read().Err
+					}
+					_, err := c.Exec(ctx, stmt)
+					return err
+				}
+				errD, errP := exec(d), exec(p)
 				if (errD == nil) != (errP == nil) {
 					t.Fatalf("script %d (%s) %q: direct error %v, pooled error %v", i, mode, stmt, errD, errP)
 				}
@@ -539,4 +547,53 @@ func settingsLoadClient(ctx context.Context, f *fenced, c, txs int, sawPID func(
 		}
 	}
 	return nil
+}
+
+// The transaction characteristics set for one transaction (SET TRANSACTION after BEGIN, as Rails does for an
+// isolated transaction; SET transaction_isolation; BEGIN ISOLATION LEVEL) reach no later transaction, so they
+// neither move nor pin: on a pool of one, another client is served right after, and the client's next
+// transaction has the default characteristics, as directly. Until 2026-12-04 pg_settings' "session" source for
+// them pinned the client for good.
+func TestPooledTransactionCharacteristicsDoNotPin(t *testing.T) {
+	f := newPooledFenced(t, 1, "  max_client_wait: 5s\n")
+	ctx := ctxT(t)
+	scripts := [][]string{
+		{"BEGIN", "SET TRANSACTION ISOLATION LEVEL SERIALIZABLE", "SHOW transaction_isolation", "COMMIT", "SHOW transaction_isolation"},
+		{"BEGIN", "SET TRANSACTION READ ONLY, DEFERRABLE", "SHOW transaction_read_only", "ROLLBACK", "SHOW transaction_read_only"},
+		{"BEGIN", "SET transaction_isolation = 'repeatable read'", "SHOW transaction_isolation", "COMMIT", "SHOW transaction_isolation"},
+		{"BEGIN ISOLATION LEVEL REPEATABLE READ; SHOW transaction_isolation; COMMIT", "SHOW transaction_isolation"},
+		{"SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL SERIALIZABLE", "SHOW transaction_isolation", "RESET default_transaction_isolation"},
+	}
+	for i, script := range scripts {
+		d := connect(t, pg.SuperDSN()+"&default_query_exec_mode=simple_protocol")
+		p := pooledConn(t, f, "&default_query_exec_mode=simple_protocol")
+		for _, stmt := range script {
+			var got [2]string
+			for j, c := range []*pgx.Conn{d, p} {
+				rows, err := c.Query(ctx, stmt)
+				if err != nil {
+					t.Fatalf("script %d %q: %v", i, stmt, err)
+				}
+				for rows.Next() {
+					rows.Scan(&got[j])
+				}
+				if rows.Close(); rows.Err() != nil {
+					t.Fatalf("script %d %q: %v", i, stmt, rows.Err())
+				}
+			}
+			if got[0] != got[1] {
+				t.Fatalf("script %d %q: direct %q, pooled %q", i, stmt, got[0], got[1])
+			}
+			if p.PgConn().TxStatus() == 'I' {
+				other := pooledConn(t, f, "&default_query_exec_mode=simple_protocol")
+				fxExec(t, other, "SELECT 1") // the pool's one server connection is not pinned
+				other.Close(ctx)
+			}
+		}
+		d.Close(ctx)
+		p.Close(ctx)
+	}
+	if v, _, _ := gathered(t, f.p.Registry, "fenceproxy_pool_pins_total", map[string]string{"reason": "set"}); v != 0 {
+		t.Fatalf("fenceproxy_pool_pins_total{reason=set} = %v, want 0", v)
+	}
 }

@@ -15,6 +15,8 @@ type textClass struct {
 	// dropsAll: the text deallocates every prepared statement of the session (DEALLOCATE ALL, DISCARD ALL;
 	// rewrite.DropsAllPrepared), which a Bind of it then runs at its Execute (pooledStmts.dropAllSent).
 	dropsAll bool
+	// namesLock: the text holds the lock setting's name (classMemo.lockWords), so it may set or reset the lock.
+	namesLock bool
 }
 
 // plain reports whether the text may have the plain token statement (plainText).
@@ -30,6 +32,8 @@ func (c textClass) plain() bool { return c.Plain && !c.leaves }
 type classMemo struct {
 	entries []classEntry // up to classMemoSize, grown as texts come (a client that connects per transaction sends one or two)
 	next    int          // the entry the next miss replaces, once all are there
+	// lockWords holds the lock setting's name (Server.lockWords; nil: no lock setting) for textClass.namesLock.
+	lockWords *rewrite.FoldWords
 }
 
 // classMemoSize is how many texts the memo keeps.
@@ -57,6 +61,7 @@ func (m *classMemo) classOf(text []byte, set rewrite.Settings) textClass {
 	}
 	c := textClass{PoolingClass: rewrite.ClassifyPooling(text, set), leaves: mayLeaveSessionState(text)}
 	c.dropsAll = dropAllWords.In(text) && rewrite.DropsAllPrepared(string(text))
+	c.namesLock = m.lockWords != nil && m.lockWords.In(text)
 	if len(text) <= classMemoMaxText {
 		if len(m.entries) < classMemoSize {
 			m.entries = append(m.entries, classEntry{})

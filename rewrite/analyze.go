@@ -52,11 +52,12 @@ type analysis struct {
 	tokenSet     bool
 	token        int64
 	tokenDynamic bool
-	// setConfigValue: a set_config of the token, the lock or a computed name gives a value other than the
-	// literal NULL (Plan.SetConfigResetsOnly)
-	setConfigValue bool
-	tables         []string
-	scope          tokenScope // scope.go
+	// setConfigToken: a set_config of the token setting, or of a computed name, may give it a session value
+	// other than a reset (Plan.SetConfigKeepsToken). lockSet, lockReset: a statement may give the lock setting a
+	// session value, or reset it (Plan.LockSet, LockReset).
+	setConfigToken, lockSet, lockReset bool
+	tables                             []string
+	scope                              tokenScope // scope.go
 
 	checked   []checked      // statements sent as checking DO blocks (bycheck.go)
 	bodies    []checkedBlock // their blocks as built, in order
@@ -103,7 +104,9 @@ func (a *analysis) result(action Action, sql string) Plan {
 		TokenPersistent: a.scope.persistent,
 		LockPersistent:  a.scope.persistentLock,
 
-		SetConfigResetsOnly: !a.setConfigValue,
+		SetConfigKeepsToken: !a.setConfigToken,
+		LockSet:             a.lockSet,
+		LockReset:           a.lockReset,
 	}
 }
 
@@ -172,6 +175,8 @@ func (a *analysis) visit(m protoreflect.Message) {
 		}
 	case *pg.VariableSetStmt:
 		a.setStatement(x, false)
+	case *pg.DiscardStmt:
+		a.lockReset = a.lockReset || x.Target == pg.DiscardMode_DISCARD_ALL
 	case *pg.FuncCall:
 		a.setConfigCall(x)
 	case *pg.AlterRoleSetStmt:
@@ -194,6 +199,9 @@ func (a *analysis) addWrite(rv *pg.RangeVar, stmt protoreflect.ProtoMessage) {
 // the session's token; the others (ALTER ROLE ... SET, a function's SET
 // clause) are only validated.
 func (a *analysis) setStatement(v *pg.VariableSetStmt, top bool) {
+	if top && !v.IsLocal {
+		a.lockSession(v)
+	}
 	if !strings.EqualFold(v.Name, a.r.setting) || v.Kind != pg.VariableSetKind_VAR_SET_VALUE {
 		return // RESET, SET ... TO DEFAULT, FROM CURRENT, other settings
 	}
@@ -206,6 +214,20 @@ func (a *analysis) setStatement(v *pg.VariableSetStmt, top bool) {
 		return
 	}
 	a.tokenValue(value, top)
+}
+
+// lockSession notes what a top-level SET or RESET that is not LOCAL does to the lock setting's session value
+// (lockSet, lockReset).
+func (a *analysis) lockSession(v *pg.VariableSetStmt) {
+	switch {
+	case v.Kind == pg.VariableSetKind_VAR_RESET_ALL:
+		a.lockReset = true
+	case a.r.lockSetting == "" || !strings.EqualFold(v.Name, a.r.lockSetting):
+	case v.Kind == pg.VariableSetKind_VAR_SET_VALUE, v.Kind == pg.VariableSetKind_VAR_SET_CURRENT:
+		a.lockSet = true
+	case v.Kind == pg.VariableSetKind_VAR_SET_DEFAULT, v.Kind == pg.VariableSetKind_VAR_RESET:
+		a.lockReset = true
+	}
 }
 
 func (a *analysis) tokenValue(value string, effective bool) {
@@ -256,9 +278,14 @@ func (a *analysis) setConfigCall(f *pg.FuncCall) {
 		return
 	}
 	name, ok := constString(f.Args[0])
-	if c := unwrapCast(f.Args[1]).GetAConst(); (c == nil || !c.Isnull) &&
-		(!ok || strings.EqualFold(name, a.r.setting) || a.r.lockSetting != "" && strings.EqualFold(name, a.r.lockSetting)) {
-		a.setConfigValue = true
+	if !constTrue(f.Args[2]) { // is_local the literal true leaves the session value alone
+		isLock := !ok || a.r.lockSetting != "" && strings.EqualFold(name, a.r.lockSetting)
+		if c := unwrapCast(f.Args[1]).GetAConst(); c != nil && c.Isnull {
+			a.lockReset = a.lockReset || isLock
+		} else {
+			a.setConfigToken = a.setConfigToken || !ok || strings.EqualFold(name, a.r.setting)
+			a.lockSet = a.lockSet || isLock
+		}
 	}
 	if !ok {
 		a.tokenDynamic = true // may be the token setting

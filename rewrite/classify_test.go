@@ -58,6 +58,7 @@ func FuzzClassifyPooling(f *testing.F) {
 			if !want.Begin {
 				want.Alone, c.Alone = false, false
 			}
+			c.ModesLater = false // no pass gave it before (TestClassifyPoolingModesLater)
 			if c != want {
 				t.Errorf("scs=%v ClassifyPooling(%q) = %+v, the separate passes give %+v", scs, sql, c, want)
 			}
@@ -227,4 +228,29 @@ func refPlainStatements(raw []byte, s Settings) bool {
 		}
 	}
 	return l.err == nil && statements > 0
+}
+
+// ModesLater: a statement that fails 25001 after a snapshot (BEGIN or START TRANSACTION with modes, SET
+// TRANSACTION) anywhere but first (SET TRANSACTION also first), as each statement's leading words say.
+func TestClassifyPoolingModesLater(t *testing.T) {
+	for sql, want := range map[string]bool{
+		"BEGIN ISOLATION LEVEL SERIALIZABLE":                           false, // first: Begin and Modes say so
+		"SET fence.token = '6'; BEGIN ISOLATION LEVEL REPEATABLE READ": true,
+		"SET DateStyle TO 'German'; start transaction read only":       true,
+		"SELECT 1; BEGIN":      false,
+		"SELECT 1; BEGIN WORK": false,
+		"BEGIN; SET TRANSACTION ISOLATION LEVEL SERIALIZABLE":    true,
+		"SET TRANSACTION ISOLATION LEVEL SERIALIZABLE; SELECT 1": true,
+		"SET TRANSACTION ISOLATION LEVEL SERIALIZABLE":           true,
+		"BEGIN; SELECT 'BEGIN ISOLATION LEVEL SERIALIZABLE'":     false,
+		"SELECT 1; /* begin read only */ SELECT 2":               false,
+		"SELECT 1; \"begin\" read only":                          false, // a quoted word is not the keyword
+		"SELECT 1; BEGIN TRANSACTION DEFERRABLE; COMMIT":         true,
+		"SELECT 1;; begin not deferrable":                        true,
+		"SET transaction_isolation = 'serializable'; BEGIN":      false,
+	} {
+		if got := ClassifyPooling([]byte(sql), DefaultSettings).ModesLater; got != want {
+			t.Errorf("ModesLater(%q) = %v, want %v", sql, got, want)
+		}
+	}
 }

@@ -209,3 +209,49 @@ func TestTokenScope(t *testing.T) {
 		t.Errorf("ALTER ROLE with an invalid token: %+v", p)
 	}
 }
+
+// TestSessionSettingChanges checks what a text may do to the token and lock settings' session values: whether
+// a set_config may give the token a value (the transaction pooler reads a ” found after such a text as set, not
+// as reset), and whether a statement may set or reset the lock.
+func TestSessionSettingChanges(t *testing.T) {
+	cfg := testConfig()
+	cfg.LockSetting = "fence.lock"
+	r, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		sql                string
+		keepsToken         bool
+		lockSet, lockReset bool
+	}{
+		{"SELECT 1", false, false, false}, // not analysed: the prefilter passes it
+		{"SELECT set_config('FENCE.TOKEN', '14', false)", false, false, false},
+		{"SELECT set_config('fence.lock', 'k', false)", true, true, false},
+		{"SELECT set_config('fence.lock', '', false)", true, true, false},
+		{"SELECT set_config('fence.lock', NULL, false)", true, false, true},
+		{"SELECT set_config('fence.lock', 'k', true)", true, false, false},
+		{"SELECT set_config('fence.token', '14', true)", true, false, false},
+		{"SELECT set_config('fence.token', '14', $1)", false, false, false},
+		{"SELECT set_config('fence.token', NULL, false)", true, false, false},
+		{"SELECT set_config($1, 'x', false)", false, true, false},
+		{"SELECT set_config($1, NULL, false)", true, false, true},
+		{"SELECT set_config($1, 'x', true)", true, false, false},
+		{"SELECT set_config('work_mem', '64MB', false)", true, false, false},
+		{"DO $$ BEGIN PERFORM set_config('fence.lock', '', false); END $$", true, true, false},
+		{"SET fence.lock = ''", true, true, false},
+		{"SET SESSION FENCE.LOCK TO 'k'", true, true, false},
+		{"SET LOCAL fence.lock = 'k'", true, false, false},
+		{"SET fence.lock TO DEFAULT", true, false, true},
+		{"SET LOCAL fence.lock TO DEFAULT", true, false, false},
+		{"RESET fence.lock; SET fence.token = 5", true, false, true},
+		{"SET fence.lock = 'k'; RESET ALL", true, true, true},
+		{"SET fence.token = 5; DISCARD ALL", true, false, true},
+		{"CREATE FUNCTION f() RETURNS int LANGUAGE sql SET fence.lock = 'k' AS 'SELECT 1'", true, false, false},
+	} {
+		p := r.Plan(c.sql)
+		if p.SetConfigKeepsToken != c.keepsToken || p.LockSet != c.lockSet || p.LockReset != c.lockReset {
+			t.Errorf("%q: keeps token %v, lock set %v reset %v; want %v, %v %v", c.sql, p.SetConfigKeepsToken, p.LockSet, p.LockReset, c.keepsToken, c.lockSet, c.lockReset)
+		}
+	}
+}

@@ -206,9 +206,10 @@ func (a *analysis) doQuery(q plQuery) (msg, label string, setsToken bool) {
 	for _, raw := range tree.Stmts {
 		sub.statement(raw.Stmt)
 	}
-	if sub.setConfigValue {
-		a.setConfigValue = true // Plan.SetConfigResetsOnly covers the block's statements too
-	}
+	// Plan.SetConfigKeepsToken, LockSet and LockReset cover the block's statements too.
+	a.setConfigToken = a.setConfigToken || sub.setConfigToken
+	a.lockSet = a.lockSet || sub.lockSet
+	a.lockReset = a.lockReset || sub.lockReset
 	switch {
 	case sub.tokenSet || sub.tokenDynamic:
 		return "", "", true

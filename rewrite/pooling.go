@@ -23,6 +23,10 @@ type PoolingClass struct {
 	// Chain: the text is one COMMIT, END, ROLLBACK or ABORT with AND CHAIN, which starts the next transaction
 	// at once, with the session's values: the pooler gives it the client's (proxy/pooled.go: chainTokens).
 	Chain bool
+	// ModesLater: a statement after the first is BEGIN or START TRANSACTION with transaction modes, or SET
+	// TRANSACTION, or the first is SET TRANSACTION. PostgreSQL refuses them (25001) once the transaction took a
+	// snapshot, as the pooler's token statement does (a SELECT): such a text gets one that takes none.
+	ModesLater bool
 }
 
 // ClassifyPooling reads a text once for OwnTransaction, BeginsWithTransactionModes, LoneBegin and
@@ -51,26 +55,54 @@ func ClassifyPooling(raw []byte, s Settings) PoolingClass {
 	firstDone := false
 	// The first statement's last two tokens (Chain).
 	var prevTok, lastTok token
+	// beginModes reads a statement's first two words (w1 "" when it has one) and its count of tokens: it
+	// opens a block, and does so with transaction modes; or it is SET TRANSACTION.
+	beginModes := func(w0, w1 string, n int) (begin, modes, setTransaction bool) {
+		switch {
+		case w0 == "begin" && (w1 == "work" || w1 == "transaction"), w0 == "start" && w1 == "transaction":
+			return true, n > 2, false
+		case w0 == "begin":
+			return true, n > 1, false
+		}
+		return false, false, w0 == "set" && w1 == "transaction"
+	}
 	endFirst := func(alone bool) {
 		firstDone = true
 		if l.err != nil || nlead == 0 {
 			return
 		}
-		w0, w1 := string(lead[0]), ""
+		w1 := ""
 		if nlead > 1 {
 			w1 = string(lead[1])
 		}
-		switch {
-		case w0 == "begin" && (w1 == "work" || w1 == "transaction"), w0 == "start" && w1 == "transaction":
-			c.Begin, c.Modes = true, tokens > 2
-		case w0 == "begin":
-			c.Begin, c.Modes = true, tokens > 1
-		}
+		var setTransaction bool
+		c.Begin, c.Modes, setTransaction = beginModes(string(lead[0]), w1, tokens)
+		c.ModesLater = c.ModesLater || setTransaction
 		c.Alone = alone
+	}
+	// A later statement's leading words and count of tokens (ModesLater), while every token so far is a word.
+	var laterBuf [2][16]byte
+	var later [2][]byte
+	nlater, laterTokens := 0, 0
+	endLater := func() {
+		if nlater == 0 {
+			return
+		}
+		w1 := ""
+		if nlater > 1 {
+			w1 = string(later[1])
+		}
+		if _, modes, setTransaction := beginModes(string(later[0]), w1, laterTokens); modes || setTransaction {
+			c.ModesLater = true
+		}
+		nlater, laterTokens = 0, 0
 	}
 	for t := l.next(); t.kind != tokEOF; t = l.next() {
 		if t.kind == tokSemicolon {
 			inStmt = false
+			if statements > 1 {
+				endLater()
+			}
 			continue
 		}
 		first := !inStmt
@@ -94,9 +126,13 @@ func ClassifyPooling(raw []byte, s Settings) PoolingClass {
 			}
 		}
 		if statements > 1 {
-			if !plain {
-				break // nothing more to learn: Own is false with several statements, Plain false already
+			// Own is false with several statements; Plain is decided at each statement's start; ModesLater
+			// needs each later statement's leading words.
+			if t.kind == tokIdent && nlater == laterTokens && nlater < 2 {
+				later[nlater], _ = l.identValue(t, laterBuf[nlater][:0])
+				nlater++
 			}
+			laterTokens++
 			continue
 		}
 		prevTok, lastTok = lastTok, t
@@ -121,6 +157,9 @@ func ClassifyPooling(raw []byte, s Settings) PoolingClass {
 	}
 	if !firstDone {
 		endFirst(true)
+	}
+	if statements > 1 && l.err == nil {
+		endLater()
 	}
 	c.Plain = plain && l.err == nil && statements > 0
 	switch {
