@@ -862,8 +862,10 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 	if typ == msgBind {
 		ss.bindsDropAll(body, wordsClass.dropsAll)
 	}
-	if wordsClass.Chain && byte(st.txStatus.Load()) != txIdle {
-		pl.chainPending = true // settle: the chained transaction, if it started, gets the client's values
+	if wordsClass.Chain || wordsClass.ChainsLast {
+		// settle: the chained transaction, if it started (the unit ends in a block), gets the client's values;
+		// also after a BEGIN earlier in the Query or batch.
+		pl.chainPending = true
 	}
 	leaves := wordsClass.leaves
 	if leaves {

@@ -1115,6 +1115,22 @@ func TestPooledCommitAndChain(t *testing.T) {
 		_, err := c.Exec(ctxT(t), "BEGIN; COMMIT AND CHAIN; UPDATE "+f.label+" SET balance = balance + 1 WHERE id = 1")
 		wantPgErr(t, err, "55F03", "")
 		fxExec(t, c, "ROLLBACK")
+		// The chain last in a Query that opened the block, or in an extended-protocol batch with its BEGIN: the
+		// chained transaction has the client's values before its next message (until 2026-12-04 only a chain
+		// sent as a Query or batch of its own did, and these met the placeholder).
+		fxExec(t, c, "BEGIN; END AND CHAIN")
+		if got, err := write(c); err != nil || got != 5 {
+			t.Fatalf("%s: a write after BEGIN; END AND CHAIN in one Query: token %d, %v", mode, got, err)
+		}
+		fxExec(t, c, "COMMIT")
+		if _, codes := rawBatch(t, pc, &pgproto3.Parse{Query: "BEGIN"}, &pgproto3.Bind{}, &pgproto3.Execute{},
+			&pgproto3.Parse{Query: "COMMIT AND CHAIN"}, &pgproto3.Bind{}, &pgproto3.Execute{}); len(codes) > 0 {
+			t.Fatalf("%s: BEGIN and COMMIT AND CHAIN in one batch: %v", mode, codes)
+		}
+		if got, err := write(c); err != nil || got != 5 {
+			t.Fatalf("%s: a write after BEGIN and COMMIT AND CHAIN in one batch: token %d, %v", mode, got, err)
+		}
+		fxExec(t, c, "COMMIT")
 		c.Close(ctxT(t))
 	}
 }

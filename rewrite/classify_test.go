@@ -58,7 +58,7 @@ func FuzzClassifyPooling(f *testing.F) {
 			if !want.Begin {
 				want.Alone, c.Alone = false, false
 			}
-			c.ModesLater = false // no pass gave it before (TestClassifyPoolingModesLater)
+			c.ModesLater, c.ChainsLast = false, false // no pass gave them before (TestClassifyPoolingModesLater, ...ChainsLast)
 			if c != want {
 				t.Errorf("scs=%v ClassifyPooling(%q) = %+v, the separate passes give %+v", scs, sql, c, want)
 			}
@@ -251,6 +251,29 @@ func TestClassifyPoolingModesLater(t *testing.T) {
 	} {
 		if got := ClassifyPooling([]byte(sql), DefaultSettings).ModesLater; got != want {
 			t.Errorf("ModesLater(%q) = %v, want %v", sql, got, want)
+		}
+	}
+}
+
+// ChainsLast: a text of several statements whose last (empty ones aside) is COMMIT, END, ROLLBACK or ABORT AND
+// CHAIN, in unquoted words.
+func TestClassifyPoolingChainsLast(t *testing.T) {
+	for sql, want := range map[string]bool{
+		"COMMIT AND CHAIN":                                false, // one statement: Chain says so
+		"BEGIN; END AND CHAIN":                            true,
+		"BEGIN; END AND CHAIN;":                           true,
+		"BEGIN; END AND CHAIN; ;":                         true,
+		"BEGIN READ ONLY; rollback work and chain":        true,
+		"BEGIN; COMMIT AND CHAIN; SELECT 1":               false,
+		"BEGIN; COMMIT AND NO CHAIN":                      false,
+		"BEGIN; ROLLBACK TO SAVEPOINT chain":              false,
+		`BEGIN; COMMIT AND "chain"`:                       false,
+		"SELECT 1; abort transaction and chain":           true,
+		"BEGIN; COMMIT /* and chain */":                   false,
+		"SET LOCAL x.y = 1; commit and chain; (SELECT 1)": false,
+	} {
+		if got := ClassifyPooling([]byte(sql), DefaultSettings).ChainsLast; got != want {
+			t.Errorf("ChainsLast(%q) = %v, want %v", sql, got, want)
 		}
 	}
 }

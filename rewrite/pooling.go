@@ -23,6 +23,9 @@ type PoolingClass struct {
 	// Chain: the text is one COMMIT, END, ROLLBACK or ABORT with AND CHAIN, which starts the next transaction
 	// at once, with the session's values: the pooler gives it the client's (proxy/pooled.go: chainTokens).
 	Chain bool
+	// ChainsLast: the text has several statements and its last is COMMIT, END, ROLLBACK or ABORT with AND
+	// CHAIN (as Chain is for a text of one statement).
+	ChainsLast bool
 	// ModesLater: a statement after the first is BEGIN or START TRANSACTION with transaction modes, or SET
 	// TRANSACTION, or the first is SET TRANSACTION. PostgreSQL refuses them (25001) once the transaction took a
 	// snapshot, as the pooler's token statement does (a SELECT): such a text gets one that takes none.
@@ -80,20 +83,31 @@ func ClassifyPooling(raw []byte, s Settings) PoolingClass {
 		c.ModesLater = c.ModesLater || setTransaction
 		c.Alone = alone
 	}
-	// A later statement's leading words and count of tokens (ModesLater), while every token so far is a word.
+	// A later statement's leading words while every token so far is a word, its count of tokens, and its last
+	// two tokens (ModesLater, ChainsLast).
 	var laterBuf [2][16]byte
 	var later [2][]byte
 	nlater, laterTokens := 0, 0
+	var laterPrev, laterLast token
 	endLater := func() {
-		if nlater == 0 {
-			return
+		if laterTokens == 0 {
+			return // an empty statement: the one before stays the last
 		}
-		w1 := ""
-		if nlater > 1 {
-			w1 = string(later[1])
-		}
-		if _, modes, setTransaction := beginModes(string(later[0]), w1, laterTokens); modes || setTransaction {
-			c.ModesLater = true
+		c.ChainsLast = false
+		if nlater > 0 {
+			w0, w1 := string(later[0]), ""
+			if nlater > 1 {
+				w1 = string(later[1])
+			}
+			if _, modes, setTransaction := beginModes(w0, w1, laterTokens); modes || setTransaction {
+				c.ModesLater = true
+			}
+			if w0 == "commit" || w0 == "end" || w0 == "rollback" || w0 == "abort" {
+				var b0, b1 [8]byte
+				and, _ := l.identValue(laterPrev, b0[:0])
+				chain, _ := l.identValue(laterLast, b1[:0])
+				c.ChainsLast = laterTokens >= 3 && laterPrev.kind == tokIdent && laterLast.kind == tokIdent && string(and) == "and" && string(chain) == "chain"
+			}
 		}
 		nlater, laterTokens = 0, 0
 	}
@@ -133,6 +147,7 @@ func ClassifyPooling(raw []byte, s Settings) PoolingClass {
 				nlater++
 			}
 			laterTokens++
+			laterPrev, laterLast = laterLast, t
 			continue
 		}
 		prevTok, lastTok = lastTok, t
@@ -160,6 +175,8 @@ func ClassifyPooling(raw []byte, s Settings) PoolingClass {
 	}
 	if statements > 1 && l.err == nil {
 		endLater()
+	} else {
+		c.ChainsLast = false
 	}
 	c.Plain = plain && l.err == nil && statements > 0
 	switch {
