@@ -173,15 +173,12 @@ type pooledState struct {
 	// lend's server side relays are counted (windowRelayed), and an error among them noted (windowFailed), under
 	// windowMu: the client may read some of the window's answers before its Execute (a Flush), so the answers
 	// still to relay before the hidden ones are windowAnswers less those.
-	beginPortals []string
-	// dropAllPortals are the client's portals whose last Bind bound a DEALLOCATE ALL or DISCARD ALL
-	// (textClass.dropsAll): an Execute of one is read, and counted sent (pooledStmts.dropAllSent).
-	dropAllPortals []string
-	windowAnswers  int64
-	windowOpen     atomic.Bool
-	windowMu       sync.Mutex
-	windowRelayed  int64
-	windowFailed   bool
+	beginPortals  []string
+	windowAnswers int64
+	windowOpen    atomic.Bool
+	windowMu      sync.Mutex
+	windowRelayed int64
+	windowFailed  bool
 
 	stmts    pooledStmts    // the client's named statements (pooledstmts.go)
 	sqlStmts pooledSQLStmts // the client's SQL-level prepared statements (pooledsqlprep.go)
@@ -833,17 +830,6 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 			ss.closeWindow()
 		}
 	}
-	if typ == msgExecute && len(pl.dropAllPortals) > 0 {
-		if body == nil {
-			var err error
-			if body, err = ss.cr.body(); err != nil {
-				return err
-			}
-		}
-		if portal, _, ok := cutNul(body); ok && slices.Contains(pl.dropAllPortals, string(portal)) {
-			pl.stmts.dropAllSent() // the names prepared so far are gone for the rest of the batch (holds)
-		}
-	}
 	var text []byte // a Query's or Parse's text; nil for other messages, or one that is malformed
 	if body != nil && (typ == msgQuery || typ == msgParse) {
 		text, _ = planText(typ, body)
@@ -858,9 +844,6 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 	var wordsClass textClass // words' class; the zero class when words is nil
 	if words != nil {
 		wordsClass = ss.classOf(words)
-	}
-	if typ == msgBind {
-		ss.bindsDropAll(body, wordsClass.dropsAll)
 	}
 	if wordsClass.Chain || wordsClass.ChainsLast {
 		// settle: the chained transaction, if it started (the unit ends in a block), gets the client's values;
@@ -1772,7 +1755,7 @@ func (ss *session) fixAfterFailedBatch() {
 		}
 	}
 	for _, c := range reopened {
-		if _, again := pl.stmts.byName[c.name]; (!again || c.again) && c.stmt.server != "" { // a name it had: byName is made
+		if _, again := pl.stmts.byName[c.name]; !again && c.stmt.server != "" { // a name it had: byName is made
 			pl.stmts.byName[c.name] = c.stmt
 			if c.prepared {
 				pl.stmts.reprepare(c.name)
@@ -1870,24 +1853,6 @@ func (ss *session) answersTo(typ byte, body []byte) (n int64, ok bool) {
 		return 1, true
 	}
 	return 0, false
-}
-
-// bindsDropAll follows the portals bound to a DEALLOCATE ALL or DISCARD ALL (dropAllPortals) at a client's
-// Bind, which (re)defines its portal. body nil: a Bind too large to read (a DEALLOCATE ALL, with no parameters,
-// never is), whose portal is not known: none is followed any more.
-func (ss *session) bindsDropAll(body []byte, dropsAll bool) {
-	pl := ss.pooled
-	if body == nil {
-		pl.dropAllPortals = pl.dropAllPortals[:0]
-		return
-	}
-	portal, _, _ := cutNul(body)
-	if len(pl.dropAllPortals) > 0 {
-		pl.dropAllPortals = slices.DeleteFunc(pl.dropAllPortals, func(p string) bool { return p == string(portal) })
-	}
-	if dropsAll {
-		pl.dropAllPortals = append(pl.dropAllPortals, string(portal))
-	}
 }
 
 // executesBegin reports whether an Execute (body nil: not read) runs a portal the batch bound to a BEGIN with

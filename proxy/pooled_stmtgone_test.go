@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -130,11 +131,14 @@ func TestPooledStatementGoneAsDirectly(t *testing.T) {
 	}
 }
 
-// A DEALLOCATE ALL or DISCARD ALL run by the extended protocol drops the client's names before the server reads
-// the rest of its batch, though its answer has not come when the proxy sends the rest: a Parse of a name the
-// client had prepared then prepares the new text, and a Bind or Describe of one gets 26000, as directly. Until
-// 2026-12-04 the proxy took the name as still in use (42P05 emulated with the old text, which the server then
-// prepared) and the Bind after got 26000 where directly it ran the new text (a review of 2026-12-03).
+// A DEALLOCATE ALL or DISCARD ALL run by the extended protocol, and a Parse of a name already parsed, in the
+// same batch. Exact: a second Parse of one name gets 42P05 (the first still unanswered), and a Parse an error
+// before it skips leaves the name what it was (until 2026-12-04 the second Parse took the name, and a skipped
+// one left its text to run: a review's finding). A known difference, pinned (docs/pooling.md): the drop is seen
+// only when it is answered, so a Parse of a dropped name after it in the batch is taken for one of a name in
+// use, and the name's Bind gets 26000 where directly it runs the new text: a loud error, never a statement the
+// client does not have. (Following the drop when it is sent was tried on 2026-12-04 and withdrawn: a review
+// found sequences of drops, failures and portals where it ran a statement the client no longer had.)
 func TestPooledParseAfterUnansweredDeallocateAll(t *testing.T) {
 	parse := func(name, text string) *pgproto3.Parse { return &pgproto3.Parse{Name: name, Query: text} }
 	run := func(name string) []pgproto3.FrontendMessage {
@@ -152,22 +156,23 @@ func TestPooledParseAfterUnansweredDeallocateAll(t *testing.T) {
 	}
 	one := func(m pgproto3.FrontendMessage) []pgproto3.FrontendMessage { return []pgproto3.FrontendMessage{m} }
 	sync := &pgproto3.Sync{}
-	begin, commit := one(&pgproto3.Query{String: "BEGIN"}), one(&pgproto3.Query{String: "COMMIT"})
-	for _, c := range []struct {
+	begin, commit, rollback := one(&pgproto3.Query{String: "BEGIN"}), one(&pgproto3.Query{String: "COMMIT"}), one(&pgproto3.Query{String: "ROLLBACK"})
+	type shape struct {
 		name  string
 		steps [][]pgproto3.FrontendMessage
-	}{
-		{"extended deallocate all then parse of a prepared name, in a block", [][]pgproto3.FrontendMessage{
-			{parse("r15", "SELECT 1 AS one"), sync}, begin,
-			batch(dropAll("DEALLOCATE ALL"), one(parse("r15", "SELECT 2 AS two"))), run("r15"), commit, run("r15"),
+	}
+	for _, c := range []shape{
+		{"two parses of one name in a batch", [][]pgproto3.FrontendMessage{
+			batch(one(parse("d5", "SELECT 1 AS one")), one(parse("d5", "SELECT 2 AS two"))), run("d5"),
 		}},
-		{"extended deallocate all then parse of a prepared name, same batch, no block", [][]pgproto3.FrontendMessage{
-			{parse("r16", "SELECT 1 AS one"), sync},
-			batch(dropAll("DEALLOCATE ALL"), one(parse("r16", "SELECT 2 AS two"))), run("r16"),
+		{"a parse, an error, a parse of the name again", [][]pgproto3.FrontendMessage{
+			batch(one(parse("a1", "SELECT 1 AS one")), dropAll("SELECT 1/0"), one(parse("a1", "SELECT 2 AS two"))), run("a1"),
 		}},
-		{"extended discard all then parse of a prepared name, same batch", [][]pgproto3.FrontendMessage{
-			{parse("d1", "SELECT 1 AS one"), sync},
-			batch(dropAll("discard all"), one(parse("d1", "SELECT 2 AS two"))), run("d1"),
+		{"a parse, a failed discard all, a parse of the name again", [][]pgproto3.FrontendMessage{
+			begin, batch(one(parse("a2", "SELECT 1 AS one")), dropAll("DISCARD ALL"), one(parse("a2", "SELECT 2 AS two"))), rollback, run("a2"),
+		}},
+		{"a parse, a failed discard all in a pipeline, a parse again", [][]pgproto3.FrontendMessage{
+			batch(one(parse("a3", "SELECT 1 AS one")), dropAll("SELECT 1"), dropAll("DISCARD ALL"), one(parse("a3", "SELECT 2 AS two"))), run("a3"),
 		}},
 		{"extended deallocate all then bind and describe of a prepared name, same batch", [][]pgproto3.FrontendMessage{
 			{parse("d2", "SELECT 1 AS one"), sync},
@@ -178,41 +183,52 @@ func TestPooledParseAfterUnansweredDeallocateAll(t *testing.T) {
 		{"parse, extended deallocate all, bind, in one batch", [][]pgproto3.FrontendMessage{
 			batch(one(parse("d3", "SELECT 1 AS one")), dropAll("DEALLOCATE ALL"), run("d3")[:2]), run("d3"),
 		}},
-		{"extended deallocate all, parse twice", [][]pgproto3.FrontendMessage{
-			{parse("d4", "SELECT 1 AS one"), sync},
-			batch(dropAll("DEALLOCATE ALL"), one(parse("d4", "SELECT 2 AS two")), one(parse("d4", "SELECT 3 AS three"))), run("d4"),
-		}},
-		{"two parses of one name in a batch", [][]pgproto3.FrontendMessage{
-			batch(one(parse("d5", "SELECT 1 AS one")), one(parse("d5", "SELECT 2 AS two"))), run("d5"),
+		{"extended deallocate all that fails, then parse of a prepared name", [][]pgproto3.FrontendMessage{
+			{parse("d6", "SELECT 1 AS one"), sync}, begin, one(&pgproto3.Query{String: "SELECT 1/0"}),
+			batch(dropAll("DEALLOCATE ALL"), one(parse("d6", "SELECT 2 AS two"))), rollback, run("d6"),
 		}},
 		{"extended deallocate all, then an error, then parse of a prepared name", [][]pgproto3.FrontendMessage{
 			{parse("d9", "SELECT 1 AS one"), sync},
 			batch(dropAll("DEALLOCATE ALL"), dropAll("SELECT 1/0"), one(parse("d9", "SELECT 2 AS two"))), run("d9"),
 			{parse("d9", "SELECT 3 AS three"), sync}, run("d9"),
 		}},
-		{"extended deallocate all, then a parse of a prepared name that fails", [][]pgproto3.FrontendMessage{
-			{parse("d10", "SELECT 1 AS one"), sync},
-			batch(dropAll("DEALLOCATE ALL"), one(parse("d10", "SELECT FROM no_such_table_d10"))), run("d10"),
+		{"two drops, the second fails, then a parse of a prepared name", [][]pgproto3.FrontendMessage{
+			{parse("b1", "SELECT 1 AS one"), sync}, begin,
+			batch(dropAll("DEALLOCATE ALL"), dropAll("DISCARD ALL"), one(parse("b1", "SELECT 2 AS two"))), rollback, run("b1"),
 		}},
-		{"extended deallocate all that fails, then parse of a prepared name", [][]pgproto3.FrontendMessage{
-			{parse("d6", "SELECT 1 AS one"), sync}, begin, one(&pgproto3.Query{String: "SELECT 1/0"}),
-			batch(dropAll("DEALLOCATE ALL"), one(parse("d6", "SELECT 2 AS two"))), one(&pgproto3.Query{String: "ROLLBACK"}), run("d6"),
+		{"two drops and two parses, the first drop fails", [][]pgproto3.FrontendMessage{
+			{parse("b2", "SELECT 1 AS one"), sync}, begin,
+			batch(dropAll("DISCARD ALL"), one(parse("b2", "SELECT 2 AS two")), dropAll("DEALLOCATE ALL"), one(parse("b2", "SELECT 3 AS three"))), rollback, run("b2"),
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := newPooledFenced(t, 1, "")
+			sameAsDirect(t, pooledPgConn(t, f, ""), c.steps...)
+		})
+	}
+	for _, c := range []shape{
+		{"extended deallocate all then parse of a prepared name, same batch", [][]pgproto3.FrontendMessage{
+			{parse("r16", "SELECT 1 AS one"), sync},
+			batch(dropAll("DEALLOCATE ALL"), one(parse("r16", "SELECT 2 AS two"))), run("r16"),
+		}},
+		{"extended discard all then parse of a prepared name, in a block", [][]pgproto3.FrontendMessage{
+			{parse("r15", "SELECT 1 AS one"), sync}, begin,
+			batch(dropAll("DEALLOCATE ALL"), one(parse("r15", "SELECT 2 AS two"))), run("r15"), commit, run("r15"),
 		}},
 		{"deallocate all bound in one batch, executed in the next", [][]pgproto3.FrontendMessage{
 			{parse("d7", "SELECT 1 AS one"), sync}, begin,
 			{parse("", "DEALLOCATE ALL"), &pgproto3.Bind{DestinationPortal: "pd"}, sync},
 			{&pgproto3.Execute{Portal: "pd"}, parse("d7", "SELECT 2 AS two"), sync}, run("d7"), commit, run("d7"),
 		}},
-		{"a portal bound to deallocate all bound again to another statement", [][]pgproto3.FrontendMessage{
-			{parse("d8", "SELECT 1 AS one"), sync}, begin,
-			{parse("", "DEALLOCATE ALL"), &pgproto3.Bind{DestinationPortal: "pe"}, &pgproto3.Close{ObjectType: 'P', Name: "pe"},
-				parse("", "SELECT 9 AS nine"), &pgproto3.Bind{DestinationPortal: "pe"}, sync},
-			{&pgproto3.Execute{Portal: "pe"}, &pgproto3.Bind{PreparedStatement: "d8"}, &pgproto3.Execute{}, sync}, commit, run("d8"),
-		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			f := newPooledFenced(t, 1, "")
-			sameAsDirect(t, pooledPgConn(t, f, ""), c.steps...)
+			d := wireSteps(t, directPgConn(t), 700*time.Millisecond, nil, c.steps...)
+			p := wireSteps(t, pooledPgConn(t, f, ""), 150*time.Millisecond, d, c.steps...)
+			if fmt.Sprint(d) == fmt.Sprint(p) || strings.Contains(fmt.Sprint(d), "E26000") || !strings.Contains(fmt.Sprint(p), "E26000") ||
+				strings.Contains(fmt.Sprint(p), "D1") {
+				t.Fatalf("mended? Update docs/pooling.md and this test\n direct: %q\n pooled: %q", d, p)
+			}
 		})
 	}
 }

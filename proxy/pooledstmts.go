@@ -66,10 +66,6 @@ type answerHide struct {
 	// answered: a ParseComplete then prepares nothing that stays (the Close drops it), unless the server skips
 	// the Close, which then leaves the name prepared (thenClosed.prepared).
 	thenClosed *closedStmt
-	// shadowed is, for a client's Parse of a name that was prepared when it went but that a DEALLOCATE ALL or
-	// DISCARD ALL sent before it in its batch drops (pooledStmts.dropsAll), the name's statement before: if the
-	// server skips that drop, it skips the Parse too, and the name stays what it was (failed).
-	shadowed *closedStmt
 }
 
 // closedStmt is a client's named statement as it was before the client's Close of it: what a Close the server
@@ -78,8 +74,6 @@ type closedStmt struct {
 	name     string
 	stmt     clientStmt
 	prepared bool
-	// again: the name is the client's again though it holds another statement now (a shadowed Parse, skipped).
-	again bool
 }
 
 // unplacedStmt is a server statement counted prepared on sc whose Parse the server skipped or refused (its
@@ -154,50 +148,14 @@ type pooledStmts struct {
 	// prepared are the client's statement names whose Parse the server answered with ParseComplete, not closed
 	// since: those PostgreSQL would refuse to Parse again (42P05). A Parse that failed prepared nothing.
 	prepared map[string]bool
-	// dropsAll are the Executes of a DEALLOCATE ALL or DISCARD ALL sent and not yet answered, in order: each
-	// one's unit and the serverSeq when it went. The server runs it before the rest of its batch, so the names
-	// prepared before it are not held by a message sent after it (holds), though their answers are still to
-	// come; and if it fails, the server skips that message too.
-	dropsAll []droppedAll
-}
-
-// droppedAll is one entry of pooledStmts.dropsAll.
-type droppedAll struct{ unit, seq uint64 }
-
-// dropAllSent records an Execute of a text that deallocates every prepared statement (textClass.dropsAll),
-// sent now.
-func (q *pooledStmts) dropAllSent() {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if !q.skipping() {
-		q.dropsAll = append(q.dropsAll, droppedAll{unit: q.unitsSent, seq: q.serverSeq})
-	}
 }
 
 // droppedAll forgets every prepared name: a DISCARD ALL or DEALLOCATE ALL completed, as on a connection of
-// the client's own. It takes its entry off dropsAll when it was an Execute's (a Query is a unit of its own,
-// answered before the next one goes: none is needed for it).
+// the client's own.
 func (q *pooledStmts) droppedAll() {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	clear(q.prepared)
-	if len(q.dropsAll) > 0 && q.dropsAll[0].unit <= q.unitsDone {
-		q.dropsAll = q.dropsAll[1:]
-	}
-}
-
-// dropPendingBefore reports whether a DEALLOCATE ALL or DISCARD ALL of the current unit sent before the
-// server message seq has not completed (q.mu held).
-func (q *pooledStmts) dropPendingBefore(seq uint64) bool {
-	return len(q.dropsAll) > 0 && q.dropsAll[0].unit <= q.unitsDone && q.dropsAll[0].seq < seq
-}
-
-// dropAllsOfUnit takes off the entries of dropsAll of the units answered or failed (q.mu held): the server
-// answered those or skipped them.
-func (q *pooledStmts) dropAllsOfUnit() {
-	for len(q.dropsAll) > 0 && q.dropsAll[0].unit <= q.unitsDone {
-		q.dropsAll = q.dropsAll[1:]
-	}
 }
 
 // sent records a Parse or Close (kind '1' or '3' for its answer) sent to the server.
@@ -229,13 +187,6 @@ func (q *pooledStmts) sentServerParse(hide bool, name, server string, sc *server
 	q.serverSeq++
 	q.parses = append(q.parses, answerHide{hide: hide, unit: q.unitsSent, name: name, server: server, sc: sc, seq: q.serverSeq})
 	return true
-}
-
-// shadowLast gives the Parse recorded last (sentServerParse) the statement its name had (answerHide.shadowed).
-func (q *pooledStmts) shadowLast(c *closedStmt) {
-	q.mu.Lock()
-	q.parses[len(q.parses)-1].shadowed = c
-	q.mu.Unlock()
 }
 
 // sentServerClose records the proxy's Close of the server statement server, prepared on sc, before a Parse of
@@ -413,19 +364,16 @@ func (q *pooledStmts) answered(answer byte) bool {
 // nothing holds (foreignStmt), and the server says 26000, where preparing it again from the kept text would run
 // it (or fail the Bind with the Parse's error).
 //
-// A DEALLOCATE ALL or DISCARD ALL sent and not yet answered (dropsAll) drops every name before the server
-// reads the messages after it: only a Parse sent after the last of them still counts.
+// A DEALLOCATE ALL or DISCARD ALL run by the extended protocol is not seen until it is answered: a Parse of a
+// name it dropped, sent in the same batch, is taken for a Parse of a name in use (docs/pooling.md).
 func (q *pooledStmts) holds(name string) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	var after uint64 // the serverSeq a Parse must come after
-	if n := len(q.dropsAll); n > 0 {
-		after = q.dropsAll[n-1].seq
-	} else if q.prepared[name] {
+	if q.prepared[name] {
 		return true
 	}
 	for _, e := range q.parses {
-		if e.name == name && (len(q.dropsAll) == 0 || e.seq > after) {
+		if e.name == name {
 			return true
 		}
 	}
@@ -490,13 +438,8 @@ func (q *pooledStmts) failed(hidden bool) {
 				q.reopened = append(q.reopened, *e.closed)
 				q.anySkipped.Store(true)
 			}
-			if e.shadowed != nil && q.dropPendingBefore(e.seq) {
-				q.reopened = append(q.reopened, *e.shadowed)
-				q.anySkipped.Store(true)
-			}
 		}
 	}
-	q.dropAllsOfUnit() // the server skipped those not yet answered
 	if first != nil && first.at >= 0 && (hidden || first.at >= q.relayedAnswers) {
 		f := &unnamedFix{state: first.before, ver: last.ver, epoch: first.epoch}
 		if first.parse && !first.own && !hidden && first.at == q.relayedAnswers {
@@ -520,7 +463,6 @@ func (q *pooledStmts) ready() {
 	defer q.mu.Unlock()
 	q.parses = dropUnit(q.parses, q.unitsDone)
 	q.closes = dropUnit(q.closes, q.unitsDone)
-	q.dropAllsOfUnit()
 	q.unitsDone++
 	q.relayedAnswers = 0
 	q.failedUnit = false
@@ -570,7 +512,6 @@ func (ss *session) parseNamed(body []byte, p Planner) error {
 	if !ok {
 		return fmt.Errorf("fenced Parse: no statement name")
 	}
-	var shadowed *closedStmt // the name's statement, prepared, that a DEALLOCATE ALL ahead of this Parse drops
 	if pl.stmts.holds(string(name)) {
 		// PostgreSQL refuses to Parse a name in use (42P05) and skips the rest of the batch: the server says so,
 		// to a Parse of the client's statement as it is (its server name and text, so that a server statement
@@ -580,8 +521,6 @@ func (ss *session) parseNamed(body []byte, p Planner) error {
 			pl.stmts.sent(msgParseComplete, false)
 			return nil
 		}
-	} else if pl.stmts.isPrepared(string(name)) {
-		shadowed = &closedStmt{name: string(name), stmt: pl.stmts.byName[string(name)], prepared: true, again: true}
 	}
 	server := serverStmtName(rest)
 	parse := append(append([]byte(server), 0), rest...)
@@ -601,9 +540,6 @@ func (ss *session) parseNamed(body []byte, p Planner) error {
 	if pl.stmts.sentServerParse(false, string(name), server, sc) {
 		sc.stmts[server] = true // else skipped with the Close before it: as it was
 		sc.stmtsFresh[server] = true
-		if shadowed != nil {
-			pl.stmts.shadowLast(shadowed)
-		}
 	}
 	pl.stmtParsed.Store(true)
 	return nil

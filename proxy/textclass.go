@@ -12,9 +12,6 @@ import (
 type textClass struct {
 	rewrite.PoolingClass
 	leaves bool
-	// dropsAll: the text deallocates every prepared statement of the session (DEALLOCATE ALL, DISCARD ALL;
-	// rewrite.DropsAllPrepared), which a Bind of it then runs at its Execute (pooledStmts.dropAllSent).
-	dropsAll bool
 	// namesLock: the text holds the lock setting's name (classMemo.lockWords), so it may set or reset the lock.
 	namesLock bool
 }
@@ -60,7 +57,6 @@ func (m *classMemo) classOf(text []byte, set rewrite.Settings) textClass {
 		}
 	}
 	c := textClass{PoolingClass: rewrite.ClassifyPooling(text, set), leaves: mayLeaveSessionState(text)}
-	c.dropsAll = dropAllWords.In(text) && rewrite.DropsAllPrepared(string(text))
 	c.namesLock = m.lockWords != nil && m.lockWords.In(text)
 	if len(text) <= classMemoMaxText {
 		if len(m.entries) < classMemoSize {
@@ -74,9 +70,6 @@ func (m *classMemo) classOf(text []byte, set rewrite.Settings) textClass {
 	}
 	return c
 }
-
-// dropAllWords are the words a text that drops every prepared statement holds.
-var dropAllWords = rewrite.NewFoldWords("deallocate", "discard")
 
 // classOf is the class of a client's text under the session's reading settings now.
 func (ss *session) classOf(text []byte) textClass {

@@ -72,29 +72,6 @@ func PreparedRefs(sql string) ([]PreparedRef, error) {
 	return refs, nil
 }
 
-// DropsAllPrepared reports whether sql holds a statement that deallocates every prepared statement of the
-// session: DEALLOCATE [PREPARE] ALL or DISCARD ALL. A text that does not parse does not (the caller then
-// decides as it would without knowing). The pooler asks it of a text bound by the extended protocol, whose
-// Execute drops the client's statements before the server reads the rest of the batch (proxy/pooledstmts.go).
-func DropsAllPrepared(sql string) bool {
-	tree, err := pg.Parse(sql)
-	if err != nil {
-		return false
-	}
-	drops := false
-	for _, raw := range tree.Stmts {
-		eachNode(raw, func(n *pg.Node) {
-			switch x := n.GetNode().(type) {
-			case *pg.Node_DeallocateStmt:
-				drops = drops || x.DeallocateStmt.Isall || x.DeallocateStmt.Name == ""
-			case *pg.Node_DiscardStmt:
-				drops = drops || x.DiscardStmt.Target == pg.DiscardMode_DISCARD_ALL
-			}
-		})
-	}
-	return drops
-}
-
 // RenamePrepared is sql with the name of each use PreparedRefs found replaced by names[i] (same order), deparsed,
 // and each PREPARE alone, renamed and deparsed (prepares[i] for a PrepareName use, "" for the others).
 func RenamePrepared(sql string, names []string) (out string, prepares []string, err error) {

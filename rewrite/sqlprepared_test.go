@@ -37,24 +37,3 @@ func TestPreparedRefsAndRename(t *testing.T) {
 		t.Fatal("a syntax error gave uses")
 	}
 }
-
-func TestDropsAllPrepared(t *testing.T) {
-	for sql, want := range map[string]bool{
-		"DEALLOCATE ALL":               true,
-		"deallocate prepare all":       true,
-		"DISCARD ALL":                  true,
-		"/* x */ discard all;":         true,
-		"DEALLOCATE s1":                false,
-		`DEALLOCATE "all"`:             false,
-		"DISCARD PLANS":                false,
-		"DISCARD TEMP":                 false,
-		"SELECT 'DEALLOCATE ALL'":      false,
-		"SELECT 1; DEALLOCATE ALL":     true,
-		"DEALLOCATE ALL garbage (":     false, // does not parse
-		"EXPLAIN SELECT 'discard all'": false,
-	} {
-		if got := DropsAllPrepared(sql); got != want {
-			t.Errorf("DropsAllPrepared(%q) = %v, want %v", sql, got, want)
-		}
-	}
-}
