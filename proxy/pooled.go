@@ -139,11 +139,11 @@ type pooledState struct {
 	probe atomic.Bool // the transaction may leave session state: look at the connection at its end
 	// What the probe reads an empty value as (followed): it is what a RESET gives on a pooled connection, and
 	// what set_config(name, '') gives. probeReset: the transaction visibly reset something (a RESET, DISCARD
-	// or SET command tag: SET ... TO DEFAULT; a set_config of the literal NULL); probeResetCmd: a RESET or
-	// DISCARD command tag. probeSetConfigToken: a text of it may give the token a session value by set_config;
-	// probeLockSet, probeLockReset: a text of it may set, or reset, the lock at session level (rewrite.Plan's
-	// LockSet, LockReset) (under mu). All cleared by the probe.
-	probeReset, probeResetCmd                         atomic.Bool
+	// or SET command tag: SET ... TO DEFAULT; a set_config of the literal NULL). probeSetConfigToken: a text of
+	// it may give the token a session value by set_config; probeLockSet, probeLockReset: a text of it may set,
+	// or reset, the lock at session level (rewrite.Plan's LockSet, LockReset) (under mu). All cleared by the
+	// probe.
+	probeReset                                        atomic.Bool
 	probeSetConfigToken, probeLockSet, probeLockReset bool
 	// startChecked: the lent connection's session state was checked since it last served another client
 	// (checkFirst), so the token and lock the probe reads at the transaction's end are what the client left, not
@@ -768,7 +768,7 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 		if err := ss.heldMoved(); err != nil {
 			return err
 		}
-		if pl.chainDue && pl.sc != nil && byte(st.txStatus.Load()) != txIdle {
+		if pl.chainDue && pl.sc != nil && byte(st.txStatus.Load()) == txBlock {
 			pl.chainDue = false
 			if err := ss.chainTokens(); err != nil {
 				return err
@@ -854,7 +854,7 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 	if leaves {
 		pl.probe.Store(true)
 	}
-	if leaves || wordsClass.namesLock {
+	if leaves || wordsClass.mayChangeLock {
 		// The planner's parse says whether its set_config calls may set the token at session level (not only
 		// reset it, with a literal NULL value), and whether it may set or reset the lock; without a planner, or
 		// for a text it did not analyse, they may set the token (maybe to ''), and nothing is known of the lock.
@@ -871,6 +871,9 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 		}
 		pl.probeLockSet = pl.probeLockSet || plan.LockSet
 		pl.probeLockReset = pl.probeLockReset || plan.LockReset
+		if plan.LockSet || plan.LockReset {
+			pl.probe.Store(true) // also a DO block whose SET of the lock has no command tag of its own
+		}
 	}
 	if text != nil {
 		ss.noteCustomSettings(text) // pooledsettings.go
@@ -1661,11 +1664,25 @@ func (ss *session) chainTokens() error {
 		return ss.hiddenUnit(values)
 	}
 	ph := quoteLiteral(poolPlaceholder)
-	inForce := func(name string, v *string) string {
-		return "CASE WHEN pg_catalog.current_setting(" + quoteLiteral(name) + ", true)" + sqlEq + ph + " THEN pg_catalog.set_config(" +
-			quoteLiteral(name) + ", " + sqlValue(v) + ", true) END"
+	// inForce sets the setting to v where the placeholder is in force; and, when the transaction's texts say it
+	// was reset (resetOnly), to the client's reset value where the pooled connection's reset value is: a RESET
+	// in the chained-from transaction gives the chained one the client's reset value, as directly.
+	inForce := func(name string, v *string, resetOnly bool, clientReset, poolReset *string) string {
+		current := "pg_catalog.current_setting(" + quoteLiteral(name) + ", true)"
+		sql := "CASE WHEN " + current + sqlEq + ph + " THEN pg_catalog.set_config(" + quoteLiteral(name) + ", " + sqlValue(v) + ", true)"
+		if resetOnly && clientReset != nil {
+			pr := ""
+			if poolReset != nil {
+				pr = *poolReset
+			}
+			sql += " WHEN " + current + sqlEq + quoteLiteral(pr) + " THEN pg_catalog.set_config(" + quoteLiteral(name) + ", " + sqlValue(clientReset) + ", true)"
+		}
+		return sql + " END"
 	}
-	return ss.hiddenUnit("SELECT " + inForce(cfg.Setting, pl.token) + ", " + inForce(cfg.LockSetting, pl.lock))
+	tokenReset := pl.probeReset.Load() && !pl.probeSetConfigToken
+	lockReset := pl.probeLockReset && !pl.probeLockSet
+	return ss.hiddenUnit("SELECT " + inForce(cfg.Setting, pl.token, tokenReset, pl.resetToken, pl.pool.resetToken) + ", " +
+		inForce(cfg.LockSetting, pl.lock, lockReset, pl.resetLock, pl.pool.resetLock))
 }
 
 // hiddenUnit sends sql as a unit of the proxy's own on the lent connection, its answers hidden (replayAnswer),
@@ -2125,9 +2142,6 @@ func (ss *session) relayServer(sc *serverConn, inline bool) bool {
 					pl.probe.Store(true)
 					if tagMayReset(body) {
 						pl.probeReset.Store(true)
-						if !tagStartsWith(body, "SET") {
-							pl.probeResetCmd.Store(true) // RESET, DISCARD
-						}
 					}
 				}
 				if tag := string(body); tag == "DISCARD ALL\x00" || tag == "DEALLOCATE ALL\x00" {
@@ -2316,7 +2330,9 @@ func (ss *session) settle(sc *serverConn) bool {
 	}
 	if pl.chainPending && pl.open == 0 && !st.unsynced.Load() {
 		pl.chainPending = false
-		pl.chainDue = byte(st.txStatus.Load()) != txIdle
+		// In a block that is not failed: a chain that an error skipped started nothing, and a statement of the
+		// proxy's in the failed block would fail (25P02) and end the session.
+		pl.chainDue = byte(st.txStatus.Load()) == txBlock
 	}
 	if pl.open > 0 || st.unsynced.Load() || byte(st.txStatus.Load()) != txIdle {
 		return false
@@ -2379,7 +2395,6 @@ func (ss *session) probeSession(sc *serverConn) error {
 	defer func() {
 		ss.pooled.probeSetConfigToken, ss.pooled.probeLockSet, ss.pooled.probeLockReset = false, false, false
 		ss.pooled.probeReset.Store(false)
-		ss.pooled.probeResetCmd.Store(false)
 	}()
 	for attempt := 1; ; attempt++ {
 		err := ss.probeOnce(sc)
@@ -2473,12 +2488,14 @@ func (ss *session) probeOnce(sc *serverConn) error {
 			}
 			if pl.startChecked {
 				// An empty token is a reset only when the transaction visibly reset something and cannot have
-				// set the token to '' (no token refuses where a reset token might write). An empty lock is a
-				// reset unless the transaction surely set it so, and reset nothing: a lock kept refuses where no
-				// lock accepts (row fencing alone).
-				lockSetOnly := pl.probeLockSet && !pl.probeLockReset && !pl.probeResetCmd.Load()
+				// set the token to '' (no token refuses every fenced write where a reset token might write).
 				pl.token = followed(row[0], pl.token, pl.resetToken, sc.pool.resetToken, pl.probeReset.Load() && !pl.probeSetConfigToken)
-				pl.lock = followed(row[1], pl.lock, pl.resetLock, sc.pool.resetLock, !lockSetOnly)
+				// An empty lock has no reading that refuses more in every case (a kept lock refuses what its
+				// fence refuses, no lock what require_lock refuses): it is read only where the texts say which
+				// it is, and where they cannot, the session ends (lockUnknown).
+				if err := ss.followLock(sc, row[1]); err != nil {
+					return err
+				}
 			} else if string(row[0]) != poolPlaceholder || string(row[1]) != poolPlaceholder {
 				// Not checked at the start, and not the placeholder: a function may have left it, the client's or
 				// one of a client before. The client's plain texts set neither, so its values stay; the connection
@@ -2526,17 +2543,37 @@ func (ss *session) probeOnce(sc *serverConn) error {
 	}
 }
 
+// followLock takes the client's new session lock from its server session value after the transaction (got;
+// nil: NULL), as followed does, where an empty value is what the transaction's texts say: set, when they may
+// set the lock and cannot reset it; reset, when they may reset it and cannot set it. A review of 2026-12-04
+// showed that no guess is safe: taking it for a reset kept a lock the client had dropped (a require_lock table
+// then took writes directly refused), taking it for a set lost a lock the client had (row fencing alone). Where
+// the texts cannot tell (both, or neither: code the proxy does not see), the session ends with FATAL 55F03,
+// unless both readings give the same lock.
+func (ss *session) followLock(sc *serverConn, got []byte) error {
+	pl := ss.pooled
+	empty := got != nil && len(got) == 0 && sc.pool.resetLock == nil
+	reset := pl.resetLock != nil && *pl.resetLock != ""
+	if empty && reset && pl.probeLockSet == pl.probeLockReset {
+		pl.lost = errors.New("fencing lock not known")
+		pl.fare = errorResponse("FATAL", sqlstateInvalid, fmt.Sprintf(
+			"fenceproxy cannot tell whether the transaction reset %s or set it to the empty string (on a pooled server connection both leave it empty), so the session's lock is not known", ss.srv.cfg.Token.LockSetting),
+			"", "Reconnect. In transaction pooling, reset the lock and set it in separate transactions, with SET or set_config in the statement's text.")
+		ss.logger().Warn("pooled session ended: its fencing lock is not known after its transaction", "pool", sc.pool.name)
+		return nil
+	}
+	pl.lock = followed(got, pl.lock, pl.resetLock, sc.pool.resetLock, !(pl.probeLockSet && !pl.probeLockReset))
+	return nil
+}
+
 // followed is the client's new session value of a setting whose server session value after the transaction is
 // got (nil: NULL): the placeholder means unchanged, the pool's default means reset, anything else was set.
 //
 // On a pooled connection with no default (poolDefault nil) a RESET gives the empty string (a custom setting's
 // own default), which is also what set_config(name, the empty string) gives: emptyIsReset says which to take it
-// as, the way that refuses where the two differ (the caller's). For the token that is the empty string unless the
-// transaction visibly reset something and no set_config of the token may have set a value: a token cleared so
-// is no token, as directly (writes refused 55F02), where a startup token taken back would write. For the lock it
-// is the reset unless a set_config of the lock may have set it and nothing was visibly reset: a lock taken back
-// refuses what its fence refuses, where no lock leaves row fencing alone (a review of 2026-12-04 found the
-// lock lost for good after SET fence.lock TO DEFAULT and a set_config of the token in one transaction).
+// as (the caller's). For the token it is the empty string unless the transaction visibly reset something and no
+// set_config of the token may have set a value: a token cleared so is no token, as directly (writes refused
+// 55F02), where a startup token taken back would write. For the lock: followLock.
 func followed(got []byte, cur, reset, poolDefault *string, emptyIsReset bool) *string {
 	switch {
 	case got != nil && string(got) == poolPlaceholder:

@@ -86,7 +86,7 @@ type Server struct {
 	auth      *authenticator           // nil: authentication is relayed to PostgreSQL (auth.type passthrough)
 	router    *router                  // nil: one upstream.address, no router
 	pools     *txPools                 // pool.mode transaction (pool.go); nil in session mode
-	lockWords *rewrite.FoldWords       // the lock setting's name, for the pool's text classes (textClass.namesLock); nil: none
+	lockWords *rewrite.FoldWords       // the lock setting's name, for the pool's text classes (textClass.mayChangeLock); nil: none
 	reload    func() ([]string, error) // the admin console's RELOAD (Options.Reload)
 	bufs      connBuffers              // client connections' buffers, kept between sessions
 

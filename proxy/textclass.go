@@ -12,8 +12,9 @@ import (
 type textClass struct {
 	rewrite.PoolingClass
 	leaves bool
-	// namesLock: the text holds the lock setting's name (classMemo.lockWords), so it may set or reset the lock.
-	namesLock bool
+	// mayChangeLock: the text holds the lock setting's name (classMemo.lockWords), RESET or DISCARD, so it may
+	// set or reset the lock (rewrite.Plan's LockSet, LockReset).
+	mayChangeLock bool
 }
 
 // plain reports whether the text may have the plain token statement (plainText).
@@ -29,7 +30,7 @@ func (c textClass) plain() bool { return c.Plain && !c.leaves }
 type classMemo struct {
 	entries []classEntry // up to classMemoSize, grown as texts come (a client that connects per transaction sends one or two)
 	next    int          // the entry the next miss replaces, once all are there
-	// lockWords holds the lock setting's name (Server.lockWords; nil: no lock setting) for textClass.namesLock.
+	// lockWords holds the lock setting's name (Server.lockWords; nil: no lock setting) for textClass.mayChangeLock.
 	lockWords *rewrite.FoldWords
 }
 
@@ -57,7 +58,7 @@ func (m *classMemo) classOf(text []byte, set rewrite.Settings) textClass {
 		}
 	}
 	c := textClass{PoolingClass: rewrite.ClassifyPooling(text, set), leaves: mayLeaveSessionState(text)}
-	c.namesLock = m.lockWords != nil && m.lockWords.In(text)
+	c.mayChangeLock = m.lockWords != nil && (m.lockWords.In(text) || lockResetWords.In(text))
 	if len(text) <= classMemoMaxText {
 		if len(m.entries) < classMemoSize {
 			m.entries = append(m.entries, classEntry{})
@@ -70,6 +71,9 @@ func (m *classMemo) classOf(text []byte, set rewrite.Settings) textClass {
 	}
 	return c
 }
+
+// lockResetWords are the words of a text that may reset the lock without naming it (RESET ALL, DISCARD ALL).
+var lockResetWords = rewrite.NewFoldWords("reset", "discard")
 
 // classOf is the class of a client's text under the session's reading settings now.
 func (ss *session) classOf(text []byte) textClass {

@@ -239,15 +239,24 @@ func TestClassifyPoolingModesLater(t *testing.T) {
 		"SET DateStyle TO 'German'; start transaction read only":       true,
 		"SELECT 1; BEGIN":      false,
 		"SELECT 1; BEGIN WORK": false,
-		"BEGIN; SET TRANSACTION ISOLATION LEVEL SERIALIZABLE":    true,
-		"SET TRANSACTION ISOLATION LEVEL SERIALIZABLE; SELECT 1": true,
-		"SET TRANSACTION ISOLATION LEVEL SERIALIZABLE":           true,
-		"BEGIN; SELECT 'BEGIN ISOLATION LEVEL SERIALIZABLE'":     false,
-		"SELECT 1; /* begin read only */ SELECT 2":               false,
-		"SELECT 1; \"begin\" read only":                          false, // a quoted word is not the keyword
-		"SELECT 1; BEGIN TRANSACTION DEFERRABLE; COMMIT":         true,
-		"SELECT 1;; begin not deferrable":                        true,
-		"SET transaction_isolation = 'serializable'; BEGIN":      false,
+		"BEGIN; SET TRANSACTION ISOLATION LEVEL SERIALIZABLE":            true,
+		"SET TRANSACTION ISOLATION LEVEL SERIALIZABLE; SELECT 1":         true,
+		"SET TRANSACTION ISOLATION LEVEL SERIALIZABLE":                   true,
+		"BEGIN; SELECT 'BEGIN ISOLATION LEVEL SERIALIZABLE'":             false,
+		"SELECT 1; /* begin read only */ SELECT 2":                       false,
+		"SELECT 1; \"begin\" read only":                                  false, // a quoted word is not the keyword
+		"SELECT 1; BEGIN TRANSACTION DEFERRABLE; COMMIT":                 true,
+		"SELECT 1;; begin not deferrable":                                true,
+		"SET transaction_isolation = 'serializable'; BEGIN":              true, // sets this transaction's characteristic
+		"SET transaction_isolation = 'serializable'":                     true,
+		"BEGIN; SET LOCAL TRANSACTION ISOLATION LEVEL SERIALIZABLE":      true,
+		"BEGIN; SET SESSION TRANSACTION ISOLATION LEVEL SERIALIZABLE":    true,
+		"SET SESSION TRANSACTION ISOLATION LEVEL SERIALIZABLE; SELECT 1": true,
+		"BEGIN; SET transaction_deferrable = on; COMMIT":                 true,
+		"BEGIN; set local transaction_read_only = on":                    true,
+		"SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY; SELECT 1": false,
+		"SET LOCAL work_mem = '1MB'; SELECT 1":                           false,
+		"BEGIN; SET LOCAL fence.token = 5; UPDATE t SET a = 1; COMMIT":   false,
 	} {
 		if got := ClassifyPooling([]byte(sql), DefaultSettings).ModesLater; got != want {
 			t.Errorf("ModesLater(%q) = %v, want %v", sql, got, want)

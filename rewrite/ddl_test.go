@@ -248,10 +248,25 @@ func TestSessionSettingChanges(t *testing.T) {
 		{"SET fence.lock = 'k'; RESET ALL", true, true, true},
 		{"SET fence.token = 5; DISCARD ALL", true, false, true},
 		{"CREATE FUNCTION f() RETURNS int LANGUAGE sql SET fence.lock = 'k' AS 'SELECT 1'", true, false, false},
+		{"RESET ALL", true, false, true},
+		{"discard all", true, false, true},
+		{"RESET work_mem", true, false, false},
+		{"DISCARD PLANS", true, false, false},
+		{"DO $$ BEGIN SET fence.lock = 'other'; END $$", true, true, false},
 	} {
 		p := r.Plan(c.sql)
 		if p.SetConfigKeepsToken != c.keepsToken || p.LockSet != c.lockSet || p.LockReset != c.lockReset {
 			t.Errorf("%q: keeps token %v, lock set %v reset %v; want %v, %v %v", c.sql, p.SetConfigKeepsToken, p.LockSet, p.LockReset, c.keepsToken, c.lockSet, c.lockReset)
+		}
+	}
+	// A lock setting of another first part than the token's: its texts are analysed too.
+	cfg.LockSetting = "app.lock"
+	if r, err = New(cfg); err != nil {
+		t.Fatal(err)
+	}
+	for sql, set := range map[string]bool{"SET app.lock = ''": true, "SET app.lock TO DEFAULT": false} {
+		if p := r.Plan(sql); p.LockSet != set || p.LockReset == set {
+			t.Errorf("%q with lock setting app.lock: lock set %v reset %v", sql, p.LockSet, p.LockReset)
 		}
 	}
 }

@@ -46,8 +46,10 @@ func ClassifyPooling(raw []byte, s Settings) PoolingClass {
 	l := newLexer(text, s.StandardConformingStrings)
 	// The first statement's first two unquoted words anywhere in it (for Own) and its leading unquoted words,
 	// while every token so far is one (for Begin), lower case, in buffers of their own: no allocation.
-	var buf, leadBuf [2][16]byte
-	var words, lead [2][]byte
+	var buf [2][16]byte
+	var leadBuf [3][24]byte // transaction_deferrable (ModesLater) fits
+	var words [2][]byte
+	var lead [3][]byte
 	nwords, nlead, tokens := 0, 0, 0
 	concurrently := false
 	statements := 0
@@ -58,35 +60,41 @@ func ClassifyPooling(raw []byte, s Settings) PoolingClass {
 	firstDone := false
 	// The first statement's last two tokens (Chain).
 	var prevTok, lastTok token
-	// beginModes reads a statement's first two words (w1 "" when it has one) and its count of tokens: it
-	// opens a block, and does so with transaction modes; or it is SET TRANSACTION.
-	beginModes := func(w0, w1 string, n int) (begin, modes, setTransaction bool) {
+	// beginModes reads a statement's first three words ("" where it has fewer) and its count of tokens: it
+	// opens a block, and does so with transaction modes; or it sets the transaction's characteristics (SET
+	// [LOCAL | SESSION] TRANSACTION, or SET of transaction_isolation, _read_only, _deferrable).
+	beginModes := func(w0, w1, w2 string, n int) (begin, modes, setTransaction bool) {
 		switch {
 		case w0 == "begin" && (w1 == "work" || w1 == "transaction"), w0 == "start" && w1 == "transaction":
 			return true, n > 2, false
 		case w0 == "begin":
 			return true, n > 1, false
 		}
-		return false, false, w0 == "set" && w1 == "transaction"
+		characteristics := func(w string) bool {
+			return w == "transaction" || w == "transaction_isolation" || w == "transaction_read_only" || w == "transaction_deferrable"
+		}
+		return false, false, w0 == "set" && (characteristics(w1) || (w1 == "local" || w1 == "session") && characteristics(w2))
+	}
+	word := func(ws [][]byte, n, i int) string {
+		if i < n {
+			return string(ws[i])
+		}
+		return ""
 	}
 	endFirst := func(alone bool) {
 		firstDone = true
 		if l.err != nil || nlead == 0 {
 			return
 		}
-		w1 := ""
-		if nlead > 1 {
-			w1 = string(lead[1])
-		}
 		var setTransaction bool
-		c.Begin, c.Modes, setTransaction = beginModes(string(lead[0]), w1, tokens)
+		c.Begin, c.Modes, setTransaction = beginModes(string(lead[0]), word(lead[:], nlead, 1), word(lead[:], nlead, 2), tokens)
 		c.ModesLater = c.ModesLater || setTransaction
 		c.Alone = alone
 	}
 	// A later statement's leading words while every token so far is a word, its count of tokens, and its last
 	// two tokens (ModesLater, ChainsLast).
-	var laterBuf [2][16]byte
-	var later [2][]byte
+	var laterBuf [3][24]byte
+	var later [3][]byte
 	nlater, laterTokens := 0, 0
 	var laterPrev, laterLast token
 	endLater := func() {
@@ -95,11 +103,8 @@ func ClassifyPooling(raw []byte, s Settings) PoolingClass {
 		}
 		c.ChainsLast = false
 		if nlater > 0 {
-			w0, w1 := string(later[0]), ""
-			if nlater > 1 {
-				w1 = string(later[1])
-			}
-			if _, modes, setTransaction := beginModes(w0, w1, laterTokens); modes || setTransaction {
+			w0 := string(later[0])
+			if _, modes, setTransaction := beginModes(w0, word(later[:], nlater, 1), word(later[:], nlater, 2), laterTokens); modes || setTransaction {
 				c.ModesLater = true
 			}
 			if w0 == "commit" || w0 == "end" || w0 == "rollback" || w0 == "abort" {
@@ -142,7 +147,7 @@ func ClassifyPooling(raw []byte, s Settings) PoolingClass {
 		if statements > 1 {
 			// Own is false with several statements; Plain is decided at each statement's start; ModesLater
 			// needs each later statement's leading words.
-			if t.kind == tokIdent && nlater == laterTokens && nlater < 2 {
+			if t.kind == tokIdent && nlater == laterTokens && nlater < 3 {
 				later[nlater], _ = l.identValue(t, laterBuf[nlater][:0])
 				nlater++
 			}
@@ -151,11 +156,11 @@ func ClassifyPooling(raw []byte, s Settings) PoolingClass {
 			continue
 		}
 		prevTok, lastTok = lastTok, t
-		if t.kind == tokIdent && nlead == tokens && nlead < 2 {
+		if t.kind == tokIdent && nlead == tokens && nlead < 3 {
 			lead[nlead], _ = l.identValue(t, leadBuf[nlead][:0])
 			nlead++
 		} else if t.kind == tokIdent && nlead == tokens {
-			nlead++ // a third leading word: only counted, as the first two decide
+			nlead++ // a fourth leading word: only counted, as the first three decide
 		}
 		tokens++
 		if t.kind != tokIdent {

@@ -10,9 +10,10 @@ type prefilter struct {
 	relnames     []string
 	lengths      uint64 // bit n set: some name has n bytes (names of 64 bytes or more are never matched whole)
 	settingFirst string // lower-cased
+	lockFirst    string // the lock setting's first part, lower-cased; "" when there is none
 }
 
-func newPrefilter(tables []Table, setting string) prefilter {
+func newPrefilter(tables []Table, setting, lockSetting string) prefilter {
 	var p prefilter
 	for _, t := range tables {
 		p.relnames = append(p.relnames, t.Name)
@@ -22,6 +23,10 @@ func newPrefilter(tables []Table, setting string) prefilter {
 	}
 	first, _, _ := strings.Cut(setting, ".")
 	p.settingFirst = lowerASCII(first)
+	if lockSetting != "" {
+		first, _, _ = strings.Cut(lockSetting, ".")
+		p.lockFirst = lowerASCII(first)
+	}
 	return p
 }
 
@@ -53,9 +58,13 @@ func (p *prefilter) namesFolded(word []byte) bool {
 }
 
 // alone reports whether an identifier's value makes the text one to analyse
-// by itself: set_config, or a name holding the token setting's first part.
+// by itself: set_config, a name holding the token or lock setting's first
+// part, or RESET or DISCARD (a RESET ALL or DISCARD ALL resets the lock:
+// Plan.LockReset).
 func (p *prefilter) alone(v []byte) bool {
-	return len(v) >= len(p.settingFirst) && (equalFoldASCII(v, "set_config") || containsFoldBytes(v, p.settingFirst))
+	return len(v) >= len(p.settingFirst) && (equalFoldASCII(v, "set_config") || containsFoldBytes(v, p.settingFirst)) ||
+		p.lockFirst != "" && len(v) >= len(p.lockFirst) && containsFoldBytes(v, p.lockFirst) ||
+		equalFoldASCII(v, "reset") || equalFoldASCII(v, "discard")
 }
 
 func lowerASCII(s string) string {

@@ -247,7 +247,7 @@ func New(cfg Config) (*Rewriter, error) {
 	if err := r.addRefused(cfg.Refused); err != nil {
 		return nil, err
 	}
-	r.filter = newPrefilter(prefilterTables(cfg.Tables, cfg.Refused), setting)
+	r.filter = newPrefilter(prefilterTables(cfg.Tables, cfg.Refused), setting, cfg.LockSetting)
 	r.fingerprint = fingerprintSQL(r.tables)
 	return r, nil
 }
