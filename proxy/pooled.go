@@ -137,14 +137,10 @@ type pooledState struct {
 	replayFailure          *replayError // the server's error for the settings unit being answered (serveLend's)
 
 	probe atomic.Bool // the transaction may leave session state: look at the connection at its end
-	// What the probe reads an empty value as (followed): it is what a RESET gives on a pooled connection, and
-	// what set_config(name, '') gives. probeReset: the transaction visibly reset something (a RESET, DISCARD
-	// or SET command tag: SET ... TO DEFAULT; a set_config of the literal NULL). probeSetConfigToken: a text of
-	// it may give the token a session value by set_config; probeLockSet, probeLockReset: a text of it may set,
-	// or reset, the lock at session level (rewrite.Plan's LockSet, LockReset) (under mu). All cleared by the
-	// probe.
-	probeReset                                        atomic.Bool
-	probeSetConfigToken, probeLockSet, probeLockReset bool
+	// probeEffects: what the transaction's texts may do to the token and lock at session level
+	// (rewrite.SessionEffects, under mu), which says how the probe reads an empty value (followed, followLock):
+	// what a RESET gives on a pooled connection, and what set_config(name, '') gives. Cleared by the probe.
+	probeEffects rewrite.SessionEffects
 	// startChecked: the lent connection's session state was checked since it last served another client
 	// (checkFirst), so the token and lock the probe reads at the transaction's end are what the client left, not
 	// what a function of another client's left before (under mu).
@@ -518,7 +514,15 @@ func (s *Server) startPooled(ss *session, login *clientLogin) {
 	pl.token, pl.lock = startupValue(ss.params, tok), startupValue(ss.params, lock)
 	pl.resetToken, pl.resetLock = pl.token, pl.lock
 	pl.settings = startupSettings(ss.params)
-	pl.classes.lockWords = s.lockWords
+	pl.classes.effectWords = s.effectWords
+	pl.classes.effectsOf = func(text []byte, set rewrite.Settings) rewrite.SessionEffects {
+		if p, ok := s.currentPlanner().(interface {
+			SessionEffects([]byte, rewrite.Settings) rewrite.SessionEffects
+		}); ok {
+			return p.SessionEffects(text, set)
+		}
+		return rewrite.SessionEffects{} // no fencing: nothing to read
+	}
 	ss.pooled = pl
 	ss.ownPrep.max = 0 // session.prep, off until the first lend gives it the server connection's
 
@@ -854,26 +858,14 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 	if leaves {
 		pl.probe.Store(true)
 	}
-	if leaves || wordsClass.mayChangeLock {
-		// The planner's parse says whether its set_config calls may set the token at session level (not only
-		// reset it, with a literal NULL value), and whether it may set or reset the lock; without a planner, or
-		// for a text it did not analyse, they may set the token (maybe to ''), and nothing is known of the lock.
-		var plan rewrite.Plan
-		if p := ss.srv.currentPlanner(); p != nil {
-			plan = p.Plan(words, ss.readingSettings())
-		}
-		if leaves && setConfigWords.In(words) {
-			if plan.SetConfigKeepsToken {
-				pl.probeReset.Store(true) // set_config(name, NULL, ...): a reset
-			} else {
-				pl.probeSetConfigToken = true
-			}
-		}
-		pl.probeLockSet = pl.probeLockSet || plan.LockSet
-		pl.probeLockReset = pl.probeLockReset || plan.LockReset
-		if plan.LockSet || plan.LockReset {
-			pl.probe.Store(true) // also a DO block whose SET of the lock has no command tag of its own
-		}
+	if e := wordsClass.effects; e != (rewrite.SessionEffects{}) {
+		// What the text may do to the token and lock at session level (textclass.go): how the probe reads an
+		// empty value at the transaction's end. It looks also after a DO block, whose SET has no tag of its own.
+		pl.probe.Store(true)
+		pl.probeEffects.TokenSet = pl.probeEffects.TokenSet || e.TokenSet
+		pl.probeEffects.TokenReset = pl.probeEffects.TokenReset || e.TokenReset
+		pl.probeEffects.LockSet = pl.probeEffects.LockSet || e.LockSet
+		pl.probeEffects.LockReset = pl.probeEffects.LockReset || e.LockReset
 	}
 	if text != nil {
 		ss.noteCustomSettings(text) // pooledsettings.go
@@ -1679,8 +1671,9 @@ func (ss *session) chainTokens() error {
 		}
 		return sql + " END"
 	}
-	tokenReset := pl.probeReset.Load() && !pl.probeSetConfigToken
-	lockReset := pl.probeLockReset && !pl.probeLockSet
+	e := pl.probeEffects
+	tokenReset := e.TokenReset && !e.TokenSet
+	lockReset := e.LockReset && !e.LockSet
 	return ss.hiddenUnit("SELECT " + inForce(cfg.Setting, pl.token, tokenReset, pl.resetToken, pl.pool.resetToken) + ", " +
 		inForce(cfg.LockSetting, pl.lock, lockReset, pl.resetLock, pl.pool.resetLock))
 }
@@ -2037,18 +2030,10 @@ func mayLeaveSessionState(text []byte) bool { return sessionStateWords.In(text) 
 // sessionStateWords are mayLeaveSessionState's words.
 var sessionStateWords = rewrite.NewFoldWords("set_config", "pg_settings", "advisory", "temp", "u&")
 
-// setConfigWords are those of sessionStateWords that may give a setting a value the text does not show
-// (probeSetConfig): a Unicode escape may spell set_config.
-var setConfigWords = rewrite.NewFoldWords("set_config", "pg_settings", "u&")
-
 // tagMayLeaveSessionState reports whether a command tag says the statement may have left session state.
 func tagMayLeaveSessionState(tag []byte) bool {
 	return tagStartsWith(tag, "SET", "RESET", "DISCARD", "LISTEN", "PREPARE", "DECLARE", "CREATE", "LOAD", "DEALLOCATE")
 }
-
-// tagMayReset reports whether a command tag is of a command that may reset a setting: RESET, DISCARD, and SET
-// (SET ... TO DEFAULT).
-func tagMayReset(tag []byte) bool { return tagStartsWith(tag, "RESET", "DISCARD", "SET\x00") }
 
 // tagStartsWith reports whether a command tag starts with one of prefixes.
 func tagStartsWith(tag []byte, prefixes ...string) bool {
@@ -2140,9 +2125,6 @@ func (ss *session) relayServer(sc *serverConn, inline bool) bool {
 			case msgCommandComplete:
 				if tagMayLeaveSessionState(body) {
 					pl.probe.Store(true)
-					if tagMayReset(body) {
-						pl.probeReset.Store(true)
-					}
 				}
 				if tag := string(body); tag == "DISCARD ALL\x00" || tag == "DEALLOCATE ALL\x00" {
 					pl.stmts.droppedAll() // they deallocate the client's statements, as on a connection of its own
@@ -2393,8 +2375,7 @@ const probeAttempts = 3
 // it runs again.
 func (ss *session) probeSession(sc *serverConn) error {
 	defer func() {
-		ss.pooled.probeSetConfigToken, ss.pooled.probeLockSet, ss.pooled.probeLockReset = false, false, false
-		ss.pooled.probeReset.Store(false)
+		ss.pooled.probeEffects = rewrite.SessionEffects{}
 	}()
 	for attempt := 1; ; attempt++ {
 		err := ss.probeOnce(sc)
@@ -2489,7 +2470,7 @@ func (ss *session) probeOnce(sc *serverConn) error {
 			if pl.startChecked {
 				// An empty token is a reset only when the transaction visibly reset something and cannot have
 				// set the token to '' (no token refuses every fenced write where a reset token might write).
-				pl.token = followed(row[0], pl.token, pl.resetToken, sc.pool.resetToken, pl.probeReset.Load() && !pl.probeSetConfigToken)
+				pl.token = followed(row[0], pl.token, pl.resetToken, sc.pool.resetToken, pl.probeEffects.TokenReset && !pl.probeEffects.TokenSet)
 				// An empty lock has no reading that refuses more in every case (a kept lock refuses what its
 				// fence refuses, no lock what require_lock refuses): it is read only where the texts say which
 				// it is, and where they cannot, the session ends (lockUnknown).
@@ -2554,7 +2535,8 @@ func (ss *session) followLock(sc *serverConn, got []byte) error {
 	pl := ss.pooled
 	empty := got != nil && len(got) == 0 && sc.pool.resetLock == nil
 	reset := pl.resetLock != nil && *pl.resetLock != ""
-	if empty && reset && pl.probeLockSet == pl.probeLockReset {
+	e := pl.probeEffects
+	if empty && reset && e.LockSet == e.LockReset {
 		pl.lost = errors.New("fencing lock not known")
 		pl.fare = errorResponse("FATAL", sqlstateInvalid, fmt.Sprintf(
 			"fenceproxy cannot tell whether the transaction reset %s or set it to the empty string (on a pooled server connection both leave it empty), so the session's lock is not known", ss.srv.cfg.Token.LockSetting),
@@ -2562,7 +2544,7 @@ func (ss *session) followLock(sc *serverConn, got []byte) error {
 		ss.logger().Warn("pooled session ended: its fencing lock is not known after its transaction", "pool", sc.pool.name)
 		return nil
 	}
-	pl.lock = followed(got, pl.lock, pl.resetLock, sc.pool.resetLock, !(pl.probeLockSet && !pl.probeLockReset))
+	pl.lock = followed(got, pl.lock, pl.resetLock, sc.pool.resetLock, !(e.LockSet && !e.LockReset))
 	return nil
 }
 

@@ -203,6 +203,12 @@ func TestPooledLockEmptyRead(t *testing.T) {
 		"SET fence.lock = ''; SET application_name TO DEFAULT", "SHOW fence.lock", "INSERT INTO strict (id) VALUES (6)",
 	})
 	e.endsNotKnown(t, opts, "BEGIN; RESET ALL; SET fence.lock = ''; COMMIT")
+	// An SQL EXECUTE may run anything (a review's finding: a prepared set_config cleared the lock unseen).
+	e.endsNotKnown(t, opts, "PREPARE clr(text) AS SELECT set_config('fence.lock', $1, false); RESET fence.lock; EXECUTE clr('')")
+	e.compare(t, "prepared set_config clears the token", "-c fence.token=42", []string{
+		"PREPARE clrt(text) AS SELECT set_config('fence.token', $1, false); SET work_mem = '8MB'; EXECUTE clrt('')",
+		"SHOW fence.token", "INSERT INTO loose (id) VALUES (20)",
+	})
 	e.compare(t, "SET empty then reset of token", opts, []string{
 		"SET fence.lock = ''; RESET fence.token", "SHOW fence.lock", "INSERT INTO strict (id) VALUES (8)",
 	})
@@ -234,6 +240,12 @@ func TestPooledChainAfterReset(t *testing.T) {
 	})
 	e.compare(t, "chain after RESET ALL, one Query", stale, []string{
 		"BEGIN; RESET ALL; COMMIT AND CHAIN", "SHOW fence.lock", "SHOW fence.token", "INSERT INTO loose (id) VALUES (3)", "COMMIT",
+	})
+	// A token a function cleared stays cleared in the chained transaction (a SET of another setting is no
+	// reset of the token: a review's finding against the first form of the chain's reset branch).
+	fxExec(t, e.su, "CREATE FUNCTION clear_tok() RETURNS text LANGUAGE sql AS $$ SELECT pg_catalog.set_config('fence.token', '', false) $$")
+	e.compare(t, "chain after a function cleared the token", "-c fence.token=50", []string{
+		"BEGIN; SET work_mem = '8MB'; SELECT clear_tok(); COMMIT AND CHAIN", "SHOW fence.token", "INSERT INTO loose (id) VALUES (5)", "COMMIT",
 	})
 	e.compare(t, "chain after RESET token", "-c fence.token=43 -c fence.lock=settle", []string{
 		"BEGIN; RESET fence.token; COMMIT AND CHAIN", "SHOW fence.token", "INSERT INTO loose (id) VALUES (4)", "COMMIT",

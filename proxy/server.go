@@ -27,6 +27,7 @@ import (
 	"log/slog"
 	"net"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -80,15 +81,18 @@ type Server struct {
 	metrics   *Metrics
 	clientTLS *tls.Config
 	upTLS     *tls.Config
-	loops     []*evLoop                // empty: no event loop
-	spinners  atomic.Int32             // event loops polling in spinPoll now
-	pool      *upstreamPool            // nil: upstream connections are not reused
-	auth      *authenticator           // nil: authentication is relayed to PostgreSQL (auth.type passthrough)
-	router    *router                  // nil: one upstream.address, no router
-	pools     *txPools                 // pool.mode transaction (pool.go); nil in session mode
-	lockWords *rewrite.FoldWords       // the lock setting's name, for the pool's text classes (textClass.mayChangeLock); nil: none
-	reload    func() ([]string, error) // the admin console's RELOAD (Options.Reload)
-	bufs      connBuffers              // client connections' buffers, kept between sessions
+	loops     []*evLoop      // empty: no event loop
+	spinners  atomic.Int32   // event loops polling in spinPoll now
+	pool      *upstreamPool  // nil: upstream connections are not reused
+	auth      *authenticator // nil: authentication is relayed to PostgreSQL (auth.type passthrough)
+	router    *router        // nil: one upstream.address, no router
+	pools     *txPools       // pool.mode transaction (pool.go); nil in session mode
+	// effectWords are the words of a text that may change the token or lock at session level: their names,
+	// RESET and DISCARD (ALL), EXECUTE (an SQL prepared statement), set_config and u& (which may spell any
+	// of them); for the pool's text classes (textClass.effects).
+	effectWords *rewrite.FoldWords
+	reload      func() ([]string, error) // the admin console's RELOAD (Options.Reload)
+	bufs        connBuffers              // client connections' buffers, kept between sessions
 
 	// locks is what the admin console's SHOW LOCKS lists (Options.Locks); nil: no lock store.
 	locks *tokens.Listing
@@ -138,9 +142,11 @@ func New(o Options) (*Server, error) {
 		handlers:     make(chan acceptedConn),
 		handlersStop: make(chan struct{}),
 	}
+	effectWords := []string{strings.ToLower(o.Config.Token.Setting), "reset", "discard", "execute", "set_config", "u&"}
 	if lock := o.Config.Token.LockSetting; lock != "" {
-		s.lockWords = rewrite.NewFoldWords(lock)
+		effectWords = append(effectWords, strings.ToLower(lock))
 	}
+	s.effectWords = rewrite.NewFoldWords(effectWords...)
 	r := o.Config.Upstream.Reuse
 	s.pool = newUpstreamPool(r.Idle(), r.IdleTimeout, r.MaxLifetime, o.Metrics)
 	s.SetPlanner(o.Planner)

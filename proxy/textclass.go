@@ -12,9 +12,9 @@ import (
 type textClass struct {
 	rewrite.PoolingClass
 	leaves bool
-	// mayChangeLock: the text holds the lock setting's name (classMemo.lockWords), RESET or DISCARD, so it may
-	// set or reset the lock (rewrite.Plan's LockSet, LockReset).
-	mayChangeLock bool
+	// effects: what the text may do to the token and lock at session level (rewrite.SessionEffects), read for
+	// a text that holds one of classMemo.effectWords; none for the others.
+	effects rewrite.SessionEffects
 }
 
 // plain reports whether the text may have the plain token statement (plainText).
@@ -30,8 +30,10 @@ func (c textClass) plain() bool { return c.Plain && !c.leaves }
 type classMemo struct {
 	entries []classEntry // up to classMemoSize, grown as texts come (a client that connects per transaction sends one or two)
 	next    int          // the entry the next miss replaces, once all are there
-	// lockWords holds the lock setting's name (Server.lockWords; nil: no lock setting) for textClass.mayChangeLock.
-	lockWords *rewrite.FoldWords
+	// effectWords are the words of a text that may change the token or lock at session level
+	// (Server.effectWords), and effectsOf reads what it does (the planner's SessionEffects): textClass.effects.
+	effectWords *rewrite.FoldWords
+	effectsOf   func([]byte, rewrite.Settings) rewrite.SessionEffects
 }
 
 // classMemoSize is how many texts the memo keeps.
@@ -58,7 +60,9 @@ func (m *classMemo) classOf(text []byte, set rewrite.Settings) textClass {
 		}
 	}
 	c := textClass{PoolingClass: rewrite.ClassifyPooling(text, set), leaves: mayLeaveSessionState(text)}
-	c.mayChangeLock = m.lockWords != nil && (m.lockWords.In(text) || lockResetWords.In(text))
+	if m.effectsOf != nil && m.effectWords.In(text) {
+		c.effects = m.effectsOf(text, set)
+	}
 	if len(text) <= classMemoMaxText {
 		if len(m.entries) < classMemoSize {
 			m.entries = append(m.entries, classEntry{})
@@ -71,9 +75,6 @@ func (m *classMemo) classOf(text []byte, set rewrite.Settings) textClass {
 	}
 	return c
 }
-
-// lockResetWords are the words of a text that may reset the lock without naming it (RESET ALL, DISCARD ALL).
-var lockResetWords = rewrite.NewFoldWords("reset", "discard")
 
 // classOf is the class of a client's text under the session's reading settings now.
 func (ss *session) classOf(text []byte) textClass {

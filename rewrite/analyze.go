@@ -52,12 +52,11 @@ type analysis struct {
 	tokenSet     bool
 	token        int64
 	tokenDynamic bool
-	// setConfigToken: a set_config of the token setting, or of a computed name, may give it a session value
-	// other than a reset (Plan.SetConfigKeepsToken). lockSet, lockReset: a statement may give the lock setting a
-	// session value, or reset it (Plan.LockSet, LockReset).
-	setConfigToken, lockSet, lockReset bool
-	tables                             []string
-	scope                              tokenScope // scope.go
+	// effects: what the text's statements may do to the token and lock settings' session values
+	// (SessionEffects).
+	effects SessionEffects
+	tables  []string
+	scope   tokenScope // scope.go
 
 	checked   []checked      // statements sent as checking DO blocks (bycheck.go)
 	bodies    []checkedBlock // their blocks as built, in order
@@ -103,10 +102,6 @@ func (a *analysis) result(action Action, sql string) Plan {
 		TokenSession:    a.scope.session,
 		TokenPersistent: a.scope.persistent,
 		LockPersistent:  a.scope.persistentLock,
-
-		SetConfigKeepsToken: !a.setConfigToken,
-		LockSet:             a.lockSet,
-		LockReset:           a.lockReset,
 	}
 }
 
@@ -176,7 +171,11 @@ func (a *analysis) visit(m protoreflect.Message) {
 	case *pg.VariableSetStmt:
 		a.setStatement(x, false)
 	case *pg.DiscardStmt:
-		a.lockReset = a.lockReset || x.Target == pg.DiscardMode_DISCARD_ALL
+		if x.Target == pg.DiscardMode_DISCARD_ALL {
+			a.effects.note(true, true, false, true)
+		}
+	case *pg.ExecuteStmt:
+		a.effects = anyEffects // an SQL-level prepared statement may run set_config
 	case *pg.FuncCall:
 		a.setConfigCall(x)
 	case *pg.AlterRoleSetStmt:
@@ -200,7 +199,7 @@ func (a *analysis) addWrite(rv *pg.RangeVar, stmt protoreflect.ProtoMessage) {
 // clause) are only validated.
 func (a *analysis) setStatement(v *pg.VariableSetStmt, top bool) {
 	if top && !v.IsLocal {
-		a.lockSession(v)
+		a.sessionSet(v)
 	}
 	if !strings.EqualFold(v.Name, a.r.setting) || v.Kind != pg.VariableSetKind_VAR_SET_VALUE {
 		return // RESET, SET ... TO DEFAULT, FROM CURRENT, other settings
@@ -216,18 +215,63 @@ func (a *analysis) setStatement(v *pg.VariableSetStmt, top bool) {
 	a.tokenValue(value, top)
 }
 
-// lockSession notes what a top-level SET or RESET that is not LOCAL does to the lock setting's session value
-// (lockSet, lockReset).
-func (a *analysis) lockSession(v *pg.VariableSetStmt) {
-	switch {
-	case v.Kind == pg.VariableSetKind_VAR_RESET_ALL:
-		a.lockReset = true
-	case a.r.lockSetting == "" || !strings.EqualFold(v.Name, a.r.lockSetting):
-	case v.Kind == pg.VariableSetKind_VAR_SET_VALUE, v.Kind == pg.VariableSetKind_VAR_SET_CURRENT:
-		a.lockSet = true
-	case v.Kind == pg.VariableSetKind_VAR_SET_DEFAULT, v.Kind == pg.VariableSetKind_VAR_RESET:
-		a.lockReset = true
+// sessionSet notes what a top-level SET or RESET that is not LOCAL does to the token and lock settings'
+// session values (effects).
+func (a *analysis) sessionSet(v *pg.VariableSetStmt) {
+	isToken := strings.EqualFold(v.Name, a.r.setting)
+	isLock := a.r.lockSetting != "" && strings.EqualFold(v.Name, a.r.lockSetting)
+	switch v.Kind {
+	case pg.VariableSetKind_VAR_RESET_ALL:
+		a.effects.note(true, true, false, true)
+	case pg.VariableSetKind_VAR_SET_VALUE, pg.VariableSetKind_VAR_SET_CURRENT:
+		a.effects.note(isToken, isLock, true, false)
+	case pg.VariableSetKind_VAR_SET_DEFAULT, pg.VariableSetKind_VAR_RESET:
+		a.effects.note(isToken, isLock, false, true)
 	}
+}
+
+// SessionEffects is what a text's statements may do to the session values of the token and lock settings:
+// give them a value (TokenSet, LockSet) or reset them (TokenReset, LockReset). SET and RESET that are not
+// LOCAL, RESET ALL, DISCARD ALL, set_config whose is_local is not the literal true (a literal NULL resets, a
+// constant sets, anything else may do either; a computed name may be either setting), also in a DO block; an
+// SQL EXECUTE may do anything. What functions do is not seen. The transaction pooler reads an empty value
+// after a transaction by them: on its connections a reset and a set to the empty string both leave one.
+type SessionEffects struct {
+	TokenSet, TokenReset, LockSet, LockReset bool
+}
+
+// anyEffects is what a text the analysis cannot read may do: anything.
+var anyEffects = SessionEffects{true, true, true, true}
+
+// note adds a statement's effect on the token (isToken), the lock (isLock) or both.
+func (e *SessionEffects) note(isToken, isLock, set, reset bool) {
+	e.TokenSet = e.TokenSet || isToken && set
+	e.TokenReset = e.TokenReset || isToken && reset
+	e.LockSet = e.LockSet || isLock && set
+	e.LockReset = e.LockReset || isLock && reset
+}
+
+// SessionEffects reads raw as the server would under s and reports what its statements may do to the token
+// and lock settings' session values. Unlike Plan it reads every text (no prefilter); a text it cannot decode or
+// parse may do anything.
+func (r *Rewriter) SessionEffects(raw []byte, s Settings) SessionEffects {
+	text, why := decode(raw, s)
+	if why != "" {
+		return anyEffects
+	}
+	sql := string(text)
+	if !s.StandardConformingStrings {
+		return anyEffects // pg_query reads backslashes as standard_conforming_strings on does
+	}
+	tree, err := pg.Parse(sql)
+	if err != nil {
+		return anyEffects
+	}
+	a := &analysis{r: r}
+	for _, raw := range tree.Stmts {
+		a.statement(raw.Stmt)
+	}
+	return a.effects
 }
 
 func (a *analysis) tokenValue(value string, effective bool) {
@@ -279,13 +323,16 @@ func (a *analysis) setConfigCall(f *pg.FuncCall) {
 	}
 	name, ok := constString(f.Args[0])
 	if !constTrue(f.Args[2]) { // is_local the literal true leaves the session value alone
+		isToken := !ok || strings.EqualFold(name, a.r.setting)
 		isLock := !ok || a.r.lockSetting != "" && strings.EqualFold(name, a.r.lockSetting)
-		if c := unwrapCast(f.Args[1]).GetAConst(); c != nil && c.Isnull {
-			a.lockReset = a.lockReset || isLock
-		} else {
-			a.setConfigToken = a.setConfigToken || !ok || strings.EqualFold(name, a.r.setting)
-			a.lockSet = a.lockSet || isLock
+		value := unwrapCast(f.Args[1]).GetAConst()
+		// A literal NULL resets, a constant sets; anything else (a parameter bound to NULL, an expression) may
+		// do either.
+		reset, set := value != nil && value.Isnull, value != nil && !value.Isnull
+		if value == nil {
+			reset, set = true, true
 		}
+		a.effects.note(isToken, isLock, set, reset)
 	}
 	if !ok {
 		a.tokenDynamic = true // may be the token setting

@@ -92,6 +92,11 @@ func (c *Cache) Plan(sql []byte, set Settings) Plan {
 	return p
 }
 
+// SessionEffects is the Rewriter's SessionEffects (not cached: the transaction pooler keeps it per text).
+func (c *Cache) SessionEffects(sql []byte, set Settings) SessionEffects {
+	return c.r.SessionEffects(sql, set)
+}
+
 // TryPlan is Plan when the plan costs no parse: the prefilter rules the text
 // out, the text or its shape is cached, or the text is decided without
 // parsing. Otherwise (a miss, which parses and deparses: a fraction of a

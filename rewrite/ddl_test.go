@@ -210,63 +210,61 @@ func TestTokenScope(t *testing.T) {
 	}
 }
 
-// TestSessionSettingChanges checks what a text may do to the token and lock settings' session values: whether
-// a set_config may give the token a value (the transaction pooler reads a ” found after such a text as set, not
-// as reset), and whether a statement may set or reset the lock.
-func TestSessionSettingChanges(t *testing.T) {
+// TestSessionEffects checks what a text may do to the token and lock settings' session values (the transaction
+// pooler reads an empty value found after a transaction by them: a reset and a set to the empty string both
+// leave one on its connections).
+func TestSessionEffects(t *testing.T) {
 	cfg := testConfig()
 	cfg.LockSetting = "fence.lock"
 	r, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
+	all := SessionEffects{true, true, true, true}
 	for _, c := range []struct {
-		sql                string
-		keepsToken         bool
-		lockSet, lockReset bool
+		sql  string
+		want SessionEffects
 	}{
-		{"SELECT 1", false, false, false}, // not analysed: the prefilter passes it
-		{"SELECT set_config('FENCE.TOKEN', '14', false)", false, false, false},
-		{"SELECT set_config('fence.lock', 'k', false)", true, true, false},
-		{"SELECT set_config('fence.lock', '', false)", true, true, false},
-		{"SELECT set_config('fence.lock', NULL, false)", true, false, true},
-		{"SELECT set_config('fence.lock', 'k', true)", true, false, false},
-		{"SELECT set_config('fence.token', '14', true)", true, false, false},
-		{"SELECT set_config('fence.token', '14', $1)", false, false, false},
-		{"SELECT set_config('fence.token', NULL, false)", true, false, false},
-		{"SELECT set_config($1, 'x', false)", false, true, false},
-		{"SELECT set_config($1, NULL, false)", true, false, true},
-		{"SELECT set_config($1, 'x', true)", true, false, false},
-		{"SELECT set_config('work_mem', '64MB', false)", true, false, false},
-		{"DO $$ BEGIN PERFORM set_config('fence.lock', '', false); END $$", true, true, false},
-		{"SET fence.lock = ''", true, true, false},
-		{"SET SESSION FENCE.LOCK TO 'k'", true, true, false},
-		{"SET LOCAL fence.lock = 'k'", true, false, false},
-		{"SET fence.lock TO DEFAULT", true, false, true},
-		{"SET LOCAL fence.lock TO DEFAULT", true, false, false},
-		{"RESET fence.lock; SET fence.token = 5", true, false, true},
-		{"SET fence.lock = 'k'; RESET ALL", true, true, true},
-		{"SET fence.token = 5; DISCARD ALL", true, false, true},
-		{"CREATE FUNCTION f() RETURNS int LANGUAGE sql SET fence.lock = 'k' AS 'SELECT 1'", true, false, false},
-		{"RESET ALL", true, false, true},
-		{"discard all", true, false, true},
-		{"RESET work_mem", true, false, false},
-		{"DISCARD PLANS", true, false, false},
-		{"DO $$ BEGIN SET fence.lock = 'other'; END $$", true, true, false},
+		{"SELECT 1", SessionEffects{}},
+		{"SELECT set_config('FENCE.TOKEN', '14', false)", SessionEffects{TokenSet: true}},
+		{"SELECT set_config('fence.lock', 'k', false)", SessionEffects{LockSet: true}},
+		{"SELECT set_config('fence.lock', '', false)", SessionEffects{LockSet: true}},
+		{"SELECT set_config('fence.lock', NULL, false)", SessionEffects{LockReset: true}},
+		{"SELECT set_config('fence.lock', $1, false)", SessionEffects{LockSet: true, LockReset: true}},
+		{"SELECT set_config('fence.lock', 'k', true)", SessionEffects{}},
+		{"SELECT set_config('fence.token', '14', $1)", SessionEffects{TokenSet: true}},
+		{"SELECT set_config($1, 'x', false)", SessionEffects{TokenSet: true, LockSet: true}},
+		{"SELECT set_config($1, NULL, false)", SessionEffects{TokenReset: true, LockReset: true}},
+		{"SELECT set_config($1, 'x', true)", SessionEffects{}},
+		{"SELECT set_config('work_mem', '64MB', false)", SessionEffects{}},
+		{"DO $$ BEGIN PERFORM set_config('fence.lock', '', false); END $$", SessionEffects{LockSet: true}},
+		{"DO $$ BEGIN SET fence.lock = 'other'; END $$", SessionEffects{LockSet: true}},
+		{"SET fence.lock = ''", SessionEffects{LockSet: true}},
+		{"SET SESSION FENCE.LOCK TO 'k'", SessionEffects{LockSet: true}},
+		{"SET LOCAL fence.lock = 'k'", SessionEffects{}},
+		{"SET fence.lock TO DEFAULT", SessionEffects{LockReset: true}},
+		{"SET LOCAL fence.lock TO DEFAULT", SessionEffects{}},
+		{"RESET fence.lock; SET fence.token = 5", SessionEffects{TokenSet: true, LockReset: true}},
+		{"SET fence.lock = 'k'; RESET ALL", SessionEffects{TokenReset: true, LockSet: true, LockReset: true}},
+		{"RESET ALL", SessionEffects{TokenReset: true, LockReset: true}},
+		{"discard all", SessionEffects{TokenReset: true, LockReset: true}},
+		{"RESET work_mem", SessionEffects{}},
+		{"DISCARD PLANS", SessionEffects{}},
+		{"EXECUTE clr('')", all},
+		{"RESET fence.token", SessionEffects{TokenReset: true}},
+		{"CREATE FUNCTION f() RETURNS int LANGUAGE sql SET fence.lock = 'k' AS 'SELECT 1'", SessionEffects{}},
+		{"SELECT 'unterminated", all},
 	} {
-		p := r.Plan(c.sql)
-		if p.SetConfigKeepsToken != c.keepsToken || p.LockSet != c.lockSet || p.LockReset != c.lockReset {
-			t.Errorf("%q: keeps token %v, lock set %v reset %v; want %v, %v %v", c.sql, p.SetConfigKeepsToken, p.LockSet, p.LockReset, c.keepsToken, c.lockSet, c.lockReset)
+		if got := r.SessionEffects([]byte(c.sql), DefaultSettings); got != c.want {
+			t.Errorf("%q: %+v, want %+v", c.sql, got, c.want)
 		}
 	}
-	// A lock setting of another first part than the token's: its texts are analysed too.
+	// A lock setting of another first part than the token's.
 	cfg.LockSetting = "app.lock"
 	if r, err = New(cfg); err != nil {
 		t.Fatal(err)
 	}
-	for sql, set := range map[string]bool{"SET app.lock = ''": true, "SET app.lock TO DEFAULT": false} {
-		if p := r.Plan(sql); p.LockSet != set || p.LockReset == set {
-			t.Errorf("%q with lock setting app.lock: lock set %v reset %v", sql, p.LockSet, p.LockReset)
-		}
+	if got := r.SessionEffects([]byte("SET app.lock = ''"), DefaultSettings); got != (SessionEffects{LockSet: true}) {
+		t.Errorf("SET app.lock with lock setting app.lock: %+v", got)
 	}
 }

@@ -206,10 +206,9 @@ func (a *analysis) doQuery(q plQuery) (msg, label string, setsToken bool) {
 	for _, raw := range tree.Stmts {
 		sub.statement(raw.Stmt)
 	}
-	// Plan.SetConfigKeepsToken, LockSet and LockReset cover the block's statements too.
-	a.setConfigToken = a.setConfigToken || sub.setConfigToken
-	a.lockSet = a.lockSet || sub.lockSet
-	a.lockReset = a.lockReset || sub.lockReset
+	// SessionEffects covers the block's statements too.
+	a.effects.note(true, false, sub.effects.TokenSet, sub.effects.TokenReset)
+	a.effects.note(false, true, sub.effects.LockSet, sub.effects.LockReset)
 	switch {
 	case sub.tokenSet || sub.tokenDynamic:
 		return "", "", true

@@ -10,10 +10,9 @@ type prefilter struct {
 	relnames     []string
 	lengths      uint64 // bit n set: some name has n bytes (names of 64 bytes or more are never matched whole)
 	settingFirst string // lower-cased
-	lockFirst    string // the lock setting's first part, lower-cased; "" when there is none
 }
 
-func newPrefilter(tables []Table, setting, lockSetting string) prefilter {
+func newPrefilter(tables []Table, setting string) prefilter {
 	var p prefilter
 	for _, t := range tables {
 		p.relnames = append(p.relnames, t.Name)
@@ -23,10 +22,6 @@ func newPrefilter(tables []Table, setting, lockSetting string) prefilter {
 	}
 	first, _, _ := strings.Cut(setting, ".")
 	p.settingFirst = lowerASCII(first)
-	if lockSetting != "" {
-		first, _, _ = strings.Cut(lockSetting, ".")
-		p.lockFirst = lowerASCII(first)
-	}
 	return p
 }
 
@@ -58,13 +53,9 @@ func (p *prefilter) namesFolded(word []byte) bool {
 }
 
 // alone reports whether an identifier's value makes the text one to analyse
-// by itself: set_config, a name holding the token or lock setting's first
-// part, or RESET or DISCARD (a RESET ALL or DISCARD ALL resets the lock:
-// Plan.LockReset).
+// by itself: set_config, or a name holding the token setting's first part.
 func (p *prefilter) alone(v []byte) bool {
-	return len(v) >= len(p.settingFirst) && (equalFoldASCII(v, "set_config") || containsFoldBytes(v, p.settingFirst)) ||
-		p.lockFirst != "" && len(v) >= len(p.lockFirst) && containsFoldBytes(v, p.lockFirst) ||
-		equalFoldASCII(v, "reset") || equalFoldASCII(v, "discard")
+	return len(v) >= len(p.settingFirst) && (equalFoldASCII(v, "set_config") || containsFoldBytes(v, p.settingFirst))
 }
 
 func lowerASCII(s string) string {

@@ -427,21 +427,14 @@ func normalise(text []byte) string {
 // not a letter, _ or a byte >= 0x80; a digit or $ does not join a letter, as
 // in PostgreSQL 14's 1update and in 0$do), and an identifier can hold the token setting's
 // name or set_config only as those raw letters unless it is a U& identifier.
-// It reports whether raw holds a write keyword, DO, RESET or DISCARD as such a
-// word, u&, or set_config or the token or lock setting's first part anywhere.
+// It reports whether raw holds a write keyword or DO as such a word, u&, or
+// set_config or the setting's first part anywhere.
 func (r *Rewriter) rawMayTouch(raw []byte) bool {
 	n := len(raw)
 	first := r.filter.settingFirst // lower case, not empty
-	lockFirst := r.filter.lockFirst
-	if lockFirst == first {
-		lockFirst = ""
-	}
 	for i := 0; i < n; i++ {
 		c := lower(raw[i])
 		if c == first[0] && n-i >= len(first) && equalFoldASCII(raw[i:i+len(first)], first) {
-			return true
-		}
-		if lockFirst != "" && c == lockFirst[0] && n-i >= len(lockFirst) && equalFoldASCII(raw[i:i+len(lockFirst)], lockFirst) {
 			return true
 		}
 		switch c {
@@ -465,8 +458,8 @@ func (r *Rewriter) rawMayTouch(raw []byte) bool {
 		for j < n && isIdentCont(raw[j]) {
 			j++
 		}
-		if w := raw[i:j]; isWriteOrDo(w) || equalFoldASCII(w, "reset") || equalFoldASCII(w, "discard") {
-			return true // RESET and DISCARD: a RESET ALL or DISCARD ALL resets the lock (Plan.LockReset)
+		if isWriteOrDo(raw[i:j]) {
+			return true
 		}
 	}
 	return false

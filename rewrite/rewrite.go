@@ -138,19 +138,6 @@ type Plan struct {
 	// LockPersistent reports the same of the lock setting (Config.LockSetting): the transaction pooler refuses
 	// it, as its server connections would give the default to clients that set no lock.
 	LockPersistent bool
-	// SetConfigKeepsToken reports that no set_config the text calls can give the token setting a session value
-	// other than a reset: each names another setting (a constant name), gives the literal NULL, or has the
-	// literal true for is_local. False for a text not analysed (one the prefilter passes). The transaction
-	// pooler reads a '' it finds afterwards as a reset only when the text cannot have set it so: set_config may
-	// set '', which is also what a RESET gives on its connections.
-	SetConfigKeepsToken bool
-	// LockSet reports that a statement of the text may give the lock setting (Config.LockSetting) a session
-	// value: SET (not LOCAL) of it, or set_config of it or of a computed name whose value is not the literal NULL
-	// and whose is_local is not the literal true. LockReset reports that one may reset it: RESET, SET ... TO
-	// DEFAULT, RESET ALL, DISCARD ALL, or such a set_config of the literal NULL. Both false for a text not
-	// analysed. The transaction pooler reads a '' it finds afterwards as set only when the text may have set the
-	// lock and cannot have reset it (a lock taken back refuses where no lock would not).
-	LockSet, LockReset bool
 	// Hint is the HINT of a refusal, if any.
 	Hint string
 	// Tables lists the labels of the protected tables the text writes (fenced
@@ -247,7 +234,7 @@ func New(cfg Config) (*Rewriter, error) {
 	if err := r.addRefused(cfg.Refused); err != nil {
 		return nil, err
 	}
-	r.filter = newPrefilter(prefilterTables(cfg.Tables, cfg.Refused), setting, cfg.LockSetting)
+	r.filter = newPrefilter(prefilterTables(cfg.Tables, cfg.Refused), setting)
 	r.fingerprint = fingerprintSQL(r.tables)
 	return r, nil
 }
