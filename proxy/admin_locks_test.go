@@ -30,13 +30,7 @@ const adminPoolYAML = "pool:\n  mode: transaction\n  size: 1\n  admin_users: [ad
 // test ends; it returns its DSN.
 func showLocksDB(t *testing.T) string {
 	t.Helper()
-	pgtest.Require(t, pg)
-	db := fxName(t, "db")
-	if err := pg.Exec("CREATE DATABASE " + db); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { pg.Exec("DROP DATABASE IF EXISTS " + db + " WITH (FORCE)") })
-	dsn := pg.DSN(pgtest.SuperUser, "", db)
+	dsn := pg.DSN(pgtest.SuperUser, "", freshDB(t))
 	if err := schema.Install(ctxT(t), connect(t, dsn), schema.Config{}); err != nil {
 		t.Fatalf("install: %v", err)
 	}
@@ -194,4 +188,16 @@ func TestPooledAdminShowLocksWithoutStore(t *testing.T) {
 	if !errors.As(err, &pe) || pe.Code != "42704" {
 		t.Fatalf("SHOW LOCKS on an ordinary session: %v, want the server's 42704", err)
 	}
+}
+
+// freshDB makes an empty database on the test cluster, dropped when the test ends, and returns its name.
+func freshDB(t *testing.T) string {
+	t.Helper()
+	pgtest.Require(t, pg)
+	db := fxName(t, "db")
+	if err := pg.Exec("CREATE DATABASE " + db); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pg.Exec("DROP DATABASE IF EXISTS " + db + " WITH (FORCE)") })
+	return db
 }

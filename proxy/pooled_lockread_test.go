@@ -36,12 +36,7 @@ type lockReadEnv struct {
 
 func newLockReadEnv(t *testing.T, lockSetting string) *lockReadEnv {
 	t.Helper()
-	pgtest.Require(t, pg)
-	db := fxName(t, "db")
-	if err := pg.Exec("CREATE DATABASE " + db); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { pg.Exec("DROP DATABASE IF EXISTS " + db + " WITH (FORCE)") })
+	db := freshDB(t)
 	su := connect(t, pg.DSN(pgtest.SuperUser, "", db))
 	fxExec(t, su, "CREATE TABLE strict (id int PRIMARY KEY, v int, fence_token bigint); CREATE TABLE loose (id int PRIMARY KEY, v int, fence_token bigint)")
 	tables := "tables:\n  - name: strict\n    token_column: fence_token\n    require_lock: true\n  - name: loose\n    token_column: fence_token\n"

@@ -1197,16 +1197,7 @@ func TestPooledTokenOracle(t *testing.T) {
 			d := connect(t, pg.SuperDSN()+q)
 			p := pooledConn(t, f, q)
 			for _, stmt := range sc.stmts {
-				// pgx sends a statement without arguments as a simple Query in every mode: in exec mode a text
-				// of one statement goes by the extended protocol (Parse, Bind, Execute, Sync) instead.
-				exec := func(c *pgx.Conn) error {
-					if mode == "exec" && !strings.Contains(stmt, ";") {
-						return c.PgConn().ExecParams(ctx, stmt, nil, nil, nil, nil).Read().Err
-					}
-					_, err := c.Exec(ctx, stmt)
-					return err
-				}
-				errD, errP := exec(d), exec(p)
+				errD, errP := oracleExec(ctx, d, mode, stmt), oracleExec(ctx, p, mode, stmt)
 				if (errD == nil) != (errP == nil) {
 					t.Fatalf("script %d (%s) %q: direct error %v, pooled error %v", i, mode, stmt, errD, errP)
 				}

@@ -94,16 +94,7 @@ func TestPooledSettingsOracle(t *testing.T) {
 				t.Fatalf("script %d (%s) at the start:\ndirect %s\npooled %s", i, mode, sd, sp)
 			}
 			for _, stmt := range script {
-				// pgx sends a statement without arguments as a simple Query in every mode: in exec mode a text
-				// of one statement goes by the extended protocol (Parse, Bind, Execute, Sync) instead.
-				exec := func(c *pgx.Conn) error {
-					if mode == "exec" && !strings.Contains(stmt, ";") {
-						return c.PgConn().ExecParams(ctx, stmt, nil, nil, nil, nil).Read().Err
-					}
-					_, err := c.Exec(ctx, stmt)
-					return err
-				}
-				errD, errP := exec(d), exec(p)
+				errD, errP := oracleExec(ctx, d, mode, stmt), oracleExec(ctx, p, mode, stmt)
 				if (errD == nil) != (errP == nil) {
 					t.Fatalf("script %d (%s) %q: direct error %v, pooled error %v", i, mode, stmt, errD, errP)
 				}
@@ -596,4 +587,15 @@ func TestPooledTransactionCharacteristicsDoNotPin(t *testing.T) {
 	if v, _, _ := gathered(t, f.p.Registry, "fenceproxy_pool_pins_total", map[string]string{"reason": "set"}); v != 0 {
 		t.Fatalf("fenceproxy_pool_pins_total{reason=set} = %v, want 0", v)
 	}
+}
+
+// oracleExec runs stmt for the oracles in pgx's query mode mode. pgx sends a statement without arguments as a
+// simple Query in every mode: in exec mode a text of one statement goes by the extended protocol (Parse, Bind,
+// Execute, Sync) instead.
+func oracleExec(ctx context.Context, c *pgx.Conn, mode, stmt string) error {
+	if mode == "exec" && !strings.Contains(stmt, ";") {
+		return c.PgConn().ExecParams(ctx, stmt, nil, nil, nil, nil).Read().Err
+	}
+	_, err := c.Exec(ctx, stmt)
+	return err
 }
