@@ -149,10 +149,13 @@ func (e *lockReadEnv) compare(t *testing.T, name, options string, script []strin
 
 // endsNotKnown runs query on a pooled client: its transaction leaves an empty lock that its texts cannot tell
 // reset from set, so the session ends with FATAL 55F03 before its next statement (no guess writes).
-func (e *lockReadEnv) endsNotKnown(t *testing.T, options, query string) {
+func (e *lockReadEnv) endsNotKnown(t *testing.T, options, query string, before ...string) {
 	t.Helper()
 	c := e.conn(t, e.pooled, options)
 	defer c.Close(context.Background())
+	for _, q := range before {
+		fxExec(t, c, q)
+	}
 	fxExec(t, c, query)
 	_, err := c.Exec(ctxT(t), "INSERT INTO strict (id) VALUES (999)")
 	var pe *pgconn.PgError
@@ -199,9 +202,9 @@ func TestPooledLockEmptyRead(t *testing.T) {
 	})
 	e.endsNotKnown(t, opts, "BEGIN; RESET ALL; SET fence.lock = ''; COMMIT")
 	// An SQL EXECUTE may run anything (a review's finding: a prepared set_config cleared the lock unseen).
-	e.endsNotKnown(t, opts, "PREPARE clr(text) AS SELECT set_config('fence.lock', $1, false); RESET fence.lock; EXECUTE clr('')")
+	e.endsNotKnown(t, opts, "RESET fence.lock; EXECUTE clr('')", "PREPARE clr(text) AS SELECT set_config('fence.lock', $1, false)")
 	e.compare(t, "prepared set_config clears the token", "-c fence.token=42", []string{
-		"PREPARE clrt(text) AS SELECT set_config('fence.token', $1, false); SET work_mem = '8MB'; EXECUTE clrt('')",
+		"PREPARE clrt(text) AS SELECT set_config('fence.token', $1, false)", "SET work_mem = '8MB'; EXECUTE clrt('')",
 		"SHOW fence.token", "INSERT INTO loose (id) VALUES (20)",
 	})
 	e.compare(t, "SET empty then reset of token", opts, []string{
