@@ -514,15 +514,7 @@ func (s *Server) startPooled(ss *session, login *clientLogin) {
 	pl.token, pl.lock = startupValue(ss.params, tok), startupValue(ss.params, lock)
 	pl.resetToken, pl.resetLock = pl.token, pl.lock
 	pl.settings = startupSettings(ss.params)
-	pl.classes.effectWords = s.effectWords
-	pl.classes.effectsOf = func(text []byte, set rewrite.Settings) rewrite.SessionEffects {
-		if p, ok := s.currentPlanner().(interface {
-			SessionEffects([]byte, rewrite.Settings) rewrite.SessionEffects
-		}); ok {
-			return p.SessionEffects(text, set)
-		}
-		return rewrite.SessionEffects{} // no fencing: nothing to read
-	}
+	pl.classes.effectWords, pl.classes.effectsOf = s.effectWords, s.sessionEffects
 	ss.pooled = pl
 	ss.ownPrep.max = 0 // session.prep, off until the first lend gives it the server connection's
 
@@ -862,10 +854,7 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 		// What the text may do to the token and lock at session level (textclass.go): how the probe reads an
 		// empty value at the transaction's end. It looks also after a DO block, whose SET has no tag of its own.
 		pl.probe.Store(true)
-		pl.probeEffects.TokenSet = pl.probeEffects.TokenSet || e.TokenSet
-		pl.probeEffects.TokenReset = pl.probeEffects.TokenReset || e.TokenReset
-		pl.probeEffects.LockSet = pl.probeEffects.LockSet || e.LockSet
-		pl.probeEffects.LockReset = pl.probeEffects.LockReset || e.LockReset
+		pl.probeEffects = pl.probeEffects.Or(e)
 	}
 	if text != nil {
 		ss.noteCustomSettings(text) // pooledsettings.go
@@ -1672,10 +1661,8 @@ func (ss *session) chainTokens() error {
 		return sql + " END"
 	}
 	e := pl.probeEffects
-	tokenReset := e.TokenReset && !e.TokenSet
-	lockReset := e.LockReset && !e.LockSet
-	return ss.hiddenUnit("SELECT " + inForce(cfg.Setting, pl.token, tokenReset, pl.resetToken, pl.pool.resetToken) + ", " +
-		inForce(cfg.LockSetting, pl.lock, lockReset, pl.resetLock, pl.pool.resetLock))
+	return ss.hiddenUnit("SELECT " + inForce(cfg.Setting, pl.token, e.TokenResetOnly(), pl.resetToken, pl.pool.resetToken) + ", " +
+		inForce(cfg.LockSetting, pl.lock, e.LockResetOnly(), pl.resetLock, pl.pool.resetLock))
 }
 
 // hiddenUnit sends sql as a unit of the proxy's own on the lent connection, its answers hidden (replayAnswer),
@@ -2470,13 +2457,11 @@ func (ss *session) probeOnce(sc *serverConn) error {
 			if pl.startChecked {
 				// An empty token is a reset only when the transaction visibly reset something and cannot have
 				// set the token to '' (no token refuses every fenced write where a reset token might write).
-				pl.token = followed(row[0], pl.token, pl.resetToken, sc.pool.resetToken, pl.probeEffects.TokenReset && !pl.probeEffects.TokenSet)
+				pl.token = followed(row[0], pl.token, pl.resetToken, sc.pool.resetToken, pl.probeEffects.TokenResetOnly())
 				// An empty lock has no reading that refuses more in every case (a kept lock refuses what its
 				// fence refuses, no lock what require_lock refuses): it is read only where the texts say which
 				// it is, and where they cannot, the session ends (lockUnknown).
-				if err := ss.followLock(sc, row[1]); err != nil {
-					return err
-				}
+				ss.followLock(sc, row[1])
 			} else if string(row[0]) != poolPlaceholder || string(row[1]) != poolPlaceholder {
 				// Not checked at the start, and not the placeholder: a function may have left it, the client's or
 				// one of a client before. The client's plain texts set neither, so its values stay; the connection
@@ -2531,21 +2516,20 @@ func (ss *session) probeOnce(sc *serverConn) error {
 // then took writes directly refused), taking it for a set lost a lock the client had (row fencing alone). Where
 // the texts cannot tell (both, or neither: code the proxy does not see), the session ends with FATAL 55F03,
 // unless both readings give the same lock.
-func (ss *session) followLock(sc *serverConn, got []byte) error {
+func (ss *session) followLock(sc *serverConn, got []byte) {
 	pl := ss.pooled
 	empty := got != nil && len(got) == 0 && sc.pool.resetLock == nil
 	reset := pl.resetLock != nil && *pl.resetLock != ""
 	e := pl.probeEffects
-	if empty && reset && e.LockSet == e.LockReset {
+	if empty && reset && !e.LockSetOnly() && !e.LockResetOnly() {
 		pl.lost = errors.New("fencing lock not known")
 		pl.fare = errorResponse("FATAL", sqlstateInvalid, fmt.Sprintf(
 			"fenceproxy cannot tell whether the transaction reset %s or set it to the empty string (on a pooled server connection both leave it empty), so the session's lock is not known", ss.srv.cfg.Token.LockSetting),
 			"", "Reconnect. In transaction pooling, reset the lock and set it in separate transactions, with SET or set_config in the statement's text.")
 		ss.logger().Warn("pooled session ended: its fencing lock is not known after its transaction", "pool", sc.pool.name)
-		return nil
+		return
 	}
-	pl.lock = followed(got, pl.lock, pl.resetLock, sc.pool.resetLock, !(e.LockSet && !e.LockReset))
-	return nil
+	pl.lock = followed(got, pl.lock, pl.resetLock, sc.pool.resetLock, !e.LockSetOnly())
 }
 
 // followed is the client's new session value of a setting whose server session value after the transaction is
@@ -2553,9 +2537,9 @@ func (ss *session) followLock(sc *serverConn, got []byte) error {
 //
 // On a pooled connection with no default (poolDefault nil) a RESET gives the empty string (a custom setting's
 // own default), which is also what set_config(name, the empty string) gives: emptyIsReset says which to take it
-// as (the caller's). For the token it is the empty string unless the transaction visibly reset something and no
-// set_config of the token may have set a value: a token cleared so is no token, as directly (writes refused
-// 55F02), where a startup token taken back would write. For the lock: followLock.
+// as (the caller's). For the token it is the empty string unless the transaction's texts may reset the token and
+// cannot set it (rewrite.SessionEffects.TokenResetOnly): a token cleared so is no token, as directly (writes
+// refused 55F02), where a startup token taken back would write. For the lock: followLock.
 func followed(got []byte, cur, reset, poolDefault *string, emptyIsReset bool) *string {
 	switch {
 	case got != nil && string(got) == poolPlaceholder:

@@ -63,18 +63,20 @@ var pinnedSettings = []string{"client_encoding"}
 // connection for good.)
 var transactionSettings = []string{"transaction_isolation", "transaction_read_only", "transaction_deferrable"}
 
-// sqlTextArray is names as an SQL text[] literal.
-func sqlTextArray(names []string) string {
-	quoted := make([]string, len(names))
-	for i, n := range names {
-		quoted[i] = quoteLiteral(n)
+// sqlTextArray is the names of lists as an SQL text[] literal.
+func sqlTextArray(lists ...[]string) string {
+	var quoted []string
+	for _, names := range lists {
+		for _, n := range names {
+			quoted = append(quoted, quoteLiteral(n))
+		}
 	}
 	return "ARRAY[" + strings.Join(quoted, ", ") + "]::pg_catalog.text[]"
 }
 
 // replayable is the SQL condition on a pg_settings row for a session-level setting the pool replays.
 func replayable() string {
-	return "context" + sqlEq + "'user' AND pg_catalog.lower(name)" + sqlNe + "ALL (" + sqlTextArray(append(pinnedSettings[:len(pinnedSettings):len(pinnedSettings)], transactionSettings...)) + ")"
+	return "context" + sqlEq + "'user' AND pg_catalog.lower(name)" + sqlNe + "ALL (" + sqlTextArray(pinnedSettings, transactionSettings) + ")"
 }
 
 // unmovableSettingsSQL is an SQL expression naming the session-level settings of a server connection that

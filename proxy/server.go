@@ -121,6 +121,18 @@ type acceptedConn struct {
 
 type plannerBox struct{ p Planner }
 
+// sessionEffects is what a pooled client's text may do to the token and lock at session level
+// (rewrite.SessionEffects, through the planner), for the pool's text classes (textClass.effects). Without a
+// planner nothing is fenced, and nothing needs reading.
+func (s *Server) sessionEffects(text []byte, set rewrite.Settings) rewrite.SessionEffects {
+	if p, ok := s.currentPlanner().(interface {
+		SessionEffects([]byte, rewrite.Settings) rewrite.SessionEffects
+	}); ok {
+		return p.SessionEffects(text, set)
+	}
+	return rewrite.SessionEffects{}
+}
+
 // New builds a Server from its options, loading TLS material now so that a bad certificate fails at start.
 func New(o Options) (*Server, error) {
 	if o.Config == nil {

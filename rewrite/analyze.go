@@ -243,6 +243,21 @@ type SessionEffects struct {
 // anyEffects is what a text the analysis cannot read may do: anything.
 var anyEffects = SessionEffects{true, true, true, true}
 
+// Or is what e and o together may do.
+func (e SessionEffects) Or(o SessionEffects) SessionEffects {
+	return SessionEffects{e.TokenSet || o.TokenSet, e.TokenReset || o.TokenReset, e.LockSet || o.LockSet, e.LockReset || o.LockReset}
+}
+
+// TokenResetOnly: the texts may reset the token and cannot set it, so an empty token after them is a reset.
+func (e SessionEffects) TokenResetOnly() bool { return e.TokenReset && !e.TokenSet }
+
+// LockResetOnly and LockSetOnly: the texts may reset (set) the lock and cannot set (reset) it, so an empty lock
+// after them is a reset (a set).
+func (e SessionEffects) LockResetOnly() bool { return e.LockReset && !e.LockSet }
+
+// LockSetOnly: see LockResetOnly.
+func (e SessionEffects) LockSetOnly() bool { return e.LockSet && !e.LockReset }
+
 // note adds a statement's effect on the token (isToken), the lock (isLock) or both.
 func (e *SessionEffects) note(isToken, isLock, set, reset bool) {
 	e.TokenSet = e.TokenSet || isToken && set
@@ -255,15 +270,14 @@ func (e *SessionEffects) note(isToken, isLock, set, reset bool) {
 // and lock settings' session values. Unlike Plan it reads every text (no prefilter); a text it cannot decode or
 // parse may do anything.
 func (r *Rewriter) SessionEffects(raw []byte, s Settings) SessionEffects {
+	if !s.StandardConformingStrings {
+		return anyEffects // pg_query reads backslashes as standard_conforming_strings on does
+	}
 	text, why := decode(raw, s)
 	if why != "" {
 		return anyEffects
 	}
-	sql := string(text)
-	if !s.StandardConformingStrings {
-		return anyEffects // pg_query reads backslashes as standard_conforming_strings on does
-	}
-	tree, err := pg.Parse(sql)
+	tree, err := pg.Parse(string(text))
 	if err != nil {
 		return anyEffects
 	}

@@ -206,9 +206,7 @@ func (a *analysis) doQuery(q plQuery) (msg, label string, setsToken bool) {
 	for _, raw := range tree.Stmts {
 		sub.statement(raw.Stmt)
 	}
-	// SessionEffects covers the block's statements too.
-	a.effects.note(true, false, sub.effects.TokenSet, sub.effects.TokenReset)
-	a.effects.note(false, true, sub.effects.LockSet, sub.effects.LockReset)
+	a.effects = a.effects.Or(sub.effects) // SessionEffects covers the block's statements too
 	switch {
 	case sub.tokenSet || sub.tokenDynamic:
 		return "", "", true
