@@ -1399,8 +1399,8 @@ func (ss *session) injectTokens(typ byte, body []byte) tokenPrefix {
 			return prefixNone
 		}
 		class := ss.classOf(text)
-		if class.Own {
-			return prefixNone
+		if class.Own || class.NeedsBlock {
+			return prefixNone // NeedsBlock: refused or ignored as directly, not run in the prefix's implicit block
 		}
 		var prefix tokenPrefix
 		if plain, loneBegin := class.plain(), class.LoneBegin(); plain || loneBegin {
@@ -1469,30 +1469,23 @@ func (ss *session) injectTokens(typ byte, body []byte) tokenPrefix {
 		}
 		text, _ := ss.plainPrefix(sc, set, true)
 		ss.writeUnnamedStmt(text)
-		ss.closeTokenPortal(typ, body)
 		return prefixSet
 	}
 	ss.putBackFirst()
 	ss.writeTokenStmt("")
-	ss.closeTokenPortal(typ, body)
 	return prefixChecked
 }
 
-// closeTokenPortal closes the unnamed portal the token statement ran in, hidden, when the client's batch
-// starts (typ, body) with a Describe of a portal or an Execute: no portal of the client's is left at a unit's
-// start, and that message must find none (34000), as directly, not the proxy's (the token statement's row
-// description, or its SELECT 0). A batch that starts otherwise binds its own portals first.
-func (ss *session) closeTokenPortal(typ byte, body []byte) {
-	if typ != msgExecute && !(typ == msgDescribe && len(body) > 0 && body[0] == 'P') {
-		return
-	}
+// closeTokenPortal closes the portal the token statement just ran in (pl.mu held), hidden: no portal of the
+// proxy's outlives its statement, so no message of the client's can reach one. An Execute or a Describe of the
+// unnamed portal (or of the proxy's named one) that the client sends anywhere in its batch, or in a later batch
+// of its transaction block, finds none (34000) and fails as directly, instead of running the proxy's finished
+// portal again (SELECT 0), which let a block PostgreSQL aborts commit (the wire oracle's finding).
+func (ss *session) closeTokenPortal(portal string) {
 	pl := ss.pooled
-	writeMsg(pl.sc.w, msgClose, closeUnnamedPortal[:], "")
+	writeMsg(pl.sc.w, msgClose, append(append([]byte{'P'}, portal...), 0), "")
 	pl.stmts.sent(msgCloseComplete, true)
 }
-
-// closeUnnamedPortal is the body of a Close of the unnamed portal.
-var closeUnnamedPortal = [2]byte{'P', 0}
 
 // noParamTypes ends a Parse body that names no parameter types: the text's terminator, then a count of zero.
 var noParamTypes = [3]byte{0, 0, 0}
@@ -1505,7 +1498,7 @@ var (
 )
 
 // tokenPortal is the portal of the token statement when it goes after some of a batch's messages: the
-// unnamed portal may be the client's by then. It lasts until the transaction ends.
+// unnamed portal may be the client's by then. It is closed right after it ran (closeTokenPortal).
 const tokenPortal = "fenceproxy_p"
 
 // noStatement reports whether a client's text holds no statement: empty, or only comments and semicolons.
@@ -1528,6 +1521,7 @@ func (ss *session) writeUnnamedStmt(text string) {
 	w.Write(noParamTypes[:])
 	writeMsg(w, msgBind, bindUnnamedBody[:], "")
 	writeMsg(w, msgExecute, executeUnnamedBody[:], "")
+	ss.closeTokenPortal("")
 	pl.unnamedReplaced()
 	pl.hide.Add(1)
 }
@@ -1587,6 +1581,7 @@ func (ss *session) writeTokenStmt(portal string) {
 	b = append(b, 0, 0)
 	writeMsg(sc.w, msgBind, b, "")
 	writeMsg(sc.w, msgExecute, append(append([]byte(portal), 0), 0, 0, 0, 0), "")
+	ss.closeTokenPortal(portal)
 	pl.hide.Add(1)
 }
 

@@ -286,3 +286,31 @@ func TestClassifyPoolingChainsLast(t *testing.T) {
 		}
 	}
 }
+
+// NeedsBlock: one statement that PostgreSQL refuses or ignores outside a transaction block, in unquoted words.
+func TestClassifyPoolingNeedsBlock(t *testing.T) {
+	for sql, want := range map[string]bool{
+		"DECLARE c CURSOR FOR SELECT 1":                               true,
+		"declare c binary no scroll cursor without hold for select 1": true,
+		"DECLARE c CURSOR WITH HOLD FOR SELECT 1":                     false,
+		"DECLARE c CURSOR FOR SELECT 'with hold'":                     true,
+		"DECLARE c CURSOR FOR SELECT 1 AS with, 2 AS hold":            true,
+		"DECLARE c CURSOR /* with hold */ FOR SELECT 1":               true,
+		"LOCK TABLE t IN ACCESS SHARE MODE":                           true,
+		"lock t":                                                      true,
+		"SET LOCAL work_mem = '7MB'":                                  true,
+		"SET LOCAL fence.token = '5';":                                true,
+		"SET TRANSACTION ISOLATION LEVEL SERIALIZABLE":                true,
+		"SET CONSTRAINTS ALL DEFERRED":                                true,
+		"SET work_mem = '7MB'":                                        false,
+		"SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY":        false,
+		"SET LOCAL work_mem = '7MB'; SELECT 1":                        false, // an implicit block directly too
+		"BEGIN; DECLARE c CURSOR FOR SELECT 1":                        false,
+		"SELECT 1":                                                    false,
+		"SAVEPOINT a":                                                 false, // refused in an implicit block too
+	} {
+		if got := ClassifyPooling([]byte(sql), DefaultSettings).NeedsBlock; got != want {
+			t.Errorf("NeedsBlock(%q) = %v, want %v", sql, got, want)
+		}
+	}
+}

@@ -30,6 +30,12 @@ type PoolingClass struct {
 	// TRANSACTION, or the first is SET TRANSACTION. PostgreSQL refuses them (25001) once the transaction took a
 	// snapshot, as the pooler's token statement does (a SELECT): such a text gets one that takes none.
 	ModesLater bool
+	// NeedsBlock: the text is one statement that PostgreSQL refuses (DECLARE of a cursor without HOLD, LOCK)
+	// or warns of and ignores (SET LOCAL, SET TRANSACTION, SET CONSTRAINTS) outside a transaction block. A
+	// statement in front of it in one Query would put it into the Query's implicit block, where it runs: the
+	// pooler sends such a Query as it is, to fail or warn as directly (nothing of it runs, so nothing needs
+	// the token).
+	NeedsBlock bool
 }
 
 // ClassifyPooling reads a text once for OwnTransaction, BeginsWithTransactionModes, LoneBegin and
@@ -52,6 +58,8 @@ func ClassifyPooling(raw []byte, s Settings) PoolingClass {
 	var lead [3][]byte
 	nwords, nlead, tokens := 0, 0, 0
 	concurrently := false
+	// WITH HOLD before the first statement's FOR (a DECLARE's cursor outlives its transaction: NeedsBlock).
+	withHold, forSeen, prevWith := false, false, false
 	statements := 0
 	inStmt := false
 	plain := true
@@ -167,8 +175,14 @@ func ClassifyPooling(raw []byte, s Settings) PoolingClass {
 			continue
 		}
 		// An unquoted word is its bytes in lower case (identValue).
-		if raw := text[t.start:t.end]; equalFoldASCII(raw, "concurrently") {
+		raw := text[t.start:t.end]
+		if equalFoldASCII(raw, "concurrently") {
 			concurrently = true
+		}
+		if !forSeen {
+			withHold = withHold || prevWith && equalFoldASCII(raw, "hold")
+			forSeen = equalFoldASCII(raw, "for")
+			prevWith = equalFoldASCII(raw, "with")
 		}
 		if nwords < 2 {
 			words[nwords], _ = l.identValue(t, buf[nwords][:0])
@@ -204,6 +218,12 @@ func ClassifyPooling(raw []byte, s Settings) PoolingClass {
 			c.Own = second == "database" || second == "tablespace" || second == "subscription"
 		case "alter":
 			c.Own = second == "system" || second == "subscription" || second == "database"
+		case "lock":
+			c.NeedsBlock = true
+		case "declare":
+			c.NeedsBlock = !withHold
+		case "set":
+			c.NeedsBlock = second == "local" || second == "transaction" || second == "constraints"
 		}
 	}
 	return c
