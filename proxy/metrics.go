@@ -351,6 +351,14 @@ func (m *Metrics) poolWaitTime(database, user string) prometheus.Observer {
 	return m.poolWait.WithLabelValues(database, user)
 }
 
+// poolGone drops the wait-time series of a database and user whose last pool was dropped (txPools.dropUnused):
+// names a client made up (an unknown database) leave no series behind.
+func (m *Metrics) poolGone(database, user string) {
+	if m != nil {
+		m.poolWait.DeleteLabelValues(database, user)
+	}
+}
+
 func (m *Metrics) poolTimedOut() {
 	if m != nil {
 		m.poolWaitTimeout.Inc()

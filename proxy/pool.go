@@ -159,6 +159,7 @@ type txPools struct {
 	srv    *Server
 	mu     sync.Mutex
 	byKey  map[string]*txPool
+	groups map[string]*poolGroup // by database and user (groupKey)
 	closed bool
 	stop   chan struct{} // closed by close: the reaper stops
 }
@@ -166,7 +167,7 @@ type txPools struct {
 // newTxPools makes a Server's pools and starts their reaper, which closes server connections idle longer than
 // pool.server_idle_timeout or older than pool.server_lifetime.
 func newTxPools(s *Server) *txPools {
-	ps := &txPools{srv: s, byKey: map[string]*txPool{}, stop: make(chan struct{}), epoch: time.Now()}
+	ps := &txPools{srv: s, byKey: map[string]*txPool{}, groups: map[string]*poolGroup{}, stop: make(chan struct{}), epoch: time.Now()}
 	every := min(s.cfg.Pool.ServerIdleTimeout, s.cfg.Pool.ServerLifetime) / 4
 	go func() {
 		t := time.NewTicker(max(every, 10*time.Millisecond))
@@ -179,6 +180,7 @@ func newTxPools(s *Server) *txPools {
 				for _, p := range ps.list() {
 					p.reap()
 				}
+				ps.dropUnused()
 			}
 		}
 	}()
@@ -222,7 +224,9 @@ type txPool struct {
 	srv     *Server
 	name    string            // "database/user", in messages and logs
 	params  map[string]string // the startup parameters of its server connections
-	slots   chan struct{}     // one per server connection lent or being opened (idle ones hold none)
+	slots   chan struct{}     // one per server connection lent or being opened (idle ones hold none): the group's
+	group   *poolGroup        // the pools of its database and user
+	stop    chan struct{}     // closed when the pool is dropped (dropUnused) or the proxy closes: keepIdle ends
 	mu      sync.Mutex
 	idle    []*serverConn
 	live    map[*serverConn]struct{} // every open server connection, idle or lent (dropHost closes a host's)
@@ -262,6 +266,95 @@ type txPool struct {
 type member struct {
 	login *clientLogin
 	since time.Time
+}
+
+// poolGroup is the pools of one database and user (they differ in other startup parameters). pool.size is the
+// group's: its pools share one set of places for server connections lent or being opened (slots), and a pool
+// that opens one closes another pool's idle one first when the group's open connections are pool.size already
+// (makeRoom), as pgbouncer closes idle connections of other pools at max_db_connections. So a client cannot
+// open more server connections than pool.size by logging in with ever new startup parameters (a new pool
+// each), which filled the server's max_connections for every other client (an attacker's review, 2026-12-04).
+type poolGroup struct {
+	slots chan struct{}
+	mu    sync.Mutex // makeRoom: one count and eviction at a time
+	pools []*txPool  // under txPools.mu
+}
+
+// groupKey is the key of the pool group of a database and user.
+func groupKey(database, user string) string { return database + "\x00" + user }
+
+// openCounts are a group's server connections open or being opened, and the idle one of another pool than
+// except that is idle longest (nil: none), with its pool (g.mu held).
+func (g *poolGroup) openCounts(pools []*txPool, except *txPool) (open int64, victim *serverConn, from *txPool) {
+	for _, q := range pools {
+		q.mu.Lock()
+		open += int64(len(q.live)) + q.dialing.Load()
+		if q != except && len(q.idle) > 0 && (victim == nil || q.idle[0].idleSince.Before(victim.idleSince)) {
+			victim, from = q.idle[0], q
+		}
+		q.mu.Unlock()
+	}
+	return open, victim, from
+}
+
+// makeRoom counts p's coming dial (p.dialing), first closing the idle connection of another pool of the group
+// idle longest when the group has pool.size connections open or being opened already. A dial holds a slot, so
+// at most pool.size - 1 others are lent or being opened: the rest are idle, and one of another pool is there
+// whenever p has none idle (connFor dials only then). Count and dial are counted under g.mu, so two dials
+// cannot both find room for one.
+func (p *txPool) makeRoom() {
+	g := p.group
+	pools := p.srv.pools.groupPools(g)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	open, victim, from := g.openCounts(pools, p)
+	p.dialing.Add(1)
+	if open < int64(p.srv.cfg.Pool.Size) || victim == nil {
+		return
+	}
+	from.mu.Lock()
+	i := slices.Index(from.idle, victim)
+	if i >= 0 {
+		from.idle = slices.Delete(from.idle, i, i+1)
+		delete(from.live, victim)
+	}
+	from.mu.Unlock()
+	if i >= 0 {
+		victim.conn.Close()
+		from.nudge()
+	}
+}
+
+// groupPools is a copy of g's pools.
+func (ps *txPools) groupPools(g *poolGroup) []*txPool {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	return slices.Clone(g.pools)
+}
+
+// dropUnused forgets the pools that have no client session, no server connection and no dial going on (the
+// reaper, after their idle connections were closed): a pool is made at a client's first login, before the
+// server accepted it, so logins with ever new startup parameters or unknown databases made pools (and metric
+// series) that nothing took away. A client that comes later makes its pool again.
+func (ps *txPools) dropUnused() {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	for key, p := range ps.byKey {
+		p.mu.Lock()
+		unused := p.clients.Load() == 0 && len(p.live) == 0 && p.dialing.Load() == 0 && len(p.waiters) == 0
+		p.mu.Unlock()
+		if !unused {
+			continue
+		}
+		delete(ps.byKey, key)
+		close(p.stop)
+		g := p.group
+		g.pools = slices.DeleteFunc(g.pools, func(q *txPool) bool { return q == p })
+		if len(g.pools) == 0 {
+			delete(ps.groups, groupKey(p.database, p.user))
+			ps.srv.metrics.poolGone(p.database, p.user)
+		}
+	}
 }
 
 // poolKeyParams are the startup parameters of a client that choose its pool: every one but those the proxy
@@ -304,20 +397,30 @@ func (ps *txPools) poolFor(params map[string]string) (*txPool, error) {
 		return nil, errors.New("the proxy is shutting down")
 	}
 	if p := ps.byKey[key.String()]; p != nil {
+		p.clients.Add(1) // under ps.mu: dropUnused does not take a pool a client is joining
 		return p, nil
 	}
-	p := &txPool{srv: ps.srv, database: kp["database"], user: kp["user"], params: kp, slots: make(chan struct{}, cfg.Pool.Size),
+	p := &txPool{srv: ps.srv, database: kp["database"], user: kp["user"], params: kp, stop: make(chan struct{}),
 		live: map[*serverConn]struct{}{}, members: map[*session]member{}, waiters: map[*clientLogin]time.Time{}}
 	if p.database == "" {
 		p.database = p.user // as PostgreSQL defaults it
 	}
+	gk := groupKey(p.database, p.user)
+	g := ps.groups[gk]
+	if g == nil {
+		g = &poolGroup{slots: make(chan struct{}, cfg.Pool.Size)}
+		ps.groups[gk] = g
+	}
+	g.pools = append(g.pools, p)
+	p.group, p.slots = g, g.slots
 	p.name = p.database + "/" + p.user
 	p.waitTime = ps.srv.metrics.poolWaitTime(p.database, p.user)
 	if cfg.Pool.MinIdle > 0 {
 		p.refill = make(chan struct{}, 1)
-		go p.keepIdle(ps.stop)
+		go p.keepIdle(ps.stop, p.stop)
 	}
 	ps.byKey[key.String()] = p
+	p.clients.Add(1)
 	return p, nil
 }
 
@@ -334,13 +437,12 @@ func (ps *txPools) join(ss *session, login *clientLogin) (*txPool, func(), bool)
 		ss.fatal(sqlstateTooManyConnections, "sorry, too many clients already", fmt.Sprintf("fenceproxy serves at most %d pooled client sessions (pool.max_clients).", limit))
 		return nil, nil, false
 	}
-	p, err := ps.poolFor(ss.params)
+	p, err := ps.poolFor(ss.params) // counted in p.clients
 	if err != nil {
 		ps.clients.Add(-1)
 		ss.fatal(sqlstateCannotConnectNow, err.Error(), "")
 		return nil, nil, false
 	}
-	p.clients.Add(1)
 	p.mu.Lock()
 	p.members[ss] = member{login: login, since: time.Now()}
 	p.mu.Unlock()
@@ -641,12 +743,14 @@ func (p *txPool) nudge() {
 // background, within pool.size (it takes a slot as a lend does), never while the pool is paused, and only once
 // a client's server connection logged in (idleLogin: a pool's connections log in as its clients do). A failed
 // dial is tried again a second later; one refused with 28P01 forgets the login, until a client's next one.
-func (p *txPool) keepIdle(stop <-chan struct{}) {
+func (p *txPool) keepIdle(stop, dropped <-chan struct{}) {
 	retry := time.NewTimer(time.Hour)
 	retry.Stop()
 	for {
 		select {
 		case <-stop:
+			return
+		case <-dropped:
 			return
 		case <-p.refill:
 		case <-retry.C:
@@ -693,8 +797,19 @@ func (p *txPool) keepIdle(stop <-chan struct{}) {
 func (p *txPool) needsIdle() bool {
 	cfg := p.srv.cfg.Pool
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	return len(p.idle) < cfg.MinIdle && int64(len(p.live))+p.dialing.Load() < int64(cfg.Size) && !p.srv.draining.Load()
+	idle := len(p.idle)
+	p.mu.Unlock()
+	if idle >= cfg.MinIdle || p.srv.draining.Load() {
+		return false
+	}
+	// Room in the group, not only in the pool: a pool's min_idle never closes another pool's idle connection
+	// (makeRoom), which would open and close connections in turn between pools that both keep some.
+	g := p.group
+	pools := p.srv.pools.groupPools(g)
+	g.mu.Lock()
+	open, _, _ := g.openCounts(pools, p)
+	g.mu.Unlock()
+	return open < int64(cfg.Size)
 }
 
 // superseded reports whether a change of primary published since sc was dialled concerns its host
@@ -742,7 +857,7 @@ func (ps *txPools) dropHost(old, now string, epoch uint64) {
 // stale) the proxy refreshes its secrets once and tries again if that is worth it (Server.refreshLogin, as
 // session mode does: auth.go loginUpstream); the error that stays is the server's.
 func (p *txPool) dial(login *clientLogin) (*serverConn, error) {
-	p.dialing.Add(1)
+	p.makeRoom() // counts the dial in p.dialing
 	defer p.dialing.Add(-1)
 	start, pause, refreshed := time.Now(), 50*time.Millisecond, false
 	for {
