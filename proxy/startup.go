@@ -60,6 +60,9 @@ func (s *Server) handle(raw net.Conn, over bool) {
 		ss.startupFailed(err)
 		return
 	}
+	if s.pools != nil && !ss.negotiateVersion(binary.BigEndian.Uint32(startup)) {
+		return
+	}
 	app := ss.params["application_name"]
 	ss.appName.Store(&app)
 	ss.named = true // the session's lines name its user and database from here on (logger)
@@ -117,6 +120,33 @@ func (s *Server) handle(raw net.Conn, over bool) {
 		return
 	}
 	s.serveSession(ss, false)
+}
+
+// negotiateVersion answers, in transaction mode, a StartupMessage of a newer 3.x protocol than 3.0 or with
+// protocol options (_pq_.*) with NegotiateProtocolVersion, as PostgreSQL does before authentication: 3.0 and
+// none of the options. The pool speaks 3.0 to its server connections, whichever version its clients asked for,
+// so it tells the client; the options are taken out of the startup parameters (they would choose a pool and
+// reach the server's login). In session mode the StartupMessage goes to PostgreSQL as it is, which answers.
+// It reports false when the client could not be told.
+func (ss *session) negotiateVersion(version uint32) bool {
+	var options []string
+	for k := range ss.params {
+		if strings.HasPrefix(k, "_pq_.") {
+			options = append(options, k)
+		}
+	}
+	if version&0xffff == 0 && len(options) == 0 {
+		return true
+	}
+	slices.Sort(options)
+	body := binary.BigEndian.AppendUint32(nil, 0) // the newest minor version fenceproxy speaks: 3.0
+	body = binary.BigEndian.AppendUint32(body, uint32(len(options)))
+	for _, o := range options {
+		body = append(append(body, o...), 0)
+		delete(ss.params, o)
+	}
+	writeMsg(ss.cw, msgNegotiateProtocolVersion, body, "")
+	return ss.cw.Flush() == nil
 }
 
 // negotiate runs the startup phase up to the StartupMessage: SSLRequest, GSSENCRequest, direct TLS and
