@@ -226,7 +226,8 @@ type txPool struct {
 	params  map[string]string // the startup parameters of its server connections
 	slots   chan struct{}     // one per server connection lent or being opened (idle ones hold none): the group's
 	group   *poolGroup        // the pools of its database and user
-	stop    chan struct{}     // closed when the pool is dropped (dropUnused) or the proxy closes: keepIdle ends
+	stop    chan struct{}     // closed when the pool is dropped (dropUnused): keepIdle ends
+	dropped bool              // dropped by dropUnused (under txPools.mu): it dials nothing more (makeRoom)
 	mu      sync.Mutex
 	idle    []*serverConn
 	live    map[*serverConn]struct{} // every open server connection, idle or lent (dropHost closes a host's)
@@ -270,26 +271,28 @@ type member struct {
 
 // poolGroup is the pools of one database and user (they differ in other startup parameters). pool.size is the
 // group's: its pools share one set of places for server connections lent or being opened (slots), and a pool
-// that opens one closes another pool's idle one first when the group's open connections are pool.size already
+// that opens one closes an idle one of the group first when the group's open connections are pool.size already
 // (makeRoom), as pgbouncer closes idle connections of other pools at max_db_connections. So a client cannot
 // open more server connections than pool.size by logging in with ever new startup parameters (a new pool
 // each), which filled the server's max_connections for every other client (an attacker's review, 2026-12-04).
 type poolGroup struct {
 	slots chan struct{}
-	mu    sync.Mutex // makeRoom: one count and eviction at a time
-	pools []*txPool  // under txPools.mu
+	pools []*txPool // under txPools.mu
 }
 
 // groupKey is the key of the pool group of a database and user.
 func groupKey(database, user string) string { return database + "\x00" + user }
 
-// openCounts are a group's server connections open or being opened, and the idle one of another pool than
-// except that is idle longest (nil: none), with its pool (g.mu held).
-func (g *poolGroup) openCounts(pools []*txPool, except *txPool) (open int64, victim *serverConn, from *txPool) {
-	for _, q := range pools {
+// errPoolDropped: a dial for a pool that dropUnused dropped (its min_idle keeper, which ends then).
+var errPoolDropped = errors.New("the pool was dropped")
+
+// openCounts are a group's server connections open or being opened, and its idle one idle longest (nil: none),
+// with its pool (txPools.mu held).
+func (g *poolGroup) openCounts() (open int64, victim *serverConn, from *txPool) {
+	for _, q := range g.pools {
 		q.mu.Lock()
 		open += int64(len(q.live)) + q.dialing.Load()
-		if q != except && len(q.idle) > 0 && (victim == nil || q.idle[0].idleSince.Before(victim.idleSince)) {
+		if len(q.idle) > 0 && (victim == nil || q.idle[0].idleSince.Before(victim.idleSince)) {
 			victim, from = q.idle[0], q
 		}
 		q.mu.Unlock()
@@ -297,39 +300,45 @@ func (g *poolGroup) openCounts(pools []*txPool, except *txPool) (open int64, vic
 	return open, victim, from
 }
 
-// makeRoom counts p's coming dial (p.dialing), first closing the idle connection of another pool of the group
-// idle longest when the group has pool.size connections open or being opened already. A dial holds a slot, so
-// at most pool.size - 1 others are lent or being opened: the rest are idle, and one of another pool is there
-// whenever p has none idle (connFor dials only then). Count and dial are counted under g.mu, so two dials
-// cannot both find room for one.
-func (p *txPool) makeRoom() {
-	g := p.group
-	pools := p.srv.pools.groupPools(g)
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	open, victim, from := g.openCounts(pools, p)
+// makeRoom counts p's coming dial (p.dialing), first closing the idle connection of the group idle longest
+// when the group has pool.size connections open or being opened already. A dial holds a slot, so at most
+// pool.size - 1 others are lent or being opened and the rest are idle: one is there to close (taken from its
+// pool's idle ones under that pool's lock; one lent meanwhile is counted again). It all happens under the
+// pools' lock: no pool joins or leaves the group meanwhile, two dials cannot both find room for one, and a pool
+// that dropUnused dropped (whose connections nothing would count, reap or close) dials nothing.
+func (p *txPool) makeRoom() error {
+	ps := p.srv.pools
+	ps.mu.Lock()
+	if p.dropped {
+		ps.mu.Unlock()
+		return errPoolDropped
+	}
+	var victim *serverConn
+	var from *txPool
+	for {
+		open, v, q := p.group.openCounts()
+		if open < int64(p.srv.cfg.Pool.Size) || v == nil {
+			break
+		}
+		q.mu.Lock()
+		i := slices.Index(q.idle, v)
+		if i >= 0 {
+			q.idle = slices.Delete(q.idle, i, i+1)
+			delete(q.live, v)
+		}
+		q.mu.Unlock()
+		if i >= 0 {
+			victim, from = v, q
+			break
+		}
+	}
 	p.dialing.Add(1)
-	if open < int64(p.srv.cfg.Pool.Size) || victim == nil {
-		return
-	}
-	from.mu.Lock()
-	i := slices.Index(from.idle, victim)
-	if i >= 0 {
-		from.idle = slices.Delete(from.idle, i, i+1)
-		delete(from.live, victim)
-	}
-	from.mu.Unlock()
-	if i >= 0 {
+	ps.mu.Unlock()
+	if victim != nil {
 		victim.conn.Close()
 		from.nudge()
 	}
-}
-
-// groupPools is a copy of g's pools.
-func (ps *txPools) groupPools(g *poolGroup) []*txPool {
-	ps.mu.Lock()
-	defer ps.mu.Unlock()
-	return slices.Clone(g.pools)
+	return nil
 }
 
 // dropUnused forgets the pools that have no client session, no server connection and no dial going on (the
@@ -343,10 +352,13 @@ func (ps *txPools) dropUnused() {
 		p.mu.Lock()
 		unused := p.clients.Load() == 0 && len(p.live) == 0 && p.dialing.Load() == 0 && len(p.waiters) == 0
 		p.mu.Unlock()
-		if !unused {
+		// A pool that keeps pool.min_idle connections for a login that worked stays: its keeper opens them
+		// again after the reaper closed them (server_lifetime, a server that ended them).
+		if !unused || p.refill != nil && p.idleLogin.Load() != nil {
 			continue
 		}
 		delete(ps.byKey, key)
+		p.dropped = true
 		close(p.stop)
 		g := p.group
 		g.pools = slices.DeleteFunc(g.pools, func(q *txPool) bool { return q == p })
@@ -778,6 +790,10 @@ func (p *txPool) keepIdle(stop, dropped <-chan struct{}) {
 				break
 			}
 			sc, err := p.dial(login)
+			if errors.Is(err, errPoolDropped) {
+				<-p.slots
+				return
+			}
 			if err != nil {
 				<-p.slots
 				p.srv.log.Warn("pool.min_idle: could not open a server connection", "pool", p.name, "err", err)
@@ -802,13 +818,13 @@ func (p *txPool) needsIdle() bool {
 	if idle >= cfg.MinIdle || p.srv.draining.Load() {
 		return false
 	}
-	// Room in the group, not only in the pool: a pool's min_idle never closes another pool's idle connection
-	// (makeRoom), which would open and close connections in turn between pools that both keep some.
-	g := p.group
-	pools := p.srv.pools.groupPools(g)
-	g.mu.Lock()
-	open, _, _ := g.openCounts(pools, p)
-	g.mu.Unlock()
+	// Room in the group, not only in the pool: a pool's min_idle does not close another pool's idle connection
+	// (makeRoom), which would open and close connections in turn between pools that both keep some (a dial
+	// that finds the group full meanwhile still does).
+	ps := p.srv.pools
+	ps.mu.Lock()
+	open, _, _ := p.group.openCounts()
+	ps.mu.Unlock()
 	return open < int64(cfg.Size)
 }
 
@@ -857,7 +873,9 @@ func (ps *txPools) dropHost(old, now string, epoch uint64) {
 // stale) the proxy refreshes its secrets once and tries again if that is worth it (Server.refreshLogin, as
 // session mode does: auth.go loginUpstream); the error that stays is the server's.
 func (p *txPool) dial(login *clientLogin) (*serverConn, error) {
-	p.makeRoom() // counts the dial in p.dialing
+	if err := p.makeRoom(); err != nil { // counts the dial in p.dialing
+		return nil, err
+	}
 	defer p.dialing.Add(-1)
 	start, pause, refreshed := time.Now(), 50*time.Millisecond, false
 	for {

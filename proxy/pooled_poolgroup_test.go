@@ -153,3 +153,35 @@ func TestPooledUnusedPoolsDropped(t *testing.T) {
 		t.Errorf("%d pools after a new client, want 1", n)
 	}
 }
+
+// A pool that keeps pool.min_idle connections stays when its clients leave, and its keeper opens them again
+// within pool.size after the reaper closed them (here server_lifetime). The review of the first version: the
+// reaper dropped the pool in the moment its connection was closed, and its keeper, already woken, opened one
+// into the dropped pool, which nothing counted, reaped or closed: one more backend at each client's visit
+// (10 after 10 visits, pool.size 2). A dropped pool now dials nothing (makeRoom).
+func TestPooledMinIdlePoolKeptWithinSize(t *testing.T) {
+	f := newPooledFenced(t, 2, "  admin_users: [admin]\n  min_idle: 1\n  server_lifetime: 100ms\n")
+	ctx := ctxT(t)
+	adm := connect(t, proxytest.DSN(f.p.Addr, "admin", "", "fenceproxy")+"&default_query_exec_mode=simple_protocol")
+	before := upstreamBackends(t, f.d)
+	for range 6 {
+		c := connect(t, f.dsn()+"&default_query_exec_mode=simple_protocol")
+		fxExec(t, c, "SELECT 1")
+		c.Close(ctx)
+		time.Sleep(700 * time.Millisecond)
+	}
+	rows, err := adm.Query(ctx, "SHOW POOLS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pools, err := pgx.CollectRows(rows, pgx.RowToMap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pools) != 1 {
+		t.Errorf("SHOW POOLS: %v, want the one pool kept for min_idle", pools)
+	}
+	if after := upstreamBackends(t, f.d); after-before > 2 {
+		t.Errorf("%d server connections open for one database and user after 6 visits, pool.size 2, min_idle 1", after-before)
+	}
+}
