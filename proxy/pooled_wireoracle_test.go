@@ -687,8 +687,10 @@ var woH = woMsg{&pgproto3.Flush{}, "Flush"}
 
 // woKnownDiff reports whether a first difference (direct vs pooled) is one docs/pooling.md lists: where both
 // fail, the proxy's own refusal of a Parse of a statement name in use (42P05) comes before the server's checks
-// (a syntax error, an aborted block), and a statement the proxy prepares again in an aborted block fails
-// there (25P02) before the server would look at the Bind (a wrong parameter count, 08P01).
+// (a syntax error, an aborted block), and a statement the proxy prepares again in an aborted block, or a Parse
+// there of a name in use or of a text that does not parse, fails 25P02 where the server would look at the
+// Bind (a wrong parameter count, 08P01), the name (42P05, which a COMMIT or ROLLBACK reaches in an aborted
+// block) or the text (42601) first.
 //
 // And the placeholder read by a statement of a batch that starts with one that gets no token statement (a
 // COMMIT or ROLLBACK, only parsed or not).
@@ -703,7 +705,7 @@ func woKnownDiff(sig string) bool {
 	if !strings.HasPrefix(d, "E:") {
 		return false
 	}
-	return p == "E:42P05" || d == "E:08P01" && p == "E:25P02"
+	return p == "E:42P05" || p == "E:25P02" && (d == "E:08P01" || d == "E:42P05" || d == "E:42601")
 }
 
 // TestPooledWireOracleCases runs the minimal sequences of the fuzzer's findings (and a few neighbours) directly

@@ -58,7 +58,7 @@ func FuzzClassifyPooling(f *testing.F) {
 			if !want.Begin {
 				want.Alone, c.Alone = false, false
 			}
-			c.ModesLater, c.ChainsLast = false, false // no pass gave them before (TestClassifyPoolingModesLater, ...ChainsLast)
+			c.ModesLater, c.ChainsLast, c.NeedsBlock = false, false, false // no pass gave them before (TestClassifyPoolingModesLater, ...ChainsLast, ...NeedsBlock)
 			if c != want {
 				t.Errorf("scs=%v ClassifyPooling(%q) = %+v, the separate passes give %+v", scs, sql, c, want)
 			}
@@ -308,6 +308,12 @@ func TestClassifyPoolingNeedsBlock(t *testing.T) {
 		"BEGIN; DECLARE c CURSOR FOR SELECT 1":                        false,
 		"SELECT 1":                                                    false,
 		"SAVEPOINT a":                                                 false, // refused in an implicit block too
+		"SET SESSION TRANSACTION READ ONLY":                           true,
+		"SET LOCAL local.x = 1":                                       true,
+		"SET local.x = 'a'":                                           false, // a custom setting, at session level
+		"SET transaction.x = 'a'":                                     false,
+		"SET constraints.x TO 'a'":                                    false,
+		`SET "x.y" = local`:                                           false,
 	} {
 		if got := ClassifyPooling([]byte(sql), DefaultSettings).NeedsBlock; got != want {
 			t.Errorf("NeedsBlock(%q) = %v, want %v", sql, got, want)

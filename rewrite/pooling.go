@@ -31,7 +31,7 @@ type PoolingClass struct {
 	// snapshot, as the pooler's token statement does (a SELECT): such a text gets one that takes none.
 	ModesLater bool
 	// NeedsBlock: the text is one statement that PostgreSQL refuses (DECLARE of a cursor without HOLD, LOCK)
-	// or warns of and ignores (SET LOCAL, SET TRANSACTION, SET CONSTRAINTS) outside a transaction block. A
+	// or warns of and ignores (SET LOCAL, SET [SESSION] TRANSACTION, SET CONSTRAINTS) outside a transaction block. A
 	// statement in front of it in one Query would put it into the Query's implicit block, where it runs: the
 	// pooler sends such a Query as it is, to fail or warn as directly (nothing of it runs, so nothing needs
 	// the token).
@@ -223,7 +223,10 @@ func ClassifyPooling(raw []byte, s Settings) PoolingClass {
 		case "declare":
 			c.NeedsBlock = !withHold
 		case "set":
-			c.NeedsBlock = second == "local" || second == "transaction" || second == "constraints"
+			// Three leading words, so that a custom setting of that prefix (SET local.x = 1: a dot after the
+			// second word) is not taken for one; SET SESSION TRANSACTION is SET TRANSACTION.
+			w1, w2 := word(lead[:], nlead, 1), word(lead[:], nlead, 2)
+			c.NeedsBlock = nlead >= 3 && (w1 == "local" || w1 == "transaction" || w1 == "constraints" || w1 == "session" && w2 == "transaction")
 		}
 	}
 	return c
