@@ -119,6 +119,17 @@ func woGen(r *rand.Rand, known bool) []woMsg {
 		}
 	}
 	sync := func() { add(&pgproto3.Sync{}, "S") }
+	// pickName is a statement name (kind S) or a portal name, one in missing times one that nothing made.
+	pickName := func(kind byte, missing int) string {
+		names, none := stmts, "s9"
+		if kind == 'P' {
+			names, none = portals, "p9"
+		}
+		if r.Intn(missing) == 0 {
+			return none
+		}
+		return woPick(r, names)
+	}
 	lastPortal := ""
 	for len(out) < n {
 		x := r.Intn(100)
@@ -157,19 +168,9 @@ func woGen(r *rand.Rand, known bool) []woMsg {
 				fmt.Sprintf("Bind(%q<-%q,%d)", portal, name, np))
 			lastPortal = portal
 		case x < 48: // Describe
-			if r.Intn(2) == 0 {
-				name := woPick(r, stmts)
-				if r.Intn(8) == 0 {
-					name = "s9"
-				}
-				add(&pgproto3.Describe{ObjectType: 'S', Name: name}, fmt.Sprintf("Describe(S,%q)", name))
-			} else {
-				name := woPick(r, portals)
-				if r.Intn(8) == 0 {
-					name = "p9"
-				}
-				add(&pgproto3.Describe{ObjectType: 'P', Name: name}, fmt.Sprintf("Describe(P,%q)", name))
-			}
+			kind := woPick(r, []byte{'S', 'P'})
+			d := woD(kind, pickName(kind, 8))
+			add(d.m, d.s)
 		case x < 66: // Execute
 			portal := lastPortal
 			if r.Intn(3) == 0 {
@@ -187,19 +188,9 @@ func woGen(r *rand.Rand, known bool) []woMsg {
 				add(&pgproto3.Execute{Portal: portal}, fmt.Sprintf("Execute(%q,%d)", portal, 0))
 			}
 		case x < 72: // Close
-			if r.Intn(2) == 0 {
-				name := woPick(r, stmts)
-				if r.Intn(6) == 0 {
-					name = "s9"
-				}
-				add(&pgproto3.Close{ObjectType: 'S', Name: name}, fmt.Sprintf("Close(S,%q)", name))
-			} else {
-				name := woPick(r, portals)
-				if r.Intn(6) == 0 {
-					name = "p9"
-				}
-				add(&pgproto3.Close{ObjectType: 'P', Name: name}, fmt.Sprintf("Close(P,%q)", name))
-			}
+			kind := woPick(r, []byte{'S', 'P'})
+			c := woC(kind, pickName(kind, 6))
+			add(c.m, c.s)
 		case x < 76:
 			add(&pgproto3.Flush{}, "Flush")
 		case x < 92:
