@@ -1537,8 +1537,11 @@ func (ss *session) closeWindow() {
 	pl.windowMu.Lock()
 	defer pl.windowMu.Unlock()
 	if !pl.windowFailed {
-		ss.writeTokenStmt(tokenPortal)
+		// relayFirst before the token statement counts itself hidden (writeTokenStmt): a server side that
+		// reads an earlier answer of the window in between must not find something to hide and nothing to
+		// relay first, and drop the client's answer (a review's reading).
 		pl.relayFirst.Store(pl.windowAnswers - pl.windowRelayed)
+		ss.writeTokenStmt(tokenPortal)
 	}
 	pl.windowOpen.Store(false) // last: the server side that sees it closed sees the two values above
 }
