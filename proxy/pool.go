@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fenceproxy/fenceproxy/rewrite"
 )
 
 // Transaction pooling (pool.mode: transaction): the server connections. A txPool holds the server connections
@@ -33,8 +35,8 @@ import (
 // meets a value no fence accepts (55F03) rather than another client's token.
 
 // poolPlaceholder is the session-level value of the token and lock settings on every pooled server connection.
-// It is not a valid token (ValidToken), so a write that meets it is refused.
-const poolPlaceholder = "fenceproxy:pooled"
+// It is not a valid token (ValidToken), nor a lock the guard accepts, so a write that meets it is refused.
+const poolPlaceholder = rewrite.PoolPlaceholder
 
 // tokenStmtName is the statement that sets a client's values at the start of its transaction (pooled.go:
 // prepareTokenStmt).

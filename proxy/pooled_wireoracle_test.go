@@ -275,6 +275,10 @@ type woRunner struct {
 	noiseSt int // s1 prepared on the noise connection
 	pinned  int
 	bad     []string // wrong answers of the noise client
+	// noiseFn, when set, is the noise client's transaction instead of runNoise's (the fenced oracle's);
+	// short, when set, is the short form of an answer instead of woShort.
+	noiseFn func() bool
+	short   func(pgproto3.BackendMessage) string
 }
 
 const woOpts = "&options=-c%20fence.token%3D1"
@@ -296,6 +300,9 @@ func (w *woRunner) connectNoise() {
 // runNoise runs one small transaction of the noise client; false when it could not get the server connection
 // (the subject is pinned, or in a block).
 func (w *woRunner) runNoise() bool {
+	if w.noiseFn != nil {
+		return w.noiseFn()
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	check := func(what string, rows [][][]byte, err error, want string) bool {
@@ -397,6 +404,9 @@ func (w *woRunner) run(pc *pgconn.PgConn, seq []woMsg, pooled bool) (got []strin
 				return false
 			}
 			s := woShort(m)
+			if w.short != nil {
+				s = w.short(m)
+			}
 			if s != "" {
 				got = append(got, s)
 			}

@@ -18,9 +18,20 @@ type Marker struct {
 	Setting  string // 55F02, 55F03: the token setting's name
 	// Lock is set for a lock fence's 55F01 (the lock named in the lock
 	// setting has accepted a newer token, RowToken, than the session's
-	// Token). The in-database guard raises it; see package schema.
+	// Token), and for the 55F03 of a lock setting that holds
+	// PoolPlaceholder. The in-database guard raises both; see package schema.
 	Lock string
 }
+
+// PoolPlaceholder is the session-level value of the token and lock settings
+// on every server connection of a transaction pool (package proxy), where a
+// client's values are only ever transaction-local: never a client's. As a
+// token it is not a number (55F03). As a lock the guard refuses it too
+// (55F03, Marker.Lock): a transaction the proxy gave no values (one after a
+// COMMIT in the same Query) may set a token of its own, and must not then
+// write under a lock that every such transaction of every client shares,
+// instead of the client's own lock.
+const PoolPlaceholder = "fenceproxy:pooled"
 
 const markerPrefix = "fenceproxy|"
 const markerEnd = "|."
@@ -104,6 +115,11 @@ func (m Marker) Describe() (message, detail, hint string) {
 			"",
 			fmt.Sprintf("Take the lock, then SET %s = <token> (or run the writer under \"fenceproxy lock\").", m.Setting)
 	case CodeInvalid:
+		if m.Lock != "" {
+			return fmt.Sprintf("no fencing lock for a write to %s: %s holds %s, the transaction pool's placeholder, not a lock", m.Table, m.Setting, m.Lock),
+				"In transaction pooling, fenceproxy gives each transaction the client's token and lock where it starts; a transaction it cannot give them to (one started by a later statement of the same Query or batch, after a COMMIT or ROLLBACK) holds the placeholder.",
+				"Send each transaction as a Query or batch of its own."
+		}
 		if _, ok := ValidToken(m.Token); ok {
 			// Only the inline fence (inline.go) raises 55F03 for a valid token: the setting is not the token
 			// the proxy gave the transaction.

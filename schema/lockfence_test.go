@@ -106,6 +106,41 @@ func TestLockFenceStaleHolder(t *testing.T) {
 	}
 }
 
+// TestLockFencePoolPlaceholderIsNoLock: a lock setting that holds a transaction pool's placeholder names no
+// lock, whatever the token: every write that meets it is refused 55F03 (require_lock or not) and no lock of
+// that name is ever marked. A transaction the proxy gave no values (one after a COMMIT in the same Query) may
+// set a token of its own; with the placeholder taken for a lock its writes went through under a lock every
+// such transaction of every client shared, instead of the client's own lock (the fenced wire oracle).
+func TestLockFencePoolPlaceholderIsNoLock(t *testing.T) {
+	db := lockTables(t)
+	c := connect(t, db, pgtest.SuperUser, "-c fence.token=5 -c fence.lock="+rewrite.PoolPlaceholder)
+	for _, sql := range []string{
+		"INSERT INTO transfers VALUES (1, 10)",
+		"UPDATE invoices SET settled = true WHERE id = 1",
+		"DELETE FROM invoices WHERE id = 2",
+		"INSERT INTO strict VALUES (1)",
+		"SELECT fenceproxy.lock_accept('transfers')",
+		"BEGIN; SET LOCAL fence.token = 6; INSERT INTO transfers VALUES (2, 10); COMMIT", // last: leaves the block aborted
+	} {
+		pe := wantCode(t, sql, execErr(c, sql), rewrite.CodeInvalid,
+			"no fencing lock for a write to ")
+		if !strings.Contains(pe.Message, "fence.lock holds "+rewrite.PoolPlaceholder) || pe.Detail == "" || pe.Hint == "" {
+			t.Errorf("%s: message %q detail %q hint %q", sql, pe.Message, pe.Detail, pe.Hint)
+		}
+	}
+	su := superConn(t, db)
+	if n := queryInt(t, su, "SELECT count(*) FROM transfers") + queryInt(t, su, "SELECT count(*) FROM strict") +
+		queryInt(t, su, "SELECT count(*) FROM invoices WHERE settled OR id = 2"); n != 1 {
+		t.Fatalf("writes under the placeholder lock changed rows (%d; the one is invoice 2)", n)
+	}
+	if m, err := schema.Marks(context.Background(), su); err != nil || len(m) != 0 {
+		t.Fatalf("marks after writes under the placeholder: %v %v", m, err)
+	}
+	// The placeholder as a token is refused as before (not a number), before the lock is looked at.
+	ph := connect(t, db, pgtest.SuperUser, "-c fence.token="+rewrite.PoolPlaceholder+" -c fence.lock=settle")
+	wantCode(t, "placeholder token", execErr(ph, "INSERT INTO transfers VALUES (3, 1)"), rewrite.CodeInvalid, "invalid fencing token")
+}
+
 // TestLockFenceNewerWaitsForOlderInFlight: the first write with a newer token waits for transactions of older
 // holders on the lock that are in flight, then raises the mark; the older holder's next write fails.
 func TestLockFenceNewerWaitsForOlderInFlight(t *testing.T) {
