@@ -176,6 +176,10 @@ type pooledState struct {
 	windowRelayed int64
 	windowFailed  bool
 
+	// tokenPortalLeft: the token statement ran in the unnamed portal of the lent connection, and no message of
+	// the client's since could reach that portal (closeTokenPortalBefore closes it first).
+	tokenPortalLeft bool
+
 	stmts    pooledStmts    // the client's named statements (pooledstmts.go)
 	sqlStmts pooledSQLStmts // the client's SQL-level prepared statements (pooledsqlprep.go)
 
@@ -826,6 +830,9 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 			ss.closeWindow()
 		}
 	}
+	if pl.tokenPortalLeft {
+		ss.closeTokenPortalBefore(typ, body)
+	}
 	var text []byte // a Query's or Parse's text; nil for other messages, or one that is malformed
 	if body != nil && (typ == msgQuery || typ == msgParse) {
 		text, _ = planText(typ, body)
@@ -1390,6 +1397,7 @@ func (ss *session) injectTokens(typ byte, body []byte) tokenPrefix {
 	sc := pl.sc
 	set := ss.readingSettings()
 	pl.windowOpen.Store(false) // a window a lend that failed left open is not this unit's
+	pl.tokenPortalLeft = false // the portals of the transaction before ended with it
 	switch typ {
 	case msgFunctionCall:
 		return prefixNone
@@ -1476,16 +1484,57 @@ func (ss *session) injectTokens(typ byte, body []byte) tokenPrefix {
 	return prefixChecked
 }
 
-// closeTokenPortal closes the portal the token statement just ran in (pl.mu held), hidden: no portal of the
-// proxy's outlives its statement, so no message of the client's can reach one. An Execute or a Describe of the
-// unnamed portal (or of the proxy's named one) that the client sends anywhere in its batch, or in a later batch
-// of its transaction block, finds none (34000) and fails as directly, instead of running the proxy's finished
-// portal again (SELECT 0), which let a block PostgreSQL aborts commit (the wire oracle's finding).
+// closeTokenPortal closes the portal the token statement just ran in (pl.mu held), hidden, so that no message
+// of the client's can reach it: an Execute or a Describe of a portal that nothing of the client's bound finds
+// none (34000) and fails as directly, instead of running the proxy's finished statement again (SELECT 0), which
+// let a block PostgreSQL aborts commit (the wire oracle's finding). The proxy's named portal (a window's) is
+// closed at once. The unnamed portal is closed only where a client message could reach it
+// (closeTokenPortalBefore): most batches replace it with a Bind of their own first, and a Close per transaction
+// cost 4% of the proxy's CPU in select-only -M extended (docs/benchmark.md, eighteenth pass).
 func (ss *session) closeTokenPortal(portal string) {
 	pl := ss.pooled
+	if portal == "" {
+		pl.tokenPortalLeft = true
+		return
+	}
 	writeMsg(pl.sc.w, msgClose, append(append([]byte{'P'}, portal...), 0), "")
 	pl.stmts.sent(msgCloseComplete, true)
 }
+
+// closeTokenPortalBefore closes the unnamed portal the token statement left (tokenPortalLeft) before a client
+// message of type typ that could reach it (pl.mu held). It is the unnamed portal's last moment in each case:
+//   - a Parse, a Flush, or a Describe or Close of a statement reaches no portal: it stays;
+//   - a Bind to the unnamed portal replaces it. Should that Bind fail before it does (26000, 08P01), no Execute
+//     ran since the token statement (the first would have closed it), so no BEGIN did: the error aborts the
+//     batch's implicit transaction, and the portal with it;
+//   - a Sync with none of these ends it the same way;
+//   - anything else (an Execute of any portal, which may open a block the portal would outlive; a Describe or
+//     Close of a portal; a Bind to a named portal; a message whose body is not read) gets the Close first.
+func (ss *session) closeTokenPortalBefore(typ byte, body []byte) {
+	pl := ss.pooled
+	switch typ {
+	case msgParse, msgFlush:
+		return
+	case msgSync:
+		pl.tokenPortalLeft = false
+		return
+	case msgDescribe, msgClose:
+		if len(body) > 0 && body[0] == 'S' {
+			return
+		}
+	case msgBind:
+		if portal, _, ok := cutNul(body); ok && len(portal) == 0 {
+			pl.tokenPortalLeft = false
+			return
+		}
+	}
+	pl.tokenPortalLeft = false
+	writeMsg(pl.sc.w, msgClose, closeUnnamedPortalBody[:], "")
+	pl.stmts.sent(msgCloseComplete, true)
+}
+
+// closeUnnamedPortalBody closes the unnamed portal.
+var closeUnnamedPortalBody = [2]byte{'P', 0}
 
 // noParamTypes ends a Parse body that names no parameter types: the text's terminator, then a count of zero.
 var noParamTypes = [3]byte{0, 0, 0}
@@ -1498,7 +1547,8 @@ var (
 )
 
 // tokenPortal is the portal of the token statement when it goes after some of a batch's messages: the
-// unnamed portal may be the client's by then. It is closed right after it ran (closeTokenPortal).
+// unnamed portal may be the client's by then. It is closed right after the token statement ran in it
+// (closeTokenPortal).
 const tokenPortal = "fenceproxy_p"
 
 // noStatement reports whether a client's text holds no statement: empty, or only comments and semicolons.

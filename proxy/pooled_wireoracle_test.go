@@ -741,8 +741,69 @@ func TestPooledWireOracleCases(t *testing.T) {
 		case !c.known && !same:
 			t.Errorf("%s: differs\n  %v\n  direct: %v\n  pooled: %v", name, c.seq, d, p)
 		}
+		if c.known {
+			continue
+		}
+		// Again with every batch in one write: the proxy meets the messages before any answer.
+		var pipelined [2][]string
+		for i, dsn := range []string{pg.SuperDSN(), f.dsn()} {
+			if c.table {
+				fxExec(t, f.d, "TRUNCATE wo_t")
+			}
+			pipelined[i] = woPipelined(t, dsn+woOpts, c.seq)
+		}
+		if d, p := strings.Join(pipelined[0], " "), strings.Join(pipelined[1], " "); d != p {
+			t.Errorf("%s, pipelined: differs\n  %v\n  direct: %v\n  pooled: %v", name, c.seq, d, p)
+		}
 	}
 	for _, b := range w.bad {
 		t.Errorf("%s", b)
 	}
+}
+
+// woPipelined sends the whole sequence in one write on a new connection and reads until every Sync and Query
+// is answered: the short forms of the answers (no ParameterStatus), ending with HANG or RECVERR where the
+// answers stop.
+func woPipelined(t *testing.T, dsn string, seq []woMsg) (got []string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	pc, err := pgconn.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	defer pc.Close(context.Background())
+	fe := pc.Frontend()
+	pc.Conn().SetDeadline(time.Now().Add(5 * time.Second))
+	want := 0
+	for _, m := range seq {
+		fe.Send(m.m)
+		switch m.m.(type) {
+		case *pgproto3.Sync, *pgproto3.Query:
+			want++
+		}
+	}
+	if err := fe.Flush(); err != nil {
+		return append(got, "SENDERR")
+	}
+	for want > 0 {
+		m, err := fe.Receive()
+		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				return append(got, "HANG")
+			}
+			return append(got, "RECVERR")
+		}
+		s := woShort(m)
+		if s != "" && !strings.HasPrefix(s, "S:") {
+			got = append(got, s)
+		}
+		if strings.HasPrefix(s, "FATAL") {
+			return got
+		}
+		if _, ok := m.(*pgproto3.ReadyForQuery); ok {
+			want--
+		}
+	}
+	return got
 }
