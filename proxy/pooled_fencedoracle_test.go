@@ -402,13 +402,16 @@ func (e *fmEnv) both(seq []woMsg, opts string, noiseSeed int64) (d, p []string) 
 	dc.Close(context.Background())
 	d = append(d, e.rows(e.suD))
 
-	e.reset(e.suP)
-	e.w.nrand = rand.New(rand.NewSource(noiseSeed))
-	pc := woConnect(e.t, e.p.DSN(pgtest.SuperUser, "", e.dbP)+q)
-	p = e.w.run(pc, seq, true)
-	pc.Close(context.Background())
-	p = append(p, e.rows(e.suP))
-	return d, p
+	for try := 0; ; try++ {
+		e.reset(e.suP)
+		e.w.nrand = rand.New(rand.NewSource(noiseSeed))
+		pc := woConnect(e.t, e.p.DSN(pgtest.SuperUser, "", e.dbP)+q)
+		p = e.w.run(pc, seq, true)
+		pc.Close(context.Background())
+		if try == 2 || !woWaitedOut(p) {
+			return d, append(p, e.rows(e.suP))
+		}
+	}
 }
 
 // fmMinimize removes messages one at a time while the streams still differ with the same first difference.
