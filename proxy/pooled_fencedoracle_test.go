@@ -563,23 +563,7 @@ func fmKnownDiff(sig string, seq []woMsg, opts string, d []string) string {
 }
 
 func TestPooledFencedOracle(t *testing.T) {
-	seed := int64(1)
-	if s := os.Getenv("FENCEDORACLE_SEED"); s != "" {
-		seed, _ = strconv.ParseInt(s, 10, 64)
-	}
-	n := 300
-	if s := os.Getenv("FENCEDORACLE_N"); s != "" {
-		n, _ = strconv.Atoi(s)
-	}
-	budget := 90 * time.Second
-	if s := os.Getenv("FENCEDORACLE_BUDGET"); s != "" {
-		budget, _ = time.ParseDuration(s)
-	}
-	only := -1
-	if s := os.Getenv("FENCEDORACLE_ONLY"); s != "" {
-		only, _ = strconv.Atoi(s)
-	}
-	trace := os.Getenv("FENCEDORACLE_TRACE") == "1"
+	seed, n, budget, only, trace := woSettingsFrom("FENCEDORACLE", 300, 90*time.Second)
 	strict := os.Getenv("FENCEDORACLE_STRICT") == "1"
 	avoid := os.Getenv("FENCEDORACLE_AVOID") == "1"
 	t.Logf("seed %d, n %d, avoid %v", seed, n, avoid)

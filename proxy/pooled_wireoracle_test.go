@@ -583,26 +583,29 @@ func woFirstDiff(a, b []string) string {
 	return ""
 }
 
-func TestPooledWireOracle(t *testing.T) {
-	seed := int64(1)
-	if s := os.Getenv("WIREORACLE_SEED"); s != "" {
+// woSettingsFrom reads an oracle's settings from PREFIX_SEED (default 1), PREFIX_N, PREFIX_BUDGET, PREFIX_ONLY
+// (-1: all) and PREFIX_TRACE.
+func woSettingsFrom(prefix string, n int, budget time.Duration) (seed int64, _ int, _ time.Duration, only int, trace bool) {
+	seed, only = 1, -1
+	if s := os.Getenv(prefix + "_SEED"); s != "" {
 		seed, _ = strconv.ParseInt(s, 10, 64)
 	}
-	n := 400
-	if s := os.Getenv("WIREORACLE_N"); s != "" {
+	if s := os.Getenv(prefix + "_N"); s != "" {
 		n, _ = strconv.Atoi(s)
 	}
-	budget := 100 * time.Second
-	if s := os.Getenv("WIREORACLE_BUDGET"); s != "" {
+	if s := os.Getenv(prefix + "_BUDGET"); s != "" {
 		budget, _ = time.ParseDuration(s)
 	}
-	only := -1
-	if s := os.Getenv("WIREORACLE_ONLY"); s != "" {
+	if s := os.Getenv(prefix + "_ONLY"); s != "" {
 		only, _ = strconv.Atoi(s)
 	}
+	return seed, n, budget, only, os.Getenv(prefix+"_TRACE") == "1"
+}
+
+func TestPooledWireOracle(t *testing.T) {
+	seed, n, budget, only, trace := woSettingsFrom("WIREORACLE", 400, 100*time.Second)
 	known := os.Getenv("WIREORACLE_KNOWN") == "1"
 	avoid := os.Getenv("WIREORACLE_AVOID") == "1"
-	trace := os.Getenv("WIREORACLE_TRACE") == "1"
 	t.Logf("seed %d, n %d, known texts %v", seed, n, known)
 	f := newPooledFenced(t, 1, "  max_client_wait: 1s\n")
 	w := &woRunner{t: t, f: f}
