@@ -83,9 +83,13 @@ type pooledState struct {
 	skipToSync    bool
 	// cancelDeferred: a CancelRequest came while a unit of the proxy's own ran before the client's statement
 	// (a settings replay, checkFirst's check); it goes once that unit is answered and the client's statement is
-	// sent (sendDeferredCancel), so that it cancels the client's statement, not the proxy's unit (under mu).
-	cancelDeferred bool
-	sc             *serverConn // lent to the client now; nil between transactions. Whoever clears it disposes of it.
+	// sent (sendDeferredCancel), so that it cancels the client's statement, not the proxy's unit (written under
+	// mu; the lend's server side looks at it without: ownUnitAnswered).
+	cancelDeferred atomic.Bool
+	// replayed wakes the session goroutine waiting for the proxy's own units (awaitReplayed): the lend's server
+	// side sends on it, without mu, each time one is answered, and when the lend is lost (buffered, one).
+	replayed chan struct{}
+	sc       *serverConn // lent to the client now; nil between transactions. Whoever clears it disposes of it.
 	// lent is sc, for forceClose, which must not wait for mu (setLent keeps them equal).
 	lent    atomic.Pointer[serverConn]
 	serving sync.WaitGroup // the lends' server sides (serveLend) still running
@@ -510,7 +514,7 @@ func (s *Server) startPooled(ss *session, login *clientLogin) {
 		ss.poolFailed(p, err)
 		return
 	}
-	pl := &pooledState{pool: p, login: login, waitWake: make(chan struct{}, 1)}
+	pl := &pooledState{pool: p, login: login, waitWake: make(chan struct{}, 1), replayed: make(chan struct{}, 1)}
 	pl.waitWatch = &lendWait{wake: pl.waitWake, stopped: ss.waitStopped}
 	pl.settled.L = &pl.mu
 	pl.beforeSend = ss.needReader
@@ -1732,13 +1736,48 @@ func (ss *session) awaitHidden() error {
 	if err := pl.sc.w.Flush(); err != nil {
 		return nil
 	}
-	for pl.replaying.Load() > 0 && pl.lost == nil {
-		pl.settled.Wait()
-	}
+	ss.awaitReplayed()
 	if pl.lost != nil {
 		return errLendLost
 	}
 	return nil
+}
+
+// awaitReplayed waits until the proxy's own units sent are answered (replaying), or the lend is lost (pl.mu
+// held, and released while it waits). Not on settled: the lend's server side must never wait for mu while
+// the session goroutine may hold it in a write to the server (lendFailed), and a Broadcast without mu could
+// come between this goroutine's look and its Wait; replayed keeps the wake-up until it is taken.
+func (ss *session) awaitReplayed() {
+	pl := ss.pooled
+	for pl.replaying.Load() > 0 && pl.lost == nil {
+		pl.mu.Unlock()
+		<-pl.replayed
+		pl.mu.Lock()
+	}
+}
+
+// ownUnitAnswered is the lend's server side's part when a unit of the proxy's own was answered (replaying or
+// state.internal just counted down): it wakes awaitReplayed, and sends a cancel deferred for it
+// (sendDeferredCancel). It never waits for pl.mu: the session goroutine may hold it in a write to the server
+// that waits for the server to read, and the server for this side to read its answers (a client pipelining a
+// batch behind the put-back, unread: TestPooledClientLeavesAnUnreadPipeline). Only a deferred cancel needs mu;
+// when it is busy, a goroutine sends it once it is free.
+func (ss *session) ownUnitAnswered() {
+	pl := ss.pooled
+	ss.wakeReplayed()
+	if !pl.cancelDeferred.Load() {
+		return // cancelPooled looks at ownAhead again after it defers one
+	}
+	if pl.mu.TryLock() {
+		ss.sendDeferredCancel()
+		pl.mu.Unlock()
+		return
+	}
+	go func() {
+		pl.mu.Lock()
+		ss.sendDeferredCancel()
+		pl.mu.Unlock()
+	}()
 }
 
 // boundClientText is the client's own text of the statement a Bind binds (pl.mu held), where the proxy keeps it:
@@ -2257,10 +2296,7 @@ func (ss *session) preparedAnswer(sc *serverConn, typ byte) error {
 		return err
 	}
 	if typ == msgReadyForQuery && ss.state.internal.Load() == 0 {
-		pl := ss.pooled
-		pl.mu.Lock()
-		ss.sendDeferredCancel() // one that came while the proxy's commands ran: the client's statement runs now
-		pl.mu.Unlock()
+		ss.ownUnitAnswered() // a cancel that came while the proxy's commands ran: the client's statement runs now
 	}
 	if ss.state.serverFatal { // onPreparedAnswer relayed the server's FATAL: no farewell of the proxy's after it
 		ss.cw.Flush()
@@ -2283,6 +2319,7 @@ func (ss *session) lendFailed(sc *serverConn, err error) {
 	pl.mu.Lock()
 	defer pl.mu.Unlock()
 	defer pl.settled.Broadcast()
+	defer ss.wakeReplayed() // awaitReplayed looks at pl.lost
 	if pl.sc != sc {
 		return // the session's end took it
 	}
@@ -2303,6 +2340,14 @@ func (ss *session) lendFailed(sc *serverConn, err error) {
 		}
 	}
 	ss.clientIntr.raise(intrPeerEnded)
+}
+
+// wakeReplayed wakes awaitReplayed, if it waits, to look again.
+func (ss *session) wakeReplayed() {
+	select {
+	case ss.pooled.replayed <- struct{}{}:
+	default:
+	}
 }
 
 // movedFarewell is the FATAL of a pooled client whose lent server connection was closed because a change of
@@ -2376,7 +2421,7 @@ func (ss *session) settle(sc *serverConn) bool {
 	if pl.pin != "" {
 		return false
 	}
-	pl.cancelDeferred = false // its statement is over
+	pl.cancelDeferred.Store(false) // its statement is over
 	pl.setLent(nil)
 	if pl.tainted { // pooledsettings.go: noteTokenStmtRefusal
 		pl.tainted = false
@@ -2725,7 +2770,10 @@ func (ss *session) cancelPooled() {
 		// A unit of the proxy's own runs first: cancelled, it would end the session (replayAnswer: 08006), or
 		// fail (a sweep of the prepared fences' statements: their next probe would take them for the client's
 		// SQL PREPARE), and the client's statement would still run. The cancel waits for it.
-		pl.cancelDeferred = true
+		pl.cancelDeferred.Store(true)
+		// The lend's server side may have taken the last one off between the look and the store, and looked at
+		// cancelDeferred before it (ownUnitAnswered, without mu): looked at again, after the store.
+		ss.sendDeferredCancel()
 		return
 	}
 	if pl.sc != nil && (pl.open > 0 || ss.state.unsynced.Load()) {
@@ -2740,10 +2788,10 @@ const cancelPollMax = 50 * time.Millisecond
 // client's statement is on its way (pl.mu held).
 func (ss *session) sendDeferredCancel() {
 	pl := ss.pooled
-	if !pl.cancelDeferred || ss.ownAhead() || pl.sc == nil || pl.open == 0 && !ss.state.unsynced.Load() {
+	if !pl.cancelDeferred.Load() || ss.ownAhead() || pl.sc == nil || pl.open == 0 && !ss.state.unsynced.Load() {
 		return
 	}
-	pl.cancelDeferred = false
+	pl.cancelDeferred.Store(false)
 	ss.srv.cancelUpstream(pl.sc.key, pl.sc.host.addr)
 }
 

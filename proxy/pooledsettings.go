@@ -314,10 +314,7 @@ func (ss *session) replayAnswer(sc *serverConn, typ byte) error {
 			return f
 		}
 		pl.replaying.Add(-1)
-		pl.mu.Lock()
-		pl.settled.Broadcast() // checkFirst may wait for it
-		ss.sendDeferredCancel()
-		pl.mu.Unlock()
+		ss.ownUnitAnswered() // checkFirst may wait for it (awaitReplayed); without pl.mu
 	}
 	return nil
 }
@@ -377,9 +374,7 @@ func (ss *session) checkFirst(typ byte, body []byte, prefix tokenPrefix) error {
 	if err := sc.w.Flush(); err != nil {
 		return nil // the lend's server side sees the connection fail and ends the session
 	}
-	for pl.replaying.Load() > 0 && pl.lost == nil {
-		pl.settled.Wait()
-	}
+	ss.awaitReplayed()
 	if pl.lost != nil {
 		return errLendLost
 	}
