@@ -2390,6 +2390,11 @@ func (ss *session) settle(sc *serverConn) bool {
 	if pl.open > 0 {
 		pl.open--
 	}
+	if pl.open == 0 && !st.unsynced.Load() {
+		// Whatever a deferred cancel waited for has answered: it must not reach the client's next statement,
+		// which the client sent after (ownUnitAnswered's goroutine may come after this; a review's finding).
+		pl.cancelDeferred.Store(false)
+	}
 	if pl.chainPending && pl.open == 0 && !st.unsynced.Load() {
 		pl.chainPending = false
 		// In a block that is not failed: a chain that an error skipped started nothing, and a statement of the
