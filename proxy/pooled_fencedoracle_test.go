@@ -26,7 +26,6 @@ package proxy_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand"
 	"net/url"
@@ -344,21 +343,7 @@ func (e *fmEnv) noise() bool {
 			}
 		}
 	}
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) && pe.Code == "53300" {
-		e.connectNoise()
-		return false
-	}
-	if err != nil {
-		w.bad = append(w.bad, fmt.Sprintf("noise %s: %v", what, err))
-		e.connectNoise()
-		return false
-	}
-	if len(rows) != 1 || len(rows[0]) != 1 || string(rows[0][0]) != want {
-		w.bad = append(w.bad, fmt.Sprintf("noise %s: rows %q, want %q", what, rows, want))
-	}
-	w.noiseOK++
-	return true
+	return w.noiseAnswer(what, rows, err, want, e.connectNoise)
 }
 
 // fmInitial are the subject's rows before every sequence: (id, token).

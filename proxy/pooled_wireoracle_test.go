@@ -298,6 +298,26 @@ func (w *woRunner) connectNoise() {
 	w.noiseSt = 0
 }
 
+// noiseAnswer judges the answer to one noise transaction (one row, want): false, with a new noise connection
+// (reconnect), when it could not get the server connection (53300) or failed; a wrong row goes to bad.
+func (w *woRunner) noiseAnswer(what string, rows [][][]byte, err error, want string, reconnect func()) bool {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "53300" {
+		reconnect()
+		return false
+	}
+	if err != nil {
+		w.bad = append(w.bad, fmt.Sprintf("noise %s: %v", what, err))
+		reconnect()
+		return false
+	}
+	if len(rows) != 1 || len(rows[0]) != 1 || string(rows[0][0]) != want {
+		w.bad = append(w.bad, fmt.Sprintf("noise %s: rows %q, want %q", what, rows, want))
+	}
+	w.noiseOK++
+	return true
+}
+
 // runNoise runs one small transaction of the noise client; false when it could not get the server connection
 // (the subject is pinned, or in a block).
 func (w *woRunner) runNoise() bool {
@@ -307,21 +327,7 @@ func (w *woRunner) runNoise() bool {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	check := func(what string, rows [][][]byte, err error, want string) bool {
-		var pe *pgconn.PgError
-		if errors.As(err, &pe) && pe.Code == "53300" {
-			w.connectNoise()
-			return false
-		}
-		if err != nil {
-			w.bad = append(w.bad, fmt.Sprintf("noise %s: %v", what, err))
-			w.connectNoise()
-			return false
-		}
-		if len(rows) != 1 || len(rows[0]) != 1 || string(rows[0][0]) != want {
-			w.bad = append(w.bad, fmt.Sprintf("noise %s: rows %q, want %q", what, rows, want))
-		}
-		w.noiseOK++
-		return true
+		return w.noiseAnswer(what, rows, err, want, w.connectNoise)
 	}
 	switch w.nrand.Intn(5) {
 	case 0:
