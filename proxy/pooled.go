@@ -1501,7 +1501,13 @@ func (ss *session) closeTokenPortal(portal string) {
 		pl.tokenPortalLeft = true
 		return
 	}
-	writeMsg(pl.sc.w, msgClose, append(append([]byte{'P'}, portal...), 0), "")
+	pl.writeHiddenClose(append(append([]byte{'P'}, portal...), 0))
+}
+
+// writeHiddenClose writes a Close of the proxy's own (body) to the lent connection (pl.mu held), its
+// CloseComplete hidden (pooledStmts: the answers to Parse and Close, in the order sent).
+func (pl *pooledState) writeHiddenClose(body []byte) {
+	writeMsg(pl.sc.w, msgClose, body, "")
 	pl.stmts.sent(msgCloseComplete, true)
 }
 
@@ -1533,8 +1539,7 @@ func (ss *session) closeTokenPortalBefore(typ byte, body []byte) {
 		}
 	}
 	pl.tokenPortalLeft = false
-	writeMsg(pl.sc.w, msgClose, closeUnnamedPortalBody[:], "")
-	pl.stmts.sent(msgCloseComplete, true)
+	pl.writeHiddenClose(closeUnnamedPortalBody[:])
 }
 
 // closeUnnamedPortalBody closes the unnamed portal.
@@ -2390,18 +2395,19 @@ func (ss *session) settle(sc *serverConn) bool {
 	if pl.open > 0 {
 		pl.open--
 	}
-	if pl.open == 0 && !st.unsynced.Load() {
+	allAnswered := pl.open == 0 && !st.unsynced.Load() // every unit the client sent
+	if allAnswered {
 		// Whatever a deferred cancel waited for has answered: it must not reach the client's next statement,
 		// which the client sent after (ownUnitAnswered's goroutine may come after this; a review's finding).
 		pl.cancelDeferred.Store(false)
 	}
-	if pl.chainPending && pl.open == 0 && !st.unsynced.Load() {
+	if pl.chainPending && allAnswered {
 		pl.chainPending = false
 		// In a block that is not failed: a chain that an error skipped started nothing, and a statement of the
 		// proxy's in the failed block would fail (25P02) and end the session.
 		pl.chainDue = byte(st.txStatus.Load()) == txBlock
 	}
-	if pl.open > 0 || st.unsynced.Load() || byte(st.txStatus.Load()) != txIdle {
+	if !allAnswered || byte(st.txStatus.Load()) != txIdle {
 		return false
 	}
 	pl.stmtParsed.Store(false)

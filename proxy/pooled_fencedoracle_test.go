@@ -399,32 +399,12 @@ func (e *fmEnv) both(seq []woMsg, opts string, noiseSeed int64) (d, p []string) 
 	}
 }
 
-// fmMinimize removes messages one at a time while the streams still differ with the same first difference.
+// minimize removes messages one at a time while the streams still differ with the same first difference.
 func (e *fmEnv) minimize(seq []woMsg, opts string, noiseSeed int64, sig string) []woMsg {
-	for changed := true; changed; {
-		changed = false
-		for i := 0; i < len(seq); i++ {
-			cand := append(append([]woMsg{}, seq[:i]...), seq[i+1:]...)
-			if len(cand) == 0 {
-				continue
-			}
-			switch cand[len(cand)-1].m.(type) {
-			case *pgproto3.Sync, *pgproto3.Query:
-			default:
-				continue
-			}
-			if !woValid(cand) {
-				continue
-			}
-			d, p := e.both(cand, opts, noiseSeed)
-			if !woEqual(d, p) && fmSig(d, p) == sig {
-				seq = cand
-				changed = true
-				i--
-			}
-		}
-	}
-	return seq
+	return woMinimize(seq, func(cand []woMsg) bool {
+		d, p := e.both(cand, opts, noiseSeed)
+		return !woEqual(d, p) && fmSig(d, p) == sig
+	})
 }
 
 func fmSig(d, p []string) string {
@@ -588,10 +568,7 @@ func TestPooledFencedOracle(t *testing.T) {
 			t.Logf("sequence %d (options %q): %v\n direct: %v\n pooled: %v", i, opts, seq, d, p)
 		}
 		if !woEqual(d, p) {
-			sig := woFirstDiff(d, p)
-			if d[len(d)-1] != p[len(p)-1] {
-				sig = "ROWS " + sig
-			}
+			sig := fmSig(d, p)
 			if k := fmKnownDiff(sig, seq, opts, d); !strict && k != "" {
 				known[k]++
 				continue

@@ -494,6 +494,15 @@ func woEqual(a, b []string) bool {
 
 // minimize removes messages one at a time while the streams still differ.
 func (w *woRunner) minimize(seq []woMsg, noiseSeed int64, sig string) []woMsg {
+	return woMinimize(seq, func(cand []woMsg) bool {
+		d, p := w.both(cand, noiseSeed)
+		return !woEqual(d, p) && woFirstDiff(d, p) == sig
+	})
+}
+
+// woMinimize removes messages of seq one at a time while still(the shorter sequence) holds, keeping a valid
+// sequence (woValid) that ends with a Sync or Query.
+func woMinimize(seq []woMsg, still func(cand []woMsg) bool) []woMsg {
 	for changed := true; changed; {
 		changed = false
 		for i := 0; i < len(seq); i++ {
@@ -501,17 +510,12 @@ func (w *woRunner) minimize(seq []woMsg, noiseSeed int64, sig string) []woMsg {
 			if len(cand) == 0 {
 				continue
 			}
-			// keep a final Sync or Query
 			switch cand[len(cand)-1].m.(type) {
 			case *pgproto3.Sync, *pgproto3.Query:
 			default:
 				continue
 			}
-			if !woValid(cand) {
-				continue
-			}
-			d, p := w.both(cand, noiseSeed)
-			if !woEqual(d, p) && woFirstDiff(d, p) == sig {
+			if woValid(cand) && still(cand) {
 				seq = cand
 				changed = true
 				i--

@@ -791,7 +791,6 @@ func (ss *session) foreignStmt(name []byte) string {
 	} else if pl.pin != "" {
 		return server
 	}
-	writeMsg(pl.sc.w, msgClose, append(append([]byte{'S'}, server...), 0), "")
-	pl.stmts.sent(msgCloseComplete, true)
+	pl.writeHiddenClose(append(append([]byte{'S'}, server...), 0))
 	return server
 }
