@@ -118,6 +118,10 @@ type pooledState struct {
 	// or a ReadyForQuery: a COPY that failed).
 	copyIn, runByExecute bool
 	copySyncs            []int
+	// copyStarts counts the CopyInResponses the lend's server side relayed whose bookkeeping is still to be done
+	// (applyCopyStarts, under mu): that side never waits for mu (copyStarted), so whoever holds mu next applies
+	// them, before it looks at the fields above, pl.open or state.unsynced.
+	copyStarts atomic.Int64
 
 	token, lock           *string // the client's session values; nil: the server's default
 	resetToken, resetLock *string // what RESET returns to: the startup values, or nil
@@ -654,6 +658,7 @@ func (ss *session) relayPooled() ending {
 		case intrNone:
 		case intrDrain:
 			pl.mu.Lock()
+			ss.applyCopyStarts()
 			idle := pl.sc == nil || pl.open == 0 && !ss.state.unsynced.Load() && byte(ss.state.txStatus.Load()) == txIdle
 			pl.mu.Unlock()
 			if idle && cr.r.Buffered() == 0 && !inputWaiting(ss.client) {
@@ -731,6 +736,7 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 	st := &ss.state
 	pl.mu.Lock()
 	defer pl.mu.Unlock()
+	ss.applyCopyStarts()
 	if pl.skipToSync {
 		return ss.skipCancelledBatch(typ, body)
 	}
@@ -758,6 +764,7 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 		}
 		for pl.sc != nil && pl.open > 0 && pl.lost == nil && !pl.copyIn && ss.unitStart(typ) {
 			pl.settled.Wait()
+			ss.applyCopyStarts()
 		}
 		if pl.lost != nil {
 			return errLendLost
@@ -1031,11 +1038,49 @@ func (ss *session) forwardAsIs(typ byte, body []byte) error {
 }
 
 // copyStarted records a CopyInResponse relayed to the client (the lend's server side): the server reads the
-// COPY's data now, and ignores the Syncs the client sent after the Query or Execute that started it.
+// COPY's data now, and ignores the Syncs the client sent after the Query or Execute that started it. It never
+// waits for pl.mu: the session goroutine may hold it in a write to the server that waits for the server to
+// read, and the server, past the COPY's end the client pipelined, for this side to read its answers (a client
+// that pipelined a COPY and statements with much output behind it: TestPooledClientLeavesAPipelinedCopy).
+// The bookkeeping is done here when mu is free, else by whoever holds it next (applyCopyStarts): the session
+// goroutine before it looks at its next message, settle before it decides at the next ReadyForQuery. Either
+// way it lands between two of the client's messages, as when this side waited for mu. A goroutine takes mu
+// when it is busy, so that a session goroutine about to wait for settled is woken once it waits.
 func (ss *session) copyStarted() {
 	pl := ss.pooled
-	pl.mu.Lock()
-	defer pl.mu.Unlock()
+	pl.copyStarts.Add(1)
+	if pl.mu.TryLock() {
+		ss.applyCopyStarts()
+		pl.mu.Unlock()
+		return
+	}
+	go func() {
+		pl.mu.Lock()
+		ss.applyCopyStarts()
+		pl.mu.Unlock()
+	}()
+}
+
+// applyCopyStarts does the bookkeeping of the CopyInResponses relayed since it last ran (copyStarts), in the
+// order they came (pl.mu held), and wakes a message that waits for the unit before it (settled). It reports
+// whether there were any.
+func (ss *session) applyCopyStarts() bool {
+	pl := ss.pooled
+	n := pl.copyStarts.Swap(0)
+	if n == 0 {
+		return false
+	}
+	for range n {
+		ss.applyCopyStart()
+	}
+	pl.settled.Broadcast() // a message behind the COPY that waits for the unit before it looks again
+	return true
+}
+
+// applyCopyStart is the bookkeeping of one CopyInResponse (pl.mu held): the Syncs of its stretch are ignored,
+// and the server reads the COPY's data unless the client ended it already.
+func (ss *session) applyCopyStart() {
+	pl := ss.pooled
 	ignored, ended, after := 0, false, 0 // this COPY's stretch; its end sent; Syncs sent after that end
 	if len(pl.copySyncs) > 0 {
 		ignored, ended = pl.copySyncs[0], len(pl.copySyncs) > 1
@@ -1055,7 +1100,6 @@ func (ss *session) copyStarted() {
 		// (a message waiting to start one goes as the batch's; a cancel or a drain sees a statement running).
 		ss.state.unsynced.Store(true)
 	}
-	pl.settled.Broadcast() // a message behind the COPY that waits for the unit before it looks again
 }
 
 // lend takes a server connection from the pool for the client (pl.mu held) and starts its server side.
@@ -1105,6 +1149,7 @@ func (ss *session) lend() error {
 	pl.setLent(sc)
 	pl.unnamedReplaced()
 	pl.open = 0
+	pl.copyStarts.Store(0) // the last lend's server side, which counted them, has ended
 	// The fenced writes of the transaction go to this host (checkPlan: router.writeRefusal). Read by this
 	// goroutine and the lend's server side only (sessionForKey does not look at a pooled session's), so no
 	// lock of the Server's is taken per transaction.
@@ -2383,6 +2428,11 @@ func (ss *session) settle(sc *serverConn) bool {
 	if pl.sc != sc {
 		return true
 	}
+	if ss.applyCopyStarts() && ss.srv.draining.Load() && st.idle() {
+		// The Syncs the COPY made the server ignore were still counted when the ReadyForQuery was relayed
+		// (readyOut), which then found the session busy: a drain looks now.
+		ss.clientIntr.raise(intrDrain)
+	}
 	pl.copyIn = false // at a ReadyForQuery the server reads no COPY's data: a COPY that failed ended it
 	if pl.batchFailed.Swap(false) {
 		// Before the next unit decides what to prepare again (it waits for this).
@@ -2703,6 +2753,7 @@ func dataRowValues(body []byte) ([][]byte, error) {
 func (ss *session) endPooled(e ending) {
 	pl := ss.pooled
 	pl.mu.Lock()
+	ss.applyCopyStarts()
 	if e.why == endTerminate {
 		if pl.sc != nil && pl.open > 0 {
 			// What the client sent right before its Terminate (in the same read) is still in the writer: it goes,
@@ -2715,6 +2766,7 @@ func (ss *session) endPooled(e ending) {
 		// the connection back: let it decide.
 		for pl.sc != nil && pl.open > 0 && pl.lost == nil {
 			pl.settled.Wait()
+			ss.applyCopyStarts()
 		}
 	}
 	sc, open := pl.sc, pl.open
@@ -2777,6 +2829,7 @@ func (ss *session) cancelPooled() {
 		pause = min(2*pause, cancelPollMax)
 	}
 	defer pl.mu.Unlock()
+	ss.applyCopyStarts()
 	if pl.sc != nil && ss.ownAhead() {
 		// A unit of the proxy's own runs first: cancelled, it would end the session (replayAnswer: 08006), or
 		// fail (a sweep of the prepared fences' statements: their next probe would take them for the client's
