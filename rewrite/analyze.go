@@ -1,6 +1,7 @@
 package rewrite
 
 import (
+	"bytes"
 	"fmt"
 	"strconv"
 	"strings"
@@ -270,8 +271,10 @@ func (e *SessionEffects) note(isToken, isLock, set, reset bool) {
 // and lock settings' session values. Unlike Plan it reads every text (no prefilter); a text it cannot decode or
 // parse may do anything.
 func (r *Rewriter) SessionEffects(raw []byte, s Settings) SessionEffects {
-	if !s.StandardConformingStrings {
-		return anyEffects // pg_query reads backslashes as standard_conforming_strings on does
+	if !s.StandardConformingStrings && bytes.IndexByte(raw, '\\') >= 0 {
+		// pg_query reads backslashes as standard_conforming_strings on does. Without one a text reads the same
+		// under both (a RESET ALL after SET standard_conforming_strings = off is a reset, not "anything").
+		return anyEffects
 	}
 	text, why := decode(raw, s)
 	if why != "" {
