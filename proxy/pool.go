@@ -60,6 +60,13 @@ type serverConn struct {
 	// (answerInline), set as it goes idle: a client that waits for the pool looks at such connections
 	// (wakeUnread). Stale once the lend moved on; whoever uses it checks under the session's lock.
 	unreadBy atomic.Pointer[session]
+	// lentBy is the session the connection was last lent to (lend), never cleared: its pl.lent says whether it
+	// still is. writeBy is that session while one of its writes to the connection waits for the server to read
+	// (writeWaits), under writeMu; writeWaiting says so without the lock, for the sweep (endStuckWrites).
+	lentBy       atomic.Pointer[session]
+	writeMu      sync.Mutex
+	writeBy      *session
+	writeWaiting atomic.Bool
 
 	pool *txPool
 	conn net.Conn
@@ -129,6 +136,64 @@ type writeHolder interface{ holdWrites(on bool) }
 // it closed it, a notice), or ended it: bytes in its reader's buffer, or waiting in the socket, or its end.
 func (sc *serverConn) spokeUnread() bool { return sc.r.r.Buffered() > 0 || spokeOrClosed(sc.conn) }
 
+// writeWaiter is told when a write to a server connection must wait for the server to read (the socket is
+// full), and when that write returned: rawSocket tells it on its slow path only (watchWrites).
+type writeWaiter interface{ writeWaits(waiting bool) }
+
+// writeWaits marks (waiting) or unmarks the connection as being written by its lend's session in a write that
+// waits for the server to read. A write made while the connection is lent comes from the session it is lent
+// to, holding that session's pl.mu (the session goroutine forwarding, or the lend's server side in settle),
+// and the lend ends (pl.sc, pl.lent cleared) only under pl.mu; the pool's own writes (a login) are made while
+// no session has it, and are not marked. So from the mark to its unmark the lend cannot end, and the
+// connection cannot go back to the pool or to another client: endStuckWrites, which closes it only under
+// writeMu with the mark set, closes the connection of that session only.
+func (sc *serverConn) writeWaits(waiting bool) {
+	if !waiting {
+		sc.writeMu.Lock()
+		sc.writeBy = nil
+		sc.writeWaiting.Store(false)
+		sc.writeMu.Unlock()
+		return
+	}
+	ss := sc.lentBy.Load()
+	if ss == nil || ss.pooled.lent.Load() != sc {
+		return // the pool's own write: no client of its to leave
+	}
+	sc.writeMu.Lock()
+	sc.writeBy = ss
+	sc.writeWaiting.Store(true)
+	sc.writeMu.Unlock()
+}
+
+// endStuckWrites closes each lent connection of the pool whose session waits in a write to it while its client
+// has left. The session then never moves on by itself: a goroutine that writes to the server holding pl.mu,
+// while the server waits for its answers to be read and the lend's server side, which reads them, waits for
+// pl.mu, is a deadlock of the proxy's own (a client that pipelined far more than it read: settle, copyStarted
+// before 590a72a); nobody reads the client's socket, so its leaving goes unseen, and the connection and its
+// pool slot would stay held until the proxy stopped. Closed, the write fails and the session ends as for any
+// client that leaves mid-transaction (the server rolls back). Connected directly, such a server would have
+// seen its client leave at its next write. A waiting client calls it every waitCheck, the reaper at its ticks.
+func (p *txPool) endStuckWrites() {
+	var stuck []*serverConn
+	p.mu.Lock()
+	for sc := range p.live {
+		if sc.writeWaiting.Load() {
+			stuck = append(stuck, sc)
+		}
+	}
+	p.mu.Unlock()
+	for _, sc := range stuck {
+		sc.writeMu.Lock()
+		if ss := sc.writeBy; ss != nil && peerClosed(ss.client) {
+			// Under writeMu: the write has not returned, so the connection is still that session's
+			// (writeWaits). Close waits for the write to let go of the socket, which it does before it
+			// unmarks (writeMu).
+			sc.conn.Close()
+		}
+		sc.writeMu.Unlock()
+	}
+}
+
 // serverOut is what a server connection's writer writes through: beforeSend first.
 type serverOut struct {
 	sc *serverConn
@@ -181,6 +246,7 @@ func newTxPools(s *Server) *txPools {
 			case <-t.C:
 				for _, p := range ps.list() {
 					p.reap()
+					p.endStuckWrites()
 				}
 				ps.dropUnused()
 			}
@@ -580,6 +646,7 @@ func (p *txPool) takeSlot(wait time.Duration, login *clientLogin, lw *lendWait) 
 		}
 		if lw != nil {
 			p.wakeUnread()
+			p.endStuckWrites()
 		}
 		t.Reset(next())
 		return nil
@@ -940,6 +1007,9 @@ func (p *txPool) dialOnce(login *clientLogin) (*serverConn, error) {
 	rw := rawIO(conn, nil) // rawsocket_linux.go
 	sc.w = bufio.NewWriterSize(serverOut{sc: sc, w: rw}, writeBufferSize)
 	sc.holder, _ = rw.(writeHolder)
+	if ww, ok := rw.(interface{ watchWrites(writeWaiter) }); ok {
+		ww.watchWrites(sc)
+	}
 	sc.intr.conn = conn
 	sc.r = msgReader{r: bufio.NewReaderSize(rw, readBufferSize), intr: &sc.intr}
 	statuses, defaults, err := sc.logIn(login, s.cfg.Token.Setting, s.cfg.Token.LockSetting)

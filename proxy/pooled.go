@@ -1147,6 +1147,7 @@ func (ss *session) lend() error {
 		clear(sc.sqlStmts)
 	}
 	pl.setLent(sc)
+	sc.lentBy.Store(ss) // writeWaits
 	pl.unnamedReplaced()
 	pl.open = 0
 	pl.copyStarts.Store(0) // the last lend's server side, which counted them, has ended

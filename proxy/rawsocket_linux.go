@@ -30,6 +30,12 @@ type rawSocket struct {
 	wn              int
 	werr            error
 
+	// waiter, if set (watchWrites), is told when a Write must wait for the peer to read, and when it returned:
+	// tryFn is writeFn that reports such a wait (wouldBlock) rather than parking.
+	waiter     writeWaiter
+	tryFn      func(fd uintptr) bool
+	wouldBlock bool
+
 	// Held writes (holdWrites): while holding, Write keeps its bytes in held; the next Read writes them from
 	// inside the netpoller's read, after it reset the socket's readiness, and then waits for the answer without
 	// reading first (heldFn). heldOut: held's bytes are not all written yet.
@@ -78,6 +84,10 @@ func rawIO(c net.Conn, pending []byte) io.ReadWriter {
 				return true
 			}
 		}
+		return true
+	}
+	s.tryFn = func(fd uintptr) bool {
+		s.wouldBlock = !s.writeFn(fd)
 		return true
 	}
 	s.heldFn = func(fd uintptr) bool {
@@ -161,13 +171,35 @@ func (s *rawSocket) Read(p []byte) (int, error) {
 	return n, nil
 }
 
+// watchWrites makes Write tell w when it must wait for the peer to read, and when that write returned.
+func (s *rawSocket) watchWrites(w writeWaiter) { s.waiter = w }
+
+// writeWatched writes s.wp as Write does, telling s.waiter around the wait when the socket cannot take it all
+// now. The first try is the same system calls as an unwatched write; only a write that must wait tries again,
+// parked. The waiter is told outside RawConn.Write: a Close waiting for this write to let go of the socket
+// (endStuckWrites) may hold the waiter's lock.
+func (s *rawSocket) writeWatched() error {
+	s.wouldBlock = false
+	if err := s.rc.Write(s.tryFn); err != nil || !s.wouldBlock {
+		return err
+	}
+	s.waiter.writeWaits(true)
+	defer s.waiter.writeWaits(false)
+	return s.rc.Write(s.writeFn)
+}
+
 func (s *rawSocket) Write(p []byte) (int, error) {
 	if s.holding {
 		s.held = append(s.held, p...)
 		return len(p), nil
 	}
 	s.wp, s.wn, s.werr = p, 0, nil
-	err := s.rc.Write(s.writeFn)
+	var err error
+	if s.waiter == nil {
+		err = s.rc.Write(s.writeFn)
+	} else {
+		err = s.writeWatched()
+	}
 	n, werr := s.wn, s.werr
 	s.wp = nil
 	switch {
