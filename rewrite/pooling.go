@@ -1,6 +1,10 @@
 package rewrite
 
-import "strings"
+import (
+	"bytes"
+	"slices"
+	"strings"
+)
 
 // OwnTransaction reports whether a Query text must reach the server as it is, without the transaction pooler's
 // token statement put before it (proxy/pooled.go): a text of no statement (the server answers it with
@@ -237,12 +241,12 @@ func ClassifyPooling(raw []byte, s Settings) PoolingClass {
 // of set_config when it is a string constant. PostgreSQL lists custom settings nowhere (pg_settings leaves
 // them out), so the transaction pooler (proxy/pooledsettings.go) asks the server for these names by name.
 // unfollowed reports a name it cannot give: one that is not ASCII (the proxy would send it back in another
-// encoding than the client's). A name computed or bound as a parameter is not seen. Text the lexer cannot read
-// gives no names.
+// encoding than the client's). A name computed or bound as a parameter is not seen. A text it cannot decode
+// or lex is read byte by byte instead (rawCustomSettings), never taken for one that names none.
 func CustomSettings(raw []byte, s Settings) (names []string, unfollowed bool) {
 	text, why := decode(raw, s)
 	if why != "" {
-		return nil, false
+		return rawCustomSettings(raw)
 	}
 	l := newLexer(text, s.StandardConformingStrings)
 	var toks []token
@@ -250,7 +254,7 @@ func CustomSettings(raw []byte, s Settings) (names []string, unfollowed bool) {
 		toks = append(toks, t)
 	}
 	if l.err != nil {
-		return nil, false
+		return rawCustomSettings(raw)
 	}
 	ident := func(i int) string {
 		if i >= len(toks) || !toks[i].isIdent() {
@@ -307,6 +311,67 @@ func CustomSettings(raw []byte, s Settings) (names []string, unfollowed bool) {
 		}
 	}
 	return names, unfollowed
+}
+
+// rawCustomSettings is CustomSettings for a text it cannot read: non-ASCII sent before the server answered an
+// earlier statement of its batch that may have changed client_encoding, or one its lexer cannot read (the
+// server may read it all the same). Until 2026-12-04 such a text named no setting, so a SET of a custom
+// setting in it stayed on the server connection unasked for, where the next client read it (the settings
+// fuzzer's finding: an RLS tenant reached another client). Every byte that can start or end a name, a quote or
+// a dot is ASCII in every client encoding PostgreSQL accepts; multi-byte characters may only hide letters,
+// digits or a backslash in their later bytes. So each dot between two ASCII name characters is read as part of
+// the dotted name around it (one that starts with a digit is a number), and a dot next to anything else (a
+// space, a quote, a comment, a byte of a multi-byte character), or an escape that may spell a dot or a name
+// without its letters (a backslash, a U& string or identifier), is a setting it cannot name: unfollowed. It
+// over-asks: every dotted name of the text (a schema-qualified table) is asked for, at a probe's cost only.
+func rawCustomSettings(raw []byte) (names []string, unfollowed bool) {
+	if bytes.IndexByte(raw, '\\') >= 0 || HasUnicodeEscape(raw) {
+		return nil, true
+	}
+	nameByte := func(c byte) bool { return c < 0x80 && isIdentCont(c) }
+	for i := 0; i < len(raw); {
+		j := bytes.IndexByte(raw[i:], '.')
+		if j < 0 {
+			break
+		}
+		dot := i + j
+		if dot == 0 || dot+1 == len(raw) || !nameByte(raw[dot-1]) || !nameByte(raw[dot+1]) {
+			return names, true
+		}
+		start, end := dot, dot
+		for start > 0 && (nameByte(raw[start-1]) || raw[start-1] == '.') {
+			start--
+		}
+		for end < len(raw) && (nameByte(raw[end]) || raw[end] == '.') {
+			end++
+		}
+		if start > 0 && raw[start-1] >= 0x80 || end < len(raw) && raw[end] >= 0x80 {
+			return names, true // the name goes on in a multi-byte character
+		}
+		if run := raw[start:end]; !isDigit(run[0]) {
+			if name := strings.ToLower(string(run)); !slices.Contains(names, name) {
+				names = append(names, name)
+			}
+		}
+		i = end
+	}
+	return names, false
+}
+
+// HasUnicodeEscape reports whether a text holds U& (a Unicode-escaped string or quoted identifier, in any letter case),
+// whose escapes may spell any character, a dot or a name's letters among them.
+func HasUnicodeEscape(raw []byte) bool {
+	for i := 1; i < len(raw); i++ {
+		j := bytes.IndexByte(raw[i:], '&')
+		if j < 0 {
+			return false
+		}
+		i += j
+		if c := raw[i-1]; c == 'u' || c == 'U' {
+			return true
+		}
+	}
+	return false
 }
 
 // BeginsWithTransactionModes reports whether a Query text's first statement is BEGIN or START TRANSACTION with

@@ -68,6 +68,40 @@ func TestCustomSettings(t *testing.T) {
 	}
 }
 
+// A text CustomSettings cannot read (non-ASCII while the client's encoding is in flux, or one its lexer cannot
+// read) is read byte by byte: its dotted names are asked for, and what it may name otherwise is unfollowed.
+// Until 2026-12-04 it named nothing, and a custom setting set in it reached the next client.
+func TestCustomSettingsUnreadable(t *testing.T) {
+	flux := Settings{StandardConformingStrings: true, ClientEncoding: "UTF8", ServerEncoding: "UTF8", Unsettled: true}
+	for text, want := range map[string]string{
+		"SET myapp.tenant = 'ténant'":               "myapp.tenant",
+		"SET MyApp.Tenant TO 'é'; RESET a.b.c":      "myapp.tenant a.b.c",
+		"SELECT set_config('app.user', 'ü', false)": "app.user",
+		"UPDATE s.t SET v = 'é' WHERE n = 1.5":      "s.t",
+		"SELECT 'é'; SET a.b = 1 /* unterminated":   "a.b",
+		"SELECT 'é' AS x; SET a_1$.b2 = 1":          "a_1$.b2",
+		"UPDATE t SET v = 'é'":                      "",
+	} {
+		names, unfollowed := CustomSettings([]byte(text), flux)
+		if got := strings.Join(names, " "); got != want || unfollowed {
+			t.Errorf("CustomSettings(%q) in flux = %q, %v; want %q", text, got, unfollowed, want)
+		}
+	}
+	for _, text := range []string{
+		`SET "myapp".tenant = 'é'`,                    // a quoted name
+		"SET myapp . tenant = 'é'",                    // spaces around the dot
+		"SET app.über = 1",                            // a name that goes on in a multi-byte character
+		"SET über.x = 1",                              // the same, before the dot
+		"SELECT set_config(E'app\\x2eu', 'é', false)", // an escape may spell the dot
+		"SELECT set_config(U&'app\\002eu', 'é', false)",
+		"SELECT t.* FROM t WHERE v = 'é'; SET a.b = 1",
+	} {
+		if _, unfollowed := CustomSettings([]byte(text), flux); !unfollowed {
+			t.Errorf("CustomSettings(%q) in flux is followed", text)
+		}
+	}
+}
+
 func TestBeginsWithTransactionModes(t *testing.T) {
 	on := Settings{StandardConformingStrings: true, ClientEncoding: "UTF8", ServerEncoding: "UTF8"}
 	for text, want := range map[string]bool{
