@@ -122,6 +122,14 @@ type pooledState struct {
 	// (applyCopyStarts, under mu): that side never waits for mu (copyStarted), so whoever holds mu next applies
 	// them, before it looks at the fields above, pl.open or state.unsynced.
 	copyStarts atomic.Int64
+	// copyAmbiguous: a message other than the COPY's data, end or a Flush went to the server while it read a
+	// COPY's data (forwardCopyIn): a Sync, a Query, an extended-protocol message. While the COPY runs the server
+	// ignores a Sync and fails on the others (a Query: 08P01, then FATAL); once the COPY has failed (a bad row) it
+	// runs them, each Sync and Query answered by a ReadyForQuery of its own that the lend does not count. Which
+	// of the two happened the proxy cannot tell, so a COPY that failed with such a message sent ends the session
+	// (settle): counting on either could end the lend with answers still to come, which the connection's next
+	// client would get (a review's reading of the settle hang).
+	copyAmbiguous bool
 
 	token, lock           *string // the client's session values; nil: the server's default
 	resetToken, resetLock *string // what RESET returns to: the startup values, or nil
@@ -1013,9 +1021,13 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 // (copyStarted marked it unsynced), up to the Sync that ends it, which counts as a batch's Sync does.
 func (ss *session) forwardCopyIn(typ byte, body []byte) error {
 	pl := ss.pooled
-	if typ == msgCopyDone || typ == msgCopyFail {
+	switch typ {
+	case msgCopyDone, msgCopyFail:
 		pl.copyIn = false
 		pl.copySyncs = append(pl.copySyncs[:0], 0) // the next COPY of the same Query, if any, starts a stretch
+	case msgCopyData, msgFlush:
+	default:
+		pl.copyAmbiguous = true
 	}
 	// The data, a Sync or Flush the server ignores there, or another message, which it fails there as directly.
 	return ss.forwardAsIs(typ, body)
@@ -1151,6 +1163,7 @@ func (ss *session) lend() error {
 	pl.unnamedReplaced()
 	pl.open = 0
 	pl.copyStarts.Store(0) // the last lend's server side, which counted them, has ended
+	pl.copyAmbiguous = false
 	// The fenced writes of the transaction go to this host (checkPlan: router.writeRefusal). Read by this
 	// goroutine and the lend's server side only (sessionForKey does not look at a pooled session's), so no
 	// lock of the Server's is taken per transaction.
@@ -2435,10 +2448,26 @@ func (ss *session) settle(sc *serverConn) bool {
 		ss.clientIntr.raise(intrDrain)
 	}
 	pl.copyIn = false // at a ReadyForQuery the server reads no COPY's data: a COPY that failed ended it
-	if pl.batchFailed.Swap(false) {
+	failed := pl.batchFailed.Swap(false)
+	if failed {
 		// Before the next unit decides what to prepare again (it waits for this).
 		clear(sc.stmtsFresh)
 		sc.tokenFor = nil
+	}
+	if pl.copyAmbiguous {
+		pl.copyAmbiguous = false
+		if failed {
+			// The unit failed after messages went into its COPY (copyAmbiguous): how many ReadyForQuery are
+			// still to come is not known. The connection goes, and the session with it.
+			pl.setLent(nil)
+			sc.pool.discard(sc)
+			pl.lost = errors.New("messages sent into a COPY FROM STDIN that failed")
+			pl.fare = errorResponse("FATAL", sqlstateProtocolViolation,
+				"fenceproxy: messages sent during a COPY FROM STDIN that failed cannot be followed in transaction pooling", "",
+				"End a COPY with CopyDone or CopyFail before the next message, or use pool.mode: session.")
+			ss.clientIntr.raise(intrPeerEnded)
+			return true
+		}
 	}
 	if pl.checkRan.Swap(false) {
 		sc.checkedFor, pl.startChecked = pl, true // checkFirst
