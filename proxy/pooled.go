@@ -1509,15 +1509,16 @@ func (ss *session) injectTokens(typ byte, body []byte) tokenPrefix {
 			pl.prefixChars.Store(int64(len(ss.queryPrefix)))
 		}
 		return prefix
-	case msgParse, msgBind:
+	case msgParse, msgBind, msgClose, msgDescribe:
 		// A Parse of a text that must run outside a block, or a Bind of one parsed before, starts a batch
 		// without a token statement (it would make the batch a block: 25001). One of no statement does not:
 		// the batch goes on, and may bind and run another statement of the client's.
-		if text, ok := ss.stmtText(typ, body); ok && ss.classOf(text).Own && !noStatement(text, set) {
+		leadTyp, leadBody := ss.batchLead(typ, body)
+		if text, ok := ss.stmtText(leadTyp, leadBody); ok && ss.classOf(text).Own && !noStatement(text, set) {
 			return prefixNone // checkFirst puts back first
 		}
 	}
-	if text, ok := ss.stmtText(typ, body); ok && ss.beginsWithModes(text) {
+	if text, ok := ss.stmtText(ss.batchLead(typ, body)); ok && ss.beginsWithModes(text) {
 		ss.putBackFirst()
 		pl.beginPortals, pl.windowAnswers = pl.beginPortals[:0], 0 // forwardPooled sends it
 		pl.windowMu.Lock()
@@ -1545,6 +1546,36 @@ func (ss *session) injectTokens(typ byte, body []byte) tokenPrefix {
 	ss.putBackFirst()
 	ss.writeTokenStmt("")
 	return prefixChecked
+}
+
+// batchLead is the message a batch is classified by (injectTokens): its first message, or, when that runs
+// nothing (a Close, a Describe of a statement) and its body was read, the first Parse or Bind buffered behind
+// it, before anything that runs. pgx sends the Close of its evicted statements in front of its next batch: a
+// BEGIN with transaction modes or a DISCARD ALL there failed 25001, the checked token statement in front of
+// them (the settings fuzzer's finding).
+func (ss *session) batchLead(typ byte, body []byte) (byte, []byte) {
+	runsNothing := func(typ byte, body []byte) bool {
+		return typ == msgClose || typ == msgDescribe && len(body) > 0 && body[0] == 'S'
+	}
+	if body == nil || !runsNothing(typ, body) {
+		return typ, body
+	}
+	buf, _ := ss.cr.r.Peek(ss.cr.r.Buffered())
+	for len(buf) >= headerLen {
+		t, n := buf[0], int(binary.BigEndian.Uint32(buf[1:headerLen]))
+		if n < 4 || len(buf) < 1+n {
+			break
+		}
+		b := buf[headerLen : 1+n]
+		switch {
+		case t == msgParse || t == msgBind:
+			return t, b
+		case !runsNothing(t, b):
+			return typ, body
+		}
+		buf = buf[1+n:]
+	}
+	return typ, body
 }
 
 // closeTokenPortal closes the portal the token statement just ran in (pl.mu held), hidden, so that no message

@@ -723,11 +723,10 @@ func sfAround(xs []string, at int) []string {
 	return xs[from:to]
 }
 
-// sfOpen: the divergences this fuzzer found that are neither listed nor mended (the report of branch
-// settings-fuzz): by the extended protocol, outside a block, a SET TRANSACTION (directly a warning) fails 25001
-// through the pool, after the token statement took the snapshot; and a batch that starts with a Close (pgx
-// closes evicted statements so) is classified by that Close, not by its first statement: a BEGIN with modes
-// or a DISCARD ALL after it gets the token statement in front and fails 25001.
+// sfOpen: the divergences this fuzzer found that are not mended (docs/pooling.md lists them): by the extended
+// protocol, outside a block, a SET TRANSACTION (directly a warning) fails 25001 through the pool, after the
+// token statement took the snapshot. (A batch that starts with a Close, classified by that Close, failed 25001
+// before a BEGIN with modes or a DISCARD ALL until 2026-12-04: mended, batchLead.)
 //
 // And a named statement whose Close and Parse an error earlier in the batch made the server skip is taken
 // for gone: a later Bind of it gets 26000 where directly it binds the statement the name still holds.

@@ -64,11 +64,16 @@ func woCases() map[string]woCase {
 		"copy in batch":                     {table: true, seq: []woMsg{woP("", "COPY wo_t FROM STDIN"), woB("", ""), woE("", 0), woMsg{&pgproto3.CopyData{Data: []byte("5\n")}, "CopyData"}, woMsg{&pgproto3.CopyDone{}, "CopyDone"}, woE("", 0), woS, woQ("SELECT count(*) FROM wo_t")}},
 		"token portal describe after flush": {seq: []woMsg{woP("", "SELECT 2"), woH, woD('S', ""), woH, woD('P', ""), woS}},
 		"two syncs":                         {seq: []woMsg{woP("s1", "SELECT 1"), woS, woS, woE("", 0), woS}},
-		"describe S P":                      {seq: []woMsg{woP("s1", "SELECT 1"), woD('S', "s1"), woD('P', "s1"), woE("", 0), woS}},
-		"close P named first":               {seq: []woMsg{woC('P', "x"), woE("", 0), woS}},
-		"exec named missing":                {seq: []woMsg{woE("nope", 0), woE("", 0), woS, woE("", 0), woS}},
-		"bind named dup":                    {seq: []woMsg{woP("s1", "SELECT 1"), woB("p1", "s1"), woB("p1", "s1"), woE("", 0), woS, woE("", 0), woS}},
-		"bind unnamed ok exec":              {seq: []woMsg{woP("s1", "SELECT 1"), woB("", "s1"), woE("", 0), woE("", 0), woS, woE("", 0), woS}},
+		// A batch that starts with a Close (pgx evicts statements so) is classified by its first statement: a
+		// BEGIN with modes or a DISCARD ALL behind it ran after the checked token statement and failed 25001.
+		"close then begin modes":   {seq: []woMsg{woC('S', "s1"), woP("s1", "BEGIN ISOLATION LEVEL REPEATABLE READ"), woB("", "s1"), woE("", 0), woS, woQ("COMMIT")}},
+		"close then discard all":   {seq: []woMsg{woC('S', "s1"), woP("", "DISCARD ALL"), woB("", ""), woE("", 0), woS}},
+		"close then describe bind": {seq: []woMsg{woC('S', "s1"), woP("s1", "BEGIN READ ONLY"), woD('S', "s1"), woB("p1", "s1"), woE("p1", 0), woS, woQ("COMMIT")}},
+		"describe S P":             {seq: []woMsg{woP("s1", "SELECT 1"), woD('S', "s1"), woD('P', "s1"), woE("", 0), woS}},
+		"close P named first":      {seq: []woMsg{woC('P', "x"), woE("", 0), woS}},
+		"exec named missing":       {seq: []woMsg{woE("nope", 0), woE("", 0), woS, woE("", 0), woS}},
+		"bind named dup":           {seq: []woMsg{woP("s1", "SELECT 1"), woB("p1", "s1"), woB("p1", "s1"), woE("", 0), woS, woE("", 0), woS}},
+		"bind unnamed ok exec":     {seq: []woMsg{woP("s1", "SELECT 1"), woB("", "s1"), woE("", 0), woE("", 0), woS, woE("", 0), woS}},
 		// A statement that needs a transaction block, alone in a Query: refused (or warned) as directly.
 		"declare alone":                 {seq: []woMsg{woQ("DECLARE c CURSOR FOR SELECT 1")}},
 		"lock alone":                    {seq: []woMsg{woQ("LOCK TABLE pg_class IN ACCESS SHARE MODE")}},
