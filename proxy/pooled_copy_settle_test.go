@@ -3,9 +3,7 @@ package proxy_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -41,7 +39,6 @@ func clientLeavesACopyItFailed(t *testing.T, start string) {
 		f.d.Exec(ctx, "DROP TABLE IF EXISTS pcs_copy")
 	})
 	adm := adminConn(t, f)
-	ctx := ctxT(t)
 	a := pooledPgConn(t, f, "")
 	conn := a.Conn()
 	var batch []byte
@@ -77,59 +74,12 @@ func clientLeavesACopyItFailed(t *testing.T, start string) {
 	for range 32 {
 		add(q)
 	}
-	var written atomic.Int64
-	wrote := make(chan error, 1)
-	go func() {
-		for rest := batch; len(rest) > 0; {
-			n := min(len(rest), 1<<16)
-			if _, err := conn.Write(rest[:n]); err != nil {
-				wrote <- err
-				return
-			}
-			written.Add(int64(n))
-			rest = rest[n:]
-		}
-		wrote <- nil
-	}()
-	eventually(t, 20*time.Second, "the server blocked writing the big statement's output", func() bool {
-		var n int
-		err := f.d.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'ClientWrite' AND query LIKE '%copy_failed_unread%'").Scan(&n)
-		return err == nil && n == 1
-	})
-	// The server reads no more: the proxy's writer blocks, and stops reading the client.
-	last, since := written.Load(), time.Now()
-	eventually(t, 20*time.Second, "the client's writes stalled for 500 ms", func() bool {
-		if cur := written.Load(); cur != last {
-			last, since = cur, time.Now()
-		}
-		return time.Since(since) > 500*time.Millisecond
-	})
-	if written.Load() == int64(len(batch)) {
+	u := writeUnread(conn, chunksOf(batch))
+	u.blockedOn(t, f, "copy_failed_unread")
+	if u.written.Load() == int64(len(batch)) {
 		t.Fatal("the whole batch went out: the proxy's writer never blocked, the test proves nothing")
 	}
-	b := pooledConn(t, f, "&default_query_exec_mode=simple_protocol")
-	answered := make(chan error, 1)
-	go func() {
-		var v int
-		answered <- b.QueryRow(context.Background(), "SELECT 42").Scan(&v)
-	}()
-	waitingClients(t, adm, 1)
-	conn.(*net.TCPConn).SetLinger(0)
-	conn.Close() // a reset, with the answers unread
-	<-wrote
-	select {
-	case err := <-answered:
-		if err != nil {
-			t.Fatalf("the next client after the pipeliner left: %v", err)
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("the next client was not served within 20 s after the pipeliner left: its server connection is held")
-	}
-	eventually(t, 10*time.Second, "the pipeliner's backend gone", func() bool {
-		var n int
-		err := f.d.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%copy_failed_unread%' AND pid <> pg_backend_pid()").Scan(&n)
-		return err == nil && n == 0
-	})
+	u.leaveAndNextServed(t, f, adm, "copy_failed_unread")
 }
 
 // A Query (or a Sync) the client sends into a COPY FROM STDIN before its CopyDone or CopyFail: while the COPY

@@ -2,11 +2,7 @@ package proxy_test
 
 import (
 	"bytes"
-	"context"
-	"net"
-	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgproto3"
 )
@@ -23,7 +19,6 @@ func TestPooledClientLeavesAPipelinedCopy(t *testing.T) {
 	f := newPooledFenced(t, 1, "  max_client_wait: 30s\n  admin_users: [admin]\n")
 	plainTable(t, f, "pcu_copy")
 	adm := adminConn(t, f)
-	ctx := ctxT(t)
 	a := pooledPgConn(t, f, "")
 	conn := a.Conn()
 	var batch []byte
@@ -49,57 +44,10 @@ func TestPooledClientLeavesAPipelinedCopy(t *testing.T) {
 		add(&pgproto3.Bind{Parameters: [][]byte{param}}, &pgproto3.Execute{})
 	}
 	add(&pgproto3.Sync{})
-	var written atomic.Int64
-	wrote := make(chan error, 1)
-	go func() {
-		for rest := batch; len(rest) > 0; {
-			n := min(len(rest), 1<<16)
-			if _, err := conn.Write(rest[:n]); err != nil {
-				wrote <- err
-				return
-			}
-			written.Add(int64(n))
-			rest = rest[n:]
-		}
-		wrote <- nil
-	}()
-	eventually(t, 20*time.Second, "the server blocked writing the big statement's output", func() bool {
-		var n int
-		err := f.d.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'ClientWrite' AND query LIKE '%pipelined_copy_unread%'").Scan(&n)
-		return err == nil && n == 1
-	})
-	// The server reads no more: the proxy's writer blocks, and stops reading the client.
-	last, since := written.Load(), time.Now()
-	eventually(t, 20*time.Second, "the client's writes stalled for 500 ms", func() bool {
-		if cur := written.Load(); cur != last {
-			last, since = cur, time.Now()
-		}
-		return time.Since(since) > 500*time.Millisecond
-	})
-	if written.Load() == int64(len(batch)) {
+	u := writeUnread(conn, chunksOf(batch))
+	u.blockedOn(t, f, "pipelined_copy_unread")
+	if u.written.Load() == int64(len(batch)) {
 		t.Fatal("the whole batch went out: the proxy's writer never blocked, the test proves nothing")
 	}
-	b := pooledConn(t, f, "&default_query_exec_mode=simple_protocol")
-	answered := make(chan error, 1)
-	go func() {
-		var v int
-		answered <- b.QueryRow(context.Background(), "SELECT 42").Scan(&v)
-	}()
-	waitingClients(t, adm, 1)
-	conn.(*net.TCPConn).SetLinger(0)
-	conn.Close() // a reset, with the batch's answers unread
-	<-wrote
-	select {
-	case err := <-answered:
-		if err != nil {
-			t.Fatalf("the next client after the pipeliner left: %v", err)
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("the next client was not served within 20 s after the pipeliner left: its server connection is held")
-	}
-	eventually(t, 10*time.Second, "the pipeliner's backend gone", func() bool {
-		var n int
-		err := f.d.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%pipelined_copy_unread%' AND pid <> pg_backend_pid()").Scan(&n)
-		return err == nil && n == 0
-	})
+	u.leaveAndNextServed(t, f, adm, "pipelined_copy_unread")
 }
