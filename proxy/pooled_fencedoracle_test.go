@@ -30,7 +30,6 @@ import (
 	"math/rand"
 	"net/url"
 	"os"
-	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -581,27 +580,9 @@ func TestPooledFencedOracle(t *testing.T) {
 	for _, b := range e.w.bad {
 		t.Errorf("%s", b)
 	}
-	var sigs []string
-	for s := range bySig {
-		sigs = append(sigs, s)
-	}
 	rank := map[string]int{"ROWS": 0, "ACCEPT": 1, "OTHER": 2, "CODE": 3}
-	sort.Slice(sigs, func(a, b int) bool {
-		ca, cb := rank[fmClass(sigs[a])], rank[fmClass(sigs[b])]
-		if ca != cb {
-			return ca < cb
-		}
-		return len(bySig[sigs[a]]) > len(bySig[sigs[b]])
-	})
 	minimized := 0
-	for _, s := range sigs {
-		ds := bySig[s]
-		best := ds[0]
-		for _, d := range ds {
-			if len(d.seq) < len(best.seq) {
-				best = d
-			}
-		}
+	woWorstFirst(bySig, func(s string) int { return rank[fmClass(s)] }, func(d diff) int { return len(d.seq) }, func(s string, n int, best diff) {
 		noiseSeed := seed*100003 + int64(best.i)
 		min := best.seq
 		if minimized < 12 && time.Since(start) < 3*budget {
@@ -610,8 +591,8 @@ func TestPooledFencedOracle(t *testing.T) {
 		}
 		md, mp := e.both(min, best.opts, noiseSeed)
 		t.Errorf("DIFF [%s] %q: %d sequences (first #%d, seed %d, options %q)\n  sequence: %v\n  direct:   %v\n  pooled:   %v\n  minimal:  %v\n  direct:   %v\n  pooled:   %v",
-			fmClass(s), s, len(ds), best.i, seed, best.opts, best.seq, best.d, best.p, min, md, mp)
-	}
+			fmClass(s), s, n, best.i, seed, best.opts, best.seq, best.d, best.p, min, md, mp)
+	})
 }
 
 // TestPooledFencedPlaceholderLock is the fuzzer's one finding that weakened a fence (seed 2): a Query of

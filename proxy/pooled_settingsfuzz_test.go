@@ -34,7 +34,6 @@ import (
 	"net"
 	"net/url"
 	"os"
-	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -677,19 +676,7 @@ func TestPooledSettingsFuzz(t *testing.T) {
 	for _, b := range w.bad {
 		t.Errorf("LEAK %s", b)
 	}
-	var sigs []string
-	for s := range bySig {
-		sigs = append(sigs, s)
-	}
-	sort.Slice(sigs, func(a, b int) bool { return len(bySig[sigs[a]]) > len(bySig[sigs[b]]) })
-	for _, s := range sigs {
-		ds := bySig[s]
-		best := ds[0]
-		for _, d := range ds {
-			if len(d.seq) < len(best.seq) {
-				best = d
-			}
-		}
+	woWorstFirst(bySig, nil, func(d diff) int { return len(d.seq) }, func(s string, n int, best diff) {
 		sseed := seed*100003 + int64(best.i)
 		min := woMinimize(best.seq, func(cand []woMsg) bool {
 			o := best.o
@@ -701,8 +688,8 @@ func TestPooledSettingsFuzz(t *testing.T) {
 		md, mp := w.both(best.o, min, sseed)
 		_, at := sfFirstDiff(best.o, md, mp, strict)
 		t.Errorf("DIFF %q: %d sequences (first #%d, seed %d, startup %+v)\n  minimal: %v\n  direct:  %v\n  pooled:  %v",
-			s, len(ds), best.i, seed, best.o, min, sfAround(md, at), sfAround(mp, at))
-	}
+			s, n, best.i, seed, best.o, min, sfAround(md, at), sfAround(mp, at))
+	})
 }
 
 // sfAround is the part of a stream around position at, from the unit it is in.

@@ -23,6 +23,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand"
 	"net"
 	"os"
@@ -665,25 +666,37 @@ func TestPooledWireOracle(t *testing.T) {
 	for _, b := range w.bad {
 		t.Errorf("%s", b)
 	}
-	var sigs []string
-	for s := range bySig {
-		sigs = append(sigs, s)
-	}
-	sort.Slice(sigs, func(a, b int) bool { return len(bySig[sigs[a]]) > len(bySig[sigs[b]]) })
-	for _, s := range sigs {
-		ds := bySig[s]
-		// minimize the shortest example
-		best := ds[0]
-		for _, d := range ds {
-			if len(d.seq) < len(best.seq) {
-				best = d
-			}
-		}
+	woWorstFirst(bySig, nil, func(d diff) int { return len(d.seq) }, func(s string, n int, best diff) {
 		noiseSeed := seed*100003 + int64(best.i)
 		min := w.minimize(best.seq, noiseSeed, s)
 		md, mp := w.both(min, noiseSeed)
 		t.Errorf("DIFF %q: %d sequences (first #%d, seed %d)\n  sequence: %v\n  direct:   %v\n  pooled:   %v\n  minimal:  %v\n  direct:   %v\n  pooled:   %v",
-			s, len(ds), best.i, seed, best.seq, best.d, best.p, min, md, mp)
+			s, n, best.i, seed, best.seq, best.d, best.p, min, md, mp)
+	})
+}
+
+// woWorstFirst calls report for each signature of a fuzzer's differences (bySig), in rank order (nil: one
+// rank), then the most frequent first, with how many sequences gave it and the shortest of them (seqLen), the
+// one to minimize.
+func woWorstFirst[D any](bySig map[string][]D, rank func(sig string) int, seqLen func(D) int, report func(sig string, n int, best D)) {
+	sigs := slices.Collect(maps.Keys(bySig))
+	sort.Slice(sigs, func(a, b int) bool {
+		if rank != nil {
+			if ra, rb := rank(sigs[a]), rank(sigs[b]); ra != rb {
+				return ra < rb
+			}
+		}
+		return len(bySig[sigs[a]]) > len(bySig[sigs[b]])
+	})
+	for _, s := range sigs {
+		ds := bySig[s]
+		best := ds[0]
+		for _, d := range ds {
+			if seqLen(d) < seqLen(best) {
+				best = d
+			}
+		}
+		report(s, len(ds), best)
 	}
 }
 
