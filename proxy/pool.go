@@ -174,15 +174,7 @@ func (sc *serverConn) writeWaits(waiting bool) {
 // client that leaves mid-transaction (the server rolls back). Connected directly, such a server would have
 // seen its client leave at its next write. A waiting client calls it every waitCheck, the reaper at its ticks.
 func (p *txPool) endStuckWrites() {
-	var stuck []*serverConn
-	p.mu.Lock()
-	for sc := range p.live {
-		if sc.writeWaiting.Load() {
-			stuck = append(stuck, sc)
-		}
-	}
-	p.mu.Unlock()
-	for _, sc := range stuck {
+	for _, sc := range p.liveWhere(func(sc *serverConn) bool { return sc.writeWaiting.Load() }) {
 		sc.writeMu.Lock()
 		if ss := sc.writeBy; ss != nil && peerClosed(ss.client) {
 			// Under writeMu: the write has not returned, so the connection is still that session's
@@ -695,15 +687,7 @@ func (p *txPool) takeSlot(wait time.Duration, login *clientLogin, lw *lendWait) 
 // connections while their clients, and the clients waiting for the pool, say nothing. A waiting client calls
 // it every waitCheck. It never waits for a session's lock: one that is busy is looked at next time.
 func (p *txPool) wakeUnread() {
-	var idle []*serverConn
-	p.mu.Lock()
-	for sc := range p.live {
-		if sc.unreadBy.Load() != nil {
-			idle = append(idle, sc)
-		}
-	}
-	p.mu.Unlock()
-	for _, sc := range idle {
+	for _, sc := range p.liveWhere(func(sc *serverConn) bool { return sc.unreadBy.Load() != nil }) {
 		ss := sc.unreadBy.Load()
 		if ss == nil || !spokeOrClosed(sc.conn) || !ss.pooled.mu.TryLock() {
 			continue
@@ -713,6 +697,20 @@ func (p *txPool) wakeUnread() {
 		}
 		ss.pooled.mu.Unlock()
 	}
+}
+
+// liveWhere is the pool's open server connections for which match is true, taken under mu, for a look at each
+// without it.
+func (p *txPool) liveWhere(match func(*serverConn) bool) []*serverConn {
+	var found []*serverConn
+	p.mu.Lock()
+	for sc := range p.live {
+		if match(sc) {
+			found = append(found, sc)
+		}
+	}
+	p.mu.Unlock()
+	return found
 }
 
 // observeWait records how long a lend waited for its slot.

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"iter"
 	"slices"
 	"strconv"
 	"strings"
@@ -1059,16 +1060,23 @@ func (ss *session) forwardAsIs(typ byte, body []byte) error {
 // way it lands between two of the client's messages, as when this side waited for mu. A goroutine takes mu
 // when it is busy, so that a session goroutine about to wait for settled is woken once it waits.
 func (ss *session) copyStarted() {
-	pl := ss.pooled
-	pl.copyStarts.Add(1)
+	ss.pooled.copyStarts.Add(1)
+	ss.pooled.lockedSoon(func() { ss.applyCopyStarts() })
+}
+
+// lockedSoon runs f under mu: now when mu is free, else from a goroutine once it is. For the lend's server
+// side, which must never wait for mu (the session goroutine may hold it in a write to the server that waits
+// for the server to read, and the server for this side to read its answers), when what f does may come late:
+// whoever holds mu meanwhile sees its state as before f.
+func (pl *pooledState) lockedSoon(f func()) {
 	if pl.mu.TryLock() {
-		ss.applyCopyStarts()
+		f()
 		pl.mu.Unlock()
 		return
 	}
 	go func() {
 		pl.mu.Lock()
-		ss.applyCopyStarts()
+		f()
 		pl.mu.Unlock()
 	}()
 }
@@ -1509,16 +1517,16 @@ func (ss *session) injectTokens(typ byte, body []byte) tokenPrefix {
 			pl.prefixChars.Store(int64(len(ss.queryPrefix)))
 		}
 		return prefix
-	case msgParse, msgBind, msgClose, msgDescribe:
-		// A Parse of a text that must run outside a block, or a Bind of one parsed before, starts a batch
-		// without a token statement (it would make the batch a block: 25001). One of no statement does not:
-		// the batch goes on, and may bind and run another statement of the client's.
-		leadTyp, leadBody := ss.batchLead(typ, body)
-		if text, ok := ss.stmtText(leadTyp, leadBody); ok && ss.classOf(text).Own && !noStatement(text, set) {
-			return prefixNone // checkFirst puts back first
-		}
 	}
-	if text, ok := ss.stmtText(ss.batchLead(typ, body)); ok && ss.beginsWithModes(text) {
+	// The batch's statement: a Parse's, a Bind's, or the first such behind a Close or Describe (batchLead).
+	leadText, leadOK := ss.stmtText(ss.batchLead(typ, body))
+	// A Parse of a text that must run outside a block, or a Bind of one parsed before, starts a batch without
+	// a token statement (it would make the batch a block: 25001). One of no statement does not: the batch goes
+	// on, and may bind and run another statement of the client's.
+	if leadOK && ss.classOf(leadText).Own && !noStatement(leadText, set) {
+		return prefixNone // checkFirst puts back first
+	}
+	if leadOK && ss.beginsWithModes(leadText) {
 		ss.putBackFirst()
 		pl.beginPortals, pl.windowAnswers = pl.beginPortals[:0], 0 // forwardPooled sends it
 		pl.windowMu.Lock()
@@ -1560,20 +1568,13 @@ func (ss *session) batchLead(typ byte, body []byte) (byte, []byte) {
 	if body == nil || !runsNothing(typ, body) {
 		return typ, body
 	}
-	buf, _ := ss.cr.r.Peek(ss.cr.r.Buffered())
-	for len(buf) >= headerLen {
-		t, n := buf[0], int(binary.BigEndian.Uint32(buf[1:headerLen]))
-		if n < 4 || len(buf) < 1+n {
-			break
-		}
-		b := buf[headerLen : 1+n]
+	for t, b := range ss.bufferedMsgs() {
 		switch {
 		case t == msgParse || t == msgBind:
 			return t, b
 		case !runsNothing(t, b):
 			return typ, body
 		}
-		buf = buf[1+n:]
 	}
 	return typ, body
 }
@@ -1863,16 +1864,7 @@ func (ss *session) ownUnitAnswered() {
 	if !pl.cancelDeferred.Load() {
 		return // cancelPooled looks at ownAhead again after it defers one
 	}
-	if pl.mu.TryLock() {
-		ss.sendDeferredCancel()
-		pl.mu.Unlock()
-		return
-	}
-	go func() {
-		pl.mu.Lock()
-		ss.sendDeferredCancel()
-		pl.mu.Unlock()
-	}()
+	pl.lockedSoon(ss.sendDeferredCancel)
 }
 
 // boundClientText is the client's own text of the statement a Bind binds (pl.mu held), where the proxy keeps it:
@@ -2121,21 +2113,34 @@ func (ss *session) batchOf(typ byte, body []byte, textOK func([]byte) bool) bool
 	if !plain(typ, body) {
 		return false
 	}
-	buf, _ := ss.cr.r.Peek(ss.cr.r.Buffered())
-	for len(buf) >= headerLen {
-		t, n := buf[0], int(binary.BigEndian.Uint32(buf[1:headerLen]))
-		if n < 4 || len(buf) < 1+n {
-			return false
-		}
+	for t, b := range ss.bufferedMsgs() {
 		if t == msgSync {
 			return true
 		}
-		if !plain(t, buf[headerLen:1+n]) {
+		if !plain(t, b) {
 			return false
 		}
-		buf = buf[1+n:]
 	}
 	return false
+}
+
+// bufferedMsgs yields the client's messages buffered whole behind the one being handled (its body read), type
+// and body, framed by parseHeader; it ends at the first one not buffered whole, or malformed. The bodies are
+// the reader's, valid until it reads on.
+func (ss *session) bufferedMsgs() iter.Seq2[byte, []byte] {
+	return func(yield func(byte, []byte) bool) {
+		buf, _ := ss.cr.r.Peek(ss.cr.r.Buffered())
+		for len(buf) >= headerLen {
+			t, n, err := parseHeader(buf, 0)
+			if err != nil || len(buf) < headerLen+n {
+				return
+			}
+			if !yield(t, buf[headerLen:headerLen+n]) {
+				return
+			}
+			buf = buf[headerLen+n:]
+		}
+	}
 }
 
 // shiftPosition moves the position field of an ErrorResponse back by n characters: the client's text started n

@@ -117,12 +117,10 @@ var setWord = rewrite.NewFoldWords("set")
 
 // noteCustomSettings notes the custom settings a client's text may set or reset (pl.mu held), so that the probe
 // asks for them by name: pg_settings does not show them. A dotted name with set in the text is the cheap sign
-// that there may be one, unless an escape may spell the dot or the word without their characters: a backslash
-// (in an escape string, E'...', or in any string under standard_conforming_strings off), or a U& string or
-// identifier (set_config(U&'myapp\002etenant', ...) has no dot, U&"\0073et_config" no set).
+// that there may be one, unless an escape may spell the dot or the word without their characters
+// (rewrite.MayEscape: set_config(U&'myapp\002etenant', ...) has no dot, U&"\0073et_config" no set).
 func (ss *session) noteCustomSettings(text []byte) {
-	escaped := bytes.IndexByte(text, '\\') >= 0 || rewrite.HasUnicodeEscape(text)
-	if !escaped && (bytes.IndexByte(text, '.') < 0 || !setWord.In(text)) {
+	if !rewrite.MayEscape(text) && (bytes.IndexByte(text, '.') < 0 || !setWord.In(text)) {
 		return
 	}
 	pl := ss.pooled

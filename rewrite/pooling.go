@@ -325,7 +325,7 @@ func CustomSettings(raw []byte, s Settings) (names []string, unfollowed bool) {
 // without its letters (a backslash, a U& string or identifier), is a setting it cannot name: unfollowed. It
 // over-asks: every dotted name of the text (a schema-qualified table) is asked for, at a probe's cost only.
 func rawCustomSettings(raw []byte) (names []string, unfollowed bool) {
-	if bytes.IndexByte(raw, '\\') >= 0 || HasUnicodeEscape(raw) {
+	if MayEscape(raw) {
 		return nil, true
 	}
 	nameByte := func(c byte) bool { return c < 0x80 && isIdentCont(c) }
@@ -358,9 +358,13 @@ func rawCustomSettings(raw []byte) (names []string, unfollowed bool) {
 	return names, false
 }
 
-// HasUnicodeEscape reports whether a text holds U& (a Unicode-escaped string or quoted identifier, in any letter case),
-// whose escapes may spell any character, a dot or a name's letters among them.
-func HasUnicodeEscape(raw []byte) bool {
+// MayEscape reports whether a text holds an escape that may spell any character, a dot or a name's letters
+// among them: a backslash (in an escape string, E'...', or in any string under standard_conforming_strings
+// off), or U& (a Unicode-escaped string or quoted identifier, in any letter case).
+func MayEscape(raw []byte) bool {
+	if bytes.IndexByte(raw, '\\') >= 0 {
+		return true
+	}
 	for i := 1; i < len(raw); i++ {
 		j := bytes.IndexByte(raw[i:], '&')
 		if j < 0 {
