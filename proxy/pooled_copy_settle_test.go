@@ -41,16 +41,7 @@ func clientLeavesACopyItFailed(t *testing.T, start string) {
 	adm := adminConn(t, f)
 	a := pooledPgConn(t, f, "")
 	conn := a.Conn()
-	var batch []byte
-	add := func(msgs ...pgproto3.FrontendMessage) {
-		for _, m := range msgs {
-			var err error
-			if batch, err = m.Encode(batch); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	add(&pgproto3.Query{String: start})
+	batch := appendMsgs(t, nil, &pgproto3.Query{String: start})
 	if _, err := conn.Write(batch); err != nil {
 		t.Fatal(err)
 	}
@@ -65,20 +56,16 @@ func clientLeavesACopyItFailed(t *testing.T, start string) {
 			break
 		}
 	}
-	batch = batch[:0]
-	add(&pgproto3.CopyData{Data: []byte("1\n2\n")}, &pgproto3.CopyData{Data: []byte("x\n")})
+	batch = appendMsgs(t, batch[:0], &pgproto3.CopyData{Data: []byte("1\n2\n")}, &pgproto3.CopyData{Data: []byte("x\n")})
 	// 64 MB of output, far more than the sockets between the server and the client hold.
-	add(&pgproto3.Query{String: "SELECT repeat('x', 1000000) AS copy_failed_unread FROM generate_series(1, 64)"})
+	batch = appendMsgs(t, batch, &pgproto3.Query{String: "SELECT repeat('x', 1000000) AS copy_failed_unread FROM generate_series(1, 64)"})
 	// 32 MB of Queries the server has not read when it blocks writing that output.
 	q := &pgproto3.Query{String: "SELECT length('" + strings.Repeat("y", 1<<20) + "')"}
 	for range 32 {
-		add(q)
+		batch = appendMsgs(t, batch, q)
 	}
 	u := writeUnread(conn, chunksOf(batch))
 	u.blockedOn(t, f, "copy_failed_unread")
-	if u.written.Load() == int64(len(batch)) {
-		t.Fatal("the whole batch went out: the proxy's writer never blocked, the test proves nothing")
-	}
 	u.leaveAndNextServed(t, f, adm, "copy_failed_unread")
 }
 

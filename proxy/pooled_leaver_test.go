@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgproto3"
 )
 
 // unreadPipeline is a client that pipelines far more than it reads, then leaves: the tests of the proxy's own
@@ -66,6 +67,26 @@ func (u *unreadPipeline) blockedOn(t *testing.T, f *fenced, marker string) {
 		}
 		return time.Since(since) > 500*time.Millisecond
 	})
+	select {
+	case err := <-u.wrote:
+		u.wrote <- err // for leaveAndNextServed
+		if err == nil {
+			t.Fatal("the whole pipeline went out: the proxy's writer never blocked, the test proves nothing")
+		}
+	default:
+	}
+}
+
+// appendMsgs is batch with msgs encoded after it.
+func appendMsgs(t *testing.T, batch []byte, msgs ...pgproto3.FrontendMessage) []byte {
+	t.Helper()
+	for _, m := range msgs {
+		var err error
+		if batch, err = m.Encode(batch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return batch
 }
 
 // leaveAndNextServed: another client waits for the pool of one (adm sees it), the pipeliner resets its
