@@ -38,10 +38,6 @@ import (
 // It is not a valid token (ValidToken), nor a lock the guard accepts, so a write that meets it is refused.
 const poolPlaceholder = rewrite.PoolPlaceholder
 
-// tokenStmtName is the statement that sets a client's values at the start of its transaction (pooled.go:
-// prepareTokenStmt).
-const tokenStmtName = "fenceproxy_t"
-
 // errPoolTimeout: no server connection of a full pool became free within pool.max_client_wait.
 var errPoolTimeout = errors.New("no server connection became free")
 
@@ -87,9 +83,18 @@ type serverConn struct {
 	// host (txPools.dropHost): the client then learns why.
 	movedTo   atomic.Pointer[string]
 	born      time.Time
-	idleSince time.Time       // when it went back to the pool (under txPool.mu)
-	tokenFor  *pooledState    // the client for whose transactions tokenStmtName was last prepared; nil: none
-	stmts     map[string]bool // the clients' statements prepared on it, by server name (pooledstmts.go)
+	idleSince time.Time // when it went back to the pool (under txPool.mu)
+	// unnamedToken is the token statement the server's unnamed statement holds (tokenNone: not known to hold
+	// one). No SQL reaches a connection's unnamed statement, and no client's message does either (a client's
+	// unnamed statement goes to unnamedStmtName): only the proxy's Parse of it, and any simple Query, which drops
+	// it, replace it. So what the proxy put there is there still, whichever client's code ran since: the token
+	// statement is prepared once per connection and kind, and bound per transaction (writeTokenStmt).
+	unnamedToken tokenStmtKind
+	// clientUnnamed: unnamedStmtName may hold a client's unnamed statement (a Parse of it went since its last
+	// Close). It is closed before another client's first message (lend): no other client's code reads its text,
+	// which may carry that client's token (inline form).
+	clientUnnamed bool
+	stmts         map[string]bool // the clients' statements prepared on it, by server name (pooledstmts.go)
 	// stmtsFresh are those of stmts that lastClient prepared (or prepared again) since it was lent the
 	// connection, and that the server did not skip: only those are bound as they are. Another client's function
 	// may have replaced any other (DEALLOCATE, then PREPARE of the name), so it is prepared again before its first
@@ -299,7 +304,7 @@ type txPool struct {
 	// resetToken and resetLock are the token and lock values a RESET gives on its server connections (role and
 	// database defaults; nil: none), read when the first one is opened.
 	resetToken, resetLock *string
-	tokenStmts            tokenStmtCache // the Parse of tokenStmtName, built once (pooledsettings.go)
+	tokenStmts            tokenStmtCache // the token statement's texts, built once (pooledsettings.go)
 
 	// pool.min_idle (keepIdle): refill is signalled when the pool may have fewer idle server connections than
 	// it keeps (nil when it keeps none); idleLogin is how they log in: the login of the last client whose

@@ -49,9 +49,9 @@ import (
 //     function's doing, as the contract says. The end of a checked transaction, or of a lone BEGIN's, may be
 //     read back (below), which is sound only if its start was as the proxy left it (startChecked). Before the text
 //     of a Query they carry the values as constants (nothing prepared, so nothing another client could
-//     replace); in an extended-protocol batch the plain ones go as the unnamed statement, the checked one as a
-//     Bind and Execute of it prepared (parseBody, prepared afresh whenever the connection changes clients:
-//     prepareTokenStmt). SET, SET LOCAL, RESET, set_config with any arguments, SAVEPOINT and ROLLBACK TO, a
+//     replace); in an extended-protocol batch both go as a Bind and Execute of the server connection's unnamed
+//     statement, which no client's code can replace, prepared once per connection (writeTokenStmt; the
+//     clients' unnamed statements go to a named one of the proxy's, unnamedStmtName). SET, SET LOCAL, RESET, set_config with any arguments, SAVEPOINT and ROLLBACK TO, a
 //     rollback: the server applies them to the values inside the transaction exactly as on a connection of
 //     the client's own.
 //   - A session-level change survives the transaction as the server connection's session value. When the
@@ -173,7 +173,7 @@ type pooledState struct {
 	hide       atomic.Int64 // token statements whose answers are still to be hidden (each up to its CommandComplete)
 	// batchFailed: an error came back on the lent connection, so the server skipped the rest of its batch, maybe
 	// a Close and Parse of the proxy's own that were counted done when sent; settle then forgets which of the
-	// proxy's statements there are known to hold its text (serverConn.stmtsFresh, tokenFor).
+	// proxy's statements there are known to hold its text (serverConn.stmtsFresh, unnamedToken).
 	batchFailed atomic.Bool
 	// relayFirst is how many answers to the client's messages come before the hidden ones: the token statement
 	// goes after some of the client's messages when a batch starts with a BEGIN with transaction modes
@@ -196,6 +196,14 @@ type pooledState struct {
 	// tokenPortalLeft: the token statement ran in the unnamed portal of the lent connection, and no message of
 	// the client's since could reach that portal (closeTokenPortalBefore closes it first).
 	tokenPortalLeft bool
+	// tokenBind and tokenExecute are writeTokenStmt's scratch, kept for the next transaction's.
+	tokenBind, tokenExecute []byte
+	// lastUnnamedOwed: the connection just lent may hold another client's unnamed statement (closeLastUnnamed).
+	lastUnnamedOwed bool
+	// unnamedDropped: a DISCARD ALL or DEALLOCATE ALL ran on the lent connection, which dropped the server
+	// statement of the client's unnamed one (unnamedStmtName), as it does not the unnamed statement: it is
+	// prepared again before its next use (placeUnnamed). Set by the lend's server side.
+	unnamedDropped atomic.Bool
 
 	stmts    pooledStmts    // the client's named statements (pooledstmts.go)
 	sqlStmts pooledSQLStmts // the client's SQL-level prepared statements (pooledsqlprep.go)
@@ -304,18 +312,41 @@ func placeholderRefusal(tok, lock string) string {
 
 // tokenTexts are the token statement's texts for one pool and kind of client (txPool.tokenTexts): the pieces of
 // the inline forms around the two values, checked (tokenSQLWith, with the role check for a client that is not
-// pinned) and plain (plainSQLWith, setting the login role for a client that is not pinned), and the Parse body of
-// the prepared checked one.
+// pinned) and plain (plainSQLWith, setting the login role for a client that is not pinned), and the Parse bodies
+// of the prepared forms (the values as parameters), as the unnamed statement.
 type tokenTexts struct {
 	inlineHead, inlineMid, inlineTail string // inlineHead + token + inlineMid + lock + inlineTail, as SQL expressions
 	plainHead, plainMid, plainTail    string // the same for the plain form
 	bareHead, bareMid, bareTail       string // the plain form without the role set (roleSeen)
 	putBack                           string // staleResetSQL, the same for both kinds of client
-	parseBody                         []byte
+	checkedParse, plainParse          []byte
+	bareParse                         []byte
 }
 
-// tokenStmtClose is the body of the Close that drops the token statement before it is prepared again.
-var tokenStmtClose = []byte("S" + tokenStmtName + "\x00")
+// tokenStmtKind is which prepared token statement a server connection's unnamed statement holds
+// (serverConn.unnamedToken).
+type tokenStmtKind uint8
+
+const (
+	tokenNone          tokenStmtKind = iota // none, or not known
+	tokenChecked                            // tokenSQLWith and the role check: a client that is not pinned
+	tokenCheckedPinned                      // tokenSQLWith alone: a pinned client, whose connection is its own
+	tokenPlain                              // plainSQLWith, the role set to the login role for the transaction
+	tokenBare                               // plainSQLWith alone (a pinned client, or roleSeen)
+)
+
+// tokenParse is the Parse body that prepares kind as the unnamed statement.
+func (p *txPool) tokenParse(kind tokenStmtKind) []byte {
+	switch kind {
+	case tokenChecked:
+		return p.tokenTexts(false).checkedParse
+	case tokenCheckedPinned:
+		return p.tokenTexts(true).checkedParse
+	case tokenPlain:
+		return p.tokenTexts(false).plainParse
+	}
+	return p.tokenTexts(true).bareParse
+}
 
 // newTokenTexts builds the texts for a pool whose connections log in as user, for a pinned client or not.
 func newTokenTexts(tok, lock, user string, pinned bool) tokenTexts {
@@ -339,8 +370,12 @@ func newTokenTexts(tok, lock, user string, pinned bool) tokenTexts {
 	t.plainHead, t.plainMid, t.plainTail = cut(plainSQLWith(tok, lock, "\x00TOK\x00", "\x00LOCK\x00") + plainExtra + "; ")
 	t.bareHead, t.bareMid, t.bareTail = cut(plainSQLWith(tok, lock, "\x00TOK\x00", "\x00LOCK\x00") + "; ")
 	t.putBack = staleResetSQL(tok, lock)
-	parse := append(append([]byte(tokenStmtName), 0), checked("$1::pg_catalog.text", "$2::pg_catalog.text")...)
-	t.parseBody = append(parse, 0, 0, 0)
+	// Parse: the unnamed statement, the text, no parameter types.
+	unnamedParse := func(text string) []byte { return append(append([]byte{0}, text...), noParamTypes[:]...) }
+	const tokParam, lockParam = "$1::pg_catalog.text", "$2::pg_catalog.text"
+	t.checkedParse = unnamedParse(checked(tokParam, lockParam))
+	t.plainParse = unnamedParse(plainSQLWith(tok, lock, tokParam, lockParam) + plainExtra)
+	t.bareParse = unnamedParse(plainSQLWith(tok, lock, tokParam, lockParam))
 	return t
 }
 
@@ -359,32 +394,24 @@ func (t *tokenTexts) plainInline(tok, lock *string, bare bool) string {
 	return t.plainHead + sqlValue(tok) + t.plainMid + sqlValue(lock) + t.plainTail
 }
 
-// plainPrefix is the plain token statement (prefixSet) and how many statements it holds, whose answers are
-// hidden; the client's values change seldom, so it is built once for them (pooledState.plainPrefix).
-//   - Before a Query's text (batch false), as statements the server runs for the least (measured on
-//     PostgreSQL 15, in front of a one-row SELECT: about 0.9 of the SELECT's rate alone, where the SELECT form
-//     gives 0.7-0.8): a SET LOCAL of each value (setLocalValues), which needs no plan, and the role set back only
-//     on a connection whose role changes the server would not all report (serverConn.roleSeen: setting the role
-//     costs PostgreSQL 15 about 0.1 of a one-row SELECT's rate, in either spelling). SET LOCAL is in force: the
-//     Query is several statements, so its implicit transaction is a block. A value no constant carries under the
-//     client's settings gets the SELECT form, whose values are expressions.
-//   - Before an extended-protocol batch (batch true), the SELECT form, without its "; " (SET LOCAL outside a
-//     block would warn).
-func (ss *session) plainPrefix(sc *serverConn, set rewrite.Settings, batch bool) (string, int64) {
+// plainPrefix is the plain token statement (prefixSet) before a Query's text, and how many statements it
+// holds, whose answers are hidden; the client's values change seldom, so it is built once for them
+// (pooledState.plainPrefix). It is what the server runs for the least (measured on PostgreSQL 15, in front of a
+// one-row SELECT: about 0.9 of the SELECT's rate alone, where the SELECT form gives 0.7-0.8): a SET LOCAL of each
+// value (setLocalValues), which needs no plan, and the role set back only on a connection whose role changes the
+// server would not all report (serverConn.roleSeen: setting the role costs PostgreSQL 15 about 0.1 of a one-row
+// SELECT's rate, in either spelling). SET LOCAL is in force: the Query is several statements, so its implicit
+// transaction is a block. A value no constant carries under the client's settings gets the SELECT form, whose
+// values are expressions. (Before an extended-protocol batch the token statement is prepared: writeTokenStmt.)
+func (ss *session) plainPrefix(sc *serverConn, set rewrite.Settings) (string, int64) {
 	pl := ss.pooled
-	key := pl.prefixKey(pl.pin != "" || sc.roleSeen, set, batch)
+	key := pl.prefixKey(pl.pin != "" || sc.roleSeen, set)
 	if c := &pl.plainPrefix; c.n > 0 && c.key == key {
 		return c.text, c.n
 	}
 	text, n := "", int64(1)
-	var values string
-	ok := false
-	if !batch { // a batch gets the SELECT form: SET LOCAL outside a block would warn
-		values, ok = ss.setLocalValues(set)
-	}
+	values, ok := ss.setLocalValues(set)
 	switch {
-	case batch:
-		text = strings.TrimSuffix(sc.pool.tokenTexts(pl.pin != "").plainInline(pl.token, pl.lock, key.bare), "; ")
 	case !ok:
 		text = sc.pool.tokenTexts(pl.pin != "").plainInline(pl.token, pl.lock, key.bare)
 	case key.bare:
@@ -411,14 +438,13 @@ type plainPrefixKey struct {
 	tok, lock       string
 	tokSet, lockSet bool
 	bare            bool
-	batch           bool // before an extended-protocol batch
 	set             rewrite.Settings
 }
 
-// prefixKey is the key of a cached token text (plainPrefix): the client's values now, and bare,
-// set and batch as given.
-func (pl *pooledState) prefixKey(bare bool, set rewrite.Settings, batch bool) plainPrefixKey {
-	key := plainPrefixKey{bare: bare, set: set, batch: batch}
+// prefixKey is the key of a cached token text (plainPrefix): the client's values now, and bare and set as
+// given.
+func (pl *pooledState) prefixKey(bare bool, set rewrite.Settings) plainPrefixKey {
+	key := plainPrefixKey{bare: bare, set: set}
 	key.tok, key.tokSet = derefValue(pl.token)
 	key.lock, key.lockSet = derefValue(pl.lock)
 	return key
@@ -503,7 +529,7 @@ func probeSQL(tok, lock, user string, custom []string, own string) string {
 		"CASE WHEN EXISTS (SELECT FROM pg_catalog.pg_prepared_statements WHERE NOT from_sql AND pg_catalog.left(name, 11)" + sqlNe + "'fenceproxy_') THEN 'a named protocol-level prepared statement' END, " +
 		"CASE WHEN EXISTS (SELECT FROM pg_catalog.pg_locks WHERE locktype" + sqlEq + "'advisory' AND pid" + sqlEq + "pg_catalog.pg_backend_pid()) THEN 'a session advisory lock' END, " +
 		"CASE WHEN EXISTS (SELECT FROM pg_catalog.pg_class WHERE relnamespace" + sqlEq + "pg_catalog.pg_my_temp_schema()) THEN 'a temporary table' END), " +
-		"EXISTS (SELECT FROM pg_catalog.pg_prepared_statements WHERE name" + sqlEq + quoteLiteral(tokenStmtName) + "), " +
+		"EXISTS (SELECT FROM pg_catalog.pg_prepared_statements WHERE name" + sqlEq + quoteLiteral(unnamedStmtName) + "), " +
 		"(SELECT pg_catalog.string_agg(name, ' ') FROM pg_catalog.pg_prepared_statements WHERE pg_catalog.left(name, 12)" + sqlEq + quoteLiteral(serverStmtPrefix) + "), " +
 		loginRoleSQL(user) + "; " +
 		"SELECT pg_catalog.set_config(" + quoteLiteral(tok) + ", " + quoteLiteral(poolPlaceholder) + ", false), pg_catalog.set_config(" +
@@ -802,6 +828,7 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 				}
 				return err
 			}
+			ss.closeLastUnnamed(typ, body)
 		}
 		if sendTokenStmt && byte(st.txStatus.Load()) == txIdle {
 			ss.replaySettings() // pooledsettings.go
@@ -909,6 +936,9 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 	if typ == msgQuery {
 		pl.dropUnnamed() // a simple Query drops the unnamed statement, here as directly
 	}
+	if typ == msgQuery || typ == msgFunctionCall {
+		sc.unnamedToken = tokenNone // the server's too (a FunctionCall the core refuses goes as a Query)
+	}
 	if typ == msgFunctionCall {
 		pl.probe.Store(true) // a fastpath call may take an advisory lock
 	}
@@ -938,12 +968,14 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 		err = ss.parseUnnamed(body, p) // pooledstmts.go
 	case body != nil && typ == msgClose:
 		var undo *unnamedUndo
+		out := body
 		if namesUnnamedStmt(typ, body) {
 			u := pl.unnamedChange(false)
 			undo = &u
 			pl.dropUnnamed()
+			out, sc.clientUnnamed = unnamedStmtClose, false
 		}
-		err = ss.onClientMsg(typ, body, p, sc.w)
+		err = ss.onClientMsg(typ, out, p, sc.w)
 		if undo != nil {
 			undo.ver = pl.unnamedVer
 			pl.stmts.sentUnnamed(msgCloseComplete, *undo)
@@ -954,8 +986,10 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 		if namesUnnamedStmt(typ, body) {
 			ss.placeUnnamed(p, typ == msgBind && body[0] != 0) // a named portal may run under a later token
 		}
-		st.unsynced.Store(true) // the unnamed statement, a portal: as they are
-		writeMsg(sc.w, typ, body, "")
+		st.unsynced.Store(true) // the unnamed statement (unnamedStmtName on the server), a portal: as they are
+		if !pl.unnamedOut(typ, body) {
+			writeMsg(sc.w, typ, body, "")
+		}
 	case body != nil && typ == msgExecute: // read to see its portal (windowOpen): the core writes none
 		if err = ss.onClientMsg(typ, body, p, sc.w); err == nil {
 			writeMsg(sc.w, typ, body, "")
@@ -978,6 +1012,11 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 	ss.prep.clientRan(typ, body)
 	if err != nil {
 		return err
+	}
+	if typ == msgBind && wordsClass.dropsStmts {
+		// Run, it may drop unnamedStmtName: a Bind or Describe of the unnamed statement after it in the batch
+		// gets the statement parsed again first (placeUnnamed), as the server still has it directly.
+		pl.unnamedReplaced()
 	}
 	switch typ {
 	case msgParse, msgBind, msgDescribe, msgExecute, msgClose, msgFlush:
@@ -1158,13 +1197,16 @@ func (ss *session) lend() error {
 		// Another client held the connection since it was last lent to this one, and that client's code may
 		// have left anything, whatever its unit turned out to run: a token, lock or role at session level
 		// (checkedFor: put back first), or the proxy's own statements replaced (DEALLOCATE, then PREPARE of the
-		// name, in a function): the token statement (tokenFor), the settings statement (settingsFor), the
-		// server statements of the clients' named ones (stmtsFresh) and the SQL-level ones (sqlStmts,
-		// pooledsqlprep.go) are prepared afresh before their next use. (The prepared fences have a verification
-		// of their own: prepared.go.)
-		sc.checkedFor, sc.tokenFor, sc.settingsFor, sc.lastClient = nil, nil, nil, pl
+		// name, in a function): the settings statement (settingsFor), the server statements of the clients'
+		// named ones (stmtsFresh) and the SQL-level ones (sqlStmts, pooledsqlprep.go) are prepared afresh before
+		// their next use. (The prepared fences have a verification of their own: prepared.go. The token
+		// statement, the unnamed statement, no SQL reaches: serverConn.unnamedToken.)
+		sc.checkedFor, sc.settingsFor, sc.lastClient = nil, nil, pl
 		clear(sc.stmtsFresh)
 		clear(sc.sqlStmts)
+		// The last client's unnamed statement goes before anything of this one's runs: its text may carry that
+		// client's token (inline form), and a function of this one's could read or run it (closeLastUnnamed).
+		pl.lastUnnamedOwed = sc.clientUnnamed
 	}
 	pl.setLent(sc)
 	sc.lentBy.Store(ss) // writeWaits
@@ -1492,7 +1534,7 @@ func (ss *session) injectTokens(typ byte, body []byte) tokenPrefix {
 				ss.putBackFirst()
 			}
 			var n int64
-			ss.queryPrefix, n = ss.plainPrefix(sc, set, false)
+			ss.queryPrefix, n = ss.plainPrefix(sc, set)
 			pl.hide.Add(n)
 			prefix = prefixSet
 		} else if class.Begin && class.Modes || class.ModesLater {
@@ -1538,22 +1580,52 @@ func (ss *session) injectTokens(typ byte, body []byte) tokenPrefix {
 	plainBatch := ss.batchOf(typ, body, ss.plainText)
 	loneBegin := !plainBatch && ss.batchOf(typ, body, func(text []byte) bool { return ss.classOf(text).LoneBegin() })
 	if plainBatch || loneBegin {
-		// The unchecked token statement with the values as constants, as the unnamed statement. A batch that
-		// only opens a block (pgconn's ExecParams("BEGIN"), JDBC's) gets the put-back first, as a Query's lone
-		// BEGIN does. Its token statement is a SELECT, which takes the transaction's snapshot, so a SET
-		// TRANSACTION right after that batch fails 25001 (docs/pooling.md, known differences): SET LOCAL before
-		// the BEGIN would warn (and be logged by the server at every transaction), and after it needs statements
-		// of the proxy's own inside the client's batch.
+		// The unchecked token statement. A batch that only opens a block (pgconn's ExecParams("BEGIN"), JDBC's)
+		// gets the put-back first, as a Query's lone BEGIN does. Its token statement is a SELECT, which takes the
+		// transaction's snapshot, so a SET TRANSACTION right after that batch fails 25001 (docs/pooling.md, known
+		// differences): SET LOCAL before the BEGIN would warn (and be logged by the server at every
+		// transaction), and after it needs statements of the proxy's own inside the client's batch.
 		if loneBegin {
 			ss.putBackFirst()
 		}
-		text, _ := ss.plainPrefix(sc, set, true)
-		ss.writeUnnamedStmt(text)
+		kind := tokenPlain
+		if pl.pin != "" || sc.roleSeen {
+			kind = tokenBare
+		}
+		ss.writeTokenStmt("", kind)
 		return prefixSet
 	}
 	ss.putBackFirst()
-	ss.writeTokenStmt("")
+	ss.writeTokenStmt("", ss.checkedKind())
 	return prefixChecked
+}
+
+// closeLastUnnamed closes the unnamed statement another client left on the connection just lent (lend:
+// lastUnnamedOwed) in a unit of its own, answered before anything of this client's (replayAnswer), unless the
+// client's first message (typ, body) is a Parse of its unnamed statement, which closes it first anyway
+// (writeUnnamedParse) with only the token statement, the proxy's own, in front (pl.mu held).
+func (ss *session) closeLastUnnamed(typ byte, body []byte) {
+	pl := ss.pooled
+	if !pl.lastUnnamedOwed {
+		return
+	}
+	pl.lastUnnamedOwed = false
+	if typ == msgParse && len(body) > 0 && body[0] == 0 {
+		return
+	}
+	sc := pl.sc
+	pl.replaying.Add(1) // before anything is written: a full buffer may send it
+	writeMsg(sc.w, msgClose, unnamedStmtClose, "")
+	writeMsg(sc.w, msgSync, []byte{}, "")
+	sc.clientUnnamed = false
+}
+
+// checkedKind is the checked token statement for the client (pinned or not).
+func (ss *session) checkedKind() tokenStmtKind {
+	if ss.pooled.pin != "" {
+		return tokenCheckedPinned
+	}
+	return tokenChecked
 }
 
 // batchLead is the message a batch is classified by (injectTokens): its first message, or, when that runs
@@ -1657,25 +1729,6 @@ func noStatement(text []byte, set rewrite.Settings) bool {
 	return err == nil && l.Statements == 0
 }
 
-// writeUnnamedStmt writes Parse, Bind and Execute of a token statement (text) as the unnamed statement, prepared
-// in the same write (nothing another client could have replaced), and counts it hidden (pl.mu held). The client's
-// own unnamed statement is no longer there (unnamedHere).
-func (ss *session) writeUnnamedStmt(text string) {
-	pl := ss.pooled
-	w := pl.sc.w
-	// Parse: the unnamed statement, the text, no parameter types; written in pieces, not built (once per
-	// transaction).
-	writeHeader(w, msgParse, 4+1+len(text)+1+2)
-	w.WriteByte(0)
-	w.WriteString(text)
-	w.Write(noParamTypes[:])
-	writeMsg(w, msgBind, bindUnnamedBody[:], "")
-	writeMsg(w, msgExecute, executeUnnamedBody[:], "")
-	ss.closeTokenPortal("")
-	pl.unnamedReplaced()
-	pl.hide.Add(1)
-}
-
 // closeWindow sends the token statement of a batch that starts with a BEGIN with transaction modes, after the
 // message just forwarded (pl.mu held), unless an answer of the window was an error: the server skips the rest
 // of the batch, which the token statement would then be part of, so nothing is to be hidden. The answers still
@@ -1691,7 +1744,7 @@ func (ss *session) closeWindow() {
 		// reads an earlier answer of the window in between must not find something to hide and nothing to
 		// relay first, and drop the client's answer (a review's reading).
 		pl.relayFirst.Store(pl.windowAnswers - pl.windowRelayed)
-		ss.writeTokenStmt(tokenPortal)
+		ss.writeTokenStmt(tokenPortal, ss.checkedKind())
 	}
 	pl.windowOpen.Store(false) // last: the server side that sees it closed sees the two values above
 }
@@ -1714,15 +1767,21 @@ func (pl *pooledState) countWindowAnswer(typ byte) bool {
 	return true
 }
 
-// writeTokenStmt writes the checked token statement's Bind (to portal) and Execute, prepared first if need be
-// (prepareTokenStmt), to the lent connection (pl.mu held), and counts it hidden.
-func (ss *session) writeTokenStmt(portal string) {
+// writeTokenStmt writes the Bind (to portal) and Execute of the token statement kind with the client's values,
+// prepared first as the unnamed statement where that does not hold it (serverConn.unnamedToken), to the lent
+// connection (pl.mu held), and counts it hidden (its ParseComplete, if any, comes before its CommandComplete).
+// Prepared once per connection, not per client: no client's code can replace the unnamed statement, as a
+// function can a named one (DEALLOCATE, then PREPARE of its name); so Parse and plan of the token statement, about
+// three quarters of its cost to the server, are paid once (docs/benchmark.md, twentieth pass).
+func (ss *session) writeTokenStmt(portal string, kind tokenStmtKind) {
 	pl := ss.pooled
 	sc := pl.sc
-	ss.prepareTokenStmt()
-	// Bind: the portal, the token statement, no parameter formats (text), two parameters, no result formats.
-	b := append(append([]byte(portal), 0), tokenStmtName...)
-	b = append(b, 0, 0, 0, 0, 2)
+	if sc.unnamedToken != kind {
+		writeMsg(sc.w, msgParse, sc.pool.tokenParse(kind), "")
+		sc.unnamedToken = kind
+	}
+	// Bind: the portal, the unnamed statement, no parameter formats (text), two parameters, no result formats.
+	b := append(append(pl.tokenBind[:0], portal...), 0, 0, 0, 0, 0, 2)
 	for _, v := range []*string{pl.token, pl.lock} {
 		if v == nil {
 			b = binary.BigEndian.AppendUint32(b, 0xffffffff)
@@ -1732,27 +1791,11 @@ func (ss *session) writeTokenStmt(portal string) {
 		b = append(b, *v...)
 	}
 	b = append(b, 0, 0)
+	pl.tokenBind = b
 	writeMsg(sc.w, msgBind, b, "")
-	writeMsg(sc.w, msgExecute, append(append([]byte(portal), 0), 0, 0, 0, 0), "")
+	writeMsg(sc.w, msgExecute, append(append(pl.tokenExecute[:0], portal...), 0, 0, 0, 0, 0), "")
 	ss.closeTokenPortal(portal)
 	pl.hide.Add(1)
-}
-
-// prepareTokenStmt prepares the token statement again, unless the client whose transaction starts is the one
-// it was last prepared for on this server connection (pl.mu held). A client may have replaced it (DEALLOCATE,
-// then PREPARE of its name, in a function the proxy does not see) with a statement that sets another token: that
-// must never reach another client, so a new client of the connection gets it prepared afresh in the same write,
-// where nothing can come between. Its answers (CloseComplete, ParseComplete) are hidden with the rest of the
-// token statement's, since they come before its CommandComplete.
-func (ss *session) prepareTokenStmt() {
-	pl := ss.pooled
-	sc := pl.sc
-	if sc.tokenFor == pl {
-		return
-	}
-	writeMsg(sc.w, msgClose, tokenStmtClose, "")
-	writeMsg(sc.w, msgParse, sc.pool.tokenTexts(pl.pin != "").parseBody, "") // pooledsettings.go
-	sc.tokenFor = pl
 }
 
 // putBackFirst puts back what unseen code left on a connection that comes to a client that is not pinned (the
@@ -1772,6 +1815,7 @@ func (ss *session) putBackFirst() {
 	pl.replaying.Add(1)
 	writeMsg(sc.w, msgQuery, nil, sc.pool.tokenTexts(false).putBack)
 	pl.unnamedReplaced() // the Query dropped it
+	sc.unnamedToken = tokenNone
 	sc.checkedFor = pl
 }
 
@@ -1789,7 +1833,7 @@ func (ss *session) chainTokens() error {
 		// No text of the transaction before may have set the token or lock at session level: the placeholder
 		// is in force, and the plain token statement gives the values (SET LOCAL, which takes no snapshot, where
 		// constants carry them: a SET TRANSACTION may follow).
-		values, _ := ss.plainPrefix(pl.sc, ss.readingSettings(), false)
+		values, _ := ss.plainPrefix(pl.sc, ss.readingSettings())
 		return ss.hiddenUnit(values)
 	}
 	ph := quoteLiteral(poolPlaceholder)
@@ -1828,6 +1872,7 @@ func (ss *session) hiddenUnit(sql string) error {
 func (ss *session) awaitHidden() error {
 	pl := ss.pooled
 	pl.unnamedReplaced()
+	pl.sc.unnamedToken = tokenNone
 	// The flush starts the lend's server side (beforeSend), which sees a failed connection and ends the session.
 	if err := pl.sc.w.Flush(); err != nil {
 		return nil
@@ -2302,6 +2347,7 @@ func (ss *session) relayServer(sc *serverConn, inline bool) bool {
 				}
 				if tag := string(body); tag == "DISCARD ALL\x00" || tag == "DEALLOCATE ALL\x00" {
 					pl.stmts.droppedAll() // they deallocate the client's statements, as on a connection of its own
+					pl.unnamedDropped.Store(true)
 				}
 				pl.sqlStmts.completed(body) // pooledsqlprep.go
 				pl.stmts.relayedAnswer()
@@ -2345,6 +2391,7 @@ func (ss *session) relayServer(sc *serverConn, inline bool) bool {
 			if n := pl.prefixChars.Load(); n > 0 {
 				body = shiftPosition(body, int(n))
 			}
+			body = unnamedNameOut(body) // pooledstmts.go
 		}
 		var ev serverEvent
 		if body != nil {
@@ -2488,7 +2535,8 @@ func (ss *session) settle(sc *serverConn) bool {
 	if failed {
 		// Before the next unit decides what to prepare again (it waits for this).
 		clear(sc.stmtsFresh)
-		sc.tokenFor = nil
+		sc.unnamedToken = tokenNone // its Parse may have been skipped (after a window's BEGIN that failed)
+		sc.clientUnnamed = true     // and a Close of unnamedStmtName before a Parse of it
 	}
 	if pl.copyAmbiguous {
 		pl.copyAmbiguous = false
@@ -2604,6 +2652,7 @@ func (ss *session) probeOnce(sc *serverConn) error {
 	cfg := ss.srv.cfg
 	writeMsg(sc.w, msgQuery, nil, probeSQL(cfg.Token.Setting, cfg.Token.LockSetting, sc.pool.params["user"], ss.customToRead(sc), sc.prep.ownCond()))
 	pl.unnamedReplaced() // the Query dropped it
+	sc.unnamedToken = tokenNone
 	if err := sc.w.Flush(); err != nil {
 		return fmt.Errorf("probe: %w", err)
 	}
@@ -2690,8 +2739,11 @@ func (ss *session) probeOnce(sc *serverConn) error {
 				ss.logger().Warn("pooled server connection holds a token or lock no client's text set; closing it", "pool", sc.pool.name)
 			}
 			ss.settingsRead(sc, settings) // pooledsettings.go
-			if string(row[3]) != "t" {
-				sc.tokenFor = nil // dropped (DISCARD ALL, DEALLOCATE): prepared again at the next transaction
+			if string(row[3]) != "t" && sc.clientUnnamed {
+				// Dropped (DISCARD ALL, DEALLOCATE ALL, in a function too): the client's unnamed statement is
+				// prepared again before its next use (placeUnnamed).
+				sc.clientUnnamed = false
+				pl.unnamedReplaced()
 			}
 			clear(sc.stmts)      // a DISCARD or DEALLOCATE may have dropped some
 			clear(sc.stmtsFresh) // and what a name holds now is not known: prepared again before its next use
@@ -2720,7 +2772,6 @@ func (ss *session) probeOnce(sc *serverConn) error {
 					pl.fare = errorResponse("FATAL", sqlstateFeatureNotSupported, fmt.Sprintf("pool.on_session_state is refuse, and the transaction left %s, which a pooled server connection cannot keep for the client", reasons), "", "Use pool.mode session for this client, or pool.on_session_state: pin.")
 				} else {
 					pl.pin = reasons
-					sc.tokenFor = nil // prepared again for a pinned client (prepareTokenStmt)
 					ss.logger().Info("client pinned to its server connection", "reason", reasons)
 				}
 			}

@@ -168,22 +168,33 @@ func TestPooledEmptyParseBatchGetsTheClientsToken(t *testing.T) {
 	}
 }
 
-// Client B's function replaces the proxy's prepared token statement (DEALLOCATE fenceproxy_t, then PREPARE of
-// the name with a token of its choosing) in a plain transaction, on the connection client A's checked batch
-// prepared it on. A's next checked batch gets it prepared afresh: A's write goes with A's token, never the one
-// B's statement would set (second review of the thirteenth pass: the mark of whom the statement was prepared
-// for outlived another client's lend).
+// Client B's function replaces the proxy's statement that carries client A's unnamed one (DEALLOCATE
+// fenceproxy_u, then PREPARE of the name with a token of its choosing) in a plain transaction, on the
+// connection client A's checked batch used. A's next checked batch, and a Bind of its unnamed statement with no
+// Parse after B did it again, run A's statement with A's token, never the one B's statement would set: the
+// token statement is the server's unnamed statement, which no SQL reaches, and A's unnamed statement is parsed
+// again, closed first, on a connection another client held. (Until the twentieth pass the token statement was
+// a named one, fenceproxy_t, which this replaced; the second review of the thirteenth pass found the mark of
+// whom it was prepared for outlived another client's lend.)
 func TestPooledTokenStatementReplacedByAnotherClient(t *testing.T) {
 	f, a, batch := tokenStatementSwapped(t, func(*pgconn.PgConn) {})
 	got := shortAnswers(t, a, batch...)
 	if tok := f.token(t, 1); tok != 5 || !slices.Contains(got, "D5") {
 		t.Fatalf("A's write went with token %d (B's statement sets 99); answers %q", tok, got)
 	}
+	b := pooledPgConn(t, f, "&options=-c%20fence.token%3D6")
+	if got := shortAnswers(t, b, &pgproto3.Query{String: "SELECT pooled_swap_tokenstmt()"}); !slices.Contains(got, "D1") {
+		t.Fatalf("B's function again: %q", got)
+	}
+	got = shortAnswers(t, a, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{}) // A's unnamed statement: the UPDATE
+	if !slices.Equal(got, []string{"2", "D5", "UPDATE 1", "ZI"}) || f.token(t, 1) != 5 {
+		t.Fatalf("A's Bind of its unnamed statement: %q, row 1 token %d (B's statement sets 99)", got, f.token(t, 1))
+	}
 }
 
-// tokenStatementSwapped has client A (token 5) run a checked batch, which prepares the token statement on the
-// pool's one connection, then client B (token 6) call a function that puts a statement setting token 99 under
-// its name, then A run between (after B, before its next checked batch). It returns the fixture, A and that
+// tokenStatementSwapped has client A (token 5) run a checked batch on the pool's one connection, then client B
+// (token 6) call a function that puts a statement setting token 99 under the name of the proxy's statement that
+// carries A's unnamed one, then A run between (after B, before its next checked batch). It returns the fixture, A and that
 // batch.
 func tokenStatementSwapped(t *testing.T, between func(a *pgconn.PgConn)) (*fenced, *pgconn.PgConn, []pgproto3.FrontendMessage) {
 	t.Helper()
@@ -191,8 +202,10 @@ func tokenStatementSwapped(t *testing.T, between func(a *pgconn.PgConn)) (*fence
 	fxExec(t, f.d, "INSERT INTO "+f.label+" (id, fence_token, balance) VALUES (1, 1, 0)")
 	fxExec(t, f.d, `CREATE OR REPLACE FUNCTION pooled_swap_tokenstmt() RETURNS int LANGUAGE plpgsql AS $f$
 BEGIN
-  EXECUTE 'DEALLOCATE fenceproxy_t';
-  EXECUTE 'PREPARE fenceproxy_t(text, text) AS SELECT pg_catalog.set_config(''fence.token'', ''99'', true), pg_catalog.set_config(''fence.lock'', $2, true)';
+  IF EXISTS (SELECT FROM pg_catalog.pg_prepared_statements WHERE name = 'fenceproxy_u') THEN
+    EXECUTE 'DEALLOCATE fenceproxy_u';
+  END IF;
+  EXECUTE 'PREPARE fenceproxy_u(text, text) AS SELECT pg_catalog.set_config(''fence.token'', ''99'', true), pg_catalog.set_config(''fence.lock'', $2, true)';
   RETURN 1;
 END $f$`)
 	t.Cleanup(func() { f.d.Exec(context.Background(), "DROP FUNCTION IF EXISTS pooled_swap_tokenstmt()") })

@@ -71,6 +71,7 @@ var sqlPrepareScript = []struct{ client, sql string }{
 	{"A", "DROP TABLE sqlprep_oracle_ctas"},
 	{"A", "DEALLOCATE PREPARE q; DEALLOCATE q"},
 	{"A", "EXECUTE fenceproxy_t('1', '1')"},
+	{"A", "EXECUTE fenceproxy_u('1', '1')"},
 	{"B", "DEALLOCATE nothere"},
 	{"B", "PREPARE w AS SELECT $1::int + 1; EXECUTE w(1); EXECUTE w(2); EXECUTE w('z')"},
 	{"B", "EXECUTE w(7)"},
@@ -409,9 +410,9 @@ func TestPooledSQLPrepareManyClients(t *testing.T) {
 	}
 }
 
-// The proxy's own server statements are never the client's: a Bind of the token statement's name (with any
-// token as its argument) or an EXECUTE of it, by either protocol, gets 26000, as for any name the client never
-// prepared, and the token statement stays (it is not what gets closed).
+// The proxy's own server statements are never the client's: a Bind of the name of the one that carries the
+// client's unnamed statement (with any token as its argument) or an EXECUTE of it, by either protocol, gets
+// 26000, as for any name the client never prepared, and the token statement stays (it is not what gets closed).
 func TestPooledProxyStatementNamesAreNotTheClients(t *testing.T) {
 	f := newPooledFenced(t, 1, "")
 	ctx := ctxT(t)
@@ -420,15 +421,15 @@ func TestPooledProxyStatementNamesAreNotTheClients(t *testing.T) {
 	if _, err := pc.ExecParams(ctx, "SELECT 1", nil, nil, nil, nil).Close(); err != nil { // the token statement is prepared
 		t.Fatal(err)
 	}
-	rr := pc.ExecPrepared(ctx, "fenceproxy_t", [][]byte{[]byte("999"), nil}, nil, nil).Read()
+	rr := pc.ExecPrepared(ctx, "fenceproxy_u", [][]byte{[]byte("999"), nil}, nil, nil).Read()
 	var pe *pgconn.PgError
 	if !errors.As(rr.Err, &pe) || pe.Code != "26000" {
 		t.Fatalf("a Bind of the token statement: %v %q", rr.Err, rr.Rows)
 	}
-	if got := simpleOutcome(ctx, pc, "EXECUTE fenceproxy_t('999', NULL)"); got != "ERROR 26000" {
+	if got := simpleOutcome(ctx, pc, "EXECUTE fenceproxy_u('999', NULL)"); got != "ERROR 26000" {
 		t.Fatalf("EXECUTE of the token statement: %s", got)
 	}
-	_, err := pc.ExecParams(ctx, "EXECUTE fenceproxy_t('999', NULL)", nil, nil, nil, nil).Close()
+	_, err := pc.ExecParams(ctx, "EXECUTE fenceproxy_u('999', NULL)", nil, nil, nil, nil).Close()
 	if !errors.As(err, &pe) || pe.Code != "26000" {
 		t.Fatalf("EXECUTE of the token statement by the extended protocol: %v", err)
 	}

@@ -1011,20 +1011,22 @@ func TestPooledAdminConsole(t *testing.T) {
 	wantPgErr(t, err, "42501", `user "postgres" may not use the admin console`)
 }
 
-// A client that replaces the proxy's token statement (in a function, where the proxy sees no DEALLOCATE or
-// PREPARE) with one that sets a token of its choosing does not give that token to the next client of the
-// server connection: a new client's transaction prepares the statement afresh (extended protocol), or a Query
-// carries it with its values inline and uses no prepared statement at all (simple protocol).
+// A client that puts a statement of its own that sets a token of its choosing under the name of the proxy's
+// statement that carries the clients' unnamed ones (in a function, where the proxy sees no DEALLOCATE or
+// PREPARE) does not give that token to the next client of the server connection: the token statement is the
+// server's unnamed statement, which no SQL reaches, and a client's unnamed statement is parsed again (closed
+// first) before its use on a connection another client held (extended protocol); a Query carries the values
+// inline and uses no prepared statement at all (simple protocol).
 func TestPooledTokenStatementHijack(t *testing.T) {
 	f := newPooledFenced(t, 1, "")
 	fxExec(t, f.d, "INSERT INTO "+f.label+" (id, fence_token) VALUES (1, 1)")
 	fxExec(t, f.d, `CREATE FUNCTION pooled_hijack() RETURNS int LANGUAGE plpgsql AS $$
 BEGIN
 	BEGIN
-		EXECUTE 'DEALLOCATE fenceproxy_t';
-	EXCEPTION WHEN invalid_sql_statement_name THEN -- not prepared: a Query's token statement is inline
+		EXECUTE 'DEALLOCATE fenceproxy_u';
+	EXCEPTION WHEN invalid_sql_statement_name THEN -- no unnamed statement of a client's there
 	END;
-	EXECUTE 'PREPARE fenceproxy_t(text, text) AS SELECT pg_catalog.set_config(''fence.token'', ''999'', true), $2';
+	EXECUTE 'PREPARE fenceproxy_u(text, text) AS SELECT pg_catalog.set_config(''fence.token'', ''999'', true), $2';
 	RETURN 1;
 END $$`)
 	t.Cleanup(func() { f.d.Exec(t.Context(), "DROP FUNCTION IF EXISTS pooled_hijack()") })

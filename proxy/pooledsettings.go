@@ -242,8 +242,8 @@ func (ss *session) replaySettings() {
 	// Counted before anything is written: a full buffer may send it, and the answer must not find it uncounted.
 	pl.replaying.Add(1)
 	if sc.settingsFor != pl {
-		// Prepared afresh for each client, as the token statement is (prepareTokenStmt): whatever a client
-		// left under this name never runs for another.
+		// Prepared afresh for each client: whatever a client's function left under this name (DEALLOCATE, then
+		// PREPARE of it) never runs for another.
 		writeMsg(sc.w, msgClose, []byte("S"+settingsStmtName+"\x00"), "")
 		b := append(append([]byte(settingsStmtName), 0), settingsStmtSQL...)
 		writeMsg(sc.w, msgParse, append(b, 0, 0, 0), "")
@@ -441,7 +441,7 @@ func (ss *session) noteTokenStmtRefusal(body []byte) {
 	}
 }
 
-// tokenStmtCache holds a pool's texts of the token statement (tokenStmtName), built once: for clients that are
+// tokenStmtCache holds a pool's texts of the token statement, built once: for clients that are
 // not pinned, with the role check, and for pinned ones, whose connection is their own, role included.
 type tokenStmtCache struct {
 	once  [2]sync.Once

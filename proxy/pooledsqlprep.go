@@ -175,7 +175,7 @@ func (ss *session) querySQLPrepared(body []byte, p Planner) error {
 		return nil
 	}
 	// The CloseCompletes come first: while statements in front are hidden (the token statement, the PREPAREs) they
-	// are hidden with them, as prepareTokenStmt's; else the queue of answers to hide says they are the proxy's.
+	// are hidden with them, as the token statement's ParseComplete; else the queue of answers to hide says they are the proxy's.
 	queued := pl.hide.Load() == 0 && len(m.front) == 0
 	for _, name := range m.closes {
 		writeMsg(sc.w, msgClose, append(append([]byte{'S'}, name...), 0), "")

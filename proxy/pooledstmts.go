@@ -39,6 +39,29 @@ const serverStmtPrefix = "fenceproxy_s"
 // closedStmtName is a statement name nobody prepares: a client's Close of its statement closes it on the server.
 const closedStmtName = "fenceproxy_none"
 
+// unnamedStmtName is the server statement that carries a client's unnamed statement: the server's unnamed
+// statement holds the token statement (serverConn.unnamedToken). A client's Parse of its unnamed statement
+// closes it first (writeUnnamedParse), so it holds one Parse's statement at a time, as the unnamed one does;
+// its Bind, Describe and Close of it name this one (unnamedOut).
+const unnamedStmtName = "fenceproxy_u"
+
+// unnamedStmtClose is the body of a Close of unnamedStmtName.
+var unnamedStmtClose = []byte("S" + unnamedStmtName + "\x00")
+
+// unnamedQuoted is unnamedStmtName as the server's messages name it.
+var unnamedQuoted = []byte(`"` + unnamedStmtName + `"`)
+
+// unnamedNameOut gives a server's error (body) that names unnamedStmtName the words it has for the unnamed
+// statement: 26000's message of its own, and elsewhere the unnamed statement's name, "" (a Bind's count of
+// parameters). Other errors are returned as they are.
+func unnamedNameOut(body []byte) []byte {
+	if !bytes.Contains(body, unnamedQuoted) {
+		return body
+	}
+	body = bytes.ReplaceAll(body, []byte("prepared statement "+string(unnamedQuoted)+" does not exist"), []byte("unnamed prepared statement does not exist"))
+	return bytes.ReplaceAll(body, unnamedQuoted, []byte(`""`))
+}
+
 // clientStmt is a client's named statement: its server name, the fenced Parse body under that name, and the
 // client's own text (what its words may do: the fenced one also holds the proxy's own SQL).
 type clientStmt struct {
@@ -694,9 +717,57 @@ func (ss *session) parseUnnamed(body []byte, p Planner) error {
 	pl.unnamedHere = true
 	pl.unnamedVer++
 	undo.ver = pl.unnamedVer
-	pl.sc.w.Write(msg)
+	pl.writeUnnamedParse(msg)
 	pl.stmts.sentUnnamed(msgParseComplete, undo)
 	return nil
+}
+
+// writeUnnamedParse writes a client's Parse of its unnamed statement (msg, a whole fenced Parse message) to the
+// lent connection as a Parse of unnamedStmtName, closed first (hidden), always: a function may have prepared
+// that name (PREPARE, by dynamic SQL), which a Parse of it would fail at (42P05) (pl.mu held). A message that is
+// not one whole Parse (the core refused the text) goes as it is, and the server's unnamed statement is then no
+// longer known to hold a token statement.
+func (pl *pooledState) writeUnnamedParse(msg []byte) {
+	sc := pl.sc
+	if !wholeParse(msg) || msg[headerLen] != 0 {
+		sc.w.Write(msg)
+		sc.unnamedToken = tokenNone
+		return
+	}
+	pl.writeHiddenClose(unnamedStmtClose)
+	body := msg[headerLen+1:] // after the empty name
+	writeHeader(sc.w, msgParse, 4+len(unnamedStmtName)+1+len(body))
+	sc.w.WriteString(unnamedStmtName)
+	sc.w.WriteByte(0)
+	sc.w.Write(body)
+	sc.clientUnnamed = true
+}
+
+// unnamedOut writes a client's Bind or Describe of its unnamed statement (typ, body) to the lent connection
+// naming unnamedStmtName instead (pl.mu held); false when it names another statement or is malformed (it goes
+// as it is).
+func (pl *pooledState) unnamedOut(typ byte, body []byte) bool {
+	w := pl.sc.w
+	switch typ {
+	case msgBind:
+		portal, rest, ok := cutNul(body)
+		if !ok || len(rest) == 0 || rest[0] != 0 {
+			return false
+		}
+		writeHeader(w, msgBind, 4+len(portal)+1+len(unnamedStmtName)+len(rest))
+		w.Write(portal)
+		w.WriteByte(0)
+		w.WriteString(unnamedStmtName)
+		w.Write(rest) // the statement name's terminator, then the rest
+		return true
+	case msgDescribe:
+		if !namesUnnamedStmt(typ, body) {
+			return false
+		}
+		writeMsg(w, typ, unnamedStmtClose, "") // 'S', the name: a Close's body is a Describe's
+		return true
+	}
+	return false
 }
 
 // placeUnnamed makes the lent server connection's unnamed statement the client's before a Bind or Describe of it
@@ -710,6 +781,9 @@ func (ss *session) placeUnnamed(p Planner, namedPortal bool) {
 	if pl.unnamed != nil && pl.unnamedToken != "" && p != nil && (namedPortal || pl.unnamedToken != pl.tokenInForce) {
 		ss.refenceUnnamed(p, !namedPortal)
 	}
+	if pl.unnamedDropped.Swap(false) {
+		pl.unnamedHere = false
+	}
 	if pl.unnamedHere {
 		return
 	}
@@ -721,11 +795,12 @@ func (ss *session) placeUnnamed(p Planner, namedPortal bool) {
 	pl.unnamedHere = true
 	if pl.unnamed != nil {
 		ss.prep.clientText(parsedText(pl.unnamed[headerLen:])) // the text's words, on this connection too
-		pl.sc.w.Write(pl.unnamed)
+		pl.writeUnnamedParse(pl.unnamed)
 		pl.stmts.sentUnnamed(msgParseComplete, undo)
 		return
 	}
-	writeMsg(pl.sc.w, msgClose, []byte{'S', 0}, "")
+	writeMsg(pl.sc.w, msgClose, unnamedStmtClose, "")
+	pl.sc.clientUnnamed = false
 	pl.stmts.sentUnnamed(msgCloseComplete, undo)
 }
 

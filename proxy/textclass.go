@@ -15,7 +15,13 @@ type textClass struct {
 	// effects: what the text may do to the token and lock at session level (rewrite.SessionEffects), read for
 	// a text that holds one of classMemo.effectWords; none for the others.
 	effects rewrite.SessionEffects
+	// dropsStmts: the text holds the word DISCARD or DEALLOCATE, so it may drop the server statement that
+	// carries the client's unnamed one (unnamedStmtName), as it does not the unnamed statement itself.
+	dropsStmts bool
 }
+
+// dropStmtWords are the words of a text that may drop prepared statements (textClass.dropsStmts).
+var dropStmtWords = rewrite.NewFoldWords("discard", "deallocate")
 
 // plain reports whether the text may have the plain token statement (plainText).
 func (c textClass) plain() bool { return c.Plain && !c.leaves }
@@ -59,7 +65,7 @@ func (m *classMemo) classOf(text []byte, set rewrite.Settings) textClass {
 			return e.class
 		}
 	}
-	c := textClass{PoolingClass: rewrite.ClassifyPooling(text, set), leaves: mayLeaveSessionState(text)}
+	c := textClass{PoolingClass: rewrite.ClassifyPooling(text, set), leaves: mayLeaveSessionState(text), dropsStmts: dropStmtWords.In(text)}
 	if m.effectsOf != nil && m.effectWords.In(text) {
 		c.effects = m.effectsOf(text, set)
 	}
