@@ -91,9 +91,10 @@ type serverConn struct {
 	// statement is prepared once per connection and kind, and bound per transaction (writeTokenStmt).
 	unnamedToken tokenStmtKind
 	// clientUnnamed: unnamedStmtName may hold a client's unnamed statement (a Parse of it went since its last
-	// Close). It is closed before another client's first message (lend): no other client's code reads its text,
-	// which may carry that client's token (inline form).
+	// Close), unnamedOwner's (nil: not known). It is closed before another client's first message (lend): no
+	// other client's code reads its text, which may carry that client's token (inline form).
 	clientUnnamed bool
+	unnamedOwner  *pooledState
 	stmts         map[string]bool // the clients' statements prepared on it, by server name (pooledstmts.go)
 	// stmtsFresh are those of stmts that lastClient prepared (or prepared again) since it was lent the
 	// connection, and that the server did not skip: only those are bound as they are. Another client's function

@@ -934,7 +934,8 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 		pl.copySyncs = append(pl.copySyncs, 0) // sent before its CopyInResponse came (pipelined), or stray
 	}
 	if typ == msgQuery {
-		pl.dropUnnamed() // a simple Query drops the unnamed statement, here as directly
+		pl.dropUnnamed()     // a simple Query drops the unnamed statement, here as directly
+		pl.unnamedReplaced() // and the server's unnamedStmtName is not that: closed before a Bind of it (placeUnnamed)
 	}
 	if typ == msgQuery || typ == msgFunctionCall {
 		sc.unnamedToken = tokenNone // the server's too (a FunctionCall the core refuses goes as a Query)
@@ -1204,10 +1205,11 @@ func (ss *session) lend() error {
 		sc.checkedFor, sc.settingsFor, sc.lastClient = nil, nil, pl
 		clear(sc.stmtsFresh)
 		clear(sc.sqlStmts)
-		// The last client's unnamed statement goes before anything of this one's runs: its text may carry that
-		// client's token (inline form), and a function of this one's could read or run it (closeLastUnnamed).
-		pl.lastUnnamedOwed = sc.clientUnnamed
 	}
+	// Another client's unnamed statement goes before anything of this one's runs: its text may carry that
+	// client's token (inline form), and a function of this one's could read or run it (closeLastUnnamed). Also
+	// on a connection this client held last, where its Parse's Close was skipped (serverConn.unnamedOwner).
+	pl.lastUnnamedOwed = sc.clientUnnamed && sc.unnamedOwner != pl
 	pl.setLent(sc)
 	sc.lentBy.Store(ss) // writeWaits
 	pl.unnamedReplaced()
@@ -1603,7 +1605,9 @@ func (ss *session) injectTokens(typ byte, body []byte) tokenPrefix {
 // closeLastUnnamed closes the unnamed statement another client left on the connection just lent (lend:
 // lastUnnamedOwed) in a unit of its own, answered before anything of this client's (replayAnswer), unless the
 // client's first message (typ, body) is a Parse of its unnamed statement, which closes it first anyway
-// (writeUnnamedParse) with only the token statement, the proxy's own, in front (pl.mu held).
+// (writeUnnamedParse) with only the token statement, the proxy's own, in front: should that fail (a cancel,
+// a timeout), the server skips the Close, and the client's Parse with everything else of its batch, and the
+// connection's next lend owes the Close again (settle: unnamedOwner nil), to this client too (pl.mu held).
 func (ss *session) closeLastUnnamed(typ byte, body []byte) {
 	pl := ss.pooled
 	if !pl.lastUnnamedOwed {
@@ -2391,7 +2395,10 @@ func (ss *session) relayServer(sc *serverConn, inline bool) bool {
 			if n := pl.prefixChars.Load(); n > 0 {
 				body = shiftPosition(body, int(n))
 			}
-			body = unnamedNameOut(body) // pooledstmts.go
+			var dropped bool
+			if body, dropped = unnamedNameOut(body); dropped { // pooledstmts.go
+				pl.unnamedDropped.Store(true) // parsed again before the next Bind or Describe of it (placeUnnamed)
+			}
 		}
 		var ev serverEvent
 		if body != nil {
@@ -2536,7 +2543,8 @@ func (ss *session) settle(sc *serverConn) bool {
 		// Before the next unit decides what to prepare again (it waits for this).
 		clear(sc.stmtsFresh)
 		sc.unnamedToken = tokenNone // its Parse may have been skipped (after a window's BEGIN that failed)
-		sc.clientUnnamed = true     // and a Close of unnamedStmtName before a Parse of it
+		sc.clientUnnamed = true     // and the Close of unnamedStmtName before a Parse of it: whose statement is
+		sc.unnamedOwner = nil       // there is not known (closeLastUnnamed)
 	}
 	if pl.copyAmbiguous {
 		pl.copyAmbiguous = false

@@ -51,15 +51,52 @@ var unnamedStmtClose = []byte("S" + unnamedStmtName + "\x00")
 // unnamedQuoted is unnamedStmtName as the server's messages name it.
 var unnamedQuoted = []byte(`"` + unnamedStmtName + `"`)
 
-// unnamedNameOut gives a server's error (body) that names unnamedStmtName the words it has for the unnamed
-// statement: 26000's message of its own, and elsewhere the unnamed statement's name, "" (a Bind's count of
-// parameters). Other errors are returned as they are.
-func unnamedNameOut(body []byte) []byte {
+// unnamedNameOut gives a server's error (body) about unnamedStmtName the words it has for the unnamed
+// statement: 26000's message of its own, and the unnamed statement's name, "", in an 08P01's (a Bind's count of
+// parameters). Other errors, and the other fields, are returned as they are: a client's own text may quote the
+// name (an error of its SELECT '"fenceproxy_u"'::int). dropped reports a 26000 about it: the statement is not
+// there (a function's DEALLOCATE ALL).
+func unnamedNameOut(body []byte) (out []byte, dropped bool) {
 	if !bytes.Contains(body, unnamedQuoted) {
-		return body
+		return body, false
 	}
-	body = bytes.ReplaceAll(body, []byte("prepared statement "+string(unnamedQuoted)+" does not exist"), []byte("unnamed prepared statement does not exist"))
-	return bytes.ReplaceAll(body, unnamedQuoted, []byte(`""`))
+	msg := errorField(body, fieldMessage)
+	switch errorField(body, fieldCode) {
+	case sqlstateUndefinedPrepared:
+		if msg != "prepared statement "+string(unnamedQuoted)+" does not exist" {
+			return body, false
+		}
+		return withErrorField(body, fieldMessage, "unnamed prepared statement does not exist"), true
+	case sqlstateProtocolViolation:
+		return withErrorField(body, fieldMessage, strings.ReplaceAll(msg, string(unnamedQuoted), `""`)), false
+	}
+	return body, false
+}
+
+// withErrorField is an ErrorResponse or NoticeResponse body with field's value replaced by v (added last when
+// it has none).
+func withErrorField(body []byte, field byte, v string) []byte {
+	out := make([]byte, 0, len(body)+len(v))
+	found := false
+	for len(body) > 0 && body[0] != 0 {
+		f := body[0]
+		old, rest, ok := cutNul(body[1:])
+		if !ok {
+			break
+		}
+		out = append(out, f)
+		if f == field {
+			out, found = append(out, v...), true
+		} else {
+			out = append(out, old...)
+		}
+		out = append(out, 0)
+		body = rest
+	}
+	if !found {
+		out = append(append(append(out, field), v...), 0)
+	}
+	return append(out, 0)
 }
 
 // clientStmt is a client's named statement: its server name, the fenced Parse body under that name, and the
@@ -740,7 +777,7 @@ func (pl *pooledState) writeUnnamedParse(msg []byte) {
 	sc.w.WriteString(unnamedStmtName)
 	sc.w.WriteByte(0)
 	sc.w.Write(body)
-	sc.clientUnnamed = true
+	sc.clientUnnamed, sc.unnamedOwner = true, pl
 }
 
 // unnamedOut writes a client's Bind or Describe of its unnamed statement (typ, body) to the lent connection
