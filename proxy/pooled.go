@@ -1570,6 +1570,14 @@ func (ss *session) injectTokens(typ byte, body []byte) tokenPrefix {
 	if leadOK && ss.classOf(leadText).Own && !noStatement(leadText, set) {
 		return prefixNone // checkFirst puts back first
 	}
+	// A batch of nothing but statements PostgreSQL refuses or ignores outside a block (SET TRANSACTION, SET
+	// LOCAL, DECLARE, LOCK: NeedsBlock) runs nothing that reads the token, and goes without the token
+	// statement, as a Query of one does: that SELECT would take the snapshot, after which SET TRANSACTION
+	// ISOLATION LEVEL fails 25001 where directly it only warns (the settings fuzzer's finding). A batch with
+	// another statement keeps it, which that statement may need.
+	if leadOK && ss.classOf(leadText).NeedsBlock && ss.batchOf(typ, body, func(text []byte) bool { return ss.classOf(text).NeedsBlock }) {
+		return prefixNone
+	}
 	if leadOK && ss.beginsWithModes(leadText) {
 		ss.putBackFirst()
 		pl.beginPortals, pl.windowAnswers = pl.beginPortals[:0], 0 // forwardPooled sends it

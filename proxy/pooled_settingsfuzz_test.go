@@ -711,8 +711,9 @@ func sfAround(xs []string, at int) []string {
 }
 
 // sfOpen: the divergences this fuzzer found that are not mended (docs/pooling.md lists them): by the extended
-// protocol, outside a block, a SET TRANSACTION (directly a warning) fails 25001 through the pool, after the
-// token statement took the snapshot. (A batch that starts with a Close, classified by that Close, failed 25001
+// protocol, outside a block, a SET TRANSACTION (directly a warning) in a batch with other statements fails 25001
+// through the pool, after the token statement took the snapshot (a batch of it alone answers as directly since
+// 2026-12-04: TestPooledSetTransactionBatchOutsideABlock). (A batch that starts with a Close, classified by that Close, failed 25001
 // before a BEGIN with modes or a DISCARD ALL until 2026-12-04: mended, batchLead.)
 //
 // And a named statement whose Close and Parse an error earlier in the batch made the server skip is taken
