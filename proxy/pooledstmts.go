@@ -31,7 +31,8 @@ import (
 // one where another client's unnamed statement came in between. The proxy keeps the client's last unnamed Parse
 // (pooledState.unnamed) and sends it again, its answer hidden, before a Bind or Describe of the unnamed statement
 // on a server connection that does not hold it; a client that has none gets it closed there first, so the server
-// says 26000 as it would (never another client's statement).
+// says 26000 as it would (never another client's statement). On the server it is the proxy's named statement
+// unnamedStmtName, since the server's unnamed statement holds the token statement (pooled.go: writeTokenStmt).
 
 // serverStmtPrefix starts the name of every server statement that carries a client's named statement.
 const serverStmtPrefix = "fenceproxy_s"
