@@ -51,9 +51,9 @@ import (
 //     of a Query they carry the values as constants (nothing prepared, so nothing another client could
 //     replace); in an extended-protocol batch both go as a Bind and Execute of the server connection's unnamed
 //     statement, which no client's code can replace, prepared once per connection (writeTokenStmt; the
-//     clients' unnamed statements go to a named one of the proxy's, unnamedStmtName). SET, SET LOCAL, RESET, set_config with any arguments, SAVEPOINT and ROLLBACK TO, a
-//     rollback: the server applies them to the values inside the transaction exactly as on a connection of
-//     the client's own.
+//     clients' unnamed statements go to a named one of the proxy's, unnamedStmtName). SET, SET LOCAL, RESET,
+//     set_config with any arguments, SAVEPOINT and ROLLBACK TO, a rollback: the server applies them to the
+//     values inside the transaction exactly as on a connection of the client's own.
 //   - A session-level change survives the transaction as the server connection's session value. When the
 //     transaction may have made one (its text calls set_config, its commands were SET, RESET, DISCARD, ...), the
 //     proxy reads the values back at its end, with the other session state the pool cannot move (probeSQL), and
@@ -934,11 +934,8 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 		pl.copySyncs = append(pl.copySyncs, 0) // sent before its CopyInResponse came (pipelined), or stray
 	}
 	if typ == msgQuery {
-		pl.dropUnnamed()     // a simple Query drops the unnamed statement, here as directly
-		pl.unnamedReplaced() // and the server's unnamedStmtName is not that: closed before a Bind of it (placeUnnamed)
-	}
-	if typ == msgQuery || typ == msgFunctionCall {
-		sc.unnamedToken = tokenNone // the server's too (a FunctionCall the core refuses goes as a Query)
+		pl.dropUnnamed() // a simple Query drops the unnamed statement, here as directly
+		pl.queryDroppedUnnamed(sc)
 	}
 	if typ == msgFunctionCall {
 		pl.probe.Store(true) // a fastpath call may take an advisory lock
@@ -974,7 +971,7 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 			u := pl.unnamedChange(false)
 			undo = &u
 			pl.dropUnnamed()
-			out, sc.clientUnnamed = unnamedStmtClose, false
+			out, sc.clientUnnamed = unnamedStmtRef, false
 		}
 		err = ss.onClientMsg(typ, out, p, sc.w)
 		if undo != nil {
@@ -1627,7 +1624,7 @@ func (ss *session) closeLastUnnamed(typ byte, body []byte) {
 	}
 	sc := pl.sc
 	pl.replaying.Add(1) // before anything is written: a full buffer may send it
-	writeMsg(sc.w, msgClose, unnamedStmtClose, "")
+	writeMsg(sc.w, msgClose, unnamedStmtRef, "")
 	writeMsg(sc.w, msgSync, []byte{}, "")
 	sc.clientUnnamed = false
 }
@@ -1805,7 +1802,8 @@ func (ss *session) writeTokenStmt(portal string, kind tokenStmtKind) {
 	b = append(b, 0, 0)
 	pl.tokenBind = b
 	writeMsg(sc.w, msgBind, b, "")
-	writeMsg(sc.w, msgExecute, append(append(pl.tokenExecute[:0], portal...), 0, 0, 0, 0, 0), "")
+	pl.tokenExecute = append(append(pl.tokenExecute[:0], portal...), 0, 0, 0, 0, 0)
+	writeMsg(sc.w, msgExecute, pl.tokenExecute, "")
 	ss.closeTokenPortal(portal)
 	pl.hide.Add(1)
 }
@@ -1826,8 +1824,7 @@ func (ss *session) putBackFirst() {
 	}
 	pl.replaying.Add(1)
 	writeMsg(sc.w, msgQuery, nil, sc.pool.tokenTexts(false).putBack)
-	pl.unnamedReplaced() // the Query dropped it
-	sc.unnamedToken = tokenNone
+	pl.queryDroppedUnnamed(sc)
 	sc.checkedFor = pl
 }
 
@@ -1883,8 +1880,7 @@ func (ss *session) hiddenUnit(sql string) error {
 // hidden units (pl.mu held). Its Queries dropped the unnamed statement.
 func (ss *session) awaitHidden() error {
 	pl := ss.pooled
-	pl.unnamedReplaced()
-	pl.sc.unnamedToken = tokenNone
+	pl.queryDroppedUnnamed(pl.sc)
 	// The flush starts the lend's server side (beforeSend), which sees a failed connection and ends the session.
 	if err := pl.sc.w.Flush(); err != nil {
 		return nil
@@ -1941,6 +1937,15 @@ func (ss *session) boundClientText(body []byte) ([]byte, bool) {
 		}
 	}
 	return ss.stmtText(msgBind, body)
+}
+
+// queryDroppedUnnamed records a simple Query written to the lent connection sc (pl.mu held): it dropped the
+// server's unnamed statement, the token statement there (serverConn.unnamedToken), and the client's unnamed
+// statement is placed again before its next Bind or Describe (unnamedReplaced: the server's unnamedStmtName
+// holds it still, but directly a Query drops it, and a client's may follow in the same lend).
+func (pl *pooledState) queryDroppedUnnamed(sc *serverConn) {
+	pl.unnamedReplaced()
+	sc.unnamedToken = tokenNone
 }
 
 // unnamedReplaced records that the server connection's unnamed statement is no longer the client's, by no
@@ -2667,8 +2672,7 @@ func (ss *session) probeOnce(sc *serverConn) error {
 	pl := ss.pooled
 	cfg := ss.srv.cfg
 	writeMsg(sc.w, msgQuery, nil, probeSQL(cfg.Token.Setting, cfg.Token.LockSetting, sc.pool.params["user"], ss.customToRead(sc), sc.prep.ownCond()))
-	pl.unnamedReplaced() // the Query dropped it
-	sc.unnamedToken = tokenNone
+	pl.queryDroppedUnnamed(sc)
 	if err := sc.w.Flush(); err != nil {
 		return fmt.Errorf("probe: %w", err)
 	}

@@ -46,8 +46,8 @@ const closedStmtName = "fenceproxy_none"
 // its Bind, Describe and Close of it name this one (unnamedOut).
 const unnamedStmtName = "fenceproxy_u"
 
-// unnamedStmtClose is the body of a Close of unnamedStmtName.
-var unnamedStmtClose = []byte("S" + unnamedStmtName + "\x00")
+// unnamedStmtRef is the body of a Close or a Describe of unnamedStmtName: 'S', the name.
+var unnamedStmtRef = []byte("S" + unnamedStmtName + "\x00")
 
 // unnamedQuoted is unnamedStmtName as the server's messages name it.
 var unnamedQuoted = []byte(`"` + unnamedStmtName + `"`)
@@ -772,7 +772,7 @@ func (pl *pooledState) writeUnnamedParse(msg []byte) {
 		sc.unnamedToken = tokenNone
 		return
 	}
-	pl.writeHiddenClose(unnamedStmtClose)
+	pl.writeHiddenClose(unnamedStmtRef)
 	body := msg[headerLen+1:] // after the empty name
 	writeHeader(sc.w, msgParse, 4+len(unnamedStmtName)+1+len(body))
 	sc.w.WriteString(unnamedStmtName)
@@ -802,7 +802,7 @@ func (pl *pooledState) unnamedOut(typ byte, body []byte) bool {
 		if !namesUnnamedStmt(typ, body) {
 			return false
 		}
-		writeMsg(w, typ, unnamedStmtClose, "") // 'S', the name: a Close's body is a Describe's
+		writeMsg(w, typ, unnamedStmtRef, "")
 		return true
 	}
 	return false
@@ -837,7 +837,7 @@ func (ss *session) placeUnnamed(p Planner, namedPortal bool) {
 		pl.stmts.sentUnnamed(msgParseComplete, undo)
 		return
 	}
-	writeMsg(pl.sc.w, msgClose, unnamedStmtClose, "")
+	writeMsg(pl.sc.w, msgClose, unnamedStmtRef, "")
 	pl.sc.clientUnnamed = false
 	pl.stmts.sentUnnamed(msgCloseComplete, undo)
 }

@@ -91,7 +91,7 @@ func (ss *session) functionCallOut(w msgSink, body []byte) error {
 	writeMsg(w, msgQuery, nil, ss.refusal(rewrite.Plan{Action: rewrite.Refuse, Code: sqlstateInvalid, Hint: hint, Message: fmt.Sprintf(
 		"invalid fencing token: a FunctionCall of set_config for %s cannot be verified or scoped by fenceproxy", ss.srv.cfg.Token.Setting)}))
 	if ss.pooled != nil {
-		ss.pooled.unnamedReplaced() // the refusal's Query dropped the server's unnamed statement (pl.mu held)
+		ss.pooled.queryDroppedUnnamed(ss.pooled.sc) // the refusal's Query dropped the server's unnamed statement (pl.mu held)
 	}
 	return nil
 }
