@@ -77,6 +77,14 @@ var sqlPrepareScript = []struct{ client, sql string }{
 	{"B", "EXECUTE w(7)"},
 	{"A", "PREPARE w AS SELECT 'a-w'; PREPARE w AS SELECT 'dup'"},
 	{"A", "EXECUTE w"},
+	// The same client twice in a row, on the connection it held last: the statement is known to be there, and
+	// a PREPARE of the same text under the name it drops in the same Query gets the same server statement (a
+	// Close of it in front of the Query would drop it before the DEALLOCATE ran).
+	{"B", "PREPARE v AS SELECT 'v'"},
+	{"B", "DEALLOCATE v; PREPARE v AS SELECT 'v'; EXECUTE v"},
+	{"B", "EXECUTE v; DEALLOCATE v; PREPARE v AS SELECT 'v'; EXECUTE v"},
+	{"B", "EXECUTE v; DEALLOCATE ALL; PREPARE v AS SELECT 'v'; EXECUTE v"},
+	{"B", "DEALLOCATE v; PREPARE v AS SELECT 'v2'; DEALLOCATE v; PREPARE v AS SELECT 'v'; EXECUTE v"},
 }
 
 // The same script direct (two connections) and through the pool (two clients on one server connection) gives

@@ -310,7 +310,11 @@ func (ss *session) mapSQLPrepared(text []byte) (sqlMapping, bool) {
 		}
 	}
 	present := func(h string) bool { return sc.sqlStmts[h] }
+	// used are the server names the text names so far: where one is named again, the text's own statements before
+	// decide what the connection holds under it then, and a Close in front of the Query would undo them.
+	used := map[string]bool{}
 	ensure := func(d sqlStmt) { // a statement of the client's, prepared in front when the connection may not hold it
+		used[d.server] = true
 		if !present(d.server) {
 			closeFirst(d.server)
 			m.front = append(m.front, d.prepare)
@@ -370,7 +374,13 @@ func (ss *session) mapSQLPrepared(text []byte) (sqlMapping, bool) {
 				continue
 			}
 			h := sqlStmtName(r.Name, r.Body)
-			closeFirst(h) // whatever the connection holds under it, the client's PREPARE must succeed as its own would
+			// Whatever the connection holds under it, the client's PREPARE must succeed as its own would: it is
+			// closed first, unless known gone, or named earlier in the text (DEALLOCATE n; PREPARE n AS the same
+			// text: the DEALLOCATE needs it there).
+			if held, known := sc.sqlStmts[h]; !used[h] && (held || !known) {
+				closeFirst(h)
+			}
+			used[h] = true
 			renamed[i] = h
 			sc.sqlStmts[h] = true
 			def := &sqlStmt{server: h}
