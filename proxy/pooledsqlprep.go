@@ -24,8 +24,10 @@ import (
 //   - EXECUTE n and DEALLOCATE n (also under EXPLAIN and CREATE TABLE AS) use the server name. When the server
 //     connection may not hold that statement (another client used it since, or it was never prepared there), it
 //     is first closed (a protocol Close: no error when absent) and prepared again, from the fenced text kept for
-//     n, before the client's text in the same Query, its answer hidden (pooledState.hide). DEALLOCATE n drops the
-//     server statement on that connection only.
+//     n, before the client's text in the same Query, its answer hidden (pooledState.hide). In a failed block,
+//     which would refuse it there, it goes after the text's first statement when that one ends the failed state
+//     (ROLLBACK, COMMIT, ROLLBACK TO: rewrite.AfterBlockExit), whose answer is relayed first (relayFirst).
+//     DEALLOCATE n drops the server statement on that connection only.
 //   - A name the client has not prepared is left as it is, after a Close of it on the server connection: whatever
 //     another client left there under that name (PREPARE in a function the proxy does not see) is gone, and the
 //     server says 26000 naming it, as on a connection of one's own. A pinned client's connection is its own:
@@ -174,14 +176,30 @@ func (ss *session) querySQLPrepared(body []byte, p Planner) error {
 		writeQueryMsg(sc.w, prefix, msg[headerLen:], "")
 		return nil
 	}
+	// In a failed block the PREPAREs cannot go in front (refused, 25P02, and the client's text with them). A text
+	// that starts with a statement that ends the failed state gets them after that statement, whose one answer
+	// (a CommandComplete) is relayed first; one that does not is refused as the client's own would be.
+	after := ""
+	if len(m.front) > 0 && m.failed && prefix == "" && pl.hide.Load() == 0 && pl.relayFirst.Load() == 0 {
+		if t, ok := rewrite.AfterBlockExit(m.text, m.front); ok {
+			after = t
+		}
+	}
 	// The CloseCompletes come first: while statements in front are hidden (the token statement, the PREPAREs) they
 	// are hidden with them, as the token statement's ParseComplete; else the queue of answers to hide says they are the proxy's.
-	queued := pl.hide.Load() == 0 && len(m.front) == 0
+	queued := pl.hide.Load() == 0 && (len(m.front) == 0 || after != "")
 	for _, name := range m.closes {
 		writeMsg(sc.w, msgClose, append(append([]byte{'S'}, name...), 0), "")
 		if queued {
 			pl.stmts.sent(msgCloseComplete, true)
 		}
+	}
+	if after != "" {
+		pl.relayFirst.Store(1) // first: the server side must not take the first answer for a hidden one
+		pl.hide.Add(int64(len(m.front)))
+		pl.prefixChars.Store(int64(len(after) - len(m.text))) // errors come after the PREPAREs, which are ASCII
+		writeQueryMsg(sc.w, "", nil, after)
+		return nil
 	}
 	front := ""
 	if len(m.front) > 0 {
@@ -261,6 +279,7 @@ type sqlMapping struct {
 	text   string
 	closes []string
 	front  []string
+	failed bool // mapped in a failed block
 }
 
 // mapSQLPrepared maps the statement names of a fenced Query text (pl.mu held) and records what the server's
@@ -398,6 +417,7 @@ func (ss *session) mapSQLPrepared(text []byte) (sqlMapping, bool) {
 		pend[k].def = sqlStmt{server: renamed[i], prepare: prepares[i]}
 	}
 	m.text = out
+	m.failed = byte(ss.state.txStatus.Load()) == txFailed
 	q.pending, q.done = pend, 0
 	return m, true
 }

@@ -124,3 +124,38 @@ func RenamePrepared(sql string, names []string) (out string, prepares []string, 
 	}
 	return out, prepares, nil
 }
+
+// AfterBlockExit is sql with front (statements, each a text of one) put after its first statement, deparsed,
+// when that statement is one a failed transaction block lets run (COMMIT, ROLLBACK, ROLLBACK TO, PREPARE
+// TRANSACTION: each ends the failed state) and others follow it; false otherwise. In a failed block statements
+// in front of it would be refused (25P02), and the whole text with them, where the client's own text runs.
+func AfterBlockExit(sql string, front []string) (string, bool) {
+	tree, err := pg.Parse(sql)
+	if err != nil || len(tree.Stmts) < 2 {
+		return "", false
+	}
+	ts := tree.Stmts[0].GetStmt().GetTransactionStmt()
+	if ts == nil {
+		return "", false
+	}
+	switch ts.Kind {
+	case pg.TransactionStmtKind_TRANS_STMT_COMMIT, pg.TransactionStmtKind_TRANS_STMT_ROLLBACK,
+		pg.TransactionStmtKind_TRANS_STMT_ROLLBACK_TO, pg.TransactionStmtKind_TRANS_STMT_PREPARE:
+	default:
+		return "", false
+	}
+	stmts := []*pg.RawStmt{tree.Stmts[0]}
+	for _, f := range front {
+		ft, err := pg.Parse(f)
+		if err != nil || len(ft.Stmts) != 1 {
+			return "", false
+		}
+		stmts = append(stmts, ft.Stmts[0])
+	}
+	tree.Stmts = append(stmts, tree.Stmts[1:]...)
+	out, err := deparse(tree)
+	if err != nil {
+		return "", false
+	}
+	return out, true
+}

@@ -37,3 +37,23 @@ func TestPreparedRefsAndRename(t *testing.T) {
 		t.Fatal("a syntax error gave uses")
 	}
 }
+
+// The statements a failed block would refuse in front of a text go after its first statement when that one
+// ends the failed state, and only then.
+func TestAfterBlockExit(t *testing.T) {
+	front := []string{"PREPARE q1 AS SELECT 'a;b'", "PREPARE q2(int) AS SELECT $1"}
+	for _, c := range []struct{ sql, want string }{
+		{"ROLLBACK; EXECUTE q1", "ROLLBACK; PREPARE q1 AS SELECT 'a;b'; PREPARE q2(int) AS SELECT $1; EXECUTE q1"},
+		{`ROLLBACK TO SAVEPOINT "s;p"; EXECUTE q2(1)`, `ROLLBACK TO SAVEPOINT "s;p"; PREPARE q1 AS SELECT 'a;b'; PREPARE q2(int) AS SELECT $1; EXECUTE q2(1)`},
+		{"COMMIT; EXECUTE q1", "COMMIT; PREPARE q1 AS SELECT 'a;b'; PREPARE q2(int) AS SELECT $1; EXECUTE q1"},
+		{"ROLLBACK", ""},
+		{"BEGIN; EXECUTE q1", ""},
+		{"SELECT 1; ROLLBACK; EXECUTE q1", ""},
+		{"SAVEPOINT s; EXECUTE q1", ""},
+	} {
+		got, ok := AfterBlockExit(c.sql, front)
+		if ok != (c.want != "") || got != c.want {
+			t.Errorf("%s:\n got  %q %v\n want %q", c.sql, got, ok, c.want)
+		}
+	}
+}
