@@ -2399,6 +2399,7 @@ func (ss *session) relayServer(sc *serverConn, inline bool) bool {
 			continue
 		}
 		if typ == msgErrorResponse {
+			body = pl.sqlStmts.namesOut(body) // pooledsqlprep.go; before failed() forgets the Query's new names
 			pl.batchFailed.Store(true)
 			pl.stmts.failed(hiding) // the server skips the rest of the batch
 			pl.stmts.reopen(pl.sqlStmts.failed())

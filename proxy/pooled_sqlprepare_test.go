@@ -462,3 +462,46 @@ func TestPooledProxyStatementNamesAreNotTheClients(t *testing.T) {
 		t.Fatalf("a write without a token: %s", got)
 	}
 }
+
+// The server's errors about a client's SQL-level statement name it as the client does, not by the server
+// statement that carries it: the same messages as directly, for a name in use, a wrong number of parameters
+// (also under EXPLAIN) and a name dropped earlier in the Query.
+func TestPooledSQLPrepareErrorsNameTheClientsStatement(t *testing.T) {
+	f := newPooledFenced(t, 1, "")
+	ctx := ctxT(t)
+	steps := []string{
+		"PREPARE \"Mixed Name\" (int) AS SELECT $1 + 1",
+		"EXECUTE \"Mixed Name\"",
+		"EXPLAIN (COSTS OFF) EXECUTE \"Mixed Name\"(1, 2)",
+		"PREPARE \"Mixed Name\" AS SELECT 2",
+		"PREPARE p2 AS SELECT 1; PREPARE p2 AS SELECT 2",
+		"DEALLOCATE p2; EXECUTE p2",
+		"EXECUTE nothere",
+		"SELECT '\"fenceproxy_q00\"'::int",
+	}
+	run := func(dsn string) []string {
+		pc, err := pgconn.Connect(ctx, dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer pc.Close(context.Background())
+		var out []string
+		for _, sql := range steps {
+			_, err := pc.Exec(ctx, sql).ReadAll()
+			var pe *pgconn.PgError
+			if !errors.As(err, &pe) {
+				out = append(out, fmt.Sprintf("no error (%v)", err))
+				continue
+			}
+			out = append(out, pe.Code+" "+pe.Message+" "+pe.Detail)
+		}
+		return out
+	}
+	want := run(pg.SuperDSN())
+	got := run(f.dsn())
+	for i, sql := range steps {
+		if got[i] != want[i] {
+			t.Errorf("%s\n pooled %s\n direct %s", sql, got[i], want[i])
+		}
+	}
+}

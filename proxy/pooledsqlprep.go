@@ -127,6 +127,59 @@ func (q *pooledSQLStmts) ready() {
 	q.mu.Unlock()
 }
 
+// preparedNameMessages are the server's messages that name a prepared statement (a prefix and a suffix around
+// the name, as PostgreSQL quotes it: between double quotes, nothing escaped): 26000, 42P05, and a wrong number
+// of parameters (42601).
+var preparedNameMessages = [...][2]string{
+	{`prepared statement "`, `" does not exist`},
+	{`prepared statement "`, `" already exists`},
+	{`wrong number of parameters for prepared statement "`, `"`},
+}
+
+// sqlStmtQuoted starts a server statement of a client's SQL-level one as the server's messages quote it.
+var sqlStmtQuoted = []byte(`"` + sqlStmtPrefix)
+
+// namesOut is a server's error (body) with the client's name in place of the server statement that carries one
+// of the client's SQL-level statements, where the message is one of preparedNameMessages: the client reads the
+// name it wrote, as on a connection of its own (not a name of the proxy's, which it cannot use).
+func (q *pooledSQLStmts) namesOut(body []byte) []byte {
+	if !bytes.Contains(body, sqlStmtQuoted) {
+		return body
+	}
+	msg := errorField(body, fieldMessage)
+	for _, f := range preparedNameMessages {
+		server, ok := strings.CutPrefix(msg, f[0])
+		if !ok {
+			continue
+		}
+		if server, ok = strings.CutSuffix(server, f[1]); !ok || !strings.HasPrefix(server, sqlStmtPrefix) {
+			continue
+		}
+		if name, ok := q.nameOf(server); ok {
+			return withErrorField(body, fieldMessage, f[0]+name+f[1])
+		}
+	}
+	return body
+}
+
+// nameOf is the client's name for the server statement server: one it holds, or one the Query being answered
+// defines.
+func (q *pooledSQLStmts) nameOf(server string) (string, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for name, d := range q.byName {
+		if d.server == server {
+			return name, true
+		}
+	}
+	for _, p := range q.pending {
+		if p.def.server == server {
+			return p.name, true
+		}
+	}
+	return "", false
+}
+
 // mentionsSQLPrepared reports whether a Query text may use an SQL-level prepared statement's name.
 func mentionsSQLPrepared(text []byte) bool { return sqlPreparedWords.In(text) }
 
