@@ -228,8 +228,11 @@ type pooledState struct {
 	}
 
 	// prefixChars is how many characters the token statement put before the text of the Query being answered
-	// (an error's position is shifted back by it); 0 when none or when they cannot be counted.
-	prefixChars atomic.Int64
+	// (an error's position is shifted back by it); 0 when none or when they cannot be counted. prefixAt is where
+	// they start in the Query the server read (not 0 only where hidden PREPAREs went after the client's first
+	// statement: pooledsqlprep.go), and prefixOwn how many of them, at their end, are hidden PREPAREs: an error
+	// positioned there (one that failed: its table dropped since) points at nothing the client wrote.
+	prefixChars, prefixAt, prefixOwn atomic.Int64
 }
 
 // setLent sets the connection lent to the client (mu held).
@@ -2205,9 +2208,11 @@ func (ss *session) bufferedMsgs() iter.Seq2[byte, []byte] {
 	}
 }
 
-// shiftPosition moves the position field of an ErrorResponse back by n characters: the client's text started n
-// characters into the Query the server read. A position inside the token statement is left as it is.
-func shiftPosition(body []byte, n int) []byte {
+// shiftPosition moves the position field of an ErrorResponse back by n characters: the proxy put n characters
+// of its own at character at of the client's text. A position inside the token statement is left as it is; one
+// inside the last own of the n (hidden PREPAREs) is dropped: it would point at some unrelated character of the
+// client's text, or past its end.
+func shiftPosition(body []byte, at, n, own int) []byte {
 	var out []byte
 	for rest := body; len(rest) > 0 && rest[0] != 0; {
 		f := rest[0]
@@ -2216,11 +2221,15 @@ func shiftPosition(body []byte, n int) []byte {
 			return body
 		}
 		if f == fieldPosition {
-			if p, err := strconv.Atoi(string(v)); err == nil && p > n {
-				out = append(append(append(out, body[:len(body)-len(rest)]...), f), strconv.Itoa(p-n)...)
-				return append(append(out, 0), after...)
+			p, err := strconv.Atoi(string(v))
+			switch {
+			case err != nil || p <= at || p <= at+n-own:
+				return body
+			case p <= at+n:
+				return append(append([]byte(nil), body[:len(body)-len(rest)]...), after...)
 			}
-			return body
+			out = append(append(append(out, body[:len(body)-len(rest)]...), f), strconv.Itoa(p-n)...)
+			return append(append(out, 0), after...)
 		}
 		rest = after
 	}
@@ -2379,6 +2388,8 @@ func (ss *session) relayServer(sc *serverConn, inline bool) bool {
 				pl.stmts.ready()
 				pl.sqlStmts.ready()
 				pl.prefixChars.Store(0)
+				pl.prefixAt.Store(0)
+				pl.prefixOwn.Store(0)
 			}
 			if pl.windowOpen.Load() && pl.countWindowAnswer(typ) {
 				// relayed before the token statement went: closeWindow takes it off
@@ -2407,7 +2418,7 @@ func (ss *session) relayServer(sc *serverConn, inline bool) bool {
 				pl.probe.Store(true)
 			}
 			if n := pl.prefixChars.Load(); n > 0 {
-				body = shiftPosition(body, int(n))
+				body = shiftPosition(body, int(pl.prefixAt.Load()), int(n), int(pl.prefixOwn.Load()))
 			}
 			var dropped bool
 			if body, dropped = unnamedNameOut(body); dropped { // pooledstmts.go

@@ -478,6 +478,10 @@ func TestPooledSQLPrepareErrorsNameTheClientsStatement(t *testing.T) {
 		"DEALLOCATE p2; EXECUTE p2",
 		"EXECUTE nothere",
 		"SELECT '\"fenceproxy_q00\"'::int",
+		// Names of the proxy's that the client never prepared go as one name nothing holds; the server's 26000
+		// names the first, as the client wrote it.
+		"EXECUTE fenceproxy_qabc; DEALLOCATE fenceproxy_x",
+		"DEALLOCATE fenceproxy_x; EXECUTE fenceproxy_qabc",
 	}
 	run := func(dsn string) []string {
 		pc, err := pgconn.Connect(ctx, dsn)
@@ -504,4 +508,41 @@ func TestPooledSQLPrepareErrorsNameTheClientsStatement(t *testing.T) {
 			t.Errorf("%s\n pooled %s\n direct %s", sql, got[i], want[i])
 		}
 	}
+}
+
+// An error's position (P) counts characters of the client's text, also where hidden PREPAREs of text that is
+// not ASCII went in front of it or after its first statement (in a failed block); an error inside a hidden
+// PREPARE (its table dropped since) points at nothing the client wrote in the Query, and has no position.
+func TestPooledSQLPrepareErrorPositions(t *testing.T) {
+	f := newPooledFenced(t, 1, "")
+	ctx := ctxT(t)
+	table := fxName(t, "sqlprep_pos")
+	fxExec(t, f.d, "CREATE TABLE "+table+" (a int)")
+	t.Cleanup(func() { f.d.Exec(context.Background(), "DROP TABLE IF EXISTS "+table) })
+	pc := pooledPgConn(t, f, "")
+	position := func(sql string) (string, int32) {
+		_, err := pc.Exec(ctx, sql).ReadAll()
+		var pe *pgconn.PgError
+		if !errors.As(err, &pe) {
+			return fmt.Sprintf("no error (%v)", err), 0
+		}
+		return pe.Code, pe.Position
+	}
+	step := func(sql, code string, pos int32) {
+		t.Helper()
+		if c, p := position(sql); c != code || p != pos {
+			t.Errorf("%s: %s at %d, want %s at %d", sql, c, p, code, pos)
+		}
+	}
+	// Every error makes the connection's statements unknown: the next EXECUTE gets its PREPARE again.
+	step("PREPARE u AS SELECT 'é'; PREPARE t AS SELECT a FROM "+table+"; SELECT 1/0", "22012", 0)
+	step("SELECT nosuchcol; EXECUTE u", "42703", 8) // in front, after the token statement
+	step("BEGIN", "no error (<nil>)", 0)
+	step("SELECT 1/0", "22012", 0)
+	step("ROLLBACK; SELECT nosuchcol; EXECUTE u", "42703", 18) // after ROLLBACK
+	fxExec(t, f.d, "DROP TABLE "+table)
+	step("EXECUTE t", "42P01", 0)
+	step("BEGIN", "no error (<nil>)", 0)
+	step("SELECT 1/0", "22012", 0)
+	step("ROLLBACK; EXECUTE t", "42P01", 0)
 }

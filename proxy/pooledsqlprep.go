@@ -77,6 +77,9 @@ type pooledSQLStmts struct {
 	// doubt: an error or a DEALLOCATE ALL / DISCARD ALL since the last Query was mapped; the server connection's
 	// statements are not known (serverConn.sqlStmts is forgotten).
 	doubt bool
+	// closedAs is the first name of the proxy's own that the Query being answered uses and the client never
+	// prepared, sent as closedStmtName: the server's 26000 names the first of them, which namesOut puts back.
+	closedAs string
 }
 
 // completed applies a CommandComplete (body: the tag) of the client's.
@@ -123,7 +126,7 @@ func (q *pooledSQLStmts) failed() []closedStmt {
 // ready ends the answer to a Query (or a batch).
 func (q *pooledSQLStmts) ready() {
 	q.mu.Lock()
-	q.pending, q.done = nil, 0
+	q.pending, q.done, q.closedAs = nil, 0, ""
 	q.mu.Unlock()
 }
 
@@ -136,14 +139,14 @@ var preparedNameMessages = [...][2]string{
 	{`wrong number of parameters for prepared statement "`, `"`},
 }
 
-// sqlStmtQuoted starts a server statement of a client's SQL-level one as the server's messages quote it.
-var sqlStmtQuoted = []byte(`"` + sqlStmtPrefix)
+// proxyNameQuoted starts a statement name of the proxy's as the server's messages quote it.
+var proxyNameQuoted = []byte(`"` + proxyNamePrefix)
 
 // namesOut is a server's error (body) with the client's name in place of the server statement that carries one
 // of the client's SQL-level statements, where the message is one of preparedNameMessages: the client reads the
 // name it wrote, as on a connection of its own (not a name of the proxy's, which it cannot use).
 func (q *pooledSQLStmts) namesOut(body []byte) []byte {
-	if !bytes.Contains(body, sqlStmtQuoted) {
+	if !bytes.Contains(body, proxyNameQuoted) {
 		return body
 	}
 	msg := errorField(body, fieldMessage)
@@ -152,7 +155,7 @@ func (q *pooledSQLStmts) namesOut(body []byte) []byte {
 		if !ok {
 			continue
 		}
-		if server, ok = strings.CutSuffix(server, f[1]); !ok || !strings.HasPrefix(server, sqlStmtPrefix) {
+		if server, ok = strings.CutSuffix(server, f[1]); !ok || !strings.HasPrefix(server, proxyNamePrefix) {
 			continue
 		}
 		if name, ok := q.nameOf(server); ok {
@@ -167,6 +170,9 @@ func (q *pooledSQLStmts) namesOut(body []byte) []byte {
 func (q *pooledSQLStmts) nameOf(server string) (string, bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	if server == closedStmtName {
+		return q.closedAs, q.closedAs != ""
+	}
 	for name, d := range q.byName {
 		if d.server == server {
 			return name, true
@@ -232,10 +238,10 @@ func (ss *session) querySQLPrepared(body []byte, p Planner) error {
 	// In a failed block the PREPAREs cannot go in front (refused, 25P02, and the client's text with them). A text
 	// that starts with a statement that ends the failed state gets them after that statement, whose one answer
 	// (a CommandComplete) is relayed first; one that does not is refused as the client's own would be.
-	after := ""
+	after, at := "", 0
 	if len(m.front) > 0 && m.failed && prefix == "" && pl.hide.Load() == 0 && pl.relayFirst.Load() == 0 {
-		if t, ok := rewrite.AfterBlockExit(m.text, m.front); ok {
-			after = t
+		if t, i, ok := rewrite.AfterBlockExit(m.text, m.front); ok {
+			after, at = t, i
 		}
 	}
 	// The CloseCompletes come first: while statements in front are hidden (the token statement, the PREPAREs) they
@@ -250,7 +256,11 @@ func (ss *session) querySQLPrepared(body []byte, p Planner) error {
 	if after != "" {
 		pl.relayFirst.Store(1) // first: the server side must not take the first answer for a hidden one
 		pl.hide.Add(int64(len(m.front)))
-		pl.prefixChars.Store(int64(len(after) - len(m.text))) // errors come after the PREPAREs, which are ASCII
+		// Positions count characters, and a PREPARE may hold some that are not ASCII (sqlReadable: UTF-8 then).
+		n := int64(utf8.RuneCountInString(after) - utf8.RuneCountInString(m.text))
+		pl.prefixAt.Store(int64(utf8.RuneCountInString(after[:at])))
+		pl.prefixOwn.Store(n)
+		pl.prefixChars.Store(n)
 		writeQueryMsg(sc.w, "", nil, after)
 		return nil
 	}
@@ -259,7 +269,10 @@ func (ss *session) querySQLPrepared(body []byte, p Planner) error {
 		front = strings.Join(m.front, "; ") + "; "
 		pl.hide.Add(int64(len(m.front)))
 		if n := pl.prefixChars.Load(); n > 0 || prefix == "" {
-			pl.prefixChars.Store(n + int64(len(front))) // front is ASCII (mapSQLPrepared)
+			// Characters, not bytes: a PREPARE may hold some that are not ASCII (sqlReadable: UTF-8 then).
+			own := int64(utf8.RuneCountInString(front))
+			pl.prefixOwn.Store(own)
+			pl.prefixChars.Store(n + own)
 		}
 	}
 	writeQueryMsg(sc.w, prefix+front, nil, m.text)
@@ -394,6 +407,7 @@ func (ss *session) mapSQLPrepared(text []byte) (sqlMapping, bool) {
 		}
 	}
 	renamed := make([]string, len(refs))
+	closedAs := ""
 	var pend []sqlPending
 	newDefs := map[int]int{} // ref index -> index in pend of a PREPARE that defines a name
 	for i, r := range refs {
@@ -432,6 +446,9 @@ func (ss *session) mapSQLPrepared(text []byte) (sqlMapping, bool) {
 			case strings.HasPrefix(r.Name, proxyNamePrefix):
 				renamed[i] = closedStmtName
 				closeFirst(closedStmtName)
+				if closedAs == "" {
+					closedAs = r.Name
+				}
 			default:
 				renamed[i] = r.Name
 				if pl.pin == "" {
@@ -471,6 +488,6 @@ func (ss *session) mapSQLPrepared(text []byte) (sqlMapping, bool) {
 	}
 	m.text = out
 	m.failed = byte(ss.state.txStatus.Load()) == txFailed
-	q.pending, q.done = pend, 0
+	q.pending, q.done, q.closedAs = pend, 0, closedAs
 	return m, true
 }

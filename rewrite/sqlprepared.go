@@ -3,6 +3,7 @@ package rewrite
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	pg "github.com/pganalyze/pg_query_go/v6"
 )
@@ -128,34 +129,39 @@ func RenamePrepared(sql string, names []string) (out string, prepares []string, 
 // AfterBlockExit is sql with front (statements, each a text of one) put after its first statement, deparsed,
 // when that statement is one a failed transaction block lets run (COMMIT, ROLLBACK, ROLLBACK TO, PREPARE
 // TRANSACTION: each ends the failed state) and others follow it; false otherwise. In a failed block statements
-// in front of it would be refused (25P02), and the whole text with them, where the client's own text runs.
-func AfterBlockExit(sql string, front []string) (string, bool) {
+// in front of it would be refused (25P02), and the whole text with them, where the client's own text runs. at
+// is the byte offset in out where front starts: an error's position before it is in the client's text, one
+// inside it in none of the client's.
+func AfterBlockExit(sql string, front []string) (out string, at int, ok bool) {
 	tree, err := pg.Parse(sql)
 	if err != nil || len(tree.Stmts) < 2 {
-		return "", false
+		return "", 0, false
 	}
 	ts := tree.Stmts[0].GetStmt().GetTransactionStmt()
 	if ts == nil {
-		return "", false
+		return "", 0, false
 	}
 	switch ts.Kind {
 	case pg.TransactionStmtKind_TRANS_STMT_COMMIT, pg.TransactionStmtKind_TRANS_STMT_ROLLBACK,
 		pg.TransactionStmtKind_TRANS_STMT_ROLLBACK_TO, pg.TransactionStmtKind_TRANS_STMT_PREPARE:
 	default:
-		return "", false
+		return "", 0, false
+	}
+	first, err := deparse(&pg.ParseResult{Version: tree.Version, Stmts: tree.Stmts[:1]})
+	if err != nil {
+		return "", 0, false
 	}
 	stmts := []*pg.RawStmt{tree.Stmts[0]}
 	for _, f := range front {
 		ft, err := pg.Parse(f)
 		if err != nil || len(ft.Stmts) != 1 {
-			return "", false
+			return "", 0, false
 		}
 		stmts = append(stmts, ft.Stmts[0])
 	}
 	tree.Stmts = append(stmts, tree.Stmts[1:]...)
-	out, err := deparse(tree)
-	if err != nil {
-		return "", false
+	if out, err = deparse(tree); err != nil || !strings.HasPrefix(out, first+"; ") {
+		return "", 0, false
 	}
-	return out, true
+	return out, len(first) + 2, true
 }

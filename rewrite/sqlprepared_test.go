@@ -2,6 +2,7 @@ package rewrite
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 )
 
@@ -51,9 +52,12 @@ func TestAfterBlockExit(t *testing.T) {
 		{"SELECT 1; ROLLBACK; EXECUTE q1", ""},
 		{"SAVEPOINT s; EXECUTE q1", ""},
 	} {
-		got, ok := AfterBlockExit(c.sql, front)
+		got, at, ok := AfterBlockExit(c.sql, front)
 		if ok != (c.want != "") || got != c.want {
 			t.Errorf("%s:\n got  %q %v\n want %q", c.sql, got, ok, c.want)
+		}
+		if ok && !strings.HasPrefix(got[at:], front[0]+"; ") {
+			t.Errorf("%s: at %d is not where the first PREPARE starts in %q", c.sql, at, got)
 		}
 	}
 }
