@@ -220,6 +220,10 @@ func (l *evLoop) run(epfd, wakefd int) {
 			return
 		}
 		sinceYield += n
+		// ended: a session left the loop, or commands were taken. Either may have made the loop empty: a
+		// command for a session that was leaving (a drain or a plan posted as it ended) can come after that
+		// session's release and before the stopIfEmpty that follows it, which then keeps the loop; had no one
+		// looked again once the command was taken, the loop would sleep for ever with no session.
 		ended := false
 		for i := range events[:n] {
 			fd := events[i].Fd
@@ -248,6 +252,7 @@ func (l *evLoop) run(epfd, wakefd int) {
 						ended = true
 					}
 				}
+				ended = ended || len(cmds) > 0
 				clear(cmds)
 				continue
 			}

@@ -233,3 +233,31 @@ func TestEpollGateNoLostWakeup(t *testing.T) {
 	}
 	_ = spin
 }
+
+// TestLoopStopsAfterACommandForALeftSession: a command posted for a session as it left the loop (a drain from
+// Shutdown, a plan from a worker) may land after the session's release and before the loop looked whether it
+// is empty; that look then keeps the loop for the command. Once the command is taken the loop must look
+// again: it slept for ever with no session instead, a goroutine and two descriptors per occurrence, parked in
+// epollFile.wait (where the park tests, which then took any goroutine there for their own waiter, could see it).
+func TestLoopStopsAfterACommandForALeftSession(t *testing.T) {
+	l := &evLoop{}
+	epfd, wakefd, err := newEpoll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The state of a loop whose last session was released (nsess 0) but which runs on for the command below.
+	l.epfd, l.wakefd, l.running = epfd, wakefd, true
+	done := make(chan struct{})
+	go func() { defer close(done); l.run(epfd, wakefd) }()
+	l.post(evCmd{es: &evSession{cfd: -1, ufd: -1}, drain: true}) // its session is in no loop any more
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the loop, with no session, did not stop after taking a command for a session that had left")
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.running {
+		t.Fatal("the loop goroutine returned with running still set")
+	}
+}
