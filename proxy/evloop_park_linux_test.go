@@ -64,16 +64,24 @@ func newTestEpollFile(t *testing.T) (ep *epollFile, wakefd int) {
 	return ep, wakefd
 }
 
-// untilParkedInWait waits until a goroutine dump shows one parked in the netpoller ("IO wait") inside
-// epollFile.wait.
+// untilParkedInWait waits until a goroutine dump shows the test's own waiter (a goroutine the test function
+// started) parked in the netpoller ("IO wait") inside epollFile.wait. Any goroutine in epollFile.wait would not
+// do: in a run of the whole package an event loop of another test's proxy may sit there, its sessions not yet
+// ended, and the test then signalled before its waiter had polled once (it saw parked false).
 func untilParkedInWait(t *testing.T) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	buf := make([]byte, 1<<20)
+	own := "proxy." + t.Name() + ".func" // the waiter's frame: a function literal of the test
 	for {
-		stacks := string(buf[:runtime.Stack(buf, true)])
+		n := runtime.Stack(buf, true)
+		if n == len(buf) { // cut short: the waiter may be in the part left out
+			buf = make([]byte, 2*len(buf))
+			continue
+		}
+		stacks := string(buf[:n])
 		for _, g := range strings.Split(stacks, "\n\n") {
-			if strings.Contains(g, "[IO wait") && strings.Contains(g, "(*epollFile).wait") {
+			if strings.Contains(g, "[IO wait") && strings.Contains(g, "(*epollFile).wait") && strings.Contains(g, own) {
 				return
 			}
 		}
