@@ -100,6 +100,9 @@ func TestPooledUnreadPauseKeepsHealthy(t *testing.T) {
 			pdone := make(chan struct{})
 			defer func() { <-pdone }()
 			go func() { defer close(pdone); adm2.Exec(context.Background(), "PAUSE") }()
+			// The PAUSE must hold the pool before RESUME (else: "nothing is paused"), however slow its start;
+			// then a while of its polls, which must leave a's session alone.
+			waitPaused(t, adm)
 			time.Sleep(1500 * time.Millisecond)
 			// a's session is healthy: a statement in the block works.
 			var v int
@@ -242,7 +245,9 @@ func TestPooledUnreadPauseTerminated(t *testing.T) {
 			adm2 := adminConn(t, f)
 			paused := make(chan error, 1)
 			go func() { _, err := adm2.Exec(context.Background(), "PAUSE"); paused <- err }()
-			time.Sleep(300 * time.Millisecond)
+			// The terminate must come after the PAUSE holds the pool: before it, the lend lost would let b
+			// have a new server connection.
+			waitPaused(t, adm)
 			fxExec(t, f.d, "SELECT pg_terminate_backend("+strconv.Itoa(pid)+")")
 			select {
 			case err := <-paused:
@@ -268,4 +273,23 @@ func TestPooledUnreadPauseTerminated(t *testing.T) {
 			}
 		})
 	}
+}
+
+// waitPaused waits until SHOW POOLS says the client pool (not the admin console's) is paused: a PAUSE sent
+// from another goroutine has taken effect.
+func waitPaused(t *testing.T, adm *pgx.Conn) {
+	t.Helper()
+	eventually(t, 10*time.Second, "the pool paused in SHOW POOLS", func() bool {
+		n := 0
+		for _, r := range adminRows(t, adm, "SHOW POOLS") {
+			if r["database"] == "fenceproxy" {
+				continue
+			}
+			if r["paused"] != "1" {
+				return false
+			}
+			n++
+		}
+		return n > 0
+	})
 }
