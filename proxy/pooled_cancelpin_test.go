@@ -112,6 +112,9 @@ func TestPooledCancelOfHiddenParse(t *testing.T) {
 	go func() { done <- a.ExecPrepared(ctxT(t), "s", [][]byte{[]byte("10")}, nil, nil).Read().Err }()
 	eventually(t, 5*time.Second, "A's batch waiting for the lock", func() bool {
 		var n int
+		// f.d is inside lock's transaction, where pg_stat_activity is a snapshot kept until its end: a look
+		// taken before A's batch got to the lock would stay the answer.
+		f.d.Exec(ctxT(t), "SELECT pg_stat_clear_snapshot()")
 		f.d.QueryRow(ctxT(t), "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND pid <> pg_backend_pid()").Scan(&n)
 		return n > 0
 	})

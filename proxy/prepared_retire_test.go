@@ -84,10 +84,14 @@ func blockSweep(t *testing.T, d *pgx.Conn) (release func()) {
 	return release
 }
 
-// sweepWaiting reports whether a DO block waits for a lock (the proxy's sweep, behind blockSweep).
+// sweepWaiting reports whether a DO block waits for a lock (the proxy's sweep, behind blockSweep). d polls from
+// inside blockSweep's transaction, where pg_stat_activity is read once and kept until the transaction ends: a
+// first look taken before the sweep got to the lock stayed the answer (a timeout, though the sweep waited), so
+// each look clears that snapshot first.
 func sweepWaiting(t *testing.T, d *pgx.Conn) func() bool {
 	return func() bool {
 		var n int
+		d.Exec(ctxT(t), "SELECT pg_stat_clear_snapshot()")
 		d.QueryRow(ctxT(t), "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE 'DO %'").Scan(&n)
 		return n > 0
 	}
