@@ -2209,9 +2209,10 @@ func (ss *session) bufferedMsgs() iter.Seq2[byte, []byte] {
 }
 
 // shiftPosition moves the position field of an ErrorResponse back by n characters: the proxy put n characters
-// of its own at character at of the client's text. A position inside the token statement is left as it is; one
-// inside the last own of the n (hidden PREPAREs) is dropped: it would point at some unrelated character of the
-// client's text, or past its end.
+// of its own at character at of the client's text. A position before them (the client's first statement, at
+// is not 0) or inside the token statement (their first n-own) is left as it is; one inside the last own of the
+// n (hidden PREPAREs) is dropped: it would point at some unrelated character of the client's text, or past its
+// end.
 func shiftPosition(body []byte, at, n, own int) []byte {
 	var out []byte
 	for rest := body; len(rest) > 0 && rest[0] != 0; {
@@ -2223,7 +2224,7 @@ func shiftPosition(body []byte, at, n, own int) []byte {
 		if f == fieldPosition {
 			p, err := strconv.Atoi(string(v))
 			switch {
-			case err != nil || p <= at || p <= at+n-own:
+			case err != nil || p <= at+n-own: // own <= n
 				return body
 			case p <= at+n:
 				return append(append([]byte(nil), body[:len(body)-len(rest)]...), after...)

@@ -406,6 +406,7 @@ func (ss *session) mapSQLPrepared(text []byte) (sqlMapping, bool) {
 			sc.sqlStmts[d.server] = true
 		}
 	}
+	m.failed = byte(ss.state.txStatus.Load()) == txFailed
 	renamed := make([]string, len(refs))
 	closedAs := ""
 	var pend []sqlPending
@@ -422,9 +423,8 @@ func (ss *session) mapSQLPrepared(text []byte) (sqlMapping, bool) {
 			// left as it is. One after a statement of the Query that may end the failed state (ROLLBACK, COMMIT,
 			// ROLLBACK TO) is mapped, with no PREPARE in front (which the failed block would refuse, and the
 			// whole Query with it).
-			failed := byte(ss.state.txStatus.Load()) == txFailed
-			if !ok && r.Kind == rewrite.DeallocateName && !allGone && (r.Stmt > 0 || !failed) {
-				if server, prepare, was := ss.deallocateNamed(r.Name, failed); server != "" { // pooledstmts.go
+			if !ok && r.Kind == rewrite.DeallocateName && !allGone && (r.Stmt > 0 || !m.failed) {
+				if server, prepare, was := ss.deallocateNamed(r.Name, m.failed); server != "" { // pooledstmts.go
 					pend = append(pend, sqlPending{stmt: r.Stmt, reopen: &closedStmt{name: r.Name, stmt: was, prepared: true}})
 					renamed[i] = server
 					if prepare != "" {
@@ -487,7 +487,6 @@ func (ss *session) mapSQLPrepared(text []byte) (sqlMapping, bool) {
 		pend[k].def = sqlStmt{server: renamed[i], prepare: prepares[i]}
 	}
 	m.text = out
-	m.failed = byte(ss.state.txStatus.Load()) == txFailed
 	q.pending, q.done, q.closedAs = pend, 0, closedAs
 	return m, true
 }
