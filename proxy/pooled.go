@@ -2411,7 +2411,8 @@ func (ss *session) relayServer(sc *serverConn, inline bool) bool {
 			continue
 		}
 		if typ == msgErrorResponse {
-			body = pl.sqlStmts.namesOut(body) // pooledsqlprep.go; before failed() forgets the Query's new names
+			var dropped bool
+			body, dropped = pl.errorNamesOut(body, hiding) // pooledstmts.go; before failed() forgets the Query's new names
 			pl.batchFailed.Store(true)
 			pl.stmts.failed(hiding) // the server skips the rest of the batch
 			pl.stmts.reopen(pl.sqlStmts.failed())
@@ -2421,8 +2422,7 @@ func (ss *session) relayServer(sc *serverConn, inline bool) bool {
 			if n := pl.prefixChars.Load(); n > 0 {
 				body = shiftPosition(body, int(pl.prefixAt.Load()), int(n), int(pl.prefixOwn.Load()))
 			}
-			var dropped bool
-			if body, dropped = unnamedNameOut(body); dropped { // pooledstmts.go
+			if dropped {
 				pl.unnamedDropped.Store(true) // parsed again before the next Bind or Describe of it (placeUnnamed)
 			}
 		}

@@ -132,35 +132,73 @@ func (q *pooledSQLStmts) ready() {
 
 // preparedNameMessages are the server's messages that name a prepared statement (a prefix and a suffix around
 // the name, as PostgreSQL quotes it: between double quotes, nothing escaped): 26000, 42P05, and a wrong number
-// of parameters (42601).
+// of parameters (42601). A Bind's wrong number of parameters (08P01) holds numbers around the name: bindCountHead.
 var preparedNameMessages = [...][2]string{
 	{`prepared statement "`, `" does not exist`},
 	{`prepared statement "`, `" already exists`},
 	{`wrong number of parameters for prepared statement "`, `"`},
 }
 
+// The server's 08P01 to a Bind with a wrong number of parameters (postgres.c, exec_bind_message), in three
+// pieces: bind message supplies N parameters, but prepared statement "name" requires M.
+const (
+	bindCountHead = "bind message supplies "
+	bindCountMid  = ` parameters, but prepared statement "`
+	bindCountTail = `" requires `
+)
+
+// stmtNameIn returns the statement name in a server's message that names one (preparedNameMessages,
+// bindCountHead), and the message before and after it.
+func stmtNameIn(msg string) (before, name, after string, ok bool) {
+	for _, f := range preparedNameMessages {
+		n, ok := strings.CutPrefix(msg, f[0])
+		if !ok {
+			continue
+		}
+		if n, ok = strings.CutSuffix(n, f[1]); ok {
+			return f[0], n, f[1], true
+		}
+	}
+	rest, ok := strings.CutPrefix(msg, bindCountHead)
+	if !ok {
+		return "", "", "", false
+	}
+	// The name may be any text (a client's): it lies between the first middle piece and the last tail piece.
+	i, j := strings.Index(rest, bindCountMid), strings.LastIndex(rest, bindCountTail)
+	if i < 0 || j < i+len(bindCountMid) || !allDigits(rest[:i]) || !allDigits(rest[j+len(bindCountTail):]) {
+		return "", "", "", false
+	}
+	at := len(bindCountHead) + i + len(bindCountMid)
+	return msg[:at], rest[i+len(bindCountMid) : j], msg[len(bindCountHead)+j:], true
+}
+
+// allDigits reports whether s is a number as the server writes a count: one or more decimal digits.
+func allDigits(s string) bool {
+	for _, c := range []byte(s) {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return s != ""
+}
+
 // proxyNameQuoted starts a statement name of the proxy's as the server's messages quote it.
 var proxyNameQuoted = []byte(`"` + proxyNamePrefix)
 
 // namesOut is a server's error (body) with the client's name in place of the server statement that carries one
-// of the client's SQL-level statements, where the message is one of preparedNameMessages: the client reads the
-// name it wrote, as on a connection of its own (not a name of the proxy's, which it cannot use).
+// of the client's SQL-level statements, where the message is one that names a statement (stmtNameIn): the
+// client reads the name it wrote, as on a connection of its own (not a name of the proxy's, which it cannot
+// use).
 func (q *pooledSQLStmts) namesOut(body []byte) []byte {
 	if !bytes.Contains(body, proxyNameQuoted) {
 		return body
 	}
-	msg := errorField(body, fieldMessage)
-	for _, f := range preparedNameMessages {
-		server, ok := strings.CutPrefix(msg, f[0])
-		if !ok {
-			continue
-		}
-		if server, ok = strings.CutSuffix(server, f[1]); !ok || !strings.HasPrefix(server, proxyNamePrefix) {
-			continue
-		}
-		if name, ok := q.nameOf(server); ok {
-			return withErrorField(body, fieldMessage, f[0]+name+f[1])
-		}
+	before, server, after, ok := stmtNameIn(errorField(body, fieldMessage))
+	if !ok || !strings.HasPrefix(server, proxyNamePrefix) {
+		return body
+	}
+	if name, ok := q.nameOf(server); ok {
+		return withErrorField(body, fieldMessage, before+name+after)
 	}
 	return body
 }

@@ -25,6 +25,10 @@ import (
 //   - The answers of the proxy's own Parse and Close are not relayed: the server answers Parse and Close in the
 //     order it received them, so a queue per kind says which answer is the proxy's; an error makes the server skip
 //     the rest of the batch, and the queued entries of that batch are dropped.
+//   - The server's errors about a server statement (a Bind's wrong number of parameters, 42P05 to a Parse of a
+//     name in use, 26000) name the client's statement as the client's message they answer did (namedMsg): the
+//     server statement is every name's of its text, this client's and others', and says nothing of the client's
+//     code.
 //
 // The unnamed statement is the client's too, as on a connection of its own: pgx's describe_exec mode sends Parse
 // and Describe, then after Sync Bind and Execute, and the two may run on different server connections, or on
@@ -72,6 +76,31 @@ func unnamedNameOut(body []byte) (out []byte, dropped bool) {
 		return withErrorField(body, fieldMessage, strings.ReplaceAll(msg, string(unnamedQuoted), `""`)), false
 	}
 	return body, false
+}
+
+// errorNamesOut is a server's error (body) with the client's words for a statement of the proxy's it names
+// (stmtNameIn), as on a connection of the client's own: the unnamed statement's for unnamedStmtName
+// (unnamedNameOut, which also reports dropped), the name the client's message that the error answers used for
+// a server statement that carries a named one (pooledStmts.clientName; not for an error of the proxy's own
+// messages, hiding), the client's SQL-level name for one of those (pooledSQLStmts.namesOut, before its failed
+// forgets the names the Query defines). The server's detail and hint of these errors name no statement; a
+// message of another form is left as it is (a client's own text may quote a name of the proxy's).
+func (pl *pooledState) errorNamesOut(body []byte, hiding bool) (out []byte, dropped bool) {
+	if !bytes.Contains(body, proxyNameQuoted) {
+		return body, false
+	}
+	before, server, after, ok := stmtNameIn(errorField(body, fieldMessage))
+	switch {
+	case !ok:
+		return body, false
+	case server == unnamedStmtName:
+		return unnamedNameOut(body)
+	case !hiding && (strings.HasPrefix(server, serverStmtPrefix) || server == closedStmtName):
+		if name, ok := pl.stmts.clientName(server); ok {
+			return withErrorField(body, fieldMessage, before+name+after), false
+		}
+	}
+	return pl.sqlStmts.namesOut(body), false
 }
 
 // withErrorField is an ErrorResponse or NoticeResponse body with field's value replaced by v (added last when
@@ -127,6 +156,16 @@ type answerHide struct {
 	// answered: a ParseComplete then prepares nothing that stays (the Close drops it), unless the server skips
 	// the Close, which then leaves the name prepared (thenClosed.prepared).
 	thenClosed *closedStmt
+}
+
+// namedMsg is a client's Bind, Describe or Parse of its statement name that went naming another statement on
+// the server: server, which carries name (or closedStmtName, for a name of the proxy's the client never
+// prepared). The server's error about server that answers this message gets name in its place (clientName).
+type namedMsg struct {
+	unit   uint64
+	at     int // the answers before it in its unit when they succeed (sentAnswer); -1: not known
+	name   string
+	server string
 }
 
 // closedStmt is a client's named statement as it was before the client's Close of it: what a Close the server
@@ -209,6 +248,9 @@ type pooledStmts struct {
 	// prepared are the client's statement names whose Parse the server answered with ParseComplete, not closed
 	// since: those PostgreSQL would refuse to Parse again (42P05). A Parse that failed prepared nothing.
 	prepared map[string]bool
+	// named are the client's messages of the units not yet answered that named its statement as another on the
+	// server (sentNamed), in the order sent.
+	named []namedMsg
 }
 
 // droppedAll forgets every prepared name: a DISCARD ALL or DEALLOCATE ALL completed, as on a connection of
@@ -340,6 +382,52 @@ func (q *pooledStmts) sentAnswer(n int) {
 
 // relayedAnswer counts an answer relayed to the client that completes one of its messages (completesMessage).
 func (q *pooledStmts) relayedAnswer() { q.relayedAnswers++ }
+
+// sentNamed records a client's Bind, Describe or Parse of its statement name sent naming server (client side,
+// before sentAnswer counts its answers), so that the server's error about server, if it answers this message,
+// names name (clientName).
+func (q *pooledStmts) sentNamed(name, server string) {
+	if name == server {
+		return // sent as the client wrote it: the server's words are the client's
+	}
+	at := max(q.sentAnswers, -1)
+	q.mu.Lock()
+	q.named = append(q.named, namedMsg{unit: q.unitsSent, at: at, name: name, server: server})
+	q.mu.Unlock()
+}
+
+// clientName is the client's name for the server statement server in the error relayed now (server side, an
+// error of the client's messages): the name in the client's message it answers, the one after the answers
+// relayed so far in the unit (relayedAnswers), when that message named server (sentNamed). Where the place is
+// not known (a message before was streamed uncounted), the name of the unit's messages of server, when they all
+// used one name. Else none: the error names what the client's message named, or the proxy cannot tell, and the
+// server's name stays, never a name of the client's that this message did not use.
+func (q *pooledStmts) clientName(server string) (string, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	name, found := "", false
+	for _, e := range q.named {
+		if e.unit < q.unitsDone {
+			continue
+		}
+		if e.unit > q.unitsDone {
+			break
+		}
+		if e.at >= 0 {
+			if e.at == q.relayedAnswers {
+				return e.name, e.server == server
+			}
+			continue
+		}
+		if e.server == server {
+			if found && e.name != name {
+				return "", false
+			}
+			name, found = e.name, true
+		}
+	}
+	return name, found
+}
 
 // unitSent counts a message that the server answers with ReadyForQuery.
 func (q *pooledStmts) unitSent() {
@@ -524,6 +612,9 @@ func (q *pooledStmts) ready() {
 	defer q.mu.Unlock()
 	q.parses = dropUnit(q.parses, q.unitsDone)
 	q.closes = dropUnit(q.closes, q.unitsDone)
+	for len(q.named) > 0 && q.named[0].unit <= q.unitsDone {
+		q.named = q.named[1:]
+	}
 	q.unitsDone++
 	q.relayedAnswers = 0
 	q.failedUnit = false
@@ -577,9 +668,10 @@ func (ss *session) parseNamed(body []byte, p Planner) error {
 		// PostgreSQL refuses to Parse a name in use (42P05) and skips the rest of the batch: the server says so,
 		// to a Parse of the client's statement as it is (its server name and text, so that a server statement
 		// keeps its text whatever happens) where it is prepared (first, hidden, if it is not).
-		if ss.serverStmt(name) != "" {
+		if server := ss.serverStmt(name); server != "" {
 			writeMsg(sc.w, msgParse, pl.stmts.byName[string(name)].parse, "")
 			pl.stmts.sent(msgParseComplete, false)
+			pl.stmts.sentNamed(string(name), server)
 			return nil
 		}
 	}
@@ -700,6 +792,7 @@ func (ss *session) renamedOut(typ byte, body []byte) bool {
 		if server == "" {
 			server = ss.foreignStmt(name)
 		}
+		pl.stmts.sentNamed(string(name), server)
 		ss.state.unsynced.Store(true)
 		b := append(append(append(append([]byte(nil), portal...), 0), server...), 0)
 		writeMsg(w, msgBind, append(b, tail...), "")
@@ -729,6 +822,7 @@ func (ss *session) renamedOut(typ byte, body []byte) bool {
 		if server == "" {
 			server = ss.foreignStmt(name)
 		}
+		pl.stmts.sentNamed(string(name), server)
 		writeMsg(w, msgDescribe, append(append([]byte{'S'}, server...), 0), "")
 		return true
 	}
