@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 
 	"github.com/fenceproxy/fenceproxy/rewrite"
@@ -41,6 +42,10 @@ type protoState struct {
 	// cancelOwed: a client's cancel came while those ran before its statement (cancelAfterOwn); the last of
 	// their answers sends it (onPreparedAnswer). Session mode: a pooled session defers its own (cancelPooled).
 	cancelOwed atomic.Bool
+	// cancelWaits are the client's cancel connections waiting for the owed cancel to be delivered (under
+	// cancelMu): each is closed once PostgreSQL has taken it, or when the session ends with none sent.
+	cancelMu    sync.Mutex
+	cancelWaits []chan struct{}
 
 	authAsked    bool          // the server asked for something during startup: never reuse the connection
 	reusable     bool          // the connection may be kept for another session; set before ready is published

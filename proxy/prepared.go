@@ -596,7 +596,12 @@ func (ss *session) onPreparedAnswer(ps *prepState, typ byte, body []byte, out ms
 		}
 		st.txStatus.Store(uint32(body[0]))
 		if st.internal.Add(-1) == 0 && st.cancelOwed.CompareAndSwap(true, false) {
-			go ss.srv.cancelUpstream(ss.cancelKey, ss.host.addr) // deferred by cancelAfterOwn: the client's statement runs now
+			// Deferred by cancelAfterOwn: the client's statement runs now. The client's cancel connection is
+			// answered once PostgreSQL has taken it (cancelDelivered).
+			go func() {
+				ss.srv.cancelUpstream(ss.cancelKey, ss.host.addr)
+				st.cancelDelivered()
+			}()
 		}
 		if ss.srv.draining.Load() && st.idle() {
 			return evDrainNow, nil

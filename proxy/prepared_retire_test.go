@@ -120,14 +120,26 @@ func TestPreparedCancelWaitsForTheProxysCommands(t *testing.T) {
 			start := time.Now()
 			go func() { _, err := c.Exec(context.Background(), "SELECT pg_sleep(3)"); done <- err }()
 			eventually(t, 5*time.Second, "the proxy's sweep waiting for the lock", sweepWaiting(t, f.d))
-			if err := c.PgConn().CancelRequest(ctxT(t)); err != nil {
-				t.Fatal(err)
-			}
+			// The cancel returns, as directly, once PostgreSQL has taken it: after the sweep, which waits for
+			// the lock, so it is sent from a goroutine of its own. A client goes on after it returns: the
+			// second signal PostgreSQL sends for one cancel then cannot hit the statements that follow.
+			cancelled := make(chan error, 1)
+			go func() { cancelled <- c.PgConn().CancelRequest(ctxT(t)) }()
 			time.Sleep(100 * time.Millisecond) // the cancel has come: it must wait for the sweep
+			if tr.tr != pooledTransport {      // transaction pooling defers its cancel in a way of its own (cancelPooled)
+				select {
+				case err := <-cancelled:
+					t.Fatalf("the cancel returned while the proxy's sweep still waited (%v): it has not been delivered", err)
+				default:
+				}
+			}
 			release()
 			err := <-done
 			if pe := (*pgconn.PgError)(nil); !errors.As(err, &pe) || pe.Code != "57014" {
 				t.Fatalf("the client's statement after its cancel: %v after %v, want 57014 (the cancel hit the proxy's sweep)", err, time.Since(start).Round(time.Millisecond))
+			}
+			if err := <-cancelled; err != nil {
+				t.Fatal(err)
 			}
 			fxExec(t, c, "SET application_name = 'after'") // probed in the pool
 			if got := serverStatements(t, c); len(got) != 0 {

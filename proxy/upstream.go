@@ -95,26 +95,63 @@ func (s *Server) forwardCancel(body []byte) {
 		ss.cancelPooled() // to the server connection lent to it now, if any
 	case key == nil:
 		s.log.Debug("dropped CancelRequest that matches no session")
-	case ss != nil && ss.cancelAfterOwn():
 	default:
+		if ss != nil {
+			if delivered := ss.cancelAfterOwn(); delivered != nil {
+				// The client's cancel connection stays open until PostgreSQL has taken the cancel, as when
+				// it is forwarded at once: a client that waits for its cancel to return before its next
+				// statement (libpq, pgx) never has that statement hit by it. PostgreSQL signals the backend
+				// twice for one cancel (the process, then its group), and the second, late under load,
+				// cancelled whatever ran then.
+				select {
+				case <-delivered:
+				case <-time.After(cancelWaitLimit):
+				}
+				return
+			}
+		}
 		s.cancelUpstream(key, host)
 	}
 }
+
+// cancelWaitLimit bounds how long a client's cancel connection waits for a cancel deferred behind the proxy's
+// own commands (cancelAfterOwn): they may wait for a lock that long.
+const cancelWaitLimit = 30 * time.Second
 
 // cancelAfterOwn defers a client's cancel while commands of the proxy's own (prepared.go: sendQueued) run
 // before the client's statement, in the same write: cancelled, one of them would fail (a sweep would leave
 // the proxy's statements on the connection) and the client's statement would run on. The last of their
 // answers sends it (onPreparedAnswer). It reports whether it deferred. A pooled session has its own rule
 // (cancelPooled).
-func (ss *session) cancelAfterOwn() bool {
+func (ss *session) cancelAfterOwn() (delivered <-chan struct{}) {
 	st := &ss.state
 	if st.internal.Load() <= 0 {
-		return false
+		return nil
 	}
+	ch := make(chan struct{})
+	st.cancelMu.Lock()
+	st.cancelWaits = append(st.cancelWaits, ch) // before the flag: whoever takes the flag closes it
+	st.cancelMu.Unlock()
 	st.cancelOwed.Store(true)
 	// Their last answer may have come before the flag was up: then this cancel goes now, unless that answer
 	// took the flag (and sends it).
-	return st.internal.Load() > 0 || !st.cancelOwed.CompareAndSwap(true, false)
+	if st.internal.Load() > 0 || !st.cancelOwed.CompareAndSwap(true, false) {
+		return ch
+	}
+	st.cancelDelivered() // sent now by the caller: nobody waits on it
+	return nil
+}
+
+// cancelDelivered closes the waits of the client's cancel connections (cancelAfterOwn): the owed cancel was
+// delivered, or never will be.
+func (st *protoState) cancelDelivered() {
+	st.cancelMu.Lock()
+	waits := st.cancelWaits
+	st.cancelWaits = nil
+	st.cancelMu.Unlock()
+	for _, ch := range waits {
+		close(ch)
+	}
 }
 
 // cancelUpstream cancels the running query of the backend with BackendKeyData key on host.
