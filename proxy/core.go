@@ -39,13 +39,13 @@ type protoState struct {
 	unsynced atomic.Bool   // extended-protocol messages forwarded since the last Sync
 	txStatus atomic.Uint32 // the last ReadyForQuery's status byte (txIdle, txBlock, txFailed); txUnknown before
 	internal atomic.Int64  // Query messages of the proxy's own (prepared.go) not yet answered by ReadyForQuery
-	// cancelOwed: a client's cancel came while those ran before its statement (cancelAfterOwn); the last of
-	// their answers sends it (onPreparedAnswer). Session mode: a pooled session defers its own (cancelPooled).
-	cancelOwed atomic.Bool
-	// cancelWaits are the client's cancel connections waiting for the owed cancel to be delivered (under
-	// cancelMu): each is closed once PostgreSQL has taken it, or when the session ends with none sent.
+	// owed: a client's cancel came while those ran before its statement (cancelAfterOwn); the last of their
+	// answers takes it and sends it (onPreparedAnswer: takeOwedCancel). cancelEnded: the session has ended
+	// (unregister), a cancel is no longer deferred or sent. Both under cancelMu. Session mode: a pooled
+	// session defers its own (cancelPooled).
 	cancelMu    sync.Mutex
-	cancelWaits []chan struct{}
+	owed        *owedCancel
+	cancelEnded bool
 
 	authAsked    bool          // the server asked for something during startup: never reuse the connection
 	reusable     bool          // the connection may be kept for another session; set before ready is published

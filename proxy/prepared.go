@@ -595,13 +595,15 @@ func (ss *session) onPreparedAnswer(ps *prepState, typ byte, body []byte, out ms
 			ps.verifyFailed = false
 		}
 		st.txStatus.Store(uint32(body[0]))
-		if st.internal.Add(-1) == 0 && st.cancelOwed.CompareAndSwap(true, false) {
-			// Deferred by cancelAfterOwn: the client's statement runs now. The client's cancel connection is
-			// answered once PostgreSQL has taken it (cancelDelivered).
-			go func() {
-				ss.srv.cancelUpstream(ss.cancelKey, ss.host.addr)
-				st.cancelDelivered()
-			}()
+		if st.internal.Add(-1) == 0 {
+			if o := st.takeOwedCancel(); o != nil {
+				// Deferred by cancelAfterOwn: the client's statement runs now. The client's cancel
+				// connections are answered once PostgreSQL has taken it.
+				go func() {
+					ss.srv.cancelUpstream(ss.cancelKey, ss.host.addr)
+					close(o.done)
+				}()
+			}
 		}
 		if ss.srv.draining.Load() && st.idle() {
 			return evDrainNow, nil

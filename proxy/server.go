@@ -358,7 +358,7 @@ func (s *Server) unregister(ss *session) {
 		delete(s.pids, ss.pid)
 	}
 	s.mu.Unlock()
-	ss.state.cancelDelivered() // a cancel owed and never sent (the session ended first): its clients wait no more
+	ss.state.endCancels() // a cancel owed and never sent (the session ended first): its clients wait no more
 }
 
 func (s *Server) registerPID(ss *session, pid uint32) {

@@ -103,9 +103,11 @@ func (s *Server) forwardCancel(body []byte) {
 				// statement (libpq, pgx) never has that statement hit by it. PostgreSQL signals the backend
 				// twice for one cancel (the process, then its group), and the second, late under load,
 				// cancelled whatever ran then.
+				wait := time.NewTimer(cancelWaitLimit)
+				defer wait.Stop()
 				select {
 				case <-delivered:
-				case <-time.After(cancelWaitLimit):
+				case <-wait.C:
 				}
 				return
 			}
@@ -115,43 +117,83 @@ func (s *Server) forwardCancel(body []byte) {
 }
 
 // cancelWaitLimit bounds how long a client's cancel connection waits for a cancel deferred behind the proxy's
-// own commands (cancelAfterOwn): they may wait for a lock that long.
+// own commands (cancelAfterOwn): they may wait for a lock that long. The cancel itself stays owed.
 const cancelWaitLimit = 30 * time.Second
+
+// cancelWaitMax bounds the client cancel connections that wait for one owed cancel (cancelAfterOwn). Each holds
+// a goroutine and a place under limits.max_client_connections, and more cancels add nothing to the one sent
+// (it stops the statement): beyond it they are answered at once, as a flood of them would otherwise hold
+// every place for as long as the proxy's commands wait.
+const cancelWaitMax = 4
+
+// owedCancel is a client's cancel deferred behind the proxy's own commands (cancelAfterOwn). done is closed
+// once PostgreSQL has taken it, or when the session ends with it unsent; waiters counts the client cancel
+// connections waiting for that.
+type owedCancel struct {
+	done    chan struct{}
+	waiters int
+}
 
 // cancelAfterOwn defers a client's cancel while commands of the proxy's own (prepared.go: sendQueued) run
 // before the client's statement, in the same write: cancelled, one of them would fail (a sweep would leave
 // the proxy's statements on the connection) and the client's statement would run on. The last of their
-// answers sends it (onPreparedAnswer). It reports whether it deferred. A pooled session has its own rule
-// (cancelPooled).
+// answers sends it (onPreparedAnswer). It returns nil when the cancel is to go now; otherwise a channel the
+// client's cancel connection waits for (closed already when it need not wait). A pooled session has its own
+// rule (cancelPooled).
 func (ss *session) cancelAfterOwn() (delivered <-chan struct{}) {
 	st := &ss.state
 	if st.internal.Load() <= 0 {
 		return nil
 	}
-	ch := make(chan struct{})
 	st.cancelMu.Lock()
-	st.cancelWaits = append(st.cancelWaits, ch) // before the flag: whoever takes the flag closes it
-	st.cancelMu.Unlock()
-	st.cancelOwed.Store(true)
-	// Their last answer may have come before the flag was up: then this cancel goes now, unless that answer
-	// took the flag (and sends it).
-	if st.internal.Load() > 0 || !st.cancelOwed.CompareAndSwap(true, false) {
-		return ch
+	defer st.cancelMu.Unlock()
+	if st.cancelEnded {
+		// It looked the session up as it ended: nothing will answer the proxy's commands, and the backend
+		// may already serve another session (reuse.go). Nothing to cancel.
+		return closedChan()
 	}
-	st.cancelDelivered() // sent now by the caller: nobody waits on it
-	return nil
+	// The last answer lowers internal before it takes owed (takeOwedCancel, under cancelMu): either it
+	// takes this cancel, or this sees internal at 0 and the cancel goes now.
+	if st.internal.Load() <= 0 {
+		return nil
+	}
+	if st.owed == nil {
+		st.owed = &owedCancel{done: make(chan struct{})}
+	}
+	if st.owed.waiters >= cancelWaitMax {
+		return closedChan()
+	}
+	st.owed.waiters++
+	return st.owed.done
 }
 
-// cancelDelivered closes the waits of the client's cancel connections (cancelAfterOwn): the owed cancel was
-// delivered, or never will be.
-func (st *protoState) cancelDelivered() {
+// takeOwedCancel takes the cancel owed (cancelAfterOwn), nil when none: the caller sends it and closes done.
+// Cancels that come after it wait for a cancel of their own.
+func (st *protoState) takeOwedCancel() *owedCancel {
 	st.cancelMu.Lock()
-	waits := st.cancelWaits
-	st.cancelWaits = nil
+	o := st.owed
+	st.owed = nil
 	st.cancelMu.Unlock()
-	for _, ch := range waits {
-		close(ch)
+	return o
+}
+
+// endCancels is the session's end for its cancels: one owed is never sent (its client cancel connections are
+// answered), and none is deferred from now on. One already taken is answered when PostgreSQL has taken it.
+func (st *protoState) endCancels() {
+	st.cancelMu.Lock()
+	o := st.owed
+	st.owed, st.cancelEnded = nil, true
+	st.cancelMu.Unlock()
+	if o != nil {
+		close(o.done)
 	}
+}
+
+// closedChan is a channel closed already: a cancel connection that waits for nothing.
+func closedChan() chan struct{} {
+	ch := make(chan struct{})
+	close(ch)
+	return ch
 }
 
 // cancelUpstream cancels the running query of the backend with BackendKeyData key on host.
