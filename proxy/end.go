@@ -191,7 +191,7 @@ func (ss *session) endForFailover(now string) {
 // cancelIfRunning cancels what the upstream may still be running for the client.
 func (ss *session) cancelIfRunning() {
 	if ss.state.running() && ss.cancelKey != nil {
-		ss.srv.cancelUpstream(ss.cancelKey, ss.host.addr)
+		ss.cancelBackend()
 	}
 }
 

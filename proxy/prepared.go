@@ -600,7 +600,7 @@ func (ss *session) onPreparedAnswer(ps *prepState, typ byte, body []byte, out ms
 				// Deferred by cancelAfterOwn: the client's statement runs now. The client's cancel
 				// connections are answered once PostgreSQL has taken it.
 				go func() {
-					ss.srv.cancelUpstream(ss.cancelKey, ss.host.addr)
+					ss.cancelBackend()
 					close(o.done)
 				}()
 			}

@@ -245,6 +245,14 @@ const keptAppName = "fenceproxy: kept for reuse"
 // tables, LISTEN, advisory locks, sequences' state, cached plans). It must be a Query of its own: PostgreSQL
 // refuses it inside the implicit transaction of a multi-statement Query.
 func (ss *session) keep(conn net.Conn) {
+	// No cancel of this session's may reach the backend once another session runs on it: its client's key
+	// stops finding the session, and the cancels already on their way are delivered first (cancelBackend),
+	// before the reset, which a late one fails (the connection is then closed, not kept).
+	ss.srv.forgetPID(ss)
+	if !ss.cancelGate.TryLock() {
+		ss.logger().Debug("keeping the upstream connection waits for a cancel on its way to it")
+		ss.cancelGate.Lock()
+	}
 	// The session's own application_name, not the kept connection's, goes into its "connection ended" line.
 	app := ss.appName.Load()
 	defer ss.appName.Store(app)

@@ -354,11 +354,22 @@ func (s *Server) register(ss *session) {
 func (s *Server) unregister(ss *session) {
 	s.mu.Lock()
 	delete(s.sessions, ss)
+	s.forgetPIDLocked(ss)
+	s.mu.Unlock()
+	ss.state.endCancels() // a cancel owed and never sent (the session ended first): its clients wait no more
+}
+
+// forgetPID stops routing CancelRequests to ss (its client's key no longer finds it): its backend is given up.
+func (s *Server) forgetPID(ss *session) {
+	s.mu.Lock()
+	s.forgetPIDLocked(ss)
+	s.mu.Unlock()
+}
+
+func (s *Server) forgetPIDLocked(ss *session) {
 	if ss.pid != 0 && s.pids[ss.pid] == ss {
 		delete(s.pids, ss.pid)
 	}
-	s.mu.Unlock()
-	ss.state.endCancels() // a cancel owed and never sent (the session ended first): its clients wait no more
 }
 
 func (s *Server) registerPID(ss *session, pid uint32) {

@@ -69,6 +69,8 @@ type session struct {
 	pid       uint32 // upstream backend PID, set under srv.mu
 	cancelKey []byte // upstream BackendKeyData (PID and secret), for cancelling on client loss
 	clientKey []byte // the BackendKeyData the client got: the PID and the proxy's own secret
+	// cancelGate: each cancel sent to the backend holds it shared; keep takes it for good (cancelBackend).
+	cancelGate sync.RWMutex
 
 	// Event loop (evloop_linux.go). noLoop: the loop could not take this session; it stays on goroutines.
 	noLoop    bool

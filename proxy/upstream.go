@@ -89,7 +89,7 @@ func (s *Server) forwardCancel(body []byte) {
 		s.metrics.protocolError()
 		return
 	}
-	ss, key, host := s.sessionForKey(body[4:])
+	ss, key, _ := s.sessionForKey(body[4:])
 	switch {
 	case ss != nil && ss.pooled != nil:
 		ss.cancelPooled() // to the server connection lent to it now, if any
@@ -112,8 +112,22 @@ func (s *Server) forwardCancel(body []byte) {
 				return
 			}
 		}
-		s.cancelUpstream(key, host)
+		ss.cancelBackend()
 	}
+}
+
+// cancelBackend sends PostgreSQL a cancel for the session-mode session's backend, unless the session has given
+// that backend up for another session to use (keep): a cancel of an ended session, looked up before it ended
+// or still on its way (dialing the server takes a while under load), would stop the next session's statement.
+// Each cancel holds cancelGate shared while it is sent; keep takes it for good, after the cancels on their way
+// are delivered, before the connection's reset.
+func (ss *session) cancelBackend() {
+	if !ss.cancelGate.TryRLock() {
+		ss.logger().Debug("dropped a CancelRequest: the session gave its backend up")
+		return
+	}
+	defer ss.cancelGate.RUnlock()
+	ss.srv.cancelUpstream(ss.cancelKey, ss.host.addr)
 }
 
 // cancelWaitLimit bounds how long a client's cancel connection waits for a cancel deferred behind the proxy's
