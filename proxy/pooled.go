@@ -228,11 +228,9 @@ type pooledState struct {
 	}
 
 	// prefixChars is how many characters the token statement put before the text of the Query being answered
-	// (an error's position is shifted back by it); 0 when none or when they cannot be counted. prefixAt is where
-	// they start in the Query the server read (not 0 only where hidden PREPAREs went after the client's first
-	// statement: pooledsqlprep.go), and prefixOwn how many of them, at their end, are hidden PREPAREs: an error
-	// positioned there (one that failed: its table dropped since) points at nothing the client wrote.
-	prefixChars, prefixAt, prefixOwn atomic.Int64
+	// (an error's position is shifted back by it, and by the hidden PREPAREs in the text: pooledsqlprep.go); 0
+	// when none, negative when they cannot be counted (positions are then left as they are).
+	prefixChars atomic.Int64
 }
 
 // setLent sets the connection lent to the client (mu held).
@@ -1559,6 +1557,8 @@ func (ss *session) injectTokens(typ byte, body []byte) tokenPrefix {
 			pl.prefixChars.Store(int64(utf8.RuneCountInString(ss.queryPrefix)))
 		case isASCII(ss.queryPrefix):
 			pl.prefixChars.Store(int64(len(ss.queryPrefix)))
+		default:
+			pl.prefixChars.Store(-1)
 		}
 		return prefix
 	}
@@ -2208,12 +2208,12 @@ func (ss *session) bufferedMsgs() iter.Seq2[byte, []byte] {
 	}
 }
 
-// shiftPosition moves the position field of an ErrorResponse back by n characters: the proxy put n characters
-// of its own at character at of the client's text. A position before them (the client's first statement, at
-// is not 0) or inside the token statement (their first n-own) is left as it is; one inside the last own of the
-// n (hidden PREPAREs) is dropped: it would point at some unrelated character of the client's text, or past its
-// end.
-func shiftPosition(body []byte, at, n, own int) []byte {
+// shiftPosition moves the position field of an ErrorResponse into the client's text: the server read prefix
+// characters of the proxy's (the token statement) in front of it, and in it the hidden PREPAREs of spans
+// (characters of the text after the prefix, in order). A position inside the token statement is left as it is;
+// one inside a hidden PREPARE is dropped: it would point at some unrelated character of the client's text, or
+// past its end; one in the client's text moves back by the characters of the proxy's before it.
+func shiftPosition(body []byte, prefix int, spans []charSpan) []byte {
 	var out []byte
 	for rest := body; len(rest) > 0 && rest[0] != 0; {
 		f := rest[0]
@@ -2223,13 +2223,21 @@ func shiftPosition(body []byte, at, n, own int) []byte {
 		}
 		if f == fieldPosition {
 			p, err := strconv.Atoi(string(v))
-			switch {
-			case err != nil || p <= at+n-own: // own <= n
+			if err != nil || p <= prefix {
 				return body
-			case p <= at+n:
-				return append(append([]byte(nil), body[:len(body)-len(rest)]...), after...)
 			}
-			out = append(append(append(out, body[:len(body)-len(rest)]...), f), strconv.Itoa(p-n)...)
+			p -= prefix
+			shift := 0
+			for _, s := range spans {
+				if p <= s.at {
+					break
+				}
+				if p <= s.at+s.n { // positions count from 1
+					return append(append([]byte(nil), body[:len(body)-len(rest)]...), after...)
+				}
+				shift += s.n
+			}
+			out = append(append(append(out, body[:len(body)-len(rest)]...), f), strconv.Itoa(p-shift)...)
 			return append(append(out, 0), after...)
 		}
 		rest = after
@@ -2376,7 +2384,9 @@ func (ss *session) relayServer(sc *serverConn, inline bool) bool {
 					pl.stmts.droppedAll() // they deallocate the client's statements, as on a connection of its own
 					pl.unnamedDropped.Store(true)
 				}
-				pl.sqlStmts.completed(body) // pooledsqlprep.go
+				if n := pl.sqlStmts.completed(body); n > 0 { // pooledsqlprep.go
+					pl.hide.Add(int64(n)) // hidden PREPAREs before the client's next statement
+				}
 				pl.stmts.relayedAnswer()
 			case msgParseComplete, msgCloseComplete:
 				if pl.stmts.answered(typ) {
@@ -2389,8 +2399,6 @@ func (ss *session) relayServer(sc *serverConn, inline bool) bool {
 				pl.stmts.ready()
 				pl.sqlStmts.ready()
 				pl.prefixChars.Store(0)
-				pl.prefixAt.Store(0)
-				pl.prefixOwn.Store(0)
 			}
 			if pl.windowOpen.Load() && pl.countWindowAnswer(typ) {
 				// relayed before the token statement went: closeWindow takes it off
@@ -2419,8 +2427,8 @@ func (ss *session) relayServer(sc *serverConn, inline bool) bool {
 			if pl.stmtParsed.Load() {
 				pl.probe.Store(true)
 			}
-			if n := pl.prefixChars.Load(); n > 0 {
-				body = shiftPosition(body, int(pl.prefixAt.Load()), int(n), int(pl.prefixOwn.Load()))
+			if n := pl.prefixChars.Load(); n >= 0 {
+				body = pl.sqlStmts.shiftPosition(body, int(n)) // pooledsqlprep.go
 			}
 			if dropped {
 				pl.unnamedDropped.Store(true) // parsed again before the next Bind or Describe of it (placeUnnamed)

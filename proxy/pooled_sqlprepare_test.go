@@ -12,6 +12,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -86,7 +87,7 @@ var sqlPrepareScript = []struct{ client, sql string }{
 	{"B", "EXECUTE v; DEALLOCATE ALL; PREPARE v AS SELECT 'v'; EXECUTE v"},
 	{"B", "DEALLOCATE v; PREPARE v AS SELECT 'v2'; DEALLOCATE v; PREPARE v AS SELECT 'v'; EXECUTE v"},
 	// In a failed block, after the error made the connection's statements unknown: a Query that first ends the
-	// failed state runs the rest as directly (the hidden PREPARE goes after the ending statement, never in front,
+	// failed state runs the rest as directly (the hidden PREPARE goes right before the EXECUTE, never in front,
 	// where the failed block refused it and the whole Query with it: TestPooledSQLPrepareFuzzOracle seed 1); one
 	// that does not is refused, as directly.
 	{"B", "PREPARE x AS SELECT 'b-x'"},
@@ -99,6 +100,40 @@ var sqlPrepareScript = []struct{ client, sql string }{
 	{"B", "SELECT 1; ROLLBACK; EXECUTE x"},
 	{"B", "ROLLBACK TO SAVEPOINT nosuch; EXECUTE x"},
 	{"B", "END; DEALLOCATE PREPARE x; EXECUTE x"},
+	// A hidden PREPARE goes right before the first statement that uses its name (B's Query in between: the
+	// connection holds none of A's statements then). Before 2026-12-05 it went in front of the whole Query:
+	// analysed before the client's statements, it did not see the table they made again (42P01 where directly
+	// the EXECUTE runs), and when it failed, work that they committed was not done.
+	{"A", "CREATE TABLE sqlprep_oracle_t0 (a int); INSERT INTO sqlprep_oracle_t0 VALUES (1)"},
+	{"A", "PREPARE t0 AS SELECT count(*) FROM sqlprep_oracle_t0"},
+	{"A", "DROP TABLE sqlprep_oracle_t0"},
+	{"B", "SELECT 'b'"},
+	{"A", "CREATE TABLE sqlprep_oracle_t0 (a int); COMMIT; EXECUTE t0"},
+	{"A", "DROP TABLE sqlprep_oracle_t0"},
+	{"B", "SELECT 'b'"},
+	{"A", "CREATE TABLE sqlprep_oracle_t1 (a int); INSERT INTO sqlprep_oracle_t1 VALUES (7); COMMIT; SELECT 'é'; EXECUTE t0; SELECT 2"},
+	{"A", "SELECT a FROM sqlprep_oracle_t1"}, // committed before the EXECUTE that failed
+	{"A", "DROP TABLE sqlprep_oracle_t1"},
+	// Several, each before its first use; a statement prepared twice in a Query's text is prepared once.
+	{"A", "PREPARE m1 AS SELECT 'm1'; PREPARE m2 (int) AS SELECT $1 + 1; PREPARE m3 AS SELECT 'm3-ü'"},
+	{"B", "SELECT 'b'"},
+	{"A", "EXECUTE m1; SELECT 'é'; EXECUTE m2(1); EXECUTE m1; SELECT 2; EXPLAIN (COSTS OFF) EXECUTE m3; EXECUTE m2(2)"},
+	{"B", "SELECT 'b'"},
+	{"A", "SELECT 'ü'; EXECUTE m1; SELECT 1/0; EXECUTE m2(3)"}, // an error between them: the rest does not run
+	{"A", "SELECT 'ü'; EXECUTE m1; EXECUTE m2('z'); EXECUTE m3"},
+	{"A", "SELECT 'ü'; EXECUTE m3; SELECT nosuchcol; EXECUTE m2(4)"},
+	{"A", "SELECT 'ü'; DEALLOCATE m3; EXECUTE m2(4); EXECUTE m3"},
+	// In a failed block, after statements of the Query that end it, and under the modes of a BEGIN before it
+	// (in front of the BEGIN the hidden PREPARE took a snapshot: 25001).
+	{"A", "BEGIN; SELECT 1/0"},
+	{"A", "ROLLBACK; SELECT 'é'; EXECUTE m1; BEGIN; EXECUTE m2(5); COMMIT"},
+	{"A", "BEGIN; SAVEPOINT sp; SELECT 1/0"},
+	{"A", "SELECT 1; EXECUTE m1"},
+	{"A", "ROLLBACK TO SAVEPOINT sp; SELECT 'é'; EXECUTE m2(6); SELECT 1/0"},
+	{"A", "ROLLBACK; BEGIN ISOLATION LEVEL REPEATABLE READ; EXECUTE m1; COMMIT"},
+	{"B", "SELECT 'b'"},
+	{"A", "BEGIN ISOLATION LEVEL SERIALIZABLE; EXECUTE m2(7); SHOW transaction_isolation; COMMIT"},
+	{"A", "DEALLOCATE ALL"},
 }
 
 // The same script direct (two connections) and through the pool (two clients on one server connection) gives
@@ -511,7 +546,7 @@ func TestPooledSQLPrepareErrorsNameTheClientsStatement(t *testing.T) {
 }
 
 // An error's position (P) counts characters of the client's text, also where hidden PREPAREs of text that is
-// not ASCII went in front of it or after its first statement (in a failed block); an error inside a hidden
+// not ASCII went in front of it or among its statements (also after a ROLLBACK in a failed block); an error inside a hidden
 // PREPARE (its table dropped since) points at nothing the client wrote in the Query, and has no position.
 func TestPooledSQLPrepareErrorPositions(t *testing.T) {
 	f := newPooledFenced(t, 1, "")
@@ -540,8 +575,21 @@ func TestPooledSQLPrepareErrorPositions(t *testing.T) {
 	step("BEGIN", "no error (<nil>)", 0)
 	step("SELECT 1/0", "22012", 0)
 	step("ROLLBACK; SELECT nosuchcol; EXECUTE u", "42703", 18) // after ROLLBACK
+	// Hidden PREPAREs in the middle of the text, right before the EXECUTE that needs each, after text that is
+	// not ASCII: a position after them counts without them (in the deparsed text, where the server name
+	// fenceproxy_q<20 hex digits> stands for the client's).
+	server := strings.Repeat("x", 32)
+	chars := func(s string) int32 { return int32(utf8.RuneCountInString(s)) + 1 }
+	step("SELECT 'é'; EXECUTE u; SELECT nosuchcol", "42703", chars("SELECT 'é'; EXECUTE "+server+"; SELECT "))
+	step("SELECT 'é'; SELECT nosuchcol; EXECUTE u", "42703", chars("SELECT 'é'; SELECT "))
+	step("SELECT 'ü'; EXECUTE u; SELECT 'é'; EXECUTE t; SELECT nosuchcol", "42703",
+		chars("SELECT 'ü'; EXECUTE "+server+"; SELECT 'é'; EXECUTE "+server+"; SELECT "))
+	step("BEGIN", "no error (<nil>)", 0)
+	step("SELECT 1/0", "22012", 0)
+	step("ROLLBACK; SELECT 'é'; EXECUTE u; SELECT nosuchcol", "42703", chars("ROLLBACK; SELECT 'é'; EXECUTE "+server+"; SELECT "))
 	fxExec(t, f.d, "DROP TABLE "+table)
 	step("EXECUTE t", "42P01", 0)
+	step("SELECT 'é'; EXECUTE u; EXECUTE t; SELECT nosuchcol", "42P01", 0) // the hidden PREPARE of t fails
 	step("BEGIN", "no error (<nil>)", 0)
 	step("SELECT 1/0", "22012", 0)
 	step("ROLLBACK; EXECUTE t", "42P01", 0)

@@ -234,8 +234,8 @@ func TestPooledParseAfterUnansweredDeallocateAll(t *testing.T) {
 }
 
 // A SQL DEALLOCATE of a protocol-level name on a server connection another client used since (so the proxy
-// cannot know its statement is there: it prepares one in front) drops the name as directly, and the statement
-// stays the other clients' to use.
+// cannot know its statement is there: it prepares one right before the DEALLOCATE) drops the name as directly,
+// also after a ROLLBACK of a failed block in its Query, and the statement stays the other clients' to use.
 func TestPooledSQLDeallocateOfANamedStatementElsewhere(t *testing.T) {
 	f := newPooledFenced(t, 1, "")
 	ctx := ctxT(t)
@@ -264,6 +264,21 @@ func TestPooledSQLDeallocateOfANamedStatementElsewhere(t *testing.T) {
 	}
 	if r := a.ExecPrepared(ctx, "s", nil, nil, nil).Read(); r.Err != nil || len(r.Rows) != 1 || string(r.Rows[0][0]) != "again" {
 		t.Fatalf("a's new statement: %v, %v", r.Rows, r.Err)
+	}
+	// In a failed block, after a ROLLBACK in the same Query: the PREPARE goes right before the DEALLOCATE (in
+	// front of the ROLLBACK it would be refused, 25P02, and the Query with it).
+	if _, err := b.Exec(ctx, "SELECT 1").ReadAll(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Exec(ctx, "BEGIN; SELECT 1/0").ReadAll(); err == nil {
+		t.Fatal("no error")
+	}
+	if _, err := a.Exec(ctx, "ROLLBACK; SELECT 'é'; DEALLOCATE s").ReadAll(); err != nil {
+		t.Fatalf("DEALLOCATE after ROLLBACK: %v", err)
+	}
+	r = a.ExecPrepared(ctx, "s", nil, nil, nil).Read()
+	if !errors.As(r.Err, &pgErr) || pgErr.Code != "26000" {
+		t.Fatalf("a's statement after its DEALLOCATE after ROLLBACK: %v, %v; want 26000", r.Rows, r.Err)
 	}
 }
 

@@ -24,10 +24,12 @@ import (
 //   - EXECUTE n and DEALLOCATE n (also under EXPLAIN and CREATE TABLE AS) use the server name. When the server
 //     connection may not hold that statement (another client used it since, or it was never prepared there), it
 //     is first closed (a protocol Close: no error when absent) and prepared again, from the fenced text kept for
-//     n, before the client's text in the same Query, its answer hidden (pooledState.hide). In a failed block,
-//     which would refuse it there, it goes after the text's first statement when that one ends the failed state
-//     (ROLLBACK, COMMIT, ROLLBACK TO: rewrite.AfterBlockExit), whose answer is relayed first (relayFirst).
-//     DEALLOCATE n drops the server statement on that connection only.
+//     n, in the same Query right before the first of its statements that uses n (rewrite.PutBefore), its answer
+//     hidden (pooledState.hide; pooledSQLStmts.hideAt where client statements come before it). So it runs
+//     after what the Query does before, as the client's own statement would: a failed block ended (in front
+//     of a ROLLBACK it would be refused, 25P02, and the whole Query with it), a table made again, work
+//     committed that a failed PREPARE must not undo. DEALLOCATE n drops the server statement on that
+//     connection only.
 //   - A name the client has not prepared is left as it is, after a Close of it on the server connection: whatever
 //     another client left there under that name (PREPARE in a function the proxy does not see) is gone, and the
 //     server says 26000 naming it, as on a connection of one's own. A pinned client's connection is its own:
@@ -80,10 +82,23 @@ type pooledSQLStmts struct {
 	// closedAs is the first name of the proxy's own that the Query being answered uses and the client never
 	// prepared, sent as closedStmtName: the server's 26000 names the first of them, which namesOut puts back.
 	closedAs string
+	// hideAt are the hidden PREPAREs that go right before a statement of the Query being answered other than
+	// its first, in the order of the statements: the answers to hide after the client's statement before
+	// (completed). spans are where all of its hidden PREPAREs are in the Query's text after the token
+	// statement (characters), for the positions of errors (shiftPosition).
+	hideAt []hiddenAt
+	spans  []charSpan
 }
 
-// completed applies a CommandComplete (body: the tag) of the client's.
-func (q *pooledSQLStmts) completed(tag []byte) {
+// hiddenAt is n hidden statements right before the statement of index stmt of a Query's text.
+type hiddenAt struct{ stmt, n int }
+
+// charSpan is n characters of a text from character at (0-based).
+type charSpan struct{ at, n int }
+
+// completed applies a CommandComplete (body: the tag) of the client's, and returns how many hidden statements
+// the server answers next (hideAt), before the client's next statement.
+func (q *pooledSQLStmts) completed(tag []byte) (hide int) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if t := string(tag); t == "DISCARD ALL\x00" || t == "DEALLOCATE ALL\x00" {
@@ -106,6 +121,11 @@ func (q *pooledSQLStmts) completed(tag []byte) {
 		q.byName[p.name] = p.def
 	}
 	q.done++
+	if len(q.hideAt) > 0 && q.hideAt[0].stmt == q.done {
+		hide = q.hideAt[0].n
+		q.hideAt = q.hideAt[1:]
+	}
+	return hide
 }
 
 // failed drops the changes of the statements an ErrorResponse kept from running, and returns the protocol-level
@@ -119,15 +139,27 @@ func (q *pooledSQLStmts) failed() []closedStmt {
 			reopen = append(reopen, *p.reopen)
 		}
 	}
-	q.pending, q.doubt = nil, true
+	q.pending, q.hideAt, q.doubt = nil, nil, true // the server skips the rest of the Query, hidden PREPAREs too
 	return reopen
 }
 
 // ready ends the answer to a Query (or a batch).
 func (q *pooledSQLStmts) ready() {
 	q.mu.Lock()
-	q.pending, q.done, q.closedAs = nil, 0, ""
+	q.pending, q.done, q.closedAs, q.hideAt, q.spans = nil, 0, "", nil, nil
 	q.mu.Unlock()
+}
+
+// shiftPosition is an error (body) with its position moved into the client's text (shiftPosition), past the
+// prefix characters of the token statement and the hidden PREPAREs of the Query being answered.
+func (q *pooledSQLStmts) shiftPosition(body []byte, prefix int) []byte {
+	q.mu.Lock()
+	spans := q.spans
+	q.mu.Unlock()
+	if prefix == 0 && len(spans) == 0 {
+		return body
+	}
+	return shiftPosition(body, prefix, spans)
 }
 
 // preparedNameMessages are the server's messages that name a prepared statement (a prefix and a suffix around
@@ -237,7 +269,8 @@ func sqlStmtName(name, body string) string {
 }
 
 // querySQLPrepared forwards a client's Query that may use SQL-level prepared statements (pl.mu held): fenced by
-// the core into a scratch buffer, its names mapped, with the Closes and hidden PREPAREs it needs in front.
+// the core into a scratch buffer, its names mapped, with the Closes it needs in front and the hidden PREPAREs
+// among its statements.
 func (ss *session) querySQLPrepared(body []byte, p Planner) error {
 	pl := ss.pooled
 	sc := pl.sc
@@ -268,52 +301,25 @@ func (ss *session) querySQLPrepared(body []byte, p Planner) error {
 		return fmt.Errorf("fenced Query: unexpected message")
 	}
 	text := msg[headerLen : len(msg)-1]
-	m, ok := ss.mapSQLPrepared(text)
+	// Positions count characters after the token statement: a prefix that cannot be counted (prefixChars
+	// negative) leaves them as they are.
+	m, ok := ss.mapSQLPrepared(text, pl.prefixChars.Load() >= 0)
 	if !ok {
 		writeQueryMsg(sc.w, prefix, msg[headerLen:], "")
 		return nil
 	}
-	// In a failed block the PREPAREs cannot go in front (refused, 25P02, and the client's text with them). A text
-	// that starts with a statement that ends the failed state gets them after that statement, whose one answer
-	// (a CommandComplete) is relayed first; one that does not is refused as the client's own would be.
-	after, at := "", 0
-	if len(m.front) > 0 && m.failed && prefix == "" && pl.hide.Load() == 0 && pl.relayFirst.Load() == 0 {
-		if t, i, ok := rewrite.AfterBlockExit(m.text, m.front); ok {
-			after, at = t, i
-		}
-	}
 	// The CloseCompletes come first: while statements in front are hidden (the token statement, the PREPAREs) they
 	// are hidden with them, as the token statement's ParseComplete; else the queue of answers to hide says they are the proxy's.
-	queued := pl.hide.Load() == 0 && (len(m.front) == 0 || after != "")
+	// Counted before anything is written: a full buffer may send the Closes.
+	queued := pl.hide.Load() == 0 && m.front == 0
+	pl.hide.Add(int64(m.front))
 	for _, name := range m.closes {
 		writeMsg(sc.w, msgClose, append(append([]byte{'S'}, name...), 0), "")
 		if queued {
 			pl.stmts.sent(msgCloseComplete, true)
 		}
 	}
-	if after != "" {
-		pl.relayFirst.Store(1) // first: the server side must not take the first answer for a hidden one
-		pl.hide.Add(int64(len(m.front)))
-		// Positions count characters, and a PREPARE may hold some that are not ASCII (sqlReadable: UTF-8 then).
-		n := int64(utf8.RuneCountInString(after) - utf8.RuneCountInString(m.text))
-		pl.prefixAt.Store(int64(utf8.RuneCountInString(after[:at])))
-		pl.prefixOwn.Store(n)
-		pl.prefixChars.Store(n)
-		writeQueryMsg(sc.w, "", nil, after)
-		return nil
-	}
-	front := ""
-	if len(m.front) > 0 {
-		front = strings.Join(m.front, "; ") + "; "
-		pl.hide.Add(int64(len(m.front)))
-		if n := pl.prefixChars.Load(); n > 0 || prefix == "" {
-			// Characters, not bytes: a PREPARE may hold some that are not ASCII (sqlReadable: UTF-8 then).
-			own := int64(utf8.RuneCountInString(front))
-			pl.prefixOwn.Store(own)
-			pl.prefixChars.Store(n + own)
-		}
-	}
-	writeQueryMsg(sc.w, prefix+front, nil, m.text)
+	writeQueryMsg(sc.w, prefix, nil, m.text)
 	return nil
 }
 
@@ -377,18 +383,19 @@ func (ss *session) parseSQLPrepared(msg []byte) []byte {
 	return b.Bytes()
 }
 
-// sqlMapping is a Query text with the client's statement names mapped: the Closes that go before it, the
-// hidden PREPAREs that go in front of it.
+// sqlMapping is a Query text with the client's statement names mapped and its hidden PREPAREs put in, and the
+// Closes that go before it.
 type sqlMapping struct {
 	text   string
 	closes []string
-	front  []string
-	failed bool // mapped in a failed block
+	front  int // hidden PREPAREs in front of the text's first statement
 }
 
-// mapSQLPrepared maps the statement names of a fenced Query text (pl.mu held) and records what the server's
-// answers will make of the client's names; false when the text uses none or cannot be read exactly.
-func (ss *session) mapSQLPrepared(text []byte) (sqlMapping, bool) {
+// mapSQLPrepared maps the statement names of a fenced Query text (pl.mu held), puts in the hidden PREPAREs it
+// needs, and records what the server's answers will make of the client's names and which answers are hidden;
+// spans: where the hidden PREPAREs are is recorded for the positions of errors. False when the text uses no
+// names or cannot be read exactly.
+func (ss *session) mapSQLPrepared(text []byte, spans bool) (sqlMapping, bool) {
 	pl := ss.pooled
 	sc := pl.sc
 	if !ss.sqlReadable(text) {
@@ -433,18 +440,23 @@ func (ss *session) mapSQLPrepared(text []byte) (sqlMapping, bool) {
 		}
 	}
 	present := func(h string) bool { return sc.sqlStmts[h] }
+	// hidden are the PREPAREs the text needs, each right before the first statement that uses its statement,
+	// in the order of the statements.
+	var hidden []rewrite.Put
 	// used are the server names the text names so far: where one is named again, the text's own statements before
 	// decide what the connection holds under it then, and a Close in front of the Query would undo them.
 	used := map[string]bool{}
-	ensure := func(d sqlStmt) { // a statement of the client's, prepared in front when the connection may not hold it
+	// ensure: a statement of the client's that statement stmt uses, prepared right before it when the
+	// connection may not hold it.
+	ensure := func(stmt int, d sqlStmt) {
 		used[d.server] = true
 		if !present(d.server) {
 			closeFirst(d.server)
-			m.front = append(m.front, d.prepare)
+			hidden = append(hidden, rewrite.Put{Before: stmt, SQL: d.prepare})
 			sc.sqlStmts[d.server] = true
 		}
 	}
-	m.failed = byte(ss.state.txStatus.Load()) == txFailed
+	failed := byte(ss.state.txStatus.Load()) == txFailed
 	renamed := make([]string, len(refs))
 	closedAs := ""
 	var pend []sqlPending
@@ -459,22 +471,21 @@ func (ss *session) mapSQLPrepared(text []byte) (sqlMapping, bool) {
 			d, ok := lookup(r.Name)
 			// A DEALLOCATE that starts its Query in a failed block is refused (25P02) and the name stays: it is
 			// left as it is. One after a statement of the Query that may end the failed state (ROLLBACK, COMMIT,
-			// ROLLBACK TO) is mapped, with no PREPARE in front (which the failed block would refuse, and the
-			// whole Query with it).
-			if !ok && r.Kind == rewrite.DeallocateName && !allGone && (r.Stmt > 0 || !m.failed) {
-				if server, prepare, was := ss.deallocateNamed(r.Name, m.failed); server != "" { // pooledstmts.go
+			// ROLLBACK TO) is mapped.
+			if !ok && r.Kind == rewrite.DeallocateName && !allGone && (r.Stmt > 0 || !failed) {
+				if server, prepare, was := ss.deallocateNamed(r.Name); server != "" { // pooledstmts.go
 					pend = append(pend, sqlPending{stmt: r.Stmt, reopen: &closedStmt{name: r.Name, stmt: was, prepared: true}})
 					renamed[i] = server
 					if prepare != "" {
 						closeFirst(server)
-						m.front = append(m.front, prepare)
+						hidden = append(hidden, rewrite.Put{Before: r.Stmt, SQL: prepare})
 					}
 					continue
 				}
 			}
 			switch {
 			case ok:
-				ensure(d)
+				ensure(r.Stmt, d)
 				renamed[i] = d.server
 				if r.Kind == rewrite.DeallocateName {
 					names[r.Name] = nil
@@ -496,7 +507,7 @@ func (ss *session) mapSQLPrepared(text []byte) (sqlMapping, bool) {
 		case rewrite.PrepareName:
 			if d, ok := lookup(r.Name); ok {
 				// PostgreSQL refuses a name in use (42P05): the server says so, to the statement that holds it.
-				ensure(d)
+				ensure(r.Stmt, d)
 				renamed[i] = d.server
 				continue
 			}
@@ -524,7 +535,33 @@ func (ss *session) mapSQLPrepared(text []byte) (sqlMapping, bool) {
 	for i, k := range newDefs {
 		pend[k].def = sqlStmt{server: renamed[i], prepare: prepares[i]}
 	}
+	var at []rewrite.Span
+	if len(hidden) > 0 {
+		if out, at, err = rewrite.PutBefore(out, hidden); err != nil {
+			clear(sc.sqlStmts)
+			return sqlMapping{}, false
+		}
+	}
+	var hideAt []hiddenAt
+	for _, h := range hidden {
+		switch {
+		case h.Before == 0:
+			m.front++ // hidden from the start (querySQLPrepared)
+		case len(hideAt) > 0 && hideAt[len(hideAt)-1].stmt == h.Before:
+			hideAt[len(hideAt)-1].n++
+		default:
+			hideAt = append(hideAt, hiddenAt{stmt: h.Before, n: 1})
+		}
+	}
+	// Characters, not bytes: a PREPARE may hold some that are not ASCII (sqlReadable: UTF-8 then).
+	var cs []charSpan
+	for _, a := range at {
+		cs = append(cs, charSpan{at: utf8.RuneCountInString(out[:a.At]), n: utf8.RuneCountInString(out[a.At : a.At+a.Len])})
+	}
+	if !spans {
+		cs = nil
+	}
 	m.text = out
-	q.pending, q.done, q.closedAs = pend, 0, closedAs
+	q.pending, q.done, q.closedAs, q.hideAt, q.spans = pend, 0, closedAs, hideAt, cs
 	return m, true
 }

@@ -727,25 +727,20 @@ func (ss *session) serverStmt(name []byte) string {
 // deallocateNamed maps an SQL DEALLOCATE of the client's protocol-level statement name (psycopg 3 with libpq
 // before 17 evicts its statements so) to the statement's server name on the lent connection (pl.mu held), and
 // forgets the name, as a Close of it does. The connection must then hold a statement of that name: when it may
-// not (serverConn.stmtsFresh), prepare is a PREPARE of it to go in front, its text nothing (the DEALLOCATE drops
-// it at once; if an error skips the DEALLOCATE, the connection's statement of that name is prepared again before
+// not (serverConn.stmtsFresh), prepare is a PREPARE of it to go right before the DEALLOCATE, its text nothing
+// (the DEALLOCATE drops it at once; if an error skips the DEALLOCATE, the connection's statement of that name is prepared again before
 // its next use, as it no longer counts). "" for a name PostgreSQL would not hold: the server then says 26000.
 // was is the name's statement: a DEALLOCATE that an error of its Query keeps from running gives it back
-// (pooledSQLStmts.failed, reopen). noFront (a failed block, which a PREPARE in front would fail): mapped only
-// where the proxy prepared the statement on this connection (serverConn.stmts), with no PREPARE; ""
-// otherwise.
-func (ss *session) deallocateNamed(name string, noFront bool) (server, prepare string, was clientStmt) {
+// (pooledSQLStmts.failed, reopen). Right before it the PREPARE runs where the DEALLOCATE would, also after a
+// statement of the Query that ends a failed block (a PREPARE in front of that one would be refused, 25P02).
+func (ss *session) deallocateNamed(name string) (server, prepare string, was clientStmt) {
 	pl := ss.pooled
 	cs, ok := pl.stmts.byName[name]
 	if !ok || !pl.stmts.holds(name) {
 		return "", "", clientStmt{}
 	}
 	sc := pl.sc
-	switch {
-	case sc.stmtsFresh[cs.server]:
-	case noFront && !sc.stmts[cs.server]:
-		return "", "", clientStmt{}
-	case !noFront:
+	if !sc.stmtsFresh[cs.server] {
 		prepare = "PREPARE " + cs.server + " AS SELECT"
 	}
 	delete(pl.stmts.byName, name)

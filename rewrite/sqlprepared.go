@@ -126,42 +126,72 @@ func RenamePrepared(sql string, names []string) (out string, prepares []string, 
 	return out, prepares, nil
 }
 
-// AfterBlockExit is sql with front (statements, each a text of one) put after its first statement, deparsed,
-// when that statement is one a failed transaction block lets run (COMMIT, ROLLBACK, ROLLBACK TO, PREPARE
-// TRANSACTION: each ends the failed state) and others follow it; false otherwise. In a failed block statements
-// in front of it would be refused (25P02), and the whole text with them, where the client's own text runs. at
-// is the byte offset in out where front starts: an error's position before it is in the client's text, one
-// inside it in none of the client's.
-func AfterBlockExit(sql string, front []string) (out string, at int, ok bool) {
+// Put is a statement (a text of one) to go right before statement Before of a text (its index among the
+// text's statements).
+type Put struct {
+	Before int
+	SQL    string
+}
+
+// Span is a stretch of a text: Len bytes from byte At.
+type Span struct{ At, Len int }
+
+// PutBefore is sql with each statement of put inserted right before the statement of sql it names (several
+// before one statement in the order given), deparsed, and the spans of out the inserted statements take (one
+// for those before each statement, with the separator after them), in order: out with the spans taken off is
+// sql deparsed. A statement
+// that goes in front of the one that first needs it, not in front of the whole text, runs after what the text
+// does before (a table made again, work committed, a failed block ended), as the client's own would.
+func PutBefore(sql string, put []Put) (out string, spans []Span, err error) {
 	tree, err := pg.Parse(sql)
-	if err != nil || len(tree.Stmts) < 2 {
-		return "", 0, false
-	}
-	ts := tree.Stmts[0].GetStmt().GetTransactionStmt()
-	if ts == nil {
-		return "", 0, false
-	}
-	switch ts.Kind {
-	case pg.TransactionStmtKind_TRANS_STMT_COMMIT, pg.TransactionStmtKind_TRANS_STMT_ROLLBACK,
-		pg.TransactionStmtKind_TRANS_STMT_ROLLBACK_TO, pg.TransactionStmtKind_TRANS_STMT_PREPARE:
-	default:
-		return "", 0, false
-	}
-	first, err := deparse(&pg.ParseResult{Version: tree.Version, Stmts: tree.Stmts[:1]})
 	if err != nil {
-		return "", 0, false
+		return "", nil, fmt.Errorf("put before: %w", err)
 	}
-	stmts := []*pg.RawStmt{tree.Stmts[0]}
-	for _, f := range front {
-		ft, err := pg.Parse(f)
-		if err != nil || len(ft.Stmts) != 1 {
-			return "", 0, false
+	before := make([][]*pg.RawStmt, len(tree.Stmts))
+	for _, p := range put {
+		if p.Before < 0 || p.Before >= len(tree.Stmts) {
+			return "", nil, fmt.Errorf("put before: no statement %d of %d", p.Before, len(tree.Stmts))
 		}
-		stmts = append(stmts, ft.Stmts[0])
+		pt, err := pg.Parse(p.SQL)
+		if err != nil || len(pt.Stmts) != 1 {
+			return "", nil, fmt.Errorf("put before: not one statement: %q", p.SQL)
+		}
+		before[p.Before] = append(before[p.Before], pt.Stmts[0])
 	}
-	tree.Stmts = append(stmts, tree.Stmts[1:]...)
-	if out, err = deparse(tree); err != nil || !strings.HasPrefix(out, first+"; ") {
-		return "", 0, false
+	// Each statement deparsed alone, and the text whole: the whole must be the parts joined by "; " (as the
+	// deparser joins them), or the spans would not be where the inserted statements are.
+	var stmts []*pg.RawStmt
+	var b strings.Builder
+	part := func(s *pg.RawStmt) error {
+		one, err := deparse(&pg.ParseResult{Version: tree.Version, Stmts: []*pg.RawStmt{s}})
+		if err != nil {
+			return fmt.Errorf("put before: deparse: %w", err)
+		}
+		b.WriteString(one)
+		stmts = append(stmts, s)
+		return nil
 	}
-	return out, len(first) + 2, true
+	for i, raw := range tree.Stmts {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		if len(before[i]) > 0 {
+			at := b.Len()
+			for _, s := range before[i] {
+				if err := part(s); err != nil {
+					return "", nil, err
+				}
+				b.WriteString("; ")
+			}
+			spans = append(spans, Span{At: at, Len: b.Len() - at})
+		}
+		if err := part(raw); err != nil {
+			return "", nil, err
+		}
+	}
+	tree.Stmts = stmts
+	if out, err = deparse(tree); err != nil || out != b.String() {
+		return "", nil, fmt.Errorf("put before: the deparsed text is not its statements joined (%v)", err)
+	}
+	return out, spans, nil
 }

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	pg "github.com/pganalyze/pg_query_go/v6"
 )
 
 // The names of PREPARE, EXECUTE (also under EXPLAIN and CREATE TABLE AS) and DEALLOCATE are found in order, with
@@ -39,25 +41,58 @@ func TestPreparedRefsAndRename(t *testing.T) {
 	}
 }
 
-// The statements a failed block would refuse in front of a text go after its first statement when that one
-// ends the failed state, and only then.
-func TestAfterBlockExit(t *testing.T) {
-	front := []string{"PREPARE q1 AS SELECT 'a;b'", "PREPARE q2(int) AS SELECT $1"}
-	for _, c := range []struct{ sql, want string }{
-		{"ROLLBACK; EXECUTE q1", "ROLLBACK; PREPARE q1 AS SELECT 'a;b'; PREPARE q2(int) AS SELECT $1; EXECUTE q1"},
-		{`ROLLBACK TO SAVEPOINT "s;p"; EXECUTE q2(1)`, `ROLLBACK TO SAVEPOINT "s;p"; PREPARE q1 AS SELECT 'a;b'; PREPARE q2(int) AS SELECT $1; EXECUTE q2(1)`},
-		{"COMMIT; EXECUTE q1", "COMMIT; PREPARE q1 AS SELECT 'a;b'; PREPARE q2(int) AS SELECT $1; EXECUTE q1"},
-		{"ROLLBACK", ""},
-		{"BEGIN; EXECUTE q1", ""},
-		{"SELECT 1; ROLLBACK; EXECUTE q1", ""},
-		{"SAVEPOINT s; EXECUTE q1", ""},
+// Statements put before a text's statements go right before the ones named, the rest of the text as deparsed;
+// the spans are where they went, so that the text with them taken off is the text deparsed.
+func TestPutBefore(t *testing.T) {
+	q1, q2 := "PREPARE q1 AS SELECT 'a;b'", "PREPARE q2(int) AS SELECT $1 || 'é'"
+	for _, c := range []struct {
+		sql  string
+		put  []Put
+		want string
+	}{
+		{"EXECUTE q1", []Put{{0, q1}}, "PREPARE q1 AS SELECT 'a;b'; EXECUTE q1"},
+		{"ROLLBACK; EXECUTE q1", []Put{{1, q1}, {1, q2}}, "ROLLBACK; PREPARE q1 AS SELECT 'a;b'; PREPARE q2(int) AS SELECT $1 || 'é'; EXECUTE q1"},
+		{`ROLLBACK TO SAVEPOINT "s;p"; EXECUTE q2(1)`, []Put{{1, q2}}, `ROLLBACK TO SAVEPOINT "s;p"; PREPARE q2(int) AS SELECT $1 || 'é'; EXECUTE q2(1)`},
+		{"create table t0 (a int); commit; execute q1; select 'ü'; explain execute q2(2)", []Put{{2, q1}, {4, q2}},
+			"CREATE TABLE t0 (a int); COMMIT; PREPARE q1 AS SELECT 'a;b'; EXECUTE q1; SELECT 'ü'; PREPARE q2(int) AS SELECT $1 || 'é'; EXPLAIN EXECUTE q2(2)"},
+		{"SELECT 1; EXECUTE q1", []Put{{0, q1}}, "PREPARE q1 AS SELECT 'a;b'; SELECT 1; EXECUTE q1"},
+		{"SELECT 1", nil, "SELECT 1"},
 	} {
-		got, at, ok := AfterBlockExit(c.sql, front)
-		if ok != (c.want != "") || got != c.want {
-			t.Errorf("%s:\n got  %q %v\n want %q", c.sql, got, ok, c.want)
+		got, spans, err := PutBefore(c.sql, c.put)
+		if err != nil || got != c.want {
+			t.Errorf("%s:\n got  %q %v\n want %q", c.sql, got, err, c.want)
+			continue
 		}
-		if ok && !strings.HasPrefix(got[at:], front[0]+"; ") {
-			t.Errorf("%s: at %d is not where the first PREPARE starts in %q", c.sql, at, got)
+		tree, err := pg.Parse(c.sql)
+		if err != nil {
+			t.Fatal(err)
+		}
+		plain, _ := deparse(tree)
+		var rest strings.Builder
+		from := 0
+		var held []string
+		for _, s := range spans {
+			rest.WriteString(got[from:s.At])
+			held = append(held, got[s.At:s.At+s.Len])
+			from = s.At + s.Len
+		}
+		rest.WriteString(got[from:])
+		// Where the puts go, grouped by the statement they go before, each group followed by its separator.
+		var want []string
+		for k, p := range c.put {
+			if k > 0 && c.put[k-1].Before == p.Before {
+				want[len(want)-1] += p.SQL + "; "
+			} else {
+				want = append(want, p.SQL+"; ")
+			}
+		}
+		if rest.String() != plain || fmt.Sprint(held) != fmt.Sprint(want) {
+			t.Errorf("%s: spans %v hold %q, want %q; the rest %q, want %q", c.sql, spans, held, want, rest.String(), plain)
+		}
+	}
+	for _, bad := range [][]Put{{{2, q1}}, {{-1, q1}}, {{0, "SELECT 1; SELECT 2"}}, {{0, "SELEC 1"}}} {
+		if _, _, err := PutBefore("SELECT 1; SELECT 2", bad); err == nil {
+			t.Errorf("%v: no error", bad)
 		}
 	}
 }
