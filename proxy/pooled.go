@@ -2358,6 +2358,16 @@ func (ss *session) relayServer(sc *serverConn, inline bool) bool {
 			continue
 		}
 		hiding := pl.hide.Load() > 0 && pl.relayFirst.Load() == 0
+		if typ == msgNoticeResponse && !hiding && pl.stmts.ownParseRuns() {
+			// The proxy's Parse of the client's statement again, hidden, sent it: the client had it at its own
+			// Parse (pooledstmts.go).
+			if _, err = r.body(); err != nil {
+				ss.lendFailed(sc, err)
+				return true
+			}
+			r.release()
+			continue
+		}
 		var body []byte
 		if hiding || typ == msgCommandComplete || typ == msgParseComplete || typ == msgCloseComplete || ss.serverNeedsBody(typ) {
 			if body, err = r.body(); err != nil {

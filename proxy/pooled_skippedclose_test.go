@@ -1,6 +1,7 @@
 package proxy_test
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -140,6 +141,84 @@ func TestPooledSkippedCloseOfASharedStatement(t *testing.T) {
 	d := exchangeAll(directPgConn(t), directPgConn(t), 700*time.Millisecond)
 	f := newPooledFenced(t, 1, "")
 	p := exchangeAll(pooledPgConn(t, f, ""), pooledPgConn(t, f, ""), 300*time.Millisecond)
+	if d != p {
+		t.Fatalf("answers differ\n direct: %s\n pooled: %s", d, p)
+	}
+}
+
+// A notice the server sends while the proxy prepares a client's statement again, hidden, on the connection
+// another client used (22P06 for a backslash in a string under standard_conforming_strings off) is the proxy's
+// Parse's, not the client's: directly the client gets it once, at its own Parse, and none at its Bind. Until
+// 2026-12-05 it reached the client at its Bind too (the settings fuzzer, seeds 8 and 9 with SETFUZZ_N=400). The
+// notices of the client's own messages after the hidden Parse (its Execute's) and the hidden Parse's errors
+// still reach the client, as directly.
+func TestPooledHiddenParseNoticeNotTheClients(t *testing.T) {
+	f := newPooledFenced(t, 1, "")
+	fxExec(t, f.d, "CREATE OR REPLACE FUNCTION public.sk_notice() RETURNS int LANGUAGE plpgsql AS $$ BEGIN RAISE NOTICE 'from the execute'; RETURN 1; END $$")
+	fxExec(t, f.d, "DROP TABLE IF EXISTS public.sk_gone")
+	fxExec(t, f.d, "CREATE TABLE public.sk_gone (a int)")
+	t.Cleanup(func() {
+		f.d.Exec(context.Background(), "DROP FUNCTION IF EXISTS public.sk_notice()")
+		f.d.Exec(context.Background(), "DROP TABLE IF EXISTS public.sk_gone")
+	})
+	parse := func(name, text string) *pgproto3.Parse { return &pgproto3.Parse{Name: name, Query: text} }
+	run := func(name string) []pgproto3.FrontendMessage {
+		return []pgproto3.FrontendMessage{&pgproto3.Bind{PreparedStatement: name}, &pgproto3.Execute{}, &pgproto3.Sync{}}
+	}
+	sync := &pgproto3.Sync{}
+	const text = `SELECT 'a\\b' AS v, public.sk_notice() AS n`
+	type step struct {
+		b    bool // the second client's
+		msgs []pgproto3.FrontendMessage
+	}
+	other := step{true, []pgproto3.FrontendMessage{&pgproto3.Query{String: "SELECT 1"}}}
+	steps := []step{
+		{false, []pgproto3.FrontendMessage{&pgproto3.Query{String: "SET standard_conforming_strings = off"}}},
+		{false, []pgproto3.FrontendMessage{parse("hn", text), sync}}, other, {false, run("hn")},
+		{false, []pgproto3.FrontendMessage{parse("", text), sync}}, other, {false, run("")},
+		other, {false, append([]pgproto3.FrontendMessage{parse("hn2", text+" , 2 AS two"), &pgproto3.Bind{PreparedStatement: "hn"}, &pgproto3.Execute{}}, run("hn2")...)},
+		{false, []pgproto3.FrontendMessage{parse("hg", "SELECT a FROM public.sk_gone"), sync}}, other,
+		{true, []pgproto3.FrontendMessage{&pgproto3.Query{String: "DROP TABLE public.sk_gone"}}}, {false, run("hg")},
+	}
+	short := func(m pgproto3.BackendMessage) string {
+		if n, ok := m.(*pgproto3.NoticeResponse); ok {
+			return "N" + n.Code
+		}
+		return wireShort(m)
+	}
+	exchangeAll := func(a, b *pgconn.PgConn, quiet time.Duration) string {
+		var out [][]string
+		for _, s := range steps {
+			pc := a
+			if s.b {
+				pc = b
+			}
+			fe := pc.Frontend()
+			for _, m := range s.msgs {
+				fe.Send(m)
+			}
+			if err := fe.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for {
+				pc.Conn().SetReadDeadline(time.Now().Add(quiet))
+				m, err := fe.Receive()
+				if err != nil {
+					break
+				}
+				if s := short(m); s != "" {
+					got = append(got, s)
+				}
+			}
+			pc.Conn().SetReadDeadline(time.Time{})
+			out = append(out, got)
+		}
+		return fmt.Sprint(out)
+	}
+	d := exchangeAll(directPgConn(t), directPgConn(t), 700*time.Millisecond)
+	fxExec(t, f.d, "CREATE TABLE public.sk_gone (a int)")
+	p := exchangeAll(pooledPgConn(t, f, ""), pooledPgConn(t, f, ""), 700*time.Millisecond)
 	if d != p {
 		t.Fatalf("answers differ\n direct: %s\n pooled: %s", d, p)
 	}

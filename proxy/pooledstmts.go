@@ -28,6 +28,7 @@ import (
 //     order it received them, so a queue per kind says which answer is the proxy's; an error makes the server skip
 //     the rest of the batch, and the queued entries of that batch are dropped. A client's Close or Parse of N
 //     among them never ran: N holds again what it held before them (failed, fixAfterFailedBatch).
+//   - A notice the server sends while it runs the proxy's own Parse is not relayed (ownParseRuns).
 //
 // The unnamed statement is the client's too, as on a connection of its own: pgx's describe_exec mode sends Parse
 // and Describe, then after Sync Bind and Execute, and the two may run on different server connections, or on
@@ -129,6 +130,10 @@ type answerHide struct {
 	// was is, for a client's Parse that gave its name a statement (parseNamed), what the name held before: a
 	// Parse the server skips gives it back (failed).
 	was *closedStmt
+	// at is, for the proxy's Parse of a client's statement again (hide), the answers the unit's client messages
+	// before it get when they succeed (sentAnswers; < 0: not known): with that many relayed, the server runs
+	// that Parse, and a notice it sends then is the proxy's (ownParseRuns).
+	at int
 	// thenClosed is, for a client's Parse of a name, the client's Close of that name sent before the Parse was
 	// answered: a ParseComplete then prepares nothing that stays (the Close drops it), unless the server skips
 	// the Close, which then leaves the name prepared (thenClosed.prepared).
@@ -262,7 +267,7 @@ func (q *pooledStmts) sentServerParse(hide bool, name, server string, sc *server
 		return false
 	}
 	q.serverSeq++
-	q.parses = append(q.parses, answerHide{hide: hide, unit: q.unitsSent, name: name, server: server, sc: sc, seq: q.serverSeq, was: was})
+	q.parses = append(q.parses, answerHide{hide: hide, unit: q.unitsSent, name: name, server: server, sc: sc, seq: q.serverSeq, was: was, at: q.sentAnswers})
 	return true
 }
 
@@ -336,7 +341,7 @@ func (q *pooledStmts) sentUnnamed(answer byte, undo unnamedUndo) {
 		return
 	}
 	undo.at = q.sentAnswers
-	e := answerHide{hide: undo.own, unit: q.unitsSent, undo: &undo}
+	e := answerHide{hide: undo.own, unit: q.unitsSent, undo: &undo, at: undo.at}
 	if answer == msgParseComplete {
 		q.parses = append(q.parses, e)
 	} else {
@@ -433,6 +438,22 @@ func (q *pooledStmts) answered(answer byte) bool {
 		e.thenClosed.prepared = true // prepared until the Close runs, and after it if the server skips it
 	}
 	return e.hide
+}
+
+// ownParseRuns reports, for a NoticeResponse (server side), whether the server sends it while it runs the
+// proxy's own Parse of a client's statement again (serverStmt, placeUnnamed): the next Parse it answers is that
+// one, of the unit it answers now, and every answer of the client's messages sent before it in the unit has
+// been relayed (only the proxy's Close of the statement, which sends no notice, may come between). Such a notice
+// (22P06 for a backslash in a string under standard_conforming_strings off) is not the client's: directly it got
+// it once, at its own Parse. An error of that Parse still is the client's (its Bind or Describe fails).
+func (q *pooledStmts) ownParseRuns() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.parses) == 0 || q.failedUnit {
+		return false
+	}
+	e := q.parses[0]
+	return e.hide && e.unit == q.unitsDone && e.at >= 0 && e.at == q.relayedAnswers
 }
 
 // holds reports whether PostgreSQL would hold the client's statement name when a message sent now reaches it:
