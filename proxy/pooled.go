@@ -1979,8 +1979,10 @@ func (pl *pooledState) unnamedChange(parse bool) unnamedUndo {
 // The client's unnamed statement becomes the verdict's, unless the client changed it since; the lent
 // connection holds it (here) only while the epoch it was judged in goes on. The server statements whose Parse
 // did not run are no longer counted prepared on the lent connection; on one the lend gave back, the probe at
-// its end has read them again (stmtParsed). A named statement whose Close did not run is the client's again,
-// unless the client parsed that name since.
+// its end has read them again (stmtParsed). A named statement whose Close or Parse did not run is what it was
+// before them, the last sent undone first (a Close then a Parse of the name: the Parse's statement goes, the
+// Close's comes back), unless the client changed the name since: a Close is undone only where the name holds
+// nothing, a Parse only where the name still holds its statement.
 func (ss *session) fixAfterFailedBatch() {
 	pl := ss.pooled
 	unplaced, reopened := pl.stmts.takeSkipped()
@@ -1991,7 +1993,19 @@ func (ss *session) fixAfterFailedBatch() {
 		}
 	}
 	for _, c := range reopened {
-		if _, again := pl.stmts.byName[c.name]; !again && c.stmt.server != "" { // a name it had: byName is made
+		cur, held := pl.stmts.byName[c.name]
+		switch {
+		case c.parsed != "":
+			if !held || cur.server != c.parsed {
+				continue
+			}
+			if c.stmt.server == "" {
+				delete(pl.stmts.byName, c.name)
+			} else {
+				pl.stmts.byName[c.name] = c.stmt
+			}
+			pl.stmts.unprepare(c.name) // it held no statement PostgreSQL would bind (parseNamed)
+		case !held && c.stmt.server != "": // a name it had: byName is made
 			pl.stmts.byName[c.name] = c.stmt
 			if c.prepared {
 				pl.stmts.reprepare(c.name)
@@ -2352,6 +2366,16 @@ func (ss *session) relayServer(sc *serverConn, inline bool) bool {
 			continue
 		}
 		hiding := pl.hide.Load() > 0 && pl.relayFirst.Load() == 0
+		if typ == msgNoticeResponse && !hiding && pl.stmts.ownParseRuns() {
+			// The proxy's Parse of the client's statement again, hidden, sent it: the client had it at its own
+			// Parse (pooledstmts.go).
+			if _, err = r.body(); err != nil {
+				ss.lendFailed(sc, err)
+				return true
+			}
+			r.release()
+			continue
+		}
 		var body []byte
 		if hiding || typ == msgCommandComplete || typ == msgParseComplete || typ == msgCloseComplete || ss.serverNeedsBody(typ) {
 			if body, err = r.body(); err != nil {

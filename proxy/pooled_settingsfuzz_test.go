@@ -714,12 +714,11 @@ func sfAround(xs []string, at int) []string {
 // protocol, outside a block, a SET TRANSACTION (directly a warning) in a batch with other statements fails 25001
 // through the pool, after the token statement took the snapshot (a batch of it alone answers as directly since
 // 2026-12-04: TestPooledSetTransactionBatchOutsideABlock). (A batch that starts with a Close, classified by that Close, failed 25001
-// before a BEGIN with modes or a DISCARD ALL until 2026-12-04: mended, batchLead.)
-//
-// And a named statement whose Close and Parse an error earlier in the batch made the server skip is taken
-// for gone: a later Bind of it gets 26000 where directly it binds the statement the name still holds.
+// before a BEGIN with modes or a DISCARD ALL until 2026-12-04: mended, batchLead. A named statement whose Close
+// and Parse an error earlier in the batch made the server skip was taken for gone, its next Bind 26000, until
+// 2026-12-05: mended, TestPooledSkippedCloseAndParseKeepTheName.)
 func sfOpen(d, p string) bool {
-	return p == "E:25001" && d != p || p == "E:26000" && d != p
+	return p == "E:25001" && d != p
 }
 
 // A RESET ALL (or RESET of the token) with standard_conforming_strings off gives the client its startup token and

@@ -2,10 +2,12 @@ package proxy
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -24,7 +26,9 @@ import (
 //     CloseComplete), since other clients may use the statement.
 //   - The answers of the proxy's own Parse and Close are not relayed: the server answers Parse and Close in the
 //     order it received them, so a queue per kind says which answer is the proxy's; an error makes the server skip
-//     the rest of the batch, and the queued entries of that batch are dropped.
+//     the rest of the batch, and the queued entries of that batch are dropped. A client's Close or Parse of N
+//     among them never ran: N holds again what it held before them (failed, fixAfterFailedBatch).
+//   - A notice the server sends while it runs the proxy's own Parse is not relayed (ownParseRuns).
 //   - The server's errors about a server statement (a Bind's wrong number of parameters, 42P05 to a Parse of a
 //     name in use, 26000) name the client's statement as the client's message they answer did (namedMsg): the
 //     server statement is every name's of its text, this client's and others', and says nothing of the client's
@@ -152,6 +156,13 @@ type answerHide struct {
 	sc     *serverConn
 	seq    uint64
 	closed *closedStmt // a client's Close of its named statement; nil otherwise
+	// was is, for a client's Parse that gave its name a statement (parseNamed), what the name held before: a
+	// Parse the server skips gives it back (failed).
+	was *closedStmt
+	// at is, for the proxy's Parse of a client's statement again (hide), the answers the unit's client messages
+	// before it get when they succeed (sentAnswers; < 0: not known): with that many relayed, the server runs
+	// that Parse, and a notice it sends then is the proxy's (ownParseRuns).
+	at int
 	// thenClosed is, for a client's Parse of a name, the client's Close of that name sent before the Parse was
 	// answered: a ParseComplete then prepares nothing that stays (the Close drops it), unless the server skips
 	// the Close, which then leaves the name prepared (thenClosed.prepared).
@@ -168,12 +179,15 @@ type namedMsg struct {
 	server string
 }
 
-// closedStmt is a client's named statement as it was before the client's Close of it: what a Close the server
-// skips (its batch failed) leaves.
+// closedStmt is a client's named statement as it was before the client's Close of it, or before its Parse of
+// the name: what a Close or Parse the server skips (its batch failed) leaves.
 type closedStmt struct {
 	name     string
-	stmt     clientStmt
+	stmt     clientStmt // the zero clientStmt: the name held none
 	prepared bool
+	// parsed is, for the state before a client's Parse, the server statement that Parse gave the name: it is
+	// given back only while the name still holds that one (fixAfterFailedBatch). "" for a Close.
+	parsed string
 }
 
 // unplacedStmt is a server statement counted prepared on sc whose Parse the server skipped or refused (its
@@ -241,9 +255,10 @@ type pooledStmts struct {
 	// without the lock.
 	unplaced   []unplacedStmt
 	anySkipped atomic.Bool
-	serverSeq  uint64 // counts the Parse and Close messages of server statements sent (answerHide.seq)
-	// reopened are the client's named statements whose Close the server skipped (failed), for the client side
-	// to take back (takeSkipped).
+	serverSeq  uint64 // counts the Parse and Close messages of server statements and client names sent (answerHide.seq)
+	// reopened are the client's named statements whose Close or Parse the server skipped (failed), the last
+	// sent first, for the client side to take back in that order (takeSkipped): a Close and a Parse of a name
+	// in one batch give back the name's statement from before both.
 	reopened []closedStmt
 	// prepared are the client's statement names whose Parse the server answered with ParseComplete, not closed
 	// since: those PostgreSQL would refuse to Parse again (42P05). A Parse that failed prepared nothing.
@@ -254,11 +269,17 @@ type pooledStmts struct {
 }
 
 // droppedAll forgets every prepared name: a DISCARD ALL or DEALLOCATE ALL completed, as on a connection of
-// the client's own.
+// the client's own. A Close sent before it and not yet answered (one an error behind the drop makes the server
+// skip) then leaves nothing to give back: the drop took the statement.
 func (q *pooledStmts) droppedAll() {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	clear(q.prepared)
+	for _, e := range q.closes {
+		if e.closed != nil {
+			e.closed.prepared = false
+		}
+	}
 }
 
 // sent records a Parse or Close (kind '1' or '3' for its answer) sent to the server.
@@ -278,17 +299,17 @@ func (q *pooledStmts) sent(answer byte, hide bool) {
 func (q *pooledStmts) skipping() bool { return q.failedUnit && q.unitsSent == q.unitsDone }
 
 // sentServerParse records a Parse of the server statement server on sc: the proxy's own (hide), or a client's
-// of its statement name. It reports whether the statement is prepared once the server answers: not when the
-// unit already failed (the server skips it); one the failure comes after is handed to the client side then
-// (failed, takeSkipped).
-func (q *pooledStmts) sentServerParse(hide bool, name, server string, sc *serverConn) bool {
+// of its statement name, which held was before it (nil for the proxy's). It reports whether the statement is
+// prepared once the server answers: not when the unit already failed (the server skips it: the caller gives the
+// name back); one the failure comes after is handed to the client side then (failed, takeSkipped).
+func (q *pooledStmts) sentServerParse(hide bool, name, server string, sc *serverConn, was *closedStmt) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.skipping() {
 		return false
 	}
 	q.serverSeq++
-	q.parses = append(q.parses, answerHide{hide: hide, unit: q.unitsSent, name: name, server: server, sc: sc, seq: q.serverSeq})
+	q.parses = append(q.parses, answerHide{hide: hide, unit: q.unitsSent, name: name, server: server, sc: sc, seq: q.serverSeq, was: was, at: q.sentAnswers})
 	return true
 }
 
@@ -316,7 +337,8 @@ func (q *pooledStmts) sentClientClose(c closedStmt) bool {
 			q.parses[i].name, q.parses[i].thenClosed = "", cp
 		}
 	}
-	q.closes = append(q.closes, answerHide{unit: q.unitsSent, closed: cp})
+	q.serverSeq++
+	q.closes = append(q.closes, answerHide{unit: q.unitsSent, closed: cp, seq: q.serverSeq})
 	return true
 }
 
@@ -361,7 +383,7 @@ func (q *pooledStmts) sentUnnamed(answer byte, undo unnamedUndo) {
 		return
 	}
 	undo.at = q.sentAnswers
-	e := answerHide{hide: undo.own, unit: q.unitsSent, undo: &undo}
+	e := answerHide{hide: undo.own, unit: q.unitsSent, undo: &undo, at: undo.at}
 	if answer == msgParseComplete {
 		q.parses = append(q.parses, e)
 	} else {
@@ -506,6 +528,22 @@ func (q *pooledStmts) answered(answer byte) bool {
 	return e.hide
 }
 
+// ownParseRuns reports, for a NoticeResponse (server side), whether the server sends it while it runs the
+// proxy's own Parse of a client's statement again (serverStmt, placeUnnamed): the next Parse it answers is that
+// one, of the unit it answers now, and every answer of the client's messages sent before it in the unit has
+// been relayed (only the proxy's Close of the statement, which sends no notice, may come between). Such a notice
+// (22P06 for a backslash in a string under standard_conforming_strings off) is not the client's: directly it got
+// it once, at its own Parse. An error of that Parse still is the client's (its Bind or Describe fails).
+func (q *pooledStmts) ownParseRuns() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.parses) == 0 || q.failedUnit {
+		return false
+	}
+	e := q.parses[0]
+	return e.hide && e.unit == q.unitsDone && e.at >= 0 && e.at == q.relayedAnswers
+}
+
 // holds reports whether PostgreSQL would hold the client's statement name when a message sent now reaches it:
 // prepared (its Parse succeeded, and no Close, DISCARD ALL or DEALLOCATE ALL dropped it since), or its Parse is
 // sent and not yet answered (the server runs it first). A name whose Parse failed or was skipped with a failed
@@ -554,8 +592,11 @@ func (q *pooledStmts) failed(hidden bool) {
 	// first failed. A server statement is as it was before the first of its messages there (firstOf): a Parse
 	// first, the statement was not prepared (the Parse went because it was not, or after the proxy's Close that
 	// ran), so it is not; a Close first, it was prepared, and stays. A client's Close of its named statement
-	// leaves the name the client's (reopened).
+	// leaves the name the client's, and its Parse of a name leaves the name what it held before (reopened, the
+	// last sent first). A client's Parse that failed, not skipped, was of a name that held no statement (else
+	// parseNamed sends the name's own statement, for 42P05): what it held before holds none either.
 	var first, last *unnamedUndo // the unit's unanswered Parse or Close of the unnamed statement, in the order sent
+	var undo []answerHide        // the unit's unanswered entries that changed a client's statement name
 	type firstPending struct {
 		seq   uint64
 		parse bool
@@ -583,11 +624,19 @@ func (q *pooledStmts) failed(hidden bool) {
 					firstOf[k] = firstPending{seq: e.seq, parse: i == 0}
 				}
 			}
-			if e.closed != nil {
-				q.reopened = append(q.reopened, *e.closed)
-				q.anySkipped.Store(true)
+			if e.closed != nil || e.was != nil {
+				undo = append(undo, e)
 			}
 		}
+	}
+	slices.SortFunc(undo, func(a, b answerHide) int { return cmp.Compare(b.seq, a.seq) })
+	for _, e := range undo {
+		c := e.closed
+		if c == nil {
+			c = e.was
+		}
+		q.reopened = append(q.reopened, *c)
+		q.anySkipped.Store(true)
 	}
 	if first != nil && first.at >= 0 && (hidden || first.at >= q.relayedAnswers) {
 		f := &unnamedFix{state: first.before, ver: last.ver, epoch: first.epoch}
@@ -681,6 +730,11 @@ func (ss *session) parseNamed(body []byte, p Planner) error {
 		pl.stmts.byName = map[string]clientStmt{}
 	}
 	text, _ := planText(msgParse, body)
+	prev, had := pl.stmts.byName[string(name)]
+	was := &closedStmt{name: string(name), parsed: server}
+	if had {
+		was.stmt = prev // held, not prepared (holds): a Bind of it gets 26000, as before this Parse
+	}
 	pl.stmts.byName[string(name)] = clientStmt{server: server, parse: parse, text: bytes.Clone(text)}
 	// Closed first, prepared here or not: prepared again if it was (a client parses again to get a plan for a
 	// changed schema), so that the client's ParseComplete comes in its place; and whatever another client's
@@ -690,9 +744,13 @@ func (ss *session) parseNamed(body []byte, p Planner) error {
 	writeMsg(sc.w, msgClose, append(append([]byte{'S'}, server...), 0), "")
 	pl.stmts.sentServerClose(server, sc)
 	writeMsg(sc.w, msgParse, parse, "")
-	if pl.stmts.sentServerParse(false, string(name), server, sc) {
-		sc.stmts[server] = true // else skipped with the Close before it: as it was
+	if pl.stmts.sentServerParse(false, string(name), server, sc, was) {
+		sc.stmts[server] = true
 		sc.stmtsFresh[server] = true
+	} else if had { // skipped with the Close before it: the statement and the name as they were
+		pl.stmts.byName[string(name)] = prev
+	} else {
+		delete(pl.stmts.byName, string(name))
 	}
 	pl.stmtParsed.Store(true)
 	return nil
@@ -716,7 +774,7 @@ func (ss *session) serverStmt(name []byte) string {
 		pl.stmts.sentServerClose(cs.server, sc)
 		ss.prep.clientText(parsedText(cs.parse)) // the text's words, on this connection too (prepared.go)
 		writeMsg(sc.w, msgParse, cs.parse, "")
-		if pl.stmts.sentServerParse(true, "", cs.server, sc) {
+		if pl.stmts.sentServerParse(true, "", cs.server, sc, nil) {
 			sc.stmts[cs.server], sc.stmtsFresh[cs.server] = true, true
 		} // else skipped with the Close before it: as it was
 		pl.stmtParsed.Store(true)
