@@ -2386,6 +2386,7 @@ func (ss *session) relayServer(sc *serverConn, inline bool) bool {
 		if hiding {
 			switch typ {
 			case msgCommandComplete:
+				pl.sqlStmts.hiddenAnswered(pl.hide.Load()) // pooledsqlprep.go
 				pl.hide.Add(-1)
 				if pl.checkSent.Swap(false) {
 					pl.checkRan.Store(true)
@@ -2394,7 +2395,14 @@ func (ss *session) relayServer(sc *serverConn, inline bool) bool {
 			case msgErrorResponse:
 				pl.hide.Store(0)              // relayed: the client's statement did not run, nor the rest of the token statements
 				ss.noteTokenStmtRefusal(body) // pooledsettings.go
-			case msgNoticeResponse, msgParameterStatus, msgNotificationResponse:
+			case msgNoticeResponse:
+				if pl.sqlStmts.ownPrepareRuns(pl.hide.Load()) {
+					// The proxy's hidden PREPARE of the client's statement again sent it: the client had it at
+					// its own PREPARE (pooledsqlprep.go).
+					r.release()
+					continue
+				}
+			case msgParameterStatus, msgNotificationResponse:
 			default:
 				continue // ParseComplete, BindComplete, RowDescription, DataRow of the token statement
 			}
