@@ -1,0 +1,144 @@
+package proxy_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+)
+
+// r50Step is one step of a two-client exchange: the second client's (b), or the first's.
+type r50Step struct {
+	b    bool
+	msgs []pgproto3.FrontendMessage
+}
+
+// r50Exchange runs steps on two connections and returns every answer in short form, notices as N and their
+// code.
+func r50Exchange(t *testing.T, a, b *pgconn.PgConn, quiet time.Duration, steps []r50Step) []string {
+	t.Helper()
+	var out []string
+	for _, s := range steps {
+		pc := a
+		if s.b {
+			pc = b
+		}
+		fe := pc.Frontend()
+		for _, m := range s.msgs {
+			fe.Send(m)
+		}
+		if err := fe.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for {
+			pc.Conn().SetReadDeadline(time.Now().Add(quiet))
+			m, err := fe.Receive()
+			if err != nil {
+				break
+			}
+			if n, ok := m.(*pgproto3.NoticeResponse); ok {
+				got = append(got, "N"+n.Code)
+				continue
+			}
+			if s := wireShort(m); s != "" {
+				got = append(got, s)
+			}
+		}
+		pc.Conn().SetReadDeadline(time.Time{})
+		out = append(out, strings.Join(got, " "))
+	}
+	return out
+}
+
+// r50Compare runs steps directly and through f (two clients on its one server connection) and reports each
+// step that differs; reset runs before each.
+func r50Compare(t *testing.T, f *fenced, reset func(), steps []r50Step) {
+	t.Helper()
+	reset()
+	d := r50Exchange(t, directPgConn(t), directPgConn(t), 700*time.Millisecond, steps)
+	reset()
+	p := r50Exchange(t, pooledPgConn(t, f, ""), pooledPgConn(t, f, ""), 400*time.Millisecond, steps)
+	for i := range steps {
+		if d[i] != p[i] {
+			who := "A"
+			if steps[i].b {
+				who = "B"
+			}
+			var sqls []string
+			for _, m := range steps[i].msgs {
+				if q, ok := m.(*pgproto3.Query); ok {
+					sqls = append(sqls, q.String)
+				} else {
+					sqls = append(sqls, fmt.Sprintf("%T", m))
+				}
+			}
+			t.Errorf("step %d (%s) %q\n direct %s\n pooled %s", i, who, sqls, d[i], p[i])
+		}
+	}
+}
+
+// Hidden PREPAREs among a Query's statements (prepord): their answers are hidden after the client's statement
+// before them, whatever that statement answered (rows, COPY out and in, notices, empty statements, EXPLAIN,
+// CREATE TABLE AS), with errors before, between and after, and the client sees what a direct connection gives.
+func TestPooledHiddenPrepareAmongAnswers(t *testing.T) {
+	f := newPooledFenced(t, 1, "")
+	reset := func() {
+		fxExec(t, f.d, "DROP TABLE IF EXISTS public.r50_t, public.r50_ctas")
+		fxExec(t, f.d, "CREATE TABLE public.r50_t (a int)")
+	}
+	t.Cleanup(func() { f.d.Exec(context.Background(), "DROP TABLE IF EXISTS public.r50_t, public.r50_ctas") })
+	q := func(sql string) []pgproto3.FrontendMessage {
+		return []pgproto3.FrontendMessage{&pgproto3.Query{String: sql}}
+	}
+	other := r50Step{true, q("SELECT 1")}
+	steps := []r50Step{
+		{false, q("PREPARE p AS SELECT 'p' AS p; PREPARE p2 (int) AS SELECT $1 + 1 AS p2")},
+	}
+	a := func(msgs ...pgproto3.FrontendMessage) {
+		steps = append(steps, other, r50Step{false, msgs})
+	}
+	a(q("SELECT 1; EXECUTE p")...)
+	a(q("SELECT g FROM generate_series(1, 3) g; EXECUTE p; SELECT 2")...)
+	a(q("COPY (SELECT 7) TO STDOUT; EXECUTE p; SELECT 2")...)
+	a(&pgproto3.Query{String: "COPY public.r50_t FROM STDIN; EXECUTE p; SELECT count(*) FROM public.r50_t"},
+		&pgproto3.CopyData{Data: []byte("5\n")}, &pgproto3.CopyDone{})
+	a(q("SELECT 1;; EXECUTE p;; ; EXECUTE p2(1)")...)
+	a(q("DO $$BEGIN RAISE NOTICE 'n1'; END$$; EXECUTE p; DO $$BEGIN RAISE NOTICE 'n2'; END$$")...)
+	a(q("SELECT 1; EXPLAIN (COSTS OFF) EXECUTE p; CREATE TABLE public.r50_ctas AS EXECUTE p2(4); SELECT * FROM public.r50_ctas; DROP TABLE public.r50_ctas")...)
+	a(q("SELECT 1; EXECUTE p; EXECUTE p2; SELECT 3")...)
+	a(q("SELECT 1; SELECT 1/0; EXECUTE p")...)
+	a(q("SELECT 1; EXECUTE p; SELECT 2; EXECUTE p2(5); SELECT nosuchcol")...)
+	a(q("/* only */ EXECUTE p /* and comments */;")...)
+	// In a block the connection is the client's alone: the other client waits, so it goes after the block.
+	a(q("BEGIN; SELECT 1/0")...)
+	steps = append(steps, r50Step{false, q("SELECT 1; EXECUTE p")}, r50Step{false, q("ROLLBACK; SELECT 1; EXECUTE p; EXECUTE p2(6)")})
+	a(q("PREPARE z AS SELECT 'z'; EXECUTE p; EXECUTE z")...)
+	a(q("SELECT 1; DEALLOCATE p; EXECUTE p")...)
+	r50Compare(t, f, reset, steps)
+}
+
+// A warning or notice the server sends while it analyses a hidden PREPARE (a TIMESTAMP precision reduced,
+// WARNING 22023) is the proxy's, as the protocol-level hidden Parse's is (ownParseRuns): directly the client
+// got it once, at its own PREPARE, and none at its EXECUTE.
+func TestPooledHiddenPrepareNoticeNotTheClients(t *testing.T) {
+	f := newPooledFenced(t, 1, "")
+	q := func(sql string) []pgproto3.FrontendMessage {
+		return []pgproto3.FrontendMessage{&pgproto3.Query{String: sql}}
+	}
+	other := r50Step{true, q("SELECT 1")}
+	steps := []r50Step{
+		{false, q("PREPARE w AS SELECT now()::timestamptz(7) IS NOT NULL AS w")},
+		other, {false, q("EXECUTE w")},
+		other, {false, q("SELECT 1; EXECUTE w")},
+		other, {false, q("DO $$BEGIN RAISE NOTICE 'mine'; END$$; EXECUTE w; DO $$BEGIN RAISE NOTICE 'mine too'; END$$")},
+		other, {false, q("BEGIN; SELECT 1/0")}, {false, q("ROLLBACK; EXECUTE w")},
+		// In a block no token statement goes before the PREPARE: the first statement the server runs is it.
+		other, {false, q("BEGIN")}, {false, q("EXECUTE w; EXECUTE w")}, {false, q("COMMIT")},
+	}
+	r50Compare(t, f, func() {}, steps)
+}
