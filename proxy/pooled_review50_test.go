@@ -216,3 +216,50 @@ func TestPooledNoticePositions(t *testing.T) {
 		}
 	}
 }
+
+// Shapes of skipped and run Closes and Parses across batches (skipclose), each judged against a direct
+// connection: a Parse, Close and Parse of one name that all ran before an error, all skipped after one, the
+// unnamed statement among them, a second client in between that drops every statement, and a Parse of a name
+// in use whose text PostgreSQL refuses before it looks at the name.
+func TestPooledSkippedShapesReview(t *testing.T) {
+	parse := func(name, text string) *pgproto3.Parse { return &pgproto3.Parse{Name: name, Query: text} }
+	closeS := func(name string) *pgproto3.Close { return &pgproto3.Close{ObjectType: 'S', Name: name} }
+	run := func(name string) []pgproto3.FrontendMessage {
+		return []pgproto3.FrontendMessage{&pgproto3.Bind{PreparedStatement: name}, &pgproto3.Execute{}, &pgproto3.Sync{}}
+	}
+	bad := parse("rv_bad", "SELEC 1")
+	sync := &pgproto3.Sync{}
+	for _, c := range []struct {
+		name  string
+		steps [][]pgproto3.FrontendMessage
+	}{
+		{"parse, close, parse, all run, then an error", [][]pgproto3.FrontendMessage{
+			{parse("r1", "SELECT 2 AS two"), closeS("r1"), parse("r1", "SELECT 3 AS three"), bad, sync}, run("r1"),
+		}},
+		{"parse, close, parse of a new name, all skipped", [][]pgproto3.FrontendMessage{
+			{bad, parse("r2", "SELECT 2 AS two"), closeS("r2"), parse("r2", "SELECT 3 AS three"), sync}, run("r2"),
+			{parse("r2", "SELECT 4 AS four"), sync}, run("r2"),
+		}},
+		{"unnamed and named, skipped", [][]pgproto3.FrontendMessage{
+			{parse("r3", "SELECT 1 AS one"), parse("", "SELECT 5 AS five"), sync},
+			{parse("", "SELECT 6 AS six"), bad, closeS("r3"), parse("", "SELECT 7 AS seven"), parse("r3", "SELECT 8 AS eight"), sync},
+			run(""), run("r3"),
+		}},
+		{"a name in use, its new text refused", [][]pgproto3.FrontendMessage{
+			{parse("r4", "SELECT 1 AS one"), sync},
+			{parse("r4", "SELEC 2"), sync},
+			{parse("r4", "SELECT 1 FROM rv_no_such_table"), sync},
+			run("r4"),
+		}},
+		{"close skipped, then the text bound under another name", [][]pgproto3.FrontendMessage{
+			{parse("r5", "SELECT 1 AS one"), parse("r6", "SELECT 1 AS one"), sync},
+			{bad, closeS("r5"), sync}, run("r6"), run("r5"),
+			{closeS("r5"), sync}, run("r6"), run("r5"),
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := newPooledFenced(t, 1, "")
+			sameAsDirect(t, pooledPgConn(t, f, ""), c.steps...)
+		})
+	}
+}
