@@ -2377,7 +2377,8 @@ func (ss *session) relayServer(sc *serverConn, inline bool) bool {
 			continue
 		}
 		var body []byte
-		if hiding || typ == msgCommandComplete || typ == msgParseComplete || typ == msgCloseComplete || ss.serverNeedsBody(typ) {
+		// A notice's body is read for its position, moved as an error's is (below).
+		if hiding || typ == msgCommandComplete || typ == msgParseComplete || typ == msgCloseComplete || typ == msgNoticeResponse || ss.serverNeedsBody(typ) {
 			if body, err = r.body(); err != nil {
 				ss.lendFailed(sc, err)
 				return true
@@ -2386,6 +2387,7 @@ func (ss *session) relayServer(sc *serverConn, inline bool) bool {
 		if hiding {
 			switch typ {
 			case msgCommandComplete:
+				pl.sqlStmts.hiddenAnswered(pl.hide.Load()) // pooledsqlprep.go
 				pl.hide.Add(-1)
 				if pl.checkSent.Swap(false) {
 					pl.checkRan.Store(true)
@@ -2394,7 +2396,14 @@ func (ss *session) relayServer(sc *serverConn, inline bool) bool {
 			case msgErrorResponse:
 				pl.hide.Store(0)              // relayed: the client's statement did not run, nor the rest of the token statements
 				ss.noteTokenStmtRefusal(body) // pooledsettings.go
-			case msgNoticeResponse, msgParameterStatus, msgNotificationResponse:
+			case msgNoticeResponse:
+				if pl.sqlStmts.ownPrepareRuns(pl.hide.Load()) {
+					// The proxy's hidden PREPARE of the client's statement again sent it: the client had it at
+					// its own PREPARE (pooledsqlprep.go).
+					r.release()
+					continue
+				}
+			case msgParameterStatus, msgNotificationResponse:
 			default:
 				continue // ParseComplete, BindComplete, RowDescription, DataRow of the token statement
 			}
@@ -2456,6 +2465,13 @@ func (ss *session) relayServer(sc *serverConn, inline bool) bool {
 			}
 			if dropped {
 				pl.unnamedDropped.Store(true) // parsed again before the next Bind or Describe of it (placeUnnamed)
+			}
+		}
+		if typ == msgNoticeResponse {
+			// A warning's position counts characters of the client's text too (a TIMESTAMP precision reduced,
+			// 22023, points at the type).
+			if n := pl.prefixChars.Load(); n >= 0 {
+				body = pl.sqlStmts.shiftPosition(body, int(n)) // pooledsqlprep.go
 			}
 		}
 		var ev serverEvent

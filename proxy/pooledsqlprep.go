@@ -88,6 +88,12 @@ type pooledSQLStmts struct {
 	// statement (characters), for the positions of errors (shiftPosition).
 	hideAt []hiddenAt
 	spans  []charSpan
+	// own is how many of the hidden statements still to be answered (pooledState.hide) are the proxy's
+	// PREPAREs: the last ones, as the token statement goes first. A notice the server sends while one of them
+	// runs (its analysis: a TIMESTAMP precision reduced, WARNING 22023) is the proxy's (ownPrepareRuns). The
+	// raw parse of the whole text, before any statement runs, sends none: the text is deparsed (a long
+	// identifier already cut, 42622) and holds no backslash where it would warn (sqlReadable).
+	own int
 }
 
 // hiddenAt is n hidden statements right before the statement of index stmt of a Query's text.
@@ -124,8 +130,28 @@ func (q *pooledSQLStmts) completed(tag []byte) (hide int) {
 	if len(q.hideAt) > 0 && q.hideAt[0].stmt == q.done {
 		hide = q.hideAt[0].n
 		q.hideAt = q.hideAt[1:]
+		q.own = hide
 	}
 	return hide
+}
+
+// hiddenAnswered counts a hidden statement's CommandComplete (server side), hide the hidden statements still
+// to be answered with it: the last own of them are the proxy's PREPAREs.
+func (q *pooledSQLStmts) hiddenAnswered(hide int64) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.own > 0 && hide <= int64(q.own) {
+		q.own--
+	}
+}
+
+// ownPrepareRuns reports, for a NoticeResponse that comes while answers are hidden (server side, hide the
+// hidden statements still to be answered), whether the server sends it while it runs a hidden PREPARE of the
+// proxy's: directly the client got the notice once, at its own PREPARE, and none at its EXECUTE.
+func (q *pooledSQLStmts) ownPrepareRuns(hide int64) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.own > 0 && hide <= int64(q.own)
 }
 
 // failed drops the changes of the statements an ErrorResponse kept from running, and returns the protocol-level
@@ -139,14 +165,14 @@ func (q *pooledSQLStmts) failed() []closedStmt {
 			reopen = append(reopen, *p.reopen)
 		}
 	}
-	q.pending, q.hideAt, q.doubt = nil, nil, true // the server skips the rest of the Query, hidden PREPAREs too
+	q.pending, q.hideAt, q.own, q.doubt = nil, nil, 0, true // the server skips the rest of the Query, hidden PREPAREs too
 	return reopen
 }
 
 // ready ends the answer to a Query (or a batch).
 func (q *pooledSQLStmts) ready() {
 	q.mu.Lock()
-	q.pending, q.done, q.closedAs, q.hideAt, q.spans = nil, 0, "", nil, nil
+	q.pending, q.done, q.closedAs, q.hideAt, q.spans, q.own = nil, 0, "", nil, nil, 0
 	q.mu.Unlock()
 }
 
@@ -563,5 +589,6 @@ func (ss *session) mapSQLPrepared(text []byte, spans bool) (sqlMapping, bool) {
 	}
 	m.text = out
 	q.pending, q.done, q.closedAs, q.hideAt, q.spans = pend, 0, closedAs, hideAt, cs
+	q.own = m.front
 	return m, true
 }

@@ -313,6 +313,14 @@ func (q *pooledStmts) sentServerParse(hide bool, name, server string, sc *server
 	return true
 }
 
+// sentCheckParse records the proxy's Parse of a client's new text under closedStmtName before the Parse of a
+// name in use (parseNamed): its answer hidden, its notices the client's (at -1: never ownParseRuns').
+func (q *pooledStmts) sentCheckParse() {
+	q.mu.Lock()
+	q.parses = append(q.parses, answerHide{hide: true, unit: q.unitsSent, at: -1})
+	q.mu.Unlock()
+}
+
 // sentServerClose records the proxy's Close of the server statement server, prepared on sc, before a Parse of
 // it again (its answer hidden). Skipped with that Parse, it leaves the statement prepared (failed).
 func (q *pooledStmts) sentServerClose(server string, sc *serverConn) {
@@ -716,8 +724,17 @@ func (ss *session) parseNamed(body []byte, p Planner) error {
 	if pl.stmts.holds(string(name)) {
 		// PostgreSQL refuses to Parse a name in use (42P05) and skips the rest of the batch: the server says so,
 		// to a Parse of the client's statement as it is (its server name and text, so that a server statement
-		// keeps its text whatever happens) where it is prepared (first, hidden, if it is not).
+		// keeps its text whatever happens) where it is prepared (first, hidden, if it is not). PostgreSQL
+		// parses and analyses the new text before it looks at the name: a text it refuses gets its own error
+		// (42601, 42P01), as directly, from a Parse of it first under a name nothing holds (hidden, closed
+		// after; its notices are the client's, at=-1), where a Parse of it under the server name would store
+		// it there should the server have lost that statement meanwhile (a DEALLOCATE ALL of the batch).
 		if server := ss.serverStmt(name); server != "" {
+			none := append([]byte{'S'}, closedStmtName+"\x00"...)
+			pl.writeHiddenClose(none)
+			writeMsg(sc.w, msgParse, append(append([]byte(closedStmtName), 0), rest...), "")
+			pl.stmts.sentCheckParse()
+			pl.writeHiddenClose(none)
 			writeMsg(sc.w, msgParse, pl.stmts.byName[string(name)].parse, "")
 			pl.stmts.sent(msgParseComplete, false)
 			pl.stmts.sentNamed(string(name), server)
