@@ -161,11 +161,7 @@ func sendCancelRequest(addr string, pid uint32, key []byte) error {
 		return err
 	}
 	defer conn.Close()
-	pkt := binary.BigEndian.AppendUint32(nil, uint32(12+len(key)))
-	pkt = binary.BigEndian.AppendUint32(pkt, 80877102)
-	pkt = binary.BigEndian.AppendUint32(pkt, pid)
-	pkt = append(pkt, key...)
-	if _, err := conn.Write(pkt); err != nil {
+	if _, err := conn.Write(cancelRequestPacket(pid, key)); err != nil {
 		return err
 	}
 	conn.SetReadDeadline(time.Now().Add(30 * time.Second))

@@ -12,15 +12,15 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 )
 
-// r50Step is one step of a two-client exchange: the second client's (b), or the first's.
-type r50Step struct {
+// clientStep is one step of a two-client exchange: the second client's (b), or the first's.
+type clientStep struct {
 	b    bool
 	msgs []pgproto3.FrontendMessage
 }
 
-// r50Exchange runs steps on two connections and returns every answer in short form, notices as N and their
-// code.
-func r50Exchange(t *testing.T, a, b *pgconn.PgConn, quiet time.Duration, steps []r50Step) []string {
+// twoClientExchange runs steps on two connections (a, and b for the steps marked b) and returns each step's
+// answers in short form (wireShort), notices as N and their code, read until the connection is quiet.
+func twoClientExchange(t *testing.T, a, b *pgconn.PgConn, quiet time.Duration, steps []clientStep) []string {
 	t.Helper()
 	var out []string
 	for _, s := range steps {
@@ -58,12 +58,12 @@ func r50Exchange(t *testing.T, a, b *pgconn.PgConn, quiet time.Duration, steps [
 
 // r50Compare runs steps directly and through f (two clients on its one server connection) and reports each
 // step that differs; reset runs before each.
-func r50Compare(t *testing.T, f *fenced, reset func(), steps []r50Step) {
+func r50Compare(t *testing.T, f *fenced, reset func(), steps []clientStep) {
 	t.Helper()
 	reset()
-	d := r50Exchange(t, directPgConn(t), directPgConn(t), 700*time.Millisecond, steps)
+	d := twoClientExchange(t, directPgConn(t), directPgConn(t), 700*time.Millisecond, steps)
 	reset()
-	p := r50Exchange(t, pooledPgConn(t, f, ""), pooledPgConn(t, f, ""), 400*time.Millisecond, steps)
+	p := twoClientExchange(t, pooledPgConn(t, f, ""), pooledPgConn(t, f, ""), 400*time.Millisecond, steps)
 	for i := range steps {
 		if d[i] != p[i] {
 			who := "A"
@@ -96,12 +96,12 @@ func TestPooledHiddenPrepareAmongAnswers(t *testing.T) {
 	q := func(sql string) []pgproto3.FrontendMessage {
 		return []pgproto3.FrontendMessage{&pgproto3.Query{String: sql}}
 	}
-	other := r50Step{true, q("SELECT 1")}
-	steps := []r50Step{
+	other := clientStep{true, q("SELECT 1")}
+	steps := []clientStep{
 		{false, q("PREPARE p AS SELECT 'p' AS p; PREPARE p2 (int) AS SELECT $1 + 1 AS p2")},
 	}
 	a := func(msgs ...pgproto3.FrontendMessage) {
-		steps = append(steps, other, r50Step{false, msgs})
+		steps = append(steps, other, clientStep{false, msgs})
 	}
 	a(q("SELECT 1; EXECUTE p")...)
 	a(q("SELECT g FROM generate_series(1, 3) g; EXECUTE p; SELECT 2")...)
@@ -117,7 +117,7 @@ func TestPooledHiddenPrepareAmongAnswers(t *testing.T) {
 	a(q("/* only */ EXECUTE p /* and comments */;")...)
 	// In a block the connection is the client's alone: the other client waits, so it goes after the block.
 	a(q("BEGIN; SELECT 1/0")...)
-	steps = append(steps, r50Step{false, q("SELECT 1; EXECUTE p")}, r50Step{false, q("ROLLBACK; SELECT 1; EXECUTE p; EXECUTE p2(6)")})
+	steps = append(steps, clientStep{false, q("SELECT 1; EXECUTE p")}, clientStep{false, q("ROLLBACK; SELECT 1; EXECUTE p; EXECUTE p2(6)")})
 	a(q("PREPARE z AS SELECT 'z'; EXECUTE p; EXECUTE z")...)
 	a(q("SELECT 1; DEALLOCATE p; EXECUTE p")...)
 	r50Compare(t, f, reset, steps)
@@ -131,8 +131,8 @@ func TestPooledHiddenPrepareNoticeNotTheClients(t *testing.T) {
 	q := func(sql string) []pgproto3.FrontendMessage {
 		return []pgproto3.FrontendMessage{&pgproto3.Query{String: sql}}
 	}
-	other := r50Step{true, q("SELECT 1")}
-	steps := []r50Step{
+	other := clientStep{true, q("SELECT 1")}
+	steps := []clientStep{
 		{false, q("PREPARE w AS SELECT now()::timestamptz(7) IS NOT NULL AS w")},
 		other, {false, q("EXECUTE w")},
 		other, {false, q("SELECT 1; EXECUTE w")},

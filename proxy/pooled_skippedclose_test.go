@@ -3,6 +3,7 @@ package proxy_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -167,12 +168,8 @@ func TestPooledHiddenParseNoticeNotTheClients(t *testing.T) {
 	}
 	sync := &pgproto3.Sync{}
 	const text = `SELECT 'a\\b' AS v, public.sk_notice() AS n`
-	type step struct {
-		b    bool // the second client's
-		msgs []pgproto3.FrontendMessage
-	}
-	other := step{true, []pgproto3.FrontendMessage{&pgproto3.Query{String: "SELECT 1"}}}
-	steps := []step{
+	other := clientStep{true, []pgproto3.FrontendMessage{&pgproto3.Query{String: "SELECT 1"}}}
+	steps := []clientStep{
 		{false, []pgproto3.FrontendMessage{&pgproto3.Query{String: "SET standard_conforming_strings = off"}}},
 		{false, []pgproto3.FrontendMessage{parse("hn", text), sync}}, other, {false, run("hn")},
 		{false, []pgproto3.FrontendMessage{parse("", text), sync}}, other, {false, run("")},
@@ -180,45 +177,9 @@ func TestPooledHiddenParseNoticeNotTheClients(t *testing.T) {
 		{false, []pgproto3.FrontendMessage{parse("hg", "SELECT a FROM public.sk_gone"), sync}}, other,
 		{true, []pgproto3.FrontendMessage{&pgproto3.Query{String: "DROP TABLE public.sk_gone"}}}, {false, run("hg")},
 	}
-	short := func(m pgproto3.BackendMessage) string {
-		if n, ok := m.(*pgproto3.NoticeResponse); ok {
-			return "N" + n.Code
-		}
-		return wireShort(m)
-	}
-	exchangeAll := func(a, b *pgconn.PgConn, quiet time.Duration) string {
-		var out [][]string
-		for _, s := range steps {
-			pc := a
-			if s.b {
-				pc = b
-			}
-			fe := pc.Frontend()
-			for _, m := range s.msgs {
-				fe.Send(m)
-			}
-			if err := fe.Flush(); err != nil {
-				t.Fatal(err)
-			}
-			var got []string
-			for {
-				pc.Conn().SetReadDeadline(time.Now().Add(quiet))
-				m, err := fe.Receive()
-				if err != nil {
-					break
-				}
-				if s := short(m); s != "" {
-					got = append(got, s)
-				}
-			}
-			pc.Conn().SetReadDeadline(time.Time{})
-			out = append(out, got)
-		}
-		return fmt.Sprint(out)
-	}
-	d := exchangeAll(directPgConn(t), directPgConn(t), 700*time.Millisecond)
+	d := strings.Join(twoClientExchange(t, directPgConn(t), directPgConn(t), 700*time.Millisecond, steps), " | ")
 	fxExec(t, f.d, "CREATE TABLE public.sk_gone (a int)")
-	p := exchangeAll(pooledPgConn(t, f, ""), pooledPgConn(t, f, ""), 700*time.Millisecond)
+	p := strings.Join(twoClientExchange(t, pooledPgConn(t, f, ""), pooledPgConn(t, f, ""), 700*time.Millisecond, steps), " | ")
 	if d != p {
 		t.Fatalf("answers differ\n direct: %s\n pooled: %s", d, p)
 	}

@@ -424,6 +424,14 @@ func TestNoReuseWhenClientLeavesInTransaction(t *testing.T) {
 	wantMetric(t, p, metricIdle, 1) // only b's
 }
 
+// cancelRequestPacket is the CancelRequest a client sends for the backend pid with key.
+func cancelRequestPacket(pid uint32, key []byte) []byte {
+	pkt := binary.BigEndian.AppendUint32(nil, uint32(12+len(key)))
+	pkt = binary.BigEndian.AppendUint32(pkt, 80877102)
+	pkt = binary.BigEndian.AppendUint32(pkt, pid)
+	return append(pkt, key...)
+}
+
 // rawCancel sends a CancelRequest for pid with key to addr and waits until the proxy closes the connection
 // (it has dealt with the request by then).
 func rawCancel(t *testing.T, addr string, pid uint32, key []byte) {
@@ -433,11 +441,7 @@ func rawCancel(t *testing.T, addr string, pid uint32, key []byte) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	pkt := binary.BigEndian.AppendUint32(nil, uint32(12+len(key)))
-	pkt = binary.BigEndian.AppendUint32(pkt, 80877102)
-	pkt = binary.BigEndian.AppendUint32(pkt, pid)
-	pkt = append(pkt, key...)
-	if _, err := conn.Write(pkt); err != nil {
+	if _, err := conn.Write(cancelRequestPacket(pid, key)); err != nil {
 		t.Fatalf("write CancelRequest: %v", err)
 	}
 	conn.SetReadDeadline(time.Now().Add(5 * time.Second))
