@@ -8,8 +8,6 @@ import (
 	"net"
 	"testing"
 	"time"
-
-	"github.com/fenceproxy/fenceproxy/config"
 )
 
 // fakePostmaster takes cancel requests as PostgreSQL does: it reads the packet, and closes the connection
@@ -55,14 +53,7 @@ func newFakePostmaster(t *testing.T) *fakePostmaster {
 // commands running (internal: 1); body is the CancelRequest its client would send.
 func cancelSession(t *testing.T, fp *fakePostmaster) (ss *session, body []byte) {
 	t.Helper()
-	cfg, err := config.Parse("test.yaml", []byte("listen: 127.0.0.1:0\nupstream:\n  address: 127.0.0.1:1\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := New(Options{Config: cfg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv := newTestServer(t, Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	ss = &session{srv: srv, prep: &prepState{max: 64}}
 	ss.cancelKey = []byte{0, 0, 0x30, 0x39, 1, 2, 3, 4} // the backend's: PID 12345
 	ss.clientKey = []byte{0, 0, 0x30, 0x39, 9, 8, 7, 6}

@@ -10,15 +10,22 @@ import (
 
 func newCoreSession(t *testing.T) *session {
 	t.Helper()
+	return &session{srv: newTestServer(t, Options{DisableEventLoop: true}), prep: &prepState{}}
+}
+
+// newTestServer is a Server for internal tests (o with its Config set), whose upstream address nothing listens on.
+func newTestServer(t *testing.T, o Options) *Server {
+	t.Helper()
 	cfg, err := config.Parse("test.yaml", []byte("listen: 127.0.0.1:0\nupstream:\n  address: 127.0.0.1:1\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := New(Options{Config: cfg, DisableEventLoop: true})
+	o.Config = cfg
+	s, err := New(o)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &session{srv: s, prep: &prepState{}}
+	return s
 }
 
 // TestCoreState: the core's typed state follows the messages both ways, as both transports feed them: a

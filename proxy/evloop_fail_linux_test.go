@@ -16,8 +16,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgproto3"
 	"golang.org/x/sys/unix"
-
-	"github.com/fenceproxy/fenceproxy/config"
 )
 
 // TestLoopEpollFailureEndsTheSession: when epoll refuses a session's socket (here the "upstream" is a regular
@@ -25,15 +23,8 @@ import (
 // why, tells the client with a FATAL 08006 and closes both sides; the loop goes on serving (and stops when it
 // has no session left).
 func TestLoopEpollFailureEndsTheSession(t *testing.T) {
-	cfg, err := config.Parse("test.yaml", []byte("listen: 127.0.0.1:0\nupstream:\n  address: 127.0.0.1:1\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	var logs bytes.Buffer
-	s, err := New(Options{Config: cfg, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := newTestServer(t, Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

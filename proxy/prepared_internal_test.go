@@ -8,7 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fenceproxy/fenceproxy/config"
 	"github.com/fenceproxy/fenceproxy/rewrite"
 )
 
@@ -33,15 +32,8 @@ func (p *pendingProbe) WriteString(s string) (int, error) { p.note(); return len
 // the client side counts the Query, leaves the session looking idle (nothing pending, nothing internal), so that a
 // drain would close it, with the client's Query on its way.
 func TestPreparedCommandsSentWithTheQueryCounted(t *testing.T) {
-	cfg, err := config.Parse("test.yaml", []byte("listen: 127.0.0.1:0\nupstream:\n  address: 127.0.0.1:1\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := New(Options{Config: cfg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	planner, err := NewPlanner(cfg, nil)
+	srv := newTestServer(t, Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	planner, err := NewPlanner(srv.cfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
