@@ -140,7 +140,7 @@ func (q *pooledSQLStmts) completed(tag []byte) (hide int) {
 func (q *pooledSQLStmts) hiddenAnswered(hide int64) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.own > 0 && hide <= int64(q.own) {
+	if q.ownRuns(hide) {
 		q.own--
 	}
 }
@@ -151,8 +151,12 @@ func (q *pooledSQLStmts) hiddenAnswered(hide int64) {
 func (q *pooledSQLStmts) ownPrepareRuns(hide int64) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return q.own > 0 && hide <= int64(q.own)
+	return q.ownRuns(hide)
 }
+
+// ownRuns reports whether the statement the server runs now is one of the proxy's hidden PREPAREs (q.mu held):
+// hide statements are still to be answered, and the last own of them are the proxy's.
+func (q *pooledSQLStmts) ownRuns(hide int64) bool { return q.own > 0 && hide <= int64(q.own) }
 
 // failed drops the changes of the statements an ErrorResponse kept from running, and returns the protocol-level
 // names whose DEALLOCATE was among them (sqlPending.reopen).
