@@ -41,7 +41,10 @@ import (
 //     cannot leave session state by their words (plainText: SELECT, INSERT, UPDATE, ...; no SET, set_config,
 //     BEGIN, ...); and, after the put-back below, before a lone BEGIN: in a Query as SET LOCAL, which takes no
 //     snapshot (a SET TRANSACTION may follow), in an extended-protocol batch that only opens a block as the
-//     SELECT form, which does. The checked one (tokenSQLWith, roleCheckSQL) goes before every
+//     SELECT form, which does. A transaction with a statement PostgreSQL refuses after a snapshot (SET
+//     TRANSACTION and the like: a Query's text, or an extended-protocol batch's messages read when it starts,
+//     batchHasModes) gets the values as SET LOCAL instead, after the put-back (prefixSetLocal). The checked one
+//     (tokenSQLWith, roleCheckSQL) goes before every
 //     other transaction, and checks, on the server, that the connection's session values are the placeholder
 //     and the role the login role. Another client's function never makes it refuse: a connection that comes
 //     to a client gets what such a function left put back first, in a transaction of its own that commits
@@ -171,6 +174,10 @@ type pooledState struct {
 	// the probe reads the statements there again.
 	stmtParsed atomic.Bool
 	hide       atomic.Int64 // token statements whose answers are still to be hidden (each up to its CommandComplete)
+	// quietSetLocals: how many of the hidden statements, the first ones, are the SET LOCALs of writeSetLocals,
+	// whose warning outside a block (25P01) is the proxy's, not the client's: the relay drops it, and counts one
+	// down at each hidden CommandComplete; an error ends them.
+	quietSetLocals atomic.Int64
 	// batchFailed: an error came back on the lent connection, so the server skipped the rest of its batch, maybe
 	// a Close and Parse of the proxy's own that were counted done when sent; settle then forgets which of the
 	// proxy's statements there are known to hold its text (serverConn.stmtsFresh, unnamedToken).
@@ -411,27 +418,32 @@ func (ss *session) plainPrefix(sc *serverConn, set rewrite.Settings) (string, in
 		return c.text, c.n
 	}
 	text, n := "", int64(1)
-	values, ok := ss.setLocalValues(set)
-	switch {
-	case !ok:
+	if stmts, ok := ss.tokenSetLocals(set, key.bare); ok {
+		text, n = strings.Join(stmts, ""), int64(len(stmts))
+	} else {
 		text = sc.pool.tokenTexts(pl.pin != "").plainInline(pl.token, pl.lock, key.bare)
-	case key.bare:
-		text, n = values, 2
-	default:
-		text, n = values+"SET LOCAL ROLE NONE; ", 3
 	}
 	pl.plainPrefix.key, pl.plainPrefix.text, pl.plainPrefix.n = key, text, n
 	return text, n
 }
 
-// setLocalValues is a SET LOCAL of the client's token, then of its lock (setLocalStmt); ok is false when a value
-// is one no constant carries under set.
-func (ss *session) setLocalValues(set rewrite.Settings) (sql string, ok bool) {
+// tokenSetLocals is the plain token statement as utility statements, each ending in a semicolon: a SET LOCAL of
+// the client's token, then of its lock (setLocalStmt), then, unless bare, SET LOCAL ROLE NONE (the login role
+// for the transaction, where a change of the role would not be reported: serverConn.roleSeen). None of them
+// takes a snapshot, so SET TRANSACTION may follow them (writeSetLocals). ok is false when a value is one no
+// constant carries under set.
+func (ss *session) tokenSetLocals(set rewrite.Settings, bare bool) (stmts []string, ok bool) {
 	pl := ss.pooled
 	cfg := ss.srv.cfg.Token
 	tok, ok := setLocalStmt(cfg.Setting, pl.token, set)
 	lock, ok2 := setLocalStmt(cfg.LockSetting, pl.lock, set)
-	return tok + lock, ok && ok2
+	if !ok || !ok2 {
+		return nil, false
+	}
+	if bare {
+		return []string{tok, lock}, true
+	}
+	return []string{tok, lock, "SET LOCAL ROLE NONE; "}, true
 }
 
 // plainPrefixKey is what plainPrefix's text depends on.
@@ -1331,8 +1343,9 @@ const (
 	// plainSQLWith): for a transaction whose every statement is known to the proxy and plain (plainText,
 	// batchOf), and for a lone BEGIN after putBackFirst.
 	prefixSet
-	// prefixSetLocal: SET LOCAL of the client's values (a BEGIN with transaction modes), which takes no snapshot;
-	// checkFirst checks the connection first.
+	// prefixSetLocal: SET LOCAL of the client's values, which takes no snapshot, before a Query that starts with
+	// a BEGIN with transaction modes or holds SET TRANSACTION, and before an extended-protocol batch that holds
+	// one (writeSetLocals); checkFirst checks the connection first.
 	prefixSetLocal
 )
 
@@ -1511,6 +1524,7 @@ func (ss *session) injectTokens(typ byte, body []byte) tokenPrefix {
 	set := ss.readingSettings()
 	pl.windowOpen.Store(false) // a window a lend that failed left open is not this unit's
 	pl.tokenPortalLeft = false // the portals of the transaction before ended with it
+	pl.quietSetLocals.Store(0) // nor are a lend's that failed
 	switch typ {
 	case msgFunctionCall:
 		return prefixNone
@@ -1578,7 +1592,21 @@ func (ss *session) injectTokens(typ byte, body []byte) tokenPrefix {
 	if leadOK && ss.classOf(leadText).NeedsBlock && ss.batchOf(typ, body, func(text []byte) bool { return ss.classOf(text).NeedsBlock }) {
 		return prefixNone
 	}
-	if leadOK && ss.beginsWithModes(leadText) {
+	beginLed := leadOK && ss.beginsWithModes(leadText)
+	if ss.batchHasModes(typ, body, beginLed) {
+		// SET TRANSACTION, a SET of transaction_isolation, _read_only or _deferrable, or a BEGIN with modes
+		// after other statements fails 25001 behind a statement that took a snapshot, as the checked token
+		// statement (a SELECT) does, where directly it runs (a warning outside a block). The values go as SET
+		// LOCAL instead, which takes none, after the put-back, as a Query's do (checkFirst waits for it); the
+		// role as the plain form sets it. Where no constant carries a value, the checked statement goes, and
+		// such a statement fails 25001 as before: never a transaction without the token.
+		if stmts, ok := ss.tokenSetLocals(set, pl.pin != "" || sc.roleSeen); ok {
+			ss.putBackFirst()
+			ss.writeSetLocals(stmts)
+			return prefixSetLocal
+		}
+	}
+	if beginLed {
 		ss.putBackFirst()
 		pl.beginPortals, pl.windowAnswers = pl.beginPortals[:0], 0 // forwardPooled sends it
 		pl.windowMu.Lock()
@@ -1608,6 +1636,65 @@ func (ss *session) injectTokens(typ byte, body []byte) tokenPrefix {
 	ss.putBackFirst()
 	ss.writeTokenStmt("", ss.checkedKind())
 	return prefixChecked
+}
+
+// batchHasModes reports whether the extended-protocol batch that the client's message typ (body read) starts
+// holds, in that message or the ones buffered whole behind it up to its Sync, a Parse or a Bind of a statement
+// that PostgreSQL refuses (25001) once the transaction took a snapshot: SET [LOCAL | SESSION] TRANSACTION or a
+// SET of transaction_isolation, _read_only or _deferrable (rewrite.PoolingClass.ModesLater), or a BEGIN with
+// transaction modes unless the batch starts with one (beginLed: its token statement goes right after it,
+// closeWindow). Only what the proxy knows counts: a statement behind what was read (a batch the client sends in
+// parts, reading answers in between), or one a Bind names that the proxy never saw parsed, is not seen, and its
+// batch keeps the checked token statement (a loud 25001, as before). It errs the other way where it cannot
+// tell (a Bind of a name the batch parses again counts the text it held before too): SET LOCAL in front of a
+// batch that did not need it answers the same.
+func (ss *session) batchHasModes(typ byte, body []byte, beginLed bool) bool {
+	if body == nil {
+		return false // the messages behind it cannot be read before its body
+	}
+	modes := func(typ byte, body []byte) bool {
+		text, ok := ss.stmtText(typ, body)
+		if !ok {
+			return false
+		}
+		c := ss.classOf(text)
+		return c.ModesLater || !beginLed && c.Begin && c.Modes
+	}
+	if modes(typ, body) {
+		return true
+	}
+	for t, b := range ss.bufferedMsgs() {
+		if t == msgSync {
+			return false
+		}
+		if modes(t, b) {
+			return true
+		}
+	}
+	return false
+}
+
+// writeSetLocals writes each of stmts (tokenSetLocals) to the lent connection as a Parse of the server's unnamed
+// statement, a Bind and an Execute of the unnamed portal, counted hidden (pl.mu held): the token statement of a
+// batch that holds a statement that must come before any snapshot (batchHasModes). Outside a block the batch's
+// implicit transaction lasts to its Sync, so SET LOCAL holds for every statement of it, as the token statement's
+// set_config does; PostgreSQL warns of each (25P01), which the relay drops (quietSetLocals), and logs it. The
+// unnamed statement no longer holds the token statement (serverConn.unnamedToken), and the unnamed portal is
+// closed before a client message could reach it, as after the token statement (closeTokenPortal).
+func (ss *session) writeSetLocals(stmts []string) {
+	pl := ss.pooled
+	sc := pl.sc
+	// Counted before anything is written: a full buffer may send it, and the answers come back at once.
+	pl.quietSetLocals.Store(int64(len(stmts)))
+	pl.hide.Add(int64(len(stmts)))
+	for _, stmt := range stmts {
+		// Parse: the unnamed statement, the text, no parameter types.
+		writeMsg(sc.w, msgParse, append(append([]byte{0}, stmt...), noParamTypes[:]...), "")
+		writeMsg(sc.w, msgBind, bindUnnamedBody[:], "")
+		writeMsg(sc.w, msgExecute, executeUnnamedBody[:], "")
+	}
+	sc.unnamedToken = tokenNone
+	ss.closeTokenPortal("")
 }
 
 // closeLastUnnamed closes the unnamed statement another client left on the connection just lent (lend:
@@ -2388,14 +2475,24 @@ func (ss *session) relayServer(sc *serverConn, inline bool) bool {
 			case msgCommandComplete:
 				pl.sqlStmts.hiddenAnswered(pl.hide.Load()) // pooledsqlprep.go
 				pl.hide.Add(-1)
+				if pl.quietSetLocals.Load() > 0 {
+					pl.quietSetLocals.Add(-1)
+				}
 				if pl.checkSent.Swap(false) {
 					pl.checkRan.Store(true)
 				}
 				continue
 			case msgErrorResponse:
-				pl.hide.Store(0)              // relayed: the client's statement did not run, nor the rest of the token statements
+				pl.hide.Store(0) // relayed: the client's statement did not run, nor the rest of the token statements
+				pl.quietSetLocals.Store(0)
 				ss.noteTokenStmtRefusal(body) // pooledsettings.go
 			case msgNoticeResponse:
+				if pl.quietSetLocals.Load() > 0 && errorField(body, fieldCode) == sqlstateNoActiveSQLTransaction {
+					// "SET LOCAL can only be used in transaction blocks": of the proxy's SET LOCAL, outside a
+					// block (writeSetLocals); the client's own statements have not run yet.
+					r.release()
+					continue
+				}
 				if pl.sqlStmts.ownPrepareRuns(pl.hide.Load()) {
 					// The proxy's hidden PREPARE of the client's statement again sent it: the client had it at
 					// its own PREPARE (pooledsqlprep.go).

@@ -248,6 +248,7 @@ type fmEnv struct {
 	p          *proxytest.Proxy
 	w          *woRunner
 	noiseWrote int
+	user       string // the subject's login (both); the superuser when ""
 }
 
 const fmTables = "tables:\n  - name: public.ft\n    token_column: fence_token\n"
@@ -380,8 +381,12 @@ func (e *fmEnv) both(seq []woMsg, opts string, noiseSeed int64) (d, p []string) 
 	if opts != "" {
 		q += "&options=" + strings.ReplaceAll(url.QueryEscape(opts), "+", "%20")
 	}
+	user := e.user
+	if user == "" {
+		user = pgtest.SuperUser
+	}
 	e.reset(e.suD)
-	dc := woConnect(e.t, pg.DSN(pgtest.SuperUser, "", e.dbD)+q)
+	dc := woConnect(e.t, pg.DSN(user, "", e.dbD)+q)
 	d = e.w.run(dc, seq, false)
 	dc.Close(context.Background())
 	d = append(d, e.rows(e.suD))
@@ -389,7 +394,7 @@ func (e *fmEnv) both(seq []woMsg, opts string, noiseSeed int64) (d, p []string) 
 	for try := 0; ; try++ {
 		e.reset(e.suP)
 		e.w.nrand = rand.New(rand.NewSource(noiseSeed))
-		pc := woConnect(e.t, e.p.DSN(pgtest.SuperUser, "", e.dbP)+q)
+		pc := woConnect(e.t, e.p.DSN(user, "", e.dbP)+q)
 		p = e.w.run(pc, seq, true)
 		pc.Close(context.Background())
 		if try == 2 || !woWaitedOut(p) {

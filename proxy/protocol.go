@@ -90,6 +90,7 @@ const (
 	sqlstateAdminShutdown                = "57P01" // a drain closed an idle session
 	sqlstateUndefinedPrepared            = "26000" // EXECUTE of a prepared statement that does not exist (prepared.go)
 	sqlstateQueryCanceled                = "57014" // a cancel: the client's, or statement_timeout
+	sqlstateNoActiveSQLTransaction       = "25P01" // the warning of SET LOCAL outside a block (writeSetLocals)
 	sqlstateFencingClassPrefix           = "55F0"  // every fencing SQLSTATE starts with it
 )
 
