@@ -2464,7 +2464,8 @@ func (ss *session) relayServer(sc *serverConn, inline bool) bool {
 			continue
 		}
 		var body []byte
-		if hiding || typ == msgCommandComplete || typ == msgParseComplete || typ == msgCloseComplete || ss.serverNeedsBody(typ) {
+		// A notice's body is read for its position, moved as an error's is (below).
+		if hiding || typ == msgCommandComplete || typ == msgParseComplete || typ == msgCloseComplete || typ == msgNoticeResponse || ss.serverNeedsBody(typ) {
 			if body, err = r.body(); err != nil {
 				ss.lendFailed(sc, err)
 				return true
@@ -2561,6 +2562,13 @@ func (ss *session) relayServer(sc *serverConn, inline bool) bool {
 			}
 			if dropped {
 				pl.unnamedDropped.Store(true) // parsed again before the next Bind or Describe of it (placeUnnamed)
+			}
+		}
+		if typ == msgNoticeResponse {
+			// A warning's position counts characters of the client's text too (a TIMESTAMP precision reduced,
+			// 22023, points at the type).
+			if n := pl.prefixChars.Load(); n >= 0 {
+				body = pl.sqlStmts.shiftPosition(body, int(n)) // pooledsqlprep.go
 			}
 		}
 		var ev serverEvent

@@ -3,6 +3,7 @@ package proxy_test
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -187,5 +188,78 @@ func TestPooledSkippedShapesReview(t *testing.T) {
 			f := newPooledFenced(t, 1, "")
 			sameAsDirect(t, pooledPgConn(t, f, ""), c.steps...)
 		})
+	}
+}
+
+// A notice's position (P), as an error's, counts characters of the client's text: past the token statement in
+// front of it and the hidden PREPAREs among its statements (WARNING 22023, a TIMESTAMP precision reduced, at
+// the type's place). Until 2026-12-05 only errors were moved: a client's warning pointed some hundreds of
+// characters past the end of its text.
+func TestPooledNoticePositions(t *testing.T) {
+	f := newPooledFenced(t, 1, "")
+	ctx := ctxT(t)
+	const warn = "SELECT now()::timestamptz(7) IS NOT NULL AS w"
+	steps := []string{
+		"PREPARE p AS SELECT 'p' AS p",
+		warn,
+		"SELECT 1; " + warn,
+		"SELECT 'é'; EXECUTE p; " + warn,
+		"EXECUTE p; " + warn,
+		"BEGIN",
+		"EXECUTE p; " + warn,
+		"COMMIT",
+	}
+	run := func(dsn string, other func(sql string)) []string {
+		var got []string
+		pc, err := pgconn.Connect(ctx, dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer pc.Close(context.Background())
+		for _, sql := range steps {
+			other(sql)
+			var notices []string
+			pc.Frontend().Send(&pgproto3.Query{String: sql})
+			if err := pc.Frontend().Flush(); err != nil {
+				t.Fatal(err)
+			}
+			for {
+				m, err := pc.Frontend().Receive()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if n, ok := m.(*pgproto3.NoticeResponse); ok {
+					notices = append(notices, fmt.Sprintf("%s at %d", n.Code, n.Position))
+				}
+				if _, ok := m.(*pgproto3.ReadyForQuery); ok {
+					break
+				}
+			}
+			got = append(got, strings.Join(notices, ", "))
+		}
+		return got
+	}
+	want := run(pg.SuperDSN(), func(string) {})
+	// Another client between the steps: the connection forgets the first one's statements (outside its block).
+	b := pooledPgConn(t, f, "")
+	inBlock := false
+	got := run(f.dsn(), func(sql string) {
+		if !inBlock {
+			if _, err := b.Exec(ctx, "SELECT 1").ReadAll(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		inBlock = sql == "BEGIN" || inBlock && sql != "COMMIT"
+	})
+	for i, sql := range steps {
+		// Where the text is mapped, positions count in its deparsed form, where the server name
+		// fenceproxy_q<20 hex digits> stands for the client's p.
+		if w := want[i]; strings.Contains(sql, "EXECUTE p; ") && strings.HasPrefix(w, "22023 at ") {
+			n, _ := strconv.Atoi(strings.TrimPrefix(w, "22023 at "))
+			want[i] = fmt.Sprintf("22023 at %d", n+len(strings.Repeat("x", 32))-len("p"))
+		}
+		if got[i] != want[i] {
+			t.Errorf("%s\n pooled %s\n direct %s", sql, got[i], want[i])
+		}
 	}
 }

@@ -72,6 +72,10 @@ func (b *connBuffers) put(r *bufio.Reader, w *bufio.Writer) {
 // errProtocol marks a client that broke the protocol; the session answers with 08P01 and closes.
 var errProtocol = errors.New("protocol violation")
 
+// errReadTwice: a message already read (msgReader.body) was to be forwarded; a bug of the proxy's, which ends
+// the connection rather than lose the stream's framing.
+var errReadTwice = errors.New("message read twice")
+
 // headerLen is the size of a message header: the type byte and the 4-byte big-endian length that counts itself.
 const headerLen = 5
 
@@ -104,6 +108,9 @@ type msgReader struct {
 	typ  byte
 	n    int    // body length of the current message
 	buf  []byte // reusable body buffer for messages the proxy reads
+	// taken: the current message's header is consumed (body, discardHeader); forward refuses it then, as the
+	// bytes at the reader's front are the next message's.
+	taken bool
 
 	// msgs and bytes count what was read since the last report to the metrics, which happens at each flush
 	// rather than per message to keep shared counters off the per-message path.
@@ -123,21 +130,30 @@ func (m *msgReader) next() (byte, int, error) {
 	if err != nil {
 		return 0, 0, err
 	}
-	m.typ, m.n = typ, n
+	m.typ, m.n, m.taken = typ, n, false
 	m.msgs++
 	m.bytes += uint64(n) + headerLen
 	return typ, n, nil
 }
 
 // discardHeader consumes the header after a successful next.
-func (m *msgReader) discardHeader() { m.r.Discard(headerLen) }
+func (m *msgReader) discardHeader() {
+	m.r.Discard(headerLen)
+	m.taken = true
+}
 
 // body reads the whole body of the current message (after next) into the reusable buffer. The returned slice is
 // valid until the next call of body.
+//
+// It is never nil, an empty body included: the relays take a nil body for a message not read, to be streamed
+// (forward). An empty one returned nil once release had dropped the buffer (after a body over keepBodyBuffer)
+// made the pooled relay forward the next message's header as the current message's, and then read the bytes
+// after it as a header: a ParseComplete after a notice of the whole text of a long statement
+// (client_min_messages = debug2) left the relay waiting for a body of some gigabyte that never came.
 func (m *msgReader) body() ([]byte, error) {
 	m.discardHeader()
-	if cap(m.buf) < m.n {
-		m.buf = make([]byte, m.n)
+	if m.buf == nil || cap(m.buf) < m.n {
+		m.buf = make([]byte, m.n) // not nil for n = 0 either
 	}
 	b := m.buf[:m.n]
 	for read := 0; read < len(b); {
@@ -163,8 +179,13 @@ func (m *msgReader) release() {
 	}
 }
 
-// forward copies the current message, header and body, to w without decoding or allocating.
+// forward copies the current message, header and body, to w without decoding or allocating. A message whose
+// header was consumed (body) is refused: what it would copy is the next message, and the reader would lose the
+// framing of the stream.
 func (m *msgReader) forward(w *bufio.Writer) error {
+	if m.taken {
+		return fmt.Errorf("message %q forwarded after it was read: %w", m.typ, errReadTwice)
+	}
 	hdr, err := m.r.Peek(headerLen)
 	if err != nil {
 		return err

@@ -3,6 +3,7 @@ package proxy
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"io"
 	"testing"
 )
@@ -140,6 +141,33 @@ func BenchmarkForwardRound(b *testing.B) {
 			if !m.nextBuffered() {
 				w.Flush()
 			}
+		}
+	}
+}
+
+// A message read (body) is never taken for one not read: its empty body is not nil, also after release dropped
+// the buffer of a body over keepBodyBuffer, and forward refuses it. The pooled relay, given a nil body for the
+// ParseComplete after a notice of a long statement's text, forwarded the next message's header as its own and
+// lost the framing of the server's stream.
+func TestReadMessageNeverForwarded(t *testing.T) {
+	var in []byte
+	in = appendMessage(in, 'N', bytes.Repeat([]byte("x"), keepBodyBuffer+1))
+	in = appendMessage(in, '1', nil)
+	in = appendMessage(in, 'Z', []byte("I"))
+	m := msgReader{r: bufio.NewReaderSize(bytes.NewReader(in), readBufferSize)}
+	w := bufio.NewWriter(io.Discard)
+	for _, want := range []byte{'N', '1', 'Z'} {
+		typ, _, err := m.next()
+		if err != nil || typ != want {
+			t.Fatalf("next: %q %v, want %q", typ, err, want)
+		}
+		body, err := m.body()
+		if err != nil || body == nil {
+			t.Fatalf("body of %q: %v, nil %v", typ, err, body == nil)
+		}
+		m.release()
+		if err := m.forward(w); !errors.Is(err, errReadTwice) {
+			t.Fatalf("forward of %q after its body was read: %v", typ, err)
 		}
 	}
 }
