@@ -305,7 +305,10 @@ type txPool struct {
 	// resetToken and resetLock are the token and lock values a RESET gives on its server connections (role and
 	// database defaults; nil: none), read when the first one is opened.
 	resetToken, resetLock *string
-	tokenStmts            tokenStmtCache // the token statement's texts, built once (pooledsettings.go)
+	// resetApp is the application_name a RESET gives on its server connections, which start without a client's
+	// (poolKeyParams): the value the first one reported.
+	resetApp   string
+	tokenStmts tokenStmtCache // the token statement's texts, built once (pooledsettings.go)
 
 	// pool.min_idle (keepIdle): refill is signalled when the pool may have fewer idle server connections than
 	// it keeps (nil when it keeps none); idleLogin is how they log in: the login of the last client whose
@@ -1028,6 +1031,11 @@ func (p *txPool) dialOnce(login *clientLogin) (*serverConn, error) {
 	p.live[sc] = struct{}{}
 	if p.reports == nil {
 		p.resetToken, p.resetLock = nullable(defaults[0]), nullable(defaults[1])
+		for _, st := range statuses {
+			if st.name == rewrite.AppSetting {
+				p.resetApp = st.value
+			}
+		}
 		p.reports = statuses
 	}
 	p.mu.Unlock()

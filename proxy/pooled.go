@@ -157,10 +157,14 @@ type pooledState struct {
 	replayFailure          *replayError // the server's error for the settings unit being answered (serveLend's)
 
 	probe atomic.Bool // the transaction may leave session state: look at the connection at its end
-	// probeEffects: what the transaction's texts may do to the token and lock at session level
-	// (rewrite.SessionEffects, under mu), which says how the probe reads an empty value (followed, followLock):
-	// what a RESET gives on a pooled connection, and what set_config(name, '') gives. Cleared by the probe.
+	// probeEffects: what the transaction's texts may do to the token, lock and application_name at session level
+	// (rewrite.SessionEffects, under mu), which says how the probe reads what a RESET gives on a pooled connection,
+	// which a set gives too (resetRead, followLock). Cleared by the probe.
 	probeEffects rewrite.SessionEffects
+	// mayUndo: the transaction may have rolled back some of what it did (a text with ROLLBACK or ABORT, an
+	// error), so a setting the probe reads as the connection held it before may be that value again, kept by the
+	// rollback, rather than a reset's (resetRead; under mu). Cleared at the transaction's end.
+	mayUndo bool
 	// startChecked: the lent connection's session state was checked since it last served another client
 	// (checkFirst), so the token and lock the probe reads at the transaction's end are what the client left, not
 	// what a function of another client's left before (under mu).
@@ -918,10 +922,18 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 		pl.probe.Store(true)
 	}
 	if e := wordsClass.effects; e != (rewrite.SessionEffects{}) {
-		// What the text may do to the token and lock at session level (textclass.go): how the probe reads an
-		// empty value at the transaction's end. It looks also after a DO block, whose SET has no tag of its own.
+		// What the text may do to the token, lock and application_name at session level (textclass.go): how the
+		// probe reads a reset value at the transaction's end. It looks also after a DO block, whose SET has no
+		// tag of its own. A Query's statements run in order, after the texts before it (Then).
 		pl.probe.Store(true)
-		pl.probeEffects = pl.probeEffects.Or(e)
+		if typ != msgQuery {
+			// A Parse's or Bind's text runs at an Execute, maybe later, maybe again, maybe not: in no known order.
+			e = e.May()
+		}
+		pl.probeEffects = pl.probeEffects.Then(e)
+	}
+	if wordsClass.undoes {
+		pl.mayUndo = true
 	}
 	if text != nil {
 		ss.noteCustomSettings(text) // pooledsettings.go
@@ -1952,8 +1964,8 @@ func (ss *session) chainTokens() error {
 		return sql + " END"
 	}
 	e := pl.probeEffects
-	return ss.hiddenUnit("SELECT " + inForce(cfg.Setting, pl.token, e.TokenResetOnly(), pl.resetToken, pl.pool.resetToken) + ", " +
-		inForce(cfg.LockSetting, pl.lock, e.LockResetOnly(), pl.resetLock, pl.pool.resetLock))
+	return ss.hiddenUnit("SELECT " + inForce(cfg.Setting, pl.token, e.Token.ResetOnly(), pl.resetToken, pl.pool.resetToken) + ", " +
+		inForce(cfg.LockSetting, pl.lock, e.Lock.ResetOnly(), pl.resetLock, pl.pool.resetLock))
 }
 
 // hiddenUnit sends sql as a unit of the proxy's own on the lent connection, its answers hidden (replayAnswer),
@@ -2711,6 +2723,7 @@ func (ss *session) settle(sc *serverConn) bool {
 	pl.copyIn = false // at a ReadyForQuery the server reads no COPY's data: a COPY that failed ended it
 	failed := pl.batchFailed.Swap(false)
 	if failed {
+		pl.mayUndo = true // the error aborted the transaction, or a savepoint's part of it
 		// Before the next unit decides what to prepare again (it waits for this).
 		clear(sc.stmtsFresh)
 		sc.unnamedToken = tokenNone // its Parse may have been skipped (after a window's BEGIN that failed)
@@ -2754,6 +2767,7 @@ func (ss *session) settle(sc *serverConn) bool {
 		return false
 	}
 	pl.stmtParsed.Store(false)
+	defer func() { pl.mayUndo = false }() // the transaction has ended; after the probe, which reads it
 	if pl.probe.Swap(false) {
 		if err := ss.probeSession(sc); err != nil {
 			pl.setLent(nil)
@@ -2902,9 +2916,10 @@ func (ss *session) probeOnce(sc *serverConn) error {
 				}
 			}
 			if pl.startChecked {
-				// An empty token is a reset only when the transaction visibly reset something and cannot have
-				// set the token to '' (no token refuses every fenced write where a reset token might write).
-				pl.token = followed(row[0], pl.token, pl.resetToken, sc.pool.resetToken, pl.probeEffects.TokenResetOnly())
+				// An empty token is a reset only when the transaction's texts leave it reset (resetRead); where
+				// they cannot tell it from a set to the empty string it is no token, which refuses every fenced
+				// write where a reset token might write. The connection held the placeholder before.
+				pl.token = followed(row[0], pl.token, pl.resetToken, sc.pool.resetToken, resetRead(pl.probeEffects.Token, pl.mayUndo, false))
 				// An empty lock has no reading that refuses more in every case (a kept lock refuses what its
 				// fence refuses, no lock what require_lock refuses): it is read only where the texts say which
 				// it is, and where they cannot, the session ends (lockUnknown).
@@ -2970,7 +2985,7 @@ func (ss *session) followLock(sc *serverConn, got []byte) {
 	empty := got != nil && len(got) == 0 && sc.pool.resetLock == nil
 	reset := pl.resetLock != nil && *pl.resetLock != ""
 	e := pl.probeEffects
-	if empty && reset && !e.LockSetOnly() && !e.LockResetOnly() {
+	if empty && reset && !e.Lock.SetOnly() && !e.Lock.ResetOnly() {
 		pl.lost = errors.New("fencing lock not known")
 		pl.fare = errorResponse("FATAL", sqlstateInvalid, fmt.Sprintf(
 			"fenceproxy cannot tell whether the transaction reset %s or set it to the empty string (on a pooled server connection both leave it empty), so the session's lock is not known", ss.srv.cfg.Token.LockSetting),
@@ -2978,7 +2993,7 @@ func (ss *session) followLock(sc *serverConn, got []byte) {
 		ss.logger().Warn("pooled session ended: its fencing lock is not known after its transaction", "pool", sc.pool.name)
 		return
 	}
-	pl.lock = followed(got, pl.lock, pl.resetLock, sc.pool.resetLock, !e.LockSetOnly())
+	pl.lock = followed(got, pl.lock, pl.resetLock, sc.pool.resetLock, !e.Lock.SetOnly())
 }
 
 // followed is the client's new session value of a setting whose server session value after the transaction is
@@ -2986,9 +3001,9 @@ func (ss *session) followLock(sc *serverConn, got []byte) {
 //
 // On a pooled connection with no default (poolDefault nil) a RESET gives the empty string (a custom setting's
 // own default), which is also what set_config(name, the empty string) gives: emptyIsReset says which to take it
-// as (the caller's). For the token it is the empty string unless the transaction's texts may reset the token and
-// cannot set it (rewrite.SessionEffects.TokenResetOnly): a token cleared so is no token, as directly (writes
-// refused 55F02), where a startup token taken back would write. For the lock: followLock.
+// as (the caller's). For the token it is the empty string unless the transaction's texts leave the token reset
+// (resetRead): a token cleared so is no token, as directly (writes refused 55F02), where a startup token taken
+// back would write. For the lock: followLock.
 func followed(got []byte, cur, reset, poolDefault *string, emptyIsReset bool) *string {
 	switch {
 	case got != nil && string(got) == poolPlaceholder:

@@ -183,8 +183,9 @@ func startupSettings(params map[string]string) map[string]string {
 }
 
 // settingsRead records the session-level settings a probe read back (pl.mu held): they are the server
-// connection's and the client's. Custom settings' names are lower case, as the proxy asks for them. A client's application_name the transaction reset returns to its startup
-// value, which the pool's connections do not have as their default.
+// connection's and the client's. Custom settings' names are lower case, as the proxy asks for them. A client's
+// application_name the transaction reset (resetRead) returns to its startup value, which the pool's connections
+// do not have as their reset value.
 func (ss *session) settingsRead(sc *serverConn, read map[string]string) {
 	pl := ss.pooled
 	for n, v := range read {
@@ -193,14 +194,37 @@ func (ss *session) settingsRead(sc *serverConn, read map[string]string) {
 			read[l] = v
 		}
 	}
+	held := sc.settings // what the connection held at session level when the transaction began (replaySettings)
 	sc.settings = read
 	pl.settings = maps.Clone(read)
-	if app, ok := ss.params["application_name"]; ok {
-		if _, set := read["application_name"]; !set {
-			pl.settings["application_name"] = app
+	if app, ok := ss.params[rewrite.AppSetting]; ok {
+		v, atSession := read[rewrite.AppSetting]
+		h, had := held[rewrite.AppSetting]
+		if !atSession || v == sc.pool.resetApp && resetRead(pl.probeEffects.App, pl.mayUndo, had && h == v) {
+			pl.settings[rewrite.AppSetting] = app
 		}
 	}
 	sc.settingsFor = nil // a DISCARD ALL or DEALLOCATE may have dropped the statement
+}
+
+// resetRead is the pool's one rule for a setting whose reset value on its server connections is not the
+// client's (the token and lock from startup options, a startup application_name), once the probe has read, at
+// session level, the value a RESET gives there: on those connections a reset and a set to that value leave the
+// same, and PostgreSQL keeps a reset at session level when a SET LOCAL after it in the transaction is undone
+// (RESET ALL; SET LOCAL application_name = 'x' reads as the empty string, source session). It is a reset, the
+// client's reset value, when the transaction's texts (e, rewrite.SessionEffects) leave the setting reset:
+//   - where nothing may have rolled back (undo, pooledState.mayUndo), every statement of the transaction's
+//     Queries ran in order, so it is what they leave (rewrite.Effect.NetResetOnly: a RESET after a SET, and
+//     only SET LOCAL after the RESET);
+//   - else, when they may reset it and cannot set it anywhere (rewrite.Effect.ResetOnly), unless the
+//     connection held that value before the transaction (held), which a rollback would have left.
+//
+// Otherwise it is what was read, which for the token means no token: never a token the client may not have.
+func resetRead(e rewrite.Effect, undo, held bool) bool {
+	if !undo {
+		return e.NetResetOnly()
+	}
+	return e.ResetOnly() && !held
 }
 
 // settingsDiff is what turns settings have into want: names, and values (nil: reset), by name.

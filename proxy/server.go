@@ -87,9 +87,9 @@ type Server struct {
 	auth      *authenticator // nil: authentication is relayed to PostgreSQL (auth.type passthrough)
 	router    *router        // nil: one upstream.address, no router
 	pools     *txPools       // pool.mode transaction (pool.go); nil in session mode
-	// effectWords are the words of a text that may change the token or lock at session level: their names,
-	// RESET and DISCARD (ALL), EXECUTE (an SQL prepared statement), set_config and u& (which may spell any
-	// of them); for the pool's text classes (textClass.effects).
+	// effectWords are the words of a text that may change the token, lock or application_name at session level
+	// (rewrite.SessionEffects): their names, RESET and DISCARD (ALL), EXECUTE (an SQL prepared statement),
+	// set_config and u& (which may spell any of them); for the pool's text classes (textClass.effects).
 	effectWords *rewrite.FoldWords
 	reload      func() ([]string, error) // the admin console's RELOAD (Options.Reload)
 	bufs        connBuffers              // client connections' buffers, kept between sessions
@@ -121,7 +121,7 @@ type acceptedConn struct {
 
 type plannerBox struct{ p Planner }
 
-// sessionEffects is what a pooled client's text may do to the token and lock at session level
+// sessionEffects is what a pooled client's text may do to the token, lock and application_name at session level
 // (rewrite.SessionEffects, through the planner), for the pool's text classes (textClass.effects). Without a
 // planner nothing is fenced, and nothing needs reading.
 func (s *Server) sessionEffects(text []byte, set rewrite.Settings) rewrite.SessionEffects {
@@ -154,7 +154,7 @@ func New(o Options) (*Server, error) {
 		handlers:     make(chan acceptedConn),
 		handlersStop: make(chan struct{}),
 	}
-	effectWords := []string{strings.ToLower(o.Config.Token.Setting), "reset", "discard", "execute", "set_config", "u&"}
+	effectWords := []string{strings.ToLower(o.Config.Token.Setting), rewrite.AppSetting, "reset", "discard", "execute", "set_config", "u&"}
 	if lock := o.Config.Token.LockSetting; lock != "" {
 		effectWords = append(effectWords, strings.ToLower(lock))
 	}

@@ -12,13 +12,19 @@ import (
 type textClass struct {
 	rewrite.PoolingClass
 	leaves bool
-	// effects: what the text may do to the token and lock at session level (rewrite.SessionEffects), read for
-	// a text that holds one of classMemo.effectWords; none for the others.
+	// effects: what the text may do to the token, lock and application_name at session level
+	// (rewrite.SessionEffects), read for a text that holds one of classMemo.effectWords; none for the others.
 	effects rewrite.SessionEffects
 	// dropsStmts: the text holds the word DISCARD or DEALLOCATE, so it may drop the server statement that
 	// carries the client's unnamed one (unnamedStmtName), as it does not the unnamed statement itself.
 	dropsStmts bool
+	// undoes: the text holds the word ROLLBACK or ABORT, so what the transaction did before it may be undone
+	// (pooledState.mayUndo).
+	undoes bool
 }
+
+// undoWords are the words of a text that may roll back what its transaction did (textClass.undoes).
+var undoWords = rewrite.NewFoldWords("rollback", "abort")
 
 // dropStmtWords are the words of a text that may drop prepared statements (textClass.dropsStmts).
 var dropStmtWords = rewrite.NewFoldWords("discard", "deallocate")
@@ -36,7 +42,7 @@ func (c textClass) plain() bool { return c.Plain && !c.leaves }
 type classMemo struct {
 	entries []classEntry // up to classMemoSize, grown as texts come (a client that connects per transaction sends one or two)
 	next    int          // the entry the next miss replaces, once all are there
-	// effectWords are the words of a text that may change the token or lock at session level
+	// effectWords are the words of a text that may change the token, lock or application_name at session level
 	// (Server.effectWords), and effectsOf reads what it does (the planner's SessionEffects): textClass.effects.
 	effectWords *rewrite.FoldWords
 	effectsOf   func([]byte, rewrite.Settings) rewrite.SessionEffects
@@ -65,7 +71,8 @@ func (m *classMemo) classOf(text []byte, set rewrite.Settings) textClass {
 			return e.class
 		}
 	}
-	c := textClass{PoolingClass: rewrite.ClassifyPooling(text, set), leaves: mayLeaveSessionState(text), dropsStmts: dropStmtWords.In(text)}
+	c := textClass{PoolingClass: rewrite.ClassifyPooling(text, set), leaves: mayLeaveSessionState(text), dropsStmts: dropStmtWords.In(text),
+		undoes: undoWords.In(text)}
 	if m.effectsOf != nil && m.effectWords.In(text) {
 		c.effects = m.effectsOf(text, set)
 	}

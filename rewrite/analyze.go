@@ -53,7 +53,7 @@ type analysis struct {
 	tokenSet     bool
 	token        int64
 	tokenDynamic bool
-	// effects: what the text's statements may do to the token and lock settings' session values
+	// effects: what the text's statements may do to the session values of the token, the lock and application_name
 	// (SessionEffects).
 	effects SessionEffects
 	tables  []string
@@ -173,10 +173,10 @@ func (a *analysis) visit(m protoreflect.Message) {
 		a.setStatement(x, false)
 	case *pg.DiscardStmt:
 		if x.Target == pg.DiscardMode_DISCARD_ALL {
-			a.effects.note(true, true, false, true)
+			a.effects.note(allTargets, false, true, true)
 		}
 	case *pg.ExecuteStmt:
-		a.effects = anyEffects // an SQL-level prepared statement may run set_config
+		a.effects.note(allTargets, true, true, false) // an SQL-level prepared statement may run set_config
 	case *pg.FuncCall:
 		a.setConfigCall(x)
 	case *pg.AlterRoleSetStmt:
@@ -216,60 +216,121 @@ func (a *analysis) setStatement(v *pg.VariableSetStmt, top bool) {
 	a.tokenValue(value, top)
 }
 
-// sessionSet notes what a top-level SET or RESET that is not LOCAL does to the token and lock settings'
-// session values (effects).
+// sessionSet notes what a top-level SET or RESET that is not LOCAL does to the session values of
+// SessionEffects' settings (effects).
 func (a *analysis) sessionSet(v *pg.VariableSetStmt) {
-	isToken := strings.EqualFold(v.Name, a.r.setting)
-	isLock := a.r.lockSetting != "" && strings.EqualFold(v.Name, a.r.lockSetting)
+	t := a.r.targets(v.Name)
 	switch v.Kind {
 	case pg.VariableSetKind_VAR_RESET_ALL:
-		a.effects.note(true, true, false, true)
+		a.effects.note(allTargets, false, true, true)
 	case pg.VariableSetKind_VAR_SET_VALUE, pg.VariableSetKind_VAR_SET_CURRENT:
-		a.effects.note(isToken, isLock, true, false)
+		a.effects.note(t, true, false, true)
 	case pg.VariableSetKind_VAR_SET_DEFAULT, pg.VariableSetKind_VAR_RESET:
-		a.effects.note(isToken, isLock, false, true)
+		a.effects.note(t, false, true, true)
 	}
 }
 
-// SessionEffects is what a text's statements may do to the session values of the token and lock settings:
-// give them a value (TokenSet, LockSet) or reset them (TokenReset, LockReset). SET and RESET that are not
-// LOCAL, RESET ALL, DISCARD ALL, set_config whose is_local is not the literal true (a literal NULL resets, a
-// constant sets, anything else may do either; a computed name may be either setting), also in a DO block; an
-// SQL EXECUTE may do anything. What functions do is not seen. The transaction pooler reads an empty value
-// after a transaction by them: on its connections a reset and a set to the empty string both leave one.
+// SessionEffects is what a text's statements may do to the session values of the settings whose reset value on
+// a pooled server connection is not the client's: the token and lock (a startup option's value) and
+// application_name (a startup parameter, not part of a pool's key). Each may be given a value (Effect.Set) or
+// reset (Effect.Reset): SET and RESET that are not LOCAL, SET ... TO DEFAULT, RESET ALL, DISCARD ALL, set_config
+// whose is_local is not the literal true (a literal NULL resets, a constant sets, anything else may do either; a
+// computed name may be any of them), also in a DO block; an SQL EXECUTE may do anything. What functions do is
+// not seen. The transaction pooler reads by them a value after a transaction that only a reset gives on its
+// connections: there a reset, and a set to that value, both leave it (and a reset followed by a SET LOCAL leaves
+// it at session level, as PostgreSQL restores a value SET LOCAL masked).
 type SessionEffects struct {
-	TokenSet, TokenReset, LockSet, LockReset bool
+	Token, Lock, App Effect
+}
+
+// Effect is what texts may do to one setting's session value: give it a value (Set) or reset it (Reset),
+// anywhere in them; and what they may leave when every statement runs, in order, and nothing rolls back
+// (NetSet, NetReset): a top-level SET, RESET, RESET ALL or DISCARD ALL then surely runs, so it replaces what
+// came before it (Replaces: one did), where a set_config or a statement in a DO block may not run.
+type Effect struct {
+	Set, Reset                 bool
+	NetSet, NetReset, Replaces bool
+}
+
+// ResetOnly: the texts may reset the setting and cannot set it at session level, so a value after them that
+// only a reset gives is a reset (a SET LOCAL after the reset is undone at the transaction's end).
+func (e Effect) ResetOnly() bool { return e.Reset && !e.Set }
+
+// SetOnly: the texts may set the setting at session level and cannot reset it.
+func (e Effect) SetOnly() bool { return e.Set && !e.Reset }
+
+// NetResetOnly is ResetOnly of what the texts leave when nothing rolls back: RESET ALL after a SET of the
+// setting, with only SET LOCAL of it after, leaves it reset.
+func (e Effect) NetResetOnly() bool { return e.NetReset && !e.NetSet }
+
+// then is what e and then o may do: o's net replaces e's where o replaces what came before it.
+func (e Effect) then(o Effect) Effect {
+	r := Effect{Set: e.Set || o.Set, Reset: e.Reset || o.Reset}
+	if o.Replaces {
+		r.NetSet, r.NetReset, r.Replaces = o.NetSet, o.NetReset, true
+	} else {
+		r.NetSet, r.NetReset, r.Replaces = e.NetSet || o.NetSet, e.NetReset || o.NetReset, e.Replaces
+	}
+	return r
+}
+
+// may is e as what a text may or may not do (a DO block's statements, whose control flow is not read): nothing
+// of it replaces.
+func (e Effect) may() Effect {
+	return Effect{Set: e.Set, Reset: e.Reset, NetSet: e.Set, NetReset: e.Reset}
 }
 
 // anyEffects is what a text the analysis cannot read may do: anything.
-var anyEffects = SessionEffects{true, true, true, true}
+var anyEffects = SessionEffects{anyEffect, anyEffect, anyEffect}
 
-// Or is what e and o together may do.
-func (e SessionEffects) Or(o SessionEffects) SessionEffects {
-	return SessionEffects{e.TokenSet || o.TokenSet, e.TokenReset || o.TokenReset, e.LockSet || o.LockSet, e.LockReset || o.LockReset}
+var anyEffect = Effect{Set: true, Reset: true, NetSet: true, NetReset: true}
+
+// Then is what e and then o may do (a transaction's texts, in the order they run).
+func (e SessionEffects) Then(o SessionEffects) SessionEffects {
+	return SessionEffects{e.Token.then(o.Token), e.Lock.then(o.Lock), e.App.then(o.App)}
 }
 
-// TokenResetOnly: the texts may reset the token and cannot set it, so an empty token after them is a reset.
-func (e SessionEffects) TokenResetOnly() bool { return e.TokenReset && !e.TokenSet }
-
-// LockResetOnly and LockSetOnly: the texts may reset (set) the lock and cannot set (reset) it, so an empty lock
-// after them is a reset (a set).
-func (e SessionEffects) LockResetOnly() bool { return e.LockReset && !e.LockSet }
-
-// LockSetOnly: see LockResetOnly.
-func (e SessionEffects) LockSetOnly() bool { return e.LockSet && !e.LockReset }
-
-// note adds a statement's effect on the token (isToken), the lock (isLock) or both.
-func (e *SessionEffects) note(isToken, isLock, set, reset bool) {
-	e.TokenSet = e.TokenSet || isToken && set
-	e.TokenReset = e.TokenReset || isToken && reset
-	e.LockSet = e.LockSet || isLock && set
-	e.LockReset = e.LockReset || isLock && reset
+// May is e as what a text may or may not do, or do in another order: nothing of it replaces (a Parse's text,
+// which runs when a later Execute of a portal of it does).
+func (e SessionEffects) May() SessionEffects {
+	return SessionEffects{e.Token.may(), e.Lock.may(), e.App.may()}
 }
 
-// SessionEffects reads raw as the server would under s and reports what its statements may do to the token
-// and lock settings' session values. Unlike Plan it reads every text (no prefilter); a text it cannot decode or
-// parse may do anything.
+// AppSetting is the one PostgreSQL setting whose startup value a pooled client keeps as its own (SessionEffects.App).
+const AppSetting = "application_name"
+
+// effectTargets says which of SessionEffects' settings a statement names (all three: RESET ALL, DISCARD ALL, a
+// computed name).
+type effectTargets struct{ token, lock, app bool }
+
+var allTargets = effectTargets{true, true, true}
+
+// note adds a statement's effect on the settings it targets, after what came before it: sure, a statement
+// that runs when its text does (top-level SET, RESET, RESET ALL, DISCARD ALL), which replaces it.
+func (e *SessionEffects) note(t effectTargets, set, reset, sure bool) {
+	o := Effect{Set: set, Reset: reset, NetSet: set, NetReset: reset, Replaces: sure}
+	add := func(x *Effect, on bool) {
+		if on {
+			*x = x.then(o)
+		}
+	}
+	add(&e.Token, t.token)
+	add(&e.Lock, t.lock)
+	add(&e.App, t.app)
+}
+
+// targets says which of SessionEffects' settings name is.
+func (r *Rewriter) targets(name string) effectTargets {
+	return effectTargets{
+		token: strings.EqualFold(name, r.setting),
+		lock:  r.lockSetting != "" && strings.EqualFold(name, r.lockSetting),
+		app:   strings.EqualFold(name, AppSetting),
+	}
+}
+
+// SessionEffects reads raw as the server would under s and reports what its statements may do to the session
+// values of the token, the lock and application_name. Unlike Plan it reads every text (no prefilter); a text it
+// cannot decode or parse may do anything.
 func (r *Rewriter) SessionEffects(raw []byte, s Settings) SessionEffects {
 	if !s.StandardConformingStrings && bytes.IndexByte(raw, '\\') >= 0 {
 		// pg_query reads backslashes as standard_conforming_strings on does. Without one a text reads the same
@@ -340,8 +401,10 @@ func (a *analysis) setConfigCall(f *pg.FuncCall) {
 	}
 	name, ok := constString(f.Args[0])
 	if !constTrue(f.Args[2]) { // is_local the literal true leaves the session value alone
-		isToken := !ok || strings.EqualFold(name, a.r.setting)
-		isLock := !ok || a.r.lockSetting != "" && strings.EqualFold(name, a.r.lockSetting)
+		t := allTargets
+		if ok {
+			t = a.r.targets(name)
+		}
 		value := unwrapCast(f.Args[1]).GetAConst()
 		// A literal NULL resets, a constant sets; anything else (a parameter bound to NULL, an expression) may
 		// do either.
@@ -349,7 +412,7 @@ func (a *analysis) setConfigCall(f *pg.FuncCall) {
 		if value == nil {
 			reset, set = true, true
 		}
-		a.effects.note(isToken, isLock, set, reset)
+		a.effects.note(t, set, reset, false)
 	}
 	if !ok {
 		a.tokenDynamic = true // may be the token setting

@@ -220,43 +220,89 @@ func TestSessionEffects(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	all := SessionEffects{true, true, true, true}
+	all := SessionEffects{Effect{Set: true, Reset: true}, Effect{Set: true, Reset: true}, Effect{Set: true, Reset: true}}
+	// anywhere is what the texts may do anywhere in them (the table's column); the net, what they leave, is below.
+	anywhere := func(e SessionEffects) SessionEffects {
+		for _, x := range []*Effect{&e.Token, &e.Lock, &e.App} {
+			*x = Effect{Set: x.Set, Reset: x.Reset}
+		}
+		return e
+	}
 	for _, c := range []struct {
 		sql  string
 		want SessionEffects
 	}{
 		{"SELECT 1", SessionEffects{}},
-		{"SELECT set_config('FENCE.TOKEN', '14', false)", SessionEffects{TokenSet: true}},
-		{"SELECT set_config('fence.lock', 'k', false)", SessionEffects{LockSet: true}},
-		{"SELECT set_config('fence.lock', '', false)", SessionEffects{LockSet: true}},
-		{"SELECT set_config('fence.lock', NULL, false)", SessionEffects{LockReset: true}},
-		{"SELECT set_config('fence.lock', $1, false)", SessionEffects{LockSet: true, LockReset: true}},
+		{"SELECT set_config('FENCE.TOKEN', '14', false)", SessionEffects{Token: Effect{Set: true}}},
+		{"SELECT set_config('fence.lock', 'k', false)", SessionEffects{Lock: Effect{Set: true}}},
+		{"SELECT set_config('fence.lock', '', false)", SessionEffects{Lock: Effect{Set: true}}},
+		{"SELECT set_config('fence.lock', NULL, false)", SessionEffects{Lock: Effect{Reset: true}}},
+		{"SELECT set_config('fence.lock', $1, false)", SessionEffects{Lock: Effect{Set: true, Reset: true}}},
 		{"SELECT set_config('fence.lock', 'k', true)", SessionEffects{}},
-		{"SELECT set_config('fence.token', '14', $1)", SessionEffects{TokenSet: true}},
-		{"SELECT set_config($1, 'x', false)", SessionEffects{TokenSet: true, LockSet: true}},
-		{"SELECT set_config($1, NULL, false)", SessionEffects{TokenReset: true, LockReset: true}},
+		{"SELECT set_config('fence.token', '14', $1)", SessionEffects{Token: Effect{Set: true}}},
+		{"SELECT set_config($1, 'x', false)", SessionEffects{Token: Effect{Set: true}, Lock: Effect{Set: true}, App: Effect{Set: true}}},
+		{"SELECT set_config($1, NULL, false)", SessionEffects{Token: Effect{Reset: true}, Lock: Effect{Reset: true}, App: Effect{Reset: true}}},
 		{"SELECT set_config($1, 'x', true)", SessionEffects{}},
 		{"SELECT set_config('work_mem', '64MB', false)", SessionEffects{}},
-		{"DO $$ BEGIN PERFORM set_config('fence.lock', '', false); END $$", SessionEffects{LockSet: true}},
-		{"DO $$ BEGIN SET fence.lock = 'other'; END $$", SessionEffects{LockSet: true}},
-		{"SET fence.lock = ''", SessionEffects{LockSet: true}},
-		{"SET SESSION FENCE.LOCK TO 'k'", SessionEffects{LockSet: true}},
+		{"DO $$ BEGIN PERFORM set_config('fence.lock', '', false); END $$", SessionEffects{Lock: Effect{Set: true}}},
+		{"DO $$ BEGIN SET fence.lock = 'other'; END $$", SessionEffects{Lock: Effect{Set: true}}},
+		{"SET fence.lock = ''", SessionEffects{Lock: Effect{Set: true}}},
+		{"SET SESSION FENCE.LOCK TO 'k'", SessionEffects{Lock: Effect{Set: true}}},
 		{"SET LOCAL fence.lock = 'k'", SessionEffects{}},
-		{"SET fence.lock TO DEFAULT", SessionEffects{LockReset: true}},
+		{"SET fence.lock TO DEFAULT", SessionEffects{Lock: Effect{Reset: true}}},
 		{"SET LOCAL fence.lock TO DEFAULT", SessionEffects{}},
-		{"RESET fence.lock; SET fence.token = 5", SessionEffects{TokenSet: true, LockReset: true}},
-		{"SET fence.lock = 'k'; RESET ALL", SessionEffects{TokenReset: true, LockSet: true, LockReset: true}},
-		{"RESET ALL", SessionEffects{TokenReset: true, LockReset: true}},
-		{"discard all", SessionEffects{TokenReset: true, LockReset: true}},
+		{"RESET fence.lock; SET fence.token = 5", SessionEffects{Token: Effect{Set: true}, Lock: Effect{Reset: true}}},
+		{"SET fence.lock = 'k'; RESET ALL", SessionEffects{Token: Effect{Reset: true}, Lock: Effect{Set: true, Reset: true}, App: Effect{Reset: true}}},
+		{"RESET ALL", SessionEffects{Token: Effect{Reset: true}, Lock: Effect{Reset: true}, App: Effect{Reset: true}}},
+		{"discard all", SessionEffects{Token: Effect{Reset: true}, Lock: Effect{Reset: true}, App: Effect{Reset: true}}},
+		// application_name, whose startup value a pooled client keeps: a SET LOCAL leaves its session value alone,
+		// so a RESET with one after it (or before) only resets it (TestPooledResetThenSetLocalStartupValues).
+		{"RESET ALL; SET LOCAL application_name = 'x'", SessionEffects{Token: Effect{Reset: true}, Lock: Effect{Reset: true}, App: Effect{Reset: true}}},
+		{"SET LOCAL Application_Name = 'x'; RESET application_name", SessionEffects{App: Effect{Reset: true}}},
+		{"SET application_name TO DEFAULT; SELECT set_config('application_name', 'x', true)", SessionEffects{App: Effect{Reset: true}}},
+		{"SET application_name = ''", SessionEffects{App: Effect{Set: true}}},
+		{"SELECT set_config('application_name', '', false)", SessionEffects{App: Effect{Set: true}}},
+		{"SELECT set_config('application_name', NULL, false)", SessionEffects{App: Effect{Reset: true}}},
+		{"DO $$ BEGIN RESET ALL; END $$", SessionEffects{Token: Effect{Reset: true}, Lock: Effect{Reset: true}, App: Effect{Reset: true}}},
+		{"DO $$ BEGIN SET application_name = ''; END $$", SessionEffects{App: Effect{Set: true}}},
+		{"DO $$ BEGIN SET LOCAL application_name = 'x'; PERFORM 1; END $$", SessionEffects{}},
+		{"SET application_name = 'y'; RESET ALL; SET LOCAL application_name = 'x'", SessionEffects{Token: Effect{Reset: true}, Lock: Effect{Reset: true}, App: Effect{Set: true, Reset: true}}},
 		{"RESET work_mem", SessionEffects{}},
 		{"DISCARD PLANS", SessionEffects{}},
 		{"EXECUTE clr('')", all},
-		{"RESET fence.token", SessionEffects{TokenReset: true}},
+		{"RESET fence.token", SessionEffects{Token: Effect{Reset: true}}},
 		{"CREATE FUNCTION f() RETURNS int LANGUAGE sql SET fence.lock = 'k' AS 'SELECT 1'", SessionEffects{}},
 		{"SELECT 'unterminated", all},
 	} {
-		if got := r.SessionEffects([]byte(c.sql), DefaultSettings); got != c.want {
+		if got := anywhere(r.SessionEffects([]byte(c.sql), DefaultSettings)); got != c.want {
 			t.Errorf("%q: %+v, want %+v", c.sql, got, c.want)
+		}
+	}
+	// What application_name's texts leave when nothing rolls back (NetResetOnly): a top-level SET or RESET
+	// replaces what came before it, a set_config or a DO block's statement may not run, and texts compose in
+	// order (Then).
+	for _, c := range []struct {
+		sqls []string
+		want bool
+	}{
+		{[]string{"SET application_name = 'y'; RESET ALL; SET LOCAL application_name = 'x'"}, true},
+		{[]string{"SET application_name = 'y'", "RESET application_name", "SET LOCAL application_name = 'x'"}, true},
+		{[]string{"RESET ALL; SET application_name = ''"}, false},
+		{[]string{"RESET ALL", "SET application_name = ''"}, false},
+		{[]string{"SELECT set_config('application_name', '', false); RESET ALL"}, true},
+		{[]string{"RESET ALL; SELECT set_config('application_name', '', false)"}, false},
+		{[]string{"RESET ALL; DO $$ BEGIN SET application_name = ''; END $$"}, false},
+		{[]string{"SET application_name = ''; DO $$ BEGIN RESET application_name; END $$"}, false},
+		{[]string{"RESET ALL; EXECUTE p"}, false},
+		{[]string{"RESET ALL", "SELECT 1"}, true},
+		{[]string{"SET LOCAL application_name = 'x'"}, false},
+	} {
+		var e SessionEffects
+		for _, sql := range c.sqls {
+			e = e.Then(r.SessionEffects([]byte(sql), DefaultSettings))
+		}
+		if got := e.App.NetResetOnly(); got != c.want {
+			t.Errorf("%q: application_name NetResetOnly %v, want %v (%+v)", c.sqls, got, c.want, e.App)
 		}
 	}
 	// A lock setting of another first part than the token's.
@@ -264,7 +310,7 @@ func TestSessionEffects(t *testing.T) {
 	if r, err = New(cfg); err != nil {
 		t.Fatal(err)
 	}
-	if got := r.SessionEffects([]byte("SET app.lock = ''"), DefaultSettings); got != (SessionEffects{LockSet: true}) {
+	if got := anywhere(r.SessionEffects([]byte("SET app.lock = ''"), DefaultSettings)); got != (SessionEffects{Lock: Effect{Set: true}}) {
 		t.Errorf("SET app.lock with lock setting app.lock: %+v", got)
 	}
 }

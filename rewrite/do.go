@@ -158,6 +158,29 @@ func (r *Rewriter) isLabel(label string) bool {
 	return false
 }
 
+// bodyEffectWords are the words of a DO body's statement that may change a SessionEffects setting the prefilter
+// (scan) does not look for: application_name's name, and RESET (ALL), which resets the token and lock too.
+var bodyEffectWords = NewFoldWords(AppSetting, "reset")
+
+// bodyEffects notes what a statement of a DO body that the prefilter passes may do to SessionEffects' settings
+// (a SET or RESET of application_name, a RESET ALL), as what the block may or may not do. Nothing else of it
+// is read: it names no protected table and no token setting. One that does not parse may do anything (the
+// server would refuse the block).
+func (a *analysis) bodyEffects(sql string) {
+	tree, err := pg.Parse(sql)
+	if err != nil {
+		a.effects = a.effects.Then(anyEffects.May())
+		return
+	}
+	sub := &analysis{r: a.r}
+	for _, raw := range tree.Stmts {
+		if v := raw.Stmt.GetVariableSetStmt(); v != nil && !v.IsLocal {
+			sub.sessionSet(v)
+		}
+	}
+	a.effects = a.effects.Then(sub.effects.May())
+}
+
 // doQuery analyses one SQL text of a DO body. It returns what makes the block
 // unfenceable ("" when nothing does) and the protected table concerned, or
 // that it may set the token setting.
@@ -169,6 +192,9 @@ func (a *analysis) doQuery(q plQuery) (msg, label string, setsToken bool) {
 		text = []byte(normalise(text))
 	}
 	if sc := a.r.scan(text, true); !sc.touch && sc.err == nil {
+		if q.mode == 0 && bodyEffectWords.In(text) {
+			a.bodyEffects(string(text))
+		}
 		return "", "", false
 	}
 	sql := string(text)
@@ -206,7 +232,8 @@ func (a *analysis) doQuery(q plQuery) (msg, label string, setsToken bool) {
 	for _, raw := range tree.Stmts {
 		sub.statement(raw.Stmt)
 	}
-	a.effects = a.effects.Or(sub.effects) // SessionEffects covers the block's statements too
+	// SessionEffects covers the block's statements too, as what it may or may not do: its control flow is not read.
+	a.effects = a.effects.Then(sub.effects.May())
 	switch {
 	case sub.tokenSet || sub.tokenDynamic:
 		return "", "", true
