@@ -636,13 +636,15 @@ func (s *Server) registerPooledKey(ss *session) {
 func startupValue(params map[string]string, setting string) *string {
 	var v *string
 	if o, ok := optionSetting(params["options"], setting); ok {
-		v = &o
+		found := o
+		v = &found
 	}
 	// A parameter of its own wins: PostgreSQL applies the options first, then the other parameters
 	// (process_startup_options). There is at most one (checkStartupToken refuses two spellings of the name).
 	for k, val := range params {
 		if k != "options" && strings.EqualFold(k, setting) {
-			v = &val
+			found := val // only a match escapes: the address of val would cost every parameter an allocation
+			v = &found
 		}
 	}
 	return v
