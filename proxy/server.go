@@ -91,8 +91,10 @@ type Server struct {
 	// RESET and DISCARD (ALL), EXECUTE (an SQL prepared statement), set_config and u& (which may spell any
 	// of them); for the pool's text classes (textClass.effects).
 	effectWords *rewrite.FoldWords
-	reload      func() ([]string, error) // the admin console's RELOAD (Options.Reload)
-	bufs        connBuffers              // client connections' buffers, kept between sessions
+	// setLocal is the token and lock settings' part of the plain token statement, made once (pooled.go).
+	setLocal setLocalTexts
+	reload   func() ([]string, error) // the admin console's RELOAD (Options.Reload)
+	bufs     connBuffers              // client connections' buffers, kept between sessions
 
 	// locks is what the admin console's SHOW LOCKS lists (Options.Locks); nil: no lock store.
 	locks *tokens.Listing
@@ -159,6 +161,7 @@ func New(o Options) (*Server, error) {
 		effectWords = append(effectWords, strings.ToLower(lock))
 	}
 	s.effectWords = rewrite.NewFoldWords(effectWords...)
+	s.setLocal = newSetLocalTexts(o.Config.Token.Setting, o.Config.Token.LockSetting)
 	r := o.Config.Upstream.Reuse
 	s.pool = newUpstreamPool(r.Idle(), r.IdleTimeout, r.MaxLifetime, o.Metrics)
 	s.SetPlanner(o.Planner)
