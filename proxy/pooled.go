@@ -597,12 +597,14 @@ func (s *Server) startPooled(ss *session, login *clientLogin) {
 	ss.pooled = pl
 	ss.ownPrep.max = 0 // session.prep, off until the first lend gives it the server connection's
 
-	// The client's socket is read and written with raw system calls from here on (rawsocket_linux.go); the
-	// bytes it sent that are buffered already are read first.
-	pending, _ := ss.cr.r.Peek(ss.cr.r.Buffered())
-	clientIO := rawIO(ss.client, bytes.Clone(pending))
-	ss.cr.r.Reset(clientIO) // the same buffer: what it held is in clientIO's pending bytes
-	ss.clientOut.out = clientIO
+	// The client's socket is read and written with raw system calls from here on (rawsocket_linux.go): since
+	// its first byte (negotiate), or, after TLS, from now, the bytes it sent that are buffered already first.
+	if ss.clientIO == nil {
+		pending, _ := ss.cr.r.Peek(ss.cr.r.Buffered())
+		clientIO := rawIO(ss.client, bytes.Clone(pending))
+		ss.cr.r.Reset(clientIO) // the same buffer: what it held is in clientIO's pending bytes
+		ss.clientOut.out = clientIO
+	}
 	out := ss.cw
 	writeMsg(out, msgAuthentication, []byte{0, 0, 0, authOK}, "")
 	app, hasApp := ss.params["application_name"]
