@@ -80,7 +80,7 @@ type pooledState struct {
 	waiting       bool
 	waitCancelled bool
 	waitWake      chan struct{}
-	waitWatch     *lendWait // what lend's wait watches (waitWake, waitStopped): made once, not per lend
+	waitWatch     lendWait // what lend's wait watches (waitWake, waitStopped): made once, not per lend
 	skipToSync    bool
 	// cancelDeferred: a CancelRequest came while a unit of the proxy's own ran before the client's statement
 	// (a settings replay, checkFirst's check); it goes once that unit is answered and the client's statement is
@@ -586,14 +586,14 @@ func (s *Server) startPooled(ss *session, login *clientLogin) {
 		return
 	}
 	pl := &pooledState{pool: p, login: login, waitWake: make(chan struct{}, 1), replayed: make(chan struct{}, 1)}
-	pl.waitWatch = &lendWait{wake: pl.waitWake, stopped: ss.waitStopped}
+	pl.waitWatch = lendWait{wake: pl.waitWake, stopped: ss.waitStopped}
 	pl.settled.L = &pl.mu
 	pl.beforeSend = ss.needReader
 	tok, lock := s.cfg.Token.Setting, s.cfg.Token.LockSetting
 	pl.token, pl.lock = startupValue(ss.params, tok), startupValue(ss.params, lock)
 	pl.resetToken, pl.resetLock = pl.token, pl.lock
 	pl.settings = startupSettings(ss.params)
-	pl.classes.effectWords, pl.classes.effectsOf = s.effectWords, s.sessionEffects
+	pl.classes.effectWords, pl.classes.effectsOf = s.effectWords, s.effectsOf
 	ss.pooled = pl
 	ss.ownPrep.max = 0 // session.prep, off until the first lend gives it the server connection's
 
@@ -606,7 +606,10 @@ func (s *Server) startPooled(ss *session, login *clientLogin) {
 		ss.clientOut.out = clientIO
 	}
 	out := ss.cw
-	writeMsg(out, msgAuthentication, []byte{0, 0, 0, authOK}, "")
+	// AuthenticationOk and, below, ReadyForQuery from constants: a []byte literal given to writeMsg (an
+	// interface's Write) is an allocation each.
+	writeHeader(out, msgAuthentication, 8)
+	writeUint32(out, authOK)
 	app, hasApp := ss.params["application_name"]
 	ss.state.serverParams = make([]paramStatus, 0, len(reports)+1)
 	for _, r := range reports {
@@ -623,7 +626,8 @@ func (s *Server) startPooled(ss *session, login *clientLogin) {
 	}
 	s.registerPooledKey(ss)
 	writeMsg(out, msgBackendKeyData, ss.clientKey, "")
-	writeMsg(out, msgReadyForQuery, []byte{txIdle}, "")
+	writeHeader(out, msgReadyForQuery, 5)
+	out.WriteByte(txIdle)
 	if err := out.Flush(); err != nil {
 		s.unregister(ss)
 		return
@@ -1201,7 +1205,7 @@ func (ss *session) lend() error {
 	pl.waitMu.Lock()
 	pl.waiting = true
 	pl.waitMu.Unlock()
-	sc, err := pl.pool.acquire(ss.srv.cfg.Pool.MaxClientWait, pl.login, pl.waitWatch)
+	sc, err := pl.pool.acquire(ss.srv.cfg.Pool.MaxClientWait, pl.login, &pl.waitWatch)
 	pl.waitMu.Lock()
 	pl.waiting = false
 	if err == nil {

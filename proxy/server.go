@@ -91,6 +91,7 @@ type Server struct {
 	// RESET and DISCARD (ALL), EXECUTE (an SQL prepared statement), set_config and u& (which may spell any
 	// of them); for the pool's text classes (textClass.effects).
 	effectWords *rewrite.FoldWords
+	effectsOf   func([]byte, rewrite.Settings) rewrite.SessionEffects // sessionEffects, a method value made once
 	// setLocal is the token and lock settings' part of the plain token statement, made once (pooled.go).
 	setLocal setLocalTexts
 	reload   func() ([]string, error) // the admin console's RELOAD (Options.Reload)
@@ -161,6 +162,7 @@ func New(o Options) (*Server, error) {
 		effectWords = append(effectWords, strings.ToLower(lock))
 	}
 	s.effectWords = rewrite.NewFoldWords(effectWords...)
+	s.effectsOf = s.sessionEffects
 	s.setLocal = newSetLocalTexts(o.Config.Token.Setting, o.Config.Token.LockSetting)
 	r := o.Config.Upstream.Reuse
 	s.pool = newUpstreamPool(r.Idle(), r.IdleTimeout, r.MaxLifetime, o.Metrics)
