@@ -79,7 +79,13 @@ func (ss *session) logConnLine(level slog.Level, msg string, attrs ...slog.Attr)
 		return
 	}
 	r := slog.NewRecord(time.Now(), level, msg, 0)
-	r.Add(ss.who()...) // as logger's With would put them, first, without formatting them twice
+	// The attributes of who, as logger's With would put them (first), typed: who's []any boxes each Attr,
+	// four allocations per line.
+	if ss.named {
+		r.AddAttrs(slog.String("client", ss.remote), slog.String("user", ss.params["user"]), slog.String("database", ss.params["database"]))
+	} else {
+		r.AddAttrs(slog.String("client", ss.remote))
+	}
 	r.AddAttrs(attrs...)
 	h.Handle(ctx, r)
 }

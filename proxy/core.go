@@ -301,7 +301,8 @@ func (ss *session) noteParam(body []byte) bool {
 // noteParamValue is noteParam of a ParameterStatus already read into its name and value.
 func (ss *session) noteParamValue(name, value string) {
 	if name == "application_name" {
-		ss.appName.Store(&value)
+		app := value // a copy of its own: the address of value itself would move it to the heap for every name
+		ss.appName.Store(&app)
 	}
 	if ss.srv.router != nil {
 		ss.srv.router.observe(ss.host.addr, name, value)

@@ -136,6 +136,11 @@ func writeMsg(w msgSink, typ byte, raw []byte, s string) {
 // writeHeader writes a message's type and its length n (the length word included, the type not).
 func writeHeader(w msgSink, typ byte, n int) {
 	w.WriteByte(typ)
+	writeUint32(w, uint32(n))
+}
+
+// writeUint32 writes n big-endian, byte by byte: no slice for w to keep.
+func writeUint32(w msgSink, n uint32) {
 	w.WriteByte(byte(n >> 24))
 	w.WriteByte(byte(n >> 16))
 	w.WriteByte(byte(n >> 8))

@@ -438,50 +438,60 @@ func (ps *txPools) dropUnused() {
 	}
 }
 
-// poolKeyParams are the startup parameters of a client that choose its pool: every one but those the proxy
-// keeps per client (the token and lock settings in options, application_name).
-func poolKeyParams(params map[string]string, tokenSetting, lockSetting string) map[string]string {
-	out := make(map[string]string, len(params))
-	for k, v := range params {
-		switch {
-		case k == "application_name", strings.EqualFold(k, tokenSetting), strings.EqualFold(k, lockSetting):
-			continue
-		case k == "options":
-			if v = withoutOptionSettings(v, tokenSetting, lockSetting); v == "" {
-				continue
-			}
+// poolKeyParam is whether a client's startup parameter k (value v) chooses its pool, and the value that does:
+// every one but those the proxy keeps per client (the token and lock settings, in options too,
+// application_name).
+func poolKeyParam(k, v, tokenSetting, lockSetting string) (string, bool) {
+	switch {
+	case k == "application_name", strings.EqualFold(k, tokenSetting), strings.EqualFold(k, lockSetting):
+		return "", false
+	case k == "options":
+		if v = withoutOptionSettings(v, tokenSetting, lockSetting); v == "" {
+			return "", false
 		}
-		out[k] = v
 	}
-	return out
+	return v, true
 }
 
+// poolParam is a startup parameter that chooses a pool (poolKeyParam).
+type poolParam struct{ name, value string }
+
 // poolFor returns the pool of a client's startup parameters, creating it.
+//
+// The parameters and the key are gathered in buffers on the stack, and the key is looked up without a string
+// of its own (a map index by string(bytes) makes none): a client of an existing pool, every client but the
+// first, allocates nothing here, where a connection per transaction paid six allocations (a map of the
+// parameters, the sorted names, the key's growth).
 func (ps *txPools) poolFor(params map[string]string) (*txPool, error) {
 	cfg := ps.srv.cfg
-	kp := poolKeyParams(params, cfg.Token.Setting, cfg.Token.LockSetting)
-	names := make([]string, 0, len(kp))
-	for k := range kp {
-		names = append(names, k)
+	var kpBuf [16]poolParam
+	kp := kpBuf[:0]
+	for k, v := range params {
+		if v, ok := poolKeyParam(k, v, cfg.Token.Setting, cfg.Token.LockSetting); ok {
+			kp = append(kp, poolParam{k, v})
+		}
 	}
-	sort.Strings(names)
-	var key strings.Builder
-	for _, k := range names {
-		key.WriteString(k)
-		key.WriteByte(0)
-		key.WriteString(kp[k])
-		key.WriteByte(0)
+	slices.SortFunc(kp, func(a, b poolParam) int { return strings.Compare(a.name, b.name) })
+	var keyBuf [256]byte
+	key := keyBuf[:0]
+	for _, p := range kp {
+		key = append(append(key, p.name...), 0)
+		key = append(append(key, p.value...), 0)
 	}
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	if ps.closed {
 		return nil, errors.New("the proxy is shutting down")
 	}
-	if p := ps.byKey[key.String()]; p != nil {
+	if p := ps.byKey[string(key)]; p != nil {
 		p.clients.Add(1) // under ps.mu: dropUnused does not take a pool a client is joining
 		return p, nil
 	}
-	p := &txPool{srv: ps.srv, database: kp["database"], user: kp["user"], params: kp, stop: make(chan struct{}),
+	chosen := make(map[string]string, len(kp))
+	for _, p := range kp {
+		chosen[p.name] = p.value
+	}
+	p := &txPool{srv: ps.srv, database: chosen["database"], user: chosen["user"], params: chosen, stop: make(chan struct{}),
 		live: map[*serverConn]struct{}{}, members: map[*session]member{}, waiters: map[*clientLogin]time.Time{}}
 	if p.database == "" {
 		p.database = p.user // as PostgreSQL defaults it
@@ -500,7 +510,7 @@ func (ps *txPools) poolFor(params map[string]string) (*txPool, error) {
 		p.refill = make(chan struct{}, 1)
 		go p.keepIdle(ps.stop, p.stop)
 	}
-	ps.byKey[key.String()] = p
+	ps.byKey[string(key)] = p
 	p.clients.Add(1)
 	return p, nil
 }

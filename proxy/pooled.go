@@ -83,7 +83,7 @@ type pooledState struct {
 	waiting       bool
 	waitCancelled bool
 	waitWake      chan struct{}
-	waitWatch     *lendWait // what lend's wait watches (waitWake, waitStopped): made once, not per lend
+	waitWatch     lendWait // what lend's wait watches (waitWake, waitStopped): made once, not per lend
 	skipToSync    bool
 	// cancelDeferred: a CancelRequest came while a unit of the proxy's own ran before the client's statement
 	// (a settings replay, checkFirst's check); it goes once that unit is answered and the client's statement is
@@ -410,7 +410,7 @@ func (t *tokenTexts) plainInline(tok, lock *string, bare bool) string {
 // holds, whose answers are hidden; the client's values change seldom, so it is built once for them
 // (pooledState.plainPrefix). It is what the server runs for the least (measured on PostgreSQL 15, in front of a
 // one-row SELECT: about 0.9 of the SELECT's rate alone, where the SELECT form gives 0.7-0.8): a SET LOCAL of each
-// value (setLocalValues), which needs no plan, and the role set back only on a connection whose role changes the
+// value (tokenSetLocals), which needs no plan, and the role set back only on a connection whose role changes the
 // server would not all report (serverConn.roleSeen: setting the role costs PostgreSQL 15 about 0.1 of a one-row
 // SELECT's rate, in either spelling). SET LOCAL is in force: the Query is several statements, so its implicit
 // transaction is a block. A value no constant carries under the client's settings gets the SELECT form, whose
@@ -422,7 +422,14 @@ func (ss *session) plainPrefix(sc *serverConn, set rewrite.Settings) (string, in
 		return c.text, c.n
 	}
 	text, n := "", int64(1)
-	if stmts, ok := ss.tokenSetLocals(set, key.bare); ok {
+	texts := &ss.srv.setLocal
+	if pl.token == nil && pl.lock == nil {
+		// Most clients: no token or lock of their own, the text made once (and no value that needs a constant).
+		text, n = texts.defaultsRoleNone, 3
+		if key.bare {
+			text, n = texts.defaults, 2
+		}
+	} else if stmts, ok := ss.tokenSetLocals(set, key.bare); ok {
 		text, n = strings.Join(stmts, ""), int64(len(stmts))
 	} else {
 		text = sc.pool.tokenTexts(pl.pin != "").plainInline(pl.token, pl.lock, key.bare)
@@ -438,16 +445,42 @@ func (ss *session) plainPrefix(sc *serverConn, set rewrite.Settings) (string, in
 // constant carries under set.
 func (ss *session) tokenSetLocals(set rewrite.Settings, bare bool) (stmts []string, ok bool) {
 	pl := ss.pooled
-	cfg := ss.srv.cfg.Token
-	tok, ok := setLocalStmt(cfg.Setting, pl.token, set)
-	lock, ok2 := setLocalStmt(cfg.LockSetting, pl.lock, set)
-	if !ok || !ok2 {
-		return nil, false
+	texts := &ss.srv.setLocal
+	tok, lock := texts.tokDefault, texts.lockDefault
+	if pl.token != nil || pl.lock != nil {
+		var ok2 bool
+		tok, ok = setLocalIdentStmt(texts.tokIdent, pl.token, set)
+		lock, ok2 = setLocalIdentStmt(texts.lockIdent, pl.lock, set)
+		if !ok || !ok2 {
+			return nil, false
+		}
 	}
 	if bare {
 		return []string{tok, lock}, true
 	}
-	return []string{tok, lock, "SET LOCAL ROLE NONE; "}, true
+	return []string{tok, lock, setLocalRoleNone}, true
+}
+
+// setLocalRoleNone sets the role back for the transaction, after the token and lock (tokenSetLocals).
+const setLocalRoleNone = "SET LOCAL ROLE NONE; "
+
+// setLocalTexts are the parts of the plain token statement that depend on the configuration alone, made once
+// by the Server: the settings' names as SET takes them, and the statement of a client with neither a token nor
+// a lock of its own, as tokenSetLocals writes it, without and with setLocalRoleNone. Built per client they
+// were a tenth of what a connection per transaction allocated in the proxy.
+type setLocalTexts struct {
+	tokIdent, lockIdent        string
+	tokDefault, lockDefault    string // SET LOCAL of each to its default
+	defaults, defaultsRoleNone string
+}
+
+func newSetLocalTexts(tok, lock string) setLocalTexts {
+	t := setLocalTexts{tokIdent: settingIdent(tok), lockIdent: settingIdent(lock)}
+	t.tokDefault, _ = setLocalIdentStmt(t.tokIdent, nil, rewrite.Settings{})
+	t.lockDefault, _ = setLocalIdentStmt(t.lockIdent, nil, rewrite.Settings{})
+	t.defaults = t.tokDefault + t.lockDefault
+	t.defaultsRoleNone = t.defaults + setLocalRoleNone
+	return t
 }
 
 // plainPrefixKey is what plainPrefix's text depends on.
@@ -490,14 +523,19 @@ func setLocalSQL(name string, v *string, set rewrite.Settings) string {
 // setConstant writes it under the session's settings (set): never a constant the server could read otherwise
 // than the proxy. ok is false for a value no such constant can carry.
 func setLocalStmt(name string, v *string, set rewrite.Settings) (sql string, ok bool) {
+	return setLocalIdentStmt(settingIdent(name), v, set)
+}
+
+// setLocalIdentStmt is setLocalStmt of a name already written as SET takes it (settingIdent).
+func setLocalIdentStmt(ident string, v *string, set rewrite.Settings) (sql string, ok bool) {
 	if v == nil {
-		return "SET LOCAL " + settingIdent(name) + " TO DEFAULT; ", true
+		return "SET LOCAL " + ident + " TO DEFAULT; ", true
 	}
 	c, ok := setConstant(*v, set)
 	if !ok {
 		return "", false
 	}
-	return "SET LOCAL " + settingIdent(name) + " = " + c + "; ", true
+	return "SET LOCAL " + ident + " = " + c + "; ", true
 }
 
 // settingIdent is a setting's name (a.b) as SET takes it: each part a quoted identifier.
@@ -571,25 +609,30 @@ func (s *Server) startPooled(ss *session, login *clientLogin) {
 		return
 	}
 	pl := &pooledState{pool: p, login: login, waitWake: make(chan struct{}, 1), replayed: make(chan struct{}, 1)}
-	pl.waitWatch = &lendWait{wake: pl.waitWake, stopped: ss.waitStopped}
+	pl.waitWatch = lendWait{wake: pl.waitWake, stopped: ss.waitStopped}
 	pl.settled.L = &pl.mu
 	pl.beforeSend = ss.needReader
 	tok, lock := s.cfg.Token.Setting, s.cfg.Token.LockSetting
 	pl.token, pl.lock = startupValue(ss.params, tok), startupValue(ss.params, lock)
 	pl.resetToken, pl.resetLock = pl.token, pl.lock
 	pl.settings = startupSettings(ss.params)
-	pl.classes.effectWords, pl.classes.effectsOf = s.effectWords, s.sessionEffects
+	pl.classes.effectWords, pl.classes.effectsOf = s.effectWords, s.effectsOf
 	ss.pooled = pl
 	ss.ownPrep.max = 0 // session.prep, off until the first lend gives it the server connection's
 
-	// The client's socket is read and written with raw system calls from here on (rawsocket_linux.go); the
-	// bytes it sent that are buffered already are read first.
-	pending, _ := ss.cr.r.Peek(ss.cr.r.Buffered())
-	clientIO := rawIO(ss.client, bytes.Clone(pending))
-	ss.cr.r.Reset(clientIO) // the same buffer: what it held is in clientIO's pending bytes
-	ss.clientOut.out = clientIO
+	// The client's socket is read and written with raw system calls from here on (rawsocket_linux.go): since
+	// its first byte (negotiate), or, after TLS, from now, the bytes it sent that are buffered already first.
+	if ss.clientIO == nil {
+		pending, _ := ss.cr.r.Peek(ss.cr.r.Buffered())
+		clientIO := rawIO(ss.client, bytes.Clone(pending))
+		ss.cr.r.Reset(clientIO) // the same buffer: what it held is in clientIO's pending bytes
+		ss.clientOut.out = clientIO
+	}
 	out := ss.cw
-	writeMsg(out, msgAuthentication, []byte{0, 0, 0, authOK}, "")
+	// AuthenticationOk and, below, ReadyForQuery from constants: a []byte literal given to writeMsg (an
+	// interface's Write) is an allocation each.
+	writeHeader(out, msgAuthentication, 8)
+	writeUint32(out, authOK)
 	app, hasApp := ss.params["application_name"]
 	ss.state.serverParams = make([]paramStatus, 0, len(reports)+1)
 	for _, r := range reports {
@@ -606,7 +649,8 @@ func (s *Server) startPooled(ss *session, login *clientLogin) {
 	}
 	s.registerPooledKey(ss)
 	writeMsg(out, msgBackendKeyData, ss.clientKey, "")
-	writeMsg(out, msgReadyForQuery, []byte{txIdle}, "")
+	writeHeader(out, msgReadyForQuery, 5)
+	out.WriteByte(txIdle)
 	if err := out.Flush(); err != nil {
 		s.unregister(ss)
 		return
@@ -652,13 +696,15 @@ func (s *Server) registerPooledKey(ss *session) {
 func startupValue(params map[string]string, setting string) *string {
 	var v *string
 	if o, ok := optionSetting(params["options"], setting); ok {
-		v = &o
+		found := o
+		v = &found
 	}
 	// A parameter of its own wins: PostgreSQL applies the options first, then the other parameters
 	// (process_startup_options). There is at most one (checkStartupToken refuses two spellings of the name).
 	for k, val := range params {
 		if k != "options" && strings.EqualFold(k, setting) {
-			v = &val
+			found := val // only a match escapes: the address of val would cost every parameter an allocation
+			v = &found
 		}
 	}
 	return v
@@ -1190,7 +1236,7 @@ func (ss *session) lend() error {
 	pl.waitMu.Lock()
 	pl.waiting = true
 	pl.waitMu.Unlock()
-	sc, err := pl.pool.acquire(ss.srv.cfg.Pool.MaxClientWait, pl.login, pl.waitWatch)
+	sc, err := pl.pool.acquire(ss.srv.cfg.Pool.MaxClientWait, pl.login, &pl.waitWatch)
 	pl.waitMu.Lock()
 	pl.waiting = false
 	if err == nil {

@@ -3,13 +3,18 @@ package proxy_test
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"fmt"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/fenceproxy/fenceproxy/internal/pgtest"
+	"github.com/fenceproxy/fenceproxy/internal/proxytest"
 )
 
 // A client that sends more after its Terminate, in the same write, leaves those bytes in the buffer its session
@@ -123,5 +128,41 @@ func readUntilReady(t *testing.T, r *bufio.Reader) []string {
 		case 'Z':
 			return rows
 		}
+	}
+}
+
+// In transaction mode a client's socket is read and written with raw system calls from its first byte
+// (negotiate): a refused SSLRequest is answered through it, and a client that starts TLS moves to the TLS
+// connection, which startPooled then relays. Both log in and run a transaction.
+func TestPooledClientTLSAndRefusedSSLRequest(t *testing.T) {
+	pgtest.Require(t, pg)
+	caFile, certFile, keyFile := writeTestCerts(t, t.TempDir())
+	pool := "pool:\n  mode: transaction\n  size: 1\nauth:\n  type: trust\n"
+	withTLS := startProxy(t, proxytest.Options{YAML: pool + fmt.Sprintf("tls:\n  cert_file: %s\n  key_file: %s\n", certFile, keyFile)})
+	plain := startProxy(t, proxytest.Options{YAML: pool})
+	ctx := ctxT(t)
+	for _, tc := range []struct {
+		name, dsn string
+		tls       bool
+	}{
+		{"TLS", strings.Replace(withTLS.DSN(pgtest.SuperUser, "", pgtest.TestDB), "sslmode=disable", "sslmode=verify-full&sslrootcert="+caFile, 1), true},
+		{"SSLRequest refused", strings.Replace(plain.DSN(pgtest.SuperUser, "", pgtest.TestDB), "sslmode=disable", "sslmode=prefer", 1), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for range 3 { // the handler goroutines and buffers serve the next clients as they served the first
+				c, err := pgx.Connect(ctx, tc.dsn)
+				if err != nil {
+					t.Fatalf("connect: %v", err)
+				}
+				if _, isTLS := c.PgConn().Conn().(*tls.Conn); isTLS != tc.tls {
+					t.Fatalf("client connection is %T, want TLS %v", c.PgConn().Conn(), tc.tls)
+				}
+				var n int
+				if err := c.QueryRow(ctx, "SELECT 41 + 1").Scan(&n); err != nil || n != 42 {
+					t.Fatalf("SELECT: %d, %v", n, err)
+				}
+				c.Close(ctx)
+			}
+		})
 	}
 }

@@ -174,12 +174,13 @@ func (ss *session) settingsPinReason(reasons string) string {
 
 // startupSettings are a client's first settings: its own application_name, which is not part of its pool's
 // key (the pool's server connections start without it).
+// Without one they are nil (nothing writes to pl.settings but a copy of what a probe read), not a map made
+// for every client that never holds anything.
 func startupSettings(params map[string]string) map[string]string {
-	s := map[string]string{}
 	if app, ok := params["application_name"]; ok {
-		s["application_name"] = app
+		return map[string]string{"application_name": app}
 	}
-	return s
+	return nil
 }
 
 // settingsRead records the session-level settings a probe read back (pl.mu held): they are the server

@@ -16,22 +16,29 @@ type serverReading struct {
 }
 
 // note records one ParameterStatus; other parameters are ignored.
+//
+// Only the three names copy the settings: the copy is a new value behind the pointer, and it escapes, so
+// taking it before the name was looked at cost an allocation per ParameterStatus (a dozen per client at
+// startup in transaction mode).
 func (r *serverReading) note(name, value string) {
-	var s rewrite.Settings
+	switch name {
+	case "client_encoding", "server_encoding", "standard_conforming_strings":
+	default:
+		return
+	}
+	s := new(rewrite.Settings)
 	if cur := r.p.Load(); cur != nil {
-		s = *cur
+		*s = *cur
 	}
 	switch name {
 	case "client_encoding":
 		s.ClientEncoding = value
 	case "server_encoding":
 		s.ServerEncoding = value
-	case "standard_conforming_strings":
-		s.StandardConformingStrings = value == "on"
 	default:
-		return
+		s.StandardConformingStrings = value == "on"
 	}
-	r.p.Store(&s)
+	r.p.Store(s)
 }
 
 // settings are the reported settings for a message the client sends now. inFlight says that an earlier

@@ -91,8 +91,11 @@ type Server struct {
 	// (rewrite.SessionEffects): their names, RESET and DISCARD (ALL), EXECUTE (an SQL prepared statement),
 	// set_config and u& (which may spell any of them); for the pool's text classes (textClass.effects).
 	effectWords *rewrite.FoldWords
-	reload      func() ([]string, error) // the admin console's RELOAD (Options.Reload)
-	bufs        connBuffers              // client connections' buffers, kept between sessions
+	effectsOf   func([]byte, rewrite.Settings) rewrite.SessionEffects // sessionEffects, a method value made once
+	// setLocal is the token and lock settings' part of the plain token statement, made once (pooled.go).
+	setLocal setLocalTexts
+	reload   func() ([]string, error) // the admin console's RELOAD (Options.Reload)
+	bufs     connBuffers              // client connections' buffers, kept between sessions
 
 	// locks is what the admin console's SHOW LOCKS lists (Options.Locks); nil: no lock store.
 	locks *tokens.Listing
@@ -159,6 +162,8 @@ func New(o Options) (*Server, error) {
 		effectWords = append(effectWords, strings.ToLower(lock))
 	}
 	s.effectWords = rewrite.NewFoldWords(effectWords...)
+	s.effectsOf = s.sessionEffects
+	s.setLocal = newSetLocalTexts(o.Config.Token.Setting, o.Config.Token.LockSetting)
 	r := o.Config.Upstream.Reuse
 	s.pool = newUpstreamPool(r.Idle(), r.IdleTimeout, r.MaxLifetime, o.Metrics)
 	s.SetPlanner(o.Planner)

@@ -26,10 +26,14 @@ type session struct {
 	// The connections and the goroutine transport's framing over them. cr and cw are the client's, sr and sw
 	// the upstream's. In the goroutine transport the session goroutine reads cr and writes sw, the
 	// server-to-client goroutine reads sr and writes cw; each interrupt stops the reads of its connection.
-	client, upstream         net.Conn // client: after TLS, if any
-	cr, sr                   msgReader
-	cw, sw                   *bufio.Writer
-	clientOut                failWriter // the client connection as cw writes it, remembering a failed write
+	client, upstream net.Conn // client: after TLS, if any
+	cr, sr           msgReader
+	cw, sw           *bufio.Writer
+	clientOut        failWriter // the client connection as cw writes it, remembering a failed write
+	// clientIO, in transaction mode, is the client's plain socket read and written with raw system calls
+	// (rawIO) from its first byte: the startup reader reads through it, and attachClient writes through it; nil
+	// otherwise, and once TLS replaced the socket (negotiate).
+	clientIO                 io.ReadWriter
 	clientIntr, upstreamIntr interrupt
 
 	clientTLS bool
@@ -115,7 +119,7 @@ func (ss *session) who() []any {
 
 // attachClient sets the client side up for relaying, reading through r (which may hold bytes already read).
 func (ss *session) attachClient(r *bufio.Reader) {
-	ss.clientOut = failWriter{Conn: ss.client}
+	ss.clientOut = failWriter{Conn: ss.client, out: ss.clientIO}
 	ss.cw = ss.srv.bufs.writer(&ss.clientOut)
 	ss.clientIntr.conn = ss.client
 	ss.cr = msgReader{r: r, intr: &ss.clientIntr, max: ss.srv.cfg.Limits.MaxMessageSize}

@@ -152,8 +152,26 @@ func (ss *session) negotiateVersion(version uint32) bool {
 // negotiate runs the startup phase up to the StartupMessage: SSLRequest, GSSENCRequest, direct TLS and
 // CancelRequest. It returns the StartupMessage body (protocol version first) and the reader to go on with, or a
 // nil body when the connection was a CancelRequest.
+//
+// In transaction mode the client's socket is read and written with raw system calls (rawIO) from here on, as
+// relayPooled reads it: the startup's reads and writes do not enter the scheduler's system-call path, whose
+// first call after the process went idle wakes the runtime's monitor thread (sysmon), a context switch and a
+// sleep of its own, each time a connection-per-transaction client's next packet arrives.
 func (ss *session) negotiate(raw net.Conn) ([]byte, *bufio.Reader, error) {
-	r := ss.srv.bufs.reader(raw)
+	var in io.Reader = raw
+	if ss.srv.pools != nil {
+		ss.clientIO = rawIO(raw, nil)
+		in = ss.clientIO
+	}
+	r := ss.srv.bufs.reader(in)
+	refuse := func() error { // the answer N to an SSLRequest or GSSENCRequest
+		w := io.Writer(ss.client)
+		if ss.clientIO != nil {
+			w = ss.clientIO
+		}
+		_, err := w.Write([]byte{negotiateRefuse})
+		return err
+	}
 	tlsCfg := ss.srv.clientTLS
 	for attempt := 0; attempt < 4; attempt++ {
 		if !ss.clientTLS && tlsCfg != nil && attempt == 0 {
@@ -167,7 +185,7 @@ func (ss *session) negotiate(raw net.Conn) ([]byte, *bufio.Reader, error) {
 				if tc.ConnectionState().NegotiatedProtocol != "postgresql" {
 					return nil, nil, fmt.Errorf("%w: direct TLS without ALPN \"postgresql\"", errProtocol)
 				}
-				ss.client, ss.clientTLS = tc, true
+				ss.client, ss.clientTLS, ss.clientIO = tc, true, nil
 				r = bufio.NewReaderSize(tc, readBufferSize)
 				continue
 			}
@@ -187,7 +205,7 @@ func (ss *session) negotiate(raw net.Conn) ([]byte, *bufio.Reader, error) {
 				return nil, nil, fmt.Errorf("%w: data received after SSLRequest", errProtocol)
 			}
 			if tlsCfg == nil {
-				if _, err := ss.client.Write([]byte{negotiateRefuse}); err != nil {
+				if err := refuse(); err != nil {
 					return nil, nil, err
 				}
 				continue
@@ -199,13 +217,13 @@ func (ss *session) negotiate(raw net.Conn) ([]byte, *bufio.Reader, error) {
 			if err := tc.Handshake(); err != nil {
 				return nil, nil, fmt.Errorf("TLS handshake: %w", err)
 			}
-			ss.client, ss.clientTLS = tc, true
+			ss.client, ss.clientTLS, ss.clientIO = tc, true, nil
 			r = bufio.NewReaderSize(tc, readBufferSize)
 		case codeGSSENCRequest:
 			if len(body) != 4 || r.Buffered() > 0 {
 				return nil, nil, fmt.Errorf("%w: unexpected GSSENCRequest", errProtocol)
 			}
-			if _, err := ss.client.Write([]byte{negotiateRefuse}); err != nil {
+			if err := refuse(); err != nil {
 				return nil, nil, err
 			}
 		case codeCancelRequest:
