@@ -127,6 +127,17 @@ func TestPooledSetTransactionBatchOracle(t *testing.T) {
 			[]string{"D[5]", "E:25001"}},
 		{"set transaction last", tok5, stBatch(stPBE("SHOW fence.token"), stPBE("SET TRANSACTION ISOLATION LEVEL SERIALIZABLE")),
 			[]string{"D[5]", "N:25P01", "C:SET"}},
+		// The setting's name quoted, in any case (PostgreSQL matches setting names so): until 2026-12-05 the
+		// proxy read only unquoted words there, and the checked token statement made these fail 25001 (a
+		// review's finding).
+		{"quoted name", tok5, stBatch(stPBE(`SET "transaction_isolation" = 'serializable'`), showIso, ins("10")),
+			[]string{"C:SET", "D[serializable]", "D[5]"}},
+		{"quoted name, local, case, to", tok5, stBatch(stPBE(`SET LOCAL "Transaction_Isolation" TO 'serializable'`), showIso, ins("10")),
+			[]string{"N:25P01", "C:SET", "D[serializable]", "D[5]"}},
+		{"quoted name, session, deferrable", tok5, stBatch(stPBE(`set session "TRANSACTION_DEFERRABLE" = on`),
+			stPBE("SELECT current_setting('transaction_deferrable')"), ins("10")), []string{"C:SET", "D[on]", "D[5]"}},
+		{"quoted name in a query", tok5, []woMsg{woQ(`SET "transaction_isolation" TO 'serializable'; SHOW transaction_isolation; ` +
+			"INSERT INTO ft (id, v) VALUES (10, 0) RETURNING fence_token")}, []string{"C:SET", "D[serializable]", "D[5]"}},
 	}
 	// A login that is not a superuser: the role goes too (SET LOCAL ROLE NONE, as the plain form sets it).
 	for _, su := range []*pgx.Conn{e.suD, e.suP} {
