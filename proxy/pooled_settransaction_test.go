@@ -127,6 +127,17 @@ func TestPooledSetTransactionBatchOracle(t *testing.T) {
 			[]string{"D[5]", "E:25001"}},
 		{"set transaction last", tok5, stBatch(stPBE("SHOW fence.token"), stPBE("SET TRANSACTION ISOLATION LEVEL SERIALIZABLE")),
 			[]string{"D[5]", "N:25P01", "C:SET"}},
+		// The setting's name quoted, in any case (PostgreSQL matches setting names so): until 2026-12-05 the
+		// proxy read only unquoted words there, and the checked token statement made these fail 25001 (a
+		// review's finding).
+		{"quoted name", tok5, stBatch(stPBE(`SET "transaction_isolation" = 'serializable'`), showIso, ins("10")),
+			[]string{"C:SET", "D[serializable]", "D[5]"}},
+		{"quoted name, local, case, to", tok5, stBatch(stPBE(`SET LOCAL "Transaction_Isolation" TO 'serializable'`), showIso, ins("10")),
+			[]string{"N:25P01", "C:SET", "D[serializable]", "D[5]"}},
+		{"quoted name, session, deferrable", tok5, stBatch(stPBE(`set session "TRANSACTION_DEFERRABLE" = on`),
+			stPBE("SELECT current_setting('transaction_deferrable')"), ins("10")), []string{"C:SET", "D[on]", "D[5]"}},
+		{"quoted name in a query", tok5, []woMsg{woQ(`SET "transaction_isolation" TO 'serializable'; SHOW transaction_isolation; ` +
+			"INSERT INTO ft (id, v) VALUES (10, 0) RETURNING fence_token")}, []string{"C:SET", "D[serializable]", "D[5]"}},
 	}
 	// A login that is not a superuser: the role goes too (SET LOCAL ROLE NONE, as the plain form sets it).
 	for _, su := range []*pgx.Conn{e.suD, e.suP} {
@@ -214,5 +225,41 @@ func TestPooledSetTransactionBeyondWhatWasRead(t *testing.T) {
 	wantP := "1 2 D[5] C:SHOW 1 2 N:25P01 E:25001 Z:I next:5"
 	if strings.Join(d, " ") != wantD || strings.Join(p, " ") != wantP {
 		t.Fatalf("\ndirect %v, want %s\npooled %v, want %s", d, wantD, p, wantP)
+	}
+}
+
+// Batches with SET TRANSACTION pipelined in one write, as libpq's pipeline mode sends them: each batch's token
+// goes as SET LOCAL in front of it alone (the messages read up to its Sync), the hidden answers of each are
+// counted off before the client's (an error ends a batch, the next gets its own), and the client's own SET
+// LOCAL keeps its warning, also after a Flush. A review's attempt (2026-12-05): it answered as directly.
+func TestPooledSetTransactionBatchPipelined(t *testing.T) {
+	e := newFmEnv(t)
+	defer func() { e.w.noise.Close(context.Background()) }()
+	ins := func(id string) []woMsg {
+		return stPBE("INSERT INTO ft (id, v) VALUES (" + id + ", 0) RETURNING fence_token")
+	}
+	curTok := stPBE("SELECT current_setting('fence.token', true)")
+	for _, c := range []struct {
+		name string
+		seq  []woMsg
+	}{
+		{"two batches", append(stBatch(stPBE("SET TRANSACTION ISOLATION LEVEL SERIALIZABLE"), stPBE("SHOW transaction_isolation"), ins("10")),
+			stBatch(stPBE("SET TRANSACTION READ ONLY"), curTok, ins("11"))...)},
+		{"an error, then a batch", append(stBatch(stPBE("SET TRANSACTION ISOLATION LEVEL SERIALIZABLE"), stPBE("SELECT 1/0"), ins("10")),
+			stBatch(stPBE("SET TRANSACTION ISOLATION LEVEL SERIALIZABLE"), stPBE("SET LOCAL work_mem = '1MB'"), curTok, ins("11"))...)},
+		{"flushes", stBatch(stPBE("SET TRANSACTION ISOLATION LEVEL SERIALIZABLE"), []woMsg{woH}, curTok, []woMsg{woH},
+			stPBE("SET LOCAL work_mem = '1MB'"), ins("10"))},
+	} {
+		e.reset(e.suD)
+		e.reset(e.suP)
+		const opts = "&options=-c%20fence.token%3D5"
+		d := append(woPipelined(t, pg.DSN(pgtest.SuperUser, "", e.dbD)+opts, c.seq), e.rows(e.suD))
+		p := append(woPipelined(t, e.p.DSN(pgtest.SuperUser, "", e.dbP)+opts, c.seq), e.rows(e.suP))
+		if !slices.Contains(d, "N:25P01") || !slices.Contains(d, "C:INSERT 0 1") {
+			t.Errorf("%s: directly no warning or no write; the case means something else: %v", c.name, d)
+		}
+		if !slices.Equal(d, p) {
+			t.Errorf("%s:\n  direct %v\n  pooled %v", c.name, d, p)
+		}
 	}
 }

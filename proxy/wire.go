@@ -72,8 +72,8 @@ func (b *connBuffers) put(r *bufio.Reader, w *bufio.Writer) {
 // errProtocol marks a client that broke the protocol; the session answers with 08P01 and closes.
 var errProtocol = errors.New("protocol violation")
 
-// errReadTwice: a message already read (msgReader.body) was to be forwarded; a bug of the proxy's, which ends
-// the connection rather than lose the stream's framing.
+// errReadTwice: a message already consumed (msgReader.body or forward) was to be read or forwarded again; a bug
+// of the proxy's, which ends the connection rather than lose the stream's framing.
 var errReadTwice = errors.New("message read twice")
 
 // headerLen is the size of a message header: the type byte and the 4-byte big-endian length that counts itself.
@@ -108,8 +108,8 @@ type msgReader struct {
 	typ  byte
 	n    int    // body length of the current message
 	buf  []byte // reusable body buffer for messages the proxy reads
-	// taken: the current message's header is consumed (body, discardHeader); forward refuses it then, as the
-	// bytes at the reader's front are the next message's.
+	// taken: the current message's header is consumed (body, forward); body and forward refuse it then, as
+	// the bytes at the reader's front are the next message's. Only next starts a message.
 	taken bool
 
 	// msgs and bytes count what was read since the last report to the metrics, which happens at each flush
@@ -136,10 +136,14 @@ func (m *msgReader) next() (byte, int, error) {
 	return typ, n, nil
 }
 
-// discardHeader consumes the header after a successful next.
-func (m *msgReader) discardHeader() {
+// discardHeader consumes the header after a successful next; errReadTwice once it was.
+func (m *msgReader) discardHeader() error {
+	if m.taken {
+		return fmt.Errorf("message %q consumed again: %w", m.typ, errReadTwice)
+	}
 	m.r.Discard(headerLen)
 	m.taken = true
+	return nil
 }
 
 // body reads the whole body of the current message (after next) into the reusable buffer. The returned slice is
@@ -150,8 +154,13 @@ func (m *msgReader) discardHeader() {
 // made the pooled relay forward the next message's header as the current message's, and then read the bytes
 // after it as a header: a ParseComplete after a notice of the whole text of a long statement
 // (client_min_messages = debug2) left the relay waiting for a body of some gigabyte that never came.
+//
+// A message consumed already (body, forward) is refused: a second read took the next message's header and
+// bytes for this one's body.
 func (m *msgReader) body() ([]byte, error) {
-	m.discardHeader()
+	if err := m.discardHeader(); err != nil {
+		return nil, err
+	}
 	if m.buf == nil || cap(m.buf) < m.n {
 		m.buf = make([]byte, m.n) // not nil for n = 0 either
 	}
@@ -180,11 +189,11 @@ func (m *msgReader) release() {
 }
 
 // forward copies the current message, header and body, to w without decoding or allocating. A message whose
-// header was consumed (body) is refused: what it would copy is the next message, and the reader would lose the
-// framing of the stream.
+// header was consumed (body, forward) is refused: what it would copy is the next message, and the reader would
+// lose the framing of the stream.
 func (m *msgReader) forward(w *bufio.Writer) error {
 	if m.taken {
-		return fmt.Errorf("message %q forwarded after it was read: %w", m.typ, errReadTwice)
+		return fmt.Errorf("message %q forwarded after it was consumed: %w", m.typ, errReadTwice)
 	}
 	hdr, err := m.r.Peek(headerLen)
 	if err != nil {
@@ -194,6 +203,7 @@ func (m *msgReader) forward(w *bufio.Writer) error {
 		return err
 	}
 	m.r.Discard(headerLen)
+	m.taken = true
 	return m.copyBody(w, m.n)
 }
 

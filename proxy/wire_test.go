@@ -171,3 +171,41 @@ func TestReadMessageNeverForwarded(t *testing.T) {
 		}
 	}
 }
+
+// A message is consumed once, whichever way: after forward or body, neither a second forward nor a body reads
+// on, and the next message is whole for next. A second body discarded the next message's header and read its
+// bytes as this one's body; a second forward copied the next message under this one's length: either lost the
+// framing of the stream where the relays' bookkeeping went wrong (errReadTwice guarded only forward after body).
+func TestMessageConsumedOnce(t *testing.T) {
+	var in []byte
+	in = appendMessage(in, 'D', []byte("abc"))
+	in = appendMessage(in, '1', nil)
+	in = appendMessage(in, 'D', []byte("xyz"))
+	in = appendMessage(in, 'Z', []byte("I"))
+	m := msgReader{r: bufio.NewReaderSize(bytes.NewReader(in), readBufferSize)}
+	var out bytes.Buffer
+	w := bufio.NewWriter(&out)
+	for i, consume := range []string{"forward", "body", "body", "forward"} {
+		if _, _, err := m.next(); err != nil {
+			t.Fatalf("next %d: %v", i, err)
+		}
+		if consume == "forward" {
+			if err := m.forward(w); err != nil {
+				t.Fatalf("forward %d: %v", i, err)
+			}
+		} else if _, err := m.body(); err != nil {
+			t.Fatalf("body %d: %v", i, err)
+		}
+		if err := m.forward(w); !errors.Is(err, errReadTwice) {
+			t.Fatalf("message %d (%s): forward again: %v", i, consume, err)
+		}
+		if _, err := m.body(); !errors.Is(err, errReadTwice) {
+			t.Fatalf("message %d (%s): body again: %v", i, consume, err)
+		}
+	}
+	w.Flush()
+	want := append(appendMessage(nil, 'D', []byte("abc")), appendMessage(nil, 'Z', []byte("I"))...)
+	if !bytes.Equal(out.Bytes(), want) {
+		t.Fatalf("forwarded %q, want %q", out.Bytes(), want)
+	}
+}

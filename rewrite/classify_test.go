@@ -257,6 +257,16 @@ func TestClassifyPoolingModesLater(t *testing.T) {
 		"SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY; SELECT 1": false,
 		"SET LOCAL work_mem = '1MB'; SELECT 1":                           false,
 		"BEGIN; SET LOCAL fence.token = 5; UPDATE t SET a = 1; COMMIT":   false,
+		// The setting's name quoted, in any case, as PostgreSQL takes it; keywords only unquoted.
+		`SET "transaction_isolation" = 'serializable'`:                   true,
+		`SET LOCAL "Transaction_Isolation" TO 'serializable'; SELECT 1`:  true,
+		`set session "TRANSACTION_DEFERRABLE" = on`:                      true,
+		`SELECT 1; SET U&"transaction_read_only" = on`:                   true,
+		`SELECT 1; SET LOCAL "transaction_isolation" = 'serializable'`:   true,
+		`SET "transaction" ISOLATION LEVEL SERIALIZABLE`:                 false, // a setting named transaction
+		`SET LOCAL "transaction" ISOLATION LEVEL SERIALIZABLE; SELECT 1`: false,
+		`SELECT 1; "set" transaction_isolation = 'serializable'`:         false,
+		`SET "transaction_isolation_x" = 'a'`:                            false,
 	} {
 		if got := ClassifyPooling([]byte(sql), DefaultSettings).ModesLater; got != want {
 			t.Errorf("ModesLater(%q) = %v, want %v", sql, got, want)
@@ -314,6 +324,9 @@ func TestClassifyPoolingNeedsBlock(t *testing.T) {
 		"SET transaction.x = 'a'":                                     false,
 		"SET constraints.x TO 'a'":                                    false,
 		`SET "x.y" = local`:                                           false,
+		`SET LOCAL "work_mem" = '7MB'`:                                true, // a quoted name
+		`SET "local".x = 1`:                                           false,
+		`SET SESSION "transaction_isolation" = 'serializable'`:        false, // only SET SESSION TRANSACTION, as before
 	} {
 		if got := ClassifyPooling([]byte(sql), DefaultSettings).NeedsBlock; got != want {
 			t.Errorf("NeedsBlock(%q) = %v, want %v", sql, got, want)

@@ -54,13 +54,12 @@ func ClassifyPooling(raw []byte, s Settings) PoolingClass {
 		return c
 	}
 	l := newLexer(text, s.StandardConformingStrings)
-	// The first statement's first two unquoted words anywhere in it (for Own) and its leading unquoted words,
-	// while every token so far is one (for Begin), lower case, in buffers of their own: no allocation.
+	// The first statement's first two unquoted words anywhere in it (for Own), in buffers of their own: no
+	// allocation; and its leading words, while every token so far is one (for Begin).
 	var buf [2][16]byte
-	var leadBuf [3][24]byte // transaction_deferrable (ModesLater) fits
 	var words [2][]byte
-	var lead [3][]byte
-	nwords, nlead, tokens := 0, 0, 0
+	var lead leadWords
+	nwords, tokens := 0, 0
 	concurrently := false
 	// WITH HOLD before the first statement's FOR (a DECLARE's cursor outlives its transaction: NeedsBlock).
 	withHold, forSeen, prevWith := false, false, false
@@ -72,61 +71,62 @@ func ClassifyPooling(raw []byte, s Settings) PoolingClass {
 	firstDone := false
 	// The first statement's last two tokens (Chain).
 	var prevTok, lastTok token
-	// beginModes reads a statement's first three words ("" where it has fewer) and its count of tokens: it
-	// opens a block, and does so with transaction modes; or it sets the transaction's characteristics (SET
-	// [LOCAL | SESSION] TRANSACTION, or SET of transaction_isolation, _read_only, _deferrable).
-	beginModes := func(w0, w1, w2 string, n int) (begin, modes, setTransaction bool) {
+	// beginModes reads a statement's leading words and its count of tokens: it opens a block, and does so with
+	// transaction modes; or it sets the transaction's characteristics (SET [LOCAL | SESSION] TRANSACTION, or
+	// SET of transaction_isolation, _read_only, _deferrable). The keywords are unquoted words; the setting's
+	// name may be quoted, in any case, as PostgreSQL takes it (SET "Transaction_Isolation" = ...).
+	beginModes := func(w *leadWords, n int) (begin, modes, setTransaction bool) {
+		w0, w1 := w.keyword(0), w.keyword(1)
 		switch {
 		case w0 == "begin" && (w1 == "work" || w1 == "transaction"), w0 == "start" && w1 == "transaction":
 			return true, n > 2, false
 		case w0 == "begin":
 			return true, n > 1, false
 		}
-		characteristics := func(w string) bool {
-			return w == "transaction" || w == "transaction_isolation" || w == "transaction_read_only" || w == "transaction_deferrable"
+		characteristics := func(i int) bool {
+			if w.keyword(i) == "transaction" {
+				return true
+			}
+			switch w.name(i) {
+			case "transaction_isolation", "transaction_read_only", "transaction_deferrable":
+				return true
+			}
+			return false
 		}
-		return false, false, w0 == "set" && (characteristics(w1) || (w1 == "local" || w1 == "session") && characteristics(w2))
-	}
-	word := func(ws [][]byte, n, i int) string {
-		if i < n {
-			return string(ws[i])
-		}
-		return ""
+		return false, false, w0 == "set" && (characteristics(1) || (w1 == "local" || w1 == "session") && characteristics(2))
 	}
 	endFirst := func(alone bool) {
 		firstDone = true
-		if l.err != nil || nlead == 0 {
+		if l.err != nil || lead.n == 0 {
 			return
 		}
 		var setTransaction bool
-		c.Begin, c.Modes, setTransaction = beginModes(string(lead[0]), word(lead[:], nlead, 1), word(lead[:], nlead, 2), tokens)
+		c.Begin, c.Modes, setTransaction = beginModes(&lead, tokens)
 		c.ModesLater = c.ModesLater || setTransaction
 		c.Alone = alone
 	}
 	// A later statement's leading words while every token so far is a word, its count of tokens, and its last
 	// two tokens (ModesLater, ChainsLast).
-	var laterBuf [3][24]byte
-	var later [3][]byte
-	nlater, laterTokens := 0, 0
+	var later leadWords
+	laterTokens := 0
 	var laterPrev, laterLast token
 	endLater := func() {
 		if laterTokens == 0 {
 			return // an empty statement: the one before stays the last
 		}
 		c.ChainsLast = false
-		if nlater > 0 {
-			w0 := string(later[0])
-			if _, modes, setTransaction := beginModes(w0, word(later[:], nlater, 1), word(later[:], nlater, 2), laterTokens); modes || setTransaction {
+		if later.n > 0 {
+			if _, modes, setTransaction := beginModes(&later, laterTokens); modes || setTransaction {
 				c.ModesLater = true
 			}
-			if w0 == "commit" || w0 == "end" || w0 == "rollback" || w0 == "abort" {
+			if w0 := later.keyword(0); w0 == "commit" || w0 == "end" || w0 == "rollback" || w0 == "abort" {
 				var b0, b1 [8]byte
 				and, _ := l.identValue(laterPrev, b0[:0])
 				chain, _ := l.identValue(laterLast, b1[:0])
 				c.ChainsLast = laterTokens >= 3 && laterPrev.kind == tokIdent && laterLast.kind == tokIdent && string(and) == "and" && string(chain) == "chain"
 			}
 		}
-		nlater, laterTokens = 0, 0
+		later.n, laterTokens = 0, 0
 	}
 	for t := l.next(); t.kind != tokEOF; t = l.next() {
 		if t.kind == tokSemicolon {
@@ -159,20 +159,16 @@ func ClassifyPooling(raw []byte, s Settings) PoolingClass {
 		if statements > 1 {
 			// Own is false with several statements; Plain is decided at each statement's start; ModesLater
 			// needs each later statement's leading words.
-			if t.kind == tokIdent && nlater == laterTokens && nlater < 3 {
-				later[nlater], _ = l.identValue(t, laterBuf[nlater][:0])
-				nlater++
+			if t.isIdent() && later.n == laterTokens {
+				later.add(&l, t)
 			}
 			laterTokens++
 			laterPrev, laterLast = laterLast, t
 			continue
 		}
 		prevTok, lastTok = lastTok, t
-		if t.kind == tokIdent && nlead == tokens && nlead < 3 {
-			lead[nlead], _ = l.identValue(t, leadBuf[nlead][:0])
-			nlead++
-		} else if t.kind == tokIdent && nlead == tokens {
-			nlead++ // a fourth leading word: only counted, as the first three decide
+		if t.isIdent() && lead.n == tokens {
+			lead.add(&l, t)
 		}
 		tokens++
 		if t.kind != tokIdent {
@@ -229,8 +225,8 @@ func ClassifyPooling(raw []byte, s Settings) PoolingClass {
 		case "set":
 			// Three leading words, so that a custom setting of that prefix (SET local.x = 1: a dot after the
 			// second word) is not taken for one; SET SESSION TRANSACTION is SET TRANSACTION.
-			w1, w2 := word(lead[:], nlead, 1), word(lead[:], nlead, 2)
-			c.NeedsBlock = nlead >= 3 && (w1 == "local" || w1 == "transaction" || w1 == "constraints" || w1 == "session" && w2 == "transaction")
+			w1, w2 := lead.keyword(1), lead.keyword(2)
+			c.NeedsBlock = lead.n >= 3 && (w1 == "local" || w1 == "transaction" || w1 == "constraints" || w1 == "session" && w2 == "transaction")
 		}
 	}
 	return c
@@ -403,3 +399,51 @@ func (c PoolingClass) LoneBegin() bool { return c.Begin && !c.Modes && c.Alone }
 // statement that checks nothing (proxy/pooled.go: plainText). Text the lexer cannot read, or of no
 // statement, gives false.
 func PlainStatements(raw []byte, s Settings) bool { return ClassifyPooling(raw, s).Plain }
+
+// leadWords are a statement's leading words, while every token so far is an identifier of any form: the first
+// three, a fourth and more only counted (n), as the first three decide. Each is kept in lower case, in a buffer
+// of its own (transaction_deferrable fits: no allocation), with whether it was written unquoted: only an
+// unquoted word is a keyword (BEGIN, SET, LOCAL, TRANSACTION; "begin" is a name), and a setting's name may be
+// either, in any case, since PostgreSQL matches setting names case-insensitively. Until 2026-12-05 only unquoted
+// words were read, so SET "transaction_isolation" = ... was not taken for one that sets the transaction's
+// characteristics (ModesLater), and failed 25001 through the pool where directly it runs.
+type leadWords struct {
+	buf  [3][24]byte
+	size [3]int // of each word in buf; -1 for one longer than buf, which no keyword or name compared is
+	bare [3]bool
+	n    int
+}
+
+// add appends the identifier t, read by l.
+func (w *leadWords) add(l *lexer, t token) {
+	if i := w.n; i < len(w.buf) {
+		v, _ := l.identValue(t, w.buf[i][:0])
+		w.size[i], w.bare[i] = len(v), t.kind == tokIdent
+		if len(v) > len(w.buf[i]) {
+			w.size[i] = -1 // appended beyond the buffer, elsewhere: long, a word that nothing compared is
+		}
+		for j := range max(w.size[i], 0) {
+			w.buf[i][j] = lower(w.buf[i][j]) // unquoted is lower case already; a quoted name in any case names the same setting
+		}
+	}
+	w.n++
+}
+
+// word is the i-th word, nil where there is none or it is long.
+func (w *leadWords) word(i int) []byte {
+	if i < w.n && i < len(w.buf) && w.size[i] >= 0 {
+		return w.buf[i][:w.size[i]]
+	}
+	return nil
+}
+
+// keyword is the i-th word where it was written unquoted, else "".
+func (w *leadWords) keyword(i int) string {
+	if i < len(w.bare) && w.bare[i] {
+		return string(w.word(i))
+	}
+	return ""
+}
+
+// name is the i-th word however it was written, "" where there is none.
+func (w *leadWords) name(i int) string { return string(w.word(i)) }
