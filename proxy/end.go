@@ -49,6 +49,10 @@ type sessionIO interface {
 	// drainUpstream reads and discards what the upstream still sends until it closes (true) or deadline
 	// passes or reading fails (false).
 	drainUpstream(deadline time.Time) bool
+	// finishClientMessage sends the client the rest of the server's message the relay stopped inside of, if
+	// any, reading it from the upstream until deadline; false when it could not: the client's stream is then
+	// inside a message, and nothing more may go on it.
+	finishClientMessage(deadline time.Time) bool
 	keepable() bool                  // nothing unread from or unsent to the upstream
 	takeUpstream() (net.Conn, error) // the upstream connection, out of the transport, for reuse
 	close()                          // close what the transport still holds
@@ -123,6 +127,11 @@ func (ss *session) end(e ending, tio sessionIO) {
 		drain = st.answersInFlight()
 	}
 	if !forced {
+		// What the client gets last ends at a message boundary: a session that ends while a long message streams
+		// to the client (a Terminate, a protocol violation, behind it) sends the rest of that message first, as
+		// the drain below discards what the server sends, and a farewell inside a message would be read as its
+		// bytes. Sending only the part the relay held left the client with a message cut short.
+		whole := e.why == endClientGone || tio.finishClientMessage(time.Now().Add(terminateDrainTimeout))
 		if e.why != endUpstreamGone {
 			tio.sendUpstream(terminateMsg)
 			// Cut short (the bound, a failure, or forceClose, which reads as end of file in the loop): the
@@ -131,7 +140,7 @@ func (ss *session) end(e ending, tio sessionIO) {
 				ss.cancelIfRunning()
 			}
 		}
-		if e.why != endClientGone {
+		if e.why != endClientGone && whole {
 			tio.sendClient(farewell) // also what the transport still holds for the client
 			if farewell != nil {
 				tio.lingerClient(time.Now().Add(lingerTimeout))

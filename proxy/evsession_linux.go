@@ -205,6 +205,43 @@ func (l *loopIO) sendClient(b []byte) {
 	writeAllFD(l.es.cfd, l.es.cout.b, time.Now().Add(farewellTimeout))
 }
 
+func (l *loopIO) finishClientMessage(deadline time.Time) bool {
+	es := l.es
+	for es.uskip > 0 {
+		if len(es.uin) == 0 {
+			if cap(es.uin) == 0 {
+				es.uin = make([]byte, 0, readBufferSize)
+			}
+			ok, err := readFD(es.ufd, &es.uin)
+			if err != nil || !ok && !waitFD(es.ufd, unix.POLLIN, deadline) {
+				return false
+			}
+			continue
+		}
+		n := min(es.uskip, len(es.uin))
+		es.cout.b = append(es.cout.b, es.uin[:n]...)
+		es.uin = es.uin[:copy(es.uin, es.uin[n:])]
+		es.uskip -= n
+		if len(es.cout.b) >= keepBodyBuffer && !flushWithin(es.cfd, &es.cout, deadline) {
+			return false
+		}
+	}
+	return true
+}
+
+// flushWithin writes all of o to a non-blocking socket, waiting for it to drain until deadline (false then).
+func flushWithin(fd int, o *outBuf, deadline time.Time) bool {
+	for len(o.b) > 0 {
+		if flushTo(fd, o) != nil {
+			return false
+		}
+		if len(o.b) > 0 && !waitFD(fd, unix.POLLOUT, deadline) {
+			return false
+		}
+	}
+	return true
+}
+
 func (l *loopIO) lingerClient(deadline time.Time) {
 	fd := l.es.cfd
 	if unix.Shutdown(fd, unix.SHUT_WR) != nil {

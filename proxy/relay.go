@@ -248,6 +248,16 @@ func (g *goroutineIO) sendClient(b []byte) {
 	ss.cw.Flush()
 }
 
+func (g *goroutineIO) finishClientMessage(deadline time.Time) bool {
+	ss := g.ss
+	if ss.sr.rest == 0 {
+		return true
+	}
+	ss.upstream.SetReadDeadline(deadline)
+	ss.client.SetWriteDeadline(deadline)
+	return ss.sr.finishForward(ss.cw) == nil && ss.cw.Flush() == nil
+}
+
 func (g *goroutineIO) lingerClient(deadline time.Time) {
 	c := g.ss.client
 	cw, ok := c.(interface{ CloseWrite() error }) // *net.TCPConn, *tls.Conn

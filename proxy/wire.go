@@ -111,6 +111,9 @@ type msgReader struct {
 	// taken: the current message's header is consumed (body, forward); body and forward refuse it then, as
 	// the bytes at the reader's front are the next message's. Only next starts a message.
 	taken bool
+	// rest: the bytes of the message being forwarded that are not copied yet; not 0 only when forward failed in
+	// the middle of a message, whose first bytes went to the writer (finishForward sends the rest).
+	rest int
 
 	// msgs and bytes count what was read since the last report to the metrics, which happens at each flush
 	// rather than per message to keep shared counters off the per-message path.
@@ -204,12 +207,19 @@ func (m *msgReader) forward(w *bufio.Writer) error {
 	}
 	m.r.Discard(headerLen)
 	m.taken = true
-	return m.copyBody(w, m.n)
+	m.rest = m.n
+	return m.copyBody(w)
 }
 
-// copyBody streams n bytes from the reader to w through the reader's own buffer.
-func (m *msgReader) copyBody(w *bufio.Writer, n int) error {
-	for n > 0 {
+// finishForward copies to w the rest of a message whose forward failed in the middle (an interrupt that stops,
+// a deadline): what the writer's peer read of it must be followed by the rest of it, never by another message.
+func (m *msgReader) finishForward(w *bufio.Writer) error { return m.copyBody(w) }
+
+// copyBody streams the rest of the message being forwarded (m.rest bytes) from the reader to w through the
+// reader's own buffer.
+func (m *msgReader) copyBody(w *bufio.Writer) error {
+	for m.rest > 0 {
+		n := m.rest
 		chunk := min(n, m.r.Size())
 		if b := m.r.Buffered(); b > 0 && b < chunk {
 			chunk = b
@@ -220,9 +230,9 @@ func (m *msgReader) copyBody(w *bufio.Writer, n int) error {
 				return werr
 			}
 			m.r.Discard(len(b))
-			n -= len(b)
+			m.rest -= len(b)
 		}
-		if err != nil && n > 0 {
+		if err != nil && m.rest > 0 {
 			if errors.Is(err, io.EOF) {
 				err = io.ErrUnexpectedEOF
 			}
