@@ -103,3 +103,40 @@ func TestRewrittenPositions(t *testing.T) {
 		})
 	}
 }
+
+// Pipelined Queries: the answers of a rewritten Query and the next are not told apart, so its error's position
+// is dropped (0), never left counting in the fenced text (or mapped, when the answer came before the proxy read
+// the next Query).
+func TestRewrittenPositionsPipelined(t *testing.T) {
+	f := newFenced(t)
+	ctx := ctxT(t)
+	pc, err := pgconn.Connect(ctx, f.dsn()+"&options=-c%20fence.token%3D12345")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close(context.Background())
+	fe := pc.Frontend()
+	sql := "UPDATE " + f.name + " SET balance = 'x' WHERE id = 1"
+	fe.Send(&pgproto3.Query{String: sql})
+	fe.Send(&pgproto3.Query{String: "SELECT 1"})
+	if err := fe.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for ready := 0; ready < 2; {
+		m, err := fe.Receive()
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch m := m.(type) {
+		case *pgproto3.ErrorResponse:
+			got = append(got, fmt.Sprintf("%s at %d", m.Code, m.Position))
+		case *pgproto3.ReadyForQuery:
+			ready++
+		}
+	}
+	dropped, mapped := "[22P02 at 0]", fmt.Sprintf("[22P02 at %d]", strings.Index(sql, "'x'")+1)
+	if s := fmt.Sprint(got); s != dropped && s != mapped {
+		t.Fatalf("errors %s, want %s or %s", s, dropped, mapped)
+	}
+}
