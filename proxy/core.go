@@ -116,14 +116,14 @@ func (ss *session) onClientMsg(typ byte, body []byte, p Planner, out msgSink) er
 			return nil
 		}
 		set := ss.readingSettings() // before this message counts as pending
-		idle := st.idle()
+		idle, quiet := st.idle(), st.quiet()
 		// Counted before anything is written: the proxy's own commands may reach the server (a full buffer
 		// flushes) and be answered before this returns, and the session must not look idle then (a drain).
 		st.pending.Add(1)
 		if idle && !ss.sqlOnly {
 			ss.prep.sendQueued(out, st, body) // prepared.go: the proxy's own commands go out only when idle
 		}
-		err := ss.queryOut(out, p, body, set)
+		err := ss.queryOut(out, p, body, set, quiet)
 		ss.prep.clientRan(typ, body) // after: the Query's own statement may still be sent as EXECUTE
 		return err
 	case msgParse:
@@ -132,9 +132,10 @@ func (ss *session) onClientMsg(typ byte, body []byte, p Planner, out msgSink) er
 			return nil
 		}
 		set := ss.readingSettings()
+		quiet := st.quiet()
 		st.unsynced.Store(true)
 		ss.prep.clientRan(typ, body)
-		return ss.parseOut(out, p, body, set)
+		return ss.parseOut(out, p, body, set, quiet)
 	case msgSync:
 		st.pending.Add(1)
 		st.unsynced.Store(false)
@@ -206,6 +207,8 @@ func (ss *session) serverNeedsBody(typ byte) bool {
 	switch typ {
 	case msgErrorResponse, msgAuthentication, msgBackendKeyData, msgParameterStatus, msgReadyForQuery:
 		return true
+	case msgNoticeResponse:
+		return ss.positions.Load() != nil // its position may count in a rewritten text (positions.go)
 	}
 	return false
 }
@@ -223,7 +226,10 @@ func (ss *session) onServerMsg(typ byte, body []byte, out msgSink) (serverEvent,
 	}
 	switch typ {
 	case msgErrorResponse:
-		return 0, ss.errorOut(out, body)
+		return 0, ss.errorOut(out, ss.clientPositions(body))
+	case msgNoticeResponse:
+		writeMsg(out, typ, ss.clientPositions(body), "")
+		return 0, nil
 	case msgAuthentication:
 		return 0, ss.authOut(out, body)
 	case msgBackendKeyData:
@@ -254,6 +260,7 @@ func (ss *session) readyOut(out msgSink, body []byte) (serverEvent, error) {
 		// txStatus before pending: a client side that sees nothing pending must see this status too (idle()),
 		// or it could take an open transaction block for an idle session.
 		st.txStatus.Store(uint32(body[0]))
+		ss.positionsAnswered() // positions.go
 		st.answered(1)
 	}
 	writeMsg(out, msgReadyForQuery, body, "")

@@ -746,10 +746,16 @@ type planJob struct {
 	panicked any
 }
 
-// fixedPlan is a Planner that answers with a plan known in advance.
-type fixedPlan struct{ plan rewrite.Plan }
+// fixedPlan is a Planner that answers with a plan known in advance, made by src.
+type fixedPlan struct {
+	plan rewrite.Plan
+	src  Planner
+}
 
 func (f *fixedPlan) Plan([]byte, rewrite.Settings) rewrite.Plan { return f.plan }
+
+// source is the planner that made the plan (positions.go: it maps the positions of the plan's answers).
+func (f *fixedPlan) source() Planner { return f.src }
 
 // planFor returns the planner to give the core for the Query or Parse body at the front of cin: one that
 // answers with a plan already known (a cache hit, or a worker's plan for this text and settings). It returns
@@ -769,12 +775,12 @@ func (es *evSession) planFor(typ byte, body []byte, p Planner) (Planner, bool) {
 		// The worker's plan is used only if nothing it was made from changed meanwhile: the text, the reading
 		// settings, and the planner (a reloaded table list or catalog is a new planner; planners are pointers).
 		if j.set == set && j.p == p && bytes.Equal(j.sql, sql) {
-			es.fixed.plan = j.plan
+			es.fixed.plan, es.fixed.src = j.plan, p
 			return &es.fixed, true
 		}
 	}
 	if plan, hit := tp.TryPlan(sql, set); hit {
-		es.fixed.plan = plan
+		es.fixed.plan, es.fixed.src = plan, p
 		return &es.fixed, true
 	}
 	es.planning = true

@@ -28,7 +28,7 @@ type msgSink interface {
 
 // queryOut writes the Query whose body is given to w, rewritten or refused as p says when the server reads it
 // under set.
-func (ss *session) queryOut(w msgSink, p Planner, body []byte, set rewrite.Settings) error {
+func (ss *session) queryOut(w msgSink, p Planner, body []byte, set rewrite.Settings, quiet bool) error {
 	text, ok := planText(msgQuery, body)
 	if !ok {
 		return fmt.Errorf("%w: Query message that is not one zero-terminated string", errProtocol)
@@ -50,12 +50,15 @@ func (ss *session) queryOut(w msgSink, p Planner, body []byte, set rewrite.Setti
 		default:
 			sql = ss.prep.statementFor(plan, ss.srv.metrics)
 		}
+		ss.notePositions(quiet, p, text, set, &plan, sql) // positions.go
 		writeQueryMsg(w, ss.takeQueryPrefix(), nil, sql)
+		return nil
 	case rewrite.Refuse:
 		writeQueryMsg(w, ss.takeQueryPrefix(), nil, ss.refusal(plan))
 	default:
 		writeQueryMsg(w, ss.takeQueryPrefix(), body, "")
 	}
+	ss.notePositions(quiet, p, text, set, &plan, "")
 	return nil
 }
 
@@ -69,8 +72,11 @@ func (ss *session) takeQueryPrefix() string {
 
 // parseOut writes the Parse whose body is given to w, its SQL rewritten or refused as p says when the server
 // reads it under set.
-func (ss *session) parseOut(w msgSink, p Planner, body []byte, set rewrite.Settings) error {
-	err := ss.fenceParse(w, p, body, set)
+func (ss *session) parseOut(w msgSink, p Planner, body []byte, set rewrite.Settings, quiet bool) error {
+	plan, query, sql, err := ss.fenceParseAs(w, p, body, set)
+	if err == nil {
+		ss.notePositions(quiet, p, query, set, &plan, sql) // positions.go
+	}
 	if err == nil && ss.rewroteParse {
 		ss.srv.metrics.rewritten()
 	}
@@ -80,14 +86,20 @@ func (ss *session) parseOut(w msgSink, p Planner, body []byte, set rewrite.Setti
 // fenceParse is parseOut without the metrics: the proxy's own Parse of a client's text again (refenceUnnamed)
 // is not another statement of the client's.
 func (ss *session) fenceParse(w msgSink, p Planner, body []byte, set rewrite.Settings) error {
+	_, _, _, err := ss.fenceParseAs(w, p, body, set)
+	return err
+}
+
+// fenceParseAs is fenceParse, which also returns the plan, the client's query and the text sent for it.
+func (ss *session) fenceParseAs(w msgSink, p Planner, body []byte, set rewrite.Settings) (rewrite.Plan, []byte, string, error) {
 	ss.rewroteParse = false
 	name, rest, ok := cutNul(body)
 	if !ok {
-		return fmt.Errorf("%w: Parse message with an unterminated statement name", errProtocol)
+		return rewrite.Plan{}, nil, "", fmt.Errorf("%w: Parse message with an unterminated statement name", errProtocol)
 	}
 	query, tail, ok := cutNul(rest)
 	if !ok {
-		return fmt.Errorf("%w: Parse message with an unterminated query", errProtocol)
+		return rewrite.Plan{}, nil, "", fmt.Errorf("%w: Parse message with an unterminated query", errProtocol)
 	}
 	ss.prep.clientText(query)
 	ss.inlined = false
@@ -103,7 +115,7 @@ func (ss *session) fenceParse(w msgSink, p Planner, body []byte, set rewrite.Set
 		sql = ss.refusal(plan)
 	default:
 		writeMsg(w, msgParse, body, "")
-		return nil
+		return plan, query, "", nil
 	}
 	// name \0 sql \0 parameter types
 	w.WriteByte(msgParse)
@@ -114,7 +126,7 @@ func (ss *session) fenceParse(w msgSink, p Planner, body []byte, set rewrite.Set
 	w.WriteString(sql)
 	w.WriteByte(0)
 	_, err := w.Write(tail)
-	return err
+	return plan, query, sql, err
 }
 
 // writeMsg writes a message whose body is raw, or the string s followed by a zero byte. bufio.Writer

@@ -2617,6 +2617,8 @@ func (ss *session) relayServer(sc *serverConn, inline bool) bool {
 			}
 			if n := pl.prefixChars.Load(); n >= 0 {
 				body = pl.sqlStmts.shiftPosition(body, int(n)) // pooledsqlprep.go
+			} else {
+				ss.positionsUncounted() // positions.go
 			}
 			if dropped {
 				pl.unnamedDropped.Store(true) // parsed again before the next Bind or Describe of it (placeUnnamed)
@@ -2627,6 +2629,8 @@ func (ss *session) relayServer(sc *serverConn, inline bool) bool {
 			// 22023, points at the type).
 			if n := pl.prefixChars.Load(); n >= 0 {
 				body = pl.sqlStmts.shiftPosition(body, int(n)) // pooledsqlprep.go
+			} else {
+				ss.positionsUncounted() // positions.go
 			}
 		}
 		var ev serverEvent

@@ -349,6 +349,7 @@ func (ss *session) querySQLPrepared(body []byte, p Planner) error {
 			pl.stmts.sent(msgCloseComplete, true)
 		}
 	}
+	ss.resentAs(m.named) // positions.go
 	writeQueryMsg(sc.w, prefix, nil, m.text)
 	return nil
 }
@@ -416,7 +417,10 @@ func (ss *session) parseSQLPrepared(msg []byte) []byte {
 // sqlMapping is a Query text with the client's statement names mapped and its hidden PREPAREs put in, and the
 // Closes that go before it.
 type sqlMapping struct {
-	text   string
+	text string
+	// named is text without its hidden PREPAREs: what an error's position counts in once shiftPosition moved
+	// it past them.
+	named  string
 	closes []string
 	front  int // hidden PREPAREs in front of the text's first statement
 }
@@ -565,6 +569,7 @@ func (ss *session) mapSQLPrepared(text []byte, spans bool) (sqlMapping, bool) {
 	for i, k := range newDefs {
 		pend[k].def = sqlStmt{server: renamed[i], prepare: prepares[i]}
 	}
+	m.named = out
 	var at []rewrite.Span
 	if len(hidden) > 0 {
 		if out, at, err = rewrite.PutBefore(out, hidden); err != nil {

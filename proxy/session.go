@@ -62,6 +62,9 @@ type session struct {
 	// inlined: the last Query or Parse fenced was sent in the inline form (its text carries inlineToken);
 	// rewroteParse: the last Parse fenced was rewritten.
 	inlined, rewroteParse bool
+	// positions maps the positions of errors and notices of the answers in flight into the client's text
+	// (positions.go); nil when they need no map. Written by the client side, read and cleared by the server side.
+	positions atomic.Pointer[sentRewrite]
 
 	// Transaction pooling (pooled.go): the client's pooling state, nil in session mode; and the text that goes
 	// before the client's next Query (the transaction's token statement).

@@ -341,14 +341,14 @@ func (r *Rewriter) forClient(p Plan, rd reading) Plan {
 	return p
 }
 
-// plan is the analysis of a UTF-8 text that pg_query reads as the server
-// does. inline asks for the inline form (inline.go), which a text with a
-// PREPARE does not get: its body runs later, under whatever token is then in
-// force.
-func (r *Rewriter) plan(sql string, scsOff, inline bool) Plan {
+// fence parses sql and fences every protected write in its tree (the tree plan deparses), or gives the plan
+// to return instead (a refusal, a pass, an internal error). ClientPosition fences the same text again to find
+// where the client's nodes went.
+func (r *Rewriter) fence(sql string, scsOff, inline bool) (*pg.ParseResult, *analysis, *Plan) {
 	tree, err := pg.Parse(sql)
 	if err != nil {
-		return r.unparsable(sql, err)
+		p := r.unparsable(sql, err)
+		return nil, nil, &p
 	}
 	if inline {
 		inline = inlineable(tree)
@@ -359,29 +359,45 @@ func (r *Rewriter) plan(sql string, scsOff, inline bool) Plan {
 		a.refuseCatalog(raw.Stmt)
 	}
 	if a.refusal != nil {
-		return *a.refusal
+		return nil, nil, a.refusal
 	}
 	if len(a.writes) == 0 && len(a.checked) == 0 {
-		return a.result(Pass, sql)
+		p := a.result(Pass, sql)
+		return nil, nil, &p
 	}
 	if len(a.writes) > 0 {
 		if a.reservedName {
-			return refusal(CodeUnfenceable, a.writes[0].table.label, fmt.Sprintf(
+			p := refusal(CodeUnfenceable, a.writes[0].table.label, fmt.Sprintf(
 				"unfenceable write: the name %s is reserved for the fence; rename the WITH query", stmtTokenName))
+			return nil, nil, &p
 		}
 		if a.paramZero {
-			return refusal(CodeUnfenceable, a.writes[0].table.label,
+			p := refusal(CodeUnfenceable, a.writes[0].table.label,
 				"unfenceable write: parameter $0 does not exist; parameters are numbered from $1")
+			return nil, nil, &p
 		}
 	}
 	for _, w := range a.writes {
 		w.fence(a)
 		if a.refusal != nil {
-			return *a.refusal
+			return nil, nil, a.refusal
 		}
 	}
 	if err := a.wrapChecked(tree); err != nil {
-		return a.internal(err)
+		p := a.internal(err)
+		return nil, nil, &p
+	}
+	return tree, a, nil
+}
+
+// plan is the analysis of a UTF-8 text that pg_query reads as the server
+// does. inline asks for the inline form (inline.go), which a text with a
+// PREPARE does not get: its body runs later, under whatever token is then in
+// force.
+func (r *Rewriter) plan(sql string, scsOff, inline bool) Plan {
+	tree, a, early := r.fence(sql, scsOff, inline)
+	if early != nil {
+		return *early
 	}
 	out, err := deparse(tree)
 	var u undeparsable
