@@ -448,6 +448,8 @@ func isFunc(names []*pg.Node, name string) bool {
 	return false
 }
 
+// unwrapCast is n without the casts around it: for what no cast changes (a NULL stays NULL, a constant that is
+// not NULL stays one). What a constant's value is after its casts: constArg.
 func unwrapCast(n *pg.Node) *pg.Node {
 	for n.GetTypeCast() != nil {
 		n = n.GetTypeCast().Arg
@@ -455,9 +457,45 @@ func unwrapCast(n *pg.Node) *pg.Node {
 	return n
 }
 
-// constString returns the value of a string constant, possibly cast.
+// constArg is the constant n is, read through the casts that keep a constant's value as PostgreSQL passes it to
+// a text or boolean parameter (text, varchar without a length, bool; unqualified or in pg_catalog), or nil. Any
+// other cast may change it: varchar(n) and char(n) cut, char drops trailing spaces, name cuts at 63 bytes, a
+// domain or another schema's type may do anything, so set_config('fence.token.x'::varchar(11), ...) sets the
+// token. Reading through them let such a call set the token where the analysis saw another setting (a review's
+// finding): the pool then took the token cleared so for a reset and gave back the startup token.
+func constArg(n *pg.Node) *pg.A_Const {
+	for n.GetTypeCast() != nil {
+		tc := n.GetTypeCast()
+		if !valueCast(tc.TypeName) {
+			return nil
+		}
+		n = tc.Arg
+	}
+	return n.GetAConst()
+}
+
+// valueCast: a cast to tn keeps a string's or a boolean's value (constArg).
+func valueCast(tn *pg.TypeName) bool {
+	if tn == nil || len(tn.Typmods) > 0 || len(tn.ArrayBounds) > 0 || tn.Setof || tn.PctType {
+		return false
+	}
+	names := tn.Names
+	if len(names) == 2 && names[0].GetString_().GetSval() == "pg_catalog" {
+		names = names[1:]
+	}
+	if len(names) != 1 {
+		return false
+	}
+	switch names[0].GetString_().GetSval() {
+	case "text", "varchar", "bool":
+		return true
+	}
+	return false
+}
+
+// constString returns the value of a string constant, possibly cast (constArg).
 func constString(n *pg.Node) (string, bool) {
-	c := unwrapCast(n).GetAConst()
+	c := constArg(n)
 	if c == nil || c.Isnull {
 		return "", false
 	}

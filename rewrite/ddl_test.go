@@ -273,6 +273,11 @@ func TestSessionEffects(t *testing.T) {
 		{"RESET fence.token", SessionEffects{Token: Effect{Reset: true}}},
 		{"CREATE FUNCTION f() RETURNS int LANGUAGE sql SET fence.lock = 'k' AS 'SELECT 1'", SessionEffects{}},
 		{"SELECT 'unterminated", all},
+		// A cast that may change the name (varchar(n) cuts it) names any setting (constArg).
+		{"SELECT set_config('fence.token.x'::varchar(11), '', false)", SessionEffects{Token: Effect{Set: true}, Lock: Effect{Set: true}, App: Effect{Set: true}}},
+		{"SELECT set_config('fence.token'::text, NULL::varchar(3), false)", SessionEffects{Token: Effect{Reset: true}}},
+		{"SELECT set_config('fence.lock', 'k', 't'::varchar(1))", SessionEffects{Lock: Effect{Set: true}}},
+		{"SELECT set_config('fence.lock', 'k', 't'::bool)", SessionEffects{}},
 	} {
 		if got := anywhere(r.SessionEffects([]byte(c.sql), DefaultSettings)); got != c.want {
 			t.Errorf("%q: %+v, want %+v", c.sql, got, c.want)
@@ -296,6 +301,7 @@ func TestSessionEffects(t *testing.T) {
 		{[]string{"RESET ALL; EXECUTE p"}, false},
 		{[]string{"RESET ALL", "SELECT 1"}, true},
 		{[]string{"SET LOCAL application_name = 'x'"}, false},
+		{[]string{"RESET ALL; SELECT set_config('application_name.x'::varchar(16), '', false)"}, false},
 	} {
 		var e SessionEffects
 		for _, sql := range c.sqls {
