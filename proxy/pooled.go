@@ -973,8 +973,9 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 		// tag of its own. A Query's statements run in order, after the texts before it (Then).
 		pl.probe.Store(true)
 		if typ != msgQuery {
-			// A Parse's or Bind's text runs at an Execute, maybe later, maybe again, maybe not: in no known order.
-			e = e.May()
+			// A Parse's or Bind's text runs at an Execute, maybe later, maybe again, maybe not: in no known order,
+			// also after a Query sent later (a portal a row limit suspended runs again at the next Execute).
+			e = e.Later()
 		}
 		pl.probeEffects = pl.probeEffects.Then(e)
 	}
