@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/fenceproxy/fenceproxy/internal/pgtest"
 )
 
 // soCase is a sequence of units (each sent and answered up to its ReadyForQuery) after which a direct
@@ -19,6 +21,8 @@ type soCase struct {
 	// application_name, where directly the startup values are back (docs/pooling.md: a set that may run later
 	// than a reset after it). Nil: the same.
 	closed *strings.Replacer
+	// closedFor: the startup closed applies to (its name in the startups); "": every startup.
+	closedFor string
 }
 
 // soQ makes units of Queries, one each.
@@ -36,10 +40,10 @@ var soStartups = map[string]map[string]string{
 	"startup token, lock and application_name": {"options": "-c fence.token=5 -c fence.lock=L1", "application_name": "subj"},
 }
 
-// startupOracle runs each case directly and through f's pool (one server connection), for each startup, and
-// compares the answers and what a later read sees: twice, the second after another client with values of its
-// own used the pool's server connection.
-func startupOracle(t *testing.T, f *fenced, startups map[string]map[string]string, cases []soCase) {
+// startupOracle runs each case as user directly and through f's pool of user (one server connection), for each
+// startup, and compares the answers and what a later read sees: twice, the second after another client of the
+// pool with values of its own used its server connection.
+func startupOracle(t *testing.T, f *fenced, user string, startups map[string]map[string]string, cases []soCase) {
 	t.Helper()
 	const read = "SELECT current_setting('application_name'), coalesce(current_setting('fence.token', true), ''), coalesce(current_setting('fence.lock', true), '')"
 	connect := func(t *testing.T, dsn string, params map[string]string) *sfConn {
@@ -73,7 +77,7 @@ func startupOracle(t *testing.T, f *fenced, startups map[string]map[string]strin
 			}
 			got = append(got, fmt.Sprintf("application_name=%s token=%s lock=%s", c.rows[0][0], c.rows[0][1], c.rows[0][2]))
 			if pooled {
-				other := connect(t, f.dsn(), map[string]string{"application_name": "other"})
+				other := connect(t, f.p.DSN(user, "", pgtest.TestDB), map[string]string{"application_name": "other"})
 				other.send([]woMsg{woQ("SET application_name = 'other2'; SET fence.token = 1000; SET fence.lock = 'other'")})
 				other.close()
 			}
@@ -83,9 +87,9 @@ func startupOracle(t *testing.T, f *fenced, startups map[string]map[string]strin
 	for sn, s := range startups {
 		for _, c := range cases {
 			t.Run(sn+"/"+c.name, func(t *testing.T) {
-				d := run(t, pg.SuperDSN(), s, c.units, false)
-				p := run(t, f.dsn(), s, c.units, true)
-				if c.closed != nil {
+				d := run(t, pg.DSN(user, "", pgtest.TestDB), s, c.units, false)
+				p := run(t, f.p.DSN(user, "", pgtest.TestDB), s, c.units, true)
+				if c.closed != nil && (c.closedFor == "" || c.closedFor == sn) {
 					for i := range d {
 						d[i] = c.closed.Replace(d[i])
 					}
@@ -107,14 +111,14 @@ func startupOracle(t *testing.T, f *fenced, startups map[string]map[string]strin
 func TestPooledCastSpelledSetting(t *testing.T) {
 	f := newPooledFenced(t, 1, "")
 	cases := []soCase{
-		{"token", soQ("RESET fence.token; SELECT set_config('fence.token.x'::varchar(11), lower(''), false)"), nil},
-		{"token, literal empty", soQ("RESET fence.token; SELECT set_config('fence.token.x'::varchar(11), '', false)"), nil},
-		{"token by char", soQ("RESET fence.token; SELECT set_config('fence.token  '::char(12), lower(''), false)"), nil},
-		{"token in a block", soQ("BEGIN", "RESET fence.token", "SELECT set_config('fence.token.x'::varchar(11), lower(''), false)", "COMMIT"), nil},
-		{"token set", soQ("SELECT set_config('fence.token.x'::varchar(11), '77', false)"), nil},
-		{"token value cut", soQ("SELECT set_config('fence.token', '12345'::varchar(2), false)"), nil},
-		{"application_name", soQ("RESET application_name; SET LOCAL application_name = 'x'; SELECT set_config('application_name.x'::varchar(16), '', false)"), nil},
-		{"casts that keep the value", soQ("RESET fence.token; SELECT set_config('fence.token'::text, lower(''), 'f'::bool)"), nil},
+		{"token", soQ("RESET fence.token; SELECT set_config('fence.token.x'::varchar(11), lower(''), false)"), nil, ""},
+		{"token, literal empty", soQ("RESET fence.token; SELECT set_config('fence.token.x'::varchar(11), '', false)"), nil, ""},
+		{"token by char", soQ("RESET fence.token; SELECT set_config('fence.token  '::char(12), lower(''), false)"), nil, ""},
+		{"token in a block", soQ("BEGIN", "RESET fence.token", "SELECT set_config('fence.token.x'::varchar(11), lower(''), false)", "COMMIT"), nil, ""},
+		{"token set", soQ("SELECT set_config('fence.token.x'::varchar(11), '77', false)"), nil, ""},
+		{"token value cut", soQ("SELECT set_config('fence.token', '12345'::varchar(2), false)"), nil, ""},
+		{"application_name", soQ("RESET application_name; SET LOCAL application_name = 'x'; SELECT set_config('application_name.x'::varchar(16), '', false)"), nil, ""},
+		{"casts that keep the value", soQ("RESET fence.token; SELECT set_config('fence.token'::text, lower(''), 'f'::bool)"), nil, ""},
 	}
-	startupOracle(t, f, soStartups, cases)
+	startupOracle(t, f, pgtest.SuperUser, soStartups, cases)
 }
