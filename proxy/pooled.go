@@ -973,8 +973,9 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 		// tag of its own. A Query's statements run in order, after the texts before it (Then).
 		pl.probe.Store(true)
 		if typ != msgQuery {
-			// A Parse's or Bind's text runs at an Execute, maybe later, maybe again, maybe not: in no known order.
-			e = e.May()
+			// A Parse's or Bind's text runs at an Execute, maybe later, maybe again, maybe not: in no known order,
+			// also after a Query sent later (a portal a row limit suspended runs again at the next Execute).
+			e = e.Later()
 		}
 		pl.probeEffects = pl.probeEffects.Then(e)
 	}
@@ -2966,10 +2967,12 @@ func (ss *session) probeOnce(sc *serverConn) error {
 				}
 			}
 			if pl.startChecked {
-				// An empty token is a reset only when the transaction's texts leave it reset (resetRead); where
-				// they cannot tell it from a set to the empty string it is no token, which refuses every fenced
-				// write where a reset token might write. The connection held the placeholder before.
-				pl.token = followed(row[0], pl.token, pl.resetToken, sc.pool.resetToken, resetRead(pl.probeEffects.Token, pl.mayUndo, false))
+				// The value a reset gives on the pool's connections is a reset only when the transaction's texts
+				// leave the token reset (resetRead), a set when they leave it set (setRead); where they cannot
+				// tell, it is no token, which refuses every fenced write where either token might write
+				// (followedToken). The connection held the placeholder before.
+				e := pl.probeEffects.Token
+				pl.token = followedToken(row[0], pl.token, pl.resetToken, sc.pool.resetToken, resetRead(e, pl.mayUndo, false), setRead(e, pl.mayUndo))
 				// An empty lock has no reading that refuses more in every case (a kept lock refuses what its
 				// fence refuses, no lock what require_lock refuses): it is read only where the texts say which
 				// it is, and where they cannot, the session ends (lockUnknown).
@@ -3032,13 +3035,18 @@ func (ss *session) probeOnce(sc *serverConn) error {
 // unless both readings give the same lock.
 func (ss *session) followLock(sc *serverConn, got []byte) {
 	pl := ss.pooled
-	empty := got != nil && len(got) == 0 && sc.pool.resetLock == nil
-	reset := pl.resetLock != nil && *pl.resetLock != ""
+	// What a reset gives on the pool's connection (the empty string, or a role's or database's default set
+	// outside the proxy), where the client's reset value is another: a set to it leaves the same.
+	atReset := got != nil && string(got) == valueOr(sc.pool.resetLock) && !sameReset(pl.resetLock, sc.pool.resetLock)
 	e := pl.probeEffects
-	if empty && reset && !e.Lock.SetOnly() && !e.Lock.ResetOnly() {
+	if atReset && !e.Lock.SetOnly() && !e.Lock.ResetOnly() {
+		what := "the empty string (on a pooled server connection both leave it empty)"
+		if sc.pool.resetLock != nil {
+			what = fmt.Sprintf("%q, the value a reset gives on a pooled server connection (a role's or database's default)", *sc.pool.resetLock)
+		}
 		pl.lost = errors.New("fencing lock not known")
 		pl.fare = errorResponse("FATAL", sqlstateInvalid, fmt.Sprintf(
-			"fenceproxy cannot tell whether the transaction reset %s or set it to the empty string (on a pooled server connection both leave it empty), so the session's lock is not known", ss.srv.cfg.Token.LockSetting),
+			"fenceproxy cannot tell whether the transaction reset %s or set it to %s, so the session's lock is not known", ss.srv.cfg.Token.LockSetting, what),
 			"", "Reconnect. In transaction pooling, reset the lock and set it in separate transactions, with SET or set_config in the statement's text.")
 		ss.logger().Warn("pooled session ended: its fencing lock is not known after its transaction", "pool", sc.pool.name)
 		return
@@ -3047,24 +3055,51 @@ func (ss *session) followLock(sc *serverConn, got []byte) {
 }
 
 // followed is the client's new session value of a setting whose server session value after the transaction is
-// got (nil: NULL): the placeholder means unchanged, the pool's default means reset, anything else was set.
-//
-// On a pooled connection with no default (poolDefault nil) a RESET gives the empty string (a custom setting's
-// own default), which is also what set_config(name, the empty string) gives: emptyIsReset says which to take it
-// as (the caller's). For the token it is the empty string unless the transaction's texts leave the token reset
-// (resetRead): a token cleared so is no token, as directly (writes refused 55F02), where a startup token taken
-// back would write. For the lock: followLock.
-func followed(got []byte, cur, reset, poolDefault *string, emptyIsReset bool) *string {
+// got (nil: NULL): the placeholder means unchanged, anything else was set, but for what a RESET gives on a pooled
+// connection: its default (poolDefault, a role's or database's), or without one the empty string (a custom
+// setting's own default). A set to that value gives the same: readIsReset says which to take it as (the
+// caller's). Until 2026-12-05 a value equal to a pool default was always a reset, and a client with a startup
+// token that set the token to the default's value got its startup token back (a review's finding). For the
+// token: followedToken; for the lock: followLock.
+func followed(got []byte, cur, reset, poolDefault *string, readIsReset bool) *string {
 	switch {
 	case got != nil && string(got) == poolPlaceholder:
 		return cur
 	case got == nil && poolDefault == nil,
-		got != nil && len(got) == 0 && poolDefault == nil && emptyIsReset,
-		got != nil && poolDefault != nil && string(got) == *poolDefault:
+		got != nil && string(got) == valueOr(poolDefault) && readIsReset:
 		return reset
 	}
 	v := string(got)
 	return &v
+}
+
+// followedToken is followed for the token: the value a reset gives on the pool's connections is the client's
+// reset value where the transaction's texts leave the token reset (asReset), the value read where they leave it
+// set (asSet), and otherwise no token, unless both readings give the same token. Taking it for either could
+// give a token the client does not have: for a set to the empty string its startup token, which would write
+// where directly nothing does; for a set to a role's default its startup token, older than the one it chose.
+// No token refuses every fenced write where either might write.
+func followedToken(got []byte, cur, reset, poolDefault *string, asReset, asSet bool) *string {
+	if !asReset && !asSet && got != nil && string(got) == valueOr(poolDefault) && !sameReset(reset, poolDefault) {
+		none := ""
+		return &none
+	}
+	return followed(got, cur, reset, poolDefault, asReset)
+}
+
+// valueOr is the value a reset gives on a pooled connection whose default is poolDefault: the empty string
+// without one.
+func valueOr(poolDefault *string) string {
+	if poolDefault == nil {
+		return ""
+	}
+	return *poolDefault
+}
+
+// sameReset: a client whose reset value is reset (nil: none of its own, the connection's applies) resets to
+// what a reset gives on a pooled connection whose default is poolDefault.
+func sameReset(reset, poolDefault *string) bool {
+	return reset == nil || *reset == valueOr(poolDefault)
 }
 
 // pinReason is the metric label of a pin: its first reason's kind.

@@ -228,6 +228,16 @@ func resetRead(e rewrite.Effect, undo, held bool) bool {
 	return e.ResetOnly() && !held
 }
 
+// setRead is resetRead's other side, for the token (followedToken): the value a reset gives was set, where
+// nothing may have rolled back and the texts leave the setting set (a SET after the last RESET, with nothing
+// after it that may reset it), or where they can only set it.
+func setRead(e rewrite.Effect, undo bool) bool {
+	if !undo {
+		return e.NetSet && !e.NetReset
+	}
+	return e.SetOnly()
+}
+
 // settingsDiff is what turns settings have into want: names, and values (nil: reset), by name.
 func settingsDiff(have, want map[string]string) (names []string, values []*string) {
 	if maps.Equal(have, want) {

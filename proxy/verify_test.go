@@ -526,6 +526,10 @@ func TestVerifyRefusesTokensItCannotSee(t *testing.T) {
 	for _, q := range []string{
 		"SELECT set_config('fence.token', (SELECT '1000000000000000'), false)",
 		"SELECT set_config('fence.token', '1000000000000000' || '', false)",
+		// A cast that cuts the name spells the token where the text shows another setting: until 2026-12-05
+		// the forged token went in force unverified (a review's finding).
+		"SELECT set_config('fence.token.x'::varchar(11), '1000000000000000', false)",
+		"SELECT set_config('fence.token   '::char(12), '1000000000000000', false)",
 	} {
 		_, err := c.Exec(ctx, q)
 		var pgErr *pgconn.PgError

@@ -131,7 +131,33 @@ func (a *analysis) statement(stmt *pg.Node) {
 		a.setStatement(v, true)
 		return
 	}
+	if runsNow(stmt) {
+		walkStatement(stmt, a.visit)
+		return
+	}
+	// What it holds may run after the statements that follow it (SessionEffects.Later).
+	before := a.effects
+	a.effects = SessionEffects{}
 	walkStatement(stmt, a.visit)
+	a.effects = before.Then(a.effects.Later())
+}
+
+// runsNow: a top-level statement whose expressions run while it does and never after it: a query, a write, a
+// CALL's arguments, COPY, EXECUTE, DISCARD, a DO block (whose cursors doBlock reads), CREATE TABLE AS (not a
+// materialized view, which runs its query again at each REFRESH), EXPLAIN of one of them. The others keep what
+// they hold for later: a cursor's query runs at each FETCH, a view's when it is read, a column default or an
+// index expression at each write, a prepared statement at each EXECUTE.
+func runsNow(stmt *pg.Node) bool {
+	switch x := stmt.GetNode().(type) {
+	case *pg.Node_SelectStmt, *pg.Node_InsertStmt, *pg.Node_UpdateStmt, *pg.Node_DeleteStmt, *pg.Node_MergeStmt,
+		*pg.Node_CallStmt, *pg.Node_CopyStmt, *pg.Node_ExecuteStmt, *pg.Node_DiscardStmt, *pg.Node_DoStmt:
+		return true
+	case *pg.Node_CreateTableAsStmt:
+		return x.CreateTableAsStmt.Objtype == pg.ObjectType_OBJECT_TABLE && runsNow(x.CreateTableAsStmt.Query)
+	case *pg.Node_ExplainStmt:
+		return runsNow(x.ExplainStmt.Query)
+	}
+	return false
 }
 
 func (a *analysis) visit(m protoreflect.Message) {
@@ -246,10 +272,14 @@ type SessionEffects struct {
 // Effect is what texts may do to one setting's session value: give it a value (Set) or reset it (Reset),
 // anywhere in them; and what they may leave when every statement runs, in order, and nothing rolls back
 // (NetSet, NetReset): a top-level SET, RESET, RESET ALL or DISCARD ALL then surely runs, so it replaces what
-// came before it (Replaces: one did), where a set_config or a statement in a DO block may not run.
+// came before it (Replaces: one did), where a set_config or a statement in a DO block may not run. What may
+// run after the statements that follow its text (LaterSet, LaterReset: a cursor's query runs at each FETCH, a
+// portal's at each Execute, a view's when it is read) is never replaced: it may come after the replacing
+// statement.
 type Effect struct {
 	Set, Reset                 bool
 	NetSet, NetReset, Replaces bool
+	LaterSet, LaterReset       bool
 }
 
 // ResetOnly: the texts may reset the setting and cannot set it at session level, so a value after them that
@@ -265,9 +295,10 @@ func (e Effect) NetResetOnly() bool { return e.NetReset && !e.NetSet }
 
 // then is what e and then o may do: o's net replaces e's where o replaces what came before it.
 func (e Effect) then(o Effect) Effect {
-	r := Effect{Set: e.Set || o.Set, Reset: e.Reset || o.Reset}
+	r := Effect{Set: e.Set || o.Set, Reset: e.Reset || o.Reset, LaterSet: e.LaterSet || o.LaterSet, LaterReset: e.LaterReset || o.LaterReset}
 	if o.Replaces {
-		r.NetSet, r.NetReset, r.Replaces = o.NetSet, o.NetReset, true
+		// Not what e may do later: that may run after o.
+		r.NetSet, r.NetReset, r.Replaces = o.NetSet || e.LaterSet, o.NetReset || e.LaterReset, true
 	} else {
 		r.NetSet, r.NetReset, r.Replaces = e.NetSet || o.NetSet, e.NetReset || o.NetReset, e.Replaces
 	}
@@ -277,7 +308,15 @@ func (e Effect) then(o Effect) Effect {
 // may is e as what a text may or may not do (a DO block's statements, whose control flow is not read): nothing
 // of it replaces.
 func (e Effect) may() Effect {
-	return Effect{Set: e.Set, Reset: e.Reset, NetSet: e.Set, NetReset: e.Reset}
+	return Effect{Set: e.Set, Reset: e.Reset, NetSet: e.Set, NetReset: e.Reset, LaterSet: e.LaterSet, LaterReset: e.LaterReset}
+}
+
+// later is e as what a text may do at any time after it, also after the statements that follow it: nothing
+// replaces it.
+func (e Effect) later() Effect {
+	m := e.may()
+	m.LaterSet, m.LaterReset = e.Set, e.Reset
+	return m
 }
 
 // anyEffects is what a text the analysis cannot read may do: anything.
@@ -290,10 +329,16 @@ func (e SessionEffects) Then(o SessionEffects) SessionEffects {
 	return SessionEffects{e.Token.then(o.Token), e.Lock.then(o.Lock), e.App.then(o.App)}
 }
 
-// May is e as what a text may or may not do, or do in another order: nothing of it replaces (a Parse's text,
-// which runs when a later Execute of a portal of it does).
+// May is e as what a text may or may not do (a DO block's statements): nothing of it replaces.
 func (e SessionEffects) May() SessionEffects {
 	return SessionEffects{e.Token.may(), e.Lock.may(), e.App.may()}
+}
+
+// Later is e as what a text may do at any time after it, or not at all: nothing of it replaces, and nothing
+// after it replaces it (a Parse's or Bind's text runs at each Execute of a portal of it, and one a row limit
+// suspended runs again at the next Execute, after what the client sent between; a cursor's query, a view's).
+func (e SessionEffects) Later() SessionEffects {
+	return SessionEffects{e.Token.later(), e.Lock.later(), e.App.later()}
 }
 
 // AppSetting is the one PostgreSQL setting whose startup value a pooled client keeps as its own (SessionEffects.App).
@@ -448,6 +493,8 @@ func isFunc(names []*pg.Node, name string) bool {
 	return false
 }
 
+// unwrapCast is n without the casts around it: for what no cast changes (a NULL stays NULL, a constant that is
+// not NULL stays one). What a constant's value is after its casts: constArg.
 func unwrapCast(n *pg.Node) *pg.Node {
 	for n.GetTypeCast() != nil {
 		n = n.GetTypeCast().Arg
@@ -455,9 +502,45 @@ func unwrapCast(n *pg.Node) *pg.Node {
 	return n
 }
 
-// constString returns the value of a string constant, possibly cast.
+// constArg is the constant n is, read through the casts that keep a constant's value as PostgreSQL passes it to
+// a text or boolean parameter (text, varchar without a length, bool; unqualified or in pg_catalog), or nil. Any
+// other cast may change it: varchar(n) and char(n) cut, char drops trailing spaces, name cuts at 63 bytes, a
+// domain or another schema's type may do anything, so set_config('fence.token.x'::varchar(11), ...) sets the
+// token. Reading through them let such a call set the token where the analysis saw another setting (a review's
+// finding): the pool then took the token cleared so for a reset and gave back the startup token.
+func constArg(n *pg.Node) *pg.A_Const {
+	for n.GetTypeCast() != nil {
+		tc := n.GetTypeCast()
+		if !valueCast(tc.TypeName) {
+			return nil
+		}
+		n = tc.Arg
+	}
+	return n.GetAConst()
+}
+
+// valueCast: a cast to tn keeps a string's or a boolean's value (constArg).
+func valueCast(tn *pg.TypeName) bool {
+	if tn == nil || len(tn.Typmods) > 0 || len(tn.ArrayBounds) > 0 || tn.Setof || tn.PctType {
+		return false
+	}
+	names := tn.Names
+	if len(names) == 2 && names[0].GetString_().GetSval() == "pg_catalog" {
+		names = names[1:]
+	}
+	if len(names) != 1 {
+		return false
+	}
+	switch names[0].GetString_().GetSval() {
+	case "text", "varchar", "bool":
+		return true
+	}
+	return false
+}
+
+// constString returns the value of a string constant, possibly cast (constArg).
 func constString(n *pg.Node) (string, bool) {
-	c := unwrapCast(n).GetAConst()
+	c := constArg(n)
 	if c == nil || c.Isnull {
 		return "", false
 	}

@@ -273,6 +273,11 @@ func TestSessionEffects(t *testing.T) {
 		{"RESET fence.token", SessionEffects{Token: Effect{Reset: true}}},
 		{"CREATE FUNCTION f() RETURNS int LANGUAGE sql SET fence.lock = 'k' AS 'SELECT 1'", SessionEffects{}},
 		{"SELECT 'unterminated", all},
+		// A cast that may change the name (varchar(n) cuts it) names any setting (constArg).
+		{"SELECT set_config('fence.token.x'::varchar(11), '', false)", SessionEffects{Token: Effect{Set: true}, Lock: Effect{Set: true}, App: Effect{Set: true}}},
+		{"SELECT set_config('fence.token'::text, NULL::varchar(3), false)", SessionEffects{Token: Effect{Reset: true}}},
+		{"SELECT set_config('fence.lock', 'k', 't'::varchar(1))", SessionEffects{Lock: Effect{Set: true}}},
+		{"SELECT set_config('fence.lock', 'k', 't'::bool)", SessionEffects{}},
 	} {
 		if got := anywhere(r.SessionEffects([]byte(c.sql), DefaultSettings)); got != c.want {
 			t.Errorf("%q: %+v, want %+v", c.sql, got, c.want)
@@ -296,9 +301,28 @@ func TestSessionEffects(t *testing.T) {
 		{[]string{"RESET ALL; EXECUTE p"}, false},
 		{[]string{"RESET ALL", "SELECT 1"}, true},
 		{[]string{"SET LOCAL application_name = 'x'"}, false},
+		// What may run after the statements that follow it is never replaced (Effect.LaterSet): a cursor's
+		// query, a view's, a cursor a DO block opens, a Parse's or Bind's text (bound: below).
+		{[]string{"DECLARE c CURSOR FOR SELECT set_config('application_name', '', false); RESET ALL"}, false},
+		{[]string{"DECLARE c CURSOR FOR SELECT set_config('application_name', '', false)", "RESET application_name", "FETCH c"}, false},
+		{[]string{"CREATE VIEW v AS SELECT set_config('application_name', '', false); RESET ALL"}, false},
+		{[]string{"EXPLAIN ANALYZE CREATE MATERIALIZED VIEW v AS SELECT set_config('application_name', '', false); RESET ALL"}, false},
+		{[]string{"DO $$DECLARE c refcursor := 'c'; BEGIN OPEN c FOR SELECT set_config('application_name', '', false); END$$; RESET ALL"}, false},
+		{[]string{"bound: SELECT set_config('application_name', '', false)", "RESET ALL"}, false},
+		{[]string{"DO $$BEGIN PERFORM set_config('application_name', '', false); END$$; RESET ALL"}, true},
+		{[]string{"EXPLAIN ANALYZE SELECT set_config('application_name', '', false); RESET ALL"}, true},
+		{[]string{"CREATE TABLE t AS SELECT set_config('application_name', '', false); RESET ALL"}, true},
+		{[]string{"DECLARE c CURSOR FOR SELECT 1; RESET ALL"}, true},
+		{[]string{"DECLARE c CURSOR FOR SELECT set_config('application_name', 'x', true); RESET ALL"}, true},
+		{[]string{"DECLARE c CURSOR FOR SELECT set_config('application_name', NULL, false); RESET ALL"}, true},
+		{[]string{"RESET ALL; SELECT set_config('application_name.x'::varchar(16), '', false)"}, false},
 	} {
 		var e SessionEffects
 		for _, sql := range c.sqls {
+			if b, ok := strings.CutPrefix(sql, "bound: "); ok {
+				e = e.Then(r.SessionEffects([]byte(b), DefaultSettings).Later())
+				continue
+			}
 			e = e.Then(r.SessionEffects([]byte(sql), DefaultSettings))
 		}
 		if got := e.App.NetResetOnly(); got != c.want {

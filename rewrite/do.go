@@ -45,13 +45,20 @@ func (a *analysis) doBlock(x *pg.DoStmt) {
 		}
 		return
 	}
-	queries, err := plpgsqlQueries(body)
+	queries, opens, err := plpgsqlQueries(body)
 	if err != nil {
 		if label := a.r.mentions(body); label != "" {
 			a.refuse(CodeUnfenceable, label, fmt.Sprintf(
 				"unfenceable write: cannot parse a DO block that names %s: %v", label, err))
 		}
 		return
+	}
+	if opens {
+		// A cursor the block opens stays open after it, to the transaction's end: its query runs at each FETCH,
+		// after the statements that follow the block. What the block's statements may do is what may come later.
+		before := a.effects
+		a.effects = SessionEffects{}
+		defer func() { a.effects = before.Then(a.effects.Later()) }()
 	}
 	for _, q := range queries {
 		msg, label, setsToken := a.doQuery(q)
@@ -75,28 +82,29 @@ type plQuery struct {
 }
 
 // plpgsqlQueries parses body as the body of a PL/pgSQL function and returns
-// every SQL text in it.
-func plpgsqlQueries(body string) ([]plQuery, error) {
+// every SQL text in it, and whether it opens a cursor (OPEN).
+func plpgsqlQueries(body string) (qs []plQuery, opens bool, err error) {
 	tag := "$fenceproxy$"
 	for i := 0; strings.Contains(body, tag); i++ {
 		tag = fmt.Sprintf("$fenceproxy%d$", i)
 	}
-	qs, _, err := plpgsqlDefQueries("CREATE FUNCTION fenceproxy_do() RETURNS void LANGUAGE plpgsql AS " + tag + body + tag)
-	return qs, err
+	qs, _, opens, err = plpgsqlDefQueries("CREATE FUNCTION fenceproxy_do() RETURNS void LANGUAGE plpgsql AS " + tag + body + tag)
+	return qs, opens, err
 }
 
 // plpgsqlDefQueries parses a PL/pgSQL CREATE FUNCTION (or PROCEDURE) text with
 // pg_query's PL/pgSQL parser and returns every SQL text in its body, and
 // whether the body runs dynamic SQL (EXECUTE, FOR ... IN EXECUTE), whose text
-// is known only at run time.
-func plpgsqlDefQueries(def string) (qs []plQuery, dynamic bool, err error) {
+// is known only at run time, and whether it opens a cursor (OPEN), which stays
+// open after the body returns.
+func plpgsqlDefQueries(def string) (qs []plQuery, dynamic, opens bool, err error) {
 	out, err := pg.ParsePlPgSqlToJSON(def)
 	if err != nil {
-		return nil, false, fmt.Errorf("PL/pgSQL: %w", err)
+		return nil, false, false, fmt.Errorf("PL/pgSQL: %w", err)
 	}
 	var tree any
 	if err := json.Unmarshal([]byte(out), &tree); err != nil {
-		return nil, false, fmt.Errorf("PL/pgSQL parse tree: %w", err)
+		return nil, false, false, fmt.Errorf("PL/pgSQL parse tree: %w", err)
 	}
 	var walk func(v any)
 	walk = func(v any) {
@@ -107,6 +115,9 @@ func plpgsqlDefQueries(def string) (qs []plQuery, dynamic bool, err error) {
 			}
 			if _, ok := x["PLpgSQL_stmt_dynfors"]; ok {
 				dynamic = true
+			}
+			if _, ok := x["PLpgSQL_stmt_open"]; ok {
+				opens = true
 			}
 			if e, ok := x["PLpgSQL_expr"].(map[string]any); ok {
 				q, _ := e["query"].(string)
@@ -123,7 +134,7 @@ func plpgsqlDefQueries(def string) (qs []plQuery, dynamic bool, err error) {
 		}
 	}
 	walk(tree)
-	return qs, dynamic, nil
+	return qs, dynamic, opens, nil
 }
 
 // PLpgSQLWrites reads a PL/pgSQL function or procedure definition (as
@@ -133,7 +144,7 @@ func plpgsqlDefQueries(def string) (qs []plQuery, dynamic bool, err error) {
 // body runs dynamic SQL, which no reader of the text can judge. For
 // `fenceproxy check`'s audit of in-server write paths.
 func (r *Rewriter) PLpgSQLWrites(def string) (tables []string, dynamic bool, err error) {
-	qs, dynamic, err := plpgsqlDefQueries(def)
+	qs, dynamic, _, err := plpgsqlDefQueries(def)
 	if err != nil {
 		return nil, false, err
 	}

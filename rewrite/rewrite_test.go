@@ -384,4 +384,24 @@ func TestPlanTokenAndWrite(t *testing.T) {
 	if p.Action != Pass || p.TokenSet {
 		t.Errorf("set_config(..., NULL): %+v", p)
 	}
+	// A cast that may change a constant (varchar(n) cuts it) leaves an argument no one can read in the text:
+	// '12345'::varchar(1) sets the token to 1, and 'fence.token.x'::varchar(11) names the token.
+	for _, sql := range []string{
+		"SELECT set_config('fence.token', '12345'::varchar(1), false)",
+		"SELECT set_config('fence.token.x'::varchar(11), '7', false)",
+		"SELECT set_config('fence.token '::bpchar, '7', false)",
+		"SELECT set_config('fence.token'::public.text, '7', false)",
+	} {
+		if p = r.Plan(sql); p.Action != Pass || !p.TokenDynamic || p.TokenSet {
+			t.Errorf("%s: %+v", sql, p)
+		}
+	}
+	for _, sql := range []string{
+		"SELECT set_config('fence.token'::text, '7'::pg_catalog.varchar, false)",
+		"SELECT set_config(CAST('fence.token' AS character varying), text '7', 'false'::bool)",
+	} {
+		if p = r.Plan(sql); p.Action != Pass || p.TokenDynamic || !p.TokenSet || p.Token != 7 {
+			t.Errorf("%s: %+v", sql, p)
+		}
+	}
 }

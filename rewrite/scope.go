@@ -63,7 +63,7 @@ func (a *analysis) persistentSet(v *pg.VariableSetStmt) {
 // possibly cast. Anything else, including parameters and expressions, may be
 // false.
 func constTrue(n *pg.Node) bool {
-	c := unwrapCast(n).GetAConst()
+	c := constArg(n)
 	if c == nil || c.Isnull {
 		return false
 	}
