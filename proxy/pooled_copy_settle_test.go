@@ -11,16 +11,16 @@ import (
 )
 
 // A client starts a COPY FROM STDIN by a simple Query, reads the CopyInResponse, then pipelines a row the COPY
-// fails on, no CopyDone, a statement with far more output than the sockets hold, and megabytes of Queries, reads
-// nothing more, and leaves. The proxy still counts the COPY as running (copyIn: no CopyDone or CopyFail came),
-// so it forwards the Queries as the COPY's (forwardCopyIn), its writer filling the sockets and blocking in a
-// write to the server, holding the session's lock. The server, slow on the good rows, fails the COPY at the bad
-// one (ErrorResponse, ReadyForQuery), runs the big statement, whose output fills the sockets, and stops reading;
-// the lend's server side, at that ReadyForQuery, waits for the lock (settle). Neither side moves, the client's
-// reset goes unseen, and the connection and its pool slot would stay held until the proxy stopped: the pool
-// ends such a lend (endStuckWrites). The next client must be served once the pipeliner left. Connected
-// directly, the server would have seen the client leave at its next write. Also as a Query of several
-// statements, whose COPY fails the rest.
+// fails on, no CopyDone, a statement with far more output than the sockets hold, and Queries until the sockets
+// are full, reads nothing more, and leaves. The proxy still counts the COPY as running (copyIn: no CopyDone or
+// CopyFail came), so it forwards the Queries as the COPY's (forwardCopyIn), its writer filling the sockets and
+// blocking in a write to the server, holding the session's lock. The server, slow on the good rows, fails the
+// COPY at the bad one (ErrorResponse, ReadyForQuery), runs the big statement, whose output fills the sockets, and
+// stops reading; the lend's server side, at that ReadyForQuery, waits for the lock (settle). Neither side moves,
+// the client's reset goes unseen, and the connection and its pool slot would stay held until the proxy stopped:
+// the pool ends such a lend (endStuckWrites). The next client must be served once the pipeliner left. Connected
+// directly, the server would have seen the client leave at its next write. Also as a Query of several statements,
+// whose COPY fails the rest.
 func TestPooledClientLeavesACopyItFailed(t *testing.T) {
 	for _, start := range []string{"COPY pcs_copy FROM STDIN", "COPY pcs_copy FROM STDIN; SELECT 1"} {
 		t.Run(start, func(t *testing.T) { clientLeavesACopyItFailed(t, start) })
@@ -59,12 +59,10 @@ func clientLeavesACopyItFailed(t *testing.T, start string) {
 	batch = appendMsgs(t, batch[:0], &pgproto3.CopyData{Data: []byte("1\n2\n")}, &pgproto3.CopyData{Data: []byte("x\n")})
 	// 64 MB of output, far more than the sockets between the server and the client hold.
 	batch = appendMsgs(t, batch, &pgproto3.Query{String: "SELECT repeat('x', 1000000) AS copy_failed_unread FROM generate_series(1, 64)"})
-	// 32 MB of Queries the server has not read when it blocks writing that output.
+	// Then Queries the server has not read when it blocks writing that output, until the sockets are full and
+	// the proxy's writer blocks (endlessly).
 	q := &pgproto3.Query{String: "SELECT length('" + strings.Repeat("y", 1<<20) + "')"}
-	for range 32 {
-		batch = appendMsgs(t, batch, q)
-	}
-	u := writeUnread(conn, chunksOf(batch))
+	u := writeUnread(conn, endlessly(batch, appendMsgs(t, nil, q)))
 	u.blockedOn(t, f, "copy_failed_unread")
 	u.leaveAndNextServed(t, f, adm, "copy_failed_unread")
 }

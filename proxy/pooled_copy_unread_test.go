@@ -8,12 +8,12 @@ import (
 )
 
 // A client that pipelines, in one extended-protocol batch, a statement that keeps the server busy, a COPY FROM
-// STDIN with its data and CopyDone, a statement with far more output than the sockets hold, and megabytes more
-// of messages, reads nothing, and leaves. While the server is busy the proxy's writer of the client's messages
-// fills the sockets and blocks in a write to the server, holding the session's lock. The server then sends the
-// CopyInResponse, reads the data and runs the big statement, whose output fills the sockets: it stops reading.
-// Before the mend the lend's server side, at that CopyInResponse, waited for the lock (copyStarted) and read
-// the server no more: neither side could move, the client's reset was never seen, and the connection and its
+// STDIN with its data and CopyDone, a statement with far more output than the sockets hold, and more messages
+// than the sockets hold, reads nothing, and leaves. While the server is busy the proxy's writer of the client's
+// messages fills the sockets and blocks in a write to the server, holding the session's lock. The server then
+// sends the CopyInResponse, reads the data and runs the big statement, whose output fills the sockets: it stops
+// reading. Before the mend the lend's server side, at that CopyInResponse, waited for the lock (copyStarted) and
+// read the server no more: neither side could move, the client's reset was never seen, and the connection and its
 // pool slot stayed held until the proxy stopped. The next client must be served once the pipeliner left.
 func TestPooledClientLeavesAPipelinedCopy(t *testing.T) {
 	f := newPooledFenced(t, 1, "  max_client_wait: 30s\n  admin_users: [admin]\n")
@@ -28,14 +28,11 @@ func TestPooledClientLeavesAPipelinedCopy(t *testing.T) {
 	// 64 MB of output, far more than the sockets between the server and the client hold.
 	batch = appendMsgs(t, batch, &pgproto3.Parse{Query: "SELECT repeat('x', 1000000) AS pipelined_copy_unread FROM generate_series(1, 64)"},
 		&pgproto3.Bind{}, &pgproto3.Execute{})
-	// 32 MB of messages the server has not read when it blocks writing that output, with little output of their own.
+	// Then messages the server has not read when it blocks writing that output, with little output of their own,
+	// until the sockets are full and the proxy's writer blocks (endlessly).
 	batch = appendMsgs(t, batch, &pgproto3.Parse{Query: "SELECT length($1::text)"})
 	param := bytes.Repeat([]byte("y"), 1<<20)
-	for range 32 {
-		batch = appendMsgs(t, batch, &pgproto3.Bind{Parameters: [][]byte{param}}, &pgproto3.Execute{})
-	}
-	batch = appendMsgs(t, batch, &pgproto3.Sync{})
-	u := writeUnread(conn, chunksOf(batch))
+	u := writeUnread(conn, endlessly(batch, appendMsgs(t, nil, &pgproto3.Bind{Parameters: [][]byte{param}}, &pgproto3.Execute{})))
 	u.blockedOn(t, f, "pipelined_copy_unread")
 	u.leaveAndNextServed(t, f, adm, "pipelined_copy_unread")
 }

@@ -37,22 +37,29 @@ func writeUnread(conn net.Conn, next func() []byte) *unreadPipeline {
 	return u
 }
 
-// chunksOf gives batch 64 KiB at a time (writeUnread).
-func chunksOf(batch []byte) func() []byte {
+// endlessly gives batch 64 KiB at a time, then unit over and over, never ending (writeUnread): the client
+// writes until the proxy stops reading it. A pipeline of a fixed size proves nothing when the sockets between
+// the client and the proxy's writer hold all of it, and they may: the receive buffer of the proxy's client
+// socket grows with Linux's autotuning up to net.ipv4.tcp_rmem's maximum (32 MB on some machines, with the
+// proxy's end seen holding 15 MB unread), on top of the client's send buffer. A 32 MB tail then went out
+// whole once, the proxy having read 4 MiB of it, though the proxy's writer was blocked.
+func endlessly(batch, unit []byte) func() []byte {
+	rest := batch
 	return func() []byte {
-		if len(batch) == 0 {
-			return nil
+		if len(rest) == 0 {
+			rest = unit
 		}
-		n := min(len(batch), 1<<16)
-		chunk := batch[:n]
-		batch = batch[n:]
+		n := min(len(rest), 1<<16)
+		chunk := rest[:n]
+		rest = rest[n:]
 		return chunk
 	}
 }
 
 // blockedOn waits until the server blocks writing the output of the statement whose text holds marker (nobody
 // reads it), then until the client's writes made no progress for 500 ms: the server reads no more, the proxy's
-// writer blocks on it and stops reading the client.
+// writer blocks on it and stops reading the client. The client's writes never end (endlessly), so they can
+// only keep going if the proxy reads the client without forwarding what it reads.
 func (u *unreadPipeline) blockedOn(t *testing.T, f *fenced, marker string) {
 	t.Helper()
 	eventually(t, 20*time.Second, "the server blocked writing output nobody reads", func() bool {
@@ -61,7 +68,7 @@ func (u *unreadPipeline) blockedOn(t *testing.T, f *fenced, marker string) {
 		return err == nil && n == 1
 	})
 	last, since := u.written.Load(), time.Now()
-	eventually(t, 20*time.Second, "the client's writes stalled for 500 ms", func() bool {
+	eventually(t, 20*time.Second, "the client's writes stalled for 500 ms (they went on: the proxy reads the client but does not forward it to the blocked server)", func() bool {
 		if cur := u.written.Load(); cur != last {
 			last, since = cur, time.Now()
 		}
