@@ -1,13 +1,9 @@
 package proxy_test
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"testing"
-	"time"
-
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/fenceproxy/fenceproxy/internal/pgtest"
 )
@@ -46,23 +42,7 @@ var soStartups = map[string]map[string]string{
 func startupOracle(t *testing.T, f *fenced, user string, startups map[string]map[string]string, cases []soCase) {
 	t.Helper()
 	const read = "SELECT current_setting('application_name'), coalesce(current_setting('fence.token', true), ''), coalesce(current_setting('fence.lock', true), '')"
-	connect := func(t *testing.T, dsn string, params map[string]string) *sfConn {
-		t.Helper()
-		cfg, err := pgconn.ParseConfig(dsn)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for k, v := range params {
-			cfg.RuntimeParams[k] = v
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-		defer cancel()
-		pc, err := pgconn.ConnectConfig(ctx, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return &sfConn{pc: pc, told: map[string]string{}}
-	}
+	connect := sfConnectWith
 	run := func(t *testing.T, dsn string, params map[string]string, units [][]woMsg, pooled bool) []string {
 		c := connect(t, dsn, params)
 		defer c.close()

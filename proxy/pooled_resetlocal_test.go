@@ -76,23 +76,7 @@ func TestPooledResetThenSetLocalStartupValues(t *testing.T) {
 		{"token: extended batch", nil, []woMsg{woP("", "RESET ALL"), woB("", ""), woE("", 0), woP("", "SET LOCAL fence.token = 7"), woB("", ""), woE("", 0), woS}, false},
 	}
 	const read = "SELECT current_setting('application_name'), coalesce(current_setting('fence.token', true), '')"
-	connect := func(dsn string, params map[string]string) *sfConn {
-		t.Helper()
-		cfg, err := pgconn.ParseConfig(dsn)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for k, v := range params {
-			cfg.RuntimeParams[k] = v
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-		defer cancel()
-		pc, err := pgconn.ConnectConfig(ctx, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return &sfConn{pc: pc, told: map[string]string{}}
-	}
+	connect := func(dsn string, params map[string]string) *sfConn { return sfConnectWith(t, dsn, params) }
 	// run runs qs, then the read in a transaction of its own, and again after another client's transaction on
 	// the pool's server connection (pooled): the answers and what the reads saw.
 	run := func(dsn string, params map[string]string, qs []string, batch []woMsg, pooled bool) []string {
@@ -136,4 +120,23 @@ func TestPooledResetThenSetLocalStartupValues(t *testing.T) {
 			})
 		}
 	}
+}
+
+// sfConnectWith connects to dsn with params added to its startup parameters (an application_name, options).
+func sfConnectWith(t *testing.T, dsn string, params map[string]string) *sfConn {
+	t.Helper()
+	cfg, err := pgconn.ParseConfig(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range params {
+		cfg.RuntimeParams[k] = v
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	pc, err := pgconn.ConnectConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &sfConn{pc: pc, told: map[string]string{}}
 }
