@@ -66,6 +66,25 @@ func (ss *session) notePositions(quiet bool, p Planner, text []byte, set rewrite
 	}
 }
 
+// positionsOther notes a client message that starts another unit of answers without a text of its own to
+// fence: a Bind, Execute, Describe, Close or Sync that opens an extended-protocol batch (no Parse: a statement
+// prepared earlier), a FunctionCall. Its errors may carry positions (a named statement is analysed again at a
+// Bind after a change to its tables), which count in its own text: a map stored for a Query or Parse still
+// answering would move them into that text. quiet as in notePositions.
+func (ss *session) positionsOther(quiet bool) {
+	cur := ss.positions.Load()
+	if cur == nil {
+		return
+	}
+	if quiet {
+		ss.positions.CompareAndSwap(cur, nil) // nothing is in flight: the map is no answer's
+		return
+	}
+	if cur.m != nil {
+		ss.positions.Store(&sentRewrite{}) // answers not told apart
+	}
+}
+
 // resentAs notes that the text sent for the Query being fenced counts positions as sent (a pooled text whose
 // SQL-level statement names were mapped: pooledsqlprep.go), if its positions are mapped at all.
 func (ss *session) resentAs(sent string) {

@@ -140,3 +140,51 @@ func TestRewrittenPositionsPipelined(t *testing.T) {
 		t.Fatalf("errors %s, want %s or %s", s, dropped, mapped)
 	}
 }
+
+// A Bind, Execute and Sync pipelined after a rewritten Query are another unit of answers: an error of theirs
+// with a position (here a named statement planned again after its column was dropped) must keep it, or lose
+// it, never have it mapped through the Query's rewrite. Until 2026-12-05 only a Query or a Parse told the
+// proxy that another unit was in flight, and the Bind's error got a position in the UPDATE's text.
+func TestRewrittenPositionsThenBind(t *testing.T) {
+	f := newFenced(t)
+	ctx := ctxT(t)
+	pc, err := pgconn.Connect(ctx, f.dsn()+"&options=-c%20fence.token%3D12345")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close(context.Background())
+	scratch := f.name + "_rp"
+	if err := pc.Exec(ctx, "CREATE TABLE "+scratch+" (a int, b int)").Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pc.Prepare(ctx, "rp1", "SELECT b FROM "+scratch, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := pc.Exec(ctx, "ALTER TABLE "+scratch+" DROP COLUMN b").Close(); err != nil {
+		t.Fatal(err)
+	}
+	fe := pc.Frontend()
+	fe.Send(&pgproto3.Query{String: "UPDATE " + f.name + " SET note = 'n' WHERE id = -1 AND pg_sleep(0.3) IS NOT NULL"})
+	fe.Send(&pgproto3.Bind{PreparedStatement: "rp1"})
+	fe.Send(&pgproto3.Execute{})
+	fe.Send(&pgproto3.Sync{})
+	if err := fe.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for ready := 0; ready < 2; {
+		m, err := fe.Receive()
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch m := m.(type) {
+		case *pgproto3.ErrorResponse:
+			got = append(got, fmt.Sprintf("%s at %d", m.Code, m.Position))
+		case *pgproto3.ReadyForQuery:
+			ready++
+		}
+	}
+	if s := fmt.Sprint(got); s != "[42703 at 8]" && s != "[42703 at 0]" {
+		t.Fatalf("errors %s, want [42703 at 8] (directly) or [42703 at 0]", s)
+	}
+}
