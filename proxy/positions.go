@@ -55,16 +55,22 @@ func (ss *session) notePositions(quiet bool, p Planner, text []byte, set rewrite
 			ss.positions.Store(nil)
 		}
 	default:
-		e := &sentRewrite{}
 		if sp, ok := p.(sourcedPlanner); ok {
 			p = sp.source()
 		}
 		if m, ok := p.(positionMapper); ok && (plan.TokenSegs != nil || sent == plan.SQL) {
-			e = &sentRewrite{m: m, client: append([]byte(nil), text...), set: set, sent: sent}
+			ss.positions.Store(&sentRewrite{m: m, client: append([]byte(nil), text...), set: set, sent: sent})
+		} else {
+			ss.positions.Store(quietDropped) // a prepared fence's EXECUTE, the hot path: no allocation
 		}
-		ss.positions.Store(e)
 	}
 }
+
+// quietDropped is the map of a rewrite whose positions are dropped, stored when nothing else was in flight.
+// Shared: a CompareAndSwap that forgets it (positionsAnswered, positionsOther) cannot take another unit's store
+// of it for its own, as a unit is quiet only once the one before was counted answered, after its
+// positionsAnswered. A map stored while others are in flight is a new one each time for that reason.
+var quietDropped = &sentRewrite{}
 
 // positionsOther notes a client message that starts another unit of answers without a text of its own to
 // fence: a Bind, Execute, Describe, Close or Sync that opens an extended-protocol batch (no Parse: a statement
