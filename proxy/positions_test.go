@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fenceproxy/fenceproxy/internal/proxytest"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 )
@@ -146,7 +147,17 @@ func TestRewrittenPositionsPipelined(t *testing.T) {
 // it, never have it mapped through the Query's rewrite. Until 2026-12-05 only a Query or a Parse told the
 // proxy that another unit was in flight, and the Bind's error got a position in the UPDATE's text.
 func TestRewrittenPositionsThenBind(t *testing.T) {
-	f := newFenced(t)
+	t.Run("event loop", func(t *testing.T) { rewrittenPositionsThenBind(t, newFenced(t)) })
+	t.Run("goroutines", func(t *testing.T) {
+		d := direct(t)
+		name := fxName(t, "fg")
+		fxCreateTable(t, d, "public."+name)
+		p := startProxy(t, proxytest.Options{YAML: fxTables("public." + name), DisableEventLoop: true})
+		rewrittenPositionsThenBind(t, &fenced{p: p, d: d, name: name, label: "public." + name})
+	})
+}
+
+func rewrittenPositionsThenBind(t *testing.T, f *fenced) {
 	ctx := ctxT(t)
 	pc, err := pgconn.Connect(ctx, f.dsn()+"&options=-c%20fence.token%3D12345")
 	if err != nil {
