@@ -2,10 +2,12 @@ package proxy_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
 
+	"github.com/fenceproxy/fenceproxy/internal/pgtest"
 	"github.com/fenceproxy/fenceproxy/internal/proxytest"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
@@ -197,5 +199,45 @@ func rewrittenPositionsThenBind(t *testing.T, f *fenced) {
 	}
 	if s := fmt.Sprint(got); s != "[42703 at 8]" && s != "[42703 at 0]" {
 		t.Fatalf("errors %s, want [42703 at 8] (directly) or [42703 at 0]", s)
+	}
+}
+
+// A SQL_ASCII database counts a position in bytes. Through the proxy an error of the first statement of a
+// Query after non-ASCII text was read in characters, landed in the rewritten second statement, and came back
+// at that statement's start. It keeps the server's own count (or is dropped).
+func TestRewrittenPositionsSQLASCII(t *testing.T) {
+	f := newFenced(t)
+	ctx := ctxT(t)
+	db := strings.ToLower(f.name) + "_a"
+	admin := direct(t)
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+db+" ENCODING 'SQL_ASCII' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { admin.Exec(context.Background(), "DROP DATABASE IF EXISTS "+db+" WITH (FORCE)") })
+	sql := "SELECT 'ééééééééééééééééééééééééééééééééééééééé☃', nosuch; UPDATE " + f.name + " SET note = 'n' WHERE id = 1"
+	positionIn := func(dsn string, create bool) string {
+		pc, err := pgconn.Connect(ctx, dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer pc.Close(context.Background())
+		if create {
+			if err := pc.Exec(ctx, fmt.Sprintf(fxTableDDL, "public."+f.name)).Close(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		_, err = pc.Exec(ctx, sql).ReadAll()
+		var pe *pgconn.PgError
+		if !errors.As(err, &pe) {
+			t.Fatalf("%s: %v", dsn, err)
+		}
+		return fmt.Sprintf("%s at %d", pe.Code, pe.Position)
+	}
+	want := positionIn(pg.DSN(pgtest.SuperUser, "", db), true)
+	if want != fmt.Sprintf("42703 at %d", strings.Index(sql, "nosuch")+1) {
+		t.Fatalf("directly: %s, want the byte count of nosuch", want)
+	}
+	if got := positionIn(f.p.DSN(pgtest.SuperUser, "", db)+"&options=-c%20fence.token%3D12345", false); got != want && got != "42703 at 0" {
+		t.Fatalf("through the proxy: %s, want %s (directly) or dropped", got, want)
 	}
 }
