@@ -112,6 +112,8 @@ func (ss *session) onClientMsg(typ byte, body []byte, p Planner, out msgSink) er
 	switch typ {
 	case msgQuery:
 		if body == nil {
+			// Not fenced (no planner now, after a reload): another unit all the same (positions.go).
+			ss.positionsOther(st.quiet())
 			st.pending.Add(1)
 			return nil
 		}
@@ -128,6 +130,7 @@ func (ss *session) onClientMsg(typ byte, body []byte, p Planner, out msgSink) er
 		return err
 	case msgParse:
 		if body == nil {
+			ss.positionsOther(st.quiet())
 			st.unsynced.Store(true)
 			return nil
 		}

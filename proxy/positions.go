@@ -74,7 +74,7 @@ var quietDropped = &sentRewrite{}
 
 // positionsOther notes a client message that starts another unit of answers without a text of its own to
 // fence: a Bind, Execute, Describe, Close or Sync that opens an extended-protocol batch (no Parse: a statement
-// prepared earlier), a FunctionCall. Its errors may carry positions (a named statement is analysed again at a
+// prepared earlier), a FunctionCall, a Query or Parse not fenced (no planner after a reload). Its errors may carry positions (a named statement is analysed again at a
 // Bind after a change to its tables), which count in its own text: a map stored for a Query or Parse still
 // answering would move them into that text. quiet as in notePositions.
 func (ss *session) positionsOther(quiet bool) {
