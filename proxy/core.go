@@ -112,6 +112,8 @@ func (ss *session) onClientMsg(typ byte, body []byte, p Planner, out msgSink) er
 	switch typ {
 	case msgQuery:
 		if body == nil {
+			// Not fenced (no planner now, after a reload): another unit all the same (positions.go).
+			ss.positionsOther(st.quiet())
 			st.pending.Add(1)
 			return nil
 		}
@@ -128,6 +130,7 @@ func (ss *session) onClientMsg(typ byte, body []byte, p Planner, out msgSink) er
 		return err
 	case msgParse:
 		if body == nil {
+			ss.positionsOther(st.quiet())
 			st.unsynced.Store(true)
 			return nil
 		}
@@ -137,24 +140,36 @@ func (ss *session) onClientMsg(typ byte, body []byte, p Planner, out msgSink) er
 		ss.prep.clientRan(typ, body)
 		return ss.parseOut(out, p, body, set, quiet)
 	case msgSync:
+		if !st.unsynced.Load() {
+			ss.positionsOther(st.quiet()) // positions.go
+		}
 		st.pending.Add(1)
 		st.unsynced.Store(false)
 	case msgFunctionCall:
+		ss.positionsOther(st.quiet())
 		st.pending.Add(1)
 		ss.prep.clientRan(typ, body)
 		if body != nil {
 			return ss.functionCallOut(out, body)
 		}
 	case msgClose:
+		if !st.unsynced.Load() {
+			ss.positionsOther(st.quiet())
+		}
 		st.unsynced.Store(true)
 		if body != nil {
 			ss.prep.clientClose(body)
 			writeMsg(out, msgClose, body, "")
 		}
-	case msgBind, msgExecute:
+	case msgBind, msgExecute, msgDescribe:
+		if !st.unsynced.Load() {
+			ss.positionsOther(st.quiet())
+		}
 		st.unsynced.Store(true)
-		ss.prep.clientRan(typ, body)
-	case msgDescribe, msgFlush:
+		if typ != msgDescribe {
+			ss.prep.clientRan(typ, body)
+		}
+	case msgFlush:
 		st.unsynced.Store(true)
 	case msgCopyData, msgCopyDone, msgCopyFail, msgPassword:
 	case msgTerminate:

@@ -55,14 +55,39 @@ func (ss *session) notePositions(quiet bool, p Planner, text []byte, set rewrite
 			ss.positions.Store(nil)
 		}
 	default:
-		e := &sentRewrite{}
 		if sp, ok := p.(sourcedPlanner); ok {
 			p = sp.source()
 		}
 		if m, ok := p.(positionMapper); ok && (plan.TokenSegs != nil || sent == plan.SQL) {
-			e = &sentRewrite{m: m, client: append([]byte(nil), text...), set: set, sent: sent}
+			ss.positions.Store(&sentRewrite{m: m, client: append([]byte(nil), text...), set: set, sent: sent})
+		} else {
+			ss.positions.Store(quietDropped) // a prepared fence's EXECUTE, the hot path: no allocation
 		}
-		ss.positions.Store(e)
+	}
+}
+
+// quietDropped is the map of a rewrite whose positions are dropped, stored when nothing else was in flight.
+// Shared: a CompareAndSwap that forgets it (positionsAnswered, positionsOther) cannot take another unit's store
+// of it for its own, as a unit is quiet only once the one before was counted answered, after its
+// positionsAnswered. A map stored while others are in flight is a new one each time for that reason.
+var quietDropped = &sentRewrite{}
+
+// positionsOther notes a client message that starts another unit of answers without a text of its own to
+// fence: a Bind, Execute, Describe, Close or Sync that opens an extended-protocol batch (no Parse: a statement
+// prepared earlier), a FunctionCall, a Query or Parse not fenced (no planner after a reload). Its errors may carry positions (a named statement is analysed again at a
+// Bind after a change to its tables), which count in its own text: a map stored for a Query or Parse still
+// answering would move them into that text. quiet as in notePositions.
+func (ss *session) positionsOther(quiet bool) {
+	cur := ss.positions.Load()
+	if cur == nil {
+		return
+	}
+	if quiet {
+		ss.positions.CompareAndSwap(cur, nil) // nothing is in flight: the map is no answer's
+		return
+	}
+	if cur.m != nil {
+		ss.positions.Store(&sentRewrite{}) // answers not told apart
 	}
 }
 

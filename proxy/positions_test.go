@@ -2,10 +2,13 @@ package proxy_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
 
+	"github.com/fenceproxy/fenceproxy/internal/pgtest"
+	"github.com/fenceproxy/fenceproxy/internal/proxytest"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 )
@@ -138,5 +141,103 @@ func TestRewrittenPositionsPipelined(t *testing.T) {
 	dropped, mapped := "[22P02 at 0]", fmt.Sprintf("[22P02 at %d]", strings.Index(sql, "'x'")+1)
 	if s := fmt.Sprint(got); s != dropped && s != mapped {
 		t.Fatalf("errors %s, want %s or %s", s, dropped, mapped)
+	}
+}
+
+// A Bind, Execute and Sync pipelined after a rewritten Query are another unit of answers: an error of theirs
+// with a position (here a named statement planned again after its column was dropped) must keep it, or lose
+// it, never have it mapped through the Query's rewrite. Until 2026-12-05 only a Query or a Parse told the
+// proxy that another unit was in flight, and the Bind's error got a position in the UPDATE's text.
+func TestRewrittenPositionsThenBind(t *testing.T) {
+	t.Run("event loop", func(t *testing.T) { rewrittenPositionsThenBind(t, newFenced(t)) })
+	t.Run("goroutines", func(t *testing.T) {
+		d := direct(t)
+		name := fxName(t, "fg")
+		fxCreateTable(t, d, "public."+name)
+		p := startProxy(t, proxytest.Options{YAML: fxTables("public." + name), DisableEventLoop: true})
+		rewrittenPositionsThenBind(t, &fenced{p: p, d: d, name: name, label: "public." + name})
+	})
+}
+
+func rewrittenPositionsThenBind(t *testing.T, f *fenced) {
+	ctx := ctxT(t)
+	pc, err := pgconn.Connect(ctx, f.dsn()+"&options=-c%20fence.token%3D12345")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close(context.Background())
+	scratch := f.name + "_rp"
+	if err := pc.Exec(ctx, "CREATE TABLE "+scratch+" (a int, b int)").Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pc.Prepare(ctx, "rp1", "SELECT b FROM "+scratch, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := pc.Exec(ctx, "ALTER TABLE "+scratch+" DROP COLUMN b").Close(); err != nil {
+		t.Fatal(err)
+	}
+	fe := pc.Frontend()
+	fe.Send(&pgproto3.Query{String: "UPDATE " + f.name + " SET note = 'n' WHERE id = -1 AND pg_sleep(0.3) IS NOT NULL"})
+	fe.Send(&pgproto3.Bind{PreparedStatement: "rp1"})
+	fe.Send(&pgproto3.Execute{})
+	fe.Send(&pgproto3.Sync{})
+	if err := fe.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for ready := 0; ready < 2; {
+		m, err := fe.Receive()
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch m := m.(type) {
+		case *pgproto3.ErrorResponse:
+			got = append(got, fmt.Sprintf("%s at %d", m.Code, m.Position))
+		case *pgproto3.ReadyForQuery:
+			ready++
+		}
+	}
+	if s := fmt.Sprint(got); s != "[42703 at 8]" && s != "[42703 at 0]" {
+		t.Fatalf("errors %s, want [42703 at 8] (directly) or [42703 at 0]", s)
+	}
+}
+
+// A SQL_ASCII database counts a position in bytes. Through the proxy an error of the first statement of a
+// Query after non-ASCII text was read in characters, landed in the rewritten second statement, and came back
+// at that statement's start. It keeps the server's own count (or is dropped).
+func TestRewrittenPositionsSQLASCII(t *testing.T) {
+	f := newFenced(t)
+	ctx := ctxT(t)
+	db := strings.ToLower(f.name) + "_a"
+	admin := direct(t)
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+db+" ENCODING 'SQL_ASCII' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { admin.Exec(context.Background(), "DROP DATABASE IF EXISTS "+db+" WITH (FORCE)") })
+	sql := "SELECT 'ééééééééééééééééééééééééééééééééééééééé☃', nosuch; UPDATE " + f.name + " SET note = 'n' WHERE id = 1"
+	positionIn := func(dsn string, create bool) string {
+		pc, err := pgconn.Connect(ctx, dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer pc.Close(context.Background())
+		if create {
+			if err := pc.Exec(ctx, fmt.Sprintf(fxTableDDL, "public."+f.name)).Close(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		_, err = pc.Exec(ctx, sql).ReadAll()
+		var pe *pgconn.PgError
+		if !errors.As(err, &pe) {
+			t.Fatalf("%s: %v", dsn, err)
+		}
+		return fmt.Sprintf("%s at %d", pe.Code, pe.Position)
+	}
+	want := positionIn(pg.DSN(pgtest.SuperUser, "", db), true)
+	if want != fmt.Sprintf("42703 at %d", strings.Index(sql, "nosuch")+1) {
+		t.Fatalf("directly: %s, want the byte count of nosuch", want)
+	}
+	if got := positionIn(f.p.DSN(pgtest.SuperUser, "", db)+"&options=-c%20fence.token%3D12345", false); got != want && got != "42703 at 0" {
+		t.Fatalf("through the proxy: %s, want %s (directly) or dropped", got, want)
 	}
 }

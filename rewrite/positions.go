@@ -42,6 +42,15 @@ func (r *Rewriter) ClientPosition(client []byte, s Settings, sent []byte, pos in
 	if rd.why != "" || !rd.touch || rd.normalise || rd.scsOff {
 		return 0, false
 	}
+	// A SQL_ASCII server counts bytes (each is a character to it), and converts nothing: the bytes it counts are
+	// the client's. Read as UTF-8 they are the texts' own bytes; read through another encoding they are not.
+	inBytes := false
+	if s.ServerEncoding == "SQL_ASCII" && !(isASCII(client) && isASCII(sent)) {
+		if enc, ok := s.clientEncoding(); !ok || enc != nil {
+			return 0, false
+		}
+		inBytes = true
+	}
 	csql := rd.sql()
 	ctree, _, p := r.fence(csql, rd.scsOff, rd.inline)
 	if p != nil {
@@ -55,7 +64,7 @@ func (r *Rewriter) ClientPosition(client []byte, s Settings, sent []byte, pos in
 	if err != nil {
 		return 0, false
 	}
-	return mapPosition(ctree, csql, stree, string(stext), pos)
+	return mapPosition(ctree, csql, stree, string(stext), pos, inBytes)
 }
 
 // ClientPosition is the Rewriter's ClientPosition (not cached: it runs only for an error or a notice with a
@@ -65,9 +74,16 @@ func (c *Cache) ClientPosition(client []byte, s Settings, sent []byte, pos int) 
 }
 
 // mapPosition maps pos (characters from 1 in stext, whose parse is stree) to ctext, whose fenced tree ctree
-// deparses to stext.
-func mapPosition(ctree *pg.ParseResult, ctext string, stree *pg.ParseResult, stext string, pos int) (int, bool) {
-	b, ok := byteOffset(stext, pos)
+// deparses to stext. inBytes: positions count bytes (a SQL_ASCII server), not characters.
+func mapPosition(ctree *pg.ParseResult, ctext string, stree *pg.ParseResult, stext string, pos int, inBytes bool) (int, bool) {
+	var b int
+	var ok bool
+	if inBytes {
+		// Within the text and at a character's start: the server points at tokens, never inside a character.
+		b, ok = pos-1, pos >= 1 && pos-1 <= len(stext) && (pos-1 == len(stext) || utf8.RuneStart(stext[pos-1]))
+	} else {
+		b, ok = byteOffset(stext, pos)
+	}
 	if !ok || len(ctree.Stmts) != len(stree.Stmts) {
 		return 0, false
 	}
@@ -87,6 +103,9 @@ func mapPosition(ctree *pg.ParseResult, ctext string, stree *pg.ParseResult, ste
 	})
 	if !found || int(bestC) > len(ctext) {
 		bestC = statementStart(ctree, ctext, i)
+	}
+	if inBytes {
+		return int(bestC) + 1, true
 	}
 	return utf8.RuneCountInString(ctext[:bestC]) + 1, true
 }

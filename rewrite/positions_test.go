@@ -190,3 +190,24 @@ func formatPositions(t *testing.T, r *Rewriter, sql string) string {
 	}
 	return b.String()
 }
+
+// A SQL_ASCII server counts a position in bytes (every byte is a character to it), not in UTF-8 characters:
+// read as characters, a position after non-ASCII text landed that many bytes further on, here in the next
+// statement, and came back in the wrong statement of the client's text. It is mapped in bytes (or dropped).
+func TestClientPositionSQLASCIIServer(t *testing.T) {
+	r := testRewriter(t)
+	s := Settings{ClientEncoding: "UTF8", ServerEncoding: "SQL_ASCII", StandardConformingStrings: true}
+	for _, enc := range []string{"UTF8", "SQL_ASCII"} {
+		s.ClientEncoding = enc
+		sql := "SELECT 'ééééééééééééééééééééééééééééééééééééééé☃', nosuch; UPDATE accounts SET n = 1 WHERE id = 1"
+		p := r.PlanWith([]byte(sql), s)
+		if p.Action != Rewrite {
+			t.Fatalf("%s: %v", sql, p.Action)
+		}
+		sentPos := strings.Index(p.SQL, "nosuch") + 1 // bytes, as the server counts
+		got, ok := r.ClientPosition([]byte(sql), s, []byte(p.SQL), sentPos)
+		if want := strings.Index(sql, "nosuch") + 1; ok && got != want {
+			t.Errorf("client encoding %s: sent %s\nposition %d: got %d, want %d (or dropped)", enc, p.SQL, sentPos, got, want)
+		}
+	}
+}
