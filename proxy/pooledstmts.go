@@ -109,8 +109,19 @@ func (pl *pooledState) errorNamesOut(body []byte, hiding bool) (out []byte, drop
 
 // withErrorField is an ErrorResponse or NoticeResponse body with field's value replaced by v (added last when
 // it has none).
-func withErrorField(body []byte, field byte, v string) []byte {
-	out := make([]byte, 0, len(body)+len(v))
+func withErrorField(body []byte, field byte, v string) []byte { return editErrorField(body, field, &v) }
+
+// withoutErrorField is an ErrorResponse or NoticeResponse body without field.
+func withoutErrorField(body []byte, field byte) []byte { return editErrorField(body, field, nil) }
+
+// editErrorField is body with field's value replaced by *v, added last when it has none; v nil drops the
+// field. The one walk of a body's fields that writes them (errorField reads them).
+func editErrorField(body []byte, field byte, v *string) []byte {
+	n := len(body)
+	if v != nil {
+		n += len(*v)
+	}
+	out := make([]byte, 0, n)
 	found := false
 	for len(body) > 0 && body[0] != 0 {
 		f := body[0]
@@ -118,17 +129,16 @@ func withErrorField(body []byte, field byte, v string) []byte {
 		if !ok {
 			break
 		}
-		out = append(out, f)
-		if f == field {
-			out, found = append(out, v...), true
-		} else {
-			out = append(out, old...)
+		switch {
+		case f != field:
+			out = append(append(append(out, f), old...), 0)
+		case v != nil:
+			out, found = append(append(append(out, f), *v...), 0), true
 		}
-		out = append(out, 0)
 		body = rest
 	}
-	if !found {
-		out = append(append(append(out, field), v...), 0)
+	if v != nil && !found {
+		out = append(append(append(out, field), *v...), 0)
 	}
 	return append(out, 0)
 }

@@ -136,20 +136,3 @@ func (ss *session) clientPositions(body []byte) []byte {
 	}
 	return withoutErrorField(body, fieldPosition)
 }
-
-// withoutErrorField is an ErrorResponse or NoticeResponse body without field.
-func withoutErrorField(body []byte, field byte) []byte {
-	out := make([]byte, 0, len(body))
-	for len(body) > 0 && body[0] != 0 {
-		f := body[0]
-		v, rest, ok := cutNul(body[1:])
-		if !ok {
-			break
-		}
-		if f != field {
-			out = append(append(append(out, f), v...), 0)
-		}
-		body = rest
-	}
-	return append(out, 0)
-}
