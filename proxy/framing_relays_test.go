@@ -781,34 +781,12 @@ func frFirstDiff(want, got []string) string {
 // frStartup connects to addr and logs in (trust), returning the connection after the first ReadyForQuery.
 func frStartup(t *testing.T, addr, user, db string, params map[string]string) net.Conn {
 	t.Helper()
-	conn, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	conn.SetDeadline(time.Now().Add(10 * time.Second))
-	defer conn.SetDeadline(time.Time{})
-	p := map[string]string{"user": user, "database": db}
+	p := []string{"user", user, "database", db}
 	for k, v := range params {
-		p[k] = v
+		p = append(p, k, v)
 	}
-	fe := pgproto3.NewFrontend(conn, conn)
-	fe.Send(&pgproto3.StartupMessage{ProtocolVersion: pgproto3.ProtocolVersionNumber, Parameters: p})
-	if err := fe.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	for {
-		m, err := fe.Receive()
-		if err != nil {
-			t.Fatalf("startup at %s: %v", addr, err)
-		}
-		switch m := m.(type) {
-		case *pgproto3.ErrorResponse:
-			t.Fatalf("startup at %s: %s %s", addr, m.Code, m.Message)
-		case *pgproto3.ReadyForQuery:
-			return conn
-		}
-	}
+	conn, _, _ := rawSession(t, addr, p...)
+	return conn
 }
 
 // TestFramingAdminConsole: the admin console reads every message whole; a Query of a megabyte (answered with an

@@ -125,19 +125,7 @@ func TestRewrittenPositionsPipelined(t *testing.T) {
 	if err := fe.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	var got []string
-	for ready := 0; ready < 2; {
-		m, err := fe.Receive()
-		if err != nil {
-			t.Fatal(err)
-		}
-		switch m := m.(type) {
-		case *pgproto3.ErrorResponse:
-			got = append(got, fmt.Sprintf("%s at %d", m.Code, m.Position))
-		case *pgproto3.ReadyForQuery:
-			ready++
-		}
-	}
+	got := errorPositions(t, fe, 2)
 	dropped, mapped := "[22P02 at 0]", fmt.Sprintf("[22P02 at %d]", strings.Index(sql, "'x'")+1)
 	if s := fmt.Sprint(got); s != dropped && s != mapped {
 		t.Fatalf("errors %s, want %s or %s", s, dropped, mapped)
@@ -184,19 +172,7 @@ func rewrittenPositionsThenBind(t *testing.T, f *fenced) {
 	if err := fe.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	var got []string
-	for ready := 0; ready < 2; {
-		m, err := fe.Receive()
-		if err != nil {
-			t.Fatal(err)
-		}
-		switch m := m.(type) {
-		case *pgproto3.ErrorResponse:
-			got = append(got, fmt.Sprintf("%s at %d", m.Code, m.Position))
-		case *pgproto3.ReadyForQuery:
-			ready++
-		}
-	}
+	got := errorPositions(t, fe, 2)
 	if s := fmt.Sprint(got); s != "[42703 at 8]" && s != "[42703 at 0]" {
 		t.Fatalf("errors %s, want [42703 at 8] (directly) or [42703 at 0]", s)
 	}
@@ -240,4 +216,24 @@ func TestRewrittenPositionsSQLASCII(t *testing.T) {
 	if got := positionIn(f.p.DSN(pgtest.SuperUser, "", db)+"&options=-c%20fence.token%3D12345", false); got != want && got != "42703 at 0" {
 		t.Fatalf("through the proxy: %s, want %s (directly) or dropped", got, want)
 	}
+}
+
+// errorPositions reads answers until the n-th ReadyForQuery and gives each error as its code and position.
+func errorPositions(t *testing.T, fe *pgproto3.Frontend, n int) []string {
+	t.Helper()
+	var got []string
+	ready := 0
+	err := exchange(fe, nil, func(m pgproto3.BackendMessage) bool {
+		switch m := m.(type) {
+		case *pgproto3.ErrorResponse:
+			got = append(got, fmt.Sprintf("%s at %d", m.Code, m.Position))
+		case *pgproto3.ReadyForQuery:
+			ready++
+		}
+		return ready == n
+	})
+	if err != nil {
+		t.Fatalf("after %v: %v", got, err)
+	}
+	return got
 }
