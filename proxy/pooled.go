@@ -1704,33 +1704,17 @@ func (ss *session) injectTokens(typ byte, body []byte) tokenPrefix {
 // transaction modes unless the batch starts with one (beginLed: its token statement goes right after it,
 // closeWindow). Only what the proxy knows counts: a statement behind what was read (a batch the client sends in
 // parts, reading answers in between), or one a Bind names that the proxy never saw parsed, is not seen, and its
-// batch keeps the checked token statement (a loud 25001, as before). It errs the other way where it cannot
-// tell (a Bind of a name the batch parses again counts the text it held before too): SET LOCAL in front of a
-// batch that did not need it answers the same.
+// batch keeps the checked token statement (a loud 25001, as before).
 func (ss *session) batchHasModes(typ byte, body []byte, beginLed bool) bool {
-	if body == nil {
-		return false // the messages behind it cannot be read before its body
-	}
-	modes := func(typ byte, body []byte) bool {
-		text, ok := ss.stmtText(typ, body)
-		if !ok {
-			return false
+	found := false
+	ss.walkBatch(typ, body, func(text []byte, ok bool) bool {
+		if ok {
+			c := ss.classOf(text)
+			found = c.ModesLater || !beginLed && c.Begin && c.Modes
 		}
-		c := ss.classOf(text)
-		return c.ModesLater || !beginLed && c.Begin && c.Modes
-	}
-	if modes(typ, body) {
-		return true
-	}
-	for t, b := range ss.bufferedMsgs() {
-		if t == msgSync {
-			return false
-		}
-		if modes(t, b) {
-			return true
-		}
-	}
-	return false
+		return !found
+	})
+	return found
 }
 
 // writeSetLocals writes each of stmts (tokenSetLocals) to the lent connection as a Parse of the server's unnamed
@@ -2300,49 +2284,62 @@ func (ss *session) stmtText(typ byte, body []byte) (text []byte, ok bool) {
 // not know, is not (the checked token statement goes). Plain batches (plainText) get the plain token statement;
 // one that only opens a block (rewrite.LoneBegin) the same after the put-back.
 func (ss *session) batchOf(typ byte, body []byte, textOK func([]byte) bool) bool {
+	return ss.walkBatch(typ, body, func(text []byte, ok bool) bool { return ok && textOK(text) })
+}
+
+// walkBatch gives each the texts the extended-protocol batch that the client's message typ (body read) starts
+// would prepare or bind, in order, over that message and the ones buffered whole behind it up to its Sync: a
+// Parse's text, and a Bind's statement as the batch leaves it (one the batch parsed was given at its Parse;
+// else the client's, stmtText). ok is false for a statement the proxy does not know, a malformed message, and
+// any message but Parse, Bind, Describe, Execute, Close and Flush (the last four prepare and bind nothing:
+// not given). It reports whether it reached the Sync with each never answering false: a batch that goes on
+// past what was read is not known whole. The one walk both questions about a batch ask (batchOf: every text;
+// batchHasModes: any), so that both read a Bind of a name parsed again in the batch as its new text.
+func (ss *session) walkBatch(typ byte, body []byte, each func(text []byte, ok bool) bool) bool {
+	if body == nil {
+		return false // the messages behind it cannot be read before its body
+	}
 	var unnamed []byte // the unnamed statement's text as the batch leaves it; nil: as the client left it
 	var parsed []string
-	plain := func(typ byte, body []byte) bool {
+	step := func(typ byte, body []byte) bool {
 		switch typ {
 		case msgParse:
 			name, _, _ := cutNul(body)
 			text, ok := planText(msgParse, body)
-			if !ok || !textOK(text) {
-				return false
+			if ok {
+				if len(name) == 0 {
+					unnamed = text
+				} else {
+					parsed = append(parsed, string(name))
+				}
 			}
-			if len(name) == 0 {
-				unnamed = text
-			} else {
-				parsed = append(parsed, string(name))
-			}
-			return true
+			return each(text, ok)
 		case msgBind:
 			_, rest, ok := cutNul(body)
 			if !ok {
-				return false
+				return each(nil, false)
 			}
 			name, _, ok := cutNul(rest)
 			switch {
 			case !ok:
-				return false
+				return each(nil, false)
 			case len(name) == 0 && unnamed != nil, len(name) > 0 && slices.Contains(parsed, string(name)):
-				return true // parsed in this batch, and plain
+				return true // parsed in this batch: given at its Parse
 			}
-			text, ok := ss.stmtText(msgBind, body)
-			return ok && textOK(text)
+			return each(ss.stmtText(msgBind, body))
 		case msgDescribe, msgExecute, msgClose, msgFlush:
 			return true
 		}
-		return false
+		return each(nil, false)
 	}
-	if !plain(typ, body) {
+	if !step(typ, body) {
 		return false
 	}
 	for t, b := range ss.bufferedMsgs() {
 		if t == msgSync {
 			return true
 		}
-		if !plain(t, b) {
+		if !step(t, b) {
 			return false
 		}
 	}
