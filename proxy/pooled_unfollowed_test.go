@@ -1,0 +1,64 @@
+package proxy_test
+
+import (
+	"context"
+	"testing"
+)
+
+// The client's own function that changes the lock at session level (set_config of fence.lock, which the proxy
+// does not see) is refused at the client's next checked start on that connection (55F03 naming the lock), as a
+// token changed so is (TestPooledUnfollowedTokenChange), and the connection is closed: the checked token
+// statement looks at the lock as well as the token. Without the lock's look the transaction ran as if nothing
+// had changed behind the proxy's back.
+func TestPooledUnfollowedLockChange(t *testing.T) {
+	f := newPooledFenced(t, 1, "")
+	fxExec(t, f.d, "CREATE OR REPLACE FUNCTION pooled_sneak_lock() RETURNS text LANGUAGE sql AS $$ SELECT pg_catalog.set_config('fence.lock', 'sneaked', false) $$")
+	t.Cleanup(func() { f.d.Exec(context.Background(), "DROP FUNCTION IF EXISTS pooled_sneak_lock()") }) // t.Context() has ended by then
+	for _, mode := range []string{"simple_protocol", "exec"} {
+		a := pooledConn(t, f, "&default_query_exec_mode="+mode)
+		fxExec(t, a, "SET fence.lock = 'mine'") // a checked start: the connection is checked for this client
+		var got string
+		if err := a.QueryRow(ctxT(t), "SELECT pooled_sneak_lock()").Scan(&got); err != nil || got != "sneaked" { // plain: no check, no probe
+			t.Fatalf("%s: the function: %q, %v", mode, got, err)
+		}
+		pid := backendPID(t, a)
+		_, err := a.Exec(ctxT(t), "SET application_name = 'a2'")
+		wantPgErr(t, err, "55F03", "invalid fencing token: fence.lock was changed on this pooled server connection")
+		if got := backendPID(t, a); got == pid {
+			t.Fatalf("%s: the connection the client's own function changed serves on", mode)
+		}
+		a.Close(ctxT(t))
+	}
+}
+
+// In pool.mode transaction a FunctionCall message of set_config for the token is refused (55F03), also without
+// token.verify and token.scope transaction (docs/pooling.md names it among the token changes refused); the
+// client's token stays its own, its writes carry it, and other fastpath calls of set_config run.
+func TestPooledFunctionCallOfTokenRefused(t *testing.T) {
+	f := newPooledFenced(t, 1, "")
+	fxExec(t, f.d, "INSERT INTO "+f.label+" (id, fence_token) VALUES (1, 1)")
+	c := pooledConn(t, f, "&options=-c%20fence.token%3D5")
+	for _, local := range []string{"false", "true"} {
+		_, err := fastpath(t, c, setConfigOID, []byte("fence.token"), []byte("9"), []byte(local))
+		wantCodeHint(t, "FunctionCall set_config(fence.token, 9, "+local+")", err, "55F03", "")
+	}
+	tx, err := c.Begin(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = fastpath(t, c, setConfigOID, []byte("FENCE.TOKEN"), []byte("9"), []byte("true"))
+	wantCodeHint(t, "FunctionCall set_config(FENCE.TOKEN, 9, true) in a block", err, "55F03", "")
+	if err := tx.Rollback(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := fastpath(t, c, setConfigOID, []byte("application_name"), []byte("fc-app"), []byte("false")); err != nil || string(res) != "fc-app" {
+		t.Fatalf("FunctionCall set_config(application_name): %q, %v", res, err)
+	}
+	if got := showToken(t, c); got != "5" {
+		t.Fatalf("the client's token after the refused FunctionCalls is %q, want 5", got)
+	}
+	var tok int64
+	if err := c.QueryRow(ctxT(t), "UPDATE "+f.label+" SET balance = balance + 1 WHERE id = 1 RETURNING fence_token").Scan(&tok); err != nil || tok != 5 {
+		t.Fatalf("the client's write after the refused FunctionCalls: token %d, %v", tok, err)
+	}
+}
