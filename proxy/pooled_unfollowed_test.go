@@ -3,6 +3,8 @@ package proxy_test
 import (
 	"context"
 	"testing"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // The client's own function that changes the lock at session level (set_config of fence.lock, which the proxy
@@ -61,4 +63,58 @@ func TestPooledFunctionCallOfTokenRefused(t *testing.T) {
 	if err := c.QueryRow(ctxT(t), "UPDATE "+f.label+" SET balance = balance + 1 WHERE id = 1 RETURNING fence_token").Scan(&tok); err != nil || tok != 5 {
 		t.Fatalf("the client's write after the refused FunctionCalls: token %d, %v", tok, err)
 	}
+}
+
+// The proxy's settings statement (fenceproxy_c) is prepared afresh on a connection whenever it comes to a
+// client that another client held since (lend: serverConn.settingsFor), so what a function of the other client
+// left under that name (DEALLOCATE, then PREPARE) never runs as the client's settings replay. The scenario needs
+// the replay's statement prepared for the owner on a connection (X) and the owner's settings changed on
+// another (Y), so that the hostile client, whose settings are X's, runs there without a replay or a probe of its
+// own; the pool lends its idle connections last in, first out, and a client in a block holds the other.
+func TestPooledSettingsStatementReplacedByAnotherClient(t *testing.T) {
+	f := newPooledFenced(t, 2, "")
+	fxExec(t, f.d, `CREATE OR REPLACE FUNCTION pooled_settings_hijack() RETURNS int LANGUAGE plpgsql AS $$
+BEGIN
+	EXECUTE 'DEALLOCATE fenceproxy_c';
+	EXECUTE 'PREPARE fenceproxy_c(text[], text[]) AS SELECT pg_catalog.set_config(''work_mem'', ''64kB'', false)';
+	RETURN 1;
+END $$`)
+	t.Cleanup(func() { f.d.Exec(context.Background(), "DROP FUNCTION IF EXISTS pooled_settings_hijack()") }) // t.Context() has ended by then
+	const q = "&default_query_exec_mode=simple_protocol"
+	keeper, hostile, other, owner := pooledConn(t, f, q), pooledConn(t, f, q), pooledConn(t, f, q), pooledConn(t, f, q)
+	ctx := ctxT(t)
+	hold := func() uint32 { // the keeper holds the connection lent last, in a block
+		t.Helper()
+		fxExec(t, keeper, "BEGIN")
+		return backendPID(t, keeper)
+	}
+	on := func(c *pgx.Conn, want uint32, what string) {
+		t.Helper()
+		if got := backendPID(t, c); got != want {
+			t.Fatalf("%s ran on backend %d, want %d (the pool's order of lends changed?)", what, got, want)
+		}
+	}
+	y := hold()
+	fxExec(t, hostile, "SET work_mem = '5MB'") // X, opened: X holds 5MB
+	x := backendPID(t, hostile)
+	fxExec(t, owner, "SET work_mem = '5MB'")
+	fxExec(t, other, "SET work_mem = '6MB'") // X holds 6MB
+	on(owner, x, "the owner's replay")       // fenceproxy_c prepared for the owner on X, which holds 5MB again
+	fxExec(t, keeper, "COMMIT")
+	fxExec(t, owner, "SET work_mem = '7MB'") // on Y, lent last: the owner's settings change there
+	on(owner, y, "the owner's SET")
+	if got := hold(); got != y {
+		t.Fatalf("the keeper holds backend %d, want %d (the pool's order of lends changed?)", got, y)
+	}
+	var n int
+	if err := hostile.QueryRow(ctx, "SELECT pooled_settings_hijack()").Scan(&n); err != nil || n != 1 { // its settings are X's: no replay, no probe
+		t.Fatalf("the hostile function: %d, %v", n, err)
+	}
+	on(hostile, x, "the hostile function")
+	var wm string
+	if err := owner.QueryRow(ctx, "SHOW work_mem").Scan(&wm); err != nil || wm != "7MB" { // X: the owner's settings replayed
+		t.Fatalf("the owner's work_mem on the connection another client's function changed: %q, %v (want its own 7MB)", wm, err)
+	}
+	on(owner, x, "the owner's replay after the hostile function")
+	fxExec(t, keeper, "COMMIT")
 }
