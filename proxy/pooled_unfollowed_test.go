@@ -118,3 +118,46 @@ END $$`)
 	on(owner, x, "the owner's replay after the hostile function")
 	fxExec(t, keeper, "COMMIT")
 }
+
+// A lone BEGIN, as a Query and as an extended-protocol batch, on a connection where another client's function
+// left a token at session level, gets the placeholder put back first (putBackFirst): the block's SET LOCAL of
+// the client's values hides that token only until the block ends, and a ROLLBACK AND CHAIN after a statement
+// that makes the proxy read the connection back starts a transaction with the session's values, which the
+// proxy's chain statement sets only where the placeholder is in force. Without the put-back, the chained
+// transaction wrote with the other client's token.
+func TestPooledChainAfterLoneBeginIsPutBack(t *testing.T) {
+	f := newPooledFenced(t, 1, "")
+	fxExec(t, f.d, "INSERT INTO "+f.label+" (id, fence_token) VALUES (1, 1)")
+	fxExec(t, f.d, "CREATE OR REPLACE FUNCTION pooled_sneak_chain() RETURNS int LANGUAGE sql AS $$ SELECT pg_catalog.set_config('fence.token', '77', false)::int $$")
+	t.Cleanup(func() { f.d.Exec(context.Background(), "DROP FUNCTION IF EXISTS pooled_sneak_chain()") }) // t.Context() has ended by then
+	ctx := ctxT(t)
+	a := pooledConn(t, f, "&default_query_exec_mode=simple_protocol")
+	for _, extended := range []bool{false, true} {
+		var n int
+		if err := a.QueryRow(ctx, "SELECT pooled_sneak_chain()").Scan(&n); err != nil || n != 77 { // plain: no check, no probe
+			t.Fatalf("extended %v: the function: %d, %v", extended, n, err)
+		}
+		d := pooledPgConn(t, f, "&options=-c%20fence.token%3D5")
+		if extended {
+			if _, err := d.ExecParams(ctx, "BEGIN", nil, nil, nil, nil).Close(); err != nil {
+				t.Fatal(err)
+			}
+		} else if _, err := d.Exec(ctx, "BEGIN").ReadAll(); err != nil {
+			t.Fatal(err)
+		}
+		for _, sql := range []string{"SET application_name = 'chain'", "ROLLBACK AND CHAIN"} {
+			if _, err := d.Exec(ctx, sql).ReadAll(); err != nil {
+				t.Fatalf("extended %v: %s: %v", extended, sql, err)
+			}
+		}
+		res, err := d.Exec(ctx, "UPDATE "+f.label+" SET balance = balance + 1 WHERE id = 1 RETURNING fence_token; COMMIT").ReadAll()
+		var rows [][][]byte
+		if len(res) > 0 {
+			rows = res[0].Rows
+		}
+		if err != nil || len(rows) != 1 || string(rows[0][0]) != "5" {
+			t.Fatalf("extended %v: the chained transaction's write: %q, %v (want token 5, the client's own)", extended, rows, err)
+		}
+		d.Close(ctx)
+	}
+}
