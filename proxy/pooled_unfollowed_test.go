@@ -161,3 +161,67 @@ func TestPooledChainAfterLoneBeginIsPutBack(t *testing.T) {
 		d.Close(ctx)
 	}
 }
+
+// The client's own function that changes the role at session level to one whose change the server does not
+// report (another superuser role) is refused at the client's next checked start on that connection (0A000),
+// and the connection is closed, as for the token and lock (TestPooledUnfollowedLockChange): the checked token
+// statement looks at the role too (roleCheckSQL). Without that look the transaction ran as the other role.
+func TestPooledUnfollowedRoleChange(t *testing.T) {
+	f := newPooledFenced(t, 1, "")
+	for _, sql := range []string{
+		"DROP ROLE IF EXISTS pooled_unfollowed_super", "CREATE ROLE pooled_unfollowed_super SUPERUSER",
+		"CREATE OR REPLACE FUNCTION pooled_unfollowed_become() RETURNS text LANGUAGE sql AS $$ SELECT pg_catalog.set_config('role', 'pooled_unfollowed_super', false) $$",
+	} {
+		fxExec(t, f.d, sql)
+	}
+	t.Cleanup(func() { // t.Context() has ended by then
+		f.d.Exec(context.Background(), "DROP FUNCTION IF EXISTS pooled_unfollowed_become()")
+		f.d.Exec(context.Background(), "DROP ROLE IF EXISTS pooled_unfollowed_super")
+	})
+	for _, mode := range []string{"simple_protocol", "exec"} {
+		a := pooledConn(t, f, "&default_query_exec_mode="+mode)
+		fxExec(t, a, "SET application_name = 'a'")        // a checked start: the connection is checked for this client
+		fxExec(t, a, "SELECT pooled_unfollowed_become()") // plain: no check, no probe
+		pid := backendPID(t, a)
+		var user string
+		err := a.QueryRow(ctxT(t), "SELECT current_user::text, pg_catalog.set_config('application_name', 'a2', false)").Scan(&user, new(string))
+		wantPgErr(t, err, "0A000", "the role of this pooled server connection was changed")
+		if got := backendPID(t, a); got == pid {
+			t.Fatalf("%s: the connection the client's own function changed serves on", mode)
+		}
+		a.Close(ctxT(t))
+	}
+}
+
+// A batch that starts with a BEGIN with transaction modes (its token statement goes after the BEGIN,
+// closeWindow) on a connection where another client's function left a token at session level gets the
+// placeholder put back first: its checked token statement then finds the connection as the proxy left it,
+// and the client's write goes with its own token, never refused for what another client left.
+func TestPooledBeginWithModesBatchIsPutBack(t *testing.T) {
+	f := newPooledFenced(t, 1, "")
+	fxExec(t, f.d, "INSERT INTO "+f.label+" (id, fence_token) VALUES (1, 1)")
+	fxExec(t, f.d, "CREATE OR REPLACE FUNCTION pooled_sneak_modes() RETURNS int LANGUAGE sql AS $$ SELECT pg_catalog.set_config('fence.token', '77', false)::int $$")
+	t.Cleanup(func() { f.d.Exec(context.Background(), "DROP FUNCTION IF EXISTS pooled_sneak_modes()") }) // t.Context() has ended by then
+	ctx := ctxT(t)
+	a := pooledConn(t, f, "&default_query_exec_mode=simple_protocol")
+	var n int
+	if err := a.QueryRow(ctx, "SELECT pooled_sneak_modes()").Scan(&n); err != nil || n != 77 { // plain: no check, no probe
+		t.Fatalf("the function: %d, %v", n, err)
+	}
+	d := pooledConn(t, f, "&default_query_exec_mode=exec&options=-c%20fence.token%3D5")
+	batch := &pgx.Batch{}
+	batch.Queue("BEGIN ISOLATION LEVEL REPEATABLE READ")
+	batch.Queue("UPDATE " + f.label + " SET balance = balance + 1 WHERE id = 1 RETURNING fence_token")
+	batch.Queue("COMMIT")
+	br := d.SendBatch(ctx, batch)
+	if _, err := br.Exec(); err != nil {
+		t.Fatalf("BEGIN: %v", err)
+	}
+	var tok int64
+	if err := br.QueryRow().Scan(&tok); err != nil || tok != 5 {
+		t.Fatalf("the batch's write: token %d, %v (want 5, the client's own)", tok, err)
+	}
+	if err := br.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
