@@ -1,6 +1,7 @@
 package proxy_test
 
 import (
+	"context"
 	"slices"
 	"strings"
 	"testing"
@@ -18,7 +19,7 @@ import (
 func dirtyPooledConnection(t *testing.T, f *fenced, fn string) {
 	t.Helper()
 	fxExec(t, f.d, "CREATE OR REPLACE FUNCTION "+fn+"() RETURNS int LANGUAGE sql AS $$ SELECT pg_catalog.set_config('fence.token', '77', false)::int $$")
-	t.Cleanup(func() { f.d.Exec(t.Context(), "DROP FUNCTION IF EXISTS "+fn+"()") })
+	t.Cleanup(func() { f.d.Exec(context.Background(), "DROP FUNCTION IF EXISTS "+fn+"()") })
 	a := pooledConn(t, f, "&default_query_exec_mode=simple_protocol")
 	fxExec(t, a, "SELECT "+fn+"()")
 	a.Close(ctxT(t))
@@ -164,7 +165,7 @@ func TestPooledCheckThatDidNotRunIsNoCheck(t *testing.T) {
 func TestPooledFunctionCallAfterUncheckedStartIsPutBack(t *testing.T) {
 	f := newPooledFenced(t, 1, "")
 	fxExec(t, f.d, "CREATE FUNCTION pooled_fc_token() RETURNS text LANGUAGE sql AS $$ SELECT pg_catalog.current_setting('fence.token') $$")
-	t.Cleanup(func() { f.d.Exec(t.Context(), "DROP FUNCTION IF EXISTS pooled_fc_token()") })
+	t.Cleanup(func() { f.d.Exec(context.Background(), "DROP FUNCTION IF EXISTS pooled_fc_token()") })
 	var oid uint32
 	if err := f.d.QueryRow(ctxT(t), "SELECT 'pooled_fc_token'::regproc::oid").Scan(&oid); err != nil {
 		t.Fatal(err)
@@ -188,8 +189,8 @@ func TestPooledPlainTransactionRunsAsLoginRole(t *testing.T) {
 	fxExec(t, f.d, "CREATE ROLE pooled_other")
 	fxExec(t, f.d, "CREATE FUNCTION pooled_become_sa() RETURNS text LANGUAGE sql AS $$ SELECT pg_catalog.set_config('session_authorization', 'pooled_other', false) $$")
 	t.Cleanup(func() {
-		f.d.Exec(t.Context(), "DROP FUNCTION IF EXISTS pooled_become_sa()")
-		f.d.Exec(t.Context(), "DROP ROLE IF EXISTS pooled_other")
+		f.d.Exec(context.Background(), "DROP FUNCTION IF EXISTS pooled_become_sa()")
+		f.d.Exec(context.Background(), "DROP ROLE IF EXISTS pooled_other")
 	})
 	a := pooledConn(t, f, "&default_query_exec_mode=simple_protocol")
 	fxExec(t, a, "SELECT pooled_become_sa()") // plain: no check, no probe
@@ -298,8 +299,8 @@ func TestPooledPipelinedBeginRunsAsLoginRole(t *testing.T) {
 		fxExec(t, f.d, sql)
 	}
 	t.Cleanup(func() {
-		f.d.Exec(t.Context(), "DROP FUNCTION IF EXISTS pooled_become2()")
-		f.d.Exec(t.Context(), "DROP TABLE IF EXISTS pooled_ran_as")
+		f.d.Exec(context.Background(), "DROP FUNCTION IF EXISTS pooled_become2()")
+		f.d.Exec(context.Background(), "DROP TABLE IF EXISTS pooled_ran_as")
 	})
 	insert := "INSERT INTO pooled_ran_as SELECT current_user"
 	for name, msgs := range map[string][]pgproto3.FrontendMessage{
@@ -355,7 +356,7 @@ func TestPooledRoleGrantedAfterLoginIsSetBack(t *testing.T) {
 	} {
 		fxExec(t, f.d, sql)
 	}
-	t.Cleanup(func() { f.d.Exec(t.Context(), "DROP FUNCTION IF EXISTS pooled_become_later()") })
+	t.Cleanup(func() { f.d.Exec(context.Background(), "DROP FUNCTION IF EXISTS pooled_become_later()") })
 	who := func(c *pgx.Conn) (user string, pid int) {
 		t.Helper()
 		if err := c.QueryRow(ctxT(t), "SELECT current_user::text, pg_backend_pid()").Scan(&user, &pid); err != nil {
@@ -395,8 +396,8 @@ func TestPooledRoleReportComparedWithItsOwnLogin(t *testing.T) {
 		fxExec(t, f.d, sql)
 	}
 	t.Cleanup(func() {
-		f.d.Exec(t.Context(), "DROP FUNCTION IF EXISTS pooled_become_lesser()")
-		f.d.Exec(t.Context(), "ALTER ROLE pooled_promoted NOSUPERUSER")
+		f.d.Exec(context.Background(), "DROP FUNCTION IF EXISTS pooled_become_lesser()")
+		f.d.Exec(context.Background(), "ALTER ROLE pooled_promoted NOSUPERUSER")
 	})
 	dsn := f.p.DSN("pooled_promoted", "", pgtest.TestDB) + "&default_query_exec_mode=simple_protocol"
 	// The pool's first connection logs in while pooled_promoted is no superuser; a transaction holds it.
@@ -427,7 +428,7 @@ func TestPooledQueryInsideUnsyncedBatch(t *testing.T) {
 	f := newPooledFenced(t, 1, "")
 	fxExec(t, f.d, "DROP TABLE IF EXISTS pooled_midbatch")
 	fxExec(t, f.d, "CREATE TABLE pooled_midbatch (n int)")
-	t.Cleanup(func() { f.d.Exec(t.Context(), "DROP TABLE IF EXISTS pooled_midbatch") })
+	t.Cleanup(func() { f.d.Exec(context.Background(), "DROP TABLE IF EXISTS pooled_midbatch") })
 	for _, first := range []string{"INSERT INTO pooled_midbatch VALUES (1)", "SELECT 1/0"} {
 		for _, mid := range []pgproto3.FrontendMessage{&pgproto3.Query{String: "SELECT 2"}, &pgproto3.FunctionCall{Function: 1}} {
 			fatal, _ := untilFatal(t, pooledPgConn(t, f, "&options=-c%20fence.token%3D5"),
@@ -458,7 +459,7 @@ func TestPooledUncheckedProbeDoesNotPinToAnothersRole(t *testing.T) {
 	} {
 		fxExec(t, f.d, sql)
 	}
-	t.Cleanup(func() { f.d.Exec(t.Context(), "DROP FUNCTION IF EXISTS pooled_become3()") })
+	t.Cleanup(func() { f.d.Exec(context.Background(), "DROP FUNCTION IF EXISTS pooled_become3()") })
 	dsn := f.p.DSN("pooled_member3", "", pgtest.TestDB)
 	b := connect(t, dsn+"&default_query_exec_mode=simple_protocol")
 	fxExec(t, b, "SELECT pooled_become3()") // plain: no check, no probe; the role and the lock stay in the session
@@ -468,7 +469,7 @@ func TestPooledUncheckedProbeDoesNotPinToAnothersRole(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { pc.Close(t.Context()) })
+	t.Cleanup(func() { pc.Close(context.Background()) })
 	// A plain batch with a named statement whose execution fails: the probe looks at the connection.
 	_, codes := rawBatch(t, pc, &pgproto3.Parse{Name: "s1", Query: "SELECT 1/0"}, &pgproto3.Bind{PreparedStatement: "s1"}, &pgproto3.Execute{})
 	if !slices.Equal(codes, []string{"22012"}) {
@@ -500,7 +501,7 @@ func TestPooledPutBackKeepsTheClientsValues(t *testing.T) {
 	b.Close(ctxT(t))
 
 	fxExec(t, f.d, "CREATE OR REPLACE FUNCTION pooled_sneak_lock() RETURNS text LANGUAGE sql AS $$ SELECT pg_catalog.set_config('fence.lock', 'settle', false) $$")
-	t.Cleanup(func() { f.d.Exec(t.Context(), "DROP FUNCTION IF EXISTS pooled_sneak_lock()") })
+	t.Cleanup(func() { f.d.Exec(context.Background(), "DROP FUNCTION IF EXISTS pooled_sneak_lock()") })
 	a := pooledConn(t, f, "&default_query_exec_mode=simple_protocol")
 	fxExec(t, a, "SELECT pooled_sneak_lock()")
 	a.Close(ctxT(t))
@@ -542,7 +543,7 @@ func TestPooledFailedBeginBatchLeavesNoStaleToken(t *testing.T) {
 	f := newPooledFenced(t, 1, "")
 	fxExec(t, f.d, "INSERT INTO "+f.label+" (id, fence_token) VALUES (1, 1)")
 	fxExec(t, f.d, "CREATE OR REPLACE FUNCTION pooled_fv_token() RETURNS text LANGUAGE sql AS $$ SELECT pg_catalog.current_setting('fence.token') $$")
-	t.Cleanup(func() { f.d.Exec(t.Context(), "DROP FUNCTION IF EXISTS pooled_fv_token()") })
+	t.Cleanup(func() { f.d.Exec(context.Background(), "DROP FUNCTION IF EXISTS pooled_fv_token()") })
 	var oid uint32
 	if err := f.d.QueryRow(ctxT(t), "SELECT 'pooled_fv_token'::regproc::oid").Scan(&oid); err != nil {
 		t.Fatal(err)

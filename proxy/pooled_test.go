@@ -328,7 +328,7 @@ func TestPooledUnfollowedTokenChange(t *testing.T) {
 	f := newPooledFenced(t, 1, "")
 	fxExec(t, f.d, "INSERT INTO "+f.label+" (id, fence_token) VALUES (1, 1)")
 	fxExec(t, f.d, "CREATE FUNCTION pooled_sneak() RETURNS int LANGUAGE sql AS $$ SELECT pg_catalog.set_config('fence.token', '77', false)::int $$")
-	t.Cleanup(func() { f.d.Exec(t.Context(), "DROP FUNCTION IF EXISTS pooled_sneak()") })
+	t.Cleanup(func() { f.d.Exec(context.Background(), "DROP FUNCTION IF EXISTS pooled_sneak()") })
 	upd := "UPDATE " + f.label + " SET balance = balance + 1 WHERE id = 1 RETURNING fence_token"
 	write := func(c *pgx.Conn) (int64, error) {
 		var tok int64
@@ -514,7 +514,7 @@ func TestPooledPlainTokenStatement(t *testing.T) {
 func TestPooledProbeAfterPlainTransactionKeepsToken(t *testing.T) {
 	f := newPooledFenced(t, 1, "")
 	fxExec(t, f.d, "CREATE FUNCTION pooled_sneak2() RETURNS int LANGUAGE sql AS $$ SELECT pg_catalog.set_config('fence.token', '77', false)::int $$")
-	t.Cleanup(func() { f.d.Exec(t.Context(), "DROP FUNCTION IF EXISTS pooled_sneak2()") })
+	t.Cleanup(func() { f.d.Exec(context.Background(), "DROP FUNCTION IF EXISTS pooled_sneak2()") })
 	a := pooledConn(t, f, "&default_query_exec_mode=simple_protocol")
 	fxExec(t, a, "SELECT pooled_sneak2()")
 	b := pooledPgConn(t, f, "&options=-c%20fence.token%3D5")
@@ -1029,7 +1029,7 @@ BEGIN
 	EXECUTE 'PREPARE fenceproxy_u(text, text) AS SELECT pg_catalog.set_config(''fence.token'', ''999'', true), $2';
 	RETURN 1;
 END $$`)
-	t.Cleanup(func() { f.d.Exec(t.Context(), "DROP FUNCTION IF EXISTS pooled_hijack()") })
+	t.Cleanup(func() { f.d.Exec(context.Background(), "DROP FUNCTION IF EXISTS pooled_hijack()") })
 	for _, mode := range []string{"simple_protocol", "exec"} {
 		a := pooledConn(t, f, "&default_query_exec_mode="+mode)
 		// QueryRow, not Exec: pgx sends an Exec without arguments over the simple protocol in every mode.
@@ -1380,7 +1380,7 @@ func TestPooledBeginWithModesCannotBeOvertaken(t *testing.T) {
 	f := newPooledFenced(t, 1, "")
 	fxExec(t, f.d, "INSERT INTO "+f.label+" (id, fence_token) VALUES (1, 1)")
 	fxExec(t, f.d, "CREATE OR REPLACE FUNCTION pooled_sneak3() RETURNS int LANGUAGE sql AS $$ SELECT pg_catalog.set_config('fence.token', '77', false)::int $$")
-	t.Cleanup(func() { f.d.Exec(t.Context(), "DROP FUNCTION IF EXISTS pooled_sneak3()") })
+	t.Cleanup(func() { f.d.Exec(context.Background(), "DROP FUNCTION IF EXISTS pooled_sneak3()") })
 	wrote, codes := beginOvertaken(t, f)
 	if !slices.Equal(wrote, []string{"5"}) {
 		t.Fatalf("the write before the BEGIN's Execute wrote with token %v (errors %v), want the client's [5]", wrote, codes)
@@ -1605,7 +1605,7 @@ func TestPooledStatementPlannedAgainAfterAnotherClient(t *testing.T) {
 func TestPooledHiddenSearchPathReachesTheNextClient(t *testing.T) {
 	f := newPooledFenced(t, 1, "")
 	fxExec(t, f.d, "CREATE OR REPLACE FUNCTION pooled_sneak_path() RETURNS text LANGUAGE sql AS $$ SELECT pg_catalog.set_config('search_path', 'pg_temp, public', false) $$")
-	t.Cleanup(func() { f.d.Exec(t.Context(), "DROP FUNCTION IF EXISTS pooled_sneak_path()") })
+	t.Cleanup(func() { f.d.Exec(context.Background(), "DROP FUNCTION IF EXISTS pooled_sneak_path()") })
 	a := pooledConn(t, f, "&default_query_exec_mode=simple_protocol")
 	fxExec(t, a, "SELECT pooled_sneak_path()")
 	b := pooledConn(t, f, "&default_query_exec_mode=simple_protocol")

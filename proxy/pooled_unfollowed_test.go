@@ -174,7 +174,7 @@ func TestPooledUnfollowedRoleChange(t *testing.T) {
 	} {
 		fxExec(t, f.d, sql)
 	}
-	t.Cleanup(func() { // t.Context() has ended by then
+	t.Cleanup(func() { // context.Background() has ended by then
 		f.d.Exec(context.Background(), "DROP FUNCTION IF EXISTS pooled_unfollowed_become()")
 		f.d.Exec(context.Background(), "DROP ROLE IF EXISTS pooled_unfollowed_super")
 	})
