@@ -3186,6 +3186,9 @@ func (ss *session) endPooled(e ending) {
 		fare = errorResponse("FATAL", sqlstateProtocolViolation, "invalid message from client", e.err.Error(), "")
 	case endDrained:
 		fare = errorResponse("FATAL", sqlstateAdminShutdown, "terminating connection because fenceproxy is shutting down", "", "")
+	case endRefused:
+		ss.logger().Warn("session refused; closing", "err", e.err)
+		fare = refusedFarewell(e.err)
 	case endTerminate, endClientGone:
 		fare = nil
 	}
