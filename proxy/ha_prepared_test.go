@@ -18,7 +18,8 @@ import (
 // node the proxy no longer trusts, through state prepared before the switch).
 func TestPreparedFencedWriteRefusedInSplitBrain(t *testing.T) {
 	for _, mode := range []struct{ name, yaml string }{
-		{"session", ""},
+		{"session", ""}, // the event loop relays it
+		{"session-goroutines", "relay:\n  mode: goroutines\n"},
 		{"transaction", "pool:\n  mode: transaction\n  size: 1\nauth:\n  type: trust\n"},
 	} {
 		t.Run(mode.name, func(t *testing.T) {
