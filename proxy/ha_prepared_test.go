@@ -25,9 +25,13 @@ func TestPreparedFencedWriteRefusedInSplitBrain(t *testing.T) {
 		t.Run(mode.name, func(t *testing.T) {
 			h := startHAPairWith(t, nil, "", mode.yaml)
 			ctx := haCtx(t)
+			// c prepares a named statement, s (another session: each is judged by what it prepared) a SQL one.
 			c := connect(t, h.proxy.DSN(pgtest.SuperUser, "", pgtest.TestDB))
-			if _, err := c.Exec(ctx, "SET fence.token = 5"); err != nil {
-				t.Fatal(err)
+			s := connect(t, h.proxy.DSN(pgtest.SuperUser, "", pgtest.TestDB))
+			for _, conn := range []*pgx.Conn{c, s} {
+				if _, err := conn.Exec(ctx, "SET fence.token = 5"); err != nil {
+					t.Fatal(err)
+				}
 			}
 			const upd = "UPDATE accounts SET v = $1 WHERE id = 1"
 			if _, err := c.Prepare(ctx, "upd", upd); err != nil {
@@ -36,10 +40,10 @@ func TestPreparedFencedWriteRefusedInSplitBrain(t *testing.T) {
 			if _, err := c.Exec(ctx, "upd", 1); err != nil {
 				t.Fatalf("prepared fenced write before the split brain: %v", err)
 			}
-			if _, err := c.Exec(ctx, "PREPARE sqlupd(int) AS UPDATE accounts SET v = $1 WHERE id = 1", pgx.QueryExecModeSimpleProtocol); err != nil {
+			if _, err := s.Exec(ctx, "PREPARE sqlupd(int) AS UPDATE accounts SET v = $1 WHERE id = 1", pgx.QueryExecModeSimpleProtocol); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := c.Exec(ctx, "EXECUTE sqlupd(2)", pgx.QueryExecModeSimpleProtocol); err != nil {
+			if _, err := s.Exec(ctx, "EXECUTE sqlupd(2)", pgx.QueryExecModeSimpleProtocol); err != nil {
 				t.Fatalf("SQL-level prepared fenced write before the split brain: %v", err)
 			}
 			if err := h.standby.WaitReplayed(ctx, h.primary); err != nil {
@@ -57,8 +61,8 @@ func TestPreparedFencedWriteRefusedInSplitBrain(t *testing.T) {
 				what string
 				run  func() error
 			}{
-				// First: the session goes on after this one (an error of the Query's own).
-				{"a SQL PREPARE made before", func() error { _, err := c.Exec(ctx, "EXECUTE sqlupd(4)", pgx.QueryExecModeSimpleProtocol); return err }},
+				// The session goes on after this one (an error of the Query's own).
+				{"a SQL PREPARE made before", func() error { _, err := s.Exec(ctx, "EXECUTE sqlupd(4)", pgx.QueryExecModeSimpleProtocol); return err }},
 				// The session ends (FATAL): the Execute names a portal in the middle of a batch.
 				{"a named statement prepared before", func() error { _, err := c.Exec(ctx, "upd", 4); return err }},
 			} {
@@ -66,6 +70,9 @@ func TestPreparedFencedWriteRefusedInSplitBrain(t *testing.T) {
 				if sqlstate(err) != "55F04" || !strings.Contains(err.Error(), h.standby.Addr()) {
 					t.Errorf("%s, run during the split brain: %v, want 55F04 naming %s", w.what, err, h.standby.Addr())
 				}
+			}
+			if _, err := s.Exec(ctx, "SELECT 1", pgx.QueryExecModeSimpleProtocol); err != nil {
+				t.Errorf("a read by the session whose EXECUTE was refused: %v", err)
 			}
 			old := connect(t, h.primary.SuperDSN())
 			var v int
