@@ -263,3 +263,55 @@ func TestPooledLossyFailoverKeepsTheLockFence(t *testing.T) {
 		})
 	}
 }
+
+// A CancelRequest with the key of a pooled client whose transaction was left on the old primary, sent after a
+// switchover, cancels nothing of another client's: B's statement on the new primary runs to its end. Attack of a
+// review on 2026-12-05 (a cancel during or after a switch); held: a pooled client's key is the proxy's own, and
+// its cancel goes only to the server connection lent to it.
+func TestPooledCancelAfterSwitchover(t *testing.T) {
+	h := startHAPairWith(t, nil, "", "pool:\n  mode: transaction\n  size: 2\nauth:\n  type: trust\n")
+	ctx := haCtx(t)
+	dsn := h.proxy.DSN(pgtest.SuperUser, "", pgtest.TestDB) + "&default_query_exec_mode=simple_protocol"
+	a := connect(t, dsn)
+	if _, err := a.Exec(ctx, "BEGIN"); err != nil {
+		t.Fatal(err)
+	}
+	if port, err := serverPort(ctx, a); err != nil || port != h.primary.Port() {
+		t.Fatalf("A's transaction reached port %d (%v), want the primary's %d", port, err, h.primary.Port())
+	}
+	pid, key := a.PgConn().PID(), a.PgConn().SecretKey()
+	admin := connect(t, h.primary.SuperDSN())
+	if _, err := admin.Exec(ctx, "ALTER SYSTEM SET default_transaction_read_only = on"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Exec(ctx, "SELECT pg_reload_conf()"); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.standby.WaitReplayed(ctx, h.primary); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.standby.Promote(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "a pooled client connecting now to reach the new primary", reachesPort(ctx, dsn, h.standby.Port()))
+	b := connect(t, dsn)
+	done := make(chan error, 1)
+	go func() {
+		_, err := b.Exec(ctx, "SELECT pg_sleep(1.5)")
+		done <- err
+	}()
+	np := connect(t, h.standby.SuperDSN())
+	eventually(t, 10*time.Second, "B's statement to run on the new primary", func() bool {
+		var n int
+		err := np.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%SELECT pg_sleep(1.5)' AND state = 'active'").Scan(&n)
+		return err == nil && n == 1
+	})
+	for range 3 {
+		if err := sendCancelRequest(h.proxy.Addr, pid, key); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := <-done; err != nil {
+		t.Errorf("B's statement on the new primary, after A's cancel: %v (%s), want it to run to its end", err, sqlstate(err))
+	}
+}
