@@ -22,6 +22,7 @@ const (
 	outcomeShutdown     = "proxy shutting down"   // closed by a drain (57P01) or at its timeout
 	outcomeStartup      = "closed during startup" // ended before the first ReadyForQuery (authentication, ...)
 	outcomeRelayFailed  = "relay failed"          // the event loop could not relay it (an epoll error)
+	outcomeRefused      = "refused"               // the proxy ended it to refuse a message (sessionRefused)
 )
 
 // connLogLevel is the level of the per-connection lines, and false when they are off.

@@ -166,6 +166,11 @@ func (ss *session) onClientMsg(typ byte, body []byte, p Planner, out msgSink) er
 			ss.positionsOther(st.quiet())
 		}
 		st.unsynced.Store(true)
+		if typ == msgExecute {
+			if err := ss.keptFencedRefused(); err != nil {
+				return err
+			}
+		}
 		if typ != msgDescribe {
 			ss.prep.clientRan(typ, body)
 		}

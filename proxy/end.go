@@ -26,6 +26,7 @@ const (
 	endDrained                       // a drain closed the idle session
 	endRelayFailed                   // the transport itself failed (an epoll error)
 	endHandover                      // goroutine transport only: the session moves to the event loop
+	endRefused                       // the proxy refused a client's message by ending the session (sessionRefused)
 )
 
 // ending is how a transport stopped relaying a session.
@@ -101,6 +102,12 @@ func (ss *session) end(e ending, tio sessionIO) {
 		}
 	case endDrained:
 		farewell = errorResponse("FATAL", sqlstateAdminShutdown, "terminating connection because fenceproxy is shutting down", "", "")
+	case endRefused:
+		ss.logger().Warn("session refused; closing", "err", e.err)
+		ss.cancelIfRunning()
+		if !st.serverFatal {
+			farewell = refusedFarewell(e.err)
+		}
 	case endRelayFailed:
 		ss.logger().Warn("relay failed; closing the session", "err", e.err)
 		ss.cancelIfRunning()
@@ -197,6 +204,15 @@ func (ss *session) endForFailover(now string) {
 	}
 }
 
+// refusedFarewell is the FATAL of a session ended with err (a sessionRefused).
+func refusedFarewell(err error) []byte {
+	var r *sessionRefused
+	if errors.As(err, &r) {
+		return r.farewell()
+	}
+	return errorResponse("FATAL", sqlstateConnectionFailure, "fenceproxy ended the session", err.Error(), "")
+}
+
 // cancelIfRunning cancels what the upstream may still be running for the client.
 func (ss *session) cancelIfRunning() {
 	if ss.state.running() && ss.cancelKey != nil {
@@ -213,6 +229,8 @@ func (ss *session) outcomeOf(e ending, forced bool) string {
 		return outcomeTerminated
 	case e.why == endProtocol:
 		return outcomeProtocol
+	case e.why == endRefused:
+		return outcomeRefused
 	case e.why == endDrained:
 		return outcomeShutdown
 	case e.why == endUpstreamGone:

@@ -509,6 +509,9 @@ func (es *evSession) pumpClient() {
 	case err == errTerminated:
 		es.finish(endTerminate, nil)
 		return
+	case errors.As(err, new(*sessionRefused)):
+		es.finish(endRefused, err)
+		return
 	case err != nil:
 		es.finish(endProtocol, err)
 		return

@@ -37,6 +37,9 @@ func (ss *session) queryOut(w msgSink, p Planner, body []byte, set rewrite.Setti
 	ss.inlined = false
 	set.InlineToken = ss.inlineToken != ""
 	plan := ss.checkPlan(p.Plan(text, set))
+	if ss.srv.router != nil {
+		plan = ss.keptFencedQuery(plan, text)
+	}
 	switch plan.Action {
 	case rewrite.Rewrite:
 		ss.srv.metrics.rewritten()
@@ -105,6 +108,9 @@ func (ss *session) fenceParseAs(w msgSink, p Planner, body []byte, set rewrite.S
 	ss.inlined = false
 	set.InlineToken = ss.inlineToken != ""
 	plan := ss.checkPlan(p.Plan(query, set))
+	if ss.srv.router != nil {
+		ss.noteKeptFenced(plan) // the statement stays, named or unnamed, for Binds to come
+	}
 	var sql string
 	switch plan.Action {
 	case rewrite.Rewrite:
@@ -198,6 +204,73 @@ func (ss *session) checkPlan(plan rewrite.Plan) rewrite.Plan {
 		}
 	}
 	return plan
+}
+
+// prepareWords are the words of a Query whose fenced statement the server may keep to run later (SQL PREPARE);
+// executeWords those of a Query that may run one (EXECUTE, also inside EXPLAIN or CREATE TABLE AS).
+var (
+	prepareWords = rewrite.NewFoldWords("prepare")
+	executeWords = rewrite.NewFoldWords("execute")
+)
+
+// noteKeptFenced remembers that the server keeps, for the session, the statement of plan (a Parse's), when it
+// writes a protected table (keptFenced).
+func (ss *session) noteKeptFenced(plan rewrite.Plan) {
+	if ss.keptFenced == "" && plan.Action == rewrite.Rewrite && len(plan.Tables) > 0 {
+		ss.keptFenced = plan.Tables[0]
+	}
+}
+
+// keptFencedQuery is the plan of a Query's text with upstream.hosts: refused when the text may EXECUTE a fenced
+// statement a PREPARE made before and the router refuses fenced writes on the session's host now, as a text
+// that writes is; and a fenced text that may PREPARE is remembered (keptFenced).
+func (ss *session) keptFencedQuery(plan rewrite.Plan, text []byte) rewrite.Plan {
+	if plan.Action != rewrite.Refuse && ss.keptFenced != "" && executeWords.In(text) {
+		if why := ss.keptFencedRefusal(); why != "" {
+			return rewrite.Plan{Action: rewrite.Refuse, Code: sqlstateUnfenceable, Table: ss.keptFenced,
+				Message: fmt.Sprintf("unfenceable write to %s: %s", ss.keptFenced, why)}
+		}
+	}
+	if ss.keptFenced == "" && plan.Action == rewrite.Rewrite && len(plan.Tables) > 0 && prepareWords.In(text) {
+		ss.keptFenced = plan.Tables[0]
+	}
+	return plan
+}
+
+// keptFencedRefusal says why a run of a fenced statement the session prepared before (keptFenced) must be
+// refused now, as checkPlan would refuse its text: two hosts claim to be primary, or the session's host is
+// no longer the published primary. "" when it may run.
+func (ss *session) keptFencedRefusal() string {
+	if ss.srv.router == nil || ss.keptFenced == "" {
+		return ""
+	}
+	return ss.srv.router.writeRefusal(ss.host.addr, ss.host.epoch)
+}
+
+// keptFencedRefused ends a session whose Execute may run a fenced statement prepared before, while the router
+// refuses fenced writes on its host (keptFencedRefusal): the Execute names a portal, which the proxy does not
+// follow to its statement, and an answer of its own in the middle of the client's batch is not one the
+// protocol has room for, so the session ends with FATAL 55F04 before the Execute reaches the server; nil when
+// it may run.
+func (ss *session) keptFencedRefused() error {
+	why := ss.keptFencedRefusal()
+	if why == "" {
+		return nil
+	}
+	return &sessionRefused{code: sqlstateUnfenceable, msg: fmt.Sprintf("unfenceable write to %s: %s", ss.keptFenced, why),
+		detail: "The session holds a statement prepared before that writes " + ss.keptFenced + ", and it sent an Execute.",
+		hint:   "Connect again: a statement prepared now is judged when it is prepared."}
+}
+
+// sessionRefused ends a session with a FATAL of its own (end: endRefused), before the client's message that
+// caused it reaches the server.
+type sessionRefused struct{ code, msg, detail, hint string }
+
+func (e *sessionRefused) Error() string { return e.msg }
+
+// farewell is the FATAL that ends the session.
+func (e *sessionRefused) farewell() []byte {
+	return errorResponse("FATAL", e.code, e.msg, e.detail, e.hint)
 }
 
 // checkToken validates a token's form and, with verification on, that a lock service could have issued it.

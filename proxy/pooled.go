@@ -126,13 +126,13 @@ type pooledState struct {
 	// (applyCopyStarts, under mu): that side never waits for mu (copyStarted), so whoever holds mu next applies
 	// them, before it looks at the fields above, pl.open or state.unsynced.
 	copyStarts atomic.Int64
-	// copyAmbiguous: a message other than the COPY's data, end or a Flush went to the server while it read a
-	// COPY's data (forwardCopyIn): a Sync, a Query, an extended-protocol message. While the COPY runs the server
-	// ignores a Sync and fails on the others (a Query: 08P01, then FATAL); once the COPY has failed (a bad row) it
-	// runs them, each Sync and Query answered by a ReadyForQuery of its own that the lend does not count. Which
-	// of the two happened the proxy cannot tell, so a COPY that failed with such a message sent ends the session
-	// (settle): counting on either could end the lend with answers still to come, which the connection's next
-	// client would get (a review's reading of the settle hang).
+	// copyAmbiguous: a Sync or a Query went to the server while it read a COPY's data (forwardCopyIn, which ends
+	// the session at any other message but the data, its end and a Flush). While the COPY runs the server
+	// ignores a Sync and fails on a Query (08P01, then FATAL); once the COPY has failed (a bad row) it runs them,
+	// each answered by a ReadyForQuery of its own that the lend does not count. Which of the two happened the
+	// proxy cannot tell, so a COPY that failed with such a message sent ends the session (settle): counting on
+	// either could end the lend with answers still to come, which the connection's next client would get (a
+	// review's reading of the settle hang).
 	copyAmbiguous bool
 
 	token, lock           *string // the client's session values; nil: the server's default
@@ -1129,6 +1129,14 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 // unit, nor waits for one; any other message but the data fails there, as directly (a Query: 08P01). A
 // CopyDone or CopyFail ends the copy; after a COPY run by an Execute the server then goes on with the batch
 // (copyStarted marked it unsynced), up to the Sync that ends it, which counts as a batch's Sync does.
+//
+// Once the server failed the COPY (a bad row) it runs what follows as any message, so nothing goes as it is that
+// could run: the COPY's data and end, a Flush and a Sync go as they are (a Sync the server ignores there, or,
+// once the COPY failed, answers: copyAmbiguous); a Query goes through the core, fenced as any Query (while the
+// COPY runs the server fails on it, 08P01, as directly); any other message (a Parse, Bind, Execute, ..., which
+// names statements and portals the pool renames) ends the session before it reaches the server. Sent as they
+// were, a Query or a Parse, Bind, Execute and Sync behind a bad row wrote a protected table unfenced, without a
+// token and with its token column forged (TestPooledWriteBehindFailedCopyIsFenced).
 func (ss *session) forwardCopyIn(typ byte, body []byte) error {
 	pl := ss.pooled
 	switch typ {
@@ -1136,10 +1144,22 @@ func (ss *session) forwardCopyIn(typ byte, body []byte) error {
 		pl.copyIn = false
 		pl.copySyncs = append(pl.copySyncs[:0], 0) // the next COPY of the same Query, if any, starts a stretch
 	case msgCopyData, msgFlush:
-	default:
+	case msgSync:
 		pl.copyAmbiguous = true
+	case msgQuery:
+		pl.copyAmbiguous = true
+		if p := ss.srv.currentPlanner(); p != nil {
+			if err := ss.onClientMsg(typ, body, p, pl.sc.w); err != nil {
+				return err
+			}
+			ss.sendIfLast()
+			return nil
+		}
+	default:
+		return &sessionRefused{code: sqlstateProtocolViolation,
+			msg:  fmt.Sprintf("fenceproxy: message type %q sent during a COPY FROM STDIN's data is not supported in transaction pooling", typ),
+			hint: "End a COPY with CopyDone or CopyFail before the next message, or use pool.mode: session."}
 	}
-	// The data, a Sync or Flush the server ignores there, or another message, which it fails there as directly.
 	return ss.forwardAsIs(typ, body)
 }
 
@@ -1152,11 +1172,17 @@ func (ss *session) forwardAsIs(typ byte, body []byte) error {
 	} else if err := ss.cr.forward(pl.sc.w); err != nil {
 		return err
 	}
+	ss.sendIfLast()
+	return nil
+}
+
+// sendIfLast sends what is written to the lent connection when nothing more of the client's is buffered (pl.mu
+// held).
+func (ss *session) sendIfLast() {
 	if !ss.cr.nextBuffered() {
 		ss.countRelayed(dirClientToServer, &ss.cr)
-		pl.sc.w.Flush() // a failure: the lend's server side sees the connection fail and ends the session
+		ss.pooled.sc.w.Flush() // a failure: the lend's server side sees the connection fail and ends the session
 	}
-	return nil
 }
 
 // copyStarted records a CopyInResponse relayed to the client (the lend's server side): the server reads the
@@ -3183,6 +3209,9 @@ func (ss *session) endPooled(e ending) {
 		fare = errorResponse("FATAL", sqlstateProtocolViolation, "invalid message from client", e.err.Error(), "")
 	case endDrained:
 		fare = errorResponse("FATAL", sqlstateAdminShutdown, "terminating connection because fenceproxy is shutting down", "", "")
+	case endRefused:
+		ss.logger().Warn("session refused; closing", "err", e.err)
+		fare = refusedFarewell(e.err)
 	case endTerminate, endClientGone:
 		fare = nil
 	}

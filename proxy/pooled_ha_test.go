@@ -2,6 +2,7 @@ package proxy_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"syscall"
 	"testing"
@@ -9,8 +10,12 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/fenceproxy/fenceproxy/config"
+	"github.com/fenceproxy/fenceproxy/internal/etcdtest"
 	"github.com/fenceproxy/fenceproxy/internal/pgtest"
 	"github.com/fenceproxy/fenceproxy/internal/proxytest"
+	"github.com/fenceproxy/fenceproxy/schema"
+	"github.com/fenceproxy/fenceproxy/tokens"
 )
 
 // TestPooledSwitchover: transaction pooling over upstream.hosts, through a switchover where the old primary stays
@@ -169,5 +174,144 @@ func TestPooledWaiterOutlastsCrashRecovery(t *testing.T) {
 	}
 	if err := <-answered; err != nil {
 		t.Fatalf("the waiting client, after the server's crash recovery: %v (%s)", err, sqlstate(err))
+	}
+}
+
+// The lossy failover of TestLossyFailoverKeepsTheLockFence in transaction pooling (pool.size 2; 1 held too, in
+// a review on 2026-12-05, and is left out for time): holder A
+// (lock L) wrote, B superseded it on the old primary only, the standby was promoted. A pooled client is bound to
+// no host, so A's client, connected before the failover with its token and lock set at session level, is not
+// ended by it: its next transaction runs on the new primary with A's token, and the lock fence (the barrier
+// raised L's mark to B's grant) refuses it, 55F01 naming L; B's client goes on writing, and a fresh client as
+// A is refused too.
+func TestPooledLossyFailoverKeepsTheLockFence(t *testing.T) {
+	for _, size := range []int{2} {
+		t.Run(fmt.Sprintf("size%d", size), func(t *testing.T) {
+			e := etcdtest.Start(t)
+			store := tokens.NewEtcdStore(e.Client(), tokens.DefaultPrefix)
+			h := startHAPairWith(t, store, "", fmt.Sprintf("pool:\n  mode: transaction\n  size: %d\nauth:\n  type: trust\n", size))
+			ctx := haCtx(t)
+			cfg, err := config.Parse("t.yaml", []byte("upstream:\n  address: a:1\ntables:\n  - name: accounts\n    token_column: fence_token\n"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			admin := connect(t, h.primary.SuperDSN())
+			if err := schema.Install(ctx, admin, schema.FromConfig(cfg)); err != nil {
+				t.Fatal(err)
+			}
+			admin.Close(ctx)
+			acquire := func() tokens.Held {
+				l, err := store.Acquire(ctx, "L", tokens.AcquireOptions{TTL: 30 * time.Second})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return l
+			}
+			dsn := h.proxy.DSN(pgtest.SuperUser, "", pgtest.TestDB)
+			holder := func(tok int64) *pgx.Conn {
+				c := connect(t, dsn)
+				if _, err := c.Exec(ctx, fmt.Sprintf("SET fence.token = %d; SET fence.lock = 'L'", tok)); err != nil {
+					t.Fatal(err)
+				}
+				return c
+			}
+			write := func(c *pgx.Conn) error {
+				_, err := c.Exec(ctx, "UPDATE accounts SET v = v + 1 WHERE id = 1")
+				return err
+			}
+			heldA := acquire()
+			a := holder(heldA.Token())
+			if err := write(a); err != nil {
+				t.Fatal(err)
+			}
+			if err := heldA.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := h.standby.WaitReplayed(ctx, h.primary); err != nil {
+				t.Fatal(err)
+			}
+			if err := h.standby.StopWALReceiver(ctx); err != nil {
+				t.Fatal(err)
+			}
+			heldB := acquire()
+			b := holder(heldB.Token())
+			if err := write(b); err != nil { // committed on the old primary only
+				t.Fatal(err)
+			}
+			if err := h.primary.StopImmediate(); err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, 30*time.Second, "the proxy to see the primary lost", func() bool {
+				got, _ := metricValue(t, h.proxy.Registry, "fenceproxy_upstream_primary_changes_total")
+				return got == 2
+			})
+			if err := h.standby.Promote(); err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, 30*time.Second, "the proxy to route to the new primary", reachesPort(ctx, dsn, h.standby.Port()))
+			for _, w := range []struct {
+				what string
+				c    *pgx.Conn
+			}{{"A's client, connected across the failover", a}, {"a fresh client as A", holder(heldA.Token())}} {
+				if err := write(w.c); sqlstate(err) != "55F01" || !strings.Contains(err.Error(), "lock L has accepted a newer token") {
+					t.Errorf("%s (token %d) after the lossy failover: %v, want 55F01 naming lock L", w.what, heldA.Token(), err)
+				}
+			}
+			if err := write(b); err != nil {
+				t.Errorf("B's client (token %d) after the failover: %v", heldB.Token(), err)
+			}
+		})
+	}
+}
+
+// A CancelRequest with the key of a pooled client whose transaction was left on the old primary, sent after a
+// switchover, cancels nothing of another client's: B's statement on the new primary runs to its end. Attack of a
+// review on 2026-12-05 (a cancel during or after a switch); held: a pooled client's key is the proxy's own, and
+// its cancel goes only to the server connection lent to it.
+func TestPooledCancelAfterSwitchover(t *testing.T) {
+	h := startHAPairWith(t, nil, "", "pool:\n  mode: transaction\n  size: 2\nauth:\n  type: trust\n")
+	ctx := haCtx(t)
+	dsn := h.proxy.DSN(pgtest.SuperUser, "", pgtest.TestDB) + "&default_query_exec_mode=simple_protocol"
+	a := connect(t, dsn)
+	if _, err := a.Exec(ctx, "BEGIN"); err != nil {
+		t.Fatal(err)
+	}
+	if port, err := serverPort(ctx, a); err != nil || port != h.primary.Port() {
+		t.Fatalf("A's transaction reached port %d (%v), want the primary's %d", port, err, h.primary.Port())
+	}
+	pid, key := a.PgConn().PID(), a.PgConn().SecretKey()
+	admin := connect(t, h.primary.SuperDSN())
+	if _, err := admin.Exec(ctx, "ALTER SYSTEM SET default_transaction_read_only = on"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Exec(ctx, "SELECT pg_reload_conf()"); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.standby.WaitReplayed(ctx, h.primary); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.standby.Promote(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "a pooled client connecting now to reach the new primary", reachesPort(ctx, dsn, h.standby.Port()))
+	b := connect(t, dsn)
+	done := make(chan error, 1)
+	go func() {
+		_, err := b.Exec(ctx, "SELECT pg_sleep(1.5)")
+		done <- err
+	}()
+	np := connect(t, h.standby.SuperDSN())
+	eventually(t, 10*time.Second, "B's statement to run on the new primary", func() bool {
+		var n int
+		err := np.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%SELECT pg_sleep(1.5)' AND state = 'active'").Scan(&n)
+		return err == nil && n == 1
+	})
+	for range 3 {
+		if err := sendCancelRequest(h.proxy.Addr, pid, key); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := <-done; err != nil {
+		t.Errorf("B's statement on the new primary, after A's cancel: %v (%s), want it to run to its end", err, sqlstate(err))
 	}
 }

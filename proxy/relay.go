@@ -49,7 +49,7 @@ func (ss *session) relayGoroutines() (e ending, handover bool) {
 	case c.why == endTerminate:
 		c.atBoundary = s.why == endNone && s.atBoundary
 		return c, false
-	case c.why == endProtocol || s.why == endNone:
+	case c.why == endProtocol || c.why == endRefused || s.why == endNone:
 		return c, false
 	default:
 		return s, false // the server side ended the session (and stopped the client side), or saw why first
@@ -128,6 +128,8 @@ func (ss *session) clientEnding(err error) ending {
 		return ending{why: endTerminate}
 	case errors.Is(err, errProtocol):
 		return ending{why: endProtocol, err: err}
+	case errors.As(err, new(*sessionRefused)):
+		return ending{why: endRefused, err: err}
 	case ss.clientIntr.caught(err) != intrNone:
 		return ending{} // stopped mid-message by the server side's end
 	default:

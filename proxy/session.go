@@ -62,6 +62,12 @@ type session struct {
 	// inlined: the last Query or Parse fenced was sent in the inline form (its text carries inlineToken);
 	// rewroteParse: the last Parse fenced was rewritten.
 	inlined, rewroteParse bool
+	// keptFenced names a protected table that a fenced statement the server keeps for the session may write (a
+	// Parse, which a later Bind runs, or a Query's PREPARE, which a later EXECUTE runs), "" while there is none.
+	// The router's refusal (fence.go: checkPlan) is judged when a text is planned; such a statement runs later,
+	// so its runs are judged again (keptFencedRefusal). Set only, never cleared: a Parse that replaced one may
+	// have been skipped. Written and read by the side that reads the client.
+	keptFenced string
 	// positions maps the positions of errors and notices of the answers in flight into the client's text
 	// (positions.go); nil when they need no map. Written by the client side, read and cleared by the server side.
 	positions atomic.Pointer[sentRewrite]
