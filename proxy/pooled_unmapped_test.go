@@ -13,7 +13,8 @@ import (
 // EXECUTE of the proxy's settings statement (fenceproxy_c, set_config at session level of whatever it is given)
 // gave a client without a token one that no SET of its set (past token.scope and verification), and a write
 // landed with it. The name of the setting is spelled so that nothing in the text names it. Before 2026-12-05
-// the EXECUTE ran, SHOW gave 98 and the write was UPDATE 1 "98".
+// the EXECUTE ran, SHOW gave 98 and the write was UPDATE 1 "98". A text that, read as the server reads it,
+// uses no names (the words in a string) goes as it is.
 func TestPooledUnmappableTextIsRefused(t *testing.T) {
 	f := newPooledFenced(t, 1, "")
 	ctx := ctxT(t)
@@ -44,5 +45,11 @@ func TestPooledUnmappableTextIsRefused(t *testing.T) {
 	step(hostile, "SHOW fence.token", `SHOW ""; `)
 	step(hostile, upd, "ERROR 55F02")
 	step(victim, upd, `UPDATE 1 "5"; `)
+	// A text that uses no names, read as the server reads it (the word in a string), goes as it is.
+	step(hostile, `SELECT 'no EXECUTE here: a\\b'`, `SELECT 1 "no EXECUTE here: a\\b"; `)
+	rr := hostile.ExecParams(ctx, `SELECT 'EXECUTE fenceproxy_c: a\\b'`, nil, nil, nil, nil).Read()
+	if rr.Err != nil || len(rr.Rows) != 1 || string(rr.Rows[0][0]) != `EXECUTE fenceproxy_c: a\b` {
+		t.Fatalf("a Parse that uses no names: %v %q", rr.Err, rr.Rows)
+	}
 	f.wantToken(t, 1, 5)
 }

@@ -375,6 +375,33 @@ func unmappedRefusal(why error) rewrite.Plan {
 		"unfenceable write: fenceproxy cannot map the prepared statement names of this text under transaction pooling (%v); send PREPARE, EXECUTE and DEALLOCATE in a text the proxy can read (no backslash with standard_conforming_strings off, UTF-8 characters only)", why)}
 }
 
+// sqlRefs are the uses of SQL-level statement names in a text that holds one of the words (PREPARE, EXECUTE,
+// DEALLOCATE), to be mapped; errNoSQLNames when it uses none, another error when they cannot be mapped
+// (querySQLPrepared, parseSQLPrepared: refused).
+func (ss *session) sqlRefs(text []byte) ([]rewrite.PreparedRef, error) {
+	// The settings the server reads the text under as last reported: the message itself already counts as
+	// pending here (the core), which would make them unsettled for every text.
+	set := ss.readingSettings()
+	set.Unsettled = false
+	if err := sqlUnreadable(text, set); err != nil {
+		// pg_query cannot read it as the server does, so its names cannot be replaced in it; but read as the
+		// planner reads it (decoded, literals with backslashes respelled), it may use none, and then there is
+		// nothing to map (a word in a string with a backslash, a LATIN1 text that mentions EXECUTE).
+		if refs, rerr := rewrite.PreparedRefsAs(text, set); rerr == nil && len(refs) == 0 {
+			return nil, errNoSQLNames
+		}
+		return nil, err
+	}
+	refs, err := rewrite.PreparedRefs(string(text))
+	switch {
+	case err != nil:
+		return nil, err
+	case len(refs) == 0:
+		return nil, errNoSQLNames
+	}
+	return refs, nil
+}
+
 // sqlUnreadable says why a text may not read the same to pg_query as to the server under set, nil when it does.
 func sqlUnreadable(text []byte, set rewrite.Settings) error {
 	switch {
@@ -409,15 +436,12 @@ func (ss *session) parseSQLPrepared(msg []byte) []byte {
 		writeMsg(&b, msgParse, append(append(append(append(append([]byte(nil), name...), 0), sql...), 0), tail...), "")
 		return b.Bytes()
 	}
-	if err := sqlUnreadable(query, ss.readingSettings()); err != nil {
-		return refused(err)
-	}
-	refs, err := rewrite.PreparedRefs(string(query))
-	if err != nil {
-		return refused(err)
-	}
-	if len(refs) == 0 {
+	refs, err := ss.sqlRefs(query)
+	switch {
+	case errors.Is(err, errNoSQLNames):
 		return msg
+	case err != nil:
+		return refused(err)
 	}
 	names := make([]string, len(refs))
 	renamed, closed := false, map[string]bool{}
@@ -467,15 +491,9 @@ type sqlMapping struct {
 func (ss *session) mapSQLPrepared(text []byte, spans bool) (sqlMapping, error) {
 	pl := ss.pooled
 	sc := pl.sc
-	if err := sqlUnreadable(text, ss.readingSettings()); err != nil {
-		return sqlMapping{}, err
-	}
-	refs, err := rewrite.PreparedRefs(string(text))
+	refs, err := ss.sqlRefs(text)
 	if err != nil {
 		return sqlMapping{}, err
-	}
-	if len(refs) == 0 {
-		return sqlMapping{}, errNoSQLNames
 	}
 	q := &pl.sqlStmts
 	q.mu.Lock()
