@@ -1135,12 +1135,84 @@ func (ss *session) forwardCopyIn(typ byte, body []byte) error {
 	case msgCopyDone, msgCopyFail:
 		pl.copyIn = false
 		pl.copySyncs = append(pl.copySyncs[:0], 0) // the next COPY of the same Query, if any, starts a stretch
-	case msgCopyData, msgFlush:
+	case msgCopyData, msgFlush, msgSync:
+		if typ == msgSync {
+			pl.copyAmbiguous = true
+		}
 	default:
 		pl.copyAmbiguous = true
+		// Neither fenced nor mapped here, so never as it is: while the COPY runs the server fails on any such
+		// message by its type alone, as directly; but the COPY may have failed already (a bad row), and then the
+		// server runs it as any other (before 2026-12-05 a write to a protected table sent so landed unfenced:
+		// TestPooledStatementIntoCopyNeverRaw). It goes fenced, or as a message of its type that runs nothing of
+		// the client's (copyInert); the session ends at the COPY's end (settle: copyAmbiguous), and the server
+		// connection with it, whatever the message left there.
+		if body == nil {
+			var err error
+			if body, err = ss.cr.body(); err != nil {
+				return err
+			}
+		}
+		var err error
+		if body, err = ss.copyInert(typ, body); err != nil {
+			return err
+		}
 	}
 	// The data, a Sync or Flush the server ignores there, or another message, which it fails there as directly.
 	return ss.forwardAsIs(typ, body)
+}
+
+// copyInert is a client's message (typ, body) sent while the server reads a COPY's data, other than the data, its
+// end, Flush or Sync (forwardCopyIn), as the server may run it: a Query fenced by the core as any (no token
+// statement goes before it: a fenced write meets the connection's placeholder, 55F03), unless it may name
+// prepared statements, which cannot be mapped there; else as one of its type that can run nothing of the
+// client's and names nothing of the server connection's: a Query or a Parse (of closedStmtName, never the
+// unnamed statement, which holds the token statement) of the proxy's refusal (55F04), a Bind, Describe or
+// Close of closedStmtName (a portal as it is: the COPY's failure ended the client's), a FunctionCall of no
+// function, an Execute as it is (it runs a portal, and none of the client's survives the failed COPY).
+func (ss *session) copyInert(typ byte, body []byte) ([]byte, error) {
+	refusal := ss.refusal(rewrite.Plan{Action: rewrite.Refuse, Code: sqlstateUnfenceable, Message: "unfenceable write: " +
+		"a statement sent while the server reads a COPY's data cannot be fenced in transaction pooling; end the COPY with CopyDone or CopyFail first"})
+	switch typ {
+	case msgQuery:
+		if p := ss.srv.currentPlanner(); p != nil && !mentionsSQLPrepared(body) {
+			var fenced bytes.Buffer
+			prefix, sqlOnly := ss.queryPrefix, ss.sqlOnly
+			ss.queryPrefix, ss.sqlOnly = "", true // no prefix of a transaction's start; no prepared fence's EXECUTE
+			err := ss.queryOut(&fenced, p, body, ss.readingSettings(), true)
+			ss.queryPrefix, ss.sqlOnly = prefix, sqlOnly
+			if err != nil {
+				return nil, fmt.Errorf("fencing a Query sent into a COPY: %w", err)
+			}
+			if msg := fenced.Bytes(); len(msg) > headerLen && msg[0] == msgQuery {
+				return bytes.Clone(msg[headerLen:]), nil
+			}
+		}
+		return append([]byte(refusal), 0), nil
+	case msgParse:
+		_, rest, _ := cutNul(body)
+		_, tail, ok := cutNul(rest)
+		if !ok {
+			tail = []byte{0, 0}
+		}
+		return append([]byte(closedStmtName+"\x00"+refusal+"\x00"), tail...), nil
+	case msgBind:
+		portal, rest, ok := cutNul(body)
+		_, tail, ok2 := cutNul(rest)
+		if !ok || !ok2 {
+			return []byte("\x00" + closedStmtName + "\x00\x00\x00\x00\x00\x00\x00"), nil
+		}
+		return append(append(append([]byte(nil), portal...), "\x00"+closedStmtName+"\x00"...), tail...), nil
+	case msgDescribe, msgClose:
+		if len(body) > 0 && body[0] == 'P' {
+			return body, nil
+		}
+		return []byte("S" + closedStmtName + "\x00"), nil
+	case msgFunctionCall:
+		// Function OID 0 (none), no argument formats, no arguments, a text result.
+		return []byte{0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, nil
+	}
+	return body, nil
 }
 
 // forwardAsIs forwards the client's message (typ, with body if relayPooled read it, else streamed) to the lent
