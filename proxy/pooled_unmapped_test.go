@@ -53,3 +53,37 @@ func TestPooledUnmappableTextIsRefused(t *testing.T) {
 	}
 	f.wantToken(t, 1, 5)
 }
+
+// The proxy's own statement names in the spellings a readable text may give them (quoted, U& with and without
+// UESCAPE, upper case folded, in EXPLAIN) are mapped to a name nothing holds, whichever statement of the
+// proxy's is on the server connection (fenceproxy_c, the settings statement, after another client's settings
+// were put there): EXECUTE and DEALLOCATE get 26000, nothing runs and nothing is dropped, and the client's
+// token stays what it set (none).
+func TestPooledProxyNameSpellingsAreNotTheClients(t *testing.T) {
+	f := newPooledFenced(t, 1, "")
+	ctx := ctxT(t)
+	other := pooledPgConn(t, f, "")
+	hostile := pooledPgConn(t, f, "")
+	step := func(c *pgconn.PgConn, sql, want string) {
+		t.Helper()
+		if got := simpleOutcome(ctx, c, sql); got != want {
+			t.Fatalf("%s\n got  %s\n want %s", sql, got, want)
+		}
+	}
+	step(other, "SET work_mem = '5MB'", "SET; ")
+	args := `(ARRAY[concat('fen', 'ce.token')], ARRAY['95'])`
+	for _, sql := range []string{
+		`EXECUTE "fenceproxy_c"` + args,
+		`EXECUTE FENCEPROXY_C` + args,
+		`EXECUTE U&"\0066enceproxy_c"` + args,
+		`EXECUTE U&"!0066enceproxy_c" UESCAPE '!'` + args,
+		`EXPLAIN (COSTS OFF) EXECUTE fenceproxy_c` + args,
+		`DEALLOCATE "fenceproxy_c"`,
+		`DEALLOCATE PREPARE U&"\0066enceproxy_c"`,
+	} {
+		step(other, "SELECT 1", `SELECT 1 "1"; `) // the connection's settings are the other client's again
+		step(hostile, sql, "ERROR 26000")
+		step(hostile, "SHOW fence.token", `SHOW ""; `)
+	}
+	step(other, "SELECT count(*) FROM pg_prepared_statements WHERE name = 'fenceproxy_c'", `SELECT 1 "1"; `)
+}
