@@ -1148,19 +1148,44 @@ func (ss *session) forwardCopyIn(typ byte, body []byte) error {
 		pl.copyAmbiguous = true
 	case msgQuery:
 		pl.copyAmbiguous = true
-		if p := ss.srv.currentPlanner(); p != nil {
-			if err := ss.onClientMsg(typ, body, p, pl.sc.w); err != nil {
+		if body == nil {
+			var err error
+			if body, err = ss.cr.body(); err != nil {
 				return err
 			}
-			ss.sendIfLast()
-			return nil
 		}
+		body = ss.copyQuery(body)
 	default:
+		// A Parse, Bind, Execute, ... names statements and portals the pool renames, and its answers could not be
+		// told from a running COPY's; no driver sends one there.
 		return &sessionRefused{code: sqlstateProtocolViolation,
 			msg:  fmt.Sprintf("fenceproxy: message type %q sent during a COPY FROM STDIN's data is not supported in transaction pooling", typ),
 			hint: "End a COPY with CopyDone or CopyFail before the next message, or use pool.mode: session."}
 	}
 	return ss.forwardAsIs(typ, body)
+}
+
+// copyQuery is the body of a client's Query sent while the server reads a COPY's data (forwardCopyIn), as the
+// server may run it (once the COPY failed on a bad row, it runs a Query as any other): fenced by the core as any
+// Query, with no token statement in front (it starts no transaction of the pool's: a fenced write meets the
+// connection's placeholder, 55F03), unless it may name SQL-level prepared statements, which cannot be mapped
+// there (an unmapped EXECUTE could run the proxy's own statements), or the core does not fence it: then a Query
+// of the proxy's refusal (55F04). Before 2026-12-05 it went as the client sent it, and a write to a protected
+// table behind a bad row landed unfenced (TestPooledStatementIntoCopyNeverRaw,
+// TestPooledWriteBehindFailedCopyIsFenced).
+func (ss *session) copyQuery(body []byte) []byte {
+	if p := ss.srv.currentPlanner(); p != nil && !mentionsSQLPrepared(body) {
+		var fenced bytes.Buffer
+		prefix, sqlOnly := ss.queryPrefix, ss.sqlOnly
+		ss.queryPrefix, ss.sqlOnly = "", true // no prefix of a transaction's start; no prepared fence's EXECUTE
+		err := ss.queryOut(&fenced, p, body, ss.readingSettings(), true)
+		ss.queryPrefix, ss.sqlOnly = prefix, sqlOnly
+		if msg := fenced.Bytes(); err == nil && len(msg) > headerLen && msg[0] == msgQuery {
+			return bytes.Clone(msg[headerLen:])
+		}
+	}
+	return append([]byte(ss.refusal(rewrite.Plan{Action: rewrite.Refuse, Code: sqlstateUnfenceable, Message: "unfenceable write: " +
+		"a statement sent while the server reads a COPY's data cannot be fenced in transaction pooling; end the COPY with CopyDone or CopyFail first"})), 0)
 }
 
 // forwardAsIs forwards the client's message (typ, with body if relayPooled read it, else streamed) to the lent

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -44,8 +45,13 @@ import (
 // proxy's own replaced (parseSQLPrepared): the proxy's statements are never the client's.
 //
 // The mapping needs the text read exactly as the server reads it: ASCII, or UTF-8 with UTF-8 on both sides, and
-// no backslash unless standard_conforming_strings is on. Any other text goes as it is (a PREPARE in it pins the
-// client: the probe finds a statement of the client's own name).
+// no backslash unless standard_conforming_strings is on. A text that holds one of the words (PREPARE, EXECUTE,
+// DEALLOCATE) and cannot be mapped (not read exactly, or pg_query cannot parse it, or its names cannot be
+// replaced) is refused (55F04, unmappedRefusal), by a Query or a Parse: sent as it is, its names would be the
+// server connection's, where the proxy's own statements are (fenceproxy_c, which sets settings at session level
+// with any values: a token no SET gave, past token.scope and verification; fenceproxy_u; the clients'
+// statements), and a PREPARE or DEALLOCATE in it would change them behind the proxy's back. Before 2026-12-05
+// such a text went as it is (TestPooledUnmappableTextIsRefused).
 
 // sqlStmtPrefix starts the name of every server statement that carries a client's SQL-level prepared statement.
 const sqlStmtPrefix = "fenceproxy_q"
@@ -92,7 +98,7 @@ type pooledSQLStmts struct {
 	// PREPAREs: the last ones, as the token statement goes first. A notice the server sends while one of them
 	// runs (its analysis: a TIMESTAMP precision reduced, WARNING 22023) is the proxy's (ownPrepareRuns). The
 	// raw parse of the whole text, before any statement runs, sends none: the text is deparsed (a long
-	// identifier already cut, 42622) and holds no backslash where it would warn (sqlReadable).
+	// identifier already cut, 42622) and holds no backslash where it would warn (sqlUnreadable).
 	own int
 }
 
@@ -333,9 +339,14 @@ func (ss *session) querySQLPrepared(body []byte, p Planner) error {
 	text := msg[headerLen : len(msg)-1]
 	// Positions count characters after the token statement: a prefix that cannot be counted (prefixChars
 	// negative) leaves them as they are.
-	m, ok := ss.mapSQLPrepared(text, pl.prefixChars.Load() >= 0)
-	if !ok {
+	m, err := ss.mapSQLPrepared(text, pl.prefixChars.Load() >= 0)
+	switch {
+	case errors.Is(err, errNoSQLNames):
 		writeQueryMsg(sc.w, prefix, msg[headerLen:], "")
+		return nil
+	case err != nil:
+		// Never as it is: its names would be the server connection's (the top of this file).
+		writeQueryMsg(sc.w, prefix, nil, ss.refusal(unmappedRefusal(err)))
 		return nil
 	}
 	// The CloseCompletes come first: while statements in front are hidden (the token statement, the PREPAREs) they
@@ -354,15 +365,52 @@ func (ss *session) querySQLPrepared(body []byte, p Planner) error {
 	return nil
 }
 
-// sqlReadable reports whether a text reads the same to pg_query as to the server under the session's settings.
-func (ss *session) sqlReadable(text []byte) bool {
+// errNoSQLNames: a text that reads exactly uses no SQL-level statement name (the words were in a string, a
+// comment, another name): there is nothing to map, and it goes as it is.
+var errNoSQLNames = errors.New("the text uses no SQL-level prepared statement name")
+
+// unmappedRefusal is the refusal of a text that may use SQL-level statement names the proxy cannot map (why).
+func unmappedRefusal(why error) rewrite.Plan {
+	return rewrite.Plan{Action: rewrite.Refuse, Code: sqlstateUnfenceable, Message: fmt.Sprintf(
+		"unfenceable write: fenceproxy cannot map the prepared statement names of this text under transaction pooling (%v); send PREPARE, EXECUTE and DEALLOCATE in a text the proxy can read (no backslash with standard_conforming_strings off, UTF-8 characters only)", why)}
+}
+
+// sqlRefs are the uses of SQL-level statement names in a text that holds one of the words (PREPARE, EXECUTE,
+// DEALLOCATE), to be mapped; errNoSQLNames when it uses none, another error when they cannot be mapped
+// (querySQLPrepared, parseSQLPrepared: refused).
+func (ss *session) sqlRefs(text []byte) ([]rewrite.PreparedRef, error) {
+	// The settings the server reads the text under as last reported: the message itself already counts as
+	// pending here (the core), which would make them unsettled for every text.
 	set := ss.readingSettings()
-	switch {
-	case !isASCII(string(text)) && (set.ClientEncoding != "UTF8" || set.ServerEncoding != "UTF8" || !utf8.Valid(text)),
-		!set.StandardConformingStrings && bytes.IndexByte(text, '\\') >= 0:
-		return false
+	set.Unsettled = false
+	if err := sqlUnreadable(text, set); err != nil {
+		// pg_query cannot read it as the server does, so its names cannot be replaced in it; but read as the
+		// planner reads it (decoded, literals with backslashes respelled), it may use none, and then there is
+		// nothing to map (a word in a string with a backslash, a LATIN1 text that mentions EXECUTE).
+		if refs, rerr := rewrite.PreparedRefsAs(text, set); rerr == nil && len(refs) == 0 {
+			return nil, errNoSQLNames
+		}
+		return nil, err
 	}
-	return true
+	refs, err := rewrite.PreparedRefs(string(text))
+	switch {
+	case err != nil:
+		return nil, err
+	case len(refs) == 0:
+		return nil, errNoSQLNames
+	}
+	return refs, nil
+}
+
+// sqlUnreadable says why a text may not read the same to pg_query as to the server under set, nil when it does.
+func sqlUnreadable(text []byte, set rewrite.Settings) error {
+	switch {
+	case !isASCII(string(text)) && (set.ClientEncoding != "UTF8" || set.ServerEncoding != "UTF8" || !utf8.Valid(text)):
+		return fmt.Errorf("characters read in client_encoding %s, server_encoding %s", set.ClientEncoding, set.ServerEncoding)
+	case !set.StandardConformingStrings && bytes.IndexByte(text, '\\') >= 0:
+		return errors.New("a backslash, and standard_conforming_strings is off")
+	}
+	return nil
 }
 
 // parseSQLPrepared is a fenced Parse message (whole) whose text may use SQL-level statement names (pl.mu held):
@@ -377,12 +425,23 @@ func (ss *session) parseSQLPrepared(msg []byte) []byte {
 		return msg
 	}
 	query, tail, ok := cutNul(rest)
-	if !ok || !mentionsSQLPrepared(query) || !ss.sqlReadable(query) {
+	if !ok || !mentionsSQLPrepared(query) {
 		return msg
 	}
-	refs, err := rewrite.PreparedRefs(string(query))
-	if err != nil || len(refs) == 0 {
+	refused := func(why error) []byte {
+		// Never as it is: its names would be the server connection's (the top of this file). The refusal goes
+		// in the Parse's place, as the core puts one (fenceParseAs).
+		var b bytes.Buffer
+		sql := ss.refusal(unmappedRefusal(why))
+		writeMsg(&b, msgParse, append(append(append(append(append([]byte(nil), name...), 0), sql...), 0), tail...), "")
+		return b.Bytes()
+	}
+	refs, err := ss.sqlRefs(query)
+	switch {
+	case errors.Is(err, errNoSQLNames):
 		return msg
+	case err != nil:
+		return refused(err)
 	}
 	names := make([]string, len(refs))
 	renamed, closed := false, map[string]bool{}
@@ -427,17 +486,14 @@ type sqlMapping struct {
 
 // mapSQLPrepared maps the statement names of a fenced Query text (pl.mu held), puts in the hidden PREPAREs it
 // needs, and records what the server's answers will make of the client's names and which answers are hidden;
-// spans: where the hidden PREPAREs are is recorded for the positions of errors. False when the text uses no
-// names or cannot be read exactly.
-func (ss *session) mapSQLPrepared(text []byte, spans bool) (sqlMapping, bool) {
+// spans: where the hidden PREPAREs are is recorded for the positions of errors. errNoSQLNames when the text
+// uses no names; another error when it cannot be read exactly or mapped (querySQLPrepared refuses it).
+func (ss *session) mapSQLPrepared(text []byte, spans bool) (sqlMapping, error) {
 	pl := ss.pooled
 	sc := pl.sc
-	if !ss.sqlReadable(text) {
-		return sqlMapping{}, false
-	}
-	refs, err := rewrite.PreparedRefs(string(text))
-	if err != nil || len(refs) == 0 {
-		return sqlMapping{}, false
+	refs, err := ss.sqlRefs(text)
+	if err != nil {
+		return sqlMapping{}, err
 	}
 	q := &pl.sqlStmts
 	q.mu.Lock()
@@ -564,7 +620,7 @@ func (ss *session) mapSQLPrepared(text []byte, spans bool) (sqlMapping, bool) {
 	out, prepares, err := rewrite.RenamePrepared(string(text), renamed)
 	if err != nil {
 		clear(sc.sqlStmts) // what was marked above is not sent
-		return sqlMapping{}, false
+		return sqlMapping{}, err
 	}
 	for i, k := range newDefs {
 		pend[k].def = sqlStmt{server: renamed[i], prepare: prepares[i]}
@@ -574,7 +630,7 @@ func (ss *session) mapSQLPrepared(text []byte, spans bool) (sqlMapping, bool) {
 	if len(hidden) > 0 {
 		if out, at, err = rewrite.PutBefore(out, hidden); err != nil {
 			clear(sc.sqlStmts)
-			return sqlMapping{}, false
+			return sqlMapping{}, fmt.Errorf("hidden PREPAREs: %w", err)
 		}
 	}
 	var hideAt []hiddenAt
@@ -588,7 +644,7 @@ func (ss *session) mapSQLPrepared(text []byte, spans bool) (sqlMapping, bool) {
 			hideAt = append(hideAt, hiddenAt{stmt: h.Before, n: 1})
 		}
 	}
-	// Characters, not bytes: a PREPARE may hold some that are not ASCII (sqlReadable: UTF-8 then).
+	// Characters, not bytes: a PREPARE may hold some that are not ASCII (sqlUnreadable: UTF-8 then).
 	var cs []charSpan
 	for _, a := range at {
 		cs = append(cs, charSpan{at: utf8.RuneCountInString(out[:a.At]), n: utf8.RuneCountInString(out[a.At : a.At+a.Len])})
@@ -599,5 +655,5 @@ func (ss *session) mapSQLPrepared(text []byte, spans bool) (sqlMapping, bool) {
 	m.text = out
 	q.pending, q.done, q.closedAs, q.hideAt, q.spans = pend, 0, closedAs, hideAt, cs
 	q.own = m.front
-	return m, true
+	return m, nil
 }

@@ -1,6 +1,7 @@
 package rewrite
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"strings"
@@ -71,6 +72,34 @@ func PreparedRefs(sql string) ([]PreparedRef, error) {
 		}
 	}
 	return refs, nil
+}
+
+// PreparedRefsAs is PreparedRefs of raw, a text in the session's client encoding, read as the server reads it
+// under s (as the planner reads it): decoded from the client encoding, and, with standard_conforming_strings
+// off, every '...' literal holding a backslash read with escapes (normalise). An error wrapping ErrUnreadable
+// when it cannot be read exactly (an encoding the proxy cannot read, settings in flux, a lexical error). It
+// tells whether a text uses names at all; the names it finds are not for replacing in the text the client
+// sent (RenamePrepared deparses the reading, not the client's bytes).
+func PreparedRefsAs(raw []byte, s Settings) ([]PreparedRef, error) {
+	text, why := decode(raw, s)
+	if why != "" {
+		return nil, fmt.Errorf("%w: %s", ErrUnreadable, why)
+	}
+	if bytes.IndexByte(text, '\\') >= 0 {
+		if !s.known() {
+			return nil, fmt.Errorf("%w: a backslash, and standard_conforming_strings is not known", ErrUnreadable)
+		}
+		l := newLexer(text, s.StandardConformingStrings)
+		for t := l.next(); t.kind != tokEOF; t = l.next() {
+		}
+		if l.err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrUnreadable, l.err)
+		}
+		if !s.StandardConformingStrings {
+			text = []byte(normalise(text))
+		}
+	}
+	return PreparedRefs(string(text))
 }
 
 // RenamePrepared is sql with the name of each use PreparedRefs found replaced by names[i] (same order), deparsed,

@@ -96,3 +96,42 @@ func TestPutBefore(t *testing.T) {
 		}
 	}
 }
+
+// PreparedRefsAs reads a text as the server does under the session's settings: a string with escapes under
+// standard_conforming_strings off, a Shift JIS character whose second byte is a backslash, swallow or expose an
+// EXECUTE exactly as the server's lexer does; a text it cannot read exactly is an error, never a guess.
+func TestPreparedRefsAs(t *testing.T) {
+	on := Settings{ClientEncoding: "UTF8", ServerEncoding: "UTF8", StandardConformingStrings: true}
+	off := on
+	off.StandardConformingStrings = false
+	sjis := on
+	sjis.ClientEncoding = "SJIS"
+	unsettled := on
+	unsettled.Unsettled = true
+	so := []byte{0x83, 0x5c} // ソ in Shift JIS: its second byte is a backslash
+	cases := []struct {
+		text string
+		s    Settings
+		refs int // -1: an error
+	}{
+		{`SELECT 'a\'; EXECUTE q; --'`, off, 0},
+		{`SELECT 'a\'; EXECUTE q; --'`, on, 1},
+		{`SELECT 'a\\'; EXECUTE q`, off, 1},
+		{`SELECT E'a\'; EXECUTE q; --'`, on, 0},
+		{"SELECT '" + string(so) + "'; EXECUTE q", sjis, 1},
+		{"SELECT '" + string(so) + "; EXECUTE q'", sjis, 0},
+		{"SELECT '\xff'; EXECUTE q", on, -1},
+		{`SELECT 'a\'; EXECUTE q; --'`, unsettled, -1},
+		{"SELECT 'é'; EXECUTE q", unsettled, -1},
+		{`SELECT 'a\'; EXECUTE q`, off, -1}, // the string never ends: the server refuses the text
+	}
+	for _, c := range cases {
+		refs, err := PreparedRefsAs([]byte(c.text), c.s)
+		switch {
+		case c.refs < 0 && err == nil:
+			t.Errorf("%q under %+v: %v, want an error", c.text, c.s, refs)
+		case c.refs >= 0 && (err != nil || len(refs) != c.refs):
+			t.Errorf("%q under %+v: %v %v, want %d uses", c.text, c.s, refs, err, c.refs)
+		}
+	}
+}
