@@ -53,9 +53,14 @@ const sqlStmtPrefix = "fenceproxy_q"
 // proxyNamePrefix starts the names of all of the proxy's own server statements.
 const proxyNamePrefix = "fenceproxy_"
 
-// sqlStmt is a client's SQL-level prepared statement: its server name and the PREPARE that makes it there.
+// sqlStmt is a client's SQL-level prepared statement: its server name and the PREPARE that makes it there. src
+// is the client's PREPARE as it wrote it (rewrite.PreparedRef.Body: named p), "" when the proxy could not tell
+// it; gen the generation of the planner that fenced it (plannerBox). Used under another, it is fenced again from
+// src first (refenceSQL), or refused without one.
 type sqlStmt struct {
 	server, prepare string
+	src             string
+	gen             uint64
 }
 
 // sqlPending is a change to the client's names that the server's CommandComplete of statement stmt (its index in
@@ -333,7 +338,7 @@ func (ss *session) querySQLPrepared(body []byte, p Planner) error {
 	text := msg[headerLen : len(msg)-1]
 	// Positions count characters after the token statement: a prefix that cannot be counted (prefixChars
 	// negative) leaves them as they are.
-	m, ok := ss.mapSQLPrepared(text, pl.prefixChars.Load() >= 0)
+	m, ok := ss.mapSQLPrepared(text, clientText(body), pl.prefixChars.Load() >= 0)
 	if !ok {
 		writeQueryMsg(sc.w, prefix, msg[headerLen:], "")
 		return nil
@@ -425,11 +430,73 @@ type sqlMapping struct {
 	front  int // hidden PREPAREs in front of the text's first statement
 }
 
+// clientText is the text of a client's Query body (nil when malformed).
+func clientText(body []byte) []byte {
+	text, _ := planText(msgQuery, body)
+	return text
+}
+
+// clientPrepares are the client's own PREPAREs (their bodies, rewrite.PreparedRef.Body) of the client's Query
+// text orig, by the index of the fenced text's reference (refs) they are: "" where the two texts do not have the
+// same references (a refusal replaced the text), or orig cannot be read exactly.
+func (ss *session) clientPrepares(orig []byte, refs []rewrite.PreparedRef) []string {
+	out := make([]string, len(refs))
+	if orig == nil || !ss.sqlReadable(orig) {
+		return out
+	}
+	own, err := rewrite.PreparedRefs(string(orig))
+	if err != nil || len(own) != len(refs) {
+		return out
+	}
+	for i, r := range refs {
+		if o := own[i]; o.Kind != r.Kind || o.Name != r.Name || o.Stmt != r.Stmt {
+			return make([]string, len(refs))
+		}
+	}
+	for i, r := range own {
+		if r.Kind == rewrite.PrepareName {
+			out[i] = r.Body
+		}
+	}
+	return out
+}
+
+// refenceSQL is the client's SQL-level statement d, of name, fenced again from the client's PREPARE (d.src) by
+// the planner in force (pl.plan; pl.mu held): d was fenced under another (a reload or a catalog refresh changed
+// what is protected since). Its server name is its new text's (sqlStmtName), so no server connection that holds
+// the old text runs it for this name. Without the client's PREPARE, or when the planner now refuses it, the
+// hidden PREPARE is of the refusal, which the server answers before the client's statement that uses it.
+func (ss *session) refenceSQL(name string, d sqlStmt) sqlStmt {
+	pl := ss.pooled
+	text := d.src
+	if p := pl.plan.p; p != nil && d.src != "" {
+		set := ss.readingSettings()
+		set.InlineToken = false
+		switch plan := ss.checkPlan(p.Plan([]byte(d.src), set)); plan.Action {
+		case rewrite.Rewrite:
+			text = plan.SQL
+		case rewrite.Refuse:
+			text = "PREPARE p AS " + ss.refusal(plan)
+		}
+	}
+	if refs, err := rewrite.PreparedRefs(text); err == nil && len(refs) == 1 && refs[0].Kind == rewrite.PrepareName {
+		server := sqlStmtName(name, refs[0].Body)
+		if _, prepares, err := rewrite.RenamePrepared(text, []string{server}); err == nil {
+			return sqlStmt{server: server, prepare: prepares[0], src: d.src, gen: pl.plan.gen}
+		}
+	}
+	refusal := rewrite.RefusalSQL(sqlstateUnfenceable, "", "unfenceable write: the prepared statement "+name+
+		" could not be analysed again after the table list changed", "Prepare it again.")
+	server := sqlStmtName(name, refusal)
+	return sqlStmt{server: server, prepare: "PREPARE " + server + " AS " + refusal, src: d.src, gen: pl.plan.gen}
+}
+
 // mapSQLPrepared maps the statement names of a fenced Query text (pl.mu held), puts in the hidden PREPAREs it
 // needs, and records what the server's answers will make of the client's names and which answers are hidden;
-// spans: where the hidden PREPAREs are is recorded for the positions of errors. False when the text uses no
-// names or cannot be read exactly.
-func (ss *session) mapSQLPrepared(text []byte, spans bool) (sqlMapping, bool) {
+// spans: where the hidden PREPAREs are is recorded for the positions of errors. orig is the client's text before
+// fencing: its PREPAREs are kept, to be fenced again should the planner change (refenceSQL). False when the text
+// uses no names or cannot be read exactly.
+func (ss *session) mapSQLPrepared(text, orig []byte, spans bool) (sqlMapping, bool) {
 	pl := ss.pooled
 	sc := pl.sc
 	if !ss.sqlReadable(text) {
@@ -439,6 +506,7 @@ func (ss *session) mapSQLPrepared(text []byte, spans bool) (sqlMapping, bool) {
 	if err != nil || len(refs) == 0 {
 		return sqlMapping{}, false
 	}
+	srcs := ss.clientPrepares(orig, refs)
 	q := &pl.sqlStmts
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -463,6 +531,12 @@ func (ss *session) mapSQLPrepared(text []byte, spans bool) (sqlMapping, bool) {
 			return sqlStmt{}, false
 		}
 		d, ok := q.byName[n]
+		if ok && d.gen != pl.plan.gen {
+			// Fenced under another planner: fenced again now, under a server name of its new text, which the
+			// connection then does not hold (ensure prepares it).
+			d = ss.refenceSQL(n, d)
+			q.byName[n] = d
+		}
 		return d, ok
 	}
 	var m sqlMapping
@@ -555,7 +629,7 @@ func (ss *session) mapSQLPrepared(text []byte, spans bool) (sqlMapping, bool) {
 			used[h] = true
 			renamed[i] = h
 			sc.sqlStmts[h] = true
-			def := &sqlStmt{server: h}
+			def := &sqlStmt{server: h, src: srcs[i], gen: pl.plan.gen}
 			names[r.Name] = def
 			newDefs[i] = len(pend)
 			pend = append(pend, sqlPending{stmt: r.Stmt, name: r.Name})
@@ -567,7 +641,7 @@ func (ss *session) mapSQLPrepared(text []byte, spans bool) (sqlMapping, bool) {
 		return sqlMapping{}, false
 	}
 	for i, k := range newDefs {
-		pend[k].def = sqlStmt{server: renamed[i], prepare: prepares[i]}
+		pend[k].def = sqlStmt{server: renamed[i], prepare: prepares[i], src: srcs[i], gen: pl.plan.gen}
 	}
 	m.named = out
 	var at []rewrite.Span

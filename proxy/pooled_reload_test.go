@@ -1,0 +1,162 @@
+package proxy_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/fenceproxy/fenceproxy/config"
+	"github.com/fenceproxy/fenceproxy/internal/proxytest"
+	"github.com/fenceproxy/fenceproxy/proxy"
+)
+
+// Configuration reload under transaction pooling (admin.go's RELOAD, SIGHUP): what the proxy analysed before a
+// reload is analysed again under the new table list before it runs. These tests reload as serve's reload does in
+// the end (Server.SetPlanner of a planner built from the new list).
+
+// reloadTables replaces f's proxy's table list by tables, as RELOAD does once the file validated.
+func reloadTables(t *testing.T, f *fenced, tables ...string) {
+	t.Helper()
+	cfg, err := config.Parse("reload.yaml", []byte(fmt.Sprintf("upstream:\n  address: %s\n%s", pg.Addr(), fxTables(tables...))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	planner, err := proxy.NewPlanner(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.p.Server.SetPlanner(planner)
+}
+
+// wantReloadStale fails unless err is the contract's 55F01 for f's table.
+func wantReloadStale(t *testing.T, f *fenced, what string, err error) {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("%s: the write went through unfenced (want 55F01: the row's token 9, the client's 5)\nrows: %s", what, f.snapshot(t))
+	}
+	wantPgErr(t, err, "55F01", "stale fencing token")
+}
+
+// execPrepared binds and executes a statement the client prepared, with the one parameter id.
+func execPrepared(pc *pgconn.PgConn, name string, id int) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	return pc.ExecPrepared(ctx, name, [][]byte{[]byte(fmt.Sprint(id))}, nil, nil).Read().Err
+}
+
+// A table the reload adds to the list is fenced for statements the client prepared before the reload: a
+// protocol-level named statement bound on the server connection that holds it, and on another that prepares it
+// again lazily; the unnamed statement parsed before and bound after (pgx's describe-then-execute); the same text
+// prepared by another client after the reload (the server statements are shared by fenced text). Every write
+// with the stale token 5 against the row's 9 is refused with 55F01, and an INSERT gets the client's token.
+func TestPooledReloadFencesStatementsPreparedBefore(t *testing.T) {
+	d := direct(t)
+	name := fxName(t, "rl")
+	fxCreateTable(t, d, "public."+name)
+	fxExec(t, d, fmt.Sprintf("INSERT INTO public.%s (id, balance, fence_token) VALUES (1, 0, 9)", name))
+	// Only another table is protected at first: the proxy passes writes to this one through.
+	f := newPooledFencedOther(t, name)
+	ctx := ctxT(t)
+	upd := fmt.Sprintf("UPDATE public.%s SET balance = balance + 1 WHERE id = $1", name)
+	ins := fmt.Sprintf("INSERT INTO public.%s (id, balance) VALUES ($1, 0)", name)
+
+	a := pooledPgConn(t, f, "")
+	if err := a.Exec(ctx, "SET fence.token = 5").Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []struct{ name, sql string }{{"upd", upd}, {"ins", ins}, {"", upd}} {
+		if _, err := a.Prepare(ctx, s.name, s.sql, nil); err != nil {
+			t.Fatalf("prepare %q: %v", s.name, err)
+		}
+	}
+	// Before the reload the table is not protected: the statement writes (and proves it is prepared).
+	if err := execPrepared(a, "upd", 1); err != nil {
+		t.Fatalf("before the reload: %v", err)
+	}
+	before := f.snapshot(t)
+
+	reloadTables(t, f, "public."+name+"_other", "public."+name)
+
+	// On the server connection that holds it (the pool has opened only that one).
+	wantReloadStale(t, f, "named statement prepared before the reload, same server connection", execPrepared(a, "upd", 1))
+	// The unnamed statement, parsed before the reload (the last Prepare above).
+	wantReloadStale(t, f, "unnamed statement parsed before the reload", execPrepared(a, "", 1))
+
+	// On another server connection: a client holds the one the statements are on; they are prepared again on a
+	// new one, lazily, at their Bind.
+	h := pooledPgConn(t, f, "")
+	if err := h.Exec(ctx, "BEGIN").Close(); err != nil {
+		t.Fatal(err)
+	}
+	wantReloadStale(t, f, "named statement prepared before the reload, prepared again on another server connection", execPrepared(a, "upd", 1))
+	if err := execPrepared(a, "ins", 2); err != nil {
+		t.Fatalf("INSERT prepared before the reload: %v", err)
+	}
+	if tok := f.token(t, 2); tok != 5 {
+		t.Fatalf("INSERT prepared before the reload wrote fence_token %d (-1: NULL), want the client's 5", tok)
+	}
+	if err := h.Exec(ctx, "COMMIT").Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// Another client prepares the same text after the reload; the first binds its own again.
+	b := pooledPgConn(t, f, "")
+	if err := b.Exec(ctx, "SET fence.token = 5").Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Prepare(ctx, "upd", upd, nil); err != nil {
+		t.Fatal(err)
+	}
+	wantReloadStale(t, f, "the same text prepared by another client after the reload", execPrepared(b, "upd", 1))
+	wantReloadStale(t, f, "named statement prepared before the reload, after another client prepared its text", execPrepared(a, "upd", 1))
+	if got := f.snapshot(t); got != "1:1:9 2:0:5" {
+		t.Fatalf("rows after the refused writes: %s, want 1:1:9 2:0:5 (before the reload: %s)", got, before)
+	}
+}
+
+// SQL PREPARE before a reload that protects the table, EXECUTE after: on the server connection that holds the
+// statement, and on another where the proxy prepares it again (the hidden PREPARE).
+func TestPooledReloadFencesSQLPreparedBefore(t *testing.T) {
+	d := direct(t)
+	name := fxName(t, "rs")
+	fxCreateTable(t, d, "public."+name)
+	fxExec(t, d, fmt.Sprintf("INSERT INTO public.%s (id, balance, fence_token) VALUES (1, 0, 9)", name))
+	f := newPooledFencedOther(t, name)
+	ctx := ctxT(t)
+	a := pooledPgConn(t, f, "")
+	run := func(sql string) error { return a.Exec(ctx, sql).Close() }
+	if err := run("SET fence.token = 5"); err != nil {
+		t.Fatal(err)
+	}
+	if err := run(fmt.Sprintf("PREPARE sp(int) AS UPDATE public.%s SET balance = balance + 1 WHERE id = $1", name)); err != nil {
+		t.Fatal(err)
+	}
+	if err := run("EXECUTE sp(1)"); err != nil {
+		t.Fatalf("before the reload: %v", err)
+	}
+	reloadTables(t, f, "public."+name)
+	wantReloadStale(t, f, "SQL PREPARE before the reload, EXECUTE on the same server connection", run("EXECUTE sp(1)"))
+	h := pooledPgConn(t, f, "")
+	if err := h.Exec(ctx, "BEGIN").Close(); err != nil {
+		t.Fatal(err)
+	}
+	wantReloadStale(t, f, "SQL PREPARE before the reload, EXECUTE on another server connection", run("EXECUTE sp(1)"))
+	if err := h.Exec(ctx, "COMMIT").Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.snapshot(t); got != "1:1:9" {
+		t.Fatalf("rows after the refused writes: %s, want 1:1:9", got)
+	}
+}
+
+// newPooledFencedOther is a transaction pool of two whose proxy protects public.<name>_other only: the table
+// public.<name> the test made is not protected until a reload adds it.
+func newPooledFencedOther(t *testing.T, name string) *fenced {
+	t.Helper()
+	yaml := fxTables("public."+name+"_other") + "pool:\n  mode: transaction\n  size: 2\nauth:\n  type: trust\n"
+	p := startProxy(t, proxytest.Options{YAML: yaml})
+	return &fenced{p: p, d: direct(t), name: name, label: "public." + name}
+}
