@@ -3,6 +3,7 @@ package proxy_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -35,7 +36,7 @@ func reloadTables(t *testing.T, f *fenced, tables ...string) {
 func wantReloadStale(t *testing.T, f *fenced, what string, err error) {
 	t.Helper()
 	if err == nil {
-		t.Fatalf("%s: the write went through unfenced (want 55F01: the row's token 9, the client's 5)\nrows: %s", what, f.snapshot(t))
+		t.Fatalf("%s: the write went through unfenced (want 55F01: the row holds a newer token than the client)\nrows: %s", what, f.snapshot(t))
 	}
 	wantPgErr(t, err, "55F01", "stale fencing token")
 }
@@ -159,4 +160,138 @@ func newPooledFencedOther(t *testing.T, name string) *fenced {
 	yaml := fxTables("public."+name+"_other") + "pool:\n  mode: transaction\n  size: 2\nauth:\n  type: trust\n"
 	p := startProxy(t, proxytest.Options{YAML: yaml})
 	return &fenced{p: p, d: direct(t), name: name, label: "public." + name}
+}
+
+// PAUSE with a client inside a transaction, another waiting with a write, and a third that leaves while it
+// waits; the table list reloaded (and RELOAD run) during the pause; SHOW POOLS, CLIENTS and SERVERS during it.
+// PAUSE returns once the transaction ends; the waiting write, sent before the reload, runs after RESUME under the
+// new list (55F01: the row's token 9, the client's 5); the client that left is gone from SHOW CLIENTS and no
+// server connection is left lent or beyond pool.size.
+func TestPooledReloadDuringPause(t *testing.T) {
+	d := direct(t)
+	name := fxName(t, "rp")
+	fxCreateTable(t, d, "public."+name)
+	fxExec(t, d, fmt.Sprintf("INSERT INTO public.%s (id, balance, fence_token) VALUES (1, 0, 9)", name))
+	yaml := fxTables("public."+name+"_other") + "pool:\n  mode: transaction\n  size: 2\n  admin_users: [admin]\nauth:\n  type: trust\n"
+	f := &fenced{p: startProxy(t, proxytest.Options{YAML: yaml}), d: d, name: name, label: "public." + name}
+	ctx := ctxT(t)
+	adm, watch := adminConn(t, f), adminConn(t, f)
+	upd := fmt.Sprintf("UPDATE public.%s SET balance = balance + 1 WHERE id = 1", name)
+
+	a := pooledConn(t, f, "&default_query_exec_mode=simple_protocol")
+	fxExec(t, a, "BEGIN")
+	fxExec(t, a, upd) // not protected yet: it writes
+	paused := make(chan error, 1)
+	go func() {
+		_, err := adm.Exec(context.Background(), "PAUSE")
+		paused <- err
+	}()
+	eventually(t, 10*time.Second, "the pool paused", func() bool {
+		p := adminRows(t, watch, "SHOW POOLS")
+		return len(p) == 1 && p[0]["paused"] == "1"
+	})
+	w := pooledConn(t, f, "&default_query_exec_mode=simple_protocol&options=-c%20fence.token%3D5")
+	wDone := make(chan error, 1)
+	go func() {
+		_, err := w.Exec(context.Background(), upd)
+		wDone <- err
+	}()
+	g := pooledPgConn(t, f, "")
+	gPtr := fmt.Sprint(g.PID())
+	gDone := make(chan error, 1)
+	go func() { gDone <- g.Exec(context.Background(), "SELECT 1").Close() }()
+	eventually(t, 10*time.Second, "two clients waiting during the pause", func() bool {
+		p := adminRows(t, watch, "SHOW POOLS")
+		return len(p) == 1 && p[0]["cl_waiting"] == "2"
+	})
+	g.Conn().Close() // it leaves while it waits
+	<-gDone
+	eventually(t, 10*time.Second, "the client that left gone from SHOW CLIENTS", func() bool {
+		return rowWhere(adminRows(t, watch, "SHOW CLIENTS"), "ptr", gPtr) == nil
+	})
+
+	reloadTables(t, f, "public."+name+"_other", "public."+name)
+	fxExec(t, watch, "RELOAD") // during a PAUSE: answered at once
+	if s := adminRows(t, watch, "SHOW SERVERS"); len(s) != 1 || s[0]["state"] != "active" {
+		t.Fatalf("SHOW SERVERS during the pause: %v, want a's connection only", s)
+	}
+	select {
+	case err := <-paused:
+		t.Fatalf("PAUSE returned (%v) while a transaction was open", err)
+	case err := <-wDone:
+		t.Fatalf("the waiting write ran during the pause: %v", err)
+	default:
+	}
+	// a's transaction goes on inside its BEGIN, under the new list now: a has no token, so its next write is
+	// refused and the transaction with it (its first write, made under the old list, is rolled back).
+	_, err := a.Exec(ctx, upd)
+	wantPgErr(t, err, "55F02", "missing fencing token")
+	if tag := fxExec(t, a, "COMMIT"); tag.String() != "ROLLBACK" {
+		t.Fatalf("COMMIT of the refused transaction: %q, want ROLLBACK", tag)
+	}
+	if err := <-paused; err != nil {
+		t.Fatalf("PAUSE: %v", err)
+	}
+	fxExec(t, adm, "RESUME")
+	select {
+	case err := <-wDone:
+		wantReloadStale(t, f, "a write sent during the pause, before the reload", err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("the waiting client did not go on after RESUME")
+	}
+	eventually(t, 10*time.Second, "no server connection lent after RESUME", func() bool {
+		p := adminRows(t, watch, "SHOW POOLS")
+		return len(p) == 1 && p[0]["sv_active"] == "0" && p[0]["cl_waiting"] == "0"
+	})
+	if s := adminRows(t, watch, "SHOW SERVERS"); len(s) > 2 {
+		t.Fatalf("SHOW SERVERS after RESUME: %d connections, pool.size is 2: %v", len(s), s)
+	}
+	if got := f.snapshot(t); got != "1:0:9" {
+		t.Fatalf("rows: %s, want 1:0:9 (a's transaction rolled back, w's write refused)", got)
+	}
+}
+
+// A reload that removes the table while a client is inside a transaction with its statements prepared under the
+// list that protected it, then one that protects it again: nothing breaks, each statement runs as the list in
+// force when it runs says (fenced under the first, passed through once removed, fenced again), and the
+// transaction commits.
+func TestPooledReloadRemovesTableMidTransaction(t *testing.T) {
+	d := direct(t)
+	name := fxName(t, "rr")
+	fxCreateTable(t, d, "public."+name)
+	fxExec(t, d, fmt.Sprintf("INSERT INTO public.%s (id, balance, fence_token) VALUES (1, 0, 9)", name))
+	yaml := fxTables("public."+name) + "pool:\n  mode: transaction\n  size: 2\nauth:\n  type: trust\n"
+	f := &fenced{p: startProxy(t, proxytest.Options{YAML: yaml}), d: d, name: name, label: "public." + name}
+	ctx := ctxT(t)
+	a := pooledPgConn(t, f, "&options=-c%20fence.token%3D10")
+	upd := fmt.Sprintf("UPDATE public.%s SET balance = balance + 1, fence_token = 3 WHERE id = $1", name)
+	if _, err := a.Prepare(ctx, "upd", upd, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Exec(ctx, "PREPARE sp(int) AS "+strings.Replace(upd, "balance + 1", "balance + 10", 1)).Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Exec(ctx, "BEGIN").Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := execPrepared(a, "upd", 1); err != nil { // fenced: the token column is written as the client's 10
+		t.Fatal(err)
+	}
+	reloadTables(t, f, "public."+name+"_other")
+	if err := execPrepared(a, "upd", 1); err != nil { // not protected now: as the client wrote it
+		t.Fatalf("after the reload removed the table: %v", err)
+	}
+	if err := a.Exec(ctx, "EXECUTE sp(1)").Close(); err != nil {
+		t.Fatalf("SQL EXECUTE after the reload removed the table: %v", err)
+	}
+	if err := a.Exec(ctx, "COMMIT").Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.snapshot(t); got != "1:12:3" {
+		t.Fatalf("rows: %s, want 1:12:3 (the last two writes unfenced, as the new list says)", got)
+	}
+	reloadTables(t, f, "public."+name)
+	fxExec(t, d, fmt.Sprintf("UPDATE public.%s SET fence_token = 11 WHERE id = 1", name))
+	wantReloadStale(t, f, "protected again", execPrepared(a, "upd", 1))
+	wantReloadStale(t, f, "protected again (SQL EXECUTE)", a.Exec(ctx, "EXECUTE sp(1)").Close())
 }
