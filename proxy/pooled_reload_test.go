@@ -295,3 +295,47 @@ func TestPooledReloadRemovesTableMidTransaction(t *testing.T) {
 	wantReloadStale(t, f, "protected again", execPrepared(a, "upd", 1))
 	wantReloadStale(t, f, "protected again (SQL EXECUTE)", a.Exec(ctx, "EXECUTE sp(1)").Close())
 }
+
+// Session mode (no pool): a protocol-level named statement and an SQL PREPARE prepared before a reload that
+// protects the table, executed after.
+func TestSessionReloadFencesStatementsPreparedBefore(t *testing.T) {
+	d := direct(t)
+	name := fxName(t, "rn")
+	fxCreateTable(t, d, "public."+name)
+	fxExec(t, d, fmt.Sprintf("INSERT INTO public.%s (id, balance, fence_token) VALUES (1, 0, 9)", name))
+	p := startProxy(t, proxytest.Options{YAML: fxTables("public." + name + "_other")})
+	f := &fenced{p: p, d: d, name: name, label: "public." + name}
+	ctx := ctxT(t)
+	a := pooledPgConn(t, f, "")
+	if err := a.Exec(ctx, "SET fence.token = 5").Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Prepare(ctx, "upd", fmt.Sprintf("UPDATE public.%s SET balance = balance + 1 WHERE id = $1", name), nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Exec(ctx, fmt.Sprintf("PREPARE sp(int) AS UPDATE public.%s SET balance = balance + 1 WHERE id = $1", name)).Close(); err != nil {
+		t.Fatal(err)
+	}
+	reloadTables(t, f, "public."+name)
+	wantReloadStale(t, f, "session mode: named statement prepared before the reload", execPrepared(a, "upd", 1))
+	wantReloadStale(t, f, "session mode: SQL PREPARE before the reload", a.Exec(ctx, "EXECUTE sp(1)").Close())
+}
+
+// Transaction pooling, a client pinned by a PREPARE it sent in a Parse (the extended protocol: the proxy does
+// not map such names, the server holds the statement under the client's own name), before a reload that
+// protects the table; EXECUTE after it.
+func TestPooledReloadFencesPinnedSQLPreparedBefore(t *testing.T) {
+	d := direct(t)
+	name := fxName(t, "rq")
+	fxCreateTable(t, d, "public."+name)
+	fxExec(t, d, fmt.Sprintf("INSERT INTO public.%s (id, balance, fence_token) VALUES (1, 0, 9)", name))
+	f := newPooledFencedOther(t, name)
+	ctx := ctxT(t)
+	a := pooledPgConn(t, f, "&options=-c%20fence.token%3D5")
+	prep := fmt.Sprintf("PREPARE sp(int) AS UPDATE public.%s SET balance = balance + 1 WHERE id = $1", name)
+	if err := a.ExecParams(ctx, prep, nil, nil, nil, nil).Read().Err; err != nil {
+		t.Fatal(err)
+	}
+	reloadTables(t, f, "public."+name)
+	wantReloadStale(t, f, "pinned: PREPARE by the extended protocol before the reload", a.Exec(ctx, "EXECUTE sp(1)").Close())
+}
