@@ -64,3 +64,28 @@ func TestPooledReloadMidBatch(t *testing.T) {
 		t.Fatalf("rows: %s, want 1:0:9", got)
 	}
 }
+
+// A statement prepared before a reload that the new list refuses (it names the token column in a row
+// assignment: 55F04) is refused at its use after it, by both protocols; nothing is written.
+func TestPooledReloadRefusesWhatTheNewListRefuses(t *testing.T) {
+	d := direct(t)
+	name := fxName(t, "rf")
+	fxCreateTable(t, d, "public."+name)
+	fxExec(t, d, fmt.Sprintf("INSERT INTO public.%s (id, balance, fence_token) VALUES (1, 0, 9)", name))
+	f := newPooledFencedOther(t, name)
+	ctx := ctxT(t)
+	a := pooledPgConn(t, f, "&options=-c%20fence.token%3D5")
+	upd := fmt.Sprintf("UPDATE public.%s SET (balance, fence_token) = (7, 1) WHERE id = $1", name)
+	if _, err := a.Prepare(ctx, "s", upd, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Exec(ctx, "PREPARE sp(int) AS "+upd).Close(); err != nil {
+		t.Fatal(err)
+	}
+	reloadTables(t, f, "public."+name)
+	wantPgErr(t, execPrepared(a, "s", 1), "55F04", "unfenceable write")
+	wantPgErr(t, a.Exec(ctx, "EXECUTE sp(1)").Close(), "55F04", "unfenceable write")
+	if got := f.snapshot(t); got != "1:0:9" {
+		t.Fatalf("rows: %s, want 1:0:9", got)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"unicode/utf8"
@@ -441,8 +442,9 @@ func clientText(body []byte) []byte {
 // same references (a refusal replaced the text), or orig cannot be read exactly.
 func (ss *session) clientPrepares(orig []byte, refs []rewrite.PreparedRef) []string {
 	out := make([]string, len(refs))
-	if orig == nil || !ss.sqlReadable(orig) {
-		return out
+	if orig == nil || !slices.ContainsFunc(refs, func(r rewrite.PreparedRef) bool { return r.Kind == rewrite.PrepareName }) ||
+		!ss.sqlReadable(orig) {
+		return out // no PREPARE: the client's text is not parsed again (an EXECUTE's Query, the common one)
 	}
 	own, err := rewrite.PreparedRefs(string(orig))
 	if err != nil || len(own) != len(refs) {
