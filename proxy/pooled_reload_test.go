@@ -323,7 +323,7 @@ func TestSessionReloadFencesStatementsPreparedBefore(t *testing.T) {
 
 // Transaction pooling, a client pinned by a PREPARE it sent in a Parse (the extended protocol: the proxy does
 // not map such names, the server holds the statement under the client's own name), before a reload that
-// protects the table; EXECUTE after it.
+// protects the table; EXECUTE after it is refused (55F04), in a Query and in a Parse.
 func TestPooledReloadFencesPinnedSQLPreparedBefore(t *testing.T) {
 	d := direct(t)
 	name := fxName(t, "rq")
@@ -336,6 +336,14 @@ func TestPooledReloadFencesPinnedSQLPreparedBefore(t *testing.T) {
 	if err := a.ExecParams(ctx, prep, nil, nil, nil, nil).Read().Err; err != nil {
 		t.Fatal(err)
 	}
+	if err := a.Exec(ctx, "EXECUTE sp(1)").Close(); err != nil { // before the reload: as it is
+		t.Fatal(err)
+	}
 	reloadTables(t, f, "public."+name)
-	wantReloadStale(t, f, "pinned: PREPARE by the extended protocol before the reload", a.Exec(ctx, "EXECUTE sp(1)").Close())
+	// The proxy cannot see or prepare that statement again: refused, by both protocols.
+	wantPgErr(t, a.Exec(ctx, "EXECUTE sp(1)").Close(), "55F04", "unfenceable write: this session prepared statements under its own names")
+	wantPgErr(t, a.ExecParams(ctx, "EXECUTE sp(1)", nil, nil, nil, nil).Read().Err, "55F04", "unfenceable write: this session prepared statements")
+	if got := f.snapshot(t); got != "1:1:9" {
+		t.Fatalf("rows: %s, want 1:1:9", got)
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -341,7 +342,17 @@ func (ss *session) querySQLPrepared(body []byte, p Planner) error {
 	// negative) leaves them as they are.
 	m, ok := ss.mapSQLPrepared(text, clientText(body), pl.prefixChars.Load() >= 0)
 	if !ok {
+		// Not mapped: a PREPARE in it leaves a statement of the client's own name (ownStmts).
+		if refs, err := ss.readPreparedRefs(text); ss.ownStmts(refs, err) {
+			writeQueryMsg(sc.w, prefix, nil, ownStmtsRefusal())
+			return nil
+		}
 		writeQueryMsg(sc.w, prefix, msg[headerLen:], "")
+		return nil
+	}
+	if m.own && pl.ownStale() {
+		// It executes a name the client never prepared here: maybe one of its own (ownStmts).
+		writeQueryMsg(sc.w, prefix, nil, ownStmtsRefusal())
 		return nil
 	}
 	// The CloseCompletes come first: while statements in front are hidden (the token statement, the PREPAREs) they
@@ -371,9 +382,52 @@ func (ss *session) sqlReadable(text []byte) bool {
 	return true
 }
 
+// errUnread: a text the proxy does not read for its prepared statements' names (sqlReadable).
+var errUnread = errors.New("not read exactly")
+
+// readPreparedRefs is the uses of prepared statements' names in a client's text (rewrite.PreparedRefs), an
+// error when it cannot be read exactly.
+func (ss *session) readPreparedRefs(text []byte) ([]rewrite.PreparedRef, error) {
+	if !ss.sqlReadable(text) {
+		return nil, errUnread
+	}
+	return rewrite.PreparedRefs(string(text))
+}
+
+// ownStmts applies the rule for statements the server holds under the client's own names (pl.mu held), to a
+// text the proxy does not map (a Parse's, or a Query's it cannot read) whose uses of names are refs (err: not
+// known): a text that may PREPARE one marks the session (ownPrepGen); a text that may EXECUTE one after the
+// planner changed since is refused (true): that statement was fenced as the planner then had it, and the proxy
+// can neither see nor prepare it again. Reconnecting clears it.
+func (ss *session) ownStmts(refs []rewrite.PreparedRef, err error) (refuse bool) {
+	pl := ss.pooled
+	has := func(k rewrite.PreparedKind) bool {
+		return err != nil || slices.ContainsFunc(refs, func(r rewrite.PreparedRef) bool { return r.Kind == k })
+	}
+	if pl.ownStale() && has(rewrite.ExecuteName) {
+		return true
+	}
+	if pl.ownPrepGen == 0 && has(rewrite.PrepareName) {
+		pl.ownPrepGen = pl.plan.gen
+	}
+	return false
+}
+
+// ownStale reports whether the client may have statements of its own names on the server prepared under a
+// planner that is not the one in force (pl.mu held; ownStmts).
+func (pl *pooledState) ownStale() bool { return pl.ownPrepGen != 0 && pl.ownPrepGen != pl.plan.gen }
+
+// ownStmtsRefusal is the refusal of a text ownStmts refuses.
+func ownStmtsRefusal() string {
+	return rewrite.RefusalSQL(sqlstateUnfenceable, "", "unfenceable write: this session prepared statements under its own names "+
+		"(PREPARE by the extended protocol, or in a text the proxy cannot read) before the protected table list changed; "+
+		"they would run as fenced then", "Reconnect, and PREPARE them again.")
+}
+
 // parseSQLPrepared is a fenced Parse message (whole) whose text may use SQL-level statement names (pl.mu held):
 // each name it uses is closed first on the lent server connection unless the client is pinned (foreignStmt), one
-// of the proxy's own replaced by a name nothing holds, the text then deparsed.
+// of the proxy's own replaced by a name nothing holds, the text then deparsed. A PREPARE in it leaves a statement
+// of the client's own name: ownStmts.
 func (ss *session) parseSQLPrepared(msg []byte) []byte {
 	if len(msg) < headerLen || msg[0] != msgParse {
 		return msg
@@ -383,10 +437,15 @@ func (ss *session) parseSQLPrepared(msg []byte) []byte {
 		return msg
 	}
 	query, tail, ok := cutNul(rest)
-	if !ok || !mentionsSQLPrepared(query) || !ss.sqlReadable(query) {
+	if !ok || !mentionsSQLPrepared(query) {
 		return msg
 	}
-	refs, err := rewrite.PreparedRefs(string(query))
+	refs, err := ss.readPreparedRefs(query)
+	if ss.ownStmts(refs, err) {
+		var b bytes.Buffer
+		writeMsg(&b, msgParse, append(append(append(append(append([]byte(nil), name...), 0), ownStmtsRefusal()...), 0), tail...), "")
+		return b.Bytes()
+	}
 	if err != nil || len(refs) == 0 {
 		return msg
 	}
@@ -429,6 +488,9 @@ type sqlMapping struct {
 	named  string
 	closes []string
 	front  int // hidden PREPAREs in front of the text's first statement
+	// own: the text EXECUTEs a name the client has not prepared here, as it is: a statement of the client's own
+	// name, when it is pinned (ownStmts).
+	own bool
 }
 
 // clientText is the text of a client's Query body (nil when malformed).
@@ -612,6 +674,8 @@ func (ss *session) mapSQLPrepared(text, orig []byte, spans bool) (sqlMapping, bo
 				renamed[i] = r.Name
 				if pl.pin == "" {
 					closeFirst(r.Name)
+				} else if r.Kind == rewrite.ExecuteName {
+					m.own = true
 				}
 			}
 		case rewrite.PrepareName:
