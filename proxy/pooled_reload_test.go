@@ -347,3 +347,25 @@ func TestPooledReloadFencesPinnedSQLPreparedBefore(t *testing.T) {
 		t.Fatalf("rows: %s, want 1:1:9", got)
 	}
 }
+
+// A SIGHUP whose table list is the one in force (PlannerSet.SetConfig of the same tables) changes nothing: a
+// pinned client's own statement, which a change of the list makes refused, still runs.
+func TestPooledReloadOfTheSameTablesChangesNothing(t *testing.T) {
+	d := direct(t)
+	name := fxName(t, "rz")
+	fxCreateTable(t, d, "public."+name)
+	f := newPooledFencedOther(t, name)
+	ctx := ctxT(t)
+	a := pooledPgConn(t, f, "&options=-c%20fence.token%3D5")
+	if err := a.ExecParams(ctx, fmt.Sprintf("PREPARE sp AS SELECT count(*) FROM public.%s", name), nil, nil, nil, nil).Read().Err; err != nil {
+		t.Fatal(err)
+	}
+	ps := proxy.NewPlannerSet(f.p.Server, f.p.Config, nil, nil)
+	same := *f.p.Config
+	if err := ps.SetConfig(&same); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Exec(ctx, "EXECUTE sp").Close(); err != nil {
+		t.Fatalf("after a reload that changed nothing: %v", err)
+	}
+}
