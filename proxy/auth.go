@@ -170,18 +170,30 @@ func (a *authenticator) close() {
 
 // reload reads auth.file again, keeping the users it had when the file is unreadable or broken.
 func (a *authenticator) reload() error {
+	apply, err := a.readAgain()
+	if err != nil {
+		return err
+	}
+	apply()
+	return nil
+}
+
+// readAgain reads auth.file again without applying it: apply makes its users the proxy's. An unreadable or broken
+// file is an error, and nothing is read to apply.
+func (a *authenticator) readAgain() (apply func(), err error) {
 	if a == nil || a.cfg.File == "" {
-		return nil
+		return func() {}, nil
 	}
 	seen := statVersion(a.cfg.File)
 	users, err := readUserlist(a.cfg.File)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	a.mu.Lock()
-	a.file, a.fileSeen, a.fileIterations = users, seen, auth.IterationCounts(users)
-	a.mu.Unlock()
-	return nil
+	return func() {
+		a.mu.Lock()
+		a.file, a.fileSeen, a.fileIterations = users, seen, auth.IterationCounts(users)
+		a.mu.Unlock()
+	}, nil
 }
 
 // mockIterations is the iteration count a mock SCRAM secret shows: the one counted most among the secrets seen
@@ -222,6 +234,10 @@ func (a *authenticator) reloadIfChanged() {
 
 // ReloadAuth reads auth.file again (SIGHUP).
 func (s *Server) ReloadAuth() error { return s.auth.reload() }
+
+// ReadAuthAgain is ReloadAuth in two steps, for a reload that applies all it reads or nothing: it reads and
+// checks auth.file, and apply makes the users read the proxy's. A file that is unreadable or broken is an error.
+func (s *Server) ReadAuthAgain() (apply func(), err error) { return s.auth.readAgain() }
 
 // lookup finds user's secret: in auth.file first (read again when it changed), then through auth.query (user bound as $1, never spliced; the
 // query's last column is the secret, NULL or no row meaning no such user). A plaintext answer is treated as no

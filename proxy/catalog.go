@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"fmt"
+	"reflect"
 	"sync"
 
 	"github.com/fenceproxy/fenceproxy/catalog"
@@ -61,10 +62,17 @@ func NewPlannerSet(srv *Server, cfg *config.Config, snap *catalog.Snapshot, metr
 	return &PlannerSet{srv: srv, metrics: metrics, cfg: cfg, snap: snap}
 }
 
-// SetConfig applies a reloaded configuration's tables.
+// SetConfig applies a reloaded configuration's tables. One whose rewriter configuration is the one in force keeps
+// the planner, its cache and its generation (plannerBox): a SIGHUP that changes no table changes nothing, and
+// what clients prepared is not analysed again (nor refused, where it cannot be: a pinned client's own
+// statements, pooledsqlprep.go).
 func (p *PlannerSet) SetConfig(cfg *config.Config) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.cfg != nil && p.cfg.Limits.RewriteCacheSize == cfg.Limits.RewriteCacheSize && reflect.DeepEqual(rewriteConfig(p.cfg), rewriteConfig(cfg)) {
+		p.cfg = cfg
+		return nil
+	}
 	planner, err := NewPlannerWithCatalog(cfg, p.snap, p.metrics)
 	if err != nil {
 		return err

@@ -145,6 +145,17 @@ type pooledState struct {
 	// another token is in force.
 	unnamedToken string
 	unnamedSrc   []byte
+	// unnamedGen is the generation of the planner unnamed was fenced under (plannerBox): bound under another, it
+	// is fenced again from unnamedSrc first (placeUnnamed).
+	unnamedGen uint64
+	// ownPrepGen is the generation of the planner in force when the client first sent a text that may prepare a
+	// statement under its own name on the server (a PREPARE in a Parse, or in a Query the proxy cannot read: not
+	// mapped, it pins the client), 0 if none: such a statement stays as fenced then (ownStmtsStale).
+	ownPrepGen uint64
+	// plan is the planner, and its generation, of the client message being forwarded (forwardPooled; pl.mu):
+	// what the proxy kept of the client's statements fenced under another generation is fenced again under
+	// this one before it is sent (serverStmt, placeUnnamed, mapSQLPrepared).
+	plan plannerBox
 
 	settings         map[string]string // the client's other session-level settings (pooledsettings.go)
 	customNames      map[string]bool   // custom settings the client's texts may have set (noteCustomSettings)
@@ -1012,7 +1023,8 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 	if typ == msgFunctionCall {
 		pl.probe.Store(true) // a fastpath call may take an advisory lock
 	}
-	p := ss.srv.currentPlanner()
+	pl.plan = ss.srv.plannerNow()
+	p := pl.plan.p
 	ss.inlined = false
 	ss.followTokenInForce(typ, body, wordsClass)
 	defer func() { ss.inlineToken = "" }()

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"unicode/utf8"
@@ -59,9 +60,14 @@ const sqlStmtPrefix = "fenceproxy_q"
 // proxyNamePrefix starts the names of all of the proxy's own server statements.
 const proxyNamePrefix = "fenceproxy_"
 
-// sqlStmt is a client's SQL-level prepared statement: its server name and the PREPARE that makes it there.
+// sqlStmt is a client's SQL-level prepared statement: its server name and the PREPARE that makes it there. src
+// is the client's PREPARE as it wrote it (rewrite.PreparedRef.Body: named p), "" when the proxy could not tell
+// it; gen the generation of the planner that fenced it (plannerBox). Used under another, it is fenced again from
+// src first (refenceSQL), or refused without one.
 type sqlStmt struct {
 	server, prepare string
+	src             string
+	gen             uint64
 }
 
 // sqlPending is a change to the client's names that the server's CommandComplete of statement stmt (its index in
@@ -339,7 +345,7 @@ func (ss *session) querySQLPrepared(body []byte, p Planner) error {
 	text := msg[headerLen : len(msg)-1]
 	// Positions count characters after the token statement: a prefix that cannot be counted (prefixChars
 	// negative) leaves them as they are.
-	m, err := ss.mapSQLPrepared(text, pl.prefixChars.Load() >= 0)
+	m, err := ss.mapSQLPrepared(text, clientText(body), pl.prefixChars.Load() >= 0)
 	switch {
 	case errors.Is(err, errNoSQLNames):
 		writeQueryMsg(sc.w, prefix, msg[headerLen:], "")
@@ -347,6 +353,11 @@ func (ss *session) querySQLPrepared(body []byte, p Planner) error {
 	case err != nil:
 		// Never as it is: its names would be the server connection's (the top of this file).
 		writeQueryMsg(sc.w, prefix, nil, ss.refusal(unmappedRefusal(err)))
+		return nil
+	}
+	if m.own && pl.ownStale() {
+		// It executes a name the client never prepared here: maybe one of its own (ownStmts).
+		writeQueryMsg(sc.w, prefix, nil, ownStmtsRefusal())
 		return nil
 	}
 	// The CloseCompletes come first: while statements in front are hidden (the token statement, the PREPAREs) they
@@ -379,14 +390,12 @@ func unmappedRefusal(why error) rewrite.Plan {
 // DEALLOCATE), to be mapped; errNoSQLNames when it uses none, another error when they cannot be mapped
 // (querySQLPrepared, parseSQLPrepared: refused).
 func (ss *session) sqlRefs(text []byte) ([]rewrite.PreparedRef, error) {
-	// The settings the server reads the text under as last reported: the message itself already counts as
-	// pending here (the core), which would make them unsettled for every text.
-	set := ss.readingSettings()
-	set.Unsettled = false
-	if err := sqlUnreadable(text, set); err != nil {
+	if err := ss.unreadable(text); err != nil {
 		// pg_query cannot read it as the server does, so its names cannot be replaced in it; but read as the
 		// planner reads it (decoded, literals with backslashes respelled), it may use none, and then there is
 		// nothing to map (a word in a string with a backslash, a LATIN1 text that mentions EXECUTE).
+		set := ss.readingSettings()
+		set.Unsettled = false
 		if refs, rerr := rewrite.PreparedRefsAs(text, set); rerr == nil && len(refs) == 0 {
 			return nil, errNoSQLNames
 		}
@@ -402,6 +411,15 @@ func (ss *session) sqlRefs(text []byte) ([]rewrite.PreparedRef, error) {
 	return refs, nil
 }
 
+// unreadable says why pg_query may not read a client's text as the server does under the session's reading
+// settings as last reported (sqlUnreadable), nil when it does. The message itself already counts as pending
+// here (the core), which would make them unsettled for every text.
+func (ss *session) unreadable(text []byte) error {
+	set := ss.readingSettings()
+	set.Unsettled = false
+	return sqlUnreadable(text, set)
+}
+
 // sqlUnreadable says why a text may not read the same to pg_query as to the server under set, nil when it does.
 func sqlUnreadable(text []byte, set rewrite.Settings) error {
 	switch {
@@ -413,9 +431,40 @@ func sqlUnreadable(text []byte, set rewrite.Settings) error {
 	return nil
 }
 
+// ownStmts applies the rule for statements the server holds under the client's own names (pl.mu held), to a
+// text the proxy does not map (a Parse's, or a Query's it cannot read) whose uses of names are refs (err: not
+// known): a text that may PREPARE one marks the session (ownPrepGen); a text that may EXECUTE one after the
+// planner changed since is refused (true): that statement was fenced as the planner then had it, and the proxy
+// can neither see nor prepare it again. Reconnecting clears it.
+func (ss *session) ownStmts(refs []rewrite.PreparedRef, err error) (refuse bool) {
+	pl := ss.pooled
+	has := func(k rewrite.PreparedKind) bool {
+		return err != nil || slices.ContainsFunc(refs, func(r rewrite.PreparedRef) bool { return r.Kind == k })
+	}
+	if pl.ownStale() && has(rewrite.ExecuteName) {
+		return true
+	}
+	if pl.ownPrepGen == 0 && has(rewrite.PrepareName) {
+		pl.ownPrepGen = pl.plan.gen
+	}
+	return false
+}
+
+// ownStale reports whether the client may have statements of its own names on the server prepared under a
+// planner that is not the one in force (pl.mu held; ownStmts).
+func (pl *pooledState) ownStale() bool { return pl.ownPrepGen != 0 && pl.ownPrepGen != pl.plan.gen }
+
+// ownStmtsRefusal is the refusal of a text ownStmts refuses.
+func ownStmtsRefusal() string {
+	return rewrite.RefusalSQL(sqlstateUnfenceable, "", "unfenceable write: this session prepared statements under its own names "+
+		"(PREPARE by the extended protocol, or in a text the proxy cannot read) before the protected table list changed; "+
+		"they would run as fenced then", "Reconnect, and PREPARE them again.")
+}
+
 // parseSQLPrepared is a fenced Parse message (whole) whose text may use SQL-level statement names (pl.mu held):
 // each name it uses is closed first on the lent server connection unless the client is pinned (foreignStmt), one
-// of the proxy's own replaced by a name nothing holds, the text then deparsed.
+// of the proxy's own replaced by a name nothing holds, the text then deparsed. A PREPARE in it leaves a statement
+// of the client's own name: ownStmts.
 func (ss *session) parseSQLPrepared(msg []byte) []byte {
 	if len(msg) < headerLen || msg[0] != msgParse {
 		return msg
@@ -437,6 +486,11 @@ func (ss *session) parseSQLPrepared(msg []byte) []byte {
 		return b.Bytes()
 	}
 	refs, err := ss.sqlRefs(query)
+	if err == nil && ss.ownStmts(refs, nil) {
+		var b bytes.Buffer
+		writeMsg(&b, msgParse, append(append(append(append(append([]byte(nil), name...), 0), ownStmtsRefusal()...), 0), tail...), "")
+		return b.Bytes()
+	}
 	switch {
 	case errors.Is(err, errNoSQLNames):
 		return msg
@@ -482,19 +536,86 @@ type sqlMapping struct {
 	named  string
 	closes []string
 	front  int // hidden PREPAREs in front of the text's first statement
+	// own: the text EXECUTEs a name the client has not prepared here, as it is: a statement of the client's own
+	// name, when it is pinned (ownStmts).
+	own bool
+}
+
+// clientText is the text of a client's Query body (nil when malformed).
+func clientText(body []byte) []byte {
+	text, _ := planText(msgQuery, body)
+	return text
+}
+
+// clientPrepares are the client's own PREPAREs (their bodies, rewrite.PreparedRef.Body) of the client's Query
+// text orig, by the index of the fenced text's reference (refs) they are: "" where the two texts do not have the
+// same references (a refusal replaced the text), or orig cannot be read exactly.
+func (ss *session) clientPrepares(orig []byte, refs []rewrite.PreparedRef) []string {
+	out := make([]string, len(refs))
+	if orig == nil || !slices.ContainsFunc(refs, func(r rewrite.PreparedRef) bool { return r.Kind == rewrite.PrepareName }) ||
+		ss.unreadable(orig) != nil {
+		return out // no PREPARE: the client's text is not parsed again (an EXECUTE's Query, the common one)
+	}
+	own, err := rewrite.PreparedRefs(string(orig))
+	if err != nil || len(own) != len(refs) {
+		return out
+	}
+	for i, r := range refs {
+		if o := own[i]; o.Kind != r.Kind || o.Name != r.Name || o.Stmt != r.Stmt {
+			return make([]string, len(refs))
+		}
+	}
+	for i, r := range own {
+		if r.Kind == rewrite.PrepareName {
+			out[i] = r.Body
+		}
+	}
+	return out
+}
+
+// refenceSQL is the client's SQL-level statement d, of name, fenced again from the client's PREPARE (d.src) by
+// the planner in force (pl.plan; pl.mu held): d was fenced under another (a reload or a catalog refresh changed
+// what is protected since). Its server name is its new text's (sqlStmtName), so no server connection that holds
+// the old text runs it for this name. Without the client's PREPARE, or when the planner now refuses it, the
+// hidden PREPARE is of the refusal, which the server answers before the client's statement that uses it.
+func (ss *session) refenceSQL(name string, d sqlStmt) sqlStmt {
+	pl := ss.pooled
+	text := d.src
+	if p := pl.plan.p; p != nil && d.src != "" {
+		set := ss.readingSettings()
+		set.InlineToken = false
+		switch plan := ss.checkPlan(p.Plan([]byte(d.src), set)); plan.Action {
+		case rewrite.Rewrite:
+			text = plan.SQL
+		case rewrite.Refuse:
+			text = "PREPARE p AS " + ss.refusal(plan)
+		}
+	}
+	if refs, err := rewrite.PreparedRefs(text); err == nil && len(refs) == 1 && refs[0].Kind == rewrite.PrepareName {
+		server := sqlStmtName(name, refs[0].Body)
+		if _, prepares, err := rewrite.RenamePrepared(text, []string{server}); err == nil {
+			return sqlStmt{server: server, prepare: prepares[0], src: d.src, gen: pl.plan.gen}
+		}
+	}
+	refusal := rewrite.RefusalSQL(sqlstateUnfenceable, "", "unfenceable write: the prepared statement "+name+
+		" could not be analysed again after the table list changed", "Prepare it again.")
+	server := sqlStmtName(name, refusal)
+	return sqlStmt{server: server, prepare: "PREPARE " + server + " AS " + refusal, src: d.src, gen: pl.plan.gen}
 }
 
 // mapSQLPrepared maps the statement names of a fenced Query text (pl.mu held), puts in the hidden PREPAREs it
 // needs, and records what the server's answers will make of the client's names and which answers are hidden;
-// spans: where the hidden PREPAREs are is recorded for the positions of errors. errNoSQLNames when the text
-// uses no names; another error when it cannot be read exactly or mapped (querySQLPrepared refuses it).
-func (ss *session) mapSQLPrepared(text []byte, spans bool) (sqlMapping, error) {
+// spans: where the hidden PREPAREs are is recorded for the positions of errors. orig is the client's text before
+// fencing: its PREPAREs are kept, to be fenced again should the planner change (refenceSQL). errNoSQLNames when
+// the text uses no names; another error when it cannot be read exactly or mapped (querySQLPrepared refuses it).
+func (ss *session) mapSQLPrepared(text, orig []byte, spans bool) (sqlMapping, error) {
 	pl := ss.pooled
 	sc := pl.sc
 	refs, err := ss.sqlRefs(text)
 	if err != nil {
 		return sqlMapping{}, err
 	}
+	srcs := ss.clientPrepares(orig, refs)
 	q := &pl.sqlStmts
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -519,6 +640,12 @@ func (ss *session) mapSQLPrepared(text []byte, spans bool) (sqlMapping, error) {
 			return sqlStmt{}, false
 		}
 		d, ok := q.byName[n]
+		if ok && d.gen != pl.plan.gen {
+			// Fenced under another planner: fenced again now, under a server name of its new text, which the
+			// connection then does not hold (ensure prepares it).
+			d = ss.refenceSQL(n, d)
+			q.byName[n] = d
+		}
 		return d, ok
 	}
 	var m sqlMapping
@@ -592,6 +719,8 @@ func (ss *session) mapSQLPrepared(text []byte, spans bool) (sqlMapping, error) {
 				renamed[i] = r.Name
 				if pl.pin == "" {
 					closeFirst(r.Name)
+				} else if r.Kind == rewrite.ExecuteName {
+					m.own = true
 				}
 			}
 		case rewrite.PrepareName:
@@ -611,7 +740,7 @@ func (ss *session) mapSQLPrepared(text []byte, spans bool) (sqlMapping, error) {
 			used[h] = true
 			renamed[i] = h
 			sc.sqlStmts[h] = true
-			def := &sqlStmt{server: h}
+			def := &sqlStmt{server: h, src: srcs[i], gen: pl.plan.gen}
 			names[r.Name] = def
 			newDefs[i] = len(pend)
 			pend = append(pend, sqlPending{stmt: r.Stmt, name: r.Name})
@@ -623,7 +752,7 @@ func (ss *session) mapSQLPrepared(text []byte, spans bool) (sqlMapping, error) {
 		return sqlMapping{}, err
 	}
 	for i, k := range newDefs {
-		pend[k].def = sqlStmt{server: renamed[i], prepare: prepares[i]}
+		pend[k].def = sqlStmt{server: renamed[i], prepare: prepares[i], src: srcs[i], gen: pl.plan.gen}
 	}
 	m.named = out
 	var at []rewrite.Span

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+
+	"github.com/fenceproxy/fenceproxy/rewrite"
 )
 
 // Protocol-level named statements under transaction pooling (pgx's statement cache, JDBC, psycopg 3 and
@@ -144,11 +146,15 @@ func editErrorField(body []byte, field byte, v *string) []byte {
 }
 
 // clientStmt is a client's named statement: its server name, the fenced Parse body under that name, and the
-// client's own text (what its words may do: the fenced one also holds the proxy's own SQL).
+// client's own text (what its words may do: the fenced one also holds the proxy's own SQL). src is the client's
+// Parse body and gen the generation of the planner that fenced it (plannerBox): a Bind or Describe under
+// another fences src again first (refenceNamed), so that the server never runs it as an older table list had it.
 type clientStmt struct {
 	server string
 	parse  []byte
 	text   []byte
+	src    []byte
+	gen    uint64
 }
 
 // answerHide says, for one Parse or Close sent to the server, whether its answer is the proxy's own, and the
@@ -762,7 +768,7 @@ func (ss *session) parseNamed(body []byte, p Planner) error {
 	if had {
 		was.stmt = prev // held, not prepared (holds): a Bind of it gets 26000, as before this Parse
 	}
-	pl.stmts.byName[string(name)] = clientStmt{server: server, parse: parse, text: bytes.Clone(text)}
+	pl.stmts.byName[string(name)] = clientStmt{server: server, parse: parse, text: bytes.Clone(text), src: bytes.Clone(body), gen: pl.plan.gen}
 	// Closed first, prepared here or not: prepared again if it was (a client parses again to get a plan for a
 	// changed schema), so that the client's ParseComplete comes in its place; and whatever another client's
 	// function may have put under the name is gone (a name the proxy never prepared here would fail the Parse,
@@ -792,6 +798,10 @@ func (ss *session) serverStmt(name []byte) string {
 	if !ok || !pl.stmts.holds(string(name)) {
 		return ""
 	}
+	if cs.gen != pl.plan.gen {
+		cs = ss.refenceNamed(cs)
+		pl.stmts.byName[string(name)] = cs
+	}
 	sc := pl.sc
 	if !sc.stmtsFresh[cs.server] {
 		// Not prepared here, or prepared before another client held the connection or a batch failed
@@ -807,6 +817,42 @@ func (ss *session) serverStmt(name []byte) string {
 		pl.stmtParsed.Store(true)
 	}
 	return cs.server
+}
+
+// refenceNamed is the client's named statement cs fenced again, from the client's Parse, by the planner in force
+// (pl.plan; pl.mu held): cs was fenced under another (a reload or a catalog refresh changed what is protected
+// since). Its server name is its new text's (serverStmtName), so no server connection that holds the old text
+// runs it for this name; a text the planner now refuses becomes that refusal, which the server answers at the
+// Parse (before the client's Bind). The parameters and columns are the client's, as at its Parse.
+func (ss *session) refenceNamed(cs clientStmt) clientStmt {
+	pl := ss.pooled
+	token, inlined := ss.inlineToken, ss.inlined
+	ss.inlineToken = "" // a named statement never carries the token: it may run under a later one
+	var fenced bytes.Buffer
+	var err error
+	if p := pl.plan.p; p != nil {
+		err = ss.fenceParse(&fenced, p, cs.src, ss.readingSettings())
+	} else {
+		writeMsg(&fenced, msgParse, cs.src, "")
+	}
+	ss.inlineToken, ss.inlined = token, inlined
+	msg := ss.parseSQLPrepared(fenced.Bytes())
+	var rest []byte
+	ok := err == nil && wholeParse(msg)
+	if ok {
+		_, rest, ok = cutNul(msg[headerLen:])
+	}
+	if !ok {
+		// It parsed the first time, so this is not the client's doing; fail closed: the statement is refused
+		// where it is prepared.
+		ss.srv.log.Warn("fencing a prepared statement again after a reload failed; refused", "err", err)
+		_, tail, _ := cutNul(cs.src)
+		_, types, _ := cutNul(tail)
+		refusal := rewrite.RefusalSQL(sqlstateUnfenceable, "", "unfenceable write: the statement could not be analysed again after the table list changed", "Prepare it again.")
+		rest = append(append([]byte(refusal), 0), types...)
+	}
+	server := serverStmtName(rest)
+	return clientStmt{server: server, parse: append(append([]byte(server), 0), rest...), text: cs.text, src: cs.src, gen: pl.plan.gen}
 }
 
 // deallocateNamed maps an SQL DEALLOCATE of the client's protocol-level statement name (psycopg 3 with libpq
@@ -922,7 +968,7 @@ func (ss *session) parseUnnamed(body []byte, p Planner) error {
 	if wholeParse(msg) {
 		pl.unnamed = bytes.Clone(msg)
 	}
-	pl.unnamedToken, pl.unnamedSrc = "", bytes.Clone(body)
+	pl.unnamedToken, pl.unnamedSrc, pl.unnamedGen = "", bytes.Clone(body), pl.plan.gen
 	if ss.inlined && ss.inlineToken != "" {
 		pl.unnamedToken = ss.inlineToken
 	}
@@ -990,7 +1036,7 @@ func (pl *pooledState) unnamedOut(typ byte, body []byte) bool {
 // Without a planner nothing is fenced, so nothing carries a token.
 func (ss *session) placeUnnamed(p Planner, namedPortal bool) {
 	pl := ss.pooled
-	if pl.unnamed != nil && pl.unnamedToken != "" && p != nil && (namedPortal || pl.unnamedToken != pl.tokenInForce) {
+	if pl.unnamed != nil && p != nil && (pl.unnamedGen != pl.plan.gen || pl.unnamedToken != "" && (namedPortal || pl.unnamedToken != pl.tokenInForce)) {
 		ss.refenceUnnamed(p, !namedPortal)
 	}
 	if pl.unnamedDropped.Swap(false) {
@@ -1033,7 +1079,7 @@ func (ss *session) refenceUnnamed(p Planner, inline bool) {
 	var fenced bytes.Buffer
 	err := ss.fenceParse(&fenced, p, src, ss.readingSettings())
 	msg := ss.parseSQLPrepared(fenced.Bytes())
-	pl.unnamed, pl.unnamedToken, pl.unnamedSrc = nil, "", nil
+	pl.unnamed, pl.unnamedToken, pl.unnamedSrc, pl.unnamedGen = nil, "", nil, pl.plan.gen
 	switch {
 	case err != nil:
 		ss.srv.log.Warn("fencing the unnamed statement again failed", "err", err)

@@ -74,19 +74,21 @@ type Options struct {
 
 // Server accepts client connections and relays each to its own upstream session.
 type Server struct {
-	cfg       *config.Config
-	log       *slog.Logger
-	planner   atomic.Pointer[plannerBox]
-	verifier  TokenVerifier
-	metrics   *Metrics
-	clientTLS *tls.Config
-	upTLS     *tls.Config
-	loops     []*evLoop      // empty: no event loop
-	spinners  atomic.Int32   // event loops polling in spinPoll now
-	pool      *upstreamPool  // nil: upstream connections are not reused
-	auth      *authenticator // nil: authentication is relayed to PostgreSQL (auth.type passthrough)
-	router    *router        // nil: one upstream.address, no router
-	pools     *txPools       // pool.mode transaction (pool.go); nil in session mode
+	cfg     *config.Config
+	log     *slog.Logger
+	planner atomic.Pointer[plannerBox]
+	// plannerGen numbers the planners SetPlanner installs (plannerBox.gen).
+	plannerGen atomic.Uint64
+	verifier   TokenVerifier
+	metrics    *Metrics
+	clientTLS  *tls.Config
+	upTLS      *tls.Config
+	loops      []*evLoop      // empty: no event loop
+	spinners   atomic.Int32   // event loops polling in spinPoll now
+	pool       *upstreamPool  // nil: upstream connections are not reused
+	auth       *authenticator // nil: authentication is relayed to PostgreSQL (auth.type passthrough)
+	router     *router        // nil: one upstream.address, no router
+	pools      *txPools       // pool.mode transaction (pool.go); nil in session mode
 	// effectWords are the words of a text that may change the token, lock or application_name at session level
 	// (rewrite.SessionEffects): their names, RESET and DISCARD (ALL), EXECUTE (an SQL prepared statement),
 	// set_config and u& (which may spell any of them); for the pool's text classes (textClass.effects).
@@ -122,7 +124,15 @@ type acceptedConn struct {
 	over bool
 }
 
-type plannerBox struct{ p Planner }
+// plannerBox is a planner and its generation: each SetPlanner (a reload, a catalog refresh that changed what is
+// protected) installs a new one. What the proxy keeps of a client's statement after fencing it, to prepare it
+// again later on other server connections (pooledstmts.go, pooledsqlprep.go), carries the generation it was
+// fenced under, and is fenced again from the client's text when it is not the one in force: a statement
+// prepared before a reload runs as the new table list says, never as the old one did.
+type plannerBox struct {
+	p   Planner
+	gen uint64
+}
 
 // sessionEffects is what a pooled client's text may do to the token, lock and application_name at session level
 // (rewrite.SessionEffects, through the planner), for the pool's text classes (textClass.effects). Without a
@@ -225,9 +235,12 @@ func (s *Server) primaryChanged(old, now string, epoch uint64) {
 }
 
 // SetPlanner replaces the planner for statements parsed from now on (SIGHUP reload). Sessions keep running.
-func (s *Server) SetPlanner(p Planner) { s.planner.Store(&plannerBox{p}) }
+func (s *Server) SetPlanner(p Planner) { s.planner.Store(&plannerBox{p: p, gen: s.plannerGen.Add(1)}) }
 
 func (s *Server) currentPlanner() Planner { return s.planner.Load().p }
+
+// plannerNow is the planner in force and its generation, read together.
+func (s *Server) plannerNow() plannerBox { return *s.planner.Load() }
 
 // Serve accepts connections on ln until ln is closed or Shutdown is called.
 func (s *Server) Serve(ln net.Listener) error {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -166,15 +165,25 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	opts.Reload = func() ([]string, error) {
 		reloading.Lock()
 		defer reloading.Unlock()
-		notApplied, err := reload(*configPath, cfg, planners, watcher, log)
 		if keeper != nil {
-			syncCeiling(keeper, cfg, log)
+			// Not configuration: the ceiling the verifier keeps, written again (a reinstalled schema gets it back).
+			defer syncCeiling(keeper, cfg, log)
 		}
-		if aerr := srv.ReloadAuth(); aerr != nil {
-			log.Error("auth.file not reloaded; keeping the users read before", "err", aerr)
-			err = errors.Join(err, fmt.Errorf("auth.file: %w", aerr))
+		// What the reload applies (the table list, auth.file's users) is all read and checked before any of it is
+		// applied: a reload that fails changes nothing. Until 2026-12-05 a broken auth.file failed RELOAD after
+		// the new table list had been applied, and a broken configuration file still applied auth.file.
+		applyAuth, err := srv.ReadAuthAgain()
+		if err != nil {
+			err = fmt.Errorf("auth.file: %w", err)
+			log.Error("reload failed; keeping the current configuration and users", "err", err)
+			return nil, err
 		}
-		return notApplied, err
+		notApplied, err := reload(*configPath, cfg, planners, watcher, log)
+		if err != nil {
+			return nil, err
+		}
+		applyAuth()
+		return notApplied, nil
 	}
 	srv, err = proxy.New(opts)
 	if err != nil {
