@@ -101,6 +101,8 @@ func (ss *session) clientNeedsBody(typ byte, p Planner) bool {
 		return p != nil && ss.prep.max > 0 // a Close of a statement may drop one of the proxy's (prepared.go)
 	case msgFunctionCall:
 		return ss.srv.fastpathGuarded()
+	case msgBind:
+		return ss.keptNeedsBind() // reloadkept.go
 	}
 	return false
 }
@@ -159,6 +161,7 @@ func (ss *session) onClientMsg(typ byte, body []byte, p Planner, out msgSink) er
 		st.unsynced.Store(true)
 		if body != nil {
 			ss.prep.clientClose(body)
+			ss.forgetStmt(body)
 			writeMsg(out, msgClose, body, "")
 		}
 	case msgBind, msgExecute, msgDescribe:
@@ -169,6 +172,14 @@ func (ss *session) onClientMsg(typ byte, body []byte, p Planner, out msgSink) er
 		if typ == msgExecute {
 			if err := ss.keptFencedRefused(); err != nil {
 				return err
+			}
+		}
+		if typ == msgBind {
+			if err := ss.keptStmtsCurrent(body); err != nil { // reloadkept.go
+				return err
+			}
+			if body != nil { // read for keptStmtsCurrent (clientNeedsBody): the transport sends nothing of it
+				writeMsg(out, msgBind, body, "")
 			}
 		}
 		if typ != msgDescribe {

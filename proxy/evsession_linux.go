@@ -602,7 +602,9 @@ func compact(buf *[]byte, i int, need int) {
 func (es *evSession) fromClient() error {
 	ss := es.ss
 	b := es.cin
-	p := ss.srv.currentPlanner()
+	box := ss.srv.plannerNow()
+	p := box.p
+	ss.planGen = box.gen // the generation of p, for what the core keeps of the client's statements (reloadkept.go)
 	limit := ss.cr.max
 	i, need := 0, 0
 	for i < len(b) && !es.planning {

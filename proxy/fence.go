@@ -40,6 +40,7 @@ func (ss *session) queryOut(w msgSink, p Planner, body []byte, set rewrite.Setti
 	if ss.srv.router != nil {
 		plan = ss.keptFencedQuery(plan, text)
 	}
+	plan = ss.sqlPrepared(text, plan) // reloadkept.go
 	switch plan.Action {
 	case rewrite.Rewrite:
 		ss.srv.metrics.rewritten()
@@ -79,6 +80,7 @@ func (ss *session) parseOut(w msgSink, p Planner, body []byte, set rewrite.Setti
 	plan, query, sql, err := ss.fenceParseAs(w, p, body, set)
 	if err == nil {
 		ss.notePositions(quiet, p, query, set, &plan, sql) // positions.go
+		ss.keepStmt(body, query, plan)                     // reloadkept.go
 	}
 	if err == nil && ss.rewroteParse {
 		ss.srv.metrics.rewritten()

@@ -296,29 +296,70 @@ func TestPooledReloadRemovesTableMidTransaction(t *testing.T) {
 	wantReloadStale(t, f, "protected again (SQL EXECUTE)", a.Exec(ctx, "EXECUTE sp(1)").Close())
 }
 
-// Session mode (no pool): a protocol-level named statement and an SQL PREPARE prepared before a reload that
-// protects the table, executed after.
+// Session mode (no pool): the server holds a client's statements under the client's own names as the proxy fenced
+// them then, and the proxy cannot prepare them again. A protocol-level named statement and an SQL PREPARE
+// prepared before a reload that protects their table, run after it, wrote the table unfenced with a stale token
+// (until 2026-12-05). Now (proxy/reloadkept.go) the Bind ends the session with FATAL 55F04 before it reaches the
+// server, an EXECUTE is refused 55F04, and the row keeps its newer token; a statement the reload does not change
+// (a read of another table) keeps running, and one prepared after the reload is fenced (55F01). Both transports.
 func TestSessionReloadFencesStatementsPreparedBefore(t *testing.T) {
+	for _, mode := range []struct {
+		name     string
+		goroutin bool
+	}{{"event loop", false}, {"goroutines", true}} {
+		t.Run(mode.name, func(t *testing.T) { sessionReloadPreparedBefore(t, mode.goroutin) })
+	}
+}
+
+func sessionReloadPreparedBefore(t *testing.T, goroutines bool) {
 	d := direct(t)
 	name := fxName(t, "rn")
 	fxCreateTable(t, d, "public."+name)
 	fxExec(t, d, fmt.Sprintf("INSERT INTO public.%s (id, balance, fence_token) VALUES (1, 0, 9)", name))
-	p := startProxy(t, proxytest.Options{YAML: fxTables("public." + name + "_other")})
+	p := startProxy(t, proxytest.Options{YAML: fxTables("public." + name + "_other"), DisableEventLoop: goroutines})
 	f := &fenced{p: p, d: d, name: name, label: "public." + name}
 	ctx := ctxT(t)
-	a := pooledPgConn(t, f, "")
-	if err := a.Exec(ctx, "SET fence.token = 5").Close(); err != nil {
-		t.Fatal(err)
+	upd := fmt.Sprintf("UPDATE public.%s SET balance = balance + 1 WHERE id = $1", name)
+	connect := func() *pgconn.PgConn {
+		c := pooledPgConn(t, f, "")
+		if err := c.Exec(ctx, "SET fence.token = 5").Close(); err != nil {
+			t.Fatal(err)
+		}
+		return c
 	}
-	if _, err := a.Prepare(ctx, "upd", fmt.Sprintf("UPDATE public.%s SET balance = balance + 1 WHERE id = $1", name), nil); err != nil {
-		t.Fatal(err)
+	a, b := connect(), connect()
+	for _, c := range []*pgconn.PgConn{a, b} {
+		if _, err := c.Prepare(ctx, "upd", upd, nil); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Prepare(ctx, "other", "SELECT $1::int + 1", nil); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if err := a.Exec(ctx, fmt.Sprintf("PREPARE sp(int) AS UPDATE public.%s SET balance = balance + 1 WHERE id = $1", name)).Close(); err != nil {
+	if err := b.Exec(ctx, "PREPARE sp(int) AS "+upd).Close(); err != nil {
 		t.Fatal(err)
 	}
 	reloadTables(t, f, "public."+name)
-	wantReloadStale(t, f, "session mode: named statement prepared before the reload", execPrepared(a, "upd", 1))
-	wantReloadStale(t, f, "session mode: SQL PREPARE before the reload", a.Exec(ctx, "EXECUTE sp(1)").Close())
+	if err := execPrepared(a, "other", 1); err != nil {
+		t.Fatalf("a statement the reload does not change: %v", err)
+	}
+	err := execPrepared(a, "upd", 1)
+	wantPgErr(t, err, "55F04", "unfenceable write: the protected table list changed since prepared statement \"upd\" was prepared")
+	if !a.IsClosed() {
+		if err := a.Exec(ctx, "SELECT 1").Close(); err == nil {
+			t.Fatalf("the session refused with FATAL goes on")
+		}
+	}
+	wantPgErr(t, b.Exec(ctx, "EXECUTE sp(1)").Close(), "55F04", "unfenceable write: this session prepared statements (SQL PREPARE)")
+	if snap := f.snapshot(t); snap != "1:0:9" {
+		t.Fatalf("rows after the refusals: %s, want 1:0:9 (nothing written)", snap)
+	}
+	// After the reload a statement is fenced as the new list says.
+	c := connect()
+	if _, err := c.Prepare(ctx, "upd", upd, nil); err != nil {
+		t.Fatal(err)
+	}
+	wantReloadStale(t, f, "session mode: named statement prepared after the reload", execPrepared(c, "upd", 1))
 }
 
 // Transaction pooling, a client pinned by a PREPARE it sent in a Parse (the extended protocol: the proxy does

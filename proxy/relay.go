@@ -85,7 +85,9 @@ func (ss *session) clientToServer() ending {
 			}
 			return ss.clientEnding(err)
 		}
-		p := ss.srv.currentPlanner()
+		box := ss.srv.plannerNow()
+		p := box.p
+		ss.planGen = box.gen // the generation of p, for what the core keeps of the client's statements (reloadkept.go)
 		if ss.clientNeedsBody(typ, p) {
 			var body []byte
 			if body, err = cr.body(); err == nil {

@@ -68,6 +68,14 @@ type session struct {
 	// so its runs are judged again (keptFencedRefusal). Set only, never cleared: a Parse that replaced one may
 	// have been skipped. Written and read by the side that reads the client.
 	keptFenced string
+	// keptStmts are the statements a session-mode client prepared by Parse, by name, with the planner generation
+	// that fenced them; sqlPrepGen the generation in force at its first SQL PREPARE (0: none). Both for the rule
+	// of reloadkept.go; written and read by the side that reads the client.
+	keptStmts   map[string]*keptStmt
+	keptChanged map[string]bool // kept statements the planner in force makes otherwise
+	keptGen     uint64          // the generation every kept statement was judged against (0: none yet)
+	sqlPrepGen  uint64
+	planGen     uint64 // the generation of the planner the transport gives the core now (reloadkept.go)
 	// positions maps the positions of errors and notices of the answers in flight into the client's text
 	// (positions.go); nil when they need no map. Written by the client side, read and cleared by the server side.
 	positions atomic.Pointer[sentRewrite]

@@ -1,0 +1,159 @@
+package proxy
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/fenceproxy/fenceproxy/rewrite"
+)
+
+// Statements a session-mode client prepared before the protected table list changed (a reload, a catalog
+// refresh: Server.SetPlanner). The server holds them under the client's own names as the planner of then fenced
+// them, and the client runs them later (a Bind; an SQL EXECUTE): one prepared before a reload that protects its
+// table would write it unfenced after, one whose table the reload fences otherwise would run the old fence. The
+// transaction pool prepares a client's statements again from its text under the planner in force
+// (pooledstmts.go, pooledsqlprep.go); session mode relays the client's names to its own server connection and
+// cannot, so it judges them again instead, by one rule: a statement runs only while the planner in force makes
+// of the client's text the statement the server holds; otherwise the session is refused.
+//
+//   - A Parse (named or unnamed) is remembered with the planner generation it was fenced under, the client's
+//     text and what the planner made of it (keptStmt). At the first Bind after a change of planner every
+//     statement the session holds is planned again from its text: the same action and, rewritten, the same text
+//     (the token left out) mark it current; any other goes to keptChanged. A Bind of one of those (or one whose
+//     body was not read while there is any) ends the session with FATAL 55F04 before it reaches the server (an
+//     answer of the proxy's own has no place in the middle of the client's batch); a Parse of the name again,
+//     or a Close, takes it out. The Bind's body is read only while that may matter (keptNeedsBind). A
+//     statement refused when it was prepared is refused by the server whatever the list says now.
+//   - An SQL PREPARE is not followed statement by statement: a Query that may PREPARE marks the session with the
+//     generation in force (sqlPrepGen), and after a change of planner a Query that may EXECUTE is refused (55F04,
+//     the session goes on) until the client reconnects.
+//
+// The transaction pool's sessions (pooled != nil) keep their own rule and never reach these.
+
+// keptStmt is a statement the server holds for a session-mode client: the generation of the planner that fenced
+// it, the client's text, and what that planner made of it: its action and the protected tables it touches.
+type keptStmt struct {
+	gen    uint64
+	src    []byte
+	action rewrite.Action
+	tables []string // the protected tables it touches (rewrite.Plan.Tables: shared, read only)
+}
+
+// keepStmt remembers a session-mode client's Parse (body: name, query, ...) as p planned it into plan.
+func (ss *session) keepStmt(body, query []byte, plan rewrite.Plan) {
+	if ss.pooled != nil {
+		return
+	}
+	name, _, _ := cutNul(body)
+	gen := ss.planGen // p's (the transport read them together)
+	if ss.keptStmts == nil {
+		ss.keptStmts = map[string]*keptStmt{}
+	}
+	k := ss.keptStmts[string(name)]
+	if k == nil {
+		k = &keptStmt{}
+		ss.keptStmts[string(name)] = k
+	}
+	*k = keptStmt{gen: gen, src: append(k.src[:0], query...), action: plan.Action, tables: plan.Tables}
+	delete(ss.keptChanged, string(name))
+	if gen != ss.keptGen {
+		ss.keptGen = 0 // judged again at the next Bind (keptStmtsCurrent)
+	}
+}
+
+// forgetStmt forgets a statement the client closed (a Close's body: 'S', name).
+func (ss *session) forgetStmt(body []byte) {
+	if ss.keptStmts == nil || len(body) == 0 || body[0] != 'S' {
+		return
+	}
+	name, _, _ := cutNul(body[1:])
+	delete(ss.keptStmts, string(name))
+	delete(ss.keptChanged, string(name))
+}
+
+// keptNeedsBind reports whether a session-mode client's Bind must be read (clientNeedsBody) for keptStmtsCurrent:
+// after a change of planner until its statements are judged, and while one of them is refused.
+func (ss *session) keptNeedsBind() bool {
+	return ss.pooled == nil && len(ss.keptStmts) > 0 && (len(ss.keptChanged) > 0 || ss.keptGen != ss.srv.plannerNow().gen)
+}
+
+// keptStmtsCurrent judges a session-mode client's Bind (body; nil: not read): after a change of planner every
+// statement the session holds is judged once (judgeKept; those the change makes otherwise go to keptChanged),
+// and a Bind of one of those, or one not read while there is any, is refused (sessionRefused); nil when it may
+// run.
+func (ss *session) keptStmtsCurrent(body []byte) error {
+	if ss.pooled != nil || len(ss.keptStmts) == 0 {
+		return nil
+	}
+	box := ss.srv.plannerNow()
+	if box.p == nil {
+		return nil // nothing is fenced now: what was fenced then only refuses more
+	}
+	if ss.keptGen != box.gen {
+		for name, k := range ss.keptStmts {
+			if !ss.judgeKept(box, k) {
+				if ss.keptChanged == nil {
+					ss.keptChanged = map[string]bool{}
+				}
+				ss.keptChanged[name] = true
+			}
+		}
+		ss.keptGen = box.gen
+	}
+	if len(ss.keptChanged) == 0 {
+		return nil
+	}
+	what := "a statement this session prepared"
+	if body != nil {
+		_, rest, ok := cutNul(body)
+		if !ok {
+			return nil // malformed: the server refuses it
+		}
+		name, _, _ := cutNul(rest)
+		if !ss.keptChanged[string(name)] {
+			return nil
+		}
+		what = "the unnamed statement"
+		if len(name) > 0 {
+			what = fmt.Sprintf("prepared statement %q", name)
+		}
+	}
+	return &sessionRefused{code: sqlstateUnfenceable,
+		msg:    fmt.Sprintf("unfenceable write: the protected table list changed since %s was prepared", what),
+		detail: "The server holds the statement as fenceproxy fenced it under the table list of then.",
+		hint:   "Connect again: statements prepared now are fenced as the list in force says."}
+}
+
+// judgeKept reports whether a kept statement may run under the planner in force (box): fenced under it, refused
+// when prepared, or planned again into what the server holds (then marked current).
+func (ss *session) judgeKept(box plannerBox, k *keptStmt) bool {
+	if k.gen == box.gen || k.action == rewrite.Refuse {
+		return true
+	}
+	set := ss.readingSettings()
+	set.InlineToken = ss.inlineToken != ""
+	plan := box.p.Plan(k.src, set)
+	if plan.Action == k.action && slices.Equal(plan.Tables, k.tables) {
+		k.gen = box.gen
+		return true
+	}
+	return false
+}
+
+// sqlPrepared applies the SQL PREPARE rule to a session-mode client's Query text and its plan: a text that may
+// PREPARE marks the session; one that may EXECUTE after the planner changed since is refused.
+func (ss *session) sqlPrepared(text []byte, plan rewrite.Plan) rewrite.Plan {
+	if ss.pooled != nil || plan.Action == rewrite.Refuse {
+		return plan
+	}
+	box := ss.srv.plannerNow()
+	if ss.sqlPrepGen != 0 && ss.sqlPrepGen != box.gen && executeWords.In(text) {
+		return rewrite.Plan{Action: rewrite.Refuse, Code: sqlstateUnfenceable,
+			Message: "unfenceable write: this session prepared statements (SQL PREPARE) before the protected table list changed; they would run as fenced then",
+			Hint:    "Connect again, and PREPARE them again."}
+	}
+	if ss.sqlPrepGen == 0 && prepareWords.In(text) {
+		ss.sqlPrepGen = ss.planGen // p's (the transport read them together)
+	}
+	return plan
+}
