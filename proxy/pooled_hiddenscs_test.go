@@ -41,3 +41,32 @@ func TestPooledHiddenStandardConformingStringsNeverReachesTheNextClient(t *testi
 	}
 	f.wantToken(t, 1, 1)
 }
+
+// The same change seen from the client that made it: the server told it (ParameterStatus), so the proxy reads
+// its texts with the setting off, and its next transaction goes to another server connection (the first is
+// held by a client in a block), where the setting is on. The connection must read the client's text as the
+// proxy does: read with it off, the text is a SELECT of one string; with it on, an UPDATE of a protected table
+// follows, which the proxy never fenced.
+func TestPooledHiddenStandardConformingStringsFollowTheClient(t *testing.T) {
+	f := newPooledFenced(t, 2, "")
+	ctx := ctxT(t)
+	fxExec(t, f.d, "INSERT INTO "+f.label+" (id, fence_token, balance) VALUES (1, 1, 0)")
+	hostile := pooledPgConn(t, f, "")
+	holder := pooledPgConn(t, f, "")
+	first := simpleOutcome(ctx, hostile, "DO $b$BEGIN EXECUTE 'SET standard_conforming_strings = off'; END$b$; SELECT pg_backend_pid()")
+	held := simpleOutcome(ctx, holder, "BEGIN; SELECT pg_backend_pid()")
+	if "BEGIN; "+first[len("DO; "):] != held {
+		t.Fatalf("the holder is not on the first connection: %s, %s", first, held)
+	}
+	sql := `SELECT 'a\'; UPDATE ` + f.label + ` SET balance = balance + 1 WHERE id = 1; --'`
+	got := simpleOutcome(ctx, hostile, sql)
+	simpleOutcome(ctx, holder, "ROLLBACK")
+	var balance int
+	if err := f.d.QueryRow(ctx, "SELECT balance FROM "+f.label+" WHERE id = 1").Scan(&balance); err != nil {
+		t.Fatal(err)
+	}
+	if balance != 0 {
+		t.Errorf("a write to the protected table ran unfenced, read by the server as the proxy did not read it: %s (balance %d)", got, balance)
+	}
+	f.wantToken(t, 1, 1)
+}
