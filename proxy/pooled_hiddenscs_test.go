@@ -70,3 +70,19 @@ func TestPooledHiddenStandardConformingStringsFollowTheClient(t *testing.T) {
 	}
 	f.wantToken(t, 1, 1)
 }
+
+// client_encoding changed by dynamic SQL the same way: the next client's UTF-8 text is read by the server in
+// the client's encoding, as the proxy reads it, never in the one the other client left (LATIN1, where é would
+// be two characters).
+func TestPooledHiddenClientEncodingNeverReachesTheNextClient(t *testing.T) {
+	f := newPooledFenced(t, 1, "")
+	ctx := ctxT(t)
+	hostile := pooledPgConn(t, f, "")
+	victim := pooledPgConn(t, f, "")
+	if got := simpleOutcome(ctx, hostile, "DO $b$BEGIN EXECUTE 'SET client_encoding = LATIN1'; END$b$"); got != "DO; " {
+		t.Fatalf("the DO block: %s", got)
+	}
+	if got := simpleOutcome(ctx, victim, "SELECT length('é') || ' ' || current_setting('client_encoding')"); got != `SELECT 1 "1 UTF8"; ` {
+		t.Errorf("the next client's text was read in another encoding: %s", got)
+	}
+}
