@@ -48,6 +48,11 @@ var errPoolPaused = fmt.Errorf("%w: the pool is paused (PAUSE)", errPoolTimeout)
 
 // serverConn is one upstream connection of a pool.
 type serverConn struct {
+	// reading is how the server reads the connection's SQL text now, as it last reported (ParameterStatus of
+	// client_encoding, server_encoding and standard_conforming_strings: at its startup, and since, whoever's
+	// statement changed them, a function's or dynamic SQL's included, which nothing else sees). A client's
+	// transaction starts only once the connection reads as the client's texts are read (replaySettings).
+	reading serverReading
 	// For the admin console (SHOW SERVERS, SHOW CLIENTS): the login of the client it is lent to (nil: idle) and
 	// when it was lent, in Unix nanoseconds.
 	lentTo atomic.Pointer[clientLogin]
@@ -1035,6 +1040,9 @@ func (p *txPool) dialOnce(login *clientLogin) (*serverConn, error) {
 		return nil, fmt.Errorf("pool %s on %s: %w", p.name, up.addr, err)
 	}
 	conn.SetDeadline(time.Time{})
+	for _, st := range statuses {
+		sc.reading.note(st.name, st.value)
+	}
 	s.metrics.poolDialed()
 	p.opened.Add(1)
 	p.mu.Lock()

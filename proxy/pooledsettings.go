@@ -238,6 +238,40 @@ func setRead(e rewrite.Effect, undo bool) bool {
 	return e.SetOnly()
 }
 
+// readingDiff is names and values (settingsDiff) with the settings that decide how the server reads SQL text
+// (client_encoding, standard_conforming_strings) put to the client's reading where the connection, as the
+// server last reported it, reads otherwise: the proxy reads the client's texts under the client's reading, so
+// the server must too. The proxy's record of the connection's settings (serverConn.settings) knows only what
+// the clients' texts showed; a function's or dynamic SQL's change (DO ... EXECUTE 'SET
+// standard_conforming_strings = off') is told by the server alone, and before 2026-12-05 it reached the
+// connection's next client, whose text the server then read as the proxy did not: an UPDATE of a protected
+// table inside what the proxy read as a string ran unfenced
+// (TestPooledHiddenStandardConformingStringsNeverReachesTheNextClient).
+func (ss *session) readingDiff(sc *serverConn, names []string, values []*string) ([]string, []*string) {
+	want, has := ss.state.reading.p.Load(), sc.reading.p.Load()
+	if want == nil || has == nil {
+		return names, values
+	}
+	put := func(name, value string) {
+		if i := slices.Index(names, name); i >= 0 {
+			values[i] = &value
+			return
+		}
+		names, values = append(names, name), append(values, &value)
+	}
+	if want.StandardConformingStrings != has.StandardConformingStrings {
+		scs := "off"
+		if want.StandardConformingStrings {
+			scs = "on"
+		}
+		put("standard_conforming_strings", scs)
+	}
+	if want.ClientEncoding != "" && want.ClientEncoding != has.ClientEncoding {
+		put("client_encoding", want.ClientEncoding)
+	}
+	return names, values
+}
+
 // settingsDiff is what turns settings have into want: names, and values (nil: reset), by name.
 func settingsDiff(have, want map[string]string) (names []string, values []*string) {
 	if maps.Equal(have, want) {
@@ -271,6 +305,7 @@ func (ss *session) replaySettings() {
 	pl := ss.pooled
 	sc := pl.sc
 	names, values := settingsDiff(sc.settings, pl.settings)
+	names, values = ss.readingDiff(sc, names, values)
 	if len(names) == 0 {
 		return
 	}
@@ -427,6 +462,7 @@ func (ss *session) pooledParamStatus(sc *serverConn, body []byte) bool {
 		return false
 	}
 	name, value := string(k), string(v)
+	sc.reading.note(name, value)
 	if ss.srv.router != nil {
 		ss.srv.router.observe(sc.host.addr, name, value)
 	}
