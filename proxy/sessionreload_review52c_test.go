@@ -1,0 +1,150 @@
+package proxy_test
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/fenceproxy/fenceproxy/internal/proxytest"
+)
+
+// rawRound sends msgs on pc's frontend and reads until a ReadyForQuery (or the connection ends, as after a
+// FATAL); it returns the first error the server (or the proxy) answered, nil when none. until, when not nil,
+// ends the read at the first message it accepts instead (a batch without Sync).
+func rawRound(t *testing.T, pc *pgconn.PgConn, msgs []pgproto3.FrontendMessage, until func(pgproto3.BackendMessage) bool) error {
+	t.Helper()
+	fe := pc.Frontend()
+	for _, m := range msgs {
+		fe.Send(m)
+	}
+	if err := fe.Flush(); err != nil {
+		return err
+	}
+	deadline := time.AfterFunc(20*time.Second, func() { pc.Conn().Close() })
+	defer deadline.Stop()
+	var first error
+	for {
+		m, err := fe.Receive()
+		if err != nil {
+			if first != nil {
+				return first
+			}
+			return err
+		}
+		switch m := m.(type) {
+		case *pgproto3.ErrorResponse:
+			if first == nil {
+				first = &pgconn.PgError{Severity: m.Severity, Code: m.Code, Message: m.Message, Detail: m.Detail}
+			}
+		case *pgproto3.ReadyForQuery:
+			if until == nil {
+				return first
+			}
+		}
+		if until != nil && until(m) {
+			return first
+		}
+	}
+}
+
+// Session mode (both transports): what the server holds for a client from before a reload that protects a table
+// must not write that table unfenced after it, whichever way the client runs it. Each case prepares on a
+// session with the stale token 5 while the table is not protected, reloads the list to protect it (the row holds
+// 9), and runs it: it must be refused (55F04 or 55F01) and write nothing.
+func TestReview52cSessionReloadHeldByServer(t *testing.T) {
+	for _, mode := range []struct {
+		name       string
+		goroutines bool
+	}{{"event loop", false}, {"goroutines", true}} {
+		t.Run(mode.name, func(t *testing.T) { review52cHeldByServer(t, mode.goroutines) })
+	}
+}
+
+func review52cHeldByServer(t *testing.T, goroutines bool) {
+	d := direct(t)
+	name := fxName(t, "rc")
+	fxCreateTable(t, d, "public."+name)
+	fxExec(t, d, fmt.Sprintf("INSERT INTO public.%s (id, balance, fence_token) VALUES (1, 0, 9)", name))
+	upd := fmt.Sprintf("UPDATE public.%s SET balance = balance + 1 WHERE id = $1", name)
+	one := [][]byte{[]byte("1")}
+	ok := func(t *testing.T, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range []struct {
+		name   string
+		before func(t *testing.T, pc *pgconn.PgConn)
+		after  []pgproto3.FrontendMessage
+	}{
+		// A portal bound before the reload and executed after: the Bind was judged under the old list.
+		{"portal bound before, executed after", func(t *testing.T, pc *pgconn.PgConn) {
+			ok(t, rawRound(t, pc, []pgproto3.FrontendMessage{
+				&pgproto3.Parse{Query: upd},
+				&pgproto3.Bind{DestinationPortal: "p", Parameters: one},
+				&pgproto3.Flush{},
+			}, func(m pgproto3.BackendMessage) bool { _, ok := m.(*pgproto3.BindComplete); return ok }))
+		}, []pgproto3.FrontendMessage{&pgproto3.Execute{Portal: "p"}, &pgproto3.Sync{}}},
+		// A named portal of an explicit transaction, bound in an earlier batch (Sync) before the reload.
+		{"named portal in a transaction block", func(t *testing.T, pc *pgconn.PgConn) {
+			ok(t, rawRound(t, pc, []pgproto3.FrontendMessage{
+				&pgproto3.Query{String: "BEGIN"},
+			}, nil))
+			ok(t, rawRound(t, pc, []pgproto3.FrontendMessage{
+				&pgproto3.Parse{Name: "w", Query: upd},
+				&pgproto3.Bind{PreparedStatement: "w", DestinationPortal: "p", Parameters: one},
+				&pgproto3.Sync{},
+			}, nil))
+		}, []pgproto3.FrontendMessage{&pgproto3.Execute{Portal: "p"}, &pgproto3.Sync{}}},
+		// An SQL PREPARE (a simple Query) bound by the protocol's Bind: the server has one namespace for both.
+		{"SQL PREPARE, then a Bind of it", func(t *testing.T, pc *pgconn.PgConn) {
+			ok(t, rawRound(t, pc, []pgproto3.FrontendMessage{
+				&pgproto3.Query{String: "PREPARE sp(int) AS " + upd},
+			}, nil))
+		}, []pgproto3.FrontendMessage{
+			&pgproto3.Bind{PreparedStatement: "sp", Parameters: one}, &pgproto3.Execute{}, &pgproto3.Sync{}}},
+		// An SQL PREPARE sent in a Parse, run after the reload by a Query EXECUTE.
+		{"PREPARE in a Parse, then a Query EXECUTE", func(t *testing.T, pc *pgconn.PgConn) {
+			ok(t, rawRound(t, pc, []pgproto3.FrontendMessage{
+				&pgproto3.Parse{Query: "PREPARE sq(int) AS " + upd},
+				&pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{},
+			}, nil))
+		}, []pgproto3.FrontendMessage{&pgproto3.Query{String: "EXECUTE sq(1)"}}},
+		// A Close the server skips (an error earlier in the batch): the proxy must not forget the statement the
+		// server still holds.
+		{"Close skipped after an error", func(t *testing.T, pc *pgconn.PgConn) {
+			ok(t, rawRound(t, pc, []pgproto3.FrontendMessage{
+				&pgproto3.Parse{Name: "s", Query: upd}, &pgproto3.Sync{},
+			}, nil))
+			err := rawRound(t, pc, []pgproto3.FrontendMessage{
+				&pgproto3.Parse{Query: "SELECT 1/0"}, &pgproto3.Bind{}, &pgproto3.Execute{},
+				&pgproto3.Close{ObjectType: 'S', Name: "s"}, &pgproto3.Sync{},
+			}, nil)
+			wantPgErr(t, err, "22012", "division by zero")
+		}, []pgproto3.FrontendMessage{
+			&pgproto3.Bind{PreparedStatement: "s", Parameters: one}, &pgproto3.Execute{}, &pgproto3.Sync{}}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			fxExec(t, d, fmt.Sprintf("UPDATE public.%s SET balance = 0, fence_token = 9 WHERE id = 1", name))
+			p := startProxy(t, proxytest.Options{YAML: fxTables("public." + name + "_other"), DisableEventLoop: goroutines})
+			f := &fenced{p: p, d: d, name: name, label: "public." + name}
+			pc := pooledPgConn(t, f, "")
+			ok(t, rawRound(t, pc, []pgproto3.FrontendMessage{&pgproto3.Query{String: "SET fence.token = 5"}}, nil))
+			c.before(t, pc)
+			reloadTables(t, f, "public."+name)
+			err := rawRound(t, pc, c.after, nil)
+			if snap := f.snapshot(t); snap != "1:0:9" {
+				t.Fatalf("rows: %s, want 1:0:9: a statement held from before the reload wrote the table it protects unfenced (answer: %v)", snap, err)
+			}
+			var pe *pgconn.PgError
+			if !errors.As(err, &pe) || (pe.Code != "55F04" && pe.Code != "55F01") {
+				t.Fatalf("want 55F04 or 55F01, got %v", err)
+			}
+		})
+	}
+}
