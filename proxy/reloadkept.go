@@ -50,6 +50,10 @@ func (ss *session) keepStmt(body, query []byte, plan rewrite.Plan) {
 		ss.keptStmts = map[string]*keptStmt{}
 	}
 	k := ss.keptStmts[string(name)]
+	if k != nil && ss.portalGen != 0 {
+		ss.retire(k) // a portal bound from it may still run it
+		k = nil
+	}
 	if k == nil {
 		k = &keptStmt{}
 		ss.keptStmts[string(name)] = k
@@ -59,7 +63,47 @@ func (ss *session) keepStmt(body, query []byte, plan rewrite.Plan) {
 	if gen != ss.keptGen {
 		ss.keptGen = 0 // judged again at the next Bind (keptStmtsCurrent)
 	}
+	if prepareWords.In(query) {
+		ss.notUnkept(gen) // an SQL PREPARE sent in a Parse: the server holds it under a name the proxy does not keep
+		if ss.sqlPrepGen == 0 {
+			ss.sqlPrepGen = gen
+		}
+	}
+	if ss.sqlPrepGen != 0 && ss.sqlPrepGen != gen && executeWords.In(query) {
+		ss.changed(string(name)) // it may EXECUTE what the session prepared under another list (sqlPrepared)
+	}
 }
+
+// changed marks a kept statement as one the planner in force makes otherwise: a Bind of it is refused.
+func (ss *session) changed(name string) {
+	if ss.keptChanged == nil {
+		ss.keptChanged = map[string]bool{}
+	}
+	ss.keptChanged[name] = true
+}
+
+// notUnkept records that the server may hold, under a name not in keptStmts, a statement fenced under the
+// planner of generation gen (unkeptGen keeps the oldest).
+func (ss *session) notUnkept(gen uint64) {
+	if ss.unkeptGen == 0 || gen < ss.unkeptGen {
+		ss.unkeptGen = gen
+	}
+}
+
+// retire keeps a statement the client replaced or closed while a portal bound from it may still be open
+// (portalGen), so that an Execute after a change of planner judges it too; past maxRetired only the fact is
+// kept, and such an Execute is refused.
+func (ss *session) retire(k *keptStmt) {
+	if len(ss.keptRetired) >= maxRetired {
+		ss.retiredLost = true
+		return
+	}
+	ss.keptRetired = append(ss.keptRetired, k)
+}
+
+// maxRetired bounds the statements a session keeps for its open portals (retire): a long transaction that
+// parses the unnamed statement again and again must not grow the session without bound.
+const maxRetired = 64
 
 // forgetStmt forgets a statement the client closed (a Close's body: 'S', name).
 func (ss *session) forgetStmt(body []byte) {
@@ -67,14 +111,34 @@ func (ss *session) forgetStmt(body []byte) {
 		return
 	}
 	name, _, _ := cutNul(body[1:])
+	k := ss.keptStmts[string(name)]
+	if k == nil {
+		return
+	}
+	// The server skips a Close after an error earlier in its batch and then still holds the statement: the
+	// name may be bound again, as the fence of then, where the proxy no longer judges it (unkeptGen).
+	ss.notUnkept(k.gen)
+	if ss.portalGen != 0 {
+		ss.retire(k) // a portal bound from it outlives the Close
+	}
 	delete(ss.keptStmts, string(name))
 	delete(ss.keptChanged, string(name))
+}
+
+// unkeptStale reports whether the server may hold, under a name the proxy does not keep, a statement fenced
+// under a planner other than box's.
+func (ss *session) unkeptStale(box plannerBox) bool {
+	return ss.unkeptGen != 0 && ss.unkeptGen != box.gen
 }
 
 // keptNeedsBind reports whether a session-mode client's Bind must be read (clientNeedsBody) for keptStmtsCurrent:
 // after a change of planner until its statements are judged, and while one of them is refused.
 func (ss *session) keptNeedsBind() bool {
-	return ss.pooled == nil && len(ss.keptStmts) > 0 && (len(ss.keptChanged) > 0 || ss.keptGen != ss.srv.plannerNow().gen)
+	if ss.pooled != nil {
+		return false
+	}
+	box := ss.srv.plannerNow()
+	return len(ss.keptChanged) > 0 || (len(ss.keptStmts) > 0 && ss.keptGen != box.gen) || ss.unkeptStale(box)
 }
 
 // keptStmtsCurrent judges a session-mode client's Bind (body; nil: not read): after a change of planner every
@@ -82,25 +146,16 @@ func (ss *session) keptNeedsBind() bool {
 // and a Bind of one of those, or one not read while there is any, is refused (sessionRefused); nil when it may
 // run.
 func (ss *session) keptStmtsCurrent(body []byte) error {
-	if ss.pooled != nil || len(ss.keptStmts) == 0 {
+	if ss.pooled != nil {
 		return nil
 	}
 	box := ss.srv.plannerNow()
 	if box.p == nil {
 		return nil // nothing is fenced now: what was fenced then only refuses more
 	}
-	if ss.keptGen != box.gen {
-		for name, k := range ss.keptStmts {
-			if !ss.judgeKept(box, k) {
-				if ss.keptChanged == nil {
-					ss.keptChanged = map[string]bool{}
-				}
-				ss.keptChanged[name] = true
-			}
-		}
-		ss.keptGen = box.gen
-	}
-	if len(ss.keptChanged) == 0 {
+	ss.judgeAll(box)
+	unkept := ss.unkeptStale(box)
+	if len(ss.keptChanged) == 0 && !unkept {
 		return nil
 	}
 	what := "a statement this session prepared"
@@ -110,7 +165,8 @@ func (ss *session) keptStmtsCurrent(body []byte) error {
 			return nil // malformed: the server refuses it
 		}
 		name, _, _ := cutNul(rest)
-		if !ss.keptChanged[string(name)] {
+		_, known := ss.keptStmts[string(name)]
+		if !ss.keptChanged[string(name)] && (known || !unkept) {
 			return nil
 		}
 		what = "the unnamed statement"
@@ -118,16 +174,81 @@ func (ss *session) keptStmtsCurrent(body []byte) error {
 			what = fmt.Sprintf("prepared statement %q", name)
 		}
 	}
+	return keptRefusal(what)
+}
+
+// judgeAll judges every kept statement once per change of planner (box): those the change makes otherwise go
+// to keptChanged.
+func (ss *session) judgeAll(box plannerBox) {
+	if ss.keptGen == box.gen {
+		return
+	}
+	for name, k := range ss.keptStmts {
+		if !ss.judgeKept(box, k) {
+			ss.changed(name)
+		}
+	}
+	ss.keptGen = box.gen
+}
+
+// keptRefusal is the FATAL that ends a session about to run what it prepared under another list.
+func keptRefusal(what string) error {
 	return &sessionRefused{code: sqlstateUnfenceable,
 		msg:    fmt.Sprintf("unfenceable write: the protected table list changed since %s was prepared", what),
 		detail: "The server holds the statement as fenceproxy fenced it under the table list of then.",
 		hint:   "Connect again: statements prepared now are fenced as the list in force says."}
 }
 
+// bound records a session-mode client's Bind judged under the planner of generation gen: the portal runs the
+// statement as fenced then, at any later Execute (portalsCurrent). At a point where the session holds no
+// portal (idle: every Sync answered outside a transaction block) the portals of before are forgotten.
+func (ss *session) bound(gen uint64) {
+	if ss.pooled == nil && ss.portalGen == 0 {
+		ss.portalGen = gen
+	}
+}
+
+// portalsGone forgets the portals and the statements kept for them when the session can hold none (idle).
+func (ss *session) portalsGone() {
+	ss.portalGen = 0
+	ss.keptRetired = nil
+	ss.retiredLost = false
+}
+
+// portalsCurrent judges a session-mode client's Execute: a portal bound before a change of planner runs the
+// statement as the planner of then fenced it, so after one, while such a portal may be open, the Execute is
+// refused (sessionRefused) if any statement the session holds, or held when it bound them, is one the planner
+// in force makes otherwise; nil when it may run. The Execute's body is not read: which portal it names does not
+// matter.
+func (ss *session) portalsCurrent() error {
+	if ss.pooled != nil || ss.portalGen == 0 {
+		return nil
+	}
+	box := ss.srv.plannerNow()
+	if box.p == nil || ss.portalGen == box.gen {
+		return nil
+	}
+	ss.judgeAll(box)
+	bad := len(ss.keptChanged) > 0 || ss.retiredLost || ss.unkeptStale(box)
+	for _, k := range ss.keptRetired {
+		bad = bad || !ss.judgeKept(box, k)
+	}
+	if bad {
+		return keptRefusal("a portal this session bound")
+	}
+	return nil
+}
+
 // judgeKept reports whether a kept statement may run under the planner in force (box): fenced under it, refused
 // when prepared, or planned again into what the server holds (then marked current).
 func (ss *session) judgeKept(box plannerBox, k *keptStmt) bool {
-	if k.gen == box.gen || k.action == rewrite.Refuse {
+	if k.action == rewrite.Refuse {
+		return true
+	}
+	if ss.sqlPrepGen != 0 && ss.sqlPrepGen != box.gen && executeWords.In(k.src) {
+		return false // it may EXECUTE what the session prepared under another list (sqlPrepared)
+	}
+	if k.gen == box.gen {
 		return true
 	}
 	set := ss.readingSettings()
@@ -152,8 +273,12 @@ func (ss *session) sqlPrepared(text []byte, plan rewrite.Plan) rewrite.Plan {
 			Message: "unfenceable write: this session prepared statements (SQL PREPARE) before the protected table list changed; they would run as fenced then",
 			Hint:    "Connect again, and PREPARE them again."}
 	}
-	if ss.sqlPrepGen == 0 && prepareWords.In(text) {
-		ss.sqlPrepGen = ss.planGen // p's (the transport read them together)
+	if prepareWords.In(text) {
+		// The statement it prepares can also be bound by the protocol's Bind, under a name not kept (unkeptGen).
+		ss.notUnkept(ss.planGen) // p's (the transport read them together)
+		if ss.sqlPrepGen == 0 {
+			ss.sqlPrepGen = ss.planGen
+		}
 	}
 	return plan
 }
