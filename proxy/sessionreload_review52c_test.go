@@ -148,3 +148,43 @@ func review52cHeldByServer(t *testing.T, goroutines bool) {
 		})
 	}
 }
+
+// A reload that changes only a protected table's token column keeps the statement's tables: a statement
+// prepared before it still checks the old column, so its Bind after it must be refused, not run under the old
+// fence (the row's newer token 9 is in the column the new list names).
+func TestReview52cSessionReloadTokenColumnChange(t *testing.T) {
+	for _, mode := range []struct {
+		name       string
+		goroutines bool
+	}{{"event loop", false}, {"goroutines", true}} {
+		t.Run(mode.name, func(t *testing.T) {
+			d := direct(t)
+			name := fxName(t, "rt")
+			fxCreateTable(t, d, "public."+name)
+			fxExec(t, d, fmt.Sprintf("ALTER TABLE public.%s ADD COLUMN old_token bigint", name))
+			fxExec(t, d, fmt.Sprintf("INSERT INTO public.%s (id, balance, fence_token, old_token) VALUES (1, 0, 9, 1)", name))
+			p := startProxy(t, proxytest.Options{
+				YAML:             fmt.Sprintf("tables:\n  - name: public.%s\n    token_column: old_token\n", name),
+				DisableEventLoop: mode.goroutines})
+			f := &fenced{p: p, d: d, name: name, label: "public." + name}
+			pc := pooledPgConn(t, f, "")
+			if err := rawRound(t, pc, []pgproto3.FrontendMessage{&pgproto3.Query{String: "SET fence.token = 5"}}, nil); err != nil {
+				t.Fatal(err)
+			}
+			upd := fmt.Sprintf("UPDATE public.%s SET balance = balance + 1 WHERE id = $1", name)
+			if err := rawRound(t, pc, []pgproto3.FrontendMessage{&pgproto3.Parse{Name: "u", Query: upd}, &pgproto3.Sync{}}, nil); err != nil {
+				t.Fatal(err)
+			}
+			reloadTables(t, f, "public."+name) // token_column: fence_token
+			err := rawRound(t, pc, []pgproto3.FrontendMessage{
+				&pgproto3.Bind{PreparedStatement: "u", Parameters: [][]byte{[]byte("1")}}, &pgproto3.Execute{}, &pgproto3.Sync{}}, nil)
+			if snap := f.snapshot(t); snap != "1:0:9" {
+				t.Fatalf("rows: %s, want 1:0:9: the statement ran the fence of the old token column (answer: %v)", snap, err)
+			}
+			var pe *pgconn.PgError
+			if !errors.As(err, &pe) || (pe.Code != "55F04" && pe.Code != "55F01") {
+				t.Fatalf("want 55F04 or 55F01, got %v", err)
+			}
+		})
+	}
+}
