@@ -18,25 +18,40 @@ import (
 //
 //   - A Parse (named or unnamed) is remembered with the planner generation it was fenced under, the client's
 //     text and what the planner made of it (keptStmt). At the first Bind after a change of planner every
-//     statement the session holds is planned again from its text: the same action and, rewritten, the same text
-//     (the token left out) mark it current; any other goes to keptChanged. A Bind of one of those (or one whose
-//     body was not read while there is any) ends the session with FATAL 55F04 before it reaches the server (an
-//     answer of the proxy's own has no place in the middle of the client's batch); a Parse of the name again,
-//     or a Close, takes it out. The Bind's body is read only while that may matter (keptNeedsBind). A
-//     statement refused when it was prepared is refused by the server whatever the list says now.
-//   - An SQL PREPARE is not followed statement by statement: a Query that may PREPARE marks the session with the
-//     generation in force (sqlPrepGen), and after a change of planner a Query that may EXECUTE is refused (55F04,
-//     the session goes on) until the client reconnects.
+//     statement the session holds is planned again from its text: the same action, the same protected tables
+//     and, rewritten, the same fenced text (fencedText: the token column, a lock check) mark it current; any
+//     other goes to keptChanged. A Bind of one of those (or one whose body was not read while there is any)
+//     ends the session with FATAL 55F04 before it reaches the server (an answer of the proxy's own has no place
+//     in the middle of the client's batch); a Parse of the name again takes it out. The Bind's body is read only
+//     while that may matter (keptNeedsBind). A statement refused when it was prepared is refused by the server
+//     whatever the list says now.
+//   - What the server holds under a name the proxy does not keep is judged as a whole (unkeptGen): an SQL
+//     PREPARE (in a Query or a Parse) can be bound by the protocol too, and a Close may be skipped by the server
+//     (an error earlier in its batch) while the proxy forgets the name. After a change of planner since, a Bind
+//     of a name not kept ends the session so.
+//   - A portal runs the statement as it was when bound: after a change of planner, while a portal bound before
+//     it may be open (portalGen: until the session is idle, when no portal outlives its transaction), an
+//     Execute ends the session so if any statement it holds, or held at the Bind and replaced or closed since
+//     (keptRetired), or holds unkept, is judged otherwise.
+//   - An SQL PREPARE is not followed statement by statement: a Query or Parse that may PREPARE marks the session
+//     with the generation in force (sqlPrepGen), and after a change of planner a Query that may EXECUTE is
+//     refused (55F04, the session goes on) until the client reconnects; a Parse that may EXECUTE is judged
+//     otherwise (above).
+//
+// None of this reads a message body in steady state: without a change of planner, a Bind is read once after
+// the session's first Parse, and an Execute never (TestKeptBindBodyNotReadInSteadyState).
 //
 // The transaction pool's sessions (pooled != nil) keep their own rule and never reach these.
 
 // keptStmt is a statement the server holds for a session-mode client: the generation of the planner that fenced
-// it, the client's text, and what that planner made of it: its action and the protected tables it touches.
+// it, the client's text, and what that planner made of it: its action, the protected tables it touches and the
+// fenced text.
 type keptStmt struct {
 	gen    uint64
 	src    []byte
 	action rewrite.Action
 	tables []string // the protected tables it touches (rewrite.Plan.Tables: shared, read only)
+	sql    string   // for Rewrite, the fenced text (the token a parameter or left out): it names the token column
 }
 
 // keepStmt remembers a session-mode client's Parse (body: name, query, ...) as p planned it into plan.
@@ -58,7 +73,7 @@ func (ss *session) keepStmt(body, query []byte, plan rewrite.Plan) {
 		k = &keptStmt{}
 		ss.keptStmts[string(name)] = k
 	}
-	*k = keptStmt{gen: gen, src: append(k.src[:0], query...), action: plan.Action, tables: plan.Tables}
+	*k = keptStmt{gen: gen, src: append(k.src[:0], query...), action: plan.Action, tables: plan.Tables, sql: fencedText(plan)}
 	delete(ss.keptChanged, string(name))
 	if gen != ss.keptGen {
 		ss.keptGen = 0 // judged again at the next Bind (keptStmtsCurrent)
@@ -254,11 +269,21 @@ func (ss *session) judgeKept(box plannerBox, k *keptStmt) bool {
 	set := ss.readingSettings()
 	set.InlineToken = ss.inlineToken != ""
 	plan := box.p.Plan(k.src, set)
-	if plan.Action == k.action && slices.Equal(plan.Tables, k.tables) {
+	if plan.Action == k.action && slices.Equal(plan.Tables, k.tables) && fencedText(plan) == k.sql {
 		k.gen = box.gen
 		return true
 	}
 	return false
+}
+
+// fencedText is what a plan sends for a kept statement, as far as a change of planner may change it: the
+// fenced text of a Rewrite (another token column, a lock check, another fence), nothing for the others (a Pass
+// sends the client's text; its SQL may be empty or not, as the planner's prefilter says).
+func fencedText(plan rewrite.Plan) string {
+	if plan.Action != rewrite.Rewrite {
+		return ""
+	}
+	return plan.SQL
 }
 
 // sqlPrepared applies the SQL PREPARE rule to a session-mode client's Query text and its plan: a text that may

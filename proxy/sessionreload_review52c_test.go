@@ -188,3 +188,38 @@ func TestReview52cSessionReloadTokenColumnChange(t *testing.T) {
 		})
 	}
 }
+
+// The other side of the judgement: a fenced statement prepared before a reload that leaves its table as it was
+// runs on after it, fenced (the new planner makes of its text what the server holds).
+func TestReview52cSessionReloadKeepsUnchangedFencedStatement(t *testing.T) {
+	for _, mode := range []struct {
+		name       string
+		goroutines bool
+	}{{"event loop", false}, {"goroutines", true}} {
+		t.Run(mode.name, func(t *testing.T) {
+			d := direct(t)
+			name := fxName(t, "rk")
+			fxCreateTable(t, d, "public."+name)
+			fxExec(t, d, fmt.Sprintf("INSERT INTO public.%s (id, balance, fence_token) VALUES (1, 0, 9)", name))
+			p := startProxy(t, proxytest.Options{YAML: fxTables("public." + name), DisableEventLoop: mode.goroutines})
+			f := &fenced{p: p, d: d, name: name, label: "public." + name}
+			pc := pooledPgConn(t, f, "")
+			upd := fmt.Sprintf("UPDATE public.%s SET balance = balance + 1 WHERE id = $1", name)
+			if err := rawRound(t, pc, []pgproto3.FrontendMessage{&pgproto3.Query{String: "SET fence.token = 10"}}, nil); err != nil {
+				t.Fatal(err)
+			}
+			if err := rawRound(t, pc, []pgproto3.FrontendMessage{&pgproto3.Parse{Name: "u", Query: upd}, &pgproto3.Sync{}}, nil); err != nil {
+				t.Fatal(err)
+			}
+			reloadTables(t, f, "public."+name, "public."+name+"_other")
+			run := []pgproto3.FrontendMessage{
+				&pgproto3.Bind{PreparedStatement: "u", Parameters: [][]byte{[]byte("1")}}, &pgproto3.Execute{}, &pgproto3.Sync{}}
+			if err := rawRound(t, pc, run, nil); err != nil {
+				t.Fatalf("a statement the reload does not change: %v", err)
+			}
+			if snap := f.snapshot(t); snap != "1:1:10" {
+				t.Fatalf("rows: %s, want 1:1:10 (fenced with the token 10)", snap)
+			}
+		})
+	}
+}
