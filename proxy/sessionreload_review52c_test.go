@@ -3,6 +3,7 @@ package proxy_test
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -128,6 +129,14 @@ func review52cHeldByServer(t *testing.T, goroutines bool) {
 			wantPgErr(t, err, "22012", "division by zero")
 		}, []pgproto3.FrontendMessage{
 			&pgproto3.Bind{PreparedStatement: "s", Parameters: one}, &pgproto3.Execute{}, &pgproto3.Sync{}}},
+		// PostgreSQL keys prepared statements by their first 63 bytes (NAMEDATALEN): a Bind of another long name
+		// with the same first 63 bytes runs the statement the proxy kept under the first.
+		{"a long name bound by another with the same first 63 bytes", func(t *testing.T, pc *pgconn.PgConn) {
+			ok(t, rawRound(t, pc, []pgproto3.FrontendMessage{
+				&pgproto3.Parse{Name: strings.Repeat("n", 63) + "1", Query: upd}, &pgproto3.Sync{},
+			}, nil))
+		}, []pgproto3.FrontendMessage{
+			&pgproto3.Bind{PreparedStatement: strings.Repeat("n", 63) + "2", Parameters: one}, &pgproto3.Execute{}, &pgproto3.Sync{}}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			fxExec(t, d, fmt.Sprintf("UPDATE public.%s SET balance = 0, fence_token = 9 WHERE id = 1", name))
