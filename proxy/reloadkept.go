@@ -59,7 +59,7 @@ func (ss *session) keepStmt(body, query []byte, plan rewrite.Plan) {
 	if ss.pooled != nil {
 		return
 	}
-	name, _, _ := cutNul(body)
+	name := stmtKey(body)
 	gen := ss.planGen // p's (the transport read them together)
 	if ss.keptStmts == nil {
 		ss.keptStmts = map[string]*keptStmt{}
@@ -88,6 +88,20 @@ func (ss *session) keepStmt(body, query []byte, plan rewrite.Plan) {
 		ss.changed(string(name)) // it may EXECUTE what the session prepared under another list (sqlPrepared)
 	}
 }
+
+// stmtKey is the statement name at the front of b (up to its zero byte) as the server tells statements apart:
+// by their first NAMEDATALEN-1 bytes (its hash table of prepared statements compares no more), so two long names
+// that share them are one statement there, and must be one here.
+func stmtKey(b []byte) []byte {
+	name, _, _ := cutNul(b)
+	if len(name) > stmtNameMax {
+		name = name[:stmtNameMax]
+	}
+	return name
+}
+
+// stmtNameMax is NAMEDATALEN-1 of a default PostgreSQL build.
+const stmtNameMax = 63
 
 // changed marks a kept statement as one the planner in force makes otherwise: a Bind of it is refused.
 func (ss *session) changed(name string) {
@@ -125,7 +139,7 @@ func (ss *session) forgetStmt(body []byte) {
 	if ss.keptStmts == nil || len(body) == 0 || body[0] != 'S' {
 		return
 	}
-	name, _, _ := cutNul(body[1:])
+	name := stmtKey(body[1:])
 	k := ss.keptStmts[string(name)]
 	if k == nil {
 		return
@@ -179,7 +193,7 @@ func (ss *session) keptStmtsCurrent(body []byte) error {
 		if !ok {
 			return nil // malformed: the server refuses it
 		}
-		name, _, _ := cutNul(rest)
+		name := stmtKey(rest)
 		_, known := ss.keptStmts[string(name)]
 		if !ss.keptChanged[string(name)] && (known || !unkept) {
 			return nil
