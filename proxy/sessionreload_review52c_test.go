@@ -91,6 +91,21 @@ func review52cHeldByServer(t *testing.T, goroutines bool) {
 				&pgproto3.Flush{},
 			}, func(m pgproto3.BackendMessage) bool { _, ok := m.(*pgproto3.BindComplete); return ok }))
 		}, []pgproto3.FrontendMessage{&pgproto3.Execute{Portal: "p"}, &pgproto3.Sync{}}},
+		// A portal whose statement the client replaced before the reload (the unnamed one, parsed again as a read):
+		// the statement the session holds now is not the one the portal runs.
+		{"portal of a statement replaced since its Bind", func(t *testing.T, pc *pgconn.PgConn) {
+			parses := 0
+			ok(t, rawRound(t, pc, []pgproto3.FrontendMessage{
+				&pgproto3.Parse{Query: upd},
+				&pgproto3.Bind{DestinationPortal: "p", Parameters: one},
+				&pgproto3.Parse{Query: "SELECT 1"},
+				&pgproto3.Flush{},
+			}, func(m pgproto3.BackendMessage) bool {
+				_, ok := m.(*pgproto3.ParseComplete)
+				parses += map[bool]int{true: 1}[ok]
+				return parses == 2
+			}))
+		}, []pgproto3.FrontendMessage{&pgproto3.Execute{Portal: "p"}, &pgproto3.Sync{}}},
 		// A named portal of an explicit transaction, bound in an earlier batch (Sync) before the reload.
 		{"named portal in a transaction block", func(t *testing.T, pc *pgconn.PgConn) {
 			ok(t, rawRound(t, pc, []pgproto3.FrontendMessage{
