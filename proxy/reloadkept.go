@@ -50,12 +50,14 @@ type keptStmt struct {
 	gen    uint64
 	src    []byte
 	action rewrite.Action
-	tables []string // the protected tables it touches (rewrite.Plan.Tables: shared, read only)
-	sql    string   // for Rewrite, the fenced text (the token a parameter or left out): it names the token column
+	tables []string         // the protected tables it touches (rewrite.Plan.Tables: shared, read only)
+	sql    string           // for Rewrite, the fenced text (the token a parameter or left out): it names the token column
+	set    rewrite.Settings // the settings the server read the text under (at its Parse), to read it so again
 }
 
-// keepStmt remembers a session-mode client's Parse (body: name, query, ...) as p planned it into plan.
-func (ss *session) keepStmt(body, query []byte, plan rewrite.Plan) {
+// keepStmt remembers a session-mode client's Parse (body: name, query, ...) as p planned it into plan, reading
+// it under set.
+func (ss *session) keepStmt(body, query []byte, plan rewrite.Plan, set rewrite.Settings) {
 	if ss.pooled != nil {
 		return
 	}
@@ -73,7 +75,7 @@ func (ss *session) keepStmt(body, query []byte, plan rewrite.Plan) {
 		k = &keptStmt{}
 		ss.keptStmts[string(name)] = k
 	}
-	*k = keptStmt{gen: gen, src: append(k.src[:0], query...), action: plan.Action, tables: plan.Tables, sql: fencedText(plan)}
+	*k = keptStmt{gen: gen, src: append(k.src[:0], query...), action: plan.Action, tables: plan.Tables, sql: fencedText(plan), set: set}
 	delete(ss.keptChanged, string(name))
 	if gen != ss.keptGen {
 		ss.keptGen = 0 // judged again at the next Bind (keptStmtsCurrent)
@@ -203,7 +205,7 @@ func (ss *session) keptStmtsCurrent(body []byte) error {
 			what = fmt.Sprintf("prepared statement %q", name)
 		}
 	}
-	return keptRefusal(what)
+	return keptRefusal(what + " was prepared")
 }
 
 // judgeAll judges every kept statement once per change of planner (box): those the change makes otherwise go
@@ -223,7 +225,7 @@ func (ss *session) judgeAll(box plannerBox) {
 // keptRefusal is the FATAL that ends a session about to run what it prepared under another list.
 func keptRefusal(what string) error {
 	return &sessionRefused{code: sqlstateUnfenceable,
-		msg:    fmt.Sprintf("unfenceable write: the protected table list changed since %s was prepared", what),
+		msg:    fmt.Sprintf("unfenceable write: the protected table list changed since %s", what),
 		detail: "The server holds the statement as fenceproxy fenced it under the table list of then.",
 		hint:   "Connect again: statements prepared now are fenced as the list in force says."}
 }
@@ -263,7 +265,7 @@ func (ss *session) portalsCurrent() error {
 		bad = bad || !ss.judgeKept(box, k)
 	}
 	if bad {
-		return keptRefusal("a portal this session bound")
+		return keptRefusal("this session bound a portal")
 	}
 	return nil
 }
@@ -280,7 +282,7 @@ func (ss *session) judgeKept(box plannerBox, k *keptStmt) bool {
 	if k.gen == box.gen {
 		return true
 	}
-	set := ss.readingSettings()
+	set := k.set // as the server read it, whatever the settings are now
 	set.InlineToken = ss.inlineToken != ""
 	plan := box.p.Plan(k.src, set)
 	if plan.Action == k.action && slices.Equal(plan.Tables, k.tables) && fencedText(plan) == k.sql {

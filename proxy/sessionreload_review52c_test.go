@@ -106,6 +106,19 @@ func review52cHeldByServer(t *testing.T, goroutines bool) {
 				return parses == 2
 			}))
 		}, []pgproto3.FrontendMessage{&pgproto3.Execute{Portal: "p"}, &pgproto3.Sync{}}},
+		// A statement whose text reads otherwise under the settings of its Bind than under those of its Parse
+		// (standard_conforming_strings): judged again under those of the Bind it looks like a read, while the
+		// server parsed the write.
+		{"settings changed between the Parse and the judgement", func(t *testing.T, pc *pgconn.PgConn) {
+			q := `WITH a AS (SELECT '\'), b AS (` + upd + ` RETURNING 1) SELECT 1 --') SELECT 1`
+			ok(t, rawRound(t, pc, []pgproto3.FrontendMessage{
+				&pgproto3.Parse{Name: "s", Query: q}, &pgproto3.Sync{},
+			}, nil))
+			ok(t, rawRound(t, pc, []pgproto3.FrontendMessage{
+				&pgproto3.Query{String: "SET standard_conforming_strings = off"},
+			}, nil))
+		}, []pgproto3.FrontendMessage{
+			&pgproto3.Bind{PreparedStatement: "s", Parameters: one}, &pgproto3.Execute{}, &pgproto3.Sync{}}},
 		// A named portal of an explicit transaction, bound in an earlier batch (Sync) before the reload.
 		{"named portal in a transaction block", func(t *testing.T, pc *pgconn.PgConn) {
 			ok(t, rawRound(t, pc, []pgproto3.FrontendMessage{
@@ -162,6 +175,7 @@ func review52cHeldByServer(t *testing.T, goroutines bool) {
 			c.before(t, pc)
 			reloadTables(t, f, "public."+name)
 			err := rawRound(t, pc, c.after, nil)
+			t.Logf("answer: %v", err)
 			if snap := f.snapshot(t); snap != "1:0:9" {
 				t.Fatalf("rows: %s, want 1:0:9: a statement held from before the reload wrote the table it protects unfenced (answer: %v)", snap, err)
 			}
