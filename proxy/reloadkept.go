@@ -81,7 +81,7 @@ func (ss *session) keepStmt(body, query []byte, plan rewrite.Plan, set rewrite.S
 		ss.keptGen = 0 // judged again at the next Bind (keptStmtsCurrent)
 	}
 	if prepareWords.In(query) {
-		ss.notUnkept(gen) // an SQL PREPARE sent in a Parse: the server holds it under a name the proxy does not keep
+		ss.noteUnkept(gen) // an SQL PREPARE sent in a Parse: the server holds it under a name the proxy does not keep
 		if ss.sqlPrepGen == 0 {
 			ss.sqlPrepGen = gen
 		}
@@ -113,9 +113,9 @@ func (ss *session) changed(name string) {
 	ss.keptChanged[name] = true
 }
 
-// notUnkept records that the server may hold, under a name not in keptStmts, a statement fenced under the
+// noteUnkept records that the server may hold, under a name not in keptStmts, a statement fenced under the
 // planner of generation gen (unkeptGen keeps the oldest).
-func (ss *session) notUnkept(gen uint64) {
+func (ss *session) noteUnkept(gen uint64) {
 	if ss.unkeptGen == 0 || gen < ss.unkeptGen {
 		ss.unkeptGen = gen
 	}
@@ -148,7 +148,7 @@ func (ss *session) forgetStmt(body []byte) {
 	}
 	// The server skips a Close after an error earlier in its batch and then still holds the statement: the
 	// name may be bound again, as the fence of then, where the proxy no longer judges it (unkeptGen).
-	ss.notUnkept(k.gen)
+	ss.noteUnkept(k.gen)
 	if ss.portalGen != 0 {
 		ss.retire(k) // a portal bound from it outlives the Close
 	}
@@ -316,7 +316,7 @@ func (ss *session) sqlPrepared(text []byte, plan rewrite.Plan) rewrite.Plan {
 	}
 	if prepareWords.In(text) {
 		// The statement it prepares can also be bound by the protocol's Bind, under a name not kept (unkeptGen).
-		ss.notUnkept(ss.planGen) // p's (the transport read them together)
+		ss.noteUnkept(ss.planGen) // p's (the transport read them together)
 		if ss.sqlPrepGen == 0 {
 			ss.sqlPrepGen = ss.planGen
 		}
