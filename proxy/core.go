@@ -111,6 +111,9 @@ func (ss *session) clientNeedsBody(typ byte, p Planner) bool {
 // planner to use for Query and Parse.
 func (ss *session) onClientMsg(typ byte, body []byte, p Planner, out msgSink) error {
 	st := &ss.state
+	if ss.portalGen != 0 && st.idle() {
+		ss.portalsGone() // reloadkept.go: no portal outlives a transaction
+	}
 	switch typ {
 	case msgQuery:
 		if body == nil {
@@ -173,11 +176,16 @@ func (ss *session) onClientMsg(typ byte, body []byte, p Planner, out msgSink) er
 			if err := ss.keptFencedRefused(); err != nil {
 				return err
 			}
+			if err := ss.portalsCurrent(); err != nil { // reloadkept.go
+				return err
+			}
 		}
 		if typ == msgBind {
+			gen := ss.srv.plannerNow().gen                    // read before the judgement: a reload meanwhile makes it older, not newer
 			if err := ss.keptStmtsCurrent(body); err != nil { // reloadkept.go
 				return err
 			}
+			ss.bound(gen)
 			if body != nil { // read for keptStmtsCurrent (clientNeedsBody): the transport sends nothing of it
 				writeMsg(out, msgBind, body, "")
 			}

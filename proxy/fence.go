@@ -80,7 +80,7 @@ func (ss *session) parseOut(w msgSink, p Planner, body []byte, set rewrite.Setti
 	plan, query, sql, err := ss.fenceParseAs(w, p, body, set)
 	if err == nil {
 		ss.notePositions(quiet, p, query, set, &plan, sql) // positions.go
-		ss.keepStmt(body, query, plan)                     // reloadkept.go
+		ss.keepStmt(body, query, plan, set)                // reloadkept.go
 	}
 	if err == nil && ss.rewroteParse {
 		ss.srv.metrics.rewritten()

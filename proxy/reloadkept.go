@@ -18,63 +18,158 @@ import (
 //
 //   - A Parse (named or unnamed) is remembered with the planner generation it was fenced under, the client's
 //     text and what the planner made of it (keptStmt). At the first Bind after a change of planner every
-//     statement the session holds is planned again from its text: the same action and, rewritten, the same text
-//     (the token left out) mark it current; any other goes to keptChanged. A Bind of one of those (or one whose
-//     body was not read while there is any) ends the session with FATAL 55F04 before it reaches the server (an
-//     answer of the proxy's own has no place in the middle of the client's batch); a Parse of the name again,
-//     or a Close, takes it out. The Bind's body is read only while that may matter (keptNeedsBind). A
-//     statement refused when it was prepared is refused by the server whatever the list says now.
-//   - An SQL PREPARE is not followed statement by statement: a Query that may PREPARE marks the session with the
-//     generation in force (sqlPrepGen), and after a change of planner a Query that may EXECUTE is refused (55F04,
-//     the session goes on) until the client reconnects.
+//     statement the session holds is planned again from its text: the same action, the same protected tables
+//     and, rewritten, the same fenced text (fencedText: the token column, a lock check) mark it current; any
+//     other goes to keptChanged. A Bind of one of those (or one whose body was not read while there is any)
+//     ends the session with FATAL 55F04 before it reaches the server (an answer of the proxy's own has no place
+//     in the middle of the client's batch); a Parse of the name again takes it out. The Bind's body is read only
+//     while that may matter (keptNeedsBind). A statement refused when it was prepared is refused by the server
+//     whatever the list says now.
+//   - What the server holds under a name the proxy does not keep is judged as a whole (unkeptGen): an SQL
+//     PREPARE (in a Query or a Parse) can be bound by the protocol too, and a Close may be skipped by the server
+//     (an error earlier in its batch) while the proxy forgets the name. After a change of planner since, a Bind
+//     of a name not kept ends the session so.
+//   - A portal runs the statement as it was when bound: after a change of planner, while a portal bound before
+//     it may be open (portalGen: until the session is idle, when no portal outlives its transaction), an
+//     Execute ends the session so if any statement it holds, or held at the Bind and replaced or closed since
+//     (keptRetired), or holds unkept, is judged otherwise.
+//   - An SQL PREPARE is not followed statement by statement: a Query or Parse that may PREPARE marks the session
+//     with the generation in force (sqlPrepGen), and after a change of planner a Query that may EXECUTE is
+//     refused (55F04, the session goes on) until the client reconnects; a Parse that may EXECUTE is judged
+//     otherwise (above).
+//
+// None of this reads a message body in steady state: without a change of planner, a Bind is read once after
+// the session's first Parse, and an Execute never (TestKeptBindBodyNotReadInSteadyState).
 //
 // The transaction pool's sessions (pooled != nil) keep their own rule and never reach these.
 
 // keptStmt is a statement the server holds for a session-mode client: the generation of the planner that fenced
-// it, the client's text, and what that planner made of it: its action and the protected tables it touches.
+// it, the client's text, and what that planner made of it: its action, the protected tables it touches and the
+// fenced text.
 type keptStmt struct {
 	gen    uint64
 	src    []byte
 	action rewrite.Action
-	tables []string // the protected tables it touches (rewrite.Plan.Tables: shared, read only)
+	tables []string         // the protected tables it touches (rewrite.Plan.Tables: shared, read only)
+	sql    string           // for Rewrite, the fenced text (the token a parameter or left out): it names the token column
+	set    rewrite.Settings // the settings the server read the text under (at its Parse), to read it so again
 }
 
-// keepStmt remembers a session-mode client's Parse (body: name, query, ...) as p planned it into plan.
-func (ss *session) keepStmt(body, query []byte, plan rewrite.Plan) {
+// keepStmt remembers a session-mode client's Parse (body: name, query, ...) as p planned it into plan, reading
+// it under set.
+func (ss *session) keepStmt(body, query []byte, plan rewrite.Plan, set rewrite.Settings) {
 	if ss.pooled != nil {
 		return
 	}
-	name, _, _ := cutNul(body)
+	name := stmtKey(body)
 	gen := ss.planGen // p's (the transport read them together)
 	if ss.keptStmts == nil {
 		ss.keptStmts = map[string]*keptStmt{}
 	}
 	k := ss.keptStmts[string(name)]
+	if k != nil && ss.portalGen != 0 {
+		ss.retire(k) // a portal bound from it may still run it
+		k = nil
+	}
 	if k == nil {
 		k = &keptStmt{}
 		ss.keptStmts[string(name)] = k
 	}
-	*k = keptStmt{gen: gen, src: append(k.src[:0], query...), action: plan.Action, tables: plan.Tables}
+	*k = keptStmt{gen: gen, src: append(k.src[:0], query...), action: plan.Action, tables: plan.Tables, sql: fencedText(plan), set: set}
 	delete(ss.keptChanged, string(name))
 	if gen != ss.keptGen {
 		ss.keptGen = 0 // judged again at the next Bind (keptStmtsCurrent)
 	}
+	if prepareWords.In(query) {
+		ss.noteUnkept(gen) // an SQL PREPARE sent in a Parse: the server holds it under a name the proxy does not keep
+		if ss.sqlPrepGen == 0 {
+			ss.sqlPrepGen = gen
+		}
+	}
+	if ss.sqlPrepGen != 0 && ss.sqlPrepGen != gen && executeWords.In(query) {
+		ss.changed(string(name)) // it may EXECUTE what the session prepared under another list (sqlPrepared)
+	}
 }
+
+// stmtKey is the statement name at the front of b (up to its zero byte) as the server tells statements apart:
+// by their first NAMEDATALEN-1 bytes (its hash table of prepared statements compares no more), so two long names
+// that share them are one statement there, and must be one here.
+func stmtKey(b []byte) []byte {
+	name, _, _ := cutNul(b)
+	if len(name) > stmtNameMax {
+		name = name[:stmtNameMax]
+	}
+	return name
+}
+
+// stmtNameMax is NAMEDATALEN-1 of a default PostgreSQL build.
+const stmtNameMax = 63
+
+// changed marks a kept statement as one the planner in force makes otherwise: a Bind of it is refused.
+func (ss *session) changed(name string) {
+	if ss.keptChanged == nil {
+		ss.keptChanged = map[string]bool{}
+	}
+	ss.keptChanged[name] = true
+}
+
+// noteUnkept records that the server may hold, under a name not in keptStmts, a statement fenced under the
+// planner of generation gen (unkeptGen keeps the oldest).
+func (ss *session) noteUnkept(gen uint64) {
+	if ss.unkeptGen == 0 || gen < ss.unkeptGen {
+		ss.unkeptGen = gen
+	}
+}
+
+// retire keeps a statement the client replaced or closed while a portal bound from it may still be open
+// (portalGen), so that an Execute after a change of planner judges it too; past maxRetired only the fact is
+// kept, and such an Execute is refused.
+func (ss *session) retire(k *keptStmt) {
+	if len(ss.keptRetired) >= maxRetired {
+		ss.retiredLost = true
+		return
+	}
+	ss.keptRetired = append(ss.keptRetired, k)
+}
+
+// maxRetired bounds the statements a session keeps for its open portals (retire): a long transaction that
+// parses the unnamed statement again and again must not grow the session without bound.
+const maxRetired = 64
 
 // forgetStmt forgets a statement the client closed (a Close's body: 'S', name).
 func (ss *session) forgetStmt(body []byte) {
 	if ss.keptStmts == nil || len(body) == 0 || body[0] != 'S' {
 		return
 	}
-	name, _, _ := cutNul(body[1:])
+	name := stmtKey(body[1:])
+	k := ss.keptStmts[string(name)]
+	if k == nil {
+		return
+	}
+	// The server skips a Close after an error earlier in its batch and then still holds the statement: the
+	// name may be bound again, as the fence of then, where the proxy no longer judges it (unkeptGen).
+	ss.noteUnkept(k.gen)
+	if ss.portalGen != 0 {
+		ss.retire(k) // a portal bound from it outlives the Close
+	}
 	delete(ss.keptStmts, string(name))
 	delete(ss.keptChanged, string(name))
+}
+
+// unkeptStale reports whether the server may hold, under a name the proxy does not keep, a statement fenced
+// under a planner other than box's.
+func (ss *session) unkeptStale(box plannerBox) bool {
+	return ss.unkeptGen != 0 && ss.unkeptGen != box.gen
 }
 
 // keptNeedsBind reports whether a session-mode client's Bind must be read (clientNeedsBody) for keptStmtsCurrent:
 // after a change of planner until its statements are judged, and while one of them is refused.
 func (ss *session) keptNeedsBind() bool {
-	return ss.pooled == nil && len(ss.keptStmts) > 0 && (len(ss.keptChanged) > 0 || ss.keptGen != ss.srv.plannerNow().gen)
+	if ss.pooled != nil {
+		return false
+	}
+	box := ss.srv.plannerNow()
+	return len(ss.keptChanged) > 0 || (len(ss.keptStmts) > 0 && ss.keptGen != box.gen) || ss.unkeptStale(box)
 }
 
 // keptStmtsCurrent judges a session-mode client's Bind (body; nil: not read): after a change of planner every
@@ -82,25 +177,16 @@ func (ss *session) keptNeedsBind() bool {
 // and a Bind of one of those, or one not read while there is any, is refused (sessionRefused); nil when it may
 // run.
 func (ss *session) keptStmtsCurrent(body []byte) error {
-	if ss.pooled != nil || len(ss.keptStmts) == 0 {
+	if ss.pooled != nil {
 		return nil
 	}
 	box := ss.srv.plannerNow()
 	if box.p == nil {
 		return nil // nothing is fenced now: what was fenced then only refuses more
 	}
-	if ss.keptGen != box.gen {
-		for name, k := range ss.keptStmts {
-			if !ss.judgeKept(box, k) {
-				if ss.keptChanged == nil {
-					ss.keptChanged = map[string]bool{}
-				}
-				ss.keptChanged[name] = true
-			}
-		}
-		ss.keptGen = box.gen
-	}
-	if len(ss.keptChanged) == 0 {
+	ss.judgeAll(box)
+	unkept := ss.unkeptStale(box)
+	if len(ss.keptChanged) == 0 && !unkept {
 		return nil
 	}
 	what := "a statement this session prepared"
@@ -109,8 +195,9 @@ func (ss *session) keptStmtsCurrent(body []byte) error {
 		if !ok {
 			return nil // malformed: the server refuses it
 		}
-		name, _, _ := cutNul(rest)
-		if !ss.keptChanged[string(name)] {
+		name := stmtKey(rest)
+		_, known := ss.keptStmts[string(name)]
+		if !ss.keptChanged[string(name)] && (known || !unkept) {
 			return nil
 		}
 		what = "the unnamed statement"
@@ -118,26 +205,101 @@ func (ss *session) keptStmtsCurrent(body []byte) error {
 			what = fmt.Sprintf("prepared statement %q", name)
 		}
 	}
+	return keptRefusal(what + " was prepared")
+}
+
+// judgeAll judges every kept statement once per change of planner (box): those the change makes otherwise go
+// to keptChanged.
+func (ss *session) judgeAll(box plannerBox) {
+	if ss.keptGen == box.gen {
+		return
+	}
+	for name, k := range ss.keptStmts {
+		if !ss.judgeKept(box, k) {
+			ss.changed(name)
+		}
+	}
+	ss.keptGen = box.gen
+}
+
+// keptRefusal is the FATAL that ends a session about to run what it prepared under another list.
+func keptRefusal(what string) error {
 	return &sessionRefused{code: sqlstateUnfenceable,
-		msg:    fmt.Sprintf("unfenceable write: the protected table list changed since %s was prepared", what),
+		msg:    fmt.Sprintf("unfenceable write: the protected table list changed since %s", what),
 		detail: "The server holds the statement as fenceproxy fenced it under the table list of then.",
 		hint:   "Connect again: statements prepared now are fenced as the list in force says."}
+}
+
+// bound records a session-mode client's Bind judged under the planner of generation gen: the portal runs the
+// statement as fenced then, at any later Execute (portalsCurrent). At a point where the session holds no
+// portal (idle: every Sync answered outside a transaction block) the portals of before are forgotten.
+func (ss *session) bound(gen uint64) {
+	if ss.pooled == nil && ss.portalGen == 0 {
+		ss.portalGen = gen
+	}
+}
+
+// portalsGone forgets the portals and the statements kept for them when the session can hold none (idle).
+func (ss *session) portalsGone() {
+	ss.portalGen = 0
+	ss.keptRetired = nil
+	ss.retiredLost = false
+}
+
+// portalsCurrent judges a session-mode client's Execute: a portal bound before a change of planner runs the
+// statement as the planner of then fenced it, so after one, while such a portal may be open, the Execute is
+// refused (sessionRefused) if any statement the session holds, or held when it bound them, is one the planner
+// in force makes otherwise; nil when it may run. The Execute's body is not read: which portal it names does not
+// matter.
+func (ss *session) portalsCurrent() error {
+	if ss.pooled != nil || ss.portalGen == 0 {
+		return nil
+	}
+	box := ss.srv.plannerNow()
+	if box.p == nil || ss.portalGen == box.gen {
+		return nil
+	}
+	ss.judgeAll(box)
+	bad := len(ss.keptChanged) > 0 || ss.retiredLost || ss.unkeptStale(box)
+	for _, k := range ss.keptRetired {
+		bad = bad || !ss.judgeKept(box, k)
+	}
+	if bad {
+		return keptRefusal("this session bound a portal")
+	}
+	return nil
 }
 
 // judgeKept reports whether a kept statement may run under the planner in force (box): fenced under it, refused
 // when prepared, or planned again into what the server holds (then marked current).
 func (ss *session) judgeKept(box plannerBox, k *keptStmt) bool {
-	if k.gen == box.gen || k.action == rewrite.Refuse {
+	if k.action == rewrite.Refuse {
 		return true
 	}
-	set := ss.readingSettings()
+	if ss.sqlPrepGen != 0 && ss.sqlPrepGen != box.gen && executeWords.In(k.src) {
+		return false // it may EXECUTE what the session prepared under another list (sqlPrepared)
+	}
+	if k.gen == box.gen {
+		return true
+	}
+	set := k.set // as the server read it, whatever the settings are now
 	set.InlineToken = ss.inlineToken != ""
 	plan := box.p.Plan(k.src, set)
-	if plan.Action == k.action && slices.Equal(plan.Tables, k.tables) {
+	if plan.Action == k.action && slices.Equal(plan.Tables, k.tables) && fencedText(plan) == k.sql {
 		k.gen = box.gen
 		return true
 	}
 	return false
+}
+
+// fencedText is what a plan sends for a kept statement, as far as a change of planner may change it: the
+// fenced text of a Rewrite (another token column, a lock check, another fence), nothing for the others (a Pass
+// sends the client's text; its SQL may be empty or not, as the planner's prefilter says).
+func fencedText(plan rewrite.Plan) string {
+	if plan.Action != rewrite.Rewrite {
+		return ""
+	}
+	return plan.SQL
 }
 
 // sqlPrepared applies the SQL PREPARE rule to a session-mode client's Query text and its plan: a text that may
@@ -152,8 +314,12 @@ func (ss *session) sqlPrepared(text []byte, plan rewrite.Plan) rewrite.Plan {
 			Message: "unfenceable write: this session prepared statements (SQL PREPARE) before the protected table list changed; they would run as fenced then",
 			Hint:    "Connect again, and PREPARE them again."}
 	}
-	if ss.sqlPrepGen == 0 && prepareWords.In(text) {
-		ss.sqlPrepGen = ss.planGen // p's (the transport read them together)
+	if prepareWords.In(text) {
+		// The statement it prepares can also be bound by the protocol's Bind, under a name not kept (unkeptGen).
+		ss.noteUnkept(ss.planGen) // p's (the transport read them together)
+		if ss.sqlPrepGen == 0 {
+			ss.sqlPrepGen = ss.planGen
+		}
 	}
 	return plan
 }

@@ -76,6 +76,14 @@ type session struct {
 	keptGen     uint64          // the generation every kept statement was judged against (0: none yet)
 	sqlPrepGen  uint64
 	planGen     uint64 // the generation of the planner the transport gives the core now (reloadkept.go)
+	// unkeptGen: the oldest generation of a statement the server may hold under a name not in keptStmts (an SQL
+	// PREPARE, a Close the server may have skipped); 0: none. portalGen: the oldest generation a portal that may
+	// be open was bound under (0: none); keptRetired the statements replaced or closed since, retiredLost when
+	// more were than it keeps. All for reloadkept.go, on the side that reads the client.
+	unkeptGen   uint64
+	portalGen   uint64
+	keptRetired []*keptStmt
+	retiredLost bool
 	// positions maps the positions of errors and notices of the answers in flight into the client's text
 	// (positions.go); nil when they need no map. Written by the client side, read and cleared by the server side.
 	positions atomic.Pointer[sentRewrite]
