@@ -19,7 +19,8 @@ import (
 //   - A Parse (named or unnamed) is remembered with the planner generation it was fenced under, the client's
 //     text and what the planner made of it (keptStmt). At the first Bind after a change of planner every
 //     statement the session holds is planned again from its text: the same action, the same protected tables
-//     and, rewritten, the same fenced text (fencedText: the token column, a lock check) mark it current; any
+//     and, rewritten, the same fenced text (fencedText: the token column, a lock check; compared as parse trees,
+//     rewrite.SameRewrite, since a shape's template spells a fence with other blanks) mark it current; any
 //     other goes to keptChanged. A Bind of one of those (or one whose body was not read while there is any)
 //     ends the session with FATAL 55F04 before it reaches the server (an answer of the proxy's own has no place
 //     in the middle of the client's batch); a Parse of the name again takes it out. The Bind's body is read only
@@ -285,7 +286,7 @@ func (ss *session) judgeKept(box plannerBox, k *keptStmt) bool {
 	set := k.set // as the server read it, whatever the settings are now
 	set.InlineToken = ss.inlineToken != ""
 	plan := box.p.Plan(k.src, set)
-	if plan.Action == k.action && slices.Equal(plan.Tables, k.tables) && fencedText(plan) == k.sql {
+	if plan.Action == k.action && slices.Equal(plan.Tables, k.tables) && rewrite.SameRewrite(fencedText(plan), k.sql, k.set) {
 		k.gen = box.gen
 		return true
 	}

@@ -488,6 +488,24 @@ func (r *Rewriter) planShaped(t *shapeTemplate, text []byte, spans [][2]int, rd 
 	return p
 }
 
+// SameRewrite reports whether a and b, two rewrites of one text planned under the reading settings set, send
+// the server the same statements: the same bytes, or texts that decode and parse to the same tree, locations
+// aside. A shape's template and a full deparse spell one fence with other white space (a template's fill
+// keeps the blanks around each constant), so bytes alone would call the same fence another. A text that does
+// not decode or parse is not the same, so a caller that refuses what changed refuses it.
+func SameRewrite(a, b string, set Settings) bool {
+	if a == b {
+		return true
+	}
+	da, whyA := decode([]byte(a), set)
+	db, whyB := decode([]byte(b), set)
+	if whyA != "" || whyB != "" {
+		return false
+	}
+	same, err := sameParse(string(da), string(db))
+	return err == nil && same
+}
+
 // sameParse reports whether a and b parse to the same tree, locations aside.
 func sameParse(a, b string) (bool, error) {
 	ta, err := pg.Parse(a)

@@ -428,3 +428,40 @@ func TestShapeZeroByte(t *testing.T) {
 	got := c.Plan([]byte(text), DefaultSettings)
 	samePlan(t, r, text, got, planFull(r, text))
 }
+
+// TestSameRewrite: a template's fill and a full plan of one text are the same rewrite; another fence (a token
+// column, a table), another constant or a text that does not parse is not.
+func TestSameRewrite(t *testing.T) {
+	r := testRewriter(t)
+	c := NewCache(r, 64)
+	var filled Plan
+	for i := range 3 { // the third text of a shape is a template's fill
+		filled = c.Plan(fmt.Appendf(nil, "INSERT INTO accounts (id, balance) VALUES (%d, 5)", i+7), DefaultSettings)
+	}
+	full := r.Plan("INSERT INTO accounts (id, balance) VALUES (9, 5)")
+	if filled.SQL == full.SQL {
+		t.Fatalf("the fill is spelled as the full plan; the test needs them to differ:\n%s", full.SQL)
+	}
+	if !SameRewrite(filled.SQL, full.SQL, DefaultSettings) {
+		t.Errorf("a fill and a full plan of one text are not the same:\n%s\n%s", filled.SQL, full.SQL)
+	}
+	other := r.Plan("INSERT INTO accounts (id, balance) VALUES (9, 6)")
+	strict := r.Plan("INSERT INTO strict (id, balance) VALUES (9, 5)")
+	latin := Settings{ClientEncoding: "LATIN1", ServerEncoding: "UTF8", StandardConformingStrings: true}
+	for _, c := range []struct {
+		a, b string
+		set  Settings
+		want bool
+	}{
+		{full.SQL, other.SQL, DefaultSettings, false},
+		{full.SQL, strict.SQL, DefaultSettings, false},
+		{full.SQL, full.SQL + " garbage", DefaultSettings, false},
+		{"SELECT 'caf\xe9'", "SELECT  'caf\xe9'", latin, true},
+		{"SELECT 'caf\xe9'", "SELECT 'caf\xe8'", latin, false},
+		{"SELECT 'caf\xe9'", "SELECT  'caf\xe9'", DefaultSettings, false}, // not UTF-8: cannot tell
+	} {
+		if got := SameRewrite(c.a, c.b, c.set); got != c.want {
+			t.Errorf("SameRewrite(%q, %q, %s) = %v, want %v", c.a, c.b, c.set.ClientEncoding, got, c.want)
+		}
+	}
+}
