@@ -148,10 +148,6 @@ type pooledState struct {
 	// unnamedGen is the generation of the planner unnamed was fenced under (plannerBox): bound under another, it
 	// is fenced again from unnamedSrc first (placeUnnamed).
 	unnamedGen uint64
-	// ownPrepGen is the generation of the planner in force when the client first sent a text that may prepare a
-	// statement under its own name on the server (a PREPARE in a Parse, or in a Query the proxy cannot read: not
-	// mapped, it pins the client), 0 if none: such a statement stays as fenced then (ownStmtsStale).
-	ownPrepGen uint64
 	// plan is the planner, and its generation, of the client message being forwarded (forwardPooled; pl.mu):
 	// what the proxy kept of the client's statements fenced under another generation is fenced again under
 	// this one before it is sent (serverStmt, placeUnnamed, mapSQLPrepared).

@@ -350,7 +350,7 @@ func sessionReloadPreparedBefore(t *testing.T, goroutines bool) {
 			t.Fatalf("the session refused with FATAL goes on")
 		}
 	}
-	wantPgErr(t, b.Exec(ctx, "EXECUTE sp(1)").Close(), "55F04", "unfenceable write: this session prepared statements (SQL PREPARE)")
+	wantPgErr(t, b.Exec(ctx, "EXECUTE sp(1)").Close(), "55F04", "unfenceable write: this session prepared statements under its own names")
 	if snap := f.snapshot(t); snap != "1:0:9" {
 		t.Fatalf("rows after the refusals: %s, want 1:0:9 (nothing written)", snap)
 	}

@@ -355,7 +355,7 @@ func (ss *session) querySQLPrepared(body []byte, p Planner) error {
 		writeQueryMsg(sc.w, prefix, nil, ss.refusal(unmappedRefusal(err)))
 		return nil
 	}
-	if m.own && pl.ownStale() {
+	if m.own && ss.ownStale() {
 		// It executes a name the client never prepared here: maybe one of its own (ownStmts).
 		writeQueryMsg(sc.w, prefix, nil, ownStmtsRefusal())
 		return nil
@@ -431,34 +431,30 @@ func sqlUnreadable(text []byte, set rewrite.Settings) error {
 	return nil
 }
 
-// ownStmts applies the rule for statements the server holds under the client's own names (pl.mu held), to a
-// text the proxy does not map (a Parse's, or a Query's it cannot read) whose uses of names are refs (err: not
-// known): a text that may PREPARE one marks the session (ownPrepGen); a text that may EXECUTE one after the
-// planner changed since is refused (true): that statement was fenced as the planner then had it, and the proxy
-// can neither see nor prepare it again. Reconnecting clears it.
+// ownStmts applies the rule for statements the server holds under the client's own names (ownPrepared; pl.mu
+// held), to a text the proxy does not map (a Parse's, or a Query's it cannot read) whose uses of names are refs
+// (err: not known): a text that may PREPARE one marks the session; a text that may EXECUTE one after the planner
+// changed since is refused (true).
 func (ss *session) ownStmts(refs []rewrite.PreparedRef, err error) (refuse bool) {
-	pl := ss.pooled
 	has := func(k rewrite.PreparedKind) bool {
 		return err != nil || slices.ContainsFunc(refs, func(r rewrite.PreparedRef) bool { return r.Kind == k })
 	}
-	if pl.ownStale() && has(rewrite.ExecuteName) {
+	if ss.ownStale() && has(rewrite.ExecuteName) {
 		return true
 	}
-	if pl.ownPrepGen == 0 && has(rewrite.PrepareName) {
-		pl.ownPrepGen = pl.plan.gen
+	if has(rewrite.PrepareName) {
+		ss.ownSQLPrep.mark(ss.pooled.plan.gen)
 	}
 	return false
 }
 
-// ownStale reports whether the client may have statements of its own names on the server prepared under a
+// ownStale reports whether the pooled client may have statements of its own names on the server prepared under a
 // planner that is not the one in force (pl.mu held; ownStmts).
-func (pl *pooledState) ownStale() bool { return pl.ownPrepGen != 0 && pl.ownPrepGen != pl.plan.gen }
+func (ss *session) ownStale() bool { return ss.ownSQLPrep.stale(ss.pooled.plan.gen) }
 
 // ownStmtsRefusal is the refusal of a text ownStmts refuses.
 func ownStmtsRefusal() string {
-	return rewrite.RefusalSQL(sqlstateUnfenceable, "", "unfenceable write: this session prepared statements under its own names "+
-		"(PREPARE by the extended protocol, or in a text the proxy cannot read) before the protected table list changed; "+
-		"they would run as fenced then", "Reconnect, and PREPARE them again.")
+	return rewrite.RefusalSQL(sqlstateUnfenceable, "", ownPreparedMessage, ownPreparedHint)
 }
 
 // parseSQLPrepared is a fenced Parse message (whole) whose text may use SQL-level statement names (pl.mu held):

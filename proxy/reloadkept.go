@@ -35,9 +35,9 @@ import (
 //     Execute ends the session so if any statement it holds, or held at the Bind and replaced or closed since
 //     (keptRetired), or holds unkept, is judged otherwise.
 //   - An SQL PREPARE is not followed statement by statement: a Query or Parse that may PREPARE marks the session
-//     with the generation in force (sqlPrepGen), and after a change of planner a Query that may EXECUTE is
-//     refused (55F04, the session goes on) until the client reconnects; a Parse that may EXECUTE is judged
-//     otherwise (above).
+//     with the generation in force (ownPrepared, the rule transaction pooling keeps for the statements it does not
+//     map), and after a change of planner a Query that may EXECUTE is refused (55F04, the session goes on) until
+//     the client reconnects; a Parse that may EXECUTE is judged otherwise (above).
 //
 // None of this reads a message body in steady state: without a change of planner, a Bind is read once after
 // the session's first Parse, and an Execute never (TestKeptBindBodyNotReadInSteadyState).
@@ -83,11 +83,9 @@ func (ss *session) keepStmt(body, query []byte, plan rewrite.Plan, set rewrite.S
 	}
 	if prepareWords.In(query) {
 		ss.noteUnkept(gen) // an SQL PREPARE sent in a Parse: the server holds it under a name the proxy does not keep
-		if ss.sqlPrepGen == 0 {
-			ss.sqlPrepGen = gen
-		}
+		ss.ownSQLPrep.mark(gen)
 	}
-	if ss.sqlPrepGen != 0 && ss.sqlPrepGen != gen && executeWords.In(query) {
+	if ss.ownSQLPrep.stale(gen) && executeWords.In(query) {
 		ss.changed(string(name)) // it may EXECUTE what the session prepared under another list (sqlPrepared)
 	}
 }
@@ -277,7 +275,7 @@ func (ss *session) judgeKept(box plannerBox, k *keptStmt) bool {
 	if k.action == rewrite.Refuse {
 		return true
 	}
-	if ss.sqlPrepGen != 0 && ss.sqlPrepGen != box.gen && executeWords.In(k.src) {
+	if ss.ownSQLPrep.stale(box.gen) && executeWords.In(k.src) {
 		return false // it may EXECUTE what the session prepared under another list (sqlPrepared)
 	}
 	if k.gen == box.gen {
@@ -310,17 +308,39 @@ func (ss *session) sqlPrepared(text []byte, plan rewrite.Plan) rewrite.Plan {
 		return plan
 	}
 	box := ss.srv.plannerNow()
-	if ss.sqlPrepGen != 0 && ss.sqlPrepGen != box.gen && executeWords.In(text) {
-		return rewrite.Plan{Action: rewrite.Refuse, Code: sqlstateUnfenceable,
-			Message: "unfenceable write: this session prepared statements (SQL PREPARE) before the protected table list changed; they would run as fenced then",
-			Hint:    "Connect again, and PREPARE them again."}
+	if ss.ownSQLPrep.stale(box.gen) && executeWords.In(text) {
+		return rewrite.Plan{Action: rewrite.Refuse, Code: sqlstateUnfenceable, Message: ownPreparedMessage, Hint: ownPreparedHint}
 	}
 	if prepareWords.In(text) {
 		// The statement it prepares can also be bound by the protocol's Bind, under a name not kept (unkeptGen).
 		ss.noteUnkept(ss.planGen) // p's (the transport read them together)
-		if ss.sqlPrepGen == 0 {
-			ss.sqlPrepGen = ss.planGen
-		}
+		ss.ownSQLPrep.mark(ss.planGen)
 	}
 	return plan
 }
+
+// ownPrepared is the rule for statements the server holds under the client's own names, which the proxy can
+// neither see nor prepare again: every SQL PREPARE in session mode (sqlPrepared, keepStmt); in transaction mode
+// a PREPARE sent in a Parse or in a text the proxy cannot read (ownStmts; the others it maps and fences again).
+// Such a statement stays as fenced under the planner in force when it was prepared. A text that may PREPARE one
+// marks the session with that planner's generation (the first only: it is the oldest that may run); after a
+// change of planner a text that may EXECUTE one is refused (ownPreparedMessage) until the client reconnects.
+type ownPrepared struct{ gen uint64 } // 0: nothing prepared so
+
+// mark notes that the client may have prepared a statement of its own name under the planner of generation gen.
+func (o *ownPrepared) mark(gen uint64) {
+	if o.gen == 0 {
+		o.gen = gen
+	}
+}
+
+// stale reports whether a statement of the client's own name may have been prepared under a planner other than
+// the one of generation gen, the one in force.
+func (o ownPrepared) stale(gen uint64) bool { return o.gen != 0 && o.gen != gen }
+
+// The refusal of a text that may EXECUTE a statement ownPrepared calls stale, in both pool modes.
+const (
+	ownPreparedMessage = "unfenceable write: this session prepared statements under its own names (SQL PREPARE, which the proxy does not follow) " +
+		"before the protected table list changed; they would run as fenced then"
+	ownPreparedHint = "Reconnect, and PREPARE them again."
+)

@@ -69,12 +69,12 @@ type session struct {
 	// have been skipped. Written and read by the side that reads the client.
 	keptFenced string
 	// keptStmts are the statements a session-mode client prepared by Parse, by name, with the planner generation
-	// that fenced them; sqlPrepGen the generation in force at its first SQL PREPARE (0: none). Both for the rule
-	// of reloadkept.go; written and read by the side that reads the client.
+	// that fenced them; ownSQLPrep the generation in force at its first SQL PREPARE the proxy does not follow (both
+	// pool modes). For the rules of reloadkept.go; written and read by the side that reads the client.
 	keptStmts   map[string]*keptStmt
 	keptChanged map[string]bool // kept statements the planner in force makes otherwise
 	keptGen     uint64          // the generation every kept statement was judged against (0: none yet)
-	sqlPrepGen  uint64
+	ownSQLPrep  ownPrepared
 	planGen     uint64 // the generation of the planner the transport gives the core now (reloadkept.go)
 	// unkeptGen: the oldest generation of a statement the server may hold under a name not in keptStmts (an SQL
 	// PREPARE, a Close the server may have skipped); 0: none. portalGen: the oldest generation a portal that may
