@@ -197,6 +197,25 @@ func TestPooledTransactionBoundariesReview(t *testing.T) {
 		{"a deferred trigger, extended", "", r53Batch("SET fence.token = 6", "INSERT INTO ud VALUES (2)"), false},
 		{"a rule", tok5, r53Q("INSERT INTO ur VALUES (1)", "INSERT INTO ur VALUES (3)"), false},
 	}, nil)
+
+	// Several batches and Queries in one write, chains among them: each unit is answered before the next goes,
+	// so the chained transaction gets the client's values before the statements behind it run.
+	for _, c := range []struct {
+		name, opts string
+		seq        []woMsg
+	}{
+		{"chains, batches in one write", "options=-c%20fence.token%3D5", r53Cat(r53Batch("BEGIN"), r53Batch(r53Upd("1")), r53Batch("COMMIT AND CHAIN"), r53Batch(r53Upd("2")), r53Batch("COMMIT"), r53Batch("SHOW fence.token"))},
+		{"a SET, chains, batches and Queries in one write", "", r53Cat(r53Batch("BEGIN", "SET fence.token = 6"), r53Batch("COMMIT AND CHAIN"), r53Q(r53Upd("2")), r53Batch("ROLLBACK AND CHAIN"), r53Q(r53Upd("4"), "COMMIT", "SHOW fence.token"))},
+		{"SET LOCAL, ROLLBACK AND CHAIN in one write", "options=-c%20fence.token%3D5", r53Cat(r53Batch("BEGIN", "SET LOCAL fence.token = 9"), r53Batch(r53Upd("3")), r53Batch("ROLLBACK AND CHAIN"), r53Batch(r53Upd("4")), r53Batch("COMMIT"), r53Batch("SHOW fence.token"))},
+	} {
+		e.reset(e.suD)
+		d := append(woPipelined(t, pg.DSN(pgtest.SuperUser, "", e.dbD)+"&"+c.opts, c.seq), e.rows(e.suD))
+		e.reset(e.suP)
+		p := append(woPipelined(t, e.p.DSN(pgtest.SuperUser, "", e.dbP)+"&"+c.opts, c.seq), e.rows(e.suP))
+		if !woEqual(d, p) {
+			t.Errorf("%s: the pool differs from a direct connection\n  direct: %v\n  pooled: %v", c.name, d, p)
+		}
+	}
 }
 
 // Two-phase commit through the pool (a cluster with max_prepared_transactions): a prepared transaction keeps the
