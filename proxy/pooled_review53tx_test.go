@@ -172,6 +172,9 @@ func TestPooledTransactionBoundariesReview(t *testing.T) {
 		{"COMMIT AND/**/CHAIN", tok5, r53Q("BEGIN", "COMMIT AND/**/CHAIN", r53Upd("2"), "COMMIT"), false},
 		{"COMMIT AND -- comment, CHAIN", tok5, r53Q("BEGIN", "COMMIT AND -- x\nCHAIN", r53Upd("2"), "COMMIT"), false},
 		{"commit work and chain ;;", tok5, r53Q("BEGIN", "commit work and chain ;;", r53Upd("2"), "COMMIT"), false},
+		{"COMMIT AND CHAIN of a failed block, after a SET", tok5, r53Q("BEGIN", "SET fence.token = 6", "SELECT 1/0", "COMMIT AND CHAIN", r53Upd("2"), "COMMIT", "SHOW fence.token"), false},
+		{"ROLLBACK AND CHAIN of a failed block, after a RESET", tok5, r53Q("SET fence.token = 7", "BEGIN", "RESET fence.token", "SELECT 1/0", "ROLLBACK AND CHAIN", r53Upd("2"), "COMMIT", "SHOW fence.token"), false},
+		{"an error before the chain in its Query", tok5, r53Q("BEGIN", "SELECT 1/0; COMMIT AND CHAIN", "ROLLBACK", r53Upd("2"), "SHOW fence.token"), false},
 		{"a batch's chain after a SET", "", r53Cat(r53Batch("BEGIN", "SET fence.token = 6", "COMMIT AND CHAIN"), r53Batch(r53Upd("2"), "COMMIT", "SHOW fence.token")), false},
 		// Procedures that commit or roll back: by the extended protocol the writes after their COMMIT meet the
 		// placeholder; in a Query (the token statement's implicit block) they cannot commit (2D000, nothing
