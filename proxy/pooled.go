@@ -1703,7 +1703,7 @@ func (ss *session) injectTokens(typ byte, body []byte) tokenPrefix {
 		return prefixNone // checkFirst puts back first
 	}
 	// A batch of nothing but statements PostgreSQL refuses or ignores outside a block (SET TRANSACTION, SET
-	// LOCAL, DECLARE, LOCK: NeedsBlock) runs nothing that reads the token, and goes without the token
+	// LOCAL, DECLARE, LOCK, PREPARE TRANSACTION: NeedsBlock) runs nothing that reads the token, and goes without the token
 	// statement, as a Query of one does: that SELECT would take the snapshot, after which SET TRANSACTION
 	// ISOLATION LEVEL fails 25001 where directly it only warns (the settings fuzzer's finding). A batch with
 	// another statement keeps it, which that statement may need.

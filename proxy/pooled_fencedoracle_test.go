@@ -248,7 +248,8 @@ type fmEnv struct {
 	p          *proxytest.Proxy
 	w          *woRunner
 	noiseWrote int
-	user       string // the subject's login (both); the superuser when ""
+	user       string          // the subject's login (both); the superuser when ""
+	cluster    *pgtest.Cluster // the cluster of both databases; pg when nil
 }
 
 const fmTables = "tables:\n  - name: public.ft\n    token_column: fence_token\n"
@@ -385,8 +386,12 @@ func (e *fmEnv) both(seq []woMsg, opts string, noiseSeed int64) (d, p []string) 
 	if user == "" {
 		user = pgtest.SuperUser
 	}
+	c := e.cluster
+	if c == nil {
+		c = pg
+	}
 	e.reset(e.suD)
-	dc := woConnect(e.t, pg.DSN(user, "", e.dbD)+q)
+	dc := woConnect(e.t, c.DSN(user, "", e.dbD)+q)
 	d = e.w.run(dc, seq, false)
 	dc.Close(context.Background())
 	d = append(d, e.rows(e.suD))

@@ -327,6 +327,15 @@ func TestClassifyPoolingNeedsBlock(t *testing.T) {
 		`SET LOCAL "work_mem" = '7MB'`:                                true, // a quoted name
 		`SET "local".x = 1`:                                           false,
 		`SET SESSION "transaction_isolation" = 'serializable'`:        false, // only SET SESSION TRANSACTION, as before
+		"PREPARE TRANSACTION 'x'":                                     true,
+		"prepare /* c */ transaction E'x' ;":                          true,
+		"PREPARE TRANSACTION $$x$$":                                   true,
+		"PREPARE transaction AS SELECT 1":                             false, // an SQL PREPARE of a statement named transaction
+		"PREPARE transaction (int) AS SELECT $1":                      false,
+		`PREPARE "transaction" 'x'`:                                   false,
+		"PREPARE TRANSACTION 'x'; SELECT 1":                           false, // an implicit block directly too
+		"SELECT 1; PREPARE TRANSACTION 'x'":                           false,
+		"COMMIT PREPARED 'x'":                                         false, // Own
 	} {
 		if got := ClassifyPooling([]byte(sql), DefaultSettings).NeedsBlock; got != want {
 			t.Errorf("NeedsBlock(%q) = %v, want %v", sql, got, want)

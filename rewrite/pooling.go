@@ -35,10 +35,11 @@ type PoolingClass struct {
 	// snapshot, as the pooler's token statement does (a SELECT): such a text gets one that takes none.
 	ModesLater bool
 	// NeedsBlock: the text is one statement that PostgreSQL refuses (DECLARE of a cursor without HOLD, LOCK)
-	// or warns of and ignores (SET LOCAL, SET [SESSION] TRANSACTION, SET CONSTRAINTS) outside a transaction block. A
-	// statement in front of it in one Query would put it into the Query's implicit block, where it runs: the
-	// pooler sends such a Query as it is, to fail or warn as directly (nothing of it runs, so nothing needs
-	// the token).
+	// or warns of and ignores (SET LOCAL, SET [SESSION] TRANSACTION, SET CONSTRAINTS, PREPARE TRANSACTION)
+	// outside a transaction block. A statement in front of it in one Query would put it into the Query's
+	// implicit block, where it runs (a PREPARE TRANSACTION there prepares that block, the pooler's token
+	// statement with it): the pooler sends such a Query as it is, to fail or warn as directly (nothing of it
+	// runs, so nothing needs the token).
 	NeedsBlock bool
 }
 
@@ -69,8 +70,8 @@ func ClassifyPooling(raw []byte, s Settings) PoolingClass {
 	// firstDone is set where the first statement's answers are taken: at the second statement's first token,
 	// or at the end.
 	firstDone := false
-	// The first statement's last two tokens (Chain).
-	var prevTok, lastTok token
+	// The first statement's last two tokens (Chain), and its third (NeedsBlock: PREPARE TRANSACTION 'gid').
+	var prevTok, lastTok, thirdTok token
 	// beginModes reads a statement's leading words and its count of tokens: it opens a block, and does so with
 	// transaction modes; or it sets the transaction's characteristics (SET [LOCAL | SESSION] TRANSACTION, or
 	// SET of transaction_isolation, _read_only, _deferrable). The keywords are unquoted words; the setting's
@@ -167,6 +168,9 @@ func ClassifyPooling(raw []byte, s Settings) PoolingClass {
 			continue
 		}
 		prevTok, lastTok = lastTok, t
+		if tokens == 2 {
+			thirdTok = t
+		}
 		if t.isIdent() && lead.n == tokens {
 			lead.add(&l, t)
 		}
@@ -220,6 +224,11 @@ func ClassifyPooling(raw []byte, s Settings) PoolingClass {
 			c.Own = second == "system" || second == "subscription" || second == "database"
 		case "lock":
 			c.NeedsBlock = true
+		case "prepare":
+			// PREPARE TRANSACTION 'gid' (not an SQL PREPARE of a statement named transaction, which goes on
+			// with AS or a parenthesis): outside a block it warns and prepares nothing, where in an implicit
+			// block it prepares the block.
+			c.NeedsBlock = lead.keyword(0) == "prepare" && lead.keyword(1) == "transaction" && tokens == 3 && thirdTok.isString()
 		case "declare":
 			c.NeedsBlock = !withHold
 		case "set":
