@@ -1,0 +1,104 @@
+package schema_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/fenceproxy/fenceproxy/internal/pgtest"
+	"github.com/fenceproxy/fenceproxy/rewrite"
+	"github.com/fenceproxy/fenceproxy/schema"
+)
+
+// ensureRole creates a login role (roles are cluster-wide: another test may have made it already).
+func ensureRole(t *testing.T, name string) {
+	t.Helper()
+	if err := pg.ExecIn("postgres", fmt.Sprintf(
+		"DO $$ BEGIN CREATE ROLE %s LOGIN; EXCEPTION WHEN duplicate_object THEN NULL; END $$", name)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestInstallRefusesSchemaOwnedByAnother: a role that may create schemas in the database (its owner, often the
+// application's role) creates the schema fenceproxy, and a table token_ceiling in it, before a superuser runs
+// install. Install must not put the guard into a schema another ordinary role owns: the schema's owner may drop
+// or change anything in it, here empty the token ceiling and write with a forged token.
+func TestInstallRefusesSchemaOwnedByAnother(t *testing.T) {
+	db := newDB(t)
+	su := superConn(t, db)
+	ensureRole(t, "r53_squatter")
+	exec(t, su, `CREATE TABLE accounts (id int PRIMARY KEY, balance int, fence_token bigint);
+INSERT INTO accounts VALUES (1, 100, 42);
+GRANT CREATE ON DATABASE `+db+` TO r53_squatter;
+GRANT ALL ON accounts TO r53_squatter`)
+	app := connect(t, db, "r53_squatter", "")
+	exec(t, app, `CREATE SCHEMA fenceproxy;
+CREATE TABLE fenceproxy.token_ceiling (store text PRIMARY KEY, ceiling bigint NOT NULL CHECK (ceiling > 0))`)
+
+	cfg := guardConfig(table("accounts", "fence_token"))
+	cfg.Settings.Ceiling = true
+	ctx := context.Background()
+	if _, err := schema.BuildPlan(ctx, su, cfg); err == nil || !strings.Contains(err.Error(), "r53_squatter") {
+		t.Errorf("install --print into a schema owned by r53_squatter: %v", err)
+	}
+	err := schema.Install(ctx, su, cfg)
+	if err == nil {
+		// What the schema's owner can do with it.
+		exec(t, su, "INSERT INTO fenceproxy.token_ceiling VALUES ('etcd', 50)")
+		werr := execErr(app, "DELETE FROM fenceproxy.token_ceiling; SET fence.token = 1000; UPDATE accounts SET balance = 0")
+		t.Fatalf("install into a schema owned by r53_squatter succeeded; then r53_squatter emptied the token ceiling and wrote with token 1000 (error: %v, row token now %d)",
+			werr, queryInt(t, su, "SELECT fence_token FROM accounts"))
+	}
+	for _, want := range []string{"schema fenceproxy", "table fenceproxy.token_ceiling", "r53_squatter"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("install's refusal does not name %q: %v", want, err)
+		}
+	}
+	if n := queryInt(t, su, "SELECT count(*) FROM pg_trigger WHERE tgname LIKE '%fenceproxy%'"); n != 0 {
+		t.Fatalf("refused install left %d guard triggers", n)
+	}
+	// Once the installing role owns what is there, install goes ahead.
+	exec(t, su, "ALTER SCHEMA fenceproxy OWNER TO "+pgtest.SuperUser+"; ALTER TABLE fenceproxy.token_ceiling OWNER TO "+pgtest.SuperUser)
+	install(t, su, cfg)
+}
+
+// TestGuardTokenSpellings: for every spelling of the token, the guard decides as the proxy's rule
+// (rewrite.ValidToken) does, with the proxy's message: missing, invalid (55F03, the value quoted as the proxy
+// quotes it) or accepted with exactly that value. Equal to the row's token is accepted.
+func TestGuardTokenSpellings(t *testing.T) {
+	db := newDB(t)
+	su := superConn(t, db)
+	exec(t, su, "CREATE TABLE accounts (id int PRIMARY KEY, fence_token bigint); INSERT INTO accounts VALUES (1, 50)")
+	install(t, su, guardConfig(table("accounts", "fence_token")))
+	c := connect(t, db, pgtest.SuperUser, "")
+	for _, v := range []string{"", " ", "  50", "50 ", "50.0", "+50", "0x10", "99999999999999999999999", "-1", "NaN", "0",
+		"\u0665\u0660", "\uff15\uff10", "0050", "0000000000000000050", "00000000000000000050", "5e1", "1_000",
+		"9223372036854775807", "9223372036854775808", "18446744073709551616", "50", "49", "51"} {
+		exec(t, c, "BEGIN; SELECT set_config('fence.token', "+quoteLit(v)+", false)")
+		err := execErr(c, "UPDATE accounts SET id = 1")
+		k, ok := rewrite.ValidToken(v)
+		switch {
+		case v == "":
+			wantCode(t, fmt.Sprintf("token %q", v), err, rewrite.CodeMissing, "missing fencing token")
+		case !ok:
+			pe := wantCode(t, fmt.Sprintf("token %q", v), err, rewrite.CodeInvalid, "invalid fencing token")
+			msg, _, _ := rewrite.Marker{Code: rewrite.CodeInvalid, Table: "accounts", Setting: "fence.token", Token: v}.Describe()
+			if pe.Message != msg {
+				t.Errorf("token %q: guard says %q, proxy %q", v, pe.Message, msg)
+			}
+		case k < 50:
+			wantCode(t, fmt.Sprintf("token %q", v), err, rewrite.CodeStale, "stale fencing token")
+		default:
+			if err != nil {
+				t.Fatalf("token %q (%d, not older than the row's 50): %v", v, k, err)
+			}
+			if got := queryInt(t, c, "SELECT fence_token FROM accounts"); got != k {
+				t.Fatalf("token %q: row stamped %d, want %d", v, got, k)
+			}
+		}
+		exec(t, c, "ROLLBACK") // the row keeps 50
+	}
+}
+
+func quoteLit(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
