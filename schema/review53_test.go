@@ -102,3 +102,80 @@ func TestGuardTokenSpellings(t *testing.T) {
 }
 
 func quoteLit(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
+// hostileOperators puts, into the schema evil, an operator for every comparison (and + and -) on the types the
+// guard computes with. Each counts its calls in evil.calls and answers what a forger would like (comparisons
+// true, arithmetic 0): a session that puts evil before pg_catalog on its search_path would change what any
+// operator the guard resolves by name means.
+func hostileOperators() string {
+	var b strings.Builder
+	b.WriteString("CREATE SCHEMA evil; CREATE SEQUENCE evil.calls; GRANT USAGE ON SCHEMA evil TO PUBLIC; GRANT ALL ON evil.calls TO PUBLIC;\n")
+	for _, typ := range []string{"text", "int4", "int8", "bool", "name", "oid"} {
+		fmt.Fprintf(&b, "CREATE FUNCTION evil.yes_%[1]s(%[1]s, %[1]s) RETURNS bool LANGUAGE sql AS 'SELECT pg_catalog.nextval(''evil.calls'') IS NOT NULL';\n", typ)
+		for _, op := range []string{"=", "<>", "<", ">", "<=", ">="} {
+			fmt.Fprintf(&b, "CREATE OPERATOR evil.%s (LEFTARG = %s, RIGHTARG = %s, FUNCTION = evil.yes_%s);\n", op, typ, typ, typ)
+		}
+	}
+	for _, typ := range []string{"int4", "int8"} {
+		fmt.Fprintf(&b, "CREATE FUNCTION evil.zero_%[1]s(%[1]s, %[1]s) RETURNS %[1]s LANGUAGE sql AS 'SELECT (pg_catalog.nextval(''evil.calls'') OPERATOR(pg_catalog.*) 0)::%[1]s';\n", typ)
+		for _, op := range []string{"+", "-"} {
+			fmt.Fprintf(&b, "CREATE OPERATOR evil.%s (LEFTARG = %s, RIGHTARG = %s, FUNCTION = evil.zero_%s);\n", op, typ, typ, typ)
+		}
+	}
+	return b.String()
+}
+
+// TestGuardIgnoresSearchPathOperators: with user operators shadowing every built-in comparison the guard could
+// resolve by name (evil before pg_catalog on the writer's search_path), the guard still refuses a stale lock
+// holder, keeps one token per statement and checks the ceiling, and never calls a user operator.
+// (TestGuardSearchPathCannotRedefine shadows > on bigint only.)
+func TestGuardIgnoresSearchPathOperators(t *testing.T) {
+	db := newDB(t)
+	su := superConn(t, db)
+	exec(t, su, `CREATE TABLE t (id int PRIMARY KEY, note text, fence_token bigint);
+CREATE FUNCTION inner_write(i int) RETURNS text LANGUAGE plpgsql AS $$
+BEGIN
+	PERFORM pg_catalog.set_config('fence.token', '1', false);
+	INSERT INTO public.t (id, note) VALUES (i, 'inner');
+	RETURN 'outer';
+END $$;`)
+	cfg := guardConfig(table("t", "fence_token"))
+	cfg.Settings.Ceiling = true
+	install(t, su, cfg)
+	exec(t, su, "INSERT INTO fenceproxy.token_ceiling VALUES ('etcd', 100)")
+	exec(t, su, hostileOperators())
+	const evilPath = "SET search_path = evil, pg_catalog, public"
+
+	// The older holder of L writes first (so its session has the lock fence's transaction-local record, empty
+	// after the commit), then the newer one.
+	stale := connect(t, db, pgtest.SuperUser, "-c fence.token=40 -c fence.lock=L")
+	exec(t, stale, evilPath)
+	exec(t, stale, "INSERT INTO t VALUES (2, 'older', 0)")
+	newer := connect(t, db, pgtest.SuperUser, "-c fence.token=43 -c fence.lock=L")
+	exec(t, newer, "INSERT INTO t VALUES (1, 'newer', 0)") // lock L accepts 43
+	wantCode(t, "stale holder of L, new row", execErr(stale, "INSERT INTO t VALUES (3, 'stale', 0)"), rewrite.CodeStale,
+		"stale fencing token: lock L has accepted a newer token")
+	wantCode(t, "stale holder of L, newer row", execErr(stale, "UPDATE t SET note = 'stale' WHERE id OPERATOR(pg_catalog.=) 1"),
+		rewrite.CodeStale, "stale fencing token")
+
+	// One token per statement: the inner write of a statement started with 44 is stamped 44 too.
+	cur := connect(t, db, pgtest.SuperUser, "-c fence.token=44 -c fence.lock=L")
+	exec(t, cur, evilPath)
+	if err := execErr(cur, "INSERT INTO t (id, note) VALUES (5, inner_write(6))"); err != nil {
+		t.Errorf("statement with an inner write: %v", err)
+	} else if n := queryInt(t, su, "SELECT count(*) FROM t WHERE id IN (5, 6) AND fence_token = 44"); n != 2 {
+		t.Errorf("statement with an inner write: %d of its 2 rows stamped 44", n)
+	}
+
+	forged := connect(t, db, pgtest.SuperUser, "-c fence.token=1000")
+	exec(t, forged, evilPath)
+	wantCode(t, "token above the ceiling", execErr(forged, "INSERT INTO t VALUES (7, 'forged', 0)"), rewrite.CodeInvalid, "invalid fencing token")
+
+	var called bool
+	if err := su.QueryRow(context.Background(), "SELECT is_called FROM evil.calls").Scan(&called); err != nil {
+		t.Fatal(err)
+	}
+	if called {
+		t.Errorf("the guard called a user operator (it resolves an operator through search_path)")
+	}
+}

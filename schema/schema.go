@@ -184,7 +184,9 @@ func definitions(cfg Config, rels []relation) ([]definition, error) {
 	if err != nil {
 		return nil, err
 	}
-	create, err := functionSQL("lock_accept(tbl pg_catalog.text)", "void", lockBody, " SECURITY DEFINER")
+	// SECURITY DEFINER: it runs as the schema's owner, so it must not resolve anything through the caller's
+	// search_path (PostgreSQL's advice for such functions); pg_temp last, so that no temporary object either.
+	create, err := functionSQL("lock_accept(tbl pg_catalog.text)", "void", lockBody, " SECURITY DEFINER SET search_path = pg_catalog, pg_temp")
 	if err != nil {
 		return nil, err
 	}
