@@ -22,6 +22,7 @@ CREATE SCHEMA elsewhere;`)
 	cfg := guardConfig(table("accounts", "fence_token"), table("ledger", "fence_token"))
 	cfg.DDLGuard = true
 	install(t, su, cfg)
+	ensureRole(t, "ddl_app")
 
 	refused := []string{
 		"DROP TABLE accounts",
@@ -45,6 +46,24 @@ CREATE SCHEMA elsewhere;`)
 		`ALTER TABLE ledger DISABLE TRIGGER "~fenceproxy_guard"`,
 		`ALTER TABLE ledger DETACH PARTITION ledger_1`,
 		"DROP FUNCTION fenceproxy.guard_truncate() CASCADE",
+		// The guard's code and tables: replacing a function (what a trigger runs) undoes the guard as surely
+		// as dropping its trigger.
+		`CREATE OR REPLACE FUNCTION fenceproxy.guard_truncate() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NULL; END $$`,
+		`CREATE OR REPLACE FUNCTION fenceproxy.guard_statement() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NULL; END $$`,
+		"ALTER FUNCTION fenceproxy.lock_accept(text) OWNER TO ddl_app",
+		"ALTER FUNCTION fenceproxy.lock_accept(text) SECURITY INVOKER",
+		"ALTER TABLE fenceproxy.token_ceiling OWNER TO ddl_app",
+		"ALTER TABLE fenceproxy.token_ceiling ADD COLUMN note text",
+		"CREATE TABLE fenceproxy.extra (id int)",
+		"CREATE FUNCTION fenceproxy.extra() RETURNS int LANGUAGE sql AS 'SELECT 1'",
+		"CREATE RULE ceiling_off AS ON UPDATE TO fenceproxy.token_ceiling DO INSTEAD NOTHING",
+		"CREATE TRIGGER ceiling_off BEFORE UPDATE ON fenceproxy.token_ceiling FOR EACH ROW EXECUTE FUNCTION fenceproxy.guard_truncate()",
+		"CREATE POLICY ceiling_off ON fenceproxy.token_ceiling USING (false)",
+		"ALTER SCHEMA fenceproxy OWNER TO ddl_app",
+		"ALTER SCHEMA fenceproxy RENAME TO fenceproxy_old",
+		// (Not the DDL guard's own check: replaced, its new body is what runs at the end of the command.)
+		`CREATE OR REPLACE FUNCTION fenceproxy_ddl.ddl_guard_drop() RETURNS event_trigger LANGUAGE plpgsql AS $$ BEGIN END $$`,
+		"ALTER SCHEMA fenceproxy_ddl RENAME TO fenceproxy_ddl_old",
 		"DROP TABLE fenceproxy.lock_marks",
 		"DROP SCHEMA fenceproxy CASCADE",
 	}
@@ -56,16 +75,20 @@ CREATE SCHEMA elsewhere;`)
 		t.Fatalf("after refused DDL: %+v %v", st, err)
 	}
 	for _, sql := range []string{
+		"GRANT INSERT, UPDATE ON fenceproxy.token_ceiling TO ddl_app", // docs/verification.md: the catalog role's right
+		"REVOKE INSERT, UPDATE ON fenceproxy.token_ceiling FROM ddl_app",
 		"ALTER TABLE accounts ADD COLUMN note text",
 		"CREATE INDEX ON accounts (balance)",
 		"COMMENT ON TABLE accounts IS 'fenced'",
+		"CREATE VIEW marks AS SELECT name, mark FROM fenceproxy.lock_marks", // reading the guard's tables is no change to them
+		"CREATE TRIGGER mine BEFORE UPDATE ON unrelated FOR EACH ROW EXECUTE FUNCTION fenceproxy.guard_truncate()",
 		"CREATE TABLE ledger_2 PARTITION OF ledger FOR VALUES FROM (100) TO (200)",
 		"DROP TABLE unrelated",
 	} {
 		exec(t, su, sql)
 	}
 	// An ordinary role's DDL on its own tables is not disturbed (the DDL guard's checks run as that role).
-	exec(t, su, "CREATE ROLE ddl_app LOGIN; GRANT CREATE ON SCHEMA public TO ddl_app")
+	exec(t, su, "GRANT CREATE ON SCHEMA public TO ddl_app")
 	app := connect(t, db, "ddl_app", "")
 	exec(t, app, "CREATE TABLE mine (id int); ALTER TABLE mine ADD COLUMN v text; ALTER TABLE mine ALTER COLUMN id TYPE bigint; DROP TABLE mine")
 	wantCode(t, "ordinary role drops a protected table", execErr(app, "DROP TABLE accounts"), "42501", "must be owner")
