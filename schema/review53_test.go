@@ -179,3 +179,36 @@ END $$;`)
 		t.Errorf("the guard called a user operator (it resolves an operator through search_path)")
 	}
 }
+
+// TestDDLGuardInstallOverTableOwnersSchema: the table owner (an ordinary role) installs the guard, with the
+// token ceiling; later a superuser adds the DDL guard, which is to stop that owner from undoing the guard. The
+// owner still owns the schema and its tables and functions (CREATE ... IF NOT EXISTS and CREATE OR REPLACE keep
+// the owner), and the DDL guard sees no DML: it could empty the token ceiling and write with a forged token.
+// Install refuses until the installing role owns them.
+func TestDDLGuardInstallOverTableOwnersSchema(t *testing.T) {
+	db := newDB(t)
+	su := superConn(t, db)
+	ensureRole(t, "r53_owner")
+	exec(t, su, "GRANT CREATE ON DATABASE "+db+" TO r53_owner; GRANT CREATE ON SCHEMA public TO r53_owner")
+	owner := connect(t, db, "r53_owner", "")
+	exec(t, owner, "CREATE TABLE accounts (id int PRIMARY KEY, balance int, fence_token bigint)")
+	exec(t, su, "INSERT INTO accounts VALUES (1, 100, 42)")
+	cfg := guardConfig(table("accounts", "fence_token"))
+	cfg.Settings.Ceiling = true
+	install(t, owner, cfg)
+
+	cfg.DDLGuard = true
+	err := schema.Install(context.Background(), su, cfg)
+	if err == nil {
+		exec(t, su, "INSERT INTO fenceproxy.token_ceiling VALUES ('etcd', 50)")
+		werr := execErr(owner, "DELETE FROM fenceproxy.token_ceiling; SET fence.token = 1000; UPDATE accounts SET balance = 0")
+		t.Fatalf("install --ddl-guard over a schema r53_owner owns succeeded; r53_owner then emptied the token ceiling and wrote with token 1000 (error: %v, row token %d)",
+			werr, queryInt(t, su, "SELECT fence_token FROM accounts"))
+	}
+	for _, want := range []string{"schema fenceproxy (owner r53_owner)", "table fenceproxy.token_ceiling (owner r53_owner)",
+		"function fenceproxy.lock_accept(text) (owner r53_owner)"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("install --ddl-guard over r53_owner's schema does not name %q: %v", want, err)
+		}
+	}
+}
