@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/fenceproxy/fenceproxy/internal/pgtest"
 	"github.com/fenceproxy/fenceproxy/rewrite"
 	"github.com/fenceproxy/fenceproxy/schema"
@@ -210,5 +212,40 @@ func TestDDLGuardInstallOverTableOwnersSchema(t *testing.T) {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("install --ddl-guard over r53_owner's schema does not name %q: %v", want, err)
 		}
+	}
+}
+
+// TestInstallConcurrently: installs started at once into a fresh database serialize (install's advisory
+// lock): all succeed, each step is applied once, and the guard is complete.
+func TestInstallConcurrently(t *testing.T) {
+	db := newDB(t)
+	su := superConn(t, db)
+	exec(t, su, "CREATE TABLE accounts (id int PRIMARY KEY, fence_token bigint)")
+	cfg := guardConfig(table("accounts", "fence_token"))
+	const n = 3
+	conns := make([]*pgx.Conn, n)
+	for i := range conns {
+		conns[i] = superConn(t, db)
+	}
+	errs := make(chan error, n)
+	start := make(chan struct{})
+	for _, c := range conns {
+		go func() {
+			<-start
+			errs <- schema.Install(context.Background(), c, cfg)
+		}()
+	}
+	close(start)
+	for range conns {
+		if err := <-errs; err != nil {
+			t.Errorf("concurrent install: %v", err)
+		}
+	}
+	if got, want := queryInt(t, su, "SELECT count(*) FROM fenceproxy.version"), int64(len(schema.Steps())); got != want {
+		t.Fatalf("version rows after concurrent installs: %d, want %d", got, want)
+	}
+	st, err := schema.Inspect(context.Background(), su, cfg)
+	if err != nil || len(st.Findings) > 0 {
+		t.Fatalf("after concurrent installs: %+v %v", st, err)
 	}
 }
