@@ -249,3 +249,34 @@ func TestInstallConcurrently(t *testing.T) {
 		t.Fatalf("after concurrent installs: %+v %v", st, err)
 	}
 }
+
+// TestInstallRefusesHalfInstalledSchema: a table of an applied step dropped by hand (here lock_marks) makes
+// every lock-fenced write fail with an error that is not the contract's. Install must not report the guard as
+// in place, and check must report what is missing.
+func TestInstallRefusesHalfInstalledSchema(t *testing.T) {
+	db := newDB(t)
+	su := superConn(t, db)
+	exec(t, su, "CREATE TABLE accounts (id int PRIMARY KEY, fence_token bigint)")
+	cfg := guardConfig(table("accounts", "fence_token"))
+	install(t, su, cfg)
+	gone := []string{"fenceproxy.lock_marks", "fenceproxy.lock_token_seq", "fenceproxy.token_ceiling"}
+	exec(t, su, "DROP TABLE fenceproxy.lock_marks; DROP SEQUENCE fenceproxy.lock_token_seq; DROP TABLE fenceproxy.token_ceiling")
+	ctx := context.Background()
+	err := schema.Install(ctx, su, cfg)
+	st, ierr := schema.Inspect(ctx, su, cfg)
+	if ierr != nil {
+		t.Fatal(ierr)
+	}
+	for _, rel := range gone {
+		if err == nil || !strings.Contains(err.Error(), rel+" (step") {
+			t.Errorf("install over a schema missing %s: %v", rel, err)
+		}
+		found := false
+		for _, f := range st.Findings {
+			found = found || strings.HasPrefix(f.Object, rel+" (step")
+		}
+		if !found {
+			t.Errorf("check of a schema missing %s: %+v", rel, st.Findings)
+		}
+	}
+}

@@ -311,6 +311,16 @@ func BuildPlan(ctx context.Context, conn *pgx.Conn, cfg Config) (Plan, error) {
 	if err != nil {
 		return p, err
 	}
+	missingRels, err := missingRelations(ctx, conn, len(applied))
+	if err != nil {
+		return p, err
+	}
+	if len(missingRels) > 0 {
+		return p, fmt.Errorf("the fenceproxy schema has applied steps whose tables are gone (dropped by hand?): %s; "+
+			"the guard fails writes until they are back: restore them (from a backup, or as the step creates them), "+
+			"or run fenceproxy uninstall and install again, which loses every lock mark and the PostgreSQL lock store's state",
+			strings.Join(missingRels, ", "))
+	}
 	hadDDLGuard, err := ddlGuardInstalled(ctx, conn)
 	if err != nil {
 		return p, err
