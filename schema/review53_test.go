@@ -280,3 +280,56 @@ func TestInstallRefusesHalfInstalledSchema(t *testing.T) {
 		}
 	}
 }
+
+// TestGuardMoreInServerPaths: write paths TestGuardRefusesEveryInServerPath does not list, each refused for a
+// stale session (55F01) and one without a token (55F02), and applied, stamped, for the newest token; and a
+// non-superuser granted SET on session_replication_role (PostgreSQL 15) still meets the guard.
+func TestGuardMoreInServerPaths(t *testing.T) {
+	db := newDB(t)
+	su := superConn(t, db)
+	exec(t, su, `CREATE TABLE accounts (id int PRIMARY KEY, balance int NOT NULL DEFAULT 0, fence_token bigint);
+INSERT INTO accounts VALUES (1, 100, 42), (2, 100, 42);
+CREATE TABLE owners (id int PRIMARY KEY);
+INSERT INTO owners VALUES (1);
+CREATE TABLE cards (id int PRIMARY KEY, owner int REFERENCES owners ON UPDATE CASCADE, fence_token bigint);
+INSERT INTO cards VALUES (1, 1, 42);
+CREATE VIEW v_io AS SELECT id, balance FROM accounts;
+CREATE FUNCTION v_io_upd() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN UPDATE accounts SET balance = NEW.balance WHERE id = OLD.id; RETURN NEW; END $$;
+CREATE TRIGGER v_io_upd INSTEAD OF UPDATE ON v_io FOR EACH ROW EXECUTE FUNCTION v_io_upd();
+CREATE VIEW v_rule AS SELECT id, balance FROM accounts;
+CREATE RULE v_rule_del AS ON DELETE TO v_rule DO INSTEAD DELETE FROM accounts WHERE id = OLD.id;`)
+	install(t, su, guardConfig(table("accounts", "fence_token"), table("cards", "fence_token")))
+	paths := []struct{ name, sql string }{
+		{"MERGE UPDATE", "MERGE INTO accounts a USING (VALUES (1)) s(id) ON a.id = s.id WHEN MATCHED THEN UPDATE SET balance = 1"},
+		{"MERGE DELETE", "MERGE INTO accounts a USING (VALUES (2)) s(id) ON a.id = s.id WHEN MATCHED THEN DELETE"},
+		{"writable CTE", "WITH w AS (UPDATE accounts SET balance = 2 WHERE id = 1 RETURNING id) SELECT count(*) FROM w"},
+		{"view with INSTEAD OF trigger", "UPDATE v_io SET balance = 3 WHERE id = 1"},
+		{"view with DO INSTEAD rule", "DELETE FROM v_rule WHERE id = 2"},
+		{"FK ON UPDATE CASCADE", "UPDATE owners SET id = 10 WHERE id = 1"},
+	}
+	stale := connect(t, db, pgtest.SuperUser, "-c fence.token=41")
+	none := connect(t, db, pgtest.SuperUser, "")
+	for _, p := range paths {
+		wantCode(t, p.name+" (stale)", execErr(stale, p.sql), rewrite.CodeStale, "stale fencing token")
+		wantCode(t, p.name+" (no token)", execErr(none, p.sql), rewrite.CodeMissing, "missing fencing token")
+	}
+	ensureRole(t, "r53_replica")
+	exec(t, su, "GRANT ALL ON accounts TO r53_replica; GRANT SET ON PARAMETER session_replication_role TO r53_replica")
+	repl := connect(t, db, "r53_replica", "-c fence.token=41")
+	exec(t, repl, "SET session_replication_role = replica")
+	wantCode(t, "replica role granted by SET privilege", execErr(repl, "UPDATE accounts SET balance = 0"), rewrite.CodeStale, "stale fencing token")
+
+	fresh := connect(t, db, pgtest.SuperUser, "-c fence.token=43")
+	for _, p := range paths {
+		if err := execErr(fresh, p.sql); err != nil {
+			t.Fatalf("%s with the newest token: %v", p.name, err)
+		}
+	}
+	if n := queryInt(t, su, "SELECT count(*) FROM accounts WHERE fence_token <> 43"); n != 0 {
+		t.Errorf("%d accounts rows not stamped 43", n)
+	}
+	if n := queryInt(t, su, "SELECT fence_token FROM cards WHERE owner = 10"); n != 43 {
+		t.Errorf("card after the cascade: token %d, want 43", n)
+	}
+}
