@@ -89,6 +89,20 @@ BEGIN
 				HINT = 'The fenceproxy DDL guard refuses DDL that changes a protected table''s identity, token column or guard. Run fenceproxy uninstall first, or re-run fenceproxy install after a planned change.';
 		END IF;
 	END LOOP;
+	-- Every relation that inherits from a guarded one holds rows of the protected table: it must carry the row
+	-- guard enabled ALWAYS. A partition gets it as a clone of its parent's (and passes); an inheritance child,
+	-- made by CREATE TABLE ... INHERITS or ALTER TABLE ... INHERIT, gets none.
+	FOR o IN WITH RECURSIVE d(relid, label) AS (
+			SELECT i.inhrelid, gd.label FROM pg_catalog.pg_inherits i JOIN fenceproxy.guarded gd ON i.inhparent OPERATOR(pg_catalog.=) gd.relid
+			UNION
+			SELECT i.inhrelid, d.label FROM pg_catalog.pg_inherits i JOIN d ON i.inhparent OPERATOR(pg_catalog.=) d.relid)
+		SELECT d.relid, d.label FROM d WHERE NOT EXISTS (SELECT FROM pg_catalog.pg_trigger t WHERE t.tgrelid OPERATOR(pg_catalog.=) d.relid
+			AND t.tgname OPERATOR(pg_catalog.=) '~fenceproxy_guard' AND t.tgenabled OPERATOR(pg_catalog.=) 'A') LOOP
+		RAISE EXCEPTION USING ERRCODE = '55F04',
+			MESSAGE = pg_catalog.concat('unfenceable write: ', TG_TAG, ' would make ', o.relid::pg_catalog.regclass::pg_catalog.text,
+				' an inheritance child of the protected table ', o.label, ' without the guard'),
+			HINT = 'The fenceproxy DDL guard refuses relations that hold a protected table''s rows unguarded. Use a partition, or run fenceproxy uninstall first and install after the change.';
+	END LOOP;
 END
 $fenceproxy$;
 

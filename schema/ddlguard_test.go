@@ -18,6 +18,7 @@ func TestDDLGuard(t *testing.T) {
 CREATE TABLE ledger (id int, fence_token bigint) PARTITION BY RANGE (id);
 CREATE TABLE ledger_1 PARTITION OF ledger FOR VALUES FROM (0) TO (100);
 CREATE TABLE unrelated (id int);
+CREATE TABLE loose (id int PRIMARY KEY, balance int, fence_token bigint);
 CREATE SCHEMA elsewhere;`)
 	cfg := guardConfig(table("accounts", "fence_token"), table("ledger", "fence_token"))
 	cfg.DDLGuard = true
@@ -46,6 +47,10 @@ CREATE SCHEMA elsewhere;`)
 		`ALTER TABLE ledger DISABLE TRIGGER "~fenceproxy_guard"`,
 		`ALTER TABLE ledger DETACH PARTITION ledger_1`,
 		"DROP FUNCTION fenceproxy.guard_truncate() CASCADE",
+		// An inheritance child gets no trigger of its parent's: its rows, written directly or through the
+		// parent, would meet no guard (a partition gets the row guard as a clone, and passes below).
+		"CREATE TABLE kid () INHERITS (accounts)",
+		"ALTER TABLE loose INHERIT accounts",
 		// The guard's code and tables: replacing a function (what a trigger runs) undoes the guard as surely
 		// as dropping its trigger.
 		`CREATE OR REPLACE FUNCTION fenceproxy.guard_truncate() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NULL; END $$`,
