@@ -103,6 +103,25 @@ BEGIN
 				' an inheritance child of the protected table ', o.label, ' without the guard'),
 			HINT = 'The fenceproxy DDL guard refuses relations that hold a protected table''s rows unguarded. Use a partition, or run fenceproxy uninstall first and install after the change.';
 	END LOOP;
+	-- PostgreSQL fires BEFORE triggers of one kind in name order (bytewise): a BEFORE ROW trigger named after
+	-- the row guard could change the token it stamped, and a BEFORE STATEMENT trigger named before the start
+	-- trigger could change the token before the statement keeps it. tgtype bits: 1 row, 2 before, 4 insert,
+	-- 8 delete, 16 update, 64 instead.
+	FOR o IN WITH RECURSIVE d(relid, label) AS (
+			SELECT gd.relid, gd.label FROM fenceproxy.guarded gd
+			UNION
+			SELECT i.inhrelid, d.label FROM pg_catalog.pg_inherits i JOIN d ON i.inhparent OPERATOR(pg_catalog.=) d.relid)
+		SELECT d.relid, d.label, t.tgname FROM d JOIN pg_catalog.pg_trigger t ON t.tgrelid OPERATOR(pg_catalog.=) d.relid
+		WHERE (t.tgtype::pg_catalog.int4 OPERATOR(pg_catalog.&) 28) OPERATOR(pg_catalog.<>) 0
+			AND (((t.tgtype::pg_catalog.int4 OPERATOR(pg_catalog.&) 67) OPERATOR(pg_catalog.=) 3
+					AND t.tgname::pg_catalog.text COLLATE pg_catalog."C" OPERATOR(pg_catalog.>) '~fenceproxy_guard')
+				OR ((t.tgtype::pg_catalog.int4 OPERATOR(pg_catalog.&) 67) OPERATOR(pg_catalog.=) 2
+					AND t.tgname::pg_catalog.text COLLATE pg_catalog."C" OPERATOR(pg_catalog.<) '!fenceproxy_statement_start')) LOOP
+		RAISE EXCEPTION USING ERRCODE = '55F04',
+			MESSAGE = pg_catalog.concat('unfenceable write: ', TG_TAG, ' would leave the trigger ', pg_catalog.quote_ident(o.tgname), ' on ',
+				o.relid::pg_catalog.regclass::pg_catalog.text, ' (protected as ', o.label, ') firing where the guard cannot see it'),
+			HINT = 'A BEFORE ROW trigger must sort before ~fenceproxy_guard, a BEFORE STATEMENT trigger after !fenceproxy_statement_start: rename it (a name starting with a letter, digit or underscore does).';
+	END LOOP;
 END
 $fenceproxy$;
 

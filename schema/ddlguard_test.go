@@ -19,6 +19,8 @@ CREATE TABLE ledger (id int, fence_token bigint) PARTITION BY RANGE (id);
 CREATE TABLE ledger_1 PARTITION OF ledger FOR VALUES FROM (0) TO (100);
 CREATE TABLE unrelated (id int);
 CREATE TABLE loose (id int PRIMARY KEY, balance int, fence_token bigint);
+CREATE FUNCTION lower_token() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN NEW.fence_token := 1; RETURN NEW; END $$;
+CREATE FUNCTION set_token() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM set_config('fence.token', '1', false); RETURN NULL; END $$;
 CREATE SCHEMA elsewhere;`)
 	cfg := guardConfig(table("accounts", "fence_token"), table("ledger", "fence_token"))
 	cfg.DDLGuard = true
@@ -49,6 +51,13 @@ CREATE SCHEMA elsewhere;`)
 		"DROP FUNCTION fenceproxy.guard_truncate() CASCADE",
 		// An inheritance child gets no trigger of its parent's: its rows, written directly or through the
 		// parent, would meet no guard (a partition gets the row guard as a clone, and passes below).
+		// A BEFORE ROW trigger that fires after the guard (its name sorts after the guard's) could change the
+		// token the guard stamped; a BEFORE STATEMENT trigger that fires before the statement's token is kept
+		// could change it.
+		`CREATE TRIGGER "~~late" BEFORE INSERT OR UPDATE ON accounts FOR EACH ROW EXECUTE FUNCTION lower_token()`,
+		`CREATE TRIGGER "~~late" BEFORE UPDATE ON ledger FOR EACH ROW EXECUTE FUNCTION lower_token()`,
+		`CREATE TRIGGER "é late" BEFORE UPDATE ON ledger_1 FOR EACH ROW EXECUTE FUNCTION lower_token()`,
+		`CREATE TRIGGER " early" BEFORE UPDATE ON accounts FOR EACH STATEMENT EXECUTE FUNCTION set_token()`,
 		"CREATE TABLE kid () INHERITS (accounts)",
 		"ALTER TABLE loose INHERIT accounts",
 		// The guard's code and tables: replacing a function (what a trigger runs) undoes the guard as surely
@@ -81,6 +90,10 @@ CREATE SCHEMA elsewhere;`)
 	}
 	for _, sql := range []string{
 		"GRANT INSERT, UPDATE ON fenceproxy.token_ceiling TO ddl_app", // docs/verification.md: the catalog role's right
+		// Triggers that fire where the guard still sees their effect: before its row trigger, after its start.
+		"CREATE TRIGGER audit BEFORE UPDATE ON accounts FOR EACH ROW EXECUTE FUNCTION lower_token()",
+		`CREATE TRIGGER "~~after" AFTER UPDATE ON accounts FOR EACH ROW EXECUTE FUNCTION lower_token()`,
+		"CREATE TRIGGER stmt BEFORE UPDATE ON accounts FOR EACH STATEMENT EXECUTE FUNCTION set_token()",
 		"REVOKE INSERT, UPDATE ON fenceproxy.token_ceiling FROM ddl_app",
 		"ALTER TABLE accounts ADD COLUMN note text",
 		"CREATE INDEX ON accounts (balance)",
@@ -92,6 +105,9 @@ CREATE SCHEMA elsewhere;`)
 	} {
 		exec(t, su, sql)
 	}
+	// The order is checked on the result, whatever command made it: a rename too.
+	wantCode(t, "rename a trigger to fire after the guard", execErr(su, `ALTER TRIGGER audit ON accounts RENAME TO "~~audit"`),
+		rewrite.CodeUnfenceable, "unfenceable write: ")
 	// An ordinary role's DDL on its own tables is not disturbed (the DDL guard's checks run as that role).
 	exec(t, su, "GRANT CREATE ON SCHEMA public TO ddl_app")
 	app := connect(t, db, "ddl_app", "")
