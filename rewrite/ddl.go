@@ -39,7 +39,7 @@ func (a *analysis) checkDDL(n *pg.Node) {
 	if n == nil || len(a.r.tables) == 0 {
 		return
 	}
-	switch x := n.Node.(type) {
+	switch n.Node.(type) {
 	case *pg.Node_SelectStmt, *pg.Node_InsertStmt, *pg.Node_UpdateStmt, *pg.Node_DeleteStmt, *pg.Node_MergeStmt,
 		*pg.Node_ExplainStmt, *pg.Node_CopyStmt, *pg.Node_PrepareStmt, *pg.Node_ExecuteStmt, *pg.Node_DeallocateStmt,
 		*pg.Node_DeclareCursorStmt, *pg.Node_FetchStmt, *pg.Node_ClosePortalStmt, *pg.Node_CreateTableAsStmt,
@@ -53,6 +53,16 @@ func (a *analysis) checkDDL(n *pg.Node) {
 		*pg.Node_AlterStatsStmt, *pg.Node_CreateSeqStmt, *pg.Node_AlterSeqStmt:
 		// The allowlist of statements that cannot change a row's token or a table's identity.
 		return
+	}
+	// The in-database guard (fenceproxy install) is treated as a protected table: DDL naming its schemas could
+	// replace the function its triggers run, hand it over or put a rule on its tables, and so undo the guard as
+	// surely as disabling its trigger on a protected table.
+	if namesGuard(n) {
+		a.refuse(CodeUnfenceable, "", fmt.Sprintf("unfenceable write: %s naming the schema of the fenceproxy guard would change the guard%s",
+			stmtKind(n), ddlAdvice))
+		return
+	}
+	switch x := n.Node.(type) {
 	case *pg.Node_TruncateStmt:
 		if x.TruncateStmt.Behavior == pg.DropBehavior_DROP_CASCADE && a.r.named(n) == nil {
 			a.checkByResult(n, "TRUNCATE ... CASCADE")
@@ -115,6 +125,34 @@ func (a *analysis) checkDDL(n *pg.Node) {
 	if why := a.r.ddlRisk(n, e); why != "" {
 		a.refuse(CodeUnfenceable, e.label, "unfenceable write: "+why+ddlAdvice)
 	}
+}
+
+// isGuardSchema reports whether name (an identifier's value) is one of the in-database guard's schemas,
+// fenceproxy and fenceproxy_ddl (schema.Name; the DDL guard's own), ASCII case-insensitively: it errs toward
+// naming.
+func isGuardSchema(name string) bool {
+	return strings.EqualFold(name, "fenceproxy") || strings.EqualFold(name, "fenceproxy_ddl")
+}
+
+// namesGuard reports whether a statement names one of the guard's schemas anywhere: a relation qualified with
+// it, a name part (qualified function, type and object names are lists of String nodes), or the schema a
+// CREATE SCHEMA makes. A function's body is one String and names nothing here.
+func namesGuard(n *pg.Node) bool {
+	found := false
+	eachMessage(n.ProtoReflect(), func(m protoreflect.Message) {
+		if found {
+			return
+		}
+		switch x := m.Interface().(type) {
+		case *pg.RangeVar:
+			found = isGuardSchema(x.Schemaname)
+		case *pg.String:
+			found = isGuardSchema(x.Sval)
+		case *pg.CreateSchemaStmt:
+			found = isGuardSchema(x.Schemaname)
+		}
+	})
+	return found
 }
 
 // named returns the first protected table a statement names anywhere: a

@@ -338,3 +338,55 @@ func TestSessionEffects(t *testing.T) {
 		t.Errorf("SET app.lock with lock setting app.lock: %+v", got)
 	}
 }
+
+// TestDDLOnGuardRefused: the in-database guard's objects (the fenceproxy and fenceproxy_ddl schemas that
+// fenceproxy install creates) are treated like a protected table by the DDL rule: DDL naming them is refused
+// unless on the allowlist. Replacing the guard's trigger function undoes the guard as surely as disabling its
+// trigger, which is refused. The token setting here shares no part with "fenceproxy".
+func TestDDLOnGuardRefused(t *testing.T) {
+	r, err := New(Config{Tables: []Table{{Name: "accounts", TokenColumn: "fence_token"}}, TokenSetting: "app.token"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sql := range []string{
+		"CREATE OR REPLACE FUNCTION fenceproxy.guard_0123456789abcdef() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NEW; END $$",
+		`CREATE OR REPLACE FUNCTION "fenceproxy".guard_truncate() RETURNS trigger LANGUAGE plpgsql AS 'BEGIN RETURN NULL; END'`,
+		"ALTER FUNCTION fenceproxy.guard_statement() RENAME TO old",
+		"ALTER FUNCTION fenceproxy.lock_accept(text) SECURITY INVOKER",
+		"ALTER FUNCTION fenceproxy.lock_accept(text) OWNER TO mallory",
+		"ALTER ROUTINE fenceproxy.guard_truncate() SET SCHEMA public",
+		"ALTER TABLE fenceproxy.token_ceiling RENAME TO old_ceiling",
+		"ALTER TABLE FenceProxy.lock_marks DROP CONSTRAINT lock_marks_mark_check",
+		"CREATE RULE r AS ON UPDATE TO fenceproxy.token_ceiling DO INSTEAD NOTHING",
+		"CREATE TRIGGER t BEFORE UPDATE ON fenceproxy.lock_marks FOR EACH STATEMENT EXECUTE FUNCTION f()",
+		"CREATE POLICY p ON fenceproxy.token_ceiling USING (false)",
+		"ALTER SCHEMA fenceproxy OWNER TO mallory",
+		"CREATE SCHEMA fenceproxy",
+		"CREATE SCHEMA IF NOT EXISTS fenceproxy_ddl",
+		"CREATE FUNCTION fenceproxy_ddl.ddl_guard_check() RETURNS event_trigger LANGUAGE plpgsql AS 'BEGIN END'",
+		"DROP FUNCTION fenceproxy.lock_accept(text)",
+		"DROP FUNCTION fenceproxy.guard() CASCADE",
+		"DROP TABLE fenceproxy.token_ceiling",
+	} {
+		if !r.MayTouch([]byte(sql)) {
+			t.Errorf("prefilter skips %q", sql)
+			continue
+		}
+		p := r.Plan(sql)
+		if p.Action != Refuse || p.Code != CodeUnfenceable || !strings.HasPrefix(p.Message, "unfenceable write: ") ||
+			!strings.Contains(p.Message, "fenceproxy guard") {
+			t.Errorf("%q: want refusal 55F04 naming the fenceproxy guard, got %v %s %s", sql, p.Action, p.Code, p.Message)
+		}
+	}
+	for _, sql := range []string{
+		"GRANT INSERT, UPDATE ON fenceproxy.token_ceiling TO fenceproxy_catalog", // docs/verification.md
+		"REVOKE UPDATE ON fenceproxy.token_ceiling FROM app",
+		"COMMENT ON TABLE fenceproxy.lock_marks IS 'lock fences'",
+		"SELECT * FROM fenceproxy.lock_marks",
+		"CREATE OR REPLACE FUNCTION public.audit() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NEW; END $$",
+	} {
+		if p := r.Plan(sql); p.Action != Pass {
+			t.Errorf("%q: want pass, got %v %s %s", sql, p.Action, p.Code, p.Message)
+		}
+	}
+}

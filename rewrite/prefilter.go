@@ -53,9 +53,12 @@ func (p *prefilter) namesFolded(word []byte) bool {
 }
 
 // alone reports whether an identifier's value makes the text one to analyse
-// by itself: set_config, or a name holding the token setting's first part.
+// by itself: set_config, a name holding the token setting's first part, or
+// the name of a schema of the in-database guard (DDL on it is refused:
+// ddl.go), whatever the token setting is called.
 func (p *prefilter) alone(v []byte) bool {
-	return len(v) >= len(p.settingFirst) && (equalFoldASCII(v, "set_config") || containsFoldBytes(v, p.settingFirst))
+	return len(v) >= len(p.settingFirst) && (equalFoldASCII(v, "set_config") || containsFoldBytes(v, p.settingFirst)) ||
+		(len(v) == len("fenceproxy") || len(v) == len("fenceproxy_ddl")) && isGuardSchema(string(v))
 }
 
 func lowerASCII(s string) string {

@@ -18,10 +18,14 @@ func TestDDLGuard(t *testing.T) {
 CREATE TABLE ledger (id int, fence_token bigint) PARTITION BY RANGE (id);
 CREATE TABLE ledger_1 PARTITION OF ledger FOR VALUES FROM (0) TO (100);
 CREATE TABLE unrelated (id int);
+CREATE TABLE loose (id int PRIMARY KEY, balance int, fence_token bigint);
+CREATE FUNCTION lower_token() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN NEW.fence_token := 1; RETURN NEW; END $$;
+CREATE FUNCTION set_token() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM set_config('fence.token', '1', false); RETURN NULL; END $$;
 CREATE SCHEMA elsewhere;`)
 	cfg := guardConfig(table("accounts", "fence_token"), table("ledger", "fence_token"))
 	cfg.DDLGuard = true
 	install(t, su, cfg)
+	ensureRole(t, "ddl_app")
 
 	refused := []string{
 		"DROP TABLE accounts",
@@ -45,6 +49,35 @@ CREATE SCHEMA elsewhere;`)
 		`ALTER TABLE ledger DISABLE TRIGGER "~fenceproxy_guard"`,
 		`ALTER TABLE ledger DETACH PARTITION ledger_1`,
 		"DROP FUNCTION fenceproxy.guard_truncate() CASCADE",
+		// An inheritance child gets no trigger of its parent's: its rows, written directly or through the
+		// parent, would meet no guard (a partition gets the row guard as a clone, and passes below).
+		// A BEFORE ROW trigger that fires after the guard (its name sorts after the guard's) could change the
+		// token the guard stamped; a BEFORE STATEMENT trigger that fires before the statement's token is kept
+		// could change it.
+		`CREATE TRIGGER "~~late" BEFORE INSERT OR UPDATE ON accounts FOR EACH ROW EXECUTE FUNCTION lower_token()`,
+		`CREATE TRIGGER "~~late" BEFORE UPDATE ON ledger FOR EACH ROW EXECUTE FUNCTION lower_token()`,
+		`CREATE TRIGGER "é late" BEFORE UPDATE ON ledger_1 FOR EACH ROW EXECUTE FUNCTION lower_token()`,
+		`CREATE TRIGGER " early" BEFORE UPDATE ON accounts FOR EACH STATEMENT EXECUTE FUNCTION set_token()`,
+		"CREATE TABLE kid () INHERITS (accounts)",
+		"ALTER TABLE loose INHERIT accounts",
+		// The guard's code and tables: replacing a function (what a trigger runs) undoes the guard as surely
+		// as dropping its trigger.
+		`CREATE OR REPLACE FUNCTION fenceproxy.guard_truncate() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NULL; END $$`,
+		`CREATE OR REPLACE FUNCTION fenceproxy.guard_statement() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NULL; END $$`,
+		"ALTER FUNCTION fenceproxy.lock_accept(text) OWNER TO ddl_app",
+		"ALTER FUNCTION fenceproxy.lock_accept(text) SECURITY INVOKER",
+		"ALTER TABLE fenceproxy.token_ceiling OWNER TO ddl_app",
+		"ALTER TABLE fenceproxy.token_ceiling ADD COLUMN note text",
+		"CREATE TABLE fenceproxy.extra (id int)",
+		"CREATE FUNCTION fenceproxy.extra() RETURNS int LANGUAGE sql AS 'SELECT 1'",
+		"CREATE RULE ceiling_off AS ON UPDATE TO fenceproxy.token_ceiling DO INSTEAD NOTHING",
+		"CREATE TRIGGER ceiling_off BEFORE UPDATE ON fenceproxy.token_ceiling FOR EACH ROW EXECUTE FUNCTION fenceproxy.guard_truncate()",
+		"CREATE POLICY ceiling_off ON fenceproxy.token_ceiling USING (false)",
+		"ALTER SCHEMA fenceproxy OWNER TO ddl_app",
+		"ALTER SCHEMA fenceproxy RENAME TO fenceproxy_old",
+		// (Not the DDL guard's own check: replaced, its new body is what runs at the end of the command.)
+		`CREATE OR REPLACE FUNCTION fenceproxy_ddl.ddl_guard_drop() RETURNS event_trigger LANGUAGE plpgsql AS $$ BEGIN END $$`,
+		"ALTER SCHEMA fenceproxy_ddl RENAME TO fenceproxy_ddl_old",
 		"DROP TABLE fenceproxy.lock_marks",
 		"DROP SCHEMA fenceproxy CASCADE",
 	}
@@ -56,16 +89,27 @@ CREATE SCHEMA elsewhere;`)
 		t.Fatalf("after refused DDL: %+v %v", st, err)
 	}
 	for _, sql := range []string{
+		"GRANT INSERT, UPDATE ON fenceproxy.token_ceiling TO ddl_app", // docs/verification.md: the catalog role's right
+		// Triggers that fire where the guard still sees their effect: before its row trigger, after its start.
+		"CREATE TRIGGER audit BEFORE UPDATE ON accounts FOR EACH ROW EXECUTE FUNCTION lower_token()",
+		`CREATE TRIGGER "~~after" AFTER UPDATE ON accounts FOR EACH ROW EXECUTE FUNCTION lower_token()`,
+		"CREATE TRIGGER stmt BEFORE UPDATE ON accounts FOR EACH STATEMENT EXECUTE FUNCTION set_token()",
+		"REVOKE INSERT, UPDATE ON fenceproxy.token_ceiling FROM ddl_app",
 		"ALTER TABLE accounts ADD COLUMN note text",
 		"CREATE INDEX ON accounts (balance)",
 		"COMMENT ON TABLE accounts IS 'fenced'",
+		"CREATE VIEW marks AS SELECT name, mark FROM fenceproxy.lock_marks", // reading the guard's tables is no change to them
+		"CREATE TRIGGER mine BEFORE UPDATE ON unrelated FOR EACH ROW EXECUTE FUNCTION fenceproxy.guard_truncate()",
 		"CREATE TABLE ledger_2 PARTITION OF ledger FOR VALUES FROM (100) TO (200)",
 		"DROP TABLE unrelated",
 	} {
 		exec(t, su, sql)
 	}
+	// The order is checked on the result, whatever command made it: a rename too.
+	wantCode(t, "rename a trigger to fire after the guard", execErr(su, `ALTER TRIGGER audit ON accounts RENAME TO "~~audit"`),
+		rewrite.CodeUnfenceable, "unfenceable write: ")
 	// An ordinary role's DDL on its own tables is not disturbed (the DDL guard's checks run as that role).
-	exec(t, su, "CREATE ROLE ddl_app LOGIN; GRANT CREATE ON SCHEMA public TO ddl_app")
+	exec(t, su, "GRANT CREATE ON SCHEMA public TO ddl_app")
 	app := connect(t, db, "ddl_app", "")
 	exec(t, app, "CREATE TABLE mine (id int); ALTER TABLE mine ADD COLUMN v text; ALTER TABLE mine ALTER COLUMN id TYPE bigint; DROP TABLE mine")
 	wantCode(t, "ordinary role drops a protected table", execErr(app, "DROP TABLE accounts"), "42501", "must be owner")

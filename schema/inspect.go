@@ -48,6 +48,15 @@ func Inspect(ctx context.Context, conn *pgx.Conn, cfg Config) (Status, error) {
 		st.Findings = append(st.Findings, Finding{Object: "fenceproxy schema",
 			Problem: fmt.Sprintf("at step %d of %d", len(applied), st.Latest), Fix: install})
 	}
+	missing, err := missingRelations(ctx, conn, len(applied))
+	if err != nil {
+		return st, err
+	}
+	for _, m := range missing {
+		st.Findings = append(st.Findings, Finding{Object: m,
+			Problem: "missing though its step was applied (dropped by hand?): the guard fails writes that need it",
+			Fix:     "restore it, or fenceproxy uninstall and install again (loses lock marks and the PostgreSQL lock store's state)"})
+	}
 	if st.DDLGuard, err = ddlGuardInstalled(ctx, conn); err != nil {
 		return st, err
 	}

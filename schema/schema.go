@@ -184,7 +184,9 @@ func definitions(cfg Config, rels []relation) ([]definition, error) {
 	if err != nil {
 		return nil, err
 	}
-	create, err := functionSQL("lock_accept(tbl pg_catalog.text)", "void", lockBody, " SECURITY DEFINER")
+	// SECURITY DEFINER: it runs as the schema's owner, so it must not resolve anything through the caller's
+	// search_path (PostgreSQL's advice for such functions); pg_temp last, so that no temporary object either.
+	create, err := functionSQL("lock_accept(tbl pg_catalog.text)", "void", lockBody, " SECURITY DEFINER SET search_path = pg_catalog, pg_temp")
 	if err != nil {
 		return nil, err
 	}
@@ -309,12 +311,30 @@ func BuildPlan(ctx context.Context, conn *pgx.Conn, cfg Config) (Plan, error) {
 	if err != nil {
 		return p, err
 	}
+	missingRels, err := missingRelations(ctx, conn, len(applied))
+	if err != nil {
+		return p, err
+	}
+	if len(missingRels) > 0 {
+		return p, fmt.Errorf("the fenceproxy schema has applied steps whose tables are gone (dropped by hand?): %s; "+
+			"the guard fails writes until they are back: restore them (from a backup, or as the step creates them), "+
+			"or run fenceproxy uninstall and install again, which loses every lock mark and the PostgreSQL lock store's state",
+			strings.Join(missingRels, ", "))
+	}
 	hadDDLGuard, err := ddlGuardInstalled(ctx, conn)
 	if err != nil {
 		return p, err
 	}
 	if err := conn.QueryRow(ctx, "SELECT pg_catalog.current_database()").Scan(&p.Database); err != nil {
 		return p, fmt.Errorf("current_database: %w", err)
+	}
+	foreign, err := foreignOwned(ctx, conn)
+	if err != nil {
+		return p, err
+	}
+	if len(foreign) > 0 {
+		return p, fmt.Errorf("database %s: %s; their owner could change or remove the guard, so install puts none there: "+
+			"drop them, or make the installing role own them (ALTER ... OWNER TO), then run install again", p.Database, strings.Join(foreign, ", "))
 	}
 	rels, missing, err := resolve(ctx, conn, cfg)
 	if err != nil {
@@ -409,6 +429,35 @@ WHERE c.oid = %s::pg_catalog.regclass;`,
 		add(ddlGuardSQL)
 	}
 	return p, nil
+}
+
+// foreignOwned names the schema fenceproxy and every object in it that is owned by a role that is neither the
+// current role (the one installing) nor a superuser, as "schema fenceproxy (owner r)". The owner of the schema
+// may drop or alter anything in it, and the owner of an object may change it: a role that can create schemas in
+// the database (its owner, often the application's role) could create the schema, or a table of it such as
+// token_ceiling, before install ran, and CREATE ... IF NOT EXISTS and CREATE OR REPLACE keep the existing owner.
+// Every kind of object is found the same way, through its owner dependency (pg_shdepend), which PostgreSQL
+// records for every owned object whose owner is not the bootstrap superuser.
+func foreignOwned(ctx context.Context, conn *pgx.Conn) ([]string, error) {
+	rows, err := conn.Query(ctx, `SELECT pg_catalog.concat('schema ', pg_catalog.quote_ident(n.nspname), ' (owner ', pg_catalog.quote_ident(r.rolname), ')')
+FROM pg_catalog.pg_namespace n JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) n.nspowner
+WHERE n.nspname OPERATOR(pg_catalog.=) $1 AND r.rolname OPERATOR(pg_catalog.<>) CURRENT_USER AND NOT r.rolsuper
+UNION ALL
+SELECT * FROM (SELECT pg_catalog.concat(pg_catalog.pg_describe_object(d.classid, d.objid, d.objsubid), ' (owner ', pg_catalog.quote_ident(r.rolname), ')')
+FROM pg_catalog.pg_shdepend d JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) d.refobjid
+WHERE d.deptype OPERATOR(pg_catalog.=) 'o' AND d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_authid'::pg_catalog.regclass
+	AND d.dbid OPERATOR(pg_catalog.=) (SELECT oid FROM pg_catalog.pg_database WHERE datname OPERATOR(pg_catalog.=) pg_catalog.current_database())
+	AND r.rolname OPERATOR(pg_catalog.<>) CURRENT_USER AND NOT r.rolsuper
+	AND (pg_catalog.pg_identify_object(d.classid, d.objid, d.objsubid)).schema OPERATOR(pg_catalog.=) $1
+ORDER BY 1) AS o`, Name)
+	if err != nil {
+		return nil, fmt.Errorf("look for objects in schema %s owned by other roles: %w", Name, err)
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("look for objects in schema %s owned by other roles: %w", Name, err)
+	}
+	return names, nil
 }
 
 // staleTriggers drops guard triggers on relations that are no longer protected, and names those relations.

@@ -1,7 +1,12 @@
 package schema
 
 import (
+	"context"
+	"fmt"
 	"strings"
+
+	"github.com/jackc/pgx/v5"
+	pg "github.com/pganalyze/pg_query_go/v6"
 
 	"github.com/fenceproxy/fenceproxy/tokens"
 )
@@ -74,3 +79,50 @@ const stepTokenCeiling = `CREATE TABLE IF NOT EXISTS fenceproxy.token_ceiling (
 );
 REVOKE ALL ON fenceproxy.token_ceiling FROM PUBLIC;
 GRANT SELECT ON fenceproxy.token_ceiling TO PUBLIC;`
+
+// relations are the relations (tables and sequences, schema-qualified as written) that the step's SQL
+// creates, read from the SQL itself, so that no list can forget one: a database that has applied the step
+// must still hold each (missingRelations).
+func (s Step) relations() ([]string, error) {
+	tree, err := pg.Parse(s.SQL)
+	if err != nil {
+		return nil, fmt.Errorf("step %q: %w", s.Name, err)
+	}
+	var out []string
+	for _, raw := range tree.Stmts {
+		var rv *pg.RangeVar
+		switch x := raw.Stmt.Node.(type) {
+		case *pg.Node_CreateStmt:
+			rv = x.CreateStmt.Relation
+		case *pg.Node_CreateSeqStmt:
+			rv = x.CreateSeqStmt.Sequence
+		}
+		if rv != nil {
+			out = append(out, quoteQualified(rv.Schemaname, rv.Relname))
+		}
+	}
+	return out, nil
+}
+
+// missingRelations names the relations of the applied steps (the first applied of Steps) that the database
+// no longer holds, as "fenceproxy.lock_marks (step 1, lock marks)": dropped by hand, they make the guard fail
+// writes with errors that are not the contract's, and install would not create them again.
+func missingRelations(ctx context.Context, conn *pgx.Conn, applied int) ([]string, error) {
+	var missing []string
+	for i, s := range Steps()[:min(applied, len(Steps()))] {
+		rels, err := s.relations()
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range rels {
+			var present bool
+			if err := conn.QueryRow(ctx, "SELECT pg_catalog.to_regclass($1) IS NOT NULL", r).Scan(&present); err != nil {
+				return nil, fmt.Errorf("look for %s: %w", r, err)
+			}
+			if !present {
+				missing = append(missing, fmt.Sprintf("%s (step %d, %s)", strings.ReplaceAll(r, `"`, ""), i+1, s.Name))
+			}
+		}
+	}
+	return missing, nil
+}
