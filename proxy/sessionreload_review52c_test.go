@@ -137,6 +137,15 @@ func review52cHeldByServer(t *testing.T, goroutines bool) {
 			}, nil))
 		}, []pgproto3.FrontendMessage{
 			&pgproto3.Bind{PreparedStatement: "sp", Parameters: one}, &pgproto3.Execute{}, &pgproto3.Sync{}}},
+		// A Parse of an EXECUTE of an SQL PREPARE of before the reload, sent after a Bind that judged the
+		// statements the session held: the judgement at the next Bind is done, so the Parse itself must mark it.
+		{"Parse of EXECUTE after the judgement", func(t *testing.T, pc *pgconn.PgConn) {
+			ok(t, rawRound(t, pc, []pgproto3.FrontendMessage{
+				&pgproto3.Query{String: "PREPARE sp(int) AS " + upd},
+			}, nil))
+		}, []pgproto3.FrontendMessage{
+			&pgproto3.Parse{Query: "SELECT 1"}, &pgproto3.Bind{}, &pgproto3.Execute{},
+			&pgproto3.Parse{Name: "e", Query: "EXECUTE sp(1)"}, &pgproto3.Bind{PreparedStatement: "e"}, &pgproto3.Execute{}, &pgproto3.Sync{}}},
 		// An SQL PREPARE sent in a Parse, run after the reload by a Query EXECUTE.
 		{"PREPARE in a Parse, then a Query EXECUTE", func(t *testing.T, pc *pgconn.PgConn) {
 			ok(t, rawRound(t, pc, []pgproto3.FrontendMessage{
