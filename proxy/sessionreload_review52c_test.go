@@ -130,6 +130,19 @@ func review52cHeldByServer(t *testing.T, goroutines bool) {
 				&pgproto3.Sync{},
 			}, nil))
 		}, []pgproto3.FrontendMessage{&pgproto3.Execute{Portal: "p"}, &pgproto3.Sync{}}},
+		// The same portal, with a Bind of another statement after the reload before its Execute: that Bind is
+		// judged under the new list, but the portal is still the one bound under the old.
+		{"named portal in a transaction block, another Bind after", func(t *testing.T, pc *pgconn.PgConn) {
+			ok(t, rawRound(t, pc, []pgproto3.FrontendMessage{
+				&pgproto3.Query{String: "BEGIN"},
+			}, nil))
+			ok(t, rawRound(t, pc, []pgproto3.FrontendMessage{
+				&pgproto3.Parse{Name: "w", Query: upd},
+				&pgproto3.Bind{PreparedStatement: "w", DestinationPortal: "p", Parameters: one},
+				&pgproto3.Sync{},
+			}, nil))
+		}, []pgproto3.FrontendMessage{
+			&pgproto3.Parse{Query: "SELECT 1"}, &pgproto3.Bind{}, &pgproto3.Execute{Portal: "p"}, &pgproto3.Sync{}}},
 		// An SQL PREPARE (a simple Query) bound by the protocol's Bind: the server has one namespace for both.
 		{"SQL PREPARE, then a Bind of it", func(t *testing.T, pc *pgconn.PgConn) {
 			ok(t, rawRound(t, pc, []pgproto3.FrontendMessage{
