@@ -130,6 +130,19 @@ func review52cHeldByServer(t *testing.T, goroutines bool) {
 				&pgproto3.Sync{},
 			}, nil))
 		}, []pgproto3.FrontendMessage{&pgproto3.Execute{Portal: "p"}, &pgproto3.Sync{}}},
+		// The same portal, with a Bind of another statement after the reload before its Execute: that Bind is
+		// judged under the new list, but the portal is still the one bound under the old.
+		{"named portal in a transaction block, another Bind after", func(t *testing.T, pc *pgconn.PgConn) {
+			ok(t, rawRound(t, pc, []pgproto3.FrontendMessage{
+				&pgproto3.Query{String: "BEGIN"},
+			}, nil))
+			ok(t, rawRound(t, pc, []pgproto3.FrontendMessage{
+				&pgproto3.Parse{Name: "w", Query: upd},
+				&pgproto3.Bind{PreparedStatement: "w", DestinationPortal: "p", Parameters: one},
+				&pgproto3.Sync{},
+			}, nil))
+		}, []pgproto3.FrontendMessage{
+			&pgproto3.Parse{Query: "SELECT 1"}, &pgproto3.Bind{}, &pgproto3.Execute{Portal: "p"}, &pgproto3.Sync{}}},
 		// An SQL PREPARE (a simple Query) bound by the protocol's Bind: the server has one namespace for both.
 		{"SQL PREPARE, then a Bind of it", func(t *testing.T, pc *pgconn.PgConn) {
 			ok(t, rawRound(t, pc, []pgproto3.FrontendMessage{
@@ -137,6 +150,15 @@ func review52cHeldByServer(t *testing.T, goroutines bool) {
 			}, nil))
 		}, []pgproto3.FrontendMessage{
 			&pgproto3.Bind{PreparedStatement: "sp", Parameters: one}, &pgproto3.Execute{}, &pgproto3.Sync{}}},
+		// A Parse of an EXECUTE of an SQL PREPARE of before the reload, sent after a Bind that judged the
+		// statements the session held: the judgement at the next Bind is done, so the Parse itself must mark it.
+		{"Parse of EXECUTE after the judgement", func(t *testing.T, pc *pgconn.PgConn) {
+			ok(t, rawRound(t, pc, []pgproto3.FrontendMessage{
+				&pgproto3.Query{String: "PREPARE sp(int) AS " + upd},
+			}, nil))
+		}, []pgproto3.FrontendMessage{
+			&pgproto3.Parse{Query: "SELECT 1"}, &pgproto3.Bind{}, &pgproto3.Execute{},
+			&pgproto3.Parse{Name: "e", Query: "EXECUTE sp(1)"}, &pgproto3.Bind{PreparedStatement: "e"}, &pgproto3.Execute{}, &pgproto3.Sync{}}},
 		// An SQL PREPARE sent in a Parse, run after the reload by a Query EXECUTE.
 		{"PREPARE in a Parse, then a Query EXECUTE", func(t *testing.T, pc *pgconn.PgConn) {
 			ok(t, rawRound(t, pc, []pgproto3.FrontendMessage{
@@ -257,6 +279,44 @@ func TestReview52cSessionReloadKeepsUnchangedFencedStatement(t *testing.T) {
 			}
 			if snap := f.snapshot(t); snap != "1:1:10" {
 				t.Fatalf("rows: %s, want 1:1:10 (fenced with the token 10)", snap)
+			}
+		})
+	}
+}
+
+// A kept statement is judged again under the reading settings of its Parse, as the server read it, not under
+// every setting at once (as the Bind's, whose settings the proxy counts unknown while its batch runs): a fenced
+// statement with a backslash in a literal, which reads otherwise with standard_conforming_strings off, runs on
+// after a reload that leaves its table as it was, fenced (length of a\b: 3). Read under every setting, it was
+// judged otherwise and the session refused (found by mutation, pass 53).
+func TestSessionReloadKeepsUnchangedStatementReadUnderItsParseSettings(t *testing.T) {
+	for _, mode := range []struct {
+		name       string
+		goroutines bool
+	}{{"event loop", false}, {"goroutines", true}} {
+		t.Run(mode.name, func(t *testing.T) {
+			d := direct(t)
+			name := fxName(t, "rb")
+			fxCreateTable(t, d, "public."+name)
+			fxExec(t, d, fmt.Sprintf("INSERT INTO public.%s (id, balance, fence_token) VALUES (1, 0, 9)", name))
+			p := startProxy(t, proxytest.Options{YAML: fxTables("public." + name), DisableEventLoop: mode.goroutines})
+			f := &fenced{p: p, d: d, name: name, label: "public." + name}
+			pc := pooledPgConn(t, f, "")
+			upd := fmt.Sprintf(`UPDATE public.%s SET balance = balance + length('a\b') WHERE id = $1`, name)
+			if err := rawRound(t, pc, []pgproto3.FrontendMessage{&pgproto3.Query{String: "SET fence.token = 10"}}, nil); err != nil {
+				t.Fatal(err)
+			}
+			if err := rawRound(t, pc, []pgproto3.FrontendMessage{&pgproto3.Parse{Name: "u", Query: upd}, &pgproto3.Sync{}}, nil); err != nil {
+				t.Fatal(err)
+			}
+			reloadTables(t, f, "public."+name, "public."+name+"_other")
+			run := []pgproto3.FrontendMessage{
+				&pgproto3.Bind{PreparedStatement: "u", Parameters: [][]byte{[]byte("1")}}, &pgproto3.Execute{}, &pgproto3.Sync{}}
+			if err := rawRound(t, pc, run, nil); err != nil {
+				t.Fatalf("a statement the reload does not change: %v", err)
+			}
+			if snap := f.snapshot(t); snap != "1:3:10" {
+				t.Fatalf("rows: %s, want 1:3:10 (fenced with the token 10)", snap)
 			}
 		})
 	}

@@ -117,6 +117,10 @@ func TestPreparedRefsAs(t *testing.T) {
 		{`SELECT 'a\'; EXECUTE q; --'`, off, 0},
 		{`SELECT 'a\'; EXECUTE q; --'`, on, 1},
 		{`SELECT 'a\\'; EXECUTE q`, off, 1},
+		// The other way: an EXECUTE the server runs that a reading with standard_conforming_strings on puts in a
+		// string (mapped, never sent as it is).
+		{`SELECT 'a\''; EXECUTE q; --'`, off, 1},
+		{`SELECT 'a\''; EXECUTE q; --'`, on, 0},
 		{`SELECT E'a\'; EXECUTE q; --'`, on, 0},
 		{"SELECT '" + string(so) + "'; EXECUTE q", sjis, 1},
 		{"SELECT '" + string(so) + "; EXECUTE q'", sjis, 0},
