@@ -746,6 +746,17 @@ func poolError(p *txPool, err error) (code, msg, detail string) {
 	return sqlstateConnectionFailure, fmt.Sprintf("fenceproxy could not open a server connection for pool %s", p.name), err.Error()
 }
 
+// ignoredBetweenUnits reports whether PostgreSQL takes a client message of type typ that starts nothing
+// (unitStart false) while no transaction or batch is open, doing nothing: the COPY messages outside a COPY and
+// a Flush. The pool drops those when no server connection is lent; any other ends the session (forwardPooled).
+func ignoredBetweenUnits(typ byte) bool {
+	switch typ {
+	case msgCopyData, msgCopyDone, msgCopyFail, msgFlush:
+		return true
+	}
+	return false
+}
+
 // unitStart reports whether a client message of type typ starts something the server answers with
 // ReadyForQuery on its own: where a transaction may begin.
 func (ss *session) unitStart(typ byte) bool {
@@ -922,7 +933,13 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 		if pl.lost != nil {
 			return errLendLost
 		}
-		if body == nil { // CopyData and the like outside COPY: the server ignores them
+		if !ignoredBetweenUnits(typ) {
+			// PostgreSQL ends the session at any other message here (invalid frontend message type): so does
+			// the proxy, before reading a body whose length may be the bytes of what comes next (a second
+			// StartupMessage or an SSLRequest read as a message of type 0), which it swallowed unseen.
+			return fmt.Errorf("%w: message type %q between transactions", errProtocol, typ)
+		}
+		if body == nil { // the server ignores them: read and dropped
 			_, err := ss.cr.body()
 			return err
 		}
