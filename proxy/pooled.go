@@ -739,8 +739,9 @@ func poolError(p *txPool, err error) (code, msg, detail string) {
 	}
 	var refused *upstreamRefused
 	if errors.As(err, &refused) {
-		// The server refused the login (28P01 after a refresh of the secrets: pool.go dial): its own words.
-		return errorField(refused.body, fieldCode), errorField(refused.body, fieldMessage), ""
+		// The server refused the login (28P01 after a refresh of the secrets: pool.go dial), or the pool did
+		// (loginRoleRefusal): its own words.
+		return errorField(refused.body, fieldCode), errorField(refused.body, fieldMessage), errorField(refused.body, fieldDetail)
 	}
 	p.srv.metrics.upstreamError()
 	return sqlstateConnectionFailure, fmt.Sprintf("fenceproxy could not open a server connection for pool %s", p.name), err.Error()

@@ -2,9 +2,14 @@ package proxy_test
 
 import (
 	"encoding/binary"
+	"errors"
+	"net/url"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/fenceproxy/fenceproxy/internal/pgtest"
@@ -82,4 +87,72 @@ func TestPooledUnknownMessageBetweenTransactions(t *testing.T) {
 	}
 	healthy(t, pool)
 	healthy(t, session)
+}
+
+// A client whose login makes its session run as another role than the one it logged in as (options -c role=r,
+// -c session_authorization=r, or ALTER ROLE ... SET role, which PostgreSQL applies at every login of the role)
+// runs as that role directly. Through the pool each transaction was put back to the login role (the token
+// statement and putBackFirst set the role to none), so such a client, which had chosen a role of fewer
+// privileges, ran everything as the login role, a superuser here, with no word said: the session's role
+// silently broken, and a privilege it had given up given back (review53proto). PostgreSQL is the judge of
+// the role each login gives; through the pool the client must run as that role, or be refused at login.
+func TestPooledStartupRoleKeptOrRefused(t *testing.T) {
+	f := newPooledFenced(t, 1, "")
+	reader, login := fxName(t, "reader"), fxName(t, "login")
+	fxExec(t, f.d, "CREATE ROLE "+reader)
+	fxExec(t, f.d, "CREATE ROLE "+login+" LOGIN SUPERUSER")
+	fxExec(t, f.d, "GRANT "+reader+" TO "+login)
+	fxExec(t, f.d, "ALTER ROLE "+login+" SET role = "+reader)
+	t.Cleanup(func() {
+		f.d.Exec(ctxT(t), "DROP ROLE IF EXISTS "+login)
+		f.d.Exec(ctxT(t), "DROP ROLE IF EXISTS "+reader)
+	})
+	opts := func(o string) string { return "&options=" + strings.ReplaceAll(url.QueryEscape(o), "+", "%20") }
+	for _, c := range []struct{ name, user, query string }{
+		{"options -c role", pgtest.SuperUser, opts("-c role=" + reader)},
+		{"options -c role with a token", pgtest.SuperUser, opts("-c fence.token=5 -c role=" + reader)},
+		{"options --role", pgtest.SuperUser, opts("--role=" + reader)},
+		{"options -c session_authorization", pgtest.SuperUser, opts("-c session_authorization=" + reader)},
+		{"ALTER ROLE SET role", login, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			who := "SELECT current_user::text || ' ' || session_user::text"
+			var want string
+			d, err := pgx.Connect(ctxT(t), pg.DSN(c.user, "", pgtest.TestDB)+c.query)
+			if err != nil {
+				t.Fatalf("directly: %v", err)
+			}
+			err = d.QueryRow(ctxT(t), who).Scan(&want)
+			d.Close(ctxT(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			p, err := pgx.Connect(ctxT(t), f.p.DSN(c.user, "", pgtest.TestDB)+c.query)
+			if err != nil {
+				var pe *pgconn.PgError
+				if !errors.As(err, &pe) || pe.Code != "0A000" {
+					t.Fatalf("through the pool: login failed otherwise than refused (0A000): %v", err)
+				}
+				t.Logf("through the pool: refused at login (%v); directly %q", err, want)
+				return
+			}
+			defer p.Close(ctxT(t))
+			for _, q := range []string{who, "BEGIN", who, "COMMIT", "SET application_name = 'x'", who} {
+				var got string
+				if q != who {
+					fxExec(t, p, q)
+					continue
+				}
+				err := p.QueryRow(ctxT(t), q).Scan(&got)
+				if err != nil {
+					t.Logf("through the pool: %v (directly %q)", err, want)
+					continue
+				}
+				if got != want {
+					t.Fatalf("through the pool the session runs as %q; directly as %q", got, want)
+				}
+			}
+		})
+	}
+	healthy(t, f.p)
 }
