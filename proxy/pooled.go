@@ -868,6 +868,11 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 	if pl.copyIn && pl.sc != nil {
 		return ss.forwardCopyIn(typ, body)
 	}
+	if typ == msgFlush && !st.unsynced.Load() && ss.cr.n != 0 {
+		// A Flush has no body: PostgreSQL fails one that has (invalid message format). Outside a batch the pool
+		// sends a Flush on as it is or drops it (below), neither of which would say so: the session ends.
+		return fmt.Errorf("%w: Flush message with a body of %d bytes", errProtocol, ss.cr.n)
+	}
 	if typ == msgFlush && !st.unsynced.Load() && pl.sc != nil {
 		// Outside a batch a Flush runs nothing and starts nothing (unitStart): to the lent connection as it is,
 		// not through the core, for which it is a batch's message (the next Query would be one inside a batch:

@@ -1,8 +1,11 @@
 package proxy_test
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
+	"net"
 	"net/url"
 	"strings"
 	"testing"
@@ -155,4 +158,125 @@ func TestPooledStartupRoleKeptOrRefused(t *testing.T) {
 		})
 	}
 	healthy(t, f.p)
+}
+
+// rawMsg is a client message of type typ and body as given, whatever its content.
+func rawMsg(typ byte, body []byte) []byte {
+	return append(binary.BigEndian.AppendUint32([]byte{typ}, uint32(4+len(body))), body...)
+}
+
+// answerUntilReady reads conn's answers up to a ReadyForQuery or the connection's end, as a string of message
+// types and error codes ("E:08P01/ERROR Z"), "closed" at the end of the stream, "hang" when nothing more comes
+// within d.
+func answerUntilReady(conn net.Conn, d time.Duration) string {
+	conn.SetReadDeadline(time.Now().Add(d))
+	fe := pgproto3.NewFrontend(conn, conn)
+	var out []string
+	for {
+		m, err := fe.Receive()
+		if err != nil {
+			if isTimeoutErr(err) {
+				return strings.Join(append(out, "hang"), " ")
+			}
+			return strings.Join(append(out, "closed"), " ")
+		}
+		switch m := m.(type) {
+		case *pgproto3.ErrorResponse:
+			out = append(out, "E:"+m.Code+"/"+m.Severity)
+		case *pgproto3.ReadyForQuery:
+			return strings.Join(append(out, "Z"), " ")
+		default:
+			out = append(out, fmt.Sprintf("%T", m)[len("*pgproto3."):])
+		}
+	}
+}
+
+// Malformed extended-protocol messages (lengths inside the body that lie, missing terminators, counts that do
+// not match, unknown kinds), each sent where a batch starts and inside one, after a statement of the client's
+// was prepared in an earlier transaction (so the pool's renaming reads the message). PostgreSQL is the judge:
+// through the pool and in session mode the answer must be PostgreSQL's (to the ReadyForQuery) or a FATAL and
+// the connection closed; never a hang, a panic or an answer of another shape, and the proxy goes on serving.
+func TestPooledMalformedExtendedMessages(t *testing.T) {
+	pgtest.Require(t, pg)
+	pool := startProxy(t, proxytest.Options{YAML: "pool:\n  mode: transaction\n  size: 1\nauth:\n  type: trust\n"})
+	session := startProxy(t, proxytest.Options{})
+	cstr := func(s string) []byte { return append([]byte(s), 0) }
+	u16 := func(n int) []byte { return binary.BigEndian.AppendUint16(nil, uint16(n)) }
+	u32 := func(n int) []byte { return binary.BigEndian.AppendUint32(nil, uint32(n)) }
+	cat := func(parts ...[]byte) []byte { return bytes.Join(parts, nil) }
+	sync := rawMsg('S', nil)
+	cases := []struct {
+		name string
+		msg  []byte
+	}{
+		{"Parse name without its end", rawMsg('P', []byte("s2"))},
+		{"Parse text without its end", rawMsg('P', cat(cstr("s2"), []byte("SELECT 1")))},
+		{"Parse of more parameter types than sent", rawMsg('P', cat(cstr("s2"), cstr("SELECT $1"), u16(5)))},
+		{"Parse of 65535 parameter types", rawMsg('P', cat(cstr("s2"), cstr("SELECT $1"), u16(0xffff), u32(23)))},
+		{"Parse with bytes after it", rawMsg('P', cat(cstr("s2"), cstr("SELECT 1"), u16(0), []byte{1, 2, 3}))},
+		{"Bind portal name without its end", rawMsg('B', []byte("p"))},
+		{"Bind statement name without its end", rawMsg('B', cat(cstr(""), []byte("s1")))},
+		{"Bind of more format codes than sent", rawMsg('B', cat(cstr(""), cstr("s1"), u16(3), u16(0)))},
+		{"Bind of two parameters to a statement of one", rawMsg('B', cat(cstr(""), cstr("s1"), u16(0), u16(2), u32(1), []byte("1"), u32(1), []byte("2"), u16(0)))},
+		{"Bind of no parameter to a statement of one", rawMsg('B', cat(cstr(""), cstr("s1"), u16(0), u16(0), u16(0)))},
+		{"Bind of a parameter longer than the message", rawMsg('B', cat(cstr(""), cstr("s1"), u16(0), u16(1), u32(1000), []byte("1"), u16(0)))},
+		{"Bind of a parameter length -2", rawMsg('B', cat(cstr(""), cstr("s1"), u16(0), u16(1), u32(0xfffffffe), u16(0)))},
+		{"Bind of two format codes for one parameter", rawMsg('B', cat(cstr(""), cstr("s1"), u16(2), u16(0), u16(0), u16(1), u32(1), []byte("1"), u16(0)))},
+		{"Bind of format code 7", rawMsg('B', cat(cstr(""), cstr("s1"), u16(1), u16(7), u16(1), u32(1), []byte("1"), u16(0)))},
+		{"Bind without result formats", rawMsg('B', cat(cstr(""), cstr("s1"), u16(0), u16(1), u32(1), []byte("1")))},
+		{"Bind of more result formats than sent", rawMsg('B', cat(cstr(""), cstr("s1"), u16(0), u16(1), u32(1), []byte("1"), u16(4), u16(0)))},
+		{"Bind with bytes after it", rawMsg('B', cat(cstr(""), cstr("s1"), u16(0), u16(1), u32(1), []byte("1"), u16(0), []byte{9, 9}))},
+		{"empty Bind", rawMsg('B', nil)},
+		{"Describe of kind X", rawMsg('D', cat([]byte{'X'}, cstr("s1")))},
+		{"empty Describe", rawMsg('D', nil)},
+		{"Describe name without its end", rawMsg('D', []byte("Ss1"))},
+		{"Close of kind Q", rawMsg('C', cat([]byte{'Q'}, cstr("s1")))},
+		{"empty Close", rawMsg('C', nil)},
+		{"Execute without the row limit", rawMsg('E', cstr(""))},
+		{"Execute portal name without its end", rawMsg('E', []byte("p"))},
+		{"Execute with bytes after it", rawMsg('E', cat(cstr(""), u32(0), []byte{1}))},
+		{"Sync with a body", rawMsg('S', []byte{1, 2})},
+		{"Flush with a body", rawMsg('H', []byte{1})},
+	}
+	prepare := func(t *testing.T, addr string) (net.Conn, *pgproto3.Frontend) {
+		conn, fe, _ := rawStartup(t, addr, pgproto3.ProtocolVersionNumber, nil)
+		fe.Send(&pgproto3.Parse{Name: "s1", Query: "SELECT $1::int"})
+		fe.Send(&pgproto3.Sync{})
+		if err := fe.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		if got := answerUntilReady(conn, 5*time.Second); got != "ParseComplete Z" {
+			t.Fatalf("Parse of s1: %s", got)
+		}
+		return conn, fe
+	}
+	for _, c := range cases {
+		for _, inBatch := range []bool{false, true} {
+			name := c.name
+			var lead []byte
+			if inBatch {
+				name += "/inside a batch"
+				lead = cat(rawMsg('B', cat(cstr(""), cstr("s1"), u16(0), u16(1), u32(1), []byte("7"), u16(0))), rawMsg('E', cat(cstr(""), u32(0))))
+			}
+			t.Run(name, func(t *testing.T) {
+				send := cat(lead, c.msg, sync)
+				conn, _ := prepare(t, pg.Addr())
+				conn.Write(send)
+				want := answerUntilReady(conn, 5*time.Second)
+				if strings.HasSuffix(want, "hang") {
+					t.Fatalf("directly: %s", want)
+				}
+				for _, via := range []struct{ name, addr string }{{"session", session.Addr}, {"transaction", pool.Addr}} {
+					conn, _ := prepare(t, via.addr)
+					conn.Write(send)
+					got := answerUntilReady(conn, 5*time.Second)
+					if got != want && !strings.HasSuffix(got, "/FATAL closed") {
+						t.Errorf("%s: %q; directly %q", via.name, got, want)
+					}
+				}
+			})
+		}
+	}
+	healthy(t, pool)
+	healthy(t, session)
 }
