@@ -25,6 +25,10 @@ func woCases() map[string]woCase {
 		"savepoint describe execute": {seq: []woMsg{woP("s1", "SAVEPOINT a"), woD('P', ""), woE("", 0), woS}},
 		"flush first":                {seq: []woMsg{woH, woE("", 0), woS}},
 		"parse flush execute":        {seq: []woMsg{woP("s1", "SELECT 1"), woH, woE("", 0), woS}},
+		// A client portal named as the token statement's (review53proto), bound before the BEGIN with modes
+		// after which the token statement goes into that portal name.
+		"client portal named fenceproxy_p": {seq: []woMsg{woP("s0", "SELECT 1"), woB("fenceproxy_p", "s0"), woP("s1", "BEGIN ISOLATION LEVEL REPEATABLE READ"), woB("", "s1"), woE("", 0), woE("fenceproxy_p", 0), woS, woQ("ROLLBACK")}},
+		"client portal fenceproxy_p after": {seq: []woMsg{woP("s1", "BEGIN ISOLATION LEVEL REPEATABLE READ"), woB("", "s1"), woE("", 0), woP("s0", "SELECT 1"), woB("fenceproxy_p", "s0"), woE("fenceproxy_p", 0), woS, woQ("ROLLBACK")}},
 		"describe proxy portal":      {seq: []woMsg{woP("s1", "BEGIN ISOLATION LEVEL REPEATABLE READ"), woB("", "s1"), woE("", 0), woD('P', "fenceproxy_p"), woS, woQ("ROLLBACK")}},
 		"begin then execute":         {seq: []woMsg{woP("", "BEGIN"), woB("", ""), woE("", 0), woS, woD('P', ""), woE("", 0), woS, woQ("COMMIT")}},
 		"begin named then execute":   {seq: []woMsg{woP("s1", "BEGIN"), woB("p1", "s1"), woE("p1", 0), woS, woD('P', ""), woE("", 0), woS, woQ("COMMIT")}},
