@@ -29,9 +29,9 @@ func woCases() map[string]woCase {
 		// after which the token statement goes into that portal name.
 		"client portal named fenceproxy_p": {seq: []woMsg{woP("s0", "SELECT 1"), woB("fenceproxy_p", "s0"), woP("s1", "BEGIN ISOLATION LEVEL REPEATABLE READ"), woB("", "s1"), woE("", 0), woE("fenceproxy_p", 0), woS, woQ("ROLLBACK")}},
 		"client portal fenceproxy_p after": {seq: []woMsg{woP("s1", "BEGIN ISOLATION LEVEL REPEATABLE READ"), woB("", "s1"), woE("", 0), woP("s0", "SELECT 1"), woB("fenceproxy_p", "s0"), woE("fenceproxy_p", 0), woS, woQ("ROLLBACK")}},
-		"describe proxy portal":      {seq: []woMsg{woP("s1", "BEGIN ISOLATION LEVEL REPEATABLE READ"), woB("", "s1"), woE("", 0), woD('P', "fenceproxy_p"), woS, woQ("ROLLBACK")}},
-		"begin then execute":         {seq: []woMsg{woP("", "BEGIN"), woB("", ""), woE("", 0), woS, woD('P', ""), woE("", 0), woS, woQ("COMMIT")}},
-		"begin named then execute":   {seq: []woMsg{woP("s1", "BEGIN"), woB("p1", "s1"), woE("p1", 0), woS, woD('P', ""), woE("", 0), woS, woQ("COMMIT")}},
+		"describe proxy portal":            {seq: []woMsg{woP("s1", "BEGIN ISOLATION LEVEL REPEATABLE READ"), woB("", "s1"), woE("", 0), woD('P', "fenceproxy_p"), woS, woQ("ROLLBACK")}},
+		"begin then execute":               {seq: []woMsg{woP("", "BEGIN"), woB("", ""), woE("", 0), woS, woD('P', ""), woE("", 0), woS, woQ("COMMIT")}},
+		"begin named then execute":         {seq: []woMsg{woP("s1", "BEGIN"), woB("p1", "s1"), woE("p1", 0), woS, woD('P', ""), woE("", 0), woS, woQ("COMMIT")}},
 		"aborted block not committed": {table: true, seq: []woMsg{woP("s1", "BEGIN"), woB("p1", "s1"), woE("p1", 0), woS,
 			woP("s2", "INSERT INTO wo_t VALUES (1)"), woB("p2", "s2"), woE("p2", 0), woS, woE("", 0), woS,
 			woQ("COMMIT"), woQ("SELECT count(*) FROM wo_t")}},
