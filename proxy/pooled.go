@@ -605,6 +605,14 @@ func probeSQL(tok, lock, user string, custom []string, own string) string {
 // startPooled answers the startup of a client the proxy authenticated (auth.go: authenticateClient; its user
 // and database choose the pool) in transaction mode and serves the session.
 func (s *Server) startPooled(ss *session, login *clientLogin) {
+	if v, ok := ss.params["replication"]; ok && !replicationOff(v) {
+		// A walsender takes no extended-protocol message and reads a Query as a replication command before
+		// SQL: no token statement can go in front of what it runs, so it is not pooled.
+		s.metrics.sessionRefused("replication")
+		ss.fatalHint(sqlstateFeatureNotSupported, fmt.Sprintf("fenceproxy: a replication connection (replication=%s) cannot be pooled in pool.mode transaction", v), "",
+			"Connect replication clients to PostgreSQL directly, or through a proxy with pool.mode: session.")
+		return
+	}
 	if ss.params["database"] == adminDatabase {
 		s.serveAdmin(ss) // admin.go
 		return
@@ -681,6 +689,14 @@ func (s *Server) startPooled(ss *session, login *clientLogin) {
 	// (serveLend, which writes to the client) is left once serving is done.
 	ss.pooled.serving.Wait()
 	s.bufs.put(ss.cr.r, ss.cw)
+}
+
+// replicationOff reports whether PostgreSQL reads the startup parameter replication's value v as no
+// replication (parse_bool's spellings of false: an unambiguous prefix of false, no or off, or 0). Every other
+// value is a walsender (true, database) or refused by the server.
+func replicationOff(v string) bool {
+	v = strings.ToLower(v)
+	return v == "0" || v != "" && (strings.HasPrefix("false", v) || strings.HasPrefix("no", v)) || len(v) >= 2 && strings.HasPrefix("off", v)
 }
 
 // registerPooledKey gives the client a BackendKeyData of the proxy's own: a PID no other session has and a

@@ -280,3 +280,64 @@ func TestPooledMalformedExtendedMessages(t *testing.T) {
 	healthy(t, pool)
 	healthy(t, session)
 }
+
+// A replication connection (startup parameter replication: database, or true for physical streaming) is a
+// walsender, which takes no extended-protocol message and reads a Query as a replication command before it
+// reads it as SQL: the pool cannot put its token statement in front of either. Through the pool it logged in,
+// and then its replication commands failed as syntax errors (the token statement in front) and its first
+// statement after a SET ended the session with 08006; now it is refused at login, and a client of the same
+// pool without the parameter is served (review53proto). Session mode passes it on, as directly, and
+// replication=off is no replication connection anywhere.
+func TestPooledReplicationConnectionRefused(t *testing.T) {
+	pgtest.Require(t, pg)
+	pool := startProxy(t, proxytest.Options{YAML: "pool:\n  mode: transaction\n  size: 1\nauth:\n  type: trust\n"})
+	session := startProxy(t, proxytest.Options{})
+	for _, v := range []string{"database", "true", "off"} {
+		for _, via := range []struct{ name, addr string }{{"direct", pg.Addr()}, {"session", session.Addr}, {"transaction", pool.Addr}} {
+			last := startupAnswer(t, via.addr, map[string]string{"replication": v})
+			e, refused := last.(*pgproto3.ErrorResponse)
+			switch {
+			case v == "off":
+				if refused {
+					t.Errorf("replication=%s %s: refused %s %s", v, via.name, e.Code, e.Message)
+				}
+			case via.name == "transaction" && (!refused || e.Code != "0A000"):
+				t.Errorf("replication=%s through the pool: %T %+v, want 0A000 at login", v, last, last)
+			case via.name != "transaction" && refused:
+				t.Errorf("replication=%s %s: refused %s %s", v, via.name, e.Code, e.Message)
+			}
+		}
+	}
+	healthy(t, pool)
+}
+
+// startupAnswer logs in as the superuser with params added and returns the startup's last answer: its
+// ReadyForQuery, or the ErrorResponse that refused it.
+func startupAnswer(t *testing.T, addr string, params map[string]string) pgproto3.BackendMessage {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(10 * time.Second))
+	fe := pgproto3.NewFrontend(conn, conn)
+	params["user"], params["database"] = pgtest.SuperUser, pgtest.TestDB
+	fe.Send(&pgproto3.StartupMessage{ProtocolVersion: pgproto3.ProtocolVersionNumber, Parameters: params})
+	if err := fe.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		m, err := fe.Receive()
+		if err != nil {
+			t.Fatalf("startup at %s: %v", addr, err)
+		}
+		switch m := m.(type) {
+		case *pgproto3.ErrorResponse:
+			c := *m
+			return &c
+		case *pgproto3.ReadyForQuery:
+			return m
+		}
+	}
+}
