@@ -341,3 +341,64 @@ func startupAnswer(t *testing.T, addr string, params map[string]string) pgproto3
 		}
 	}
 }
+
+// A client with a token sends thousands of fenced writes as one extended-protocol batch with no Sync (a Flush
+// at its end), reads some of the answers, and goes away, or sends Terminate in the middle of its batch. Its
+// implicit transaction never commits: none of its writes lands, and the pool's one server connection, which the
+// next client gets, holds neither its token nor its transaction: that client, with no token, is refused
+// (55F02) and sees no token (review53proto; held on main, kept as a regression case).
+func TestPooledSyncLessBatchThenGone(t *testing.T) {
+	f := newPooledFenced(t, 1, "")
+	for _, ending := range []string{"close", "Terminate"} {
+		t.Run(ending, func(t *testing.T) {
+			fxExec(t, f.d, "TRUNCATE "+f.name)
+			conn, fe, _ := rawStartup(t, f.p.Addr, pgproto3.ProtocolVersionNumber, map[string]string{"options": "-c fence.token=5"})
+			fe.Send(&pgproto3.Parse{Name: "w", Query: "INSERT INTO " + f.name + " (balance) VALUES ($1::int)"})
+			const n = 3000
+			for i := range n {
+				fe.Send(&pgproto3.Bind{PreparedStatement: "w", Parameters: [][]byte{[]byte(fmt.Sprint(i))}})
+				fe.Send(&pgproto3.Execute{})
+			}
+			fe.Send(&pgproto3.Flush{})
+			if err := fe.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+			for done := 0; done < n/2; {
+				m, err := fe.Receive()
+				if err != nil {
+					t.Fatalf("after %d writes answered: %v", done, err)
+				}
+				switch m := m.(type) {
+				case *pgproto3.CommandComplete:
+					done++
+				case *pgproto3.ErrorResponse:
+					t.Fatalf("write %d: %s %s", done, m.Code, m.Message)
+				}
+			}
+			if ending == "Terminate" {
+				fe.Send(&pgproto3.Terminate{})
+				fe.Flush()
+			}
+			conn.Close()
+			b := pooledConn(t, f, "")
+			var tok *string
+			if err := b.QueryRow(ctxT(t), "SELECT current_setting('fence.token', true)").Scan(&tok); err != nil {
+				t.Fatal(err)
+			}
+			if tok != nil && *tok != "" {
+				t.Fatalf("the next client sees token %q", *tok)
+			}
+			_, err := b.Exec(ctxT(t), "INSERT INTO "+f.name+" (balance) VALUES (1)")
+			wantPgErr(t, err, "55F02", "")
+			b.Close(ctxT(t))
+			var rows int
+			if err := f.d.QueryRow(ctxT(t), "SELECT count(*) FROM "+f.name).Scan(&rows); err != nil {
+				t.Fatal(err)
+			}
+			if rows != 0 {
+				t.Fatalf("%d rows of a batch that never reached its Sync", rows)
+			}
+		})
+	}
+}
