@@ -402,3 +402,41 @@ func TestPooledSyncLessBatchThenGone(t *testing.T) {
 		})
 	}
 }
+
+// A message type PostgreSQL does not know, sent while the rest of a failed batch is skipped up to its Sync,
+// ends the session there too (SocketBackend reads the type before the skip). Through the pool, a batch whose
+// wait for a server connection was cancelled is skipped by the proxy (skipToSync), which read and dropped such
+// a message (review53proto).
+func TestPooledUnknownMessageWhileSkippingToSync(t *testing.T) {
+	unknown := rawMsg('!', nil)
+	sync := rawMsg('S', nil)
+	// Directly: a Parse that fails, then the unknown type and a Sync.
+	conn, fe, _ := rawStartup(t, pg.Addr(), pgproto3.ProtocolVersionNumber, nil)
+	fe.Send(&pgproto3.Parse{Query: "SELEC 1"})
+	if err := fe.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	conn.Write(append(unknown, sync...))
+	if got := answerUntilReady(conn, 5*time.Second); got != "E:42601/ERROR E:08P01/FATAL closed" {
+		t.Fatalf("directly: %s", got)
+	}
+
+	f, adm, a, _ := fullPool(t)
+	b := pooledPgConn(t, f, "")
+	hj, err := b.Hijack()
+	if err != nil {
+		t.Fatal(err)
+	}
+	hj.Frontend.Send(&pgproto3.Parse{Query: "SELECT 1"})
+	if err := hj.Frontend.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	waitingClients(t, adm, 1)
+	sendCancel(t, f.p.Addr, hj.PID, hj.SecretKey)
+	waitingClients(t, adm, 0)
+	hj.Conn.Write(append(unknown, sync...))
+	if got := answerUntilReady(hj.Conn, 5*time.Second); got != "E:57014/ERROR E:08P01/FATAL closed" {
+		t.Fatalf("through the pool: %s, want the cancel's 57014, then FATAL 08P01 and the close", got)
+	}
+	fxExec(t, a, "COMMIT")
+}
