@@ -2,6 +2,7 @@ package proxy_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -439,4 +440,39 @@ func TestPooledUnknownMessageWhileSkippingToSync(t *testing.T) {
 		t.Fatalf("through the pool: %s, want the cancel's 57014, then FATAL 08P01 and the close", got)
 	}
 	fxExec(t, a, "COMMIT")
+}
+
+// The admin console under a hostile client (review53proto; held on main, kept as a regression case): an
+// extended-protocol message or a type it does not know ends the console's session (FATAL); a command glued to
+// another in one Query runs neither (PAUSE; RESUME would otherwise pause for nothing); a CancelRequest with the
+// console's key cancels nothing; and the pool serves clients throughout.
+func TestPooledAdminConsoleHostile(t *testing.T) {
+	f := newPooledFenced(t, 1, "  admin_users: [admin]\n")
+	for _, m := range [][]byte{
+		rawMsg('P', append(append([]byte{0}, "SHOW POOLS"...), 0, 0, 0)),
+		rawMsg('!', nil),
+		rawMsg('F', make([]byte, 10)),
+	} {
+		conn := frStartup(t, f.p.Addr, "admin", "fenceproxy", nil)
+		conn.Write(append(m, rawMsg('S', nil)...))
+		if got := answerUntilReady(conn, 5*time.Second); !strings.HasSuffix(got, "/FATAL closed") {
+			t.Fatalf("admin console, message %q: %s, want a FATAL and the close", m[0], got)
+		}
+	}
+	adm := adminConn(t, f)
+	for _, glued := range []string{"PAUSE; SHOW POOLS", "SHOW POOLS; PAUSE", "PAUSE;RESUME", "PAUSE fenceproxy_test; RESUME"} {
+		_, err := adm.Exec(ctxT(t), glued)
+		wantPgErr(t, err, "0A000", "fenceproxy admin console: unknown command")
+	}
+	key := adm.PgConn().SecretKey()
+	sendCancel(t, f.p.Addr, adm.PgConn().PID(), key)
+	c := pooledConn(t, f, "")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	if _, err := c.Exec(ctx, "SELECT 1"); err != nil {
+		t.Fatalf("a client after the console's hostile commands: %v (paused?)", err)
+	}
+	if rows := adminRows(t, adm, "SHOW POOLS"); len(rows) == 0 {
+		t.Fatal("the console no longer answers")
+	}
 }
