@@ -476,3 +476,36 @@ func TestPooledAdminConsoleHostile(t *testing.T) {
 		t.Fatal("the console no longer answers")
 	}
 }
+
+// A FunctionCall of set_config for the lock setting (the token's is refused: TestPooledFunctionCallOfTokenRefused)
+// at session level, in both spellings of the name: the lock is the client's from then on, as directly, and never
+// the next client's of the same server connection (review53proto; held on main, kept as a regression case).
+func TestPooledFunctionCallOfLockStaysTheClients(t *testing.T) {
+	f := newPooledFenced(t, 1, "")
+	lockOf := func(c *pgx.Conn) string {
+		var v *string
+		if err := c.QueryRow(ctxT(t), "SELECT current_setting('fence.lock', true)").Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		if v == nil {
+			return "<null>"
+		}
+		return *v
+	}
+	for i, name := range []string{"fence.lock", "FENCE.LOCK"} {
+		a := pooledConn(t, f, "")
+		want := fmt.Sprintf("lock%d", i)
+		if _, err := fastpath(t, a, setConfigOID, []byte(name), []byte(want), []byte("false")); err != nil {
+			t.Fatalf("FunctionCall set_config(%s): %v", name, err)
+		}
+		b := pooledConn(t, f, "")
+		if got := lockOf(b); got != "<null>" && got != "" {
+			t.Fatalf("another client of the connection sees the lock %q", got)
+		}
+		if got := lockOf(a); got != want {
+			t.Fatalf("the client's lock after its FunctionCall set_config(%s): %q, want %q", name, got, want)
+		}
+		a.Close(ctxT(t))
+		b.Close(ctxT(t))
+	}
+}
