@@ -2919,6 +2919,12 @@ func (ss *session) settle(sc *serverConn) bool {
 	}
 	allAnswered := pl.open == 0 && !st.unsynced.Load() // every unit the client sent
 	if allAnswered {
+		// No statement the client sent is left to start a COPY, so no Sync or COPY end it sent so far is any
+		// COPY's: the stretches are forgotten. Kept, a COPY end sent outside any COPY (which the server ignores)
+		// left the Syncs of answered units counted, and the next COPY's CopyInResponse took them as ignored by
+		// the server: the lend miscounted the answers still to come, relayed the proxy's hidden ones and
+		// waited for one that never came (a review's finding: TestPooledWireOracleCases, stray copydone).
+		pl.copySyncs = pl.copySyncs[:0]
 		// Whatever a deferred cancel waited for has answered: it must not reach the client's next statement,
 		// which the client sent after (ownUnitAnswered's goroutine may come after this; a review's finding).
 		pl.cancelDeferred.Store(false)

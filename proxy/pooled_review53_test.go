@@ -509,3 +509,69 @@ func TestPooledFunctionCallOfLockStaysTheClients(t *testing.T) {
 		b.Close(ctxT(t))
 	}
 }
+
+// A CopyDone the client sends outside any COPY (PostgreSQL ignores it) while an earlier batch of its own is
+// still being answered, then a COPY FROM STDIN run by an Execute with its data pipelined, then a Query. The pool
+// counts the Syncs each COPY makes the server ignore by the COPY ends the client sent (copySyncs); the stray end
+// kept the first batch's Sync, answered long before, in the count the COPY's CopyInResponse took as ignored:
+// the lend then ended at the COPY batch's ReadyForQuery while the Query's answer was still to come, and the
+// next client of the server connection got it (review53proto). A client waits for the pool's one connection
+// meanwhile; it must get its own answer, and the subject its own.
+func TestPooledStrayCopyDoneNeverEndsTheLendEarly(t *testing.T) {
+	f := newPooledFenced(t, 1, "  admin_users: [admin]\n  max_client_wait: 20s\n")
+	adm := adminConn(t, f)
+	tbl := fxName(t, "c")
+	fxExec(t, f.d, "CREATE TABLE "+tbl+" (x int)")
+	t.Cleanup(func() { f.d.Exec(context.Background(), "DROP TABLE IF EXISTS "+tbl) })
+	hold := connect(t, pg.SuperDSN())
+	fxExec(t, hold, "SELECT pg_advisory_lock(53)")
+
+	a := dialRaw(t, f.p.Addr, pgtest.SuperUser, pgtest.TestDB, nil)
+	for _, m := range []pgproto3.FrontendMessage{
+		&pgproto3.Parse{Query: "SELECT pg_advisory_xact_lock(53)"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{},
+		&pgproto3.CopyDone{},
+		&pgproto3.Parse{Query: "COPY " + tbl + " FROM STDIN"}, &pgproto3.Bind{}, &pgproto3.Execute{},
+		&pgproto3.CopyData{Data: []byte("5\n")}, &pgproto3.CopyDone{}, &pgproto3.Sync{},
+		&pgproto3.Query{String: "SELECT 'the subject''s own', pg_sleep(0.5)"},
+	} {
+		a.fe.Send(m)
+	}
+	if err := a.fe.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	b := pooledConn(t, f, "")
+	got := make(chan string, 1)
+	go func() {
+		var v string
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		defer cancel()
+		if err := b.QueryRow(ctx, "SELECT 'the other client''s'").Scan(&v); err != nil {
+			v = "error: " + err.Error()
+		}
+		got <- v
+	}()
+	waitingClients(t, adm, 1)
+	fxExec(t, hold, "SELECT pg_advisory_unlock(53)")
+	if v := <-got; v != "the other client's" {
+		t.Errorf("the client waiting for the pool got %q", v)
+	}
+	a.conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	var answers []string
+	for readies := 0; readies < 3; {
+		m, err := a.fe.Receive()
+		if err != nil {
+			t.Fatalf("the subject's answers: %v after %v", err, answers)
+		}
+		switch m := m.(type) {
+		case *pgproto3.DataRow:
+			answers = append(answers, string(m.Values[0]))
+		case *pgproto3.ErrorResponse:
+			t.Fatalf("the subject: %s %s after %v", m.Code, m.Message, answers)
+		case *pgproto3.ReadyForQuery:
+			readies++
+		}
+	}
+	if len(answers) != 2 || answers[1] != "the subject's own" {
+		t.Fatalf("the subject's rows: %q", answers)
+	}
+}

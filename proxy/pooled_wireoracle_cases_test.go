@@ -66,6 +66,12 @@ func woCases() map[string]woCase {
 		"closecompletes failed batch":       {seq: []woMsg{woC('S', "a"), woP("s1", "SELEC 1"), woC('S', "b"), woE("", 0), woC('S', "c"), woS, woC('S', "d"), woE("", 0), woC('S', "e"), woS}},
 		"hold cursor pinned":                {seq: []woMsg{woQ("DECLARE h CURSOR WITH HOLD FOR SELECT 1"), woD('P', ""), woE("h", 0), woS, woE("", 0), woS, woD('P', "h"), woS, woQ("CLOSE h")}},
 		"copy in batch":                     {table: true, seq: []woMsg{woP("", "COPY wo_t FROM STDIN"), woB("", ""), woE("", 0), woMsg{&pgproto3.CopyData{Data: []byte("5\n")}, "CopyData"}, woMsg{&pgproto3.CopyDone{}, "CopyDone"}, woE("", 0), woS, woQ("SELECT count(*) FROM wo_t")}},
+		// A CopyDone outside any COPY (PostgreSQL ignores it) while an earlier unit is answered, then a COPY run by an
+		// Execute with its data pipelined: the pool counted the earlier unit's Sync among those the COPY makes the
+		// server ignore, and waited for an answer that never came (review53proto).
+		"stray copydone then copy in block": {table: true, seq: []woMsg{woQ("BEGIN"), woS, woMsg{&pgproto3.CopyDone{}, "CopyDone"}, woP("", "COPY wo_t FROM STDIN"), woB("", ""), woE("", 0), woMsg{&pgproto3.CopyData{Data: []byte("5\n")}, "CopyData"}, woMsg{&pgproto3.CopyDone{}, "CopyDone"}, woS, woQ("COMMIT"), woQ("SELECT 'after'")}},
+		"stray copydone then copy":          {table: true, seq: []woMsg{woP("", "SELECT 1"), woB("", ""), woE("", 0), woS, woMsg{&pgproto3.CopyDone{}, "CopyDone"}, woP("", "COPY wo_t FROM STDIN"), woB("", ""), woE("", 0), woMsg{&pgproto3.CopyData{Data: []byte("5\n")}, "CopyData"}, woMsg{&pgproto3.CopyDone{}, "CopyDone"}, woS, woQ("SELECT 'after'")}},
+		"stray copyfail then copy in block": {table: true, seq: []woMsg{woQ("BEGIN"), woS, woMsg{&pgproto3.CopyFail{Message: "x"}, "CopyFail"}, woP("", "COPY wo_t FROM STDIN"), woB("", ""), woE("", 0), woMsg{&pgproto3.CopyData{Data: []byte("5\n")}, "CopyData"}, woMsg{&pgproto3.CopyDone{}, "CopyDone"}, woS, woQ("COMMIT"), woQ("SELECT 'after'")}},
 		"token portal describe after flush": {seq: []woMsg{woP("", "SELECT 2"), woH, woD('S', ""), woH, woD('P', ""), woS}},
 		"two syncs":                         {seq: []woMsg{woP("s1", "SELECT 1"), woS, woS, woE("", 0), woS}},
 		// A batch that starts with a Close (pgx evicts statements so) is classified by its first statement: a
