@@ -511,12 +511,12 @@ func TestPooledFunctionCallOfLockStaysTheClients(t *testing.T) {
 }
 
 // A CopyDone the client sends outside any COPY (PostgreSQL ignores it) while an earlier batch of its own is
-// still being answered, then a COPY FROM STDIN run by an Execute with its data pipelined, then a Query. The pool
-// counts the Syncs each COPY makes the server ignore by the COPY ends the client sent (copySyncs); the stray end
-// kept the first batch's Sync, answered long before, in the count the COPY's CopyInResponse took as ignored:
-// the lend then ended at the COPY batch's ReadyForQuery while the Query's answer was still to come, and the
-// next client of the server connection got it (review53proto). A client waits for the pool's one connection
-// meanwhile; it must get its own answer, and the subject its own.
+// still being answered, then a COPY FROM STDIN run by an Execute with its data pipelined, then a Query, while
+// another client waits for the pool's one server connection. The stray end once made the pool miscount the
+// Syncs the COPY makes the server ignore (TestPooledWireOracleCases, stray copydone); here the first batch's
+// answer ends the lend before the COPY, so the miscount fell on the subject alone. Whatever the count, the
+// waiting client must get its own answer and the subject its own (review53proto; held before and after the
+// fix, kept as the cross-client check of the case).
 func TestPooledStrayCopyDoneNeverEndsTheLendEarly(t *testing.T) {
 	f := newPooledFenced(t, 1, "  admin_users: [admin]\n  max_client_wait: 20s\n")
 	adm := adminConn(t, f)
