@@ -30,6 +30,13 @@ func TestOptionSettingAsPostgresReadsIt(t *testing.T) {
 		"-c fence.token=4 -B -c",
 		"-e -c fence.token=6",
 		"-c fence.token=2 -- -c fence.token=1",
+		// Escapes as pg_split_opts reads them (review53proto): a token of "5 -c role=x", not a role.
+		`-c fence.token=5\ -c\ role=x`,
+		`-c fence.token=5\\ -c fence.token=6`,
+		`-c fence.token=8\`,
+		`-c fence.token=\9`,
+		"-c fence.token=1\t-c fence.token=2",
+		"-c fence.token=1 -c\nfence.token=2",
 	} {
 		dsn := pg.DSN(pgtest.SuperUser, "", pgtest.TestDB) + "&options=" + strings.ReplaceAll(url.QueryEscape(options), "+", "%20")
 		c, err := pgx.Connect(ctxT(t), dsn)

@@ -1108,8 +1108,10 @@ func (sc *serverConn) logIn(login *clientLogin, tok, lock string) ([]paramStatus
 		return nil, nil, err
 	}
 	sort.Slice(statuses, func(i, j int) bool { return statuses[i].name < statuses[j].name })
-	// The defaults first, then the placeholders: a target list is evaluated in order.
-	writeMsg(sc.w, msgQuery, nil, fmt.Sprintf("SELECT pg_catalog.current_setting(%[1]s, true), pg_catalog.current_setting(%[2]s, true), pg_catalog.set_config(%[1]s, %[3]s, false), pg_catalog.set_config(%[2]s, %[3]s, false)",
+	// The defaults first, then the placeholders: a target list is evaluated in order. Last, the role the login
+	// runs as (loginRoleRefusal).
+	writeMsg(sc.w, msgQuery, nil, fmt.Sprintf("SELECT pg_catalog.current_setting(%[1]s, true), pg_catalog.current_setting(%[2]s, true), pg_catalog.set_config(%[1]s, %[3]s, false), pg_catalog.set_config(%[2]s, %[3]s, false), "+
+		"pg_catalog.current_setting('role'), pg_catalog.current_setting('session_authorization')",
 		quoteLiteral(tok), quoteLiteral(lock), quoteLiteral(poolPlaceholder)))
 	if err := sc.w.Flush(); err != nil {
 		return nil, nil, fmt.Errorf("set up a server connection: %w", err)
@@ -1121,11 +1123,14 @@ func (sc *serverConn) logIn(login *clientLogin, tok, lock string) ([]paramStatus
 		}
 		return err
 	})
-	if err == nil && (rows != 1 || len(row) != 4) {
+	if err == nil && (rows != 1 || len(row) != 6) {
 		err = errors.New("unexpected answer")
 	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("set up a server connection: %w", err)
+	}
+	if refused := loginRoleRefusal(p, string(row[4]), string(row[5])); refused != nil {
+		return nil, nil, refused
 	}
 	for _, ps := range statuses {
 		if ps.name == "is_superuser" {
@@ -1134,6 +1139,26 @@ func (sc *serverConn) logIn(login *clientLogin, tok, lock string) ([]paramStatus
 	}
 	sc.roleSeen = roleSeen(sc.loginSuperuser)
 	return statuses, row[:2], nil
+}
+
+// loginRoleRefusal is the refusal of a pool whose logins run as another role than the pool's user (role and
+// sessionAuth, the session's settings right after the login), nil when they run as that user. Every transaction
+// on a pooled connection runs as the login role (the token statement and putBackFirst set the role to none), so
+// a role the login chose (options -c role or -c session_authorization, ALTER ROLE or ALTER DATABASE ... SET
+// role), which the client may have chosen to run with fewer privileges, would be dropped without a word: the
+// client is refused at login instead, whatever made the role, as the server reports it.
+func loginRoleRefusal(p *txPool, role, sessionAuth string) *upstreamRefused {
+	user := p.params["user"]
+	if (role == "none" || role == user) && sessionAuth == user {
+		return nil
+	}
+	runsAs := sessionAuth
+	if role != "none" {
+		runsAs = role
+	}
+	msg := fmt.Sprintf("fenceproxy: a login of pool %s runs as role %q, not as %q, and transaction pooling runs every transaction as the login role", p.name, runsAs, user)
+	detail := "The role comes from the startup options (-c role, -c session_authorization) or from ALTER ROLE or ALTER DATABASE ... SET role; log in as that role, or use pool.mode: session."
+	return &upstreamRefused{body: errorResponse("FATAL", sqlstateFeatureNotSupported, msg, detail, "")[headerLen:]}
 }
 
 // roleSeen reports whether every role change of a session whose login reported is_superuser (loginSuperuser)

@@ -601,6 +601,14 @@ func probeSQL(tok, lock, user string, custom []string, own string) string {
 // startPooled answers the startup of a client the proxy authenticated (auth.go: authenticateClient; its user
 // and database choose the pool) in transaction mode and serves the session.
 func (s *Server) startPooled(ss *session, login *clientLogin) {
+	if v, ok := ss.params["replication"]; ok && !replicationOff(v) {
+		// A walsender takes no extended-protocol message and reads a Query as a replication command before
+		// SQL: no token statement can go in front of what it runs, so it is not pooled.
+		s.metrics.sessionRefused("replication")
+		ss.fatalHint(sqlstateFeatureNotSupported, fmt.Sprintf("fenceproxy: a replication connection (replication=%s) cannot be pooled in pool.mode transaction", v), "",
+			"Connect replication clients to PostgreSQL directly, or through a proxy with pool.mode: session.")
+		return
+	}
 	if ss.params["database"] == adminDatabase {
 		s.serveAdmin(ss) // admin.go
 		return
@@ -679,6 +687,14 @@ func (s *Server) startPooled(ss *session, login *clientLogin) {
 	s.bufs.put(ss.cr.r, ss.cw)
 }
 
+// replicationOff reports whether PostgreSQL reads the startup parameter replication's value v as no
+// replication (parse_bool's spellings of false: an unambiguous prefix of false, no or off, or 0). Every other
+// value is a walsender (true, database) or refused by the server.
+func replicationOff(v string) bool {
+	v = strings.ToLower(v)
+	return v == "0" || v != "" && (strings.HasPrefix("false", v) || strings.HasPrefix("no", v)) || len(v) >= 2 && strings.HasPrefix("off", v)
+}
+
 // registerPooledKey gives the client a BackendKeyData of the proxy's own: a PID no other session has and a
 // random secret. A CancelRequest with it reaches the server connection lent to the client (cancelPooled).
 func (s *Server) registerPooledKey(ss *session) {
@@ -735,11 +751,34 @@ func poolError(p *txPool, err error) (code, msg, detail string) {
 	}
 	var refused *upstreamRefused
 	if errors.As(err, &refused) {
-		// The server refused the login (28P01 after a refresh of the secrets: pool.go dial): its own words.
-		return errorField(refused.body, fieldCode), errorField(refused.body, fieldMessage), ""
+		// The server refused the login (28P01 after a refresh of the secrets: pool.go dial), or the pool did
+		// (loginRoleRefusal): its own words.
+		return errorField(refused.body, fieldCode), errorField(refused.body, fieldMessage), errorField(refused.body, fieldDetail)
 	}
 	p.srv.metrics.upstreamError()
 	return sqlstateConnectionFailure, fmt.Sprintf("fenceproxy could not open a server connection for pool %s", p.name), err.Error()
+}
+
+// frontendType reports whether typ is a message type PostgreSQL reads from a client after its login
+// (PostgreSQL 15's SocketBackend); any other ends the session with 08P01 there.
+func frontendType(typ byte) bool {
+	switch typ {
+	case msgQuery, msgFunctionCall, msgTerminate, msgBind, msgClose, msgDescribe, msgExecute, msgFlush, msgParse, msgSync,
+		msgCopyData, msgCopyDone, msgCopyFail:
+		return true
+	}
+	return false
+}
+
+// ignoredBetweenUnits reports whether PostgreSQL takes a client message of type typ that starts nothing
+// (unitStart false) while no transaction or batch is open, doing nothing: the COPY messages outside a COPY and
+// a Flush. The pool drops those when no server connection is lent; any other ends the session (forwardPooled).
+func ignoredBetweenUnits(typ byte) bool {
+	switch typ {
+	case msgCopyData, msgCopyDone, msgCopyFail, msgFlush:
+		return true
+	}
+	return false
 }
 
 // unitStart reports whether a client message of type typ starts something the server answers with
@@ -782,6 +821,11 @@ func (ss *session) relayPooled() ending {
 		}
 		if typ == msgTerminate {
 			return ending{why: endTerminate, atBoundary: true}
+		}
+		if !frontendType(typ) {
+			// PostgreSQL ends the session at once, whatever it is doing (SocketBackend, before a failed batch's
+			// skip), and so does the pool, before any path below reads or drops the message's body.
+			return ss.clientEnding(fmt.Errorf("%w: invalid frontend message type %q", errProtocol, typ))
 		}
 		var body []byte
 		switch {
@@ -852,6 +896,11 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 	if pl.copyIn && pl.sc != nil {
 		return ss.forwardCopyIn(typ, body)
 	}
+	if typ == msgFlush && !st.unsynced.Load() && ss.cr.n != 0 {
+		// A Flush has no body: PostgreSQL fails one that has (invalid message format). Outside a batch the pool
+		// sends a Flush on as it is or drops it (below), neither of which would say so: the session ends.
+		return fmt.Errorf("%w: Flush message with a body of %d bytes", errProtocol, ss.cr.n)
+	}
 	if typ == msgFlush && !st.unsynced.Load() && pl.sc != nil {
 		// Outside a batch a Flush runs nothing and starts nothing (unitStart): to the lent connection as it is,
 		// not through the core, for which it is a batch's message (the next Query would be one inside a batch:
@@ -918,7 +967,13 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 		if pl.lost != nil {
 			return errLendLost
 		}
-		if body == nil { // CopyData and the like outside COPY: the server ignores them
+		if !ignoredBetweenUnits(typ) {
+			// PostgreSQL ends the session at any other message here (invalid frontend message type): so does
+			// the proxy, before reading a body whose length may be the bytes of what comes next (a second
+			// StartupMessage or an SSLRequest read as a message of type 0), which it swallowed unseen.
+			return fmt.Errorf("%w: message type %q between transactions", errProtocol, typ)
+		}
+		if body == nil { // the server ignores them: read and dropped
 			_, err := ss.cr.body()
 			return err
 		}
@@ -2860,6 +2915,12 @@ func (ss *session) settle(sc *serverConn) bool {
 	}
 	allAnswered := pl.open == 0 && !st.unsynced.Load() // every unit the client sent
 	if allAnswered {
+		// No statement the client sent is left to start a COPY, so no Sync or COPY end it sent so far is any
+		// COPY's: the stretches are forgotten. Kept, a COPY end sent outside any COPY (which the server ignores)
+		// left the Syncs of answered units counted, and the next COPY's CopyInResponse took them as ignored by
+		// the server: the lend miscounted the answers still to come, relayed the proxy's hidden ones and
+		// waited for one that never came (a review's finding: TestPooledWireOracleCases, stray copydone).
+		pl.copySyncs = pl.copySyncs[:0]
 		// Whatever a deferred cancel waited for has answered: it must not reach the client's next statement,
 		// which the client sent after (ownUnitAnswered's goroutine may come after this; a review's finding).
 		pl.cancelDeferred.Store(false)

@@ -25,9 +25,13 @@ func woCases() map[string]woCase {
 		"savepoint describe execute": {seq: []woMsg{woP("s1", "SAVEPOINT a"), woD('P', ""), woE("", 0), woS}},
 		"flush first":                {seq: []woMsg{woH, woE("", 0), woS}},
 		"parse flush execute":        {seq: []woMsg{woP("s1", "SELECT 1"), woH, woE("", 0), woS}},
-		"describe proxy portal":      {seq: []woMsg{woP("s1", "BEGIN ISOLATION LEVEL REPEATABLE READ"), woB("", "s1"), woE("", 0), woD('P', "fenceproxy_p"), woS, woQ("ROLLBACK")}},
-		"begin then execute":         {seq: []woMsg{woP("", "BEGIN"), woB("", ""), woE("", 0), woS, woD('P', ""), woE("", 0), woS, woQ("COMMIT")}},
-		"begin named then execute":   {seq: []woMsg{woP("s1", "BEGIN"), woB("p1", "s1"), woE("p1", 0), woS, woD('P', ""), woE("", 0), woS, woQ("COMMIT")}},
+		// A client portal named as the token statement's (review53proto), bound before the BEGIN with modes
+		// after which the token statement goes into that portal name.
+		"client portal named fenceproxy_p": {seq: []woMsg{woP("s0", "SELECT 1"), woB("fenceproxy_p", "s0"), woP("s1", "BEGIN ISOLATION LEVEL REPEATABLE READ"), woB("", "s1"), woE("", 0), woE("fenceproxy_p", 0), woS, woQ("ROLLBACK")}},
+		"client portal fenceproxy_p after": {seq: []woMsg{woP("s1", "BEGIN ISOLATION LEVEL REPEATABLE READ"), woB("", "s1"), woE("", 0), woP("s0", "SELECT 1"), woB("fenceproxy_p", "s0"), woE("fenceproxy_p", 0), woS, woQ("ROLLBACK")}},
+		"describe proxy portal":            {seq: []woMsg{woP("s1", "BEGIN ISOLATION LEVEL REPEATABLE READ"), woB("", "s1"), woE("", 0), woD('P', "fenceproxy_p"), woS, woQ("ROLLBACK")}},
+		"begin then execute":               {seq: []woMsg{woP("", "BEGIN"), woB("", ""), woE("", 0), woS, woD('P', ""), woE("", 0), woS, woQ("COMMIT")}},
+		"begin named then execute":         {seq: []woMsg{woP("s1", "BEGIN"), woB("p1", "s1"), woE("p1", 0), woS, woD('P', ""), woE("", 0), woS, woQ("COMMIT")}},
 		"aborted block not committed": {table: true, seq: []woMsg{woP("s1", "BEGIN"), woB("p1", "s1"), woE("p1", 0), woS,
 			woP("s2", "INSERT INTO wo_t VALUES (1)"), woB("p2", "s2"), woE("p2", 0), woS, woE("", 0), woS,
 			woQ("COMMIT"), woQ("SELECT count(*) FROM wo_t")}},
@@ -62,6 +66,12 @@ func woCases() map[string]woCase {
 		"closecompletes failed batch":       {seq: []woMsg{woC('S', "a"), woP("s1", "SELEC 1"), woC('S', "b"), woE("", 0), woC('S', "c"), woS, woC('S', "d"), woE("", 0), woC('S', "e"), woS}},
 		"hold cursor pinned":                {seq: []woMsg{woQ("DECLARE h CURSOR WITH HOLD FOR SELECT 1"), woD('P', ""), woE("h", 0), woS, woE("", 0), woS, woD('P', "h"), woS, woQ("CLOSE h")}},
 		"copy in batch":                     {table: true, seq: []woMsg{woP("", "COPY wo_t FROM STDIN"), woB("", ""), woE("", 0), woMsg{&pgproto3.CopyData{Data: []byte("5\n")}, "CopyData"}, woMsg{&pgproto3.CopyDone{}, "CopyDone"}, woE("", 0), woS, woQ("SELECT count(*) FROM wo_t")}},
+		// A CopyDone outside any COPY (PostgreSQL ignores it) while an earlier unit is answered, then a COPY run by an
+		// Execute with its data pipelined: the pool counted the earlier unit's Sync among those the COPY makes the
+		// server ignore, and waited for an answer that never came (review53proto).
+		"stray copydone then copy in block": {table: true, seq: []woMsg{woQ("BEGIN"), woS, woMsg{&pgproto3.CopyDone{}, "CopyDone"}, woP("", "COPY wo_t FROM STDIN"), woB("", ""), woE("", 0), woMsg{&pgproto3.CopyData{Data: []byte("5\n")}, "CopyData"}, woMsg{&pgproto3.CopyDone{}, "CopyDone"}, woS, woQ("COMMIT"), woQ("SELECT 'after'")}},
+		"stray copydone then copy":          {table: true, seq: []woMsg{woP("", "SELECT 1"), woB("", ""), woE("", 0), woS, woMsg{&pgproto3.CopyDone{}, "CopyDone"}, woP("", "COPY wo_t FROM STDIN"), woB("", ""), woE("", 0), woMsg{&pgproto3.CopyData{Data: []byte("5\n")}, "CopyData"}, woMsg{&pgproto3.CopyDone{}, "CopyDone"}, woS, woQ("SELECT 'after'")}},
+		"stray copyfail then copy in block": {table: true, seq: []woMsg{woQ("BEGIN"), woS, woMsg{&pgproto3.CopyFail{Message: "x"}, "CopyFail"}, woP("", "COPY wo_t FROM STDIN"), woB("", ""), woE("", 0), woMsg{&pgproto3.CopyData{Data: []byte("5\n")}, "CopyData"}, woMsg{&pgproto3.CopyDone{}, "CopyDone"}, woS, woQ("COMMIT"), woQ("SELECT 'after'")}},
 		"token portal describe after flush": {seq: []woMsg{woP("", "SELECT 2"), woH, woD('S', ""), woH, woD('P', ""), woS}},
 		"two syncs":                         {seq: []woMsg{woP("s1", "SELECT 1"), woS, woS, woE("", 0), woS}},
 		// A batch that starts with a Close (pgx evicts statements so) is classified by its first statement: a

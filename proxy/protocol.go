@@ -67,6 +67,7 @@ const (
 	fieldSeverity = 'V' // non-localized severity
 	fieldCode     = 'C'
 	fieldMessage  = 'M'
+	fieldDetail   = 'D'
 	fieldTable    = 't'
 	fieldPosition = 'P'
 )
