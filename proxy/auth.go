@@ -42,11 +42,9 @@ import (
 // HMACs (the client runs PBKDF2), and no lock is held while it runs, so failed logins do not hold others up; the
 // auth query has a bounded pool of its own, and each login waits for it no longer than limits.startup_timeout.
 
-// sqlstateInvalidPassword and sqlstateInvalidAuthorization are PostgreSQL's codes for failed logins.
-const (
-	sqlstateInvalidPassword      = "28P01"
-	sqlstateInvalidAuthorization = "28000"
-)
+// maxUserName is the longest user name, in bytes, that PostgreSQL logs in as it is sent: it cuts a longer one
+// to NAMEDATALEN-1 bytes (63 in every build but a custom one) before it looks the role up.
+const maxUserName = 63
 
 // Authentication request codes beyond authOK and authSASL.
 const (
@@ -346,6 +344,22 @@ func (s *Server) authenticateClient(ss *session) (*clientLogin, error) {
 		return nil, nil
 	}
 	user := ss.params["user"]
+	// The proxy checks the client as the name the startup gives, and the server logs in the name it reads
+	// there: both must be one role. PostgreSQL refuses a startup without a user name and cuts one longer than
+	// maxUserName, so a certificate, a userlist line or a configured password for the long name would log in
+	// as another role, its cut form. Neither is answered here, and nothing goes upstream; the refusal depends
+	// on the name alone, so it tells nothing about which users exist.
+	if user == "" {
+		s.metrics.authFailure("malformed")
+		ss.fatal(sqlstateInvalidAuthorization, "no PostgreSQL user name specified in startup packet", "")
+		return nil, errLoginFailed
+	}
+	if len(user) > maxUserName {
+		s.metrics.authFailure("malformed")
+		ss.fatalHint(sqlstateInvalidAuthorization, fmt.Sprintf("user name of %d bytes is too long", len(user)), "",
+			fmt.Sprintf("PostgreSQL would log in its first %d bytes, another role than the one the proxy would check", maxUserName))
+		return nil, errLoginFailed
+	}
 	login := &clientLogin{user: user, password: a.cfg.UpstreamPasswordFor(user)}
 	switch a.cfg.Type {
 	case config.AuthTrust:

@@ -82,7 +82,10 @@ const (
 	sqlstateUnfenceable = rewrite.CodeUnfenceable // 55F04
 
 	sqlstateProtocolViolation = "08P01" // invalid message from the client
-	sqlstateConnectionFailure = "08006" // the upstream could not be reached or was lost
+	// PostgreSQL's codes for failed logins (auth.go): a wrong password, or a login refused otherwise.
+	sqlstateInvalidPassword      = "28P01"
+	sqlstateInvalidAuthorization = "28000"
+	sqlstateConnectionFailure    = "08006" // the upstream could not be reached or was lost
 	// the upstream was lost while a statement ran: whether its transaction committed is unknown
 	sqlstateTransactionResolutionUnknown = "08007"
 	sqlstateFeatureNotSupported          = "0A000" // an unsupported frontend protocol version

@@ -1,0 +1,116 @@
+package proxy_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/fenceproxy/fenceproxy/internal/pgtest"
+	"github.com/fenceproxy/fenceproxy/internal/proxytest"
+)
+
+// TestAuthCertLongUserName: PostgreSQL cuts a user name of 64 bytes or more (NAMEDATALEN) to 63 before it looks
+// the role up, so the name the proxy checks a certificate against must be the one the server logs in. A
+// certificate issued to the 64-byte name "<63-byte role>x" is someone else's than the 63-byte role's; through
+// the proxy it logged in as that role, where PostgreSQL's own cert method compares the common name with the cut
+// name and refuses.
+func TestAuthCertLongUserName(t *testing.T) {
+	ctx := ctxT(t)
+	role := "fp_long_" + strings.Repeat("r", 55) // 63 bytes: the longest role name
+	d := direct(t)
+	for _, sql := range []string{`DROP ROLE IF EXISTS "` + role + `"`, `CREATE ROLE "` + role + `" LOGIN`} {
+		if _, err := d.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	t.Cleanup(func() { direct(t).Exec(context.Background(), `DROP ROLE IF EXISTS "`+role+`"`) })
+	other := role + "x"
+	caFile, certFile, keyFile, clients := writeCertsFor(t, t.TempDir(), role, other)
+	p := startProxy(t, proxytest.Options{YAML: fmt.Sprintf("tls:\n  cert_file: %s\n  key_file: %s\n  client_ca_file: %s\nauth:\n  type: cert\n", certFile, keyFile, caFile)})
+	login := func(cn string) (string, string) {
+		q := "sslmode=verify-full&sslrootcert=" + url.QueryEscape(caFile) +
+			"&sslcert=" + url.QueryEscape(clients[cn][0]) + "&sslkey=" + url.QueryEscape(clients[cn][1])
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		c, err := pgx.Connect(ctx, strings.Replace(p.DSN(cn, "", pgtest.TestDB), "sslmode=disable", q, 1))
+		if err != nil {
+			var pe *pgconn.PgError
+			if errors.As(err, &pe) {
+				return "", pe.Code
+			}
+			t.Fatalf("login as %s failed without a server error: %v", cn, err)
+		}
+		defer c.Close(ctx)
+		var who string
+		if err := c.QueryRow(ctx, "SELECT current_user").Scan(&who); err != nil {
+			t.Fatal(err)
+		}
+		return who, ""
+	}
+	if who, code := login(role); code != "" || who != role {
+		t.Fatalf("the role's own certificate: current_user %q, code %q", who, code)
+	}
+	if who, code := login(other); code != "28000" {
+		t.Fatalf("a certificate for the 64-byte name %q logged in as %q (code %q), want 28000", other, who, code)
+	}
+}
+
+// TestAuthNamelessOrOverlongUserNoUpstream: a StartupMessage without a user name, with an empty one, or with one
+// PostgreSQL would cut (64 bytes or more) is refused with 28000 by the proxy itself, before any upstream work:
+// even auth.type trust (anyone is who they say) must not log in upstream as a name the server reads otherwise.
+func TestAuthNamelessOrOverlongUserNoUpstream(t *testing.T) {
+	up, accepted := countingUpstream(t)
+	p := proxytest.Start(t, up, proxytest.Options{YAML: "auth:\n  type: trust\n  upstream_password: secret\n"})
+	for _, params := range []map[string]string{
+		{"database": pgtest.TestDB},
+		{"user": "", "database": pgtest.TestDB},
+		{"user": strings.Repeat("u", 64), "database": pgtest.TestDB},
+	} {
+		if m := startupAnswer(t, p.Addr, params); m.Code != "28000" {
+			t.Errorf("startup %q: %#v, want 28000", params, m)
+		}
+	}
+	if n := accepted.Load(); n != 0 {
+		t.Fatalf("the proxy connected upstream %d times for nameless or overlong users", n)
+	}
+}
+
+// startupAnswer sends a StartupMessage with params and returns the proxy's ErrorResponse to it, or an empty one
+// when the proxy answered otherwise (an authentication request).
+func startupAnswer(t *testing.T, addr string, params map[string]string) *pgproto3.ErrorResponse {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(10 * time.Second))
+	fe := pgproto3.NewFrontend(conn, conn)
+	fe.Send(&pgproto3.StartupMessage{ProtocolVersion: pgproto3.ProtocolVersionNumber, Parameters: params})
+	if err := fe.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		m, err := fe.Receive()
+		if err != nil {
+			t.Fatalf("answer to %q: %v", params, err)
+		}
+		switch m := m.(type) {
+		case *pgproto3.ErrorResponse:
+			return m
+		case *pgproto3.AuthenticationOk, *pgproto3.ParameterStatus, *pgproto3.BackendKeyData:
+			continue
+		default:
+			return &pgproto3.ErrorResponse{}
+		}
+	}
+}
