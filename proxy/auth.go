@@ -238,7 +238,7 @@ func (s *Server) ReloadAuth() error { return s.auth.reload() }
 func (s *Server) ReadAuthAgain() (apply func(), err error) { return s.auth.readAgain() }
 
 // lookup finds user's secret: in auth.file first (read again when it changed), then through auth.query (user bound as $1, never spliced; the
-// query's last column is the secret, NULL or no row meaning no such user). A plaintext answer is treated as no
+// query's last column is the secret, NULL, no row or several rows meaning no such user). A plaintext answer is treated as no
 // secret: the proxy does not keep passwords.
 func (a *authenticator) lookup(ctx context.Context, user string) (auth.Secret, bool, error) {
 	a.reloadIfChanged()
@@ -314,9 +314,16 @@ func (a *authenticator) runQuery(ctx context.Context, conn **pgx.Conn, user stri
 			text, found = vals[len(vals)-1].(string)
 		}
 	}
+	// A second row means the query does not say which secret is the user's: taking the first would let a
+	// password that matches any of them in (and log in upstream with a configured password). No usable secret.
+	several := rows.Next()
 	rows.Close()
 	if err := rows.Err(); err != nil {
 		return "", false, fmt.Errorf("auth.query: %w", err)
+	}
+	if several {
+		a.log.Error("auth.query returned several rows; the user cannot log in", "user", user)
+		return "", false, nil
 	}
 	return text, found, nil
 }
