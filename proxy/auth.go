@@ -7,6 +7,8 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/tls"
+	"crypto/x509"
+	"encoding/asn1"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -425,13 +427,28 @@ func (ss *session) checkClientCert(user string) error {
 		ss.fatal(sqlstateInvalidAuthorization, "connection requires a valid client certificate", "")
 		return errLoginFailed
 	}
-	if cn := tc.ConnectionState().PeerCertificates[0].Subject.CommonName; cn != user {
+	if cn, ok := soleCommonName(tc.ConnectionState().PeerCertificates[0]); !ok || cn != user {
 		ss.srv.metrics.authFailure("certificate")
-		ss.logger().Info("certificate common name does not match the user", "cn", cn)
+		ss.logger().Info("certificate common name does not match the user", "cn", cn, "one_common_name", ok)
 		ss.fatal(sqlstateInvalidAuthorization, fmt.Sprintf("certificate authentication failed for user %q", user), "")
 		return errLoginFailed
 	}
 	return nil
+}
+
+// soleCommonName is the common name of cert's subject, and whether the subject has exactly one. With several,
+// parsers disagree on which names the holder (crypto/x509 keeps the last, OpenSSL, as PostgreSQL's cert method
+// and much CA tooling use it, the first), so the CA may have vetted another name than the one compared here:
+// such a certificate names no one.
+func soleCommonName(cert *x509.Certificate) (string, bool) {
+	commonName := asn1.ObjectIdentifier{2, 5, 4, 3} // X.520's commonName attribute type
+	n := 0
+	for _, a := range cert.Subject.Names {
+		if a.Type.Equal(commonName) {
+			n++
+		}
+	}
+	return cert.Subject.CommonName, n == 1
 }
 
 // readPasswordMessage reads the client's next message, which must be a PasswordMessage ('p': password, SASL).
