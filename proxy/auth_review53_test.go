@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 
+	"github.com/fenceproxy/fenceproxy/auth"
 	"github.com/fenceproxy/fenceproxy/internal/pgtest"
 	"github.com/fenceproxy/fenceproxy/internal/proxytest"
 )
@@ -112,5 +114,53 @@ func startupAnswer(t *testing.T, addr string, params map[string]string) *pgproto
 		default:
 			return &pgproto3.ErrorResponse{}
 		}
+	}
+}
+
+// TestAuthNoDowngrade: where auth.type is md5, a user whose secret is SCRAM is asked for SCRAM, never md5 (no
+// downgrade to a hash the file does not hold), and a client answering that request with an md5 password message
+// is a protocol violation; SCRAM-SHA-256-PLUS, never offered, is refused (08P01) rather than run without its
+// binding; and md5's salt is drawn per connection, so an answer seen once cannot be replayed.
+func TestAuthNoDowngrade(t *testing.T) {
+	file := writeUserlist(t, filepath.Join(t.TempDir(), "userlist.txt"), pgtest.MD5User, rolpassword(t, pgtest.MD5User),
+		pgtest.ScramUser, rolpassword(t, pgtest.ScramUser))
+	p := startProxy(t, proxytest.Options{YAML: "auth:\n  type: md5\n  file: " + file + "\n"})
+	answer := func(user string, reply pgproto3.FrontendMessage) (pgproto3.BackendMessage, pgproto3.BackendMessage) {
+		m, fe, conn := firstAuthRequest(t, p.Addr, user)
+		defer conn.Close()
+		fe.Send(reply)
+		if err := fe.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		next, err := fe.Receive()
+		if err != nil {
+			t.Fatalf("%s: answer to %#v: %v", user, reply, err)
+		}
+		return m, next
+	}
+	md5Hash := "md5" + auth.MD5Response(auth.MD5Secret(pgtest.ScramUser, pgtest.ScramPassword), [4]byte{})
+	first, next := answer(pgtest.ScramUser, &pgproto3.PasswordMessage{Password: md5Hash})
+	if _, ok := first.(*pgproto3.AuthenticationSASL); !ok {
+		t.Fatalf("a SCRAM user under auth.type md5 is asked %#v, want SCRAM", first)
+	}
+	if e, ok := next.(*pgproto3.ErrorResponse); !ok || e.Code != "08P01" {
+		t.Fatalf("an md5 answer to a SASL request: %#v, want 08P01", next)
+	}
+	_, next = answer(pgtest.ScramUser, &pgproto3.SASLInitialResponse{AuthMechanism: "SCRAM-SHA-256-PLUS", Data: []byte("p=tls-server-end-point,,n=,r=abc")})
+	if e, ok := next.(*pgproto3.ErrorResponse); !ok || e.Code != "08P01" {
+		t.Fatalf("SCRAM-SHA-256-PLUS: %#v, want 08P01", next)
+	}
+	salts := map[[4]byte]bool{}
+	for i := 0; i < 8; i++ {
+		m, _, conn := firstAuthRequest(t, p.Addr, pgtest.MD5User)
+		conn.Close()
+		req, ok := m.(*pgproto3.AuthenticationMD5Password)
+		if !ok {
+			t.Fatalf("md5 user: %#v", m)
+		}
+		salts[req.Salt] = true
+	}
+	if len(salts) < 8 {
+		t.Fatalf("8 md5 challenges showed %d salts: a salt came back", len(salts))
 	}
 }
