@@ -118,8 +118,13 @@ func newAuthenticator(cfg *config.Config, upTLS *tls.Config, log *slog.Logger) (
 		cc.TLSConfig, cc.Fallbacks = upTLS, nil
 		cc.ConnectTimeout = cfg.Upstream.ConnectTimeout
 		// Nothing from the environment (PGOPTIONS and the like) and nothing of any client's: the query runs
-		// with search_path pinned, so that nothing a role or a client creates can shadow what it names.
-		cc.RuntimeParams = map[string]string{"search_path": "pg_catalog", "application_name": "fenceproxy auth query"}
+		// with search_path pinned, so that nothing a role or a client creates can shadow what it names. And
+		// with client_encoding SQL_ASCII, under which the server converts nothing: the user name reaches the
+		// query as the bytes of the StartupMessage, which the server compares with role names unconverted.
+		// Under a client_encoding its database or role gave (UTF8 in a LATIN1 database, say), the name
+		// would be converted first and could find another role than the one the server then logs in.
+		cc.RuntimeParams = map[string]string{"search_path": "pg_catalog", "client_encoding": "SQL_ASCII",
+			"application_name": "fenceproxy auth query"}
 		a.queryCfg = cc
 		a.queryConns = make(chan *pgx.Conn, authQueryConns)
 		for range authQueryConns {
@@ -251,9 +256,9 @@ func (a *authenticator) lookup(ctx context.Context, user string) (auth.Secret, b
 		return sec, ok, nil
 	}
 	if !utf8.ValidString(user) {
-		// No role has such a name where the query can ask for it (its connection speaks UTF-8, and the server
-		// would refuse the parameter, 22021): an unknown user, not a failed lookup, which would answer 08006 and
-		// log an error at every try.
+		// A UTF8 database refuses the parameter (22021, even under SQL_ASCII, which converts nothing but
+		// checks), and a name PostgreSQL cannot show its clients consistently is not worth the risk elsewhere:
+		// an unknown user, not a failed lookup, which would answer 08006 and log an error at every try.
 		return auth.Secret{}, false, nil
 	}
 	var conn *pgx.Conn
