@@ -44,9 +44,9 @@ import (
 // HMACs (the client runs PBKDF2), and no lock is held while it runs, so failed logins do not hold others up; the
 // auth query has a bounded pool of its own, and each login waits for it no longer than limits.startup_timeout.
 
-// maxUserName is the longest user name, in bytes, that PostgreSQL logs in as it is sent: it cuts a longer one
-// to NAMEDATALEN-1 bytes (63 in every build but a custom one) before it looks the role up.
-const maxUserName = 63
+// maxName is the longest user or database name, in bytes, that PostgreSQL takes as it is sent: it cuts a longer
+// one to NAMEDATALEN-1 bytes (63 in every build but a custom one) before it looks the role or database up.
+const maxName = 63
 
 // Authentication request codes beyond authOK and authSASL.
 const (
@@ -360,7 +360,7 @@ func (s *Server) authenticateClient(ss *session) (*clientLogin, error) {
 	user := ss.params["user"]
 	// The proxy checks the client as the name the startup gives, and the server logs in the name it reads
 	// there: both must be one role. PostgreSQL refuses a startup without a user name and cuts one longer than
-	// maxUserName, so a certificate, a userlist line or a configured password for the long name would log in
+	// maxName, so a certificate, a userlist line or a configured password for the long name would log in
 	// as another role, its cut form. Neither is answered here, and nothing goes upstream; the refusal depends
 	// on the name alone, so it tells nothing about which users exist.
 	if user == "" {
@@ -368,10 +368,10 @@ func (s *Server) authenticateClient(ss *session) (*clientLogin, error) {
 		ss.fatal(sqlstateInvalidAuthorization, "no PostgreSQL user name specified in startup packet", "")
 		return nil, errLoginFailed
 	}
-	if len(user) > maxUserName {
+	if len(user) > maxName {
 		s.metrics.authFailure("malformed")
 		ss.fatalHint(sqlstateInvalidAuthorization, fmt.Sprintf("user name of %d bytes is too long", len(user)), "",
-			fmt.Sprintf("PostgreSQL would log in its first %d bytes, another role than the one the proxy would check", maxUserName))
+			fmt.Sprintf("PostgreSQL would log in its first %d bytes, another role than the one the proxy would check", maxName))
 		return nil, errLoginFailed
 	}
 	login := &clientLogin{user: user, password: a.cfg.UpstreamPasswordFor(user)}

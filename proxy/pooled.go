@@ -609,6 +609,15 @@ func (s *Server) startPooled(ss *session, login *clientLogin) {
 			"Connect replication clients to PostgreSQL directly, or through a proxy with pool.mode: session.")
 		return
 	}
+	// Pools, and pool.size, are per database as named. PostgreSQL cuts a name longer than maxName, so every
+	// longer name that starts with a 63-byte database's name is that database: each would have its own pool
+	// group and slots, as many server connections of one database as a client cares to spell.
+	if db := ss.params["database"]; len(db) > maxName {
+		s.metrics.sessionRefused("database_name")
+		ss.fatalHint(sqlstateInvalidCatalogName, fmt.Sprintf("database name of %d bytes is too long", len(db)), "",
+			fmt.Sprintf("PostgreSQL would connect to the database named by its first %d bytes", maxName))
+		return
+	}
 	if ss.params["database"] == adminDatabase {
 		s.serveAdmin(ss) // admin.go
 		return

@@ -85,6 +85,7 @@ const (
 	// PostgreSQL's codes for failed logins (auth.go): a wrong password, or a login refused otherwise.
 	sqlstateInvalidPassword      = "28P01"
 	sqlstateInvalidAuthorization = "28000"
+	sqlstateInvalidCatalogName   = "3D000" // a database name the proxy will not pool (pooled.go)
 	sqlstateConnectionFailure    = "08006" // the upstream could not be reached or was lost
 	// the upstream was lost while a statement ran: whether its transaction committed is unknown
 	sqlstateTransactionResolutionUnknown = "08007"
