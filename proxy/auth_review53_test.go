@@ -77,7 +77,7 @@ func TestAuthNamelessOrOverlongUserNoUpstream(t *testing.T) {
 		{"user": "", "database": pgtest.TestDB},
 		{"user": strings.Repeat("u", 64), "database": pgtest.TestDB},
 	} {
-		if m := startupAnswer(t, p.Addr, params); m.Code != "28000" {
+		if m := startupRefusal(t, p.Addr, params); m.Code != "28000" {
 			t.Errorf("startup %q: %#v, want 28000", params, m)
 		}
 	}
@@ -86,9 +86,9 @@ func TestAuthNamelessOrOverlongUserNoUpstream(t *testing.T) {
 	}
 }
 
-// startupAnswer sends a StartupMessage with params and returns the proxy's ErrorResponse to it, or an empty one
+// startupRefusal sends a StartupMessage with params and returns the proxy's ErrorResponse to it, or an empty one
 // when the proxy answered otherwise (an authentication request).
-func startupAnswer(t *testing.T, addr string, params map[string]string) *pgproto3.ErrorResponse {
+func startupRefusal(t *testing.T, addr string, params map[string]string) *pgproto3.ErrorResponse {
 	t.Helper()
 	conn, err := net.Dial("tcp", addr)
 	if err != nil {
