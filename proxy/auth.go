@@ -23,6 +23,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/fenceproxy/fenceproxy/auth"
 	"github.com/fenceproxy/fenceproxy/config"
@@ -304,6 +305,9 @@ func (a *authenticator) runQuery(ctx context.Context, conn **pgx.Conn, user stri
 		*conn = c
 	}
 	rows, err := (*conn).Query(ctx, a.cfg.Query, user)
+	if unspellable(err) {
+		return "", false, nil
+	}
 	if err != nil {
 		(*conn).Close(context.Background())
 		*conn = nil
@@ -325,7 +329,9 @@ func (a *authenticator) runQuery(ctx context.Context, conn **pgx.Conn, user stri
 	// password that matches any of them in (and log in upstream with a configured password). No usable secret.
 	several := rows.Next()
 	rows.Close()
-	if err := rows.Err(); err != nil {
+	if err := rows.Err(); unspellable(err) {
+		return "", false, nil
+	} else if err != nil {
 		return "", false, fmt.Errorf("auth.query: %w", err)
 	}
 	if several {
@@ -333,6 +339,15 @@ func (a *authenticator) runQuery(ctx context.Context, conn **pgx.Conn, user stri
 		return "", false, nil
 	}
 	return text, found, nil
+}
+
+// unspellable reports whether the auth query failed because the database's encoding cannot spell the user name
+// (the query's connection converts nothing, SQL_ASCII, but the server checks the bytes): no role there has that
+// name, so the user is unknown, and the connection, which an error of the server's leaves usable, stays. Counted
+// as a failed lookup, each such login would drop it and open another upstream.
+func unspellable(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && (pe.Code == sqlstateNotInRepertoire || pe.Code == sqlstateUntranslatable)
 }
 
 // clientLogin is what the proxy keeps of an authenticated client to log in upstream as it: never a password the

@@ -3,6 +3,7 @@ package proxy_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -89,5 +90,76 @@ func TestAuthQueryOtherEncoding(t *testing.T) {
 	// The name is the twin's as the server reads it: the twin's password logs in, as the twin.
 	if code := loginCode(t, p.DSN(victim, "twin-pw", pgtest.TestDB)); code != "" {
 		t.Fatalf("the twin's password for the name whose bytes are the twin's: %q", code)
+	}
+}
+
+// TestAuthQueryNameTheDatabaseCannotEncode: a user name that is UTF-8 but has no spelling in the auth database's
+// encoding (here EUC_JP, where e2 82 ac, the euro sign, is no character) makes the auth query fail 22021. Such a
+// user exists nowhere in that database: it is an unknown user (28P01 after the same exchange as any), and the
+// query's connection stays. Before, each try answered 08006 and dropped the connection, so a flood of such
+// names opened an upstream connection per login (the auth review's finding).
+func TestAuthQueryNameTheDatabaseCannotEncode(t *testing.T) {
+	ctx := ctxT(t)
+	const db = "fp_eucjp_auth"
+	d := direct(t)
+	for _, sql := range []string{"DROP DATABASE IF EXISTS " + db,
+		"CREATE DATABASE " + db + " ENCODING 'EUC_JP' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0"} {
+		if _, err := d.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	t.Cleanup(func() { direct(t).Exec(context.Background(), "DROP DATABASE IF EXISTS "+db) })
+	ej, err := pgx.Connect(ctx, pg.DSN(pgtest.SuperUser, "", db))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sql := range []string{`CREATE SCHEMA fpenc`,
+		`CREATE FUNCTION fpenc.get_auth(p_user text) RETURNS TABLE (usename name, passwd text) LANGUAGE sql
+		 SECURITY DEFINER SET search_path = pg_catalog AS
+		 $$ SELECT rolname, rolpassword FROM pg_catalog.pg_authid WHERE rolname = p_user AND rolcanlogin $$`} {
+		if _, err := ej.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	ej.Close(ctx)
+	p := startProxy(t, proxytest.Options{YAML: fmt.Sprintf(`auth:
+  type: scram-sha-256
+  query: SELECT usename, passwd FROM fpenc.get_auth($1)
+  user: %s
+  database: %s
+`, pgtest.SuperUser, db)})
+	queryConn := func() []uint32 {
+		var pids []uint32
+		rows, err := d.Query(ctx, "SELECT pid FROM pg_catalog.pg_stat_activity WHERE application_name = 'fenceproxy auth query' ORDER BY pid")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var pid uint32
+			if err := rows.Scan(&pid); err != nil {
+				t.Fatal(err)
+			}
+			pids = append(pids, pid)
+		}
+		return pids
+	}
+	if code := loginCode(t, p.DSN("fp_nobody", "pw", pgtest.TestDB)); code != "28P01" {
+		t.Fatalf("an unknown user: %q, want 28P01", code)
+	}
+	before := queryConn()
+	if len(before) != 1 {
+		t.Fatalf("auth query connections after one lookup: %v, want one", before)
+	}
+	// The lookups take the query's connection slots in turn (four), opening each once; a lookup that dropped
+	// its connection would leave only the first.
+	for range 6 {
+		if code := loginCode(t, p.DSN("fp_\u20ac", "pw", pgtest.TestDB)); code != "28P01" {
+			t.Fatalf("a name EUC_JP cannot spell: %q, want 28P01 (an unknown user)", code)
+		}
+	}
+	after := queryConn()
+	if len(after) != 4 || !slices.Contains(after, before[0]) {
+		t.Fatalf("auth query connections after names EUC_JP cannot spell: %v (before %v), want the first and three more, kept: the lookups dropped theirs", after, before)
 	}
 }

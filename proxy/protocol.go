@@ -82,6 +82,10 @@ const (
 	sqlstateUnfenceable = rewrite.CodeUnfenceable // 55F04
 
 	sqlstateProtocolViolation = "08P01" // invalid message from the client
+	// A text the database's encoding has no spelling for (character_not_in_repertoire, untranslatable_character):
+	// auth.query's answer for a user name no role of that database can have.
+	sqlstateNotInRepertoire = "22021"
+	sqlstateUntranslatable  = "22P05"
 	// PostgreSQL's codes for failed logins (auth.go): a wrong password, or a login refused otherwise.
 	sqlstateInvalidPassword      = "28P01"
 	sqlstateInvalidAuthorization = "28000"
