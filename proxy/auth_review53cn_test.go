@@ -1,22 +1,15 @@
 package proxy_test
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/asn1"
 	"encoding/pem"
 	"fmt"
-	"math/big"
-	"net"
 	"net/url"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/fenceproxy/fenceproxy/internal/pgtest"
 	"github.com/fenceproxy/fenceproxy/internal/proxytest"
@@ -28,52 +21,17 @@ import (
 // logged in as the superuser named last. Such a certificate names no one: 28000. A certificate with one common
 // name still logs in.
 func TestAuthCertSeveralCommonNames(t *testing.T) {
-	dir := t.TempDir()
-	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	caTmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "fenceproxy several-CN test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, _ := x509.ParseCertificate(caDER)
-	write := func(name, typ string, b []byte) string {
-		path := filepath.Join(dir, name)
-		if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: b}), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return path
-	}
-	issue := func(serial int64, subject pkix.Name, rawSubject []byte, usage x509.ExtKeyUsage, name string) (string, string) {
-		key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		tmpl := &x509.Certificate{
-			SerialNumber: big.NewInt(serial), Subject: subject, RawSubject: rawSubject,
-			NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-			ExtKeyUsage: []x509.ExtKeyUsage{usage}, KeyUsage: x509.KeyUsageDigitalSignature,
-		}
-		if usage == x509.ExtKeyUsageServerAuth {
-			tmpl.IPAddresses = []net.IP{net.ParseIP("127.0.0.1")}
-		}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-		if err != nil {
-			t.Fatal(err)
-		}
-		keyDER, _ := x509.MarshalECPrivateKey(key)
-		return write(name+".pem", "CERTIFICATE", der), write(name+".key", "EC PRIVATE KEY", keyDER)
-	}
-	caFile := write("ca.pem", "CERTIFICATE", caDER)
-	certFile, keyFile := issue(2, pkix.Name{CommonName: "127.0.0.1"}, nil, x509.ExtKeyUsageServerAuth, "server")
+	ca := newTestCA(t, t.TempDir())
+	caFile := ca.file
+	certFile, keyFile := ca.issue(2, pkix.Name{CommonName: "127.0.0.1"}, nil, x509.ExtKeyUsageServerAuth, "server")
 	oidCN := asn1.ObjectIdentifier{2, 5, 4, 3}
 	// Two RDNs of one common name each (pkix.Name cannot say it: an ExtraNames CN replaces CommonName).
 	twoSubject, err := asn1.Marshal(pkix.RDNSequence{{{Type: oidCN, Value: "mallory"}}, {{Type: oidCN, Value: pgtest.SuperUser}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	twoCert, twoKey := issue(3, pkix.Name{}, twoSubject, x509.ExtKeyUsageClientAuth, "two")
-	oneCert, oneKey := issue(4, pkix.Name{CommonName: pgtest.SuperUser}, nil, x509.ExtKeyUsageClientAuth, "one")
+	twoCert, twoKey := ca.issue(3, pkix.Name{}, twoSubject, x509.ExtKeyUsageClientAuth, "two")
+	oneCert, oneKey := ca.issue(4, pkix.Name{CommonName: pgtest.SuperUser}, nil, x509.ExtKeyUsageClientAuth, "one")
 	if c, _ := x509.ParseCertificate(mustPEM(t, twoCert)); c.Subject.CommonName != pgtest.SuperUser || len(c.Subject.Names) != 2 {
 		t.Fatalf("the test certificate reads %q (%v) in Go, want two common names, the last %q", c.Subject.CommonName, c.Subject.Names, pgtest.SuperUser)
 	}

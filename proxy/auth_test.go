@@ -329,49 +329,72 @@ func TestAuthUpstreamRefreshes(t *testing.T) {
 // common name.
 func writeCertsFor(t *testing.T, dir string, clients ...string) (caFile, certFile, keyFile string, clientFiles map[string][2]string) {
 	t.Helper()
-	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	caTmpl := &x509.Certificate{
+	ca := newTestCA(t, dir)
+	certFile, keyFile = ca.issue(2, pkix.Name{CommonName: "127.0.0.1"}, nil, x509.ExtKeyUsageServerAuth, "server")
+	clientFiles = map[string][2]string{}
+	for i, cn := range clients {
+		c, k := ca.issue(int64(10+i), pkix.Name{CommonName: cn}, nil, x509.ExtKeyUsageClientAuth, fmt.Sprintf("client%d", i))
+		clientFiles[cn] = [2]string{c, k}
+	}
+	return ca.file, certFile, keyFile, clientFiles
+}
+
+// testCA is a throwaway certificate authority that writes its certificate (file) and those it issues, as PEM,
+// into dir.
+type testCA struct {
+	t    *testing.T
+	dir  string
+	key  *ecdsa.PrivateKey
+	cert *x509.Certificate
+	file string
+}
+
+func newTestCA(t *testing.T, dir string) *testCA {
+	t.Helper()
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{
 		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "fenceproxy auth test CA"},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
 		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
 	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ca, _ := x509.ParseCertificate(caDER)
-	write := func(name, typ string, b []byte) string {
-		path := filepath.Join(dir, name)
-		if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: b}), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return path
+	cert, _ := x509.ParseCertificate(der)
+	ca := &testCA{t: t, dir: dir, key: key, cert: cert}
+	ca.file = ca.write("ca.pem", "CERTIFICATE", der)
+	return ca
+}
+
+func (ca *testCA) write(name, typ string, b []byte) string {
+	path := filepath.Join(ca.dir, name)
+	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: b}), 0o600); err != nil {
+		ca.t.Fatal(err)
 	}
-	issue := func(serial int64, cn string, usage x509.ExtKeyUsage, name string) (string, string) {
-		key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		tmpl := &x509.Certificate{
-			SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: cn},
-			NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-			ExtKeyUsage: []x509.ExtKeyUsage{usage}, KeyUsage: x509.KeyUsageDigitalSignature,
-		}
-		if usage == x509.ExtKeyUsageServerAuth {
-			tmpl.DNSNames = []string{"localhost"}
-			tmpl.IPAddresses = []net.IP{net.ParseIP("127.0.0.1")}
-		}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-		if err != nil {
-			t.Fatal(err)
-		}
-		keyDER, _ := x509.MarshalECPrivateKey(key)
-		return write(name+".pem", "CERTIFICATE", der), write(name+".key", "EC PRIVATE KEY", keyDER)
+	return path
+}
+
+// issue writes a certificate for subject (or rawSubject, when set: a subject pkix.Name cannot say) and its key,
+// as name.pem and name.key; a server's is for 127.0.0.1 and localhost.
+func (ca *testCA) issue(serial int64, subject pkix.Name, rawSubject []byte, usage x509.ExtKeyUsage, name string) (certFile, keyFile string) {
+	ca.t.Helper()
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(serial), Subject: subject, RawSubject: rawSubject,
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		ExtKeyUsage: []x509.ExtKeyUsage{usage}, KeyUsage: x509.KeyUsageDigitalSignature,
 	}
-	certFile, keyFile = issue(2, "127.0.0.1", x509.ExtKeyUsageServerAuth, "server")
-	clientFiles = map[string][2]string{}
-	for i, cn := range clients {
-		c, k := issue(int64(10+i), cn, x509.ExtKeyUsageClientAuth, fmt.Sprintf("client%d", i))
-		clientFiles[cn] = [2]string{c, k}
+	if usage == x509.ExtKeyUsageServerAuth {
+		tmpl.DNSNames = []string{"localhost"}
+		tmpl.IPAddresses = []net.IP{net.ParseIP("127.0.0.1")}
 	}
-	return write("ca.pem", "CERTIFICATE", caDER), certFile, keyFile, clientFiles
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
+	if err != nil {
+		ca.t.Fatal(err)
+	}
+	keyDER, _ := x509.MarshalECPrivateKey(key)
+	return ca.write(name+".pem", "CERTIFICATE", der), ca.write(name+".key", "EC PRIVATE KEY", keyDER)
 }
 
 // TestAuthCert: auth.type cert lets in a client whose verified certificate names its user, and refuses (28000)
