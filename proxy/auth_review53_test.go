@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/url"
 	"path/filepath"
 	"strings"
@@ -77,43 +76,12 @@ func TestAuthNamelessOrOverlongUserNoUpstream(t *testing.T) {
 		{"user": "", "database": pgtest.TestDB},
 		{"user": strings.Repeat("u", 64), "database": pgtest.TestDB},
 	} {
-		if m := startupRefusal(t, p.Addr, params); m.Code != "28000" {
+		if m, ok := startupAnswer(t, p.Addr, params).(*pgproto3.ErrorResponse); !ok || m.Code != "28000" {
 			t.Errorf("startup %q: %#v, want 28000", params, m)
 		}
 	}
 	if n := accepted.Load(); n != 0 {
 		t.Fatalf("the proxy connected upstream %d times for nameless or overlong users", n)
-	}
-}
-
-// startupRefusal sends a StartupMessage with params and returns the proxy's ErrorResponse to it, or an empty one
-// when the proxy answered otherwise (an authentication request).
-func startupRefusal(t *testing.T, addr string, params map[string]string) *pgproto3.ErrorResponse {
-	t.Helper()
-	conn, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	conn.SetDeadline(time.Now().Add(10 * time.Second))
-	fe := pgproto3.NewFrontend(conn, conn)
-	fe.Send(&pgproto3.StartupMessage{ProtocolVersion: pgproto3.ProtocolVersionNumber, Parameters: params})
-	if err := fe.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	for {
-		m, err := fe.Receive()
-		if err != nil {
-			t.Fatalf("answer to %q: %v", params, err)
-		}
-		switch m := m.(type) {
-		case *pgproto3.ErrorResponse:
-			return m
-		case *pgproto3.AuthenticationOk, *pgproto3.ParameterStatus, *pgproto3.BackendKeyData:
-			continue
-		default:
-			return &pgproto3.ErrorResponse{}
-		}
 	}
 }
 

@@ -295,7 +295,7 @@ func TestPooledReplicationConnectionRefused(t *testing.T) {
 	session := startProxy(t, proxytest.Options{})
 	for _, v := range []string{"database", "true", "off"} {
 		for _, via := range []struct{ name, addr string }{{"direct", pg.Addr()}, {"session", session.Addr}, {"transaction", pool.Addr}} {
-			last := startupAnswer(t, via.addr, map[string]string{"replication": v})
+			last := startupAnswer(t, via.addr, map[string]string{"user": pgtest.SuperUser, "database": pgtest.TestDB, "replication": v})
 			e, refused := last.(*pgproto3.ErrorResponse)
 			switch {
 			case v == "off":
@@ -312,8 +312,8 @@ func TestPooledReplicationConnectionRefused(t *testing.T) {
 	healthy(t, pool)
 }
 
-// startupAnswer logs in as the superuser with params added and returns the startup's last answer: its
-// ReadyForQuery, or the ErrorResponse that refused it.
+// startupAnswer sends a StartupMessage of params and returns the answer that ends the startup: its
+// ReadyForQuery, the ErrorResponse that refused it, or the authentication request it stopped at.
 func startupAnswer(t *testing.T, addr string, params map[string]string) pgproto3.BackendMessage {
 	t.Helper()
 	conn, err := net.Dial("tcp", addr)
@@ -323,7 +323,6 @@ func startupAnswer(t *testing.T, addr string, params map[string]string) pgproto3
 	defer conn.Close()
 	conn.SetDeadline(time.Now().Add(10 * time.Second))
 	fe := pgproto3.NewFrontend(conn, conn)
-	params["user"], params["database"] = pgtest.SuperUser, pgtest.TestDB
 	fe.Send(&pgproto3.StartupMessage{ProtocolVersion: pgproto3.ProtocolVersionNumber, Parameters: params})
 	if err := fe.Flush(); err != nil {
 		t.Fatal(err)
@@ -331,13 +330,15 @@ func startupAnswer(t *testing.T, addr string, params map[string]string) pgproto3
 	for {
 		m, err := fe.Receive()
 		if err != nil {
-			t.Fatalf("startup at %s: %v", addr, err)
+			t.Fatalf("startup %q at %s: %v", params, addr, err)
 		}
 		switch m := m.(type) {
+		case *pgproto3.AuthenticationOk, *pgproto3.ParameterStatus, *pgproto3.BackendKeyData:
+			continue
 		case *pgproto3.ErrorResponse:
-			c := *m
+			c := *m // the Frontend reuses its messages
 			return &c
-		case *pgproto3.ReadyForQuery:
+		default:
 			return m
 		}
 	}
