@@ -46,3 +46,32 @@ func TestSCRAMKeysPrepped(t *testing.T) {
 		t.Fatal("the keys of a password differ from those of its SASLprepped form")
 	}
 }
+
+// TestSASLprepTables: the generated tables are what runeRanges.has's binary search needs (sorted ranges that
+// neither overlap nor run backwards), and hold what RFC 3454 lists at their edges.
+func TestSASLprepTables(t *testing.T) {
+	for name, tab := range map[string]runeRanges{"spaces": saslprepSpaces, "nothing": saslprepNothing,
+		"prohibited": saslprepProhibited, "unassigned": saslprepUnassigned, "RandAL": saslprepRandAL, "L": saslprepL} {
+		for i, rg := range tab {
+			if rg[0] > rg[1] || i > 0 && tab[i-1][1] >= rg[0] {
+				t.Errorf("table %s: range %d %X unsorted or overlapping", name, i, rg)
+			}
+		}
+	}
+	for _, c := range []struct {
+		tab  runeRanges
+		r    rune
+		want bool
+	}{
+		{saslprepSpaces, 0x00A0, true}, {saslprepSpaces, 0x0020, false}, {saslprepSpaces, 0x3000, true},
+		{saslprepNothing, 0x00AD, true}, {saslprepNothing, 0xFEFF, true}, {saslprepNothing, 0x00AC, false},
+		{saslprepProhibited, 0x0000, true}, {saslprepProhibited, 0x10FFFF, true}, {saslprepProhibited, 'a', false},
+		{saslprepUnassigned, 0x0221, true}, {saslprepUnassigned, 0xEFFFD, true}, {saslprepUnassigned, 0x0220, false},
+		{saslprepRandAL, 0x05BE, true}, {saslprepRandAL, 0xFEFC, true}, {saslprepRandAL, 'a', false},
+		{saslprepL, 'A', true}, {saslprepL, 0x10FFFD, true}, {saslprepL, '1', false},
+	} {
+		if got := c.tab.has(c.r); got != c.want {
+			t.Errorf("has(%U) = %v, want %v", c.r, got, c.want)
+		}
+	}
+}
