@@ -108,10 +108,10 @@ func (s Secret) String() string {
 	return ""
 }
 
-// SCRAMKeys derives a password's ClientKey and ServerKey for a salt and iteration count (RFC 5802; PostgreSQL
-// uses the password's bytes as they are when SASLprep leaves them so, as it does for ASCII).
+// SCRAMKeys derives a password's ClientKey and ServerKey for a salt and iteration count (RFC 5802) from the
+// password as PostgreSQL prepares it (SASLprep): its secret was salted from that, not from the bytes typed.
 func SCRAMKeys(password string, salt []byte, iterations int) (clientKey, serverKey [sha256.Size]byte, err error) {
-	salted, err := pbkdf2.Key(sha256.New, password, salt, iterations, sha256.Size)
+	salted, err := pbkdf2.Key(sha256.New, SASLprep(password), salt, iterations, sha256.Size)
 	if err != nil {
 		return clientKey, serverKey, fmt.Errorf("derive SCRAM keys: %w", err)
 	}
@@ -130,7 +130,8 @@ func NewSCRAMSecret(password string, salt []byte, iterations int) (Secret, error
 		StoredKey: sha256.Sum256(ck[:]), ServerKey: sk}, nil
 }
 
-// MD5Secret is PostgreSQL's md5 secret of password for user (without the "md5" prefix).
+// MD5Secret is PostgreSQL's md5 secret of password for user (without the "md5" prefix). md5 takes the
+// password's bytes as they are: PostgreSQL applies SASLprep to SCRAM only.
 func MD5Secret(user, password string) string {
 	h := md5.Sum([]byte(password + user))
 	return hex.EncodeToString(h[:])

@@ -195,11 +195,15 @@ func (ss *session) onClientMsg(typ byte, body []byte, p Planner, out msgSink) er
 		}
 	case msgFlush:
 		st.unsynced.Store(true)
-	case msgCopyData, msgCopyDone, msgCopyFail, msgPassword:
 	case msgTerminate:
 		return errTerminated
 	default:
-		return fmt.Errorf("%w: unknown message type %q", errProtocol, typ)
+		// The COPY messages pass as they are (their rules are the server's), and so does a PasswordMessage: a
+		// passthrough login relays its exchange through here, and after the login the server ends the session
+		// at one (08P01).
+		if typ != msgPassword && !frontendType(typ) { // protocol.go
+			return fmt.Errorf("%w: unknown message type %q", errProtocol, typ)
+		}
 	}
 	return nil
 }

@@ -155,3 +155,24 @@ func TestCoreServerMessages(t *testing.T) {
 		t.Fatal("a FATAL from the server was not remembered")
 	}
 }
+
+// TestCoreMessageTypes: the session core refuses as a protocol violation every message type outside
+// PostgreSQL's list after login (frontendType, the pool's list too), except PasswordMessage, which a
+// passthrough login relays; it takes the COPY messages as they are.
+func TestCoreMessageTypes(t *testing.T) {
+	var out outBuf
+	for typ := 0; typ < 256; typ++ {
+		b := byte(typ)
+		if frontendType(b) || b == msgPassword {
+			continue
+		}
+		if err := newCoreSession(t).onClientMsg(b, nil, nil, &out); !errors.Is(err, errProtocol) {
+			t.Errorf("message type %q: %v, want a protocol violation", b, err)
+		}
+	}
+	for _, b := range []byte{msgPassword, msgCopyData, msgCopyDone, msgCopyFail} {
+		if err := newCoreSession(t).onClientMsg(b, nil, nil, &out); err != nil {
+			t.Errorf("message type %q: %v", b, err)
+		}
+	}
+}

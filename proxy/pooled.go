@@ -768,17 +768,6 @@ func poolError(p *txPool, err error) (code, msg, detail string) {
 	return sqlstateConnectionFailure, fmt.Sprintf("fenceproxy could not open a server connection for pool %s", p.name), err.Error()
 }
 
-// frontendType reports whether typ is a message type PostgreSQL reads from a client after its login
-// (PostgreSQL 15's SocketBackend); any other ends the session with 08P01 there.
-func frontendType(typ byte) bool {
-	switch typ {
-	case msgQuery, msgFunctionCall, msgTerminate, msgBind, msgClose, msgDescribe, msgExecute, msgFlush, msgParse, msgSync,
-		msgCopyData, msgCopyDone, msgCopyFail:
-		return true
-	}
-	return false
-}
-
 // ignoredBetweenUnits reports whether PostgreSQL takes a client message of type typ that starts nothing
 // (unitStart false) while no transaction or batch is open, doing nothing: the COPY messages outside a COPY and
 // a Flush. The pool drops those when no server connection is lent; any other ends the session (forwardPooled).
@@ -831,7 +820,7 @@ func (ss *session) relayPooled() ending {
 		if typ == msgTerminate {
 			return ending{why: endTerminate, atBoundary: true}
 		}
-		if !frontendType(typ) {
+		if !frontendType(typ) { // protocol.go
 			// PostgreSQL ends the session at once, whatever it is doing (SocketBackend, before a failed batch's
 			// skip), and so does the pool, before any path below reads or drops the message's body.
 			return ss.clientEnding(fmt.Errorf("%w: invalid frontend message type %q", errProtocol, typ))

@@ -24,6 +24,18 @@ const (
 	msgTerminate    byte = 'X'
 )
 
+// frontendType reports whether typ is a message type PostgreSQL reads from a client after its login
+// (PostgreSQL 15's SocketBackend); any other ends the session with 08P01 there. PasswordMessage is not one:
+// it belongs to the login. The one list for the session core (onClientMsg) and the pool (relayPooled).
+func frontendType(typ byte) bool {
+	switch typ {
+	case msgQuery, msgFunctionCall, msgTerminate, msgBind, msgClose, msgDescribe, msgExecute, msgFlush, msgParse, msgSync,
+		msgCopyData, msgCopyDone, msgCopyFail:
+		return true
+	}
+	return false
+}
+
 // Backend (server to client) messages.
 const (
 	msgAuthentication           byte = 'R'

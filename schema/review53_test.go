@@ -3,6 +3,7 @@ package schema_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -278,6 +279,21 @@ func TestInstallRefusesHalfInstalledSchema(t *testing.T) {
 		if !found {
 			t.Errorf("check of a schema missing %s: %+v", rel, st.Findings)
 		}
+	}
+	// All of them, named with their steps, in step order, in install's refusal and in check's findings.
+	want := []string{"fenceproxy.lock_marks (step 1, lock marks)", "fenceproxy.lock_token_seq (step 3, lock store)",
+		"fenceproxy.token_ceiling (step 4, token ceiling)"}
+	if err == nil || !strings.Contains(err.Error(), "(dropped by hand?): "+strings.Join(want, ", ")+"; ") {
+		t.Errorf("install over a schema missing %d relations: %v, want them listed as %q", len(want), err, strings.Join(want, ", "))
+	}
+	var objects []string
+	for _, f := range st.Findings {
+		if strings.Contains(f.Object, " (step ") {
+			objects = append(objects, f.Object)
+		}
+	}
+	if !slices.Equal(objects, want) {
+		t.Errorf("check's findings of missing relations: %q, want %q", objects, want)
 	}
 }
 

@@ -106,23 +106,39 @@ func (s Step) relations() ([]string, error) {
 
 // missingRelations names the relations of the applied steps (the first applied of Steps) that the database
 // no longer holds, as "fenceproxy.lock_marks (step 1, lock marks)": dropped by hand, they make the guard fail
-// writes with errors that are not the contract's, and install would not create them again.
+// writes with errors that are not the contract's, and install would not create them again. One query looks
+// for all of them; the names come in step order.
 func missingRelations(ctx context.Context, conn *pgx.Conn, applied int) ([]string, error) {
-	var missing []string
-	for i, s := range Steps()[:min(applied, len(Steps()))] {
-		rels, err := s.relations()
+	steps := Steps()
+	var rels, labels []string // the relations to look for, and each one's name in the answer
+	for i, s := range steps[:min(applied, len(steps))] {
+		stepRels, err := s.relations()
 		if err != nil {
 			return nil, err
 		}
-		for _, r := range rels {
-			var present bool
-			if err := conn.QueryRow(ctx, "SELECT pg_catalog.to_regclass($1) IS NOT NULL", r).Scan(&present); err != nil {
-				return nil, fmt.Errorf("look for %s: %w", r, err)
-			}
-			if !present {
-				missing = append(missing, fmt.Sprintf("%s (step %d, %s)", strings.ReplaceAll(r, `"`, ""), i+1, s.Name))
-			}
+		for _, r := range stepRels {
+			rels = append(rels, r)
+			labels = append(labels, fmt.Sprintf("%s (step %d, %s)", strings.ReplaceAll(r, `"`, ""), i+1, s.Name))
 		}
+	}
+	if len(rels) == 0 {
+		return nil, nil
+	}
+	rows, err := conn.Query(ctx, `SELECT u.i FROM pg_catalog.unnest($1::text[]) WITH ORDINALITY AS u(r, i)
+WHERE pg_catalog.to_regclass(u.r) IS NULL ORDER BY u.i`, rels)
+	if err != nil {
+		return nil, fmt.Errorf("look for the relations of the applied steps (%s): %w", strings.Join(rels, ", "), err)
+	}
+	gone, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, fmt.Errorf("look for the relations of the applied steps (%s): %w", strings.Join(rels, ", "), err)
+	}
+	var missing []string
+	for _, i := range gone {
+		if i < 1 || int(i) > len(labels) {
+			return nil, fmt.Errorf("look for the relations of the applied steps: position %d of %d", i, len(labels))
+		}
+		missing = append(missing, labels[i-1])
 	}
 	return missing, nil
 }
