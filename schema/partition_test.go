@@ -9,6 +9,7 @@ import (
 	"github.com/fenceproxy/fenceproxy/internal/pgtest"
 	"github.com/fenceproxy/fenceproxy/internal/proxytest"
 	"github.com/fenceproxy/fenceproxy/rewrite"
+	"github.com/fenceproxy/fenceproxy/schema"
 )
 
 // TestGuardLaterPartition: a partition made (CREATE TABLE ... PARTITION OF) or attached (ATTACH PARTITION, rows
@@ -93,7 +94,9 @@ INSERT INTO ledger_kid VALUES (1, 1); UPDATE accounts SET balance = 1`)
 				// refused like on a relation install guarded.
 				for _, sql := range []string{`ALTER TABLE accounts_2 DISABLE TRIGGER "~fenceproxy_guard_truncate"`,
 					`DROP TRIGGER "~fenceproxy_guard_truncate" ON accounts_2`, `ALTER TABLE ledger_kid DISABLE TRIGGER "~fenceproxy_guard"`,
-					`ALTER TABLE accounts_4a ENABLE TRIGGER "~fenceproxy_statement_end"`} {
+					`ALTER TABLE accounts_4a ENABLE TRIGGER "~fenceproxy_statement_end"`,
+					"DROP TABLE accounts_2", "ALTER TABLE accounts DETACH PARTITION accounts_3", "ALTER TABLE accounts_4a RENAME TO old",
+					"DROP TABLE ledger_kid"} {
 					wantCode(t, sql, execErr(su, sql), rewrite.CodeUnfenceable, "unfenceable write: ")
 				}
 				if n := queryInt(t, su, "SELECT count(*) FROM accounts"); n != 4 {
@@ -128,7 +131,10 @@ ALTER TABLE accounts ATTACH PARTITION accounts_5 FOR VALUES FROM (500) TO (600)`
 				if n := queryInt(t, su, "SELECT count(*) FROM accounts"); n != 2 {
 					t.Fatalf("rows in accounts: %d, want 2 (accounts_1's and the attached one)", n)
 				}
-				// Install again: the new relations are guarded like the others.
+				// check names what is missing, and install guards the new relations like the others.
+				if st, err := schema.Inspect(context.Background(), su, cfg); err != nil || len(st.Findings) == 0 {
+					t.Fatalf("check before the re-run: %+v %v, want findings", st.Findings, err)
+				}
 				cfg.DDLGuard = false
 				install(t, su, cfg)
 				exec(t, writer, "INSERT INTO accounts VALUES (150, 0, 1), (350, 0, 1); INSERT INTO ledger_kid VALUES (1, 1); UPDATE accounts SET balance = 2")
