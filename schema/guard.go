@@ -263,16 +263,24 @@ func wholeGuardBlock(label string, guarded []uint32) string {
 	for i, o := range guarded {
 		oids[i] = strconv.FormatUint(uint64(o), 10)
 	}
-	return fmt.Sprintf(`IF TG_RELID OPERATOR(pg_catalog.<>) ALL (%s::pg_catalog.oid[]) AND (SELECT pg_catalog.count(*) FROM pg_catalog.pg_trigger t
-			WHERE t.tgrelid OPERATOR(pg_catalog.=) TG_RELID AND t.tgenabled OPERATOR(pg_catalog.=) 'A'
-				AND t.tgname OPERATOR(pg_catalog.=) ANY (ARRAY[%s, %s, %s]::pg_catalog.name[])) OPERATOR(pg_catalog.<>) 3 THEN
-		RAISE EXCEPTION USING ERRCODE = %s,
+	// Each trigger by its name, function and kind (tgtype: 2 before, 4 insert, 8 delete, 16 update, 32
+	// truncate), unconditional and enabled ALWAYS: a look-alike that calls something else does not count.
+	return fmt.Sprintf(`IF TG_RELID OPERATOR(pg_catalog.<>) ALL (%[1]s::pg_catalog.oid[]) AND (SELECT pg_catalog.count(*) FROM pg_catalog.pg_trigger t
+			WHERE t.tgrelid OPERATOR(pg_catalog.=) TG_RELID AND t.tgenabled OPERATOR(pg_catalog.=) 'A' AND t.tgqual IS NULL
+				AND ((t.tgname OPERATOR(pg_catalog.=) %[2]s AND t.tgtype OPERATOR(pg_catalog.=) 34
+						AND t.tgfoid OPERATOR(pg_catalog.=) %[5]s::pg_catalog.regprocedure)
+					OR (t.tgname OPERATOR(pg_catalog.=) %[3]s AND t.tgtype OPERATOR(pg_catalog.=) 30
+						AND t.tgfoid OPERATOR(pg_catalog.=) %[6]s::pg_catalog.regprocedure)
+					OR (t.tgname OPERATOR(pg_catalog.=) %[4]s AND t.tgtype OPERATOR(pg_catalog.=) 28
+						AND t.tgfoid OPERATOR(pg_catalog.=) %[6]s::pg_catalog.regprocedure))) OPERATOR(pg_catalog.<>) 3 THEN
+		RAISE EXCEPTION USING ERRCODE = %[7]s,
 			MESSAGE = pg_catalog.concat('unfenceable write: ', pg_catalog.quote_ident(TG_TABLE_SCHEMA), '.', pg_catalog.quote_ident(TG_TABLE_NAME),
-				' holds rows of ', %s, ' but lacks the guard of its TRUNCATE and statements (made after fenceproxy install)'),
+				' holds rows of ', %[8]s, ' but lacks the guard of its TRUNCATE and statements (made after fenceproxy install)'),
 			HINT = 'Run fenceproxy install again: it guards partitions and inheritance children made since (the DDL guard, install --ddl-guard, guards them as they are made).',
-			TABLE = %s;
+			TABLE = %[8]s;
 	END IF;`, quoteLiteral("{"+strings.Join(oids, ",")+"}"), quoteLiteral(TruncateTrigger), quoteLiteral(StatementStartTrigger),
-		quoteLiteral(StatementEndTrigger), quoteLiteral(rewrite.CodeUnfenceable), label, label)
+		quoteLiteral(StatementEndTrigger), quoteLiteral(Name+".guard_truncate()"), quoteLiteral(Name+".guard_statement()"),
+		quoteLiteral(rewrite.CodeUnfenceable), label)
 }
 
 // truncateFunctionBody refuses TRUNCATE (55F04) with the proxy's message; the table's label is the trigger's

@@ -2,6 +2,7 @@ package schema_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -122,10 +123,35 @@ ALTER TABLE accounts ATTACH PARTITION accounts_5 FOR VALUES FROM (500) TO (600)`
 				}
 				// No fenced row lands where the TRUNCATE guard is missing, through the parent or directly, by the
 				// proxy's fence or not; and the attached row cannot be changed under the fence either.
-				for _, sql := range []string{"INSERT INTO accounts VALUES (150, 0, 1)", "INSERT INTO accounts_2 VALUES (150, 0, 1)",
-					"INSERT INTO accounts VALUES (350, 0, 1)", "UPDATE accounts SET balance = 1", "DELETE FROM accounts_3"} {
-					wantCode(t, sql, execErr(writer, sql), rewrite.CodeUnfenceable, "unfenceable write: ")
-					wantCode(t, sql+" through the proxy", execErr(proxyConn("-c fence.token=50"), sql), rewrite.CodeUnfenceable, "unfenceable write: ")
+				for _, sql := range []string{"INSERT INTO accounts (id, balance) VALUES (150, 0)", "INSERT INTO accounts_2 (id, balance) VALUES (150, 0)",
+					"INSERT INTO accounts (id, balance) VALUES (350, 0)", "UPDATE accounts SET balance = 1", "DELETE FROM accounts_3"} {
+					for _, c := range []struct {
+						how  string
+						conn *pgx.Conn
+					}{{"directly", writer}, {"through the proxy", proxyConn("-c fence.token=50")}} {
+						pe := wantCode(t, sql+" "+c.how, execErr(c.conn, sql), rewrite.CodeUnfenceable, "unfenceable write: ")
+						if !strings.Contains(pe.Message, "lacks the guard of its TRUNCATE") {
+							t.Fatalf("%s %s: refused, but not by the guard: %s", sql, c.how, pe.Message)
+						}
+					}
+				}
+				// Look-alikes of the guard's triggers do not count: one that calls something else, and one with a
+				// condition.
+				exec(t, su, `CREATE FUNCTION noop() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NULL; END $$;
+CREATE TABLE accounts_5 (id int, balance int, fence_token bigint);
+CREATE TRIGGER "~fenceproxy_guard_truncate" BEFORE TRUNCATE ON accounts_5 FOR EACH STATEMENT EXECUTE FUNCTION noop();
+CREATE TRIGGER "!fenceproxy_statement_start" BEFORE INSERT OR UPDATE OR DELETE ON accounts_5 FOR EACH STATEMENT EXECUTE FUNCTION fenceproxy.guard_statement();
+CREATE TRIGGER "~fenceproxy_statement_end" AFTER INSERT OR UPDATE OR DELETE ON accounts_5 FOR EACH STATEMENT EXECUTE FUNCTION fenceproxy.guard_statement();
+ALTER TABLE accounts_5 ENABLE ALWAYS TRIGGER "~fenceproxy_guard_truncate", ENABLE ALWAYS TRIGGER "!fenceproxy_statement_start", ENABLE ALWAYS TRIGGER "~fenceproxy_statement_end";
+CREATE TABLE accounts_6 (LIKE accounts_5);
+CREATE TRIGGER "~fenceproxy_guard_truncate" BEFORE TRUNCATE ON accounts_6 FOR EACH STATEMENT WHEN (false) EXECUTE FUNCTION fenceproxy.guard_truncate('accounts');
+CREATE TRIGGER "!fenceproxy_statement_start" BEFORE INSERT OR UPDATE OR DELETE ON accounts_6 FOR EACH STATEMENT EXECUTE FUNCTION fenceproxy.guard_statement();
+CREATE TRIGGER "~fenceproxy_statement_end" AFTER INSERT OR UPDATE OR DELETE ON accounts_6 FOR EACH STATEMENT EXECUTE FUNCTION fenceproxy.guard_statement();
+ALTER TABLE accounts_6 ENABLE ALWAYS TRIGGER "~fenceproxy_guard_truncate", ENABLE ALWAYS TRIGGER "!fenceproxy_statement_start", ENABLE ALWAYS TRIGGER "~fenceproxy_statement_end";
+ALTER TABLE accounts ATTACH PARTITION accounts_5 FOR VALUES FROM (500) TO (600);
+ALTER TABLE accounts ATTACH PARTITION accounts_6 FOR VALUES FROM (600) TO (700)`)
+				for _, sql := range []string{"INSERT INTO accounts VALUES (550, 0, 1)", "INSERT INTO accounts VALUES (650, 0, 1)"} {
+					wantCode(t, sql+" (look-alike triggers)", execErr(writer, sql), rewrite.CodeUnfenceable, "unfenceable write: public.accounts_")
 				}
 				exec(t, writer, "INSERT INTO accounts VALUES (50, 0, 1); UPDATE accounts_1 SET balance = 1") // install's partition
 				if n := queryInt(t, su, "SELECT count(*) FROM accounts"); n != 2 {
@@ -138,7 +164,7 @@ ALTER TABLE accounts ATTACH PARTITION accounts_5 FOR VALUES FROM (500) TO (600)`
 				cfg.DDLGuard = false
 				install(t, su, cfg)
 				exec(t, writer, "INSERT INTO accounts VALUES (150, 0, 1), (350, 0, 1); INSERT INTO ledger_kid VALUES (1, 1); UPDATE accounts SET balance = 2")
-				for _, rel := range []string{"accounts_2", "accounts_3", "accounts_4a", "ledger_kid"} {
+				for _, rel := range []string{"accounts_2", "accounts_3", "accounts_4a", "accounts_5", "accounts_6", "ledger_kid"} {
 					wantCode(t, "TRUNCATE "+rel+" after install, stale token", execErr(connect(t, db, pgtest.SuperUser, "-c fence.token=49"), "TRUNCATE "+rel),
 						rewrite.CodeUnfenceable, "unfenceable write: TRUNCATE of")
 				}
