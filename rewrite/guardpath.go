@@ -18,9 +18,9 @@ import (
 // guard schema never enters the search_path. Every SET of it (SET, SET LOCAL, SET SCHEMA, ALTER ROLE/DATABASE
 // ... SET, a function's SET clause: every VariableSetStmt) and every set_config of it whose value names
 // fenceproxy (fenceproxy_ddl included), or whose value cannot be read, is refused 55F04. The ways around this
-// the proxy cannot see (a role or database default set directly, a function calling set_config, a role named
-// like the schema under "$user") are the DDL guard's: it refuses DDL on the guard's objects from any
-// connection (docs/guard.md).
+// the proxy cannot see (a role or database default set directly, a function calling set_config, set_config with
+// both its name and its value bound, which clients use for the token, a role named like the schema under
+// "$user") are the DDL guard's: it refuses DDL on the guard's objects from any connection (docs/guard.md).
 
 // GuardOnSearchPath reports whether a search_path value may name a guard schema: it holds "fenceproxy" in any
 // case, quoted or not. It errs toward naming (a schema called myfenceproxy counts). The proxy applies it to the
