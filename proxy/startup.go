@@ -12,6 +12,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/fenceproxy/fenceproxy/rewrite"
 )
 
 // Startup: everything between accept and relaying. The client negotiates TLS (SSLRequest, GSSENCRequest, direct
@@ -66,6 +68,12 @@ func (s *Server) handle(raw net.Conn, over bool) {
 	app := ss.params["application_name"]
 	ss.appName.Store(&app)
 	ss.named = true // the session's lines name its user and database from here on (logger)
+	if msg, ok := ss.checkStartupSearchPath(); !ok {
+		s.metrics.refusal(sqlstateUnfenceable, "")
+		ss.logger().Warn("refused startup search_path", "code", sqlstateUnfenceable, "reason", msg, "application_name", app)
+		ss.fatalHint(sqlstateUnfenceable, msg, "", "")
+		return
+	}
 	if code, msg, hint, ok := ss.checkStartupToken(); !ok {
 		s.metrics.refusal(code, "")
 		msg = s.withTokenContext(msg)
@@ -285,6 +293,31 @@ func (ss *session) fatalHint(code, msg, detail, hint string) {
 		return
 	}
 	ss.client.Write(b)
+}
+
+// checkStartupSearchPath refuses a startup packet whose search_path (a parameter of its own, or -c in options,
+// in any spelling PostgreSQL reads) may name a schema of the in-database guard: unqualified DDL would then
+// resolve into it and could replace the guard's code. SET and set_config of it are refused by the rewrite
+// (rewrite/guardpath.go); this is the same rule for the one setter it does not see.
+func (ss *session) checkStartupSearchPath() (msg string, ok bool) {
+	var values []string
+	for k, v := range ss.params {
+		if sameSetting(k, "search_path") {
+			values = append(values, v)
+		}
+	}
+	for _, o := range optionSettings(splitOptions(ss.params["options"])) {
+		if sameSetting(o.name, "search_path") {
+			values = append(values, o.value)
+		}
+	}
+	for _, v := range values {
+		if rewrite.GuardOnSearchPath(v) {
+			return fmt.Sprintf("unfenceable write: the startup search_path %q may put fenceproxy, a schema of the fenceproxy guard, on the search_path, "+
+				"where unqualified DDL could change the guard; fenceproxy refuses it", v), false
+		}
+	}
+	return "", true
 }
 
 // checkStartupToken validates a token given in the startup packet, as a parameter of its own or as -c in

@@ -228,6 +228,9 @@ func (a *analysis) setStatement(v *pg.VariableSetStmt, top bool) {
 	if top && !v.IsLocal {
 		a.sessionSet(v)
 	}
+	if isSearchPath(v.Name) {
+		a.checkSearchPathSet(v) // guardpath.go
+	}
 	if !strings.EqualFold(v.Name, a.r.setting) || v.Kind != pg.VariableSetKind_VAR_SET_VALUE {
 		return // RESET, SET ... TO DEFAULT, FROM CURRENT, other settings
 	}
@@ -445,6 +448,8 @@ func (a *analysis) setConfigCall(f *pg.FuncCall) {
 		return
 	}
 	name, ok := constString(f.Args[0])
+	// A guard schema never enters the search_path through the proxy (guardpath.go).
+	a.checkSearchPathConfig(f, name, ok)
 	if !constTrue(f.Args[2]) { // is_local the literal true leaves the session value alone
 		t := allTargets
 		if ok {

@@ -134,27 +134,6 @@ func isGuardSchema(name string) bool {
 	return strings.EqualFold(name, "fenceproxy") || strings.EqualFold(name, "fenceproxy_ddl")
 }
 
-// namesGuard reports whether a statement names one of the guard's schemas anywhere: a relation qualified with
-// it, a name part (qualified function, type and object names are lists of String nodes), or the schema a
-// CREATE SCHEMA makes. A function's body is one String and names nothing here.
-func namesGuard(n *pg.Node) bool {
-	found := false
-	eachMessage(n.ProtoReflect(), func(m protoreflect.Message) {
-		if found {
-			return
-		}
-		switch x := m.Interface().(type) {
-		case *pg.RangeVar:
-			found = isGuardSchema(x.Schemaname)
-		case *pg.String:
-			found = isGuardSchema(x.Sval)
-		case *pg.CreateSchemaStmt:
-			found = isGuardSchema(x.Schemaname)
-		}
-	})
-	return found
-}
-
 // named returns the first protected table a statement names anywhere: a
 // relation whose name is a protected table's (in any schema), or a name part
 // (a String node: DROP objects, COMMENT targets, column and type names) equal

@@ -53,12 +53,14 @@ func (p *prefilter) namesFolded(word []byte) bool {
 }
 
 // alone reports whether an identifier's value makes the text one to analyse
-// by itself: set_config, a name holding the token setting's first part, or
-// the name of a schema of the in-database guard (DDL on it is refused:
-// ddl.go), whatever the token setting is called.
+// by itself: set_config, a name holding the token setting's first part, the
+// name of a schema of the in-database guard (DDL on it is refused: ddl.go),
+// whatever the token setting is called, or search_path and SCHEMA (SET SCHEMA
+// 'x' sets it), which may not name that schema (guardpath.go).
 func (p *prefilter) alone(v []byte) bool {
 	return len(v) >= len(p.settingFirst) && (equalFoldASCII(v, "set_config") || containsFoldBytes(v, p.settingFirst)) ||
-		(len(v) == len("fenceproxy") || len(v) == len("fenceproxy_ddl")) && isGuardSchema(string(v))
+		(len(v) == len("fenceproxy") || len(v) == len("fenceproxy_ddl")) && isGuardSchema(string(v)) ||
+		equalFoldASCII(v, "search_path") || equalFoldASCII(v, "schema")
 }
 
 func lowerASCII(s string) string {

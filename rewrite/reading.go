@@ -320,7 +320,10 @@ type scanResult struct {
 //     is a protected table's name; or
 //   - the keyword DO (a DO block's body is a string: always analysed); or
 //   - an identifier naming set_config or holding the token setting's first
-//     part (GUC names are case-insensitive).
+//     part (GUC names are case-insensitive); or
+//   - an identifier naming a schema of the in-database guard, search_path or
+//     SCHEMA (prefilter.alone: a guard schema may not enter the search_path,
+//     guardpath.go).
 //
 // It does not allocate.
 func (r *Rewriter) scan(text []byte, scs bool) scanResult {
@@ -427,8 +430,8 @@ func normalise(text []byte) string {
 // not a letter, _ or a byte >= 0x80; a digit or $ does not join a letter, as
 // in PostgreSQL 14's 1update and in 0$do), and an identifier can hold the token setting's
 // name or set_config only as those raw letters unless it is a U& identifier.
-// It reports whether raw holds a write keyword or DO as such a word, u&, or
-// set_config or the setting's first part anywhere.
+// It reports whether raw holds a write keyword, DO or SCHEMA as such a word,
+// u&, or set_config, search_path or the setting's first part anywhere.
 func (r *Rewriter) rawMayTouch(raw []byte) bool {
 	n := len(raw)
 	first := r.filter.settingFirst // lower case, not empty
@@ -439,10 +442,12 @@ func (r *Rewriter) rawMayTouch(raw []byte) bool {
 		}
 		switch c {
 		case 's':
-			if n-i >= 10 && equalFoldASCII(raw[i:i+10], "set_config") {
+			if n-i >= 10 && equalFoldASCII(raw[i:i+10], "set_config") || n-i >= 11 && equalFoldASCII(raw[i:i+11], "search_path") {
 				return true
 			}
-			continue
+			if n-i < 6 || !equalFoldASCII(raw[i:i+6], "schema") {
+				continue
+			}
 		case 'u':
 			if i+1 < n && raw[i+1] == '&' {
 				return true
@@ -458,7 +463,7 @@ func (r *Rewriter) rawMayTouch(raw []byte) bool {
 		for j < n && isIdentCont(raw[j]) {
 			j++
 		}
-		if isWriteOrDo(raw[i:j]) {
+		if isWriteOrDo(raw[i:j]) || equalFoldASCII(raw[i:j], "schema") {
 			return true
 		}
 	}

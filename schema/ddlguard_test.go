@@ -49,8 +49,6 @@ CREATE SCHEMA elsewhere;`)
 		`ALTER TABLE ledger DISABLE TRIGGER "~fenceproxy_guard"`,
 		`ALTER TABLE ledger DETACH PARTITION ledger_1`,
 		"DROP FUNCTION fenceproxy.guard_truncate() CASCADE",
-		// An inheritance child gets no trigger of its parent's: its rows, written directly or through the
-		// parent, would meet no guard (a partition gets the row guard as a clone, and passes below).
 		// A BEFORE ROW trigger that fires after the guard (its name sorts after the guard's) could change the
 		// token the guard stamped; a BEFORE STATEMENT trigger that fires before the statement's token is kept
 		// could change it.
@@ -58,8 +56,6 @@ CREATE SCHEMA elsewhere;`)
 		`CREATE TRIGGER "~~late" BEFORE UPDATE ON ledger FOR EACH ROW EXECUTE FUNCTION lower_token()`,
 		`CREATE TRIGGER "é late" BEFORE UPDATE ON ledger_1 FOR EACH ROW EXECUTE FUNCTION lower_token()`,
 		`CREATE TRIGGER " early" BEFORE UPDATE ON accounts FOR EACH STATEMENT EXECUTE FUNCTION set_token()`,
-		"CREATE TABLE kid () INHERITS (accounts)",
-		"ALTER TABLE loose INHERIT accounts",
 		// The guard's code and tables: replacing a function (what a trigger runs) undoes the guard as surely
 		// as dropping its trigger.
 		`CREATE OR REPLACE FUNCTION fenceproxy.guard_truncate() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NULL; END $$`,
@@ -101,9 +97,16 @@ CREATE SCHEMA elsewhere;`)
 		"CREATE VIEW marks AS SELECT name, mark FROM fenceproxy.lock_marks", // reading the guard's tables is no change to them
 		"CREATE TRIGGER mine BEFORE UPDATE ON unrelated FOR EACH ROW EXECUTE FUNCTION fenceproxy.guard_truncate()",
 		"CREATE TABLE ledger_2 PARTITION OF ledger FOR VALUES FROM (100) TO (200)",
+		// An inheritance child gets no trigger of its parent's, a partition only the row guard: the DDL guard
+		// gives each the whole guard (TestGuardLaterPartition).
+		"CREATE TABLE kid () INHERITS (accounts)",
+		"ALTER TABLE loose ADD COLUMN note text; ALTER TABLE loose INHERIT accounts",
 		"DROP TABLE unrelated",
 	} {
 		exec(t, su, sql)
+	}
+	for _, rel := range []string{"ledger_2", "kid", "loose"} {
+		wantCode(t, "TRUNCATE "+rel, execErr(su, "TRUNCATE "+rel), rewrite.CodeUnfenceable, "unfenceable write: TRUNCATE of")
 	}
 	// The order is checked on the result, whatever command made it: a rename too.
 	wantCode(t, "rename a trigger to fire after the guard", execErr(su, `ALTER TRIGGER audit ON accounts RENAME TO "~~audit"`),

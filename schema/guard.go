@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/fenceproxy/fenceproxy/rewrite"
@@ -190,12 +191,15 @@ END
 // setting change per row), so every operator is written OPERATOR(pg_catalog.x), and no construct that looks an
 // operator up by name behind the text is used: IS DISTINCT FROM, NULLIF, IN, BETWEEN and CASE x WHEN resolve =
 // or < through the search_path, where a session may have put its own (TestGuardIgnoresSearchPathOperators).
-func guardFunctionBody(g guardSpec, st Settings) (string, error) {
+//
+// guarded are the relations install put the whole guard on (wholeGuardBlock).
+func guardFunctionBody(g guardSpec, st Settings, guarded []uint32) (string, error) {
 	label := quoteLiteral(g.Label)
 	tok, err := tokenBlock(st, label)
 	if err != nil {
 		return "", err
 	}
+	whole := wholeGuardBlock(label, guarded)
 	col := quoteIdent(g.TokenColumn)
 	stale, err := errorSQL(rewrite.Marker{Code: rewrite.CodeStale, Table: g.Label, RowToken: sentinel(partRowToken), Token: sentinel(partToken)},
 		map[string]string{partRowToken: "OLD." + col, partToken: "k"})
@@ -220,6 +224,7 @@ DECLARE
 BEGIN
 	%s
 	%s
+	%s
 	IF l IS NOT NULL AND l OPERATOR(pg_catalog.<>) '' THEN
 		IF COALESCE(pg_catalog.current_setting('fenceproxy.lock_accepted', true), '') OPERATOR(pg_catalog.<>) pg_catalog.concat(k, '|', l) THEN
 			PERFORM %s.lock_accept(%s);
@@ -238,8 +243,44 @@ BEGIN
 	END IF;
 	RETURN OLD;
 END
-`, strings.ReplaceAll(g.Label, "\n", " "), strings.ReplaceAll(g.TokenColumn, "\n", " "), statementSettingsBlock(st), tok,
+`, strings.ReplaceAll(g.Label, "\n", " "), strings.ReplaceAll(g.TokenColumn, "\n", " "), whole, statementSettingsBlock(st), tok,
 		Name, label, noLock, col, col, stale, col), nil
+}
+
+// wholeGuardBlock is the PL/pgSQL that refuses (55F04) a row write to a relation that lacks the rest of the
+// guard: its TRUNCATE trigger and its statement triggers, enabled ALWAYS.
+//
+// PostgreSQL clones a partitioned table's row triggers onto every partition made or attached later, but not its
+// statement-level ones, TRUNCATE's among them; an inheritance child gets none. Without the DDL guard (whose event
+// trigger gives a new descendant the whole guard: ddlguard.go) nothing runs when such a relation is made, so
+// the row guard, which does reach it as a clone, is where the rule is kept: no row is written to, or changed in,
+// a relation that TRUNCATE could empty unguarded. A new partition takes no fenced row until install runs again
+// (or the DDL guard has guarded it), so TRUNCATE of it, by a stale holder or a session with no token, empties
+// no fenced row. The relations install guarded (guarded, their oids) are known to hold the whole guard and skip
+// the catalog read; any other reads pg_trigger once per row.
+func wholeGuardBlock(label string, guarded []uint32) string {
+	oids := make([]string, len(guarded))
+	for i, o := range guarded {
+		oids[i] = strconv.FormatUint(uint64(o), 10)
+	}
+	// Each trigger by its name, function and kind (tgtype: 2 before, 4 insert, 8 delete, 16 update, 32
+	// truncate), unconditional and enabled ALWAYS: a look-alike that calls something else does not count.
+	return fmt.Sprintf(`IF TG_RELID OPERATOR(pg_catalog.<>) ALL (%[1]s::pg_catalog.oid[]) AND (SELECT pg_catalog.count(*) FROM pg_catalog.pg_trigger t
+			WHERE t.tgrelid OPERATOR(pg_catalog.=) TG_RELID AND t.tgenabled OPERATOR(pg_catalog.=) 'A' AND t.tgqual IS NULL
+				AND ((t.tgname OPERATOR(pg_catalog.=) %[2]s AND t.tgtype OPERATOR(pg_catalog.=) 34
+						AND t.tgfoid OPERATOR(pg_catalog.=) %[5]s::pg_catalog.regprocedure)
+					OR (t.tgname OPERATOR(pg_catalog.=) %[3]s AND t.tgtype OPERATOR(pg_catalog.=) 30
+						AND t.tgfoid OPERATOR(pg_catalog.=) %[6]s::pg_catalog.regprocedure)
+					OR (t.tgname OPERATOR(pg_catalog.=) %[4]s AND t.tgtype OPERATOR(pg_catalog.=) 28
+						AND t.tgfoid OPERATOR(pg_catalog.=) %[6]s::pg_catalog.regprocedure))) OPERATOR(pg_catalog.<>) 3 THEN
+		RAISE EXCEPTION USING ERRCODE = %[7]s,
+			MESSAGE = pg_catalog.concat('unfenceable write: ', pg_catalog.quote_ident(TG_TABLE_SCHEMA), '.', pg_catalog.quote_ident(TG_TABLE_NAME),
+				' holds rows of ', %[8]s, ' but lacks the guard of its TRUNCATE and statements (made after fenceproxy install)'),
+			HINT = 'Run fenceproxy install again: it guards partitions and inheritance children made since (the DDL guard, install --ddl-guard, guards them as they are made).',
+			TABLE = %[8]s;
+	END IF;`, quoteLiteral("{"+strings.Join(oids, ",")+"}"), quoteLiteral(TruncateTrigger), quoteLiteral(StatementStartTrigger),
+		quoteLiteral(StatementEndTrigger), quoteLiteral(Name+".guard_truncate()"), quoteLiteral(Name+".guard_statement()"),
+		quoteLiteral(rewrite.CodeUnfenceable), label)
 }
 
 // truncateFunctionBody refuses TRUNCATE (55F04) with the proxy's message; the table's label is the trigger's

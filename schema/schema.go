@@ -202,8 +202,15 @@ func definitions(cfg Config, rels []relation) ([]definition, error) {
 		return nil, err
 	}
 	defs = append(defs, definition{"guard_statement", create, stmtBody})
+	// The relations each guard function was put on by this installation (its fast path: whole guard in place).
+	onSpec := map[string][]uint32{}
+	for _, r := range rels {
+		onSpec[r.spec.functionName()] = append(onSpec[r.spec.functionName()], r.oid)
+	}
 	for _, g := range specs(rels) {
-		body, err := guardFunctionBody(g, cfg.Settings)
+		oids := onSpec[g.functionName()]
+		slices.Sort(oids)
+		body, err := guardFunctionBody(g, cfg.Settings, oids)
 		if err != nil {
 			return nil, err
 		}
