@@ -319,6 +319,29 @@ func TestPooledProcedureAloneErrorPaths(t *testing.T) {
 	}
 	noise("after a refused token statement")
 
+	// Another client's function left its token at session level on the pool's one connection, unseen: the
+	// procedure's transactions after its COMMIT see the placeholder (put back first), never that token, so the
+	// protected write there is refused and the unprotected one logs the placeholder.
+	e.reset(e.suP)
+	fxExec(t, e.suP, "TRUNCATE uw, wl") // after the reset, whose INSERT it logs
+	other := woConnect(t, e.p.DSN(pgtest.SuperUser, "", e.dbP)+"&application_name=other&options=-c%20fence.token%3D999999")
+	for _, q := range []string{"CALL pu(1)", "CALL pc(1, 2)"} {
+		if _, err := other.Exec(ctxT(t), "SELECT hidden_set('999999')").ReadAll(); err != nil {
+			t.Fatal(err)
+		}
+		got := strings.Join(caPipelined(t, dsnP, r53Q(q)), " ")
+		if !strings.Contains(got, "C:CALL") && !strings.Contains(got, "E:55F03") {
+			t.Errorf("%s after another client's hidden token: answers %q", q, got)
+		}
+	}
+	other.Close(context.Background())
+	if w, want := caWrites(t, e.suP), "1:5 101:"+ph+" 1:5"; w != want {
+		t.Errorf("after another client's hidden token: written %q, want %q", w, want)
+	}
+	if r := e.rows(e.suP); r != "ROWS[1:1:5 2:0:5 3:0:8 4:0:5]" {
+		t.Errorf("after another client's hidden token: rows %s, want row 1 written with 5 and row 2 untouched", r)
+	}
+
 	// A CancelRequest while the procedure sleeps after its COMMIT.
 	fxExec(t, e.suP, "TRUNCATE uw, wl")
 	func() {
