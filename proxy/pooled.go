@@ -2115,6 +2115,9 @@ func (ss *session) procedureAlone(w msgSink, kind tokenStmtKind) {
 	pl.hide.Add(1)
 	pl.syncOwed = true
 	ss.tokenStmtMsgs(w, "", kind)
+	// The Query right behind drops the unnamed statement, as any simple Query does (forwardPooled noted that
+	// before this was written): the next token statement is prepared again, not bound where none is (26000).
+	pl.sc.unnamedToken = tokenNone
 }
 
 // putBackFirst puts back what unseen code left on a connection that comes to a client that is not pinned (the
