@@ -3,6 +3,7 @@ package proxy_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand"
 	"net"
 	"net/url"
@@ -423,4 +424,52 @@ func TestPooledProcedureAloneErrorPaths(t *testing.T) {
 		t.Errorf("pipelined: written through the pool %q, want %q", w, want)
 	}
 	noise("after the pipeline")
+}
+
+// The proxy's own Queries that go in front of a client's Query (the prepared fences' PREPARE of a template, sent
+// at the next idle point, upstream.prepared_fences) go before a lone CALL's token statement, never between it and
+// the CALL: each is a transaction of its own, whose Query would commit the token statement's transaction, and
+// the CALL would run with the placeholder. (The test's name, which names its tables, holds none of the words that
+// keep a text from being templated or a pool from using prepared fences: pooled_prepared_test.go.)
+func TestPooledProcedureAloneBehindOwnCommands(t *testing.T) {
+	f := newPooledFencedUpstream(t, 1, "", "  prepared_fences: 64\n")
+	lg := f.label + "_lg"
+	fxExec(t, f.d, fmt.Sprintf(`CREATE TABLE %[1]s (n serial, tok text);
+CREATE PROCEDURE %[1]s_p() LANGUAGE plpgsql AS $$ BEGIN
+  INSERT INTO %[1]s (tok) VALUES (coalesce(current_setting('fence.token', true), 'null'));
+  COMMIT;
+  INSERT INTO %[1]s (tok) VALUES (coalesce(current_setting('fence.token', true), 'null'));
+END $$`, lg))
+	t.Cleanup(func() {
+		f.d.Exec(context.Background(), "DROP PROCEDURE IF EXISTS "+lg+"_p()")
+		f.d.Exec(context.Background(), "DROP TABLE IF EXISTS "+lg)
+	})
+	fxExec(t, f.d, "INSERT INTO "+f.label+" (id, balance, fence_token) VALUES (1, 0, 1)")
+	a := pooledConn(t, f, "&default_query_exec_mode=simple_protocol&options=-c%20fence.token%3D5")
+	prepared := func() float64 {
+		return fxCounter(t, f.p.Registry, "fenceproxy_prepared_fences_total", map[string]string{"outcome": "prepared"})
+	}
+	// Transactions of the shape prepared fences serve (prepared_test.go: preparedFixture.transaction), each
+	// followed by the CALL: a template's PREPARE, queued at an UPDATE, waits for the next Query outside a block,
+	// which is the CALL's.
+	rounds := 0
+	for ; rounds < 5 && prepared() == 0; rounds++ {
+		for _, q := range []string{"BEGIN", "UPDATE " + f.label + " SET balance = balance + 1 WHERE id = 1", "COMMIT"} {
+			fxExec(t, a, q)
+		}
+		if n := prepared(); n != 0 {
+			t.Fatalf("%v templates prepared before the CALL, want 0 (the PREPARE waits for the next Query)", n)
+		}
+		fxExec(t, a, "CALL "+lg+"_p()")
+	}
+	if n := prepared(); n != 1 {
+		t.Fatalf("%v templates prepared in front of the CALLs, want 1", n)
+	}
+	var got string
+	if err := f.d.QueryRow(ctxT(t), "SELECT string_agg(tok, ' ' ORDER BY n) FROM "+lg).Scan(&got); err != nil {
+		t.Fatal(err)
+	}
+	if want := strings.Repeat(" 5 fenceproxy:pooled", rounds)[1:]; got != want {
+		t.Errorf("the CALL saw %q, want %q (its token before the COMMIT, the placeholder after)", got, want)
+	}
 }
