@@ -55,20 +55,25 @@ func (ss *session) queryOut(w msgSink, p Planner, body []byte, set rewrite.Setti
 			sql = ss.prep.statementFor(plan, ss.srv.metrics)
 		}
 		ss.notePositions(quiet, p, text, set, &plan, sql) // positions.go
-		writeQueryMsg(w, ss.takeQueryPrefix(), nil, sql)
+		writeQueryMsg(w, ss.takeQueryPrefix(w), nil, sql)
 		return nil
 	case rewrite.Refuse:
-		writeQueryMsg(w, ss.takeQueryPrefix(), nil, ss.refusal(plan))
+		writeQueryMsg(w, ss.takeQueryPrefix(w), nil, ss.refusal(plan))
 	default:
-		writeQueryMsg(w, ss.takeQueryPrefix(), body, "")
+		writeQueryMsg(w, ss.takeQueryPrefix(w), body, "")
 	}
 	ss.notePositions(quiet, p, text, set, &plan, "")
 	return nil
 }
 
-// takeQueryPrefix returns, and forgets, the text that goes before the client's next Query (pooled.go:
-// injectTokens); "" outside transaction pooling.
-func (ss *session) takeQueryPrefix() string {
+// takeQueryPrefix writes to w what goes right before the client's next Query message (the token statement of a
+// lone CALL or DO: pooled.go, procedureAlone), and returns the text that goes before its text (injectTokens),
+// forgetting both; "" outside transaction pooling. Its caller writes the Query to w next.
+func (ss *session) takeQueryPrefix(w msgSink) string {
+	if k := ss.queryToken; k != tokenNone {
+		ss.queryToken = tokenNone
+		ss.procedureAlone(w, k)
+	}
 	p := ss.queryPrefix
 	ss.queryPrefix = ""
 	return p

@@ -52,11 +52,12 @@ import (
 //     function's doing, as the contract says. The end of a checked transaction, or of a lone BEGIN's, may be
 //     read back (below), which is sound only if its start was as the proxy left it (startChecked). Before the text
 //     of a Query they carry the values as constants (nothing prepared, so nothing another client could
-//     replace); in an extended-protocol batch both go as a Bind and Execute of the server connection's unnamed
-//     statement, which no client's code can replace, prepared once per connection (writeTokenStmt; the
-//     clients' unnamed statements go to a named one of the proxy's, unnamedStmtName). SET, SET LOCAL, RESET,
-//     set_config with any arguments, SAVEPOINT and ROLLBACK TO, a rollback: the server applies them to the
-//     values inside the transaction exactly as on a connection of the client's own.
+//     replace); in an extended-protocol batch, and in front of a Query of one CALL or DO statement, which the
+//     text form would make an implicit block (procedureAlone), both go as a Bind and Execute of the server
+//     connection's unnamed statement, which no client's code can replace, prepared once per connection
+//     (writeTokenStmt; the clients' unnamed statements go to a named one of the proxy's, unnamedStmtName). SET,
+//     SET LOCAL, RESET, set_config with any arguments, SAVEPOINT and ROLLBACK TO, a rollback: the server applies
+//     them to the values inside the transaction exactly as on a connection of the client's own.
 //   - A session-level change survives the transaction as the server connection's session value. When the
 //     transaction may have made one (its text calls set_config, its commands were SET, RESET, DISCARD, ...), the
 //     proxy reads the values back at its end, with the other session state the pool cannot move (probeSQL), and
@@ -214,6 +215,12 @@ type pooledState struct {
 	// tokenPortalLeft: the token statement ran in the unnamed portal of the lent connection, and no message of
 	// the client's since could reach that portal (closeTokenPortalBefore closes it first).
 	tokenPortalLeft bool
+	// Procedure alone (procedureAlone): syncOwed, the token statement went right before the client's Query,
+	// whose Sync goes right after it (under mu); readyHidden, the Query's own ReadyForQuery is still to come and
+	// is not relayed (the Sync's is): set before the token statement is written, cleared when the server side
+	// takes that ReadyForQuery off, or when the token statement fails, which makes the server skip the Query.
+	syncOwed    bool
+	readyHidden atomic.Bool
 	// tokenBind and tokenExecute are writeTokenStmt's scratch, kept for the next transaction's.
 	tokenBind, tokenExecute []byte
 	// lastUnnamedOwed: the connection just lent may hold another client's unnamed statement (closeLastUnnamed).
@@ -1085,8 +1092,7 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 		// No fencing: the core would not read it; the prefix, if any, still goes first.
 		if typ == msgQuery {
 			st.pending.Add(1)
-			writeQueryMsg(sc.w, ss.queryPrefix, body, "")
-			ss.queryPrefix = ""
+			writeQueryMsg(sc.w, ss.takeQueryPrefix(sc.w), body, "")
 		} else if len(body) > 0 && body[0] != 0 {
 			err = ss.parseNamed(body, nil)
 		} else {
@@ -1143,6 +1149,12 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 	ss.prep.clientRan(typ, body)
 	if err != nil {
 		return err
+	}
+	if pl.syncOwed {
+		// The token statement went right before the Query (procedureAlone): this Sync ends its batch, after the
+		// Query, whose transaction it is in.
+		pl.syncOwed = false
+		writeMsg(sc.w, msgSync, []byte{}, "")
 	}
 	if typ == msgBind && wordsClass.dropsStmts {
 		// Run, it may drop unnamedStmtName: a Bind or Describe of the unnamed statement after it in the batch
@@ -1237,10 +1249,11 @@ func (ss *session) forwardCopyIn(typ byte, body []byte) error {
 func (ss *session) copyQuery(body []byte) []byte {
 	if p := ss.srv.currentPlanner(); p != nil && !mentionsSQLPrepared(body) {
 		var fenced bytes.Buffer
-		prefix, sqlOnly := ss.queryPrefix, ss.sqlOnly
-		ss.queryPrefix, ss.sqlOnly = "", true // no prefix of a transaction's start; no prepared fence's EXECUTE
+		prefix, token, sqlOnly := ss.queryPrefix, ss.queryToken, ss.sqlOnly
+		// No prefix or token statement of a transaction's start; no prepared fence's EXECUTE.
+		ss.queryPrefix, ss.queryToken, ss.sqlOnly = "", tokenNone, true
 		err := ss.queryOut(&fenced, p, body, ss.readingSettings(), true)
-		ss.queryPrefix, ss.sqlOnly = prefix, sqlOnly
+		ss.queryPrefix, ss.queryToken, ss.sqlOnly = prefix, token, sqlOnly
 		if msg := fenced.Bytes(); err == nil && len(msg) > headerLen && msg[0] == msgQuery {
 			return bytes.Clone(msg[headerLen:])
 		}
@@ -1696,6 +1709,8 @@ func (ss *session) injectTokens(typ byte, body []byte) tokenPrefix {
 	pl.windowOpen.Store(false) // a window a lend that failed left open is not this unit's
 	pl.tokenPortalLeft = false // the portals of the transaction before ended with it
 	pl.quietSetLocals.Store(0) // nor are a lend's that failed
+	ss.queryToken, pl.syncOwed = tokenNone, false
+	pl.readyHidden.Store(false)
 	switch typ {
 	case msgFunctionCall:
 		return prefixNone
@@ -1731,6 +1746,13 @@ func (ss *session) injectTokens(typ byte, body []byte) tokenPrefix {
 			ss.queryPrefix = setLocalSQL(cfg.Setting, pl.token, set) + setLocalSQL(cfg.LockSetting, pl.lock, set)
 			pl.hide.Add(2)
 			prefix = prefixSetLocal
+		} else if class.Procedure {
+			// A lone CALL or DO, which may COMMIT or ROLLBACK only outside a block: the checked token statement
+			// goes in front of the Query by the extended protocol (procedureAlone), not in its text, which
+			// would make the Query an implicit block (2D000).
+			ss.putBackFirst()
+			ss.queryToken = ss.checkedKind()
+			prefix = prefixChecked
 		} else {
 			ss.putBackFirst()
 			ss.queryPrefix = sc.pool.tokenTexts(pl.pin != "").inline(pl.token, pl.lock)
@@ -2028,10 +2050,19 @@ func (pl *pooledState) countWindowAnswer(typ byte) bool {
 // function can a named one (DEALLOCATE, then PREPARE of its name); so Parse and plan of the token statement, about
 // three quarters of its cost to the server, are paid once (docs/benchmark.md, twentieth pass).
 func (ss *session) writeTokenStmt(portal string, kind tokenStmtKind) {
+	ss.tokenStmtMsgs(ss.pooled.sc.w, portal, kind)
+	ss.closeTokenPortal(portal)
+	ss.pooled.hide.Add(1)
+}
+
+// tokenStmtMsgs writes to w the messages of writeTokenStmt: a Parse of the token statement kind where the lent
+// connection's unnamed statement does not hold it, its Bind to portal with the client's values, and its Execute
+// (pl.mu held). The caller counts its answers hidden.
+func (ss *session) tokenStmtMsgs(w msgSink, portal string, kind tokenStmtKind) {
 	pl := ss.pooled
 	sc := pl.sc
 	if sc.unnamedToken != kind {
-		writeMsg(sc.w, msgParse, sc.pool.tokenParse(kind), "")
+		writeMsg(w, msgParse, sc.pool.tokenParse(kind), "")
 		sc.unnamedToken = kind
 	}
 	// Bind: the portal, the unnamed statement, no parameter formats (text), two parameters, no result formats.
@@ -2046,11 +2077,36 @@ func (ss *session) writeTokenStmt(portal string, kind tokenStmtKind) {
 	}
 	b = append(b, 0, 0)
 	pl.tokenBind = b
-	writeMsg(sc.w, msgBind, b, "")
+	writeMsg(w, msgBind, b, "")
 	pl.tokenExecute = append(append(pl.tokenExecute[:0], portal...), 0, 0, 0, 0, 0)
-	writeMsg(sc.w, msgExecute, pl.tokenExecute, "")
-	ss.closeTokenPortal(portal)
+	writeMsg(w, msgExecute, pl.tokenExecute, "")
+}
+
+// procedureAlone writes to w, right before the client's Query message goes there, the token statement kind of a
+// Query that is one CALL or DO statement (rewrite.PoolingClass.Procedure), as a Bind and Execute of the lent
+// connection's unnamed statement with no Sync, and owes the Sync that goes right after the Query (syncOwed)
+// (pl.mu held; takeQueryPrefix). In the Query's text it would make the Query an implicit transaction block, in
+// which PostgreSQL runs a procedure atomically: a COMMIT or ROLLBACK in it failed 2D000 where directly it runs.
+// A Query that comes after an Execute with no Sync runs in that batch's implicit transaction, which is no block
+// (TestPostgresQueryAfterUnsyncedExecute): the procedure sees the client's values, transaction-locally, until its
+// first COMMIT or ROLLBACK, which commits the token statement with it; its later transactions see the
+// connection's session values, the placeholder (docs/pooling.md, known differences), as after a COMMIT in an
+// extended-protocol batch. The Query is answered with a ReadyForQuery of its own, then the Sync with another: the
+// first is not relayed (readyHidden), the second is the Query's for the client. Should the token statement fail
+// (the check refuses, a cancel), the server skips the Query up to the Sync, whose ReadyForQuery is then the only
+// one (relayServer clears readyHidden). Written here rather than when the transaction starts (injectTokens), so
+// that nothing of the proxy's own goes between it and the Query (the prepared fences' Queries go before the
+// client's: one in between would commit the token statement's transaction).
+func (ss *session) procedureAlone(w msgSink, kind tokenStmtKind) {
+	pl := ss.pooled
+	// Counted before anything is written: a full buffer may send it, and the answers come back at once.
+	pl.readyHidden.Store(true)
 	pl.hide.Add(1)
+	pl.syncOwed = true
+	ss.tokenStmtMsgs(w, "", kind)
+	// The Query right behind drops the unnamed statement, as any simple Query does (forwardPooled noted that
+	// before this was written): the next token statement is prepared again, not bound where none is (26000).
+	pl.sc.unnamedToken = tokenNone
 }
 
 // putBackFirst puts back what unseen code left on a connection that comes to a client that is not pinned (the
@@ -2621,6 +2677,16 @@ func (ss *session) relayServer(sc *serverConn, inline bool) bool {
 			continue
 		}
 		hiding := pl.hide.Load() > 0 && pl.relayFirst.Load() == 0
+		if typ == msgReadyForQuery && !hiding && pl.readyHidden.CompareAndSwap(true, false) {
+			// A lone CALL's or DO's Query answered (procedureAlone): the proxy's Sync behind it answers next, and
+			// that ReadyForQuery, the last of the unit, goes to the client; this one settles nothing.
+			if _, err = r.body(); err != nil {
+				ss.lendFailed(sc, err)
+				return true
+			}
+			r.release()
+			continue
+		}
 		if typ == msgNoticeResponse && !hiding && pl.stmts.ownParseRuns() {
 			// The proxy's Parse of the client's statement again, hidden, sent it: the client had it at its own
 			// Parse (pooledstmts.go).
@@ -2654,6 +2720,7 @@ func (ss *session) relayServer(sc *serverConn, inline bool) bool {
 			case msgErrorResponse:
 				pl.hide.Store(0) // relayed: the client's statement did not run, nor the rest of the token statements
 				pl.quietSetLocals.Store(0)
+				pl.readyHidden.Store(false)   // a lone CALL's Query skipped: the Sync's ReadyForQuery is the only one
 				ss.noteTokenStmtRefusal(body) // pooledsettings.go
 			case msgNoticeResponse:
 				if pl.quietSetLocals.Load() > 0 && errorField(body, fieldCode) == sqlstateNoActiveSQLTransaction {

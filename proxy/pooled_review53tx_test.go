@@ -176,9 +176,9 @@ func TestPooledTransactionBoundariesReview(t *testing.T) {
 		{"ROLLBACK AND CHAIN of a failed block, after a RESET", tok5, r53Q("SET fence.token = 7", "BEGIN", "RESET fence.token", "SELECT 1/0", "ROLLBACK AND CHAIN", r53Upd("2"), "COMMIT", "SHOW fence.token"), false},
 		{"an error before the chain in its Query", tok5, r53Q("BEGIN", "SELECT 1/0; COMMIT AND CHAIN", "ROLLBACK", r53Upd("2"), "SHOW fence.token"), false},
 		{"a batch's chain after a SET", "", r53Cat(r53Batch("BEGIN", "SET fence.token = 6", "COMMIT AND CHAIN"), r53Batch(r53Upd("2"), "COMMIT", "SHOW fence.token")), false},
-		// Procedures that commit or roll back: by the extended protocol the writes after their COMMIT meet the
-		// placeholder; in a Query (the token statement's implicit block) they cannot commit (2D000, nothing
-		// written: a listed difference, fail closed).
+		// Procedures that commit or roll back: the writes after their COMMIT meet the placeholder, by the
+		// extended protocol and, since 2026-12-05, alone in a Query (TestPooledProcedureCommitsAlone); in a block
+		// they cannot commit (2D000), as directly.
 		{"CALL of a committing procedure, extended", tok5, r53Batch("CALL pc(1, 2)"), true},
 		{"SET, then CALL of a committing procedure", "", r53Cat(r53Batch("SET fence.token = 6", "CALL pc(1, 2)"), r53Batch("SHOW fence.token")), true},
 		{"SET, then a procedure's ROLLBACK undoes it", tok5, r53Cat(r53Batch("SET fence.token = 6", "CALL prb(2)"), r53Batch("SHOW fence.token", r53Upd("4"))), true},

@@ -316,7 +316,17 @@ func sqlStmtName(name, body string) string {
 func (ss *session) querySQLPrepared(body []byte, p Planner) error {
 	pl := ss.pooled
 	sc := pl.sc
-	prefix := ss.takeQueryPrefix()
+	// What goes before the Query is taken now, as the core below writes into a scratch buffer, and written right
+	// before it (front): a token statement sent by the extended protocol (procedureAlone) must have nothing of the
+	// proxy's own between it and the Query, such as the prepared fences' commands below.
+	prefix, token := ss.queryPrefix, ss.queryToken
+	ss.queryPrefix, ss.queryToken = "", tokenNone
+	front := func() string {
+		if token != tokenNone {
+			ss.procedureAlone(sc.w, token)
+		}
+		return prefix
+	}
 	var fenced bytes.Buffer
 	if p != nil {
 		// An idle point all the same (prepared.go): the proxy's own commands go straight to the connection,
@@ -348,16 +358,16 @@ func (ss *session) querySQLPrepared(body []byte, p Planner) error {
 	m, err := ss.mapSQLPrepared(text, clientText(body), pl.prefixChars.Load() >= 0)
 	switch {
 	case errors.Is(err, errNoSQLNames):
-		writeQueryMsg(sc.w, prefix, msg[headerLen:], "")
+		writeQueryMsg(sc.w, front(), msg[headerLen:], "")
 		return nil
 	case err != nil:
 		// Never as it is: its names would be the server connection's (the top of this file).
-		writeQueryMsg(sc.w, prefix, nil, ss.refusal(unmappedRefusal(err)))
+		writeQueryMsg(sc.w, front(), nil, ss.refusal(unmappedRefusal(err)))
 		return nil
 	}
 	if m.own && ss.ownStale() {
 		// It executes a name the client never prepared here: maybe one of its own (ownStmts).
-		writeQueryMsg(sc.w, prefix, nil, ownStmtsRefusal())
+		writeQueryMsg(sc.w, front(), nil, ownStmtsRefusal())
 		return nil
 	}
 	// The CloseCompletes come first: while statements in front are hidden (the token statement, the PREPAREs) they
@@ -372,7 +382,7 @@ func (ss *session) querySQLPrepared(body []byte, p Planner) error {
 		}
 	}
 	ss.resentAs(m.named) // positions.go
-	writeQueryMsg(sc.w, prefix, nil, m.text)
+	writeQueryMsg(sc.w, front(), nil, m.text)
 	return nil
 }
 

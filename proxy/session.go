@@ -92,6 +92,9 @@ type session struct {
 	// before the client's next Query (the transaction's token statement).
 	pooled      *pooledState
 	queryPrefix string
+	// queryToken: the token statement goes right before the client's next Query as a Bind and Execute, not in
+	// its text (pooled.go: procedureAlone); tokenNone for none.
+	queryToken tokenStmtKind
 	// admin: the session is the admin console's (admin.go), which a drain ends at its next message boundary.
 	admin bool
 

@@ -58,7 +58,8 @@ func FuzzClassifyPooling(f *testing.F) {
 			if !want.Begin {
 				want.Alone, c.Alone = false, false
 			}
-			c.ModesLater, c.ChainsLast, c.NeedsBlock = false, false, false // no pass gave them before (TestClassifyPoolingModesLater, ...ChainsLast, ...NeedsBlock)
+			// No pass gave them before (TestClassifyPoolingModesLater, ...ChainsLast, ...NeedsBlock, ...Procedure).
+			c.ModesLater, c.ChainsLast, c.NeedsBlock, c.Procedure = false, false, false, false
 			if c != want {
 				t.Errorf("scs=%v ClassifyPooling(%q) = %+v, the separate passes give %+v", scs, sql, c, want)
 			}
@@ -339,6 +340,31 @@ func TestClassifyPoolingNeedsBlock(t *testing.T) {
 	} {
 		if got := ClassifyPooling([]byte(sql), DefaultSettings).NeedsBlock; got != want {
 			t.Errorf("NeedsBlock(%q) = %v, want %v", sql, got, want)
+		}
+	}
+}
+
+// Procedure: one CALL or DO statement, its first word unquoted.
+func TestClassifyPoolingProcedure(t *testing.T) {
+	for sql, want := range map[string]bool{
+		"CALL p()":                             true,
+		"call p(1, 'x');":                      true,
+		"/* c */ Call s.p() ; ;":               true,
+		"-- c\nCALL p()":                       true,
+		"DO $$ BEGIN COMMIT; END $$":           true,
+		"do language plpgsql 'begin end'":      true,
+		"DO $$ BEGIN COMMIT; END $$; SELECT 1": false, // an implicit block directly too
+		"SELECT 1; CALL p()":                   false,
+		"CALL p(); CALL q()":                   false,
+		`"call" p()`:                           false,
+		"(CALL p())":                           false,
+		"SELECT call FROM t":                   false,
+		"BEGIN; CALL p(); COMMIT":              false,
+		"CALL p('unterminated":                 false,
+		"EXPLAIN CALL p()":                     false,
+	} {
+		if got := ClassifyPooling([]byte(sql), DefaultSettings).Procedure; got != want {
+			t.Errorf("Procedure(%q) = %v, want %v", sql, got, want)
 		}
 	}
 }

@@ -41,6 +41,11 @@ type PoolingClass struct {
 	// statement with it): the pooler sends such a Query as it is, to fail or warn as directly (nothing of it
 	// runs, so nothing needs the token).
 	NeedsBlock bool
+	// Procedure: the text is one CALL or DO statement (its first word, unquoted). PostgreSQL lets the procedure
+	// or block COMMIT or ROLLBACK only outside a transaction block, and a statement in front of it in one Query
+	// makes the Query an implicit block, where it fails 2D000: the pooler gives it the token by the extended
+	// protocol in front of the Query instead (proxy/pooled.go: procedureAlone).
+	Procedure bool
 }
 
 // ClassifyPooling reads a text once for OwnTransaction, BeginsWithTransactionModes, LoneBegin and
@@ -224,6 +229,8 @@ func ClassifyPooling(raw []byte, s Settings) PoolingClass {
 			c.Own = second == "system" || second == "subscription" || second == "database"
 		case "lock":
 			c.NeedsBlock = true
+		case "call", "do":
+			c.Procedure = lead.keyword(0) == first
 		case "prepare":
 			// PREPARE TRANSACTION 'gid' (not an SQL PREPARE of a statement named transaction, which goes on
 			// with AS or a parenthesis): outside a block it warns and prepares nothing, where in an implicit
