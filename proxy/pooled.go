@@ -887,6 +887,60 @@ func (ss *session) refuseInsideBatch(typ byte) error {
 // errLendLost: the lent server connection failed, or the pool could not lend one; pl.fare says why.
 var errLendLost = errors.New("server connection lost")
 
+// errClientLeftWaiting: the client left (its socket closed, or the session was forced out) while the pool
+// held its next message until an earlier one was answered (awaitSettled).
+var errClientLeftWaiting = errors.New("the client left while its next message waited for the answer to an earlier one")
+
+// awaitSettled waits on settled while more reports true (pl.mu held, and released while it waits), unless the
+// client leaves first: then it reports errClientLeftWaiting, and the session ends as for a client that leaves
+// mid-transaction (endPooled: what the server runs is cancelled, the connection closed, the slot freed). The
+// session goroutine reads the client no more while it waits, so without a look at the client's socket its
+// leaving went unseen, and a wait whose answer never comes (the server waits for the client: a Sync the pool
+// counts wrong, TestPooledStrayCopyEndInsideABatch; or it is blocked for good) held the server connection, its
+// transaction and locks, until the proxy stopped (TestPooledClientVanishingWhileItsNextUnitWaits). A watcher
+// looks at the socket every waitCheck, for the wait's length only (most waits end sooner than one look).
+func (ss *session) awaitSettled(more func() bool) error {
+	pl := ss.pooled
+	if !more() {
+		return nil
+	}
+	stop := make(chan struct{}) // closed under mu when the wait ends: the watcher then wakes nobody
+	gone := false               // under mu
+	go func() {
+		t := time.NewTicker(waitCheck)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+			}
+			if !ss.forcedOut.Load() && !peerClosed(ss.client) {
+				continue
+			}
+			// Under mu, so that the wait sees gone before it waits again or gets the Broadcast while it waits.
+			pl.mu.Lock()
+			select {
+			case <-stop:
+			default:
+				gone = true
+				pl.settled.Broadcast()
+			}
+			pl.mu.Unlock()
+			return
+		}
+	}()
+	defer close(stop)
+	for more() {
+		if gone {
+			return errClientLeftWaiting
+		}
+		pl.settled.Wait()
+		ss.applyCopyStarts()
+	}
+	return nil
+}
+
 // forwardPooled forwards one client message (body nil: streamed from the reader), lending the client a server
 // connection first when the message may start a transaction.
 func (ss *session) forwardPooled(typ byte, body []byte) error {
@@ -925,9 +979,10 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 			ss.needReader()         // the answers come first: something must read them
 			ss.sendDeferredCancel() // a cancel that came during checkFirst's wait: that statement is out now
 		}
-		for pl.sc != nil && pl.open > 0 && pl.lost == nil && !pl.copyIn && ss.unitStart(typ) {
-			pl.settled.Wait()
-			ss.applyCopyStarts()
+		if err := ss.awaitSettled(func() bool {
+			return pl.sc != nil && pl.open > 0 && pl.lost == nil && !pl.copyIn && ss.unitStart(typ)
+		}); err != nil {
+			return err
 		}
 		if pl.lost != nil {
 			return errLendLost
@@ -3284,11 +3339,9 @@ func (ss *session) endPooled(e ending) {
 			ss.needReader()
 		}
 		// A client that says goodbye right after its last answer may be quicker than the lend's decision to give
-		// the connection back: let it decide.
-		for pl.sc != nil && pl.open > 0 && pl.lost == nil {
-			pl.settled.Wait()
-			ss.applyCopyStarts()
-		}
+		// the connection back: let it decide. Not after the client closed its socket: an answer that never
+		// comes (a Sync the pool counts wrong) held the connection for good; the connection is closed below.
+		ss.awaitSettled(func() bool { return pl.sc != nil && pl.open > 0 && pl.lost == nil })
 	}
 	sc, open := pl.sc, pl.open
 	pl.setLent(nil)
