@@ -122,6 +122,21 @@ type pooledState struct {
 	// or a ReadyForQuery: a COPY that failed).
 	copyIn, runByExecute bool
 	copySyncs            []int
+	// copyEnds says whether a CopyDone or CopyFail the client sends now (outside a COPY the server is known to
+	// read: copyIn) may end a COPY, and so end a stretch of copySyncs: only after a message that may start one,
+	// a Query whose text may (any end after it, up to the Query's answer: it may hold several COPYs) or an
+	// Execute of a portal that may run one (the first end after it; the server reads the next message only once
+	// the Execute ended, so a later end is outside any COPY). Anywhere else the server ignores the end, and
+	// counted it shifted the stretches: the next COPY took the Syncs after the stray end for ones sent after its
+	// own end, and the lend held the client's next Sync for an answer the server never sends, while the server
+	// waited for that Sync (TestPooledStrayCopyEndInsideABatch). Where it cannot tell, the pool counts the end:
+	// one the server took for a COPY's but the pool did not would make it count the Syncs sent after it as
+	// ignored by the server, and end the lend with answers still to come, which the next client would get.
+	copyEnds copyEndsState
+	// copyPortals are the client's portals (by the client's names) that may run a COPY: bound from a text
+	// that holds the word, or from a statement whose text the proxy does not know (copyEnds). Portals end with
+	// the transaction, and so does this (settle); a Query drops the unnamed one.
+	copyPortals map[string]struct{}
 	// copyStarts counts the CopyInResponses the lend's server side relayed whose bookkeeping is still to be done
 	// (applyCopyStarts, under mu): that side never waits for mu (copyStarted), so whoever holds mu next applies
 	// them, before it looks at the fields above, pl.open or state.unsynced.
@@ -887,6 +902,15 @@ func (ss *session) refuseInsideBatch(typ byte) error {
 // errLendLost: the lent server connection failed, or the pool could not lend one; pl.fare says why.
 var errLendLost = errors.New("server connection lost")
 
+// copyEndsState is pooledState.copyEnds.
+type copyEndsState uint8
+
+const (
+	copyEndsNone copyEndsState = iota // no COPY can be in progress: a COPY end is ignored by the server
+	copyEndsOne                       // after an Execute that may start a COPY: the next end may be its
+	copyEndsAny                       // after a Query that may start COPYs: every end may be one's
+)
+
 // errClientLeftWaiting: the client left (its socket closed, or the session was forced out) while the pool
 // held its next message until an earlier one was answered (awaitSettled).
 var errClientLeftWaiting = errors.New("the client left while its next message waited for the answer to an earlier one")
@@ -1123,13 +1147,52 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 		if typ == msgQuery || len(pl.copySyncs) <= 1 {
 			pl.copySyncs, pl.runByExecute = append(pl.copySyncs[:0], 0), typ == msgExecute
 		}
+		if typ == msgQuery {
+			pl.copyEnds = copyEndsNone
+			if text == nil || wordsClass.copies {
+				pl.copyEnds = copyEndsAny
+			}
+			delete(pl.copyPortals, "") // a Query replaces the unnamed portal
+			break
+		}
+		pl.copyEnds = copyEndsNone
+		if len(pl.copyPortals) > 0 {
+			if body == nil { // read only when a portal may run a COPY: which one it runs decides
+				var err error
+				if body, err = ss.cr.body(); err != nil {
+					return err
+				}
+			}
+			portal, _, ok := cutNul(body)
+			if _, copies := pl.copyPortals[string(portal)]; copies || !ok {
+				pl.copyEnds = copyEndsOne
+			}
+		}
+	case msgBind:
+		// A portal bound from a text that may start a COPY, or from one the proxy does not know, may run one.
+		if portal, _, ok := cutNul(body); !ok || words == nil || wordsClass.copies {
+			if pl.copyPortals == nil {
+				pl.copyPortals = make(map[string]struct{})
+			}
+			pl.copyPortals[string(portal)] = struct{}{}
+		} else if len(portal) == 0 {
+			// The unnamed portal is replaced. A named one that exists stays as it was (the Bind fails, 42P03).
+			delete(pl.copyPortals, "")
+		}
 	case msgSync:
 		if len(pl.copySyncs) == 0 {
 			pl.copySyncs = append(pl.copySyncs, 0)
 		}
 		pl.copySyncs[len(pl.copySyncs)-1]++
 	case msgCopyDone, msgCopyFail:
-		pl.copySyncs = append(pl.copySyncs, 0) // sent before its CopyInResponse came (pipelined), or stray
+		// Sent before its COPY's CopyInResponse came (pipelined), or, where no COPY can be in progress, ignored
+		// by the server and by the count (copyEnds).
+		if pl.copyEnds != copyEndsNone {
+			pl.copySyncs = append(pl.copySyncs, 0)
+		}
+		if pl.copyEnds == copyEndsOne {
+			pl.copyEnds = copyEndsNone
+		}
 	}
 	if typ == msgQuery {
 		pl.dropUnnamed() // a simple Query drops the unnamed statement, here as directly
@@ -1270,6 +1333,9 @@ func (ss *session) forwardCopyIn(typ byte, body []byte) error {
 	case msgCopyDone, msgCopyFail:
 		pl.copyIn = false
 		pl.copySyncs = append(pl.copySyncs[:0], 0) // the next COPY of the same Query, if any, starts a stretch
+		if pl.copyEnds == copyEndsOne {
+			pl.copyEnds = copyEndsNone // an Execute runs one COPY: a later end is outside any
+		}
 	case msgCopyData, msgFlush:
 	case msgSync:
 		pl.copyAmbiguous = true
@@ -2984,7 +3050,10 @@ func (ss *session) settle(sc *serverConn) bool {
 		// left the Syncs of answered units counted, and the next COPY's CopyInResponse took them as ignored by
 		// the server: the lend miscounted the answers still to come, relayed the proxy's hidden ones and
 		// waited for one that never came (a review's finding: TestPooledWireOracleCases, stray copydone).
-		pl.copySyncs = pl.copySyncs[:0]
+		pl.copySyncs, pl.copyEnds = pl.copySyncs[:0], copyEndsNone
+		if byte(st.txStatus.Load()) == txIdle {
+			clear(pl.copyPortals) // the transaction ended, and its portals with it
+		}
 		// Whatever a deferred cancel waited for has answered: it must not reach the client's next statement,
 		// which the client sent after (ownUnitAnswered's goroutine may come after this; a review's finding).
 		pl.cancelDeferred.Store(false)

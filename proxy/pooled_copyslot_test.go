@@ -2,6 +2,7 @@ package proxy_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -118,6 +119,48 @@ func TestPooledClientVanishingWhileItsNextUnitWaits(t *testing.T) {
 				err := f.d.QueryRow(ctxT(t), "SELECT count(*) FROM pg_stat_activity WHERE "+cond).Scan(&n)
 				return err == nil && n == 0
 			})
+		})
+	}
+}
+
+// A COPY end counts as one only where a COPY can be in progress (pooledState.copyEnds), and the pool must never
+// count one low: a COPY end the server takes for a COPY's that the pool ignored would make it take the Syncs
+// after it for ones the COPY swallowed and end the lend with answers still to come. Each sequence is sent in
+// one write, directly and through a pool of one, and must get the same answers: stray ends (CopyDone and
+// CopyFail) before and after a COPY run by an Execute of a named portal bound in an earlier batch of the block
+// (the portal, not the batch, says a COPY may start), of the unnamed portal bound again from a text without
+// COPY, and a second end right after a COPY's own.
+func TestPooledCopyEndsCountOnlyAfterACopy(t *testing.T) {
+	f := newPooledFenced(t, 1, "")
+	tbl := fxName(t, "ce")
+	fxExec(t, f.d, "CREATE TABLE "+tbl+" (x int)")
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		f.d.Exec(ctx, "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE relation = '"+tbl+"'::regclass AND pid <> pg_backend_pid()")
+		f.d.Exec(ctx, "DROP TABLE IF EXISTS "+tbl)
+	})
+	copyData := woMsg{&pgproto3.CopyData{Data: []byte("5\n")}, "CopyData"}
+	copyDone := woMsg{&pgproto3.CopyDone{}, "CopyDone"}
+	copyFail := woMsg{&pgproto3.CopyFail{Message: "stray"}, "CopyFail"}
+	count := woQ("SELECT count(*) FROM " + tbl)
+	for name, seq := range map[string][]woMsg{
+		"portal of an earlier batch": {woQ("BEGIN"), woP("s1", "COPY "+tbl+" FROM STDIN"), woB("p", "s1"), woS,
+			woP("", "SELECT 1"), woB("", ""), woE("", 0), copyDone, woE("p", 0), woS, copyData, copyDone, woS, woQ("COMMIT"), count},
+		"unnamed portal bound again": {woP("s2", "COPY "+tbl+" FROM STDIN"), woB("", "s2"), woP("", "SELECT 2"), woB("", ""),
+			woE("", 0), copyFail, woB("", "s2"), woE("", 0), woS, copyData, copyDone, woS, count},
+		"a second end after the COPY's": {woP("s3", "COPY "+tbl+" FROM STDIN"), woB("", "s3"), woE("", 0), woS, copyData, copyDone,
+			copyDone, woS, count},
+	} {
+		t.Run(name, func(t *testing.T) {
+			fxExec(t, f.d, "TRUNCATE "+tbl)
+			d := strings.Join(woPipelined(t, pg.SuperDSN()+woOpts, seq), " ")
+			fxExec(t, f.d, "TRUNCATE "+tbl)
+			p := strings.Join(woPipelined(t, f.dsn()+woOpts, seq), " ")
+			if d != p {
+				t.Fatalf("differs\n  direct: %s\n  pooled: %s", d, p)
+			}
+			t.Logf("%s", p)
 		})
 	}
 }

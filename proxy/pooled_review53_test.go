@@ -577,17 +577,14 @@ func TestPooledStrayCopyDoneNeverEndsTheLendEarly(t *testing.T) {
 	}
 }
 
-// FAILS (review53proto, left open): a CopyDone outside any COPY inside the batch of a later COPY run by an
-// Execute, with a Sync pipelined behind the COPY's Execute (libpq's PQexecParams sends one there), then the
-// COPY's data and end. PostgreSQL ignores the stray end and the Sync the COPY swallows. The pool takes the
-// stray end for the COPY's (copySyncs: it cannot tell which statement starts a COPY), counts the swallowed
-// Sync as one to be answered and holds the client's next Sync until it is: the server waits for that Sync,
-// the pool for the answer, for ever; directly every answer comes. The count errs high, so the lend never ends
-// early and no other client gets anything, but the session goroutine waits for the server without looking at
-// the client (forwardPooled, settled.Wait), so the server connection, with the COPY's transaction and locks,
-// stays held after the client has gone: a pool slot lost until the proxy restarts. Mends: count a COPY end only
-// after a statement that may start a COPY (its text holds the word; portals bound in an earlier transaction
-// make it delicate), and end that wait when the client goes.
+// A CopyDone outside any COPY inside the batch of a later COPY run by an Execute, with a Sync pipelined behind
+// the COPY's Execute (libpq's PQexecParams sends one there), then the COPY's data and end. PostgreSQL ignores
+// the stray end and the Sync the COPY swallows. The pool took the stray end for the COPY's (copySyncs), counted
+// the swallowed Sync as one to be answered and held the client's next Sync until it was: the server waited for
+// that Sync, the pool for the answer, for ever, and the server connection, with the COPY's transaction and
+// locks, stayed held after the client had gone (review53proto, left open there). Mended on 2026-12-05: a COPY
+// end counts only after a statement that may start a COPY (pooledState.copyEnds), and a wait for an earlier
+// unit ends when the client leaves (awaitSettled, TestPooledClientVanishingWhileItsNextUnitWaits).
 func TestPooledStrayCopyEndInsideABatch(t *testing.T) {
 	f := newPooledFenced(t, 1, "")
 	tbl := fxName(t, "c")
