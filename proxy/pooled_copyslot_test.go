@@ -12,10 +12,11 @@ import (
 )
 
 // A client pipelines a unit behind one the server has not answered, and leaves (a Terminate, then its socket
-// closed; or a reset with nothing said) while the pool holds that next unit until the one before is answered.
-// The session goroutine waits for the answer (forwardPooled) and reads the client no more, so nothing saw it
-// leave: before the mend the server connection stayed lent, its transaction and locks held, for as long as the
-// answer took, which for the two units here is for ever:
+// closed; or a reset with nothing said) while the pool holds that next unit until the one before is answered;
+// or it sends a Terminate behind such a unit and closes its socket. The session goroutine waits for the answer
+// (forwardPooled, endPooled) and reads the client no more, so nothing saw it leave: before the mend the server
+// connection stayed lent, its transaction and locks held, for as long as the answer took, which for the units
+// here is for ever:
 //
 //   - busy: the first unit waits for an advisory lock that another session holds (directly the server, too,
 //     would wait; but not holding a pool slot that other clients need);
@@ -59,6 +60,13 @@ func TestPooledClientVanishingWhileItsNextUnitWaits(t *testing.T) {
 			&pgproto3.Sync{}, &pgproto3.CopyData{Data: []byte("5\n")}, &pgproto3.CopyDone{}, &pgproto3.Sync{},
 			&pgproto3.Query{String: "SELECT 'after'"},
 		}, "wait_event = 'ClientRead' AND query LIKE 'COPY " + tbl + "%'", true},
+		// The same without the last Sync, then a Terminate: the session waits for the answers to what came
+		// before it (endPooled), one of which never comes.
+		{"terminate behind a stray copy end", []pgproto3.FrontendMessage{
+			&pgproto3.Parse{Query: "SELECT 'copy'"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.CopyDone{},
+			&pgproto3.Parse{Name: "s9", Query: "COPY " + tbl + " FROM STDIN"}, &pgproto3.Bind{PreparedStatement: "s9"}, &pgproto3.Execute{},
+			&pgproto3.Sync{}, &pgproto3.CopyData{Data: []byte("5\n")}, &pgproto3.CopyDone{}, &pgproto3.Terminate{},
+		}, "wait_event = 'ClientRead' AND query LIKE 'COPY " + tbl + "%'", false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			// A proxy of its own: a leaver held before the mend keeps its pool's one slot.
