@@ -123,6 +123,21 @@ type pooledState struct {
 	// or a ReadyForQuery: a COPY that failed).
 	copyIn, runByExecute bool
 	copySyncs            []int
+	// copyEnds says whether a CopyDone or CopyFail the client sends now (outside a COPY the server is known to
+	// read: copyIn) may end a COPY, and so end a stretch of copySyncs: only after a message that may start one,
+	// a Query whose text may (any end after it, up to the Query's answer: it may hold several COPYs) or an
+	// Execute of a portal that may run one (the first end after it; the server reads the next message only once
+	// the Execute ended, so a later end is outside any COPY). Anywhere else the server ignores the end, and
+	// counted it shifted the stretches: the next COPY took the Syncs after the stray end for ones sent after its
+	// own end, and the lend held the client's next Sync for an answer the server never sends, while the server
+	// waited for that Sync (TestPooledStrayCopyEndInsideABatch). Where it cannot tell, the pool counts the end:
+	// one the server took for a COPY's but the pool did not would make it count the Syncs sent after it as
+	// ignored by the server, and end the lend with answers still to come, which the next client would get.
+	copyEnds copyEndsState
+	// copyPortals are the client's portals (by the client's names) that may run a COPY: bound from a text
+	// that holds the word, or from a statement whose text the proxy does not know (copyEnds). Portals end with
+	// the transaction, and so does this (settle); a Query drops the unnamed one.
+	copyPortals map[string]struct{}
 	// copyStarts counts the CopyInResponses the lend's server side relayed whose bookkeeping is still to be done
 	// (applyCopyStarts, under mu): that side never waits for mu (copyStarted), so whoever holds mu next applies
 	// them, before it looks at the fields above, pl.open or state.unsynced.
@@ -883,6 +898,69 @@ func (ss *session) refuseInsideBatch(typ byte) error {
 // errLendLost: the lent server connection failed, or the pool could not lend one; pl.fare says why.
 var errLendLost = errors.New("server connection lost")
 
+// copyEndsState is pooledState.copyEnds.
+type copyEndsState uint8
+
+const (
+	copyEndsNone copyEndsState = iota // no COPY can be in progress: a COPY end is ignored by the server
+	copyEndsOne                       // after an Execute that may start a COPY: the next end may be its
+	copyEndsAny                       // after a Query that may start COPYs: every end may be one's
+)
+
+// errClientLeftWaiting: the client left (its socket closed, or the session was forced out) while the pool
+// held its next message until an earlier one was answered (awaitSettled).
+var errClientLeftWaiting = errors.New("the client left while its next message waited for the answer to an earlier one")
+
+// awaitSettled waits on settled while more reports true (pl.mu held, and released while it waits), unless the
+// client leaves first: then it reports errClientLeftWaiting, and the session ends as for a client that leaves
+// mid-transaction (endPooled: what the server runs is cancelled, the connection closed, the slot freed). The
+// session goroutine reads the client no more while it waits, so without a look at the client's socket its
+// leaving went unseen, and a wait whose answer never comes (the server waits for the client: a Sync the pool
+// counts wrong, TestPooledStrayCopyEndInsideABatch; or it is blocked for good) held the server connection, its
+// transaction and locks, until the proxy stopped (TestPooledClientVanishingWhileItsNextUnitWaits). A watcher
+// looks at the socket every waitCheck, for the wait's length only (most waits end sooner than one look).
+func (ss *session) awaitSettled(more func() bool) error {
+	pl := ss.pooled
+	if !more() {
+		return nil
+	}
+	stop := make(chan struct{}) // closed under mu when the wait ends: the watcher then wakes nobody
+	gone := false               // under mu
+	go func() {
+		t := time.NewTicker(waitCheck)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+			}
+			if !ss.forcedOut.Load() && !peerClosed(ss.client) {
+				continue
+			}
+			// Under mu, so that the wait sees gone before it waits again or gets the Broadcast while it waits.
+			pl.mu.Lock()
+			select {
+			case <-stop:
+			default:
+				gone = true
+				pl.settled.Broadcast()
+			}
+			pl.mu.Unlock()
+			return
+		}
+	}()
+	defer close(stop)
+	for more() {
+		if gone {
+			return errClientLeftWaiting
+		}
+		pl.settled.Wait()
+		ss.applyCopyStarts()
+	}
+	return nil
+}
+
 // forwardPooled forwards one client message (body nil: streamed from the reader), lending the client a server
 // connection first when the message may start a transaction.
 func (ss *session) forwardPooled(typ byte, body []byte) error {
@@ -921,9 +999,10 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 			ss.needReader()         // the answers come first: something must read them
 			ss.sendDeferredCancel() // a cancel that came during checkFirst's wait: that statement is out now
 		}
-		for pl.sc != nil && pl.open > 0 && pl.lost == nil && !pl.copyIn && ss.unitStart(typ) {
-			pl.settled.Wait()
-			ss.applyCopyStarts()
+		if err := ss.awaitSettled(func() bool {
+			return pl.sc != nil && pl.open > 0 && pl.lost == nil && !pl.copyIn && ss.unitStart(typ)
+		}); err != nil {
+			return err
 		}
 		if pl.lost != nil {
 			return errLendLost
@@ -1064,13 +1143,52 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 		if typ == msgQuery || len(pl.copySyncs) <= 1 {
 			pl.copySyncs, pl.runByExecute = append(pl.copySyncs[:0], 0), typ == msgExecute
 		}
+		if typ == msgQuery {
+			pl.copyEnds = copyEndsNone
+			if text == nil || wordsClass.copies {
+				pl.copyEnds = copyEndsAny
+			}
+			delete(pl.copyPortals, "") // a Query replaces the unnamed portal
+			break
+		}
+		pl.copyEnds = copyEndsNone
+		if len(pl.copyPortals) > 0 {
+			if body == nil { // read only when a portal may run a COPY: which one it runs decides
+				var err error
+				if body, err = ss.cr.body(); err != nil {
+					return err
+				}
+			}
+			portal, _, ok := cutNul(body)
+			if _, copies := pl.copyPortals[string(portal)]; copies || !ok {
+				pl.copyEnds = copyEndsOne
+			}
+		}
+	case msgBind:
+		// A portal bound from a text that may start a COPY, or from one the proxy does not know, may run one.
+		if portal, _, ok := cutNul(body); !ok || words == nil || wordsClass.copies {
+			if pl.copyPortals == nil {
+				pl.copyPortals = make(map[string]struct{})
+			}
+			pl.copyPortals[string(portal)] = struct{}{}
+		} else if len(portal) == 0 {
+			// The unnamed portal is replaced. A named one that exists stays as it was (the Bind fails, 42P03).
+			delete(pl.copyPortals, "")
+		}
 	case msgSync:
 		if len(pl.copySyncs) == 0 {
 			pl.copySyncs = append(pl.copySyncs, 0)
 		}
 		pl.copySyncs[len(pl.copySyncs)-1]++
 	case msgCopyDone, msgCopyFail:
-		pl.copySyncs = append(pl.copySyncs, 0) // sent before its CopyInResponse came (pipelined), or stray
+		// Sent before its COPY's CopyInResponse came (pipelined), or, where no COPY can be in progress, ignored
+		// by the server and by the count (copyEnds).
+		if pl.copyEnds != copyEndsNone {
+			pl.copySyncs = append(pl.copySyncs, 0)
+		}
+		if pl.copyEnds == copyEndsOne {
+			pl.copyEnds = copyEndsNone
+		}
 	}
 	if typ == msgQuery {
 		pl.dropUnnamed() // a simple Query drops the unnamed statement, here as directly
@@ -1216,6 +1334,9 @@ func (ss *session) forwardCopyIn(typ byte, body []byte) error {
 	case msgCopyDone, msgCopyFail:
 		pl.copyIn = false
 		pl.copySyncs = append(pl.copySyncs[:0], 0) // the next COPY of the same Query, if any, starts a stretch
+		if pl.copyEnds == copyEndsOne {
+			pl.copyEnds = copyEndsNone // an Execute runs one COPY: a later end is outside any
+		}
 	case msgCopyData, msgFlush:
 	case msgSync:
 		pl.copyAmbiguous = true
@@ -2985,7 +3106,10 @@ func (ss *session) settle(sc *serverConn) bool {
 		// left the Syncs of answered units counted, and the next COPY's CopyInResponse took them as ignored by
 		// the server: the lend miscounted the answers still to come, relayed the proxy's hidden ones and
 		// waited for one that never came (a review's finding: TestPooledWireOracleCases, stray copydone).
-		pl.copySyncs = pl.copySyncs[:0]
+		pl.copySyncs, pl.copyEnds = pl.copySyncs[:0], copyEndsNone
+		if byte(st.txStatus.Load()) == txIdle {
+			clear(pl.copyPortals) // the transaction ended, and its portals with it
+		}
 		// Whatever a deferred cancel waited for has answered: it must not reach the client's next statement,
 		// which the client sent after (ownUnitAnswered's goroutine may come after this; a review's finding).
 		pl.cancelDeferred.Store(false)
@@ -3340,11 +3464,9 @@ func (ss *session) endPooled(e ending) {
 			ss.needReader()
 		}
 		// A client that says goodbye right after its last answer may be quicker than the lend's decision to give
-		// the connection back: let it decide.
-		for pl.sc != nil && pl.open > 0 && pl.lost == nil {
-			pl.settled.Wait()
-			ss.applyCopyStarts()
-		}
+		// the connection back: let it decide. Not after the client closed its socket: an answer that never
+		// comes (a Sync the pool counts wrong) held the connection for good; the connection is closed below.
+		ss.awaitSettled(func() bool { return pl.sc != nil && pl.open > 0 && pl.lost == nil })
 	}
 	sc, open := pl.sc, pl.open
 	pl.setLent(nil)

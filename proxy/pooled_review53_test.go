@@ -576,3 +576,34 @@ func TestPooledStrayCopyDoneNeverEndsTheLendEarly(t *testing.T) {
 		t.Fatalf("the subject's rows: %q", answers)
 	}
 }
+
+// A CopyDone outside any COPY inside the batch of a later COPY run by an Execute, with a Sync pipelined behind
+// the COPY's Execute (libpq's PQexecParams sends one there), then the COPY's data and end. PostgreSQL ignores
+// the stray end and the Sync the COPY swallows. The pool took the stray end for the COPY's (copySyncs), counted
+// the swallowed Sync as one to be answered and held the client's next Sync until it was: the server waited for
+// that Sync, the pool for the answer, for ever, and the server connection, with the COPY's transaction and
+// locks, stayed held after the client had gone (review53proto, left open there). Mended on 2026-12-05: a COPY
+// end counts only after a statement that may start a COPY (pooledState.copyEnds), and a wait for an earlier
+// unit ends when the client leaves (awaitSettled, TestPooledClientVanishingWhileItsNextUnitWaits).
+func TestPooledStrayCopyEndInsideABatch(t *testing.T) {
+	f := newPooledFenced(t, 1, "")
+	tbl := fxName(t, "c")
+	fxExec(t, f.d, "CREATE TABLE "+tbl+" (x int)")
+	t.Cleanup(func() {
+		// The held connection keeps the COPY's lock on the table: its backend goes first.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		f.d.Exec(ctx, "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE relation = '"+tbl+"'::regclass AND pid <> pg_backend_pid()")
+		f.d.Exec(ctx, "DROP TABLE IF EXISTS "+tbl)
+	})
+	seq := []woMsg{woP("", "SELECT 1"), woB("", ""), woE("", 0), {&pgproto3.CopyDone{}, "CopyDone"},
+		woP("s9", "COPY "+tbl+" FROM STDIN"), woB("", "s9"), woE("", 0), woS,
+		{&pgproto3.CopyData{Data: []byte("5\n")}, "CopyData"}, {&pgproto3.CopyDone{}, "CopyDone"}, woS, woQ("SELECT 'after'")}
+	// woPipelined waits for an answer to every Sync, the swallowed one too: directly the stream ends in HANG
+	// after the last answer.
+	d := strings.Join(woPipelined(t, pg.SuperDSN()+woOpts, seq), " ")
+	p := strings.Join(woPipelined(t, f.dsn()+woOpts, seq), " ")
+	if d != p {
+		t.Fatalf("differs\n  direct: %s\n  pooled: %s", d, p)
+	}
+}

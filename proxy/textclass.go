@@ -21,7 +21,15 @@ type textClass struct {
 	// undoes: the text holds the word ROLLBACK or ABORT, so what the transaction did before it may be undone
 	// (pooledState.mayUndo).
 	undoes bool
+	// copies: the text holds the word COPY, so it may start a COPY FROM STDIN (pooledState.copyEnds). Only a
+	// client's own statement starts one: PostgreSQL refuses COPY to or from the client in functions, procedures
+	// and DO blocks, and SQL-level PREPARE takes no COPY. A keyword is never spelled otherwise than by its
+	// letters, in any case.
+	copies bool
 }
+
+// copyWords is the word of a text that may start a COPY FROM STDIN (textClass.copies).
+var copyWords = rewrite.NewFoldWords("copy")
 
 // undoWords are the words of a text that may roll back what its transaction did (textClass.undoes).
 var undoWords = rewrite.NewFoldWords("rollback", "abort")
@@ -72,7 +80,7 @@ func (m *classMemo) classOf(text []byte, set rewrite.Settings) textClass {
 		}
 	}
 	c := textClass{PoolingClass: rewrite.ClassifyPooling(text, set), leaves: mayLeaveSessionState(text), dropsStmts: dropStmtWords.In(text),
-		undoes: undoWords.In(text)}
+		undoes: undoWords.In(text), copies: copyWords.In(text)}
 	if m.effectsOf != nil && m.effectWords.In(text) {
 		c.effects = m.effectsOf(text, set)
 	}
