@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"io"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
@@ -43,6 +44,18 @@ type parker struct {
 // which an idle process would otherwise keep until its next forced collection, two minutes on, and the
 // scavenger's pace after that.
 const freeAfterParks = 256
+
+// parkableSocket is the descriptor of the client's socket if it is a plain socket the session reads with raw
+// calls and that holds nothing read or to write ahead of the session's buffers.
+func parkableSocket(rw io.ReadWriter) (int, bool) {
+	raw, ok := rw.(*rawSocket)
+	if !ok || len(raw.pending) > 0 || len(raw.held) > 0 {
+		return -1, false
+	}
+	fd := -1
+	raw.rc.Control(func(f uintptr) { fd = int(f) })
+	return fd, fd >= 0
+}
 
 // newParker starts a parker with its sweep, or returns nil when the system refuses it an epoll instance (the
 // sessions then keep their goroutines, as before).

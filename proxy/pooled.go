@@ -741,8 +741,7 @@ func (ss *session) parkable() bool {
 	if ss.srv.pools.parker == nil || ss.srv.draining.Load() || ss.cr.r.Buffered() > 0 || ss.cw.Buffered() > 0 {
 		return false
 	}
-	raw, ok := ss.clientIO.(*rawSocket)
-	if !ok || len(raw.pending) > 0 || len(raw.held) > 0 {
+	if _, ok := parkableSocket(ss.clientIO); !ok {
 		return false
 	}
 	pl.mu.Lock()
@@ -758,10 +757,8 @@ func (ss *session) parkable() bool {
 func (ss *session) park() bool {
 	s, pl := ss.srv, ss.pooled
 	pl.serving.Wait() // no lend's server side left (none is, with no connection lent): nothing writes to the client
-	raw := ss.clientIO.(*rawSocket)
-	fd := -1
-	raw.rc.Control(func(f uintptr) { fd = int(f) })
-	if fd < 0 || ss.clientIntr.reason() > intrPark {
+	fd, ok := parkableSocket(ss.clientIO)
+	if !ok || ss.clientIntr.reason() > intrPark {
 		ss.clientIntr.dropPark()
 		return false
 	}
