@@ -27,6 +27,7 @@ const (
 	endRelayFailed                   // the transport itself failed (an epoll error)
 	endHandover                      // goroutine transport only: the session moves to the event loop
 	endRefused                       // the proxy refused a client's message by ending the session (sessionRefused)
+	endParked                        // transaction mode: not an end; the idle session parks (park_linux.go)
 )
 
 // ending is how a transport stopped relaying a session.

@@ -14,3 +14,19 @@ func LoopSessions(s *Server) (sessions, inTx []int) {
 
 // RunnableThreads exposes the /proc/loadavg parser.
 var RunnableThreads = runnableThreads
+
+// ParkedClients is how many transaction-mode sessions wait in the parker (park_linux.go), and Sweeps how many
+// sweeps it made.
+func ParkedClients(s *Server) int {
+	if s.pools == nil || s.pools.parker == nil {
+		return -1
+	}
+	return s.pools.parker.count()
+}
+
+func Sweeps(s *Server) int64 {
+	if s.pools == nil || s.pools.parker == nil {
+		return -1
+	}
+	return s.pools.parker.sweeps.Load()
+}

@@ -13,6 +13,9 @@ import (
 // Reasons are ordered: a stronger reason replaces a weaker one, never the reverse, so a drain wake-up cannot
 // hide a stop. Who raises what:
 //
+//   - intrPark (the parker's sweep, park_linux.go): a transaction-mode client waited for its next message
+//     through a whole sweep; relayPooled parks the session at its message boundary if it is still idle there.
+//     A message being read is read to its end. The weakest: anything else replaces it.
 //   - intrDrain (upstream reader): Shutdown wants the server-to-client side to look at the session at the next
 //     message boundary and, if it is idle, ask the client side. (client reader): the server-to-client side saw
 //     the session idle while draining; the client-to-server side ends it at its next message boundary if it is
@@ -32,6 +35,7 @@ type intrReason int32
 
 const (
 	intrNone intrReason = iota
+	intrPark
 	intrDrain
 	intrHandover
 	intrStop
@@ -39,7 +43,9 @@ const (
 )
 
 // waitsForBoundary reports whether a read interrupted for r may go on to the end of the message it is in.
-func (r intrReason) waitsForBoundary() bool { return r == intrDrain || r == intrHandover }
+func (r intrReason) waitsForBoundary() bool {
+	return r == intrPark || r == intrDrain || r == intrHandover
+}
 
 // raise interrupts the reader's current or next read for r, unless a stronger reason is already pending.
 func (i *interrupt) raise(r intrReason) {
@@ -79,6 +85,14 @@ func (i *interrupt) caught(err error) intrReason {
 // pending, for the reader to act on at the boundary) and the read may be retried.
 func (i *interrupt) resume(err error) bool {
 	return i.caught(err).waitsForBoundary() && i.lift()
+}
+
+// dropPark clears a pending intrPark and its deadline; a stronger reason pending, or raised meanwhile, stays
+// (the reader looks at the reason again at its message boundary).
+func (i *interrupt) dropPark() {
+	if i.why.CompareAndSwap(int32(intrPark), int32(intrNone)) {
+		i.conn.SetReadDeadline(time.Time{})
+	}
 }
 
 // lift lifts the deadline of a pending reason that waits for the message boundary, keeping the reason, so that

@@ -227,6 +227,7 @@ type txPools struct {
 	epoch          time.Time
 
 	srv    *Server
+	parker *parker // idle clients without goroutines (park_linux.go); nil when there is none
 	mu     sync.Mutex
 	byKey  map[string]*txPool
 	groups map[string]*poolGroup // by database and user (groupKey)
@@ -236,8 +237,11 @@ type txPools struct {
 
 // newTxPools makes a Server's pools and starts their reaper, which closes server connections idle longer than
 // pool.server_idle_timeout or older than pool.server_lifetime.
-func newTxPools(s *Server) *txPools {
+func newTxPools(s *Server, parkAfter time.Duration) *txPools {
 	ps := &txPools{srv: s, byKey: map[string]*txPool{}, groups: map[string]*poolGroup{}, stop: make(chan struct{}), epoch: time.Now()}
+	if parkAfter > 0 {
+		ps.parker = newParker(s, parkAfter)
+	}
 	every := min(s.cfg.Pool.ServerIdleTimeout, s.cfg.Pool.ServerLifetime) / 4
 	go func() {
 		t := time.NewTicker(max(every, 10*time.Millisecond))

@@ -73,6 +73,15 @@ import (
 type pooledState struct {
 	pool  *txPool
 	login *clientLogin // how a server connection opened for the client logs in (auth.go: answerUpstream)
+	leave func()       // gives the client's place in its pool back (txPools.join), at the session's end
+
+	// Parking (park_linux.go): turns is odd while relayPooled waits for the client's next message at a message
+	// boundary, even while it handles one (two atomic additions per message, which the sweep reads); sweptTurns
+	// is what the last sweep saw (the parker's sweep only); parked: the session waits in the parker, with no
+	// goroutine.
+	turns      atomic.Uint32
+	sweptTurns uint32
+	parked     atomic.Bool
 
 	mu      sync.Mutex
 	settled sync.Cond // broadcast when the lend's server side has answered a ReadyForQuery and decided
@@ -622,7 +631,7 @@ func probeSQL(tok, lock, user string, custom []string, own string) string {
 
 // startPooled answers the startup of a client the proxy authenticated (auth.go: authenticateClient; its user
 // and database choose the pool) in transaction mode and serves the session.
-func (s *Server) startPooled(ss *session, login *clientLogin) {
+func (s *Server) startPooled(ss *session, login *clientLogin) (parked bool) {
 	if v, ok := ss.params["replication"]; ok && !replicationOff(v) {
 		// A walsender takes no extended-protocol message and reads a Query as a replication command before
 		// SQL: no token statement can go in front of what it runs, so it is not pooled.
@@ -646,9 +655,14 @@ func (s *Server) startPooled(ss *session, login *clientLogin) {
 	}
 	p, leave, ok := s.pools.join(ss, login) // pool.go: pool.max_clients
 	if !ok {
-		return
+		return false
 	}
-	defer leave()
+	handedOver := false // to runPooled, which gives the place back at the session's end
+	defer func() {
+		if !handedOver {
+			leave()
+		}
+	}()
 	reports, err := p.serverReports(s.cfg.Pool.MaxClientWait, login)
 	if err != nil {
 		ss.poolFailed(p, err)
@@ -706,16 +720,85 @@ func (s *Server) startPooled(ss *session, login *clientLogin) {
 	ss.state.ready.Store(true)
 
 	s.register(ss)
-	defer s.unregister(ss)
 	s.metrics.sessionStarted()
-	defer s.metrics.sessionEnded()
 	ss.logConnected(false)
-	ss.endPooled(ss.relayPooled())
-	ss.logDisconnected()
-	// Nothing uses the client's buffers any more: endPooled closed the client, and no lend's server side
-	// (serveLend, which writes to the client) is left once serving is done.
-	ss.pooled.serving.Wait()
-	s.bufs.put(ss.cr.r, ss.cw)
+	handedOver, pl.leave = true, leave
+	return ss.runPooled()
+}
+
+// runPooled relays a pooled session until it ends, or parks (true: the session waits in the parker with no
+// goroutine, and belongs to whoever resumes it; the caller must not touch it).
+func (ss *session) runPooled() (parked bool) {
+	s, pl := ss.srv, ss.pooled
+	defer func() {
+		if !parked {
+			s.metrics.sessionEnded()
+			s.unregister(ss)
+			pl.leave()
+		}
+	}()
+	for {
+		end := ss.relayPooled()
+		if end.why == endParked {
+			if ss.park() {
+				return true
+			}
+			continue
+		}
+		ss.endPooled(end)
+		ss.logDisconnected()
+		// Nothing uses the client's buffers any more: endPooled closed the client, and no lend's server side
+		// (serveLend, which writes to the client) is left once serving is done.
+		pl.serving.Wait()
+		s.bufs.put(ss.cr.r, ss.cw)
+		return false
+	}
+}
+
+// parkable reports whether the session may park now (relayPooled, at a message boundary): no server connection
+// lent, nothing of the client's read and not handled, nothing buffered for it, no transaction or batch open, a
+// plain socket (a TLS connection may hold bytes it decrypted that the socket no longer shows), and no drain.
+func (ss *session) parkable() bool {
+	pl := ss.pooled
+	if ss.srv.pools.parker == nil || ss.srv.draining.Load() || ss.cr.r.Buffered() > 0 || ss.cw.Buffered() > 0 {
+		return false
+	}
+	if _, ok := parkableSocket(ss.clientIO); !ok {
+		return false
+	}
+	pl.mu.Lock()
+	ss.applyCopyStarts()
+	idle := pl.sc == nil && pl.open == 0 && !ss.state.unsynced.Load() && byte(ss.state.txStatus.Load()) == txIdle && !pl.inline
+	pl.mu.Unlock()
+	return idle
+}
+
+// park gives the session to the parker: its buffers are dropped, its goroutine returns (true). False
+// when the parker would not take it, or a stronger interrupt than the sweep's came meanwhile: the session is
+// served on (its buffers back).
+func (ss *session) park() bool {
+	s, pl := ss.srv, ss.pooled
+	pl.serving.Wait() // no lend's server side left (none is, with no connection lent): nothing writes to the client
+	fd, ok := parkableSocket(ss.clientIO)
+	if !ok || ss.clientIntr.reason() > intrPark {
+		ss.clientIntr.dropPark()
+		return false
+	}
+	ss.clientIntr.dropPark()
+	// The buffers are dropped, not kept for other sessions (bufs): a parked client's memory is to be given back
+	// (parker.sweep), and a kept buffer outlives two collections.
+	ss.cr.r, ss.cw, ss.cr.buf = nil, nil, nil
+	if s.pools.parker.park(ss, fd) {
+		return true
+	}
+	ss.unpark()
+	return false
+}
+
+// unpark gives a session that parked, or was about to, its buffers again.
+func (ss *session) unpark() {
+	ss.cr.r = ss.srv.bufs.reader(ss.clientIO)
+	ss.cw = ss.srv.bufs.writer(&ss.clientOut)
 }
 
 // replicationOff reports whether PostgreSQL reads the startup parameter replication's value v as no
@@ -829,10 +912,18 @@ func (ss *session) relayPooled() ending {
 				return ending{why: endDrained}
 			}
 			ss.clientIntr.lift() // looked at again when the lend ends
+		case intrPark: // the parker's sweep saw the client idle here
+			if ss.parkable() {
+				return ending{why: endParked}
+			}
+			ss.clientIntr.dropPark()
+			continue // a stronger reason raised meanwhile is looked at first
 		default: // intrPeerEnded: the lend ended badly (pl.lost)
 			return ending{why: endUpstreamGone, atBoundary: true}
 		}
+		pl.turns.Add(1) // odd: waiting at a message boundary (parker.sweep)
 		typ, _, err := cr.next()
+		pl.turns.Add(1)
 		if err != nil {
 			if ss.clientIntr.caught(err) != intrNone {
 				continue

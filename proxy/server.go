@@ -70,7 +70,16 @@ type Options struct {
 	// DisableEventLoop keeps every session on the goroutine-per-direction path, as relay.mode: goroutines does.
 	// By default, on Linux, plain TCP sessions move to an epoll event loop after startup (see evloop_linux.go).
 	DisableEventLoop bool
+
+	// ParkIdleAfter: in pool.mode transaction, a client idle between transactions for about this long (one to
+	// two periods) is parked, keeping no goroutine or buffers until it speaks again (park_linux.go). 0 is
+	// defaultParkAfter; negative never parks.
+	ParkIdleAfter time.Duration
 }
+
+// defaultParkAfter is the parker's sweep period when Options.ParkIdleAfter is 0: long beside a transaction, so
+// that a busy client's goroutine is never given up between two of its transactions.
+const defaultParkAfter = time.Second
 
 // Server accepts client connections and relays each to its own upstream session.
 type Server struct {
@@ -122,6 +131,8 @@ type Server struct {
 type acceptedConn struct {
 	c    net.Conn
 	over bool
+	// parked, when set, is a parked transaction-mode session to resume (park_linux.go) instead of c.
+	parked *session
 }
 
 // plannerBox is a planner and its generation: each SetPlanner (a reload, a catalog refresh that changed what is
@@ -178,7 +189,11 @@ func New(o Options) (*Server, error) {
 	s.pool = newUpstreamPool(r.Idle(), r.IdleTimeout, r.MaxLifetime, o.Metrics)
 	s.SetPlanner(o.Planner)
 	if o.Config.Pool.Transaction() {
-		s.pools = newTxPools(s)
+		parkAfter := o.ParkIdleAfter
+		if parkAfter == 0 {
+			parkAfter = defaultParkAfter
+		}
+		s.pools = newTxPools(s, parkAfter)
 		o.Metrics.watchPools(s.pools) // the per-pool series
 	}
 	if !o.DisableEventLoop && o.Config.Relay.Mode != config.RelayModeGoroutines {
@@ -295,9 +310,16 @@ const handlerIdle = 5 * time.Second
 func (s *Server) handlerLoop(a acceptedConn) {
 	var idle *time.Timer
 	for {
-		s.handle(a.c, a.over)
-		s.active.Add(-1)
-		s.wg.Done()
+		var parked bool
+		if a.parked != nil {
+			parked = s.resumePooled(a.parked)
+		} else {
+			parked = s.handle(a.c, a.over)
+		}
+		if !parked { // a parked session is still counted: it is served again when its client speaks
+			s.active.Add(-1)
+			s.wg.Done()
+		}
 		if idle == nil {
 			idle = time.NewTimer(handlerIdle)
 		} else {
@@ -312,6 +334,36 @@ func (s *Server) handlerLoop(a acceptedConn) {
 			return
 		}
 	}
+}
+
+// resumeParked serves a parked session again, on a handler goroutine (the parker's goroutine must go on
+// watching the others).
+func (s *Server) resumeParked(ss *session) {
+	a := acceptedConn{parked: ss}
+	if !s.draining.Load() {
+		select {
+		case s.handlers <- a:
+			return
+		default:
+		}
+	}
+	go s.handlerLoop(a)
+}
+
+// resumePooled serves a session the parker resumed until it ends or parks again (true), as handle does.
+func (s *Server) resumePooled(ss *session) (parked bool) {
+	defer func() {
+		if r := recover(); r != nil {
+			ss.logger().Error("session panic", "panic", r)
+			ss.forceClose()
+			parked = false
+		}
+		if !parked {
+			ss.client.Close()
+		}
+	}()
+	ss.unpark()
+	return ss.runPooled()
 }
 
 func isTemporaryAccept(err error) bool {
@@ -343,6 +395,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		ss.wakeForDrain()
 	}
 	s.mu.Unlock()
+	if s.pools != nil && s.pools.parker != nil {
+		s.pools.parker.close() // the parked sessions, resumed, end through their drain
+	}
 	done := make(chan struct{})
 	go func() { s.wg.Wait(); close(done) }()
 	select {

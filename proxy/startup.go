@@ -24,7 +24,9 @@ import (
 // first ReadyForQuery (core.go: readyOut).
 
 // handle runs one accepted connection to the end.
-func (s *Server) handle(raw net.Conn, over bool) {
+// It reports whether the session parked (a transaction-mode client idle between transactions, park_linux.go):
+// then it is not over, and belongs to the parker.
+func (s *Server) handle(raw net.Conn, over bool) (parked bool) {
 	ss := &session{srv: s, client: raw, remote: raw.RemoteAddr().String()}
 	ss.ownPrep.max = s.cfg.Upstream.Prepared(s.cfg.Token.Scope, s.cfg.Pool.Transaction())
 	ss.prep = &ss.ownPrep // one allocation with the session
@@ -33,9 +35,14 @@ func (s *Server) handle(raw net.Conn, over bool) {
 			// A bug must not take the other sessions down with it.
 			ss.logger().Error("session panic", "panic", r)
 			ss.forceClose()
+			parked = false
 		}
 	}()
-	defer func() { ss.client.Close() }()
+	defer func() {
+		if !parked {
+			ss.client.Close()
+		}
+	}()
 
 	raw.SetDeadline(time.Now().Add(s.cfg.Limits.StartupTimeout))
 	startup, r, err := ss.negotiate(raw)
@@ -89,8 +96,7 @@ func (s *Server) handle(raw net.Conn, over bool) {
 		return
 	}
 	if s.pools != nil {
-		s.startPooled(ss, login) // pooled.go: the client is authenticated (pool.mode transaction needs auth by the proxy)
-		return
+		return s.startPooled(ss, login) // pooled.go: the client is authenticated (pool.mode transaction needs auth by the proxy)
 	}
 	// The host: upstream.address, or the one the router picks among upstream.hosts (waiting, within the
 	// startup deadline, for a primary during a failover).
@@ -128,6 +134,7 @@ func (s *Server) handle(raw net.Conn, over bool) {
 		return
 	}
 	s.serveSession(ss, false)
+	return false
 }
 
 // negotiateVersion answers, in transaction mode, a StartupMessage of a newer 3.x protocol than 3.0 or with

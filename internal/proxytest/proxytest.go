@@ -51,6 +51,8 @@ type Options struct {
 	NoPlanner bool
 	// DisableEventLoop keeps every session on the goroutine-per-direction path.
 	DisableEventLoop bool
+	// ParkIdleAfter is proxy.Options.ParkIdleAfter (pool.mode transaction: idle clients park after about it).
+	ParkIdleAfter time.Duration
 	// Logger, when set, is the proxy's logger instead of one at debug level into Logs (which then stays empty):
 	// benchmarks log as a production proxy does, at info, without keeping every line in memory.
 	Logger *slog.Logger
@@ -84,6 +86,13 @@ func Start(t testing.TB, upstream string, o Options) *Proxy {
 		Locks:    o.Locks,
 
 		DisableEventLoop: o.DisableEventLoop,
+		ParkIdleAfter:    o.ParkIdleAfter,
+	}
+	if v := os.Getenv("PROXYTEST_PARK_AFTER"); v != "" && opts.ParkIdleAfter == 0 {
+		// A stress of parking: every transaction-mode test with clients parking after v of idleness.
+		if opts.ParkIdleAfter, err = time.ParseDuration(v); err != nil {
+			t.Fatalf("PROXYTEST_PARK_AFTER: %v", err)
+		}
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
