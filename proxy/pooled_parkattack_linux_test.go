@@ -230,6 +230,52 @@ func TestParkAttackParkedClientEnds(t *testing.T) {
 	}
 }
 
+// A parked client that wakes with several messages in one write (two Queries; a Query and a Terminate) gets
+// every answer, in order, and then its end.
+func TestParkAttackPipelinedWake(t *testing.T) {
+	f := newParkingFencedEvery(t, 1, 5*time.Millisecond, "")
+	srv := f.p.Server
+	var both []byte
+	for _, q := range []string{"SELECT 'one'", "SELECT 'two'"} {
+		var err error
+		if both, err = (&pgproto3.Query{String: q}).Encode(both); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bye, err := (&pgproto3.Terminate{}).Encode(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, fe := parkRawClient(t, f.p.Addr)
+	for round, tail := range [][]byte{nil, bye} {
+		waitFor(t, "the raw client parked", func() bool { return proxy.ParkedClients(srv) == 1 })
+		if _, err := raw.Write(append(append([]byte(nil), both...), tail...)); err != nil {
+			t.Fatal(err)
+		}
+		var rows []string
+		for readies := 0; readies < 2; {
+			m, err := fe.Receive()
+			if err != nil {
+				t.Fatalf("round %d, after rows %v: %v", round, rows, err)
+			}
+			switch m := m.(type) {
+			case *pgproto3.DataRow:
+				rows = append(rows, string(m.Values[0]))
+			case *pgproto3.ReadyForQuery:
+				readies++
+			case *pgproto3.ErrorResponse:
+				t.Fatalf("round %d: %s", round, m.Message)
+			}
+		}
+		if strings.Join(rows, ",") != "one,two" {
+			t.Fatalf("round %d: rows %v", round, rows)
+		}
+	}
+	if _, err := fe.Receive(); !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Fatalf("after the Terminate: %v; want the connection closed", err)
+	}
+}
+
 // waitGoroutines waits, up to 10 s, until no more goroutines run than want, and fails with their stacks.
 func waitGoroutines(t *testing.T, want int) {
 	t.Helper()
@@ -433,8 +479,8 @@ func TestParkAttackStateAfterResume(t *testing.T) {
 	fxExec(t, plain, "SET fence.lock = 'parklock'")
 	fxExec(t, plain, "SET search_path = pg_catalog, public")
 	fxExec(t, plain, "SET application_name = 'parked'")
-	// SQL PREPARE and EXECUTE as simple Queries: through the extended protocol the EXECUTE fails with 26000 on
-	// another server connection, parking or not (a finding of its own).
+	// SQL PREPARE and EXECUTE as simple Queries: an EXECUTE of a mapped name by the extended protocol gets 26000
+	// (docs/pooling.md), parking or not.
 	fxExec(t, plain, "PREPARE sqlp(int) AS SELECT current_setting('fence.token') || ':' || $1", pgx.QueryExecModeSimpleProtocol)
 	var first string
 	if err := plain.QueryRow(ctxT(t), "SELECT $1::text || current_setting('fence.lock')", "p:").Scan(&first); err != nil || first != "p:parklock" {
