@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"net"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -26,8 +27,15 @@ import (
 //     message boundary if it is at one (the session's end then knows whether the upstream could be kept).
 //   - intrPeerEnded (client reader): the server-to-client side ended (the upstream closed or failed, the client
 //     could not be written to, a drain closed the session); the client-to-server side stops now.
+//
+// The reason and its deadline change together, under mu: a raise is two steps (the reason, then the deadline), and
+// a clear (take, dropPark) that ran between them left the raise's deadline behind with no reason pending. The
+// reader's next read then failed with a timeout no interrupt explained, which relayPooled took for the client's
+// failure and ended the session: a sweep raising intrPark as the session parked, or dropped it, at its message
+// boundary (TestInterruptClearNeverLeavesADeadlineWithoutReason). Readers look at the reason without the lock.
 type interrupt struct {
 	conn net.Conn
+	mu   sync.Mutex // held by whoever changes why or the deadline
 	why  atomic.Int32
 }
 
@@ -49,6 +57,8 @@ func (r intrReason) waitsForBoundary() bool {
 
 // raise interrupts the reader's current or next read for r, unless a stronger reason is already pending.
 func (i *interrupt) raise(r intrReason) {
+	i.mu.Lock()
+	defer i.mu.Unlock()
 	for {
 		cur := i.why.Load()
 		if intrReason(cur) >= r {
@@ -65,9 +75,11 @@ func (i *interrupt) raise(r intrReason) {
 // reason is the pending reason, intrNone if none. Cheap: readers check it at every message boundary.
 func (i *interrupt) reason() intrReason { return intrReason(i.why.Load()) }
 
-// take clears the interrupt and returns the reason it had. The deadline is lifted before the reason is taken,
-// so that a raise racing with take either is taken now or leaves its deadline in place.
+// take clears the interrupt and returns the reason it had; a raise racing with it is either taken now or comes
+// after it, reason and deadline (mu).
 func (i *interrupt) take() intrReason {
+	i.mu.Lock()
+	defer i.mu.Unlock()
 	i.conn.SetReadDeadline(time.Time{})
 	return intrReason(i.why.Swap(int32(intrNone)))
 }
@@ -90,6 +102,8 @@ func (i *interrupt) resume(err error) bool {
 // dropPark clears a pending intrPark and its deadline; a stronger reason pending, or raised meanwhile, stays
 // (the reader looks at the reason again at its message boundary).
 func (i *interrupt) dropPark() {
+	i.mu.Lock()
+	defer i.mu.Unlock()
 	if i.why.CompareAndSwap(int32(intrPark), int32(intrNone)) {
 		i.conn.SetReadDeadline(time.Time{})
 	}
@@ -98,6 +112,8 @@ func (i *interrupt) dropPark() {
 // lift lifts the deadline of a pending reason that waits for the message boundary, keeping the reason, so that
 // the reader may read on; false (the deadline back in place) when a stronger reason arrived meanwhile.
 func (i *interrupt) lift() bool {
+	i.mu.Lock()
+	defer i.mu.Unlock()
 	i.conn.SetReadDeadline(time.Time{})
 	if !i.reason().waitsForBoundary() {
 		// A stronger reason arrived meanwhile; put its deadline back.

@@ -758,9 +758,13 @@ func (ss *session) runPooled() (parked bool) {
 // parkable reports whether the session may park now (relayPooled, at a message boundary): no server connection
 // lent, nothing of the client's read and not handled, nothing buffered for it, no transaction or batch open, a
 // plain socket (a TLS connection may hold bytes it decrypted that the socket no longer shows), and no drain.
+//
+// The client's writer is looked at under mu, once no connection is lent: a lend's server side (serveLend) writes
+// to it without the session goroutine, up to the settle that gives the connection back under mu, so a look
+// before the lock raced with its writes (the race detector: TestParkAttackSpeakingWhileParking).
 func (ss *session) parkable() bool {
 	pl := ss.pooled
-	if ss.srv.pools.parker == nil || ss.srv.draining.Load() || ss.cr.r.Buffered() > 0 || ss.cw.Buffered() > 0 {
+	if ss.srv.pools.parker == nil || ss.srv.draining.Load() || ss.cr.r.Buffered() > 0 {
 		return false
 	}
 	if _, ok := parkableSocket(ss.clientIO); !ok {
@@ -768,7 +772,8 @@ func (ss *session) parkable() bool {
 	}
 	pl.mu.Lock()
 	ss.applyCopyStarts()
-	idle := pl.sc == nil && pl.open == 0 && !ss.state.unsynced.Load() && byte(ss.state.txStatus.Load()) == txIdle && !pl.inline
+	idle := pl.sc == nil && pl.open == 0 && !ss.state.unsynced.Load() && byte(ss.state.txStatus.Load()) == txIdle && !pl.inline &&
+		ss.cw.Buffered() == 0
 	pl.mu.Unlock()
 	return idle
 }
@@ -780,7 +785,9 @@ func (ss *session) park() bool {
 	s, pl := ss.srv, ss.pooled
 	pl.serving.Wait() // no lend's server side left (none is, with no connection lent): nothing writes to the client
 	fd, ok := parkableSocket(ss.clientIO)
-	if !ok || ss.clientIntr.reason() > intrPark {
+	// Nothing for the client is dropped with the buffers: looked at again after the wait, which orders this look
+	// after every write of the lends' server sides.
+	if !ok || ss.cw.Buffered() > 0 || ss.clientIntr.reason() > intrPark {
 		ss.clientIntr.dropPark()
 		return false
 	}
