@@ -42,8 +42,13 @@ type parker struct {
 // freeAfterParks is how many sessions park before the parker has the runtime give their memory back to the
 // system at once (debug.FreeOSMemory: a collection): about 24 KiB each (a goroutine's stack and two buffers),
 // which an idle process would otherwise keep until its next forced collection, two minutes on, and the
-// scavenger's pace after that.
-const freeAfterParks = 256
+// scavenger's pace after that. freeEvery bounds how often: clients that pause a second or two between their
+// transactions park and resume all the time, and a collection a second for them would cost more than the
+// memory is worth.
+const (
+	freeAfterParks = 256
+	freeEvery      = 30 * time.Second
+)
 
 // parkableSocket is the descriptor of the client's socket if it is a plain socket the session reads with raw
 // calls and that holds nothing read or to write ahead of the session's buffers.
@@ -150,6 +155,7 @@ func (pk *parker) run() {
 	defer unix.Close(pk.wake)
 	events := make([]unix.EpollEvent, 64)
 	next := time.Now().Add(pk.after)
+	var freed time.Time // when the parker last had the memory given back
 	for {
 		wait := max(time.Until(next), 0)
 		n, err := unix.EpollWait(pk.epfd, events, int(wait.Milliseconds())+1)
@@ -169,8 +175,9 @@ func (pk *parker) run() {
 		if now := time.Now(); !now.Before(next) {
 			pk.sweep()
 			next = now.Add(pk.after)
-			if pk.parks.Load() >= freeAfterParks {
+			if pk.parks.Load() >= freeAfterParks && now.Sub(freed) >= freeEvery {
 				pk.parks.Store(0)
+				freed = now
 				go debug.FreeOSMemory() // not on this goroutine: parked clients that speak are resumed meanwhile
 			}
 		}
