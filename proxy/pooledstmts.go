@@ -159,9 +159,10 @@ type clientStmt struct {
 }
 
 // stmtReading is how the server read a client's Parse: under the standard_conforming_strings and client_encoding
-// reported when the proxy sent it, or, when an earlier message of the batch was still unanswered (settings in
-// flux), under settings the proxy does not know, in which case the core passed the text only if no reading of
-// it touches a protected table (rewrite: a text read while settings are unsettled).
+// reported when the proxy sent it, or, when a statement that ran before it may have changed them and the server
+// has not answered yet (readAgainSettings: settings in flux), under settings the proxy does not know, in which
+// case the core passed the text only if no reading of it touches a protected table (rewrite: a text read while
+// settings are unsettled).
 type stmtReading struct {
 	scs   bool
 	enc   string
@@ -799,7 +800,7 @@ func (ss *session) parseNamed(body []byte, p Planner) error {
 	pl := ss.pooled
 	sc := pl.sc
 	name, _, _ := cutNul(body)
-	read := readingOf(ss.readingSettings()) // as the core reads the Parse: before it counts as unsynced
+	read := readingOf(ss.readAgainSettings()) // as the server reads the Parse: before it counts as unsynced
 	msg, err := ss.fencedParse(body, p)
 	if err != nil {
 		return err
@@ -1040,7 +1041,7 @@ func (ss *session) renamedOut(typ byte, body []byte) bool {
 // it for the client's later transactions.
 func (ss *session) parseUnnamed(body []byte, p Planner) error {
 	pl := ss.pooled
-	read := readingOf(ss.readingSettings()) // as the core reads the Parse: before it counts as unsynced
+	read := readingOf(ss.readAgainSettings()) // as the server reads the Parse: before it counts as unsynced
 	msg, err := ss.fencedParse(body, p)
 	if err != nil {
 		return err
