@@ -173,6 +173,13 @@ type pooledState struct {
 	// unnamedGen is the generation of the planner unnamed was fenced under (plannerBox): bound under another, it
 	// is fenced again from unnamedSrc first (placeUnnamed).
 	unnamedGen uint64
+	// unnamedRead is how the server read the client's Parse of unnamed (stmtReading): placed on another server
+	// connection, it goes again only where the server reads it the same (readAgain).
+	unnamedRead stmtReading
+	// ranUnsettled: a message that runs statements (a Query, an Execute, a FunctionCall) went since everything
+	// sent was last answered, so a SET or a function may have changed the reading settings the server reports
+	// only at its ReadyForQuery (readAgainSettings). Parse, Bind, Describe and Close run nothing.
+	ranUnsettled bool
 	// plan is the planner, and its generation, of the client message being forwarded (forwardPooled; pl.mu):
 	// what the proxy kept of the client's statements fenced under another generation is fenced again under
 	// this one before it is sent (serverStmt, placeUnnamed, mapSQLPrepared).
@@ -1066,6 +1073,12 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 	st := &ss.state
 	pl.mu.Lock()
 	defer pl.mu.Unlock()
+	if st.pending.Load() == 0 && !st.unsynced.Load() {
+		pl.ranUnsettled = false // everything sent is answered: the reported reading settings are the server's
+	}
+	if typ == msgQuery || typ == msgExecute || typ == msgFunctionCall {
+		pl.ranUnsettled = true
+	}
 	ss.applyCopyStarts()
 	if pl.skipToSync {
 		return ss.skipCancelledBatch(typ, body)

@@ -155,6 +155,80 @@ type clientStmt struct {
 	text   []byte
 	src    []byte
 	gen    uint64
+	read   stmtReading // how the server read the Parse (prepared again only so: readAgain)
+}
+
+// stmtReading is how the server read a client's Parse: under the standard_conforming_strings and client_encoding
+// reported when the proxy sent it, or, when a statement that ran before it may have changed them and the server
+// has not answered yet (readAgainSettings: settings in flux), under settings the proxy does not know, in which
+// case the core passed the text only if no reading of it touches a protected table (rewrite: a text read while
+// settings are unsettled).
+type stmtReading struct {
+	scs   bool
+	enc   string
+	known bool
+}
+
+// readingOf is the stmtReading of a Parse sent under set.
+func readingOf(set rewrite.Settings) stmtReading {
+	return stmtReading{scs: set.StandardConformingStrings, enc: set.ClientEncoding, known: !set.Unsettled && set.ClientEncoding != ""}
+}
+
+// readAgain says why the server, reading the text of a Parse (parse, the body under the server name) again now,
+// under set, may read another statement than it read at the client's Parse, under r; "" when it reads the same.
+// PostgreSQL parses a statement once, at its Parse, so directly the client's statement keeps the reading of
+// that moment; the proxy prepares it again on another server connection from its text, which the server lexes
+// under the settings in force there and then. A text whose reading depends on them (a backslash: a '...'
+// literal under the other standard_conforming_strings; a byte past ASCII: another client_encoding) read first
+// under known settings and now under other or unknown ones could be another statement: one that writes a
+// protected table the proxy fenced as a read. The proxy refuses it then (the caller sends a refusal in its
+// place) rather than guess. A Parse read while settings were in flux was passed by the core only if it touches
+// a protected table under no setting, so any reading of it is as safe, and it goes again as it is.
+func (r stmtReading) readAgain(parse []byte, set rewrite.Settings) string {
+	text := parsedText(parse)
+	backslash := bytes.IndexByte(text, '\\') >= 0
+	nonASCII := !isASCII(string(text))
+	switch {
+	case !r.known || !backslash && !nonASCII:
+		return ""
+	case set.Unsettled || set.ClientEncoding == "":
+		return "standard_conforming_strings or client_encoding may be changing now"
+	case backslash && set.StandardConformingStrings != r.scs:
+		return "standard_conforming_strings changed since the statement was prepared"
+	case nonASCII && set.ClientEncoding != r.enc:
+		return "client_encoding changed since the statement was prepared"
+	}
+	return ""
+}
+
+// readAgainSettings are the reading settings under which the server reads a Parse the proxy sends now, for
+// readAgain: the reported ones, in flux only when a message that ran statements may have changed them since
+// everything was last answered (pooledState.ranUnsettled). The core's Unsettled counts any unanswered message,
+// which would refuse every statement prepared again behind another client's Parse in one batch (pgx's
+// pipelines): a Parse or a Bind changes no setting.
+func (ss *session) readAgainSettings() rewrite.Settings {
+	set := ss.readingSettings()
+	set.Unsettled = set.Unsettled && ss.pooled.ranUnsettled
+	return set
+}
+
+// readAgainRefusal is, in place of a Parse body (parse: under the server name) the server would read otherwise
+// now (why, readAgain), one whose text is the refusal (55F04), with the same parameter types, under a server
+// name of its own: the server answers it at that Parse, and the batch fails there, as the fenced refusals do.
+// The client's statement stays as it is: under its reading settings again, or on a connection that holds it, it
+// runs.
+func readAgainRefusal(parse []byte, why string) (server string, body []byte) {
+	rest := readAgainRefusalText(parse, why)
+	server = serverStmtName(rest)
+	return server, append(append([]byte(server), 0), rest...)
+}
+
+// readAgainRefusalText is the text and parameter types, after the statement name, of readAgainRefusal's Parse.
+func readAgainRefusalText(parse []byte, why string) []byte {
+	_, rest, _ := cutNul(parse)
+	_, types, _ := cutNul(rest)
+	refusal := rewrite.RefusalSQL(sqlstateUnfenceable, "", "unfenceable write: fenceproxy cannot prepare this statement again on this server connection as the server first read it ("+why+")", "Prepare it again, or set standard_conforming_strings and client_encoding back to what they were when it was prepared.")
+	return append(append([]byte(refusal), 0), types...)
 }
 
 // answerHide says, for one Parse or Close sent to the server, whether its answer is the proxy's own, and the
@@ -726,6 +800,7 @@ func (ss *session) parseNamed(body []byte, p Planner) error {
 	pl := ss.pooled
 	sc := pl.sc
 	name, _, _ := cutNul(body)
+	read := readingOf(ss.readAgainSettings()) // as the server reads the Parse: before it counts as unsynced
 	msg, err := ss.fencedParse(body, p)
 	if err != nil {
 		return err
@@ -768,7 +843,7 @@ func (ss *session) parseNamed(body []byte, p Planner) error {
 	if had {
 		was.stmt = prev // held, not prepared (holds): a Bind of it gets 26000, as before this Parse
 	}
-	pl.stmts.byName[string(name)] = clientStmt{server: server, parse: parse, text: bytes.Clone(text), src: bytes.Clone(body), gen: pl.plan.gen}
+	pl.stmts.byName[string(name)] = clientStmt{server: server, parse: parse, text: bytes.Clone(text), src: bytes.Clone(body), gen: pl.plan.gen, read: read}
 	// Closed first, prepared here or not: prepared again if it was (a client parses again to get a plan for a
 	// changed schema), so that the client's ParseComplete comes in its place; and whatever another client's
 	// function may have put under the name is gone (a name the proxy never prepared here would fail the Parse,
@@ -806,7 +881,11 @@ func (ss *session) serverStmt(name []byte) string {
 	if !sc.stmtsFresh[cs.server] {
 		// Not prepared here, or prepared before another client held the connection or a batch failed
 		// (serverConn.stmtsFresh): closed first, whatever the name holds now (another client's function may have
-		// put a statement under it, prepared here or not), then prepared from the client's text.
+		// put a statement under it, prepared here or not), then prepared from the client's text; or, when the
+		// server would read that text otherwise than at the client's Parse, the refusal in its place (readAgain).
+		if why := cs.read.readAgain(cs.parse, ss.readAgainSettings()); why != "" {
+			cs.server, cs.parse = readAgainRefusal(cs.parse, why)
+		}
 		writeMsg(sc.w, msgClose, append(append([]byte{'S'}, cs.server...), 0), "")
 		pl.stmts.sentServerClose(cs.server, sc)
 		ss.prep.clientText(parsedText(cs.parse)) // the text's words, on this connection too (prepared.go)
@@ -852,7 +931,10 @@ func (ss *session) refenceNamed(cs clientStmt) clientStmt {
 		rest = append(append([]byte(refusal), 0), types...)
 	}
 	server := serverStmtName(rest)
-	return clientStmt{server: server, parse: append(append([]byte(server), 0), rest...), text: cs.text, src: cs.src, gen: pl.plan.gen}
+	// Fenced under the settings in force now, as the server will read it now (a reading in flux: the core's
+	// verdict holds under every setting).
+	read := readingOf(ss.readingSettings())
+	return clientStmt{server: server, parse: append(append([]byte(server), 0), rest...), text: cs.text, src: cs.src, gen: pl.plan.gen, read: read}
 }
 
 // deallocateNamed maps an SQL DEALLOCATE of the client's protocol-level statement name (psycopg 3 with libpq
@@ -959,6 +1041,7 @@ func (ss *session) renamedOut(typ byte, body []byte) bool {
 // it for the client's later transactions.
 func (ss *session) parseUnnamed(body []byte, p Planner) error {
 	pl := ss.pooled
+	read := readingOf(ss.readAgainSettings()) // as the server reads the Parse: before it counts as unsynced
 	msg, err := ss.fencedParse(body, p)
 	if err != nil {
 		return err
@@ -968,7 +1051,7 @@ func (ss *session) parseUnnamed(body []byte, p Planner) error {
 	if wholeParse(msg) {
 		pl.unnamed = bytes.Clone(msg)
 	}
-	pl.unnamedToken, pl.unnamedSrc, pl.unnamedGen = "", bytes.Clone(body), pl.plan.gen
+	pl.unnamedToken, pl.unnamedSrc, pl.unnamedGen, pl.unnamedRead = "", bytes.Clone(body), pl.plan.gen, read
 	if ss.inlined && ss.inlineToken != "" {
 		pl.unnamedToken = ss.inlineToken
 	}
@@ -1052,8 +1135,16 @@ func (ss *session) placeUnnamed(p Planner, namedPortal bool) {
 	undo.own, undo.ver = true, pl.unnamedVer
 	pl.unnamedHere = true
 	if pl.unnamed != nil {
-		ss.prep.clientText(parsedText(pl.unnamed[headerLen:])) // the text's words, on this connection too
-		pl.writeUnnamedParse(pl.unnamed)
+		msg := pl.unnamed
+		if why := pl.unnamedRead.readAgain(msg[headerLen:], ss.readAgainSettings()); why != "" {
+			// The server would read it otherwise than at the client's Parse: the refusal goes in its place, and
+			// fails; the client's statement stays the client's, off this connection (unnamedUndo.own).
+			var b bytes.Buffer
+			writeMsg(&b, msgParse, append([]byte{0}, readAgainRefusalText(msg[headerLen:], why)...), "")
+			msg = b.Bytes()
+		}
+		ss.prep.clientText(parsedText(msg[headerLen:])) // the text's words, on this connection too
+		pl.writeUnnamedParse(msg)
 		pl.stmts.sentUnnamed(msgParseComplete, undo)
 		return
 	}
@@ -1077,9 +1168,11 @@ func (ss *session) refenceUnnamed(p Planner, inline bool) {
 		ss.inlineToken = pl.tokenInForce
 	}
 	var fenced bytes.Buffer
-	err := ss.fenceParse(&fenced, p, src, ss.readingSettings())
+	set := ss.readingSettings()
+	err := ss.fenceParse(&fenced, p, src, set)
 	msg := ss.parseSQLPrepared(fenced.Bytes())
-	pl.unnamed, pl.unnamedToken, pl.unnamedSrc, pl.unnamedGen = nil, "", nil, pl.plan.gen
+	// Fenced under the settings in force now, which placeUnnamed sends it under.
+	pl.unnamed, pl.unnamedToken, pl.unnamedSrc, pl.unnamedGen, pl.unnamedRead = nil, "", nil, pl.plan.gen, readingOf(set)
 	switch {
 	case err != nil:
 		ss.srv.log.Warn("fencing the unnamed statement again failed", "err", err)

@@ -152,14 +152,31 @@ func refOwnTransaction(raw []byte, s Settings) bool {
 	}
 	first, second := string(words[0]), string(words[1])
 	switch first {
-	case "vacuum", "discard", "cluster", "reindex", "checkpoint", "commit", "rollback", "end", "abort":
+	case "vacuum", "discard", "cluster", "reindex", "checkpoint", "commit", "end", "abort":
 		return true
+	case "rollback":
+		return !rollbackTo(text, s)
 	case "create", "drop":
 		return second == "database" || second == "tablespace" || second == "subscription"
 	case "alter":
 		return second == "system" || second == "subscription" || second == "database"
 	}
 	return false
+}
+
+// rollbackTo reports whether text (one statement, starting with ROLLBACK) is ROLLBACK [WORK | TRANSACTION] TO ...:
+// its unquoted words, lower case, from the lexer's tokens.
+func rollbackTo(text []byte, s Settings) bool {
+	l := newLexer(text, s.StandardConformingStrings)
+	var words []string
+	for t := l.next(); t.kind != tokEOF && len(words) < 3; t = l.next() {
+		if t.kind != tokIdent || text[t.start] == '"' {
+			return false
+		}
+		v, _ := l.identValue(t, nil)
+		words = append(words, string(v))
+	}
+	return len(words) >= 2 && (words[1] == "to" || len(words) == 3 && (words[1] == "work" || words[1] == "transaction") && words[2] == "to")
 }
 
 func refTransactionStart(raw []byte, s Settings) (begin, modes, alone bool) {

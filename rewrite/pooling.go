@@ -216,7 +216,11 @@ func ClassifyPooling(raw []byte, s Settings) PoolingClass {
 		case "vacuum", "discard", "cluster", "reindex", "checkpoint":
 			c.Own = true
 		case "commit", "rollback", "end", "abort":
-			c.Own = true
+			// ROLLBACK [WORK | TRANSACTION] TO [SAVEPOINT] name ends no block: outside one PostgreSQL refuses it
+			// (25P01) the same with a statement in front, and in a batch that starts with it, only parsed, the
+			// statements behind it are the client's transaction, which needs the token like any other.
+			w1, w2 := lead.keyword(1), lead.keyword(2)
+			c.Own = first != "rollback" || w1 != "to" && (w1 != "work" && w1 != "transaction" || w2 != "to")
 			// ... AND CHAIN: its last two words (AND NO CHAIN ends with "no chain"; ROLLBACK TO SAVEPOINT
 			// takes no chain).
 			var b0, b1 [8]byte

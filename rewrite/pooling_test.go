@@ -19,6 +19,13 @@ func TestOwnTransaction(t *testing.T) {
 		"ALTER SYSTEM SET work_mem = 1":        true,
 		"CREATE INDEX CONCURRENTLY i ON t (a)": true,
 		"COMMIT PREPARED 'x'":                  true,
+		"ROLLBACK":                             true,
+		"rollback work":                        true,
+		"ROLLBACK PREPARED 'x'":                true,
+		"ROLLBACK TO a":                        false, // ends no block
+		"rollback to savepoint a":              false,
+		"ROLLBACK TRANSACTION TO a":            false,
+		"ROLLBACK WORK TO SAVEPOINT a":         false,
 		"SELECT 1":                             false,
 		"BEGIN":                                false,
 		"INSERT INTO t VALUES (1)":             false,
