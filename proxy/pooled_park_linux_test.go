@@ -3,7 +3,6 @@ package proxy_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"testing"
 	"time"
 
@@ -28,21 +27,11 @@ func newParkingFenced(t *testing.T, size int) *fenced {
 	return &fenced{p: p, d: d, name: name, label: "public." + name}
 }
 
-// waitFor waits, up to 10 s, until cond holds; what names the condition in the failure.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("waited 10 s for %s", what)
-		}
-	}
-}
-
 // sweepsPass waits until the parker made n more sweeps than now: what a sweep could do, it did.
 func sweepsPass(t *testing.T, s *proxy.Server, n int64) {
 	t.Helper()
 	from := proxy.Sweeps(s)
-	waitFor(t, fmt.Sprintf("%d sweeps", n), func() bool { return proxy.Sweeps(s) >= from+n })
+	eventually(t, 10*time.Second, fmt.Sprintf("%d sweeps", n), func() bool { return proxy.Sweeps(s) >= from+n })
 }
 
 // Idle clients of a transaction pool park (no goroutine, no buffers) and come back as they were: each its own
@@ -81,7 +70,7 @@ func TestPooledIdleClientsPark(t *testing.T) {
 	}
 	check(0)
 	for round := 1; round <= 3; round++ {
-		waitFor(t, fmt.Sprintf("round %d: %d parked clients", round, n), func() bool { return proxy.ParkedClients(srv) == n })
+		eventually(t, 10*time.Second, fmt.Sprintf("round %d: %d parked clients", round, n), func() bool { return proxy.ParkedClients(srv) == n })
 		check(round)
 	}
 	var rows, tokens int
@@ -93,12 +82,12 @@ func TestPooledIdleClientsPark(t *testing.T) {
 	}
 
 	// Clients that go away while parked end their sessions (and give their places back).
-	waitFor(t, "parked again", func() bool { return proxy.ParkedClients(srv) == n })
+	eventually(t, 10*time.Second, "parked again", func() bool { return proxy.ParkedClients(srv) == n })
 	before := srv.ActiveSessions()
 	for _, c := range clients[:4] {
 		c.Close(context.Background())
 	}
-	waitFor(t, "4 sessions fewer", func() bool { return srv.ActiveSessions() == before-4 && proxy.ParkedClients(srv) == n-4 })
+	eventually(t, 10*time.Second, "4 sessions fewer", func() bool { return srv.ActiveSessions() == before-4 && proxy.ParkedClients(srv) == n-4 })
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -133,33 +122,15 @@ func TestPooledParkWaitsForBoundaries(t *testing.T) {
 	if err := tx.Commit(ctxT(t)); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the client parked after its commit", func() bool { return proxy.ParkedClients(srv) == 1 })
+	eventually(t, 10*time.Second, "the client parked after its commit", func() bool { return proxy.ParkedClients(srv) == 1 })
 
 	// A raw client: a Query whose bytes come in three pieces, a few sweeps apart.
-	raw, err := net.Dial("tcp", f.p.Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer raw.Close()
-	fe := pgproto3.NewFrontend(raw, raw)
-	fe.Send(&pgproto3.StartupMessage{ProtocolVersion: pgproto3.ProtocolVersionNumber, Parameters: map[string]string{"user": "postgres", "database": "fenceproxy_test"}})
-	if err := fe.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	for {
-		m, err := fe.Receive()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, ok := m.(*pgproto3.ReadyForQuery); ok {
-			break
-		}
-	}
+	raw, fe, _ := rawStartup(t, f.p.Addr, pgproto3.ProtocolVersionNumber, nil)
 	query, err := (&pgproto3.Query{String: "SELECT 'whole'"}).Encode(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the raw client parked", func() bool { return proxy.ParkedClients(srv) == 2 })
+	eventually(t, 10*time.Second, "the raw client parked", func() bool { return proxy.ParkedClients(srv) == 2 })
 	for _, piece := range [][]byte{query[:3], query[3:8]} {
 		if _, err := raw.Write(piece); err != nil {
 			t.Fatal(err)
@@ -190,5 +161,5 @@ func TestPooledParkWaitsForBoundaries(t *testing.T) {
 	if len(got) != 4 {
 		t.Fatalf("answer %v; want RowDescription, DataRow, CommandComplete, ReadyForQuery", got)
 	}
-	waitFor(t, "both parked", func() bool { return proxy.ParkedClients(srv) == 2 })
+	eventually(t, 10*time.Second, "both parked", func() bool { return proxy.ParkedClients(srv) == 2 })
 }

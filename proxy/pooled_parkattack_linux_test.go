@@ -129,7 +129,7 @@ func TestParkAttackCancelParked(t *testing.T) {
 	b := pooledConn(t, f, "")
 	fxExec(t, a, "SET fence.token = 11")
 	fxExec(t, b, "SET fence.token = 22")
-	waitFor(t, "both parked", func() bool { return proxy.ParkedClients(srv) == 2 })
+	eventually(t, 10*time.Second, "both parked", func() bool { return proxy.ParkedClients(srv) == 2 })
 	if err := a.PgConn().CancelRequest(ctxT(t)); err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +138,7 @@ func TestParkAttackCancelParked(t *testing.T) {
 		t.Fatalf("%d parked after a cancel of a parked client; want 2", got)
 	}
 	for round := range 40 {
-		waitFor(t, "a parked", func() bool { return proxy.ParkedClients(srv) == 2 })
+		eventually(t, 10*time.Second, "a parked", func() bool { return proxy.ParkedClients(srv) == 2 })
 		done := make(chan error, 1)
 		go func() { done <- a.PgConn().CancelRequest(context.Background()) }()
 		tok, err := tokenOf(a)
@@ -193,7 +193,7 @@ func TestParkAttackParkedClientEnds(t *testing.T) {
 	srv := f.p.Server
 	keep := pooledConn(t, f, "") // parked all along, and still served at the end
 	fxExec(t, keep, "SET fence.token = 3")
-	waitFor(t, "the first client parked", func() bool { return proxy.ParkedClients(srv) == 1 })
+	eventually(t, 10*time.Second, "the first client parked", func() bool { return proxy.ParkedClients(srv) == 1 })
 	base := srv.ActiveSessions()
 	terminate, err := (&pgproto3.Terminate{}).Encode(nil)
 	if err != nil {
@@ -213,7 +213,7 @@ func TestParkAttackParkedClientEnds(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			raw, _ := parkRawClient(t, f.p.Addr)
-			waitFor(t, "two parked", func() bool { return proxy.ParkedClients(srv) == 2 })
+			eventually(t, 10*time.Second, "two parked", func() bool { return proxy.ParkedClients(srv) == 2 })
 			if err := tc.end(raw); err != nil {
 				t.Fatal(err)
 			}
@@ -222,7 +222,7 @@ func TestParkAttackParkedClientEnds(t *testing.T) {
 					t.Fatalf("the proxy did not close the connection of a parked client that ended: %v", err)
 				}
 			}
-			waitFor(t, "the session ended", func() bool { return srv.ActiveSessions() == base && proxy.ParkedClients(srv) == 1 })
+			eventually(t, 10*time.Second, "the session ended", func() bool { return srv.ActiveSessions() == base && proxy.ParkedClients(srv) == 1 })
 		})
 	}
 	if tok, err := tokenOf(keep); err != nil || tok != "3" {
@@ -248,7 +248,7 @@ func TestParkAttackPipelinedWake(t *testing.T) {
 	}
 	raw, fe := parkRawClient(t, f.p.Addr)
 	for round, tail := range [][]byte{nil, bye} {
-		waitFor(t, "the raw client parked", func() bool { return proxy.ParkedClients(srv) == 1 })
+		eventually(t, 10*time.Second, "the raw client parked", func() bool { return proxy.ParkedClients(srv) == 1 })
 		if _, err := raw.Write(append(append([]byte(nil), both...), tail...)); err != nil {
 			t.Fatal(err)
 		}
@@ -326,7 +326,7 @@ func TestParkAttackShutdown(t *testing.T) {
 				}
 				fxExec(t, conns[parked], "SELECT 1")
 			}
-			waitFor(t, "the idle clients parked", func() bool { return proxy.ParkedClients(srv) >= parked })
+			eventually(t, 10*time.Second, "the idle clients parked", func() bool { return proxy.ParkedClients(srv) >= parked })
 			stopBusy := make(chan struct{})
 			var wg sync.WaitGroup
 			for i, c := range conns[parked:] {
@@ -441,7 +441,7 @@ func TestParkAttackDescriptorReuse(t *testing.T) {
 	if most == 0 {
 		t.Fatal("no client parked: the attack did not run")
 	}
-	waitFor(t, "only the stayers left", func() bool { return srv.ActiveSessions() == stayers })
+	eventually(t, 10*time.Second, "only the stayers left", func() bool { return srv.ActiveSessions() == stayers })
 	t.Logf("at most %d parked at once", most)
 }
 
@@ -503,7 +503,7 @@ func TestParkAttackStateAfterResume(t *testing.T) {
 		fxExec(t, c, sql)
 		pins[name] = c
 	}
-	waitFor(t, "the plain client parked", func() bool { return proxy.ParkedClients(srv) == 1 })
+	eventually(t, 10*time.Second, "the plain client parked", func() bool { return proxy.ParkedClients(srv) == 1 })
 	sweepsPass(t, srv, 5)
 	if got := proxy.ParkedClients(srv); got != 1 {
 		t.Fatalf("%d parked; want the plain client only (the pinned never park)", got)
@@ -513,17 +513,17 @@ func TestParkAttackStateAfterResume(t *testing.T) {
 		if got := currentOf(t, plain, name); got != want {
 			t.Fatalf("after resuming, %s is %q; want %q", name, got, want)
 		}
-		waitFor(t, "parked again", func() bool { return proxy.ParkedClients(srv) == 1 })
+		eventually(t, 10*time.Second, "parked again", func() bool { return proxy.ParkedClients(srv) == 1 })
 	}
 	var got string
 	if err := plain.QueryRow(ctxT(t), "SELECT $1::text || current_setting('fence.lock')", "p:").Scan(&got); err != nil || got != "p:parklock" {
 		t.Fatalf("named statement after resuming: %s, %v", got, err)
 	}
-	waitFor(t, "parked again", func() bool { return proxy.ParkedClients(srv) == 1 })
+	eventually(t, 10*time.Second, "parked again", func() bool { return proxy.ParkedClients(srv) == 1 })
 	if err := plain.QueryRow(ctxT(t), "EXECUTE sqlp(3)", pgx.QueryExecModeSimpleProtocol).Scan(&got); err != nil || got != "70:3" {
 		t.Fatalf("SQL PREPARE after resuming: %s, %v", got, err)
 	}
-	waitFor(t, "parked again", func() bool { return proxy.ParkedClients(srv) == 1 })
+	eventually(t, 10*time.Second, "parked again", func() bool { return proxy.ParkedClients(srv) == 1 })
 	fxExec(t, plain, f.sql("INSERT INTO %[1]s (id, balance) VALUES (7, 0)"))
 	if tok := f.token(t, 7); tok != 70 {
 		t.Fatalf("a write after resuming wrote token %d; want 70", tok)
@@ -567,7 +567,7 @@ func TestParkAttackTLSNeverParks(t *testing.T) {
 	fxExec(t, secure, "SET fence.token = 81")
 	fxExec(t, plain, "SET fence.token = 82")
 	for round := range 3 {
-		waitFor(t, "the plain client parked", func() bool { return proxy.ParkedClients(p.Server) == 1 })
+		eventually(t, 10*time.Second, "the plain client parked", func() bool { return proxy.ParkedClients(p.Server) == 1 })
 		sweepsPass(t, p.Server, 3)
 		if got := proxy.ParkedClients(p.Server); got != 1 {
 			t.Fatalf("round %d: %d parked; want the plain client only", round, got)
@@ -592,7 +592,7 @@ func TestParkAttackAdminLimitsReload(t *testing.T) {
 		b := pooledConn(t, f, "")
 		fxExec(t, a, "SET fence.token = 91")
 		fxExec(t, b, "SET fence.token = 92")
-		waitFor(t, "both parked", func() bool { return proxy.ParkedClients(srv) == 2 })
+		eventually(t, 10*time.Second, "both parked", func() bool { return proxy.ParkedClients(srv) == 2 })
 		_, err := pgx.Connect(ctxT(t), f.dsn())
 		wantPgErr(t, err, "53300", "sorry, too many clients already")
 		adm := adminConn(t, f)
@@ -608,7 +608,7 @@ func TestParkAttackAdminLimitsReload(t *testing.T) {
 		}
 		got := make(chan answer, 1)
 		go func() { tok, err := tokenOf(a); got <- answer{tok, err} }()
-		waitFor(t, "the resumed client waits for the paused pool", func() bool {
+		eventually(t, 10*time.Second, "the resumed client waits for the paused pool", func() bool {
 			p := adminRows(t, adm, "SHOW POOLS")
 			return len(p) == 1 && p[0]["cl_waiting"] == "1"
 		})
@@ -624,32 +624,18 @@ func TestParkAttackAdminLimitsReload(t *testing.T) {
 			t.Fatalf("after RESUME: %s, %v", r.tok, r.err)
 		}
 		b.Close(context.Background())
-		waitFor(t, "a new client let in after a parked one left", func() bool {
-			c, err := pgx.Connect(ctxT(t), f.dsn())
-			if err != nil {
-				return false
-			}
-			c.Close(context.Background())
-			return true
-		})
+		eventuallyLetIn(t, f)
 	})
 	t.Run("max_client_connections", func(t *testing.T) {
 		f := newParkingFencedEvery(t, 1, 5*time.Millisecond, "limits:\n  max_client_connections: 2\n")
 		srv := f.p.Server
 		a := pooledConn(t, f, "")
 		pooledConn(t, f, "")
-		waitFor(t, "both parked", func() bool { return proxy.ParkedClients(srv) == 2 })
+		eventually(t, 10*time.Second, "both parked", func() bool { return proxy.ParkedClients(srv) == 2 })
 		_, err := pgx.Connect(ctxT(t), f.dsn())
 		wantPgErr(t, err, "53300", "sorry, too many clients already")
 		a.Close(context.Background())
-		waitFor(t, "a new client let in after a parked one left", func() bool {
-			c, err := pgx.Connect(ctxT(t), f.dsn())
-			if err != nil {
-				return false
-			}
-			c.Close(context.Background())
-			return true
-		})
+		eventuallyLetIn(t, f)
 	})
 	t.Run("reload", func(t *testing.T) {
 		d := direct(t)
@@ -670,9 +656,22 @@ func TestParkAttackAdminLimitsReload(t *testing.T) {
 		if err := execPrepared(a, "upd", 1); err != nil {
 			t.Fatalf("before the reload: %v", err)
 		}
-		waitFor(t, "parked", func() bool { return proxy.ParkedClients(p.Server) == 1 })
+		eventually(t, 10*time.Second, "parked", func() bool { return proxy.ParkedClients(p.Server) == 1 })
 		reloadTables(t, f, "public."+name+"_other", "public."+name)
 		sweepsPass(t, p.Server, 2)
 		wantReloadStale(t, f, "a parked client's statement prepared before the reload", execPrepared(a, "upd", 1))
+	})
+}
+
+// eventuallyLetIn waits until a new client gets in through f's proxy (after a parked one left its place).
+func eventuallyLetIn(t *testing.T, f *fenced) {
+	t.Helper()
+	eventually(t, 10*time.Second, "a new client let in after a parked one left", func() bool {
+		c, err := pgx.Connect(ctxT(t), f.dsn())
+		if err != nil {
+			return false
+		}
+		c.Close(context.Background())
+		return true
 	})
 }
