@@ -352,16 +352,7 @@ func (s *Server) resumeParked(ss *session) {
 
 // resumePooled serves a session the parker resumed until it ends or parks again (true), as handle does.
 func (s *Server) resumePooled(ss *session) (parked bool) {
-	defer func() {
-		if r := recover(); r != nil {
-			ss.logger().Error("session panic", "panic", r)
-			ss.forceClose()
-			parked = false
-		}
-		if !parked {
-			ss.client.Close()
-		}
-	}()
+	defer ss.endUnlessParked(&parked)
 	ss.unpark()
 	return ss.runPooled()
 }

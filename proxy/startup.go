@@ -23,6 +23,20 @@ import (
 // is relayed by the transport like any other message (passthrough) or answered by the proxy (auth.go), until the
 // first ReadyForQuery (core.go: readyOut).
 
+// endUnlessParked is the deferred end of a goroutine that served ss (handle, resumePooled): a panic is logged
+// and closes the session (a bug must not take the other sessions down with it), and the client connection is
+// closed unless the session parked, when it belongs to the parker.
+func (ss *session) endUnlessParked(parked *bool) {
+	if r := recover(); r != nil {
+		ss.logger().Error("session panic", "panic", r)
+		ss.forceClose()
+		*parked = false
+	}
+	if !*parked {
+		ss.client.Close()
+	}
+}
+
 // handle runs one accepted connection to the end.
 // It reports whether the session parked (a transaction-mode client idle between transactions, park_linux.go):
 // then it is not over, and belongs to the parker.
@@ -30,19 +44,7 @@ func (s *Server) handle(raw net.Conn, over bool) (parked bool) {
 	ss := &session{srv: s, client: raw, remote: raw.RemoteAddr().String()}
 	ss.ownPrep.max = s.cfg.Upstream.Prepared(s.cfg.Token.Scope, s.cfg.Pool.Transaction())
 	ss.prep = &ss.ownPrep // one allocation with the session
-	defer func() {
-		if r := recover(); r != nil {
-			// A bug must not take the other sessions down with it.
-			ss.logger().Error("session panic", "panic", r)
-			ss.forceClose()
-			parked = false
-		}
-	}()
-	defer func() {
-		if !parked {
-			ss.client.Close()
-		}
-	}()
+	defer ss.endUnlessParked(&parked)
 
 	raw.SetDeadline(time.Now().Add(s.cfg.Limits.StartupTimeout))
 	startup, r, err := ss.negotiate(raw)
