@@ -515,6 +515,9 @@ func (ss *session) scramExchange(e *auth.ServerExchange) ([sha256.Size]byte, err
 		return none, err
 	}
 	ss.writeAuthRequest(authSASLContinue, serverFirst)
+	if err := ss.askClient(); err != nil {
+		return none, err
+	}
 	body, err = ss.readPasswordMessage()
 	if err != nil {
 		return none, err
@@ -525,6 +528,25 @@ func (ss *session) scramExchange(e *auth.ServerExchange) ([sha256.Size]byte, err
 	}
 	ss.writeAuthRequest(authSASLFinal, serverFinal)
 	return key, nil
+}
+
+// askClient sends what cw holds, ending with a question the client can answer only once it has read it (its
+// answer is made from the question's contents: a salt, a nonce), from inside the read that waits for the answer
+// (rawSocket.holdWrites): a read begun after the bytes went out would find nothing first, one empty read per
+// question (SCRAM's proof takes the client a key derivation, milliseconds). That read must come before any
+// other write of the client's socket (a write would send the held bytes first, rawSocket.Write), and parks
+// without looking: safe because whatever the client sent before it read the question it sent too early, and is
+// read with its answer, or by the startup deadline's end. With bytes already buffered, or another transport
+// (session mode, TLS), it flushes as before.
+func (ss *session) askClient() error {
+	h, ok := ss.clientIO.(writeHolder)
+	if !ok || ss.cr.r.Buffered() > 0 || ss.clientTLS {
+		return ss.cw.Flush()
+	}
+	h.holdWrites(true)
+	err := ss.cw.Flush()
+	h.holdWrites(false)
+	return err
 }
 
 // writeAuthRequest writes an Authentication message with code and data to the client (flushed by the next read).
@@ -538,6 +560,9 @@ func (ss *session) md5Exchange(sec auth.Secret, mock bool) error {
 	var salt [4]byte
 	rand.Read(salt[:])
 	ss.writeAuthRequest(authMD5, salt[:])
+	if err := ss.askClient(); err != nil {
+		return err
+	}
 	body, err := ss.readPasswordMessage()
 	if err != nil {
 		return err
