@@ -247,8 +247,10 @@ func (s *Server) ReadAuthAgain() (apply func(), err error) { return s.auth.readA
 
 // lookup finds user's secret: in auth.file first (read again when it changed), then through auth.query (user bound as $1, never spliced; the
 // query's last column is the secret, NULL, no row or several rows meaning no such user). A plaintext answer is treated as no
-// secret: the proxy does not keep passwords.
-func (a *authenticator) lookup(ctx context.Context, user string) (auth.Secret, bool, error) {
+// secret: the proxy does not keep passwords. timeout bounds auth.query's wait for a connection and its run; the
+// context that carries it is made only for the query, since a timer per login that auth.file answers (nearly
+// always stopped unfired) was one more for the runtime to keep and wake its netpoller for.
+func (a *authenticator) lookup(timeout time.Duration, user string) (auth.Secret, bool, error) {
 	a.reloadIfChanged()
 	a.mu.RLock()
 	sec, ok := a.file[user]
@@ -262,6 +264,8 @@ func (a *authenticator) lookup(ctx context.Context, user string) (auth.Secret, b
 		// an unknown user, not a failed lookup, which would answer 08006 and log an error at every try.
 		return auth.Secret{}, false, nil
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
 	var conn *pgx.Conn
 	select {
 	case conn = <-a.queryConns:
@@ -396,9 +400,7 @@ func (s *Server) authenticateClient(ss *session) (*clientLogin, error) {
 	case config.AuthCert:
 		return login, ss.checkClientCert(user)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Limits.StartupTimeout)
-	sec, found, err := a.lookup(ctx, user)
-	cancel()
+	sec, found, err := a.lookup(s.cfg.Limits.StartupTimeout, user)
 	if err != nil {
 		s.metrics.authFailure("lookup")
 		ss.logger().Error("could not look the user's secret up", "err", err)
@@ -737,9 +739,7 @@ func (s *Server) refreshLogin(login *clientLogin, log *slog.Logger) bool {
 	if !login.hasKey && login.secret.Kind != auth.KindMD5 {
 		return login.password != ""
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Limits.StartupTimeout)
-	defer cancel()
-	fresh, found, err := a.lookup(ctx, login.user)
+	fresh, found, err := a.lookup(s.cfg.Limits.StartupTimeout, login.user)
 	return err == nil && found && fresh.String() == login.secret.String()
 }
 
