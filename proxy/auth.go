@@ -247,8 +247,10 @@ func (s *Server) ReadAuthAgain() (apply func(), err error) { return s.auth.readA
 
 // lookup finds user's secret: in auth.file first (read again when it changed), then through auth.query (user bound as $1, never spliced; the
 // query's last column is the secret, NULL, no row or several rows meaning no such user). A plaintext answer is treated as no
-// secret: the proxy does not keep passwords.
-func (a *authenticator) lookup(ctx context.Context, user string) (auth.Secret, bool, error) {
+// secret: the proxy does not keep passwords. timeout bounds auth.query's wait for a connection and its run; the
+// context that carries it is made only for the query, since a timer per login that auth.file answers (nearly
+// always stopped unfired) was one more for the runtime to keep and wake its netpoller for.
+func (a *authenticator) lookup(timeout time.Duration, user string) (auth.Secret, bool, error) {
 	a.reloadIfChanged()
 	a.mu.RLock()
 	sec, ok := a.file[user]
@@ -262,6 +264,8 @@ func (a *authenticator) lookup(ctx context.Context, user string) (auth.Secret, b
 		// an unknown user, not a failed lookup, which would answer 08006 and log an error at every try.
 		return auth.Secret{}, false, nil
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
 	var conn *pgx.Conn
 	select {
 	case conn = <-a.queryConns:
@@ -396,9 +400,7 @@ func (s *Server) authenticateClient(ss *session) (*clientLogin, error) {
 	case config.AuthCert:
 		return login, ss.checkClientCert(user)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Limits.StartupTimeout)
-	sec, found, err := a.lookup(ctx, user)
-	cancel()
+	sec, found, err := a.lookup(s.cfg.Limits.StartupTimeout, user)
 	if err != nil {
 		s.metrics.authFailure("lookup")
 		ss.logger().Error("could not look the user's secret up", "err", err)
@@ -515,6 +517,9 @@ func (ss *session) scramExchange(e *auth.ServerExchange) ([sha256.Size]byte, err
 		return none, err
 	}
 	ss.writeAuthRequest(authSASLContinue, serverFirst)
+	if err := ss.askClient(); err != nil {
+		return none, err
+	}
 	body, err = ss.readPasswordMessage()
 	if err != nil {
 		return none, err
@@ -525,6 +530,25 @@ func (ss *session) scramExchange(e *auth.ServerExchange) ([sha256.Size]byte, err
 	}
 	ss.writeAuthRequest(authSASLFinal, serverFinal)
 	return key, nil
+}
+
+// askClient sends what cw holds, ending with a question the client can answer only once it has read it (its
+// answer is made from the question's contents: a salt, a nonce), from inside the read that waits for the answer
+// (rawSocket.holdWrites): a read begun after the bytes went out would find nothing first, one empty read per
+// question (SCRAM's proof takes the client a key derivation, milliseconds). That read must come before any
+// other write of the client's socket (a write would send the held bytes first, rawSocket.Write), and parks
+// without looking: safe because whatever the client sent before it read the question it sent too early, and is
+// read with its answer, or by the startup deadline's end. With bytes already buffered, or another transport
+// (session mode, TLS), it flushes as before.
+func (ss *session) askClient() error {
+	h, ok := ss.clientIO.(writeHolder)
+	if !ok || ss.cr.r.Buffered() > 0 || ss.clientTLS {
+		return ss.cw.Flush()
+	}
+	h.holdWrites(true)
+	err := ss.cw.Flush()
+	h.holdWrites(false)
+	return err
 }
 
 // writeAuthRequest writes an Authentication message with code and data to the client (flushed by the next read).
@@ -538,6 +562,9 @@ func (ss *session) md5Exchange(sec auth.Secret, mock bool) error {
 	var salt [4]byte
 	rand.Read(salt[:])
 	ss.writeAuthRequest(authMD5, salt[:])
+	if err := ss.askClient(); err != nil {
+		return err
+	}
 	body, err := ss.readPasswordMessage()
 	if err != nil {
 		return err
@@ -712,9 +739,7 @@ func (s *Server) refreshLogin(login *clientLogin, log *slog.Logger) bool {
 	if !login.hasKey && login.secret.Kind != auth.KindMD5 {
 		return login.password != ""
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Limits.StartupTimeout)
-	defer cancel()
-	fresh, found, err := a.lookup(ctx, login.user)
+	fresh, found, err := a.lookup(s.cfg.Limits.StartupTimeout, login.user)
 	return err == nil && found && fresh.String() == login.secret.String()
 }
 

@@ -29,8 +29,23 @@ func DrainsAsked(s *Server) int {
 	return n
 }
 
-// InlineWatching reports whether the watch of inline reads runs (pooled.go: watchInline).
-func InlineWatching(s *Server) bool { return s.pools != nil && s.pools.inlineWatching.Load() }
+// InlineWatching reports whether the watch of inline reads is armed (pooled.go: inlineBegins).
+func InlineWatching(s *Server) bool {
+	if s.pools == nil {
+		return false
+	}
+	s.pools.watchMu.Lock()
+	defer s.pools.watchMu.Unlock()
+	return s.pools.watchArmed
+}
+
+// InlineLooks is how many looks the watch of inline reads made (pooled.go: inlineLook).
+func InlineLooks(s *Server) int64 {
+	if s.pools == nil {
+		return 0
+	}
+	return s.pools.watchLooks.Load()
+}
 
 // OptionSetting is optionSetting: the value a startup options string gives a setting, as the proxy reads it.
 func OptionSetting(options, name string) (string, bool) { return optionSetting(options, name) }

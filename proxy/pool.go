@@ -76,7 +76,7 @@ type serverConn struct {
 	intr interrupt
 	// holder holds the bytes of w's next flush for the next read (writeHolder); nil where the socket cannot.
 	holder writeHolder
-	// The limit of an inline read (pooled.go: peekInline, txPools.watchInline), under inlineMu: inlineSince is
+	// The limit of an inline read (pooled.go: peekInline, txPools.inlineLook), under inlineMu: inlineSince is
 	// when the session goroutine began to wait for an answer's first bytes (txPools.sinceEpoch; 0: it does not
 	// wait), inlineTripped whether the watch set the read deadline that stops the wait.
 	inlineMu      sync.Mutex
@@ -222,9 +222,15 @@ type txPools struct {
 	resumed   chan struct{}
 	anyPaused atomic.Bool
 
-	// inlineWatching: a watchInline goroutine runs. epoch: what inline waits are timed from.
-	inlineWatching atomic.Bool
-	epoch          time.Time
+	// The watch of inline waits (pooled.go: peekInline), under watchMu: inlineWaits are the waits under way,
+	// watchTimer runs the watch's next look (nil until the first wait), armed while any wait is under way;
+	// watchLooks counts its looks (tests). epoch: what inline waits are timed from.
+	watchMu     sync.Mutex
+	inlineWaits int
+	watchTimer  *time.Timer
+	watchArmed  bool
+	watchLooks  atomic.Int64
+	epoch       time.Time
 
 	srv    *Server
 	parker *parker // idle clients without goroutines (park_linux.go); nil when there is none

@@ -1810,20 +1810,21 @@ func (ss *session) answerInline() {
 }
 
 // peekInline waits for the first bytes of the answer to what the session goroutine sent (answerInline), for
-// about inlineWait: past it, the pools' watch (watchInline) stops the wait with a read deadline. A deadline set
+// about inlineWait: past it, the pools' watch (inlineLook) stops the wait with a read deadline. A deadline set
 // and cleared around each read cost two timer changes per statement, 4% of the proxy's user time in TPC-B;
-// this costs a clock read and two uncontended locks, and the watch's look every inlineWait/2 at each lent
-// connection while anyone waits.
+// this costs a clock read and a few uncontended locks, and the watch's timer changes only when the first wait
+// begins and the last ends.
 func (sc *serverConn) peekInline(ps *txPools) error {
 	sc.inlineMu.Lock()
 	sc.inlineSince = max(time.Since(ps.epoch), 1)
 	sc.inlineMu.Unlock()
-	ps.watchInline()
+	ps.inlineBegins()
 	_, err := sc.r.r.Peek(1)
 	sc.inlineMu.Lock()
 	tripped := sc.inlineTripped
 	sc.inlineSince, sc.inlineTripped = 0, false
 	sc.inlineMu.Unlock()
+	ps.inlineEnds()
 	if tripped {
 		// The watch set the deadline under inlineMu, before it said so: lifting it here comes after.
 		sc.conn.SetReadDeadline(time.Time{})
@@ -1831,50 +1832,69 @@ func (sc *serverConn) peekInline(ps *txPools) error {
 	return err
 }
 
-// inlineWatchLinger is how many of its looks in a row the watch finds nobody waiting before it stops.
-const inlineWatchLinger = 200
-
-// watchInline makes sure the watch of inline waits runs (peekInline calls it after it noted its wait).
-func (ps *txPools) watchInline() {
-	if !ps.inlineWatching.Load() && ps.inlineWatching.CompareAndSwap(false, true) {
-		go ps.inlineWatch()
+// inlineBegins counts a wait that began (its inlineSince noted), and arms the watch for inlineWait on when it is
+// the only one: a wait that begins while the watch is armed began later than the one it is armed for.
+//
+// Why a timer armed while waits are under way rather than a ticker that runs on for a while after the last: a
+// look every inlineWait/2 for a second after each wait woke the runtime 200 times a second whenever a client
+// came now and then (a connection per transaction: with SCRAM about one wake-up of the netpoller, and the
+// runtime monitor's polling after it, per connection), while a wait is nearly always over long before
+// inlineWait, and stopping the timer then wakes nothing.
+func (ps *txPools) inlineBegins() {
+	ps.watchMu.Lock()
+	ps.inlineWaits++
+	if !ps.watchArmed {
+		ps.watchArmed = true
+		if ps.watchTimer == nil {
+			ps.watchTimer = time.AfterFunc(inlineWait, ps.inlineLook)
+		} else {
+			ps.watchTimer.Reset(inlineWait)
+		}
 	}
+	ps.watchMu.Unlock()
 }
 
-// inlineWatch stops, with a read deadline, each inline wait older than inlineWait, every inlineWait/2; it ends
-// after inlineWatchLinger looks that found nobody waiting. A wait noted while it ends is seen by its last look,
-// or starts a new watch: the wait is noted before watchInline reads inlineWatching, and the watch clears it
-// before its last look. It goes on while the proxy drains (Shutdown): a statement sent in a transaction
-// block that the drain waits for is then read by a serveLend, and the session goroutine reads the client, so
-// that the end of the drain's time (forceClose) ends the session and cancels the statement
-// (TestPooledShutdownCutsAStatementSentWhileDraining).
-func (ps *txPools) inlineWatch() {
-	t := time.NewTicker(inlineWait / 2)
-	defer t.Stop()
-	var pools []*txPool
-	var conns []*serverConn
-	quiet := 0
-	for range t.C {
-		var waiting bool
-		if pools, conns, waiting = ps.tripSlowInline(pools[:0], conns[:0]); waiting {
-			quiet = 0
-			continue
-		}
-		if quiet++; quiet < inlineWatchLinger {
-			continue
-		}
-		ps.inlineWatching.Store(false)
-		if pools, conns, waiting = ps.tripSlowInline(pools[:0], conns[:0]); !waiting || !ps.inlineWatching.CompareAndSwap(false, true) {
-			return
-		}
-		quiet = 0
+// inlineEnds counts a wait that ended, and stops the watch after the last.
+func (ps *txPools) inlineEnds() {
+	ps.watchMu.Lock()
+	if ps.inlineWaits--; ps.inlineWaits == 0 && ps.watchArmed {
+		ps.watchArmed = false
+		ps.watchTimer.Stop()
 	}
+	ps.watchMu.Unlock()
+}
+
+// inlineLook is the watch's look (the timer's function): it stops, with a read deadline, each inline wait that
+// began inlineWait ago or more, and arms itself again for the oldest wait left, if any. A look that comes after
+// the last wait ended (its timer fired as inlineEnds stopped it) finds nothing to do; one that comes after a
+// new first wait re-armed the timer moves it no earlier than that wait needs. It goes on while the proxy drains
+// (Shutdown): a statement sent in a transaction block that the drain waits for is then read by a serveLend,
+// and the session goroutine reads the client, so that the end of the drain's time (forceClose) ends the
+// session and cancels the statement (TestPooledShutdownCutsAStatementSentWhileDraining).
+func (ps *txPools) inlineLook() {
+	ps.watchLooks.Add(1)
+	oldest := ps.tripSlowInline()
+	ps.watchMu.Lock()
+	defer ps.watchMu.Unlock()
+	if ps.inlineWaits == 0 {
+		ps.watchArmed = false
+		return
+	}
+	// The waits that started after the tripped ones: the next look when the oldest of them reaches inlineWait
+	// (at least a millisecond on, so that a wait the scan missed, noted as it ran, is not looked at in a loop).
+	next := inlineWait
+	if oldest > 0 {
+		next = max(oldest+inlineWait-time.Since(ps.epoch), time.Millisecond)
+	}
+	ps.watchArmed = true
+	ps.watchTimer.Reset(next)
 }
 
 // tripSlowInline sets a past read deadline on each connection whose inline wait began inlineWait ago or more,
-// and reports whether any connection waits inline. pools and conns are scratch space, returned for the next
-// look.
-func (ps *txPools) tripSlowInline(pools []*txPool, conns []*serverConn) ([]*txPool, []*serverConn, bool) {
+// and returns when the oldest wait it left began (txPools.epoch's time; 0: none).
+func (ps *txPools) tripSlowInline() (oldest time.Duration) {
+	var pools []*txPool
+	var conns []*serverConn
 	ps.mu.Lock()
 	for _, p := range ps.byKey {
 		pools = append(pools, p)
@@ -1888,21 +1908,19 @@ func (ps *txPools) tripSlowInline(pools []*txPool, conns []*serverConn) ([]*txPo
 		p.mu.Unlock()
 	}
 	now := time.Since(ps.epoch)
-	waiting := false
-	for i, sc := range conns {
+	for _, sc := range conns {
 		sc.inlineMu.Lock()
-		if sc.inlineSince > 0 {
-			waiting = true
-			if !sc.inlineTripped && now-sc.inlineSince >= inlineWait {
+		if since := sc.inlineSince; since > 0 && !sc.inlineTripped {
+			if now-since >= inlineWait {
 				sc.conn.SetReadDeadline(time.Unix(1, 0))
 				sc.inlineTripped = true
+			} else if oldest == 0 || since < oldest {
+				oldest = since
 			}
 		}
 		sc.inlineMu.Unlock()
-		conns[i] = nil
 	}
-	clear(pools)
-	return pools, conns, waiting
+	return oldest
 }
 
 // heldMoved looks, before a client's message goes, at a server connection the client holds in a transaction

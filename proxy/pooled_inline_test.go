@@ -24,9 +24,9 @@ func TestPooledClientVanishingStopsItsStatement(t *testing.T) {
 	if err := fe.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	// The inline read's wait starts the watch that stops it (pooled.go: watchInline), which then runs until a
-	// second after the last wait.
-	eventually(t, 10*time.Second, "the watch of inline reads to start", func() bool { return proxy.InlineWatching(f.p.Server) })
+	// The inline read's wait arms the watch that stops it (pooled.go: inlineBegins), which looks once
+	// inlineWait passed.
+	eventually(t, 10*time.Second, "the watch of inline reads to look", func() bool { return proxy.InlineLooks(f.p.Server) > 0 })
 	eventually(t, 10*time.Second, "the statement to run", func() bool { return running() == 1 })
 	conn.Close()
 	eventually(t, 10*time.Second, "the statement to stop after its client went away", func() bool { return running() == 0 })
@@ -35,8 +35,27 @@ func TestPooledClientVanishingStopsItsStatement(t *testing.T) {
 	if _, err := pc.Exec(ctxT(t), "SELECT 1").ReadAll(); err != nil {
 		t.Fatal(err)
 	}
-	// The watch does not outlive the waits by much: it ends after a second of nobody waiting.
-	eventually(t, 10*time.Second, "the watch of inline reads to end", func() bool { return !proxy.InlineWatching(f.p.Server) })
+	// The watch does not outlive the waits.
+	if proxy.InlineWatching(f.p.Server) {
+		t.Fatal("the watch of inline reads is armed after the last wait ended")
+	}
+}
+
+// TestPooledInlineWatchSleepsWithoutWaits: the watch of inline reads is armed only while a wait is under way,
+// so that a proxy whose clients come now and then (a connection per transaction) is not woken between them; it
+// used to look every 5 ms for a second after each wait (200 wake-ups a second of the whole runtime).
+func TestPooledInlineWatchSleepsWithoutWaits(t *testing.T) {
+	f := newPooledFenced(t, 1, "")
+	pc := pooledPgConn(t, f, "")
+	for round := 0; round < 3; round++ {
+		if _, err := pc.Exec(ctxT(t), "SELECT 1").ReadAll(); err != nil {
+			t.Fatal(err)
+		}
+		// The wait ended before the answer went to the client: nothing is left for the watch to look at.
+		if proxy.InlineWatching(f.p.Server) {
+			t.Fatalf("round %d: the watch of inline reads is armed with no wait under way", round)
+		}
+	}
 }
 
 // COPY FROM STDIN in transaction mode: the server waits for the client's data after its CopyInResponse, so the

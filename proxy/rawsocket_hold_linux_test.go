@@ -164,3 +164,23 @@ func TestHeldWriteToAClosedPeer(t *testing.T) {
 		t.Fatalf("read after a held write to a reset peer: %d bytes, %v; want the connection's error", n, err)
 	}
 }
+
+// TestHeldWriteNeverOvertaken: a write that comes before the read the held bytes wait for sends them first: the
+// peer gets what was written in the order it was (askClient relies on it should a write ever come first).
+func TestHeldWriteNeverOvertaken(t *testing.T) {
+	_, s, peer := tcpPair(t)
+	s.holdWrites(true)
+	s.Write([]byte("first "))
+	s.holdWrites(false)
+	if _, err := s.Write([]byte("second")); err != nil {
+		t.Fatal(err)
+	}
+	peer.SetReadDeadline(time.Now().Add(10 * time.Second))
+	got := make([]byte, len("first second"))
+	if _, err := io.ReadFull(peer, got); err != nil || string(got) != "first second" {
+		t.Fatalf("the peer got %q (%v), want %q", got, err, "first second")
+	}
+	if len(s.held) != 0 {
+		t.Fatalf("%d bytes still held after they were written", len(s.held))
+	}
+}

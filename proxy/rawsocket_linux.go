@@ -43,6 +43,10 @@ type rawSocket struct {
 	held    []byte
 	heldOut bool
 	heldFn  func(fd uintptr) bool
+
+	// emptyReads counts the reads that found nothing (EAGAIN) and parked: a system call that a question sent
+	// from inside the read (holdWrites) saves. Tests read it once the reader is done.
+	emptyReads int
 }
 
 // rawIO is c read and written with raw system calls (rawSocket), after the bytes of pending; c itself (after
@@ -64,6 +68,7 @@ func rawIO(c net.Conn, pending []byte) io.ReadWriter {
 			case unix.EINTR:
 				continue
 			case unix.EAGAIN:
+				s.emptyReads++
 				return false // not ready: RawConn parks in the netpoller and calls again
 			}
 			s.rn, s.rerr = n, err
@@ -193,6 +198,18 @@ func (s *rawSocket) Write(p []byte) (int, error) {
 		s.held = append(s.held, p...)
 		return len(p), nil
 	}
+	if len(s.held) > 0 {
+		// Bytes held for a read that did not come first go out before these: a write never overtakes them.
+		if _, err := s.write(s.held); err != nil {
+			return 0, err
+		}
+		s.held = s.held[:0]
+	}
+	return s.write(p)
+}
+
+// write writes p now (Write without the held bytes).
+func (s *rawSocket) write(p []byte) (int, error) {
 	s.wp, s.wn, s.werr = p, 0, nil
 	var err error
 	if s.waiter == nil {

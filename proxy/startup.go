@@ -181,16 +181,25 @@ func (ss *session) negotiate(raw net.Conn) ([]byte, *bufio.Reader, error) {
 		in = ss.clientIO
 	}
 	r := ss.srv.bufs.reader(in)
-	refuse := func() error { // the answer N to an SSLRequest or GSSENCRequest
+	const attempts = 4 // negotiation requests a client may send before its StartupMessage
+	// refuse answers N to an SSLRequest or GSSENCRequest; readNext: the next request is read after it.
+	refuse := func(readNext bool) error {
 		w := io.Writer(ss.client)
 		if ss.clientIO != nil {
 			w = ss.clientIO
+		}
+		// The client's next bytes depend on the answer (TLS or not), and bytes it sent before reading it are
+		// refused (r.Buffered, below), so the answer goes out from inside the read of the next request
+		// (askClient): no empty read first.
+		if h, ok := w.(writeHolder); ok && readNext && r.Buffered() == 0 {
+			h.holdWrites(true)
+			defer h.holdWrites(false)
 		}
 		_, err := w.Write([]byte{negotiateRefuse})
 		return err
 	}
 	tlsCfg := ss.srv.clientTLS
-	for attempt := 0; attempt < 4; attempt++ {
+	for attempt := 0; attempt < attempts; attempt++ {
 		if !ss.clientTLS && tlsCfg != nil && attempt == 0 {
 			// PostgreSQL 17's sslnegotiation=direct starts TLS at once: the first byte is a TLS handshake
 			// record, not a length word.
@@ -222,7 +231,7 @@ func (ss *session) negotiate(raw net.Conn) ([]byte, *bufio.Reader, error) {
 				return nil, nil, fmt.Errorf("%w: data received after SSLRequest", errProtocol)
 			}
 			if tlsCfg == nil {
-				if err := refuse(); err != nil {
+				if err := refuse(attempt+1 < attempts); err != nil {
 					return nil, nil, err
 				}
 				continue
@@ -240,7 +249,7 @@ func (ss *session) negotiate(raw net.Conn) ([]byte, *bufio.Reader, error) {
 			if len(body) != 4 || r.Buffered() > 0 {
 				return nil, nil, fmt.Errorf("%w: unexpected GSSENCRequest", errProtocol)
 			}
-			if err := refuse(); err != nil {
+			if err := refuse(attempt+1 < attempts); err != nil {
 				return nil, nil, err
 			}
 		case codeCancelRequest:
