@@ -5,8 +5,8 @@ import (
 	"time"
 )
 
-// The parker gives the memory of parked clients back at the end of a wave of parking (no park for longer than
-// handlerIdle), not only every freeEvery: a wave's clients that parked after its first freeAfterParks kept their memory
+// The parker gives the memory of parked clients back at the end of a wave of parking (a sweep period with no
+// park), not only every freeEvery: a wave's clients that parked after its first freeAfterParks kept their memory
 // for half a minute. It never does for fewer than freeAfterParks parks, nor more often than freeQuiet.
 func TestParkerFreesAfterAWave(t *testing.T) {
 	for _, c := range []struct {

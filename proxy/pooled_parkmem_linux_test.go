@@ -1,7 +1,9 @@
 package proxy_test
 
 import (
+	"context"
 	"fmt"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -80,5 +82,36 @@ func TestPooledSharedParamsCopiedOnChange(t *testing.T) {
 		if got := b.ParameterStatus("application_name"); got != "a_only" {
 			t.Errorf("a client that set application_name after another is shown %q, want a_only", got)
 		}
+	}
+}
+
+// A client that parks gives its goroutine back (docs/pooling.md, "Idle clients"), but a handler goroutine whose
+// session parked waited handlerIdle for another connection, with the stack the session grew: a wave of clients
+// that parked together kept a goroutine each for five seconds. At most maxIdleHandlers (128) wait now.
+func TestPooledParkedWaveLeavesFewGoroutines(t *testing.T) {
+	f := newParkingFenced(t, 2)
+	const n = 300
+	// The clients connect and speak all at once, as a burst of work does: a goroutine each, then parked.
+	errs := make(chan error, n)
+	for range n {
+		go func() {
+			c, err := pgconn.Connect(ctxT(t), f.dsn())
+			if err == nil {
+				t.Cleanup(func() { c.Close(context.Background()) })
+				_, err = c.Exec(ctxT(t), "SELECT 1").ReadAll()
+			}
+			errs <- err
+		}()
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, 10*time.Second, fmt.Sprintf("%d parked clients", n), func() bool { return proxy.ParkedClients(f.p.Server) == n })
+	buf := make([]byte, 64<<20)
+	stacks := string(buf[:runtime.Stack(buf, true)])
+	if waiting := strings.Count(stacks, "proxy.(*Server).handlerLoop("); waiting > 128 {
+		t.Errorf("%d handler goroutines left for %d parked clients, want at most 128", waiting, n)
 	}
 }
