@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -47,9 +48,12 @@ type protoState struct {
 	owed        *owedCancel
 	cancelEnded bool
 
-	authAsked    bool          // the server asked for something during startup: never reuse the connection
-	reusable     bool          // the connection may be kept for another session; set before ready is published
-	serverFatal  bool          // the server sent a FATAL or PANIC error: the client knows why the session ends
+	authAsked   bool // the server asked for something during startup: never reuse the connection
+	reusable    bool // the connection may be kept for another session; set before ready is published
+	serverFatal bool // the server sent a FATAL or PANIC error: the client knows why the session ends
+	// sharedParams: serverParams is a list other sessions hold too (a pooled client's, txPool.clientParams),
+	// which noteParamValue copies before it changes a value.
+	sharedParams bool
 	serverParams []paramStatus // ParameterStatus values as the server reported them (reuse.go)
 	reading      serverReading // client_encoding, server_encoding, standard_conforming_strings (reading.go)
 }
@@ -356,6 +360,14 @@ func (ss *session) noteParamValue(name, value string) {
 	}
 	if ss.srv.router != nil {
 		ss.srv.router.observe(ss.host.addr, name, value)
+	}
+	if ss.state.sharedParams {
+		if i := slices.IndexFunc(ss.state.serverParams, func(p paramStatus) bool { return p.name == name }); i >= 0 && ss.state.serverParams[i].value == value {
+			ss.state.reading.note(name, value)
+			return
+		}
+		ss.state.serverParams = slices.Grow(slices.Clone(ss.state.serverParams), 1)
+		ss.state.sharedParams = false
 	}
 	ss.state.serverParams = setParam(ss.state.serverParams, name, value)
 	ss.state.reading.note(name, value)

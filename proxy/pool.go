@@ -314,6 +314,11 @@ type txPool struct {
 	live    map[*serverConn]struct{} // every open server connection, idle or lent (dropHost closes a host's)
 	timers  sync.Pool                // stopped *time.Timer for clients waiting in takeSlot: none made per wait
 	reports []paramStatus            // ParameterStatus values of its first server connection, shown to its clients
+	// startups are its clients' startup parameters, one map for all clients that gave the same (sharedParams),
+	// by startupKey; clientViews its clients' lists of ParameterStatus values, one for all that see the same
+	// (clientParams), by application_name. Both are read only once given out, and both bounded (sharedMax).
+	startups    map[string]map[string]string
+	clientViews map[string][]paramStatus
 
 	database, user string // its database (the user's name when the client gave none) and user
 
@@ -550,6 +555,7 @@ func (ps *txPools) join(ss *session, login *clientLogin) (*txPool, func(), bool)
 		return nil, nil, false
 	}
 	p.mu.Lock()
+	ss.params = p.sharedParams(ss.params) // before the admin console can see the member (under p.mu)
 	p.members[ss] = member{login: login, since: time.Now()}
 	p.mu.Unlock()
 	return p, func() {
@@ -559,6 +565,59 @@ func (ps *txPools) join(ss *session, login *clientLogin) (*txPool, func(), bool)
 		p.clients.Add(-1)
 		ps.clients.Add(-1)
 	}, true
+}
+
+// sharedMax bounds the startup parameter maps, and the lists of ParameterStatus values, a pool keeps to share
+// among its clients: clients that differ in every one (an application_name per client) each keep their own.
+const sharedMax = 64
+
+// sharedParams is params, the startup parameters of a client joining p, or an equal map another client of p
+// gave, so that clients alike keep one (a pooled client idle for hours keeps them all that time). No one
+// writes a session's startup parameters once it joined its pool (p.mu held).
+func (p *txPool) sharedParams(params map[string]string) map[string]string {
+	key := startupKey(nil, params)
+	if m, ok := p.startups[key]; ok {
+		return m
+	}
+	if len(p.startups) < sharedMax {
+		if p.startups == nil {
+			p.startups = map[string]map[string]string{}
+		}
+		p.startups[key] = params
+	}
+	return params
+}
+
+// clientParams is the list of ParameterStatus values a client of p that gave application_name app (if hasApp)
+// starts with: the pool's reports, its application_name the client's. One list for all clients that see the
+// same; a session changes its own only by a copy (noteParamValue: protoState.sharedParams).
+func (p *txPool) clientParams(reports []paramStatus, app string, hasApp bool) []paramStatus {
+	if !hasApp {
+		return reports // the pool's: set once, never written (serverReports)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if v, ok := p.clientViews[app]; ok {
+		return v
+	}
+	v := make([]paramStatus, 0, len(reports)+1)
+	for _, r := range reports {
+		if r.name == "application_name" {
+			r.value, hasApp = app, false
+		}
+		v = append(v, r)
+	}
+	if hasApp {
+		v = append(v, paramStatus{"application_name", app})
+	}
+	v = slices.Clip(v)
+	if len(p.clientViews) < sharedMax {
+		if p.clientViews == nil {
+			p.clientViews = map[string][]paramStatus{}
+		}
+		p.clientViews[app] = v
+	}
+	return v
 }
 
 // close closes the idle server connections of every pool; lent ones are closed when given back.

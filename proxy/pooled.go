@@ -111,9 +111,9 @@ type pooledState struct {
 	inline  bool           // the session goroutine reads the answer to what it sent (answerInline)
 	// inlineAtReady: answerInline stopped at the ReadyForQuery that ended the answer (not a timeout or COPY).
 	inlineAtReady bool
-	// classes remembers what the last texts the client sent are by their words (textclass.go); its client side
-	// alone uses it.
-	classes classMemo
+	// cache is what a busy client keeps only to spare itself work (pooledCache), nil until its first use and
+	// from park on: apart, so that a parked client keeps none of its bytes (ss.caches makes it).
+	cache *pooledCache
 	// beforeSend is needReader, made once: the lent connection's serverConn.beforeSend.
 	beforeSend func()
 	open       int    // Query, Sync and FunctionCall messages forwarded on sc and not yet settled
@@ -252,8 +252,6 @@ type pooledState struct {
 	// takes that ReadyForQuery off, or when the token statement fails, which makes the server skip the Query.
 	syncOwed    bool
 	readyHidden atomic.Bool
-	// tokenBind and tokenExecute are writeTokenStmt's scratch, kept for the next transaction's.
-	tokenBind, tokenExecute []byte
 	// lastUnnamedOwed: the connection just lent may hold another client's unnamed statement (closeLastUnnamed).
 	lastUnnamedOwed bool
 	// unnamedDropped: a DISCARD ALL or DEALLOCATE ALL ran on the lent connection, which dropped the server
@@ -276,17 +274,39 @@ type pooledState struct {
 	unnamedVer   uint64
 	unnamedEpoch uint64
 
+	// prefixChars is how many characters the token statement put before the text of the Query being answered
+	// (an error's position is shifted back by it, and by the hidden PREPAREs in the text: pooledsqlprep.go); 0
+	// when none, negative when they cannot be counted (positions are then left as they are).
+	prefixChars atomic.Int64
+}
+
+// pooledCache is what a pooled session keeps only so that its next transactions cost less: each part is made
+// again, the same, when it is missing, so dropping it loses nothing but that work. A parked client drops it
+// (park): the memo alone holds copies of up to sixteen of the client's texts, kept for hours by an idle client
+// (TestPooledParkedClientKeepsLittle). Anything the client's next message needs as it was is state, and does
+// not belong here. The session goroutine (the client side) alone uses it; it is dropped only with no lend, so
+// with no lend's server side running.
+type pooledCache struct {
+	// classes remembers what the last texts the client sent are by their words (textclass.go).
+	classes classMemo
 	// plainPrefix is the last text plainPrefix built, for the values and settings of key (n 0: none yet).
 	plainPrefix struct {
 		key  plainPrefixKey
 		text string
 		n    int64
 	}
+	// tokenBind and tokenExecute are writeTokenStmt's scratch, kept for the next transaction's.
+	tokenBind, tokenExecute []byte
+}
 
-	// prefixChars is how many characters the token statement put before the text of the Query being answered
-	// (an error's position is shifted back by it, and by the hidden PREPAREs in the text: pooledsqlprep.go); 0
-	// when none, negative when they cannot be counted (positions are then left as they are).
-	prefixChars atomic.Int64
+// caches is the session's pooledCache, made at its first use since the session started or last parked: one
+// allocation per unpark of a client that then speaks, none per message.
+func (ss *session) caches() *pooledCache {
+	pl := ss.pooled
+	if pl.cache == nil {
+		pl.cache = &pooledCache{classes: classMemo{effectWords: ss.srv.effectWords, effectsOf: ss.srv.effectsOf}}
+	}
+	return pl.cache
 }
 
 // setLent sets the connection lent to the client (mu held).
@@ -463,7 +483,8 @@ func (t *tokenTexts) plainInline(tok, lock *string, bare bool) string {
 func (ss *session) plainPrefix(sc *serverConn, set rewrite.Settings) (string, int64) {
 	pl := ss.pooled
 	key := pl.prefixKey(pl.pin != "" || sc.roleSeen, set)
-	if c := &pl.plainPrefix; c.n > 0 && c.key == key {
+	cache := ss.caches()
+	if c := &cache.plainPrefix; c.n > 0 && c.key == key {
 		return c.text, c.n
 	}
 	text, n := "", int64(1)
@@ -479,7 +500,7 @@ func (ss *session) plainPrefix(sc *serverConn, set rewrite.Settings) (string, in
 	} else {
 		text = sc.pool.tokenTexts(pl.pin != "").plainInline(pl.token, pl.lock, key.bare)
 	}
-	pl.plainPrefix.key, pl.plainPrefix.text, pl.plainPrefix.n = key, text, n
+	cache.plainPrefix.key, cache.plainPrefix.text, cache.plainPrefix.n = key, text, n
 	return text, n
 }
 
@@ -683,7 +704,6 @@ func (s *Server) startPooled(ss *session, login *clientLogin) (parked bool) {
 	pl.token, pl.lock = startupValue(ss.params, tok), startupValue(ss.params, lock)
 	pl.resetToken, pl.resetLock = pl.token, pl.lock
 	pl.settings = startupSettings(ss.params)
-	pl.classes.effectWords, pl.classes.effectsOf = s.effectWords, s.effectsOf
 	ss.pooled = pl
 	ss.ownPrep.max = 0 // session.prep, off until the first lend gives it the server connection's
 
@@ -700,19 +720,13 @@ func (s *Server) startPooled(ss *session, login *clientLogin) (parked bool) {
 	// interface's Write) is an allocation each.
 	writeHeader(out, msgAuthentication, 8)
 	writeUint32(out, authOK)
+	// The server's parameters, application_name the client's: a list the pool's clients that see the same
+	// share (txPool.clientParams), which noting each value again leaves shared.
 	app, hasApp := ss.params["application_name"]
-	ss.state.serverParams = make([]paramStatus, 0, len(reports)+1)
-	for _, r := range reports {
-		v := r.value
-		if r.name == "application_name" && hasApp {
-			v, hasApp = app, false
-		}
-		ss.noteParamValue(r.name, v)
-		writeParamStatus(out, r.name, v)
-	}
-	if hasApp {
-		ss.noteParamValue("application_name", app)
-		writeParamStatus(out, "application_name", app)
+	ss.state.serverParams, ss.state.sharedParams = p.clientParams(reports, app, hasApp), true
+	for _, r := range ss.state.serverParams {
+		ss.noteParamValue(r.name, r.value)
+		writeParamStatus(out, r.name, r.value)
 	}
 	s.registerPooledKey(ss)
 	writeMsg(out, msgBackendKeyData, ss.clientKey, "")
@@ -802,6 +816,7 @@ func (ss *session) park() bool {
 	// The buffers are dropped, not kept for other sessions (bufs): a parked client's memory is to be given back
 	// (parker.sweep), and a kept buffer outlives two collections.
 	ss.cr.r, ss.cw, ss.cr.buf = nil, nil, nil
+	pl.cache = nil // made again at its first use (caches): nothing the next message needs is in it
 	if s.pools.parker.park(ss, fd) {
 		return true
 	}
@@ -2316,7 +2331,8 @@ func (ss *session) tokenStmtMsgs(w msgSink, portal string, kind tokenStmtKind) {
 		sc.unnamedToken = kind
 	}
 	// Bind: the portal, the unnamed statement, no parameter formats (text), two parameters, no result formats.
-	b := append(append(pl.tokenBind[:0], portal...), 0, 0, 0, 0, 0, 2)
+	cache := ss.caches()
+	b := append(append(cache.tokenBind[:0], portal...), 0, 0, 0, 0, 0, 2)
 	for _, v := range []*string{pl.token, pl.lock} {
 		if v == nil {
 			b = binary.BigEndian.AppendUint32(b, 0xffffffff)
@@ -2326,10 +2342,10 @@ func (ss *session) tokenStmtMsgs(w msgSink, portal string, kind tokenStmtKind) {
 		b = append(b, *v...)
 	}
 	b = append(b, 0, 0)
-	pl.tokenBind = b
+	cache.tokenBind = b
 	writeMsg(w, msgBind, b, "")
-	pl.tokenExecute = append(append(pl.tokenExecute[:0], portal...), 0, 0, 0, 0, 0)
-	writeMsg(w, msgExecute, pl.tokenExecute, "")
+	cache.tokenExecute = append(append(cache.tokenExecute[:0], portal...), 0, 0, 0, 0, 0)
+	writeMsg(w, msgExecute, cache.tokenExecute, "")
 }
 
 // procedureAlone writes to w, right before the client's Query message goes there, the token statement kind of a

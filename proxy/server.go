@@ -125,6 +125,8 @@ type Server struct {
 	// waiting ones.
 	handlers     chan acceptedConn
 	handlersStop chan struct{}
+	// idleHandlers counts the handler goroutines waiting for their next connection (at most maxIdleHandlers).
+	idleHandlers atomic.Int64
 }
 
 // acceptedConn is a client connection for a handler goroutine, and whether it is over limits.max_client_connections.
@@ -300,8 +302,16 @@ func (s *Server) Serve(ln net.Listener) error {
 	}
 }
 
-// handlerIdle is how long a handler goroutine waits for its next connection before it ends.
-const handlerIdle = 5 * time.Second
+// handlerIdle is how long a handler goroutine waits for its next connection before it ends; at most
+// maxIdleHandlers wait, the others end at once. A wave of transaction-mode clients that park (park_linux.go)
+// left a goroutine per client waiting, each with the stack its session grew (8 KiB and more), for handlerIdle:
+// 2,000 clients of bench/idlemem kept 16 MB of stacks five seconds after they parked, and longer, until a
+// collection freed them and the parker gave the memory back. The goroutines that wait are what a burst of new
+// connections needs (a connection per transaction, pgbench -C, has one connecting per client at a time).
+const (
+	handlerIdle     = 5 * time.Second
+	maxIdleHandlers = 128
+)
 
 // handlerLoop serves a, then the connections Serve hands it, until none came for handlerIdle or Shutdown began.
 // Why not a goroutine per connection: a session's goroutine grows its stack from the runtime's start size by
@@ -320,6 +330,10 @@ func (s *Server) handlerLoop(a acceptedConn) {
 			s.active.Add(-1)
 			s.wg.Done()
 		}
+		if s.idleHandlers.Add(1) > maxIdleHandlers {
+			s.idleHandlers.Add(-1)
+			return
+		}
 		if idle == nil {
 			idle = time.NewTimer(handlerIdle)
 		} else {
@@ -327,9 +341,12 @@ func (s *Server) handlerLoop(a acceptedConn) {
 		}
 		select {
 		case a = <-s.handlers:
+			s.idleHandlers.Add(-1)
 		case <-idle.C:
+			s.idleHandlers.Add(-1)
 			return
 		case <-s.handlersStop:
+			s.idleHandlers.Add(-1)
 			idle.Stop()
 			return
 		}

@@ -99,5 +99,5 @@ func (m *classMemo) classOf(text []byte, set rewrite.Settings) textClass {
 
 // classOf is the class of a client's text under the session's reading settings now.
 func (ss *session) classOf(text []byte) textClass {
-	return ss.pooled.classes.classOf(text, ss.readingSettings())
+	return ss.caches().classes.classOf(text, ss.readingSettings())
 }
