@@ -1012,52 +1012,70 @@ const (
 	copyEndsAny                       // after a Query that may start COPYs: every end may be one's
 )
 
-// errClientLeftWaiting: the client left (its socket closed, or the session was forced out) while the pool
-// held its next message until an earlier one was answered (awaitSettled).
-var errClientLeftWaiting = errors.New("the client left while its next message waited for the answer to an earlier one")
+// errClientLeftWaiting: the client left (its socket closed, or the session was forced out) while the session
+// goroutine waited on the server side: for the answer to an earlier message of the client's (awaitSettled), or
+// to a unit of the proxy's own sent before the client's message (awaitReplayed).
+var errClientLeftWaiting = errors.New("the client left while the session waited for the server's answer")
 
-// awaitSettled waits on settled while more reports true (pl.mu held, and released while it waits), unless the
-// client leaves first: then it reports errClientLeftWaiting, and the session ends as for a client that leaves
-// mid-transaction (endPooled: what the server runs is cancelled, the connection closed, the slot freed). The
-// session goroutine reads the client no more while it waits, so without a look at the client's socket its
-// leaving went unseen, and a wait whose answer never comes (the server waits for the client: a Sync the pool
-// counts wrong, TestPooledStrayCopyEndInsideABatch; or it is blocked for good) held the server connection, its
-// transaction and locks, until the proxy stopped (TestPooledClientVanishingWhileItsNextUnitWaits). A watcher
-// looks at the socket every waitCheck, for the wait's length only (most waits end sooner than one look).
-func (ss *session) awaitSettled(more func() bool) error {
-	pl := ss.pooled
-	if !more() {
-		return nil
-	}
-	stop := make(chan struct{}) // closed under mu when the wait ends: the watcher then wakes nobody
-	gone := false               // under mu
+// clientWatch ends a wait of the session goroutine on the server side when the client leaves. That goroutine
+// reads the client no more while it waits, so without a look at the client's socket its leaving went unseen,
+// and a wait whose answer never comes (the server waits for the client: a Sync the pool counts wrong; or it is
+// blocked for good, behind a lock) held the server connection, its transaction and locks, until the proxy
+// stopped (TestPooledClientVanishingWhileItsNextUnitWaits, TestPooledClientVanishingWhileItsSettingsReplay).
+// Every such wait goes through watchClient: one rule in one place.
+type clientWatch struct {
+	stop chan struct{}
+	gone atomic.Bool // the client left: the wait ends with errClientLeftWaiting
+}
+
+// watchClient starts a look at the client's socket every waitCheck, for one wait's length only (most waits end
+// sooner than one look; end stops it). Once the client closed its socket, or the session was forced out, it
+// marks the watch gone and calls wake, which must make the waiter look at gone again. A wake-up from the
+// socket itself (the parker's epoll, or a read with a deadline) would need the socket's one reader, which the
+// session goroutine takes back after the wait, and its read deadline, which interruptions use: not worth a
+// tick of 100 ms that no busy session pays.
+func (ss *session) watchClient(wake func()) *clientWatch {
+	w := &clientWatch{stop: make(chan struct{})}
 	go func() {
 		t := time.NewTicker(waitCheck)
 		defer t.Stop()
 		for {
 			select {
-			case <-stop:
+			case <-w.stop:
 				return
 			case <-t.C:
 			}
-			if !ss.forcedOut.Load() && !peerClosed(ss.client) {
-				continue
+			if ss.forcedOut.Load() || peerClosed(ss.client) {
+				w.gone.Store(true)
+				wake()
+				return
 			}
-			// Under mu, so that the wait sees gone before it waits again or gets the Broadcast while it waits.
-			pl.mu.Lock()
-			select {
-			case <-stop:
-			default:
-				gone = true
-				pl.settled.Broadcast()
-			}
-			pl.mu.Unlock()
-			return
 		}
 	}()
-	defer close(stop)
+	return w
+}
+
+// end stops the watch (the wait is over).
+func (w *clientWatch) end() { close(w.stop) }
+
+// awaitSettled waits on settled while more reports true (pl.mu held, and released while it waits), unless the
+// client leaves first (watchClient): then it reports errClientLeftWaiting, and the session ends as for a
+// client that leaves mid-transaction (endPooled: what the server runs is cancelled, the connection closed, the
+// slot freed).
+func (ss *session) awaitSettled(more func() bool) error {
+	pl := ss.pooled
+	if !more() {
+		return nil
+	}
+	// The Broadcast under mu: the wait looks at gone and waits again without letting mu go between the two.
+	w := ss.watchClient(func() {
+		pl.mu.Lock()
+		pl.settled.Broadcast()
+		pl.mu.Unlock()
+	})
+	defer w.end()
 	for more() {
-		if gone {
+		if w.gone.Load() {
 			return errClientLeftWaiting
 		}
 		pl.settled.Wait()
@@ -2436,7 +2454,9 @@ func (ss *session) awaitHidden() error {
 	if err := pl.sc.w.Flush(); err != nil {
 		return nil
 	}
-	ss.awaitReplayed()
+	if err := ss.awaitReplayed(); err != nil {
+		return err
+	}
 	if pl.lost != nil {
 		return errLendLost
 	}
@@ -2444,16 +2464,28 @@ func (ss *session) awaitHidden() error {
 }
 
 // awaitReplayed waits until the proxy's own units sent are answered (replaying), or the lend is lost (pl.mu
-// held, and released while it waits). Not on settled: the lend's server side must never wait for mu while
-// the session goroutine may hold it in a write to the server (lendFailed), and a Broadcast without mu could
-// come between this goroutine's look and its Wait; replayed keeps the wake-up until it is taken.
-func (ss *session) awaitReplayed() {
+// held, and released while it waits), unless the client leaves first (watchClient): then it reports
+// errClientLeftWaiting, and the session ends as for a client that leaves mid-transaction (a unit blocked behind
+// a lock held the connection and its slot as long as the lock: TestPooledClientVanishingWhileItsSettingsReplay).
+// Not on settled: the lend's server side must never wait for mu while the session goroutine may hold it in a
+// write to the server (lendFailed), and a Broadcast without mu could come between this goroutine's look and its
+// Wait; replayed keeps the wake-up until it is taken.
+func (ss *session) awaitReplayed() error {
 	pl := ss.pooled
+	if pl.replaying.Load() <= 0 || pl.lost != nil {
+		return nil
+	}
+	w := ss.watchClient(ss.wakeReplayed)
+	defer w.end()
 	for pl.replaying.Load() > 0 && pl.lost == nil {
+		if w.gone.Load() {
+			return errClientLeftWaiting
+		}
 		pl.mu.Unlock()
 		<-pl.replayed
 		pl.mu.Lock()
 	}
+	return nil
 }
 
 // ownUnitAnswered is the lend's server side's part when a unit of the proxy's own was answered (replaying or
@@ -3605,7 +3637,9 @@ func (ss *session) endPooled(e ending) {
 	forced := ss.forced()
 	ss.outcome = ss.outcomeOf(e, forced)
 	if sc != nil {
-		if open > 0 || ss.state.unsynced.Load() {
+		// Also while a unit of the proxy's own runs (a settings replay, a put-back): one blocked behind a lock
+		// would otherwise stay, its backend waiting, after the connection closed.
+		if open > 0 || ss.state.answersInFlight() || pl.replaying.Load() > 0 {
 			ss.srv.cancelUpstream(sc.key, sc.host.addr)
 		}
 		sc.conn.Close()
