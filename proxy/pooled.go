@@ -2996,17 +2996,13 @@ func (ss *session) serveLend(sc *serverConn) {
 }
 
 // relayServer relays the lent server connection's messages to the client until the lend ends, and reports
-// true; inline (answerInline), it also stops, reporting false, where a serveLend is to take over: before the
-// answer's first bytes came within inlineWait, after a CopyInResponse or CopyBothResponse (the server waits for
-// the client), after a ReadyForQuery that does not end the lend.
+// true; inline (answerInline), it also stops, reporting false, where a serveLend is to take over: whenever the
+// answer's next bytes do not come within inlineWait (its first ones, or any after them: a statement behind a
+// lock, after the rows of one before it), after a CopyInResponse or CopyBothResponse (the server waits for the
+// client), after a ReadyForQuery that does not end the lend.
 func (ss *session) relayServer(sc *serverConn, inline bool) bool {
 	pl := ss.pooled
 	r := &sc.r
-	if inline && r.r.Buffered() == 0 {
-		if err := sc.peekInline(ss.srv.pools); err != nil && isTimeout(err) {
-			return false
-		}
-	}
 	for {
 		if ss.cw.Buffered() > 0 && !r.nextBuffered() {
 			// The answers relayed last were followed by ones the client does not see (the token statement's
@@ -3016,6 +3012,15 @@ func (ss *session) relayServer(sc *serverConn, inline bool) bool {
 			if err := ss.cw.Flush(); err != nil {
 				ss.lendFailed(sc, err)
 				return true
+			}
+		}
+		if inline && r.r.Buffered() == 0 {
+			// Not only before the first bytes: a wait without a deadline here is one the client's leaving never
+			// ends, for the session goroutine reads the client no more (a Query whose second statement waited for
+			// a lock held the pool's slot as long as the lock: TestPooledClientVanishingWhileItsAnswerIsReadInline).
+			// At a message boundary, what was relayed sent: the serveLend goes on from here.
+			if err := sc.peekInline(ss.srv.pools); err != nil && isTimeout(err) {
+				return false
 			}
 		}
 		typ, _, err := r.next()

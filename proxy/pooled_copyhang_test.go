@@ -208,3 +208,47 @@ func TestPooledClientVanishingWhileItsSettingsReplay(t *testing.T) {
 		return err == nil && n == 0
 	})
 }
+
+// A client whose one Query's answer the session goroutine reads itself (answerInline: one unit, nothing else
+// sent) leaves after the first bytes of that answer came and while the rest waits behind a lock (its second
+// statement waits for an advisory lock another session holds). Past the answer's first bytes the inline read
+// has no deadline and nothing looks at the client, so its leaving goes unseen, and the pool's one slot stays
+// held as long as the lock: the next client must be served well within max_client_wait.
+func TestPooledClientVanishingWhileItsAnswerIsReadInline(t *testing.T) {
+	f := newPooledFenced(t, 1, "  admin_users: [admin]\n  max_client_wait: 15s\n")
+	adm := adminConn(t, f)
+	hold := connect(t, pg.SuperDSN())
+	fxExec(t, hold, "SELECT pg_advisory_lock(5302)")
+	a := dialRaw(t, f.p.Addr, pgtest.SuperUser, pgtest.TestDB, nil)
+	a.fe.Send(&pgproto3.Query{String: "SELECT 1 AS inline_first; SELECT pg_advisory_xact_lock(5302) AS inline_busy"})
+	if err := a.fe.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxT(t)
+	cond := "wait_event_type = 'Lock' AND query LIKE '%inline_busy%' AND pid <> pg_backend_pid()"
+	eventually(t, 10*time.Second, "the subject's second statement waiting for the lock", func() bool {
+		var n int
+		err := f.d.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE "+cond).Scan(&n)
+		return err == nil && n == 1
+	})
+	b := pooledConn(t, f, "&default_query_exec_mode=simple_protocol")
+	got := make(chan string, 1)
+	go func() {
+		var v string
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		if err := b.QueryRow(ctx, "SELECT 'the other client''s'").Scan(&v); err != nil {
+			v = "error: " + err.Error()
+		}
+		got <- v
+	}()
+	waitingClients(t, adm, 1)
+	a.conn.Close()
+	left := time.Now()
+	if v := <-got; v != "the other client's" {
+		t.Fatalf("the next client on the pool of one after the subject left (%v later): %s", time.Since(left).Round(time.Millisecond), v)
+	}
+	if waited := time.Since(left); waited > 5*time.Second {
+		t.Errorf("the next client was served %v after the subject left", waited)
+	}
+}
