@@ -1879,14 +1879,14 @@ func (ss *session) needReader() {
 	go ss.serveLend(pl.sc)
 }
 
-// inlineWait is how long the session goroutine waits for the first bytes of an answer it reads itself
-// (answerInline) before a serveLend takes over and the session goroutine reads the client again: while it
-// waits, a client that goes away is not noticed, and its statement not cancelled.
+// inlineWait is how long the session goroutine waits for the next bytes of an answer it reads itself
+// (answerInline), the first or any later, before a serveLend takes over and the session goroutine reads the
+// client again: while it waits, a client that goes away is not noticed, and its statement not cancelled.
 const inlineWait = 10 * time.Millisecond
 
 // answerInline reads the answer to the unit forwardPooled just sent (pl.inline), in the session goroutine, up
 // to its ReadyForQuery, and gives the connection back there as serveLend would: no goroutine per lend and one
-// wake-up fewer per transaction. When the answer's first bytes take longer than inlineWait, when the server asks
+// wake-up fewer per transaction. When the answer's next bytes take longer than inlineWait, when the server asks
 // for COPY data, or when the lend goes on after the ReadyForQuery (a transaction block, a pin), a serveLend
 // takes over the connection and the session goroutine goes back to reading the client, as without it.
 func (ss *session) answerInline() {
