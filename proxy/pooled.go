@@ -165,7 +165,8 @@ type pooledState struct {
 	copyStarts   []int64
 	anyStarts    atomic.Bool // copyStarts is not empty: a look without the lock
 	// copyAmbiguous: a Sync or a Query went to the server while it read a COPY's data (forwardCopyIn, which ends
-	// the session at any other message but the data, its end and a Flush). While the COPY runs the server
+	// the session at any other message but the data, its end and a Flush), or a Sync went between a COPY's rows
+	// before its CopyInResponse came (applyCopyStart). While the COPY runs the server
 	// ignores a Sync and fails on a Query (08P01, then FATAL); once the COPY has failed (a bad row) it runs them,
 	// each answered by a ReadyForQuery of its own that the lend does not count. Which of the two happened the
 	// proxy cannot tell, so a COPY that failed with such a message sent ends the session (settle): counting on
@@ -1031,6 +1032,10 @@ type copyRun struct {
 	syncs   int   // copySyncsSent when it went
 	ends    []int // copySyncsSent at each COPY end the client sent after it that may be a COPY's (copyEnds)
 	started int   // its COPYs started so far (a Query's: the n-th takes the n-th end)
+	// data is copySyncsSent at the first CopyData sent after an Execute's, before its end; -1 when none.
+	// A Sync sent after it, before the end, is one a COPY that fails on a row (before it reads that Sync)
+	// answers, and one it ignores otherwise (copyAmbiguous).
+	data int
 }
 
 // execsFailed is execsDone after an ErrorResponse: the server skips every Execute up to the batch's Sync.
@@ -1299,7 +1304,7 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 			pl.copyEnds = copyEndsNone
 			if text == nil || wordsClass.copies {
 				pl.copyEnds = copyEndsAny
-				pl.copyRuns = append(pl.copyRuns, copyRun{syncs: pl.copySyncsSent})
+				pl.copyRuns = append(pl.copyRuns, copyRun{syncs: pl.copySyncsSent, data: -1})
 			}
 			delete(pl.copyPortals, "") // a Query replaces the unnamed portal
 			break
@@ -1316,7 +1321,7 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 			portal, _, ok := cutNul(body)
 			if _, copies := pl.copyPortals[string(portal)]; copies || !ok {
 				pl.copyEnds = copyEndsOne
-				pl.copyRuns = append(pl.copyRuns, copyRun{exec: pl.execsSent, syncs: pl.copySyncsSent})
+				pl.copyRuns = append(pl.copyRuns, copyRun{exec: pl.execsSent, syncs: pl.copySyncsSent, data: -1})
 			}
 		}
 	case msgBind:
@@ -1332,6 +1337,10 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 		}
 	case msgSync:
 		pl.copySyncsSent++
+	case msgCopyData:
+		if n := len(pl.copyRuns); n > 0 && pl.copyEnds == copyEndsOne && pl.copyRuns[n-1].exec == pl.execsSent && pl.copyRuns[n-1].data < 0 {
+			pl.copyRuns[n-1].data = pl.copySyncsSent
+		}
 	case msgCopyDone, msgCopyFail:
 		// Sent before its COPY's CopyInResponse came (pipelined), or, where no COPY can be in progress, ignored
 		// by the server and by the count (copyEnds). Where one may be, the end is the last run's: whether it ends
@@ -1636,10 +1645,15 @@ func (ss *session) applyCopyStart(exec int64) {
 		if r.started > 0 && r.started <= len(r.ends) {
 			from = r.ends[r.started-1]
 		}
+		until := pl.copySyncsSent // the Syncs up to the COPY's end are ignored, if it runs to its end
 		if r.started < len(r.ends) {
-			ended, ignored, after = true, r.ends[r.started]-from, pl.copySyncsSent-r.ends[r.started]
-		} else {
-			ignored = pl.copySyncsSent - from
+			until = r.ends[r.started]
+			ended, after = true, pl.copySyncsSent-until
+		}
+		ignored = until - from
+		if r.data >= 0 && until > r.data {
+			// A Sync between its rows: answered if the COPY fails on a row before it, as forwardCopyIn's.
+			pl.copyAmbiguous = true
 		}
 		r.started++
 		byExecute = r.exec != 0
