@@ -3393,7 +3393,14 @@ func (ss *session) settle(sc *serverConn) bool {
 	pl.stmtParsed.Store(false)
 	defer func() { pl.mayUndo = false }() // the transaction has ended; after the probe, which reads it
 	if pl.probe.Swap(false) {
-		if err := ss.probeSession(sc); err != nil {
+		stop := ss.watchProbe(sc)
+		err := ss.probeSession(sc)
+		if stop() && err == nil {
+			// The client left as the probe ended: the watch may have cancelled on, or set a deadline on, a
+			// connection that must then go to nobody else.
+			err = errClientLeftWaiting
+		}
+		if err != nil {
 			pl.setLent(nil)
 			sc.pool.discard(sc)
 			pl.lost = err
@@ -3425,6 +3432,39 @@ func (ss *session) settle(sc *serverConn) bool {
 		ss.clientIntr.raise(intrDrain)
 	}
 	return true
+}
+
+// watchProbe watches the client (watchClient) while the probe runs on sc, when the session goroutine runs it
+// (answerInline reads the answer that ends the transaction, and settle probes there): that goroutine reads the
+// client no more, so a probe that waited behind a lock, its client gone, held the connection and its slot as
+// long as the lock (TestPooledClientVanishingWhileItsProbeWaits). Once the client is gone the probe's
+// statement is cancelled and its reads end (a read deadline), so the probe fails and the connection is
+// discarded. The returned stop ends the watch and reports whether it acted: then the connection goes to
+// nobody else, whatever the probe found. A lend's own goroutine needs no watch: the session goroutine reads
+// the client meanwhile, and its end closes the connection.
+func (ss *session) watchProbe(sc *serverConn) (stop func() bool) {
+	if !ss.pooled.inline {
+		return func() bool { return false }
+	}
+	var mu sync.Mutex
+	done, acted := false, false
+	w := ss.watchClient(func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if done {
+			return
+		}
+		acted = true
+		ss.srv.cancelUpstream(sc.key, sc.host.addr)
+		sc.conn.SetReadDeadline(time.Now())
+	})
+	return func() bool {
+		mu.Lock()
+		done = true
+		mu.Unlock()
+		w.end()
+		return acted
+	}
 }
 
 // probeLimits are the client's limits the probe turns off for itself (probeSQL).

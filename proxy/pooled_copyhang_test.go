@@ -252,3 +252,53 @@ func TestPooledClientVanishingWhileItsAnswerIsReadInline(t *testing.T) {
 		t.Errorf("the next client was served %v after the subject left", waited)
 	}
 }
+
+// A client leaves while the proxy's look at its server connection after its transaction (the probe, which a
+// SET brings) waits behind a lock on pg_cursors, which the probe reads. The probe runs where the answer is
+// read: in the session goroutine when that goroutine reads the answer itself (answerInline), which then reads
+// the client no more. Once the client is gone the wait must end and the slot come back: the next client on a
+// pool of one is served well within max_client_wait, while the lock is still held.
+func TestPooledClientVanishingWhileItsProbeWaits(t *testing.T) {
+	f := newPooledFenced(t, 1, "  admin_users: [admin]\n  max_client_wait: 15s\n")
+	adm := adminConn(t, f)
+	ctx := ctxT(t)
+	blocker := direct(t)
+	tx, err := blocker.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.Background())
+	if _, err := tx.Exec(ctx, "LOCK TABLE pg_catalog.pg_cursors IN ACCESS EXCLUSIVE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	a := dialRaw(t, f.p.Addr, pgtest.SuperUser, pgtest.TestDB, nil)
+	a.fe.Send(&pgproto3.Query{String: "SET work_mem = '2MB'"})
+	if err := a.fe.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	waiting := "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a USING (pid) WHERE l.relation = 'pg_catalog.pg_cursors'::regclass AND NOT l.granted"
+	eventually(t, 10*time.Second, "the probe after the subject's SET waiting for the lock on pg_cursors", func() bool {
+		var n int
+		return f.d.QueryRow(ctx, waiting).Scan(&n) == nil && n == 1
+	})
+	b := pooledConn(t, f, "&default_query_exec_mode=simple_protocol")
+	got := make(chan string, 1)
+	go func() {
+		var v string
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		if err := b.QueryRow(ctx, "SELECT 'the other client''s'").Scan(&v); err != nil {
+			v = "error: " + err.Error()
+		}
+		got <- v
+	}()
+	waitingClients(t, adm, 1)
+	a.conn.Close()
+	left := time.Now()
+	if v := <-got; v != "the other client's" {
+		t.Fatalf("the next client on the pool of one after the subject left (%v later): %s", time.Since(left).Round(time.Millisecond), v)
+	}
+	if waited := time.Since(left); waited > 5*time.Second {
+		t.Errorf("the next client was served %v after the subject left", waited)
+	}
+}
