@@ -123,36 +123,50 @@ type pooledState struct {
 	// COPY FROM STDIN (under mu). PostgreSQL ignores Sync and Flush while it reads a COPY's data, so those are
 	// not units. Which ones it ignores is a matter of their place in the client's stream: after the statement
 	// that started the COPY and before the client's CopyDone or CopyFail that ends it, and only if the COPY
-	// started, which the CopyInResponse says (copyStarted). copySyncs counts the client's Syncs in each stretch
-	// of its stream between two such ends (the last stretch open) that no CopyInResponse has taken yet, since
-	// its last Query, or Execute after which no end is pending (client side appends, copyStarted takes the
-	// first: a Query may hold several COPYs, each ending a stretch). runByExecute: that last one was an
-	// Execute, whose COPY leaves the server inside the batch, up to a Sync. copyIn: the server reads a COPY's
-	// data now, and the client has not ended it (from the CopyInResponse to the client's CopyDone or CopyFail,
-	// or a ReadyForQuery: a COPY that failed).
+	// started, which the CopyInResponse says (copyStarted). Which statement started it the server says too: it
+	// answers the client's messages in order, so a CopyInResponse belongs to the first Execute sent that the
+	// server has not completed yet (execsDone), or to the Query being answered. copyRuns are the statements that
+	// may start a COPY (by their words, copyEnds) since everything sent was last answered, in the order sent,
+	// each with where the client's Syncs and COPY ends came after it (copySyncsSent counts the Syncs); a
+	// CopyInResponse takes its own statement's run, and drops the runs of the Executes before it, which the
+	// server completed without a COPY: a COPY end sent after one of those was ignored by the server, and is by
+	// the count (before 2026-12-05 such a stray end counted as the next COPY's, which made the lend wait, for
+	// ever, for an answer to a Sync that COPY swallowed: TestPooledCopyStrayEndAfterTheWordCopy). execsSent
+	// counts the client's Executes sent since everything was answered. runByExecute: the last Query or Execute
+	// sent was an Execute, whose COPY leaves the server inside the batch, up to a Sync. copyIn: the server
+	// reads a COPY's data now, and the client has not ended it (from the CopyInResponse to the client's CopyDone
+	// or CopyFail, or a ReadyForQuery: a COPY that failed).
 	copyIn, runByExecute bool
-	copySyncs            []int
+	copyRuns             []copyRun
+	copySyncsSent        int
+	execsSent            int64
+	// execsDone counts the client's Executes since everything was answered that the server completed
+	// (CommandComplete, EmptyQueryResponse, PortalSuspended relayed; all of them at an ErrorResponse, after
+	// which the server skips the rest of the batch): the lend's server side alone writes it, but for the
+	// resets where it is the only one running (lend, settle).
+	execsDone atomic.Int64
 	// copyEnds says whether a CopyDone or CopyFail the client sends now (outside a COPY the server is known to
-	// read: copyIn) may end a COPY, and so end a stretch of copySyncs: only after a message that may start one,
-	// a Query whose text may (any end after it, up to the Query's answer: it may hold several COPYs) or an
-	// Execute of a portal that may run one (the first end after it; the server reads the next message only once
-	// the Execute ended, so a later end is outside any COPY). Anywhere else the server ignores the end, and
-	// counted it shifted the stretches: the next COPY took the Syncs after the stray end for ones sent after its
-	// own end, and the lend held the client's next Sync for an answer the server never sends, while the server
-	// waited for that Sync (TestPooledStrayCopyEndInsideABatch). Where it cannot tell, the pool counts the end:
-	// one the server took for a COPY's but the pool did not would make it count the Syncs sent after it as
-	// ignored by the server, and end the lend with answers still to come, which the next client would get.
+	// read: copyIn) may end a COPY: only after a message that may start one, a Query whose text may (any end
+	// after it, up to the Query's answer: it may hold several COPYs) or an Execute of a portal that may run one
+	// (the first end after it; the server reads the next message only once the Execute ended, so a later end is
+	// outside any COPY). Anywhere else the server ignores the end, and so does the count (a stray end counted
+	// shifted the next COPY's Syncs: TestPooledStrayCopyEndInsideABatch). Where the words say it may, the end is
+	// the run's, and the server's answer decides (copyRuns).
 	copyEnds copyEndsState
 	// copyPortals are the client's portals (by the client's names) that may run a COPY: bound from a text
 	// that holds the word, or from a statement whose text the proxy does not know (copyEnds). Portals end with
 	// the transaction, and so does this (settle); a Query drops the unnamed one.
 	copyPortals map[string]struct{}
-	// copyStarts counts the CopyInResponses the lend's server side relayed whose bookkeeping is still to be done
-	// (applyCopyStarts, under mu): that side never waits for mu (copyStarted), so whoever holds mu next applies
-	// them, before it looks at the fields above, pl.open or state.unsynced.
-	copyStarts atomic.Int64
+	// copyStarts are the CopyInResponses the lend's server side relayed whose bookkeeping is still to be done
+	// (applyCopyStarts, under mu), each as the place of the Execute it answers (execsDone+1 when it came): that
+	// side never waits for mu (copyStarted), so whoever holds mu next applies them, before it looks at the
+	// fields above, pl.open or state.unsynced. copyStartsMu guards it alone and is never held for long.
+	copyStartsMu sync.Mutex
+	copyStarts   []int64
+	anyStarts    atomic.Bool // copyStarts is not empty: a look without the lock
 	// copyAmbiguous: a Sync or a Query went to the server while it read a COPY's data (forwardCopyIn, which ends
-	// the session at any other message but the data, its end and a Flush). While the COPY runs the server
+	// the session at any other message but the data, its end and a Flush), or a Sync went between a COPY's rows
+	// before its CopyInResponse came (applyCopyStart). While the COPY runs the server
 	// ignores a Sync and fails on a Query (08P01, then FATAL); once the COPY has failed (a bad row) it runs them,
 	// each answered by a ReadyForQuery of its own that the lend does not count. Which of the two happened the
 	// proxy cannot tell, so a COPY that failed with such a message sent ends the session (settle): counting on
@@ -1027,52 +1041,85 @@ const (
 	copyEndsAny                       // after a Query that may start COPYs: every end may be one's
 )
 
-// errClientLeftWaiting: the client left (its socket closed, or the session was forced out) while the pool
-// held its next message until an earlier one was answered (awaitSettled).
-var errClientLeftWaiting = errors.New("the client left while its next message waited for the answer to an earlier one")
+// copyRun is a client's Query, or Execute of a portal, that may start a COPY (pooledState.copyRuns).
+type copyRun struct {
+	exec    int64 // the Execute's place among the client's Executes (execsSent after it); 0 for a Query
+	syncs   int   // copySyncsSent when it went
+	ends    []int // copySyncsSent at each COPY end the client sent after it that may be a COPY's (copyEnds)
+	started int   // its COPYs started so far (a Query's: the n-th takes the n-th end)
+	// data is copySyncsSent at the first CopyData sent after an Execute's, before its end; -1 when none.
+	// A Sync sent after it, before the end, is one a COPY that fails on a row (before it reads that Sync)
+	// answers, and one it ignores otherwise (copyAmbiguous).
+	data int
+}
 
-// awaitSettled waits on settled while more reports true (pl.mu held, and released while it waits), unless the
-// client leaves first: then it reports errClientLeftWaiting, and the session ends as for a client that leaves
-// mid-transaction (endPooled: what the server runs is cancelled, the connection closed, the slot freed). The
-// session goroutine reads the client no more while it waits, so without a look at the client's socket its
-// leaving went unseen, and a wait whose answer never comes (the server waits for the client: a Sync the pool
-// counts wrong, TestPooledStrayCopyEndInsideABatch; or it is blocked for good) held the server connection, its
-// transaction and locks, until the proxy stopped (TestPooledClientVanishingWhileItsNextUnitWaits). A watcher
-// looks at the socket every waitCheck, for the wait's length only (most waits end sooner than one look).
-func (ss *session) awaitSettled(more func() bool) error {
-	pl := ss.pooled
-	if !more() {
-		return nil
-	}
-	stop := make(chan struct{}) // closed under mu when the wait ends: the watcher then wakes nobody
-	gone := false               // under mu
+// execsFailed is execsDone after an ErrorResponse: the server skips every Execute up to the batch's Sync.
+const execsFailed = 1 << 40
+
+// errClientLeftWaiting: the client left (its socket closed, or the session was forced out) while the session
+// goroutine waited on the server side: for the answer to an earlier message of the client's (awaitSettled), or
+// to a unit of the proxy's own sent before the client's message (awaitReplayed).
+var errClientLeftWaiting = errors.New("the client left while the session waited for the server's answer")
+
+// clientWatch ends a wait of the session goroutine on the server side when the client leaves. That goroutine
+// reads the client no more while it waits, so without a look at the client's socket its leaving went unseen,
+// and a wait whose answer never comes (the server waits for the client: a Sync the pool counts wrong; or it is
+// blocked for good, behind a lock) held the server connection, its transaction and locks, until the proxy
+// stopped (TestPooledClientVanishingWhileItsNextUnitWaits, TestPooledClientVanishingWhileItsSettingsReplay).
+// Every such wait goes through watchClient: one rule in one place.
+type clientWatch struct {
+	stop chan struct{}
+	gone atomic.Bool // the client left: the wait ends with errClientLeftWaiting
+}
+
+// watchClient starts a look at the client's socket every waitCheck, for one wait's length only (most waits end
+// sooner than one look; end stops it). Once the client closed its socket, or the session was forced out, it
+// marks the watch gone and calls wake, which must make the waiter look at gone again. A wake-up from the
+// socket itself (the parker's epoll, or a read with a deadline) would need the socket's one reader, which the
+// session goroutine takes back after the wait, and its read deadline, which interruptions use: not worth a
+// tick of 100 ms that no busy session pays.
+func (ss *session) watchClient(wake func()) *clientWatch {
+	w := &clientWatch{stop: make(chan struct{})}
 	go func() {
 		t := time.NewTicker(waitCheck)
 		defer t.Stop()
 		for {
 			select {
-			case <-stop:
+			case <-w.stop:
 				return
 			case <-t.C:
 			}
-			if !ss.forcedOut.Load() && !peerClosed(ss.client) {
-				continue
+			if ss.forcedOut.Load() || peerClosed(ss.client) {
+				w.gone.Store(true)
+				wake()
+				return
 			}
-			// Under mu, so that the wait sees gone before it waits again or gets the Broadcast while it waits.
-			pl.mu.Lock()
-			select {
-			case <-stop:
-			default:
-				gone = true
-				pl.settled.Broadcast()
-			}
-			pl.mu.Unlock()
-			return
 		}
 	}()
-	defer close(stop)
+	return w
+}
+
+// end stops the watch (the wait is over).
+func (w *clientWatch) end() { close(w.stop) }
+
+// awaitSettled waits on settled while more reports true (pl.mu held, and released while it waits), unless the
+// client leaves first (watchClient): then it reports errClientLeftWaiting, and the session ends as for a
+// client that leaves mid-transaction (endPooled: what the server runs is cancelled, the connection closed, the
+// slot freed).
+func (ss *session) awaitSettled(more func() bool) error {
+	pl := ss.pooled
+	if !more() {
+		return nil
+	}
+	// The Broadcast under mu: the wait looks at gone and waits again without letting mu go between the two.
+	w := ss.watchClient(func() {
+		pl.mu.Lock()
+		pl.settled.Broadcast()
+		pl.mu.Unlock()
+	})
+	defer w.end()
 	for more() {
-		if gone {
+		if w.gone.Load() {
 			return errClientLeftWaiting
 		}
 		pl.settled.Wait()
@@ -1264,19 +1311,20 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 	}
 	switch typ {
 	case msgQuery, msgExecute:
-		// An Execute after a CopyDone the server has not answered a CopyInResponse for yet (a COPY and another
-		// statement pipelined in one batch) keeps the stretches: that COPY's answer is still to come.
-		if typ == msgQuery || len(pl.copySyncs) <= 1 {
-			pl.copySyncs, pl.runByExecute = append(pl.copySyncs[:0], 0), typ == msgExecute
-		}
+		pl.runByExecute = typ == msgExecute
 		if typ == msgQuery {
+			// Sent only once everything before it is answered (or into a COPY: forwardCopyIn), so no run before
+			// it has a COPY still to start.
+			pl.copyRuns = pl.copyRuns[:0]
 			pl.copyEnds = copyEndsNone
 			if text == nil || wordsClass.copies {
 				pl.copyEnds = copyEndsAny
+				pl.copyRuns = append(pl.copyRuns, copyRun{syncs: pl.copySyncsSent, data: -1})
 			}
 			delete(pl.copyPortals, "") // a Query replaces the unnamed portal
 			break
 		}
+		pl.execsSent++
 		pl.copyEnds = copyEndsNone
 		if len(pl.copyPortals) > 0 {
 			if body == nil { // read only when a portal may run a COPY: which one it runs decides
@@ -1288,6 +1336,7 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 			portal, _, ok := cutNul(body)
 			if _, copies := pl.copyPortals[string(portal)]; copies || !ok {
 				pl.copyEnds = copyEndsOne
+				pl.copyRuns = append(pl.copyRuns, copyRun{exec: pl.execsSent, syncs: pl.copySyncsSent, data: -1})
 			}
 		}
 	case msgBind:
@@ -1302,16 +1351,16 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 			delete(pl.copyPortals, "")
 		}
 	case msgSync:
-		if len(pl.copySyncs) == 0 {
-			pl.copySyncs = append(pl.copySyncs, 0)
+		pl.copySyncsSent++
+	case msgCopyData:
+		if n := len(pl.copyRuns); n > 0 && pl.copyEnds == copyEndsOne && pl.copyRuns[n-1].exec == pl.execsSent && pl.copyRuns[n-1].data < 0 {
+			pl.copyRuns[n-1].data = pl.copySyncsSent
 		}
-		pl.copySyncs[len(pl.copySyncs)-1]++
 	case msgCopyDone, msgCopyFail:
 		// Sent before its COPY's CopyInResponse came (pipelined), or, where no COPY can be in progress, ignored
-		// by the server and by the count (copyEnds).
-		if pl.copyEnds != copyEndsNone {
-			pl.copySyncs = append(pl.copySyncs, 0)
-		}
+		// by the server and by the count (copyEnds). Where one may be, the end is the last run's: whether it ends
+		// a COPY the server's answer to that run says (applyCopyStart).
+		pl.noteCopyEnd()
 		if pl.copyEnds == copyEndsOne {
 			pl.copyEnds = copyEndsNone
 		}
@@ -1459,7 +1508,10 @@ func (ss *session) forwardCopyIn(typ byte, body []byte) error {
 	switch typ {
 	case msgCopyDone, msgCopyFail:
 		pl.copyIn = false
-		pl.copySyncs = append(pl.copySyncs[:0], 0) // the next COPY of the same Query, if any, starts a stretch
+		if n := len(pl.copyRuns); n > 0 && pl.copyRuns[n-1].exec == 0 && pl.copyEnds == copyEndsAny {
+			// A Query's COPY: the next COPY of the same Query, if any, takes the next end.
+			pl.copyRuns[n-1].ends = append(pl.copyRuns[n-1].ends, pl.copySyncsSent)
+		}
 		if pl.copyEnds == copyEndsOne {
 			pl.copyEnds = copyEndsNone // an Execute runs one COPY: a later end is outside any
 		}
@@ -1541,8 +1593,12 @@ func (ss *session) sendIfLast() {
 // way it lands between two of the client's messages, as when this side waited for mu. A goroutine takes mu
 // when it is busy, so that a session goroutine about to wait for settled is woken once it waits.
 func (ss *session) copyStarted() {
-	ss.pooled.copyStarts.Add(1)
-	ss.pooled.lockedSoon(func() { ss.applyCopyStarts() })
+	pl := ss.pooled
+	pl.copyStartsMu.Lock()
+	pl.copyStarts = append(pl.copyStarts, pl.execsDone.Load()+1)
+	pl.anyStarts.Store(true)
+	pl.copyStartsMu.Unlock()
+	pl.lockedSoon(func() { ss.applyCopyStarts() })
 }
 
 // lockedSoon runs f under mu: now when mu is free, else from a goroutine once it is. For the lend's server
@@ -1567,28 +1623,58 @@ func (pl *pooledState) lockedSoon(f func()) {
 // whether there were any.
 func (ss *session) applyCopyStarts() bool {
 	pl := ss.pooled
-	n := pl.copyStarts.Swap(0)
-	if n == 0 {
+	if !pl.anyStarts.Load() {
 		return false
 	}
-	for range n {
-		ss.applyCopyStart()
+	pl.copyStartsMu.Lock()
+	starts := pl.copyStarts
+	pl.copyStarts = nil
+	pl.anyStarts.Store(false)
+	pl.copyStartsMu.Unlock()
+	if len(starts) == 0 {
+		return false
+	}
+	for _, exec := range starts {
+		ss.applyCopyStart(exec)
 	}
 	pl.settled.Broadcast() // a message behind the COPY that waits for the unit before it looks again
 	return true
 }
 
-// applyCopyStart is the bookkeeping of one CopyInResponse (pl.mu held): the Syncs of its stretch are ignored,
-// and the server reads the COPY's data unless the client ended it already.
-func (ss *session) applyCopyStart() {
+// applyCopyStart is the bookkeeping of one CopyInResponse (pl.mu held), which answers the client's exec-th
+// Execute if an Execute runs it: the Syncs sent between its statement and the end of its COPY are ignored by
+// the server, and the server reads the COPY's data unless the client ended it already.
+func (ss *session) applyCopyStart(exec int64) {
 	pl := ss.pooled
-	ignored, ended, after := 0, false, 0 // this COPY's stretch; its end sent; Syncs sent after that end
-	if len(pl.copySyncs) > 0 {
-		ignored, ended = pl.copySyncs[0], len(pl.copySyncs) > 1
-		for _, n := range pl.copySyncs[1:] {
-			after += n
+	// The runs of the Executes before it: the server completed them before it started this COPY, so none started
+	// one, and a COPY end sent after them was not a COPY's (the server ignored it).
+	for len(pl.copyRuns) > 0 && pl.copyRuns[0].exec != 0 && pl.copyRuns[0].exec < exec {
+		pl.copyRuns = pl.copyRuns[1:]
+	}
+	// Not the words' run (they did not see it coming): nothing ignored, and the COPY not ended, as far as the
+	// pool knows; the count errs high, never low.
+	ignored, ended, after, byExecute := 0, false, 0, pl.runByExecute
+	if len(pl.copyRuns) > 0 && (pl.copyRuns[0].exec == 0 || pl.copyRuns[0].exec == exec) {
+		r := &pl.copyRuns[0]
+		from := r.syncs
+		if r.started > 0 && r.started <= len(r.ends) {
+			from = r.ends[r.started-1]
 		}
-		pl.copySyncs = pl.copySyncs[1:] // the next COPY of the same Query, if any, takes the next stretch
+		until := pl.copySyncsSent // the Syncs up to the COPY's end are ignored, if it runs to its end
+		if r.started < len(r.ends) {
+			until = r.ends[r.started]
+			ended, after = true, pl.copySyncsSent-until
+		}
+		ignored = until - from
+		if r.data >= 0 && until > r.data {
+			// A Sync between its rows: answered if the COPY fails on a row before it, as forwardCopyIn's.
+			pl.copyAmbiguous = true
+		}
+		r.started++
+		byExecute = r.exec != 0
+		if byExecute {
+			pl.copyRuns = pl.copyRuns[1:] // an Execute runs one COPY
+		}
 	}
 	if ignored > 0 { // ignored by the server: no ReadyForQuery comes for them
 		pl.open -= ignored
@@ -1596,11 +1682,35 @@ func (ss *session) applyCopyStart() {
 		ss.state.answered(int64(ignored))
 	}
 	pl.copyIn = !ended
-	if pl.runByExecute && after == 0 {
+	if byExecute && after == 0 {
 		// The server is inside the COPY's batch until a Sync the client has still to send: not between units
 		// (a message waiting to start one goes as the batch's; a cancel or a drain sees a statement running).
 		ss.state.unsynced.Store(true)
 	}
+}
+
+// noteCopyEnd records a COPY end the client sends outside a COPY the server is known to read (pl.mu held), as
+// the end of the last run's COPY where one may be in progress (copyEnds): of a Query's, any end up to its
+// answer; of an Execute's, the first end after it.
+func (pl *pooledState) noteCopyEnd() {
+	n := len(pl.copyRuns)
+	if n == 0 {
+		return
+	}
+	r := &pl.copyRuns[n-1]
+	switch {
+	case pl.copyEnds == copyEndsAny && r.exec == 0, pl.copyEnds == copyEndsOne && r.exec == pl.execsSent:
+		r.ends = append(r.ends, pl.copySyncsSent)
+	}
+}
+
+// resetCopyRuns forgets the runs and their counts (pl.mu held), once no statement sent is left to start a COPY:
+// everything is answered, or nothing was sent yet on the connection (a lend). The lend's server side, which
+// counts execsDone, is the caller or is not running.
+func (pl *pooledState) resetCopyRuns() {
+	pl.copyRuns, pl.copyEnds = pl.copyRuns[:0], copyEndsNone
+	pl.copySyncsSent, pl.execsSent = 0, 0
+	pl.execsDone.Store(0)
 }
 
 // lend takes a server connection from the pool for the client (pl.mu held) and starts its server side.
@@ -1655,7 +1765,11 @@ func (ss *session) lend() error {
 	sc.lentBy.Store(ss) // writeWaits
 	pl.unnamedReplaced()
 	pl.open = 0
-	pl.copyStarts.Store(0) // the last lend's server side, which counted them, has ended
+	pl.copyStartsMu.Lock()
+	pl.copyStarts = nil // the last lend's server side, which counted them, has ended
+	pl.anyStarts.Store(false)
+	pl.copyStartsMu.Unlock()
+	pl.resetCopyRuns()
 	pl.copyAmbiguous = false
 	// The fenced writes of the transaction go to this host (checkPlan: router.writeRefusal). Read by this
 	// goroutine and the lend's server side only (sessionForKey does not look at a pooled session's), so no
@@ -1794,14 +1908,14 @@ func (ss *session) needReader() {
 	go ss.serveLend(pl.sc)
 }
 
-// inlineWait is how long the session goroutine waits for the first bytes of an answer it reads itself
-// (answerInline) before a serveLend takes over and the session goroutine reads the client again: while it
-// waits, a client that goes away is not noticed, and its statement not cancelled.
+// inlineWait is how long the session goroutine waits for the next bytes of an answer it reads itself
+// (answerInline), the first or any later, before a serveLend takes over and the session goroutine reads the
+// client again: while it waits, a client that goes away is not noticed, and its statement not cancelled.
 const inlineWait = 10 * time.Millisecond
 
 // answerInline reads the answer to the unit forwardPooled just sent (pl.inline), in the session goroutine, up
 // to its ReadyForQuery, and gives the connection back there as serveLend would: no goroutine per lend and one
-// wake-up fewer per transaction. When the answer's first bytes take longer than inlineWait, when the server asks
+// wake-up fewer per transaction. When the answer's next bytes take longer than inlineWait, when the server asks
 // for COPY data, or when the lend goes on after the ReadyForQuery (a transaction block, a pin), a serveLend
 // takes over the connection and the session goroutine goes back to reading the client, as without it.
 func (ss *session) answerInline() {
@@ -2452,7 +2566,9 @@ func (ss *session) awaitHidden() error {
 	if err := pl.sc.w.Flush(); err != nil {
 		return nil
 	}
-	ss.awaitReplayed()
+	if err := ss.awaitReplayed(); err != nil {
+		return err
+	}
 	if pl.lost != nil {
 		return errLendLost
 	}
@@ -2460,16 +2576,28 @@ func (ss *session) awaitHidden() error {
 }
 
 // awaitReplayed waits until the proxy's own units sent are answered (replaying), or the lend is lost (pl.mu
-// held, and released while it waits). Not on settled: the lend's server side must never wait for mu while
-// the session goroutine may hold it in a write to the server (lendFailed), and a Broadcast without mu could
-// come between this goroutine's look and its Wait; replayed keeps the wake-up until it is taken.
-func (ss *session) awaitReplayed() {
+// held, and released while it waits), unless the client leaves first (watchClient): then it reports
+// errClientLeftWaiting, and the session ends as for a client that leaves mid-transaction (a unit blocked behind
+// a lock held the connection and its slot as long as the lock: TestPooledClientVanishingWhileItsSettingsReplay).
+// Not on settled: the lend's server side must never wait for mu while the session goroutine may hold it in a
+// write to the server (lendFailed), and a Broadcast without mu could come between this goroutine's look and its
+// Wait; replayed keeps the wake-up until it is taken.
+func (ss *session) awaitReplayed() error {
 	pl := ss.pooled
+	if pl.replaying.Load() <= 0 || pl.lost != nil {
+		return nil
+	}
+	w := ss.watchClient(ss.wakeReplayed)
+	defer w.end()
 	for pl.replaying.Load() > 0 && pl.lost == nil {
+		if w.gone.Load() {
+			return errClientLeftWaiting
+		}
 		pl.mu.Unlock()
 		<-pl.replayed
 		pl.mu.Lock()
 	}
+	return nil
 }
 
 // ownUnitAnswered is the lend's server side's part when a unit of the proxy's own was answered (replaying or
@@ -2898,17 +3026,13 @@ func (ss *session) serveLend(sc *serverConn) {
 }
 
 // relayServer relays the lent server connection's messages to the client until the lend ends, and reports
-// true; inline (answerInline), it also stops, reporting false, where a serveLend is to take over: before the
-// answer's first bytes came within inlineWait, after a CopyInResponse or CopyBothResponse (the server waits for
-// the client), after a ReadyForQuery that does not end the lend.
+// true; inline (answerInline), it also stops, reporting false, where a serveLend is to take over: whenever the
+// answer's next bytes do not come within inlineWait (its first ones, or any after them: a statement behind a
+// lock, after the rows of one before it), after a CopyInResponse or CopyBothResponse (the server waits for the
+// client), after a ReadyForQuery that does not end the lend.
 func (ss *session) relayServer(sc *serverConn, inline bool) bool {
 	pl := ss.pooled
 	r := &sc.r
-	if inline && r.r.Buffered() == 0 {
-		if err := sc.peekInline(ss.srv.pools); err != nil && isTimeout(err) {
-			return false
-		}
-	}
 	for {
 		if ss.cw.Buffered() > 0 && !r.nextBuffered() {
 			// The answers relayed last were followed by ones the client does not see (the token statement's
@@ -2918,6 +3042,15 @@ func (ss *session) relayServer(sc *serverConn, inline bool) bool {
 			if err := ss.cw.Flush(); err != nil {
 				ss.lendFailed(sc, err)
 				return true
+			}
+		}
+		if inline && r.r.Buffered() == 0 {
+			// Not only before the first bytes: a wait without a deadline here is one the client's leaving never
+			// ends, for the session goroutine reads the client no more (a Query whose second statement waited for
+			// a lock held the pool's slot as long as the lock: TestPooledClientVanishingWhileItsAnswerIsReadInline).
+			// At a message boundary, what was relayed sent: the serveLend goes on from here.
+			if err := sc.peekInline(ss.srv.pools); err != nil && isTimeout(err) {
+				return false
 			}
 		}
 		typ, _, err := r.next()
@@ -3019,13 +3152,17 @@ func (ss *session) relayServer(sc *serverConn, inline bool) bool {
 					pl.hide.Add(int64(n)) // hidden PREPAREs before the client's next statement
 				}
 				pl.stmts.relayedAnswer()
+				pl.execsDone.Add(1) // an Execute's end (a Query's statements count too, and no Execute is sent then)
 			case msgParseComplete, msgCloseComplete:
 				if pl.stmts.answered(typ) {
 					continue // the proxy's own (pooledstmts.go)
 				}
 				pl.stmts.relayedAnswer()
-			case msgBindComplete, msgParameterDescription, msgRowDescription, msgNoData, msgEmptyQueryResponse, msgPortalSuspended:
+			case msgBindComplete, msgParameterDescription, msgRowDescription, msgNoData:
 				pl.stmts.relayedAnswer()
+			case msgEmptyQueryResponse, msgPortalSuspended:
+				pl.stmts.relayedAnswer()
+				pl.execsDone.Add(1) // an Execute's end
 			case msgReadyForQuery:
 				pl.stmts.ready()
 				pl.sqlStmts.ready()
@@ -3053,7 +3190,8 @@ func (ss *session) relayServer(sc *serverConn, inline bool) bool {
 			var dropped bool
 			body, dropped = pl.errorNamesOut(body, hiding) // pooledstmts.go; before failed() forgets the Query's new names
 			pl.batchFailed.Store(true)
-			pl.stmts.failed(hiding) // the server skips the rest of the batch
+			pl.execsDone.Store(execsFailed) // the server skips the batch's other Executes: none starts a COPY
+			pl.stmts.failed(hiding)         // the server skips the rest of the batch
 			pl.stmts.reopen(pl.sqlStmts.failed())
 			if pl.stmtParsed.Load() {
 				pl.probe.Store(true)
@@ -3247,11 +3385,11 @@ func (ss *session) settle(sc *serverConn) bool {
 	allAnswered := pl.open == 0 && !st.unsynced.Load() // every unit the client sent
 	if allAnswered {
 		// No statement the client sent is left to start a COPY, so no Sync or COPY end it sent so far is any
-		// COPY's: the stretches are forgotten. Kept, a COPY end sent outside any COPY (which the server ignores)
+		// COPY's: the runs are forgotten. Kept, a COPY end sent outside any COPY (which the server ignores)
 		// left the Syncs of answered units counted, and the next COPY's CopyInResponse took them as ignored by
 		// the server: the lend miscounted the answers still to come, relayed the proxy's hidden ones and
 		// waited for one that never came (a review's finding: TestPooledWireOracleCases, stray copydone).
-		pl.copySyncs, pl.copyEnds = pl.copySyncs[:0], copyEndsNone
+		pl.resetCopyRuns()
 		if byte(st.txStatus.Load()) == txIdle {
 			clear(pl.copyPortals) // the transaction ended, and its portals with it
 		}
@@ -3271,7 +3409,14 @@ func (ss *session) settle(sc *serverConn) bool {
 	pl.stmtParsed.Store(false)
 	defer func() { pl.mayUndo = false }() // the transaction has ended; after the probe, which reads it
 	if pl.probe.Swap(false) {
-		if err := ss.probeSession(sc); err != nil {
+		stop := ss.watchProbe(sc)
+		err := ss.probeSession(sc)
+		if stop() && err == nil {
+			// The client left as the probe ended: the watch may have cancelled on, or set a deadline on, a
+			// connection that must then go to nobody else.
+			err = errClientLeftWaiting
+		}
+		if err != nil {
 			pl.setLent(nil)
 			sc.pool.discard(sc)
 			pl.lost = err
@@ -3303,6 +3448,39 @@ func (ss *session) settle(sc *serverConn) bool {
 		ss.clientIntr.raise(intrDrain)
 	}
 	return true
+}
+
+// watchProbe watches the client (watchClient) while the probe runs on sc, when the session goroutine runs it
+// (answerInline reads the answer that ends the transaction, and settle probes there): that goroutine reads the
+// client no more, so a probe that waited behind a lock, its client gone, held the connection and its slot as
+// long as the lock (TestPooledClientVanishingWhileItsProbeWaits). Once the client is gone the probe's
+// statement is cancelled and its reads end (a read deadline), so the probe fails and the connection is
+// discarded. The returned stop ends the watch and reports whether it acted: then the connection goes to
+// nobody else, whatever the probe found. A lend's own goroutine needs no watch: the session goroutine reads
+// the client meanwhile, and its end closes the connection.
+func (ss *session) watchProbe(sc *serverConn) (stop func() bool) {
+	if !ss.pooled.inline {
+		return func() bool { return false }
+	}
+	var mu sync.Mutex
+	done, acted := false, false
+	w := ss.watchClient(func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if done {
+			return
+		}
+		acted = true
+		ss.srv.cancelUpstream(sc.key, sc.host.addr)
+		sc.conn.SetReadDeadline(time.Now())
+	})
+	return func() bool {
+		mu.Lock()
+		done = true
+		mu.Unlock()
+		w.end()
+		return acted
+	}
 }
 
 // probeLimits are the client's limits the probe turns off for itself (probeSQL).
@@ -3621,7 +3799,9 @@ func (ss *session) endPooled(e ending) {
 	forced := ss.forced()
 	ss.outcome = ss.outcomeOf(e, forced)
 	if sc != nil {
-		if open > 0 || ss.state.unsynced.Load() {
+		// Also while a unit of the proxy's own runs (a settings replay, a put-back): one blocked behind a lock
+		// would otherwise stay, its backend waiting, after the connection closed.
+		if open > 0 || ss.state.answersInFlight() || pl.replaying.Load() > 0 {
 			ss.srv.cancelUpstream(sc.key, sc.host.addr)
 		}
 		sc.conn.Close()

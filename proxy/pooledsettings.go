@@ -445,7 +445,9 @@ func (ss *session) checkFirst(typ byte, body []byte, prefix tokenPrefix) error {
 	if err := sc.w.Flush(); err != nil {
 		return nil // the lend's server side sees the connection fail and ends the session
 	}
-	ss.awaitReplayed()
+	if err := ss.awaitReplayed(); err != nil {
+		return err
+	}
 	if pl.lost != nil {
 		return errLendLost
 	}
