@@ -3450,18 +3450,17 @@ func (ss *session) settle(sc *serverConn) bool {
 	return true
 }
 
-// watchProbe watches the client (watchClient) while the probe runs on sc, when the session goroutine runs it
-// (answerInline reads the answer that ends the transaction, and settle probes there): that goroutine reads the
-// client no more, so a probe that waited behind a lock, its client gone, held the connection and its slot as
-// long as the lock (TestPooledClientVanishingWhileItsProbeWaits). Once the client is gone the probe's
-// statement is cancelled and its reads end (a read deadline), so the probe fails and the connection is
-// discarded. The returned stop ends the watch and reports whether it acted: then the connection goes to
-// nobody else, whatever the probe found. A lend's own goroutine needs no watch: the session goroutine reads
-// the client meanwhile, and its end closes the connection.
+// watchProbe watches the client (watchClient) while the probe runs on sc: a probe that waited behind a lock,
+// its client gone, held the connection and its slot as long as the lock
+// (TestPooledClientVanishingWhileItsProbeWaits). Once the client is gone the probe's statement is cancelled
+// and its reads end (a read deadline), so the probe fails and the connection is discarded. The returned stop
+// ends the watch and reports whether it acted: then the connection goes to nobody else, whatever the probe
+// found. Whoever runs the probe: the session goroutine (answerInline read the answer that ends the
+// transaction), which reads the client no more; or a lend's own goroutine (serveLend, which an inline read
+// hands over to at any slow gap, so which one runs it is a matter of timing), where the session goroutine
+// reads the client and sees it leave, but its end waits for pl.mu, which the probe holds (settle): the watch
+// was once for the first alone, and the test failed one run in five on a loaded machine.
 func (ss *session) watchProbe(sc *serverConn) (stop func() bool) {
-	if !ss.pooled.inline {
-		return func() bool { return false }
-	}
 	var mu sync.Mutex
 	done, acted := false, false
 	w := ss.watchClient(func() {
