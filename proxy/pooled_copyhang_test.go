@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 
@@ -183,25 +184,7 @@ func TestPooledClientVanishingWhileItsSettingsReplay(t *testing.T) {
 		err := f.d.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE "+cond).Scan(&n)
 		return err == nil && n == 1
 	})
-	got := make(chan string, 1)
-	go func() {
-		var v string
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		if err := b.QueryRow(ctx, "SELECT 'the other client''s second'").Scan(&v); err != nil {
-			v = "error: " + err.Error()
-		}
-		got <- v
-	}()
-	waitingClients(t, adm, 1)
-	a.conn.Close()
-	left := time.Now()
-	if v := <-got; v != "the other client's second" {
-		t.Fatalf("the next client on the pool of one after the subject left (%v later): %s", time.Since(left).Round(time.Millisecond), v)
-	}
-	if waited := time.Since(left); waited > 5*time.Second {
-		t.Errorf("the next client was served %v after the subject left", waited)
-	}
+	servedOnceGone(t, adm, b, "the other client's second", a.conn.Close)
 	eventually(t, 10*time.Second, "the subject's backend gone", func() bool {
 		var n int
 		err := f.d.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE "+cond).Scan(&n)
@@ -232,25 +215,7 @@ func TestPooledClientVanishingWhileItsAnswerIsReadInline(t *testing.T) {
 		return err == nil && n == 1
 	})
 	b := pooledConn(t, f, "&default_query_exec_mode=simple_protocol")
-	got := make(chan string, 1)
-	go func() {
-		var v string
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		if err := b.QueryRow(ctx, "SELECT 'the other client''s'").Scan(&v); err != nil {
-			v = "error: " + err.Error()
-		}
-		got <- v
-	}()
-	waitingClients(t, adm, 1)
-	a.conn.Close()
-	left := time.Now()
-	if v := <-got; v != "the other client's" {
-		t.Fatalf("the next client on the pool of one after the subject left (%v later): %s", time.Since(left).Round(time.Millisecond), v)
-	}
-	if waited := time.Since(left); waited > 5*time.Second {
-		t.Errorf("the next client was served %v after the subject left", waited)
-	}
+	servedOnceGone(t, adm, b, "the other client's", a.conn.Close)
 }
 
 // A client leaves while the proxy's look at its server connection after its transaction (the probe, which a
@@ -282,20 +247,28 @@ func TestPooledClientVanishingWhileItsProbeWaits(t *testing.T) {
 		return f.d.QueryRow(ctx, waiting).Scan(&n) == nil && n == 1
 	})
 	b := pooledConn(t, f, "&default_query_exec_mode=simple_protocol")
+	servedOnceGone(t, adm, b, "the other client's", a.conn.Close)
+}
+
+// servedOnceGone has b ask for the pool's one server connection (a SELECT of the literal want), waits until the
+// admin console counts it waiting, makes the subject leave (leave), and fails the test unless b is answered want
+// within 5 s of that: the subject's wait, whatever it was, ended with the subject and gave the slot back.
+func servedOnceGone(t *testing.T, adm, b *pgx.Conn, want string, leave func() error) {
+	t.Helper()
 	got := make(chan string, 1)
 	go func() {
 		var v string
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
-		if err := b.QueryRow(ctx, "SELECT 'the other client''s'").Scan(&v); err != nil {
+		if err := b.QueryRow(ctx, "SELECT '"+strings.ReplaceAll(want, "'", "''")+"'").Scan(&v); err != nil {
 			v = "error: " + err.Error()
 		}
 		got <- v
 	}()
 	waitingClients(t, adm, 1)
-	a.conn.Close()
+	leave()
 	left := time.Now()
-	if v := <-got; v != "the other client's" {
+	if v := <-got; v != want {
 		t.Fatalf("the next client on the pool of one after the subject left (%v later): %s", time.Since(left).Round(time.Millisecond), v)
 	}
 	if waited := time.Since(left); waited > 5*time.Second {
