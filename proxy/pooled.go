@@ -3820,6 +3820,9 @@ func (ss *session) endPooled(e ending) {
 	// took from the lend already (refuseInsideBatch): such a side relays what it had read until the closed
 	// connection ends it. Waited for only where pl.sc was still set, it wrote the client's bufio.Writer at the
 	// same time as the farewell below: bytes sent twice or cut (TestPooledEndWritesAfterTheLendsServerSide).
+	// Its writes to a client that reads nothing are bounded as the farewell's are: the session ends all the
+	// same (TestPooledEndWithAClientThatReadsNothing).
+	ss.client.SetWriteDeadline(time.Now().Add(farewellTimeout))
 	pl.serving.Wait()
 	switch e.why {
 	case endProtocol:

@@ -92,3 +92,39 @@ func endWhileRowsCome(t *testing.T, f *fenced) {
 	}
 	t.Logf("%d rows, then the FATAL %v, the last row cut %v", rows, fatal != nil, cut)
 }
+
+// The same end with a client that reads nothing more: the lend's server side is stuck in a write to the client,
+// whose socket is full, when the session ends. The session's end waits for that side before its farewell
+// (above), so the write must be bounded as the farewell's is: the session ends within the farewell's and the
+// linger's time, its goroutines with it, not when (if ever) the client reads.
+func TestPooledEndWithAClientThatReadsNothing(t *testing.T) {
+	f := newPooledFenced(t, 1, "")
+	pc := pooledPgConn(t, f, "")
+	fe := pc.Frontend()
+	fe.Send(&pgproto3.Parse{Query: "SELECT repeat('x', 1000) FROM generate_series(1, 100000)"})
+	fe.Send(&pgproto3.Bind{})
+	fe.Send(&pgproto3.Execute{})
+	fe.Send(&pgproto3.Flush{})
+	if err := fe.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	pc.Conn().SetReadDeadline(time.Now().Add(20 * time.Second))
+	for {
+		m, err := fe.Receive()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := m.(*pgproto3.DataRow); ok {
+			break
+		}
+	}
+	if n := f.p.Server.ActiveSessions(); n != 1 {
+		t.Fatalf("%d sessions before the Query, want the subject's", n)
+	}
+	fe.Send(&pgproto3.Query{String: "SELECT 'inside the batch'"})
+	if err := fe.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	// The client reads nothing from here on, and keeps its socket open.
+	eventually(t, 15*time.Second, "the session ended", func() bool { return f.p.Server.ActiveSessions() == 0 })
+}
