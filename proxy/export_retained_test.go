@@ -18,12 +18,15 @@ import (
 // slice's capacity, a map's entries), for comparing, not an account of the allocator's.
 func ParkedRetained(s *Server) (total int, n int, byField []string) {
 	pk := s.pools.parker
+	// Held for the whole walk, not only for the list: a session resumed or ended later (the test's clients
+	// closed at its end) writes what the walk read, and only the parker's lock orders the two (go test -race
+	// reported the walk's reads against resumePooled's and endPooled's writes).
 	pk.mu.Lock()
+	defer pk.mu.Unlock()
 	sessions := make([]*session, 0, len(pk.parked))
 	for _, ss := range pk.parked {
 		sessions = append(sessions, ss)
 	}
-	pk.mu.Unlock()
 	w := retainWalker{seen: map[uintptr]bool{}}
 	fields := map[string]int{}
 	for _, ss := range sessions {

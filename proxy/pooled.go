@@ -266,6 +266,10 @@ type pooledState struct {
 	// takes that ReadyForQuery off, or when the token statement fails, which makes the server skip the Query.
 	syncOwed    bool
 	readyHidden atomic.Bool
+	// clientCut: a message the lend's server side forwarded to the client stopped in its middle (its server
+	// connection failed, or was closed by the session's end, as the message streamed: msgReader.rest). The
+	// client's next bytes would be read as the rest of it, so the session's end writes no farewell after it.
+	clientCut atomic.Bool
 	// lastUnnamedOwed: the connection just lent may hold another client's unnamed statement (closeLastUnnamed).
 	lastUnnamedOwed bool
 	// unnamedDropped: a DISCARD ALL or DEALLOCATE ALL ran on the lent connection, which dropped the server
@@ -3276,6 +3280,10 @@ func (ss *session) preparedAnswer(sc *serverConn, typ byte) error {
 // lendFailed ends a lend whose server connection (or the client, written to) failed. Only the lend's server side
 // (relayServer) calls it.
 func (ss *session) lendFailed(sc *serverConn, err error) {
+	if sc.r.rest > 0 {
+		// A message forwarded to the client stopped in its middle: nothing may follow it (endPooled).
+		ss.pooled.clientCut.Store(true)
+	}
 	// Closed first, without the lock: the writer of the client's messages may hold pl.mu in a write to the server
 	// that waits for the server to read, while the server waits for its answers to be read, which this side no
 	// longer does (a client that pipelined far more than it read, then left: the lock was never freed, and the
@@ -3807,6 +3815,14 @@ func (ss *session) endPooled(e ending) {
 		pl.serving.Wait()
 		sc.pool.discard(sc)
 	}
+	// No lend's server side writes to the client past here, even one whose connection the session goroutine
+	// took from the lend already (refuseInsideBatch): such a side relays what it had read until the closed
+	// connection ends it. Waited for only where pl.sc was still set, it wrote the client's bufio.Writer at the
+	// same time as the farewell below: bytes sent twice or cut (TestPooledEndWritesAfterTheLendsServerSide).
+	// Its writes to a client that reads nothing are bounded as the farewell's are: the session ends all the
+	// same (TestPooledEndWithAClientThatReadsNothing).
+	ss.client.SetWriteDeadline(time.Now().Add(farewellTimeout))
+	pl.serving.Wait()
 	switch e.why {
 	case endProtocol:
 		ss.srv.metrics.protocolError()
@@ -3820,7 +3836,9 @@ func (ss *session) endPooled(e ending) {
 	case endTerminate, endClientGone:
 		fare = nil
 	}
-	if !forced && fare != nil {
+	// After a message cut in the middle (clientCut) the client would read the farewell's bytes as the rest of
+	// that message: it gets none, only the connection's end.
+	if !forced && fare != nil && !pl.clientCut.Load() {
 		ss.client.SetWriteDeadline(time.Now().Add(farewellTimeout))
 		ss.cw.Write(fare)
 		ss.cw.Flush()

@@ -1,0 +1,130 @@
+package proxy_test
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgproto3"
+)
+
+// A session the pool ends from the client's side while the lend's server side still relays an answer to the
+// client (here a Query sent inside an extended-protocol batch, refuseInsideBatch, behind an Execute whose rows
+// are still coming): the session's end writes its FATAL to the client only once nothing else writes there, and
+// never after a message cut in its middle. Before this review (stop 55) the refusal took the connection from the
+// lend (pl.sc nil), so endPooled did not wait for the lend's server side (serveLend), and both wrote the
+// client's one bufio.Writer at once: a data race (go test -race reported it in
+// TestPooledCopyFailedByAMessageBeforeAPipelinedSync, and reports it here in every run on main), bytes sent
+// twice or cut, a stream the client cannot frame; and a farewell written after a row the closed connection cut
+// was read as the rest of that row. Every message the client gets must be whole: the rows, then the FATAL
+// 0A000, or the rows up to one cut in its middle and nothing after it.
+func TestPooledEndWritesAfterTheLendsServerSide(t *testing.T) {
+	f := newPooledFenced(t, 1, "")
+	for round := range 30 { // the two writers' timing varies: on main about one round in ten showed it without -race
+		t.Run(fmt.Sprint(round), func(t *testing.T) { endWhileRowsCome(t, f) })
+	}
+}
+
+func endWhileRowsCome(t *testing.T, f *fenced) {
+	pc := pooledPgConn(t, f, "")
+	fe := pc.Frontend()
+	fe.Send(&pgproto3.Parse{Query: "SELECT repeat('x', 1000) FROM generate_series(1, 20000)"})
+	fe.Send(&pgproto3.Bind{})
+	fe.Send(&pgproto3.Execute{})
+	fe.Send(&pgproto3.Flush{})
+	if err := fe.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	pc.Conn().SetReadDeadline(time.Now().Add(20 * time.Second))
+	rows := 0
+	for rows == 0 { // the rows come: the lend's server side relays them
+		m, err := fe.Receive()
+		if err != nil {
+			t.Fatalf("before the Query: %v", err)
+		}
+		if _, ok := m.(*pgproto3.DataRow); ok {
+			rows++
+		}
+	}
+	fe.Send(&pgproto3.Query{String: "SELECT 'inside the batch'"})
+	if err := fe.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	var fatal *pgproto3.ErrorResponse
+	cut := false // the stream ended in the middle of a message (a row the closed server connection cut)
+	for {
+		m, err := fe.Receive()
+		if err != nil {
+			var ne net.Error
+			switch {
+			case errors.As(err, &ne) && ne.Timeout():
+				t.Fatalf("after %d rows: no end within 20 s", rows)
+			case errors.Is(err, io.ErrUnexpectedEOF) && fatal == nil:
+				cut = true
+			case !errors.Is(err, io.EOF):
+				t.Fatalf("after %d rows: a stream the client cannot read: %v", rows, err)
+			}
+			break
+		}
+		switch m := m.(type) {
+		case *pgproto3.DataRow:
+			if fatal != nil {
+				t.Fatalf("a row after the FATAL")
+			}
+			if len(m.Values) != 1 || len(m.Values[0]) != 1000 {
+				t.Fatalf("after %d rows: a broken row of %d values", rows, len(m.Values))
+			}
+			rows++
+		case *pgproto3.ErrorResponse:
+			if fatal != nil || m.Severity != "FATAL" || m.Code != "0A000" {
+				t.Fatalf("after %d rows: %s %s %s (a FATAL before: %v)", rows, m.Severity, m.Code, m.Message, fatal != nil)
+			}
+			fatal = m
+		default:
+			t.Fatalf("after %d rows: %T, not a row of the answer nor the FATAL", rows, m)
+		}
+	}
+	if fatal == nil && !cut {
+		t.Fatalf("%d whole rows, then the end without the FATAL that says why", rows)
+	}
+	t.Logf("%d rows, then the FATAL %v, the last row cut %v", rows, fatal != nil, cut)
+}
+
+// The same end with a client that reads nothing more: the lend's server side is stuck in a write to the client,
+// whose socket is full, when the session ends. The session's end waits for that side before its farewell
+// (above), so the write must be bounded as the farewell's is: the session ends within the farewell's and the
+// linger's time, its goroutines with it, not when (if ever) the client reads.
+func TestPooledEndWithAClientThatReadsNothing(t *testing.T) {
+	f := newPooledFenced(t, 1, "")
+	pc := pooledPgConn(t, f, "")
+	fe := pc.Frontend()
+	fe.Send(&pgproto3.Parse{Query: "SELECT repeat('x', 1000) FROM generate_series(1, 100000)"})
+	fe.Send(&pgproto3.Bind{})
+	fe.Send(&pgproto3.Execute{})
+	fe.Send(&pgproto3.Flush{})
+	if err := fe.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	pc.Conn().SetReadDeadline(time.Now().Add(20 * time.Second))
+	for {
+		m, err := fe.Receive()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := m.(*pgproto3.DataRow); ok {
+			break
+		}
+	}
+	if n := f.p.Server.ActiveSessions(); n != 1 {
+		t.Fatalf("%d sessions before the Query, want the subject's", n)
+	}
+	fe.Send(&pgproto3.Query{String: "SELECT 'inside the batch'"})
+	if err := fe.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	// The client reads nothing from here on, and keeps its socket open.
+	eventually(t, 15*time.Second, "the session ended", func() bool { return f.p.Server.ActiveSessions() == 0 })
+}
