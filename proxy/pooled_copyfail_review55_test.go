@@ -18,7 +18,8 @@ import (
 // PostgreSQL 15 ends the connection there instead (08P01, then FATAL: protocol synchronization was lost), and
 // so must the pooled session, its server connection with it; a second client on the pool of one then gets its
 // own answers. The pooled client gets what it gets directly, or the same answers and then the pool's FATAL
-// 08P01 after a ReadyForQuery. A review's attack (stop 55) that held; kept so that a server that answered the
+// 08P01 after a ReadyForQuery, or the server's answers up to the CopyInResponse (or later) and then the
+// pool's FATAL 0A000 for a message sent inside a COPY it knew had started. A review's attack (stop 55) that held; kept so that a server that answered the
 // Sync, or a pool that relayed past the FATAL, shows here.
 func TestPooledCopyFailedByAMessageBeforeAPipelinedSync(t *testing.T) {
 	f := newPooledFenced(t, 1, "  max_client_wait: 15s\n")
@@ -62,8 +63,14 @@ func TestPooledCopyFailedByAMessageBeforeAPipelinedSync(t *testing.T) {
 			if i := strings.Index(ds, "Z:"); i >= 0 {
 				failClosed = ds[:i+len("Z:I")] + " FATAL:08P01"
 			}
-			if ps != ds && ps != failClosed {
-				t.Fatalf("pooled\n  got:    %s\n  want:   %s\n  or:     %s", ps, ds, failClosed)
+			// Or the pool's own refusal of the message it saw reach a COPY it knew had started (docs/pooling.md:
+			// a message other than the data, its end, Flush and Sync inside a COPY ends the session, FATAL
+			// 0A000), after the answers the server gave before it: which of the two a run gets depends on
+			// whether the CopyInResponse was read before the message went (the CI's run at bcb12e7 got it).
+			refused := strings.TrimSuffix(ps, " FATAL:0A000")
+			refusedInCopy := refused != ps && strings.Contains(refused, "CopyInResponse") && strings.HasPrefix(ds, refused+" ")
+			if ps != ds && ps != failClosed && !refusedInCopy {
+				t.Fatalf("pooled\n  got:    %s\n  want:   %s\n  or:     %s\n  or:     the same up to the CopyInResponse or later, then FATAL:0A000", ps, ds, failClosed)
 			}
 			// The subject is still connected (or ended): the pool's one server connection must serve another
 			// client its own answers, none of the subject's.
