@@ -163,15 +163,7 @@ func TestPooledClientVanishingWhileItsSettingsReplay(t *testing.T) {
 	fxExec(t, b, "SELECT 'the other client''s first'")
 
 	ctx := ctxT(t)
-	blocker := direct(t)
-	tx, err := blocker.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(context.Background())
-	if _, err := tx.Exec(ctx, "LOCK TABLE pg_catalog.pg_tablespace IN ACCESS EXCLUSIVE MODE"); err != nil {
-		t.Fatal(err)
-	}
+	holdCatalogLock(t, "pg_catalog.pg_tablespace")
 	// A statement that runs outside any transaction block (a SET LOCAL alone, which PostgreSQL warns of and
 	// ignores there) goes without the token statement, after the proxy's own units answered (checkFirst).
 	a.fe.Send(&pgproto3.Query{String: "SET LOCAL work_mem = '2MB'"})
@@ -227,15 +219,7 @@ func TestPooledClientVanishingWhileItsProbeWaits(t *testing.T) {
 	f := newPooledFenced(t, 1, "  admin_users: [admin]\n  max_client_wait: 15s\n")
 	adm := adminConn(t, f)
 	ctx := ctxT(t)
-	blocker := direct(t)
-	tx, err := blocker.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(context.Background())
-	if _, err := tx.Exec(ctx, "LOCK TABLE pg_catalog.pg_cursors IN ACCESS EXCLUSIVE MODE"); err != nil {
-		t.Fatal(err)
-	}
+	holdCatalogLock(t, "pg_catalog.pg_cursors")
 	a := dialRaw(t, f.p.Addr, pgtest.SuperUser, pgtest.TestDB, nil)
 	a.fe.Send(&pgproto3.Query{String: "SET work_mem = '2MB'"})
 	if err := a.fe.Flush(); err != nil {
@@ -273,5 +257,20 @@ func servedOnceGone(t *testing.T, adm, b *pgx.Conn, want string, leave func() er
 	}
 	if waited := time.Since(left); waited > 5*time.Second {
 		t.Errorf("the next client was served %v after the subject left", waited)
+	}
+}
+
+// holdCatalogLock takes an ACCESS EXCLUSIVE lock on the catalog table (qualified) in a transaction of a direct
+// connection, held until the test ends: what the proxy reads of it (a settings replay, the probe) waits.
+func holdCatalogLock(t *testing.T, table string) {
+	t.Helper()
+	ctx := ctxT(t)
+	tx, err := direct(t).Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tx.Rollback(context.Background()) })
+	if _, err := tx.Exec(ctx, "LOCK TABLE "+table+" IN ACCESS EXCLUSIVE MODE"); err != nil {
+		t.Fatal(err)
 	}
 }
