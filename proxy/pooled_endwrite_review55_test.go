@@ -29,16 +29,7 @@ func TestPooledEndWritesAfterTheLendsServerSide(t *testing.T) {
 }
 
 func endWhileRowsCome(t *testing.T, f *fenced) {
-	pc := pooledPgConn(t, f, "")
-	fe := pc.Frontend()
-	fe.Send(&pgproto3.Parse{Query: "SELECT repeat('x', 1000) FROM generate_series(1, 20000)"})
-	fe.Send(&pgproto3.Bind{})
-	fe.Send(&pgproto3.Execute{})
-	fe.Send(&pgproto3.Flush{})
-	if err := fe.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	pc.Conn().SetReadDeadline(time.Now().Add(20 * time.Second))
+	fe := sendLargeUnsynced(t, f, 20000)
 	rows := 0
 	for rows == 0 { // the rows come: the lend's server side relays them
 		m, err := fe.Receive()
@@ -99,16 +90,7 @@ func endWhileRowsCome(t *testing.T, f *fenced) {
 // linger's time, its goroutines with it, not when (if ever) the client reads.
 func TestPooledEndWithAClientThatReadsNothing(t *testing.T) {
 	f := newPooledFenced(t, 1, "")
-	pc := pooledPgConn(t, f, "")
-	fe := pc.Frontend()
-	fe.Send(&pgproto3.Parse{Query: "SELECT repeat('x', 1000) FROM generate_series(1, 100000)"})
-	fe.Send(&pgproto3.Bind{})
-	fe.Send(&pgproto3.Execute{})
-	fe.Send(&pgproto3.Flush{})
-	if err := fe.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	pc.Conn().SetReadDeadline(time.Now().Add(20 * time.Second))
+	fe := sendLargeUnsynced(t, f, 100000)
 	for {
 		m, err := fe.Receive()
 		if err != nil {
@@ -127,4 +109,21 @@ func TestPooledEndWithAClientThatReadsNothing(t *testing.T) {
 	}
 	// The client reads nothing from here on, and keeps its socket open.
 	eventually(t, 15*time.Second, "the session ended", func() bool { return f.p.Server.ActiveSessions() == 0 })
+}
+
+// sendLargeUnsynced opens a pooled connection and sends, with a Flush and no Sync, a batch whose answer is rows
+// rows of 1,000 bytes (the lend's server side relays them while the client reads or not), its read deadline 20 s.
+func sendLargeUnsynced(t *testing.T, f *fenced, rows int) *pgproto3.Frontend {
+	t.Helper()
+	pc := pooledPgConn(t, f, "")
+	fe := pc.Frontend()
+	fe.Send(&pgproto3.Parse{Query: fmt.Sprintf("SELECT repeat('x', 1000) FROM generate_series(1, %d)", rows)})
+	fe.Send(&pgproto3.Bind{})
+	fe.Send(&pgproto3.Execute{})
+	fe.Send(&pgproto3.Flush{})
+	if err := fe.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	pc.Conn().SetReadDeadline(time.Now().Add(20 * time.Second))
+	return fe
 }
