@@ -2838,7 +2838,7 @@ func (ss *session) stmtText(typ byte, body []byte) (text []byte, ok bool) {
 		if !known {
 			return nil, false
 		}
-		return planText(msgParse, cs.parse)
+		return planText(msgParse, cs.parse.body)
 	}
 	return nil, false
 }

@@ -15,7 +15,7 @@ import (
 
 // parkedBudget is what a parked client may keep on the proxy's heap, in bytes, beside what it shares with the
 // other clients of its pool (proxy.ParkedRetained's estimate): pgbouncer keeps about 1 KiB per idle client.
-const parkedBudget = 7 << 10
+const parkedBudget = 6 << 10
 
 // A parked client keeps only what must survive to its next transaction: its token, settings, statement names and
 // place, not the caches, scratch and copies a busy client uses (the texts it sent, the token statement's

@@ -7,10 +7,12 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"weak"
 
 	"github.com/fenceproxy/fenceproxy/rewrite"
 )
@@ -145,17 +147,78 @@ func editErrorField(body []byte, field byte, v *string) []byte {
 	return append(out, 0)
 }
 
-// clientStmt is a client's named statement: its server name, the fenced Parse body under that name, and the
-// client's own text (what its words may do: the fenced one also holds the proxy's own SQL). src is the client's
-// Parse body and gen the generation of the planner that fenced it (plannerBox): a Bind or Describe under
-// another fences src again first (refenceNamed), so that the server never runs it as an older table list had it.
+// clientStmt is a client's named statement: its server name, the fenced Parse body under that name (shared by
+// every client whose statement has that server name: sharedParses), and the client's own text (what its words
+// may do: the fenced one also holds the proxy's own SQL; it lies inside src). src is the client's Parse body and
+// gen the generation of the planner that fenced it (plannerBox): a Bind or Describe under another fences src
+// again first (refenceNamed), so that the server never runs it as an older table list had it.
 type clientStmt struct {
 	server string
-	parse  []byte
+	parse  *sharedParse
 	text   []byte
 	src    []byte
 	gen    uint64
 	read   stmtReading // how the server read the Parse (prepared again only so: readAgain)
+}
+
+// sharedParse is a server statement's Parse body: its name, the fenced text, the parameter types. Never
+// changed once made: clients of any pool share it.
+type sharedParse struct{ body []byte }
+
+// sharedParses keeps one sharedParse per server statement name while some client's statement holds it. The
+// fenced text of a protected table's write is the bulk of what a client's named statement keeps (its guard
+// SQL is about 1.5 KB), and a pool's clients, running one application's code, prepare the same few statements:
+// one copy for all of them, not one each (an idle client's memory). The map holds its entries weakly: the
+// last client's statement to let go of one lets the collector reclaim it, and its entry goes with it.
+type sharedParses struct {
+	mu sync.Mutex
+	m  map[string]weak.Pointer[sharedParse]
+}
+
+// of is the shared Parse body of the server statement server, whose text and parameter types are rest (as
+// after the name in the body): the one already kept, when its body is the same, else a new one kept from now.
+// A server name is a hash of rest (serverStmtName), so the two differ only on a collision, which keeps the
+// entry as it was and gives the caller a body of its own.
+func (sp *sharedParses) of(server string, rest []byte) *sharedParse {
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	if w, ok := sp.m[server]; ok {
+		if p := w.Value(); p != nil {
+			if b := p.body; len(b) == len(server)+1+len(rest) && bytes.Equal(b[len(server)+1:], rest) {
+				return p
+			}
+			return &sharedParse{body: parseBody(server, rest)}
+		}
+	}
+	if sp.m == nil {
+		sp.m = map[string]weak.Pointer[sharedParse]{}
+	}
+	p := &sharedParse{body: parseBody(server, rest)}
+	sp.m[server] = weak.Make(p)
+	runtime.AddCleanup(p, sp.forget, server)
+	return p
+}
+
+// forget drops the entry of server once the collector reclaimed its sharedParse (runtime.AddCleanup). A newer
+// one made for the same name meanwhile stays.
+func (sp *sharedParses) forget(server string) {
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	if w, ok := sp.m[server]; ok && w.Value() == nil {
+		delete(sp.m, server)
+	}
+}
+
+// size is how many server statements' Parse bodies are kept (tests).
+func (sp *sharedParses) size() int {
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	return len(sp.m)
+}
+
+// parseBody is a Parse body naming the statement server, with rest (text and parameter types) after the name.
+func parseBody(server string, rest []byte) []byte {
+	return append(append(append(make([]byte, 0, len(server)+1+len(rest)), server...), 0), rest...)
 }
 
 // stmtReading is how the server read a client's Parse: under the standard_conforming_strings and client_encoding
@@ -826,24 +889,25 @@ func (ss *session) parseNamed(body []byte, p Planner) error {
 			writeMsg(sc.w, msgParse, append(append([]byte(closedStmtName), 0), rest...), "")
 			pl.stmts.sentCheckParse()
 			pl.writeHiddenClose(none)
-			writeMsg(sc.w, msgParse, pl.stmts.byName[string(name)].parse, "")
+			writeMsg(sc.w, msgParse, pl.stmts.byName[string(name)].parse.body, "")
 			pl.stmts.sent(msgParseComplete, false)
 			pl.stmts.sentNamed(string(name), server)
 			return nil
 		}
 	}
 	server := serverStmtName(rest)
-	parse := append(append([]byte(server), 0), rest...)
+	parse := ss.srv.parses.of(server, rest)
 	if pl.stmts.byName == nil {
 		pl.stmts.byName = map[string]clientStmt{}
 	}
-	text, _ := planText(msgParse, body)
+	src := bytes.Clone(body)
+	text, _ := planText(msgParse, src)
 	prev, had := pl.stmts.byName[string(name)]
 	was := &closedStmt{name: string(name), parsed: server}
 	if had {
 		was.stmt = prev // held, not prepared (holds): a Bind of it gets 26000, as before this Parse
 	}
-	pl.stmts.byName[string(name)] = clientStmt{server: server, parse: parse, text: bytes.Clone(text), src: bytes.Clone(body), gen: pl.plan.gen, read: read}
+	pl.stmts.byName[string(name)] = clientStmt{server: server, parse: parse, text: text, src: src, gen: pl.plan.gen, read: read}
 	// Closed first, prepared here or not: prepared again if it was (a client parses again to get a plan for a
 	// changed schema), so that the client's ParseComplete comes in its place; and whatever another client's
 	// function may have put under the name is gone (a name the proxy never prepared here would fail the Parse,
@@ -851,7 +915,7 @@ func (ss *session) parseNamed(body []byte, p Planner) error {
 	// stmtParsed has the probe read the connection's statements again.
 	writeMsg(sc.w, msgClose, append(append([]byte{'S'}, server...), 0), "")
 	pl.stmts.sentServerClose(server, sc)
-	writeMsg(sc.w, msgParse, parse, "")
+	writeMsg(sc.w, msgParse, parse.body, "")
 	if pl.stmts.sentServerParse(false, string(name), server, sc, was) {
 		sc.stmts[server] = true
 		sc.stmtsFresh[server] = true
@@ -883,13 +947,15 @@ func (ss *session) serverStmt(name []byte) string {
 		// (serverConn.stmtsFresh): closed first, whatever the name holds now (another client's function may have
 		// put a statement under it, prepared here or not), then prepared from the client's text; or, when the
 		// server would read that text otherwise than at the client's Parse, the refusal in its place (readAgain).
-		if why := cs.read.readAgain(cs.parse, ss.readAgainSettings()); why != "" {
-			cs.server, cs.parse = readAgainRefusal(cs.parse, why)
+		if why := cs.read.readAgain(cs.parse.body, ss.readAgainSettings()); why != "" {
+			var refusal []byte
+			cs.server, refusal = readAgainRefusal(cs.parse.body, why)
+			cs.parse = &sharedParse{body: refusal}
 		}
 		writeMsg(sc.w, msgClose, append(append([]byte{'S'}, cs.server...), 0), "")
 		pl.stmts.sentServerClose(cs.server, sc)
-		ss.prep.clientText(parsedText(cs.parse)) // the text's words, on this connection too (prepared.go)
-		writeMsg(sc.w, msgParse, cs.parse, "")
+		ss.prep.clientText(parsedText(cs.parse.body)) // the text's words, on this connection too (prepared.go)
+		writeMsg(sc.w, msgParse, cs.parse.body, "")
 		if pl.stmts.sentServerParse(true, "", cs.server, sc, nil) {
 			sc.stmts[cs.server], sc.stmtsFresh[cs.server] = true, true
 		} // else skipped with the Close before it: as it was
@@ -934,7 +1000,7 @@ func (ss *session) refenceNamed(cs clientStmt) clientStmt {
 	// Fenced under the settings in force now, as the server will read it now (a reading in flux: the core's
 	// verdict holds under every setting).
 	read := readingOf(ss.readingSettings())
-	return clientStmt{server: server, parse: append(append([]byte(server), 0), rest...), text: cs.text, src: cs.src, gen: pl.plan.gen, read: read}
+	return clientStmt{server: server, parse: ss.srv.parses.of(server, rest), text: cs.text, src: cs.src, gen: pl.plan.gen, read: read}
 }
 
 // deallocateNamed maps an SQL DEALLOCATE of the client's protocol-level statement name (psycopg 3 with libpq

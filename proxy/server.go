@@ -98,6 +98,7 @@ type Server struct {
 	auth       *authenticator // nil: authentication is relayed to PostgreSQL (auth.type passthrough)
 	router     *router        // nil: one upstream.address, no router
 	pools      *txPools       // pool.mode transaction (pool.go); nil in session mode
+	parses     sharedParses   // the Parse bodies of pooled clients' named statements, one copy each (pooledstmts.go)
 	// effectWords are the words of a text that may change the token, lock or application_name at session level
 	// (rewrite.SessionEffects): their names, RESET and DISCARD (ALL), EXECUTE (an SQL prepared statement),
 	// set_config and u& (which may spell any of them); for the pool's text classes (textClass.effects).
