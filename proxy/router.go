@@ -243,6 +243,22 @@ func (r *router) superseded(h upstreamHost) (string, bool) {
 	return r.primary, r.primary != "" && h.epoch < r.epoch && (h.addr == r.former || h.addr == r.primary)
 }
 
+// stale reports whether a pooled server connection dialled to h must serve no further transaction. A pooled
+// client between transactions is bound to no host, so each transaction goes where a new session would: for
+// read-write, only a connection dialled to the published primary in the epoch it was published in serves
+// one, and none while no primary is published (the lend dials, and waits for the next primary as a new
+// session does); a connection left on a withdrawn primary would run the transaction on a host the router no
+// longer trusts. For the other targets, the connections a published change of primary left behind
+// (superseded).
+func (r *router) stale(h upstreamHost) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.target == config.TargetReadWrite {
+		return h.addr != r.primary || h.epoch != r.epoch
+	}
+	return r.primary != "" && h.epoch < r.epoch && (h.addr == r.former || h.addr == r.primary)
+}
+
 // observe is told a ParameterStatus a session's upstream connection on host reported: in_hot_standby on, from
 // the published primary, makes it a standby and the coordinator decide now, before the next check.
 // default_transaction_read_only is not taken from sessions: a client may SET it in its own session, and that
