@@ -3450,7 +3450,13 @@ func (ss *session) settle(sc *serverConn) bool {
 			pl.setLent(nil)
 			sc.pool.discard(sc)
 			pl.lost = err
-			if pl.fare == nil {
+			switch moved := sc.movedTo.Load(); {
+			case pl.fare != nil:
+			case moved != nil:
+				// A change of primary closed the connection under the probe: the client is told so, as any
+				// client whose connection it closed. Its transaction's answer went out before the probe.
+				pl.fare = movedFarewell(sc.host.addr, *moved, false)
+			default:
 				pl.fare = errorResponse("FATAL", sqlstateConnectionFailure, "fenceproxy could not read the server connection's session state", err.Error(), "")
 			}
 			ss.clientIntr.raise(intrPeerEnded)
