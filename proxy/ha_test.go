@@ -320,8 +320,9 @@ func TestLossyFailoverKeepsTheLockFence(t *testing.T) {
 	if err := h.primary.StopImmediate(); err != nil {
 		t.Fatal(err)
 	}
-	// The proxy sees the primary lost before the standby is promoted: a health check that found both changed at
-	// once would publish the new primary without the loss in between (two primary changes, not three).
+	// The proxy sees the primary lost before the standby is promoted, so that the counts below are known (since
+	// 2026-12-05 the old primary is withdrawn before any barrier anyway: a check that found both changed at once
+	// also makes three changes; before, it published the new primary without the loss in between).
 	eventually(t, 30*time.Second, "the proxy to see the primary lost", func() bool {
 		got, _ := metricValue(t, h.proxy.Registry, "fenceproxy_upstream_primary_changes_total")
 		return got == 2

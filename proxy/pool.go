@@ -837,8 +837,9 @@ func (p *txPool) connFor(login *clientLogin) (*serverConn, error) {
 		p.nudge() // one idle fewer
 		if sc.spokeUnread() || p.superseded(sc) {
 			// The server spoke to an idle connection: the FATAL it sends before it closes one (a restart,
-			// pg_terminate_backend). Or a change of primary left its host behind. Another connection serves the
-			// client instead of this one failing it.
+			// pg_terminate_backend). Or its host is no longer where the pool's transactions go (a change of
+			// primary, a withdrawn primary: superseded). Another connection serves the client instead of this
+			// one failing it; with no primary published, the dial waits for the next.
 			p.forget(sc)
 			continue
 		}
@@ -846,8 +847,8 @@ func (p *txPool) connFor(login *clientLogin) (*serverConn, error) {
 	}
 	sc, err := p.dial(login)
 	if err == nil && p.superseded(sc) {
-		// Dialled to a host picked just before a change of primary was published (dropHost missed it): the
-		// next pick is the new one.
+		// Dialled to a host picked just before a change of primary was published or the primary withdrawn
+		// (dropHost missed it): the next pick is the new one, or waits for it.
 		p.forget(sc)
 		sc, err = p.dial(login)
 	}
@@ -988,14 +989,10 @@ func (p *txPool) needsIdle() bool {
 	return open < int64(cfg.Size)
 }
 
-// superseded reports whether a change of primary published since sc was dialled concerns its host
-// (router.superseded: the rule that ends the sessions of session mode), so it must serve no other transaction.
+// superseded reports whether sc's host stopped being where the pool's transactions go (router.stale: for
+// read-write, anything but the published primary in its epoch), so it must serve no other transaction.
 func (p *txPool) superseded(sc *serverConn) bool {
-	if p.srv.router == nil {
-		return false
-	}
-	_, ended := p.srv.router.superseded(sc.host)
-	return ended
+	return p.srv.router != nil && p.srv.router.stale(sc.host)
 }
 
 // dropHost closes, in every pool, the server connections a change of primary left behind (Server.primaryChanged:

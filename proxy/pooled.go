@@ -3305,14 +3305,7 @@ func (ss *session) lendFailed(sc *serverConn, err error) {
 		pl.lost = err
 		if !ss.clientOut.failed.Load() && !ss.state.serverFatal {
 			ss.srv.metrics.upstreamError()
-			pl.fare = errorResponse("FATAL", sqlstateConnectionFailure, "fenceproxy lost the server connection", err.Error(), "")
-			var replay *replayError
-			if errors.As(err, &replay) {
-				pl.fare = settingsFailure(replay)
-			}
-			if moved := sc.movedTo.Load(); moved != nil {
-				pl.fare = movedFarewell(sc.host.addr, *moved, pl.open > 0 && byte(ss.state.txStatus.Load()) != txFailed)
-			}
+			pl.fare = ss.lostFarewell(sc, err)
 		}
 	}
 	ss.clientIntr.raise(intrPeerEnded)
@@ -3324,6 +3317,35 @@ func (ss *session) wakeReplayed() {
 	case ss.pooled.replayed <- struct{}{}:
 	default:
 	}
+}
+
+// lostFarewell is the FATAL of a pooled client whose lent server connection was lost without a FATAL of the
+// server's (pl.mu held), by the rule a session's loss of its upstream connection follows (upstreamLostFarewell,
+// docs/ha.md), so that a client is told the same in either mode: 57P01 naming the new primary when a change of
+// primary closed it (movedFarewell); the settings replay's own failure; 08007 when a statement's answer was
+// lost (it may have committed, a COMMIT or a statement of an implicit transaction; the proxy never replays
+// it); with upstream.hosts, 57P01 naming the lost host (its next session goes to the current primary); else
+// 08006. Before 2026-12-05 only a change of primary was told apart: a primary that died under a statement gave
+// 08006, which a client may take for a statement that did not run (TestPooledPrimaryKilledUnderAStatement).
+func (ss *session) lostFarewell(sc *serverConn, err error) []byte {
+	answerLost := ss.pooled.open > 0 && byte(ss.state.txStatus.Load()) != txFailed
+	if moved := sc.movedTo.Load(); moved != nil {
+		return movedFarewell(sc.host.addr, *moved, answerLost)
+	}
+	var replay *replayError
+	switch {
+	case errors.As(err, &replay):
+		return settingsFailure(replay)
+	case answerLost:
+		return errorResponse("FATAL", sqlstateTransactionResolutionUnknown,
+			"fenceproxy lost the connection to the upstream server while a statement was running: whether its transaction committed is unknown",
+			fmt.Sprintf("upstream %s: %v", sc.host.addr, err), "Check whether the transaction's changes are there before doing it again.")
+	case ss.srv.router != nil:
+		return errorResponse("FATAL", sqlstateAdminShutdown,
+			fmt.Sprintf("terminating connection because fenceproxy lost the upstream host %s", sc.host.addr), err.Error(),
+			"Connect again: fenceproxy sends new sessions to the current primary.")
+	}
+	return errorResponse("FATAL", sqlstateConnectionFailure, "fenceproxy lost the server connection", err.Error(), "")
 }
 
 // movedFarewell is the FATAL of a pooled client whose lent server connection was closed because a change of
@@ -3428,7 +3450,13 @@ func (ss *session) settle(sc *serverConn) bool {
 			pl.setLent(nil)
 			sc.pool.discard(sc)
 			pl.lost = err
-			if pl.fare == nil {
+			switch moved := sc.movedTo.Load(); {
+			case pl.fare != nil:
+			case moved != nil:
+				// A change of primary closed the connection under the probe: the client is told so, as any
+				// client whose connection it closed. Its transaction's answer went out before the probe.
+				pl.fare = movedFarewell(sc.host.addr, *moved, false)
+			default:
 				pl.fare = errorResponse("FATAL", sqlstateConnectionFailure, "fenceproxy could not read the server connection's session state", err.Error(), "")
 			}
 			ss.clientIntr.raise(intrPeerEnded)

@@ -25,7 +25,8 @@ import (
 // connection to the primary reports in_hot_standby on (ParameterStatus, PostgreSQL 14+: a primary restarted as a
 // standby). One
 // goroutine, the coordinator, decides from what the checks found, so a primary change is one event, in this
-// order:
+// order (the old primary, no longer claiming to be one, is withdrawn first: no fenced write and no new
+// read-write session goes to it while the barrier runs):
 //
 //  1. the barrier runs on the new primary: every lock's mark is raised to at least the newest token the lock
 //     service granted for it and the highest mark the proxy saw accepted (schema.RaiseMarks);
@@ -242,6 +243,22 @@ func (r *router) superseded(h upstreamHost) (string, bool) {
 	return r.primary, r.primary != "" && h.epoch < r.epoch && (h.addr == r.former || h.addr == r.primary)
 }
 
+// stale reports whether a pooled server connection dialled to h must serve no further transaction. A pooled
+// client between transactions is bound to no host, so each transaction goes where a new session would: for
+// read-write, only a connection dialled to the published primary in the epoch it was published in serves
+// one, and none while no primary is published (the lend dials, and waits for the next primary as a new
+// session does); a connection left on a withdrawn primary would run the transaction on a host the router no
+// longer trusts. For the other targets, the connections a published change of primary left behind
+// (superseded).
+func (r *router) stale(h upstreamHost) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.target == config.TargetReadWrite {
+		return h.addr != r.primary || h.epoch != r.epoch
+	}
+	return r.primary != "" && h.epoch < r.epoch && (h.addr == r.former || h.addr == r.primary)
+}
+
 // observe is told a ParameterStatus a session's upstream connection on host reported: in_hot_standby on, from
 // the published primary, makes it a standby and the coordinator decide now, before the next check.
 // default_transaction_read_only is not taken from sessions: a client may SET it in its own session, and that
@@ -386,16 +403,24 @@ func (r *router) decide() {
 		return
 	case len(primaries) == 1:
 		next := primaries[0]
+		if cur != "" {
+			// The published primary stopped claiming to be one (down, read-only, a standby) while another
+			// does: it is withdrawn before the barrier runs, not after. The barrier may take up to
+			// 4*health_timeout, and a fenced write relayed to the old host meanwhile (a transaction opened
+			// READ WRITE there, or one whose bytes wait in a frozen server's socket) commits where the new
+			// primary never sees it. Withdrawn, the old host gets no fenced write (writeRefusal) and no new
+			// read-write session; its sessions still end when next is published, naming it (former).
+			r.publish(cur, "")
+		}
 		raised, err := r.barrier(next)
 		if err != nil {
 			r.metrics.barrierRun("failed", 0)
 			r.log.Error("failover barrier failed; no primary is published until it succeeds", "host", next, "err", err)
-			r.publish(cur, "") // the old one is not primary any more
 			time.AfterFunc(r.interval, r.wake)
 			return
 		}
 		r.metrics.barrierRun("done", raised)
-		r.publish(cur, next)
+		r.publish("", next)
 	case cur != "":
 		r.publish(cur, "")
 	}

@@ -1,0 +1,115 @@
+package proxy_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fenceproxy/fenceproxy/config"
+	"github.com/fenceproxy/fenceproxy/internal/etcdtest"
+	"github.com/fenceproxy/fenceproxy/internal/pgtest"
+	"github.com/fenceproxy/fenceproxy/schema"
+	"github.com/fenceproxy/fenceproxy/tokens"
+)
+
+// A primary that stops claiming to be primary while another host already does (the standby promoted while the
+// old primary still ran: a split brain, then the old one demoted, read-only) is no longer trusted with a fenced
+// write while the barrier runs on the new one. From a review on 2026-12-05 (review56ha, attack: a transaction
+// straddling the switch): decide kept the old primary published for the barrier's whole run (up to
+// 4*health_timeout), the split brain's refusal was lifted as the old host stopped claiming, and a fenced write
+// of a transaction opened READ WRITE on the old primary (default_transaction_read_only is only a default)
+// committed there, where the new primary never sees it (a promoted standby does not stream from the old
+// primary). The barrier is held here by a lock on lock_marks taken
+// on the new primary, so the window is as long as the test needs.
+func TestFencedWriteRefusedWhileTheBarrierRuns(t *testing.T) {
+	for _, mode := range []struct{ name, yaml string }{
+		{"transaction", "pool:\n  mode: transaction\n  size: 2\nauth:\n  type: trust\n"},
+		{"session", ""},
+	} {
+		t.Run(mode.name, func(t *testing.T) {
+			e := etcdtest.Start(t)
+			store := tokens.NewEtcdStore(e.Client(), tokens.DefaultPrefix)
+			h := startHAPairWith(t, store, "", mode.yaml)
+			ctx := haCtx(t)
+			cfg, err := config.Parse("t.yaml", []byte("upstream:\n  address: a:1\ntables:\n  - name: accounts\n    token_column: fence_token\n"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			admin := connect(t, h.primary.SuperDSN())
+			if err := schema.Install(ctx, admin, schema.FromConfig(cfg)); err != nil {
+				t.Fatal(err)
+			}
+			// A grant the barrier raises on the new primary: it has no mark there, so the barrier inserts one.
+			if _, err := store.Acquire(ctx, "L", tokens.AcquireOptions{TTL: 30 * time.Second}); err != nil {
+				t.Fatal(err)
+			}
+			c := connect(t, h.proxy.DSN(pgtest.SuperUser, "", pgtest.TestDB))
+			if _, err := c.Exec(ctx, "SET fence.token = 5"); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.Exec(ctx, "UPDATE accounts SET v = 1 WHERE id = 1"); err != nil {
+				t.Fatalf("fenced write before the switch: %v", err)
+			}
+			if port, err := serverPort(ctx, c); err != nil || port != h.primary.Port() {
+				t.Fatalf("the client reached port %d (%v), want the primary's %d", port, err, h.primary.Port())
+			}
+			if err := h.standby.WaitReplayed(ctx, h.primary); err != nil {
+				t.Fatal(err)
+			}
+			if err := h.standby.Promote(); err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, 30*time.Second, "a fenced write to be refused during the split brain", func() bool {
+				_, err := c.Exec(ctx, "UPDATE accounts SET v = 1 WHERE id = 1")
+				return sqlstate(err) == "55F04"
+			})
+			// The barrier on the new primary waits for this transaction's lock.
+			np := connect(t, h.standby.SuperDSN())
+			hold, err := np.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := hold.Exec(ctx, "LOCK TABLE fenceproxy.lock_marks IN ACCESS EXCLUSIVE MODE"); err != nil {
+				t.Fatal(err)
+			}
+			// A transaction opened READ WRITE on the old primary during the split brain (a BEGIN writes nothing),
+			// where default_transaction_read_only, only a default, does not reach it.
+			if _, err := c.Exec(ctx, "BEGIN READ WRITE"); err != nil {
+				t.Fatal(err)
+			}
+			if port, err := serverPort(ctx, c); err != nil || port != h.primary.Port() {
+				t.Fatalf("the transaction reached port %d (%v), want the old primary's %d", port, err, h.primary.Port())
+			}
+			// The old primary is demoted: read-only. The split brain is over; the barrier runs on the new one.
+			if _, err := admin.Exec(ctx, "ALTER SYSTEM SET default_transaction_read_only = on"); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := admin.Exec(ctx, "SELECT pg_reload_conf()"); err != nil {
+				t.Fatal(err)
+			}
+			watch := connect(t, h.standby.SuperDSN())
+			eventually(t, 30*time.Second, "the barrier to wait on the new primary", func() bool {
+				var n int
+				err := watch.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'fenceproxy: health%'
+					AND wait_event_type = 'Lock'`).Scan(&n)
+				return err == nil && n > 0
+			})
+			_, writeErr := c.Exec(ctx, "UPDATE accounts SET v = 9 WHERE id = 2")
+			_, commitErr := c.Exec(ctx, "COMMIT")
+			if err := hold.Rollback(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if sqlstate(writeErr) != "55F04" || !strings.Contains(writeErr.Error(), "no longer the primary") {
+				t.Errorf("fenced write on the demoted primary while the barrier runs: %v (COMMIT: %v), want 55F04: the host is no longer the primary", writeErr, commitErr)
+			}
+			var n int
+			if err := admin.QueryRow(ctx, "SELECT count(*) FROM accounts WHERE id = 2 AND v = 9").Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			if n != 0 {
+				t.Errorf("a fenced write committed on the demoted primary while the barrier ran on the new one")
+			}
+			eventually(t, 30*time.Second, "the new primary to be published", reachesPort(ctx, h.proxy.DSN(pgtest.SuperUser, "", pgtest.TestDB), h.standby.Port()))
+		})
+	}
+}
