@@ -10,6 +10,7 @@ import (
 
 	"github.com/fenceproxy/fenceproxy/internal/pgtest"
 	"github.com/fenceproxy/fenceproxy/internal/proxytest"
+	"github.com/fenceproxy/fenceproxy/proxy"
 )
 
 // A client pipelines a unit behind one blocked on a lock and half-closes its socket at once (its FIN, as a
@@ -18,10 +19,11 @@ import (
 // (watchClient). Once it has, the session ends: first a cancel of the blocked unit, which the proxy dials the
 // server for, then the server connection closed and the slot freed. Until 2026-12-05 the watch looked every
 // 100 ms from the wait's start, so the leaver was seen, and its cancel dialed, 100 ms after the wait began at
-// the earliest, however soon the client left; now the socket's end wakes the wait. The cancel must reach the
-// relay in front of the server well within 100 ms of the moment the unit was sent (the wait cannot start
-// before it, so a look every 100 ms from the wait's start always comes later). The rest of the end (PostgreSQL
-// forks a process for the cancel) takes tens of milliseconds on a loaded machine, and is not what is timed.
+// the earliest, however soon the client left; now the socket's end wakes the wait, through the client
+// watcher's epoll set (one wake-up of it, which the test counts). The cancel must reach the relay in front of
+// the server well within 100 ms of the moment the unit was sent (the wait cannot start before it, so a look
+// every 100 ms from the wait's start always comes later). The rest of the end (PostgreSQL forks a process for
+// the cancel) takes tens of milliseconds on a loaded machine, and is not what is timed.
 func TestPooledClientVanishingIsSeenAtOnce(t *testing.T) {
 	pgtest.Require(t, pg)
 	relay := startCancelHoldingRelay(t, pg.Addr())
@@ -66,6 +68,9 @@ func TestPooledClientVanishingIsSeenAtOnce(t *testing.T) {
 	a.conn.SetReadDeadline(time.Now().Add(10 * time.Second))
 	if _, err := io.Copy(io.Discard, a.conn); err != nil { // nothing is answered: the session's end closes it
 		t.Fatalf("the leaver's socket: %v", err)
+	}
+	if n := proxy.ClientWatchWakes(p.Server); n != 1 {
+		t.Errorf("the client watcher's epoll set woke %d waits, want 1: the leaver's", n)
 	}
 	eventually(t, 10*time.Second, "the leaver's backend gone", func() bool {
 		var n int
