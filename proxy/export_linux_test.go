@@ -30,3 +30,12 @@ func Sweeps(s *Server) int64 {
 	}
 	return s.pools.parker.sweeps.Load()
 }
+
+// ClientWatchWakes is how many waits on the server side the client watcher woke because their client's socket
+// ended (watch_linux.go); -1 when the Server has none.
+func ClientWatchWakes(s *Server) int64 {
+	if s.pools == nil || s.pools.clientWatcher == nil {
+		return -1
+	}
+	return s.pools.clientWatcher.woken.Load()
+}

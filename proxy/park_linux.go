@@ -77,18 +77,8 @@ func parkableSocket(rw io.ReadWriter) (int, bool) {
 // newParker starts a parker with its sweep, or returns nil when the system refuses it an epoll instance (the
 // sessions then keep their goroutines, as before).
 func newParker(s *Server, after time.Duration) *parker {
-	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	epfd, wake, err := newEpollWithWake()
 	if err != nil {
-		return nil
-	}
-	wake, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
-	if err != nil {
-		unix.Close(epfd)
-		return nil
-	}
-	if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, wake, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(wake)}); err != nil {
-		unix.Close(wake)
-		unix.Close(epfd)
 		return nil
 	}
 	pk := &parker{srv: s, after: after, epfd: epfd, wake: wake, parked: map[int32]*session{}}
@@ -157,8 +147,7 @@ func (pk *parker) close() {
 			pk.srv.resumeParked(ss)
 		}
 	}
-	var one = [8]byte{1}
-	unix.Write(pk.wake, one[:])
+	wakeEpoll(pk.wake)
 }
 
 // run waits for parked sockets to become readable and sweeps the sessions every pk.after, until close.

@@ -239,6 +239,9 @@ type txPools struct {
 	groups map[string]*poolGroup // by database and user (groupKey)
 	closed bool
 	stop   chan struct{} // closed by close: the reaper stops
+
+	// clientWatcher wakes a session's wait on the server side when its client leaves (watch.go); nil: waits poll.
+	clientWatcher *clientWatcher
 }
 
 // newTxPools makes a Server's pools and starts their reaper, which closes server connections idle longer than
@@ -248,6 +251,7 @@ func newTxPools(s *Server, parkAfter time.Duration) *txPools {
 	if parkAfter > 0 {
 		ps.parker = newParker(s, parkAfter)
 	}
+	ps.clientWatcher = newClientWatcher()
 	every := min(s.cfg.Pool.ServerIdleTimeout, s.cfg.Pool.ServerLifetime) / 4
 	go func() {
 		t := time.NewTicker(max(every, 10*time.Millisecond))
@@ -647,7 +651,8 @@ type lendWait struct {
 }
 
 // waitCheck is how often a long wait for a server connection asks lendWait.stopped: a client that left while it
-// waited is noticed within it (a wait shorter than it never asks).
+// waited is noticed within it (a wait shorter than it never asks). A wait on the server side that cannot be
+// woken by its client socket's end (clientWatch.poll: other systems) looks that often too.
 const waitCheck = 100 * time.Millisecond
 
 // acquire lends a server connection: an idle one, or a new one (logged in with login, the client's) while the

@@ -95,6 +95,10 @@ type pooledState struct {
 	waitWake      chan struct{}
 	waitWatch     lendWait // what lend's wait watches (waitWake, waitStopped): made once, not per lend
 	skipToSync    bool
+	// watches are the watches of waits on the server side under way (watchClient), linked by next: the
+	// session goroutine's, and a probe's on a lend's goroutine meanwhile (watchProbe). forceClose wakes them.
+	// Under waitMu, which is never held for long: one pointer per session, the parked ones too.
+	watches *clientWatch
 	// cancelDeferred: a CancelRequest came while a unit of the proxy's own ran before the client's statement
 	// (a settings replay, checkFirst's check); it goes once that unit is answered and the client's statement is
 	// sent (sendDeferredCancel), so that it cancels the client's statement, not the proxy's unit (written under
@@ -1064,47 +1068,6 @@ const execsFailed = 1 << 40
 // goroutine waited on the server side: for the answer to an earlier message of the client's (awaitSettled), or
 // to a unit of the proxy's own sent before the client's message (awaitReplayed).
 var errClientLeftWaiting = errors.New("the client left while the session waited for the server's answer")
-
-// clientWatch ends a wait of the session goroutine on the server side when the client leaves. That goroutine
-// reads the client no more while it waits, so without a look at the client's socket its leaving went unseen,
-// and a wait whose answer never comes (the server waits for the client: a Sync the pool counts wrong; or it is
-// blocked for good, behind a lock) held the server connection, its transaction and locks, until the proxy
-// stopped (TestPooledClientVanishingWhileItsNextUnitWaits, TestPooledClientVanishingWhileItsSettingsReplay).
-// Every such wait goes through watchClient: one rule in one place.
-type clientWatch struct {
-	stop chan struct{}
-	gone atomic.Bool // the client left: the wait ends with errClientLeftWaiting
-}
-
-// watchClient starts a look at the client's socket every waitCheck, for one wait's length only (most waits end
-// sooner than one look; end stops it). Once the client closed its socket, or the session was forced out, it
-// marks the watch gone and calls wake, which must make the waiter look at gone again. A wake-up from the
-// socket itself (the parker's epoll, or a read with a deadline) would need the socket's one reader, which the
-// session goroutine takes back after the wait, and its read deadline, which interruptions use: not worth a
-// tick of 100 ms that no busy session pays.
-func (ss *session) watchClient(wake func()) *clientWatch {
-	w := &clientWatch{stop: make(chan struct{})}
-	go func() {
-		t := time.NewTicker(waitCheck)
-		defer t.Stop()
-		for {
-			select {
-			case <-w.stop:
-				return
-			case <-t.C:
-			}
-			if ss.forcedOut.Load() || peerClosed(ss.client) {
-				w.gone.Store(true)
-				wake()
-				return
-			}
-		}
-	}()
-	return w
-}
-
-// end stops the watch (the wait is over).
-func (w *clientWatch) end() { close(w.stop) }
 
 // awaitSettled waits on settled while more reports true (pl.mu held, and released while it waits), unless the
 // client leaves first (watchClient): then it reports errClientLeftWaiting, and the session ends as for a

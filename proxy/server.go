@@ -407,6 +407,10 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	if s.pools != nil && s.pools.parker != nil {
 		s.pools.parker.close() // the parked sessions, resumed, end through their drain
 	}
+	if s.pools != nil {
+		// Once every session has ended (both returns below wait for done): a wait is watched to its end.
+		defer s.pools.clientWatcher.close()
+	}
 	done := make(chan struct{})
 	go func() { s.wg.Wait(); close(done) }()
 	select {

@@ -213,6 +213,9 @@ func (ss *session) forceClose() {
 		ss.ev.shutdownSockets()
 	}
 	ss.evMu.Unlock()
+	if ss.pooled != nil {
+		ss.pooled.wakeWatches() // its socket, closed below, wakes no watch
+	}
 	ss.closeOnce.Do(func() {
 		ss.client.Close()
 		if ss.upstream != nil {
