@@ -274,6 +274,11 @@ type pooledState struct {
 	// connection failed, or was closed by the session's end, as the message streamed: msgReader.rest). The
 	// client's next bytes would be read as the rest of it, so the session's end writes no farewell after it.
 	clientCut atomic.Bool
+	// cancelledAtEnd: the session's end cancelled what its server connection ran (endPooled). What the server
+	// says from then on answers the proxy's cancel, not the client: none of it is relayed, so that the client
+	// reads its farewell next, not a 57014 "canceling statement due to user request" and a ReadyForQuery it did
+	// not ask for, which tell it the session goes on (TestPooledCopyPipelineFuzz, a Parse sent into a COPY).
+	cancelledAtEnd atomic.Bool
 	// lastUnnamedOwed: the connection just lent may hold another client's unnamed statement (closeLastUnnamed).
 	lastUnnamedOwed bool
 	// unnamedDropped: a DISCARD ALL or DEALLOCATE ALL ran on the lent connection, which dropped the server
@@ -1067,13 +1072,17 @@ const execsFailed = 1 << 40
 // errClientLeftWaiting: the client left (its socket closed, or the session was forced out) while the session
 // goroutine waited on the server side: for the answer to an earlier message of the client's (awaitSettled), or
 // to a unit of the proxy's own sent before the client's message (awaitReplayed).
+// errCancelledAtEnd ends a lend's server side once the session's end cancelled what the server ran
+// (pooledState.cancelledAtEnd).
+var errCancelledAtEnd = errors.New("the session ended: the server's answers from here are to the proxy's cancel")
+
 var errClientLeftWaiting = errors.New("the client left while the session waited for the server's answer")
 
 // awaitSettled waits on settled while more reports true (pl.mu held, and released while it waits), unless the
 // client leaves first (watchClient): then it reports errClientLeftWaiting, and the session ends as for a
 // client that leaves mid-transaction (endPooled: what the server runs is cancelled, the connection closed, the
 // slot freed).
-func (ss *session) awaitSettled(more func() bool) error {
+func (ss *session) awaitSettled(more func() bool, grace time.Duration) error {
 	pl := ss.pooled
 	if !more() {
 		return nil
@@ -1083,7 +1092,7 @@ func (ss *session) awaitSettled(more func() bool) error {
 		pl.mu.Lock()
 		pl.settled.Broadcast()
 		pl.mu.Unlock()
-	})
+	}, grace)
 	defer w.end()
 	for more() {
 		if w.gone.Load() {
@@ -1141,7 +1150,7 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 		}
 		if err := ss.awaitSettled(func() bool {
 			return pl.sc != nil && pl.open > 0 && pl.lost == nil && !pl.copyIn && ss.unitStart(typ)
-		}); err != nil {
+		}, 0); err != nil {
 			return err
 		}
 		if pl.lost != nil {
@@ -2554,7 +2563,7 @@ func (ss *session) awaitReplayed() error {
 	if pl.replaying.Load() <= 0 || pl.lost != nil {
 		return nil
 	}
-	w := ss.watchClient(ss.wakeReplayed)
+	w := ss.watchClient(ss.wakeReplayed, 0)
 	defer w.end()
 	for pl.replaying.Load() > 0 && pl.lost == nil {
 		if w.gone.Load() {
@@ -3021,6 +3030,9 @@ func (ss *session) relayServer(sc *serverConn, inline bool) bool {
 			}
 		}
 		typ, _, err := r.next()
+		if err == nil && pl.cancelledAtEnd.Load() {
+			err = errCancelledAtEnd
+		}
 		if err != nil {
 			ss.lendFailed(sc, err)
 			return true
@@ -3471,7 +3483,7 @@ func (ss *session) watchProbe(sc *serverConn) (stop func() bool) {
 		acted = true
 		ss.srv.cancelUpstream(sc.key, sc.host.addr)
 		sc.conn.SetReadDeadline(time.Now())
-	})
+	}, leaveGrace)
 	return func() bool {
 		mu.Lock()
 		done = true
@@ -3787,7 +3799,7 @@ func (ss *session) endPooled(e ending) {
 		// A client that says goodbye right after its last answer may be quicker than the lend's decision to give
 		// the connection back: let it decide. Not after the client closed its socket: an answer that never
 		// comes (a Sync the pool counts wrong) held the connection for good; the connection is closed below.
-		ss.awaitSettled(func() bool { return pl.sc != nil && pl.open > 0 && pl.lost == nil })
+		ss.awaitSettled(func() bool { return pl.sc != nil && pl.open > 0 && pl.lost == nil }, leaveGrace)
 	}
 	sc, open := pl.sc, pl.open
 	pl.setLent(nil)
@@ -3800,6 +3812,7 @@ func (ss *session) endPooled(e ending) {
 		// Also while a unit of the proxy's own runs (a settings replay, a put-back): one blocked behind a lock
 		// would otherwise stay, its backend waiting, after the connection closed.
 		if open > 0 || ss.state.answersInFlight() || pl.replaying.Load() > 0 {
+			pl.cancelledAtEnd.Store(true)
 			ss.srv.cancelUpstream(sc.key, sc.host.addr)
 		}
 		sc.conn.Close()

@@ -25,6 +25,8 @@ type clientWatch struct {
 	ss   *session
 	wake func() // makes the waiter look at gone again; may come after end, and must be harmless then
 	gone atomic.Bool
+	// notBefore: the client's leaving ends the wait only from then on (watchClient's grace); zero: at once.
+	notBefore time.Time
 	// ended: end ran (set before end takes mu, so that an arming that waits for mu sees it).
 	ended atomic.Bool
 	mu    sync.Mutex    // between arming the watch (the platform's start, poll) and end
@@ -35,8 +37,12 @@ type clientWatch struct {
 
 // watchClient watches the client for one wait's length (end stops it). Once the client has left it marks the
 // watch gone and calls wake, from a goroutine of its own: wake may wait for the locks the waiter holds at end.
-func (ss *session) watchClient(wake func()) *clientWatch {
+// With a grace, a leaving seen earlier counts only once the wait has lasted that long (leaveGrace).
+func (ss *session) watchClient(wake func(), grace time.Duration) *clientWatch {
 	w := &clientWatch{ss: ss, wake: wake}
+	if grace > 0 {
+		w.notBefore = time.Now().Add(grace)
+	}
 	pl := ss.pooled
 	// forceClose sets forcedOut before it takes waitMu to wake the watches: a watch added before it does is
 	// woken by it, one added after sees forcedOut here.
@@ -52,9 +58,28 @@ func (ss *session) watchClient(wake func()) *clientWatch {
 	return w
 }
 
-// left marks the watch gone and wakes the waiter, once, unless the wait is over.
+// leaveGrace is the grace of the waits whose client's leaving is expected or costs more to act on at once than
+// to wait out: the wait for the last unit's settle after a Terminate (a client says goodbye and closes its
+// socket right after its last answer, as pgbench -C and every pool's close do, often while the pool still
+// settles that answer) and the post-transaction probe (the proxy's own statement, after the client's answer).
+// Acting at once cancels what the server runs and closes the connection: a new backend for the next client, for
+// a wait that nearly always ends within a millisecond or two. A wait that lasts past the grace is one whose
+// answer may never come (a lock, a Sync the pool counted wrong): it ends then, as every wait did at the 100 ms
+// poll's first look until 2026-12-05 (TestPooledConnectionLogLines: a client that set application_name and
+// closed was logged "server closed" and its connection closed, with a grace of none).
+const leaveGrace = waitCheck
+
+// left marks the watch gone and wakes the waiter, once, unless the wait is over; within the watch's grace it
+// looks again when the grace is over.
 func (w *clientWatch) left() {
-	if w.ended.Load() || !w.gone.CompareAndSwap(false, true) {
+	if w.ended.Load() || w.gone.Load() {
+		return
+	}
+	if d := time.Until(w.notBefore); d > 0 {
+		time.AfterFunc(d, w.left)
+		return
+	}
+	if !w.gone.CompareAndSwap(false, true) {
 		return
 	}
 	w.wake()

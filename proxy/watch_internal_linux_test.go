@@ -58,7 +58,7 @@ func BenchmarkWatchClient(b *testing.B) {
 			ss := watchedSession(c, bc.cw)
 			b.ReportAllocs()
 			for b.Loop() {
-				ss.watchClient(func() {}).end()
+				ss.watchClient(func() {}, 0).end()
 			}
 		})
 	}
@@ -67,7 +67,7 @@ func BenchmarkWatchClient(b *testing.B) {
 // watchFor starts a watch of ss's client whose wake sends on the returned channel.
 func watchFor(ss *session) (*clientWatch, chan struct{}) {
 	woke := make(chan struct{}, 1)
-	return ss.watchClient(func() { woke <- struct{}{} }), woke
+	return ss.watchClient(func() { woke <- struct{}{} }, 0), woke
 }
 
 // awaitWake fails tb unless the watch w was woken and is gone.
@@ -97,6 +97,23 @@ func TestClientWatchWakesAtTheSocketsEnd(t *testing.T) {
 		awaitWake(t, "FIN", w, woke)
 		if n := cw.woken.Load(); n != 1 {
 			t.Fatalf("%d wake-ups from the epoll set, want 1", n)
+		}
+	})
+	t.Run("FIN within a grace", func(t *testing.T) {
+		// A wait with a grace (the settle after a Terminate, the probe: leaveGrace) is woken by its client's
+		// end only once it has lasted the grace: a client that says goodbye and closes at once must not cost
+		// its server connection for a wait that was about to end.
+		cw := newTestWatcher(t, 0)
+		c, peer := watchPair(t)
+		woke := make(chan struct{}, 1)
+		const grace = 300 * time.Millisecond
+		start := time.Now()
+		w := watchedSession(c, cw).watchClient(func() { woke <- struct{}{} }, grace)
+		defer w.end()
+		peer.CloseWrite()
+		awaitWake(t, "FIN within a grace", w, woke)
+		if took := time.Since(start); took < grace {
+			t.Fatalf("woken %v after the wait began, within its grace of %v", took, grace)
 		}
 	})
 	t.Run("reset", func(t *testing.T) {
