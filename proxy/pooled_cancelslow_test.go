@@ -69,7 +69,9 @@ func TestPooledAnswerNeverWaitsForItsCancel(t *testing.T) {
 				// SET cached it): a change of the row drops it from every cache.
 				fxExec(t, d, "ALTER TABLESPACE pg_default SET (seq_page_cost = 1)")
 				t.Cleanup(func() { d.Exec(context.Background(), "ALTER TABLESPACE pg_default RESET (seq_page_cost)") })
-				tx, err := d.Begin(ctx)
+				// On a connection of its own: in the lock's transaction pg_stat_activity would show the first
+				// look's snapshot for good.
+				tx, err := direct(t).Begin(ctx)
 				if err != nil {
 					t.Fatal(err)
 				}
