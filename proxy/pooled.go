@@ -104,6 +104,12 @@ type pooledState struct {
 	// sent (sendDeferredCancel), so that it cancels the client's statement, not the proxy's unit (written under
 	// mu; the lend's server side looks at it without: ownUnitAnswered).
 	cancelDeferred atomic.Bool
+	// cancelsOut counts the client's cancels on their way to the lent connection's server (deliverCancel), and
+	// cancelSent says one went during this lend (both under mu). The server's answers meanwhile go to the
+	// client at once, as directly; settle waits for the cancels instead, and a connection a cancel went to serves
+	// nobody else before a round trip of the proxy's own took that cancel off it (absorbCancel).
+	cancelsOut sync.WaitGroup
+	cancelSent bool
 	// replayed wakes the session goroutine waiting for the proxy's own units (awaitReplayed): the lend's server
 	// side sends on it, without mu, each time one is answered, and when the lend is lost (buffered, one).
 	replayed chan struct{}
@@ -3348,6 +3354,9 @@ func (ss *session) settle(sc *serverConn) bool {
 	pl.mu.Lock()
 	defer pl.mu.Unlock()
 	defer pl.settled.Broadcast()
+	// The cancels on their way go first: what this decides (the lend's end, the client's next unit) must not
+	// meet one that PostgreSQL has not taken yet.
+	pl.cancelsOut.Wait()
 	if pl.sc != sc {
 		return true
 	}
@@ -3448,6 +3457,17 @@ func (ss *session) settle(sc *serverConn) bool {
 		return false
 	}
 	pl.cancelDeferred.Store(false) // its statement is over
+	if pl.cancelSent {
+		pl.cancelSent = false
+		if err := ss.absorbCancel(sc); err != nil {
+			pl.setLent(nil)
+			sc.pool.discard(sc)
+			pl.lost = err
+			pl.fare = errorResponse("FATAL", sqlstateConnectionFailure, "fenceproxy could not clear a cancel off the server connection", err.Error(), "")
+			ss.clientIntr.raise(intrPeerEnded)
+			return true
+		}
+	}
 	pl.setLent(nil)
 	if pl.tainted { // pooledsettings.go: noteTokenStmtRefusal
 		pl.tainted = false
@@ -3851,8 +3871,8 @@ func (ss *session) endPooled(e ending) {
 	ss.client.Close()
 }
 
-// cancelPooled delivers a client's CancelRequest to the server connection lent to it, holding the lend so that
-// the connection cannot go to another client before the cancel arrived; nothing when the client is idle.
+// cancelPooled delivers a client's CancelRequest to the server connection lent to it (deliverCancel: the lend
+// does not end before the cancel arrived and was taken off the connection); nothing when the client is idle.
 //
 // A client waiting for a server connection holds mu for its wait (lend): its wait ends, cancelled
 // (errWaitCancelled), and its statement never runs. Without that, the cancel waited for the wait, and then
@@ -3876,7 +3896,6 @@ func (ss *session) cancelPooled() {
 		time.Sleep(pause)
 		pause = min(2*pause, cancelPollMax)
 	}
-	defer pl.mu.Unlock()
 	ss.applyCopyStarts()
 	if pl.sc != nil && ss.ownAhead() {
 		// A unit of the proxy's own runs first: cancelled, it would end the session (replayAnswer: 08006), or
@@ -3886,10 +3905,86 @@ func (ss *session) cancelPooled() {
 		// The lend's server side may have taken the last one off between the look and the store, and looked at
 		// cancelDeferred before it (ownUnitAnswered, without mu): looked at again, after the store.
 		ss.sendDeferredCancel()
+		pl.mu.Unlock()
 		return
 	}
+	var delivered <-chan struct{}
 	if pl.sc != nil && (pl.open > 0 || ss.state.unsynced.Load()) {
-		ss.srv.cancelUpstream(pl.sc.key, pl.sc.host.addr)
+		delivered = ss.deliverCancel()
+	}
+	pl.mu.Unlock()
+	if delivered != nil {
+		<-delivered // the client's cancel connection is answered once PostgreSQL has taken the cancel, as directly
+	}
+}
+
+// deliverCancel sends the client's cancel to the lent connection's server from a goroutine of its own (pl.mu
+// held) and returns a channel closed once PostgreSQL has taken it, which takes as long as the server needs to
+// start a process for it: under load a median of 60 ms, past a second in its tail. Nothing that relays the
+// server's answers waits for it, as directly nothing holds a statement's answer until its cancel arrived: until
+// 2026-12-05 the cancel held mu while it went, which the inline read of the answer needs to hand over to a
+// serveLend, and a deferred cancel was sent by the relaying goroutine itself, and pgx, which gives up on a
+// connection a second after its context ended, closed it (TestPooledAnswerNeverWaitsForItsCancel;
+// pgx's TestCancelRequestContextWatcherHandler/Stress through the pool on a loaded machine). settle waits for
+// it instead (cancelsOut), and the connection serves nobody else before absorbCancel took it off.
+func (ss *session) deliverCancel() <-chan struct{} {
+	pl := ss.pooled
+	pl.cancelSent = true
+	pl.cancelsOut.Add(1)
+	done := make(chan struct{})
+	key, addr := pl.sc.key, pl.sc.host.addr
+	go func() {
+		defer close(done)
+		defer pl.cancelsOut.Done()
+		ss.srv.cancelUpstream(key, addr)
+	}()
+	return done
+}
+
+// cancelAbsorbSQL is the round trip that takes a cancel off a server connection (absorbCancel): pg_sleep looks
+// at the backend's pending interrupts before it returns.
+const cancelAbsorbSQL = "SELECT pg_catalog.pg_sleep(0)"
+
+// absorbCancel runs cancelAbsorbSQL on sc, which a cancel of the client's went to during its lend, before the
+// connection goes back to the pool (settle, pl.mu held, the cancels delivered). PostgreSQL closes the cancel's
+// connection once it has signalled the backend, but the backend may take the signal later, when it next runs: a
+// cancel that arrived after the client's statement ended stopped the statement the connection ran next, another
+// client's (TestPooledAnswerNeverWaitsForItsCancel: b's statement got 57014). The backend has taken the signal
+// before it answers anything sent after that close, and this statement stops at a cancel still pending: either
+// way nothing of it is left after the answer. A 57014 here is that cancel; any other failure ends the lend.
+func (ss *session) absorbCancel(sc *serverConn) error {
+	writeMsg(sc.w, msgQuery, nil, cancelAbsorbSQL)
+	ss.pooled.queryDroppedUnnamed(sc)
+	if err := sc.w.Flush(); err != nil {
+		return fmt.Errorf("clearing a cancel: %w", err)
+	}
+	var failure, failureCode string
+	for {
+		typ, _, err := sc.r.next()
+		if err != nil {
+			return fmt.Errorf("clearing a cancel: %w", err)
+		}
+		body, err := sc.r.body()
+		if err != nil {
+			return fmt.Errorf("clearing a cancel: %w", err)
+		}
+		switch typ {
+		case msgErrorResponse:
+			failure, failureCode = errorField(body, fieldMessage), errorField(body, fieldCode)
+		case msgParameterStatus:
+			ss.pooledParamStatus(sc, body)
+		case msgNotificationResponse:
+			// The client's, as during the probe.
+			writeMsg(ss.cw, typ, body, "")
+			if err := ss.cw.Flush(); err != nil {
+				return fmt.Errorf("clearing a cancel: relaying a notification: %w", err)
+			}
+		case msgReadyForQuery:
+			if failure != "" && failureCode != sqlstateQueryCanceled {
+				return fmt.Errorf("clearing a cancel: %s", failure)
+			}
+			return nil
+		}
 	}
 }
 
@@ -3904,7 +3999,7 @@ func (ss *session) sendDeferredCancel() {
 		return
 	}
 	pl.cancelDeferred.Store(false)
-	ss.srv.cancelUpstream(pl.sc.key, pl.sc.host.addr)
+	ss.deliverCancel()
 }
 
 // ownAhead reports whether units of the proxy's own, sent before the client's statement, are not answered
