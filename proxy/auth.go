@@ -301,7 +301,7 @@ func (a *authenticator) lookup(timeout time.Duration, user string) (auth.Secret,
 // runQuery runs auth.query for user on *conn, opening it first when nil, and drops a connection that failed.
 func (a *authenticator) runQuery(ctx context.Context, conn **pgx.Conn, user string) (string, bool, error) {
 	if *conn == nil || (*conn).IsClosed() {
-		c, err := pgx.ConnectConfig(ctx, a.queryCfg)
+		c, err := connectOwnRole(ctx, a.queryCfg)
 		if err != nil {
 			*conn = nil
 			return "", false, fmt.Errorf("auth.query: connect as %s: %w", a.cfg.User, err)

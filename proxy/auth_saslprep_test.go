@@ -87,3 +87,49 @@ func TestAuthUpstreamPasswordSASLprep(t *testing.T) {
 		}
 	}
 }
+
+// TestAuthQueryRolePasswordSASLprep: the auth query's role logs in with auth.password through pgx, which
+// normalizes a SCRAM password with PRECIS OpaqueString (NFC) where PostgreSQL salted the secret from its
+// SASLprep (NFKC): a password the two read apart (a Roman numeral, a ligature) never logged in, and every
+// client of the auth query was refused. The proxy tries the SASLprepped password first (connectOwnRole), and
+// the password as written after a 28P01: an md5 secret was made from that.
+func TestAuthQueryRolePasswordSASLprep(t *testing.T) {
+	pgtest.Require(t, pg)
+	const authRole, client, clientPassword = "fpprep_auth", "fpprep_client", "client-pw"
+	const password = "\u2168x\ufb01" // SASLprep: "IXxfi"; PRECIS OpaqueString keeps it as it is
+	// md5 in pg_hba.conf: the server asks for SCRAM when the role's secret is a SCRAM one, for md5 otherwise.
+	c := pgtest.MustStart(t, pgtest.Options{ExtraHBA: []string{"host all " + authRole + " 127.0.0.1/32 md5"}})
+	super := connect(t, c.SuperDSN())
+	ctx := ctxT(t)
+	var setPassword string
+	if err := super.QueryRow(ctx, "SELECT format('ALTER ROLE %I PASSWORD %L', $1::text, $2::text)", authRole, password).Scan(&setPassword); err != nil {
+		t.Fatal(err)
+	}
+	for _, sql := range []string{
+		"SET password_encryption = 'scram-sha-256'",
+		"CREATE ROLE " + authRole + " LOGIN",
+		"CREATE ROLE " + client + " LOGIN PASSWORD '" + clientPassword + "'",
+		`CREATE FUNCTION public.fpprep_secret(p_user text) RETURNS TABLE (usename name, passwd text)
+		 LANGUAGE sql SECURITY DEFINER AS $$ SELECT rolname, rolpassword FROM pg_catalog.pg_authid WHERE rolname = p_user $$`,
+		"GRANT EXECUTE ON FUNCTION public.fpprep_secret(text) TO " + authRole,
+	} {
+		if _, err := super.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	for _, encryption := range []string{"scram-sha-256", "md5"} {
+		for _, sql := range []string{"SET password_encryption = '" + encryption + "'", setPassword} {
+			if _, err := super.Exec(ctx, sql); err != nil {
+				t.Fatalf("%s: %v", sql, err)
+			}
+		}
+		for _, mode := range []string{"session", "transaction"} {
+			yaml := fmt.Sprintf("pool:\n  mode: %s\nauth:\n  type: scram-sha-256\n  query: SELECT usename, passwd FROM public.fpprep_secret($1)\n  user: %s\n  password: %s\n  database: %s\n",
+				mode, authRole, strconv.Quote(password), pgtest.TestDB)
+			p := proxytest.Start(t, c.Addr(), proxytest.Options{YAML: yaml})
+			if code := loginCode(t, p.DSN(client, clientPassword, pgtest.TestDB)); code != "" {
+				t.Fatalf("pool.mode %s, the auth role's secret %s: a client looked up by the auth query, whose role's password SASLprep changes: %s", mode, encryption, code)
+			}
+		}
+	}
+}

@@ -329,7 +329,7 @@ func (r *router) check(ctx context.Context, host string, conn **pgx.Conn) (hostR
 		if err != nil {
 			return roleDown, nil, err
 		}
-		c, err := pgx.ConnectConfig(ctx, cc)
+		c, err := connectOwnRole(ctx, cc)
 		if err != nil {
 			return roleDown, nil, err
 		}
@@ -478,7 +478,7 @@ func (r *router) barrier(host string) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	conn, err := pgx.ConnectConfig(ctx, cc)
+	conn, err := connectOwnRole(ctx, cc)
 	if err != nil {
 		return 0, fmt.Errorf("connect to %s: %w", host, err)
 	}
@@ -517,7 +517,7 @@ func (r *router) raiseIn(ctx context.Context, host, db string, want map[string]i
 		return 0, err
 	}
 	cc.Database = db
-	conn, err := pgx.ConnectConfig(ctx, cc)
+	conn, err := connectOwnRole(ctx, cc)
 	if err != nil {
 		return 0, fmt.Errorf("connect to %s: %w", host, err)
 	}
