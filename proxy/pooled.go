@@ -3595,16 +3595,9 @@ func (ss *session) probeOnce(sc *serverConn) error {
 		case msgCommandComplete:
 			stmt++
 			rows = 0
-		case msgErrorResponse:
-			failure, failureCode = errorField(body, fieldMessage), errorField(body, fieldCode)
-		case msgParameterStatus:
-			ss.pooledParamStatus(sc, body)
-		case msgNotificationResponse:
-			// Another session's NOTIFY to a channel the client LISTENs on may arrive while the probe runs: it is
-			// the client's (pgx's TestListenNotify waited for one forever, TestConnOnNotification missed it).
-			writeMsg(ss.cw, typ, body, "")
-			if err := ss.cw.Flush(); err != nil {
-				return fmt.Errorf("probe: relaying a notification: %w", err)
+		case msgErrorResponse, msgParameterStatus, msgNotificationResponse:
+			if err := ss.ownUnitMessage(sc, typ, body, &failure, &failureCode); err != nil {
+				return fmt.Errorf("probe: %w", err)
 			}
 		case msgReadyForQuery:
 			if failureCode == sqlstateQueryCanceled {
@@ -3941,6 +3934,26 @@ func (ss *session) deliverCancel() <-chan struct{} {
 	return done
 }
 
+// ownUnitMessage takes, for a statement of the proxy's own on sc (the probe, absorbCancel), a message any of
+// them may get besides its rows: an ErrorResponse (its message and code into failure and code), a
+// ParameterStatus (followed), a NotificationResponse (the client's: another session's NOTIFY to a channel the
+// client LISTENs on may arrive meanwhile, and is relayed at once; pgx's TestListenNotify waited for one forever,
+// TestConnOnNotification missed it).
+func (ss *session) ownUnitMessage(sc *serverConn, typ byte, body []byte, failure, code *string) error {
+	switch typ {
+	case msgErrorResponse:
+		*failure, *code = errorField(body, fieldMessage), errorField(body, fieldCode)
+	case msgParameterStatus:
+		ss.pooledParamStatus(sc, body)
+	case msgNotificationResponse:
+		writeMsg(ss.cw, typ, body, "")
+		if err := ss.cw.Flush(); err != nil {
+			return fmt.Errorf("relaying a notification: %w", err)
+		}
+	}
+	return nil
+}
+
 // cancelAbsorbSQL is the round trip that takes a cancel off a server connection (absorbCancel): pg_sleep looks
 // at the backend's pending interrupts before it returns.
 const cancelAbsorbSQL = "SELECT pg_catalog.pg_sleep(0)"
@@ -3969,15 +3982,9 @@ func (ss *session) absorbCancel(sc *serverConn) error {
 			return fmt.Errorf("clearing a cancel: %w", err)
 		}
 		switch typ {
-		case msgErrorResponse:
-			failure, failureCode = errorField(body, fieldMessage), errorField(body, fieldCode)
-		case msgParameterStatus:
-			ss.pooledParamStatus(sc, body)
-		case msgNotificationResponse:
-			// The client's, as during the probe.
-			writeMsg(ss.cw, typ, body, "")
-			if err := ss.cw.Flush(); err != nil {
-				return fmt.Errorf("clearing a cancel: relaying a notification: %w", err)
+		case msgErrorResponse, msgParameterStatus, msgNotificationResponse:
+			if err := ss.ownUnitMessage(sc, typ, body, &failure, &failureCode); err != nil {
+				return fmt.Errorf("clearing a cancel: %w", err)
 			}
 		case msgReadyForQuery:
 			if failure != "" && failureCode != sqlstateQueryCanceled {
