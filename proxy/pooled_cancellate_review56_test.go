@@ -1,6 +1,7 @@
 package proxy_test
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -71,5 +72,47 @@ func TestPooledCancelGivenUpOnNeverReachesAnotherClient(t *testing.T) {
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("b did not end within 20s")
+	}
+}
+
+// The same in session mode with upstream reuse: a cancel the proxy gave up on (held past its 5 s) is not known
+// delivered when the session ends, and keep's reset (DISCARD ALL) does not take it off either. The backend must
+// not be kept: the next session would get it, and the late cancel would stop that session's statement.
+func TestSessionCancelGivenUpOnNeverReachesTheNextSession(t *testing.T) {
+	pgtest.Require(t, pg)
+	relay := startCancelHoldingRelay(t, pg.Addr())
+	p := proxytest.Start(t, relay.ln.Addr().String(), proxytest.Options{})
+	dsn := reuseDSN(p, reuseApp(t))
+
+	a := connect(t, dsn)
+	pidA := pidOf(t, a)
+	cancelSent := make(chan error, 1)
+	go func() { cancelSent <- sendCancelRequest(p.Addr, a.PgConn().PID(), a.PgConn().SecretKey()) }()
+	select {
+	case <-relay.arrived:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a's CancelRequest did not reach the server's side within 10s")
+	}
+	if err := <-cancelSent; err != nil { // the proxy gives up on it after 5 s
+		t.Fatalf("a's CancelRequest: %v", err)
+	}
+	closeConn(t, a)
+	eventually(t, 10*time.Second, "a's session to end", func() bool {
+		return strings.Contains(p.Logs.String(), "connection ended")
+	})
+
+	b := connect(t, dsn)
+	defer closeConn(t, b)
+	if pidOf(t, b) != pidA {
+		return // a's backend was not kept
+	}
+	// Kept: what the late cancel does to b's statement on it.
+	held := holdQuery(t, b)
+	relay.Release()
+	select {
+	case err := <-held.done:
+		t.Fatalf("a's backend was kept though a's cancel was not seen taken; a's late cancel ended b's statement: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("a's backend was kept though a's cancel was not seen taken (here the late cancel missed b's statement)")
 	}
 }
