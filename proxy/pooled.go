@@ -110,6 +110,10 @@ type pooledState struct {
 	// nobody else before a round trip of the proxy's own took that cancel off it (absorbCancel).
 	cancelsOut sync.WaitGroup
 	cancelSent bool
+	// cancelUnsure: a cancel of this lend's was not seen taken (cancelUpstream reported false), so it may still
+	// reach the backend after any round trip of the proxy's own: the connection goes to nobody else (settle).
+	// Set by the cancel's goroutine, read once cancelsOut is done.
+	cancelUnsure atomic.Bool
 	// replayed wakes the session goroutine waiting for the proxy's own units (awaitReplayed): the lend's server
 	// side sends on it, without mu, each time one is answered, and when the lend is lost (buffered, one).
 	replayed chan struct{}
@@ -3457,7 +3461,10 @@ func (ss *session) settle(sc *serverConn) bool {
 		return false
 	}
 	pl.cancelDeferred.Store(false) // its statement is over
-	if pl.cancelSent {
+	// A cancel not seen taken may reach the backend after absorbCancel, and stop another client's statement
+	// there: the connection is closed instead (TestPooledCancelGivenUpOnNeverReachesAnotherClient).
+	unsure := pl.cancelUnsure.Swap(false)
+	if pl.cancelSent && !unsure {
 		pl.cancelSent = false
 		if err := ss.absorbCancel(sc); err != nil {
 			pl.setLent(nil)
@@ -3468,8 +3475,9 @@ func (ss *session) settle(sc *serverConn) bool {
 			return true
 		}
 	}
+	pl.cancelSent = false
 	pl.setLent(nil)
-	if pl.tainted { // pooledsettings.go: noteTokenStmtRefusal
+	if pl.tainted || unsure { // tainted: pooledsettings.go, noteTokenStmtRefusal
 		pl.tainted = false
 		sc.pool.discard(sc)
 	} else {
@@ -3936,7 +3944,9 @@ func (ss *session) deliverCancel() <-chan struct{} {
 	go func() {
 		defer close(done)
 		defer pl.cancelsOut.Done()
-		ss.srv.cancelUpstream(key, addr)
+		if !ss.srv.cancelUpstream(key, addr) {
+			pl.cancelUnsure.Store(true)
+		}
 	}()
 	return done
 }
