@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -92,6 +93,11 @@ func TestPooledCancelStormAcrossClients(t *testing.T) {
 				t.Error(err)
 			}
 			t.Logf("%d of %d statements were stopped by their own cancel", hit.Load(), clients*rounds)
+			// A cancel not seen taken costs its connection (settle): PostgreSQL's close of the cancel's
+			// connection must be read as taken, or every cancelled lend would discard one.
+			if logs := f.p.Logs.String(); strings.Contains(logs, "not seen taken") {
+				t.Errorf("a cancel to a live server was not seen taken:\n%s", logs)
+			}
 		})
 	}
 }
