@@ -103,6 +103,9 @@ type session struct {
 	clientKey []byte // the BackendKeyData the client got: the PID and the proxy's own secret
 	// cancelGate: each cancel sent to the backend holds it shared; keep takes it for good (cancelBackend).
 	cancelGate sync.RWMutex
+	// cancelUnsure: a cancel sent to the backend was not seen taken (cancelUpstream), so it may reach the backend
+	// after keep's reset: the backend is then not kept (keep).
+	cancelUnsure atomic.Bool
 
 	// Event loop (evloop_linux.go). noLoop: the loop could not take this session; it stays on goroutines.
 	noLoop    bool

@@ -4,9 +4,11 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"net"
+	"syscall"
 	"time"
 )
 
@@ -127,7 +129,9 @@ func (ss *session) cancelBackend() {
 		return
 	}
 	defer ss.cancelGate.RUnlock()
-	ss.srv.cancelUpstream(ss.cancelKey, ss.host.addr)
+	if !ss.srv.cancelUpstream(ss.cancelKey, ss.host.addr) {
+		ss.cancelUnsure.Store(true)
+	}
 }
 
 // cancelWaitLimit bounds how long a client's cancel connection waits for a cancel deferred behind the proxy's
@@ -211,19 +215,23 @@ func closedChan() chan struct{} {
 }
 
 // cancelUpstream cancels the running query of the backend with BackendKeyData key on host.
-func (s *Server) cancelUpstream(key []byte, host string) {
+// cancelUpstream sends a CancelRequest for key to host and reports whether PostgreSQL took it: it closes the
+// cancel's connection once it has signalled the backend. A cancel not known taken (the dial, the write or the
+// wait for that close failed, each within 5 s) may still reach the backend later, under load or on a slow
+// network, and stop whatever it runs then.
+func (s *Server) cancelUpstream(key []byte, host string) bool {
 	body := binary.BigEndian.AppendUint32(nil, codeCancelRequest)
 	body = append(body, key...)
-	s.sendCancel(body, host)
+	return s.sendCancel(body, host)
 }
 
-func (s *Server) sendCancel(body []byte, host string) {
+func (s *Server) sendCancel(body []byte, host string) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	c, err := s.dialHost(ctx, host)
 	if err != nil {
 		s.log.Warn("could not deliver a cancel request", "err", err)
-		return
+		return false
 	}
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(5 * time.Second))
@@ -231,10 +239,14 @@ func (s *Server) sendCancel(body []byte, host string) {
 	pkt = append(pkt, body...)
 	if _, err := c.Write(pkt); err != nil {
 		s.log.Warn("could not deliver a cancel request", "err", err)
-		return
+		return false
 	}
 	// PostgreSQL answers a cancel by closing the connection; waiting for that makes the cancel delivered
 	// before the caller goes on.
 	var b [1]byte
-	c.Read(b[:])
+	if _, err := c.Read(b[:]); !errors.Is(err, io.EOF) && !errors.Is(err, syscall.ECONNRESET) {
+		s.log.Warn("a cancel request was sent but not seen taken", "host", host, "err", err)
+		return false
+	}
+	return true
 }

@@ -1,0 +1,118 @@
+package proxy_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/fenceproxy/fenceproxy/internal/pgtest"
+	"github.com/fenceproxy/fenceproxy/internal/proxytest"
+)
+
+// A cancel the proxy sends on to the server is taken once PostgreSQL closes the cancel's connection
+// (cancelUpstream); the proxy gives up waiting for that after 5 s. A cancel it gave up on is not thereby gone: it
+// may still be on its way (a postmaster slow to fork under load, a relay, a network that holds it) and reach the
+// backend later. The connection it went to must then serve nobody else: absorbCancel takes off only a cancel
+// that already arrived. Here the cancel is held (cancelHoldingRelay) past the proxy's 5 s, the connection's next
+// user on a pool of one is b, and the cancel is let go while b's statement runs: b must not get a's 57014.
+func TestPooledCancelGivenUpOnNeverReachesAnotherClient(t *testing.T) {
+	pgtest.Require(t, pg)
+	relay := startCancelHoldingRelay(t, pg.Addr())
+	d := direct(t)
+	name := fxName(t, "tp")
+	fxCreateTable(t, d, "public."+name)
+	yaml := fxTables("public."+name) + "pool:\n  mode: transaction\n  size: 1\n  max_client_wait: 30s\nauth:\n  type: trust\n"
+	f := &fenced{p: proxytest.Start(t, relay.ln.Addr().String(), proxytest.Options{YAML: yaml}), d: d, name: name, label: "public." + name}
+	q := "&default_query_exec_mode=simple_protocol"
+	a := pooledConn(t, f, q)
+	b := pooledConn(t, f, q)
+	ctx := ctxT(t)
+	run := func(c *pgx.Conn, sql string) chan cancelAnswer {
+		ch := make(chan cancelAnswer, 1)
+		go func() {
+			var v int
+			err := c.QueryRow(ctx, sql).Scan(&v)
+			ch <- cancelAnswer{v, err}
+		}()
+		return ch
+	}
+	active := func(what, like string) {
+		t.Helper()
+		eventually(t, 20*time.Second, what, func() bool {
+			var n int
+			err := d.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE pid <> pg_backend_pid() AND state = 'active' AND query LIKE $1", like).Scan(&n)
+			return err == nil && n == 1
+		})
+	}
+	first := run(a, "SELECT 1 FROM pg_sleep(0.3) AS cancel_subject")
+	active("a's statement running", "%cancel_subject%")
+	cancelled := make(chan error, 1)
+	go func() { cancelled <- sendCancelRequest(f.p.Addr, a.PgConn().PID(), a.PgConn().SecretKey()) }()
+	select {
+	case <-relay.arrived:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a's cancel did not reach the server's side within 10s")
+	}
+	if got := <-first; got.err != nil || got.v != 1 {
+		t.Fatalf("a got %d, %v; want 1", got.v, got.err)
+	}
+	// b waits for the one connection, which a's lend keeps until the proxy gives up on a's cancel (5 s).
+	bAnswer := run(b, "SELECT 2 FROM pg_sleep(1.5) AS b_subject")
+	if err := <-cancelled; err != nil {
+		t.Fatalf("a's CancelRequest: %v", err)
+	}
+	active("b's statement running", "%b_subject%")
+	relay.Release() // a's cancel, given up on by the proxy, reaches the server now
+	select {
+	case got := <-bAnswer:
+		if got.err != nil || got.v != 2 {
+			t.Fatalf("b, after a's late cancel arrived: %d, %v; want 2 (a's cancel stopped b's statement)", got.v, got.err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("b did not end within 20s")
+	}
+}
+
+// The same in session mode with upstream reuse: a cancel the proxy gave up on (held past its 5 s) is not known
+// delivered when the session ends, and keep's reset (DISCARD ALL) does not take it off either. The backend must
+// not be kept: the next session would get it, and the late cancel would stop that session's statement.
+func TestSessionCancelGivenUpOnNeverReachesTheNextSession(t *testing.T) {
+	pgtest.Require(t, pg)
+	relay := startCancelHoldingRelay(t, pg.Addr())
+	p := proxytest.Start(t, relay.ln.Addr().String(), proxytest.Options{})
+	dsn := reuseDSN(p, reuseApp(t))
+
+	a := connect(t, dsn)
+	pidA := pidOf(t, a)
+	cancelSent := make(chan error, 1)
+	go func() { cancelSent <- sendCancelRequest(p.Addr, a.PgConn().PID(), a.PgConn().SecretKey()) }()
+	select {
+	case <-relay.arrived:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a's CancelRequest did not reach the server's side within 10s")
+	}
+	if err := <-cancelSent; err != nil { // the proxy gives up on it after 5 s
+		t.Fatalf("a's CancelRequest: %v", err)
+	}
+	closeConn(t, a)
+	eventually(t, 10*time.Second, "a's session to end", func() bool {
+		return strings.Contains(p.Logs.String(), "connection ended")
+	})
+
+	b := connect(t, dsn)
+	defer closeConn(t, b)
+	if pidOf(t, b) != pidA {
+		return // a's backend was not kept
+	}
+	// Kept: what the late cancel does to b's statement on it.
+	held := holdQuery(t, b)
+	relay.Release()
+	select {
+	case err := <-held.done:
+		t.Fatalf("a's backend was kept though a's cancel was not seen taken; a's late cancel ended b's statement: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("a's backend was kept though a's cancel was not seen taken (here the late cancel missed b's statement)")
+	}
+}
