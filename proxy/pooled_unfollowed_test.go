@@ -3,6 +3,7 @@ package proxy_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -103,6 +104,9 @@ END $$`)
 	fxExec(t, keeper, "COMMIT")
 	fxExec(t, owner, "SET work_mem = '7MB'") // on Y, lent last: the owner's settings change there
 	on(owner, y, "the owner's SET")
+	// Y goes back to the pool after the owner's answer is relayed (settle, and its probe): the keeper's BEGIN
+	// may come first and find only X idle (the CI run at fff9958 under load: "the keeper holds backend 28233").
+	eventually(t, 10*time.Second, "both server connections idle", func() bool { return poolServers(t, f, "idle") == 2 })
 	if got := hold(); got != y {
 		t.Fatalf("the keeper holds backend %d, want %d (the pool's order of lends changed?)", got, y)
 	}
@@ -224,4 +228,27 @@ func TestPooledBeginWithModesBatchIsPutBack(t *testing.T) {
 	if err := br.Close(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// poolServers is the fenceproxy_pool_servers gauge of f's proxy in state (active, idle, login), all pools.
+func poolServers(t *testing.T, f *fenced, state string) float64 {
+	t.Helper()
+	mfs, err := f.p.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() != "fenceproxy_pool_servers" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == "state" && lp.GetValue() == state {
+					sum += m.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	return sum
 }
