@@ -3465,7 +3465,6 @@ func (ss *session) settle(sc *serverConn) bool {
 	// there: the connection is closed instead (TestPooledCancelGivenUpOnNeverReachesAnotherClient).
 	unsure := pl.cancelUnsure.Swap(false)
 	if pl.cancelSent && !unsure {
-		pl.cancelSent = false
 		if err := ss.absorbCancel(sc); err != nil {
 			// The client's transaction is over and answered: only the connection is in doubt (a role that may
 			// not run pg_sleep, a server gone). It goes to nobody else; the client's next unit gets another

@@ -225,7 +225,7 @@ func (r *router) writeRefusal(host string, epoch uint64) string {
 	switch {
 	case len(r.splitBrain) > 1:
 		return fmt.Sprintf("two hosts claim to be primary (%s); writes to protected tables are refused until one is demoted", strings.Join(r.splitBrain, " and "))
-	case r.target == config.TargetReadWrite && (host != r.primary || epoch != r.epoch):
+	case r.target == config.TargetReadWrite && !r.isPublishedPrimary(upstreamHost{addr: host, epoch: epoch}):
 		now := r.primary
 		if now == "" {
 			now = "none yet"
@@ -240,7 +240,20 @@ func (r *router) writeRefusal(host string, epoch uint64) string {
 func (r *router) superseded(h upstreamHost) (string, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.primary, r.primary != "" && h.epoch < r.epoch && (h.addr == r.former || h.addr == r.primary)
+	return r.primary, r.supersededLocked(h)
+}
+
+// supersededLocked is superseded's rule (r.mu held): a primary published since h was dialled, h being the
+// former primary or the new one dialled in an older epoch.
+func (r *router) supersededLocked(h upstreamHost) bool {
+	return r.primary != "" && h.epoch < r.epoch && (h.addr == r.former || h.addr == r.primary)
+}
+
+// isPublishedPrimary reports whether h is the published primary in the epoch it was published in (r.mu held):
+// what a read-write session or pooled connection must be dialled to, for a fenced write (writeRefusal) and for
+// a pooled transaction (stale).
+func (r *router) isPublishedPrimary(h upstreamHost) bool {
+	return h.addr == r.primary && h.epoch == r.epoch
 }
 
 // stale reports whether a pooled server connection dialled to h must serve no further transaction. A pooled
@@ -254,9 +267,9 @@ func (r *router) stale(h upstreamHost) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.target == config.TargetReadWrite {
-		return h.addr != r.primary || h.epoch != r.epoch
+		return !r.isPublishedPrimary(h)
 	}
-	return r.primary != "" && h.epoch < r.epoch && (h.addr == r.former || h.addr == r.primary)
+	return r.supersededLocked(h)
 }
 
 // observe is told a ParameterStatus a session's upstream connection on host reported: in_hot_standby on, from
