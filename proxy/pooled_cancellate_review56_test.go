@@ -19,25 +19,10 @@ import (
 // user on a pool of one is b, and the cancel is let go while b's statement runs: b must not get a's 57014.
 func TestPooledCancelGivenUpOnNeverReachesAnotherClient(t *testing.T) {
 	pgtest.Require(t, pg)
-	relay := startCancelHoldingRelay(t, pg.Addr())
-	d := direct(t)
-	name := fxName(t, "tp")
-	fxCreateTable(t, d, "public."+name)
-	yaml := fxTables("public."+name) + "pool:\n  mode: transaction\n  size: 1\n  max_client_wait: 30s\nauth:\n  type: trust\n"
-	f := &fenced{p: proxytest.Start(t, relay.ln.Addr().String(), proxytest.Options{YAML: yaml}), d: d, name: name, label: "public." + name}
-	q := "&default_query_exec_mode=simple_protocol"
-	a := pooledConn(t, f, q)
-	b := pooledConn(t, f, q)
+	relay, f, a, b := startCancelRelayPool(t, "30s")
+	d := f.d
 	ctx := ctxT(t)
-	run := func(c *pgx.Conn, sql string) chan cancelAnswer {
-		ch := make(chan cancelAnswer, 1)
-		go func() {
-			var v int
-			err := c.QueryRow(ctx, sql).Scan(&v)
-			ch <- cancelAnswer{v, err}
-		}()
-		return ch
-	}
+	run := func(c *pgx.Conn, sql string) chan cancelAnswer { return queryIntAsync(ctx, c, sql) }
 	active := func(what, like string) {
 		t.Helper()
 		eventually(t, 20*time.Second, what, func() bool {

@@ -7,7 +7,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/fenceproxy/fenceproxy/internal/pgtest"
-	"github.com/fenceproxy/fenceproxy/internal/proxytest"
 )
 
 // A second cancel of a's that comes while settle waits (pl.mu held) for a's first, still on its way: the second
@@ -15,25 +14,10 @@ import (
 // one, runs its statement untouched, and both of a's cancel connections are answered.
 func TestPooledCancelWhileSettleWaitsForAnother(t *testing.T) {
 	pgtest.Require(t, pg)
-	relay := startCancelHoldingRelay(t, pg.Addr())
-	d := direct(t)
-	name := fxName(t, "tp")
-	fxCreateTable(t, d, "public."+name)
-	yaml := fxTables("public."+name) + "pool:\n  mode: transaction\n  size: 1\n  max_client_wait: 20s\nauth:\n  type: trust\n"
-	f := &fenced{p: proxytest.Start(t, relay.ln.Addr().String(), proxytest.Options{YAML: yaml}), d: d, name: name, label: "public." + name}
-	q := "&default_query_exec_mode=simple_protocol"
-	a := pooledConn(t, f, q)
-	b := pooledConn(t, f, q)
+	relay, f, a, b := startCancelRelayPool(t, "20s")
+	d := f.d
 	ctx := ctxT(t)
-	run := func(c *pgx.Conn, sql string) chan cancelAnswer {
-		ch := make(chan cancelAnswer, 1)
-		go func() {
-			var v int
-			err := c.QueryRow(ctx, sql).Scan(&v)
-			ch <- cancelAnswer{v, err}
-		}()
-		return ch
-	}
+	run := func(c *pgx.Conn, sql string) chan cancelAnswer { return queryIntAsync(ctx, c, sql) }
 	first := run(a, "SELECT 1 FROM pg_sleep(0.3) AS settle_subject")
 	eventually(t, 10*time.Second, "a's statement running", func() bool {
 		var n int

@@ -30,25 +30,10 @@ func TestPooledAnswerNeverWaitsForItsCancel(t *testing.T) {
 	for _, at := range []string{"deferred behind the replay", "while the statement runs"} {
 		t.Run(at, func(t *testing.T) {
 			pgtest.Require(t, pg)
-			relay := startCancelHoldingRelay(t, pg.Addr())
-			d := direct(t)
-			name := fxName(t, "tp")
-			fxCreateTable(t, d, "public."+name)
-			yaml := fxTables("public."+name) + "pool:\n  mode: transaction\n  size: 1\n  max_client_wait: 20s\nauth:\n  type: trust\n"
-			f := &fenced{p: proxytest.Start(t, relay.ln.Addr().String(), proxytest.Options{YAML: yaml}), d: d, name: name, label: "public." + name}
-			q := "&default_query_exec_mode=simple_protocol"
-			a := pooledConn(t, f, q)
-			b := pooledConn(t, f, q)
+			relay, f, a, b := startCancelRelayPool(t, "20s")
+			d := f.d
 			ctx := ctxT(t)
-			run := func(c *pgx.Conn, sql string) chan cancelAnswer {
-				ch := make(chan cancelAnswer, 1)
-				go func() {
-					var v int
-					err := c.QueryRow(ctx, sql).Scan(&v)
-					ch <- cancelAnswer{v, err}
-				}()
-				return ch
-			}
+			run := func(c *pgx.Conn, sql string) chan cancelAnswer { return queryIntAsync(ctx, c, sql) }
 			waitActivity := func(what, cond string) {
 				t.Helper()
 				eventually(t, 10*time.Second, what, func() bool {
@@ -141,4 +126,32 @@ func TestPooledAnswerNeverWaitsForItsCancel(t *testing.T) {
 type cancelAnswer struct {
 	v   int
 	err error
+}
+
+// startCancelRelayPool starts a transaction pool of one in front of a cancelHoldingRelay to the shared server
+// (the proxy's cancels to PostgreSQL can be held there), with a fenced table and two clients, a and b, over the
+// simple protocol: the setup of the tests of a cancel on its way while the pool's one connection moves on.
+func startCancelRelayPool(t *testing.T, maxClientWait string) (relay *cancelHoldingRelay, f *fenced, a, b *pgx.Conn) {
+	t.Helper()
+	pgtest.Require(t, pg)
+	relay = startCancelHoldingRelay(t, pg.Addr())
+	d := direct(t)
+	name := fxName(t, "tp")
+	fxCreateTable(t, d, "public."+name)
+	yaml := fxTables("public."+name) + "pool:\n  mode: transaction\n  size: 1\n  max_client_wait: " + maxClientWait + "\nauth:\n  type: trust\n"
+	f = &fenced{p: proxytest.Start(t, relay.ln.Addr().String(), proxytest.Options{YAML: yaml}), d: d, name: name, label: "public." + name}
+	q := "&default_query_exec_mode=simple_protocol"
+	return relay, f, pooledConn(t, f, q), pooledConn(t, f, q)
+}
+
+// queryIntAsync runs sql, which returns one integer, on c in a goroutine of its own and gives its answer on the
+// channel it returns.
+func queryIntAsync(ctx context.Context, c *pgx.Conn, sql string) chan cancelAnswer {
+	ch := make(chan cancelAnswer, 1)
+	go func() {
+		var v int
+		err := c.QueryRow(ctx, sql).Scan(&v)
+		ch <- cancelAnswer{v, err}
+	}()
+	return ch
 }
