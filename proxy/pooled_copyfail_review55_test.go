@@ -1,13 +1,8 @@
 package proxy_test
 
 import (
-	"context"
 	"strings"
 	"testing"
-	"time"
-
-	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgproto3"
 )
 
 // A COPY run by an Execute fails not only on a bad row: any message but the data, its end, a Flush and a Sync
@@ -23,19 +18,10 @@ import (
 // Sync, or a pool that relayed past the FATAL, shows here.
 func TestPooledCopyFailedByAMessageBeforeAPipelinedSync(t *testing.T) {
 	f := newPooledFenced(t, 1, "  max_client_wait: 15s\n")
-	tbl := fxName(t, "cm")
-	fxExec(t, f.d, "CREATE TABLE "+tbl+" (x int)")
-	t.Cleanup(func() { f.d.Exec(context.Background(), "DROP TABLE IF EXISTS "+tbl) })
-	copyData := woMsg{&pgproto3.CopyData{Data: []byte("5\n")}, "CopyData"}
-	copyDone := woMsg{&pgproto3.CopyDone{}, "CopyDone"}
+	tbl := copyTestTable(t, f, "cm")
+	copyData, copyDone := woCopyData("5"), woCopyDone()
 	start := []woMsg{woP("", "COPY "+tbl+" FROM STDIN"), woB("", ""), woE("", 0)}
-	cat := func(parts ...[]woMsg) []woMsg {
-		var all []woMsg
-		for _, p := range parts {
-			all = append(all, p...)
-		}
-		return all
-	}
+	cat := woCat
 	after := woQ("SELECT 'after'")
 	for _, c := range []struct {
 		name    string
@@ -49,12 +35,7 @@ func TestPooledCopyFailedByAMessageBeforeAPipelinedSync(t *testing.T) {
 		{"an Execute, a Sync, then rows", cat(start, []woMsg{woE("", 0), woS, copyData, copyDone, woS, after}), 3},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			fxExec(t, f.d, "TRUNCATE "+tbl)
-			d, dc := copyhangRun(t, pg.SuperDSN()+woOpts, c.seq, c.readies)
-			dc.Close(context.Background())
-			fxExec(t, f.d, "TRUNCATE "+tbl)
-			p, _ := copyhangRun(t, f.dsn()+woOpts, c.seq, c.readies)
-			ds, ps := strings.Join(d, " "), strings.Join(p, " ")
+			ds, ps := copyhangBoth(t, f, tbl, c.seq, c.readies)
 			if strings.Contains(ds, "HANG") || !strings.Contains(ds, "E:08P01") {
 				t.Fatalf("directly the COPY must fail at the message: %s", ds)
 			}
@@ -74,19 +55,7 @@ func TestPooledCopyFailedByAMessageBeforeAPipelinedSync(t *testing.T) {
 			}
 			// The subject is still connected (or ended): the pool's one server connection must serve another
 			// client its own answers, none of the subject's.
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			other, err := pgconn.Connect(ctx, f.dsn())
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer other.Close(context.Background())
-			for i := range 3 {
-				rs, err := other.Exec(ctx, "SELECT 'mine'").ReadAll()
-				if err != nil || len(rs) != 1 || len(rs[0].Rows) != 1 || string(rs[0].Rows[0][0]) != "mine" {
-					t.Fatalf("the second client's query %d: %v %v", i, rs, err)
-				}
-			}
+			secondClientServed(t, f)
 		})
 	}
 }

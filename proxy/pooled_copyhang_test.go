@@ -60,6 +60,67 @@ func copyhangRun(t *testing.T, dsn string, seq []woMsg, readies int) ([]string, 
 	return got, pc
 }
 
+// copyTestTable creates a one-column table for a COPY test on f's database, dropped at the test's end after the
+// sessions still holding a lock on it are ended (a subject left inside a COPY holds one).
+func copyTestTable(t *testing.T, f *fenced, prefix string) string {
+	t.Helper()
+	tbl := fxName(t, prefix)
+	fxExec(t, f.d, "CREATE TABLE "+tbl+" (x int)")
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		f.d.Exec(ctx, "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE relation = '"+tbl+"'::regclass AND pid <> pg_backend_pid()")
+		f.d.Exec(ctx, "DROP TABLE IF EXISTS "+tbl)
+	})
+	return tbl
+}
+
+// copyhangBoth sends seq in one write directly and then through f's pool (copyhangRun), tbl emptied before each,
+// and returns the two answers, each joined by spaces. The pooled subject stays connected for the caller.
+func copyhangBoth(t *testing.T, f *fenced, tbl string, seq []woMsg, readies int) (direct, pooled string) {
+	t.Helper()
+	fxExec(t, f.d, "TRUNCATE "+tbl)
+	d, dc := copyhangRun(t, pg.SuperDSN()+woOpts, seq, readies)
+	dc.Close(context.Background())
+	fxExec(t, f.d, "TRUNCATE "+tbl)
+	p, _ := copyhangRun(t, f.dsn()+woOpts, seq, readies)
+	return strings.Join(d, " "), strings.Join(p, " ")
+}
+
+// secondClientServed checks that, whatever the subject of a COPY test left behind (it is still connected, or
+// was ended), a second client of f's pool of one gets the pool's server connection and its own answers, none
+// of the subject's, three times.
+func secondClientServed(t *testing.T, f *fenced) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	other, err := pgconn.Connect(ctx, f.dsn())
+	if err != nil {
+		t.Fatalf("a second client: %v", err)
+	}
+	defer other.Close(context.Background())
+	for i := range 3 {
+		rs, err := other.Exec(ctx, "SELECT 'mine'").ReadAll()
+		if err != nil || len(rs) != 1 || len(rs[0].Rows) != 1 || string(rs[0].Rows[0][0]) != "mine" {
+			t.Fatalf("the second client's query %d on the pool of one after the subject's sequence: %v %v", i, rs, err)
+		}
+	}
+}
+
+// The messages of a COPY's data and end, and the sequences made of them.
+func woCopyData(row string) woMsg {
+	return woMsg{&pgproto3.CopyData{Data: []byte(row + "\n")}, "CopyData"}
+}
+func woCopyDone() woMsg           { return woMsg{&pgproto3.CopyDone{}, "CopyDone"} }
+func woCopyFail(why string) woMsg { return woMsg{&pgproto3.CopyFail{Message: why}, "CopyFail"} }
+func woCat(parts ...[]woMsg) []woMsg {
+	var all []woMsg
+	for _, p := range parts {
+		all = append(all, p...)
+	}
+	return all
+}
+
 // A CopyDone or CopyFail that ends no COPY (PostgreSQL ignores one outside a COPY's data) sent right behind a
 // statement whose text holds the word copy but starts no COPY, before the server answered it (pipelined): the
 // words cannot tell the stray end from a COPY's, the server's answer to that statement can. Each sequence is
@@ -72,28 +133,13 @@ func copyhangRun(t *testing.T, dsn string, seq []woMsg, readies int) ([]string, 
 // the count) and are kept as the attack's other spellings.
 func TestPooledCopyStrayEndAfterTheWordCopy(t *testing.T) {
 	f := newPooledFenced(t, 1, "  max_client_wait: 15s\n")
-	tbl := fxName(t, "ch")
-	fxExec(t, f.d, "CREATE TABLE "+tbl+" (x int)")
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		f.d.Exec(ctx, "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE relation = '"+tbl+"'::regclass AND pid <> pg_backend_pid()")
-		f.d.Exec(ctx, "DROP TABLE IF EXISTS "+tbl)
-	})
-	copyData := woMsg{&pgproto3.CopyData{Data: []byte("5\n")}, "CopyData"}
-	copyDone := woMsg{&pgproto3.CopyDone{}, "CopyDone"}
-	copyFail := woMsg{&pgproto3.CopyFail{Message: "stray"}, "CopyFail"}
+	tbl := copyTestTable(t, f, "ch")
+	copyData, copyDone, copyFail := woCopyData("5"), woCopyDone(), woCopyFail("stray")
 	count := woQ("SELECT count(*) FROM " + tbl)
 	// A COPY run by an Execute with a Sync behind it, as libpq's PQexecParams sends one (the COPY swallows that
 	// Sync), then its data and end, then the Sync that ends the batch: one ReadyForQuery.
 	copyBatch := []woMsg{woP("s9", "COPY "+tbl+" FROM STDIN"), woB("", "s9"), woE("", 0), woS, copyData, copyDone, woS}
-	cat := func(parts ...[]woMsg) []woMsg {
-		var all []woMsg
-		for _, p := range parts {
-			all = append(all, p...)
-		}
-		return all
-	}
+	cat := woCat
 	word := []woMsg{woP("", "SELECT 'copy'"), woB("", ""), woE("", 0)}
 	for _, c := range []struct {
 		name    string
@@ -114,12 +160,7 @@ func TestPooledCopyStrayEndAfterTheWordCopy(t *testing.T) {
 			copyBatch, []woMsg{count}), 3},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			fxExec(t, f.d, "TRUNCATE "+tbl)
-			d, dc := copyhangRun(t, pg.SuperDSN()+woOpts, c.seq, c.readies)
-			dc.Close(context.Background())
-			fxExec(t, f.d, "TRUNCATE "+tbl)
-			p, _ := copyhangRun(t, f.dsn()+woOpts, c.seq, c.readies)
-			ds, ps := strings.Join(d, " "), strings.Join(p, " ")
+			ds, ps := copyhangBoth(t, f, tbl, c.seq, c.readies)
 			if strings.Contains(ds, "HANG") {
 				t.Fatalf("the test's sequence hangs directly: %s", ds)
 			}
@@ -127,16 +168,7 @@ func TestPooledCopyStrayEndAfterTheWordCopy(t *testing.T) {
 				t.Fatalf("differs\n  direct: %s\n  pooled: %s", ds, ps)
 			}
 			// The subject is still connected: the pool's one server connection must be free for another.
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			other, err := pgconn.Connect(ctx, f.dsn())
-			if err != nil {
-				t.Fatalf("a second client: %v", err)
-			}
-			defer other.Close(context.Background())
-			if _, err := other.Exec(ctx, "SELECT 'the second client''s'").ReadAll(); err != nil {
-				t.Fatalf("a second client on the pool of one after the subject's sequence: %v", err)
-			}
+			secondClientServed(t, f)
 		})
 	}
 }

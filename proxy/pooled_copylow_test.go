@@ -1,13 +1,8 @@
 package proxy_test
 
 import (
-	"context"
 	"strings"
 	"testing"
-	"time"
-
-	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgproto3"
 )
 
 // A Sync sent between a COPY's data rows, pipelined before the CopyInResponse (a COPY run by an Execute). A
@@ -21,13 +16,10 @@ import (
 // of one gets its own answers either way.
 func TestPooledCopyBadRowBeforeAPipelinedSync(t *testing.T) {
 	f := newPooledFenced(t, 1, "  max_client_wait: 15s\n")
-	tbl := fxName(t, "cl")
-	fxExec(t, f.d, "CREATE TABLE "+tbl+" (x int)")
-	t.Cleanup(func() { f.d.Exec(context.Background(), "DROP TABLE IF EXISTS "+tbl) })
+	tbl := copyTestTable(t, f, "cl")
 	seq := func(first string) []woMsg {
 		return []woMsg{woP("", "COPY "+tbl+" FROM STDIN"), woB("", ""), woE("", 0),
-			{&pgproto3.CopyData{Data: []byte(first + "\n")}, "CopyData"}, woS,
-			{&pgproto3.CopyData{Data: []byte("5\n")}, "CopyData"}, {&pgproto3.CopyDone{}, "CopyDone"}, woS,
+			woCopyData(first), woS, woCopyData("5"), woCopyDone(), woS,
 			woQ("SELECT 'after'")}
 	}
 	for _, c := range []struct {
@@ -39,29 +31,14 @@ func TestPooledCopyBadRowBeforeAPipelinedSync(t *testing.T) {
 		{"good rows", "4", 2, func(d string) string { return d }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			d, dc := copyhangRun(t, pg.SuperDSN()+woOpts, seq(c.first), c.readies)
-			dc.Close(context.Background())
-			p, _ := copyhangRun(t, f.dsn()+woOpts, seq(c.first), c.readies)
-			ds, ps := strings.Join(d, " "), strings.Join(p, " ")
+			ds, ps := copyhangBoth(t, f, tbl, seq(c.first), c.readies)
 			if strings.Contains(ds, "HANG") || !strings.Contains(ds, "Z:I") {
 				t.Fatalf("directly: %s", ds)
 			}
 			if want := c.pooled(ds); ps != want {
 				t.Fatalf("pooled\n  got:  %s\n  want: %s\n  (direct: %s)", ps, want, ds)
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			other, err := pgconn.Connect(ctx, f.dsn())
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer other.Close(context.Background())
-			for i := range 3 {
-				rs, err := other.Exec(ctx, "SELECT 'mine'").ReadAll()
-				if err != nil || len(rs) != 1 || len(rs[0].Rows) != 1 || string(rs[0].Rows[0][0]) != "mine" {
-					t.Fatalf("the second client's query %d: %v %v", i, rs, err)
-				}
-			}
+			secondClientServed(t, f)
 		})
 	}
 }

@@ -1,13 +1,8 @@
 package proxy_test
 
 import (
-	"context"
 	"strings"
 	"testing"
-	"time"
-
-	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgproto3"
 )
 
 // A Query whose text holds the word copy but starts no COPY, and, pipelined behind it before its answer, an
@@ -19,15 +14,8 @@ import (
 // block the Query's ReadyForQuery does not end the lend: the batch behind it goes on the same connection.
 func TestPooledCopyByAnExecuteAfterAQueryWithTheWord(t *testing.T) {
 	f := newPooledFenced(t, 1, "  max_client_wait: 15s\n")
-	tbl := fxName(t, "cq")
-	fxExec(t, f.d, "CREATE TABLE "+tbl+" (x int)")
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		f.d.Exec(ctx, "DROP TABLE IF EXISTS "+tbl)
-	})
-	copyData := woMsg{&pgproto3.CopyData{Data: []byte("5\n")}, "CopyData"}
-	copyDone := woMsg{&pgproto3.CopyDone{}, "CopyDone"}
+	tbl := copyTestTable(t, f, "cq")
+	copyData, copyDone := woCopyData("5"), woCopyDone()
 	count := woQ("SELECT count(*) FROM " + tbl)
 	for _, c := range []struct {
 		name    string
@@ -41,32 +29,14 @@ func TestPooledCopyByAnExecuteAfterAQueryWithTheWord(t *testing.T) {
 		{"two Queries", []woMsg{woQ("SELECT 'copy'"), woQ("SELECT 'copy'"), woP("", "COPY "+tbl+" FROM STDIN"), woB("", ""), woE("", 0), woS, copyData, copyDone, woS, count}, 4},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			fxExec(t, f.d, "TRUNCATE "+tbl)
-			d, dc := copyhangRun(t, pg.SuperDSN()+woOpts, c.seq, c.readies)
-			dc.Close(context.Background())
-			fxExec(t, f.d, "TRUNCATE "+tbl)
-			p, _ := copyhangRun(t, f.dsn()+woOpts, c.seq, c.readies)
-			ds, ps := strings.Join(d, " "), strings.Join(p, " ")
+			ds, ps := copyhangBoth(t, f, tbl, c.seq, c.readies)
 			if strings.Contains(ds, "HANG") {
 				t.Fatalf("the test's sequence hangs directly: %s", ds)
 			}
 			if ds != ps {
 				t.Fatalf("differs\n  direct: %s\n  pooled: %s", ds, ps)
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			other, err := pgconn.Connect(ctx, f.dsn())
-			if err != nil {
-				t.Fatalf("a second client: %v", err)
-			}
-			defer other.Close(context.Background())
-			res, err := other.Exec(ctx, "SELECT 'the second client''s'").ReadAll()
-			if err != nil {
-				t.Fatalf("a second client on the pool of one after the subject's sequence: %v", err)
-			}
-			if len(res) != 1 || len(res[0].Rows) != 1 || string(res[0].Rows[0][0]) != "the second client's" {
-				t.Fatalf("the second client got answers not its own: %+v", res)
-			}
+			secondClientServed(t, f)
 		})
 	}
 }
