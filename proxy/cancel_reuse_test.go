@@ -28,6 +28,17 @@ type cancelHoldingRelay struct {
 // Release lets the held cancels, and those to come, go on.
 func (r *cancelHoldingRelay) Release() { r.once.Do(func() { close(r.release) }) }
 
+// awaitArrival waits up to 10 s for the next CancelRequest to reach the relay (the proxy dialled the server
+// with it), failing the test with what otherwise.
+func (r *cancelHoldingRelay) awaitArrival(t *testing.T, what string) {
+	t.Helper()
+	select {
+	case <-r.arrived:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s did not reach the server's side within 10s", what)
+	}
+}
+
 func startCancelHoldingRelay(t *testing.T, target string) *cancelHoldingRelay {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -43,11 +42,7 @@ func TestPooledCancelWhoseAbsorbFailsKeepsTheClient(t *testing.T) {
 		var n int64
 		done <- c.QueryRow(ctx, "SELECT count(*) FROM generate_series(1, 2000000000) AS absorb_subject").Scan(&n)
 	}()
-	eventually(t, 20*time.Second, "the client's statement running", func() bool {
-		var n int
-		err := f.d.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND query LIKE '%absorb_subject%' AND pid <> pg_backend_pid()").Scan(&n)
-		return err == nil && n == 1
-	})
+	awaitOneActive(t, f, "the client's statement running", "absorb_subject")
 	if err := sendCancelRequest(f.p.Addr, c.PgConn().PID(), c.PgConn().SecretKey()); err != nil {
 		t.Fatalf("the CancelRequest: %v", err)
 	}

@@ -2,7 +2,6 @@ package proxy_test
 
 import (
 	"testing"
-	"time"
 
 	"github.com/fenceproxy/fenceproxy/internal/pgtest"
 	"github.com/fenceproxy/fenceproxy/internal/proxytest"
@@ -38,18 +37,10 @@ func TestPooledLateCancelInsideABlockLeavesItWhole(t *testing.T) {
 				var v int
 				first <- a.QueryRow(ctx, "SELECT 1 FROM pg_sleep(0.3) AS block_subject").Scan(&v)
 			}()
-			eventually(t, 10*time.Second, "a's statement running", func() bool {
-				var n int
-				err := d.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND query LIKE '%block_subject%' AND pid <> pg_backend_pid()").Scan(&n)
-				return err == nil && n == 1
-			})
+			awaitOneActive(t, f, "a's statement running", "block_subject")
 			cancelled := make(chan error, 1)
 			go func() { cancelled <- sendCancelRequest(f.p.Addr, a.PgConn().PID(), a.PgConn().SecretKey()) }()
-			select {
-			case <-relay.arrived:
-			case <-time.After(10 * time.Second):
-				t.Fatal("a's cancel did not reach the server's side within 10s")
-			}
+			relay.awaitArrival(t, "a's cancel")
 			if err := <-first; err != nil {
 				t.Fatalf("a's statement, its cancel held: %v", err)
 			}

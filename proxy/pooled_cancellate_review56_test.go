@@ -20,26 +20,13 @@ import (
 func TestPooledCancelGivenUpOnNeverReachesAnotherClient(t *testing.T) {
 	pgtest.Require(t, pg)
 	relay, f, a, b := startCancelRelayPool(t, "30s")
-	d := f.d
 	ctx := ctxT(t)
 	run := func(c *pgx.Conn, sql string) chan cancelAnswer { return queryIntAsync(ctx, c, sql) }
-	active := func(what, like string) {
-		t.Helper()
-		eventually(t, 20*time.Second, what, func() bool {
-			var n int
-			err := d.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE pid <> pg_backend_pid() AND state = 'active' AND query LIKE $1", like).Scan(&n)
-			return err == nil && n == 1
-		})
-	}
 	first := run(a, "SELECT 1 FROM pg_sleep(0.3) AS cancel_subject")
-	active("a's statement running", "%cancel_subject%")
+	awaitOneActive(t, f, "a's statement running", "cancel_subject")
 	cancelled := make(chan error, 1)
 	go func() { cancelled <- sendCancelRequest(f.p.Addr, a.PgConn().PID(), a.PgConn().SecretKey()) }()
-	select {
-	case <-relay.arrived:
-	case <-time.After(10 * time.Second):
-		t.Fatal("a's cancel did not reach the server's side within 10s")
-	}
+	relay.awaitArrival(t, "a's cancel")
 	if got := <-first; got.err != nil || got.v != 1 {
 		t.Fatalf("a got %d, %v; want 1", got.v, got.err)
 	}
@@ -48,7 +35,7 @@ func TestPooledCancelGivenUpOnNeverReachesAnotherClient(t *testing.T) {
 	if err := <-cancelled; err != nil {
 		t.Fatalf("a's CancelRequest: %v", err)
 	}
-	active("b's statement running", "%b_subject%")
+	awaitOneActive(t, f, "b's statement running", "b_subject")
 	relay.Release() // a's cancel, given up on by the proxy, reaches the server now
 	select {
 	case got := <-bAnswer:
@@ -73,11 +60,7 @@ func TestSessionCancelGivenUpOnNeverReachesTheNextSession(t *testing.T) {
 	pidA := pidOf(t, a)
 	cancelSent := make(chan error, 1)
 	go func() { cancelSent <- sendCancelRequest(p.Addr, a.PgConn().PID(), a.PgConn().SecretKey()) }()
-	select {
-	case <-relay.arrived:
-	case <-time.After(10 * time.Second):
-		t.Fatal("a's CancelRequest did not reach the server's side within 10s")
-	}
+	relay.awaitArrival(t, "a's CancelRequest")
 	if err := <-cancelSent; err != nil { // the proxy gives up on it after 5 s
 		t.Fatalf("a's CancelRequest: %v", err)
 	}

@@ -15,22 +15,13 @@ import (
 func TestPooledCancelWhileSettleWaitsForAnother(t *testing.T) {
 	pgtest.Require(t, pg)
 	relay, f, a, b := startCancelRelayPool(t, "20s")
-	d := f.d
 	ctx := ctxT(t)
 	run := func(c *pgx.Conn, sql string) chan cancelAnswer { return queryIntAsync(ctx, c, sql) }
 	first := run(a, "SELECT 1 FROM pg_sleep(0.3) AS settle_subject")
-	eventually(t, 10*time.Second, "a's statement running", func() bool {
-		var n int
-		err := d.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND query LIKE '%settle_subject%' AND pid <> pg_backend_pid()").Scan(&n)
-		return err == nil && n == 1
-	})
+	awaitOneActive(t, f, "a's statement running", "settle_subject")
 	cancels := make(chan error, 2)
 	go func() { cancels <- sendCancelRequest(f.p.Addr, a.PgConn().PID(), a.PgConn().SecretKey()) }()
-	select {
-	case <-relay.arrived:
-	case <-time.After(10 * time.Second):
-		t.Fatal("a's first cancel did not reach the server's side within 10s")
-	}
+	relay.awaitArrival(t, "a's first cancel")
 	if got := <-first; got.err != nil || got.v != 1 {
 		t.Fatalf("a got %d, %v; want 1", got.v, got.err)
 	}

@@ -237,6 +237,13 @@ func activeStatements(t *testing.T, f *fenced, marker string) func() int {
 	}
 }
 
+// awaitOneActive waits up to 20 s for exactly one statement holding marker to run on the server (what names it).
+func awaitOneActive(t *testing.T, f *fenced, what, marker string) {
+	t.Helper()
+	running := activeStatements(t, f, marker)
+	eventually(t, 20*time.Second, what, func() bool { return running() == 1 })
+}
+
 // sendUntil sends msg and reads the answers up to the first of type T.
 func sendUntil[T pgproto3.BackendMessage](t *testing.T, fe *pgproto3.Frontend, msg pgproto3.FrontendMessage) {
 	t.Helper()

@@ -55,11 +55,7 @@ func TestPooledClientVanishingIsSeenAtOnce(t *testing.T) {
 	if err := a.conn.(*net.TCPConn).CloseWrite(); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-relay.arrived:
-	case <-time.After(10 * time.Second):
-		t.Fatal("no cancel of the leaver's blocked unit within 10 s")
-	}
+	relay.awaitArrival(t, "the cancel of the leaver's blocked unit")
 	seen := time.Since(sent)
 	t.Logf("the leaver's cancel reached the relay %v after its unit was sent", seen.Round(100*time.Microsecond))
 	if seen >= 50*time.Millisecond {
