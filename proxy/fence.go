@@ -196,6 +196,7 @@ func (ss *session) checkPlan(plan rewrite.Plan) rewrite.Plan {
 			return rewrite.Plan{Action: rewrite.Refuse, Code: sqlstateUnfenceable, Table: plan.Tables[0],
 				Message: fmt.Sprintf("unfenceable write to %s: %s", plan.Tables[0], why)}
 		}
+		ss.noteTxFenced(plan.Tables[0])
 	}
 	if plan.TokenDynamic && ss.srv.verifier != nil {
 		// A token computed at execution time (an expression or a parameter of set_config) cannot be checked
@@ -237,6 +238,7 @@ func (ss *session) keptFencedQuery(plan rewrite.Plan, text []byte) rewrite.Plan 
 			return rewrite.Plan{Action: rewrite.Refuse, Code: sqlstateUnfenceable, Table: ss.keptFenced,
 				Message: fmt.Sprintf("unfenceable write to %s: %s", ss.keptFenced, why)}
 		}
+		ss.noteTxFenced(ss.keptFenced)
 	}
 	if ss.keptFenced == "" && plan.Action == rewrite.Rewrite && len(plan.Tables) > 0 && prepareWords.In(text) {
 		ss.keptFenced = plan.Tables[0]
@@ -267,6 +269,44 @@ func (ss *session) keptFencedRefused() error {
 	return &sessionRefused{code: sqlstateUnfenceable, msg: fmt.Sprintf("unfenceable write to %s: %s", ss.keptFenced, why),
 		detail: "The session holds a statement prepared before that writes " + ss.keptFenced + ", and it sent an Execute.",
 		hint:   "Connect again: a statement prepared now is judged when it is prepared."}
+}
+
+// noteTxFenced remembers that the transaction under way may write table through the proxy (txFenced): a
+// fenced statement allowed now, which it may still commit after the router stopped trusting the host.
+func (ss *session) noteTxFenced(table string) {
+	if ss.txFenced == "" {
+		ss.txFenced = table
+	}
+}
+
+// fencedTxRefused ends the session before a message of the client's (typ; any but Terminate) reaches the
+// server, when the transaction under way wrote a protected table (txFenced) and the router refuses fenced
+// writes on the session's host now (writeRefusal: the host is no longer the published primary, or two hosts
+// claim to be primary). The fenced write was allowed when it was planned; its transaction must not commit on a
+// host the new primary does not follow, and the proxy cannot tell which message would commit it (a COMMIT, END,
+// PREPARE TRANSACTION, a Sync or a Query ending an implicit transaction, a CALL of a procedure that commits, a
+// CopyDone): so none goes. Closing the connection rolls the transaction back there (a transaction prepared
+// before stays prepared: PREPARE TRANSACTION is one of the messages refused). The message is not answered in
+// the client's stream (it may be in the middle of a batch): the session ends with FATAL 55F04, as keptFencedRefused.
+// nil when the message may go; the transaction's end is seen at the next message (the session idle).
+func (ss *session) fencedTxRefused(typ byte) error {
+	if ss.srv.router == nil || typ == msgTerminate {
+		return nil
+	}
+	if ss.state.idle() {
+		ss.txFenced = ""
+		return nil
+	}
+	if ss.txFenced == "" {
+		return nil
+	}
+	why := ss.srv.router.writeRefusal(ss.host.addr, ss.host.epoch)
+	if why == "" {
+		return nil
+	}
+	return &sessionRefused{code: sqlstateUnfenceable, msg: fmt.Sprintf("unfenceable write to %s: %s", ss.txFenced, why),
+		detail: "The transaction wrote " + ss.txFenced + " on that host; fenceproxy closed the connection there before this message, which could have committed it, reached the server: the server rolls the transaction back.",
+		hint:   "The transaction did not commit. Connect again and run it again."}
 }
 
 // sessionRefused ends a session with a FATAL of its own (end: endRefused), before the client's message that
