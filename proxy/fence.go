@@ -117,6 +117,9 @@ func (ss *session) fenceParseAs(w msgSink, p Planner, body []byte, set rewrite.S
 	plan := ss.checkPlan(p.Plan(query, set))
 	if ss.srv.router != nil {
 		ss.noteKeptFenced(plan) // the statement stays, named or unnamed, for Binds to come
+		if ss.keptFenced == "" && commitPreparedWords.In(query) {
+			ss.keptFenced = preparedTxTables // its Executes are judged as a fenced statement's (keptFencedRefused)
+		}
 	}
 	var sql string
 	switch plan.Action {
@@ -219,7 +222,16 @@ func (ss *session) checkPlan(plan rewrite.Plan) rewrite.Plan {
 var (
 	prepareWords = rewrite.NewFoldWords("prepare")
 	executeWords = rewrite.NewFoldWords("execute")
+	// commitPreparedWords are those of a text that may commit a prepared transaction (COMMIT PREPARED), whose
+	// writes were made in a transaction that has ended (PREPARE TRANSACTION), so no rule of the session's
+	// follows them: with upstream.hosts it is judged as a fenced write of preparedTxTables (keptFencedQuery,
+	// parseOut). More texts hold the word (ROLLBACK PREPARED, pg_prepared_xacts); they are refused only where a
+	// fenced write is.
+	commitPreparedWords = rewrite.NewFoldWords("prepared")
 )
+
+// preparedTxTables names, in errors, what a COMMIT PREPARED may write: the proxy does not know which tables.
+const preparedTxTables = "the tables of a prepared transaction"
 
 // noteKeptFenced remembers that the server keeps, for the session, the statement of plan (a Parse's), when it
 // writes a protected table (keptFenced).
@@ -230,9 +242,17 @@ func (ss *session) noteKeptFenced(plan rewrite.Plan) {
 }
 
 // keptFencedQuery is the plan of a Query's text with upstream.hosts: refused when the text may EXECUTE a fenced
-// statement a PREPARE made before and the router refuses fenced writes on the session's host now, as a text
-// that writes is; and a fenced text that may PREPARE is remembered (keptFenced).
+// statement a PREPARE made before, or may commit a prepared transaction (commitPreparedWords), and the router
+// refuses fenced writes on the session's host now, as a text that writes is; and a fenced text that may PREPARE
+// is remembered (keptFenced).
 func (ss *session) keptFencedQuery(plan rewrite.Plan, text []byte) rewrite.Plan {
+	if plan.Action != rewrite.Refuse && commitPreparedWords.In(text) {
+		if why := ss.srv.router.writeRefusal(ss.host.addr, ss.host.epoch); why != "" {
+			return rewrite.Plan{Action: rewrite.Refuse, Code: sqlstateUnfenceable, Table: preparedTxTables,
+				Message: fmt.Sprintf("unfenceable write to %s: %s", preparedTxTables, why)}
+		}
+		ss.noteTxFenced(preparedTxTables)
+	}
 	if plan.Action != rewrite.Refuse && ss.keptFenced != "" && executeWords.In(text) {
 		if why := ss.keptFencedRefusal(); why != "" {
 			return rewrite.Plan{Action: rewrite.Refuse, Code: sqlstateUnfenceable, Table: ss.keptFenced,

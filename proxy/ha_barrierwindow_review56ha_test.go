@@ -27,7 +27,7 @@ import (
 func TestFencedWriteRefusedWhileTheBarrierRuns(t *testing.T) {
 	for _, mode := range barrierModes {
 		t.Run(mode.name, func(t *testing.T) {
-			h, admin := startBarrierPair(t, mode.yaml)
+			h, admin := startBarrierPair(t, mode.yaml, nil)
 			ctx := haCtx(t)
 			c := connect(t, h.proxy.DSN(pgtest.SuperUser, "", pgtest.TestDB))
 			if _, err := c.Exec(ctx, "SET fence.token = 5"); err != nil {
@@ -78,21 +78,22 @@ func TestFencedWriteRefusedWhileTheBarrierRuns(t *testing.T) {
 	}
 }
 
-// barrierModes are the two pool modes the tests of the barrier's window run in.
+// barrierModes are the pool modes (and session mode's two transports) the tests of the barrier's window run in.
 var barrierModes = []struct{ name, yaml string }{
 	{"transaction", "pool:\n  mode: transaction\n  size: 2\nauth:\n  type: trust\n"},
-	{"session", ""},
+	{"session", ""}, // the event loop relays it
+	{"session-goroutines", "relay:\n  mode: goroutines\n"},
 }
 
-// startBarrierPair is startHAPairWith (yaml appended) with the fenceproxy schema installed on the primary and a
-// grant of lock L in etcd, which the barrier on a promoted standby must raise (it has no mark there, so the
-// barrier inserts one): a lock on lock_marks there holds the barrier (withdrawBehindAHeldBarrier). It returns
-// the pair and a superuser connection to the primary.
-func startBarrierPair(t *testing.T, yaml string) (*haPair, *pgx.Conn) {
+// startBarrierPair is startHAPairConf (yaml appended, conf for both servers) with the fenceproxy schema
+// installed on the primary and a grant of lock L in etcd, which the barrier on a promoted standby must raise (it
+// has no mark there, so the barrier inserts one): a lock on lock_marks there holds the barrier
+// (withdrawBehindAHeldBarrier). It returns the pair and a superuser connection to the primary.
+func startBarrierPair(t *testing.T, yaml string, conf map[string]string) (*haPair, *pgx.Conn) {
 	t.Helper()
 	e := etcdtest.Start(t)
 	store := tokens.NewEtcdStore(e.Client(), tokens.DefaultPrefix)
-	h := startHAPairWith(t, store, "", yaml)
+	h := startHAPairConf(t, store, "", yaml, conf)
 	ctx := haCtx(t)
 	cfg, err := config.Parse("t.yaml", []byte("upstream:\n  address: a:1\ntables:\n  - name: accounts\n    token_column: fence_token\n"))
 	if err != nil {

@@ -22,7 +22,7 @@ func TestCommitRefusedOnAWithdrawnPrimary(t *testing.T) {
 	for _, mode := range barrierModes {
 		for _, end := range []string{"COMMIT", "Sync"} {
 			t.Run(mode.name+"/"+end, func(t *testing.T) {
-				h, admin := startBarrierPair(t, mode.yaml)
+				h, admin := startBarrierPair(t, mode.yaml, nil)
 				ctx := haCtx(t)
 				if _, err := admin.Exec(ctx, "CREATE TABLE notes (v int)"); err != nil {
 					t.Fatal(err)
