@@ -305,10 +305,11 @@ func (ss *session) noteTxFenced(table string) {
 // claim to be primary). The fenced write was allowed when it was planned; its transaction must not commit on a
 // host the new primary does not follow, and the proxy cannot tell which message would commit it (a COMMIT, END,
 // PREPARE TRANSACTION, a Sync or a Query ending an implicit transaction, a CALL of a procedure that commits, a
-// CopyDone): so none goes. Closing the connection rolls the transaction back there (a transaction prepared
-// before stays prepared: PREPARE TRANSACTION is one of the messages refused). The message is not answered in
-// the client's stream (it may be in the middle of a batch): the session ends with FATAL 55F04, as keptFencedRefused.
-// nil when the message may go; the transaction's end is seen at the next message (the session idle).
+// CopyDone): so none goes. Closing the connection rolls the transaction back there (PREPARE TRANSACTION is one
+// of the messages refused). The message is not answered in the client's stream (it may be in the middle of a
+// batch): the session ends with FATAL 55F04, as keptFencedRefused, or 08007 while an answer is still owed
+// (what is in flight may be a COMMIT). nil when the message may go; the transaction's end is seen at the next
+// message (the session idle).
 func (ss *session) fencedTxRefused(typ byte) error {
 	if ss.srv.router == nil || typ == msgTerminate {
 		return nil
@@ -324,9 +325,18 @@ func (ss *session) fencedTxRefused(typ byte) error {
 	if why == "" {
 		return nil
 	}
+	if ss.state.pending.Load() > 0 {
+		// A Query, Sync or FunctionCall sent before is not answered yet: it may be a COMMIT, and its answer is
+		// lost with the session, so the client is told what the proxy knows: nothing (as end.go tells a client
+		// whose upstream was lost with a statement in flight).
+		return &sessionRefused{code: sqlstateTransactionResolutionUnknown,
+			msg:    fmt.Sprintf("transaction resolution unknown: %s, and the transaction that wrote %s there had a statement still running", why, ss.txFenced),
+			detail: "fenceproxy sends nothing more of the session to that host; what the statement still running had committed there stays, the rest is rolled back.",
+			hint:   "Check whether the transaction's changes are there before doing it again."}
+	}
 	return &sessionRefused{code: sqlstateUnfenceable, msg: fmt.Sprintf("unfenceable write to %s: %s", ss.txFenced, why),
 		detail: "The transaction wrote " + ss.txFenced + " on that host; fenceproxy closed the connection there before this message, which could have committed it, reached the server: the server rolls the transaction back.",
-		hint:   "The transaction did not commit. Connect again and run it again."}
+		hint:   "The transaction still open did not commit. Connect again and run it again."}
 }
 
 // sessionRefused ends a session with a FATAL of its own (end: endRefused), before the client's message that

@@ -1,6 +1,7 @@
 package proxy_test
 
 import (
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -124,5 +125,90 @@ func TestCommitRefusedOnAWithdrawnPrimary(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// The COMMIT of such a transaction sent while a statement of it still runs (pipelined behind it) ends the session
+// with FATAL 08007, not 55F04: the proxy cannot say the transaction did not commit when an answer is still owed
+// (what runs may have been a COMMIT). Here the statement waits for a lock the test holds on the old primary, so
+// it is still running when the COMMIT comes. From failover57 (2026-12-05): the refusal first said 55F04 and
+// "did not commit" whatever was in flight.
+func TestCommitBehindARunningStatementOnAWithdrawnPrimary(t *testing.T) {
+	for _, mode := range barrierModes {
+		t.Run(mode.name, func(t *testing.T) {
+			h, admin := startBarrierPair(t, mode.yaml, nil)
+			ctx := haCtx(t)
+			if _, err := admin.Exec(ctx, "CREATE TABLE notes (v int)"); err != nil {
+				t.Fatal(err)
+			}
+			c := connect(t, h.proxy.DSN(pgtest.SuperUser, "", pgtest.TestDB))
+			for _, q := range []string{"SET fence.token = 5", "BEGIN", "UPDATE accounts SET v = 7 WHERE id = 2"} {
+				if _, err := c.Exec(ctx, q); err != nil {
+					t.Fatalf("%s on the published primary: %v", q, err)
+				}
+			}
+			locker := connect(t, h.primary.SuperDSN())
+			lock, err := locker.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := lock.Exec(ctx, "LOCK TABLE notes IN ACCESS EXCLUSIVE MODE"); err != nil {
+				t.Fatal(err)
+			}
+			pipe := c.PgConn().StartPipeline(ctx)
+			pipe.SendQueryParams("SELECT count(*) FROM notes", nil, nil, nil, nil)
+			if err := pipe.Sync(); err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, 30*time.Second, "the statement to wait for the lock", func() bool {
+				var n int
+				err := admin.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE query = 'SELECT count(*) FROM notes' AND wait_event_type = 'Lock'").Scan(&n)
+				return err == nil && n == 1
+			})
+			if err := h.standby.WaitReplayed(ctx, h.primary); err != nil {
+				t.Fatal(err)
+			}
+			if err := h.standby.Promote(); err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, 30*time.Second, "the proxy to see two primaries", func() bool {
+				v, _ := metricValue(t, h.proxy.Registry, "fenceproxy_upstream_split_brain")
+				return v == 1
+			})
+			hold := withdrawBehindAHeldBarrier(ctx, t, h, admin)
+			pipe.SendQueryParams("COMMIT", nil, nil, nil, nil)
+			if err := pipe.Sync(); err != nil {
+				t.Fatal(err)
+			}
+			var codes []string
+			for range 10 {
+				res, err := pipe.GetResults()
+				if err != nil {
+					codes = append(codes, sqlstate(err))
+					if sqlstate(err) == "" || sqlstate(err) == "08007" {
+						break
+					}
+					continue
+				}
+				if rr, ok := res.(*pgconn.ResultReader); ok {
+					if _, err := rr.Close(); err != nil {
+						codes = append(codes, sqlstate(err))
+					}
+				}
+			}
+			if err := lock.Rollback(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := hold.Rollback(ctx); err != nil {
+				t.Fatal(err)
+			}
+			var n int
+			if err := admin.QueryRow(ctx, "SELECT count(*) FROM accounts WHERE id = 2 AND v = 7").Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			if n != 0 || !slices.Contains(codes, "08007") {
+				t.Errorf("COMMIT pipelined behind a running statement on the withdrawn primary: errors %q, rows committed there %d; want FATAL 08007 and none", codes, n)
+			}
+		})
 	}
 }
