@@ -115,6 +115,9 @@ func (ss *session) clientNeedsBody(typ byte, p Planner) bool {
 // planner to use for Query and Parse.
 func (ss *session) onClientMsg(typ byte, body []byte, p Planner, out msgSink) error {
 	st := &ss.state
+	if err := ss.fencedTxRefused(typ); err != nil { // fence.go
+		return err
+	}
 	if ss.portalGen != 0 && st.idle() {
 		ss.portalsGone() // reloadkept.go: no portal outlives a transaction
 	}
@@ -179,6 +182,9 @@ func (ss *session) onClientMsg(typ byte, body []byte, p Planner, out msgSink) er
 		if typ == msgExecute {
 			if err := ss.keptFencedRefused(); err != nil {
 				return err
+			}
+			if ss.keptFenced != "" && ss.srv.router != nil {
+				ss.noteTxFenced(ss.keptFenced) // the proxy does not follow a portal to its statement
 			}
 			if err := ss.portalsCurrent(); err != nil { // reloadkept.go
 				return err

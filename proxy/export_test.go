@@ -49,3 +49,7 @@ func InlineLooks(s *Server) int64 {
 
 // OptionSetting is optionSetting: the value a startup options string gives a setting, as the proxy reads it.
 func OptionSetting(options, name string) (string, bool) { return optionSetting(options, name) }
+
+// HoldPutBack makes every put-back of a pooled server connection (txPool.release) call hold first, after the
+// checks made before the pool's lock.
+func HoldPutBack(s *Server, hold func()) { s.pools.beforePutBack.Store(&hold) }

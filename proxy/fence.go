@@ -117,6 +117,9 @@ func (ss *session) fenceParseAs(w msgSink, p Planner, body []byte, set rewrite.S
 	plan := ss.checkPlan(p.Plan(query, set))
 	if ss.srv.router != nil {
 		ss.noteKeptFenced(plan) // the statement stays, named or unnamed, for Binds to come
+		if ss.keptFenced == "" && commitPreparedWords.In(query) {
+			ss.keptFenced = preparedTxTables // its Executes are judged as a fenced statement's (keptFencedRefused)
+		}
 	}
 	var sql string
 	switch plan.Action {
@@ -196,6 +199,7 @@ func (ss *session) checkPlan(plan rewrite.Plan) rewrite.Plan {
 			return rewrite.Plan{Action: rewrite.Refuse, Code: sqlstateUnfenceable, Table: plan.Tables[0],
 				Message: fmt.Sprintf("unfenceable write to %s: %s", plan.Tables[0], why)}
 		}
+		ss.noteTxFenced(plan.Tables[0])
 	}
 	if plan.TokenDynamic && ss.srv.verifier != nil {
 		// A token computed at execution time (an expression or a parameter of set_config) cannot be checked
@@ -218,7 +222,16 @@ func (ss *session) checkPlan(plan rewrite.Plan) rewrite.Plan {
 var (
 	prepareWords = rewrite.NewFoldWords("prepare")
 	executeWords = rewrite.NewFoldWords("execute")
+	// commitPreparedWords are those of a text that may commit a prepared transaction (COMMIT PREPARED), whose
+	// writes were made in a transaction that has ended (PREPARE TRANSACTION), so no rule of the session's
+	// follows them: with upstream.hosts it is judged as a fenced write of preparedTxTables (keptFencedQuery,
+	// parseOut). More texts hold the word (ROLLBACK PREPARED, pg_prepared_xacts); they are refused only where a
+	// fenced write is.
+	commitPreparedWords = rewrite.NewFoldWords("prepared")
 )
+
+// preparedTxTables names, in errors, what a COMMIT PREPARED may write: the proxy does not know which tables.
+const preparedTxTables = "the tables of a prepared transaction"
 
 // noteKeptFenced remembers that the server keeps, for the session, the statement of plan (a Parse's), when it
 // writes a protected table (keptFenced).
@@ -229,14 +242,23 @@ func (ss *session) noteKeptFenced(plan rewrite.Plan) {
 }
 
 // keptFencedQuery is the plan of a Query's text with upstream.hosts: refused when the text may EXECUTE a fenced
-// statement a PREPARE made before and the router refuses fenced writes on the session's host now, as a text
-// that writes is; and a fenced text that may PREPARE is remembered (keptFenced).
+// statement a PREPARE made before, or may commit a prepared transaction (commitPreparedWords), and the router
+// refuses fenced writes on the session's host now, as a text that writes is; and a fenced text that may PREPARE
+// is remembered (keptFenced).
 func (ss *session) keptFencedQuery(plan rewrite.Plan, text []byte) rewrite.Plan {
+	if plan.Action != rewrite.Refuse && commitPreparedWords.In(text) {
+		if why := ss.srv.router.writeRefusal(ss.host.addr, ss.host.epoch); why != "" {
+			return rewrite.Plan{Action: rewrite.Refuse, Code: sqlstateUnfenceable, Table: preparedTxTables,
+				Message: fmt.Sprintf("unfenceable write to %s: %s", preparedTxTables, why)}
+		}
+		ss.noteTxFenced(preparedTxTables)
+	}
 	if plan.Action != rewrite.Refuse && ss.keptFenced != "" && executeWords.In(text) {
 		if why := ss.keptFencedRefusal(); why != "" {
 			return rewrite.Plan{Action: rewrite.Refuse, Code: sqlstateUnfenceable, Table: ss.keptFenced,
 				Message: fmt.Sprintf("unfenceable write to %s: %s", ss.keptFenced, why)}
 		}
+		ss.noteTxFenced(ss.keptFenced)
 	}
 	if ss.keptFenced == "" && plan.Action == rewrite.Rewrite && len(plan.Tables) > 0 && prepareWords.In(text) {
 		ss.keptFenced = plan.Tables[0]
@@ -267,6 +289,54 @@ func (ss *session) keptFencedRefused() error {
 	return &sessionRefused{code: sqlstateUnfenceable, msg: fmt.Sprintf("unfenceable write to %s: %s", ss.keptFenced, why),
 		detail: "The session holds a statement prepared before that writes " + ss.keptFenced + ", and it sent an Execute.",
 		hint:   "Connect again: a statement prepared now is judged when it is prepared."}
+}
+
+// noteTxFenced remembers that the transaction under way may write table through the proxy (txFenced): a
+// fenced statement allowed now, which it may still commit after the router stopped trusting the host.
+func (ss *session) noteTxFenced(table string) {
+	if ss.txFenced == "" {
+		ss.txFenced = table
+	}
+}
+
+// fencedTxRefused ends the session before a message of the client's (typ; any but Terminate) reaches the
+// server, when the transaction under way wrote a protected table (txFenced) and the router refuses fenced
+// writes on the session's host now (writeRefusal: the host is no longer the published primary, or two hosts
+// claim to be primary). The fenced write was allowed when it was planned; its transaction must not commit on a
+// host the new primary does not follow, and the proxy cannot tell which message would commit it (a COMMIT, END,
+// PREPARE TRANSACTION, a Sync or a Query ending an implicit transaction, a CALL of a procedure that commits, a
+// CopyDone): so none goes. Closing the connection rolls the transaction back there (PREPARE TRANSACTION is one
+// of the messages refused). The message is not answered in the client's stream (it may be in the middle of a
+// batch): the session ends with FATAL 55F04, as keptFencedRefused, or 08007 while an answer is still owed
+// (what is in flight may be a COMMIT). nil when the message may go; the transaction's end is seen at the next
+// message (the session idle).
+func (ss *session) fencedTxRefused(typ byte) error {
+	if ss.srv.router == nil || typ == msgTerminate {
+		return nil
+	}
+	if ss.state.idle() {
+		ss.txFenced = ""
+		return nil
+	}
+	if ss.txFenced == "" {
+		return nil
+	}
+	why := ss.srv.router.writeRefusal(ss.host.addr, ss.host.epoch)
+	if why == "" {
+		return nil
+	}
+	if ss.state.pending.Load() > 0 {
+		// A Query, Sync or FunctionCall sent before is not answered yet: it may be a COMMIT, and its answer is
+		// lost with the session, so the client is told what the proxy knows: nothing (as end.go tells a client
+		// whose upstream was lost with a statement in flight).
+		return &sessionRefused{code: sqlstateTransactionResolutionUnknown,
+			msg:    fmt.Sprintf("transaction resolution unknown: %s, and the transaction that wrote %s there had a statement still running", why, ss.txFenced),
+			detail: "fenceproxy sends nothing more of the session to that host; what the statement still running had committed there stays, the rest is rolled back.",
+			hint:   "Check whether the transaction's changes are there before doing it again."}
+	}
+	return &sessionRefused{code: sqlstateUnfenceable, msg: fmt.Sprintf("unfenceable write to %s: %s", ss.txFenced, why),
+		detail: "The transaction wrote " + ss.txFenced + " on that host; fenceproxy closed the connection there before this message, which could have committed it, reached the server: the server rolls the transaction back.",
+		hint:   "The transaction still open did not commit. Connect again and run it again."}
 }
 
 // sessionRefused ends a session with a FATAL of its own (end: endRefused), before the client's message that

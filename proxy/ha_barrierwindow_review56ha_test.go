@@ -1,9 +1,12 @@
 package proxy_test
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/fenceproxy/fenceproxy/config"
 	"github.com/fenceproxy/fenceproxy/internal/etcdtest"
@@ -22,27 +25,10 @@ import (
 // primary). The barrier is held here by a lock on lock_marks taken
 // on the new primary, so the window is as long as the test needs.
 func TestFencedWriteRefusedWhileTheBarrierRuns(t *testing.T) {
-	for _, mode := range []struct{ name, yaml string }{
-		{"transaction", "pool:\n  mode: transaction\n  size: 2\nauth:\n  type: trust\n"},
-		{"session", ""},
-	} {
+	for _, mode := range barrierModes {
 		t.Run(mode.name, func(t *testing.T) {
-			e := etcdtest.Start(t)
-			store := tokens.NewEtcdStore(e.Client(), tokens.DefaultPrefix)
-			h := startHAPairWith(t, store, "", mode.yaml)
+			h, admin := startBarrierPair(t, mode.yaml, nil)
 			ctx := haCtx(t)
-			cfg, err := config.Parse("t.yaml", []byte("upstream:\n  address: a:1\ntables:\n  - name: accounts\n    token_column: fence_token\n"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			admin := connect(t, h.primary.SuperDSN())
-			if err := schema.Install(ctx, admin, schema.FromConfig(cfg)); err != nil {
-				t.Fatal(err)
-			}
-			// A grant the barrier raises on the new primary: it has no mark there, so the barrier inserts one.
-			if _, err := store.Acquire(ctx, "L", tokens.AcquireOptions{TTL: 30 * time.Second}); err != nil {
-				t.Fatal(err)
-			}
 			c := connect(t, h.proxy.DSN(pgtest.SuperUser, "", pgtest.TestDB))
 			if _, err := c.Exec(ctx, "SET fence.token = 5"); err != nil {
 				t.Fatal(err)
@@ -63,15 +49,6 @@ func TestFencedWriteRefusedWhileTheBarrierRuns(t *testing.T) {
 				_, err := c.Exec(ctx, "UPDATE accounts SET v = 1 WHERE id = 1")
 				return sqlstate(err) == "55F04"
 			})
-			// The barrier on the new primary waits for this transaction's lock.
-			np := connect(t, h.standby.SuperDSN())
-			hold, err := np.Begin(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := hold.Exec(ctx, "LOCK TABLE fenceproxy.lock_marks IN ACCESS EXCLUSIVE MODE"); err != nil {
-				t.Fatal(err)
-			}
 			// A transaction opened READ WRITE on the old primary during the split brain (a BEGIN writes nothing),
 			// where default_transaction_read_only, only a default, does not reach it.
 			if _, err := c.Exec(ctx, "BEGIN READ WRITE"); err != nil {
@@ -80,20 +57,7 @@ func TestFencedWriteRefusedWhileTheBarrierRuns(t *testing.T) {
 			if port, err := serverPort(ctx, c); err != nil || port != h.primary.Port() {
 				t.Fatalf("the transaction reached port %d (%v), want the old primary's %d", port, err, h.primary.Port())
 			}
-			// The old primary is demoted: read-only. The split brain is over; the barrier runs on the new one.
-			if _, err := admin.Exec(ctx, "ALTER SYSTEM SET default_transaction_read_only = on"); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := admin.Exec(ctx, "SELECT pg_reload_conf()"); err != nil {
-				t.Fatal(err)
-			}
-			watch := connect(t, h.standby.SuperDSN())
-			eventually(t, 30*time.Second, "the barrier to wait on the new primary", func() bool {
-				var n int
-				err := watch.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'fenceproxy: health%'
-					AND wait_event_type = 'Lock'`).Scan(&n)
-				return err == nil && n > 0
-			})
+			hold := withdrawBehindAHeldBarrier(ctx, t, h, admin)
 			_, writeErr := c.Exec(ctx, "UPDATE accounts SET v = 9 WHERE id = 2")
 			_, commitErr := c.Exec(ctx, "COMMIT")
 			if err := hold.Rollback(ctx); err != nil {
@@ -112,4 +76,65 @@ func TestFencedWriteRefusedWhileTheBarrierRuns(t *testing.T) {
 			eventually(t, 30*time.Second, "the new primary to be published", reachesPort(ctx, h.proxy.DSN(pgtest.SuperUser, "", pgtest.TestDB), h.standby.Port()))
 		})
 	}
+}
+
+// barrierModes are the pool modes (and session mode's two transports) the tests of the barrier's window run in.
+var barrierModes = []struct{ name, yaml string }{
+	{"transaction", "pool:\n  mode: transaction\n  size: 2\nauth:\n  type: trust\n"},
+	{"session", ""}, // the event loop relays it
+	{"session-goroutines", "relay:\n  mode: goroutines\n"},
+}
+
+// startBarrierPair is startHAPairConf (yaml appended, conf for both servers) with the fenceproxy schema
+// installed on the primary and a grant of lock L in etcd, which the barrier on a promoted standby must raise (it
+// has no mark there, so the barrier inserts one): a lock on lock_marks there holds the barrier
+// (withdrawBehindAHeldBarrier). It returns the pair and a superuser connection to the primary.
+func startBarrierPair(t *testing.T, yaml string, conf map[string]string) (*haPair, *pgx.Conn) {
+	t.Helper()
+	e := etcdtest.Start(t)
+	store := tokens.NewEtcdStore(e.Client(), tokens.DefaultPrefix)
+	h := startHAPairConf(t, store, "", yaml, conf)
+	ctx := haCtx(t)
+	cfg, err := config.Parse("t.yaml", []byte("upstream:\n  address: a:1\ntables:\n  - name: accounts\n    token_column: fence_token\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := connect(t, h.primary.SuperDSN())
+	if err := schema.Install(ctx, admin, schema.FromConfig(cfg)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Acquire(ctx, "L", tokens.AcquireOptions{TTL: 30 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	return h, admin
+}
+
+// withdrawBehindAHeldBarrier, with the standby promoted while the old primary (admin's) still runs, locks
+// lock_marks on the new primary, demotes the old one (read-only: the split brain is over, the old primary is
+// withdrawn) and waits until the barrier waits for the lock. The caller rolls the returned transaction back to
+// let the barrier finish and the new primary be published.
+func withdrawBehindAHeldBarrier(ctx context.Context, t *testing.T, h *haPair, admin *pgx.Conn) pgx.Tx {
+	t.Helper()
+	np := connect(t, h.standby.SuperDSN())
+	hold, err := np.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := hold.Exec(ctx, "LOCK TABLE fenceproxy.lock_marks IN ACCESS EXCLUSIVE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Exec(ctx, "ALTER SYSTEM SET default_transaction_read_only = on"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Exec(ctx, "SELECT pg_reload_conf()"); err != nil {
+		t.Fatal(err)
+	}
+	watch := connect(t, h.standby.SuperDSN())
+	eventually(t, 30*time.Second, "the barrier to wait on the new primary", func() bool {
+		var n int
+		err := watch.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'fenceproxy: health%'
+			AND wait_event_type = 'Lock'`).Scan(&n)
+		return err == nil && n > 0
+	})
+	return hold
 }

@@ -39,13 +39,19 @@ func startHAPair(t *testing.T, grants proxy.GrantSource, setup string) *haPair {
 // startHAPairWith is startHAPair with more configuration (yaml, appended).
 func startHAPairWith(t *testing.T, grants proxy.GrantSource, setup, yaml string) *haPair {
 	t.Helper()
+	return startHAPairConf(t, grants, setup, yaml, nil)
+}
+
+// startHAPairConf is startHAPairWith with postgresql.conf settings (conf) for both servers.
+func startHAPairConf(t *testing.T, grants proxy.GrantSource, setup, yaml string, conf map[string]string) *haPair {
+	t.Helper()
 	pgtest.Require(t, pg)
-	primary := pgtest.MustStart(t, pgtest.Options{})
+	primary := pgtest.MustStart(t, pgtest.Options{ExtraConf: conf})
 	if err := primary.Exec(`CREATE TABLE accounts (id int PRIMARY KEY, v int NOT NULL, fence_token bigint);
 		INSERT INTO accounts VALUES (1, 0, NULL), (2, 0, NULL);` + setup); err != nil {
 		t.Fatal(err)
 	}
-	standby := pgtest.MustStartStandby(t, primary, pgtest.Options{})
+	standby := pgtest.MustStartStandby(t, primary, pgtest.Options{ExtraConf: conf})
 	p := proxytest.Start(t, "", proxytest.Options{
 		Hosts:    []string{primary.Addr(), standby.Addr()},
 		Upstream: fmt.Sprintf("  health_interval: %s\n  health_timeout: 1s\n  connect_timeout: 2s\n", haInterval),

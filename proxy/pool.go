@@ -214,6 +214,11 @@ func (o serverOut) Write(p []byte) (int, error) {
 type txPools struct {
 	clients atomic.Int64 // client sessions of every pool (pool.max_clients)
 
+	// beforePutBack, when set (by tests only: export_test.go HoldPutBack), runs in release between the checks
+	// made before the lock and the put-back itself, where a test holds a put-back while a change of primary
+	// is published (dropHost).
+	beforePutBack atomic.Pointer[func()]
+
 	// PAUSE and RESUME (admin.go), under mu: every pool paused, or those of some databases (nil until one is).
 	// resumed is closed by the next RESUME (nil when nothing is paused); anyPaused lets a lend skip mu when
 	// nothing is.
@@ -868,13 +873,27 @@ func (p *txPool) release(sc *serverConn) {
 		p.discard(sc)
 		return
 	}
-	if p.srv.draining.Load() || time.Since(sc.born) > p.srv.cfg.Pool.ServerLifetime || p.superseded(sc) {
+	if p.srv.draining.Load() || time.Since(sc.born) > p.srv.cfg.Pool.ServerLifetime {
 		p.discard(sc)
 		return
+	}
+	if hold := p.srv.pools.beforePutBack.Load(); hold != nil {
+		(*hold)()
 	}
 	p.lendEnded(sc)
 	sc.unreadBy.Store(nil)
 	p.mu.Lock()
+	// Judged under the lock dropHost takes, so that the idle ones are always open ones (p.live): a change of
+	// primary published before this point has its dropHost either done (sc taken off p.live, closed: not put
+	// back) or still to come (it finds sc among the idle ones and takes it out). Before 2026-12-05 the host was
+	// judged before the lock, and a dropHost in between left a closed connection idle, counted by SHOW POOLS and
+	// the gauges and keeping pool.min_idle from opening one on the new primary
+	// (TestPooledPutBackRacingAChangeOfPrimary). The router's lock is taken inside the pool's, never the reverse.
+	if _, open := p.live[sc]; !open || p.superseded(sc) {
+		p.mu.Unlock()
+		p.discard(sc)
+		return
+	}
 	sc.idleSince = time.Now()
 	p.idle = append(p.idle, sc)
 	p.mu.Unlock()

@@ -1131,6 +1131,11 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 	if pl.skipToSync {
 		return ss.skipCancelledBatch(typ, body)
 	}
+	// Before any path below sends it (a COPY's data, a Bind or Describe as it is): the core's rule, where the
+	// core does not see the message.
+	if err := ss.fencedTxRefused(typ); err != nil {
+		return err
+	}
 	ss.fixAfterFailedBatch()
 	if (typ == msgQuery || typ == msgFunctionCall) && st.unsynced.Load() {
 		return ss.refuseInsideBatch(typ)

@@ -68,6 +68,12 @@ type session struct {
 	// so its runs are judged again (keptFencedRefusal). Set only, never cleared: a Parse that replaced one may
 	// have been skipped. Written and read by the side that reads the client.
 	keptFenced string
+	// txFenced names a protected table the transaction under way may have written through the proxy (a fenced
+	// Query or Parse planned, an Execute or EXECUTE that may run a kept fenced statement), "" when it wrote none
+	// that the proxy saw. Cleared when a message comes with the session idle (everything answered, no block
+	// open): that transaction ended. While it is set nothing more of the client's reaches a host the router
+	// refuses fenced writes on (fencedTxRefused). Written and read by the side that reads the client.
+	txFenced string
 	// keptStmts are the statements a session-mode client prepared by Parse, by name, with the planner generation
 	// that fenced them; ownSQLPrep the generation in force at its first SQL PREPARE the proxy does not follow (both
 	// pool modes). For the rules of reloadkept.go; written and read by the side that reads the client.

@@ -1,0 +1,116 @@
+package proxy_test
+
+import (
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fenceproxy/fenceproxy/internal/pgtest"
+	"github.com/fenceproxy/fenceproxy/proxy"
+)
+
+// A server connection put back into the pool while a change of primary is published is not left among the idle
+// ones after dropHost closed the pool's connections to the old host. From failover57 (2026-12-05, attack: a
+// put-back, a lend's end or the pool.min_idle keeper's, judged fit just before the switch and put back just
+// after it): release checked the connection's host before it took the pool's lock and put the connection back
+// after, so dropHost, which ran between the two, closed it and took it off the pool's open connections while the
+// put-back then added it to the idle ones. SHOW POOLS counted a closed connection idle (sv_idle 1) beside
+// sv_active -1, SHOW SERVERS did not show it, the fenceproxy_pool_* gauges (the same counts) agreed with SHOW
+// POOLS, and pool.min_idle, satisfied by it, opened none on the new primary. It was never lent (a lend judges
+// each idle connection again: router.stale). The put-back is held here between the two (HoldPutBack) while the
+// standby is promoted and dropHost runs.
+func TestPooledPutBackRacingAChangeOfPrimary(t *testing.T) {
+	h := startHAPairWith(t, nil, "", "pool:\n  mode: transaction\n  size: 3\n  min_idle: 1\n  admin_users: ["+pgtest.SuperUser+"]\nauth:\n  type: trust\n")
+	ctx := haCtx(t)
+	dsn := h.proxy.DSN(pgtest.SuperUser, "", pgtest.TestDB) + "&default_query_exec_mode=simple_protocol"
+	c := connect(t, dsn)
+	if port, err := serverPort(ctx, c); err != nil || port != h.primary.Port() {
+		t.Fatalf("the client reached port %d (%v), want the primary's %d", port, err, h.primary.Port())
+	}
+	adm := connect(t, h.proxy.DSN(pgtest.SuperUser, "", "fenceproxy")+"&default_query_exec_mode=simple_protocol")
+	oldPort, newPort := strconv.Itoa(h.primary.Port()), strconv.Itoa(h.standby.Port())
+	// poolTrue reports whether SHOW POOLS agrees with SHOW SERVERS for the client's pool, with at least
+	// pool.min_idle idle connections, every one to port.
+	poolTrue := func(port string) (bool, string) {
+		var idle, active int
+		for _, r := range adminRows(t, adm, "SHOW SERVERS") {
+			if r["database"] != pgtest.TestDB {
+				continue
+			}
+			if r["port"] != port {
+				return false, "a server connection to port " + r["port"].(string)
+			}
+			if r["state"] == "idle" {
+				idle++
+			} else {
+				active++
+			}
+		}
+		for _, r := range adminRows(t, adm, "SHOW POOLS") {
+			if r["database"] == pgtest.TestDB {
+				got := "SHOW POOLS sv_idle " + r["sv_idle"].(string) + " sv_active " + r["sv_active"].(string) +
+					", SHOW SERVERS " + strconv.Itoa(idle) + " idle " + strconv.Itoa(active) + " active"
+				return r["sv_idle"] == strconv.Itoa(idle) && r["sv_active"] == strconv.Itoa(active) && idle >= 1, got
+			}
+		}
+		return false, "no pool"
+	}
+	eventually(t, 10*time.Second, "the pool settled on the primary", func() bool {
+		ok, _ := poolTrue(oldPort)
+		return ok
+	})
+	at, resume := make(chan struct{}), make(chan struct{})
+	var held atomic.Bool
+	proxy.HoldPutBack(h.proxy.Server, func() {
+		if held.CompareAndSwap(false, true) {
+			close(at)
+			<-resume
+		}
+	})
+	defer func() {
+		if held.CompareAndSwap(false, true) {
+			close(at)
+		}
+		select {
+		case <-resume:
+		default:
+			close(resume)
+		}
+	}()
+	answered := make(chan struct{})
+	go func() { // its server connection's put-back is the one held
+		defer close(answered)
+		serverPort(ctx, c)
+	}()
+	select {
+	case <-at:
+	case <-ctx.Done():
+		t.Fatal("no put-back came")
+	}
+	h.failOver(ctx, t)
+	eventually(t, 30*time.Second, "dropHost to close the pool's connections to the old primary", func() bool {
+		for _, r := range adminRows(t, adm, "SHOW SERVERS") {
+			if r["port"] == oldPort {
+				return false
+			}
+		}
+		return true
+	})
+	close(resume)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		ok, got := poolTrue(newPort)
+		if ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after a put-back that raced the change of primary: %s, want them equal with pool.min_idle on the new primary (port %s)", got, newPort)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	<-answered
+	if port, err := serverPort(ctx, c); err != nil || port != h.standby.Port() {
+		t.Errorf("the next transaction reached port %d (%v), want the new primary's %d", port, err, h.standby.Port())
+	}
+}
