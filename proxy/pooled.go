@@ -92,9 +92,9 @@ type pooledState struct {
 	waitMu        sync.Mutex
 	waiting       bool
 	waitCancelled bool
+	skipToSync    bool
 	waitWake      chan struct{}
 	waitWatch     lendWait // what lend's wait watches (waitWake, waitStopped): made once, not per lend
-	skipToSync    bool
 	// watches are the watches of waits on the server side under way (watchClient), linked by next: the
 	// session goroutine's, and a probe's on a lend's goroutine meanwhile (watchProbe). forceClose wakes them.
 	// Under waitMu, which is never held for long: one pointer per session, the parked ones too.
@@ -150,15 +150,10 @@ type pooledState struct {
 	// sent was an Execute, whose COPY leaves the server inside the batch, up to a Sync. copyIn: the server
 	// reads a COPY's data now, and the client has not ended it (from the CopyInResponse to the client's CopyDone
 	// or CopyFail, or a ReadyForQuery: a COPY that failed).
-	copyIn, runByExecute bool
 	copyRuns             []copyRun
 	copySyncsSent        int
 	execsSent            int64
-	// execsDone counts the client's Executes since everything was answered that the server completed
-	// (CommandComplete, EmptyQueryResponse, PortalSuspended relayed; all of them at an ErrorResponse, after
-	// which the server skips the rest of the batch): the lend's server side alone writes it, but for the
-	// resets where it is the only one running (lend, settle).
-	execsDone atomic.Int64
+	copyIn, runByExecute bool
 	// copyEnds says whether a CopyDone or CopyFail the client sends now (outside a COPY the server is known to
 	// read: copyIn) may end a COPY: only after a message that may start one, a Query whose text may (any end
 	// after it, up to the Query's answer: it may hold several COPYs) or an Execute of a portal that may run one
@@ -167,6 +162,11 @@ type pooledState struct {
 	// shifted the next COPY's Syncs: TestPooledStrayCopyEndInsideABatch). Where the words say it may, the end is
 	// the run's, and the server's answer decides (copyRuns).
 	copyEnds copyEndsState
+	// execsDone counts the client's Executes since everything was answered that the server completed
+	// (CommandComplete, EmptyQueryResponse, PortalSuspended relayed; all of them at an ErrorResponse, after
+	// which the server skips the rest of the batch): the lend's server side alone writes it, but for the
+	// resets where it is the only one running (lend, settle).
+	execsDone atomic.Int64
 	// copyPortals are the client's portals (by the client's names) that may run a COPY: bound from a text
 	// that holds the word, or from a statement whose text the proxy does not know (copyEnds). Portals end with
 	// the transaction, and so does this (settle); a Query drops the unnamed one.
@@ -204,10 +204,6 @@ type pooledState struct {
 	// unnamedRead is how the server read the client's Parse of unnamed (stmtReading): placed on another server
 	// connection, it goes again only where the server reads it the same (readAgain).
 	unnamedRead stmtReading
-	// ranUnsettled: a message that runs statements (a Query, an Execute, a FunctionCall) went since everything
-	// sent was last answered, so a SET or a function may have changed the reading settings the server reports
-	// only at its ReadyForQuery (readAgainSettings). Parse, Bind, Describe and Close run nothing.
-	ranUnsettled bool
 	// plan is the planner, and its generation, of the client message being forwarded (forwardPooled; pl.mu):
 	// what the proxy kept of the client's statements fenced under another generation is fenced again under
 	// this one before it is sent (serverStmt, placeUnnamed, mapSQLPrepared).
@@ -217,6 +213,10 @@ type pooledState struct {
 	customNames      map[string]bool   // custom settings the client's texts may have set (noteCustomSettings)
 	customUnfollowed bool              // a text set a custom setting the proxy cannot name
 	tainted          bool              // the token statement refused the lent connection's state (serveLend's)
+	// ranUnsettled: a message that runs statements (a Query, an Execute, a FunctionCall) went since everything
+	// sent was last answered, so a SET or a function may have changed the reading settings the server reports
+	// only at its ReadyForQuery (readAgainSettings). Parse, Bind, Describe and Close run nothing.
+	ranUnsettled bool
 	// chainPending: a text of the unit being answered may chain a transaction (AND CHAIN); chainDue: the unit
 	// ended in a block after one, chainTokens goes before the next message (under mu).
 	chainPending, chainDue bool
@@ -289,6 +289,12 @@ type pooledState struct {
 	// reads its farewell next, not a 57014 "canceling statement due to user request" and a ReadyForQuery it did
 	// not ask for, which tell it the session goes on (TestPooledCopyPipelineFuzz, a Parse sent into a COPY).
 	cancelledAtEnd atomic.Bool
+	// unnamed is the client's unnamed statement (its fenced Parse message; nil when it has none), and
+	// unnamedHere whether the lent server connection's unnamed statement is that one: not at the start of a lend
+	// (another client's may be there), nor after the proxy's own Query (probeSession). A Bind or Describe of it
+	// in a later transaction, maybe on another server connection, gets it prepared there first (pooledstmts.go).
+	unnamed     []byte
+	unnamedHere bool
 	// lastUnnamedOwed: the connection just lent may hold another client's unnamed statement (closeLastUnnamed).
 	lastUnnamedOwed bool
 	// unnamedDropped: a DISCARD ALL or DEALLOCATE ALL ran on the lent connection, which dropped the server
@@ -299,12 +305,6 @@ type pooledState struct {
 	stmts    pooledStmts    // the client's named statements (pooledstmts.go)
 	sqlStmts pooledSQLStmts // the client's SQL-level prepared statements (pooledsqlprep.go)
 
-	// unnamed is the client's unnamed statement (its fenced Parse message; nil when it has none), and
-	// unnamedHere whether the lent server connection's unnamed statement is that one: not at the start of a lend
-	// (another client's may be there), nor after the proxy's own Query (probeSession). A Bind or Describe of it
-	// in a later transaction, maybe on another server connection, gets it prepared there first (pooledstmts.go).
-	unnamed     []byte
-	unnamedHere bool
 	// unnamedVer counts the changes of the client's unnamed statement (pooledStmts: unnamedFix); unnamedEpoch
 	// the times the server's was not the client's doing: a lend, the proxy's own Parse, Close or Query
 	// (unnamedReplaced). A verdict judged in one epoch says nothing of the server's statement in another.
