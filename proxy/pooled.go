@@ -3307,10 +3307,12 @@ func (ss *session) wakeReplayed() {
 // lostFarewell is the FATAL of a pooled client whose lent server connection was lost without a FATAL of the
 // server's (pl.mu held), by the rule a session's loss of its upstream connection follows (upstreamLostFarewell,
 // docs/ha.md), so that a client is told the same in either mode: 57P01 naming the new primary when a change of
-// primary closed it (movedFarewell); the settings replay's own failure; 08007 when a statement's answer was
-// lost (it may have committed, a COMMIT or a statement of an implicit transaction; the proxy never replays
-// it); with upstream.hosts, 57P01 naming the lost host (its next session goes to the current primary); else
-// 08006. Before 2026-12-05 only a change of primary was told apart: a primary that died under a statement gave
+// primary closed it (movedFarewell); the settings replay's own failure, and a probe the server answered with
+// what the proxy cannot read (probeUnread, probeCancelled: not lost, closed by the proxy); 08007 when a
+// statement's answer was lost (it may have committed, a COMMIT or a statement of an implicit transaction; the
+// proxy never replays it); with upstream.hosts, 57P01 naming the lost host (its next session goes to the
+// current primary); else 08006 naming it. The lend's failure (lendFailed) and the probe's (settle) both come
+// here. Before 2026-12-05 only a change of primary was told apart: a primary that died under a statement gave
 // 08006, which a client may take for a statement that did not run (TestPooledPrimaryKilledUnderAStatement).
 func (ss *session) lostFarewell(sc *serverConn, err error) []byte {
 	answerLost := ss.pooled.open > 0 && byte(ss.state.txStatus.Load()) != txFailed
@@ -3318,9 +3320,15 @@ func (ss *session) lostFarewell(sc *serverConn, err error) []byte {
 		return movedFarewell(sc.host.addr, *moved, answerLost)
 	}
 	var replay *replayError
+	var unread *probeUnread
+	var cancelled *probeCancelled
 	switch {
 	case errors.As(err, &replay):
 		return settingsFailure(replay)
+	case errors.As(err, &unread), errors.As(err, &cancelled):
+		// The server answered the probe after the transaction (answered too): the connection is closed
+		// because its session state cannot be read, not lost.
+		return errorResponse("FATAL", sqlstateConnectionFailure, "fenceproxy could not read the server connection's session state", err.Error(), "")
 	case answerLost:
 		return errorResponse("FATAL", sqlstateTransactionResolutionUnknown,
 			"fenceproxy lost the connection to the upstream server while a statement was running: whether its transaction committed is unknown",
@@ -3330,7 +3338,7 @@ func (ss *session) lostFarewell(sc *serverConn, err error) []byte {
 			fmt.Sprintf("terminating connection because fenceproxy lost the upstream host %s", sc.host.addr), err.Error(),
 			"Connect again: fenceproxy sends new sessions to the current primary.")
 	}
-	return errorResponse("FATAL", sqlstateConnectionFailure, "fenceproxy lost the server connection", err.Error(), "")
+	return errorResponse("FATAL", sqlstateConnectionFailure, fmt.Sprintf("fenceproxy lost the server connection to %s", sc.host.addr), err.Error(), "")
 }
 
 // movedFarewell is the FATAL of a pooled client whose lent server connection was closed because a change of
@@ -3438,14 +3446,12 @@ func (ss *session) settle(sc *serverConn) bool {
 			pl.setLent(nil)
 			sc.pool.discard(sc)
 			pl.lost = err
-			switch moved := sc.movedTo.Load(); {
-			case pl.fare != nil:
-			case moved != nil:
-				// A change of primary closed the connection under the probe: the client is told so, as any
-				// client whose connection it closed. Its transaction's answer went out before the probe.
-				pl.fare = movedFarewell(sc.host.addr, *moved, false)
-			default:
-				pl.fare = errorResponse("FATAL", sqlstateConnectionFailure, "fenceproxy could not read the server connection's session state", err.Error(), "")
+			if pl.fare == nil {
+				// One rule for every farewell of a lost server connection, as at a lend's failure: a change of
+				// primary that closed it, a host that died (before 2026-12-05 the probe had its own 08006 that
+				// named no host: TestPooledProbeCutByADeadHost). The transaction's answer went out before the
+				// probe (pl.open is 0), so no answer was lost with it.
+				pl.fare = ss.lostFarewell(sc, err)
 			}
 			ss.clientIntr.raise(intrPeerEnded)
 			return true
@@ -3555,6 +3561,13 @@ type probeCancelled struct{ msg string }
 
 func (e *probeCancelled) Error() string { return "probe cancelled: " + e.msg }
 
+// probeUnread: the server answered the probe, but not with what the proxy can read the session state from (an
+// error, a row of another shape). The connection is there and is closed by the proxy, not lost (lostFarewell);
+// every other failure of the probe is the connection's.
+type probeUnread struct{ msg string }
+
+func (e *probeUnread) Error() string { return "probe: " + e.msg }
+
 // probeOnce runs probeSQL once (probeSession).
 func (ss *session) probeOnce(sc *serverConn) error {
 	pl := ss.pooled
@@ -3572,6 +3585,9 @@ func (ss *session) probeOnce(sc *serverConn) error {
 	const limitsStmt, settingsStmt, stateStmt = 0, 2, 3
 	for rows, stmt := 0, 0; ; {
 		typ, _, err := sc.r.next()
+		if err != nil && failure != "" {
+			return fmt.Errorf("probe: %w, after the server said: %s", err, failure) // its FATAL, the reason
+		}
 		if err != nil {
 			return fmt.Errorf("probe: %w", err)
 		}
@@ -3584,16 +3600,16 @@ func (ss *session) probeOnce(sc *serverConn) error {
 			switch {
 			case stmt == limitsStmt && rows == 0:
 				if limits, err = dataRowValues(body); err != nil {
-					return fmt.Errorf("probe: %w", err)
+					return &probeUnread{err.Error()}
 				}
 			case stmt == stateStmt && rows == 0:
 				if row, err = dataRowValues(body); err != nil {
-					return fmt.Errorf("probe: %w", err)
+					return &probeUnread{err.Error()}
 				}
 			case stmt == settingsStmt:
 				nv, err := dataRowValues(body)
 				if err != nil || len(nv) != 2 || nv[0] == nil || nv[1] == nil {
-					return fmt.Errorf("probe: a setting's row: %v", err)
+					return &probeUnread{fmt.Sprintf("a setting's row: %v", err)}
 				}
 				settings[string(nv[0])] = string(nv[1])
 			}
@@ -3610,10 +3626,10 @@ func (ss *session) probeOnce(sc *serverConn) error {
 				return &probeCancelled{failure}
 			}
 			if failure != "" {
-				return fmt.Errorf("probe failed: %s", failure)
+				return &probeUnread{"failed: " + failure}
 			}
 			if len(row) != 6 || len(limits) != 2*len(probeLimits) {
-				return fmt.Errorf("probe: %d and %d values", len(row), len(limits))
+				return &probeUnread{fmt.Sprintf("%d and %d values", len(row), len(limits))}
 			}
 			// The settings read saw the probe's own limits: the client's are those of the first statement,
 			// kept when they differ from what a reset gives (as the read keeps only session-level values).
