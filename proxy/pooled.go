@@ -3471,10 +3471,18 @@ func (ss *session) settle(sc *serverConn) bool {
 	// there: the connection is closed instead (TestPooledCancelGivenUpOnNeverReachesAnotherClient).
 	unsure := pl.cancelUnsure.Swap(false)
 	if pl.cancelSent && !unsure {
-		if err := ss.absorbCancel(sc); err != nil {
+		// Watched as the probe is: an absorb held (a lock on pg_proc, a stopped backend) held the connection and
+		// its slot as long, its client gone (TestPooledClientVanishingWhileItsCancelIsAbsorbed).
+		stop := ss.watchProbe(sc)
+		err := ss.absorbCancel(sc)
+		if stop() && err == nil {
+			err = errClientLeftWaiting // the watch may have cancelled on, or set a deadline on, the connection
+		}
+		if err != nil {
 			// The client's transaction is over and answered: only the connection is in doubt (a role that may
-			// not run pg_sleep, a server gone). It goes to nobody else; the client's next unit gets another
-			// (TestPooledCancelWhoseAbsorbFailsKeepsTheClient: the session used to end with 08006).
+			// not run pg_sleep, a server gone, a client that left while it was held). It goes to nobody else;
+			// the client's next unit gets another (TestPooledCancelWhoseAbsorbFailsKeepsTheClient: the
+			// session used to end with 08006).
 			ss.logger().Warn("closing a server connection: a cancel sent to it could not be cleared off it", "err", err)
 			unsure = true
 		}
@@ -3493,9 +3501,10 @@ func (ss *session) settle(sc *serverConn) bool {
 	return true
 }
 
-// watchProbe watches the client (watchClient) while the probe runs on sc: a probe that waited behind a lock,
-// its client gone, held the connection and its slot as long as the lock
-// (TestPooledClientVanishingWhileItsProbeWaits). Once the client is gone the probe's statement is cancelled
+// watchProbe watches the client (watchClient) while the probe, or absorbCancel, runs on sc: a probe that waited
+// behind a lock, its client gone, held the connection and its slot as long as the lock
+// (TestPooledClientVanishingWhileItsProbeWaits; the absorb until 2026-12-05:
+// TestPooledClientVanishingWhileItsCancelIsAbsorbed). Once the client is gone the probe's statement is cancelled
 // and its reads end (a read deadline), so the probe fails and the connection is discarded. The returned stop
 // ends the watch and reports whether it acted: then the connection goes to nobody else, whatever the probe
 // found. Whoever runs the probe: the session goroutine (answerInline read the answer that ends the
