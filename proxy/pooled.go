@@ -281,8 +281,9 @@ type pooledState struct {
 	syncOwed    bool
 	readyHidden atomic.Bool
 	// clientCut: a message the lend's server side forwarded to the client stopped in its middle (its server
-	// connection failed, or was closed by the session's end, as the message streamed: msgReader.rest). The
-	// client's next bytes would be read as the rest of it, so the session's end writes no farewell after it.
+	// connection failed as the message streamed, or the rest of it did not come within closeUnderRelay's
+	// grace: msgReader.rest). The client's next bytes would be read as the rest of it, so the session's end
+	// writes no farewell after it. A close of the proxy's own never cuts a message otherwise (closeUnderRelay).
 	clientCut atomic.Bool
 	// cancelledAtEnd: the session's end cancelled what its server connection ran (endPooled). What the server
 	// says from then on answers the proxy's cancel, not the client: none of it is relayed, so that the client
@@ -3019,6 +3020,13 @@ func (ss *session) serveLend(sc *serverConn) {
 func (ss *session) relayServer(sc *serverConn, inline bool) bool {
 	pl := ss.pooled
 	r := &sc.r
+	sc.relaying.Add(1)
+	defer func() {
+		sc.relaying.Add(-1)
+		if sc.intr.reason() == intrEndLend {
+			sc.conn.Close() // closeUnderRelay left it to this side, at a boundary (or this side ended first)
+		}
+	}()
 	for {
 		if ss.cw.Buffered() > 0 && !r.nextBuffered() {
 			// The answers relayed last were followed by ones the client does not see (the token statement's
@@ -3859,13 +3867,13 @@ func (ss *session) endPooled(e ending) {
 			pl.cancelledAtEnd.Store(true)
 			ss.srv.cancelUpstream(sc.key, sc.host.addr)
 		}
-		sc.conn.Close()
+		sc.closeUnderRelay() // a relay stops at a message boundary: the farewell below follows whole messages
 		pl.serving.Wait()
 		sc.pool.discard(sc)
 	}
 	// No lend's server side writes to the client past here, even one whose connection the session goroutine
-	// took from the lend already (refuseInsideBatch): such a side relays what it had read until the closed
-	// connection ends it. Waited for only where pl.sc was still set, it wrote the client's bufio.Writer at the
+	// took from the lend already (refuseInsideBatch): such a side relays the message it is in to its end and
+	// stops there (closeUnderRelay), so that the farewell below follows whole messages. Waited for only where pl.sc was still set, it wrote the client's bufio.Writer at the
 	// same time as the farewell below: bytes sent twice or cut (TestPooledEndWritesAfterTheLendsServerSide).
 	// Its writes to a client that reads nothing are bounded as the farewell's are: the session ends all the
 	// same (TestPooledEndWithAClientThatReadsNothing).
