@@ -912,10 +912,11 @@ const relayEndGrace = time.Second
 // FATAL, for the client would read the FATAL's bytes as the rest of the row: clientCut). It is interrupted
 // (intrEndLend) instead: every read of sc reads on to the end of the message it is in, and the next message
 // is refused (msgReader.next: errEndedAtBoundary), so the relay stops at that boundary and closes sc itself
-// (relayServer, lendFailed); so do the proxy's own statements on sc (the probe, absorbCancel), so that the session's farewell follows whole
-// messages (TestPooledEndWritesNothingAfterACutRow; until 2026-12-05 the client got, nearly always, whole rows
-// and the end without the FATAL that says why). A rest that does not come within relayEndGrace (a hung server)
-// is cut all the same: the client then gets no farewell, only the end, as before.
+// (relayServer, lendFailed), and so do the proxy's own statements on sc (the probe, absorbCancel): the
+// session's farewell follows whole messages (TestPooledEndWritesNothingAfterACutRow; until 2026-12-05 the
+// client got, nearly always, whole rows and the end without the FATAL that says why). A rest that does not
+// come within relayEndGrace (a hung server) is cut all the same: the client then gets no farewell, only the
+// end, as before.
 func (sc *serverConn) closeUnderRelay() {
 	if sc.relaying.Load() == 0 {
 		sc.conn.Close()
