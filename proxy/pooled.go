@@ -3860,6 +3860,13 @@ func (ss *session) endPooled(e ending) {
 	pl.mu.Unlock()
 	forced := ss.forced()
 	ss.outcome = ss.outcomeOf(e, forced)
+	// The lend's server side writes to the client until it stops (below): its writes to a client that reads
+	// nothing are bounded as the farewell's are, so that the session ends all the same, and its pool slot comes
+	// back, whoever holds the server connection now (TestPooledEndWithAClientThatReadsNothing; with the
+	// connection still lent, TestPooledProtocolEndWithAClientThatReadsNothing: until 2026-12-05 the deadline
+	// came only after the wait for that side, and the session and its slot stayed, one end in two, for as
+	// long as the client did not read).
+	ss.client.SetWriteDeadline(time.Now().Add(farewellTimeout))
 	if sc != nil {
 		// Also while a unit of the proxy's own runs (a settings replay, a put-back): one blocked behind a lock
 		// would otherwise stay, its backend waiting, after the connection closed.
@@ -3873,11 +3880,9 @@ func (ss *session) endPooled(e ending) {
 	}
 	// No lend's server side writes to the client past here, even one whose connection the session goroutine
 	// took from the lend already (refuseInsideBatch): such a side relays the message it is in to its end and
-	// stops there (closeUnderRelay), so that the farewell below follows whole messages. Waited for only where pl.sc was still set, it wrote the client's bufio.Writer at the
-	// same time as the farewell below: bytes sent twice or cut (TestPooledEndWritesAfterTheLendsServerSide).
-	// Its writes to a client that reads nothing are bounded as the farewell's are: the session ends all the
-	// same (TestPooledEndWithAClientThatReadsNothing).
-	ss.client.SetWriteDeadline(time.Now().Add(farewellTimeout))
+	// stops there (closeUnderRelay), so that the farewell below follows whole messages. Waited for only where
+	// pl.sc was still set, it wrote the client's bufio.Writer at the same time as the farewell below: bytes
+	// sent twice or cut (TestPooledEndWritesAfterTheLendsServerSide).
 	pl.serving.Wait()
 	switch e.why {
 	case endProtocol:
