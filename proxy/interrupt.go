@@ -23,6 +23,9 @@ import (
 //     still idle there (clientDrain). A message being read is read to its end.
 //   - intrHandover (client reader): the server-to-client side saw startup end and wants the session moved to
 //     the event loop. A message being read is read to its end, then the reader stops.
+//   - intrEndLend (a pooled server connection's reader, the lend's server side: closeUnderRelay): the connection
+//     is closed; the relay reads the message it is in to its end, stops there and closes it, so that the
+//     client never gets part of a message before its farewell. Raised on no other reader.
 //   - intrStop (upstream reader): the client-to-server side ended; the server-to-client side stops now, at a
 //     message boundary if it is at one (the session's end then knows whether the upstream could be kept).
 //   - intrPeerEnded (client reader): the server-to-client side ended (the upstream closed or failed, the client
@@ -46,13 +49,14 @@ const (
 	intrPark
 	intrDrain
 	intrHandover
+	intrEndLend
 	intrStop
 	intrPeerEnded
 )
 
 // waitsForBoundary reports whether a read interrupted for r may go on to the end of the message it is in.
 func (r intrReason) waitsForBoundary() bool {
-	return r == intrPark || r == intrDrain || r == intrHandover
+	return r == intrPark || r == intrDrain || r == intrHandover || r == intrEndLend
 }
 
 // raise interrupts the reader's current or next read for r, unless a stronger reason is already pending.

@@ -73,7 +73,12 @@ type serverConn struct {
 	conn net.Conn
 	r    msgReader
 	w    *bufio.Writer
+	// intr stops the lend's server side at a message boundary (intrEndLend, closeUnderRelay); raised on no
+	// other connection, and only on one that is closed then.
 	intr interrupt
+	// relaying counts the lend's server sides (relayServer) that may be relaying this connection's messages to
+	// a client now: a count, for one that ends may still be on its way out when the next lend's begins.
+	relaying atomic.Int32
 	// holder holds the bytes of w's next flush for the next read (writeHolder); nil where the socket cannot.
 	holder writeHolder
 	// The limit of an inline read (pooled.go: peekInline, txPools.inlineLook), under inlineMu: inlineSince is
@@ -914,8 +919,33 @@ func (p *txPool) forget(sc *serverConn) {
 	p.mu.Lock()
 	delete(p.live, sc)
 	p.mu.Unlock()
-	sc.conn.Close()
+	sc.closeUnderRelay()
 	p.nudge()
+}
+
+// relayEndGrace bounds how long closeUnderRelay waits for the rest of the message a relay is in.
+const relayEndGrace = time.Second
+
+// closeUnderRelay closes sc. A lend's server side that relays its messages to a client (relaying) is never cut
+// inside a message: the bytes of it the client got would be followed by nothing (a cut row, and then no
+// FATAL, for the client would read the FATAL's bytes as the rest of the row: clientCut). It is interrupted
+// (intrEndLend) instead: every read of sc reads on to the end of the message it is in, and the next message
+// is refused (msgReader.next: errEndedAtBoundary), so the relay stops at that boundary and closes sc itself
+// (relayServer, lendFailed), and so do the proxy's own statements on sc (the probe, absorbCancel): the
+// session's farewell follows whole messages (TestPooledEndWritesNothingAfterACutRow; until 2026-12-05 the
+// client got, nearly always, whole rows and the end without the FATAL that says why). A rest that does not
+// come within relayEndGrace (a hung server) is cut all the same: the client then gets no farewell, only the
+// end, as before.
+func (sc *serverConn) closeUnderRelay() {
+	if sc.relaying.Load() == 0 {
+		sc.conn.Close()
+		return
+	}
+	sc.intr.raise(intrEndLend)
+	time.AfterFunc(relayEndGrace, func() { sc.conn.Close() })
+	if sc.relaying.Load() == 0 {
+		sc.conn.Close() // the relay ended meanwhile, maybe before it looked at the interrupt
+	}
 }
 
 // lendEnded marks sc lent to nobody, and counts the time it was lent, if it was (lentNanos).
@@ -1040,7 +1070,7 @@ func (ps *txPools) dropHost(old, now string, epoch uint64) {
 		p.mu.Unlock()
 		for _, sc := range gone {
 			sc.movedTo.Store(&now)
-			sc.conn.Close()
+			sc.closeUnderRelay()
 		}
 		if len(gone) > 0 {
 			p.nudge() // pool.min_idle, on the new primary: not only once a client comes

@@ -281,8 +281,9 @@ type pooledState struct {
 	syncOwed    bool
 	readyHidden atomic.Bool
 	// clientCut: a message the lend's server side forwarded to the client stopped in its middle (its server
-	// connection failed, or was closed by the session's end, as the message streamed: msgReader.rest). The
-	// client's next bytes would be read as the rest of it, so the session's end writes no farewell after it.
+	// connection failed as the message streamed, or the rest of it did not come within closeUnderRelay's
+	// grace: msgReader.rest). The client's next bytes would be read as the rest of it, so the session's end
+	// writes no farewell after it. A close of the proxy's own never cuts a message otherwise (closeUnderRelay).
 	clientCut atomic.Bool
 	// cancelledAtEnd: the session's end cancelled what its server connection ran (endPooled). What the server
 	// says from then on answers the proxy's cancel, not the client: none of it is relayed, so that the client
@@ -3024,6 +3025,13 @@ func (ss *session) serveLend(sc *serverConn) {
 func (ss *session) relayServer(sc *serverConn, inline bool) bool {
 	pl := ss.pooled
 	r := &sc.r
+	sc.relaying.Add(1)
+	defer func() {
+		sc.relaying.Add(-1)
+		if sc.intr.reason() == intrEndLend {
+			sc.conn.Close() // closeUnderRelay left it to this side, at a boundary (or this side ended first)
+		}
+	}()
 	for {
 		if ss.cw.Buffered() > 0 && !r.nextBuffered() {
 			// The answers relayed last were followed by ones the client does not see (the token statement's
@@ -3312,10 +3320,12 @@ func (ss *session) wakeReplayed() {
 // lostFarewell is the FATAL of a pooled client whose lent server connection was lost without a FATAL of the
 // server's (pl.mu held), by the rule a session's loss of its upstream connection follows (upstreamLostFarewell,
 // docs/ha.md), so that a client is told the same in either mode: 57P01 naming the new primary when a change of
-// primary closed it (movedFarewell); the settings replay's own failure; 08007 when a statement's answer was
-// lost (it may have committed, a COMMIT or a statement of an implicit transaction; the proxy never replays
-// it); with upstream.hosts, 57P01 naming the lost host (its next session goes to the current primary); else
-// 08006. Before 2026-12-05 only a change of primary was told apart: a primary that died under a statement gave
+// primary closed it (movedFarewell); the settings replay's own failure, and a probe the server answered with
+// what the proxy cannot read (probeUnread, probeCancelled: not lost, closed by the proxy); 08007 when a
+// statement's answer was lost (it may have committed, a COMMIT or a statement of an implicit transaction; the
+// proxy never replays it); with upstream.hosts, 57P01 naming the lost host (its next session goes to the
+// current primary); else 08006 naming it. The lend's failure (lendFailed) and the probe's (settle) both come
+// here. Before 2026-12-05 only a change of primary was told apart: a primary that died under a statement gave
 // 08006, which a client may take for a statement that did not run (TestPooledPrimaryKilledUnderAStatement).
 func (ss *session) lostFarewell(sc *serverConn, err error) []byte {
 	answerLost := ss.pooled.open > 0 && byte(ss.state.txStatus.Load()) != txFailed
@@ -3323,9 +3333,15 @@ func (ss *session) lostFarewell(sc *serverConn, err error) []byte {
 		return movedFarewell(sc.host.addr, *moved, answerLost)
 	}
 	var replay *replayError
+	var unread *probeUnread
+	var cancelled *probeCancelled
 	switch {
 	case errors.As(err, &replay):
 		return settingsFailure(replay)
+	case errors.As(err, &unread), errors.As(err, &cancelled):
+		// The server answered the probe after the transaction (answered too): the connection is closed
+		// because its session state cannot be read, not lost.
+		return errorResponse("FATAL", sqlstateConnectionFailure, "fenceproxy could not read the server connection's session state", err.Error(), "")
 	case answerLost:
 		return errorResponse("FATAL", sqlstateTransactionResolutionUnknown,
 			"fenceproxy lost the connection to the upstream server while a statement was running: whether its transaction committed is unknown",
@@ -3335,7 +3351,7 @@ func (ss *session) lostFarewell(sc *serverConn, err error) []byte {
 			fmt.Sprintf("terminating connection because fenceproxy lost the upstream host %s", sc.host.addr), err.Error(),
 			"Connect again: fenceproxy sends new sessions to the current primary.")
 	}
-	return errorResponse("FATAL", sqlstateConnectionFailure, "fenceproxy lost the server connection", err.Error(), "")
+	return errorResponse("FATAL", sqlstateConnectionFailure, fmt.Sprintf("fenceproxy lost the server connection to %s", sc.host.addr), err.Error(), "")
 }
 
 // movedFarewell is the FATAL of a pooled client whose lent server connection was closed because a change of
@@ -3443,14 +3459,12 @@ func (ss *session) settle(sc *serverConn) bool {
 			pl.setLent(nil)
 			sc.pool.discard(sc)
 			pl.lost = err
-			switch moved := sc.movedTo.Load(); {
-			case pl.fare != nil:
-			case moved != nil:
-				// A change of primary closed the connection under the probe: the client is told so, as any
-				// client whose connection it closed. Its transaction's answer went out before the probe.
-				pl.fare = movedFarewell(sc.host.addr, *moved, false)
-			default:
-				pl.fare = errorResponse("FATAL", sqlstateConnectionFailure, "fenceproxy could not read the server connection's session state", err.Error(), "")
+			if pl.fare == nil {
+				// One rule for every farewell of a lost server connection, as at a lend's failure: a change of
+				// primary that closed it, a host that died (before 2026-12-05 the probe had its own 08006 that
+				// named no host: TestPooledProbeCutByADeadHost). The transaction's answer went out before the
+				// probe (pl.open is 0), so no answer was lost with it.
+				pl.fare = ss.lostFarewell(sc, err)
 			}
 			ss.clientIntr.raise(intrPeerEnded)
 			return true
@@ -3470,10 +3484,18 @@ func (ss *session) settle(sc *serverConn) bool {
 	// there: the connection is closed instead (TestPooledCancelGivenUpOnNeverReachesAnotherClient).
 	unsure := pl.cancelUnsure.Swap(false)
 	if pl.cancelSent && !unsure {
-		if err := ss.absorbCancel(sc); err != nil {
+		// Watched as the probe is: an absorb held (a lock on pg_proc, a stopped backend) held the connection and
+		// its slot as long, its client gone (TestPooledClientVanishingWhileItsCancelIsAbsorbed).
+		stop := ss.watchProbe(sc)
+		err := ss.absorbCancel(sc)
+		if stop() && err == nil {
+			err = errClientLeftWaiting // the watch may have cancelled on, or set a deadline on, the connection
+		}
+		if err != nil {
 			// The client's transaction is over and answered: only the connection is in doubt (a role that may
-			// not run pg_sleep, a server gone). It goes to nobody else; the client's next unit gets another
-			// (TestPooledCancelWhoseAbsorbFailsKeepsTheClient: the session used to end with 08006).
+			// not run pg_sleep, a server gone, a client that left while it was held). It goes to nobody else;
+			// the client's next unit gets another (TestPooledCancelWhoseAbsorbFailsKeepsTheClient: the
+			// session used to end with 08006).
 			ss.logger().Warn("closing a server connection: a cancel sent to it could not be cleared off it", "err", err)
 			unsure = true
 		}
@@ -3492,9 +3514,10 @@ func (ss *session) settle(sc *serverConn) bool {
 	return true
 }
 
-// watchProbe watches the client (watchClient) while the probe runs on sc: a probe that waited behind a lock,
-// its client gone, held the connection and its slot as long as the lock
-// (TestPooledClientVanishingWhileItsProbeWaits). Once the client is gone the probe's statement is cancelled
+// watchProbe watches the client (watchClient) while the probe, or absorbCancel, runs on sc: a probe that waited
+// behind a lock, its client gone, held the connection and its slot as long as the lock
+// (TestPooledClientVanishingWhileItsProbeWaits; the absorb until 2026-12-05:
+// TestPooledClientVanishingWhileItsCancelIsAbsorbed). Once the client is gone the probe's statement is cancelled
 // and its reads end (a read deadline), so the probe fails and the connection is discarded. The returned stop
 // ends the watch and reports whether it acted: then the connection goes to nobody else, whatever the probe
 // found. Whoever runs the probe: the session goroutine (answerInline read the answer that ends the
@@ -3560,6 +3583,13 @@ type probeCancelled struct{ msg string }
 
 func (e *probeCancelled) Error() string { return "probe cancelled: " + e.msg }
 
+// probeUnread: the server answered the probe, but not with what the proxy can read the session state from (an
+// error, a row of another shape). The connection is there and is closed by the proxy, not lost (lostFarewell);
+// every other failure of the probe is the connection's.
+type probeUnread struct{ msg string }
+
+func (e *probeUnread) Error() string { return "probe: " + e.msg }
+
 // probeOnce runs probeSQL once (probeSession).
 func (ss *session) probeOnce(sc *serverConn) error {
 	pl := ss.pooled
@@ -3577,6 +3607,9 @@ func (ss *session) probeOnce(sc *serverConn) error {
 	const limitsStmt, settingsStmt, stateStmt = 0, 2, 3
 	for rows, stmt := 0, 0; ; {
 		typ, _, err := sc.r.next()
+		if err != nil && failure != "" {
+			return fmt.Errorf("probe: %w, after the server said: %s", err, failure) // its FATAL, the reason
+		}
 		if err != nil {
 			return fmt.Errorf("probe: %w", err)
 		}
@@ -3589,16 +3622,16 @@ func (ss *session) probeOnce(sc *serverConn) error {
 			switch {
 			case stmt == limitsStmt && rows == 0:
 				if limits, err = dataRowValues(body); err != nil {
-					return fmt.Errorf("probe: %w", err)
+					return &probeUnread{err.Error()}
 				}
 			case stmt == stateStmt && rows == 0:
 				if row, err = dataRowValues(body); err != nil {
-					return fmt.Errorf("probe: %w", err)
+					return &probeUnread{err.Error()}
 				}
 			case stmt == settingsStmt:
 				nv, err := dataRowValues(body)
 				if err != nil || len(nv) != 2 || nv[0] == nil || nv[1] == nil {
-					return fmt.Errorf("probe: a setting's row: %v", err)
+					return &probeUnread{fmt.Sprintf("a setting's row: %v", err)}
 				}
 				settings[string(nv[0])] = string(nv[1])
 			}
@@ -3615,10 +3648,10 @@ func (ss *session) probeOnce(sc *serverConn) error {
 				return &probeCancelled{failure}
 			}
 			if failure != "" {
-				return fmt.Errorf("probe failed: %s", failure)
+				return &probeUnread{"failed: " + failure}
 			}
 			if len(row) != 6 || len(limits) != 2*len(probeLimits) {
-				return fmt.Errorf("probe: %d and %d values", len(row), len(limits))
+				return &probeUnread{fmt.Sprintf("%d and %d values", len(row), len(limits))}
 			}
 			// The settings read saw the probe's own limits: the client's are those of the first statement,
 			// kept when they differ from what a reset gives (as the read keeps only session-level values).
@@ -3832,6 +3865,13 @@ func (ss *session) endPooled(e ending) {
 	pl.mu.Unlock()
 	forced := ss.forced()
 	ss.outcome = ss.outcomeOf(e, forced)
+	// The lend's server side writes to the client until it stops (below): its writes to a client that reads
+	// nothing are bounded as the farewell's are, so that the session ends all the same, and its pool slot comes
+	// back, whoever holds the server connection now (TestPooledEndWithAClientThatReadsNothing; with the
+	// connection still lent, TestPooledProtocolEndWithAClientThatReadsNothing: until 2026-12-05 the deadline
+	// came only after the wait for that side, and the session and its slot stayed, one end in two, for as
+	// long as the client did not read).
+	ss.client.SetWriteDeadline(time.Now().Add(farewellTimeout))
 	if sc != nil {
 		// Also while a unit of the proxy's own runs (a settings replay, a put-back): one blocked behind a lock
 		// would otherwise stay, its backend waiting, after the connection closed.
@@ -3839,17 +3879,15 @@ func (ss *session) endPooled(e ending) {
 			pl.cancelledAtEnd.Store(true)
 			ss.srv.cancelUpstream(sc.key, sc.host.addr)
 		}
-		sc.conn.Close()
+		sc.closeUnderRelay() // a relay stops at a message boundary: the farewell below follows whole messages
 		pl.serving.Wait()
 		sc.pool.discard(sc)
 	}
 	// No lend's server side writes to the client past here, even one whose connection the session goroutine
-	// took from the lend already (refuseInsideBatch): such a side relays what it had read until the closed
-	// connection ends it. Waited for only where pl.sc was still set, it wrote the client's bufio.Writer at the
-	// same time as the farewell below: bytes sent twice or cut (TestPooledEndWritesAfterTheLendsServerSide).
-	// Its writes to a client that reads nothing are bounded as the farewell's are: the session ends all the
-	// same (TestPooledEndWithAClientThatReadsNothing).
-	ss.client.SetWriteDeadline(time.Now().Add(farewellTimeout))
+	// took from the lend already (refuseInsideBatch): such a side relays the message it is in to its end and
+	// stops there (closeUnderRelay), so that the farewell below follows whole messages. Waited for only where
+	// pl.sc was still set, it wrote the client's bufio.Writer at the same time as the farewell below: bytes
+	// sent twice or cut (TestPooledEndWritesAfterTheLendsServerSide).
 	pl.serving.Wait()
 	switch e.why {
 	case endProtocol:

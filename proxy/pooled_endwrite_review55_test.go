@@ -20,7 +20,10 @@ import (
 // TestPooledCopyFailedByAMessageBeforeAPipelinedSync, and reports it here in every run on main), bytes sent
 // twice or cut, a stream the client cannot frame; and a farewell written after a row the closed connection cut
 // was read as the rest of that row. Every message the client gets must be whole: the rows, then the FATAL
-// 0A000, or the rows up to one cut in its middle and nothing after it.
+// 0A000, then the end. Until 2026-12-05 the rows up to one cut in its middle and nothing after it passed too,
+// which was nearly every round (probe57: the relay now stops at a message boundary, closeUnderRelay); the
+// FATAL, when it came, failed the test, for pgproto3 reports the end after it as io.ErrUnexpectedEOF as it
+// does a cut (translateEOFtoErrUnexpectedEOF): the end is told from a cut by the FATAL before it.
 func TestPooledEndWritesAfterTheLendsServerSide(t *testing.T) {
 	f := newPooledFenced(t, 1, "")
 	for round := range 30 { // the two writers' timing varies: on main about one round in ten showed it without -race
@@ -45,7 +48,6 @@ func endWhileRowsCome(t *testing.T, f *fenced) {
 		t.Fatal(err)
 	}
 	var fatal *pgproto3.ErrorResponse
-	cut := false // the stream ended in the middle of a message (a row the closed server connection cut)
 	for {
 		m, err := fe.Receive()
 		if err != nil {
@@ -53,10 +55,10 @@ func endWhileRowsCome(t *testing.T, f *fenced) {
 			switch {
 			case errors.As(err, &ne) && ne.Timeout():
 				t.Fatalf("after %d rows: no end within 20 s", rows)
-			case errors.Is(err, io.ErrUnexpectedEOF) && fatal == nil:
-				cut = true
-			case !errors.Is(err, io.EOF):
-				t.Fatalf("after %d rows: a stream the client cannot read: %v", rows, err)
+			case fatal == nil:
+				t.Fatalf("after %d whole rows: the end (%v) without the FATAL that says why, or inside a row", rows, err)
+			case !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF):
+				t.Fatalf("after %d rows and the FATAL: a stream the client cannot read: %v", rows, err)
 			}
 			break
 		}
@@ -78,10 +80,7 @@ func endWhileRowsCome(t *testing.T, f *fenced) {
 			t.Fatalf("after %d rows: %T, not a row of the answer nor the FATAL", rows, m)
 		}
 	}
-	if fatal == nil && !cut {
-		t.Fatalf("%d whole rows, then the end without the FATAL that says why", rows)
-	}
-	t.Logf("%d rows, then the FATAL %v, the last row cut %v", rows, fatal != nil, cut)
+	t.Logf("%d rows, then the FATAL", rows)
 }
 
 // The same end with a client that reads nothing more: the lend's server side is stuck in a write to the client,

@@ -1,11 +1,13 @@
 package proxy_test
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/fenceproxy/fenceproxy/internal/pgtest"
+	"github.com/jackc/pgx/v5"
 )
 
 // A switchover published while the pool's look at a client's server connection after its transaction (the
@@ -25,24 +27,7 @@ func TestPooledProbeCutByASwitchover(t *testing.T) {
 	if err := h.standby.WaitReplayed(ctx, h.primary); err != nil {
 		t.Fatal(err)
 	}
-	admin := connect(t, h.primary.SuperDSN())
-	hold, err := connect(t, h.primary.SuperDSN()).Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := hold.Exec(ctx, "LOCK TABLE pg_catalog.pg_cursors IN ACCESS EXCLUSIVE MODE"); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() {
-		_, err := c.Exec(ctx, "SET work_mem = '2MB'")
-		done <- err
-	}()
-	eventually(t, 10*time.Second, "the probe after the SET to wait for the lock on pg_cursors", func() bool {
-		var n int
-		err := admin.QueryRow(ctx, "SELECT count(*) FROM pg_locks WHERE relation = 'pg_catalog.pg_cursors'::regclass AND NOT granted").Scan(&n)
-		return err == nil && n == 1
-	})
+	admin, done := holdProbeOnACatalogLock(ctx, t, c, h.primary.SuperDSN())
 	if _, err := admin.Exec(ctx, "ALTER SYSTEM SET default_transaction_read_only = on"); err != nil {
 		t.Fatal(err)
 	}
@@ -53,11 +38,39 @@ func TestPooledProbeCutByASwitchover(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, 30*time.Second, "a pooled client connecting now to reach the new primary", reachesPort(ctx, dsn, h.standby.Port()))
-	err = <-done
+	err := <-done
 	if err == nil {
 		_, err = c.Exec(ctx, "SELECT 1")
 	}
 	if sqlstate(err) != "57P01" || !strings.Contains(err.Error(), h.standby.Addr()) {
 		t.Errorf("the client whose probe the switchover cut: %v, want 57P01 naming %s", err, h.standby.Addr())
 	}
+}
+
+// holdProbeOnACatalogLock has the pooled client c, whose server connection is on the server at serverDSN, run a
+// SET, which brings the pool's look at the connection after the transaction (the probe), behind an ACCESS
+// EXCLUSIVE lock on pg_cursors (which the probe reads) that a transaction of a direct connection to that server
+// takes and holds, and returns once the probe waits for the lock: admin is another direct connection to that
+// server, and done gets the SET's outcome (its answer goes to the client before the probe runs).
+func holdProbeOnACatalogLock(ctx context.Context, t *testing.T, c *pgx.Conn, serverDSN string) (admin *pgx.Conn, done <-chan error) {
+	t.Helper()
+	admin = connect(t, serverDSN)
+	hold, err := connect(t, serverDSN).Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := hold.Exec(ctx, "LOCK TABLE pg_catalog.pg_cursors IN ACCESS EXCLUSIVE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	set := make(chan error, 1)
+	go func() {
+		_, err := c.Exec(ctx, "SET work_mem = '2MB'")
+		set <- err
+	}()
+	eventually(t, 10*time.Second, "the probe after the SET to wait for the lock on pg_cursors", func() bool {
+		var n int
+		err := admin.QueryRow(ctx, "SELECT count(*) FROM pg_locks WHERE relation = 'pg_catalog.pg_cursors'::regclass AND NOT granted").Scan(&n)
+		return err == nil && n == 1
+	})
+	return admin, set
 }

@@ -120,8 +120,16 @@ type msgReader struct {
 	msgs, bytes uint64
 }
 
-// next reads the header of the next message. It returns the message type and the body length.
+// errEndedAtBoundary: the connection is being closed (intrEndLend, closeUnderRelay), and the reader stopped at
+// the message boundary it reached.
+var errEndedAtBoundary = errors.New("the server connection was closed by the proxy (at a message boundary)")
+
+// next reads the header of the next message. It returns the message type and the body length. Once the
+// connection is being closed under its reader (intrEndLend), it starts no message: the one read before is whole.
 func (m *msgReader) next() (byte, int, error) {
+	if m.intr != nil && m.intr.reason() == intrEndLend {
+		return 0, 0, errEndedAtBoundary
+	}
 	hdr, err := m.r.Peek(headerLen)
 	if err != nil {
 		if len(hdr) > 0 && errors.Is(err, io.EOF) {
