@@ -74,6 +74,9 @@ type router struct {
 	metrics  *Metrics
 	// changed is called by the coordinator after a primary change is published (step 3 above).
 	changed func(old, now string, epoch uint64)
+	// epochMoved is called by the coordinator at every change of the epoch, a withdrawal too, before changed:
+	// what was dialled in an earlier epoch is never dialled again (upstreamPool.dropBefore).
+	epochMoved func(epoch uint64)
 
 	kick chan struct{} // wakes the coordinator; capacity 1
 	stop chan struct{}
@@ -460,6 +463,9 @@ func (r *router) publish(old, now string) {
 	r.mu.Unlock()
 	r.metrics.primaryChanged(old, now)
 	r.log.Warn("primary changed", "from", old, "to", now, "epoch", epoch)
+	if r.epochMoved != nil {
+		r.epochMoved(epoch)
+	}
 	if now != "" && r.changed != nil {
 		r.changed(former, now, epoch)
 	}
