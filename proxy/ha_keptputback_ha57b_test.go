@@ -20,20 +20,14 @@ func TestKeptConnectionRacingAChangeOfPrimary(t *testing.T) {
 	ctx := haCtx(t)
 	// first is kept before the switch: its drop shows that the change of primary has closed the kept
 	// connections. Its startup differs from held's (application_name), so held's session does not take it.
-	first := connect(t, reuseDSN(h.proxy, reuseApp(t)+"-first"))
-	if port, err := serverPort(ctx, first); err != nil || port != h.primary.Port() {
-		t.Fatalf("the first session reached port %d (%v), want the primary's %d", port, err, h.primary.Port())
-	}
+	first := h.connectOnPrimary(ctx, t, reuseDSN(h.proxy, reuseApp(t)+"-first"), "the first session")
 	closeConn(t, first)
 	waitIdle(t, h.proxy, 1)
 
 	hold := holdFirst(t)
 	proxy.HoldKeep(h.proxy.Server, hold.hold)
 	dsn := reuseDSN(h.proxy, reuseApp(t))
-	held := connect(t, dsn)
-	if port, err := serverPort(ctx, held); err != nil || port != h.primary.Port() {
-		t.Fatalf("the held session reached port %d (%v), want the primary's %d", port, err, h.primary.Port())
-	}
+	held := h.connectOnPrimary(ctx, t, dsn, "the held session")
 	closeConn(t, held) // its connection, reset, waits in the hook to be kept
 	hold.reached(ctx, t, "keeping of a connection")
 	h.failOver(ctx, t)

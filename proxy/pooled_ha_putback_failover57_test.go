@@ -23,14 +23,10 @@ import (
 // each idle connection again: router.stale). The put-back is held here between the two (HoldPutBack) while the
 // standby is promoted and dropHost runs.
 func TestPooledPutBackRacingAChangeOfPrimary(t *testing.T) {
-	h := startHAPairWith(t, nil, "", "pool:\n  mode: transaction\n  size: 3\n  min_idle: 1\n  admin_users: ["+pgtest.SuperUser+"]\nauth:\n  type: trust\n")
+	h, dsn := startPooledHAPair(t, "size: 3", "min_idle: 1", poolAdmin)
 	ctx := haCtx(t)
-	dsn := h.proxy.DSN(pgtest.SuperUser, "", pgtest.TestDB) + "&default_query_exec_mode=simple_protocol"
-	c := connect(t, dsn)
-	if port, err := serverPort(ctx, c); err != nil || port != h.primary.Port() {
-		t.Fatalf("the client reached port %d (%v), want the primary's %d", port, err, h.primary.Port())
-	}
-	adm := connect(t, h.proxy.DSN(pgtest.SuperUser, "", "fenceproxy")+"&default_query_exec_mode=simple_protocol")
+	c := h.connectOnPrimary(ctx, t, dsn, "the client")
+	adm := connect(t, h.simpleDSN("fenceproxy"))
 	oldPort, newPort := strconv.Itoa(h.primary.Port()), strconv.Itoa(h.standby.Port())
 	// poolTrue reports whether SHOW POOLS agrees with SHOW SERVERS for the client's pool, with at least
 	// pool.min_idle idle connections, every one to port.
