@@ -47,3 +47,19 @@ func TestKeptConnectionRacingAChangeOfPrimary(t *testing.T) {
 	}
 	wantMetric(t, h.proxy, metricReused, 0)
 }
+
+// A session that ends cleanly on a primary the router has withdrawn (read-only here, no other host promoted yet)
+// does not leave its connection kept: the withdrawal moved the router's epoch, and a connection of an earlier
+// one is never taken again (a session dialled later is in a later epoch, even to the same host). From ha57b
+// (2026-12-05, attack: the window between a withdrawal and the next publication, where no dropHost ran): the
+// connection was kept, counted by fenceproxy_upstream_idle, until idle_timeout or the next publication.
+func TestKeptConnectionOfAWithdrawnPrimary(t *testing.T) {
+	h := startHAPair(t, nil, "")
+	ctx := haCtx(t)
+	c := h.connectOnPrimary(ctx, t, reuseDSN(h.proxy, reuseApp(t)), "the session")
+	setReadOnly(ctx, t, connect(t, h.primary.SuperDSN()))
+	waitMetric(t, h.proxy, "fenceproxy_upstream_primary_changes_total", 2, "the proxy to withdraw the read-only primary")
+	closeConn(t, c) // a session on the withdrawn host ends only at the next publication: this one ends itself
+	eventually(t, 10*time.Second, "the session to end", func() bool { return h.proxy.Server.ActiveSessions() == 0 })
+	wantMetric(t, h.proxy, metricIdle, 0)
+}
