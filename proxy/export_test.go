@@ -53,3 +53,7 @@ func OptionSetting(options, name string) (string, bool) { return optionSetting(o
 // HoldPutBack makes every put-back of a pooled server connection (txPool.release) call hold first, after the
 // checks made before the pool's lock.
 func HoldPutBack(s *Server, hold func()) { s.pools.beforePutBack.Store(&hold) }
+
+// HoldKeep makes every keeping of a session-mode upstream connection for reuse (upstreamPool.put) call hold
+// first, before the pool's lock is taken.
+func HoldKeep(s *Server, hold func()) { s.pool.beforePut.Store(&hold) }

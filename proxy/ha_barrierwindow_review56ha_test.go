@@ -8,10 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/fenceproxy/fenceproxy/config"
 	"github.com/fenceproxy/fenceproxy/internal/etcdtest"
 	"github.com/fenceproxy/fenceproxy/internal/pgtest"
-	"github.com/fenceproxy/fenceproxy/schema"
 	"github.com/fenceproxy/fenceproxy/tokens"
 )
 
@@ -36,15 +34,8 @@ func TestFencedWriteRefusedWhileTheBarrierRuns(t *testing.T) {
 			if _, err := c.Exec(ctx, "UPDATE accounts SET v = 1 WHERE id = 1"); err != nil {
 				t.Fatalf("fenced write before the switch: %v", err)
 			}
-			if port, err := serverPort(ctx, c); err != nil || port != h.primary.Port() {
-				t.Fatalf("the client reached port %d (%v), want the primary's %d", port, err, h.primary.Port())
-			}
-			if err := h.standby.WaitReplayed(ctx, h.primary); err != nil {
-				t.Fatal(err)
-			}
-			if err := h.standby.Promote(); err != nil {
-				t.Fatal(err)
-			}
+			h.onPrimary(ctx, t, c, "the client")
+			h.splitBrain(ctx, t)
 			eventually(t, 30*time.Second, "a fenced write to be refused during the split brain", func() bool {
 				_, err := c.Exec(ctx, "UPDATE accounts SET v = 1 WHERE id = 1")
 				return sqlstate(err) == "55F04"
@@ -54,9 +45,7 @@ func TestFencedWriteRefusedWhileTheBarrierRuns(t *testing.T) {
 			if _, err := c.Exec(ctx, "BEGIN READ WRITE"); err != nil {
 				t.Fatal(err)
 			}
-			if port, err := serverPort(ctx, c); err != nil || port != h.primary.Port() {
-				t.Fatalf("the transaction reached port %d (%v), want the old primary's %d", port, err, h.primary.Port())
-			}
+			h.onPrimary(ctx, t, c, "the transaction")
 			hold := withdrawBehindAHeldBarrier(ctx, t, h, admin)
 			_, writeErr := c.Exec(ctx, "UPDATE accounts SET v = 9 WHERE id = 2")
 			_, commitErr := c.Exec(ctx, "COMMIT")
@@ -80,7 +69,7 @@ func TestFencedWriteRefusedWhileTheBarrierRuns(t *testing.T) {
 
 // barrierModes are the pool modes (and session mode's two transports) the tests of the barrier's window run in.
 var barrierModes = []struct{ name, yaml string }{
-	{"transaction", "pool:\n  mode: transaction\n  size: 2\nauth:\n  type: trust\n"},
+	{"transaction", pooledYAML("size: 2")},
 	{"session", ""}, // the event loop relays it
 	{"session-goroutines", "relay:\n  mode: goroutines\n"},
 }
@@ -95,14 +84,8 @@ func startBarrierPair(t *testing.T, yaml string, conf map[string]string) (*haPai
 	store := tokens.NewEtcdStore(e.Client(), tokens.DefaultPrefix)
 	h := startHAPairConf(t, store, "", yaml, conf)
 	ctx := haCtx(t)
-	cfg, err := config.Parse("t.yaml", []byte("upstream:\n  address: a:1\ntables:\n  - name: accounts\n    token_column: fence_token\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	admin := connect(t, h.primary.SuperDSN())
-	if err := schema.Install(ctx, admin, schema.FromConfig(cfg)); err != nil {
-		t.Fatal(err)
-	}
+	installFence(ctx, t, admin)
 	if _, err := store.Acquire(ctx, "L", tokens.AcquireOptions{TTL: 30 * time.Second}); err != nil {
 		t.Fatal(err)
 	}
@@ -115,20 +98,8 @@ func startBarrierPair(t *testing.T, yaml string, conf map[string]string) (*haPai
 // let the barrier finish and the new primary be published.
 func withdrawBehindAHeldBarrier(ctx context.Context, t *testing.T, h *haPair, admin *pgx.Conn) pgx.Tx {
 	t.Helper()
-	np := connect(t, h.standby.SuperDSN())
-	hold, err := np.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := hold.Exec(ctx, "LOCK TABLE fenceproxy.lock_marks IN ACCESS EXCLUSIVE MODE"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := admin.Exec(ctx, "ALTER SYSTEM SET default_transaction_read_only = on"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := admin.Exec(ctx, "SELECT pg_reload_conf()"); err != nil {
-		t.Fatal(err)
-	}
+	hold := beginWith(ctx, t, connect(t, h.standby.SuperDSN()), "LOCK TABLE fenceproxy.lock_marks IN ACCESS EXCLUSIVE MODE")
+	setReadOnly(ctx, t, admin)
 	watch := connect(t, h.standby.SuperDSN())
 	eventually(t, 30*time.Second, "the barrier to wait on the new primary", func() bool {
 		var n int

@@ -2,7 +2,6 @@ package proxy_test
 
 import (
 	"testing"
-	"time"
 
 	"github.com/fenceproxy/fenceproxy/internal/pgtest"
 )
@@ -36,22 +35,9 @@ func TestCommitPreparedRefusedOnAWithdrawnPrimary(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			if err := h.standby.WaitReplayed(ctx, h.primary); err != nil {
-				t.Fatal(err)
-			}
-			if err := h.standby.Promote(); err != nil {
-				t.Fatal(err)
-			}
-			eventually(t, 30*time.Second, "the proxy to see two primaries", func() bool {
-				v, _ := metricValue(t, h.proxy.Registry, "fenceproxy_upstream_split_brain")
-				return v == 1
-			})
+			h.splitBrain(ctx, t)
 			hold := withdrawBehindAHeldBarrier(ctx, t, h, admin)
-			done := make(chan error, 1)
-			go func() {
-				_, err := c.Exec(ctx, "COMMIT PREPARED 'fp57'")
-				done <- err
-			}()
+			done := execAsync(ctx, c, "COMMIT PREPARED 'fp57'")
 			var commitErr, parsedErr error
 			if !pooled {
 				commitErr = <-done // answered at once, while the barrier still waits

@@ -37,9 +37,7 @@ func TestCommitRefusedOnAWithdrawnPrimary(t *testing.T) {
 					if _, err := c.Exec(ctx, "BEGIN"); err != nil {
 						t.Fatal(err)
 					}
-					if port, err := serverPort(ctx, c); err != nil || port != h.primary.Port() {
-						t.Fatalf("the transaction reached port %d (%v), want the primary's %d", port, err, h.primary.Port())
-					}
+					h.onPrimary(ctx, t, c, "the transaction")
 					if _, err := c.Exec(ctx, "UPDATE accounts SET v = 7 WHERE id = 2"); err != nil {
 						t.Fatalf("fenced write on the published primary: %v", err)
 					}
@@ -74,16 +72,7 @@ func TestCommitRefusedOnAWithdrawnPrimary(t *testing.T) {
 						t.Fatal(err)
 					}
 				}
-				if err := h.standby.WaitReplayed(ctx, h.primary); err != nil {
-					t.Fatal(err)
-				}
-				if err := h.standby.Promote(); err != nil {
-					t.Fatal(err)
-				}
-				eventually(t, 30*time.Second, "the proxy to see two primaries", func() bool {
-					v, _ := metricValue(t, h.proxy.Registry, "fenceproxy_upstream_split_brain")
-					return v == 1
-				})
+				h.splitBrain(ctx, t)
 				hold := withdrawBehindAHeldBarrier(ctx, t, h, admin)
 				var endErr error
 				if end == "COMMIT" {
@@ -147,14 +136,7 @@ func TestCommitBehindARunningStatementOnAWithdrawnPrimary(t *testing.T) {
 					t.Fatalf("%s on the published primary: %v", q, err)
 				}
 			}
-			locker := connect(t, h.primary.SuperDSN())
-			lock, err := locker.Begin(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := lock.Exec(ctx, "LOCK TABLE notes IN ACCESS EXCLUSIVE MODE"); err != nil {
-				t.Fatal(err)
-			}
+			lock := beginWith(ctx, t, connect(t, h.primary.SuperDSN()), "LOCK TABLE notes IN ACCESS EXCLUSIVE MODE")
 			pipe := c.PgConn().StartPipeline(ctx)
 			pipe.SendQueryParams("SELECT count(*) FROM notes", nil, nil, nil, nil)
 			if err := pipe.Sync(); err != nil {
@@ -165,16 +147,7 @@ func TestCommitBehindARunningStatementOnAWithdrawnPrimary(t *testing.T) {
 				err := admin.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE query = 'SELECT count(*) FROM notes' AND wait_event_type = 'Lock'").Scan(&n)
 				return err == nil && n == 1
 			})
-			if err := h.standby.WaitReplayed(ctx, h.primary); err != nil {
-				t.Fatal(err)
-			}
-			if err := h.standby.Promote(); err != nil {
-				t.Fatal(err)
-			}
-			eventually(t, 30*time.Second, "the proxy to see two primaries", func() bool {
-				v, _ := metricValue(t, h.proxy.Registry, "fenceproxy_upstream_split_brain")
-				return v == 1
-			})
+			h.splitBrain(ctx, t)
 			hold := withdrawBehindAHeldBarrier(ctx, t, h, admin)
 			pipe.SendQueryParams("COMMIT", nil, nil, nil, nil)
 			if err := pipe.Sync(); err != nil {

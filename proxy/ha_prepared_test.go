@@ -20,7 +20,7 @@ func TestPreparedFencedWriteRefusedInSplitBrain(t *testing.T) {
 	for _, mode := range []struct{ name, yaml string }{
 		{"session", ""}, // the event loop relays it
 		{"session-goroutines", "relay:\n  mode: goroutines\n"},
-		{"transaction", "pool:\n  mode: transaction\n  size: 1\nauth:\n  type: trust\n"},
+		{"transaction", pooledYAML("size: 1")},
 	} {
 		t.Run(mode.name, func(t *testing.T) {
 			h := startHAPairWith(t, nil, "", mode.yaml)
@@ -46,13 +46,7 @@ func TestPreparedFencedWriteRefusedInSplitBrain(t *testing.T) {
 			if _, err := s.Exec(ctx, "EXECUTE sqlupd(2)", pgx.QueryExecModeSimpleProtocol); err != nil {
 				t.Fatalf("SQL-level prepared fenced write before the split brain: %v", err)
 			}
-			if err := h.standby.WaitReplayed(ctx, h.primary); err != nil {
-				t.Fatal(err)
-			}
-			// The standby is promoted while the primary runs on: two primaries.
-			if err := h.standby.Promote(); err != nil {
-				t.Fatal(err)
-			}
+			h.splitBrain(ctx, t) // the standby is promoted while the primary runs on: two primaries
 			eventually(t, 30*time.Second, "a fenced write to be refused during the split brain", func() bool {
 				_, err := c.Exec(ctx, "UPDATE accounts SET v = 2 WHERE id = 1", pgx.QueryExecModeSimpleProtocol) // the value it holds: only the runs below write another
 				return sqlstate(err) == "55F04"

@@ -85,15 +85,159 @@ func reachesPort(ctx context.Context, dsn string, port int) func() bool {
 // standby: a failover that loses nothing.
 func (h *haPair) failOver(ctx context.Context, t *testing.T) {
 	t.Helper()
+	h.promote(ctx, t, func() {
+		if err := h.primary.StopImmediate(); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// promote waits for the standby to replay all the primary wrote, runs before (what becomes of the old primary;
+// nil: it runs on) and promotes the standby.
+func (h *haPair) promote(ctx context.Context, t *testing.T, before func()) {
+	t.Helper()
 	if err := h.standby.WaitReplayed(ctx, h.primary); err != nil {
 		t.Fatal(err)
 	}
-	if err := h.primary.StopImmediate(); err != nil {
-		t.Fatal(err)
+	if before != nil {
+		before()
 	}
 	if err := h.standby.Promote(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// switchOver waits for the standby to replay all the primary wrote, makes the primary read-only (it stays up,
+// demoted: admin is connected to it), promotes the standby, and waits until a new session through dsn reaches
+// the new primary.
+func (h *haPair) switchOver(ctx context.Context, t *testing.T, admin *pgx.Conn, dsn string) {
+	t.Helper()
+	h.promote(ctx, t, func() { setReadOnly(ctx, t, admin) })
+	eventually(t, 30*time.Second, "a session through the proxy to reach the new primary", reachesPort(ctx, dsn, h.standby.Port()))
+}
+
+// splitBrain waits for the standby to replay all the primary wrote and promotes it while the primary runs on,
+// and waits until the proxy sees two primaries.
+func (h *haPair) splitBrain(ctx context.Context, t *testing.T) {
+	t.Helper()
+	h.promote(ctx, t, nil)
+	waitMetric(t, h.proxy, "fenceproxy_upstream_split_brain", 1, "the proxy to see two primaries")
+}
+
+// setReadOnly makes the server admin is connected to read-only for new transactions (default_transaction_read_only
+// on, reloaded): to the router a primary that is no longer one, while it stays up.
+func setReadOnly(ctx context.Context, t *testing.T, admin *pgx.Conn) {
+	t.Helper()
+	if _, err := admin.Exec(ctx, "ALTER SYSTEM SET default_transaction_read_only = on"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Exec(ctx, "SELECT pg_reload_conf()"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// installFence installs the fenceproxy schema (lock marks, the guard) for accounts on the server admin is
+// connected to.
+func installFence(ctx context.Context, t *testing.T, admin *pgx.Conn) {
+	t.Helper()
+	cfg, err := config.Parse("t.yaml", []byte("upstream:\n  address: a:1\ntables:\n  - name: accounts\n    token_column: fence_token\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := schema.Install(ctx, admin, schema.FromConfig(cfg)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitMetric waits, up to 30 s (a failover's pace on a loaded machine), until the proxy's metric name, summed
+// over its series, is want.
+func waitMetric(t *testing.T, p *proxytest.Proxy, name string, want float64, what string) {
+	t.Helper()
+	eventually(t, 30*time.Second, what, func() bool {
+		v, _ := metricValue(t, p.Registry, name)
+		return v == want
+	})
+}
+
+// connectOnPrimary connects through dsn and fails the test at once unless the session's first statement runs
+// on the pair's first primary; who names it.
+func (h *haPair) connectOnPrimary(ctx context.Context, t *testing.T, dsn, who string) *pgx.Conn {
+	t.Helper()
+	c := connect(t, dsn)
+	h.onPrimary(ctx, t, c, who)
+	return c
+}
+
+// onPrimary fails the test at once unless c's next statement runs on the pair's first primary; who names c.
+func (h *haPair) onPrimary(ctx context.Context, t *testing.T, c *pgx.Conn, who string) {
+	t.Helper()
+	if port, err := serverPort(ctx, c); err != nil || port != h.primary.Port() {
+		t.Fatalf("%s reached port %d (%v), want the primary's %d", who, port, err, h.primary.Port())
+	}
+}
+
+// simpleDSN is a superuser DSN through the proxy to database db over the simple query protocol (what the
+// admin console speaks, and pooled clients whose statements a test looks for as sent).
+func (h *haPair) simpleDSN(db string) string {
+	return h.proxy.DSN(pgtest.SuperUser, "", db) + "&default_query_exec_mode=simple_protocol"
+}
+
+// startPooledHAPair is startHAPairWith in transaction pooling (pooledYAML: pool holds the pool's settings) and
+// the DSN of its clients (simpleDSN).
+func startPooledHAPair(t *testing.T, pool ...string) (*haPair, string) {
+	t.Helper()
+	h := startHAPairWith(t, nil, "", pooledYAML(pool...))
+	return h, h.simpleDSN(pgtest.TestDB)
+}
+
+// pooledYAML is the configuration of transaction pooling with the settings of pool (each "name: value") and
+// trust authentication of the clients.
+func pooledYAML(pool ...string) string {
+	y := "pool:\n  mode: transaction\n"
+	for _, s := range pool {
+		y += "  " + s + "\n"
+	}
+	return y + "auth:\n  type: trust\n"
+}
+
+// poolAdmin is the pool setting that lets the tests' superuser use the admin console.
+const poolAdmin = "admin_users: [" + pgtest.SuperUser + "]"
+
+// beginWith begins a transaction on c and runs stmts in it, failing the test at once if one fails: a
+// transaction holding what they take (a lock, a write) until the test ends it.
+func beginWith(ctx context.Context, t *testing.T, c *pgx.Conn, stmts ...string) pgx.Tx {
+	t.Helper()
+	tx, err := c.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range stmts {
+		if _, err := tx.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	return tx
+}
+
+// execAsync runs sql on c in the background; the channel gets its error (nil when it succeeded).
+func execAsync(ctx context.Context, c *pgx.Conn, sql string) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Exec(ctx, sql)
+		done <- err
+	}()
+	return done
+}
+
+// waitRunning waits until one backend of the server c is connected to runs a statement whose text ends with
+// stmt (a pooled client's is preceded by the proxy's own statements).
+func waitRunning(ctx context.Context, t *testing.T, c *pgx.Conn, stmt, what string) {
+	t.Helper()
+	eventually(t, 10*time.Second, what, func() bool {
+		var n int
+		err := c.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%' || $1 AND state = 'active'", stmt).Scan(&n)
+		return err == nil && n == 1
+	})
 }
 
 func (h *haPair) connect(t *testing.T) *pgx.Conn {
@@ -123,21 +267,9 @@ func sqlstate(err error) string {
 func TestFailoverToPromotedStandby(t *testing.T) {
 	h := startHAPair(t, nil, "")
 	ctx := haCtx(t)
-	idle := h.connect(t)
-	if port, err := serverPort(ctx, idle); err != nil || port != h.primary.Port() {
-		t.Fatalf("a read-write session reached port %d (%v), want the primary's %d", port, err, h.primary.Port())
-	}
+	idle := h.connectOnPrimary(ctx, t, h.proxy.DSN(pgtest.SuperUser, "", pgtest.TestDB), "a read-write session")
 	committing := h.connect(t)
-	tx, err := committing.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(ctx, "SET LOCAL fence.token = 5"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(ctx, "UPDATE accounts SET v = 1 WHERE id = 1"); err != nil {
-		t.Fatal(err)
-	}
+	tx := beginWith(ctx, t, committing, "SET LOCAL fence.token = 5", "UPDATE accounts SET v = 1 WHERE id = 1")
 	if err := h.standby.WaitReplayed(ctx, h.primary); err != nil {
 		t.Fatal(err)
 	}
@@ -182,7 +314,7 @@ func TestFailoverToPromotedStandby(t *testing.T) {
 		t.Errorf("COMMIT cut by the failover: %v, want 08007", err)
 	}
 	// The idle session on the old primary: 57P01 naming the new one.
-	_, err = idle.Exec(ctx, "SELECT 1")
+	_, err := idle.Exec(ctx, "SELECT 1")
 	if sqlstate(err) != "57P01" || !strings.Contains(err.Error(), h.standby.Addr()) {
 		t.Errorf("idle session on the old primary: %v, want 57P01 naming %s", err, h.standby.Addr())
 	}
@@ -232,10 +364,7 @@ func TestFailoverToPromotedStandby(t *testing.T) {
 func TestFailoverAfterPrimaryStopped(t *testing.T) {
 	h := startHAPair(t, nil, "")
 	ctx := haCtx(t)
-	idle := h.connect(t)
-	if port, err := serverPort(ctx, idle); err != nil || port != h.primary.Port() {
-		t.Fatalf("a read-write session reached port %d (%v), want the primary's %d", port, err, h.primary.Port())
-	}
+	idle := h.connectOnPrimary(ctx, t, h.proxy.DSN(pgtest.SuperUser, "", pgtest.TestDB), "a read-write session")
 	h.failOver(ctx, t)
 	promoted := time.Now()
 	eventually(t, 30*time.Second, "a write through the proxy to reach the new primary", func() bool {
@@ -264,14 +393,8 @@ func TestLossyFailoverKeepsTheLockFence(t *testing.T) {
 	store := tokens.NewEtcdStore(e.Client(), tokens.DefaultPrefix)
 	h := startHAPair(t, store, "")
 	ctx := haCtx(t)
-	cfg, err := config.Parse("t.yaml", []byte("upstream:\n  address: a:1\ntables:\n  - name: accounts\n    token_column: fence_token\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	admin := connect(t, h.primary.SuperDSN())
-	if err := schema.Install(ctx, admin, schema.FromConfig(cfg)); err != nil {
-		t.Fatal(err)
-	}
+	installFence(ctx, t, admin)
 	admin.Close(ctx)
 
 	acquire := func(name string) tokens.Held {
@@ -332,16 +455,13 @@ func TestLossyFailoverKeepsTheLockFence(t *testing.T) {
 	// The proxy sees the primary lost before the standby is promoted, so that the counts below are known (since
 	// 2026-12-05 the old primary is withdrawn before any barrier anyway: a check that found both changed at once
 	// also makes three changes; before, it published the new primary without the loss in between).
-	eventually(t, 30*time.Second, "the proxy to see the primary lost", func() bool {
-		got, _ := metricValue(t, h.proxy.Registry, "fenceproxy_upstream_primary_changes_total")
-		return got == 2
-	})
+	waitMetric(t, h.proxy, "fenceproxy_upstream_primary_changes_total", 2, "the proxy to see the primary lost")
 	if err := h.standby.Promote(); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 30*time.Second, "the proxy to route to the new primary", reachesPort(ctx, h.proxy.DSN(pgtest.SuperUser, "", pgtest.TestDB), h.standby.Port()))
 
-	err = write("L", holderA.Token())
+	err := write("L", holderA.Token())
 	if sqlstate(err) != "55F01" || !strings.Contains(err.Error(), "lock L has accepted a newer token") {
 		t.Errorf("superseded holder A (token %d) after the lossy failover: %v, want 55F01 naming lock L", holderA.Token(), err)
 	}
@@ -561,10 +681,7 @@ func TestSynchronousFencedWrites(t *testing.T) {
 func TestSwitchoverDropsKeptConnections(t *testing.T) {
 	h := startHAPair(t, nil, "")
 	ctx := haCtx(t)
-	kept := h.connect(t)
-	if port, err := serverPort(ctx, kept); err != nil || port != h.primary.Port() {
-		t.Fatalf("a read-write session reached port %d (%v), want the primary's %d", port, err, h.primary.Port())
-	}
+	kept := h.connectOnPrimary(ctx, t, h.proxy.DSN(pgtest.SuperUser, "", pgtest.TestDB), "a read-write session")
 	kept.Close(ctx) // its upstream connection is kept for reuse
 	admin := connect(t, h.primary.SuperDSN())
 	eventually(t, 10*time.Second, "the upstream connection to be kept", func() bool {
@@ -573,19 +690,7 @@ func TestSwitchoverDropsKeptConnections(t *testing.T) {
 		return err == nil && n == 1
 	})
 	left := h.connect(t)
-	if err := h.standby.WaitReplayed(ctx, h.primary); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := admin.Exec(ctx, "ALTER SYSTEM SET default_transaction_read_only = on"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := admin.Exec(ctx, "SELECT pg_reload_conf()"); err != nil {
-		t.Fatal(err)
-	}
-	if err := h.standby.Promote(); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, 30*time.Second, "a session through the proxy to reach the new primary", reachesPort(ctx, h.proxy.DSN(pgtest.SuperUser, "", pgtest.TestDB), h.standby.Port()))
+	h.switchOver(ctx, t, admin, h.proxy.DSN(pgtest.SuperUser, "", pgtest.TestDB))
 	for i := 0; i < 3; i++ {
 		c := h.connect(t)
 		if port, err := serverPort(ctx, c); err != nil || port != h.standby.Port() {

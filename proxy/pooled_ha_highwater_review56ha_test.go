@@ -8,10 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/fenceproxy/fenceproxy/config"
 	"github.com/fenceproxy/fenceproxy/internal/pgtest"
 	"github.com/fenceproxy/fenceproxy/internal/proxytest"
-	"github.com/fenceproxy/fenceproxy/schema"
 )
 
 // The token high-water through a lossy failover for pooled clients, whose tokens the pool gives each
@@ -30,14 +28,8 @@ func TestPooledLossyFailoverHighWaterSeenByTheProxy(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := haCtx(t)
-	cfg, err := config.Parse("t.yaml", []byte("upstream:\n  address: a:1\ntables:\n  - name: accounts\n    token_column: fence_token\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	admin := connect(t, primary.SuperDSN())
-	if err := schema.Install(ctx, admin, schema.FromConfig(cfg)); err != nil {
-		t.Fatal(err)
-	}
+	installFence(ctx, t, admin)
 	standby := pgtest.MustStartStandby(t, primary, pgtest.Options{})
 	p := proxytest.Start(t, "", proxytest.Options{
 		Hosts: []string{primary.Addr(), standby.Addr()},

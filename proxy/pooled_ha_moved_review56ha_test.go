@@ -18,21 +18,15 @@ import (
 // it was given before the failover. Attacks of a review on 2026-12-05 (review56ha): the admin console and the
 // cancel held; the pinned client got FATAL 08006 (the lend's generic loss), which says nothing of the host.
 func TestPooledPinnedAdminAndCancelThroughAFailover(t *testing.T) {
-	h := startHAPairWith(t, nil, "", "pool:\n  mode: transaction\n  size: 3\n  admin_users: ["+pgtest.SuperUser+"]\nauth:\n  type: trust\n")
+	h, dsn := startPooledHAPair(t, "size: 3", poolAdmin)
 	ctx := haCtx(t)
-	dsn := h.proxy.DSN(pgtest.SuperUser, "", pgtest.TestDB) + "&default_query_exec_mode=simple_protocol"
-	adm := connect(t, h.proxy.DSN(pgtest.SuperUser, "", "fenceproxy")+"&default_query_exec_mode=simple_protocol")
+	adm := connect(t, h.simpleDSN("fenceproxy"))
 	pinned := connect(t, dsn)
 	if _, err := pinned.Exec(ctx, "SELECT pg_advisory_lock(42)"); err != nil {
 		t.Fatal(err)
 	}
-	if port, err := serverPort(ctx, pinned); err != nil || port != h.primary.Port() {
-		t.Fatalf("the pinned client reached port %d (%v), want the primary's %d", port, err, h.primary.Port())
-	}
-	mover := connect(t, dsn)
-	if port, err := serverPort(ctx, mover); err != nil || port != h.primary.Port() {
-		t.Fatalf("the client reached port %d (%v), want the primary's %d", port, err, h.primary.Port())
-	}
+	h.onPrimary(ctx, t, pinned, "the pinned client")
+	mover := h.connectOnPrimary(ctx, t, dsn, "the client")
 	h.failOver(ctx, t)
 	eventually(t, 30*time.Second, "a pooled client connecting now to reach the new primary", reachesPort(ctx, dsn, h.standby.Port()))
 
@@ -66,17 +60,9 @@ func TestPooledPinnedAdminAndCancelThroughAFailover(t *testing.T) {
 	})
 
 	// The client whose transactions moved cancels its statement on the new primary.
-	done := make(chan error, 1)
-	go func() {
-		_, err := mover.Exec(ctx, "SELECT pg_sleep(30)")
-		done <- err
-	}()
+	done := execAsync(ctx, mover, "SELECT pg_sleep(30)")
 	np := connect(t, h.standby.SuperDSN())
-	eventually(t, 10*time.Second, "the statement to run on the new primary", func() bool {
-		var n int
-		err := np.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%SELECT pg_sleep(30)' AND state = 'active'").Scan(&n)
-		return err == nil && n == 1
-	})
+	waitRunning(ctx, t, np, "SELECT pg_sleep(30)", "the statement to run on the new primary")
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if err := mover.PgConn().CancelRequest(cctx); err != nil {
@@ -110,19 +96,14 @@ func TestPooledPinnedAdminAndCancelThroughAFailover(t *testing.T) {
 // host. From a review on 2026-12-05 (review56ha): both got FATAL 08006, which a client may take for a
 // statement that did not run.
 func TestPooledPrimaryKilledUnderAStatement(t *testing.T) {
-	h := startHAPairWith(t, nil, "", "pool:\n  mode: transaction\n  size: 3\nauth:\n  type: trust\n")
+	h, dsn := startPooledHAPair(t, "size: 3")
 	ctx := haCtx(t)
-	dsn := h.proxy.DSN(pgtest.SuperUser, "", pgtest.TestDB) + "&default_query_exec_mode=simple_protocol"
 	pinned := connect(t, dsn)
 	if _, err := pinned.Exec(ctx, "SELECT pg_advisory_lock(42)"); err != nil {
 		t.Fatal(err)
 	}
 	running := connect(t, dsn)
-	done := make(chan error, 1)
-	go func() {
-		_, err := running.Exec(ctx, "SET fence.token = 5; UPDATE accounts SET v = 1 WHERE id = 1; SELECT pg_sleep(30)")
-		done <- err
-	}()
+	done := execAsync(ctx, running, "SET fence.token = 5; UPDATE accounts SET v = 1 WHERE id = 1; SELECT pg_sleep(30)")
 	admin := connect(t, h.primary.SuperDSN())
 	eventually(t, 10*time.Second, "the statement to run on the primary", func() bool {
 		select {

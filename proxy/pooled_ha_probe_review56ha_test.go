@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fenceproxy/fenceproxy/internal/pgtest"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -17,27 +16,11 @@ import (
 // read the connection's session state (08006). Attack of a review on 2026-12-05 (review56ha: a pooled server
 // connection in the post-transaction probe at the switch).
 func TestPooledProbeCutByASwitchover(t *testing.T) {
-	h := startHAPairWith(t, nil, "", "pool:\n  mode: transaction\n  size: 2\nauth:\n  type: trust\n")
+	h, dsn := startPooledHAPair(t, "size: 2")
 	ctx := haCtx(t)
-	dsn := h.proxy.DSN(pgtest.SuperUser, "", pgtest.TestDB) + "&default_query_exec_mode=simple_protocol"
-	c := connect(t, dsn)
-	if port, err := serverPort(ctx, c); err != nil || port != h.primary.Port() {
-		t.Fatalf("the client reached port %d (%v), want the primary's %d", port, err, h.primary.Port())
-	}
-	if err := h.standby.WaitReplayed(ctx, h.primary); err != nil {
-		t.Fatal(err)
-	}
+	c := h.connectOnPrimary(ctx, t, dsn, "the client")
 	admin, done := holdProbeOnACatalogLock(ctx, t, c, h.primary.SuperDSN())
-	if _, err := admin.Exec(ctx, "ALTER SYSTEM SET default_transaction_read_only = on"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := admin.Exec(ctx, "SELECT pg_reload_conf()"); err != nil {
-		t.Fatal(err)
-	}
-	if err := h.standby.Promote(); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, 30*time.Second, "a pooled client connecting now to reach the new primary", reachesPort(ctx, dsn, h.standby.Port()))
+	h.switchOver(ctx, t, admin, dsn)
 	err := <-done
 	if err == nil {
 		_, err = c.Exec(ctx, "SELECT 1")
@@ -55,22 +38,12 @@ func TestPooledProbeCutByASwitchover(t *testing.T) {
 func holdProbeOnACatalogLock(ctx context.Context, t *testing.T, c *pgx.Conn, serverDSN string) (admin *pgx.Conn, done <-chan error) {
 	t.Helper()
 	admin = connect(t, serverDSN)
-	hold, err := connect(t, serverDSN).Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := hold.Exec(ctx, "LOCK TABLE pg_catalog.pg_cursors IN ACCESS EXCLUSIVE MODE"); err != nil {
-		t.Fatal(err)
-	}
-	set := make(chan error, 1)
-	go func() {
-		_, err := c.Exec(ctx, "SET work_mem = '2MB'")
-		set <- err
-	}()
+	beginWith(ctx, t, connect(t, serverDSN), "LOCK TABLE pg_catalog.pg_cursors IN ACCESS EXCLUSIVE MODE")
+	done = execAsync(ctx, c, "SET work_mem = '2MB'")
 	eventually(t, 10*time.Second, "the probe after the SET to wait for the lock on pg_cursors", func() bool {
 		var n int
 		err := admin.QueryRow(ctx, "SELECT count(*) FROM pg_locks WHERE relation = 'pg_catalog.pg_cursors'::regclass AND NOT granted").Scan(&n)
 		return err == nil && n == 1
 	})
-	return admin, set
+	return admin, done
 }

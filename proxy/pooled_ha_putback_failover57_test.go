@@ -1,7 +1,9 @@
 package proxy_test
 
 import (
+	"context"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -21,14 +23,10 @@ import (
 // each idle connection again: router.stale). The put-back is held here between the two (HoldPutBack) while the
 // standby is promoted and dropHost runs.
 func TestPooledPutBackRacingAChangeOfPrimary(t *testing.T) {
-	h := startHAPairWith(t, nil, "", "pool:\n  mode: transaction\n  size: 3\n  min_idle: 1\n  admin_users: ["+pgtest.SuperUser+"]\nauth:\n  type: trust\n")
+	h, dsn := startPooledHAPair(t, "size: 3", "min_idle: 1", poolAdmin)
 	ctx := haCtx(t)
-	dsn := h.proxy.DSN(pgtest.SuperUser, "", pgtest.TestDB) + "&default_query_exec_mode=simple_protocol"
-	c := connect(t, dsn)
-	if port, err := serverPort(ctx, c); err != nil || port != h.primary.Port() {
-		t.Fatalf("the client reached port %d (%v), want the primary's %d", port, err, h.primary.Port())
-	}
-	adm := connect(t, h.proxy.DSN(pgtest.SuperUser, "", "fenceproxy")+"&default_query_exec_mode=simple_protocol")
+	c := h.connectOnPrimary(ctx, t, dsn, "the client")
+	adm := connect(t, h.simpleDSN("fenceproxy"))
 	oldPort, newPort := strconv.Itoa(h.primary.Port()), strconv.Itoa(h.standby.Port())
 	// poolTrue reports whether SHOW POOLS agrees with SHOW SERVERS for the client's pool, with at least
 	// pool.min_idle idle connections, every one to port.
@@ -60,34 +58,14 @@ func TestPooledPutBackRacingAChangeOfPrimary(t *testing.T) {
 		ok, _ := poolTrue(oldPort)
 		return ok
 	})
-	at, resume := make(chan struct{}), make(chan struct{})
-	var held atomic.Bool
-	proxy.HoldPutBack(h.proxy.Server, func() {
-		if held.CompareAndSwap(false, true) {
-			close(at)
-			<-resume
-		}
-	})
-	defer func() {
-		if held.CompareAndSwap(false, true) {
-			close(at)
-		}
-		select {
-		case <-resume:
-		default:
-			close(resume)
-		}
-	}()
+	hold := holdFirst(t)
+	proxy.HoldPutBack(h.proxy.Server, hold.hold)
 	answered := make(chan struct{})
 	go func() { // its server connection's put-back is the one held
 		defer close(answered)
 		serverPort(ctx, c)
 	}()
-	select {
-	case <-at:
-	case <-ctx.Done():
-		t.Fatal("no put-back came")
-	}
+	hold.reached(ctx, t, "put-back")
 	h.failOver(ctx, t)
 	eventually(t, 30*time.Second, "dropHost to close the pool's connections to the old primary", func() bool {
 		for _, r := range adminRows(t, adm, "SHOW SERVERS") {
@@ -97,7 +75,7 @@ func TestPooledPutBackRacingAChangeOfPrimary(t *testing.T) {
 		}
 		return true
 	})
-	close(resume)
+	hold.release()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		ok, got := poolTrue(newPort)
@@ -114,3 +92,44 @@ func TestPooledPutBackRacingAChangeOfPrimary(t *testing.T) {
 		t.Errorf("the next transaction reached port %d (%v), want the new primary's %d", port, err, h.standby.Port())
 	}
 }
+
+// heldFirst is a test hook that holds the first call made to it (hold) until release, so that a test can run a
+// change of primary inside the window the hook marks. The test's cleanup releases it, so that no goroutine of
+// the proxy stays held when the test ends early.
+type heldFirst struct {
+	held     atomic.Bool
+	at       chan struct{} // closed when the first call is held
+	resume   chan struct{}
+	released sync.Once
+}
+
+func holdFirst(t *testing.T) *heldFirst {
+	h := &heldFirst{at: make(chan struct{}), resume: make(chan struct{})}
+	t.Cleanup(func() {
+		if h.held.CompareAndSwap(false, true) {
+			close(h.at)
+		}
+		h.release()
+	})
+	return h
+}
+
+// hold is the hook: the first call waits for release, the later ones pass.
+func (h *heldFirst) hold() {
+	if h.held.CompareAndSwap(false, true) {
+		close(h.at)
+		<-h.resume
+	}
+}
+
+// reached waits until the first call (of what) is held.
+func (h *heldFirst) reached(ctx context.Context, t *testing.T, what string) {
+	t.Helper()
+	select {
+	case <-h.at:
+	case <-ctx.Done():
+		t.Fatalf("no %s came", what)
+	}
+}
+
+func (h *heldFirst) release() { h.released.Do(func() { close(h.resume) }) }

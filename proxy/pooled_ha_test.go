@@ -10,11 +10,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/fenceproxy/fenceproxy/config"
 	"github.com/fenceproxy/fenceproxy/internal/etcdtest"
 	"github.com/fenceproxy/fenceproxy/internal/pgtest"
 	"github.com/fenceproxy/fenceproxy/internal/proxytest"
-	"github.com/fenceproxy/fenceproxy/schema"
 	"github.com/fenceproxy/fenceproxy/tokens"
 )
 
@@ -25,45 +23,19 @@ import (
 // naming the new primary, as a session-mode session on the old primary gets; one whose statement was running
 // there gets 08007 (its outcome is unknown; nothing is replayed).
 func TestPooledSwitchover(t *testing.T) {
-	h := startHAPairWith(t, nil, "", "pool:\n  mode: transaction\n  size: 3\nauth:\n  type: trust\n")
+	h, dsn := startPooledHAPair(t, "size: 3")
 	ctx := haCtx(t)
-	dsn := h.proxy.DSN(pgtest.SuperUser, "", pgtest.TestDB) + "&default_query_exec_mode=simple_protocol"
 	inTx := connect(t, dsn)
 	if _, err := inTx.Exec(ctx, "BEGIN"); err != nil {
 		t.Fatal(err)
 	}
-	if port, err := serverPort(ctx, inTx); err != nil || port != h.primary.Port() {
-		t.Fatalf("a pooled transaction reached port %d (%v), want the primary's %d", port, err, h.primary.Port())
-	}
-	between := connect(t, dsn) // its server connection goes back to the pool, idle on the primary
-	if port, err := serverPort(ctx, between); err != nil || port != h.primary.Port() {
-		t.Fatalf("a pooled client reached port %d (%v), want the primary's %d", port, err, h.primary.Port())
-	}
+	h.onPrimary(ctx, t, inTx, "a pooled transaction")
+	between := h.connectOnPrimary(ctx, t, dsn, "a pooled client") // its server connection goes back to the pool, idle on the primary
 	running := connect(t, dsn)
-	runErr := make(chan error, 1)
-	go func() {
-		_, err := running.Exec(ctx, "SELECT pg_sleep(20)")
-		runErr <- err
-	}()
-	if err := h.standby.WaitReplayed(ctx, h.primary); err != nil {
-		t.Fatal(err)
-	}
+	runErr := execAsync(ctx, running, "SELECT pg_sleep(20)")
 	admin := connect(t, h.primary.SuperDSN())
-	eventually(t, 10*time.Second, "the statement to run on the primary", func() bool {
-		var n int
-		err := admin.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%SELECT pg_sleep(20)' AND state = 'active'").Scan(&n)
-		return err == nil && n == 1
-	})
-	if _, err := admin.Exec(ctx, "ALTER SYSTEM SET default_transaction_read_only = on"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := admin.Exec(ctx, "SELECT pg_reload_conf()"); err != nil {
-		t.Fatal(err)
-	}
-	if err := h.standby.Promote(); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, 30*time.Second, "a pooled client connecting now to reach the new primary", reachesPort(ctx, dsn, h.standby.Port()))
+	waitRunning(ctx, t, admin, "SELECT pg_sleep(20)", "the statement to run on the primary")
+	h.switchOver(ctx, t, admin, dsn)
 	if port, err := serverPort(ctx, between); err != nil || port != h.standby.Port() {
 		t.Errorf("the client between transactions reached port %d (%v) after the switchover, want the new primary's %d", port, err, h.standby.Port())
 	}
@@ -95,7 +67,7 @@ func TestPooledSwitchover(t *testing.T) {
 func TestPooledDeadIdleConnectionNotLent(t *testing.T) {
 	pgtest.Require(t, pg)
 	cl := pgtest.MustStart(t, pgtest.Options{})
-	p := proxytest.Start(t, cl.Addr(), proxytest.Options{YAML: "pool:\n  mode: transaction\n  size: 1\n  max_client_wait: 5s\nauth:\n  type: trust\n"})
+	p := proxytest.Start(t, cl.Addr(), proxytest.Options{YAML: pooledYAML("size: 1", "max_client_wait: 5s")})
 	ctx := haCtx(t)
 	dsn := p.DSN(pgtest.SuperUser, "", pgtest.TestDB) + "&default_query_exec_mode=simple_protocol"
 	a := connect(t, dsn)
@@ -125,9 +97,9 @@ func pooledBackends(ctx context.Context, c *pgx.Conn) (int, error) {
 // client. From a review on 2026-12-03: dropping the old primary's connections did not wake the refill, which
 // then waited for the first lend (or the reaper's tick, minutes by default).
 func TestPooledMinIdleAfterFailover(t *testing.T) {
-	h := startHAPairWith(t, nil, "", "pool:\n  mode: transaction\n  size: 3\n  min_idle: 2\nauth:\n  type: trust\n")
+	h, dsn := startPooledHAPair(t, "size: 3", "min_idle: 2")
 	ctx := haCtx(t)
-	c := connect(t, h.proxy.DSN(pgtest.SuperUser, "", pgtest.TestDB)+"&default_query_exec_mode=simple_protocol")
+	c := connect(t, dsn)
 	if _, err := serverPort(ctx, c); err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +123,7 @@ func TestPooledMinIdleAfterFailover(t *testing.T) {
 func TestPooledWaiterOutlastsCrashRecovery(t *testing.T) {
 	pgtest.Require(t, pg)
 	cl := pgtest.MustStart(t, pgtest.Options{})
-	p := proxytest.Start(t, cl.Addr(), proxytest.Options{YAML: "pool:\n  mode: transaction\n  size: 1\n  max_client_wait: 20s\n  admin_users: [" + pgtest.SuperUser + "]\nauth:\n  type: trust\n"})
+	p := proxytest.Start(t, cl.Addr(), proxytest.Options{YAML: pooledYAML("size: 1", "max_client_wait: 20s", poolAdmin)})
 	ctx := haCtx(t)
 	dsn := p.DSN(pgtest.SuperUser, "", pgtest.TestDB) + "&default_query_exec_mode=simple_protocol"
 	a := connect(t, dsn)
@@ -189,16 +161,10 @@ func TestPooledLossyFailoverKeepsTheLockFence(t *testing.T) {
 		t.Run(fmt.Sprintf("size%d", size), func(t *testing.T) {
 			e := etcdtest.Start(t)
 			store := tokens.NewEtcdStore(e.Client(), tokens.DefaultPrefix)
-			h := startHAPairWith(t, store, "", fmt.Sprintf("pool:\n  mode: transaction\n  size: %d\nauth:\n  type: trust\n", size))
+			h := startHAPairWith(t, store, "", pooledYAML(fmt.Sprintf("size: %d", size)))
 			ctx := haCtx(t)
-			cfg, err := config.Parse("t.yaml", []byte("upstream:\n  address: a:1\ntables:\n  - name: accounts\n    token_column: fence_token\n"))
-			if err != nil {
-				t.Fatal(err)
-			}
 			admin := connect(t, h.primary.SuperDSN())
-			if err := schema.Install(ctx, admin, schema.FromConfig(cfg)); err != nil {
-				t.Fatal(err)
-			}
+			installFence(ctx, t, admin)
 			admin.Close(ctx)
 			acquire := func() tokens.Held {
 				l, err := store.Acquire(ctx, "L", tokens.AcquireOptions{TTL: 30 * time.Second})
@@ -241,10 +207,7 @@ func TestPooledLossyFailoverKeepsTheLockFence(t *testing.T) {
 			if err := h.primary.StopImmediate(); err != nil {
 				t.Fatal(err)
 			}
-			eventually(t, 30*time.Second, "the proxy to see the primary lost", func() bool {
-				got, _ := metricValue(t, h.proxy.Registry, "fenceproxy_upstream_primary_changes_total")
-				return got == 2
-			})
+			waitMetric(t, h.proxy, "fenceproxy_upstream_primary_changes_total", 2, "the proxy to see the primary lost")
 			if err := h.standby.Promote(); err != nil {
 				t.Fatal(err)
 			}
@@ -269,43 +232,19 @@ func TestPooledLossyFailoverKeepsTheLockFence(t *testing.T) {
 // review on 2026-12-05 (a cancel during or after a switch); held: a pooled client's key is the proxy's own, and
 // its cancel goes only to the server connection lent to it.
 func TestPooledCancelAfterSwitchover(t *testing.T) {
-	h := startHAPairWith(t, nil, "", "pool:\n  mode: transaction\n  size: 2\nauth:\n  type: trust\n")
+	h, dsn := startPooledHAPair(t, "size: 2")
 	ctx := haCtx(t)
-	dsn := h.proxy.DSN(pgtest.SuperUser, "", pgtest.TestDB) + "&default_query_exec_mode=simple_protocol"
 	a := connect(t, dsn)
 	if _, err := a.Exec(ctx, "BEGIN"); err != nil {
 		t.Fatal(err)
 	}
-	if port, err := serverPort(ctx, a); err != nil || port != h.primary.Port() {
-		t.Fatalf("A's transaction reached port %d (%v), want the primary's %d", port, err, h.primary.Port())
-	}
+	h.onPrimary(ctx, t, a, "A's transaction")
 	pid, key := a.PgConn().PID(), a.PgConn().SecretKey()
-	admin := connect(t, h.primary.SuperDSN())
-	if _, err := admin.Exec(ctx, "ALTER SYSTEM SET default_transaction_read_only = on"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := admin.Exec(ctx, "SELECT pg_reload_conf()"); err != nil {
-		t.Fatal(err)
-	}
-	if err := h.standby.WaitReplayed(ctx, h.primary); err != nil {
-		t.Fatal(err)
-	}
-	if err := h.standby.Promote(); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, 30*time.Second, "a pooled client connecting now to reach the new primary", reachesPort(ctx, dsn, h.standby.Port()))
+	h.switchOver(ctx, t, connect(t, h.primary.SuperDSN()), dsn)
 	b := connect(t, dsn)
-	done := make(chan error, 1)
-	go func() {
-		_, err := b.Exec(ctx, "SELECT pg_sleep(1.5)")
-		done <- err
-	}()
+	done := execAsync(ctx, b, "SELECT pg_sleep(1.5)")
 	np := connect(t, h.standby.SuperDSN())
-	eventually(t, 10*time.Second, "B's statement to run on the new primary", func() bool {
-		var n int
-		err := np.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%SELECT pg_sleep(1.5)' AND state = 'active'").Scan(&n)
-		return err == nil && n == 1
-	})
+	waitRunning(ctx, t, np, "SELECT pg_sleep(1.5)", "B's statement to run on the new primary")
 	for range 3 {
 		if err := sendCancelRequest(h.proxy.Addr, pid, key); err != nil {
 			t.Fatal(err)

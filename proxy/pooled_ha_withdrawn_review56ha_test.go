@@ -16,23 +16,13 @@ import (
 // transaction ran on the old primary, where its writes to unprotected tables commit (a READ WRITE
 // transaction) and its fenced ones were refused 55F04 instead of waiting.
 func TestPooledTransactionWaitsOutAWithdrawnPrimary(t *testing.T) {
-	h := startHAPairWith(t, nil, "", "pool:\n  mode: transaction\n  size: 2\n  max_client_wait: 30s\n  admin_users: ["+pgtest.SuperUser+"]\nauth:\n  type: trust\n")
+	h, dsn := startPooledHAPair(t, "size: 2", "max_client_wait: 30s", poolAdmin)
 	ctx := haCtx(t)
-	dsn := h.proxy.DSN(pgtest.SuperUser, "", pgtest.TestDB) + "&default_query_exec_mode=simple_protocol"
-	c := connect(t, dsn)
-	if port, err := serverPort(ctx, c); err != nil || port != h.primary.Port() {
-		t.Fatalf("the client reached port %d (%v), want the primary's %d", port, err, h.primary.Port())
-	}
+	c := h.connectOnPrimary(ctx, t, dsn, "the client")
 	if err := h.standby.WaitReplayed(ctx, h.primary); err != nil {
 		t.Fatal(err)
 	}
-	admin := connect(t, h.primary.SuperDSN())
-	if _, err := admin.Exec(ctx, "ALTER SYSTEM SET default_transaction_read_only = on"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := admin.Exec(ctx, "SELECT pg_reload_conf()"); err != nil {
-		t.Fatal(err)
-	}
+	setReadOnly(ctx, t, connect(t, h.primary.SuperDSN()))
 	eventually(t, 30*time.Second, "the proxy to withdraw the read-only primary", func() bool {
 		got, _ := metricValue(t, h.proxy.Registry, "fenceproxy_upstream_primary")
 		changes, _ := metricValue(t, h.proxy.Registry, "fenceproxy_upstream_primary_changes_total")
@@ -49,7 +39,7 @@ func TestPooledTransactionWaitsOutAWithdrawnPrimary(t *testing.T) {
 	}()
 	// Either the transaction is answered (it ran on a connection to the withdrawn host), or SHOW POOLS shows its
 	// server connection being opened (sv_login: the dial waits for a primary to be published).
-	adm := connect(t, h.proxy.DSN(pgtest.SuperUser, "", "fenceproxy")+"&default_query_exec_mode=simple_protocol")
+	adm := connect(t, h.simpleDSN("fenceproxy"))
 	deadline := time.Now().Add(30 * time.Second)
 	for dialling := false; !dialling; {
 		select {

@@ -10,6 +10,7 @@ import (
 	"net"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -65,9 +66,17 @@ type upstreamPool struct {
 	lifetime    time.Duration
 	metrics     *Metrics
 
+	// beforePut, when set (by tests only: export_test.go HoldKeep), runs in put before the pool's lock is
+	// taken, where a test holds a connection about to be kept while a change of primary is published.
+	beforePut atomic.Pointer[func()]
+
 	mu     sync.Mutex
 	idle   []*keptConn
 	closed bool
+	// epoch is the router's epoch as dropBefore was last told (0 without upstream.hosts). No kept connection of
+	// an earlier one can ever be taken (get matches the epoch exactly), so none is held: dropBefore closes
+	// those kept, and put, judging under mu, keeps none.
+	epoch uint64
 }
 
 func newUpstreamPool(max int, idleTimeout, lifetime time.Duration, m *Metrics) *upstreamPool {
@@ -119,15 +128,25 @@ func (p *upstreamPool) get(startup string, host upstreamHost) *keptConn {
 	}
 }
 
-// put keeps kc, evicting the oldest kept connection when full. It closes kc when the pool is closed.
-func (p *upstreamPool) put(kc *keptConn) {
+// put keeps kc, evicting the oldest kept connection when full, and reports whether it kept it. It closes kc
+// when the pool is closed or kc was dialled in an epoch before the router's latest change of primary.
+func (p *upstreamPool) put(kc *keptConn) bool {
 	kc.since = time.Now()
+	if hold := p.beforePut.Load(); hold != nil {
+		(*hold)()
+	}
 	var evicted *keptConn
 	p.mu.Lock()
-	if p.closed {
+	// The epoch is judged under the lock dropBefore takes: a change of primary either has had its dropBefore
+	// (p.epoch is past kc's: not kept) or has it still to come (it finds kc kept and closes it). Before
+	// 2026-12-05 nothing was judged, and a session that ended just as a new primary was published kept its
+	// connection after dropHost had closed the old primary's: never taken, yet counted by
+	// fenceproxy_upstream_idle and holding a slot of max_idle until idle_timeout
+	// (TestKeptConnectionRacingAChangeOfPrimary).
+	if p.closed || kc.host.epoch < p.epoch {
 		p.mu.Unlock()
 		kc.conn.Close()
-		return
+		return false
 	}
 	if len(p.idle) >= p.max {
 		evicted = p.idle[0]
@@ -140,6 +159,7 @@ func (p *upstreamPool) put(kc *keptConn) {
 		evicted.conn.Close()
 	}
 	time.AfterFunc(p.idleTimeout, p.expire)
+	return true
 }
 
 // expire closes the connections kept longer than the idle timeout.
@@ -148,12 +168,18 @@ func (p *upstreamPool) expire() {
 	p.closeWhere(func(kc *keptConn) bool { return now.Sub(kc.since) >= p.idleTimeout })
 }
 
-// dropHost closes the connections kept to host (a primary that was demoted or lost).
-func (p *upstreamPool) dropHost(host string) {
+// dropBefore is told of every change of the router's epoch (a primary published or withdrawn): it closes the
+// connections kept in an earlier epoch, on the old primary or any other host, which no session can take any
+// more, and keeps none from now on (put).
+func (p *upstreamPool) dropBefore(epoch uint64) {
 	if p == nil {
 		return
 	}
-	p.closeWhere(func(kc *keptConn) bool { return kc.host.addr == host })
+	p.mu.Lock()
+	p.epoch = max(p.epoch, epoch) // under p.mu, as put judges against it
+	p.mu.Unlock()
+	// A put between the two sees the new epoch and keeps nothing older; one before is dropped here.
+	p.closeWhere(func(kc *keptConn) bool { return kc.host.epoch < epoch })
 }
 
 // closeWhere takes the kept connections for which drop is true out of the pool, and closes them outside the
@@ -268,8 +294,7 @@ func (ss *session) keep(conn net.Conn) {
 		conn.Close()
 		return
 	}
-	ss.srv.pool.put(&keptConn{conn: conn, startup: ss.startup, host: ss.host, params: ss.state.serverParams, cancelKey: ss.cancelKey, born: ss.born})
-	ss.kept = true
+	ss.kept = ss.srv.pool.put(&keptConn{conn: conn, startup: ss.startup, host: ss.host, params: ss.state.serverParams, cancelKey: ss.cancelKey, born: ss.born})
 }
 
 // upstreamQueries runs the proxy's own statements, each as a Query, on an idle upstream connection, noting the

@@ -33,8 +33,9 @@ import (
 //  2. only then is the new primary published: new read-write sessions are dialled to it (dialUpstream) and
 //     none before, so no write reaches it before the barrier;
 //  3. sessions on the old primary, and sessions opened on the new one before it was published, end (57P01
-//     naming the new primary, or 08007 when a statement's answer was lost), and connections kept for reuse
-//     on the old primary are closed.
+//     naming the new primary, or 08007 when a statement's answer was lost). Connections kept for reuse in an
+//     earlier epoch were closed already, at the withdrawal as at the publication (epochMoved): none is ever
+//     taken again.
 //
 // A barrier that fails publishes nothing: read-write sessions wait for a primary (up to their connect
 // deadline) and the barrier is tried again at the next check. Two hosts that both claim to be primary (split
@@ -74,6 +75,9 @@ type router struct {
 	metrics  *Metrics
 	// changed is called by the coordinator after a primary change is published (step 3 above).
 	changed func(old, now string, epoch uint64)
+	// epochMoved is called by the coordinator at every change of the epoch, a withdrawal too, before changed:
+	// what was dialled in an earlier epoch is never dialled again (upstreamPool.dropBefore).
+	epochMoved func(epoch uint64)
 
 	kick chan struct{} // wakes the coordinator; capacity 1
 	stop chan struct{}
@@ -460,6 +464,9 @@ func (r *router) publish(old, now string) {
 	r.mu.Unlock()
 	r.metrics.primaryChanged(old, now)
 	r.log.Warn("primary changed", "from", old, "to", now, "epoch", epoch)
+	if r.epochMoved != nil {
+		r.epochMoved(epoch)
+	}
 	if now != "" && r.changed != nil {
 		r.changed(former, now, epoch)
 	}

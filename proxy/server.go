@@ -223,16 +223,17 @@ func New(o Options) (*Server, error) {
 			return nil, err
 		}
 		s.router.changed = s.primaryChanged
+		s.router.epochMoved = s.pool.dropBefore // connections kept in an earlier epoch, which no session takes
 		s.router.start()
 	}
 	return s, nil
 }
 
-// primaryChanged acts on a change of primary the router published (router.go): connections kept on the old
-// primary are closed, and sessions dialled before the change end whose host stopped being what they were
-// dialled for: those on the old primary, and those on the new one (opened while it was a standby).
+// primaryChanged acts on a change of primary the router published (router.go): sessions dialled before the
+// change end whose host stopped being what they were dialled for: those on the old primary, and those on the
+// new one (opened while it was a standby). Connections kept for reuse in an earlier epoch were closed already
+// (upstreamPool.dropBefore, at every change of the epoch).
 func (s *Server) primaryChanged(old, now string, epoch uint64) {
-	s.pool.dropHost(old)
 	if s.pools != nil {
 		s.pools.dropHost(old, now, epoch) // transaction pooling: the server connections, idle or lent, on those hosts
 	}
