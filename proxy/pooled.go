@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"bytes"
-	"crypto/rand"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -876,23 +875,11 @@ func replicationOff(v string) bool {
 	return v == "0" || v != "" && (strings.HasPrefix("false", v) || strings.HasPrefix("no", v)) || len(v) >= 2 && strings.HasPrefix("off", v)
 }
 
-// registerPooledKey gives the client a BackendKeyData of the proxy's own: a PID no other session has and a
-// random secret. A CancelRequest with it reaches the server connection lent to the client (cancelPooled).
+// registerPooledKey gives the client a BackendKeyData of the proxy's own, a random PID and secret that no other
+// live session's client holds (registerKey). A CancelRequest with it reaches the server connection lent to the
+// client (cancelPooled).
 func (s *Server) registerPooledKey(ss *session) {
-	key := make([]byte, 8)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for {
-		rand.Read(key)
-		key[0] &= 0x7f // a positive PID, as PostgreSQL's
-		pid := binary.BigEndian.Uint32(key)
-		if pid != 0 && s.pids[pid] == nil {
-			ss.pid = pid
-			s.pids[pid] = ss
-			ss.clientKey = key
-			return
-		}
-	}
+	s.registerKey(ss, 0, 4)
 }
 
 // startupValue is the value a setting gets from a client's startup packet (a parameter of its own, or -c in
