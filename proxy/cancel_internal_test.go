@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/binary"
 	"io"
 	"log/slog"
@@ -56,13 +57,11 @@ func cancelSession(t *testing.T, fp *fakePostmaster) (ss *session, body []byte) 
 	srv := newTestServer(t, Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	ss = &session{srv: srv, prep: &prepState{max: 64}}
 	ss.cancelKey = []byte{0, 0, 0x30, 0x39, 1, 2, 3, 4} // the backend's: PID 12345
-	ss.clientKey = []byte{0, 0, 0x30, 0x39, 9, 8, 7, 6}
 	ss.host.addr = fp.ln.Addr().String()
 	ss.state.ready.Store(true)
 	ss.state.internal.Store(1)
-	srv.registerPID(ss, 12345)
-	body = binary.BigEndian.AppendUint32(nil, codeCancelRequest)
-	return ss, append(body, ss.clientKey...)
+	srv.registerKey(ss, 12345, 4)
+	return ss, cancelBody(ss)
 }
 
 // ownAnswered feeds ss the ReadyForQuery that ends the last of the proxy's own commands.
@@ -78,6 +77,11 @@ func cancelConn(srv *Server, body []byte) <-chan struct{} {
 	done := make(chan struct{})
 	go func() { srv.forwardCancel(body); close(done) }()
 	return done
+}
+
+// cancelBody is the body of the CancelRequest the client of ss sends: the key it was given.
+func cancelBody(ss *session) []byte {
+	return append(binary.BigEndian.AppendUint32(nil, codeCancelRequest), ss.clientKey...)
 }
 
 // answered reports whether done is closed within the time given (0: now).
@@ -190,5 +194,73 @@ func TestDeferredCancelAfterTheSessionEnded(t *testing.T) {
 	case b := <-fp.got:
 		t.Fatalf("a cancel sent for a session that has ended: %x", b)
 	case <-time.After(100 * time.Millisecond):
+	}
+}
+
+// TestCancelSessionsOnTwoHostsWithOnePID: with upstream.hosts each server has its own PID space, so two
+// session-mode sessions on two hosts may get one backend PID (here 12345, with different secrets), each
+// registered as a session's upstream BackendKeyData is (backendKeyOut). Each client's cancel must reach its own
+// backend, on its own host, and never the other's; the end of one session must leave the other's cancels
+// working, and its own key must then cancel nothing. The registry was keyed by the PID alone: the later
+// session's entry replaced the earlier's, whose client's cancels were dropped (docs/ha.md listed it as not
+// done yet). Attack of cancel57 on 2026-12-05.
+func TestCancelSessionsOnTwoHostsWithOnePID(t *testing.T) {
+	srv := newTestServer(t, Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	var fps [2]*fakePostmaster
+	var sss [2]*session
+	for i := range sss {
+		fps[i] = newFakePostmaster(t)
+		ss := &session{srv: srv, prep: &prepState{max: 64}}
+		ss.host.addr = fps[i].ln.Addr().String()
+		ss.state.ready.Store(true)
+		if err := ss.backendKeyOut(bufio.NewWriter(io.Discard), []byte{0, 0, 0x30, 0x39, byte(i + 1), 2, 3, 4}); err != nil {
+			t.Fatal(err)
+		}
+		if got := binary.BigEndian.Uint32(ss.clientKey); got != 12345 {
+			t.Fatalf("session %d: the client was given PID %d, want the backend's 12345", i, got)
+		}
+		srv.register(ss)
+		sss[i] = ss
+	}
+	// cancel sends the client cancel connection of session i's client and fails unless exactly the cancel of
+	// session i's backend reaches fps[i], and nothing reaches the other host.
+	cancel := func(i int) {
+		t.Helper()
+		done := cancelConn(srv, cancelBody(sss[i]))
+		want := append(binary.BigEndian.AppendUint32(binary.BigEndian.AppendUint32(nil, 16), codeCancelRequest), sss[i].cancelKey...)
+		select {
+		case got := <-fps[i].got:
+			if !bytes.Equal(got, want) {
+				t.Fatalf("session %d's host got the cancel %x, want %x", i, got, want)
+			}
+			fps[i].rel <- struct{}{}
+		case got := <-fps[1-i].got:
+			t.Fatalf("session %d's cancel reached the other session's host: %x", i, got)
+		case <-time.After(5 * time.Second):
+			t.Fatalf("session %d's cancel reached no host", i)
+		}
+		if !answered(done, 5*time.Second) {
+			t.Fatalf("session %d's cancel connection was not answered once the cancel was taken", i)
+		}
+		select {
+		case got := <-fps[1-i].got:
+			t.Fatalf("session %d's cancel also reached the other session's host: %x", i, got)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	cancel(0)
+	cancel(1)
+	srv.unregister(sss[1]) // the later session ends
+	cancel(0)
+	done := cancelConn(srv, cancelBody(sss[1]))
+	if !answered(done, 5*time.Second) {
+		t.Fatal("the cancel of a session that ended was not answered")
+	}
+	for i, fp := range fps {
+		select {
+		case got := <-fp.got:
+			t.Fatalf("the cancel of a session that ended reached host %d: %x", i, got)
+		default:
+		}
 	}
 }

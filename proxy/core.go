@@ -324,15 +324,14 @@ func (ss *session) readyOut(out msgSink, body []byte) (serverEvent, error) {
 }
 
 // backendKeyOut records the upstream backend's PID and key. The client gets the PID unchanged, so that
-// pg_backend_pid(), notifications and the driver agree and a CancelRequest can be routed by PID, and a secret
-// of the proxy's own (see reuse.go).
+// pg_backend_pid(), notifications and the driver agree, and a secret of the proxy's own as long as the
+// backend's (registerKey; see reuse.go): its CancelRequest is routed by that whole key.
 func (ss *session) backendKeyOut(out msgSink, body []byte) error {
 	if len(body) < 8 {
 		return fmt.Errorf("upstream sent a BackendKeyData of %d bytes", len(body))
 	}
 	ss.cancelKey = append([]byte(nil), body...)
-	ss.newClientKey()
-	ss.srv.registerPID(ss, binary.BigEndian.Uint32(body))
+	ss.srv.registerKey(ss, binary.BigEndian.Uint32(body), len(body)-4)
 	writeMsg(out, msgBackendKeyData, ss.clientKey, "")
 	return nil
 }

@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"bytes"
-	"crypto/rand"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -876,23 +875,11 @@ func replicationOff(v string) bool {
 	return v == "0" || v != "" && (strings.HasPrefix("false", v) || strings.HasPrefix("no", v)) || len(v) >= 2 && strings.HasPrefix("off", v)
 }
 
-// registerPooledKey gives the client a BackendKeyData of the proxy's own: a PID no other session has and a
-// random secret. A CancelRequest with it reaches the server connection lent to the client (cancelPooled).
+// registerPooledKey gives the client a BackendKeyData of the proxy's own, a random PID and secret that no other
+// live session's client holds (registerKey). A CancelRequest with it reaches the server connection lent to the
+// client (cancelPooled).
 func (s *Server) registerPooledKey(ss *session) {
-	key := make([]byte, 8)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for {
-		rand.Read(key)
-		key[0] &= 0x7f // a positive PID, as PostgreSQL's
-		pid := binary.BigEndian.Uint32(key)
-		if pid != 0 && s.pids[pid] == nil {
-			ss.pid = pid
-			s.pids[pid] = ss
-			ss.clientKey = key
-			return
-		}
-	}
+	s.registerKey(ss, 0, 4)
 }
 
 // startupValue is the value a setting gets from a client's startup packet (a parameter of its own, or -c in
@@ -3302,11 +3289,19 @@ func (ss *session) lendFailed(sc *serverConn, err error) {
 	if pl.lost == nil {
 		pl.lost = err
 		if !ss.clientOut.failed.Load() && !ss.state.serverFatal {
-			ss.srv.metrics.upstreamError()
-			pl.fare = ss.lostFarewell(sc, err)
+			ss.serverConnLost(sc, err)
 		}
 	}
 	ss.clientIntr.raise(intrPeerEnded)
+}
+
+// serverConnLost is the loss of the client's server connection, with the client there to be told (pl.mu held):
+// it counts in fenceproxy_upstream_errors_total, and the client's farewell is lostFarewell's. A lend's loss
+// (lendFailed) and the probe's after the transaction (settle) both come here, so that one counts as the other
+// does; until 2026-12-05 the probe's was not counted (TestPooledProbeCutByADeadHost).
+func (ss *session) serverConnLost(sc *serverConn, err error) {
+	ss.srv.metrics.upstreamError()
+	ss.pooled.fare = ss.lostFarewell(sc, err)
 }
 
 // wakeReplayed wakes awaitReplayed, if it waits, to look again.
@@ -3450,7 +3445,8 @@ func (ss *session) settle(sc *serverConn) bool {
 	if pl.probe.Swap(false) {
 		stop := ss.watchProbe(sc)
 		err := ss.probeSession(sc)
-		if stop() && err == nil {
+		left := stop()
+		if left && err == nil {
 			// The client left as the probe ended: the watch may have cancelled on, or set a deadline on, a
 			// connection that must then go to nobody else.
 			err = errClientLeftWaiting
@@ -3459,12 +3455,18 @@ func (ss *session) settle(sc *serverConn) bool {
 			pl.setLent(nil)
 			sc.pool.discard(sc)
 			pl.lost = err
-			if pl.fare == nil {
-				// One rule for every farewell of a lost server connection, as at a lend's failure: a change of
-				// primary that closed it, a host that died (before 2026-12-05 the probe had its own 08006 that
-				// named no host: TestPooledProbeCutByADeadHost). The transaction's answer went out before the
-				// probe (pl.open is 0), so no answer was lost with it.
+			switch {
+			case pl.fare != nil:
+			case left:
+				// The client left, and the watch cut the probe: the connection was not lost under a client
+				// (not counted), and the farewell goes to nobody.
 				pl.fare = ss.lostFarewell(sc, err)
+			default:
+				// One rule for every lost server connection, as at a lend's failure: a change of primary that
+				// closed it, a host that died (before 2026-12-05 the probe had its own 08006 that named no
+				// host, and was not counted: TestPooledProbeCutByADeadHost). The transaction's answer went out
+				// before the probe (pl.open is 0), so no answer was lost with it.
+				ss.serverConnLost(sc, err)
 			}
 			ss.clientIntr.raise(intrPeerEnded)
 			return true

@@ -246,12 +246,14 @@ func TestPooledClientVanishingWhileItsAnswerIsReadInline(t *testing.T) {
 // SET brings) waits behind a lock on pg_cursors, which the probe reads. The probe runs where the answer is
 // read: in the session goroutine when that goroutine reads the answer itself (answerInline), which then reads
 // the client no more. Once the client is gone the wait must end and the slot come back: the next client on a
-// pool of one is served well within max_client_wait, while the lock is still held.
+// pool of one is served well within max_client_wait, while the lock is still held. A probe its client's leaving
+// cut is not a lost server connection: it does not count in fenceproxy_upstream_errors_total.
 func TestPooledClientVanishingWhileItsProbeWaits(t *testing.T) {
 	f := newPooledFenced(t, 1, "  admin_users: [admin]\n  max_client_wait: 15s\n")
 	adm := adminConn(t, f)
 	ctx := ctxT(t)
 	holdCatalogLock(t, "pg_catalog.pg_cursors")
+	sessions, _ := metricValue(t, f.p.Registry, "fenceproxy_sessions_current")
 	a := dialRaw(t, f.p.Addr, pgtest.SuperUser, pgtest.TestDB, nil)
 	a.fe.Send(&pgproto3.Query{String: "SET work_mem = '2MB'"})
 	if err := a.fe.Flush(); err != nil {
@@ -264,6 +266,14 @@ func TestPooledClientVanishingWhileItsProbeWaits(t *testing.T) {
 	})
 	b := pooledConn(t, f, "&default_query_exec_mode=simple_protocol")
 	servedOnceGone(t, adm, b, "the other client's", a.conn.Close)
+	// The subject's session is over (b's is the one more) once it has decided whether it lost its connection.
+	eventually(t, 10*time.Second, "the subject's session to end", func() bool {
+		v, _ := metricValue(t, f.p.Registry, "fenceproxy_sessions_current")
+		return v == sessions+1
+	})
+	if v, _ := metricValue(t, f.p.Registry, "fenceproxy_upstream_errors_total"); v != 0 {
+		t.Errorf("fenceproxy_upstream_errors_total is %v after a client left under its probe, want 0: no server connection was lost", v)
+	}
 }
 
 // servedOnceGone has b ask for the pool's one server connection (a SELECT of the literal want), waits until the

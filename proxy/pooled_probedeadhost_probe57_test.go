@@ -14,7 +14,8 @@ import (
 // client whose connection was lost with no answer in flight is told (lostFarewell), 57P01 naming the lost host
 // with upstream.hosts, 08006 naming it without; not the probe's own "could not read the server connection's
 // session state", which named no host and, with upstream.hosts, sent the client away with 08006 where a session
-// gets 57P01. Attack of probe57 on 2026-12-05.
+// gets 57P01. Attack of probe57 on 2026-12-05. The loss counts once in fenceproxy_upstream_errors_total, as the
+// loss of a lent connection does (lendFailed); it was not counted at all (cancel57, 2026-12-05).
 func TestPooledProbeCutByADeadHost(t *testing.T) {
 	const yaml = "pool:\n  mode: transaction\n  size: 2\nauth:\n  type: trust\n"
 	t.Run("hosts", func(t *testing.T) {
@@ -30,7 +31,7 @@ func TestPooledProbeCutByADeadHost(t *testing.T) {
 }
 
 // probeCutByADeadHost kills srv under the probe of a client of p, and fails unless the client is told want
-// naming srv.
+// naming srv, and the loss is counted once as an upstream error.
 func probeCutByADeadHost(t *testing.T, p *proxytest.Proxy, srv *pgtest.Cluster, want string) {
 	ctx := haCtx(t)
 	c := connect(t, p.DSN(pgtest.SuperUser, "", pgtest.TestDB)+"&default_query_exec_mode=simple_protocol")
@@ -38,6 +39,7 @@ func probeCutByADeadHost(t *testing.T, p *proxytest.Proxy, srv *pgtest.Cluster, 
 		t.Fatalf("the client reached port %d (%v), want %d", port, err, srv.Port())
 	}
 	_, done := holdProbeOnACatalogLock(ctx, t, c, srv.SuperDSN())
+	before, _ := metricValue(t, p.Registry, "fenceproxy_upstream_errors_total")
 	if err := srv.Kill(); err != nil {
 		t.Fatal(err)
 	}
@@ -47,5 +49,9 @@ func probeCutByADeadHost(t *testing.T, p *proxytest.Proxy, srv *pgtest.Cluster, 
 	}
 	if sqlstate(err) != want || !strings.Contains(err.Error(), srv.Addr()) {
 		t.Errorf("the client whose probe the host's death cut: %v, want %s naming %s", err, want, srv.Addr())
+	}
+	// Counted before the client is told (the farewell follows the count), so read after its error.
+	if after, _ := metricValue(t, p.Registry, "fenceproxy_upstream_errors_total"); after != before+1 {
+		t.Errorf("fenceproxy_upstream_errors_total went from %v to %v over the loss of the server connection under the probe, want one more", before, after)
 	}
 }

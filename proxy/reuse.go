@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"bufio"
-	"crypto/rand"
 	"crypto/tls"
 	"encoding/binary"
 	"fmt"
@@ -274,7 +273,7 @@ func (ss *session) keep(conn net.Conn) {
 	// No cancel of this session's may reach the backend once another session runs on it: its client's key
 	// stops finding the session, and the cancels already on their way are delivered first (cancelBackend),
 	// before the reset, which a late one fails (the connection is then closed, not kept).
-	ss.srv.forgetPID(ss)
+	ss.srv.forgetKey(ss)
 	if !ss.cancelGate.TryLock() {
 		ss.logger().Debug("keeping the upstream connection waits for a cancel on its way to it")
 		ss.cancelGate.Lock()
@@ -360,8 +359,7 @@ func (ss *session) resume(kc *keptConn) (bool, error) {
 	ss.born = kc.born
 	ss.state.reusable = true
 	ss.cancelKey = kc.cancelKey
-	ss.newClientKey()
-	ss.srv.registerPID(ss, binary.BigEndian.Uint32(kc.cancelKey))
+	ss.srv.registerKey(ss, binary.BigEndian.Uint32(kc.cancelKey), len(kc.cancelKey)-4) // a new secret
 
 	b := appendMessage(ss.out[:0], msgAuthentication, []byte{0, 0, 0, authOK})
 	for _, p := range ss.state.serverParams {
@@ -380,13 +378,4 @@ func (ss *session) resume(kc *keptConn) (bool, error) {
 	ss.state.txStatus.Store(uint32(txIdle))
 	ss.state.ready.Store(true)
 	return true, nil
-}
-
-// newClientKey draws the BackendKeyData the client sees: the backend's PID and a secret of the proxy's own, as
-// long as the backend's.
-func (ss *session) newClientKey() {
-	k := make([]byte, len(ss.cancelKey))
-	copy(k, ss.cancelKey[:4])
-	rand.Read(k[4:])
-	ss.clientKey = k
 }

@@ -19,7 +19,7 @@ package proxy
 
 import (
 	"context"
-	"crypto/subtle"
+	"crypto/rand"
 	"crypto/tls"
 	"encoding/binary"
 	"errors"
@@ -117,7 +117,7 @@ type Server struct {
 
 	mu       sync.Mutex
 	sessions map[*session]struct{}
-	pids     map[uint32]*session // live sessions by upstream backend PID, for CancelRequest routing
+	keys     map[string]*session // live sessions by the whole key their client was given (registerKey), for cancels
 	lns      []net.Listener
 	wg       sync.WaitGroup
 
@@ -176,7 +176,7 @@ func New(o Options) (*Server, error) {
 		reload:   o.Reload,
 		locks:    o.Locks,
 		sessions: map[*session]struct{}{},
-		pids:     map[uint32]*session{},
+		keys:     map[string]*session{},
 
 		handlers:     make(chan acceptedConn),
 		handlersStop: make(chan struct{}),
@@ -441,41 +441,65 @@ func (s *Server) register(ss *session) {
 func (s *Server) unregister(ss *session) {
 	s.mu.Lock()
 	delete(s.sessions, ss)
-	s.forgetPIDLocked(ss)
+	s.forgetKeyLocked(ss)
 	s.mu.Unlock()
 	ss.state.endCancels() // a cancel owed and never sent (the session ended first): its clients wait no more
 }
 
-// forgetPID stops routing CancelRequests to ss (its client's key no longer finds it): its backend is given up.
-func (s *Server) forgetPID(ss *session) {
+// forgetKey stops routing CancelRequests to ss (its client's key no longer finds it): its backend is given up.
+func (s *Server) forgetKey(ss *session) {
 	s.mu.Lock()
-	s.forgetPIDLocked(ss)
+	s.forgetKeyLocked(ss)
 	s.mu.Unlock()
 }
 
-func (s *Server) forgetPIDLocked(ss *session) {
-	if ss.pid != 0 && s.pids[ss.pid] == ss {
-		delete(s.pids, ss.pid)
+func (s *Server) forgetKeyLocked(ss *session) {
+	if ss.clientKey != nil && s.keys[string(ss.clientKey)] == ss {
+		delete(s.keys, string(ss.clientKey))
 	}
 }
 
-func (s *Server) registerPID(ss *session, pid uint32) {
+// registerKey gives the client of ss its BackendKeyData and routes CancelRequests with it to ss, in place of the
+// key it had (if any): the PID pid (in session mode the backend's, so that pg_backend_pid(), notifications and
+// the driver agree), or a random positive one of the proxy's when pid is 0, and a random secret of secretLen
+// bytes (at least 4), drawn again while the whole key is another live session's. The registry is keyed by that
+// whole key, so two live sessions never share an entry: with upstream.hosts each server has its own PID space,
+// and sessions on two hosts may carry one PID. Until 2026-12-05 it was keyed by the PID alone, and the later of
+// two such sessions replaced the earlier's entry, whose client's cancels were then dropped
+// (TestCancelSessionsOnTwoHostsWithOnePID).
+func (s *Server) registerKey(ss *session, pid uint32, secretLen int) {
+	key := make([]byte, 4+max(secretLen, 4))
 	s.mu.Lock()
-	ss.pid = pid
-	s.pids[pid] = ss
-	s.mu.Unlock()
+	defer s.mu.Unlock()
+	s.forgetKeyLocked(ss)
+	for {
+		rand.Read(key)
+		if pid != 0 {
+			binary.BigEndian.PutUint32(key, pid)
+		} else {
+			key[0] &= 0x7f // a positive PID, as PostgreSQL's
+		}
+		if binary.BigEndian.Uint32(key) != 0 && s.keys[string(key)] == nil {
+			break
+		}
+	}
+	ss.pid = binary.BigEndian.Uint32(key)
+	ss.clientKey = key
+	s.keys[string(key)] = ss
 }
 
 // sessionForKey returns the session whose client was given clientKey (PID and secret), its upstream
-// BackendKeyData (nil when none) and the host that backend runs on; or a nil session.
+// BackendKeyData (nil when none) and the host that backend runs on; or a nil session. The lookup is by the whole
+// key: what it costs in time tells a prober nothing it can use about another client's secret, the map's hash
+// being seeded at random (it cannot choose keys that meet a live one in the table).
 func (s *Server) sessionForKey(clientKey []byte) (*session, []byte, string) {
 	if len(clientKey) < 8 {
 		return nil, nil, ""
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	ss := s.pids[binary.BigEndian.Uint32(clientKey)]
-	if ss == nil || subtle.ConstantTimeCompare(ss.clientKey, clientKey) != 1 {
+	ss := s.keys[string(clientKey)]
+	if ss == nil {
 		return nil, nil, ""
 	}
 	if ss.pooled != nil {
