@@ -74,6 +74,9 @@ type router struct {
 	metrics  *Metrics
 	// changed is called by the coordinator after a primary change is published (step 3 above).
 	changed func(old, now string, epoch uint64)
+	// refusing is called by the coordinator, outside mu, after a change that may make writeRefusal refuse a host
+	// it trusted before: a split brain begins, or a primary is withdrawn or replaced.
+	refusing func()
 
 	kick chan struct{} // wakes the coordinator; capacity 1
 	stop chan struct{}
@@ -396,12 +399,16 @@ func (r *router) decide() {
 	}
 	cur := r.primary
 	if len(primaries) > 1 {
-		if !slices.Equal(primaries, r.splitBrain) {
+		begins := !slices.Equal(primaries, r.splitBrain)
+		if begins {
 			r.log.Error("split brain: several hosts claim to be primary; fenced writes are refused", "hosts", primaries)
 			r.metrics.splitBrain(true)
 		}
 		r.splitBrain = primaries
 		r.mu.Unlock()
+		if begins && r.refusing != nil {
+			r.refusing()
+		}
 		return
 	}
 	if r.splitBrain != nil {
@@ -460,6 +467,9 @@ func (r *router) publish(old, now string) {
 	r.mu.Unlock()
 	r.metrics.primaryChanged(old, now)
 	r.log.Warn("primary changed", "from", old, "to", now, "epoch", epoch)
+	if old != "" && r.refusing != nil {
+		r.refusing() // the old primary is refused fenced writes from now
+	}
 	if now != "" && r.changed != nil {
 		r.changed(former, now, epoch)
 	}
