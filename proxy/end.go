@@ -167,6 +167,9 @@ func (ss *session) upstreamLostFarewell(err error) []byte {
 	st := &ss.state
 	moved := ss.movedTo.Load()
 	ss.logger().Warn("upstream connection lost", "host", ss.host.addr, "err", err, "primary_moved", moved != nil)
+	if ended := ss.fencedTxEnded.Load(); ended != nil {
+		return fencedTxFarewell(ended[0], ended[1], st.pending.Load() > 0).farewell()
+	}
 	if st.pending.Load() > 0 && byte(st.txStatus.Load()) != txFailed {
 		return errorResponse("FATAL", sqlstateTransactionResolutionUnknown,
 			"fenceproxy lost the connection to the upstream server while a statement was running: whether its transaction committed is unknown",
@@ -194,6 +197,26 @@ func (ss *session) upstreamLostFarewell(err error) []byte {
 // connection is shut, and the session ends as for a lost upstream (upstreamLostFarewell).
 func (ss *session) endForFailover(now string) {
 	ss.movedTo.Store(&now)
+	ss.shutUpstream()
+}
+
+// endFencedTx ends the session from the upstream side because its transaction wrote table (fencedTxOut) and
+// the router refuses fenced writes on its host now (why); the client's farewell says so (upstreamLostFarewell:
+// fencedTxFarewell). What the server may still be running for the session is cancelled first: closing the
+// connection alone does not stop a backend that waits (for a lock, say) from running, once it may, a COMMIT
+// already in its socket, and committing there; cancelled, the statement fails and the transaction with it.
+// A COMMIT already running may still commit: the client is told 08007 then, not that it committed.
+func (ss *session) endFencedTx(why, table string) {
+	ss.fencedTxEnded.Store(&[2]string{why, table})
+	if ss.state.running() {
+		ss.cancelIfRunning()
+	}
+	ss.shutUpstream()
+}
+
+// shutUpstream shuts the session's upstream connection: nothing more of the session reaches the server, and the
+// server side of the transport ends the session when it reads the end.
+func (ss *session) shutUpstream() {
 	ss.evMu.Lock()
 	defer ss.evMu.Unlock()
 	if ss.ev != nil {

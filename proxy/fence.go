@@ -296,6 +296,7 @@ func (ss *session) keptFencedRefused() error {
 func (ss *session) noteTxFenced(table string) {
 	if ss.txFenced == "" {
 		ss.txFenced = table
+		ss.fencedTxOut.Store(&table)
 	}
 }
 
@@ -315,7 +316,10 @@ func (ss *session) fencedTxRefused(typ byte) error {
 		return nil
 	}
 	if ss.state.idle() {
-		ss.txFenced = ""
+		if ss.txFenced != "" {
+			ss.txFenced = ""
+			ss.fencedTxOut.Store(nil)
+		}
 		return nil
 	}
 	if ss.txFenced == "" {
@@ -325,17 +329,24 @@ func (ss *session) fencedTxRefused(typ byte) error {
 	if why == "" {
 		return nil
 	}
-	if ss.state.pending.Load() > 0 {
+	return fencedTxFarewell(why, ss.txFenced, ss.state.pending.Load() > 0)
+}
+
+// fencedTxFarewell is how a session whose transaction wrote table ends when the router refuses fenced writes on
+// its host (why): before a message of the client's reaches the server (fencedTxRefused), or at once when the
+// router's change comes (Server.fencedHostsRefused). owed: an answer is still owed to the client.
+func fencedTxFarewell(why, table string, owed bool) *sessionRefused {
+	if owed {
 		// A Query, Sync or FunctionCall sent before is not answered yet: it may be a COMMIT, and its answer is
 		// lost with the session, so the client is told what the proxy knows: nothing (as end.go tells a client
 		// whose upstream was lost with a statement in flight).
 		return &sessionRefused{code: sqlstateTransactionResolutionUnknown,
-			msg:    fmt.Sprintf("transaction resolution unknown: %s, and the transaction that wrote %s there had a statement still running", why, ss.txFenced),
+			msg:    fmt.Sprintf("transaction resolution unknown: %s, and the transaction that wrote %s there had a statement still running", why, table),
 			detail: "fenceproxy sends nothing more of the session to that host; what the statement still running had committed there stays, the rest is rolled back.",
 			hint:   "Check whether the transaction's changes are there before doing it again."}
 	}
-	return &sessionRefused{code: sqlstateUnfenceable, msg: fmt.Sprintf("unfenceable write to %s: %s", ss.txFenced, why),
-		detail: "The transaction wrote " + ss.txFenced + " on that host; fenceproxy closed the connection there before this message, which could have committed it, reached the server: the server rolls the transaction back.",
+	return &sessionRefused{code: sqlstateUnfenceable, msg: fmt.Sprintf("unfenceable write to %s: %s", table, why),
+		detail: "The transaction wrote " + table + " on that host; fenceproxy closed the connection there before anything more of it, which could have committed it, reached the server: the server rolls the transaction back.",
 		hint:   "The transaction still open did not commit. Connect again and run it again."}
 }
 

@@ -47,8 +47,18 @@ func TestPreparedFencedWriteRefusedInSplitBrain(t *testing.T) {
 				t.Fatalf("SQL-level prepared fenced write before the split brain: %v", err)
 			}
 			h.splitBrain(ctx, t) // the standby is promoted while the primary runs on: two primaries
+			// Each probe on a session of its own: one whose fenced write runs when the split brain begins is ended
+			// then (Server.fencedHostsRefused, since review57), and c and s must stay as they were.
 			eventually(t, 30*time.Second, "a fenced write to be refused during the split brain", func() bool {
-				_, err := c.Exec(ctx, "UPDATE accounts SET v = 2 WHERE id = 1", pgx.QueryExecModeSimpleProtocol) // the value it holds: only the runs below write another
+				probe, err := pgx.Connect(ctx, h.proxy.DSN(pgtest.SuperUser, "", pgtest.TestDB))
+				if err != nil {
+					return false
+				}
+				defer probe.Close(ctx)
+				if _, err := probe.Exec(ctx, "SET fence.token = 5"); err != nil {
+					return false
+				}
+				_, err = probe.Exec(ctx, "UPDATE accounts SET v = 2 WHERE id = 1", pgx.QueryExecModeSimpleProtocol) // the value it holds: only the runs below write another
 				return sqlstate(err) == "55F04"
 			})
 			for _, w := range []struct {

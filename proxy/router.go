@@ -78,6 +78,9 @@ type router struct {
 	// epochMoved is called by the coordinator at every change of the epoch, a withdrawal too, before changed:
 	// what was dialled in an earlier epoch is never dialled again (upstreamPool.dropBefore).
 	epochMoved func(epoch uint64)
+	// refusing is called by the coordinator, outside mu, after a change that may make writeRefusal refuse a host
+	// it trusted before: a split brain begins, or a primary is withdrawn or replaced.
+	refusing func()
 
 	kick chan struct{} // wakes the coordinator; capacity 1
 	stop chan struct{}
@@ -400,12 +403,16 @@ func (r *router) decide() {
 	}
 	cur := r.primary
 	if len(primaries) > 1 {
-		if !slices.Equal(primaries, r.splitBrain) {
+		begins := !slices.Equal(primaries, r.splitBrain)
+		if begins {
 			r.log.Error("split brain: several hosts claim to be primary; fenced writes are refused", "hosts", primaries)
 			r.metrics.splitBrain(true)
 		}
 		r.splitBrain = primaries
 		r.mu.Unlock()
+		if begins && r.refusing != nil {
+			r.refusing()
+		}
 		return
 	}
 	if r.splitBrain != nil {
@@ -466,6 +473,9 @@ func (r *router) publish(old, now string) {
 	r.log.Warn("primary changed", "from", old, "to", now, "epoch", epoch)
 	if r.epochMoved != nil {
 		r.epochMoved(epoch)
+	}
+	if old != "" && r.refusing != nil {
+		r.refusing() // the old primary is refused fenced writes from now
 	}
 	if now != "" && r.changed != nil {
 		r.changed(former, now, epoch)

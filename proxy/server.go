@@ -224,6 +224,7 @@ func New(o Options) (*Server, error) {
 		}
 		s.router.changed = s.primaryChanged
 		s.router.epochMoved = s.pool.dropBefore // connections kept in an earlier epoch, which no session takes
+		s.router.refusing = s.fencedHostsRefused
 		s.router.start()
 	}
 	return s, nil
@@ -251,6 +252,35 @@ func (s *Server) primaryChanged(old, now string, epoch uint64) {
 	for _, ss := range ending {
 		ss.endForFailover(now)
 	}
+}
+
+// fencedHostsRefused acts on a change that may make the router refuse fenced writes on a host it trusted
+// (router.refusing): every session-mode session whose transaction under way wrote a protected table through the
+// proxy (fencedTxOut), on a host writeRefusal refuses now, ends at once (endFencedTx). Judging each message as
+// it is read (fencedTxRefused) does not cover what was sent before the change: a COMMIT pipelined behind a
+// statement still running there reaches the server before the change and commits after it. Sessions not in such
+// a transaction go on (reads, and writes to unprotected tables, as during a split brain). The order makes the
+// rule hold for a message judged while the change is made: the session notes the fenced write (fencedTxOut)
+// before it is sent and judges each later message under the router's lock, and this runs after the change left
+// that lock, so a message judged before the change is seen here, and one judged after is refused there.
+// Transaction pooling is not covered here: its sessions are bound to no host (see docs/ha.md).
+func (s *Server) fencedHostsRefused() {
+	s.mu.Lock()
+	var ending []*session
+	for ss := range s.sessions {
+		if ss.pooled == nil && ss.fencedTxOut.Load() != nil && !ss.state.idle() {
+			ending = append(ending, ss)
+		}
+	}
+	s.mu.Unlock()
+	var wg sync.WaitGroup // the cancels (endFencedTx) go at once, and are taken before this returns
+	for _, ss := range ending {
+		table := ss.fencedTxOut.Load()
+		if why := s.router.writeRefusal(ss.host.addr, ss.host.epoch); why != "" && table != nil {
+			wg.Go(func() { ss.endFencedTx(why, *table) })
+		}
+	}
+	wg.Wait()
 }
 
 // SetPlanner replaces the planner for statements parsed from now on (SIGHUP reload). Sessions keep running.

@@ -74,6 +74,11 @@ type session struct {
 	// open): that transaction ended. While it is set nothing more of the client's reaches a host the router
 	// refuses fenced writes on (fencedTxRefused). Written and read by the side that reads the client.
 	txFenced string
+	// fencedTxOut is txFenced for the router's side (Server.fencedHostsRefused), which ends the session when
+	// its host is refused fenced writes while such a transaction is under way: set (to txFenced) before the
+	// fenced write is sent, cleared with txFenced. fencedTxEnded is why it ended it (upstreamLostFarewell).
+	fencedTxOut   atomic.Pointer[string]
+	fencedTxEnded atomic.Pointer[[2]string] // why, and the table
 	// keptStmts are the statements a session-mode client prepared by Parse, by name, with the planner generation
 	// that fenced them; ownSQLPrep the generation in force at its first SQL PREPARE the proxy does not follow (both
 	// pool modes). For the rules of reloadkept.go; written and read by the side that reads the client.

@@ -1,0 +1,196 @@
+package proxy_test
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/fenceproxy/fenceproxy/internal/pgtest"
+)
+
+// A COMMIT the client pipelined behind a statement of a fenced transaction, while the host was still the only
+// primary, does not commit there once that host is no longer trusted with fenced writes (two primaries, then the
+// old one withdrawn while the barrier runs on the new one) before the statement ahead of it ends. From review57
+// (2026-12-05, attack: a message already on its way before the change). fencedTxRefused judges a message when
+// the proxy reads it from the client. In transaction pooling the proxy holds the COMMIT until the statement
+// before it is answered and the core judges it again as it goes (onClientMsg): refused (held). In session mode
+// the COMMIT went to the server at once, waited there behind the statement, committed on the withdrawn primary
+// when the statement ended, and the client was told COMMIT: a write the new primary never sees. Now the router's
+// change ends such a session at once (Server.fencedHostsRefused), cancelling what runs first.
+func TestQueuedCommitRefusedOnAWithdrawnPrimary(t *testing.T) {
+	for _, mode := range barrierModes {
+		t.Run(mode.name, func(t *testing.T) { queuedCommit(t, mode.yaml) })
+	}
+}
+
+func queuedCommit(t *testing.T, yaml string) {
+	h, admin := startBarrierPair(t, yaml, nil)
+	ctx := haCtx(t)
+	if _, err := admin.Exec(ctx, "CREATE TABLE notes (v int)"); err != nil {
+		t.Fatal(err)
+	}
+	c := connect(t, h.proxy.DSN(pgtest.SuperUser, "", pgtest.TestDB))
+	for _, q := range []string{"SET fence.token = 5", "BEGIN", "UPDATE accounts SET v = 7 WHERE id = 2"} {
+		if _, err := c.Exec(ctx, q); err != nil {
+			t.Fatalf("%s on the published primary: %v", q, err)
+		}
+	}
+	locker := connect(t, h.primary.SuperDSN())
+	lock, err := locker.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lock.Exec(ctx, "LOCK TABLE notes IN ACCESS EXCLUSIVE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	// Both sent while the host is the only primary: the SELECT waits for the lock, the COMMIT behind it.
+	pc := c.PgConn()
+	fe := pc.Frontend()
+	fe.Send(&pgproto3.Query{String: "SELECT count(*) FROM notes"})
+	fe.Send(&pgproto3.Query{String: "COMMIT"})
+	if err := fe.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "the statement to wait for the lock", func() bool {
+		var n int
+		err := admin.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%SELECT count(*) FROM notes' AND wait_event_type = 'Lock'").Scan(&n)
+		return err == nil && n == 1
+	})
+	if err := h.standby.WaitReplayed(ctx, h.primary); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.standby.Promote(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "the proxy to see two primaries", func() bool {
+		v, _ := metricValue(t, h.proxy.Registry, "fenceproxy_upstream_split_brain")
+		return v == 1
+	})
+	hold := withdrawBehindAHeldBarrier(ctx, t, h, admin)
+	if err := lock.Rollback(ctx); err != nil { // the SELECT runs; the barrier still waits
+		t.Fatal(err)
+	}
+	var tags, codes []string
+	pc.Conn().SetDeadline(time.Now().Add(20 * time.Second))
+	for ready := 0; ready < 2; {
+		m, err := fe.Receive()
+		if err != nil {
+			codes = append(codes, "closed: "+err.Error())
+			break
+		}
+		switch m := m.(type) {
+		case *pgproto3.CommandComplete:
+			tags = append(tags, string(m.CommandTag))
+		case *pgproto3.ErrorResponse:
+			codes = append(codes, m.Code)
+		case *pgproto3.ReadyForQuery:
+			ready++
+		}
+	}
+	if err := hold.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("tags %q, errors %q", tags, codes)
+	var n int
+	if err := admin.QueryRow(ctx, "SELECT count(*) FROM accounts WHERE id = 2 AND v = 7").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	committed := false
+	for _, tag := range tags {
+		committed = committed || tag == "COMMIT"
+	}
+	if n != 0 || committed || len(codes) == 0 {
+		t.Errorf("a COMMIT queued behind a running statement, the host withdrawn meanwhile: tags %q, errors %q, rows committed on the old primary %d; want no COMMIT, a FATAL and none", tags, codes, n)
+	}
+	// 57014: the proxy cancelled the statement ahead of the COMMIT before it closed the connection, and the
+	// server's answers (the cancel, then ROLLBACK for the COMMIT) came first; both end the transaction there.
+	if len(codes) > 0 && codes[0] != "55F04" && codes[0] != "08007" && codes[0] != "57014" {
+		t.Errorf("refused with %q, want 55F04, 08007 or 57014", codes)
+	}
+}
+
+// A fenced write in an implicit transaction (a lone UPDATE) that waits for a row lock on the primary when the
+// router stops trusting the host must not commit there and be acknowledged once the lock is released: its
+// commit is the end of its own statement, sent while the host was trusted. From review57 (2026-12-05, attack:
+// a message already at the server before the change): every mode acknowledged UPDATE 1 and the row stayed on
+// the old primary. Session mode holds since Server.fencedHostsRefused (57014). Transaction pooling still FAILS:
+// the hook does not reach a lent server connection (a cancel there could reach another client's statement if
+// the lend ended meanwhile and the connection was lent again, during a split brain).
+func TestInFlightFencedWriteOnAWithdrawnPrimary(t *testing.T) {
+	for _, mode := range barrierModes {
+		t.Run(mode.name, func(t *testing.T) {
+			h, admin := startBarrierPair(t, mode.yaml, nil)
+			ctx := haCtx(t)
+			c := connect(t, h.proxy.DSN(pgtest.SuperUser, "", pgtest.TestDB))
+			if _, err := c.Exec(ctx, "SET fence.token = 5"); err != nil {
+				t.Fatal(err)
+			}
+			locker := connect(t, h.primary.SuperDSN())
+			lock, err := locker.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := lock.Exec(ctx, "SELECT 1 FROM accounts WHERE id = 2 FOR UPDATE"); err != nil {
+				t.Fatal(err)
+			}
+			pc := c.PgConn()
+			fe := pc.Frontend()
+			fe.Send(&pgproto3.Query{String: "UPDATE accounts SET v = 7 WHERE id = 2"})
+			if err := fe.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, 30*time.Second, "the UPDATE to wait for the row lock", func() bool {
+				var n int
+				err := admin.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%accounts%' AND query NOT LIKE '%pg_stat_activity%' AND wait_event_type = 'Lock'").Scan(&n)
+				return err == nil && n == 1
+			})
+			if err := h.standby.WaitReplayed(ctx, h.primary); err != nil {
+				t.Fatal(err)
+			}
+			if err := h.standby.Promote(); err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, 30*time.Second, "the proxy to see two primaries", func() bool {
+				v, _ := metricValue(t, h.proxy.Registry, "fenceproxy_upstream_split_brain")
+				return v == 1
+			})
+			hold := withdrawBehindAHeldBarrier(ctx, t, h, admin)
+			if err := lock.Rollback(ctx); err != nil {
+				t.Fatal(err)
+			}
+			var tags, codes []string
+			pc.Conn().SetDeadline(time.Now().Add(20 * time.Second))
+			for done := false; !done; {
+				m, err := fe.Receive()
+				if err != nil {
+					codes = append(codes, "closed: "+err.Error())
+					break
+				}
+				switch m := m.(type) {
+				case *pgproto3.CommandComplete:
+					tags = append(tags, string(m.CommandTag))
+				case *pgproto3.ErrorResponse:
+					codes = append(codes, m.Code)
+				case *pgproto3.ReadyForQuery:
+					done = true
+				}
+			}
+			t.Logf("tags %q, errors %q", tags, codes)
+			if err := hold.Rollback(ctx); err != nil {
+				t.Fatal(err)
+			}
+			var n int
+			if err := admin.QueryRow(ctx, "SELECT count(*) FROM accounts WHERE id = 2 AND v = 7").Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			if len(codes) == 0 {
+				t.Errorf("a fenced UPDATE waiting on the withdrawn primary was acknowledged (%q, rows committed there %d); want it cancelled or 08007", tags, n)
+			}
+			if n != 0 && !slices.Contains(codes, "08007") {
+				t.Errorf("a fenced UPDATE committed on the withdrawn primary (%d rows), the client told %q %q; want none, or 08007", n, tags, codes)
+			}
+		})
+	}
+}
