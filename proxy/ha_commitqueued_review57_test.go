@@ -115,9 +115,9 @@ func queuedCommit(t *testing.T, yaml string) {
 // router stops trusting the host must not commit there and be acknowledged once the lock is released: its
 // commit is the end of its own statement, sent while the host was trusted. From review57 (2026-12-05, attack:
 // a message already at the server before the change): every mode acknowledged UPDATE 1 and the row stayed on
-// the old primary. Session mode holds since Server.fencedHostsRefused (57014). Transaction pooling still FAILS:
-// the hook does not reach a lent server connection (a cancel there could reach another client's statement if
-// the lend ended meanwhile and the connection was lent again, during a split brain).
+// the old primary. Session mode holds since Server.fencedHostsRefused (57014), transaction pooling since that
+// hook cancels what the client's lent connection runs there (cancelLent, under the session's lock, so never a
+// connection lent on to another client meanwhile).
 func TestInFlightFencedWriteOnAWithdrawnPrimary(t *testing.T) {
 	for _, mode := range barrierModes {
 		t.Run(mode.name, func(t *testing.T) {

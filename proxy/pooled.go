@@ -3921,24 +3921,38 @@ func (ss *session) endPooled(e ending) {
 // A client waiting for a server connection holds mu for its wait (lend): its wait ends, cancelled
 // (errWaitCancelled), and its statement never runs. Without that, the cancel waited for the wait, and then
 // reached a statement already over.
-func (ss *session) cancelPooled() {
+func (ss *session) cancelPooled() { ss.cancelLent(nil) }
+
+// cancelLent cancels what the lent server connection runs for the client, as cancelPooled says: for the
+// client's CancelRequest (refuses nil), or for the router, which stopped trusting a host with fenced writes
+// (Server.fencedHostsRefused): then only if refuses, asked under the session's lock, says the connection lent
+// now is on such a host. The lend cannot end while that lock is held, so the connection cancelled is the
+// client's own, never one given back and lent to another client meanwhile. A client waiting for a connection
+// has nothing running: only its own cancel ends the wait.
+func (ss *session) cancelLent(refuses func(*serverConn) bool) {
 	pl := ss.pooled
 	pause := time.Millisecond
 	for !pl.mu.TryLock() {
 		pl.waitMu.Lock()
 		waiting := pl.waiting
-		if waiting {
+		if waiting && refuses == nil {
 			pl.waitCancelled = true
 		}
 		pl.waitMu.Unlock()
 		if waiting {
-			pl.wakeWait()
+			if refuses == nil {
+				pl.wakeWait()
+			}
 			return
 		}
 		// mu is held for a message being forwarded (a long one: a COPY's), or by a lend about to wait: look
 		// again, less often the longer it is held, so that cancels piling up cost no CPU.
 		time.Sleep(pause)
 		pause = min(2*pause, cancelPollMax)
+	}
+	if refuses != nil && (pl.sc == nil || !refuses(pl.sc)) {
+		pl.mu.Unlock()
+		return
 	}
 	ss.applyCopyStarts()
 	if pl.sc != nil && ss.ownAhead() {

@@ -263,18 +263,28 @@ func (s *Server) primaryChanged(old, now string, epoch uint64) {
 // rule hold for a message judged while the change is made: the session notes the fenced write (fencedTxOut)
 // before it is sent and judges each later message under the router's lock, and this runs after the change left
 // that lock, so a message judged before the change is seen here, and one judged after is refused there.
-// Transaction pooling is not covered here: its sessions are bound to no host (see docs/ha.md).
+// A pooled session is bound to no host: what its lent connection runs is cancelled when that connection's host
+// is refused (cancelLent); a unit still waiting for a connection is judged when it gets one (the core judges a
+// pooled unit after its lend), so nothing of it was judged before the change.
 func (s *Server) fencedHostsRefused() {
 	s.mu.Lock()
 	var ending []*session
 	for ss := range s.sessions {
-		if ss.pooled == nil && ss.fencedTxOut.Load() != nil && !ss.state.idle() {
+		if ss.fencedTxOut.Load() != nil && !ss.state.idle() {
 			ending = append(ending, ss)
 		}
 	}
 	s.mu.Unlock()
 	var wg sync.WaitGroup // the cancels (endFencedTx) go at once, and are taken before this returns
 	for _, ss := range ending {
+		if ss.pooled != nil {
+			// Bound to no host: what runs on the connection lent now is cancelled if that connection's host is
+			// refused (the statement then fails, 57014, and the rest of the transaction meets fencedTxRefused).
+			wg.Go(func() {
+				ss.cancelLent(func(sc *serverConn) bool { return s.router.writeRefusal(sc.host.addr, sc.host.epoch) != "" })
+			})
+			continue
+		}
 		table := ss.fencedTxOut.Load()
 		if why := s.router.writeRefusal(ss.host.addr, ss.host.epoch); why != "" && table != nil {
 			wg.Go(func() { ss.endFencedTx(why, *table) })
