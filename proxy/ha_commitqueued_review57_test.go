@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/fenceproxy/fenceproxy/internal/pgtest"
@@ -37,14 +38,7 @@ func queuedCommit(t *testing.T, yaml string) {
 			t.Fatalf("%s on the published primary: %v", q, err)
 		}
 	}
-	locker := connect(t, h.primary.SuperDSN())
-	lock, err := locker.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := lock.Exec(ctx, "LOCK TABLE notes IN ACCESS EXCLUSIVE MODE"); err != nil {
-		t.Fatal(err)
-	}
+	lock := beginWith(ctx, t, connect(t, h.primary.SuperDSN()), "LOCK TABLE notes IN ACCESS EXCLUSIVE MODE")
 	// Both sent while the host is the only primary: the SELECT waits for the lock, the COMMIT behind it.
 	pc := c.PgConn()
 	fe := pc.Frontend()
@@ -58,37 +52,12 @@ func queuedCommit(t *testing.T, yaml string) {
 		err := admin.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%SELECT count(*) FROM notes' AND wait_event_type = 'Lock'").Scan(&n)
 		return err == nil && n == 1
 	})
-	if err := h.standby.WaitReplayed(ctx, h.primary); err != nil {
-		t.Fatal(err)
-	}
-	if err := h.standby.Promote(); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, 30*time.Second, "the proxy to see two primaries", func() bool {
-		v, _ := metricValue(t, h.proxy.Registry, "fenceproxy_upstream_split_brain")
-		return v == 1
-	})
+	h.splitBrain(ctx, t)
 	hold := withdrawBehindAHeldBarrier(ctx, t, h, admin)
 	if err := lock.Rollback(ctx); err != nil { // the SELECT runs; the barrier still waits
 		t.Fatal(err)
 	}
-	var tags, codes []string
-	pc.Conn().SetDeadline(time.Now().Add(20 * time.Second))
-	for ready := 0; ready < 2; {
-		m, err := fe.Receive()
-		if err != nil {
-			codes = append(codes, "closed: "+err.Error())
-			break
-		}
-		switch m := m.(type) {
-		case *pgproto3.CommandComplete:
-			tags = append(tags, string(m.CommandTag))
-		case *pgproto3.ErrorResponse:
-			codes = append(codes, m.Code)
-		case *pgproto3.ReadyForQuery:
-			ready++
-		}
-	}
+	tags, codes := tagsAndCodesUntilReady(pc, 2)
 	if err := hold.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -127,14 +96,7 @@ func TestInFlightFencedWriteOnAWithdrawnPrimary(t *testing.T) {
 			if _, err := c.Exec(ctx, "SET fence.token = 5"); err != nil {
 				t.Fatal(err)
 			}
-			locker := connect(t, h.primary.SuperDSN())
-			lock, err := locker.Begin(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := lock.Exec(ctx, "SELECT 1 FROM accounts WHERE id = 2 FOR UPDATE"); err != nil {
-				t.Fatal(err)
-			}
+			lock := beginWith(ctx, t, connect(t, h.primary.SuperDSN()), "SELECT 1 FROM accounts WHERE id = 2 FOR UPDATE")
 			pc := c.PgConn()
 			fe := pc.Frontend()
 			fe.Send(&pgproto3.Query{String: "UPDATE accounts SET v = 7 WHERE id = 2"})
@@ -146,37 +108,12 @@ func TestInFlightFencedWriteOnAWithdrawnPrimary(t *testing.T) {
 				err := admin.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%accounts%' AND query NOT LIKE '%pg_stat_activity%' AND wait_event_type = 'Lock'").Scan(&n)
 				return err == nil && n == 1
 			})
-			if err := h.standby.WaitReplayed(ctx, h.primary); err != nil {
-				t.Fatal(err)
-			}
-			if err := h.standby.Promote(); err != nil {
-				t.Fatal(err)
-			}
-			eventually(t, 30*time.Second, "the proxy to see two primaries", func() bool {
-				v, _ := metricValue(t, h.proxy.Registry, "fenceproxy_upstream_split_brain")
-				return v == 1
-			})
+			h.splitBrain(ctx, t)
 			hold := withdrawBehindAHeldBarrier(ctx, t, h, admin)
 			if err := lock.Rollback(ctx); err != nil {
 				t.Fatal(err)
 			}
-			var tags, codes []string
-			pc.Conn().SetDeadline(time.Now().Add(20 * time.Second))
-			for done := false; !done; {
-				m, err := fe.Receive()
-				if err != nil {
-					codes = append(codes, "closed: "+err.Error())
-					break
-				}
-				switch m := m.(type) {
-				case *pgproto3.CommandComplete:
-					tags = append(tags, string(m.CommandTag))
-				case *pgproto3.ErrorResponse:
-					codes = append(codes, m.Code)
-				case *pgproto3.ReadyForQuery:
-					done = true
-				}
-			}
+			tags, codes := tagsAndCodesUntilReady(pc, 1)
 			t.Logf("tags %q, errors %q", tags, codes)
 			if err := hold.Rollback(ctx); err != nil {
 				t.Fatal(err)
@@ -193,4 +130,26 @@ func TestInFlightFencedWriteOnAWithdrawnPrimary(t *testing.T) {
 			}
 		})
 	}
+}
+
+// tagsAndCodesUntilReady reads pc's answers up to the readies-th ReadyForQuery (20 s at most) and returns the command
+// tags and the error codes in them; the connection's end adds a code "closed: " and the error.
+func tagsAndCodesUntilReady(pc *pgconn.PgConn, readies int) (tags, codes []string) {
+	fe := pc.Frontend()
+	pc.Conn().SetDeadline(time.Now().Add(20 * time.Second))
+	for readies > 0 {
+		m, err := fe.Receive()
+		if err != nil {
+			return tags, append(codes, "closed: "+err.Error())
+		}
+		switch m := m.(type) {
+		case *pgproto3.CommandComplete:
+			tags = append(tags, string(m.CommandTag))
+		case *pgproto3.ErrorResponse:
+			codes = append(codes, m.Code)
+		case *pgproto3.ReadyForQuery:
+			readies--
+		}
+	}
+	return tags, codes
 }
