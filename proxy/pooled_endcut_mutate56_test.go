@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"testing"
@@ -35,58 +36,81 @@ func TestPooledEndWritesNothingAfterACutRow(t *testing.T) {
 			t.Fatal(err)
 		}
 		conn.SetReadDeadline(time.Now().Add(20 * time.Second))
-		// ParseComplete and BindComplete, then rows: the Query goes once a whole row came.
-		head := []byte{'1', 0, 0, 0, 4, '2', 0, 0, 0, 4}
-		var got []byte
-		buf := make([]byte, 64<<10)
-		for len(got) < len(head)+len(row) {
-			n, err := conn.Read(buf)
-			if err != nil {
-				t.Fatalf("before the Query: %v after %d bytes", err, len(got))
-			}
-			got = append(got, buf[:n]...)
-		}
-		if !bytes.HasPrefix(got, head) {
-			t.Fatalf("the answer starts %q, want ParseComplete, BindComplete", got[:len(head)])
-		}
+		got := readBatchFirstRow(t, conn, row, "before the Query") // the Query goes once a whole row came
 		fe.Send(&pgproto3.Query{String: "SELECT 'inside the batch'"})
 		if err := fe.Flush(); err != nil {
 			t.Fatal(err)
 		}
-		for {
-			n, err := conn.Read(buf)
-			got = append(got, buf[:n]...)
-			if err != nil {
-				var ne net.Error
-				if errors.As(err, &ne) && ne.Timeout() {
-					t.Fatalf("no end within 20 s")
-				}
-				if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
-					t.Logf("the stream ended with %v", err)
-				}
-				break
-			}
-		}
-		rest := got[len(head):]
-		rows := 0
-		for len(rest) >= len(row) && bytes.Equal(rest[:len(row)], row) {
-			rest, rows = rest[len(row):], rows+1
-		}
-		switch {
-		case len(rest) == 0:
-			t.Fatalf("round %d: %d whole rows, then the end without the FATAL", round, rows)
-		case bytes.HasPrefix(row, rest):
-			t.Fatalf("round %d: %d whole rows, then %d bytes of a row cut in its middle, then the end", round, rows, len(rest))
-		case rest[0] == 'E':
-			fatal := readFatal(t, rest, rows)
-			if fatal.Severity != "FATAL" || fatal.Code != "0A000" {
-				t.Fatalf("after %d rows: %s %s %s, want FATAL 0A000", rows, fatal.Severity, fatal.Code, fatal.Message)
-			}
-		default:
-			n := min(len(rest), 40)
-			t.Fatalf("after %d whole rows: %d bytes that are neither a row nor the FATAL nor the beginning of a row: %q...", rows, len(rest), rest[:n])
+		got = readToEnd(t, conn, got, "20 s")
+		rows, fatal := wholeRowsThenFatal(t, got, row, fmt.Sprintf("round %d: ", round))
+		if fatal.Severity != "FATAL" || fatal.Code != "0A000" {
+			t.Fatalf("after %d rows: %s %s %s, want FATAL 0A000", rows, fatal.Severity, fatal.Code, fatal.Message)
 		}
 	}
+}
+
+// batchHead is how a batch of Parse, Bind and Execute is answered first: ParseComplete, BindComplete.
+var batchHead = []byte{'1', 0, 0, 0, 4, '2', 0, 0, 0, 4}
+
+// readBatchFirstRow reads conn up to the first whole row of such a batch's answer (row), and fails, naming
+// when (what), unless the answer starts with batchHead. It returns what it read.
+func readBatchFirstRow(t *testing.T, conn net.Conn, row []byte, what string) []byte {
+	t.Helper()
+	var got []byte
+	buf := make([]byte, 64<<10)
+	for len(got) < len(batchHead)+len(row) {
+		n, err := conn.Read(buf)
+		if err != nil {
+			t.Fatalf("%s: %v after %d bytes", what, err, len(got))
+		}
+		got = append(got, buf[:n]...)
+	}
+	if !bytes.HasPrefix(got, batchHead) {
+		t.Fatalf("the answer starts %q, want ParseComplete, BindComplete", got[:len(batchHead)])
+	}
+	return got
+}
+
+// readToEnd appends what conn sends to got until the stream ends, and fails if conn's read deadline (within)
+// comes first.
+func readToEnd(t *testing.T, conn net.Conn, got []byte, within string) []byte {
+	t.Helper()
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := conn.Read(buf)
+		got = append(got, buf[:n]...)
+		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				t.Fatalf("no end within %s", within)
+			}
+			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+				t.Logf("the stream ended with %v", err)
+			}
+			return got
+		}
+	}
+}
+
+// wholeRowsThenFatal checks, byte for byte, that got (a batch's answer to its end) is batchHead, whole rows
+// (row), then one whole ErrorResponse and nothing after it: never part of a row, never the end without it. It
+// returns the rows and the ErrorResponse; its failures start with prefix.
+func wholeRowsThenFatal(t *testing.T, got, row []byte, prefix string) (int, *pgproto3.ErrorResponse) {
+	t.Helper()
+	rest := got[len(batchHead):]
+	rows := 0
+	for len(rest) >= len(row) && bytes.Equal(rest[:len(row)], row) {
+		rest, rows = rest[len(row):], rows+1
+	}
+	switch {
+	case len(rest) == 0:
+		t.Fatalf("%s%d whole rows, then the end without the FATAL", prefix, rows)
+	case bytes.HasPrefix(row, rest):
+		t.Fatalf("%s%d whole rows, then %d bytes of a row cut in its middle, then the end", prefix, rows, len(rest))
+	case rest[0] != 'E':
+		t.Fatalf("%safter %d whole rows: %d bytes that are neither a row nor a FATAL nor the beginning of a row: %q...", prefix, rows, len(rest), rest[:min(len(rest), 40)])
+	}
+	return rows, readFatal(t, rest, rows)
 }
 
 // expectedRepeatRow is the DataRow of one repeat('x', n) value, as the server sends it.

@@ -83,12 +83,10 @@ func endWhileRowsCome(t *testing.T, f *fenced) {
 	t.Logf("%d rows, then the FATAL", rows)
 }
 
-// The same end with a client that reads nothing more: the lend's server side is stuck in a write to the client,
-// whose socket is full, when the session ends. The session's end waits for that side before its farewell
-// (above), so the write must be bounded as the farewell's is: the session ends within the farewell's and the
-// linger's time, its goroutines with it, not when (if ever) the client reads.
-func TestPooledEndWithAClientThatReadsNothing(t *testing.T) {
-	f := newPooledFenced(t, 1, "")
+// rowsFlowing starts, on f's pool of one, a batch whose answer is 100,000 rows with no Sync (sendLargeUnsynced),
+// reads up to its first row and checks that the subject's is the one session: the state both ends below start from.
+func rowsFlowing(t *testing.T, f *fenced) *pgproto3.Frontend {
+	t.Helper()
 	fe := sendLargeUnsynced(t, f, 100000)
 	for {
 		m, err := fe.Receive()
@@ -100,8 +98,18 @@ func TestPooledEndWithAClientThatReadsNothing(t *testing.T) {
 		}
 	}
 	if n := f.p.Server.ActiveSessions(); n != 1 {
-		t.Fatalf("%d sessions before the Query, want the subject's", n)
+		t.Fatalf("%d sessions while the rows flow, want the subject's", n)
 	}
+	return fe
+}
+
+// The same end with a client that reads nothing more: the lend's server side is stuck in a write to the client,
+// whose socket is full, when the session ends. The session's end waits for that side before its farewell
+// (above), so the write must be bounded as the farewell's is: the session ends within the farewell's and the
+// linger's time, its goroutines with it, not when (if ever) the client reads.
+func TestPooledEndWithAClientThatReadsNothing(t *testing.T) {
+	f := newPooledFenced(t, 1, "")
+	fe := rowsFlowing(t, f)
 	fe.Send(&pgproto3.Query{String: "SELECT 'inside the batch'"})
 	if err := fe.Flush(); err != nil {
 		t.Fatal(err)
