@@ -27,10 +27,7 @@ func TestFencedWriteRefusedWhileTheBarrierRuns(t *testing.T) {
 		t.Run(mode.name, func(t *testing.T) {
 			h, admin := startBarrierPair(t, mode.yaml, nil)
 			ctx := haCtx(t)
-			c := connect(t, h.proxy.DSN(pgtest.SuperUser, "", pgtest.TestDB))
-			if _, err := c.Exec(ctx, "SET fence.token = 5"); err != nil {
-				t.Fatal(err)
-			}
+			c := tokenClient(ctx, t, h, 5)
 			if _, err := c.Exec(ctx, "UPDATE accounts SET v = 1 WHERE id = 1"); err != nil {
 				t.Fatalf("fenced write before the switch: %v", err)
 			}

@@ -1,10 +1,13 @@
 package proxy_test
 
 import (
+	"context"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 
@@ -29,16 +32,7 @@ func TestQueuedCommitRefusedOnAWithdrawnPrimary(t *testing.T) {
 func queuedCommit(t *testing.T, yaml string) {
 	h, admin := startBarrierPair(t, yaml, nil)
 	ctx := haCtx(t)
-	if _, err := admin.Exec(ctx, "CREATE TABLE notes (v int)"); err != nil {
-		t.Fatal(err)
-	}
-	c := connect(t, h.proxy.DSN(pgtest.SuperUser, "", pgtest.TestDB))
-	for _, q := range []string{"SET fence.token = 5", "BEGIN", "UPDATE accounts SET v = 7 WHERE id = 2"} {
-		if _, err := c.Exec(ctx, q); err != nil {
-			t.Fatalf("%s on the published primary: %v", q, err)
-		}
-	}
-	lock := beginWith(ctx, t, connect(t, h.primary.SuperDSN()), "LOCK TABLE notes IN ACCESS EXCLUSIVE MODE")
+	c, lock := fencedTxBesideALockedTable(ctx, t, h, admin)
 	// Both sent while the host is the only primary: the SELECT waits for the lock, the COMMIT behind it.
 	pc := c.PgConn()
 	fe := pc.Frontend()
@@ -92,10 +86,7 @@ func TestInFlightFencedWriteOnAWithdrawnPrimary(t *testing.T) {
 		t.Run(mode.name, func(t *testing.T) {
 			h, admin := startBarrierPair(t, mode.yaml, nil)
 			ctx := haCtx(t)
-			c := connect(t, h.proxy.DSN(pgtest.SuperUser, "", pgtest.TestDB))
-			if _, err := c.Exec(ctx, "SET fence.token = 5"); err != nil {
-				t.Fatal(err)
-			}
+			c := tokenClient(ctx, t, h, 5)
 			lock := beginWith(ctx, t, connect(t, h.primary.SuperDSN()), "SELECT 1 FROM accounts WHERE id = 2 FOR UPDATE")
 			pc := c.PgConn()
 			fe := pc.Frontend()
@@ -152,4 +143,31 @@ func tagsAndCodesUntilReady(pc *pgconn.PgConn, readies int) (tags, codes []strin
 		}
 	}
 	return tags, codes
+}
+
+// fencedTxBesideALockedTable opens, through the proxy on the pair's primary, a transaction with token 5 that
+// wrote accounts (a fenced write), and locks a table notes made for it there (admin's server) in a transaction
+// it returns: a statement of the client's on notes waits until the caller rolls that back.
+func fencedTxBesideALockedTable(ctx context.Context, t *testing.T, h *haPair, admin *pgx.Conn) (*pgx.Conn, pgx.Tx) {
+	t.Helper()
+	if _, err := admin.Exec(ctx, "CREATE TABLE notes (v int)"); err != nil {
+		t.Fatal(err)
+	}
+	c := tokenClient(ctx, t, h, 5)
+	for _, q := range []string{"BEGIN", "UPDATE accounts SET v = 7 WHERE id = 2"} {
+		if _, err := c.Exec(ctx, q); err != nil {
+			t.Fatalf("%s on the published primary: %v", q, err)
+		}
+	}
+	return c, beginWith(ctx, t, connect(t, h.primary.SuperDSN()), "LOCK TABLE notes IN ACCESS EXCLUSIVE MODE")
+}
+
+// tokenClient is a client of the pair's proxy with fence.token set to token.
+func tokenClient(ctx context.Context, t *testing.T, h *haPair, token int) *pgx.Conn {
+	t.Helper()
+	c := connect(t, h.proxy.DSN(pgtest.SuperUser, "", pgtest.TestDB))
+	if _, err := c.Exec(ctx, fmt.Sprintf("SET fence.token = %d", token)); err != nil {
+		t.Fatal(err)
+	}
+	return c
 }

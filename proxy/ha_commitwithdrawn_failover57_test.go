@@ -28,10 +28,7 @@ func TestCommitRefusedOnAWithdrawnPrimary(t *testing.T) {
 				if _, err := admin.Exec(ctx, "CREATE TABLE notes (v int)"); err != nil {
 					t.Fatal(err)
 				}
-				c := connect(t, h.proxy.DSN(pgtest.SuperUser, "", pgtest.TestDB))
-				if _, err := c.Exec(ctx, "SET fence.token = 5"); err != nil {
-					t.Fatal(err)
-				}
+				c := tokenClient(ctx, t, h, 5)
 				var pipe *pgconn.Pipeline
 				if end == "COMMIT" {
 					if _, err := c.Exec(ctx, "BEGIN"); err != nil {
@@ -129,16 +126,7 @@ func TestCommitBehindARunningStatementOnAWithdrawnPrimary(t *testing.T) {
 		t.Run(mode.name, func(t *testing.T) {
 			h, admin := startBarrierPair(t, mode.yaml, nil)
 			ctx := haCtx(t)
-			if _, err := admin.Exec(ctx, "CREATE TABLE notes (v int)"); err != nil {
-				t.Fatal(err)
-			}
-			c := connect(t, h.proxy.DSN(pgtest.SuperUser, "", pgtest.TestDB))
-			for _, q := range []string{"SET fence.token = 5", "BEGIN", "UPDATE accounts SET v = 7 WHERE id = 2"} {
-				if _, err := c.Exec(ctx, q); err != nil {
-					t.Fatalf("%s on the published primary: %v", q, err)
-				}
-			}
-			lock := beginWith(ctx, t, connect(t, h.primary.SuperDSN()), "LOCK TABLE notes IN ACCESS EXCLUSIVE MODE")
+			c, lock := fencedTxBesideALockedTable(ctx, t, h, admin)
 			pipe := c.PgConn().StartPipeline(ctx)
 			pipe.SendQueryParams("SELECT count(*) FROM notes", nil, nil, nil, nil)
 			if err := pipe.Sync(); err != nil {

@@ -17,10 +17,7 @@ func TestPooledFencedWriteWaitingForASlotAcrossASplitBrain(t *testing.T) {
 	h, admin := startBarrierPair(t, pooledYAML("size: 1", poolAdmin), nil)
 	ctx := haCtx(t)
 	dsn := h.proxy.DSN(pgtest.SuperUser, "", pgtest.TestDB)
-	c := connect(t, dsn)
-	if _, err := c.Exec(ctx, "SET fence.token = 5"); err != nil {
-		t.Fatal(err)
-	}
+	c := tokenClient(ctx, t, h, 5)
 	holder := beginWith(ctx, t, connect(t, dsn), "SELECT 1") // the pool's one connection, idle in its block
 	done := execAsync(ctx, c, "UPDATE accounts SET v = 9 WHERE id = 2")
 	waitingClients(t, connect(t, h.proxy.DSN(pgtest.SuperUser, "", "fenceproxy")+"&default_query_exec_mode=simple_protocol"), 1)
