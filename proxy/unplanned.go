@@ -1,0 +1,196 @@
+package proxy
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"strings"
+
+	"github.com/fenceproxy/fenceproxy/rewrite"
+)
+
+// Writes the proxy did not plan. A transaction that wrote a protected table must not commit on a host the
+// router no longer trusts with fenced writes (fencedTxRefused); the writes the proxy planned mark it
+// (noteTxFenced), but a statement that names no protected table may write one inside the server: a function,
+// a procedure, a trigger or a rule on another table, a DO block's dynamic SQL, a foreign key cascade. The server
+// knows, whoever wrote: a write to a table takes a lock on it (RowExclusiveLock for a row's INSERT, UPDATE or
+// DELETE, AccessExclusiveLock for a TRUNCATE) that the transaction holds until it ends, and a subtransaction
+// rolled back gives back the locks it took along with its writes. So on a host the router refuses fenced writes
+// on (and only there: the fast path asks nothing), before a message of an open transaction block that runs
+// something (a Query, an Execute, a FunctionCall) goes, the proxy asks the host, over a connection of its own
+// (the health check's role, in the session's database), which relations the session's backend holds such a
+// lock on, and judges each by the planner (a write to it that the planner would fence or refuse is a write to a
+// protected table). A transaction that holds one is marked as a fenced write marks it, and the existing rule
+// ends the session before the message goes (FATAL 55F04; 08007 while an answer is still owed).
+//
+// The question is sound only between statements: the backend then runs nothing of the client's, so its locks
+// say all the transaction wrote. Where the proxy cannot ask between a write and what may commit it, the
+// transaction is judged one that wrote (fail closed): a message that runs something while an earlier one of the
+// block may still run (pipelined: a second Execute before the batch's Sync, a Query before the last is
+// answered), and a Query of more than one statement (a write then a COMMIT in one text). An answer the host does
+// not give (the connection, the role, a timeout) is judged the same way.
+//
+// What the rule does not cover: a unit sent while the session is outside a transaction block (a Query, an
+// extended-protocol batch up to its Sync, and what is pipelined behind it) runs and commits as one; its write,
+// if any, is the statement's own, after the router's change, and commits with its own end, where nothing can be
+// asked in between (docs/ha.md).
+
+// unplannedWrites is a session's state for the rule above, between the client's messages.
+type unplannedWrites struct {
+	// free: the messages under way began with the session at rest outside a transaction block (see above):
+	// not judged, until the session is at rest again.
+	free bool
+	// execs counts the Executes sent since the last Sync: the one before may still run.
+	execs int
+}
+
+// unplannedTables names, in errors, what a transaction whose writes the proxy could not judge may have written.
+const unplannedTables = "protected tables (the transaction's writes inside the server could not be checked)"
+
+// unplannedWriteRefused applies the rule above to the client's message typ (body: its body when the core reads
+// it), before it is sent: nil when it may go, else the session's farewell. It also keeps the state of the rule,
+// once per message of the client's (onClientMsg).
+func (ss *session) unplannedWriteRefused(typ byte, body []byte) error {
+	if ss.srv.router == nil || typ == msgTerminate {
+		return nil
+	}
+	st, u := &ss.state, &ss.unplanned
+	atRest := st.ready.Load() && st.pending.Load() <= 0 && st.internal.Load() <= 0 && u.execs == 0
+	if atRest {
+		u.free = byte(st.txStatus.Load()) == txIdle
+	}
+	switch typ {
+	case msgExecute:
+		defer func() { u.execs++ }()
+	case msgSync:
+		u.execs = 0 // what the batch runs is now counted as pending, until its ReadyForQuery
+		return nil
+	case msgQuery, msgFunctionCall:
+	default:
+		return nil // runs nothing: a Parse, Bind, Describe, Close, Flush; a COPY's data is its statement's
+	}
+	if u.free || ss.txFenced != "" {
+		return nil // not judged, or judged already (fencedTxRefused)
+	}
+	why := ss.srv.router.writeRefusal(ss.host.addr, ss.host.epoch)
+	if why == "" {
+		return nil
+	}
+	table := ss.unplannedWrite(atRest, typ, body)
+	if table == "" {
+		return nil
+	}
+	ss.noteTxFenced(table)
+	return fencedTxFarewell(why, table, st.pending.Load() > 0 || u.execs > 0)
+}
+
+// unplannedWrite says whether the transaction under way may have written a protected table on its host, which
+// the router no longer trusts: the table's name, or unplannedTables when it cannot be told (the rule above);
+// "" when it wrote none. atRest: nothing the client sent before may still run.
+func (ss *session) unplannedWrite(atRest bool, typ byte, body []byte) string {
+	if !atRest {
+		return unplannedTables
+	}
+	if typ == msgQuery {
+		text, ok := planText(msgQuery, body)
+		if !ok {
+			return unplannedTables // not read (no planner): its statements are not known
+		}
+		if n, ok := rewrite.Statements(text, ss.readingSettings()); !ok || n > 1 {
+			return unplannedTables // a write and a COMMIT in one text: nothing can be asked in between
+		}
+	}
+	pid, ok := ss.backendPID()
+	if !ok {
+		return unplannedTables
+	}
+	db := ss.params["database"]
+	if db == "" {
+		db = ss.params["user"] // as PostgreSQL defaults it
+	}
+	r := ss.srv.router
+	ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
+	defer cancel()
+	rels, err := r.writeLocked(ctx, ss.host.addr, db, pid)
+	if err != nil {
+		ss.logger().Warn("could not ask a host the router no longer trusts what a transaction wrote; judged as a write to a protected table", "host", ss.host.addr, "error", err)
+		return unplannedTables
+	}
+	p := ss.srv.currentPlanner()
+	for _, rel := range rels {
+		// The planner's own judgement of a write to the relation: the same rule as for a write the client sends.
+		sql := "INSERT INTO " + quoteIdentifier(rel[0]) + "." + quoteIdentifier(rel[1]) + " DEFAULT VALUES"
+		if p == nil || p.Plan([]byte(sql), rewrite.DefaultSettings).Action != rewrite.Pass {
+			return rel[0] + "." + rel[1]
+		}
+	}
+	return ""
+}
+
+// backendPID is the PID of the backend that runs the client's transaction: the session's upstream connection's,
+// or in transaction pooling the lent server connection's (read under the session's lock, which the core's
+// caller holds).
+func (ss *session) backendPID() (uint32, bool) {
+	key := ss.cancelKey
+	if ss.pooled != nil {
+		if ss.pooled.sc == nil {
+			return 0, false
+		}
+		key = ss.pooled.sc.key
+	}
+	if len(key) < 4 {
+		return 0, false
+	}
+	return binary.BigEndian.Uint32(key), true
+}
+
+// writeLockedSQL lists, for the backend of PID $1, the relations of the current database on which it holds a
+// lock that a write takes (anything above RowShareLock, which SELECT FOR UPDATE takes), and every relation they
+// inherit from or are partitions of: a write to a partition or a child is a write to its protected parent.
+const writeLockedSQL = `WITH RECURSIVE locked(relid) AS (
+	SELECT l.relation FROM pg_catalog.pg_locks l
+	WHERE l.pid = $1 AND l.locktype = 'relation' AND l.granted
+		AND l.database = (SELECT d.oid FROM pg_catalog.pg_database d WHERE d.datname = pg_catalog.current_database())
+		AND l.mode NOT IN ('AccessShareLock', 'RowShareLock')
+	UNION
+	SELECT i.inhparent FROM pg_catalog.pg_inherits i JOIN locked ON i.inhrelid = locked.relid
+)
+SELECT n.nspname::text, c.relname::text FROM locked JOIN pg_catalog.pg_class c ON c.oid = locked.relid
+JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace`
+
+// writeLocked asks host, in database db, over a connection of the router's own role, which relations the
+// backend of pid holds a write's lock on (writeLockedSQL), as schema and name.
+func (r *router) writeLocked(ctx context.Context, host, db string, pid uint32) ([][2]string, error) {
+	cc, err := r.login(host)
+	if err != nil {
+		return nil, err
+	}
+	cc.Database = db
+	conn, err := connectOwnRole(ctx, cc)
+	if err != nil {
+		return nil, fmt.Errorf("connect to %s, database %s: %w", host, db, err)
+	}
+	defer conn.Close(context.Background())
+	rows, err := conn.Query(ctx, writeLockedSQL, int64(pid))
+	if err != nil {
+		return nil, fmt.Errorf("read the locks of backend %d on %s: %w", pid, host, err)
+	}
+	defer rows.Close()
+	var rels [][2]string
+	for rows.Next() {
+		var rel [2]string
+		if err := rows.Scan(&rel[0], &rel[1]); err != nil {
+			return nil, fmt.Errorf("read the locks of backend %d on %s: %w", pid, host, err)
+		}
+		rels = append(rels, rel)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read the locks of backend %d on %s: %w", pid, host, err)
+	}
+	return rels, nil
+}
+
+// quoteIdentifier quotes name as a PostgreSQL identifier.
+func quoteIdentifier(name string) string {
+	return `"` + strings.ReplaceAll(name, `"`, `""`) + `"`
+}
