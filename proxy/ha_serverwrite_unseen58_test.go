@@ -3,10 +3,13 @@ package proxy_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
 )
 
 // A transaction that wrote a protected table through code inside the server (a function, a procedure, a
@@ -194,6 +197,54 @@ func TestServerSideWriteInItsOwnTransactionInASplitBrain(t *testing.T) {
 			}
 			if n != 0 {
 				t.Errorf("a statement writing a protected table through a function, alone, on the old primary during a split brain: %v; rows committed there %d, want none", err, n)
+			}
+		})
+	}
+}
+
+// A COMMIT the client pipelined, while the host was still the only primary, behind a statement of a transaction
+// that wrote a protected table inside the server does not commit there once the router stops trusting the host
+// before the statement ahead of it ends. From unseen58 (2026-12-06), as TestQueuedCommitRefusedOnAWithdrawnPrimary
+// for a write the proxy planned: nothing of the session was judged after the change (both messages were at the
+// server already), so in session mode the COMMIT committed on the withdrawn primary when the statement ended.
+// Transaction pooling holds the COMMIT until the statement is answered and judges it then.
+func TestQueuedCommitOfAServerSideWriteOnAWithdrawnPrimary(t *testing.T) {
+	for _, mode := range barrierModes {
+		t.Run(mode.name, func(t *testing.T) {
+			h, admin := startBarrierPair(t, mode.yaml, nil)
+			ctx := haCtx(t)
+			serverSideWriters(ctx, t, admin, true)
+			c := tokenClient(ctx, t, h, 5)
+			beginWith(ctx, t, c, "SELECT w_insert(41)")
+			lock := beginWith(ctx, t, connect(t, h.primary.SuperDSN()), "LOCK TABLE notes IN ACCESS EXCLUSIVE MODE")
+			pc := c.PgConn()
+			fe := pc.Frontend()
+			fe.Send(&pgproto3.Query{String: "SELECT count(*) FROM notes"})
+			fe.Send(&pgproto3.Query{String: "COMMIT"})
+			if err := fe.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, 30*time.Second, "the statement to wait for the lock", func() bool {
+				var n int
+				err := admin.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%SELECT count(*) FROM notes' AND wait_event_type = 'Lock'").Scan(&n)
+				return err == nil && n == 1
+			})
+			h.splitBrain(ctx, t)
+			hold := withdrawBehindAHeldBarrier(ctx, t, h, admin)
+			if err := lock.Rollback(ctx); err != nil {
+				t.Fatal(err)
+			}
+			tags, codes := tagsAndCodesUntilReady(pc, 2)
+			if err := hold.Rollback(ctx); err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("tags %q, errors %q", tags, codes)
+			var n int
+			if err := admin.QueryRow(ctx, "SELECT count(*) FROM accounts WHERE id = 41").Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			if n != 0 || slices.Contains(tags, "COMMIT") || len(codes) == 0 {
+				t.Errorf("a COMMIT queued behind a running statement of a transaction that wrote accounts inside the server, the host withdrawn meanwhile: tags %q, errors %q, rows committed on the old primary %d; want no COMMIT, a FATAL and none", tags, codes, n)
 			}
 		})
 	}
