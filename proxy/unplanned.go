@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"strings"
+	"sync"
 
 	"github.com/fenceproxy/fenceproxy/rewrite"
 )
@@ -28,7 +29,9 @@ import (
 // transaction is judged one that wrote (fail closed): a message that runs something while an earlier one of the
 // block may still run (pipelined: a second Execute before the batch's Sync, a Query before the last is
 // answered), and a Query of more than one statement (a write then a COMMIT in one text). An answer the host does
-// not give (the connection, the role, a timeout) is judged the same way.
+// not give (the connection, the role, a timeout) is judged the same way. At the router's change itself, what a
+// session-mode session sent before it may be queued at the server behind a running statement (a COMMIT): the
+// sessions inside a block are asked about then too (unplannedWritersRefused).
 //
 // What the rule does not cover: a unit sent while the session is outside a transaction block (a Query, an
 // extended-protocol batch up to its Sync, and what is pipelined behind it) runs and commits as one; its write,
@@ -104,27 +107,15 @@ func (ss *session) unplannedWrite(atRest bool, typ byte, body []byte) string {
 	if !ok {
 		return unplannedTables
 	}
-	db := ss.params["database"]
-	if db == "" {
-		db = ss.params["user"] // as PostgreSQL defaults it
-	}
 	r := ss.srv.router
 	ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
 	defer cancel()
-	rels, err := r.writeLocked(ctx, ss.host.addr, db, pid)
+	locked, err := r.writeLocked(ctx, ss.host.addr, ss.sessionDatabase(), []uint32{pid})
 	if err != nil {
 		ss.logger().Warn("could not ask a host the router no longer trusts what a transaction wrote; judged as a write to a protected table", "host", ss.host.addr, "error", err)
 		return unplannedTables
 	}
-	p := ss.srv.currentPlanner()
-	for _, rel := range rels {
-		// The planner's own judgement of a write to the relation: the same rule as for a write the client sends.
-		sql := "INSERT INTO " + quoteIdentifier(rel[0]) + "." + quoteIdentifier(rel[1]) + " DEFAULT VALUES"
-		if p == nil || p.Plan([]byte(sql), rewrite.DefaultSettings).Action != rewrite.Pass {
-			return rel[0] + "." + rel[1]
-		}
-	}
-	return ""
+	return ss.srv.protectedOf(locked[pid])
 }
 
 // backendPID is the PID of the backend that runs the client's transaction: the session's upstream connection's,
@@ -144,23 +135,24 @@ func (ss *session) backendPID() (uint32, bool) {
 	return binary.BigEndian.Uint32(key), true
 }
 
-// writeLockedSQL lists, for the backend of PID $1, the relations of the current database on which it holds a
-// lock that a write takes (anything above RowShareLock, which SELECT FOR UPDATE takes), and every relation they
-// inherit from or are partitions of: a write to a partition or a child is a write to its protected parent.
-const writeLockedSQL = `WITH RECURSIVE locked(relid) AS (
-	SELECT l.relation FROM pg_catalog.pg_locks l
-	WHERE l.pid = $1 AND l.locktype = 'relation' AND l.granted
+// writeLockedSQL lists, for the backends of the PIDs $1, the relations of the current database on which they
+// hold a lock that a write takes (anything above RowShareLock, which SELECT FOR UPDATE takes), and every
+// relation those inherit from or are partitions of: a write to a partition or a child is a write to its
+// protected parent.
+const writeLockedSQL = `WITH RECURSIVE locked(pid, relid) AS (
+	SELECT l.pid, l.relation FROM pg_catalog.pg_locks l
+	WHERE l.pid = ANY($1::pg_catalog.int4[]) AND l.locktype = 'relation' AND l.granted
 		AND l.database = (SELECT d.oid FROM pg_catalog.pg_database d WHERE d.datname = pg_catalog.current_database())
 		AND l.mode NOT IN ('AccessShareLock', 'RowShareLock')
 	UNION
-	SELECT i.inhparent FROM pg_catalog.pg_inherits i JOIN locked ON i.inhrelid = locked.relid
+	SELECT locked.pid, i.inhparent FROM pg_catalog.pg_inherits i JOIN locked ON i.inhrelid = locked.relid
 )
-SELECT n.nspname::text, c.relname::text FROM locked JOIN pg_catalog.pg_class c ON c.oid = locked.relid
+SELECT locked.pid, n.nspname::text, c.relname::text FROM locked JOIN pg_catalog.pg_class c ON c.oid = locked.relid
 JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace`
 
-// writeLocked asks host, in database db, over a connection of the router's own role, which relations the
-// backend of pid holds a write's lock on (writeLockedSQL), as schema and name.
-func (r *router) writeLocked(ctx context.Context, host, db string, pid uint32) ([][2]string, error) {
+// writeLocked asks host, in database db, over a connection of the router's own role, which relations each
+// backend of pids holds a write's lock on (writeLockedSQL), as schema and name, by PID.
+func (r *router) writeLocked(ctx context.Context, host, db string, pids []uint32) (map[uint32][][2]string, error) {
 	cc, err := r.login(host)
 	if err != nil {
 		return nil, err
@@ -171,26 +163,111 @@ func (r *router) writeLocked(ctx context.Context, host, db string, pid uint32) (
 		return nil, fmt.Errorf("connect to %s, database %s: %w", host, db, err)
 	}
 	defer conn.Close(context.Background())
-	rows, err := conn.Query(ctx, writeLockedSQL, int64(pid))
+	ask := make([]int32, len(pids))
+	for i, pid := range pids {
+		ask[i] = int32(pid)
+	}
+	rows, err := conn.Query(ctx, writeLockedSQL, ask)
 	if err != nil {
-		return nil, fmt.Errorf("read the locks of backend %d on %s: %w", pid, host, err)
+		return nil, fmt.Errorf("read the locks of backends %v on %s: %w", pids, host, err)
 	}
 	defer rows.Close()
-	var rels [][2]string
+	rels := map[uint32][][2]string{}
 	for rows.Next() {
+		var pid int32
 		var rel [2]string
-		if err := rows.Scan(&rel[0], &rel[1]); err != nil {
-			return nil, fmt.Errorf("read the locks of backend %d on %s: %w", pid, host, err)
+		if err := rows.Scan(&pid, &rel[0], &rel[1]); err != nil {
+			return nil, fmt.Errorf("read the locks of backends %v on %s: %w", pids, host, err)
 		}
-		rels = append(rels, rel)
+		rels[uint32(pid)] = append(rels[uint32(pid)], rel)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read the locks of backend %d on %s: %w", pid, host, err)
+		return nil, fmt.Errorf("read the locks of backends %v on %s: %w", pids, host, err)
 	}
 	return rels, nil
+}
+
+// protectedOf is the first of rels (schema and name) a write to which the planner in force fences or refuses:
+// the same rule as for a write the client sends. "" when none is.
+func (s *Server) protectedOf(rels [][2]string) string {
+	p := s.currentPlanner()
+	for _, rel := range rels {
+		sql := "INSERT INTO " + quoteIdentifier(rel[0]) + "." + quoteIdentifier(rel[1]) + " DEFAULT VALUES"
+		if p == nil || p.Plan([]byte(sql), rewrite.DefaultSettings).Action != rewrite.Pass {
+			return rel[0] + "." + rel[1]
+		}
+	}
+	return ""
+}
+
+// sessionDatabase is the database the session's client logged in to, as PostgreSQL defaults it.
+func (ss *session) sessionDatabase() string {
+	if db := ss.params["database"]; db != "" {
+		return db
+	}
+	return ss.params["user"]
 }
 
 // quoteIdentifier quotes name as a PostgreSQL identifier.
 func quoteIdentifier(name string) string {
 	return `"` + strings.ReplaceAll(name, `"`, `""`) + `"`
+}
+
+// unplannedWritersRefused is Server.fencedHostsRefused's rule for the writes the proxy did not plan: at a change
+// that may make the router refuse fenced writes on a host, each session-mode session there inside a transaction
+// block (its last ReadyForQuery said so) that no write the proxy planned marked is looked at, one question per
+// host and database, and one whose backend holds a write's lock on a protected table ends at once, as a marked
+// one does (endFencedTx: what runs is cancelled first): a COMMIT it pipelined before the change, behind a
+// statement still running, must not commit there. When the host does not answer, those of them with something
+// in flight end (fail closed); one at rest is judged at its next message (unplannedWriteRefused). Transaction
+// pooling holds each message until the one before is answered and judges it then, so nothing of it is queued at
+// the server. What a statement sent before the change writes after the question is not seen here. It runs on a
+// goroutine of its own, bounded by health_timeout: the coordinator does not wait for the host's answer.
+func (s *Server) unplannedWritersRefused() {
+	type group struct{ host, db string }
+	s.mu.Lock()
+	var seen []*session
+	for ss := range s.sessions {
+		// ready before cancelKey: the server side writes the key before it publishes ready.
+		if ss.pooled == nil && ss.fencedTxOut.Load() == nil && ss.state.ready.Load() && ss.state.inTx() && len(ss.cancelKey) >= 4 {
+			seen = append(seen, ss)
+		}
+	}
+	s.mu.Unlock()
+	groups := map[group][]*session{}
+	whys := map[*session]string{}
+	for _, ss := range seen {
+		if why := s.router.writeRefusal(ss.host.addr, ss.host.epoch); why != "" {
+			g := group{ss.host.addr, ss.sessionDatabase()}
+			groups[g] = append(groups[g], ss)
+			whys[ss] = why
+		}
+	}
+	var wg sync.WaitGroup
+	for g, members := range groups {
+		wg.Go(func() {
+			pids := make([]uint32, len(members))
+			for i, ss := range members {
+				pids[i], _ = ss.backendPID()
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), s.router.timeout)
+			defer cancel()
+			locked, err := s.router.writeLocked(ctx, g.host, g.db, pids)
+			if err != nil {
+				s.log.Warn("could not ask a host the router no longer trusts what its open transactions wrote; those with a statement in flight end", "host", g.host, "database", g.db, "error", err)
+			}
+			for i, ss := range members {
+				table := unplannedTables
+				if err == nil {
+					table = s.protectedOf(locked[pids[i]])
+				} else if !ss.state.running() {
+					table = ""
+				}
+				if table != "" {
+					ss.endFencedTx(whys[ss], table)
+				}
+			}
+		})
+	}
+	wg.Wait()
 }
