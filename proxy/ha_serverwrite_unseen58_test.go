@@ -32,7 +32,7 @@ func TestServerSideFencedWriteOnAWithdrawnPrimary(t *testing.T) {
 			}
 			yaml := mode.yaml
 			if mode.name == "transaction" {
-				yaml = pooledYAML("size: 20") // one server connection for each transaction held open
+				yaml = pooledYAML("size: 24") // one server connection for each transaction held open
 			}
 			t.Run(name, func(t *testing.T) {
 				h, admin := startBarrierPair(t, yaml, nil)
@@ -56,6 +56,8 @@ func TestServerSideFencedWriteOnAWithdrawnPrimary(t *testing.T) {
 					// child of it (the server's lock is on the child, whose parent is protected).
 					{"view", "INSERT INTO accounts_view (id, v) VALUES (32, 1)"},
 					{"child", "INSERT INTO accounts_child (id, v) VALUES (33, 1)"},
+					// A deferred constraint trigger: its write to accounts happens during the COMMIT itself.
+					{"deferred", "INSERT INTO notes_d VALUES (34)"},
 				} {
 					c := tokenClient(ctx, t, h, 5)
 					opens = append(opens, open{w.name, beginWith(ctx, t, c, w.stmt), commit})
@@ -123,7 +125,7 @@ func TestServerSideFencedWriteOnAWithdrawnPrimary(t *testing.T) {
 					var n int
 					q := "SELECT count(*) FROM accounts WHERE id = $1"
 					arg := map[string]int{"function": 11, "procedure": 12, "trigger": 13, "rule": 14, "do": 15, "cascade": 16,
-						"view": 32, "child": 33, "after": 17, "multi": 18, "batch": 19}[o.name]
+						"view": 32, "child": 33, "deferred": 34, "after": 17, "multi": 18, "batch": 19}[o.name]
 					if o.name == "cascade" {
 						q = "SELECT count(*) FROM accounts WHERE id = $1 AND owner = 2"
 					}
@@ -156,7 +158,8 @@ func TestServerSideFencedWriteOnAWithdrawnPrimary(t *testing.T) {
 // names no protected table writes accounts: a function w_insert and a procedure w_proc that insert the row of
 // the id given; tables notes_t and notes_r whose trigger and rule insert the row of the value inserted; owners,
 // which accounts row 16 references with ON UPDATE CASCADE; a view accounts_view over accounts and a child
-// accounts_child of it; and notes, which nothing protected follows. Without
+// accounts_child of it; notes_d, whose deferred constraint trigger inserts the row at COMMIT; and notes, which
+// nothing protected follows. Without
 // guard the in-database guard's triggers are dropped from accounts.
 func serverSideWriters(ctx context.Context, t *testing.T, admin *pgx.Conn, guard bool) {
 	t.Helper()
@@ -176,6 +179,8 @@ func serverSideWriters(ctx context.Context, t *testing.T, admin *pgx.Conn, guard
 		"INSERT INTO accounts VALUES (16, 0, 1, 1)",
 		"CREATE VIEW accounts_view AS SELECT * FROM accounts",
 		"CREATE TABLE accounts_child () INHERITS (accounts)",
+		"CREATE TABLE notes_d (v int)",
+		"CREATE CONSTRAINT TRIGGER w AFTER INSERT ON notes_d DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION w_trig()",
 	}
 	if !guard {
 		for _, trg := range []string{"~fenceproxy_guard", "~fenceproxy_guard_truncate", "!fenceproxy_statement_start", "~fenceproxy_statement_end"} {
