@@ -138,7 +138,10 @@ func (ss *session) backendPID() (uint32, bool) {
 // writeLockedSQL lists, for the backends of the PIDs $1, the relations of the current database on which they
 // hold a lock that a write takes (anything above RowShareLock, which SELECT FOR UPDATE takes), and every
 // relation those inherit from or are partitions of: a write to a partition or a child is a write to its
-// protected parent.
+// protected parent. A row with no name stands for a deferrable trigger of the user's on one of them: its
+// events may run at the COMMIT (a constraint trigger INITIALLY DEFERRED, or SET CONSTRAINTS), and what they
+// will write cannot be known before, so protectedOf judges it as a protected table (fail closed). The foreign
+// keys' own triggers (internal) check rows; a cascade they make is not deferred.
 const writeLockedSQL = `WITH RECURSIVE locked(pid, relid) AS (
 	SELECT l.pid, l.relation FROM pg_catalog.pg_locks l
 	WHERE l.pid = ANY($1::pg_catalog.int4[]) AND l.locktype = 'relation' AND l.granted
@@ -148,7 +151,12 @@ const writeLockedSQL = `WITH RECURSIVE locked(pid, relid) AS (
 	SELECT locked.pid, i.inhparent FROM pg_catalog.pg_inherits i JOIN locked ON i.inhrelid = locked.relid
 )
 SELECT locked.pid, n.nspname::text, c.relname::text FROM locked JOIN pg_catalog.pg_class c ON c.oid = locked.relid
-JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace`
+JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+UNION ALL
+SELECT DISTINCT l.pid, '', '' FROM pg_catalog.pg_locks l JOIN pg_catalog.pg_trigger t ON t.tgrelid = l.relation
+WHERE l.pid = ANY($1::pg_catalog.int4[]) AND l.locktype = 'relation' AND l.granted
+	AND l.database = (SELECT d.oid FROM pg_catalog.pg_database d WHERE d.datname = pg_catalog.current_database())
+	AND l.mode NOT IN ('AccessShareLock', 'RowShareLock') AND t.tgdeferrable AND NOT t.tgisinternal`
 
 // writeLocked asks host, in database db, over a connection of the router's own role, which relations each
 // backend of pids holds a write's lock on (writeLockedSQL), as schema and name, by PID.
@@ -192,6 +200,9 @@ func (r *router) writeLocked(ctx context.Context, host, db string, pids []uint32
 func (s *Server) protectedOf(rels [][2]string) string {
 	p := s.currentPlanner()
 	for _, rel := range rels {
+		if rel[0] == "" {
+			return unplannedTables // a deferrable trigger (writeLockedSQL)
+		}
 		sql := "INSERT INTO " + quoteIdentifier(rel[0]) + "." + quoteIdentifier(rel[1]) + " DEFAULT VALUES"
 		if p == nil || p.Plan([]byte(sql), rewrite.DefaultSettings).Action != rewrite.Pass {
 			return rel[0] + "." + rel[1]
