@@ -28,15 +28,18 @@ import (
 // say all the transaction wrote. Where the proxy cannot ask between a write and what may commit it, the
 // transaction is judged one that wrote (fail closed): a message that runs something while an earlier one of the
 // block may still run (pipelined: a second Execute before the batch's Sync, a Query before the last is
-// answered), and a Query of more than one statement (a write then a COMMIT in one text). An answer the host does
-// not give (the connection, the role, a timeout) is judged the same way. At the router's change itself, what a
+// answered), a Query of more than one statement (a write then a COMMIT in one text), and a transaction that
+// wrote a table with a deferrable trigger of the user's (its events may run at the COMMIT, writing what cannot
+// be known before: writeLockedSQL). An answer the host does not give (the connection, the role, a timeout) is
+// judged the same way. The question is asked where the client's message is read: with the event loop, that
+// loop waits for it (up to health_timeout), as it waits for a token's verification. At the router's change itself, what a
 // session-mode session sent before it may be queued at the server behind a running statement (a COMMIT): the
 // sessions inside a block are asked about then too (unplannedWritersRefused).
 //
 // What the rule does not cover: a unit sent while the session is outside a transaction block (a Query, an
 // extended-protocol batch up to its Sync, and what is pipelined behind it) runs and commits as one; its write,
 // if any, is the statement's own, after the router's change, and commits with its own end, where nothing can be
-// asked in between (docs/ha.md).
+// asked in between; nor does a cursor WITH HOLD whose query writes at the COMMIT (docs/ha.md).
 
 // unplannedWrites is a session's state for the rule above, between the client's messages.
 type unplannedWrites struct {
