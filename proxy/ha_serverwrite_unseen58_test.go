@@ -272,8 +272,9 @@ func TestQueuedCommitOfAServerSideWriteOnAWithdrawnPrimary(t *testing.T) {
 
 // A cursor WITH HOLD declared in a transaction runs the rest of its query at the COMMIT (PostgreSQL keeps its rows
 // past the transaction), after the proxy asked the host: a query that calls a function writing accounts writes
-// then. From unseen58 (2026-12-06), measured and left (docs/ha.md): the backend held no lock on accounts when it
-// was asked, and the proxy cannot see a session's cursors from a connection of its own.
+// then: the backend held no lock on accounts when it was asked, and the proxy cannot see a session's cursors from
+// a connection of its own. From unseen58 (2026-12-06): it committed on the withdrawn primary in every mode; now a
+// transaction that sent a text holding the letters hold is judged as one that wrote (unplanned.go: holdWords).
 func TestHeldCursorWritesAtCommitOnAWithdrawnPrimary(t *testing.T) {
 	for _, mode := range barrierModes {
 		t.Run(mode.name, func(t *testing.T) {

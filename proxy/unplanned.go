@@ -30,7 +30,8 @@ import (
 // block may still run (pipelined: a second Execute before the batch's Sync, a Query before the last is
 // answered), a Query of more than one statement (a write then a COMMIT in one text), and a transaction that
 // wrote a table with a deferrable trigger of the user's (its events may run at the COMMIT, writing what cannot
-// be known before: writeLockedSQL). An answer the host does not give (the connection, the role, a timeout) is
+// be known before: writeLockedSQL), or that sent a text that may declare a cursor WITH HOLD (holdWords). An
+// answer the host does not give (the connection, the role, a timeout) is
 // judged the same way. The question is asked where the client's message is read: with the event loop, that
 // loop waits for it (up to health_timeout), as it waits for a token's verification. At the router's change itself, what a
 // session-mode session sent before it may be queued at the server behind a running statement (a COMMIT): the
@@ -39,7 +40,7 @@ import (
 // What the rule does not cover: a unit sent while the session is outside a transaction block (a Query, an
 // extended-protocol batch up to its Sync, and what is pipelined behind it) runs and commits as one; its write,
 // if any, is the statement's own, after the router's change, and commits with its own end, where nothing can be
-// asked in between; nor does a cursor WITH HOLD whose query writes at the COMMIT (docs/ha.md).
+// asked in between (docs/ha.md).
 
 // unplannedWrites is a session's state for the rule above, between the client's messages.
 type unplannedWrites struct {
@@ -48,7 +49,17 @@ type unplannedWrites struct {
 	free bool
 	// execs counts the Executes sent since the last Sync: the one before may still run.
 	execs int
+	// holdTx: a Query of the transaction under way held the letters hold (holdWords); holdKept: a Parse ever
+	// did, whose statement the server keeps for later transactions.
+	holdTx, holdKept bool
 }
+
+// holdWords are the letters of a text that may declare a cursor WITH HOLD: PostgreSQL runs the rest of such a
+// cursor's query at the COMMIT, so what it writes (a function it calls) comes after any question asked before
+// the COMMIT, and the proxy cannot see a session's cursors from a connection of its own. On a host the router
+// refuses fenced writes on, a transaction that sent such a text is judged as one that wrote (unplannedWrite), by
+// any text that holds the letters (a column threshold too): fail closed, as commitPreparedWords does.
+var holdWords = rewrite.NewFoldWords("hold")
 
 // unplannedTables names, in errors, what a transaction whose writes the proxy could not judge may have written.
 const unplannedTables = "protected tables (the transaction's writes inside the server could not be checked)"
@@ -64,6 +75,15 @@ func (ss *session) unplannedWriteRefused(typ byte, body []byte) error {
 	atRest := st.ready.Load() && st.pending.Load() <= 0 && st.internal.Load() <= 0 && u.execs == 0
 	if atRest {
 		u.free = byte(st.txStatus.Load()) == txIdle
+		if u.free {
+			u.holdTx = false // the transaction that sent it has ended: its held cursors have their rows
+		}
+	}
+	if body != nil && (typ == msgQuery || typ == msgParse) {
+		if text, ok := planText(typ, body); !ok || holdWords.In(text) {
+			u.holdTx = u.holdTx || typ == msgQuery
+			u.holdKept = u.holdKept || typ == msgParse
+		}
 	}
 	switch typ {
 	case msgExecute:
@@ -94,8 +114,9 @@ func (ss *session) unplannedWriteRefused(typ byte, body []byte) error {
 // the router no longer trusts: the table's name, or unplannedTables when it cannot be told (the rule above);
 // "" when it wrote none. atRest: nothing the client sent before may still run.
 func (ss *session) unplannedWrite(atRest bool, typ byte, body []byte) string {
-	if !atRest {
-		return unplannedTables
+	u := &ss.unplanned
+	if !atRest || u.holdTx || u.holdKept {
+		return unplannedTables // something may still run, or write at the COMMIT (holdWords)
 	}
 	if typ == msgQuery {
 		text, ok := planText(msgQuery, body)
