@@ -196,8 +196,7 @@ func (ss *session) checkPlan(plan rewrite.Plan) rewrite.Plan {
 	if ss.srv.router != nil && plan.Action == rewrite.Rewrite && len(plan.Tables) > 0 {
 		// A fenced write goes only to the published primary, and to none while two hosts claim to be it.
 		if why := ss.srv.router.writeRefusal(ss.host.addr, ss.host.epoch); why != "" {
-			return rewrite.Plan{Action: rewrite.Refuse, Code: sqlstateUnfenceable, Table: plan.Tables[0],
-				Message: fmt.Sprintf("unfenceable write to %s: %s", plan.Tables[0], why)}
+			return unfenceablePlan(plan.Tables[0], why)
 		}
 		ss.noteTxFenced(plan.Tables[0])
 	}
@@ -215,6 +214,13 @@ func (ss *session) checkPlan(plan rewrite.Plan) rewrite.Plan {
 		}
 	}
 	return plan
+}
+
+// unfenceablePlan refuses a write to table (55F04) that the router does not let through now (why: writeRefusal),
+// with the contract's message for it.
+func unfenceablePlan(table, why string) rewrite.Plan {
+	return rewrite.Plan{Action: rewrite.Refuse, Code: sqlstateUnfenceable, Table: table,
+		Message: "unfenceable write to " + table + ": " + why}
 }
 
 // prepareWords are the words of a Query whose fenced statement the server may keep to run later (SQL PREPARE);
@@ -248,15 +254,13 @@ func (ss *session) noteKeptFenced(plan rewrite.Plan) {
 func (ss *session) keptFencedQuery(plan rewrite.Plan, text []byte) rewrite.Plan {
 	if plan.Action != rewrite.Refuse && commitPreparedWords.In(text) {
 		if why := ss.srv.router.writeRefusal(ss.host.addr, ss.host.epoch); why != "" {
-			return rewrite.Plan{Action: rewrite.Refuse, Code: sqlstateUnfenceable, Table: preparedTxTables,
-				Message: fmt.Sprintf("unfenceable write to %s: %s", preparedTxTables, why)}
+			return unfenceablePlan(preparedTxTables, why)
 		}
 		ss.noteTxFenced(preparedTxTables)
 	}
 	if plan.Action != rewrite.Refuse && ss.keptFenced != "" && executeWords.In(text) {
 		if why := ss.keptFencedRefusal(); why != "" {
-			return rewrite.Plan{Action: rewrite.Refuse, Code: sqlstateUnfenceable, Table: ss.keptFenced,
-				Message: fmt.Sprintf("unfenceable write to %s: %s", ss.keptFenced, why)}
+			return unfenceablePlan(ss.keptFenced, why)
 		}
 		ss.noteTxFenced(ss.keptFenced)
 	}
