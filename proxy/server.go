@@ -267,16 +267,28 @@ func (s *Server) primaryChanged(old, now string, epoch uint64) {
 // is refused (cancelLent); a unit still waiting for a connection is judged when it gets one (the core judges a
 // pooled unit after its lend), so nothing of it was judged before the change.
 func (s *Server) fencedHostsRefused() {
+	// Each session's fencedTxOut is loaded once, here: the table seen here is the one the session is ended for,
+	// even if the field changes before the session is acted on below. That is safe. A transaction that ends in
+	// between (its next message found the session idle and cleared the field) could as well end just after a
+	// second load, before endFencedTx acts: a second load never spared such a session, and ending it fails
+	// closed. A fenced write noted in between came after that clear, so after this load, so after the change
+	// this acts on: on a host refused now it is refused before it is noted. (On a host a still later change
+	// refuses, a farewell may name the earlier transaction's table where a second load named the later one's.)
+	type fencedTx struct {
+		ss    *session
+		table string
+	}
 	s.mu.Lock()
-	var ending []*session
+	var ending []fencedTx
 	for ss := range s.sessions {
-		if ss.fencedTxOut.Load() != nil && !ss.state.idle() {
-			ending = append(ending, ss)
+		if table := ss.fencedTxOut.Load(); table != nil && !ss.state.idle() {
+			ending = append(ending, fencedTx{ss, *table})
 		}
 	}
 	s.mu.Unlock()
 	var wg sync.WaitGroup // the cancels (endFencedTx) go at once, and are taken before this returns
-	for _, ss := range ending {
+	for _, e := range ending {
+		ss := e.ss
 		if ss.pooled != nil {
 			// Bound to no host: what runs on the connection lent now is cancelled if that connection's host is
 			// refused (the statement then fails, 57014, and the rest of the transaction meets fencedTxRefused).
@@ -285,9 +297,8 @@ func (s *Server) fencedHostsRefused() {
 			})
 			continue
 		}
-		table := ss.fencedTxOut.Load()
-		if why := s.router.writeRefusal(ss.host.addr, ss.host.epoch); why != "" && table != nil {
-			wg.Go(func() { ss.endFencedTx(why, *table) })
+		if why := s.router.writeRefusal(ss.host.addr, ss.host.epoch); why != "" {
+			wg.Go(func() { ss.endFencedTx(why, e.table) })
 		}
 	}
 	wg.Wait()
