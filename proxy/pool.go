@@ -935,17 +935,21 @@ const relayEndGrace = time.Second
 // session's farewell follows whole messages (TestPooledEndWritesNothingAfterACutRow; until 2026-12-05 the
 // client got, nearly always, whole rows and the end without the FATAL that says why). A rest that does not
 // come within relayEndGrace (a hung server) is cut all the same: the client then gets no farewell, only the
-// end, as before.
+// end, as before. The timer of that cut is started only for a relay still there after the interrupt: one that
+// ended by then leaves nothing to wait for.
 func (sc *serverConn) closeUnderRelay() {
 	if sc.relaying.Load() == 0 {
 		sc.conn.Close()
 		return
 	}
 	sc.intr.raise(intrEndLend)
-	time.AfterFunc(relayEndGrace, func() { sc.conn.Close() })
+	// Raised first, then counted: a relay that ends after this count sees the interrupt and closes sc itself
+	// (relayServer), one that ended before it is seen here.
 	if sc.relaying.Load() == 0 {
 		sc.conn.Close() // the relay ended meanwhile, maybe before it looked at the interrupt
+		return
 	}
+	time.AfterFunc(relayEndGrace, func() { sc.conn.Close() })
 }
 
 // lendEnded marks sc lent to nobody, and counts the time it was lent, if it was (lentNanos).
