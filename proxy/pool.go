@@ -219,10 +219,10 @@ func (o serverOut) Write(p []byte) (int, error) {
 type txPools struct {
 	clients atomic.Int64 // client sessions of every pool (pool.max_clients)
 
-	// beforePutBack, when set (by tests only: export_test.go HoldPutBack), runs in release between the checks
-	// made before the lock and the put-back itself, where a test holds a put-back while a change of primary
-	// is published (dropHost).
-	beforePutBack atomic.Pointer[func()]
+	// beforePutBack, when set (by tests only: testHooks), runs in release between the checks made before the
+	// lock and the put-back itself, where a test holds a put-back while a change of primary is published
+	// (dropHost). Set by New before anything runs, and only read after.
+	beforePutBack func()
 
 	// PAUSE and RESUME (admin.go), under mu: every pool paused, or those of some databases (nil until one is).
 	// resumed is closed by the next RESUME (nil when nothing is paused); anyPaused lets a lend skip mu when
@@ -882,8 +882,8 @@ func (p *txPool) release(sc *serverConn) {
 		p.discard(sc)
 		return
 	}
-	if hold := p.srv.pools.beforePutBack.Load(); hold != nil {
-		(*hold)()
+	if hold := p.srv.pools.beforePutBack; hold != nil {
+		hold()
 	}
 	p.lendEnded(sc)
 	sc.unreadBy.Store(nil)

@@ -75,6 +75,18 @@ type Options struct {
 	// two periods) is parked, keeping no goroutine or buffers until it speaks again (park_linux.go). 0 is
 	// defaultParkAfter; negative never parks.
 	ParkIdleAfter time.Duration
+
+	// hooks are set by this package's tests only (export_test.go), before New.
+	hooks testHooks
+}
+
+// testHooks are calls the proxy makes where a test holds it to run a race inside a window it marks (a change of
+// primary between a check and what it guards). New copies them to where they are called, before anything
+// runs, so those paths read a plain func field, nil outside tests: no atomic load, and no state shared
+// between servers.
+type testHooks struct {
+	beforePutBack func() // txPools.beforePutBack
+	beforePut     func() // upstreamPool.beforePut
 }
 
 // defaultParkAfter is the parker's sweep period when Options.ParkIdleAfter is 0: long beside a transaction, so
@@ -190,6 +202,9 @@ func New(o Options) (*Server, error) {
 	s.setLocal = newSetLocalTexts(o.Config.Token.Setting, o.Config.Token.LockSetting)
 	r := o.Config.Upstream.Reuse
 	s.pool = newUpstreamPool(r.Idle(), r.IdleTimeout, r.MaxLifetime, o.Metrics)
+	if s.pool != nil {
+		s.pool.beforePut = o.hooks.beforePut
+	}
 	s.SetPlanner(o.Planner)
 	if o.Config.Pool.Transaction() {
 		parkAfter := o.ParkIdleAfter
@@ -197,6 +212,7 @@ func New(o Options) (*Server, error) {
 			parkAfter = defaultParkAfter
 		}
 		s.pools = newTxPools(s, parkAfter)
+		s.pools.beforePutBack = o.hooks.beforePutBack
 		o.Metrics.watchPools(s.pools) // the per-pool series
 	}
 	if !o.DisableEventLoop && o.Config.Relay.Mode != config.RelayModeGoroutines {
