@@ -196,8 +196,7 @@ func (ss *session) checkPlan(plan rewrite.Plan) rewrite.Plan {
 	if ss.srv.router != nil && plan.Action == rewrite.Rewrite && len(plan.Tables) > 0 {
 		// A fenced write goes only to the published primary, and to none while two hosts claim to be it.
 		if why := ss.srv.router.writeRefusal(ss.host.addr, ss.host.epoch); why != "" {
-			return rewrite.Plan{Action: rewrite.Refuse, Code: sqlstateUnfenceable, Table: plan.Tables[0],
-				Message: fmt.Sprintf("unfenceable write to %s: %s", plan.Tables[0], why)}
+			return unfenceablePlan(plan.Tables[0], why)
 		}
 		ss.noteTxFenced(plan.Tables[0])
 	}
@@ -215,6 +214,13 @@ func (ss *session) checkPlan(plan rewrite.Plan) rewrite.Plan {
 		}
 	}
 	return plan
+}
+
+// unfenceablePlan refuses a write to table (55F04) that the router does not let through now (why: writeRefusal),
+// with the contract's message for it.
+func unfenceablePlan(table, why string) rewrite.Plan {
+	return rewrite.Plan{Action: rewrite.Refuse, Code: sqlstateUnfenceable, Table: table,
+		Message: "unfenceable write to " + table + ": " + why}
 }
 
 // prepareWords are the words of a Query whose fenced statement the server may keep to run later (SQL PREPARE);
@@ -248,15 +254,13 @@ func (ss *session) noteKeptFenced(plan rewrite.Plan) {
 func (ss *session) keptFencedQuery(plan rewrite.Plan, text []byte) rewrite.Plan {
 	if plan.Action != rewrite.Refuse && commitPreparedWords.In(text) {
 		if why := ss.srv.router.writeRefusal(ss.host.addr, ss.host.epoch); why != "" {
-			return rewrite.Plan{Action: rewrite.Refuse, Code: sqlstateUnfenceable, Table: preparedTxTables,
-				Message: fmt.Sprintf("unfenceable write to %s: %s", preparedTxTables, why)}
+			return unfenceablePlan(preparedTxTables, why)
 		}
 		ss.noteTxFenced(preparedTxTables)
 	}
 	if plan.Action != rewrite.Refuse && ss.keptFenced != "" && executeWords.In(text) {
 		if why := ss.keptFencedRefusal(); why != "" {
-			return rewrite.Plan{Action: rewrite.Refuse, Code: sqlstateUnfenceable, Table: ss.keptFenced,
-				Message: fmt.Sprintf("unfenceable write to %s: %s", ss.keptFenced, why)}
+			return unfenceablePlan(ss.keptFenced, why)
 		}
 		ss.noteTxFenced(ss.keptFenced)
 	}
@@ -291,17 +295,17 @@ func (ss *session) keptFencedRefused() error {
 		hint:   "Connect again: a statement prepared now is judged when it is prepared."}
 }
 
-// noteTxFenced remembers that the transaction under way may write table through the proxy (txFenced): a
-// fenced statement allowed now, which it may still commit after the router stopped trusting the host.
+// noteTxFenced remembers that the transaction under way may write table through the proxy (fencedTxOut): a
+// fenced statement allowed now, which it may still commit after the router stopped trusting the host. It runs
+// before the statement is sent, which Server.fencedHostsRefused relies on.
 func (ss *session) noteTxFenced(table string) {
-	if ss.txFenced == "" {
-		ss.txFenced = table
+	if ss.fencedTxOut.Load() == nil {
 		ss.fencedTxOut.Store(&table)
 	}
 }
 
 // fencedTxRefused ends the session before a message of the client's (typ; any but Terminate) reaches the
-// server, when the transaction under way wrote a protected table (txFenced) and the router refuses fenced
+// server, when the transaction under way wrote a protected table (fencedTxOut) and the router refuses fenced
 // writes on the session's host now (writeRefusal: the host is no longer the published primary, or two hosts
 // claim to be primary). The fenced write was allowed when it was planned; its transaction must not commit on a
 // host the new primary does not follow, and the proxy cannot tell which message would commit it (a COMMIT, END,
@@ -315,21 +319,19 @@ func (ss *session) fencedTxRefused(typ byte) error {
 	if ss.srv.router == nil || typ == msgTerminate {
 		return nil
 	}
-	if ss.state.idle() {
-		if ss.txFenced != "" {
-			ss.txFenced = ""
-			ss.fencedTxOut.Store(nil)
-		}
+	table := ss.fencedTxOut.Load()
+	if table == nil {
 		return nil
 	}
-	if ss.txFenced == "" {
+	if ss.state.idle() {
+		ss.fencedTxOut.Store(nil)
 		return nil
 	}
 	why := ss.srv.router.writeRefusal(ss.host.addr, ss.host.epoch)
 	if why == "" {
 		return nil
 	}
-	return fencedTxFarewell(why, ss.txFenced, ss.state.pending.Load() > 0)
+	return fencedTxFarewell(why, *table, ss.state.pending.Load() > 0)
 }
 
 // fencedTxFarewell is how a session whose transaction wrote table ends when the router refuses fenced writes on

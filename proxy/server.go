@@ -75,6 +75,18 @@ type Options struct {
 	// two periods) is parked, keeping no goroutine or buffers until it speaks again (park_linux.go). 0 is
 	// defaultParkAfter; negative never parks.
 	ParkIdleAfter time.Duration
+
+	// hooks are set by this package's tests only (export_test.go), before New.
+	hooks testHooks
+}
+
+// testHooks are calls the proxy makes where a test holds it to run a race inside a window it marks (a change of
+// primary between a check and what it guards). New copies them to where they are called, before anything
+// runs, so those paths read a plain func field, nil outside tests: no atomic load, and no state shared
+// between servers.
+type testHooks struct {
+	beforePutBack func() // txPools.beforePutBack
+	beforePut     func() // upstreamPool.beforePut
 }
 
 // defaultParkAfter is the parker's sweep period when Options.ParkIdleAfter is 0: long beside a transaction, so
@@ -190,6 +202,9 @@ func New(o Options) (*Server, error) {
 	s.setLocal = newSetLocalTexts(o.Config.Token.Setting, o.Config.Token.LockSetting)
 	r := o.Config.Upstream.Reuse
 	s.pool = newUpstreamPool(r.Idle(), r.IdleTimeout, r.MaxLifetime, o.Metrics)
+	if s.pool != nil {
+		s.pool.beforePut = o.hooks.beforePut
+	}
 	s.SetPlanner(o.Planner)
 	if o.Config.Pool.Transaction() {
 		parkAfter := o.ParkIdleAfter
@@ -197,6 +212,7 @@ func New(o Options) (*Server, error) {
 			parkAfter = defaultParkAfter
 		}
 		s.pools = newTxPools(s, parkAfter)
+		s.pools.beforePutBack = o.hooks.beforePutBack
 		o.Metrics.watchPools(s.pools) // the per-pool series
 	}
 	if !o.DisableEventLoop && o.Config.Relay.Mode != config.RelayModeGoroutines {
@@ -267,16 +283,28 @@ func (s *Server) primaryChanged(old, now string, epoch uint64) {
 // is refused (cancelLent); a unit still waiting for a connection is judged when it gets one (the core judges a
 // pooled unit after its lend), so nothing of it was judged before the change.
 func (s *Server) fencedHostsRefused() {
+	// Each session's fencedTxOut is loaded once, here: the table seen here is the one the session is ended for,
+	// even if the field changes before the session is acted on below. That is safe. A transaction that ends in
+	// between (its next message found the session idle and cleared the field) could as well end just after a
+	// second load, before endFencedTx acts: a second load never spared such a session, and ending it fails
+	// closed. A fenced write noted in between came after that clear, so after this load, so after the change
+	// this acts on: on a host refused now it is refused before it is noted. (On a host a still later change
+	// refuses, a farewell may name the earlier transaction's table where a second load named the later one's.)
+	type fencedTx struct {
+		ss    *session
+		table string
+	}
 	s.mu.Lock()
-	var ending []*session
+	var ending []fencedTx
 	for ss := range s.sessions {
-		if ss.fencedTxOut.Load() != nil && !ss.state.idle() {
-			ending = append(ending, ss)
+		if table := ss.fencedTxOut.Load(); table != nil && !ss.state.idle() {
+			ending = append(ending, fencedTx{ss, *table})
 		}
 	}
 	s.mu.Unlock()
 	var wg sync.WaitGroup // the cancels (endFencedTx) go at once, and are taken before this returns
-	for _, ss := range ending {
+	for _, e := range ending {
+		ss := e.ss
 		if ss.pooled != nil {
 			// Bound to no host: what runs on the connection lent now is cancelled if that connection's host is
 			// refused (the statement then fails, 57014, and the rest of the transaction meets fencedTxRefused).
@@ -285,9 +313,8 @@ func (s *Server) fencedHostsRefused() {
 			})
 			continue
 		}
-		table := ss.fencedTxOut.Load()
-		if why := s.router.writeRefusal(ss.host.addr, ss.host.epoch); why != "" && table != nil {
-			wg.Go(func() { ss.endFencedTx(why, *table) })
+		if why := s.router.writeRefusal(ss.host.addr, ss.host.epoch); why != "" {
+			wg.Go(func() { ss.endFencedTx(why, e.table) })
 		}
 	}
 	wg.Wait()
