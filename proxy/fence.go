@@ -198,6 +198,9 @@ func (ss *session) checkPlan(plan rewrite.Plan) rewrite.Plan {
 		if why := ss.srv.router.writeRefusal(ss.host.addr, ss.host.epoch); why != "" {
 			return unfenceablePlan(plan.Tables[0], why)
 		}
+		if ss.srv.fencedJudged != nil {
+			ss.srv.fencedJudged()
+		}
 		ss.noteTxFenced(plan.Tables[0])
 	}
 	if plan.TokenDynamic && ss.srv.verifier != nil {

@@ -87,6 +87,8 @@ type Options struct {
 type testHooks struct {
 	beforePutBack func() // txPools.beforePutBack
 	beforePut     func() // upstreamPool.beforePut
+	fencedJudged  func() // Server.fencedJudged: a fenced write judged allowed, before it is sent
+	fencedScanned func() // Server.fencedScanned: fencedHostsRefused has chosen the sessions it acts on
 }
 
 // defaultParkAfter is the parker's sweep period when Options.ParkIdleAfter is 0: long beside a transaction, so
@@ -109,8 +111,10 @@ type Server struct {
 	pool       *upstreamPool  // nil: upstream connections are not reused
 	auth       *authenticator // nil: authentication is relayed to PostgreSQL (auth.type passthrough)
 	router     *router        // nil: one upstream.address, no router
-	pools      *txPools       // pool.mode transaction (pool.go); nil in session mode
-	parses     sharedParses   // the Parse bodies of pooled clients' named statements, one copy each (pooledstmts.go)
+	// fencedJudged and fencedScanned are test hooks (testHooks), nil outside tests.
+	fencedJudged, fencedScanned func()
+	pools                       *txPools     // pool.mode transaction (pool.go); nil in session mode
+	parses                      sharedParses // the Parse bodies of pooled clients' named statements, one copy each (pooledstmts.go)
 	// effectWords are the words of a text that may change the token, lock or application_name at session level
 	// (rewrite.SessionEffects): their names, RESET and DISCARD (ALL), EXECUTE (an SQL prepared statement),
 	// set_config and u& (which may spell any of them); for the pool's text classes (textClass.effects).
@@ -205,6 +209,7 @@ func New(o Options) (*Server, error) {
 	if s.pool != nil {
 		s.pool.beforePut = o.hooks.beforePut
 	}
+	s.fencedJudged, s.fencedScanned = o.hooks.fencedJudged, o.hooks.fencedScanned
 	s.SetPlanner(o.Planner)
 	if o.Config.Pool.Transaction() {
 		parkAfter := o.ParkIdleAfter
@@ -302,6 +307,9 @@ func (s *Server) fencedHostsRefused() {
 		}
 	}
 	s.mu.Unlock()
+	if s.fencedScanned != nil {
+		s.fencedScanned()
+	}
 	var wg sync.WaitGroup // the cancels (endFencedTx) go at once, and are taken before this returns
 	for _, e := range ending {
 		ss := e.ss
