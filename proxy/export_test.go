@@ -58,3 +58,11 @@ func HoldPutBack(o *Options, hold func()) { o.hooks.beforePutBack = hold }
 // HoldKeep makes every keeping of a session-mode upstream connection for reuse (upstreamPool.put) of the Server
 // built from o call hold first, before the pool's lock is taken. Set before New, as HoldPutBack.
 func HoldKeep(o *Options, hold func()) { o.hooks.beforePut = hold }
+
+// HoldFencedJudgement makes the Server built from o call hold after each fenced write it judged allowed on its
+// host (router.writeRefusal), before the write is sent. Set before New, as HoldPutBack.
+func HoldFencedJudgement(o *Options, hold func()) { o.hooks.fencedJudged = hold }
+
+// AfterFencedScan makes the Server built from o call f each time the router's change has made it choose the
+// sessions in a fenced transaction it acts on (fencedHostsRefused), before it acts. Set before New.
+func AfterFencedScan(o *Options, f func()) { o.hooks.fencedScanned = f }

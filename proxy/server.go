@@ -87,6 +87,8 @@ type Options struct {
 type testHooks struct {
 	beforePutBack func() // txPools.beforePutBack
 	beforePut     func() // upstreamPool.beforePut
+	fencedJudged  func() // Server.fencedJudged: a fenced write judged allowed, before it is sent
+	fencedScanned func() // Server.fencedScanned: fencedHostsRefused has chosen the sessions it acts on
 }
 
 // defaultParkAfter is the parker's sweep period when Options.ParkIdleAfter is 0: long beside a transaction, so
@@ -109,8 +111,10 @@ type Server struct {
 	pool       *upstreamPool  // nil: upstream connections are not reused
 	auth       *authenticator // nil: authentication is relayed to PostgreSQL (auth.type passthrough)
 	router     *router        // nil: one upstream.address, no router
-	pools      *txPools       // pool.mode transaction (pool.go); nil in session mode
-	parses     sharedParses   // the Parse bodies of pooled clients' named statements, one copy each (pooledstmts.go)
+	// fencedJudged and fencedScanned are test hooks (testHooks), nil outside tests.
+	fencedJudged, fencedScanned func()
+	pools                       *txPools     // pool.mode transaction (pool.go); nil in session mode
+	parses                      sharedParses // the Parse bodies of pooled clients' named statements, one copy each (pooledstmts.go)
 	// effectWords are the words of a text that may change the token, lock or application_name at session level
 	// (rewrite.SessionEffects): their names, RESET and DISCARD (ALL), EXECUTE (an SQL prepared statement),
 	// set_config and u& (which may spell any of them); for the pool's text classes (textClass.effects).
@@ -205,6 +209,7 @@ func New(o Options) (*Server, error) {
 	if s.pool != nil {
 		s.pool.beforePut = o.hooks.beforePut
 	}
+	s.fencedJudged, s.fencedScanned = o.hooks.fencedJudged, o.hooks.fencedScanned
 	s.SetPlanner(o.Planner)
 	if o.Config.Pool.Transaction() {
 		parkAfter := o.ParkIdleAfter
@@ -276,9 +281,10 @@ func (s *Server) primaryChanged(old, now string, epoch uint64) {
 // it is read (fencedTxRefused) does not cover what was sent before the change: a COMMIT pipelined behind a
 // statement still running there reaches the server before the change and commits after it. Sessions not in such
 // a transaction go on (reads, and writes to unprotected tables, as during a split brain). The order makes the
-// rule hold for a message judged while the change is made: the session notes the fenced write (fencedTxOut)
-// before it is sent and judges each later message under the router's lock, and this runs after the change left
-// that lock, so a message judged before the change is seen here, and one judged after is refused there.
+// rule hold for a write or message judged while the change is made: the session notes the fenced write
+// (fencedTxOut) before it judges it (fencedWriteRefusal) and judges each later message under the router's lock,
+// and this runs after the change left that lock, so one judged before the change is seen here, and one judged
+// after is refused there.
 // A pooled session is bound to no host: what its lent connection runs is cancelled when that connection's host
 // is refused (cancelLent); a unit still waiting for a connection is judged when it gets one (the core judges a
 // pooled unit after its lend), so nothing of it was judged before the change.
@@ -288,7 +294,7 @@ func (s *Server) fencedHostsRefused() {
 	// between (its next message found the session idle and cleared the field) could as well end just after a
 	// second load, before endFencedTx acts: a second load never spared such a session, and ending it fails
 	// closed. A fenced write noted in between came after that clear, so after this load, so after the change
-	// this acts on: on a host refused now it is refused before it is noted. (On a host a still later change
+	// this acts on: on a host refused now its judgement, after the note, refuses it. (On a host a still later change
 	// refuses, a farewell may name the earlier transaction's table where a second load named the later one's.)
 	type fencedTx struct {
 		ss    *session
@@ -302,6 +308,9 @@ func (s *Server) fencedHostsRefused() {
 		}
 	}
 	s.mu.Unlock()
+	if s.fencedScanned != nil {
+		s.fencedScanned()
+	}
 	var wg sync.WaitGroup // the cancels (endFencedTx) go at once, and are taken before this returns
 	for _, e := range ending {
 		ss := e.ss

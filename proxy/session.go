@@ -73,7 +73,7 @@ type session struct {
 	// that the proxy saw. Cleared when a message comes with the session idle (everything answered, no block
 	// open): that transaction ended. While it is set nothing more of the client's reaches a host the router
 	// refuses fenced writes on (fencedTxRefused). Written only by the side that reads the client, and set before
-	// the fenced write is sent; atomic for the router's side (Server.fencedHostsRefused), which ends the session
+	// the fenced write is judged (fencedWriteRefusal); atomic for the router's side (Server.fencedHostsRefused), which ends the session
 	// when its host is refused fenced writes while such a transaction is under way. fencedTxEnded is why it
 	// ended it (upstreamLostFarewell).
 	fencedTxOut   atomic.Pointer[string]
