@@ -1110,6 +1110,7 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 	st := &ss.state
 	pl.mu.Lock()
 	defer pl.mu.Unlock()
+	ss.portalsBatch(typ) // reloadkept.go
 	if st.pending.Load() == 0 && !st.unsynced.Load() {
 		pl.ranUnsettled = false // everything sent is answered: the reported reading settings are the server's
 	}

@@ -241,8 +241,7 @@ func (ss *session) bound(gen uint64) {
 
 // pooledPortals is what a transaction-pool client's portals were bound under, for portalsPooled: by portal
 // name, the generation of the planner that fenced the statement of its oldest Bind since the session was last
-// idle and of its last Bind, and the batch of that last one (a count of the client's messages that end a
-// batch: a Sync, a Query, a FunctionCall).
+// idle and of its last Bind, and the batch of that last one (portalsBatch).
 type pooledPortals struct {
 	byName map[string]boundPortal
 	batch  uint64
@@ -271,8 +270,6 @@ func (ss *session) portalsPooled(typ byte, body []byte) error {
 	pl := ss.pooled
 	pp := &ss.pooledPortals
 	switch typ {
-	case msgSync, msgQuery, msgFunctionCall:
-		pp.batch++
 	case msgBind:
 		if ss.portalGen != 0 && ss.state.idle() {
 			ss.portalsGone()
@@ -319,6 +316,17 @@ func (ss *session) portalsPooled(typ byte, body []byte) error {
 		}
 	}
 	return nil
+}
+
+// portalsBatch counts a transaction-pool client's message that ends a batch (pooledPortals.batch), first
+// thing in forwardPooled: every one, whatever path then sends, skips or refuses it. One counted that the server
+// does not see as the end of a batch only makes portalsPooled judge by more Binds; one missed could make it
+// take a Bind the server skipped for the one that made the portal.
+func (ss *session) portalsBatch(typ byte) {
+	switch typ {
+	case msgSync, msgQuery, msgFunctionCall:
+		ss.pooledPortals.batch++
+	}
 }
 
 // portalsParked lets a transaction-pool client that parks keep nothing of its portals when it holds none.
