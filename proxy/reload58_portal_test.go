@@ -15,7 +15,8 @@ import (
 // until the block ends): the portal holds the statement as the old list fenced it, here not at all. Under the
 // new list, which protects the table, its Execute must not write the row unfenced: the session's token 5 is
 // older than the row's 9. Both pool modes, and in session mode both transports; also when a Bind of the
-// portal's name after the reload fails and a ROLLBACK TO SAVEPOINT keeps the portal of before.
+// portal's name after the reload fails and a ROLLBACK TO SAVEPOINT keeps the portal of before, and when the
+// transaction bound more portals before it than the pool follows by name.
 func TestReload58PortalBoundBeforeTheReload(t *testing.T) {
 	d := direct(t)
 	name := fxName(t, "rp")
@@ -27,12 +28,14 @@ func TestReload58PortalBoundBeforeTheReload(t *testing.T) {
 		name, yaml   string
 		goroutines   bool
 		failedRebind bool
+		fillers      int // portals bound before it in its transaction
 	}{
-		{"transaction", pooled, false, false},
-		{"transaction/a failed Bind of its name between", pooled, false, true},
-		{"session/event loop", "", false, false},
-		{"session/goroutines", "", true, false},
-		{"session/a failed Bind of its name between", "", false, true},
+		{"transaction", pooled, false, false, 0},
+		{"transaction/a failed Bind of its name between", pooled, false, true, 0},
+		{"transaction/after a hundred other portals", pooled, false, false, 100},
+		{"session/event loop", "", false, false, 0},
+		{"session/goroutines", "", true, false, 0},
+		{"session/a failed Bind of its name between", "", false, true, 0},
 	} {
 		t.Run(mode.name, func(t *testing.T) {
 			fxExec(t, d, fmt.Sprintf("UPDATE public.%s SET balance = 0, fence_token = 9 WHERE id = 1", name))
@@ -41,6 +44,12 @@ func TestReload58PortalBoundBeforeTheReload(t *testing.T) {
 			fe := reload58Hijacked(t, f)
 			fe.Send(&pgproto3.Query{String: "BEGIN"})
 			fe.Send(&pgproto3.Parse{Name: "s", Query: upd})
+			if mode.fillers > 0 {
+				fe.Send(&pgproto3.Parse{Name: "one", Query: "SELECT 1"})
+			}
+			for i := range mode.fillers {
+				fe.Send(&pgproto3.Bind{DestinationPortal: fmt.Sprintf("f%d", i), PreparedStatement: "one"})
+			}
 			fe.Send(&pgproto3.Bind{DestinationPortal: "p", PreparedStatement: "s", Parameters: [][]byte{[]byte("1")}})
 			fe.Send(&pgproto3.Sync{})
 			fe.Send(&pgproto3.Query{String: "SAVEPOINT sp"}) // after the Bind: ROLLBACK TO it keeps the portal

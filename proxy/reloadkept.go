@@ -245,7 +245,14 @@ func (ss *session) bound(gen uint64) {
 type pooledPortals struct {
 	byName map[string]boundPortal
 	batch  uint64
+	// lost: a Bind of a name beyond maxPooledPortals was not recorded; an Execute of a name not in byName is then
+	// judged by the oldest portal of all.
+	lost bool
 }
+
+// maxPooledPortals bounds byName: a client that pipelines transactions without a pause is never idle at a Bind,
+// and its portals' names would pile up.
+const maxPooledPortals = 64
 
 type boundPortal struct{ oldest, last, batch uint64 }
 
@@ -286,6 +293,10 @@ func (ss *session) portalsPooled(typ byte, body []byte) error {
 			pp.byName = map[string]boundPortal{}
 		}
 		b, seen := pp.byName[string(name)]
+		if !seen && len(pp.byName) >= maxPooledPortals {
+			pp.lost = true
+			return nil
+		}
 		if !seen {
 			b.oldest = gen
 		}
@@ -303,6 +314,7 @@ func (ss *session) portalsPooled(typ byte, body []byte) error {
 			}
 			b, seen := pp.byName[string(name)]
 			switch {
+			case !seen && pp.lost:
 			case !seen:
 				return nil
 			case b.batch == pp.batch:
@@ -347,6 +359,7 @@ func (ss *session) portalsStale() bool {
 func (ss *session) portalsGone() {
 	ss.portalGen = 0
 	clear(ss.pooledPortals.byName)
+	ss.pooledPortals.lost = false
 	ss.keptRetired = nil
 	ss.retiredLost = false
 }
