@@ -314,7 +314,7 @@ func (ss *session) portalsPooled(typ byte, body []byte) error {
 			}
 			b, seen := pp.byName[string(name)]
 			switch {
-			case !seen && pp.lost:
+			case !seen && pp.lost: // maybe bound, not recorded: the oldest portal of all
 			case !seen:
 				return nil
 			case b.batch == pp.batch:
@@ -369,7 +369,6 @@ func (ss *session) portalsGone() {
 // refused (sessionRefused) if any statement the session holds, or held when it bound them, is one the planner
 // in force makes otherwise; nil when it may run. The Execute's body is not read: which portal it names does not
 // matter.
-
 func (ss *session) portalsCurrent() error {
 	if ss.pooled != nil || ss.portalGen == 0 {
 		return nil
