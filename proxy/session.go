@@ -94,6 +94,9 @@ type session struct {
 	portalGen   uint64
 	keptRetired []*keptStmt
 	retiredLost bool
+
+	// pooledPortals: the generations a transaction-pool client's portals were bound under (reloadkept.go).
+	pooledPortals pooledPortals
 	// positions maps the positions of errors and notices of the answers in flight into the client's text
 	// (positions.go); nil when they need no map. Written by the client side, read and cleared by the server side.
 	positions atomic.Pointer[sentRewrite]
