@@ -16,8 +16,9 @@ import (
 // Server.fencedHostsRefused, whatever the message; the tests that pin the per-message rule sent a COMMIT or a
 // Sync). In transaction pooling the CopyDone then reached the withdrawn primary (which answered 57014 only
 // because the change had cancelled the COPY: cancelLent) and the FunctionCall was answered there
-// (FunctionCallResponse, no error). Each must end the session with a FATAL (55F04, or 08007 while the COPY is
-// owed an answer) and commit nothing there.
+// (FunctionCallResponse, no error). Each must end the session with a FATAL and commit nothing there: 08007 while
+// the COPY's Query is owed its answer, 55F04 inside the block, where nothing is (with 55F04 whatever was owed,
+// as a mutation of fencedTxFarewell made it, every other test of the rule passed).
 func TestCopyDoneAndFunctionCallRefusedOnAWithdrawnPrimary(t *testing.T) {
 	for _, mode := range barrierModes {
 		for _, msg := range []string{"CopyDone", "FunctionCall"} {
@@ -72,8 +73,14 @@ func TestCopyDoneAndFunctionCallRefusedOnAWithdrawnPrimary(t *testing.T) {
 				if n != 0 {
 					t.Errorf("%s of a fenced transaction on the withdrawn primary committed it there (%d rows; answers %q, errors %q)", msg, n, answered, codes)
 				}
-				if len(answered) > 0 || len(codes) == 0 || codes[0] != "55F04" && codes[0] != "08007" {
-					t.Errorf("%s of a fenced transaction on the withdrawn primary: answers %q, errors %q; want none, then FATAL 55F04 or 08007", msg, answered, codes)
+				// The COPY's Query is still owed its answer when the session ends: the proxy cannot say the
+				// transaction did not commit (08007). Inside the block nothing is owed: it did not (55F04).
+				want := "55F04"
+				if msg == "CopyDone" {
+					want = "08007"
+				}
+				if len(answered) > 0 || len(codes) == 0 || codes[0] != want {
+					t.Errorf("%s of a fenced transaction on the withdrawn primary: answers %q, errors %q; want none, then FATAL %s", msg, answered, codes, want)
 				}
 			})
 		}
