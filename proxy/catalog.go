@@ -73,19 +73,26 @@ func (p *PlannerSet) SetConfig(cfg *config.Config) error {
 		p.cfg = cfg
 		return nil
 	}
-	planner, err := NewPlannerWithCatalog(cfg, p.snap, p.metrics)
+	snap := derivedFor(p.snap, cfg)
+	planner, err := NewPlannerWithCatalog(cfg, snap, p.metrics)
 	if err != nil {
 		return err
 	}
-	p.cfg = cfg
+	p.cfg, p.snap = cfg, snap
 	p.srv.SetPlanner(planner)
 	return nil
 }
 
-// SetSnapshot applies a new catalog snapshot.
+// SetSnapshot applies a new catalog snapshot, derived again for the table list in force (derivedFor). One that
+// then protects and refuses what the one in force does keeps the planner, its cache and its generation.
 func (p *PlannerSet) SetSnapshot(snap *catalog.Snapshot) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	snap = derivedFor(snap, p.cfg)
+	if p.snap != nil && snap.SameRules(p.snap) {
+		p.snap = snap
+		return nil
+	}
 	planner, err := NewPlannerWithCatalog(p.cfg, snap, p.metrics)
 	if err != nil {
 		return err
@@ -93,6 +100,21 @@ func (p *PlannerSet) SetSnapshot(snap *catalog.Snapshot) error {
 	p.snap = snap
 	p.srv.SetPlanner(planner)
 	return nil
+}
+
+// derivedFor is snap derived again, from the catalog facts it was read from, for cfg's tables. A snapshot is
+// derived for the table list its reader was given, and the list changes at a reload: the snapshot in force when
+// the reload applies the new list, or one a refresh read before it and publishes after, protects the
+// partitions, children, views and cascades of the old list. Until 2026-12-06 the planner used it as it was until
+// the next refresh that read the new list (forever, if those failed): a partition of a table the reload added
+// was written unfenced, and one of a table made require_lock written without a lock. Deriving is a pure
+// function of the facts and the list (catalog.Derive), so the planner always protects what the list in force
+// makes of the facts last read. A snapshot without its facts (nil: name-only protection) is used as it is.
+func derivedFor(snap *catalog.Snapshot, cfg *config.Config) *catalog.Snapshot {
+	if snap == nil || snap.Catalog == nil {
+		return snap
+	}
+	return catalog.Derive(snap.Catalog, ConfiguredTables(cfg))
 }
 
 // Tables are the configured tables now.

@@ -183,11 +183,10 @@ func (ss *session) onClientMsg(typ byte, body []byte, p Planner, out msgSink) er
 		}
 		st.unsynced.Store(true)
 		if typ == msgExecute {
+			// The proxy does not follow a portal to its statement: an Execute may run the fenced one kept, and
+			// is judged (and the transaction noted) as such.
 			if err := ss.keptFencedRefused(); err != nil {
 				return err
-			}
-			if ss.keptFenced != "" && ss.srv.router != nil {
-				ss.noteTxFenced(ss.keptFenced) // the proxy does not follow a portal to its statement
 			}
 			if err := ss.portalsCurrent(); err != nil { // reloadkept.go
 				return err

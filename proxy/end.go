@@ -206,12 +206,21 @@ func (ss *session) endForFailover(now string) {
 // connection alone does not stop a backend that waits (for a lock, say) from running, once it may, a COMMIT
 // already in its socket, and committing there; cancelled, the statement fails and the transaction with it.
 // A COMMIT already running may still commit: the client is told 08007 then, not that it committed.
+// The connection is shut first, the cancel sent after: nothing of the session reaches the server after the
+// shut, so what the cancel is for is there before it. PostgreSQL drops a cancel that finds the backend idle,
+// so a cancel sent first would miss a write the session flushed between it and the shut (a fenced write judged
+// just before the router's change), which would then wait for its lock there and commit once it may. What
+// still escapes: a write sent just before the shut that the backend has not read yet when the cancel arrives
+// (the cancel opens a connection to the server first: milliseconds, where the read takes microseconds).
+// running is read before the shut, which starts the session's end; a session in one was counted pending
+// before its write was judged (core.go).
 func (ss *session) endFencedTx(why, table string) {
 	ss.fencedTxEnded.Store(&[2]string{why, table})
-	if ss.state.running() {
-		ss.cancelIfRunning()
-	}
+	running := ss.state.running()
 	ss.shutUpstream()
+	if running && ss.cancelKey != nil {
+		ss.cancelBackend()
+	}
 }
 
 // shutUpstream shuts the session's upstream connection: nothing more of the session reaches the server, and the

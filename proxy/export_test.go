@@ -50,10 +50,19 @@ func InlineLooks(s *Server) int64 {
 // OptionSetting is optionSetting: the value a startup options string gives a setting, as the proxy reads it.
 func OptionSetting(options, name string) (string, bool) { return optionSetting(options, name) }
 
-// HoldPutBack makes every put-back of a pooled server connection (txPool.release) call hold first, after the
-// checks made before the pool's lock.
-func HoldPutBack(s *Server, hold func()) { s.pools.beforePutBack.Store(&hold) }
+// HoldPutBack makes every put-back of a pooled server connection (txPool.release) of the Server built from o
+// call hold first, after the checks made before the pool's lock. Set before New: the proxy reads it without
+// synchronization.
+func HoldPutBack(o *Options, hold func()) { o.hooks.beforePutBack = hold }
 
-// HoldKeep makes every keeping of a session-mode upstream connection for reuse (upstreamPool.put) call hold
-// first, before the pool's lock is taken.
-func HoldKeep(s *Server, hold func()) { s.pool.beforePut.Store(&hold) }
+// HoldKeep makes every keeping of a session-mode upstream connection for reuse (upstreamPool.put) of the Server
+// built from o call hold first, before the pool's lock is taken. Set before New, as HoldPutBack.
+func HoldKeep(o *Options, hold func()) { o.hooks.beforePut = hold }
+
+// HoldFencedJudgement makes the Server built from o call hold after each fenced write it judged allowed on its
+// host (router.writeRefusal), before the write is sent. Set before New, as HoldPutBack.
+func HoldFencedJudgement(o *Options, hold func()) { o.hooks.fencedJudged = hold }
+
+// AfterFencedScan makes the Server built from o call f each time the router's change has made it choose the
+// sessions in a fenced transaction it acts on (fencedHostsRefused), before it acts. Set before New.
+func AfterFencedScan(o *Options, f func()) { o.hooks.fencedScanned = f }

@@ -195,11 +195,9 @@ func (ss *session) checkPlan(plan rewrite.Plan) rewrite.Plan {
 	}
 	if ss.srv.router != nil && plan.Action == rewrite.Rewrite && len(plan.Tables) > 0 {
 		// A fenced write goes only to the published primary, and to none while two hosts claim to be it.
-		if why := ss.srv.router.writeRefusal(ss.host.addr, ss.host.epoch); why != "" {
-			return rewrite.Plan{Action: rewrite.Refuse, Code: sqlstateUnfenceable, Table: plan.Tables[0],
-				Message: fmt.Sprintf("unfenceable write to %s: %s", plan.Tables[0], why)}
+		if why := ss.fencedWriteRefusal(plan.Tables[0]); why != "" {
+			return unfenceablePlan(plan.Tables[0], why)
 		}
-		ss.noteTxFenced(plan.Tables[0])
 	}
 	if plan.TokenDynamic && ss.srv.verifier != nil {
 		// A token computed at execution time (an expression or a parameter of set_config) cannot be checked
@@ -215,6 +213,13 @@ func (ss *session) checkPlan(plan rewrite.Plan) rewrite.Plan {
 		}
 	}
 	return plan
+}
+
+// unfenceablePlan refuses a write to table (55F04) that the router does not let through now (why: writeRefusal),
+// with the contract's message for it.
+func unfenceablePlan(table, why string) rewrite.Plan {
+	return rewrite.Plan{Action: rewrite.Refuse, Code: sqlstateUnfenceable, Table: table,
+		Message: "unfenceable write to " + table + ": " + why}
 }
 
 // prepareWords are the words of a Query whose fenced statement the server may keep to run later (SQL PREPARE);
@@ -247,18 +252,14 @@ func (ss *session) noteKeptFenced(plan rewrite.Plan) {
 // is remembered (keptFenced).
 func (ss *session) keptFencedQuery(plan rewrite.Plan, text []byte) rewrite.Plan {
 	if plan.Action != rewrite.Refuse && commitPreparedWords.In(text) {
-		if why := ss.srv.router.writeRefusal(ss.host.addr, ss.host.epoch); why != "" {
-			return rewrite.Plan{Action: rewrite.Refuse, Code: sqlstateUnfenceable, Table: preparedTxTables,
-				Message: fmt.Sprintf("unfenceable write to %s: %s", preparedTxTables, why)}
+		if why := ss.fencedWriteRefusal(preparedTxTables); why != "" {
+			return unfenceablePlan(preparedTxTables, why)
 		}
-		ss.noteTxFenced(preparedTxTables)
 	}
 	if plan.Action != rewrite.Refuse && ss.keptFenced != "" && executeWords.In(text) {
 		if why := ss.keptFencedRefusal(); why != "" {
-			return rewrite.Plan{Action: rewrite.Refuse, Code: sqlstateUnfenceable, Table: ss.keptFenced,
-				Message: fmt.Sprintf("unfenceable write to %s: %s", ss.keptFenced, why)}
+			return unfenceablePlan(ss.keptFenced, why)
 		}
-		ss.noteTxFenced(ss.keptFenced)
 	}
 	if ss.keptFenced == "" && plan.Action == rewrite.Rewrite && len(plan.Tables) > 0 && prepareWords.In(text) {
 		ss.keptFenced = plan.Tables[0]
@@ -268,12 +269,13 @@ func (ss *session) keptFencedQuery(plan rewrite.Plan, text []byte) rewrite.Plan 
 
 // keptFencedRefusal says why a run of a fenced statement the session prepared before (keptFenced) must be
 // refused now, as checkPlan would refuse its text: two hosts claim to be primary, or the session's host is
-// no longer the published primary. "" when it may run.
+// no longer the published primary. "" when it may run, the transaction then noted as fenced
+// (fencedWriteRefusal).
 func (ss *session) keptFencedRefusal() string {
 	if ss.srv.router == nil || ss.keptFenced == "" {
 		return ""
 	}
-	return ss.srv.router.writeRefusal(ss.host.addr, ss.host.epoch)
+	return ss.fencedWriteRefusal(ss.keptFenced)
 }
 
 // keptFencedRefused ends a session whose Execute may run a fenced statement prepared before, while the router
@@ -291,17 +293,35 @@ func (ss *session) keptFencedRefused() error {
 		hint:   "Connect again: a statement prepared now is judged when it is prepared."}
 }
 
-// noteTxFenced remembers that the transaction under way may write table through the proxy (txFenced): a
-// fenced statement allowed now, which it may still commit after the router stopped trusting the host.
-func (ss *session) noteTxFenced(table string) {
-	if ss.txFenced == "" {
-		ss.txFenced = table
+// fencedWriteRefusal judges a fenced write to table on the session's host (router.writeRefusal: why it must be
+// refused now, "" when it may go) and leaves the transaction under way noted as one that may write table
+// through the proxy (fencedTxOut), which it may still commit after the router stopped trusting the host. The
+// note comes before the judgement, which Server.fencedHostsRefused relies on: that runs after a change has
+// left the router's lock, so a change the judgement did not see is followed by a look at the sessions that
+// sees the note. Noted after the judgement, a change and the whole of that look could run in between, and a
+// write judged before the change would be sent to the refused host unseen. A refusal takes back a note this
+// call made (the write is not sent); a look that saw it meanwhile ends a session that wrote nothing (fail
+// closed).
+func (ss *session) fencedWriteRefusal(table string) string {
+	made := ss.fencedTxOut.Load() == nil
+	if made {
 		ss.fencedTxOut.Store(&table)
 	}
+	why := ss.srv.router.writeRefusal(ss.host.addr, ss.host.epoch)
+	if why != "" {
+		if made {
+			ss.fencedTxOut.Store(nil)
+		}
+		return why
+	}
+	if ss.srv.fencedJudged != nil {
+		ss.srv.fencedJudged()
+	}
+	return ""
 }
 
 // fencedTxRefused ends the session before a message of the client's (typ; any but Terminate) reaches the
-// server, when the transaction under way wrote a protected table (txFenced) and the router refuses fenced
+// server, when the transaction under way wrote a protected table (fencedTxOut) and the router refuses fenced
 // writes on the session's host now (writeRefusal: the host is no longer the published primary, or two hosts
 // claim to be primary). The fenced write was allowed when it was planned; its transaction must not commit on a
 // host the new primary does not follow, and the proxy cannot tell which message would commit it (a COMMIT, END,
@@ -315,21 +335,19 @@ func (ss *session) fencedTxRefused(typ byte) error {
 	if ss.srv.router == nil || typ == msgTerminate {
 		return nil
 	}
-	if ss.state.idle() {
-		if ss.txFenced != "" {
-			ss.txFenced = ""
-			ss.fencedTxOut.Store(nil)
-		}
+	table := ss.fencedTxOut.Load()
+	if table == nil {
 		return nil
 	}
-	if ss.txFenced == "" {
+	if ss.state.idle() {
+		ss.fencedTxOut.Store(nil)
 		return nil
 	}
 	why := ss.srv.router.writeRefusal(ss.host.addr, ss.host.epoch)
 	if why == "" {
 		return nil
 	}
-	return fencedTxFarewell(why, ss.txFenced, ss.state.pending.Load() > 0)
+	return fencedTxFarewell(why, *table, ss.state.pending.Load() > 0)
 }
 
 // fencedTxFarewell is how a session whose transaction wrote table ends when the router refuses fenced writes on

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"slices"
 	"strings"
 	"sync"
 
@@ -12,20 +13,15 @@ import (
 // countGuardRefusal counts a fencing error raised by the in-database guard (fenceproxy install): a real
 // 55F0x ErrorResponse, passed to the client unchanged (it needs no marker translation). The guard puts the
 // protected table's configured name in the error's table field; other values (a user's own RAISE with such a
-// code) are counted as "other", which keeps the label set bounded.
+// code) are counted as "other", which keeps the label set bounded. The tables protected now decide (a reload
+// included): the list of the proxy's start counted a table a reload added as "other".
 func (ss *session) countGuardRefusal(body []byte) {
 	code := errorField(body, fieldCode)
 	if !strings.HasPrefix(code, sqlstateFencingClassPrefix) || len(code) != 5 {
 		return
 	}
 	table := errorField(body, fieldTable)
-	known := false
-	for _, t := range ss.srv.cfg.Tables {
-		if t.Name == table {
-			known = true
-			break
-		}
-	}
+	known := slices.Contains(ss.srv.protectedTables(), table)
 	if !known {
 		table = "other"
 	}

@@ -79,7 +79,7 @@ func startBarrierPair(t *testing.T, yaml string, conf map[string]string) (*haPai
 	t.Helper()
 	e := etcdtest.Start(t)
 	store := tokens.NewEtcdStore(e.Client(), tokens.DefaultPrefix)
-	h := startHAPairConf(t, store, "", yaml, conf)
+	h := startHAPairConf(t, store, "", yaml, conf, nil)
 	ctx := haCtx(t)
 	admin := connect(t, h.primary.SuperDSN())
 	installFence(ctx, t, admin)

@@ -16,7 +16,8 @@ import (
 // holding a slot of upstream.reuse.max_idle until reuse.idle_timeout. The put is held here before the pool's
 // lock (HoldKeep) while the standby is promoted.
 func TestKeptConnectionRacingAChangeOfPrimary(t *testing.T) {
-	h := startHAPair(t, nil, "")
+	hold := newHeldFirst()
+	h := startHAPairConf(t, nil, "", "", nil, func(o *proxy.Options) { proxy.HoldKeep(o, hold.hold) })
 	ctx := haCtx(t)
 	// first is kept before the switch: its drop shows that the change of primary has closed the kept
 	// connections. Its startup differs from held's (application_name), so held's session does not take it.
@@ -24,8 +25,7 @@ func TestKeptConnectionRacingAChangeOfPrimary(t *testing.T) {
 	closeConn(t, first)
 	waitIdle(t, h.proxy, 1)
 
-	hold := holdFirst(t)
-	proxy.HoldKeep(h.proxy.Server, hold.hold)
+	hold.arm(t)
 	dsn := reuseDSN(h.proxy, reuseApp(t))
 	held := h.connectOnPrimary(ctx, t, dsn, "the held session")
 	closeConn(t, held) // its connection, reset, waits in the hook to be kept

@@ -16,7 +16,7 @@ import (
 // trigger or a rule on an unprotected table, a DO block's dynamic SQL, a foreign key cascade) does not commit on
 // a host the router no longer trusts, any more than one whose write the proxy planned. From unseen58
 // (2026-12-06, attack: a write the proxy does not see): only the writes the proxy planned marked a transaction
-// fenced (noteTxFenced), so once the host was withdrawn (here: a split brain, then the old primary demoted while
+// fenced (noteTxFenced, now fencedTxOut), so once the host was withdrawn (here: a split brain, then the old primary demoted while
 // the barrier runs on the new one) the COMMIT of such a transaction reached the old primary and committed there,
 // a write the new primary never sees, in both pool modes, with the in-database guard installed or not (the
 // guard checks the token, not the host). Now the proxy asks such a host which relations the session's backend

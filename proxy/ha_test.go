@@ -39,11 +39,12 @@ func startHAPair(t *testing.T, grants proxy.GrantSource, setup string) *haPair {
 // startHAPairWith is startHAPair with more configuration (yaml, appended).
 func startHAPairWith(t *testing.T, grants proxy.GrantSource, setup, yaml string) *haPair {
 	t.Helper()
-	return startHAPairConf(t, grants, setup, yaml, nil)
+	return startHAPairConf(t, grants, setup, yaml, nil, nil)
 }
 
-// startHAPairConf is startHAPairWith with postgresql.conf settings (conf) for both servers.
-func startHAPairConf(t *testing.T, grants proxy.GrantSource, setup, yaml string, conf map[string]string) *haPair {
+// startHAPairConf is startHAPairWith with postgresql.conf settings (conf) for both servers and, when tune is
+// set, the proxy's options changed by it (proxytest.Options.Tune: the package's test hooks).
+func startHAPairConf(t *testing.T, grants proxy.GrantSource, setup, yaml string, conf map[string]string, tune func(*proxy.Options)) *haPair {
 	t.Helper()
 	pgtest.Require(t, pg)
 	primary := pgtest.MustStart(t, pgtest.Options{ExtraConf: conf})
@@ -57,6 +58,7 @@ func startHAPairConf(t *testing.T, grants proxy.GrantSource, setup, yaml string,
 		Upstream: fmt.Sprintf("  health_interval: %s\n  health_timeout: 1s\n  connect_timeout: 2s\n", haInterval),
 		YAML:     "tables:\n  - name: accounts\n    token_column: fence_token\n" + yaml,
 		Grants:   grants,
+		Tune:     tune,
 	})
 	return &haPair{primary: primary, standby: standby, proxy: p}
 }

@@ -219,10 +219,10 @@ func (o serverOut) Write(p []byte) (int, error) {
 type txPools struct {
 	clients atomic.Int64 // client sessions of every pool (pool.max_clients)
 
-	// beforePutBack, when set (by tests only: export_test.go HoldPutBack), runs in release between the checks
-	// made before the lock and the put-back itself, where a test holds a put-back while a change of primary
-	// is published (dropHost).
-	beforePutBack atomic.Pointer[func()]
+	// beforePutBack, when set (by tests only: testHooks), runs in release between the checks made before the
+	// lock and the put-back itself, where a test holds a put-back while a change of primary is published
+	// (dropHost). Set by New before anything runs, and only read after.
+	beforePutBack func()
 
 	// PAUSE and RESUME (admin.go), under mu: every pool paused, or those of some databases (nil until one is).
 	// resumed is closed by the next RESUME (nil when nothing is paused); anyPaused lets a lend skip mu when
@@ -882,8 +882,8 @@ func (p *txPool) release(sc *serverConn) {
 		p.discard(sc)
 		return
 	}
-	if hold := p.srv.pools.beforePutBack.Load(); hold != nil {
-		(*hold)()
+	if hold := p.srv.pools.beforePutBack; hold != nil {
+		hold()
 	}
 	p.lendEnded(sc)
 	sc.unreadBy.Store(nil)
@@ -935,17 +935,21 @@ const relayEndGrace = time.Second
 // session's farewell follows whole messages (TestPooledEndWritesNothingAfterACutRow; until 2026-12-05 the
 // client got, nearly always, whole rows and the end without the FATAL that says why). A rest that does not
 // come within relayEndGrace (a hung server) is cut all the same: the client then gets no farewell, only the
-// end, as before.
+// end, as before. The timer of that cut is started only for a relay still there after the interrupt: one that
+// ended by then leaves nothing to wait for.
 func (sc *serverConn) closeUnderRelay() {
 	if sc.relaying.Load() == 0 {
 		sc.conn.Close()
 		return
 	}
 	sc.intr.raise(intrEndLend)
-	time.AfterFunc(relayEndGrace, func() { sc.conn.Close() })
+	// Raised first, then counted: a relay that ends after this count sees the interrupt and closes sc itself
+	// (relayServer), one that ended before it is seen here.
 	if sc.relaying.Load() == 0 {
 		sc.conn.Close() // the relay ended meanwhile, maybe before it looked at the interrupt
+		return
 	}
+	time.AfterFunc(relayEndGrace, func() { sc.conn.Close() })
 }
 
 // lendEnded marks sc lent to nobody, and counts the time it was lent, if it was (lentNanos).

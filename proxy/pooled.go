@@ -854,6 +854,7 @@ func (ss *session) park() bool {
 	// (parker.sweep), and a kept buffer outlives two collections.
 	ss.cr.r, ss.cw, ss.cr.buf = nil, nil, nil
 	pl.cache = nil // made again at its first use (caches): nothing the next message needs is in it
+	ss.portalsParked()
 	if s.pools.parker.park(ss, fd) {
 		return true
 	}
@@ -995,7 +996,7 @@ func (ss *session) relayPooled() ending {
 		var body []byte
 		switch {
 		case typ == msgQuery, typ == msgParse, typ == msgBind, typ == msgDescribe, typ == msgClose,
-			ss.clientNeedsBody(typ, ss.srv.currentPlanner()):
+			typ == msgExecute && ss.portalsStale(), ss.clientNeedsBody(typ, ss.srv.currentPlanner()):
 			if body, err = cr.body(); err != nil {
 				return ss.clientEnding(err)
 			}
@@ -1109,6 +1110,7 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 	st := &ss.state
 	pl.mu.Lock()
 	defer pl.mu.Unlock()
+	ss.portalsBatch(typ) // reloadkept.go
 	if st.pending.Load() == 0 && !st.unsynced.Load() {
 		pl.ranUnsettled = false // everything sent is answered: the reported reading settings are the server's
 	}
@@ -1353,6 +1355,9 @@ func (ss *session) forwardPooled(typ byte, body []byte) error {
 	}
 	pl.plan = ss.srv.plannerNow()
 	p := pl.plan.p
+	if err := ss.portalsPooled(typ, body); err != nil { // reloadkept.go: a portal runs as fenced at its Bind
+		return err
+	}
 	ss.inlined = false
 	ss.followTokenInForce(typ, body, wordsClass)
 	defer func() { ss.inlineToken = "" }()

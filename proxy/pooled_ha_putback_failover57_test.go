@@ -23,7 +23,10 @@ import (
 // each idle connection again: router.stale). The put-back is held here between the two (HoldPutBack) while the
 // standby is promoted and dropHost runs.
 func TestPooledPutBackRacingAChangeOfPrimary(t *testing.T) {
-	h, dsn := startPooledHAPair(t, "size: 3", "min_idle: 1", poolAdmin)
+	hold := newHeldFirst()
+	h := startHAPairConf(t, nil, "", pooledYAML("size: 3", "min_idle: 1", poolAdmin), nil,
+		func(o *proxy.Options) { proxy.HoldPutBack(o, hold.hold) })
+	dsn := h.simpleDSN(pgtest.TestDB)
 	ctx := haCtx(t)
 	c := h.connectOnPrimary(ctx, t, dsn, "the client")
 	adm := connect(t, h.simpleDSN("fenceproxy"))
@@ -58,8 +61,7 @@ func TestPooledPutBackRacingAChangeOfPrimary(t *testing.T) {
 		ok, _ := poolTrue(oldPort)
 		return ok
 	})
-	hold := holdFirst(t)
-	proxy.HoldPutBack(h.proxy.Server, hold.hold)
+	hold.arm(t)
 	answered := make(chan struct{})
 	go func() { // its server connection's put-back is the one held
 		defer close(answered)
@@ -93,30 +95,37 @@ func TestPooledPutBackRacingAChangeOfPrimary(t *testing.T) {
 	}
 }
 
-// heldFirst is a test hook that holds the first call made to it (hold) until release, so that a test can run a
-// change of primary inside the window the hook marks. The test's cleanup releases it, so that no goroutine of
-// the proxy stays held when the test ends early.
+// heldFirst is a test hook that holds the first call made to it once armed (hold) until release, so that a test
+// can run a change of primary inside the window the hook marks. The proxy takes the hook when it is built (the
+// package's hooks are plain fields), so the calls before the test arms it pass. The test's cleanup releases it,
+// so that no goroutine of the proxy stays held when the test ends early.
 type heldFirst struct {
+	armed    atomic.Bool
 	held     atomic.Bool
 	at       chan struct{} // closed when the first call is held
 	resume   chan struct{}
 	released sync.Once
 }
 
-func holdFirst(t *testing.T) *heldFirst {
-	h := &heldFirst{at: make(chan struct{}), resume: make(chan struct{})}
+func newHeldFirst() *heldFirst {
+	return &heldFirst{at: make(chan struct{}), resume: make(chan struct{})}
+}
+
+// arm makes the next call the one held. Its cleanup, registered here, after the proxy's, runs before the proxy
+// shuts down, so that a held call does not hold the shutdown.
+func (h *heldFirst) arm(t *testing.T) {
 	t.Cleanup(func() {
 		if h.held.CompareAndSwap(false, true) {
 			close(h.at)
 		}
 		h.release()
 	})
-	return h
+	h.armed.Store(true)
 }
 
-// hold is the hook: the first call waits for release, the later ones pass.
+// hold is the hook: once armed, the first call waits for release, the later ones pass.
 func (h *heldFirst) hold() {
-	if h.held.CompareAndSwap(false, true) {
+	if h.armed.Load() && h.held.CompareAndSwap(false, true) {
 		close(h.at)
 		<-h.resume
 	}

@@ -42,7 +42,8 @@ import (
 // None of this reads a message body in steady state: without a change of planner, a Bind is read once after
 // the session's first Parse, and an Execute never (TestKeptBindBodyNotReadInSteadyState).
 //
-// The transaction pool's sessions (pooled != nil) keep their own rule and never reach these.
+// The transaction pool's sessions (pooled != nil) keep their own rule (they prepare statements again) and reach
+// none of these but a rule for portals of their own (portalsPooled).
 
 // keptStmt is a statement the server holds for a session-mode client: the generation of the planner that fenced
 // it, the client's text, and what that planner made of it: its action, the protected tables it touches and the
@@ -238,9 +239,127 @@ func (ss *session) bound(gen uint64) {
 	}
 }
 
+// pooledPortals is what a transaction-pool client's portals were bound under, for portalsPooled: by portal
+// name, the generation of the planner that fenced the statement of its oldest Bind since the session was last
+// idle and of its last Bind, and the batch of that last one (portalsBatch).
+type pooledPortals struct {
+	byName map[string]boundPortal
+	batch  uint64
+	// lost: a Bind of a name beyond maxPooledPortals was not recorded; an Execute of a name not in byName is then
+	// judged by the oldest portal of all.
+	lost bool
+}
+
+// maxPooledPortals bounds byName: a client that pipelines transactions without a pause is never idle at a Bind,
+// and its portals' names would pile up.
+const maxPooledPortals = 64
+
+type boundPortal struct{ oldest, last, batch uint64 }
+
+// portalsPooled applies the rule for portals to a transaction-pool client's message (pooled.go, after pl.plan
+// is read for it, before it goes). The pool prepares a statement fenced under another planner again at its
+// Bind (pooledstmts.go, pooledsqlprep.go), but a portal holds the statement as fenced at its Bind, and the pool
+// does not bind it again: an Execute after a change of planner may run a portal bound before it, as the list
+// of then fenced it (not at all, for a table the reload added). So an Execute runs only when the portal it
+// names was bound under the planner in force (pl.plan); otherwise the session ends with FATAL 55F04 before
+// the Execute reaches the server (an answer of the proxy's own has no place in the middle of the batch).
+//
+// Which Bind made the portal: the last Bind of its name in the Execute's own batch, if any (should that Bind
+// fail, or be skipped after an error, the server skips the Execute too, up to the batch's Sync); otherwise any
+// Bind of the name since the session was last idle (a Bind that failed leaves the portal of before, which a
+// ROLLBACK TO SAVEPOINT keeps), so the oldest. A portal name not bound since is none of the pool's fencing
+// (an SQL cursor, a read). An Execute whose body was not read (pooled.go reads it when a portal may be stale)
+// is judged by the oldest portal of all.
+//
+// Until 2026-12-06 a portal bound inside a transaction block before a reload that protected its table,
+// executed after it, wrote the table unfenced with a stale token (TestReload58PortalBoundBeforeTheReload).
+func (ss *session) portalsPooled(typ byte, body []byte) error {
+	pl := ss.pooled
+	pp := &ss.pooledPortals
+	switch typ {
+	case msgBind:
+		if ss.portalGen != 0 && ss.state.idle() {
+			ss.portalsGone()
+		}
+		gen := pl.plan.gen
+		if ss.portalGen == 0 {
+			ss.portalGen = gen
+		}
+		name, _, ok := cutNul(body)
+		if !ok {
+			return nil // malformed: the server refuses it
+		}
+		if pp.byName == nil {
+			pp.byName = map[string]boundPortal{}
+		}
+		b, seen := pp.byName[string(name)]
+		if !seen && len(pp.byName) >= maxPooledPortals {
+			pp.lost = true
+			return nil
+		}
+		if !seen {
+			b.oldest = gen
+		}
+		b.last, b.batch = gen, pp.batch
+		pp.byName[string(name)] = b
+	case msgExecute:
+		if ss.portalGen == 0 || pl.plan.p == nil || ss.portalGen == pl.plan.gen {
+			return nil // every portal that may be open was bound under the planner in force
+		}
+		gen := ss.portalGen
+		if body != nil {
+			name, _, ok := cutNul(body)
+			if !ok {
+				return nil // malformed: the server refuses it
+			}
+			b, seen := pp.byName[string(name)]
+			switch {
+			case !seen && pp.lost: // maybe bound, not recorded: the oldest portal of all
+			case !seen:
+				return nil
+			case b.batch == pp.batch:
+				gen = b.last
+			default:
+				gen = b.oldest
+			}
+		}
+		if gen != pl.plan.gen {
+			return keptRefusal("this session bound a portal")
+		}
+	}
+	return nil
+}
+
+// portalsBatch counts a transaction-pool client's message that ends a batch (pooledPortals.batch), first
+// thing in forwardPooled: every one, whatever path then sends, skips or refuses it. One counted that the server
+// does not see as the end of a batch only makes portalsPooled judge by more Binds; one missed could make it
+// take a Bind the server skipped for the one that made the portal.
+func (ss *session) portalsBatch(typ byte) {
+	switch typ {
+	case msgSync, msgQuery, msgFunctionCall:
+		ss.pooledPortals.batch++
+	}
+}
+
+// portalsParked lets a transaction-pool client that parks keep nothing of its portals when it holds none.
+func (ss *session) portalsParked() {
+	if ss.state.idle() {
+		ss.portalsGone()
+		ss.pooledPortals.byName = nil
+	}
+}
+
+// portalsStale reports whether a transaction-pool client's Execute must be read for portalsPooled: a portal
+// that may be open was bound under a planner other than the one in force.
+func (ss *session) portalsStale() bool {
+	return ss.portalGen != 0 && ss.portalGen != ss.srv.plannerNow().gen
+}
+
 // portalsGone forgets the portals and the statements kept for them when the session can hold none (idle).
 func (ss *session) portalsGone() {
 	ss.portalGen = 0
+	clear(ss.pooledPortals.byName)
+	ss.pooledPortals.lost = false
 	ss.keptRetired = nil
 	ss.retiredLost = false
 }

@@ -9,7 +9,6 @@ import (
 	"net"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -65,9 +64,10 @@ type upstreamPool struct {
 	lifetime    time.Duration
 	metrics     *Metrics
 
-	// beforePut, when set (by tests only: export_test.go HoldKeep), runs in put before the pool's lock is
-	// taken, where a test holds a connection about to be kept while a change of primary is published.
-	beforePut atomic.Pointer[func()]
+	// beforePut, when set (by tests only: testHooks), runs in put before the pool's lock is taken, where a test
+	// holds a connection about to be kept while a change of primary is published. Set by New before anything
+	// runs, and only read after.
+	beforePut func()
 
 	mu     sync.Mutex
 	idle   []*keptConn
@@ -131,8 +131,8 @@ func (p *upstreamPool) get(startup string, host upstreamHost) *keptConn {
 // when the pool is closed or kc was dialled in an epoch before the router's latest change of primary.
 func (p *upstreamPool) put(kc *keptConn) bool {
 	kc.since = time.Now()
-	if hold := p.beforePut.Load(); hold != nil {
-		(*hold)()
+	if hold := p.beforePut; hold != nil {
+		hold()
 	}
 	var evicted *keptConn
 	p.mu.Lock()

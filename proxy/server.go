@@ -75,6 +75,20 @@ type Options struct {
 	// two periods) is parked, keeping no goroutine or buffers until it speaks again (park_linux.go). 0 is
 	// defaultParkAfter; negative never parks.
 	ParkIdleAfter time.Duration
+
+	// hooks are set by this package's tests only (export_test.go), before New.
+	hooks testHooks
+}
+
+// testHooks are calls the proxy makes where a test holds it to run a race inside a window it marks (a change of
+// primary between a check and what it guards). New copies them to where they are called, before anything
+// runs, so those paths read a plain func field, nil outside tests: no atomic load, and no state shared
+// between servers.
+type testHooks struct {
+	beforePutBack func() // txPools.beforePutBack
+	beforePut     func() // upstreamPool.beforePut
+	fencedJudged  func() // Server.fencedJudged: a fenced write judged allowed, before it is sent
+	fencedScanned func() // Server.fencedScanned: fencedHostsRefused has chosen the sessions it acts on
 }
 
 // defaultParkAfter is the parker's sweep period when Options.ParkIdleAfter is 0: long beside a transaction, so
@@ -97,8 +111,10 @@ type Server struct {
 	pool       *upstreamPool  // nil: upstream connections are not reused
 	auth       *authenticator // nil: authentication is relayed to PostgreSQL (auth.type passthrough)
 	router     *router        // nil: one upstream.address, no router
-	pools      *txPools       // pool.mode transaction (pool.go); nil in session mode
-	parses     sharedParses   // the Parse bodies of pooled clients' named statements, one copy each (pooledstmts.go)
+	// fencedJudged and fencedScanned are test hooks (testHooks), nil outside tests.
+	fencedJudged, fencedScanned func()
+	pools                       *txPools     // pool.mode transaction (pool.go); nil in session mode
+	parses                      sharedParses // the Parse bodies of pooled clients' named statements, one copy each (pooledstmts.go)
 	// effectWords are the words of a text that may change the token, lock or application_name at session level
 	// (rewrite.SessionEffects): their names, RESET and DISCARD (ALL), EXECUTE (an SQL prepared statement),
 	// set_config and u& (which may spell any of them); for the pool's text classes (textClass.effects).
@@ -190,6 +206,10 @@ func New(o Options) (*Server, error) {
 	s.setLocal = newSetLocalTexts(o.Config.Token.Setting, o.Config.Token.LockSetting)
 	r := o.Config.Upstream.Reuse
 	s.pool = newUpstreamPool(r.Idle(), r.IdleTimeout, r.MaxLifetime, o.Metrics)
+	if s.pool != nil {
+		s.pool.beforePut = o.hooks.beforePut
+	}
+	s.fencedJudged, s.fencedScanned = o.hooks.fencedJudged, o.hooks.fencedScanned
 	s.SetPlanner(o.Planner)
 	if o.Config.Pool.Transaction() {
 		parkAfter := o.ParkIdleAfter
@@ -197,6 +217,7 @@ func New(o Options) (*Server, error) {
 			parkAfter = defaultParkAfter
 		}
 		s.pools = newTxPools(s, parkAfter)
+		s.pools.beforePutBack = o.hooks.beforePutBack
 		o.Metrics.watchPools(s.pools) // the per-pool series
 	}
 	if !o.DisableEventLoop && o.Config.Relay.Mode != config.RelayModeGoroutines {
@@ -260,24 +281,40 @@ func (s *Server) primaryChanged(old, now string, epoch uint64) {
 // it is read (fencedTxRefused) does not cover what was sent before the change: a COMMIT pipelined behind a
 // statement still running there reaches the server before the change and commits after it. A transaction that
 // wrote one inside the server (a function, a trigger: no write the proxy planned) is asked for after that
-// (unplannedWritersRefused). Sessions not in such a transaction go on (reads, and writes to unprotected tables, as during a split brain). The order makes the
-// rule hold for a message judged while the change is made: the session notes the fenced write (fencedTxOut)
-// before it is sent and judges each later message under the router's lock, and this runs after the change left
-// that lock, so a message judged before the change is seen here, and one judged after is refused there.
+// (unplannedWritersRefused). Sessions not in such a transaction go on (reads, and writes to unprotected tables,
+// as during a split brain). The order makes the rule hold for a write or message judged while the change is
+// made: the session notes the fenced write (fencedTxOut) before it judges it (fencedWriteRefusal) and judges
+// each later message under the router's lock, and this runs after the change left that lock, so one judged
+// before the change is seen here, and one judged after is refused there.
 // A pooled session is bound to no host: what its lent connection runs is cancelled when that connection's host
 // is refused (cancelLent); a unit still waiting for a connection is judged when it gets one (the core judges a
 // pooled unit after its lend), so nothing of it was judged before the change.
 func (s *Server) fencedHostsRefused() {
+	// Each session's fencedTxOut is loaded once, here: the table seen here is the one the session is ended for,
+	// even if the field changes before the session is acted on below. That is safe. A transaction that ends in
+	// between (its next message found the session idle and cleared the field) could as well end just after a
+	// second load, before endFencedTx acts: a second load never spared such a session, and ending it fails
+	// closed. A fenced write noted in between came after that clear, so after this load, so after the change
+	// this acts on: on a host refused now its judgement, after the note, refuses it. (On a host a still later change
+	// refuses, a farewell may name the earlier transaction's table where a second load named the later one's.)
+	type fencedTx struct {
+		ss    *session
+		table string
+	}
 	s.mu.Lock()
-	var ending []*session
+	var ending []fencedTx
 	for ss := range s.sessions {
-		if ss.fencedTxOut.Load() != nil && !ss.state.idle() {
-			ending = append(ending, ss)
+		if table := ss.fencedTxOut.Load(); table != nil && !ss.state.idle() {
+			ending = append(ending, fencedTx{ss, *table})
 		}
 	}
 	s.mu.Unlock()
+	if s.fencedScanned != nil {
+		s.fencedScanned()
+	}
 	var wg sync.WaitGroup // the cancels (endFencedTx) go at once, and are taken before this returns
-	for _, ss := range ending {
+	for _, e := range ending {
+		ss := e.ss
 		if ss.pooled != nil {
 			// Bound to no host: what runs on the connection lent now is cancelled if that connection's host is
 			// refused (the statement then fails, 57014, and the rest of the transaction meets fencedTxRefused).
@@ -286,9 +323,8 @@ func (s *Server) fencedHostsRefused() {
 			})
 			continue
 		}
-		table := ss.fencedTxOut.Load()
-		if why := s.router.writeRefusal(ss.host.addr, ss.host.epoch); why != "" && table != nil {
-			wg.Go(func() { ss.endFencedTx(why, *table) })
+		if why := s.router.writeRefusal(ss.host.addr, ss.host.epoch); why != "" {
+			wg.Go(func() { ss.endFencedTx(why, e.table) })
 		}
 	}
 	wg.Wait()

@@ -68,15 +68,14 @@ type session struct {
 	// so its runs are judged again (keptFencedRefusal). Set only, never cleared: a Parse that replaced one may
 	// have been skipped. Written and read by the side that reads the client.
 	keptFenced string
-	// txFenced names a protected table the transaction under way may have written through the proxy (a fenced
-	// Query or Parse planned, an Execute or EXECUTE that may run a kept fenced statement), "" when it wrote none
+	// fencedTxOut names a protected table the transaction under way may have written through the proxy (a fenced
+	// Query or Parse planned, an Execute or EXECUTE that may run a kept fenced statement), nil when it wrote none
 	// that the proxy saw. Cleared when a message comes with the session idle (everything answered, no block
 	// open): that transaction ended. While it is set nothing more of the client's reaches a host the router
-	// refuses fenced writes on (fencedTxRefused). Written and read by the side that reads the client.
-	txFenced string
-	// fencedTxOut is txFenced for the router's side (Server.fencedHostsRefused), which ends the session when
-	// its host is refused fenced writes while such a transaction is under way: set (to txFenced) before the
-	// fenced write is sent, cleared with txFenced. fencedTxEnded is why it ended it (upstreamLostFarewell).
+	// refuses fenced writes on (fencedTxRefused). Written only by the side that reads the client, and set before
+	// the fenced write is judged (fencedWriteRefusal); atomic for the router's side (Server.fencedHostsRefused), which ends the session
+	// when its host is refused fenced writes while such a transaction is under way. fencedTxEnded is why it
+	// ended it (upstreamLostFarewell).
 	fencedTxOut   atomic.Pointer[string]
 	fencedTxEnded atomic.Pointer[[2]string] // why, and the table
 	// keptStmts are the statements a session-mode client prepared by Parse, by name, with the planner generation
@@ -95,6 +94,9 @@ type session struct {
 	portalGen   uint64
 	keptRetired []*keptStmt
 	retiredLost bool
+
+	// pooledPortals: the generations a transaction-pool client's portals were bound under (reloadkept.go).
+	pooledPortals pooledPortals
 	// positions maps the positions of errors and notices of the answers in flight into the client's text
 	// (positions.go); nil when they need no map. Written by the client side, read and cleared by the server side.
 	positions atomic.Pointer[sentRewrite]

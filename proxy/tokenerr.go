@@ -15,14 +15,7 @@ import (
 // withTokenContext completes a 55F03 message that names no table:
 // `invalid fencing token: ... (fence.token, for writes to public.accounts, ledger)`.
 func (s *Server) withTokenContext(msg string) string {
-	var tables []string
-	if lp, ok := s.currentPlanner().(interface{ Tables() []string }); ok {
-		tables = lp.Tables() // the running table list, SIGHUP included
-	} else {
-		for _, t := range s.cfg.Tables {
-			tables = append(tables, t.Name)
-		}
-	}
+	tables := s.protectedTables()
 	if len(tables) == 0 {
 		return fmt.Sprintf("%s (%s)", msg, s.cfg.Token.Setting)
 	}
@@ -35,4 +28,17 @@ func (ss *session) refusalMessage(plan rewrite.Plan) string {
 		return ss.srv.withTokenContext(plan.Message)
 	}
 	return plan.Message
+}
+
+// protectedTables are the labels of the tables the running planner protects: the table list in force, a
+// reload (SIGHUP, RELOAD) and the catalog included; without a planner, the configured ones.
+func (s *Server) protectedTables() []string {
+	if lp, ok := s.currentPlanner().(interface{ Tables() []string }); ok {
+		return lp.Tables()
+	}
+	var tables []string
+	for _, t := range s.cfg.Tables {
+		tables = append(tables, t.Name)
+	}
+	return tables
 }

@@ -12,7 +12,7 @@ import (
 
 // Writes the proxy did not plan. A transaction that wrote a protected table must not commit on a host the
 // router no longer trusts with fenced writes (fencedTxRefused); the writes the proxy planned mark it
-// (noteTxFenced), but a statement that names no protected table may write one inside the server: a function,
+// (fencedTxOut), but a statement that names no protected table may write one inside the server: a function,
 // a procedure, a trigger or a rule on another table, a DO block's dynamic SQL, a foreign key cascade. The server
 // knows, whoever wrote: a write to a table takes a lock on it (RowExclusiveLock for a row's INSERT, UPDATE or
 // DELETE, AccessExclusiveLock for a TRUNCATE) that the transaction holds until it ends, and a subtransaction
@@ -21,7 +21,7 @@ import (
 // something (a Query, an Execute, a FunctionCall) goes, the proxy asks the host, over a connection of its own
 // (the health check's role, in the session's database), which relations the session's backend holds such a
 // lock on, and judges each by the planner (a write to it that the planner would fence or refuse is a write to a
-// protected table). A transaction that holds one is marked as a fenced write marks it, and the existing rule
+// protected table). A transaction that holds one is noted as a fenced write notes it, and the existing rule
 // ends the session before the message goes (FATAL 55F04; 08007 while an answer is still owed).
 //
 // The question is sound only between statements: the backend then runs nothing of the client's, so its locks
@@ -95,7 +95,7 @@ func (ss *session) unplannedWriteRefused(typ byte, body []byte) error {
 	default:
 		return nil // runs nothing: a Parse, Bind, Describe, Close, Flush; a COPY's data is its statement's
 	}
-	if u.free || ss.txFenced != "" {
+	if u.free || ss.fencedTxOut.Load() != nil {
 		return nil // not judged, or judged already (fencedTxRefused)
 	}
 	why := ss.srv.router.writeRefusal(ss.host.addr, ss.host.epoch)
@@ -106,7 +106,7 @@ func (ss *session) unplannedWriteRefused(typ byte, body []byte) error {
 	if table == "" {
 		return nil
 	}
-	ss.noteTxFenced(table)
+	ss.fencedTxOut.Store(&table) // as a fenced write notes it (fencedWriteRefusal); the session ends now anyway
 	return fencedTxFarewell(why, table, st.pending.Load() > 0 || u.execs > 0)
 }
 

@@ -53,6 +53,9 @@ type Options struct {
 	DisableEventLoop bool
 	// ParkIdleAfter is proxy.Options.ParkIdleAfter (pool.mode transaction: idle clients park after about it).
 	ParkIdleAfter time.Duration
+	// Tune, when set, changes the proxy's options last, just before proxy.New: what only package proxy's own
+	// tests can set (its export_test.go: test hooks, which the proxy reads without synchronization).
+	Tune func(*proxy.Options)
 	// Logger, when set, is the proxy's logger instead of one at debug level into Logs (which then stays empty):
 	// benchmarks log as a production proxy does, at info, without keeping every line in memory.
 	Logger *slog.Logger
@@ -103,6 +106,9 @@ func Start(t testing.TB, upstream string, o Options) *Proxy {
 			t.Fatal(err)
 		}
 		opts.Planner = planner
+	}
+	if o.Tune != nil {
+		o.Tune(&opts)
 	}
 	p.Server, err = proxy.New(opts)
 	if err != nil {
