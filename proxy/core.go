@@ -118,6 +118,9 @@ func (ss *session) onClientMsg(typ byte, body []byte, p Planner, out msgSink) er
 	if err := ss.fencedTxRefused(typ); err != nil { // fence.go
 		return err
 	}
+	if err := ss.unplannedWriteRefused(typ, body); err != nil { // unplanned.go
+		return err
+	}
 	if ss.portalGen != 0 && st.idle() {
 		ss.portalsGone() // reloadkept.go: no portal outlives a transaction
 	}

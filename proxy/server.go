@@ -279,12 +279,13 @@ func (s *Server) primaryChanged(old, now string, epoch uint64) {
 // (router.refusing): every session-mode session whose transaction under way wrote a protected table through the
 // proxy (fencedTxOut), on a host writeRefusal refuses now, ends at once (endFencedTx). Judging each message as
 // it is read (fencedTxRefused) does not cover what was sent before the change: a COMMIT pipelined behind a
-// statement still running there reaches the server before the change and commits after it. Sessions not in such
-// a transaction go on (reads, and writes to unprotected tables, as during a split brain). The order makes the
-// rule hold for a write or message judged while the change is made: the session notes the fenced write
-// (fencedTxOut) before it judges it (fencedWriteRefusal) and judges each later message under the router's lock,
-// and this runs after the change left that lock, so one judged before the change is seen here, and one judged
-// after is refused there.
+// statement still running there reaches the server before the change and commits after it. A transaction that
+// wrote one inside the server (a function, a trigger: no write the proxy planned) is asked for after that
+// (unplannedWritersRefused). Sessions not in such a transaction go on (reads, and writes to unprotected tables,
+// as during a split brain). The order makes the rule hold for a write or message judged while the change is
+// made: the session notes the fenced write (fencedTxOut) before it judges it (fencedWriteRefusal) and judges
+// each later message under the router's lock, and this runs after the change left that lock, so one judged
+// before the change is seen here, and one judged after is refused there.
 // A pooled session is bound to no host: what its lent connection runs is cancelled when that connection's host
 // is refused (cancelLent); a unit still waiting for a connection is judged when it gets one (the core judges a
 // pooled unit after its lend), so nothing of it was judged before the change.
@@ -327,6 +328,9 @@ func (s *Server) fencedHostsRefused() {
 		}
 	}
 	wg.Wait()
+	// unplanned.go: transactions that wrote a protected table inside the server. Not waited for: it asks the host,
+	// and one that hangs would hold the barrier of the next primary back for up to health_timeout.
+	go s.unplannedWritersRefused()
 }
 
 // SetPlanner replaces the planner for statements parsed from now on (SIGHUP reload). Sessions keep running.

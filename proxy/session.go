@@ -100,6 +100,9 @@ type session struct {
 	// positions maps the positions of errors and notices of the answers in flight into the client's text
 	// (positions.go); nil when they need no map. Written by the client side, read and cleared by the server side.
 	positions atomic.Pointer[sentRewrite]
+	// unplanned is what the rule on writes the proxy did not plan keeps between the client's messages
+	// (unplanned.go); the side that reads the client's own.
+	unplanned unplannedWrites
 
 	// Transaction pooling (pooled.go): the client's pooling state, nil in session mode; and the text that goes
 	// before the client's next Query (the transaction's token statement).
