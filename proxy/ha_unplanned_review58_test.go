@@ -2,6 +2,8 @@ package proxy_test
 
 import (
 	"testing"
+
+	"github.com/fenceproxy/fenceproxy/internal/pgtest"
 )
 
 // A cursor WITH HOLD declared by code inside the server, not by the client's text, writes at the COMMIT just
@@ -35,6 +37,89 @@ func TestServerDeclaredHeldCursorWritesAtCommitOnAWithdrawnPrimary(t *testing.T)
 			}
 			if n != 0 {
 				t.Errorf("the COMMIT of a transaction whose function declared a cursor WITH HOLD that writes accounts, on the withdrawn primary: %v; rows committed there %d, want none", err, n)
+			}
+		})
+	}
+}
+
+// A deferrable trigger of the user's declared on a partitioned table is cloned onto each partition; a write
+// straight into the partition locks the partition only. From review58 (attack on writeLockedSQL, which looks
+// for the user's deferrable triggers by NOT tgisinternal on the relations locked): held, PostgreSQL 15 marks the
+// clone as the user's (tgisinternal false), so the transaction is judged as one that wrote.
+func TestDeferredPartitionTriggerWritesAtCommitOnAWithdrawnPrimary(t *testing.T) {
+	for _, mode := range barrierModes {
+		t.Run(mode.name, func(t *testing.T) {
+			h, admin := startBarrierPair(t, mode.yaml, nil)
+			ctx := haCtx(t)
+			serverSideWriters(ctx, t, admin, true)
+			for _, q := range []string{
+				"CREATE TABLE notes_pd (v int) PARTITION BY LIST (v)",
+				"CREATE TABLE notes_pd1 PARTITION OF notes_pd DEFAULT",
+				"CREATE CONSTRAINT TRIGGER w AFTER INSERT ON notes_pd DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION w_trig()",
+			} {
+				if _, err := admin.Exec(ctx, q); err != nil {
+					t.Fatalf("%s: %v", q, err)
+				}
+			}
+			var internal bool
+			if err := admin.QueryRow(ctx, "SELECT tgisinternal FROM pg_trigger WHERE tgrelid = 'notes_pd1'::regclass AND tgname = 'w'").Scan(&internal); err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("the clone on the partition: tgisinternal %v", internal)
+			tx := beginWith(ctx, t, tokenClient(ctx, t, h, 5), "INSERT INTO notes_pd1 VALUES (38)")
+			h.splitBrain(ctx, t)
+			hold := withdrawBehindAHeldBarrier(ctx, t, h, admin)
+			err := tx.Commit(ctx)
+			t.Logf("COMMIT: %v", err)
+			if err := hold.Rollback(ctx); err != nil {
+				t.Fatal(err)
+			}
+			var n int
+			if err := admin.QueryRow(ctx, "SELECT count(*) FROM accounts WHERE id = 38").Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			if n != 0 {
+				t.Errorf("the COMMIT of a transaction that wrote a partition whose deferred trigger writes accounts, on the withdrawn primary: %v; rows committed there %d, want none", err, n)
+			}
+		})
+	}
+}
+
+// The lock question runs on a connection of the health role in the session's database, so that database's
+// settings are the question's too. From review58 (attack: the question's text names its operators without
+// pg_catalog): a database whose search_path puts a schema with an operator = on oid before pg_catalog makes
+// the question find no lock, and a transaction that wrote accounts through a function commits on the withdrawn
+// primary.
+func TestLockQuestionUnderAUserOperatorOnAWithdrawnPrimary(t *testing.T) {
+	for _, mode := range barrierModes {
+		t.Run(mode.name, func(t *testing.T) {
+			h, admin := startBarrierPair(t, mode.yaml, nil)
+			ctx := haCtx(t)
+			serverSideWriters(ctx, t, admin, false)
+			for _, q := range []string{
+				"CREATE SCHEMA evil",
+				"CREATE FUNCTION evil.never(oid, oid) RETURNS bool LANGUAGE sql IMMUTABLE AS 'SELECT false'",
+				"CREATE OPERATOR evil.= (LEFTARG = oid, RIGHTARG = oid, FUNCTION = evil.never)",
+				"ALTER DATABASE " + pgtest.TestDB + " SET search_path = evil, pg_catalog, public",
+			} {
+				if _, err := admin.Exec(ctx, q); err != nil {
+					t.Fatalf("%s: %v", q, err)
+				}
+			}
+			tx := beginWith(ctx, t, tokenClient(ctx, t, h, 5), "SELECT w_insert_pl(39)")
+			h.splitBrain(ctx, t)
+			hold := withdrawBehindAHeldBarrier(ctx, t, h, admin)
+			err := tx.Commit(ctx)
+			t.Logf("COMMIT: %v", err)
+			if err := hold.Rollback(ctx); err != nil {
+				t.Fatal(err)
+			}
+			var n int
+			if err := admin.QueryRow(ctx, "SELECT count(*) FROM accounts WHERE id = 39").Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			if n != 0 {
+				t.Errorf("the COMMIT of a transaction that wrote accounts through a function, asked about under a user operator =, on the withdrawn primary: %v; rows committed there %d, want none", err, n)
 			}
 		})
 	}
