@@ -40,7 +40,9 @@ import (
 // What the rule does not cover: a unit sent while the session is outside a transaction block (a Query, an
 // extended-protocol batch up to its Sync, and what is pipelined behind it) runs and commits as one; its write,
 // if any, is the statement's own, after the router's change, and commits with its own end, where nothing can be
-// asked in between (docs/ha.md).
+// asked in between (docs/ha.md). Nor a cursor WITH HOLD that code inside the server declares (a function's
+// dynamic SQL): holdWords reads only the client's texts, and its query runs at the COMMIT, after the question
+// (TestServerDeclaredHeldCursorWritesAtCommitOnAWithdrawnPrimary fails).
 
 // unplannedWrites is a session's state for the rule above, between the client's messages.
 type unplannedWrites struct {
