@@ -1,7 +1,11 @@
 package proxy_test
 
 import (
+	"slices"
 	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/fenceproxy/fenceproxy/internal/pgtest"
 )
@@ -120,6 +124,54 @@ func TestLockQuestionUnderAUserOperatorOnAWithdrawnPrimary(t *testing.T) {
 			}
 			if n != 0 {
 				t.Errorf("the COMMIT of a transaction that wrote accounts through a function, asked about under a user operator =, on the withdrawn primary: %v; rows committed there %d, want none", err, n)
+			}
+		})
+	}
+}
+
+// A statement sent before the router's change that writes a protected table only after the change, with a
+// COMMIT pipelined behind it. From review58 (attack on unplannedWritersRefused, which asks the host at the
+// change: what the statement writes later is not seen then, docs/ha.md says so): the statement waits for a
+// lock on notes across the change, then calls a function that writes accounts, and the COMMIT already queued
+// at the server commits it on the withdrawn primary in session mode; transaction pooling holds the COMMIT and
+// judges it when it goes.
+func TestQueuedCommitOfAWriteAfterTheChangeOnAWithdrawnPrimary(t *testing.T) {
+	for _, mode := range barrierModes {
+		t.Run(mode.name, func(t *testing.T) {
+			h, admin := startBarrierPair(t, mode.yaml, nil)
+			ctx := haCtx(t)
+			serverSideWriters(ctx, t, admin, true)
+			c := tokenClient(ctx, t, h, 5)
+			beginWith(ctx, t, c, "SELECT 1")
+			lock := beginWith(ctx, t, connect(t, h.primary.SuperDSN()), "LOCK TABLE notes IN ACCESS EXCLUSIVE MODE")
+			pc := c.PgConn()
+			fe := pc.Frontend()
+			fe.Send(&pgproto3.Query{String: "SELECT w_insert_pl(42) FROM (SELECT count(*) FROM notes) s"})
+			fe.Send(&pgproto3.Query{String: "COMMIT"})
+			if err := fe.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, 30*time.Second, "the statement to wait for the lock", func() bool {
+				var n int
+				err := admin.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%FROM notes) s' AND wait_event_type = 'Lock'").Scan(&n)
+				return err == nil && n == 1
+			})
+			h.splitBrain(ctx, t)
+			hold := withdrawBehindAHeldBarrier(ctx, t, h, admin)
+			if err := lock.Rollback(ctx); err != nil {
+				t.Fatal(err)
+			}
+			tags, codes := tagsAndCodesUntilReady(pc, 2)
+			if err := hold.Rollback(ctx); err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("tags %q, errors %q", tags, codes)
+			var n int
+			if err := admin.QueryRow(ctx, "SELECT count(*) FROM accounts WHERE id = 42").Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			if n != 0 || slices.Contains(tags, "COMMIT") {
+				t.Errorf("a COMMIT queued behind a statement that wrote accounts inside the server after the router's change: tags %q, errors %q, rows committed on the old primary %d; want no COMMIT and none", tags, codes, n)
 			}
 		})
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/fenceproxy/fenceproxy/rewrite"
 )
@@ -54,6 +55,10 @@ type unplannedWrites struct {
 	// holdTx: a Query of the transaction under way held the letters hold (holdWords); holdKept: a Parse ever
 	// did, whose statement the server keeps for later transactions.
 	holdTx, holdKept bool
+	// behind: since the session was last at rest, a message that runs something was sent while one before it
+	// may still run (a COMMIT pipelined behind a statement). Written by the client side, read at the router's
+	// change (unplannedWritersRefused) on another goroutine.
+	behind atomic.Bool
 }
 
 // holdWords are the letters of a text that may declare a cursor WITH HOLD: PostgreSQL runs the rest of such a
@@ -76,6 +81,7 @@ func (ss *session) unplannedWriteRefused(typ byte, body []byte) error {
 	st, u := &ss.state, &ss.unplanned
 	atRest := st.ready.Load() && st.pending.Load() <= 0 && st.internal.Load() <= 0 && u.execs == 0
 	if atRest {
+		u.behind.Store(false)
 		u.free = byte(st.txStatus.Load()) == txIdle
 		if u.free {
 			u.holdTx = false // the transaction that sent it has ended: its held cursors have their rows
@@ -96,6 +102,9 @@ func (ss *session) unplannedWriteRefused(typ byte, body []byte) error {
 	case msgQuery, msgFunctionCall:
 	default:
 		return nil // runs nothing: a Parse, Bind, Describe, Close, Flush; a COPY's data is its statement's
+	}
+	if !atRest {
+		u.behind.Store(true)
 	}
 	if u.free || ss.fencedTxOut.Load() != nil {
 		return nil // not judged, or judged already (fencedTxRefused)
@@ -258,7 +267,9 @@ func quoteIdentifier(name string) string {
 // statement still running, must not commit there. When the host does not answer, those of them with something
 // in flight end (fail closed); one at rest is judged at its next message (unplannedWriteRefused). Transaction
 // pooling holds each message until the one before is answered and judges it then, so nothing of it is queued at
-// the server. What a statement sent before the change writes after the question is not seen here. It runs on a
+// the server. What a statement running at the change writes after the question is not seen here, so one with a
+// message queued behind it (unplannedWrites.behind: the queued one may commit) ends whatever the answer, fail
+// closed; a statement running alone leaves the session at rest, whose next message is judged. It runs on a
 // goroutine of its own, bounded by health_timeout: the coordinator does not wait for the host's answer.
 func (s *Server) unplannedWritersRefused() {
 	type group struct{ host, db string }
@@ -295,9 +306,9 @@ func (s *Server) unplannedWritersRefused() {
 			}
 			for i, ss := range members {
 				table := unplannedTables
-				if err == nil {
+				if err == nil && !(ss.unplanned.behind.Load() && ss.state.running()) {
 					table = s.protectedOf(locked[pids[i]])
-				} else if !ss.state.running() {
+				} else if err != nil && !ss.state.running() {
 					table = ""
 				}
 				if table != "" {
