@@ -36,7 +36,8 @@ import (
 // judged the same way. The question is asked where the client's message is read: with the event loop, that
 // loop waits for it (up to health_timeout), as it waits for a token's verification. At the router's change itself, what a
 // session-mode session sent before it may be queued at the server behind a running statement (a COMMIT): the
-// sessions inside a block are asked about then too (unplannedWritersRefused).
+// sessions inside a block are asked about then too, and one with a message queued behind a running statement
+// ends whatever the answer, the statement able to write after it (unplannedWritersRefused).
 //
 // What the rule does not cover: a unit sent while the session is outside a transaction block (a Query, an
 // extended-protocol batch up to its Sync, and what is pipelined behind it) runs and commits as one; its write,
