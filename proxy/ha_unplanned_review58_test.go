@@ -176,3 +176,45 @@ func TestQueuedCommitOfAWriteAfterTheChangeOnAWithdrawnPrimary(t *testing.T) {
 		})
 	}
 }
+
+// The lock question is asked where the client's message is read: with the event loop, the loop waits for the
+// host's answer. From review58 (attack: a host that does not answer the question stalls the other sessions of
+// its loop): a session in a block on a host the router refuses sends a statement while the question cannot be
+// answered (pg_inherits locked on that host); another session of the same loop, outside a block, times a
+// SELECT 1 meanwhile. A measurement, kept failing: with the event loop the SELECT waits for the question, up to
+// upstream.health_timeout (1 s here), per question asked, whatever host the other session is on.
+func TestLockQuestionStallsItsEventLoop(t *testing.T) {
+	for _, mode := range []struct{ name, yaml string }{
+		{"session", "relay:\n  event_loops: 1\n"},
+		{"session-goroutines", "relay:\n  mode: goroutines\n"},
+	} {
+		t.Run(mode.name, func(t *testing.T) {
+			h, admin := startBarrierPair(t, mode.yaml, nil)
+			ctx := haCtx(t)
+			a := tokenClient(ctx, t, h, 5)
+			beginWith(ctx, t, a, "SELECT 1")
+			b := tokenClient(ctx, t, h, 6)
+			h.splitBrain(ctx, t)
+			lock := beginWith(ctx, t, connect(t, h.primary.SuperDSN()), "LOCK TABLE pg_catalog.pg_inherits IN ACCESS EXCLUSIVE MODE")
+			done := execAsync(ctx, a, "SELECT 2")
+			eventually(t, 30*time.Second, "the question to wait for pg_inherits", func() bool {
+				var n int
+				err := admin.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'fenceproxy: health check' AND wait_event_type = 'Lock'").Scan(&n)
+				return err == nil && n == 1
+			})
+			start := time.Now()
+			if _, err := b.Exec(ctx, "SELECT 1"); err != nil {
+				t.Fatal(err)
+			}
+			took := time.Since(start)
+			errA := <-done
+			if err := lock.Rollback(ctx); err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("the other session's SELECT 1 took %v; the asking session's statement: %v", took, errA)
+			if took > 300*time.Millisecond {
+				t.Errorf("a SELECT 1 of another session of the loop waited %v for a lock question the host did not answer; want it unaffected", took)
+			}
+		})
+	}
+}
