@@ -218,3 +218,26 @@ func TestLockQuestionStallsItsEventLoop(t *testing.T) {
 		})
 	}
 }
+
+// A read that locks a protected table against writers for a consistent view (LOCK TABLE ... IN SHARE MODE, as
+// pg_dump-like tools do) writes nothing. From review58 (attack: false refusals on a host the router refuses):
+// the question counted every lock above RowShareLock as a write's, so the next read of such a block ended the
+// session (FATAL 55F04) during a split brain, where a transaction that only read goes on. (ANALYZE's
+// ShareUpdateExclusiveLock still counts: ATTACH PARTITION takes that one on the parent it adds rows to.)
+func TestShareLockedReadOnARefusedHost(t *testing.T) {
+	for _, mode := range barrierModes {
+		t.Run(mode.name, func(t *testing.T) {
+			h, _ := startBarrierPair(t, mode.yaml, nil)
+			ctx := haCtx(t)
+			tx := beginWith(ctx, t, tokenClient(ctx, t, h, 5), "LOCK TABLE accounts IN SHARE MODE")
+			h.splitBrain(ctx, t)
+			var n int
+			if err := tx.QueryRow(ctx, "SELECT count(*) FROM accounts").Scan(&n); err != nil {
+				t.Errorf("a read in a block that share-locked accounts, during a split brain: %v; want it answered", err)
+			}
+			if err := tx.Commit(ctx); err != nil {
+				t.Errorf("the COMMIT of a block that only read accounts, during a split brain: %v", err)
+			}
+		})
+	}
+}

@@ -172,7 +172,7 @@ func (ss *session) backendPID() (uint32, bool) {
 }
 
 // writeLockedSQL lists, for the backends of the PIDs $1, the relations of the current database on which they
-// hold a lock that a write takes (anything above RowShareLock, which SELECT FOR UPDATE takes), and every
+// hold a lock that a write may take (any but readLockModes), and every
 // relation those inherit from or are partitions of: a write to a partition or a child is a write to its
 // protected parent. A row with no name stands for a deferrable trigger of the user's on one of them: its
 // events may run at the COMMIT (a constraint trigger INITIALLY DEFERRED, or SET CONSTRAINTS), and what they
@@ -182,7 +182,7 @@ const writeLockedSQL = `WITH RECURSIVE locked(pid, relid) AS (
 	SELECT l.pid, l.relation FROM pg_catalog.pg_locks l
 	WHERE l.pid = ANY($1::pg_catalog.int4[]) AND l.locktype = 'relation' AND l.granted
 		AND l.database = (SELECT d.oid FROM pg_catalog.pg_database d WHERE d.datname = pg_catalog.current_database())
-		AND l.mode NOT IN ('AccessShareLock', 'RowShareLock')
+		AND l.mode NOT IN ` + readLockModes + `
 	UNION
 	SELECT locked.pid, i.inhparent FROM pg_catalog.pg_inherits i JOIN locked ON i.inhrelid = locked.relid
 )
@@ -192,7 +192,16 @@ UNION ALL
 SELECT DISTINCT l.pid, '', '' FROM pg_catalog.pg_locks l JOIN pg_catalog.pg_trigger t ON t.tgrelid = l.relation
 WHERE l.pid = ANY($1::pg_catalog.int4[]) AND l.locktype = 'relation' AND l.granted
 	AND l.database = (SELECT d.oid FROM pg_catalog.pg_database d WHERE d.datname = pg_catalog.current_database())
-	AND l.mode NOT IN ('AccessShareLock', 'RowShareLock') AND t.tgdeferrable AND NOT t.tgisinternal`
+	AND l.mode NOT IN ` + readLockModes + ` AND t.tgdeferrable AND NOT t.tgisinternal`
+
+// readLockModes are the lock modes no change of a table's rows comes with alone: a row's INSERT, UPDATE, DELETE
+// or MERGE takes RowExclusiveLock on its table, which pg_locks shows even when the transaction holds a stronger
+// one (a row per mode held), and TRUNCATE AccessExclusiveLock. AccessShareLock is a read's, RowShareLock a
+// SELECT FOR UPDATE's, ShareLock a LOCK ... IN SHARE MODE's (a consistent read) or a CREATE INDEX's: counting
+// them made such reads end the session on a host the router refuses. ShareUpdateExclusiveLock (ANALYZE) stays
+// counted: ATTACH PARTITION takes it on the parent it adds rows to, and the pg_inherits row the attach made is not
+// visible to the question's connection.
+const readLockModes = "('AccessShareLock', 'RowShareLock', 'ShareLock')"
 
 // writeLocked asks host, in database db, over a connection of the router's own role, which relations each
 // backend of pids holds a write's lock on (writeLockedSQL), as schema and name, by PID.
