@@ -133,7 +133,11 @@ func newRouter(cfg *config.Config, tlsFor func(host string) *tls.Config, grants 
 		}
 		cc.User, cc.Database, cc.Password = u.Health.User, u.Health.Database, password
 		cc.ConnectTimeout = u.HealthTimeout
-		cc.RuntimeParams = map[string]string{"application_name": "fenceproxy: health check"}
+		// search_path pinned, as for the auth query: what these connections ask (the lock question of
+		// unplanned.go above all) runs in a client's database, whose settings (ALTER DATABASE or ROLE ... SET
+		// search_path) could otherwise put a user's operator or function before pg_catalog's and change the
+		// answer. A startup parameter overrides those settings.
+		cc.RuntimeParams = map[string]string{"application_name": "fenceproxy: health check", "search_path": "pg_catalog"}
 		cc.TLSConfig = tlsFor(host)
 		return cc, nil
 	}

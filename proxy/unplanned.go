@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/fenceproxy/fenceproxy/rewrite"
 )
@@ -35,12 +36,15 @@ import (
 // judged the same way. The question is asked where the client's message is read: with the event loop, that
 // loop waits for it (up to health_timeout), as it waits for a token's verification. At the router's change itself, what a
 // session-mode session sent before it may be queued at the server behind a running statement (a COMMIT): the
-// sessions inside a block are asked about then too (unplannedWritersRefused).
+// sessions inside a block are asked about then too, and one with a message queued behind a running statement
+// ends whatever the answer, the statement able to write after it (unplannedWritersRefused).
 //
 // What the rule does not cover: a unit sent while the session is outside a transaction block (a Query, an
 // extended-protocol batch up to its Sync, and what is pipelined behind it) runs and commits as one; its write,
 // if any, is the statement's own, after the router's change, and commits with its own end, where nothing can be
-// asked in between (docs/ha.md).
+// asked in between (docs/ha.md). Nor a cursor WITH HOLD that code inside the server declares (a function's
+// dynamic SQL): holdWords reads only the client's texts, and its query runs at the COMMIT, after the question
+// (TestServerDeclaredHeldCursorWritesAtCommitOnAWithdrawnPrimary fails).
 
 // unplannedWrites is a session's state for the rule above, between the client's messages.
 type unplannedWrites struct {
@@ -52,6 +56,10 @@ type unplannedWrites struct {
 	// holdTx: a Query of the transaction under way held the letters hold (holdWords); holdKept: a Parse ever
 	// did, whose statement the server keeps for later transactions.
 	holdTx, holdKept bool
+	// behind: since the session was last at rest, a message that runs something was sent while one before it
+	// may still run (a COMMIT pipelined behind a statement). Written by the client side, read at the router's
+	// change (unplannedWritersRefused) on another goroutine.
+	behind atomic.Bool
 }
 
 // holdWords are the letters of a text that may declare a cursor WITH HOLD: PostgreSQL runs the rest of such a
@@ -74,6 +82,7 @@ func (ss *session) unplannedWriteRefused(typ byte, body []byte) error {
 	st, u := &ss.state, &ss.unplanned
 	atRest := st.ready.Load() && st.pending.Load() <= 0 && st.internal.Load() <= 0 && u.execs == 0
 	if atRest {
+		u.behind.Store(false)
 		u.free = byte(st.txStatus.Load()) == txIdle
 		if u.free {
 			u.holdTx = false // the transaction that sent it has ended: its held cursors have their rows
@@ -94,6 +103,9 @@ func (ss *session) unplannedWriteRefused(typ byte, body []byte) error {
 	case msgQuery, msgFunctionCall:
 	default:
 		return nil // runs nothing: a Parse, Bind, Describe, Close, Flush; a COPY's data is its statement's
+	}
+	if !atRest {
+		u.behind.Store(true)
 	}
 	if u.free || ss.fencedTxOut.Load() != nil {
 		return nil // not judged, or judged already (fencedTxRefused)
@@ -160,7 +172,7 @@ func (ss *session) backendPID() (uint32, bool) {
 }
 
 // writeLockedSQL lists, for the backends of the PIDs $1, the relations of the current database on which they
-// hold a lock that a write takes (anything above RowShareLock, which SELECT FOR UPDATE takes), and every
+// hold a lock that a write may take (any but readLockModes), and every
 // relation those inherit from or are partitions of: a write to a partition or a child is a write to its
 // protected parent. A row with no name stands for a deferrable trigger of the user's on one of them: its
 // events may run at the COMMIT (a constraint trigger INITIALLY DEFERRED, or SET CONSTRAINTS), and what they
@@ -170,7 +182,7 @@ const writeLockedSQL = `WITH RECURSIVE locked(pid, relid) AS (
 	SELECT l.pid, l.relation FROM pg_catalog.pg_locks l
 	WHERE l.pid = ANY($1::pg_catalog.int4[]) AND l.locktype = 'relation' AND l.granted
 		AND l.database = (SELECT d.oid FROM pg_catalog.pg_database d WHERE d.datname = pg_catalog.current_database())
-		AND l.mode NOT IN ('AccessShareLock', 'RowShareLock')
+		AND l.mode NOT IN ` + readLockModes + `
 	UNION
 	SELECT locked.pid, i.inhparent FROM pg_catalog.pg_inherits i JOIN locked ON i.inhrelid = locked.relid
 )
@@ -180,7 +192,16 @@ UNION ALL
 SELECT DISTINCT l.pid, '', '' FROM pg_catalog.pg_locks l JOIN pg_catalog.pg_trigger t ON t.tgrelid = l.relation
 WHERE l.pid = ANY($1::pg_catalog.int4[]) AND l.locktype = 'relation' AND l.granted
 	AND l.database = (SELECT d.oid FROM pg_catalog.pg_database d WHERE d.datname = pg_catalog.current_database())
-	AND l.mode NOT IN ('AccessShareLock', 'RowShareLock') AND t.tgdeferrable AND NOT t.tgisinternal`
+	AND l.mode NOT IN ` + readLockModes + ` AND t.tgdeferrable AND NOT t.tgisinternal`
+
+// readLockModes are the lock modes no change of a table's rows comes with alone: a row's INSERT, UPDATE, DELETE
+// or MERGE takes RowExclusiveLock on its table, which pg_locks shows even when the transaction holds a stronger
+// one (a row per mode held), and TRUNCATE AccessExclusiveLock. AccessShareLock is a read's, RowShareLock a
+// SELECT FOR UPDATE's, ShareLock a LOCK ... IN SHARE MODE's (a consistent read) or a CREATE INDEX's: counting
+// them made such reads end the session on a host the router refuses. ShareUpdateExclusiveLock (ANALYZE) stays
+// counted: ATTACH PARTITION takes it on the parent it adds rows to, and the pg_inherits row the attach made is not
+// visible to the question's connection.
+const readLockModes = "('AccessShareLock', 'RowShareLock', 'ShareLock')"
 
 // writeLocked asks host, in database db, over a connection of the router's own role, which relations each
 // backend of pids holds a write's lock on (writeLockedSQL), as schema and name, by PID.
@@ -256,7 +277,9 @@ func quoteIdentifier(name string) string {
 // statement still running, must not commit there. When the host does not answer, those of them with something
 // in flight end (fail closed); one at rest is judged at its next message (unplannedWriteRefused). Transaction
 // pooling holds each message until the one before is answered and judges it then, so nothing of it is queued at
-// the server. What a statement sent before the change writes after the question is not seen here. It runs on a
+// the server. What a statement running at the change writes after the question is not seen here, so one with a
+// message queued behind it (unplannedWrites.behind: the queued one may commit) ends whatever the answer, fail
+// closed; a statement running alone leaves the session at rest, whose next message is judged. It runs on a
 // goroutine of its own, bounded by health_timeout: the coordinator does not wait for the host's answer.
 func (s *Server) unplannedWritersRefused() {
 	type group struct{ host, db string }
@@ -293,9 +316,9 @@ func (s *Server) unplannedWritersRefused() {
 			}
 			for i, ss := range members {
 				table := unplannedTables
-				if err == nil {
+				if err == nil && !(ss.unplanned.behind.Load() && ss.state.running()) {
 					table = s.protectedOf(locked[pids[i]])
-				} else if !ss.state.running() {
+				} else if err != nil && !ss.state.running() {
 					table = ""
 				}
 				if table != "" {
