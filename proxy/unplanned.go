@@ -44,7 +44,7 @@ import (
 // if any, is the statement's own, after the router's change, and commits with its own end, where nothing can be
 // asked in between (docs/ha.md). Nor a cursor WITH HOLD that code inside the server declares (a function's
 // dynamic SQL): holdWords reads only the client's texts, and its query runs at the COMMIT, after the question
-// (TestServerDeclaredHeldCursorWritesAtCommitOnAWithdrawnPrimary fails).
+// (measured by review58, docs/ha.md).
 
 // unplannedWrites is a session's state for the rule above, between the client's messages.
 type unplannedWrites struct {
