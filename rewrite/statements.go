@@ -5,21 +5,6 @@ package rewrite
 // more than the server runs (a BEGIN ATOMIC body holds semicolons), never fewer: a caller that must know a text
 // is one statement treats more as several.
 func Statements(raw []byte, s Settings) (n int, ok bool) {
-	text, why := decode(raw, s)
-	if why != "" {
-		return 0, false
-	}
-	l := newLexer(text, s.StandardConformingStrings)
-	inStmt := false
-	for t := l.next(); t.kind != tokEOF; t = l.next() {
-		if t.kind == tokSemicolon {
-			inStmt = false
-			continue
-		}
-		if !inStmt {
-			n++
-			inStmt = true
-		}
-	}
-	return n, l.err == nil
+	lx, err := Lex(raw, s) // the planner's own reading: one loop over the tokens counts statements for both
+	return lx.Statements, err == nil
 }
