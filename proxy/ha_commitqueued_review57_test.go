@@ -34,28 +34,7 @@ func queuedCommit(t *testing.T, yaml string) {
 	ctx := haCtx(t)
 	c, lock := fencedTxBesideALockedTable(ctx, t, h, admin)
 	// Both sent while the host is the only primary: the SELECT waits for the lock, the COMMIT behind it.
-	pc := c.PgConn()
-	fe := pc.Frontend()
-	fe.Send(&pgproto3.Query{String: "SELECT count(*) FROM notes"})
-	fe.Send(&pgproto3.Query{String: "COMMIT"})
-	if err := fe.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, 30*time.Second, "the statement to wait for the lock", func() bool {
-		var n int
-		err := admin.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%SELECT count(*) FROM notes' AND wait_event_type = 'Lock'").Scan(&n)
-		return err == nil && n == 1
-	})
-	h.splitBrain(ctx, t)
-	hold := withdrawBehindAHeldBarrier(ctx, t, h, admin)
-	if err := lock.Rollback(ctx); err != nil { // the SELECT runs; the barrier still waits
-		t.Fatal(err)
-	}
-	tags, codes := tagsAndCodesUntilReady(pc, 2)
-	if err := hold.Rollback(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("tags %q, errors %q", tags, codes)
+	tags, codes := commitQueuedAcrossAWithdrawal(ctx, t, h, admin, c, lock, "SELECT count(*) FROM notes", "%SELECT count(*) FROM notes")
 	var n int
 	if err := admin.QueryRow(ctx, "SELECT count(*) FROM accounts WHERE id = 2 AND v = 7").Scan(&n); err != nil {
 		t.Fatal(err)
@@ -122,6 +101,36 @@ func TestInFlightFencedWriteOnAWithdrawnPrimary(t *testing.T) {
 			}
 		})
 	}
+}
+
+// commitQueuedAcrossAWithdrawal sends stmt and a COMMIT behind it on c, waits until stmt waits for the lock the
+// caller holds in lock (stmt's text in pg_stat_activity matched by like), makes a split brain and withdraws the
+// old primary behind a held barrier, lets stmt run, and returns the tags and error codes of both answers.
+func commitQueuedAcrossAWithdrawal(ctx context.Context, t *testing.T, h *haPair, admin *pgx.Conn, c *pgx.Conn, lock pgx.Tx, stmt, like string) (tags, codes []string) {
+	t.Helper()
+	pc := c.PgConn()
+	fe := pc.Frontend()
+	fe.Send(&pgproto3.Query{String: stmt})
+	fe.Send(&pgproto3.Query{String: "COMMIT"})
+	if err := fe.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "the statement to wait for the lock", func() bool {
+		var n int
+		err := admin.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE query LIKE $1 AND wait_event_type = 'Lock'", like).Scan(&n)
+		return err == nil && n == 1
+	})
+	h.splitBrain(ctx, t)
+	hold := withdrawBehindAHeldBarrier(ctx, t, h, admin)
+	if err := lock.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	tags, codes = tagsAndCodesUntilReady(pc, 2)
+	if err := hold.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("tags %q, errors %q", tags, codes)
+	return tags, codes
 }
 
 // tagsAndCodesUntilReady reads pc's answers up to the readies-th ReadyForQuery (20 s at most) and returns the command

@@ -5,11 +5,9 @@ import (
 	"fmt"
 	"slices"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgproto3"
 )
 
 // A transaction that wrote a protected table through code inside the server (a function, a procedure, a
@@ -211,28 +209,7 @@ func TestQueuedCommitOfAServerSideWriteOnAWithdrawnPrimary(t *testing.T) {
 			c := tokenClient(ctx, t, h, 5)
 			beginWith(ctx, t, c, "SELECT w_insert(41)")
 			lock := beginWith(ctx, t, connect(t, h.primary.SuperDSN()), "LOCK TABLE notes IN ACCESS EXCLUSIVE MODE")
-			pc := c.PgConn()
-			fe := pc.Frontend()
-			fe.Send(&pgproto3.Query{String: "SELECT count(*) FROM notes"})
-			fe.Send(&pgproto3.Query{String: "COMMIT"})
-			if err := fe.Flush(); err != nil {
-				t.Fatal(err)
-			}
-			eventually(t, 30*time.Second, "the statement to wait for the lock", func() bool {
-				var n int
-				err := admin.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%SELECT count(*) FROM notes' AND wait_event_type = 'Lock'").Scan(&n)
-				return err == nil && n == 1
-			})
-			h.splitBrain(ctx, t)
-			hold := withdrawBehindAHeldBarrier(ctx, t, h, admin)
-			if err := lock.Rollback(ctx); err != nil {
-				t.Fatal(err)
-			}
-			tags, codes := tagsAndCodesUntilReady(pc, 2)
-			if err := hold.Rollback(ctx); err != nil {
-				t.Fatal(err)
-			}
-			t.Logf("tags %q, errors %q", tags, codes)
+			tags, codes := commitQueuedAcrossAWithdrawal(ctx, t, h, admin, c, lock, "SELECT count(*) FROM notes", "%SELECT count(*) FROM notes")
 			var n int
 			if err := admin.QueryRow(ctx, "SELECT count(*) FROM accounts WHERE id = 41").Scan(&n); err != nil {
 				t.Fatal(err)

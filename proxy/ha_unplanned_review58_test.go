@@ -3,9 +3,6 @@ package proxy_test
 import (
 	"slices"
 	"testing"
-	"time"
-
-	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/fenceproxy/fenceproxy/internal/pgtest"
 )
@@ -108,28 +105,7 @@ func TestQueuedCommitOfAWriteAfterTheChangeOnAWithdrawnPrimary(t *testing.T) {
 			c := tokenClient(ctx, t, h, 5)
 			beginWith(ctx, t, c, "SELECT 1")
 			lock := beginWith(ctx, t, connect(t, h.primary.SuperDSN()), "LOCK TABLE notes IN ACCESS EXCLUSIVE MODE")
-			pc := c.PgConn()
-			fe := pc.Frontend()
-			fe.Send(&pgproto3.Query{String: "SELECT w_insert_pl(42) FROM (SELECT count(*) FROM notes) s"})
-			fe.Send(&pgproto3.Query{String: "COMMIT"})
-			if err := fe.Flush(); err != nil {
-				t.Fatal(err)
-			}
-			eventually(t, 30*time.Second, "the statement to wait for the lock", func() bool {
-				var n int
-				err := admin.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%FROM notes) s' AND wait_event_type = 'Lock'").Scan(&n)
-				return err == nil && n == 1
-			})
-			h.splitBrain(ctx, t)
-			hold := withdrawBehindAHeldBarrier(ctx, t, h, admin)
-			if err := lock.Rollback(ctx); err != nil {
-				t.Fatal(err)
-			}
-			tags, codes := tagsAndCodesUntilReady(pc, 2)
-			if err := hold.Rollback(ctx); err != nil {
-				t.Fatal(err)
-			}
-			t.Logf("tags %q, errors %q", tags, codes)
+			tags, codes := commitQueuedAcrossAWithdrawal(ctx, t, h, admin, c, lock, "SELECT w_insert_pl(42) FROM (SELECT count(*) FROM notes) s", "%FROM notes) s")
 			var n int
 			if err := admin.QueryRow(ctx, "SELECT count(*) FROM accounts WHERE id = 42").Scan(&n); err != nil {
 				t.Fatal(err)
