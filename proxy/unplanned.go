@@ -4,9 +4,10 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"strings"
 	"sync"
 	"sync/atomic"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/fenceproxy/fenceproxy/rewrite"
 )
@@ -248,7 +249,7 @@ func (s *Server) protectedOf(rels [][2]string) string {
 		if rel[0] == "" {
 			return unplannedTables // a deferrable trigger (writeLockedSQL)
 		}
-		sql := "INSERT INTO " + quoteIdentifier(rel[0]) + "." + quoteIdentifier(rel[1]) + " DEFAULT VALUES"
+		sql := "INSERT INTO " + pgx.Identifier{rel[0], rel[1]}.Sanitize() + " DEFAULT VALUES"
 		if p == nil || p.Plan([]byte(sql), rewrite.DefaultSettings).Action != rewrite.Pass {
 			return rel[0] + "." + rel[1]
 		}
@@ -262,11 +263,6 @@ func (ss *session) sessionDatabase() string {
 		return db
 	}
 	return ss.params["user"]
-}
-
-// quoteIdentifier quotes name as a PostgreSQL identifier.
-func quoteIdentifier(name string) string {
-	return `"` + strings.ReplaceAll(name, `"`, `""`) + `"`
 }
 
 // unplannedWritersRefused is Server.fencedHostsRefused's rule for the writes the proxy did not plan: at a change
