@@ -38,7 +38,7 @@ func (ss *session) queryOut(w msgSink, p Planner, body []byte, set rewrite.Setti
 	set.InlineToken = ss.inlineToken != ""
 	plan := ss.checkPlan(p.Plan(text, set))
 	if ss.srv.router != nil {
-		plan = ss.keptFencedQuery(plan, text)
+		plan = ss.keptFencedQuery(plan, text, set)
 	}
 	plan = ss.sqlPrepared(text, plan) // reloadkept.go
 	switch plan.Action {
@@ -117,7 +117,7 @@ func (ss *session) fenceParseAs(w msgSink, p Planner, body []byte, set rewrite.S
 	plan := ss.checkPlan(p.Plan(query, set))
 	if ss.srv.router != nil {
 		ss.noteKeptFenced(plan) // the statement stays, named or unnamed, for Binds to come
-		if ss.keptFenced == "" && commitPreparedWords.In(query) {
+		if ss.keptFenced == "" && commitsPrepared(query, set) {
 			ss.keptFenced = preparedTxTables // its Executes are judged as a fenced statement's (keptFencedRefused)
 		}
 	}
@@ -227,13 +227,21 @@ func unfenceablePlan(table, why string) rewrite.Plan {
 var (
 	prepareWords = rewrite.NewFoldWords("prepare")
 	executeWords = rewrite.NewFoldWords("execute")
-	// commitPreparedWords are those of a text that may commit a prepared transaction (COMMIT PREPARED), whose
-	// writes were made in a transaction that has ended (PREPARE TRANSACTION), so no rule of the session's
-	// follows them: with upstream.hosts it is judged as a fenced write of preparedTxTables (keptFencedQuery,
-	// parseOut). More texts hold the word (ROLLBACK PREPARED, pg_prepared_xacts); they are refused only where a
-	// fenced write is.
+	// commitPreparedWords are the letters every text that may end a prepared transaction holds: commitsPrepared
+	// lexes only a text that holds them.
 	commitPreparedWords = rewrite.NewFoldWords("prepared")
 )
+
+// commitsPrepared reports whether text may commit (or roll back) a prepared transaction, read under set
+// (rewrite.CommitsPrepared: the keywords COMMIT or ROLLBACK then PREPARED, not the letters in a column, a
+// string or a comment). Its writes were made in a transaction that has ended (PREPARE TRANSACTION), so no rule of
+// the session's follows them: with upstream.hosts it is judged as a fenced write of preparedTxTables
+// (keptFencedQuery, parseOut). Until 2026-12-06 any text holding the letters prepared was, a read of a column
+// prepared_at or of pg_prepared_xacts too, refused during a split brain
+// (TestReadHoldingPreparedOnARefusedHost).
+func commitsPrepared(text []byte, set rewrite.Settings) bool {
+	return commitPreparedWords.In(text) && rewrite.CommitsPrepared(text, set)
+}
 
 // preparedTxTables names, in errors, what a COMMIT PREPARED may write: the proxy does not know which tables.
 const preparedTxTables = "the tables of a prepared transaction"
@@ -247,11 +255,11 @@ func (ss *session) noteKeptFenced(plan rewrite.Plan) {
 }
 
 // keptFencedQuery is the plan of a Query's text with upstream.hosts: refused when the text may EXECUTE a fenced
-// statement a PREPARE made before, or may commit a prepared transaction (commitPreparedWords), and the router
+// statement a PREPARE made before, or may commit a prepared transaction (commitsPrepared), and the router
 // refuses fenced writes on the session's host now, as a text that writes is; and a fenced text that may PREPARE
 // is remembered (keptFenced).
-func (ss *session) keptFencedQuery(plan rewrite.Plan, text []byte) rewrite.Plan {
-	if plan.Action != rewrite.Refuse && commitPreparedWords.In(text) {
+func (ss *session) keptFencedQuery(plan rewrite.Plan, text []byte, set rewrite.Settings) rewrite.Plan {
+	if plan.Action != rewrite.Refuse && commitsPrepared(text, set) {
 		if why := ss.fencedWriteRefusal(preparedTxTables); why != "" {
 			return unfenceablePlan(preparedTxTables, why)
 		}

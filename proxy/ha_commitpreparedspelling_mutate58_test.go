@@ -6,8 +6,8 @@ import (
 	"github.com/fenceproxy/fenceproxy/internal/pgtest"
 )
 
-// The rule that judges a text that may commit a prepared transaction as a fenced write (commitPreparedWords,
-// 93a7d02) looks for the word anywhere in the text, not for a spelling at its start: a COMMIT PREPARED led by a
+// The rule that judges a text that may commit a prepared transaction as a fenced write (commitsPrepared,
+// 93a7d02; by its keywords since prep59) reads the whole text, not a spelling at its start: a COMMIT PREPARED led by a
 // comment, in mixed case across a line break, is the same statement to the server. From mutate58 (2026-12-06):
 // with the rule reduced to a check that the text starts with COMMIT PREPARED, every test passed (they send it
 // plain), and this one failed in both session modes: the Execute of the comment-led COMMIT PREPARED parsed
