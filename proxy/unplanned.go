@@ -148,6 +148,9 @@ func (ss *session) unplannedWrite(atRest bool, typ byte, body []byte) string {
 	ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
 	defer cancel()
 	locked, err := r.writeLocked(ctx, ss.host.addr, ss.sessionDatabase(), []uint32{pid})
+	if ss.srv.lockAnswered != nil {
+		ss.srv.lockAnswered()
+	}
 	if err != nil {
 		ss.logger().Warn("could not ask a host the router no longer trusts what a transaction wrote; judged as a write to a protected table", "host", ss.host.addr, "error", err)
 		return unplannedTables
