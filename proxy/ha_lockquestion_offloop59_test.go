@@ -78,3 +78,40 @@ func TestLockQuestionLeavesItsEventLoopFree(t *testing.T) {
 		})
 	}
 }
+
+// A lock question its host does not answer within health_timeout is judged as a write to a protected table
+// (fail closed), asked off the event loop as on the goroutine transport: the message does not go and the session
+// ends with 55F04, for a Query and an extended-protocol Execute alike, two sessions of the loop asking at once.
+func TestUnansweredLockQuestionEndsTheSession(t *testing.T) {
+	for _, mode := range []struct{ name, yaml string }{
+		{"session", "relay:\n  event_loops: 1\n"},
+		{"session-goroutines", "relay:\n  mode: goroutines\n"},
+	} {
+		t.Run(mode.name, func(t *testing.T) {
+			h, _ := startBarrierPair(t, mode.yaml, nil)
+			ctx := haCtx(t)
+			query, execute := tokenClient(ctx, t, h, 5), tokenClient(ctx, t, h, 6)
+			h.splitBrain(ctx, t)
+			queryTx := beginWith(ctx, t, query, "SELECT 1")
+			executeTx := beginWith(ctx, t, execute, "SELECT 1")
+			lock := beginWith(ctx, t, connect(t, h.primary.SuperDSN()), "LOCK TABLE pg_catalog.pg_inherits IN ACCESS EXCLUSIVE MODE")
+			queryDone := make(chan error, 1)
+			go func() {
+				_, err := queryTx.Conn().PgConn().Exec(ctx, "SELECT 2").ReadAll()
+				queryDone <- err
+			}()
+			var n int
+			errExecute := executeTx.QueryRow(ctx, "SELECT $1::int", 3).Scan(&n)
+			errQuery := <-queryDone
+			if err := lock.Rollback(ctx); err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("Query: %v; Execute: %v", errQuery, errExecute)
+			for what, err := range map[string]error{"Query": errQuery, "Execute": errExecute} {
+				if code := sqlstate(err); code != "55F04" {
+					t.Errorf("a %s of a block whose lock question its host did not answer: %v; want FATAL 55F04", what, err)
+				}
+			}
+		})
+	}
+}
