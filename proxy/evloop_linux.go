@@ -23,8 +23,8 @@ import (
 // This file is the loop itself (epoll, commands, polling policy); evsession_linux.go is what it does for one
 // session: framing with parseHeader and giving each message to the session core, as the goroutine transport
 // does. A statement whose plan is not cached is planned on a worker goroutine while the loop serves the other
-// sessions (evsession_linux.go: planning). Sessions end on their own goroutine (end.go): the loop gives the
-// session back (done) with the reason.
+// sessions (evsession_linux.go: planning), and a message's lock question is asked the same way (lockquestion.go).
+// Sessions end on their own goroutine (end.go): the loop gives the session back (done) with the reason.
 
 // evLoop is one of a Server's event loops. Its goroutine runs while it has sessions and exits when it has none.
 type evLoop struct {
@@ -59,11 +59,12 @@ const loopYieldEvents = 128
 const loopYieldAfter = 5 * time.Millisecond
 
 // evCmd is work for the loop from another goroutine: add a session, check whether a drain may close it, or
-// go on with it now that a worker planned its statement.
+// go on with it now that a worker planned its statement or asked its lock question.
 type evCmd struct {
 	es      *evSession
 	drain   bool
 	planned *planJob
+	asked   *lockJob
 }
 
 // newEvLoops makes n event loops. A Server has several because one loop is one thread: pgbouncer's single
@@ -243,6 +244,10 @@ func (l *evLoop) run(epfd, wakefd int) {
 						if in {
 							c.es.planned(c.planned, epfd)
 						}
+					case c.asked != nil:
+						if in {
+							c.es.lockAnswered(c.asked, epfd)
+						}
 					default:
 						c.es.start(epfd, byFD)
 						in = byFD[int32(c.es.cfd)] == c.es
@@ -304,7 +309,7 @@ func (l *evLoop) fail(epfd, wakefd int, byFD map[int32]*evSession, err error) {
 	unix.Close(wakefd)
 	l.mu.Unlock()
 	for _, c := range cmds {
-		if c.drain || c.planned != nil {
+		if c.drain || c.planned != nil || c.asked != nil {
 			continue // its session was ended above
 		}
 		c.es.finish(endRelayFailed, err)

@@ -20,6 +20,8 @@ func (es *evSession) shutdownSockets() {}
 
 func (es *evSession) shutdownUpstream() {}
 
+func (es *evSession) lockAnswer(q lockQuestion) (lockQuestion, bool) { return q, false }
+
 func (l *evLoop) post(evCmd) {}
 
 type evCmd struct {

@@ -48,6 +48,11 @@ type evSession struct {
 	planning bool
 	job      *planJob
 	fixed    fixedPlan // the planner the core is given for a plan known in advance
+	// The lock question off the loop (lockquestion.go). asking: a goroutine asks the lock question of the
+	// message at the front of cin, which waits as one being planned does. lock: that question, then its answer,
+	// for that message's next pass through the core only.
+	asking bool
+	lock   *lockJob
 
 	done chan struct{}
 
@@ -395,8 +400,12 @@ func (es *evSession) checkDrain() {
 // while its statement is planned. A drain closes a session only then, so it never drops a statement that the
 // core has not counted as pending yet.
 func (es *evSession) clientQuiet() bool {
-	return len(es.cin) == 0 && es.cskip == 0 && !es.planning
+	return len(es.cin) == 0 && es.cskip == 0 && !es.held()
 }
+
+// held reports whether the message at the front of cin waits for a worker (its plan, or its lock question): the
+// client side is then neither read nor processed.
+func (es *evSession) held() bool { return es.planning || es.asking }
 
 func (es *evSession) event(fd int32, ev uint32, epfd int) {
 	es.guard(func() {
@@ -407,7 +416,7 @@ func (es *evSession) event(fd int32, ev uint32, epfd int) {
 			}
 			if es.end == endNone && ev&(unix.EPOLLIN|hup) != 0 {
 				switch {
-				case len(es.uout.b) == 0 && !es.planning:
+				case len(es.uout.b) == 0 && !es.held():
 					es.readClient()
 				case ev&hup != 0:
 					es.finish(endClientGone, io.EOF)
@@ -432,11 +441,11 @@ func (es *evSession) event(fd int32, ev uint32, epfd int) {
 }
 
 // updateInterest registers what the loop waits for on each socket. Back-pressure: a side is not read while
-// what was read from it still waits to be written to the other side, nor while its statement is planned.
+// what was read from it still waits to be written to the other side, nor while its message is held (held).
 func (es *evSession) updateInterest(epfd int) {
 	var c, u uint32
 	if len(es.uout.b) == 0 {
-		if !es.planning {
+		if !es.held() {
 			c |= unix.EPOLLIN
 		}
 	} else {
@@ -598,7 +607,7 @@ func compact(buf *[]byte, i int, need int) {
 
 // fromClient frames what was read from the client and gives each message to the core, into uout. Messages
 // the core does not read are streamed through as they arrive. It stops early, leaving the message at the
-// front of cin, when that message's statement goes to a worker to be planned.
+// front of cin, when that message goes to a worker: its statement to be planned, or its lock question.
 func (es *evSession) fromClient() error {
 	ss := es.ss
 	b := es.cin
@@ -607,7 +616,7 @@ func (es *evSession) fromClient() error {
 	ss.planGen = box.gen // the generation of p, for what the core keeps of the client's statements (reloadkept.go)
 	limit := ss.cr.max
 	i, need := 0, 0
-	for i < len(b) && !es.planning {
+	for i < len(b) && !es.held() {
 		if es.cskip > 0 {
 			n := min(es.cskip, len(b)-i)
 			es.uout.b = append(es.uout.b, b[i:i+n]...)
@@ -639,14 +648,18 @@ func (es *evSession) fromClient() error {
 				}
 			}
 		}
-		es.cMsgs++
-		es.cBytes += uint64(total)
 		if err := ss.onClientMsg(typ, body, mp, &es.uout); err != nil {
+			if err == errLockQuestionAsked {
+				es.askLock()
+				break // asked on a goroutine; this message waits at the front of cin
+			}
 			if err == errTerminated {
 				es.cin = es.cin[:0]
 			}
 			return err
 		}
+		es.cMsgs++
+		es.cBytes += uint64(total)
 		if whole {
 			i += total
 			continue
@@ -815,6 +828,62 @@ func (es *evSession) planned(j *planJob, epfd int) {
 	es.job = j
 	es.guard(es.pumpClient)
 	es.job = nil
+	if es.end == endNone {
+		es.updateInterest(epfd)
+	}
+}
+
+// The lock question off the loop (lockquestion.go): the message waits at the front of cin as one being planned
+// does, while a goroutine asks the host; its answer comes back as a command (evCmd.asked).
+
+// lockJob is a looped session's lock question, asked by a goroutine.
+type lockJob struct {
+	es       *evSession
+	q        lockQuestion
+	panicked any
+}
+
+// lockAnswer is session.lockAnswer in the loop: the answer the loop brought for the message, if it is q's
+// (taken: it serves that one pass only); else q is kept for askLock to ask, and the message waits.
+func (es *evSession) lockAnswer(q lockQuestion) (lockQuestion, bool) {
+	if j := es.lock; j != nil && j.q.answered && j.q.host == q.host && j.q.db == q.db && j.q.pid == q.pid {
+		es.lock = nil
+		return j.q, true
+	}
+	es.lock = &lockJob{es: es, q: q}
+	return q, false
+}
+
+// askLock has a goroutine ask the question lockAnswer kept, while the session's client side waits: one per
+// session at most, as nothing more of the client's is read or processed until its answer (lockAnswered).
+func (es *evSession) askLock() {
+	es.asking = true
+	go es.lock.run()
+}
+
+// run asks the job's question and gives the answer to the loop.
+func (j *lockJob) run() {
+	defer func() {
+		if r := recover(); r != nil {
+			j.panicked = r
+		}
+		j.es.loop.post(evCmd{es: j.es, asked: j})
+	}()
+	j.q.ask(j.es.ss.srv)
+}
+
+// lockAnswered goes on with a session whose message's lock question was answered: the message goes through the
+// core again, which takes the answer and sends the message or ends the session.
+func (es *evSession) lockAnswered(j *lockJob, epfd int) {
+	es.asking = false
+	if j.panicked != nil {
+		es.panicked(j.panicked)
+		return
+	}
+	es.guard(es.pumpClient)
+	if es.lock == j {
+		es.lock = nil // not taken (the message needed no answer any more): it must serve no later one
+	}
 	if es.end == endNone {
 		es.updateInterest(epfd)
 	}

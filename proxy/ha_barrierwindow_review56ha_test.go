@@ -10,6 +10,7 @@ import (
 
 	"github.com/fenceproxy/fenceproxy/internal/etcdtest"
 	"github.com/fenceproxy/fenceproxy/internal/pgtest"
+	"github.com/fenceproxy/fenceproxy/proxy"
 	"github.com/fenceproxy/fenceproxy/tokens"
 )
 
@@ -77,9 +78,15 @@ var barrierModes = []struct{ name, yaml string }{
 // (withdrawBehindAHeldBarrier). It returns the pair and a superuser connection to the primary.
 func startBarrierPair(t *testing.T, yaml string, conf map[string]string) (*haPair, *pgx.Conn) {
 	t.Helper()
+	return startBarrierPairTuned(t, yaml, conf, nil)
+}
+
+// startBarrierPairTuned is startBarrierPair with the proxy's options changed by tune (startHAPairConf's).
+func startBarrierPairTuned(t *testing.T, yaml string, conf map[string]string, tune func(*proxy.Options)) (*haPair, *pgx.Conn) {
+	t.Helper()
 	e := etcdtest.Start(t)
 	store := tokens.NewEtcdStore(e.Client(), tokens.DefaultPrefix)
-	h := startHAPairConf(t, store, "", yaml, conf, nil)
+	h := startHAPairConf(t, store, "", yaml, conf, tune)
 	ctx := haCtx(t)
 	admin := connect(t, h.primary.SuperDSN())
 	installFence(ctx, t, admin)

@@ -89,6 +89,7 @@ type testHooks struct {
 	beforePut     func() // upstreamPool.beforePut
 	fencedJudged  func() // Server.fencedJudged: a fenced write judged allowed, before it is sent
 	fencedScanned func() // Server.fencedScanned: fencedHostsRefused has chosen the sessions it acts on
+	lockAnswered  func() // Server.lockAnswered: a message's lock question (unplanned.go) has its answer
 }
 
 // defaultParkAfter is the parker's sweep period when Options.ParkIdleAfter is 0: long beside a transaction, so
@@ -111,10 +112,10 @@ type Server struct {
 	pool       *upstreamPool  // nil: upstream connections are not reused
 	auth       *authenticator // nil: authentication is relayed to PostgreSQL (auth.type passthrough)
 	router     *router        // nil: one upstream.address, no router
-	// fencedJudged and fencedScanned are test hooks (testHooks), nil outside tests.
-	fencedJudged, fencedScanned func()
-	pools                       *txPools     // pool.mode transaction (pool.go); nil in session mode
-	parses                      sharedParses // the Parse bodies of pooled clients' named statements, one copy each (pooledstmts.go)
+	// fencedJudged, fencedScanned and lockAnswered are test hooks (testHooks), nil outside tests.
+	fencedJudged, fencedScanned, lockAnswered func()
+	pools                                     *txPools     // pool.mode transaction (pool.go); nil in session mode
+	parses                                    sharedParses // the Parse bodies of pooled clients' named statements, one copy each (pooledstmts.go)
 	// effectWords are the words of a text that may change the token, lock or application_name at session level
 	// (rewrite.SessionEffects): their names, RESET and DISCARD (ALL), EXECUTE (an SQL prepared statement),
 	// set_config and u& (which may spell any of them); for the pool's text classes (textClass.effects).
@@ -209,7 +210,7 @@ func New(o Options) (*Server, error) {
 	if s.pool != nil {
 		s.pool.beforePut = o.hooks.beforePut
 	}
-	s.fencedJudged, s.fencedScanned = o.hooks.fencedJudged, o.hooks.fencedScanned
+	s.fencedJudged, s.fencedScanned, s.lockAnswered = o.hooks.fencedJudged, o.hooks.fencedScanned, o.hooks.lockAnswered
 	s.SetPlanner(o.Planner)
 	if o.Config.Pool.Transaction() {
 		parkAfter := o.ParkIdleAfter

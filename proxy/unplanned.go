@@ -34,8 +34,8 @@ import (
 // wrote a table with a deferrable trigger of the user's (its events may run at the COMMIT, writing what cannot
 // be known before: writeLockedSQL), or that sent a text that may declare a cursor WITH HOLD (holdWords). An
 // answer the host does not give (the connection, the role, a timeout) is
-// judged the same way. The question is asked where the client's message is read: with the event loop, that
-// loop waits for it (up to health_timeout), as it waits for a token's verification. At the router's change itself, what a
+// judged the same way. The question is asked where the client's message is read, bounded by health_timeout; with
+// the event loop, off the loop, the message waiting (lockquestion.go). At the router's change itself, what a
 // session-mode session sent before it may be queued at the server behind a running statement (a COMMIT): the
 // sessions inside a block are asked about then too, and one with a message queued behind a running statement
 // ends whatever the answer, the statement able to write after it (unplannedWritersRefused).
@@ -75,8 +75,9 @@ const unplannedTables = "protected tables (the transaction's writes inside the s
 
 // unplannedWriteRefused applies the rule above to the client's message typ (body: its body when the core reads
 // it), before it is sent: nil when it may go, else the session's farewell. It also keeps the state of the rule,
-// once per message of the client's (onClientMsg).
-func (ss *session) unplannedWriteRefused(typ byte, body []byte) error {
+// once per message of the client's (onClientMsg); errLockQuestionAsked when the message waits for its lock question
+// (lockquestion.go), having changed nothing: it comes again with the answer.
+func (ss *session) unplannedWriteRefused(typ byte, body []byte) (err error) {
 	if ss.srv.router == nil || typ == msgTerminate {
 		return nil
 	}
@@ -97,7 +98,11 @@ func (ss *session) unplannedWriteRefused(typ byte, body []byte) error {
 	}
 	switch typ {
 	case msgExecute:
-		defer func() { u.execs++ }()
+		defer func() {
+			if err != errLockQuestionAsked {
+				u.execs++
+			}
+		}()
 	case msgSync:
 		u.execs = 0 // what the batch runs is now counted as pending, until its ReadyForQuery
 		return nil
@@ -115,9 +120,9 @@ func (ss *session) unplannedWriteRefused(typ byte, body []byte) error {
 	if why == "" {
 		return nil
 	}
-	table := ss.unplannedWrite(atRest, typ, body)
-	if table == "" {
-		return nil
+	table, err := ss.unplannedWrite(atRest, typ, body)
+	if table == "" || err != nil {
+		return err
 	}
 	ss.fencedTxOut.Store(&table) // as a fenced write notes it (fencedWriteRefusal); the session ends now anyway
 	return fencedTxFarewell(why, table, st.pending.Load() > 0 || u.execs > 0)
@@ -125,34 +130,35 @@ func (ss *session) unplannedWriteRefused(typ byte, body []byte) error {
 
 // unplannedWrite says whether the transaction under way may have written a protected table on its host, which
 // the router no longer trusts: the table's name, or unplannedTables when it cannot be told (the rule above);
-// "" when it wrote none. atRest: nothing the client sent before may still run.
-func (ss *session) unplannedWrite(atRest bool, typ byte, body []byte) string {
+// "" when it wrote none. atRest: nothing the client sent before may still run. errLockQuestionAsked: the event
+// loop asks the host first (lockAnswer).
+func (ss *session) unplannedWrite(atRest bool, typ byte, body []byte) (string, error) {
 	u := &ss.unplanned
 	if !atRest || u.holdTx || u.holdKept {
-		return unplannedTables // something may still run, or write at the COMMIT (holdWords)
+		return unplannedTables, nil // something may still run, or write at the COMMIT (holdWords)
 	}
 	if typ == msgQuery {
 		text, ok := planText(msgQuery, body)
 		if !ok {
-			return unplannedTables // not read (no planner): its statements are not known
+			return unplannedTables, nil // not read (no planner): its statements are not known
 		}
 		if n, ok := rewrite.Statements(text, ss.readingSettings()); !ok || n > 1 {
-			return unplannedTables // a write and a COMMIT in one text: nothing can be asked in between
+			return unplannedTables, nil // a write and a COMMIT in one text: nothing can be asked in between
 		}
 	}
 	pid, ok := ss.backendPID()
 	if !ok {
-		return unplannedTables
+		return unplannedTables, nil
 	}
-	r := ss.srv.router
-	ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
-	defer cancel()
-	locked, err := r.writeLocked(ctx, ss.host.addr, ss.sessionDatabase(), []uint32{pid})
-	if err != nil {
-		ss.logger().Warn("could not ask a host the router no longer trusts what a transaction wrote; judged as a write to a protected table", "host", ss.host.addr, "error", err)
-		return unplannedTables
+	a, ok := ss.lockAnswer(lockQuestion{host: ss.host.addr, db: ss.sessionDatabase(), pid: pid})
+	if !ok {
+		return "", errLockQuestionAsked
 	}
-	return ss.srv.protectedOf(locked[pid])
+	if a.err != nil {
+		ss.logger().Warn("could not ask a host the router no longer trusts what a transaction wrote; judged as a write to a protected table", "host", ss.host.addr, "error", a.err)
+		return unplannedTables, nil
+	}
+	return ss.srv.protectedOf(a.rels), nil
 }
 
 // backendPID is the PID of the backend that runs the client's transaction: the session's upstream connection's,
