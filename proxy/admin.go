@@ -34,7 +34,7 @@ const pausePoll = 10 * time.Millisecond
 // serveAdmin serves an admin console session (after the client's authentication).
 func (s *Server) serveAdmin(ss *session) {
 	user := ss.params["user"]
-	if !slices.Contains(s.cfg.Pool.AdminUsers, user) {
+	if !s.adminUser(user) {
 		s.metrics.sessionRefused("admin_not_allowed")
 		ss.fatal(sqlstateInsufficientPrivilege, fmt.Sprintf("user %q may not use the admin console (pool.admin_users)", user), "")
 		return
@@ -84,6 +84,12 @@ func (s *Server) serveAdmin(ss *session) {
 				return
 			}
 			ss.logger().Info("admin console command", "command", string(text))
+			if !s.adminUser(user) {
+				// Removed from pool.admin_users by a reload since its login: the console ends (adminUser).
+				ss.logger().Warn("admin console command refused: the user was removed from pool.admin_users", "command", string(text))
+				ss.fatal(sqlstateInsufficientPrivilege, fmt.Sprintf("user %q may no longer use the admin console (removed from pool.admin_users by a reload)", user), "")
+				return
+			}
 			s.adminCommand(out, string(text))
 			writeMsg(out, msgReadyForQuery, []byte{txIdle}, "")
 			if out.Flush() != nil {
@@ -94,6 +100,15 @@ func (s *Server) serveAdmin(ss *session) {
 			return
 		}
 	}
+}
+
+// adminUser reports whether user may use the admin console: pool.admin_users in force, at its login and again
+// at each of its commands. A reload that removes a role (poolreload.go) takes the console from it at once, a
+// session opened before included: its next command is refused with 42501 and the console ends. pgbouncer checks
+// admin_users at login only; a role removed to take RELOAD, PAUSE and SHOW away from it (a leaked password, an
+// operator gone) kept them for as long as it stayed connected (TestReload59AdminUsersFollowReload).
+func (s *Server) adminUser(user string) bool {
+	return slices.Contains(s.poolSettings().AdminUsers, user)
 }
 
 // adminTable is a command's answer: columns (all text) and rows; a nil table answers with the tag alone.
@@ -129,13 +144,13 @@ func (s *Server) adminCommand(out msgSink, text string) {
 	case "SHOW LOCKS":
 		t, err = s.showLocks(out) // admin_locks.go
 	case "SHOW CONFIG":
-		t = showConfig(s.cfg)
+		t = s.showConfig()
 	case "RELOAD":
 		var notApplied []string
 		if notApplied, err = s.reloadAll(); err == nil && len(notApplied) > 0 {
 			// pgbouncer applies pool sizes and timeouts at RELOAD; the proxy does not: say so, not only in its log.
 			writeRaw(out, noticeResponse(sqlstateSuccessfulCompletion,
-				"fenceproxy admin console: RELOAD applied the table list and auth.file; changes to "+strings.Join(notApplied, ", ")+" need a restart and were not applied", ""))
+				"fenceproxy admin console: RELOAD applied the table list, auth.file and the pool settings; changes to "+strings.Join(notApplied, ", ")+" need a restart and were not applied", ""))
 		}
 	case "PAUSE":
 		if arg != "" && !s.pools.hasDatabase(arg) {
@@ -435,13 +450,20 @@ var configKeys = []struct {
 	{"relay.mode", func(c *config.Config) string { return c.Relay.Mode }},
 }
 
-// SHOW CONFIG: pgbouncer's columns (key, value, default, changeable). The values are those the proxy started
-// with; RELOAD applies the table list and auth.file's users only, so no key shown is changeable by it.
-func showConfig(cfg *config.Config) *adminTable {
+// SHOW CONFIG: pgbouncer's columns (key, value, default, changeable). The values are those in force: the
+// proxy's start's, and the pool settings a reload applied since. changeable says which RELOAD applies: the pool
+// settings but pool.mode and pool.size (poolreload.go); every other key shown needs a restart.
+func (s *Server) showConfig() *adminTable {
+	cfg := *s.cfg
+	cfg.Pool = *s.poolSettings()
 	def := config.Defaults()
 	t := &adminTable{cols: []string{"key", "value", "default", "changeable"}}
 	for _, k := range configKeys {
-		t.rows = append(t.rows, []string{k.key, k.value(cfg), k.value(def), "no"})
+		changeable := "no"
+		if strings.HasPrefix(k.key, "pool.") && k.key != "pool.mode" && k.key != "pool.size" {
+			changeable = "yes"
+		}
+		t.rows = append(t.rows, []string{k.key, k.value(&cfg), k.value(def), changeable})
 	}
 	return t
 }
@@ -569,8 +591,9 @@ func (ps *txPools) resume(db string) error {
 	return nil
 }
 
-// closeIdle closes the pool's idle server connections (PAUSE).
-func (p *txPool) closeIdle() {
+// closeIdle closes the pool's idle server connections (PAUSE; a user removed from auth.file: poolreload.go),
+// and returns how many it closed.
+func (p *txPool) closeIdle() int {
 	p.mu.Lock()
 	idle := p.idle
 	p.idle = nil
@@ -581,4 +604,5 @@ func (p *txPool) closeIdle() {
 	for _, sc := range idle {
 		sc.conn.Close()
 	}
+	return len(idle)
 }

@@ -78,6 +78,9 @@ type authenticator struct {
 	fileIterations, queryIterations map[int]int
 
 	queryCfg *pgx.ConnConfig // auth.query's connections; nil without it
+	// usersChanged, when set (New: the pools' authUsersChanged), is called after auth.file's users were read
+	// again and applied, no lock held.
+	usersChanged func()
 	// queryConns holds authQueryConns slots: an idle connection, or nil for one not opened (or dropped).
 	queryConns chan *pgx.Conn
 }
@@ -199,7 +202,22 @@ func (a *authenticator) readAgain() (apply func(), err error) {
 		a.mu.Lock()
 		a.file, a.fileSeen, a.fileIterations = users, seen, auth.IterationCounts(users)
 		a.mu.Unlock()
+		if a.usersChanged != nil {
+			a.usersChanged()
+		}
 	}, nil
+}
+
+// removed reports whether user can no longer log in because auth.file, the only place its secret is looked up
+// (scram-sha-256 or md5, no auth.query), does not have it.
+func (a *authenticator) removed(user string) bool {
+	if a == nil || a.cfg.File == "" || a.queryCfg != nil || (a.cfg.Type != config.AuthSCRAM && a.cfg.Type != config.AuthMD5) {
+		return false
+	}
+	a.mu.RLock()
+	_, ok := a.file[user]
+	a.mu.RUnlock()
+	return !ok
 }
 
 // mockIterations is the iteration count a mock SCRAM secret shows: the one counted most among the secrets seen

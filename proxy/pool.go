@@ -249,6 +249,7 @@ type txPools struct {
 	groups map[string]*poolGroup // by database and user (groupKey)
 	closed bool
 	stop   chan struct{} // closed by close: the reaper stops
+	retick chan struct{} // a reload changed the pool settings: the reaper looks now, at its new period (poolreload.go)
 
 	// clientWatcher wakes a session's wait on the server side when its client leaves (watch.go); nil: waits poll.
 	clientWatcher *clientWatcher
@@ -257,26 +258,27 @@ type txPools struct {
 // newTxPools makes a Server's pools and starts their reaper, which closes server connections idle longer than
 // pool.server_idle_timeout or older than pool.server_lifetime.
 func newTxPools(s *Server, parkAfter time.Duration) *txPools {
-	ps := &txPools{srv: s, byKey: map[string]*txPool{}, groups: map[string]*poolGroup{}, stop: make(chan struct{}), epoch: time.Now()}
+	ps := &txPools{srv: s, byKey: map[string]*txPool{}, groups: map[string]*poolGroup{}, stop: make(chan struct{}), retick: make(chan struct{}, 1), epoch: time.Now()}
 	if parkAfter > 0 {
 		ps.parker = newParker(s, parkAfter)
 	}
 	ps.clientWatcher = newClientWatcher()
-	every := min(s.cfg.Pool.ServerIdleTimeout, s.cfg.Pool.ServerLifetime) / 4
 	go func() {
-		t := time.NewTicker(max(every, 10*time.Millisecond))
+		t := time.NewTicker(ps.reaperPeriod())
 		defer t.Stop()
 		for {
 			select {
 			case <-ps.stop:
 				return
+			case <-ps.retick: // a reload changed the lifetimes: look now, and then as often as they need
+				t.Reset(ps.reaperPeriod())
 			case <-t.C:
-				for _, p := range ps.list() {
-					p.reap()
-					p.endStuckWrites()
-				}
-				ps.dropUnused()
 			}
+			for _, p := range ps.list() {
+				p.reap()
+				p.endStuckWrites()
+			}
+			ps.dropUnused()
 		}
 	}()
 	return ps
@@ -287,11 +289,12 @@ func newTxPools(s *Server, parkAfter time.Duration) *txPools {
 // (pool.server_idle_timeout) beyond the pool.min_idle the pool keeps, as pgbouncer keeps min_pool_size;
 // keepIdle opens new ones for those closed.
 func (p *txPool) reap() {
-	cfg := p.srv.cfg.Pool
+	cfg := p.srv.poolSettings()
+	keep := p.minIdle()
 	now := time.Now()
 	var old []*serverConn
 	p.mu.Lock()
-	spare := len(p.idle) - cfg.MinIdle // p.idle[0] is the one idle longest
+	spare := len(p.idle) - keep // p.idle[0] is the one idle longest
 	kept := p.idle[:0]
 	for _, sc := range p.idle {
 		if now.Sub(sc.born) > cfg.ServerLifetime || sc.spokeUnread() ||
@@ -344,10 +347,12 @@ type txPool struct {
 	resetApp   string
 	tokenStmts tokenStmtCache // the token statement's texts, built once (pooledsettings.go)
 
-	// pool.min_idle (keepIdle): refill is signalled when the pool may have fewer idle server connections than
-	// it keeps (nil when it keeps none); idleLogin is how they log in: the login of the last client whose
-	// server connection logged in, as pgbouncer keeps a client's SCRAM keys for its server logins.
+	// pool.min_idle (keepIdle, started once the pool keeps some: startKeeper): refill is signalled when the pool
+	// may have fewer idle server connections than it keeps; idleLogin is how they log in: the login of the
+	// last client whose server connection logged in, as pgbouncer keeps a client's SCRAM keys for its server
+	// logins. Kept whatever pool.min_idle is, for a reload may raise it (poolreload.go).
 	refill    chan struct{}
+	keeper    sync.Once
 	idleLogin atomic.Pointer[clientLogin]
 
 	waitTime prometheus.Observer // fenceproxy_pool_wait_seconds of the pool's database and user; nil: no metrics
@@ -420,7 +425,7 @@ func (p *txPool) makeRoom() error {
 	var from *txPool
 	for {
 		open, v, q := p.group.openCounts()
-		if open < int64(p.srv.cfg.Pool.Size) || v == nil {
+		if open < int64(p.srv.poolSettings().Size) || v == nil {
 			break
 		}
 		q.mu.Lock()
@@ -457,7 +462,7 @@ func (ps *txPools) dropUnused() {
 		p.mu.Unlock()
 		// A pool that keeps pool.min_idle connections for a login that worked stays: its keeper opens them
 		// again after the reaper closed them (server_lifetime, a server that ended them).
-		if !unused || p.refill != nil && p.idleLogin.Load() != nil {
+		if !unused || p.keepsIdle() {
 			continue
 		}
 		delete(ps.byKey, key)
@@ -498,6 +503,7 @@ type poolParam struct{ name, value string }
 // parameters, the sorted names, the key's growth).
 func (ps *txPools) poolFor(params map[string]string) (*txPool, error) {
 	cfg := ps.srv.cfg
+	poolCfg := ps.srv.poolSettings()
 	var kpBuf [16]poolParam
 	kp := kpBuf[:0]
 	for k, v := range params {
@@ -525,7 +531,7 @@ func (ps *txPools) poolFor(params map[string]string) (*txPool, error) {
 	for _, p := range kp {
 		chosen[p.name] = p.value
 	}
-	p := &txPool{srv: ps.srv, database: chosen["database"], user: chosen["user"], params: chosen, stop: make(chan struct{}),
+	p := &txPool{srv: ps.srv, database: chosen["database"], user: chosen["user"], params: chosen, stop: make(chan struct{}), refill: make(chan struct{}, 1),
 		live: map[*serverConn]struct{}{}, members: map[*session]member{}, waiters: map[*clientLogin]time.Time{}}
 	if p.database == "" {
 		p.database = p.user // as PostgreSQL defaults it
@@ -533,16 +539,15 @@ func (ps *txPools) poolFor(params map[string]string) (*txPool, error) {
 	gk := groupKey(p.database, p.user)
 	g := ps.groups[gk]
 	if g == nil {
-		g = &poolGroup{slots: make(chan struct{}, cfg.Pool.Size)}
+		g = &poolGroup{slots: make(chan struct{}, poolCfg.Size)}
 		ps.groups[gk] = g
 	}
 	g.pools = append(g.pools, p)
 	p.group, p.slots = g, g.slots
 	p.name = p.database + "/" + p.user
 	p.waitTime = ps.srv.metrics.poolWaitTime(p.database, p.user)
-	if cfg.Pool.MinIdle > 0 {
-		p.refill = make(chan struct{}, 1)
-		go p.keepIdle(ps.stop, p.stop)
+	if poolCfg.MinIdle > 0 {
+		p.startKeeper()
 	}
 	ps.byKey[string(key)] = p
 	p.clients.Add(1)
@@ -555,7 +560,7 @@ func (ps *txPools) poolFor(params map[string]string) (*txPool, error) {
 // do; the admin console is not counted) is refused with 53300, as PostgreSQL refuses one over
 // max_connections; it is told, and join reports false.
 func (ps *txPools) join(ss *session, login *clientLogin) (*txPool, func(), bool) {
-	limit := int64(ps.srv.cfg.Pool.MaxClients)
+	limit := int64(ps.srv.poolSettings().MaxClients)
 	if n := ps.clients.Add(1); limit > 0 && n > limit {
 		ps.clients.Add(-1)
 		ps.srv.metrics.sessionRefused("max_clients")
@@ -878,7 +883,7 @@ func (p *txPool) release(sc *serverConn) {
 		p.discard(sc)
 		return
 	}
-	if p.srv.draining.Load() || time.Since(sc.born) > p.srv.cfg.Pool.ServerLifetime {
+	if p.srv.draining.Load() || time.Since(sc.born) > p.srv.poolSettings().ServerLifetime {
 		p.discard(sc)
 		return
 	}
@@ -961,9 +966,6 @@ func (p *txPool) lendEnded(sc *serverConn) {
 
 // nudge tells keepIdle to look at the pool (pool.min_idle).
 func (p *txPool) nudge() {
-	if p.refill == nil {
-		return
-	}
 	select {
 	case p.refill <- struct{}{}:
 	default:
@@ -1024,17 +1026,20 @@ func (p *txPool) keepIdle(stop, dropped <-chan struct{}) {
 				break
 			}
 			p.release(sc)
+			if p.keptForRemovedUser() { // poolreload.go
+				break
+			}
 		}
 	}
 }
 
 // needsIdle reports whether the pool has fewer idle server connections than pool.min_idle and room for one.
 func (p *txPool) needsIdle() bool {
-	cfg := p.srv.cfg.Pool
+	keep := p.minIdle()
 	p.mu.Lock()
 	idle := len(p.idle)
 	p.mu.Unlock()
-	if idle >= cfg.MinIdle || p.srv.draining.Load() {
+	if idle >= keep || p.srv.draining.Load() {
 		return false
 	}
 	// Room in the group, not only in the pool: a pool's min_idle does not close another pool's idle connection
@@ -1044,7 +1049,7 @@ func (p *txPool) needsIdle() bool {
 	ps.mu.Lock()
 	open, _, _ := p.group.openCounts()
 	ps.mu.Unlock()
-	return open < int64(cfg.Size)
+	return open < int64(p.srv.poolSettings().Size)
 }
 
 // superseded reports whether sc's host stopped being where the pool's transactions go (router.stale: for
@@ -1096,9 +1101,7 @@ func (p *txPool) dial(login *clientLogin) (*serverConn, error) {
 	for {
 		sc, err := p.dialOnce(login)
 		if err == nil {
-			if p.refill != nil {
-				p.idleLogin.Store(login)
-			}
+			p.idleLogin.Store(login)
 			return sc, nil
 		}
 		var refused *upstreamRefused

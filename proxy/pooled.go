@@ -728,7 +728,7 @@ func (s *Server) startPooled(ss *session, login *clientLogin) (parked bool) {
 			leave()
 		}
 	}()
-	reports, err := p.serverReports(s.cfg.Pool.MaxClientWait, login)
+	reports, err := p.serverReports(s.poolSettings().MaxClientWait, login)
 	if err != nil {
 		ss.poolFailed(p, err)
 		return
@@ -912,11 +912,11 @@ func (ss *session) poolFailed(p *txPool, err error) {
 func poolError(p *txPool, err error) (code, msg, detail string) {
 	if errors.Is(err, errPoolPaused) {
 		p.srv.metrics.poolTimedOut()
-		return sqlstateTooManyConnections, fmt.Sprintf("pool %s stayed paused (PAUSE) for pool.max_client_wait (%v)", p.name, p.srv.cfg.Pool.MaxClientWait), "An operator paused the pool from the admin console; RESUME ends the pause."
+		return sqlstateTooManyConnections, fmt.Sprintf("pool %s stayed paused (PAUSE) for pool.max_client_wait (%v)", p.name, p.srv.poolSettings().MaxClientWait), "An operator paused the pool from the admin console; RESUME ends the pause."
 	}
 	if errors.Is(err, errPoolTimeout) {
 		p.srv.metrics.poolTimedOut()
-		return sqlstateTooManyConnections, fmt.Sprintf("no server connection of pool %s became free within pool.max_client_wait (%v)", p.name, p.srv.cfg.Pool.MaxClientWait), fmt.Sprintf("The pool holds at most %d server connections (pool.size); each is lent to a client until its transaction ends, so a client idle in a transaction keeps its own (SHOW CLIENTS).", p.srv.cfg.Pool.Size)
+		return sqlstateTooManyConnections, fmt.Sprintf("no server connection of pool %s became free within pool.max_client_wait (%v)", p.name, p.srv.poolSettings().MaxClientWait), fmt.Sprintf("The pool holds at most %d server connections (pool.size); each is lent to a client until its transaction ends, so a client idle in a transaction keeps its own (SHOW CLIENTS).", p.srv.poolSettings().Size)
 	}
 	var refused *upstreamRefused
 	if errors.As(err, &refused) {
@@ -1703,7 +1703,7 @@ func (ss *session) lend() error {
 	pl.waitMu.Lock()
 	pl.waiting = true
 	pl.waitMu.Unlock()
-	sc, err := pl.pool.acquire(ss.srv.cfg.Pool.MaxClientWait, pl.login, &pl.waitWatch)
+	sc, err := pl.pool.acquire(ss.srv.poolSettings().MaxClientWait, pl.login, &pl.waitWatch)
 	pl.waitMu.Lock()
 	pl.waiting = false
 	if err == nil {
@@ -3716,7 +3716,7 @@ func (ss *session) probeOnce(sc *serverConn) error {
 			if reasons := ss.settingsPinReason(reasons); reasons != "" && pl.pin == "" && !pl.tainted {
 				ss.srv.metrics.poolPinned(pinReason(reasons))
 				sc.pool.pins.Add(1)
-				if cfg.Pool.OnSessionState == config.PoolRefuse {
+				if ss.srv.poolSettings().OnSessionState == config.PoolRefuse {
 					pl.lost = errors.New("session state refused")
 					pl.fare = errorResponse("FATAL", sqlstateFeatureNotSupported, fmt.Sprintf("pool.on_session_state is refuse, and the transaction left %s, which a pooled server connection cannot keep for the client", reasons), "", "Use pool.mode session for this client, or pool.on_session_state: pin.")
 				} else {

@@ -98,7 +98,10 @@ const defaultParkAfter = time.Second
 
 // Server accepts client connections and relays each to its own upstream session.
 type Server struct {
-	cfg     *config.Config
+	cfg *config.Config
+	// poolCfg is the pool section in force: cfg.Pool, or what a reload applied since (ReloadPool). Read it
+	// (poolSettings), never cfg.Pool: the pools follow a reload.
+	poolCfg atomic.Pointer[config.Pool]
 	log     *slog.Logger
 	planner atomic.Pointer[plannerBox]
 	// plannerGen numbers the planners SetPlanner installs (plannerBox.gen).
@@ -198,6 +201,8 @@ func New(o Options) (*Server, error) {
 		handlers:     make(chan acceptedConn),
 		handlersStop: make(chan struct{}),
 	}
+	pool := o.Config.Pool
+	s.poolCfg.Store(&pool)
 	effectWords := []string{strings.ToLower(o.Config.Token.Setting), rewrite.AppSetting, "reset", "discard", "execute", "set_config", "u&"}
 	if lock := o.Config.Token.LockSetting; lock != "" {
 		effectWords = append(effectWords, strings.ToLower(lock))
@@ -239,6 +244,9 @@ func New(o Options) (*Server, error) {
 	}
 	if s.auth, err = newAuthenticator(o.Config, s.upTLS, o.Logger); err != nil {
 		return nil, err
+	}
+	if s.auth != nil && s.pools != nil {
+		s.auth.usersChanged = s.pools.authUsersChanged // poolreload.go
 	}
 	if o.Config.Upstream.Routed() {
 		if s.router, err = newRouter(o.Config, s.upstreamTLSFor, o.Grants, o.Logger, o.Metrics); err != nil {

@@ -178,7 +178,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 			log.Error("reload failed; keeping the current configuration and users", "err", err)
 			return nil, err
 		}
-		notApplied, err := reload(*configPath, cfg, planners, watcher, log)
+		notApplied, err := reload(*configPath, cfg, srv, planners, watcher, log)
 		if err != nil {
 			return nil, err
 		}
@@ -240,11 +240,16 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	}
 }
 
-// reload re-reads the configuration file and applies the table list, then reads the catalog again for it.
-// Other settings need a restart; the sections whose change it did not apply are logged and returned, and a file
-// that does not validate changes nothing (the error says why, and is logged).
-func reload(path string, cur *config.Config, planners *proxy.PlannerSet, watcher *catalog.Watcher, log *slog.Logger) ([]string, error) {
+// reload re-reads the configuration file and applies the table list and the pool settings (proxy.ReloadPool),
+// then reads the catalog again for the list. Other sections need a restart; those whose change it did not
+// apply are logged and returned. A file that does not validate, or that changes a pool setting the running
+// proxy cannot follow (pool.mode, pool.size), changes nothing (the error says why, and is logged).
+func reload(path string, cur *config.Config, srv *proxy.Server, planners *proxy.PlannerSet, watcher *catalog.Watcher, log *slog.Logger) ([]string, error) {
 	next, err := config.Load(path)
+	var applyPool func()
+	if err == nil {
+		applyPool, err = srv.ReloadPool(next.Pool) // checked before anything applies
+	}
 	if err == nil {
 		// Only the tables: the planner built from the whole new file took its token setting, lock setting,
 		// fence.synchronous_commit and cache size too, which nothing else of the proxy (startup options, the
@@ -258,6 +263,7 @@ func reload(path string, cur *config.Config, planners *proxy.PlannerSet, watcher
 		log.Error("reload failed; keeping the current configuration", "err", err)
 		return nil, err
 	}
+	applyPool()
 	log.Info("reloaded the table list", "tables", tableNames(next))
 	notApplied := restartSections(cur, next)
 	if len(notApplied) > 0 {
@@ -270,8 +276,8 @@ func reload(path string, cur *config.Config, planners *proxy.PlannerSet, watcher
 }
 
 // restartSections names the sections of the configuration that differ between cur and next and that a reload
-// does not apply: all but the tables (a change of auth.file's contents applies; a change of the auth section
-// does not).
+// does not apply: all but the tables and the pool (whose changes apply, or fail the reload: proxy.ReloadPool; a
+// change of auth.file's contents applies; a change of the auth section does not).
 func restartSections(cur, next *config.Config) []string {
 	var keys []string
 	for _, s := range []struct {
@@ -281,8 +287,7 @@ func restartSections(cur, next *config.Config) []string {
 		{"listen", cur.Listen, next.Listen}, {"upstream", cur.Upstream, next.Upstream}, {"tls", cur.TLS, next.TLS},
 		{"catalog", cur.Catalog, next.Catalog}, {"metrics", cur.Metrics, next.Metrics}, {"limits", cur.Limits, next.Limits},
 		{"relay", cur.Relay, next.Relay}, {"log", cur.Log, next.Log}, {"auth", cur.Auth, next.Auth},
-		{"locks", cur.Locks, next.Locks}, {"fence", cur.Fence, next.Fence}, {"pool", cur.Pool, next.Pool},
-		{"token", cur.Token, next.Token},
+		{"locks", cur.Locks, next.Locks}, {"fence", cur.Fence, next.Fence}, {"token", cur.Token, next.Token},
 	} {
 		if !reflect.DeepEqual(s.was, s.next) {
 			keys = append(keys, s.key)
