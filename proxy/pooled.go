@@ -3973,7 +3973,7 @@ func (ss *session) cancelLent(refuses func(*serverConn) bool) {
 	}
 	var delivered <-chan struct{}
 	if pl.sc != nil && (pl.open > 0 || ss.state.unsynced.Load()) {
-		delivered = ss.deliverCancel()
+		delivered = ss.deliverCancel(refuses != nil)
 	}
 	pl.mu.Unlock()
 	if delivered != nil {
@@ -3990,17 +3990,30 @@ func (ss *session) cancelLent(refuses func(*serverConn) bool) {
 // connection a second after its context ended, closed it (TestPooledAnswerNeverWaitsForItsCancel;
 // pgx's TestCancelRequestContextWatcherHandler/Stress through the pool on a loaded machine). settle waits for
 // it instead (cancelsOut), and the connection serves nobody else before absorbCancel took it off.
-func (ss *session) deliverCancel() <-chan struct{} {
+// With terminate (the router's change, cancelLent), the backend is then terminated too (terminateStopped): a
+// statement flushed just before, unread when the cancel came, would run after it. The channel does not wait for
+// that (the router's change does not wait for a host that may hang), settle does (cancelsOut): the connection
+// serves nobody else before.
+func (ss *session) deliverCancel(terminate bool) <-chan struct{} {
 	pl := ss.pooled
 	pl.cancelSent = true
 	pl.cancelsOut.Add(1)
+	if terminate {
+		pl.cancelsOut.Add(1)
+	}
 	done := make(chan struct{})
-	key, addr := pl.sc.key, pl.sc.host.addr
+	key, addr, port := pl.sc.key, pl.sc.host.addr, localPort(pl.sc.conn)
 	go func() {
 		defer close(done)
 		defer pl.cancelsOut.Done()
 		if !ss.srv.cancelUpstream(key, addr) {
 			pl.cancelUnsure.Store(true)
+		}
+		if terminate {
+			go func() {
+				defer pl.cancelsOut.Done()
+				ss.srv.terminateStopped(addr, binary.BigEndian.Uint32(key), port)
+			}()
 		}
 	}()
 	return done
@@ -4079,7 +4092,7 @@ func (ss *session) sendDeferredCancel() {
 		return
 	}
 	pl.cancelDeferred.Store(false)
-	ss.deliverCancel()
+	ss.deliverCancel(false)
 }
 
 // ownAhead reports whether units of the proxy's own, sent before the client's statement, are not answered
