@@ -30,9 +30,10 @@ const terminateSQL = `SELECT pg_catalog.pg_terminate_backend(a.pid) FROM pg_cata
 WHERE a.pid = $1::pg_catalog.int4 AND ($2::pg_catalog.int4 = 0 OR a.client_port IS NULL OR a.client_port = $2::pg_catalog.int4)`
 
 // terminateStopped ends, on host, the backend pid that the proxy's connection from local port port reached
-// (terminateSQL), over a connection of the router's own role, within the router's health_timeout. Failures are
-// logged: the cancel sent before is all that stops the backend then.
-func (s *Server) terminateStopped(host string, pid uint32, port int) {
+// (terminateSQL), over a connection of the router's own role, within the router's health_timeout, and reports
+// whether PostgreSQL signalled it. Failures are logged: the cancel sent before is all that stops the backend
+// then.
+func (s *Server) terminateStopped(host string, pid uint32, port int) bool {
 	r := s.router
 	ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
 	defer cancel()
@@ -43,6 +44,7 @@ func (s *Server) terminateStopped(host string, pid uint32, port int) {
 	case !ended:
 		s.log.Debug("a backend stopped on a host the router no longer trusts had ended already", "host", host, "backend_pid", pid)
 	}
+	return ended
 }
 
 // terminateBackend asks host, over a connection of the router's own role, to terminate backend pid if it is

@@ -3181,6 +3181,9 @@ func (ss *session) relayServer(sc *serverConn, inline bool) bool {
 			continue
 		}
 		if typ == msgErrorResponse {
+			if ended := sc.fencedEnd.Load(); ended != nil && errorField(body, fieldSeverity) == "FATAL" {
+				body = fencedTxFarewell(ended[0], ended[1], ss.state.pending.Load() > 0).farewell()[5:] // past type and length
+			}
 			var dropped bool
 			body, dropped = pl.errorNamesOut(body, hiding) // pooledstmts.go; before failed() forgets the Query's new names
 			pl.batchFailed.Store(true)
@@ -4002,7 +4005,19 @@ func (ss *session) deliverCancel(terminate bool) <-chan struct{} {
 		pl.cancelsOut.Add(1)
 	}
 	done := make(chan struct{})
-	key, addr, port := pl.sc.key, pl.sc.host.addr, localPort(pl.sc.conn)
+	sc := pl.sc
+	key, addr, port := sc.key, sc.host.addr, localPort(sc.conn)
+	if terminate {
+		table := unplannedTables
+		if t := ss.fencedTxOut.Load(); t != nil {
+			table = *t
+		}
+		why := ss.srv.router.writeRefusal(addr, sc.host.epoch)
+		if why == "" {
+			why = "the router stopped trusting the host " + addr // trusted again since cancelLent looked
+		}
+		sc.fencedEnd.Store(&[2]string{why, table})
+	}
 	go func() {
 		defer close(done)
 		defer pl.cancelsOut.Done()
@@ -4012,7 +4027,9 @@ func (ss *session) deliverCancel(terminate bool) <-chan struct{} {
 		if terminate {
 			go func() {
 				defer pl.cancelsOut.Done()
-				ss.srv.terminateStopped(addr, binary.BigEndian.Uint32(key), port)
+				if !ss.srv.terminateStopped(addr, binary.BigEndian.Uint32(key), port) {
+					sc.fencedEnd.Store(nil) // a FATAL the connection gets later is not the proxy's doing
+				}
 			}()
 		}
 	}()
