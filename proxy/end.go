@@ -222,8 +222,12 @@ func (ss *session) endFencedTx(why, table string) {
 	ss.shutUpstream()
 	if running && ss.cancelKey != nil {
 		ss.cancelBackend()
-		if pid, ok := ss.backendPID(); ok && ss.srv.router != nil {
-			go ss.srv.terminateStopped(ss.host.addr, pid, port)
+		// Under cancelGate, as a cancel: a backend the session gave up to another (keep) is not terminated.
+		if pid, ok := ss.backendPID(); ok && ss.srv.router != nil && ss.cancelGate.TryRLock() {
+			go func() {
+				defer ss.cancelGate.RUnlock()
+				ss.srv.terminateStopped(ss.host.addr, pid, port)
+			}()
 		}
 	}
 }
