@@ -209,17 +209,26 @@ func (ss *session) endForFailover(now string) {
 // The connection is shut first, the cancel sent after: nothing of the session reaches the server after the
 // shut, so what the cancel is for is there before it. PostgreSQL drops a cancel that finds the backend idle,
 // so a cancel sent first would miss a write the session flushed between it and the shut (a fenced write judged
-// just before the router's change), which would then wait for its lock there and commit once it may. What
-// still escapes: a write sent just before the shut that the backend has not read yet when the cancel arrives
-// (the cancel opens a connection to the server first: milliseconds, where the read takes microseconds).
+// just before the router's change), which would then wait for its lock there and commit once it may. A
+// write sent just before the shut that the backend has not read yet when the cancel arrives escapes the cancel
+// (PostgreSQL ignores one that finds the backend waiting for a command), so the backend is also terminated
+// over the router's own connection (terminateStopped, endterminate.go; not waited for: the host may hang).
 // running is read before the shut, which starts the session's end; a session in one was counted pending
 // before its write was judged (core.go).
 func (ss *session) endFencedTx(why, table string) {
 	ss.fencedTxEnded.Store(&[2]string{why, table})
 	running := ss.state.running()
+	port := localPort(ss.upstream)
 	ss.shutUpstream()
 	if running && ss.cancelKey != nil {
 		ss.cancelBackend()
+		// Under cancelGate, as a cancel: a backend the session gave up to another (keep) is not terminated.
+		if pid, ok := ss.backendPID(); ok && ss.srv.router != nil && ss.cancelGate.TryRLock() {
+			go func() {
+				defer ss.cancelGate.RUnlock()
+				ss.srv.terminateStopped(ss.host.addr, pid, port)
+			}()
+		}
 	}
 }
 

@@ -91,7 +91,11 @@ type serverConn struct {
 	host          upstreamHost // the server it was dialled to (the router's pick) and the router's epoch then
 	// movedTo is the new primary when the connection was closed because a change of primary superseded its
 	// host (txPools.dropHost): the client then learns why.
-	movedTo   atomic.Pointer[string]
+	movedTo atomic.Pointer[string]
+	// fencedEnd is why the router stopped trusting the host and the table the lend's fenced transaction wrote,
+	// when the proxy has the connection's backend terminated for it (deliverCancel): the server's FATAL is then
+	// the proxy's farewell to the client (fencedTxFarewell), as in session mode, not the server's 57P01.
+	fencedEnd atomic.Pointer[[2]string]
 	born      time.Time
 	idleSince time.Time // when it went back to the pool (under txPool.mu)
 	// unnamedToken is the token statement the server's unnamed statement holds (tokenNone: not known to hold

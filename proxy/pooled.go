@@ -3181,6 +3181,9 @@ func (ss *session) relayServer(sc *serverConn, inline bool) bool {
 			continue
 		}
 		if typ == msgErrorResponse {
+			if ended := sc.fencedEnd.Load(); ended != nil && errorField(body, fieldSeverity) == "FATAL" {
+				body = fencedTxFarewell(ended[0], ended[1], ss.state.pending.Load() > 0).farewell()[5:] // past type and length
+			}
 			var dropped bool
 			body, dropped = pl.errorNamesOut(body, hiding) // pooledstmts.go; before failed() forgets the Query's new names
 			pl.batchFailed.Store(true)
@@ -3973,7 +3976,7 @@ func (ss *session) cancelLent(refuses func(*serverConn) bool) {
 	}
 	var delivered <-chan struct{}
 	if pl.sc != nil && (pl.open > 0 || ss.state.unsynced.Load()) {
-		delivered = ss.deliverCancel()
+		delivered = ss.deliverCancel(refuses != nil)
 	}
 	pl.mu.Unlock()
 	if delivered != nil {
@@ -3990,17 +3993,44 @@ func (ss *session) cancelLent(refuses func(*serverConn) bool) {
 // connection a second after its context ended, closed it (TestPooledAnswerNeverWaitsForItsCancel;
 // pgx's TestCancelRequestContextWatcherHandler/Stress through the pool on a loaded machine). settle waits for
 // it instead (cancelsOut), and the connection serves nobody else before absorbCancel took it off.
-func (ss *session) deliverCancel() <-chan struct{} {
+// With terminate (the router's change, cancelLent), the backend is then terminated too (terminateStopped): a
+// statement flushed just before, unread when the cancel came, would run after it. The channel does not wait for
+// that (the router's change does not wait for a host that may hang), settle does (cancelsOut): the connection
+// serves nobody else before.
+func (ss *session) deliverCancel(terminate bool) <-chan struct{} {
 	pl := ss.pooled
 	pl.cancelSent = true
 	pl.cancelsOut.Add(1)
+	if terminate {
+		pl.cancelsOut.Add(1)
+	}
 	done := make(chan struct{})
-	key, addr := pl.sc.key, pl.sc.host.addr
+	sc := pl.sc
+	key, addr, port := sc.key, sc.host.addr, localPort(sc.conn)
+	if terminate {
+		table := unplannedTables
+		if t := ss.fencedTxOut.Load(); t != nil {
+			table = *t
+		}
+		why := ss.srv.router.writeRefusal(addr, sc.host.epoch)
+		if why == "" {
+			why = "the router stopped trusting the host " + addr // trusted again since cancelLent looked
+		}
+		sc.fencedEnd.Store(&[2]string{why, table})
+	}
 	go func() {
 		defer close(done)
 		defer pl.cancelsOut.Done()
 		if !ss.srv.cancelUpstream(key, addr) {
 			pl.cancelUnsure.Store(true)
+		}
+		if terminate {
+			go func() {
+				defer pl.cancelsOut.Done()
+				if !ss.srv.terminateStopped(addr, binary.BigEndian.Uint32(key), port) {
+					sc.fencedEnd.Store(nil) // a FATAL the connection gets later is not the proxy's doing
+				}
+			}()
 		}
 	}()
 	return done
@@ -4079,7 +4109,7 @@ func (ss *session) sendDeferredCancel() {
 		return
 	}
 	pl.cancelDeferred.Store(false)
-	ss.deliverCancel()
+	ss.deliverCancel(false)
 }
 
 // ownAhead reports whether units of the proxy's own, sent before the client's statement, are not answered
