@@ -3329,6 +3329,9 @@ func (ss *session) wakeReplayed() {
 // 08006, which a client may take for a statement that did not run (TestPooledPrimaryKilledUnderAStatement).
 func (ss *session) lostFarewell(sc *serverConn, err error) []byte {
 	answerLost := ss.pooled.open > 0 && byte(ss.state.txStatus.Load()) != txFailed
+	if ended := ss.fencedTxEnded.Load(); ended != nil && ss.heldBack.Load() {
+		return fencedTxFarewell(ended[0], ended[1], false).farewell() // its write waited behind the write hold
+	}
 	if moved := sc.movedTo.Load(); moved != nil {
 		return movedFarewell(sc.host.addr, *moved, answerLost)
 	}

@@ -113,12 +113,18 @@ func (ss *session) unplannedWriteRefused(typ byte, body []byte) (err error) {
 	if !atRest {
 		u.behind.Store(true)
 	}
-	if u.free || ss.fencedTxOut.Load() != nil {
-		return nil // not judged, or judged already (fencedTxRefused)
+	if ss.srv.router.trusts(ss.host) {
+		return nil // the fast path
 	}
 	why := ss.srv.router.writeRefusal(ss.host.addr, ss.host.epoch)
 	if why == "" {
 		return nil
+	}
+	if err := ss.writeHoldRefusal(why); err != nil {
+		return err // fail closed until the host's write hold is in place (writehold.go)
+	}
+	if u.free || ss.fencedTxOut.Load() != nil {
+		return nil // not judged, or judged already (fencedTxRefused)
 	}
 	table, err := ss.unplannedWrite(atRest, typ, body)
 	if table == "" || err != nil {
