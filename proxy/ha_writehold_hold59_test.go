@@ -102,3 +102,111 @@ func waitingOnLock(ctx context.Context, t *testing.T, c *pgx.Conn, stmt, what st
 		return err == nil && n == 1
 	})
 }
+
+// heldDatabases is how many databases of host the proxy holds against writes now (writehold.go), and how many
+// it wants to hold and does not.
+func heldDatabases(t *testing.T, h *haPair, host string) (held, missing float64) {
+	held, _, _ = gathered(t, h.proxy.Registry, "fenceproxy_upstream_write_hold_databases", map[string]string{"host": host, "state": "held"})
+	missing, _, _ = gathered(t, h.proxy.Registry, "fenceproxy_upstream_write_hold_databases", map[string]string{"host": host, "state": "missing"})
+	return held, missing
+}
+
+// holdInPlace says whether the proxy holds every database of host it wants to hold.
+func holdInPlace(t *testing.T, h *haPair, host string) bool {
+	held, missing := heldDatabases(t, h, host)
+	return held > 0 && missing == 0
+}
+
+// The hold lasts as long as the router refuses the host. From hold59 (2026-12-06): a write of a client of the
+// old primary's own (not through the proxy) waits behind the hold during a split brain; the split brain ends
+// with that host kept (the promoted standby made read-only), the hold is rolled back, and the write commits
+// there, on the primary the router trusts. A second split brain takes the hold again.
+func TestWriteHoldReleasedWhenTheSplitBrainEndsWithTheHostKept(t *testing.T) {
+	h := startHAPair(t, nil, "")
+	ctx := haCtx(t)
+	primary := h.primary.Addr()
+	h.splitBrain(ctx, t)
+	eventually(t, 30*time.Second, "the hold on the old primary", func() bool { return holdInPlace(t, h, primary) })
+	watch := connect(t, h.primary.SuperDSN())
+	const update = "UPDATE accounts SET v = 7 WHERE id = 1"
+	done := execAsync(ctx, connect(t, h.primary.SuperDSN()), update)
+	waitingOnLock(ctx, t, watch, update, "a direct write to accounts to wait behind the hold")
+	// Reads go on meanwhile, through the proxy and directly.
+	var n int
+	if err := tokenClient(ctx, t, h, 5).QueryRow(ctx, "SELECT count(*) FROM accounts").Scan(&n); err != nil {
+		t.Errorf("a read through the proxy on the held host: %v", err)
+	}
+	standby := connect(t, h.standby.SuperDSN())
+	setReadOnly(ctx, t, standby) // the split brain ends, the old primary kept
+	waitMetric(t, h.proxy, "fenceproxy_upstream_split_brain", 0, "the split brain to end")
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("the write that waited behind the hold, once the split brain ended with its host kept: %v", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("the write that waited behind the hold still waits after the split brain ended with its host kept")
+	}
+	if err := watch.QueryRow(ctx, "SELECT count(*) FROM accounts WHERE id = 1 AND v = 7").Scan(&n); err != nil || n != 1 {
+		t.Errorf("the write that waited behind the hold: %d rows (%v), want it committed", n, err)
+	}
+	eventually(t, 30*time.Second, "the hold on the kept primary to be rolled back", func() bool { held, _ := heldDatabases(t, h, primary); return held == 0 })
+	if _, err := tokenClient(ctx, t, h, 5).Exec(ctx, "UPDATE accounts SET v = 8 WHERE id = 2"); err != nil {
+		t.Errorf("a fenced write once the split brain is over: %v", err)
+	}
+
+	// A second split brain: the hold is taken again.
+	for _, q := range []string{"ALTER SYSTEM RESET default_transaction_read_only", "SELECT pg_reload_conf()"} {
+		if _, err := standby.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitMetric(t, h.proxy, "fenceproxy_upstream_split_brain", 1, "the second split brain")
+	eventually(t, 30*time.Second, "the hold on the old primary again", func() bool { return holdInPlace(t, h, primary) })
+	const again = "UPDATE accounts SET v = 9 WHERE id = 1"
+	writer := connect(t, h.primary.SuperDSN())
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	second := execAsync(wctx, writer, again)
+	waitingOnLock(ctx, t, watch, again, "a direct write to accounts to wait behind the second hold")
+	cancel() // pgx cancels the statement
+	<-second
+	if err := watch.QueryRow(ctx, "SELECT count(*) FROM accounts WHERE id = 1 AND v = 9").Scan(&n); err != nil || n != 0 {
+		t.Errorf("the write held back in the second split brain: %d rows (%v), want none", n, err)
+	}
+}
+
+// A prepared transaction that wrote a protected table holds its write's lock with no backend to end: a LOCK
+// would wait for it forever, and each lock_timeout would let the writers queued behind the LOCK through. From
+// hold59 (2026-12-06): the hold is not tried while one does; the failure is counted (reason prepared) and the
+// proxy's sessions on that host are refused whatever they send (FATAL 55F04: fail closed), until the prepared
+// transaction is resolved and the hold, tried again, is in place.
+func TestWriteHoldFailsClosedBehindAPreparedTransaction(t *testing.T) {
+	h := startHAPairConf(t, nil, "", "", map[string]string{"max_prepared_transactions": "5"}, nil)
+	ctx := haCtx(t)
+	admin := connect(t, h.primary.SuperDSN())
+	for _, q := range []string{"BEGIN", "UPDATE accounts SET v = 3 WHERE id = 2", "PREPARE TRANSACTION 'h59'"} {
+		if _, err := admin.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	c := tokenClient(ctx, t, h, 5)
+	h.splitBrain(ctx, t)
+	eventually(t, 30*time.Second, "the hold's failure behind the prepared transaction to be counted", func() bool {
+		return fxCounter(t, h.proxy.Registry, "fenceproxy_upstream_write_hold_failures_total", map[string]string{"reason": "prepared"}) > 0
+	})
+	var n int
+	err := c.QueryRow(ctx, "SELECT count(*) FROM accounts").Scan(&n)
+	if sqlstate(err) != "55F04" {
+		t.Errorf("a read through the proxy on a host whose hold a prepared transaction keeps out: %v; want FATAL 55F04 (fail closed)", err)
+	}
+	if _, err := admin.Exec(ctx, "ROLLBACK PREPARED 'h59'"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "the hold in place once the prepared transaction is rolled back", func() bool {
+		return holdInPlace(t, h, h.primary.Addr())
+	})
+	if err := tokenClient(ctx, t, h, 5).QueryRow(ctx, "SELECT count(*) FROM accounts").Scan(&n); err != nil {
+		t.Errorf("a read through the proxy once the hold is in place: %v", err)
+	}
+}

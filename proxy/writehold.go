@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -513,8 +514,12 @@ func (w *writeHolds) take(hh *hostHold, db string, d *dbHold) error {
 				return fail("prepared", fmt.Errorf("a prepared transaction holds a write's lock on a protected table of database %s (pg_prepared_xacts): it must be committed or rolled back on the primary kept, and rolled back here", db))
 			}
 		}
+		// The proxy's own sessions among them end as a session whose transaction wrote a protected table on a
+		// refused host does (55F04, or 08007 with a statement running): a pooled one is judged only at its next
+		// message, which may never come. The others are terminated once the LOCK has waited for them.
+		own := w.srv.endHeldBack(hh.host, pidSet(holders), w.r.hostRefusal(hh.host), false)
 		if try > 0 {
-			if err := w.terminate(ctx, conn, holders); err != nil {
+			if err := w.terminate(ctx, conn, holders, own); err != nil {
 				return fail("terminate", fmt.Errorf("terminate the backends %v holding a write's lock on a protected table of database %s: %w", derefPIDs(holders), db, err))
 			}
 		}
@@ -558,11 +563,15 @@ func (w *writeHolds) lockIn(ctx context.Context, conn *pgx.Conn, lock string) er
 	return nil
 }
 
-// terminate ends the backends pids (a write's lock holders; a prepared transaction's is none of them).
-func (w *writeHolds) terminate(ctx context.Context, conn *pgx.Conn, pids []*int32) error {
+// terminate ends the backends pids (a write's lock holders; a prepared transaction's is none of them) but the
+// proxy's own sessions' (own), ended already.
+func (w *writeHolds) terminate(ctx context.Context, conn *pgx.Conn, pids []*int32, own []uint32) error {
 	n := 0
 	defer func() { w.r.metrics.writeHoldTerminated(n) }()
 	for _, pid := range pids {
+		if pid == nil || slices.Contains(own, uint32(*pid)) {
+			continue
+		}
 		var done bool
 		if err := conn.QueryRow(ctx, "SELECT pg_catalog.pg_terminate_backend($1, $2)", *pid, w.r.timeout.Milliseconds()).Scan(&done); err != nil {
 			return err
@@ -575,6 +584,17 @@ func (w *writeHolds) terminate(ctx context.Context, conn *pgx.Conn, pids []*int3
 		w.r.log.Warn("write hold: terminated backends holding a write's lock on a protected table of a refused host", "terminated", n)
 	}
 	return nil
+}
+
+// pidSet is the PIDs of pids, NULL left out.
+func pidSet(pids []*int32) map[uint32]bool {
+	set := make(map[uint32]bool, len(pids))
+	for _, p := range pids {
+		if p != nil {
+			set[uint32(*p)] = true
+		}
+	}
+	return set
 }
 
 func derefPIDs(pids []*int32) []int32 {
@@ -676,7 +696,7 @@ func (w *writeHolds) endHeldBack(hh *hostHold, scratch *pgx.Conn) {
 	if why == "" {
 		return // trusted again: the hold is about to be rolled back, and the write goes on
 	}
-	ended := w.srv.endHeldBack(hh.host, pids, why)
+	ended := w.srv.endHeldBack(hh.host, pids, why, true)
 	if len(ended) == 0 {
 		return
 	}
@@ -703,9 +723,16 @@ func (w *writeHolds) endHeldBack(hh *hostHold, scratch *pgx.Conn) {
 	r.log.Warn("write hold: a session of the proxy's ended behind the hold still waits there", "host", hh.host, "pids", ended)
 }
 
-// endHeldBack ends the proxy's sessions on host whose backend's PID is in pids (endHeldBack above) and returns
-// those PIDs: a session-mode session's upstream, a pooled session's lent server connection.
-func (s *Server) endHeldBack(host string, pids map[uint32]bool, why string) []uint32 {
+// endHeldBack ends the proxy's sessions on host whose backend's PID is in pids and returns those PIDs: a
+// session-mode session's upstream, a pooled session's lent server connection, as endFencedTx does (the
+// connection shut, then what runs there cancelled). heldBack: their backends wait behind the hold
+// (writeHolds.endHeldBack), so nothing they sent commits (55F04 even with an answer owed); else they hold a
+// write's lock the hold waits for (take): 08007 when a statement's answer is owed, as for any transaction that
+// wrote a protected table there.
+func (s *Server) endHeldBack(host string, pids map[uint32]bool, why string, heldBack bool) []uint32 {
+	if why == "" || len(pids) == 0 {
+		return nil // trusted again, or nothing to end
+	}
 	var ended []uint32
 	var sessions []*session
 	s.mu.Lock()
@@ -718,7 +745,7 @@ func (s *Server) endHeldBack(host string, pids map[uint32]bool, why string) []ui
 	s.mu.Unlock()
 	for _, ss := range sessions {
 		ended = append(ended, binary.BigEndian.Uint32(ss.cancelKey))
-		ss.heldBack.Store(true)
+		ss.endedUncommitted.Store(heldBack)
 		ss.endFencedTx(why, heldTables)
 	}
 	if s.pools == nil {
@@ -735,12 +762,18 @@ func (s *Server) endHeldBack(host string, pids map[uint32]bool, why string) []ui
 		p.mu.Unlock()
 		for _, sc := range lent {
 			ended = append(ended, binary.BigEndian.Uint32(sc.key))
-			if ss := sc.lentBy.Load(); ss != nil {
-				ss.heldBack.Store(true)
+			ss := sc.lentBy.Load()
+			if ss != nil {
+				ss.endedUncommitted.Store(heldBack)
 				ss.fencedTxEnded.Store(&[2]string{why, heldTables})
 			}
 			sc.closeUnderRelay()
 			s.cancelUpstream(sc.key, sc.host.addr)
+			// Read after the close: a message counted pending before it may have reached the server; one counted
+			// after never does. The client is told its next message was not answered (08007) only in the first case.
+			if ss != nil && ss.state.pending.Load() == 0 {
+				ss.endedUncommitted.Store(true)
+			}
 		}
 	}
 	return ended
