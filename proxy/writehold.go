@@ -314,9 +314,19 @@ func (w *writeHolds) run(hh *hostHold) {
 	t := time.NewTicker(r.interval)
 	defer t.Stop()
 	for {
-		if time.Since(listed) >= r.interval {
-			if dbs, err := w.databases(hh.host); err != nil {
+		if scratch == nil || scratch.IsClosed() {
+			scratch = nil
+			if c, err := w.connect(hh.host, ""); err != nil {
+				r.log.Error("write hold: could not connect to a refused host", "host", hh.host, "error", err)
+			} else {
+				scratch = c
+			}
+		}
+		if scratch != nil && time.Since(listed) >= r.interval {
+			if dbs, err := w.databases(scratch); err != nil {
 				r.log.Error("write hold: could not list the databases of a refused host", "host", hh.host, "error", err)
+				scratch.Close(context.Background())
+				scratch = nil
 			} else {
 				listed = time.Now()
 				hh.mu.Lock()
@@ -329,12 +339,6 @@ func (w *writeHolds) run(hh *hostHold) {
 			}
 		}
 		w.holdAll(hh)
-		if scratch == nil || scratch.IsClosed() {
-			scratch = nil
-			if c, err := w.connect(hh.host, ""); err == nil {
-				scratch = c
-			}
-		}
 		if scratch != nil {
 			w.endHeldBack(hh, scratch)
 		}
@@ -610,15 +614,10 @@ func derefPIDs(pids []*int32) []int32 {
 	return out
 }
 
-// databases lists the databases of host that allow connections, as the barrier does.
-func (w *writeHolds) databases(host string) ([]string, error) {
+// databases lists, over conn, the databases of its host that allow connections, as the barrier does.
+func (w *writeHolds) databases(conn *pgx.Conn) ([]string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), w.r.timeout)
 	defer cancel()
-	conn, err := w.connect(host, "")
-	if err != nil {
-		return nil, err
-	}
-	defer conn.Close(context.Background())
 	rows, err := conn.Query(ctx, "SELECT datname FROM pg_catalog.pg_database WHERE datallowconn AND NOT datistemplate ORDER BY 1")
 	if err != nil {
 		return nil, err
