@@ -2,10 +2,16 @@ package proxy_test
 
 import (
 	"context"
+	"fmt"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/fenceproxy/fenceproxy/internal/pgtest"
+	"github.com/fenceproxy/fenceproxy/internal/proxytest"
 )
 
 // A unit sent with no transaction block open runs and commits as one: a lone simple Query `SELECT f()` whose
@@ -206,6 +212,49 @@ func TestWriteHoldFailsClosedBehindAPreparedTransaction(t *testing.T) {
 	eventually(t, 30*time.Second, "the hold in place once the prepared transaction is rolled back", func() bool {
 		return holdInPlace(t, h, h.primary.Addr())
 	})
+	if err := tokenClient(ctx, t, h, 5).QueryRow(ctx, "SELECT count(*) FROM accounts").Scan(&n); err != nil {
+		t.Errorf("a read through the proxy once the hold is in place: %v", err)
+	}
+}
+
+// Without the privilege LOCK ... IN SHARE MODE needs (UPDATE, DELETE or TRUNCATE on the table, PostgreSQL 15)
+// the hold cannot be taken. From hold59 (2026-12-06): the failure is counted (reason privilege) and the proxy's
+// sessions on that host are refused whatever they send (FATAL 55F04: fail closed) until the health role is
+// granted it and the hold, tried again, is in place.
+func TestWriteHoldWithoutThePrivilegeFailsClosed(t *testing.T) {
+	pgtest.Require(t, pg)
+	primary := pgtest.MustStart(t, pgtest.Options{})
+	if err := primary.Exec(`CREATE TABLE accounts (id int PRIMARY KEY, v int NOT NULL, fence_token bigint);
+		INSERT INTO accounts VALUES (1, 0, NULL), (2, 0, NULL);`); err != nil {
+		t.Fatal(err)
+	}
+	standby := pgtest.MustStartStandby(t, primary, pgtest.Options{})
+	pw := filepath.Join(t.TempDir(), "health")
+	if err := os.WriteFile(pw, []byte(pgtest.MD5Password+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	h := &haPair{primary: primary, standby: standby, proxy: proxytest.Start(t, "", proxytest.Options{
+		Hosts: []string{primary.Addr(), standby.Addr()},
+		Upstream: fmt.Sprintf("  health_interval: %s\n  health_timeout: 1s\n  connect_timeout: 2s\n  health:\n    user: %s\n    password_file: %s\n",
+			haInterval, pgtest.MD5User, pw),
+		YAML: "tables:\n  - name: accounts\n    token_column: fence_token\n",
+	})}
+	ctx := haCtx(t)
+	c := tokenClient(ctx, t, h, 5)
+	h.splitBrain(ctx, t)
+	eventually(t, 30*time.Second, "the hold's failure for want of the privilege to be counted", func() bool {
+		return fxCounter(t, h.proxy.Registry, "fenceproxy_upstream_write_hold_failures_total", map[string]string{"reason": "privilege"}) > 0
+	})
+	var n int
+	err := c.QueryRow(ctx, "SELECT count(*) FROM accounts").Scan(&n)
+	if sqlstate(err) != "55F04" {
+		t.Errorf("a read through the proxy on a host whose hold the health role may not take: %v; want FATAL 55F04 (fail closed)", err)
+	}
+	admin := connect(t, primary.SuperDSN())
+	if _, err := admin.Exec(ctx, "GRANT UPDATE ON accounts TO "+pgtest.MD5User); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "the hold in place once the health role may take it", func() bool { return holdInPlace(t, h, primary.Addr()) })
 	if err := tokenClient(ctx, t, h, 5).QueryRow(ctx, "SELECT count(*) FROM accounts").Scan(&n); err != nil {
 		t.Errorf("a read through the proxy once the hold is in place: %v", err)
 	}
