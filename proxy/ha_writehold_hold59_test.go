@@ -259,3 +259,37 @@ func TestWriteHoldWithoutThePrivilegeFailsClosed(t *testing.T) {
 		t.Errorf("a read through the proxy once the hold is in place: %v", err)
 	}
 }
+
+// A database the proxy's sessions first use on a refused host after the router's change is held before their
+// first message runs there. From hold59 (2026-12-06): a database created on the old primary during a split
+// brain, a client of the proxy's connecting to it at once and sending a lone unit whose function writes its
+// accounts: the message waits for that database's hold (asked for by the session), then its write waits behind
+// it and the session ends with 55F04, nothing committed.
+func TestWriteHoldOfADatabaseFirstUsedAfterTheChange(t *testing.T) {
+	h := startHAPair(t, nil, "")
+	ctx := haCtx(t)
+	h.splitBrain(ctx, t)
+	admin := connect(t, h.primary.SuperDSN())
+	if _, err := admin.Exec(ctx, "CREATE DATABASE later59"); err != nil {
+		t.Fatal(err)
+	}
+	later := connect(t, h.primary.DSN(pgtest.SuperUser, "", "later59"))
+	for _, q := range []string{
+		"CREATE TABLE accounts (id int PRIMARY KEY, v int NOT NULL, fence_token bigint)",
+		"CREATE FUNCTION w_insert_pl(i int) RETURNS int LANGUAGE plpgsql AS 'BEGIN INSERT INTO accounts (id, v) VALUES (i, 1); RETURN i; END'",
+	} {
+		if _, err := later.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	c := connect(t, h.proxy.DSN(pgtest.SuperUser, "", "later59"))
+	_, err := c.PgConn().Exec(ctx, "SELECT w_insert_pl(54)").ReadAll()
+	var n int
+	if err := later.QueryRow(ctx, "SELECT count(*) FROM accounts WHERE id = 54").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("the lone unit: %v", err)
+	if n != 0 || sqlstate(err) != "55F04" {
+		t.Errorf("a lone unit writing accounts in a database first used on a host in a split brain: %v; rows committed there %d; want FATAL 55F04 and none", err, n)
+	}
+}
