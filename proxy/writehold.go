@@ -302,7 +302,12 @@ func (w *writeHolds) run(hh *hostHold) {
 			}
 		}
 		hh.mu.Unlock()
-		r.metrics.writeHoldDatabases(hh.host, 0, 0)
+		w.mu.Lock()
+		again := w.hosts[hh.host] != nil // held again since (a second change): its own goroutine counts it
+		w.mu.Unlock()
+		if !again {
+			r.metrics.writeHoldDatabases(hh.host, 0, 0)
+		}
 	}()
 	var listed time.Time
 	var scratch *pgx.Conn // the health database, for what may fail: never the hold's transaction
