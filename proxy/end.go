@@ -168,7 +168,7 @@ func (ss *session) upstreamLostFarewell(err error) []byte {
 	moved := ss.movedTo.Load()
 	ss.logger().Warn("upstream connection lost", "host", ss.host.addr, "err", err, "primary_moved", moved != nil)
 	if ended := ss.fencedTxEnded.Load(); ended != nil {
-		return fencedTxFarewell(ended[0], ended[1], st.pending.Load() > 0).farewell()
+		return fencedTxFarewell(ended[0], ended[1], st.pending.Load() > 0 && !ss.endedUncommitted.Load()).farewell()
 	}
 	if st.pending.Load() > 0 && byte(st.txStatus.Load()) != txFailed {
 		return errorResponse("FATAL", sqlstateTransactionResolutionUnknown,

@@ -16,6 +16,7 @@ type Metrics struct {
 	refusals        *prometheus.CounterVec
 	stale           *prometheus.CounterVec
 	lockStale       *lockStaleCounter
+	writeHold       *writeHoldMetrics
 	rewrites        prometheus.Counter
 	upstreamErrors  prometheus.Counter
 	protocolErrors  prometheus.Counter
@@ -160,6 +161,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	reg.MustRegister(m.ha.hostRole, m.ha.primary, m.ha.primaryChanges, m.ha.splitBrain, m.ha.barrierRuns, m.ha.marksRaised)
 	m.lockStale = newLockStaleCounter(reg)
+	m.writeHold = newWriteHoldMetrics(reg)
 	reg.MustRegister(m.sessionsCurrent, m.sessionsTotal, m.sessionsRefused, m.refusals, m.stale, m.rewrites, m.upstreamErrors, m.protocolErrors)
 	return m
 }

@@ -3332,6 +3332,11 @@ func (ss *session) wakeReplayed() {
 // 08006, which a client may take for a statement that did not run (TestPooledPrimaryKilledUnderAStatement).
 func (ss *session) lostFarewell(sc *serverConn, err error) []byte {
 	answerLost := ss.pooled.open > 0 && byte(ss.state.txStatus.Load()) != txFailed
+	if ended := ss.fencedTxEnded.Load(); ended != nil {
+		// Ended by the write hold (writehold.go: Server.endHeldBack); a write that waited behind it did not commit.
+		// Owed as fencedTxRefused tells it (an answer the client waits for), not by the lend's unsettled count.
+		return fencedTxFarewell(ended[0], ended[1], ss.state.pending.Load() > 0 && !ss.endedUncommitted.Load()).farewell()
+	}
 	if moved := sc.movedTo.Load(); moved != nil {
 		return movedFarewell(sc.host.addr, *moved, answerLost)
 	}

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -81,6 +82,10 @@ type router struct {
 	// refusing is called by the coordinator, outside mu, after a change that may make writeRefusal refuse a host
 	// it trusted before: a split brain begins, or a primary is withdrawn or replaced.
 	refusing func()
+	// holds hold the protected tables of the hosts writeRefusal refuses against writes (writehold.go); trusted is
+	// the host it refuses nothing on, for the sessions' fast path (trusts).
+	holds   *writeHolds
+	trusted atomic.Pointer[upstreamHost]
 
 	kick chan struct{} // wakes the coordinator; capacity 1
 	stop chan struct{}
@@ -157,6 +162,7 @@ func (r *router) start() {
 func (r *router) close() {
 	close(r.stop)
 	r.wg.Wait()
+	r.holds.close()
 }
 
 // pick returns the host a new session with the router's target goes to, and the epoch it was chosen in,
@@ -398,6 +404,7 @@ func (r *router) coordinate() {
 
 // decide acts on the hosts' roles now.
 func (r *router) decide() {
+	defer r.holds.reconcile() // a split brain over, a host demoted: the holds no longer wanted are rolled back
 	r.mu.Lock()
 	var primaries []string
 	for _, h := range r.hosts {
@@ -413,7 +420,9 @@ func (r *router) decide() {
 			r.metrics.splitBrain(true)
 		}
 		r.splitBrain = primaries
+		r.trustLocked()
 		r.mu.Unlock()
+		r.holds.reconcile()
 		if begins && r.refusing != nil {
 			r.refusing()
 		}
@@ -424,6 +433,7 @@ func (r *router) decide() {
 		r.metrics.splitBrain(false)
 	}
 	r.splitBrain = nil
+	r.trustLocked()
 	r.mu.Unlock()
 
 	switch {
@@ -472,12 +482,14 @@ func (r *router) publish(old, now string) {
 	epoch := r.epoch
 	close(r.published)
 	r.published = make(chan struct{})
+	r.trustLocked()
 	r.mu.Unlock()
 	r.metrics.primaryChanged(old, now)
 	r.log.Warn("primary changed", "from", old, "to", now, "epoch", epoch)
 	if r.epochMoved != nil {
 		r.epochMoved(epoch)
 	}
+	r.holds.reconcile()
 	if old != "" && r.refusing != nil {
 		r.refusing() // the old primary is refused fenced writes from now
 	}

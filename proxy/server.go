@@ -255,6 +255,7 @@ func New(o Options) (*Server, error) {
 		s.router.changed = s.primaryChanged
 		s.router.epochMoved = s.pool.dropBefore // connections kept in an earlier epoch, which no session takes
 		s.router.refusing = s.fencedHostsRefused
+		s.router.holds = newWriteHolds(s.router, s)
 		s.router.start()
 	}
 	return s, nil

@@ -78,6 +78,10 @@ type session struct {
 	// ended it (upstreamLostFarewell).
 	fencedTxOut   atomic.Pointer[string]
 	fencedTxEnded atomic.Pointer[[2]string] // why, and the table
+	// endedUncommitted: the write hold (writehold.go) ended the session knowing that nothing it sent can commit
+	// (its backend waited behind the hold; or, pooled, nothing was in flight when its connection was closed): the
+	// farewell is 55F04 even with an answer owed.
+	endedUncommitted atomic.Bool
 	// keptStmts are the statements a session-mode client prepared by Parse, by name, with the planner generation
 	// that fenced them; ownSQLPrep the generation in force at its first SQL PREPARE the proxy does not follow (both
 	// pool modes). For the rules of reloadkept.go; written and read by the side that reads the client.

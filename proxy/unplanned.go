@@ -43,9 +43,13 @@ import (
 // What the rule does not cover: a unit sent while the session is outside a transaction block (a Query, an
 // extended-protocol batch up to its Sync, and what is pipelined behind it) runs and commits as one; its write,
 // if any, is the statement's own, after the router's change, and commits with its own end, where nothing can be
-// asked in between (docs/ha.md). Nor a cursor WITH HOLD that code inside the server declares (a function's
-// dynamic SQL): holdWords reads only the client's texts, and its query runs at the COMMIT, after the question
-// (measured by review58, docs/ha.md).
+// asked in between. Nor a cursor WITH HOLD that code inside the server declares (a function's dynamic SQL):
+// holdWords reads only the client's texts, and its query runs at the COMMIT, after the question. Both are held
+// inside the database since 2026-12-06 (writehold.go: the router LOCKs the protected tables of such a host IN
+// SHARE MODE, so their writes wait, and a session of the proxy's waiting there ends; until the hold is in place
+// its sessions there are refused: TestLoneUnitWritingInsideTheServerOnARefusedHost,
+// TestServerDeclaredHeldCursorOnARefusedHost). The rules above still hold for the moment between the router's
+// change and the hold, and for a host the hold cannot be taken on.
 
 // unplannedWrites is a session's state for the rule above, between the client's messages.
 type unplannedWrites struct {
@@ -113,12 +117,18 @@ func (ss *session) unplannedWriteRefused(typ byte, body []byte) (err error) {
 	if !atRest {
 		u.behind.Store(true)
 	}
-	if u.free || ss.fencedTxOut.Load() != nil {
-		return nil // not judged, or judged already (fencedTxRefused)
+	if ss.srv.router.trusts(ss.host) {
+		return nil // the fast path
 	}
 	why := ss.srv.router.writeRefusal(ss.host.addr, ss.host.epoch)
 	if why == "" {
 		return nil
+	}
+	if err := ss.writeHoldRefusal(why); err != nil {
+		return err // fail closed until the host's write hold is in place (writehold.go)
+	}
+	if u.free || ss.fencedTxOut.Load() != nil {
+		return nil // not judged, or judged already (fencedTxRefused)
 	}
 	table, err := ss.unplannedWrite(atRest, typ, body)
 	if table == "" || err != nil {
