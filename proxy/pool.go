@@ -223,6 +223,9 @@ type txPools struct {
 	// lock and the put-back itself, where a test holds a put-back while a change of primary is published
 	// (dropHost). Set by New before anything runs, and only read after.
 	beforePutBack func()
+	// beforePoolMade, likewise, runs in poolFor before it takes mu to find or make the pool: where a test
+	// reloads the pool settings (poolreload.go) while a client's pool is being made.
+	beforePoolMade func()
 
 	// PAUSE and RESUME (admin.go), under mu: every pool paused, or those of some databases (nil until one is).
 	// resumed is closed by the next RESUME (nil when nothing is paused); anyPaused lets a lend skip mu when
@@ -517,6 +520,9 @@ func (ps *txPools) poolFor(params map[string]string) (*txPool, error) {
 	for _, p := range kp {
 		key = append(append(key, p.name...), 0)
 		key = append(append(key, p.value...), 0)
+	}
+	if hook := ps.beforePoolMade; hook != nil {
+		hook()
 	}
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
