@@ -506,7 +506,6 @@ type poolParam struct{ name, value string }
 // parameters, the sorted names, the key's growth).
 func (ps *txPools) poolFor(params map[string]string) (*txPool, error) {
 	cfg := ps.srv.cfg
-	poolCfg := ps.srv.poolSettings()
 	var kpBuf [16]poolParam
 	kp := kpBuf[:0]
 	for k, v := range params {
@@ -529,6 +528,9 @@ func (ps *txPools) poolFor(params map[string]string) (*txPool, error) {
 	if ps.closed {
 		return nil, errors.New("the proxy is shutting down")
 	}
+	// Read under mu: a reload stores the settings before settingsChanged lists the pools (under mu), so either
+	// this pool is made with the new ones or it is among those listed (a keeper for a raised pool.min_idle).
+	poolCfg := ps.srv.poolSettings()
 	if p := ps.byKey[string(key)]; p != nil {
 		p.clients.Add(1) // under ps.mu: dropUnused does not take a pool a client is joining
 		return p, nil
