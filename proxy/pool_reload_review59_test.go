@@ -3,6 +3,7 @@ package proxy_test
 import (
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,13 +20,14 @@ func TestReloadMinIdleWhileAPoolIsMade(t *testing.T) {
 	d := direct(t)
 	name := fxName(t, "rm")
 	fxCreateTable(t, d, "public."+name)
-	var pp *proxytest.Proxy
+	var started atomic.Pointer[proxytest.Proxy] // set once the proxy runs, read by the hook (its clients come after)
 	var once sync.Once
 	p := startProxy(t, proxytest.Options{
 		YAML: fxTables("public."+name) + "pool:\n  mode: transaction\n  size: 3\n  admin_users: [admin]\nauth:\n  type: trust\n",
 		Tune: func(o *proxy.Options) {
 			proxy.BeforePoolMade(o, func() {
 				once.Do(func() {
+					pp := started.Load()
 					next := pp.Config.Pool
 					next.MinIdle = 2
 					apply, err := pp.Server.ReloadPool(next)
@@ -38,7 +40,7 @@ func TestReloadMinIdleWhileAPoolIsMade(t *testing.T) {
 			})
 		},
 	})
-	pp = p
+	started.Store(p)
 	f := &fenced{p: p, d: d, name: name, label: "public." + name}
 	c := pooledConn(t, f, "&default_query_exec_mode=simple_protocol")
 	if _, err := c.Exec(ctxT(t), "SELECT 1"); err != nil {
