@@ -16,7 +16,8 @@ import (
 // found no plan and sent the statement to a worker again, and the answer, not taken by that pass, was dropped, so
 // the next pass asked again: the session asked its host over and over and its statement never went. The answer
 // must serve the message until the message goes through the core: one question for one message, and the
-// statement (a read, nothing written) answered.
+// statement (a read, nothing written) answered. A fenced write of a new shape (planned twice: its template is
+// built the second time) was asked about twice; once now.
 func TestLockQuestionOfAStatementPlannedEachTime(t *testing.T) {
 	for _, mode := range []struct{ name, yaml string }{
 		{"session", "relay:\n  event_loops: 1\n"},
@@ -58,8 +59,15 @@ func TestLockQuestionOfAStatementPlannedEachTime(t *testing.T) {
 			case <-askedAgain:
 				t.Fatalf("the lock question of one message was asked %d times and its statement has not gone; want one question, then the statement", answered.Load()-base.Load())
 			}
-			if err := tx.Rollback(ctx); err != nil {
-				t.Fatal(err)
+			// A fenced write of a shape not seen before: planned on a worker twice (the shape's template is built
+			// the second time), asked about once, then refused as a fenced write on that host.
+			base.Store(answered.Load())
+			_, err := tx.Conn().PgConn().Exec(ctx, "UPDATE accounts SET v = v + 1 WHERE id = 2").ReadAll()
+			if code := sqlstate(err); code != "55F04" {
+				t.Errorf("a fenced write on a host the router refuses fenced writes on: %v; want 55F04", err)
+			}
+			if n := answered.Load() - base.Load(); n != 1 {
+				t.Errorf("%d lock questions answered for a fenced write of a new shape; want 1", n)
 			}
 		})
 	}
