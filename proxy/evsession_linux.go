@@ -50,7 +50,7 @@ type evSession struct {
 	fixed    fixedPlan // the planner the core is given for a plan known in advance
 	// The lock question off the loop (lockquestion.go). asking: a goroutine asks the lock question of the
 	// message at the front of cin, which waits as one being planned does. lock: that question, then its answer,
-	// for that message's next pass through the core only.
+	// until that message goes through the core (a pass that sends it to be planned first keeps it).
 	asking bool
 	lock   *lockJob
 
@@ -648,11 +648,14 @@ func (es *evSession) fromClient() error {
 				}
 			}
 		}
-		if err := ss.onClientMsg(typ, body, mp, &es.uout); err != nil {
-			if err == errLockQuestionAsked {
-				es.askLock()
-				break // asked on a goroutine; this message waits at the front of cin
-			}
+		err = ss.onClientMsg(typ, body, mp, &es.uout)
+		if err == errLockQuestionAsked {
+			es.askLock()
+			break // asked on a goroutine; this message waits at the front of cin
+		}
+		// The message went through the core: an answer it did not take (no longer needed) serves no later one.
+		es.lock = nil
+		if err != nil {
 			if err == errTerminated {
 				es.cin = es.cin[:0]
 			}
@@ -880,10 +883,9 @@ func (es *evSession) lockAnswered(j *lockJob, epfd int) {
 		es.panicked(j.panicked)
 		return
 	}
+	// The answer waits in es.lock until the message goes through the core (fromClient): this pass may first
+	// send its statement to a worker to be planned (a plan not cached), and the next pass takes it.
 	es.guard(es.pumpClient)
-	if es.lock == j {
-		es.lock = nil // not taken (the message needed no answer any more): it must serve no later one
-	}
 	if es.end == endNone {
 		es.updateInterest(epfd)
 	}

@@ -227,6 +227,9 @@ type txPools struct {
 	// lock and the put-back itself, where a test holds a put-back while a change of primary is published
 	// (dropHost). Set by New before anything runs, and only read after.
 	beforePutBack func()
+	// beforePoolMade, likewise, runs in poolFor before it takes mu to find or make the pool: where a test
+	// reloads the pool settings (poolreload.go) while a client's pool is being made.
+	beforePoolMade func()
 
 	// PAUSE and RESUME (admin.go), under mu: every pool paused, or those of some databases (nil until one is).
 	// resumed is closed by the next RESUME (nil when nothing is paused); anyPaused lets a lend skip mu when
@@ -507,7 +510,6 @@ type poolParam struct{ name, value string }
 // parameters, the sorted names, the key's growth).
 func (ps *txPools) poolFor(params map[string]string) (*txPool, error) {
 	cfg := ps.srv.cfg
-	poolCfg := ps.srv.poolSettings()
 	var kpBuf [16]poolParam
 	kp := kpBuf[:0]
 	for k, v := range params {
@@ -522,11 +524,17 @@ func (ps *txPools) poolFor(params map[string]string) (*txPool, error) {
 		key = append(append(key, p.name...), 0)
 		key = append(append(key, p.value...), 0)
 	}
+	if hook := ps.beforePoolMade; hook != nil {
+		hook()
+	}
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	if ps.closed {
 		return nil, errors.New("the proxy is shutting down")
 	}
+	// Read under mu: a reload stores the settings before settingsChanged lists the pools (under mu), so either
+	// this pool is made with the new ones or it is among those listed (a keeper for a raised pool.min_idle).
+	poolCfg := ps.srv.poolSettings()
 	if p := ps.byKey[string(key)]; p != nil {
 		p.clients.Add(1) // under ps.mu: dropUnused does not take a pool a client is joining
 		return p, nil

@@ -85,11 +85,12 @@ type Options struct {
 // runs, so those paths read a plain func field, nil outside tests: no atomic load, and no state shared
 // between servers.
 type testHooks struct {
-	beforePutBack func() // txPools.beforePutBack
-	beforePut     func() // upstreamPool.beforePut
-	fencedJudged  func() // Server.fencedJudged: a fenced write judged allowed, before it is sent
-	fencedScanned func() // Server.fencedScanned: fencedHostsRefused has chosen the sessions it acts on
-	lockAnswered  func() // Server.lockAnswered: a message's lock question (unplanned.go) has its answer
+	beforePutBack  func() // txPools.beforePutBack
+	beforePut      func() // upstreamPool.beforePut
+	fencedJudged   func() // Server.fencedJudged: a fenced write judged allowed, before it is sent
+	fencedScanned  func() // Server.fencedScanned: fencedHostsRefused has chosen the sessions it acts on
+	lockAnswered   func() // Server.lockAnswered: a message's lock question (unplanned.go) has its answer
+	beforePoolMade func() // txPools.beforePoolMade
 }
 
 // defaultParkAfter is the parker's sweep period when Options.ParkIdleAfter is 0: long beside a transaction, so
@@ -224,6 +225,7 @@ func New(o Options) (*Server, error) {
 		}
 		s.pools = newTxPools(s, parkAfter)
 		s.pools.beforePutBack = o.hooks.beforePutBack
+		s.pools.beforePoolMade = o.hooks.beforePoolMade
 		o.Metrics.watchPools(s.pools) // the per-pool series
 	}
 	if !o.DisableEventLoop && o.Config.Relay.Mode != config.RelayModeGoroutines {
