@@ -43,16 +43,17 @@ type evSession struct {
 	inTx      bool // counted in loop.inTx
 	drainNow  bool
 
-	// Planning off the loop. planning: a worker is planning the Query or Parse at the front of cin; the
-	// client side is paused (not read, not processed) until it posts the plan back as job.
-	planning bool
-	job      *planJob
-	fixed    fixedPlan // the planner the core is given for a plan known in advance
-	// The lock question off the loop (lockquestion.go). asking: a goroutine asks the lock question of the
-	// message at the front of cin, which waits as one being planned does. lock: that question, then its answer,
-	// until that message goes through the core (a pass that sends it to be planned first keeps it).
-	asking bool
-	lock   *lockJob
+	// held is what the message at the front of cin waits for off the loop (heldNot: nothing): a worker planning
+	// its Query or Parse (heldForPlan), which posts the plan back as job, or a goroutine asking its lock
+	// question (heldForLock, lockquestion.go). The client side is then neither read nor processed. One field,
+	// not a flag per cause: every message's pass through the loop reads it (fromClient), and only one can hold
+	// the message at a time.
+	held  heldFor
+	job   *planJob
+	fixed fixedPlan // the planner the core is given for a plan known in advance
+	// lock: the lock question of the message at the front of cin, then its answer, until that message goes
+	// through the core (a pass that sends it to be planned first keeps it; lockquestion.go).
+	lock *lockJob
 
 	done chan struct{}
 
@@ -400,12 +401,17 @@ func (es *evSession) checkDrain() {
 // while its statement is planned. A drain closes a session only then, so it never drops a statement that the
 // core has not counted as pending yet.
 func (es *evSession) clientQuiet() bool {
-	return len(es.cin) == 0 && es.cskip == 0 && !es.held()
+	return len(es.cin) == 0 && es.cskip == 0 && es.held == heldNot
 }
 
-// held reports whether the message at the front of cin waits for a worker (its plan, or its lock question): the
-// client side is then neither read nor processed.
-func (es *evSession) held() bool { return es.planning || es.asking }
+// heldFor is what holds the message at the front of an evSession's cin (evSession.held).
+type heldFor uint8
+
+const (
+	heldNot     heldFor = iota // nothing: the client side is read and processed
+	heldForPlan                // a worker plans its statement (planFor, planned)
+	heldForLock                // a goroutine asks its lock question (askLock, lockAnswered)
+)
 
 func (es *evSession) event(fd int32, ev uint32, epfd int) {
 	es.guard(func() {
@@ -416,7 +422,7 @@ func (es *evSession) event(fd int32, ev uint32, epfd int) {
 			}
 			if es.end == endNone && ev&(unix.EPOLLIN|hup) != 0 {
 				switch {
-				case len(es.uout.b) == 0 && !es.held():
+				case len(es.uout.b) == 0 && es.held == heldNot:
 					es.readClient()
 				case ev&hup != 0:
 					es.finish(endClientGone, io.EOF)
@@ -445,7 +451,7 @@ func (es *evSession) event(fd int32, ev uint32, epfd int) {
 func (es *evSession) updateInterest(epfd int) {
 	var c, u uint32
 	if len(es.uout.b) == 0 {
-		if !es.held() {
+		if es.held == heldNot {
 			c |= unix.EPOLLIN
 		}
 	} else {
@@ -616,7 +622,7 @@ func (es *evSession) fromClient() error {
 	ss.planGen = box.gen // the generation of p, for what the core keeps of the client's statements (reloadkept.go)
 	limit := ss.cr.max
 	i, need := 0, 0
-	for i < len(b) && !es.held() {
+	for i < len(b) && es.held == heldNot {
 		if es.cskip > 0 {
 			n := min(es.cskip, len(b)-i)
 			es.uout.b = append(es.uout.b, b[i:i+n]...)
@@ -804,7 +810,7 @@ func (es *evSession) planFor(typ byte, body []byte, p Planner) (Planner, bool) {
 		es.fixed.plan, es.fixed.src = plan, p
 		return &es.fixed, true
 	}
-	es.planning = true
+	es.held = heldForPlan
 	j := &planJob{es: es, p: p, sql: bytes.Clone(sql), set: set}
 	go j.run()
 	return nil, false
@@ -823,7 +829,7 @@ func (j *planJob) run() {
 
 // planned goes on with a session whose statement a worker planned.
 func (es *evSession) planned(j *planJob, epfd int) {
-	es.planning = false
+	es.held = heldNot
 	if j.panicked != nil {
 		es.panicked(j.panicked)
 		return
@@ -860,7 +866,7 @@ func (es *evSession) lockAnswer(q lockQuestion) (lockQuestion, bool) {
 // askLock has a goroutine ask the question lockAnswer kept, while the session's client side waits: one per
 // session at most, as nothing more of the client's is read or processed until its answer (lockAnswered).
 func (es *evSession) askLock() {
-	es.asking = true
+	es.held = heldForLock
 	go es.lock.run()
 }
 
@@ -878,7 +884,7 @@ func (j *lockJob) run() {
 // lockAnswered goes on with a session whose message's lock question was answered: the message goes through the
 // core again, which takes the answer and sends the message or ends the session.
 func (es *evSession) lockAnswered(j *lockJob, epfd int) {
-	es.asking = false
+	es.held = heldNot
 	if j.panicked != nil {
 		es.panicked(j.panicked)
 		return

@@ -360,6 +360,7 @@ type txPool struct {
 	// logins. Kept whatever pool.min_idle is, for a reload may raise it (poolreload.go).
 	refill    chan struct{}
 	keeper    sync.Once
+	keeping   atomic.Bool // the keeper runs (startKeeper): nudge has someone to tell
 	idleLogin atomic.Pointer[clientLogin]
 
 	waitTime prometheus.Observer // fenceproxy_pool_wait_seconds of the pool's database and user; nil: no metrics
@@ -976,8 +977,14 @@ func (p *txPool) lendEnded(sc *serverConn) {
 	}
 }
 
-// nudge tells keepIdle to look at the pool (pool.min_idle).
+// nudge tells keepIdle to look at the pool (pool.min_idle). Without a keeper (pool.min_idle 0, the default) it
+// is one atomic load: it runs at every lend (connFor), and a send to the full refill nobody reads would be a
+// channel operation per transaction for nothing. A keeper started later looks when it is started
+// (settingsChanged nudges it then).
 func (p *txPool) nudge() {
+	if !p.keeping.Load() {
+		return
+	}
 	select {
 	case p.refill <- struct{}{}:
 	default:

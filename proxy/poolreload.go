@@ -108,5 +108,8 @@ func (p *txPool) keepsIdle() bool { return p.minIdle() > 0 && p.idleLogin.Load()
 
 // startKeeper starts the pool's pool.min_idle keeper (keepIdle), once.
 func (p *txPool) startKeeper() {
-	p.keeper.Do(func() { go p.keepIdle(p.srv.pools.stop, p.stop) })
+	p.keeper.Do(func() {
+		p.keeping.Store(true) // before it runs: no nudge from now on is lost (nudge)
+		go p.keepIdle(p.srv.pools.stop, p.stop)
+	})
 }
