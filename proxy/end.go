@@ -218,6 +218,9 @@ func (ss *session) endFencedTx(why, table string) {
 	ss.fencedTxEnded.Store(&[2]string{why, table})
 	running := ss.state.running()
 	ss.shutUpstream()
+	if ss.srv.fencedShut != nil {
+		ss.srv.fencedShut()
+	}
 	if running && ss.cancelKey != nil {
 		ss.cancelBackend()
 	}

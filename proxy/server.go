@@ -89,6 +89,7 @@ type testHooks struct {
 	beforePut     func() // upstreamPool.beforePut
 	fencedJudged  func() // Server.fencedJudged: a fenced write judged allowed, before it is sent
 	fencedScanned func() // Server.fencedScanned: fencedHostsRefused has chosen the sessions it acts on
+	fencedShut    func() // Server.fencedShut: endFencedTx has shut the session's upstream, before its cancel
 }
 
 // defaultParkAfter is the parker's sweep period when Options.ParkIdleAfter is 0: long beside a transaction, so
@@ -115,6 +116,10 @@ type Server struct {
 	fencedJudged, fencedScanned func()
 	pools                       *txPools     // pool.mode transaction (pool.go); nil in session mode
 	parses                      sharedParses // the Parse bodies of pooled clients' named statements, one copy each (pooledstmts.go)
+
+	// fencedShut is a test hook too (testHooks): endFencedTx has shut the session's upstream, before its cancel.
+	fencedShut func()
+
 	// effectWords are the words of a text that may change the token, lock or application_name at session level
 	// (rewrite.SessionEffects): their names, RESET and DISCARD (ALL), EXECUTE (an SQL prepared statement),
 	// set_config and u& (which may spell any of them); for the pool's text classes (textClass.effects).
@@ -210,6 +215,7 @@ func New(o Options) (*Server, error) {
 		s.pool.beforePut = o.hooks.beforePut
 	}
 	s.fencedJudged, s.fencedScanned = o.hooks.fencedJudged, o.hooks.fencedScanned
+	s.fencedShut = o.hooks.fencedShut
 	s.SetPlanner(o.Planner)
 	if o.Config.Pool.Transaction() {
 		parkAfter := o.ParkIdleAfter
