@@ -220,6 +220,9 @@ func (ss *session) endFencedTx(why, table string) {
 	running := ss.state.running()
 	port := localPort(ss.upstream)
 	ss.shutUpstream()
+	if ss.srv.fencedShut != nil {
+		ss.srv.fencedShut()
+	}
 	if running && ss.cancelKey != nil {
 		ss.cancelBackend()
 		// Under cancelGate, as a cancel: a backend the session gave up to another (keep) is not terminated.

@@ -89,6 +89,7 @@ type testHooks struct {
 	beforePut      func() // upstreamPool.beforePut
 	fencedJudged   func() // Server.fencedJudged: a fenced write judged allowed, before it is sent
 	fencedScanned  func() // Server.fencedScanned: fencedHostsRefused has chosen the sessions it acts on
+	fencedShut     func() // Server.fencedShut: endFencedTx has shut the session's upstream, before its cancel
 	lockAnswered   func() // Server.lockAnswered: a message's lock question (unplanned.go) has its answer
 	beforePoolMade func() // txPools.beforePoolMade
 }
@@ -116,10 +117,10 @@ type Server struct {
 	pool       *upstreamPool  // nil: upstream connections are not reused
 	auth       *authenticator // nil: authentication is relayed to PostgreSQL (auth.type passthrough)
 	router     *router        // nil: one upstream.address, no router
-	// fencedJudged, fencedScanned and lockAnswered are test hooks (testHooks), nil outside tests.
-	fencedJudged, fencedScanned, lockAnswered func()
-	pools                                     *txPools     // pool.mode transaction (pool.go); nil in session mode
-	parses                                    sharedParses // the Parse bodies of pooled clients' named statements, one copy each (pooledstmts.go)
+	// fencedJudged, fencedScanned, fencedShut and lockAnswered are test hooks (testHooks), nil outside tests.
+	fencedJudged, fencedScanned, fencedShut, lockAnswered func()
+	pools                                                 *txPools     // pool.mode transaction (pool.go); nil in session mode
+	parses                                                sharedParses // the Parse bodies of pooled clients' named statements, one copy each (pooledstmts.go)
 	// effectWords are the words of a text that may change the token, lock or application_name at session level
 	// (rewrite.SessionEffects): their names, RESET and DISCARD (ALL), EXECUTE (an SQL prepared statement),
 	// set_config and u& (which may spell any of them); for the pool's text classes (textClass.effects).
@@ -217,6 +218,7 @@ func New(o Options) (*Server, error) {
 		s.pool.beforePut = o.hooks.beforePut
 	}
 	s.fencedJudged, s.fencedScanned, s.lockAnswered = o.hooks.fencedJudged, o.hooks.fencedScanned, o.hooks.lockAnswered
+	s.fencedShut = o.hooks.fencedShut
 	s.SetPlanner(o.Planner)
 	if o.Config.Pool.Transaction() {
 		parkAfter := o.ParkIdleAfter

@@ -291,7 +291,8 @@ func (ss *session) sessionDatabase() string {
 // pooling holds each message until the one before is answered and judges it then, so nothing of it is queued at
 // the server. What a statement running at the change writes after the question is not seen here, so one with a
 // message queued behind it (unplannedWrites.behind: the queued one may commit) ends whatever the answer, fail
-// closed; a statement running alone leaves the session at rest, whose next message is judged. It runs on a
+// closed, and without waiting for it (looked at again after it: one judged before the change may be counted
+// running only then); a statement running alone leaves the session at rest, whose next message is judged. It runs on a
 // goroutine of its own, bounded by health_timeout: the coordinator does not wait for the host's answer.
 func (s *Server) unplannedWritersRefused() {
 	type group struct{ host, db string }
@@ -306,14 +307,22 @@ func (s *Server) unplannedWritersRefused() {
 	s.mu.Unlock()
 	groups := map[group][]*session{}
 	whys := map[*session]string{}
+	var wg sync.WaitGroup
 	for _, ss := range seen {
-		if why := s.router.writeRefusal(ss.host.addr, ss.host.epoch); why != "" {
+		why := s.router.writeRefusal(ss.host.addr, ss.host.epoch)
+		switch {
+		case why == "":
+		case ss.unplanned.behind.Load() && ss.state.running():
+			// Ends whatever the answer, so at once: waiting for a host slow to answer (up to health_timeout) let
+			// the statement ahead end and the queued COMMIT commit meanwhile
+			// (TestQueuedCommitWhileTheLockQuestionStalls).
+			wg.Go(func() { ss.endFencedTx(why, unplannedTables) })
+		default:
 			g := group{ss.host.addr, ss.sessionDatabase()}
 			groups[g] = append(groups[g], ss)
 			whys[ss] = why
 		}
 	}
-	var wg sync.WaitGroup
 	for g, members := range groups {
 		wg.Go(func() {
 			pids := make([]uint32, len(members))
