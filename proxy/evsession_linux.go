@@ -855,7 +855,7 @@ type lockJob struct {
 // lockAnswer is session.lockAnswer in the loop: the answer the loop brought for the message, if it is q's
 // (taken: it serves that one pass only); else q is kept for askLock to ask, and the message waits.
 func (es *evSession) lockAnswer(q lockQuestion) (lockQuestion, bool) {
-	if j := es.lock; j != nil && j.q.answered && j.q.host == q.host && j.q.db == q.db && j.q.pid == q.pid {
+	if j := es.lock; j != nil && j.q.answered && j.q.host == q.host && j.q.db == q.db && j.q.pid == q.pid && j.q.hold == q.hold {
 		es.lock = nil
 		return j.q, true
 	}

@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"errors"
+	"time"
 )
 
 // The lock question off the event loop. A client message of an open block on a host the router refuses fenced
@@ -16,13 +17,17 @@ import (
 // to the core again: the core then takes the answer (lockAnswer) and the message goes or the session ends, by
 // the same rule (evsession_linux.go: askLock, lockAnswered). This is how the loop plans a statement whose plan is
 // not cached (planJob). Token verification needs no such path: a session with a verifier is never relayed by the
-// loop (loopEligible).
+// loop (loopEligible). The wait for a database's write hold (writehold.go: writeHoldRefusal) takes the same path:
+// a question whose answer is the hold's first outcome, waited for up to the attempt's bound (holdAttempt).
 
 // lockQuestion is one client message's lock question: which relations the backend pid holds a write's lock on,
-// in database db of host; and, once asked, its answer.
+// in database db of host; and, once asked, its answer. With hold set, the question is instead the wait for the
+// first outcome of db's write hold there (hold closes then): answered when it comes or the attempt's bound
+// passes (holdAttempt), the caller then looking whether the hold is in place.
 type lockQuestion struct {
 	host, db string
 	pid      uint32
+	hold     <-chan struct{}
 	answered bool        // asked: rels, or err, is the answer
 	rels     [][2]string // the relations (schema and name) the backend holds a write's lock on
 	err      error       // no answer: the connection, the role, a timeout (judged as a write: unplannedWrite)
@@ -30,6 +35,16 @@ type lockQuestion struct {
 
 // ask asks q's host, bounded by health_timeout as the health check is, and keeps the answer in q.
 func (q *lockQuestion) ask(s *Server) {
+	if q.hold != nil {
+		t := time.NewTimer(s.router.holdAttempt())
+		select {
+		case <-q.hold:
+		case <-t.C:
+		}
+		t.Stop()
+		q.answered = true
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), s.router.timeout)
 	defer cancel()
 	locked, err := s.router.writeLocked(ctx, q.host, q.db, []uint32{q.pid})

@@ -42,8 +42,9 @@ import (
 // wait for it forever, and each lock_timeout would let the writers queued behind the LOCK through, so none is
 // tried while one holds such a lock (pg_locks shows no PID for it). Until the hold of a database is in place,
 // the proxy's own sessions there are refused whatever they send (fail closed, writeHoldRefusal): a message
-// that runs something waits for the hold's first attempt (up to health_timeout), then ends the session with
-// FATAL 55F04 unless the hold is in place. Every failure is logged (error) and counted
+// that runs something waits for the hold's first attempt (up to its bound, holdAttempt; off the event loop, as
+// a lock question), then ends the session with FATAL 55F04 unless the hold is in place. The databases of a
+// host are taken at once (holdAll), so a writer blocking one does not keep the others waiting. Every failure is logged (error) and counted
 // (fenceproxy_upstream_write_hold_failures_total{reason}), and tried again every health_interval, doubling up
 // to 8 intervals, while the host is refused.
 //
@@ -259,8 +260,9 @@ func (w *writeHolds) inPlace(host, db string) (bool, <-chan struct{}) {
 
 // writeHoldRefusal is the fail-closed rule for a session whose host the router refuses fenced writes on (why):
 // a message that runs something goes only once the hold of the session's database there is in place. It waits
-// for the hold's first outcome, up to health_timeout; nil when the hold is in place, else the session's
-// farewell (FATAL 55F04).
+// for the hold's first outcome, up to the attempt's own bound (holdAttempt; with the event loop off the loop,
+// as a lock question: errLockQuestionAsked, the message coming again with the answer); nil when the hold is
+// in place, else the session's farewell (FATAL 55F04).
 func (ss *session) writeHoldRefusal(why string) error {
 	r := ss.srv.router
 	db := ss.sessionDatabase()
@@ -269,12 +271,10 @@ func (ss *session) writeHoldRefusal(why string) error {
 		return nil
 	}
 	if settled != nil {
-		t := time.NewTimer(r.timeout)
-		select {
-		case <-settled:
-		case <-t.C:
+		// Waited for as a lock question is (lockquestion.go): off the event loop, whose other sessions go on.
+		if _, ok := ss.lockAnswer(lockQuestion{host: ss.host.addr, db: db, hold: settled}); !ok {
+			return errLockQuestionAsked
 		}
-		t.Stop()
 		if held, _ = r.holds.inPlace(ss.host.addr, db); held {
 			return nil
 		}
@@ -356,7 +356,10 @@ func (w *writeHolds) run(hh *hostHold) {
 	}
 }
 
-// holdAll takes the holds of hh's databases that are not in place and due, and checks those that are.
+// holdAll takes the holds of hh's databases that are not in place and due, and checks those that are. The
+// databases are taken at once, each on a goroutine of its own: one whose LOCK waits for a writer (up to two
+// lock_timeouts) must not keep the others' holds, and the sessions waiting for them, waiting as long
+// (TestWriteHoldWaitLeavesItsEventLoopFree: a read in another database was refused after health_timeout).
 func (w *writeHolds) holdAll(hh *hostHold) {
 	r := w.r
 	hh.mu.Lock()
@@ -365,10 +368,11 @@ func (w *writeHolds) holdAll(hh *hostHold) {
 		names = append(names, db)
 	}
 	hh.mu.Unlock()
-	held, missing := 0, 0
+	var wg sync.WaitGroup
 	for _, db := range names {
 		select {
 		case <-hh.stop:
+			wg.Wait()
 			return
 		default:
 		}
@@ -392,29 +396,36 @@ func (w *writeHolds) holdAll(hh *hostHold) {
 		inPlace = d.inPlace
 		hh.mu.Unlock()
 		if !inPlace && due {
-			err := w.hold(hh, db, d)
-			hh.mu.Lock()
-			if err != nil {
-				d.why = err.Error()
-				d.backoff = min(max(2*d.backoff, r.interval), 8*r.interval)
-				d.next = time.Now().Add(d.backoff)
-			} else {
-				d.inPlace, d.why, d.backoff = true, "", 0
-			}
-			select {
-			case <-d.settled:
-			default:
-				close(d.settled)
-			}
-			inPlace = d.inPlace
-			hh.mu.Unlock()
+			wg.Go(func() {
+				err := w.hold(hh, db, d)
+				hh.mu.Lock()
+				defer hh.mu.Unlock()
+				if err != nil {
+					d.why = err.Error()
+					d.backoff = min(max(2*d.backoff, r.interval), 8*r.interval)
+					d.next = time.Now().Add(d.backoff)
+				} else {
+					d.inPlace, d.why, d.backoff = true, "", 0
+				}
+				select {
+				case <-d.settled:
+				default:
+					close(d.settled)
+				}
+			})
 		}
-		if inPlace {
+	}
+	wg.Wait()
+	held, missing := 0, 0
+	hh.mu.Lock()
+	for _, db := range names {
+		if d := hh.dbs[db]; d != nil && d.inPlace {
 			held++
 		} else {
 			missing++
 		}
 	}
+	hh.mu.Unlock()
 	r.metrics.writeHoldDatabases(hh.host, held, missing)
 }
 
@@ -467,7 +478,7 @@ WHERE c.relkind IN ('r', 'p') AND c.relpersistence <> 't'
 // take opens d's connection when needed and LOCKs the protected tables of db in a transaction it leaves open.
 func (w *writeHolds) take(hh *hostHold, db string, d *dbHold) error {
 	r := w.r
-	ctx, cancel := context.WithTimeout(context.Background(), 4*r.timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), r.holdAttempt())
 	defer cancel()
 	if d.conn == nil || d.conn.IsClosed() {
 		c, err := w.connect(hh.host, db)
@@ -552,6 +563,12 @@ func (w *writeHolds) take(hh *hostHold, db string, d *dbHold) error {
 		return fail("error", fmt.Errorf("%s in database %s: %w", lock, db, err))
 	}
 }
+
+// holdAttempt bounds one attempt to hold a database (take): a connection, two LOCKs of lock_timeout
+// (health_timeout) with the terminations between them. A session waiting for the attempt's outcome
+// (writeHoldRefusal) waits as long, so that it is refused only when the hold failed, not while it is being
+// taken.
+func (r *router) holdAttempt() time.Duration { return 4 * r.timeout }
 
 // sqlstateLockNotAvailable is lock_timeout's error.
 const sqlstateLockNotAvailable = "55P03"
