@@ -71,7 +71,8 @@ type unplannedWrites struct {
 // cursor's query at the COMMIT, so what it writes (a function it calls) comes after any question asked before
 // the COMMIT, and the proxy cannot see a session's cursors from a connection of its own. On a host the router
 // refuses fenced writes on, a transaction that sent such a text is judged as one that wrote (unplannedWrite), by
-// any text that holds the letters (a column threshold too): fail closed, as commitPreparedWords does.
+// any text that holds the letters (a column threshold too): fail closed. (A cursor that code inside the server
+// declares holds no letters the proxy reads: the write hold, writehold.go, makes its write wait.)
 var holdWords = rewrite.NewFoldWords("hold")
 
 // unplannedTables names, in errors, what a transaction whose writes the proxy could not judge may have written.
